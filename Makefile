@@ -1,0 +1,43 @@
+# The README's two commands: `make course` (the main job) and `make test`. Each creates .venv and
+# installs the pinned environment when it is missing, and is quick when it is already there.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+WORKERS ?= 2
+
+.PHONY: course test lab release grade bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
+	touch $(STAMP)
+
+## course: run the whole course headless (execute and grade every lesson, train, write reports) into build/course
+course: $(STAMP)
+	$(PY) -m harness course --out build/course
+
+## test: the full test suite (what CI runs)
+test: $(STAMP)
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup
+
+## lab: JupyterLab on the student notebooks
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+## release: regenerate notebooks/ from solutions/ with nbgrader
+release: $(STAMP)
+	$(PY) -m harness release
+
+## grade: autograde a folder of submissions: make grade SUBMISSIONS=path ASSIGNMENT=00_welcome
+grade: $(STAMP)
+	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) --out build/grades
+
+## bench: the benchmarks in benchmarks/ (not part of the tests)
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf build runs

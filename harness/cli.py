@@ -1,0 +1,31 @@
+"""The `harness` command: one subcommand per job, each defined beside the code it runs.
+
+Each entry of COMMANDS names a module that defines `add_arguments(parser)` and `run(args) -> int`.
+Modules are imported only when their subcommand runs, so `harness env` does not pay for nbgrader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "env": ("harness.env", "print the environment report (versions, device, precisions)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(prog="harness", description="PyTorch Training Lab harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `harness` console command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return int(module.run(args) or 0)
