@@ -11,6 +11,7 @@ import importlib
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("harness.env", "print the environment report (versions, device, precisions)"),
+    "drill": ("harness.drills.cli", "interview drills: list, start, check, hint, mock, stats"),
 }
 
 

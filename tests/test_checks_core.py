@@ -1,0 +1,74 @@
+"""The checks registry, failure messages and hints (harness.checks.core)."""
+
+import pytest
+
+from harness.checks import CheckFailed, check, fail, hint, register
+from harness.checks import core
+
+
+@pytest.fixture
+def toy_check():
+    @register("99-double", hints=("Multiply by two.", "return 2 * x"))
+    def check_double(double, *, hidden: bool) -> str:
+        for x in (range(-3, 4) if not hidden else (10**6, -(10**6))):
+            if double(x) != 2 * x:
+                fail("wrong-value", observed=f"double({x}) = {double(x)}", expected=f"{2 * x}",
+                     cause="the function does not double", where="your double()")
+        return "doubles integers"
+
+    yield "99-double"
+    core._REGISTRY.pop("99-double")
+    core._hints_shown.pop("99-double", None)
+
+
+def test_passing_check_prints_what_it_verified(toy_check, capsys):
+    check(toy_check, lambda x: x + x)
+    check(toy_check, lambda x: 2 * x, hidden=True)
+    out = capsys.readouterr()
+    assert "\u2714 99-double: doubles integers" in out.out
+    assert "(hidden tests)" in out.out
+    assert out.err == ""
+
+
+def test_failing_check_raises_teaching_message(toy_check):
+    with pytest.raises(CheckFailed) as info:
+        check(toy_check, lambda x: x * x)
+    assert info.value.code == "wrong-value"
+    message = str(info.value)
+    for part in ("Observed:", "Expected:", "Likely cause:", "Where to look:", "99-double failed"):
+        assert part in message
+    assert isinstance(info.value, AssertionError)  # nbgrader marks the cell failed
+
+
+def test_student_exception_becomes_check_failure(toy_check):
+    def broken(x):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed) as info:
+        check(toy_check, broken)
+    assert info.value.code == "raised"
+    assert "NotImplementedError" in str(info.value)
+
+
+def test_hints_go_from_gentle_to_explicit(toy_check, capsys):
+    hint(toy_check)
+    hint(toy_check)
+    hint(toy_check)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Hint 1/2") and "Multiply" in lines[0]
+    assert lines[1].startswith("Hint 2/2") and "return 2 * x" in lines[1]
+    assert lines[2].startswith("Hint 2/2")
+    with pytest.raises(ValueError, match="levels 1 to 2"):
+        hint(toy_check, 3)
+
+
+def test_unknown_task_ids_are_clear_errors():
+    with pytest.raises(KeyError, match="task ids start with the lesson number"):
+        check("train-step", print)
+    with pytest.raises(KeyError, match="no checks exist for lesson 98"):
+        check("98-nothing", print)
+
+
+def test_register_requires_two_hint_levels():
+    with pytest.raises(ValueError, match="at least two levels"):
+        register("99-x", hints=("only one",))
