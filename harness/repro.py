@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils.data
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
@@ -36,14 +37,21 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
 
 
 def seed_worker(worker_id: int) -> None:
-    """DataLoader `worker_init_fn`: seed NumPy and `random` differently in each worker.
+    """DataLoader `worker_init_fn`: give each worker its own stream in every RNG the dataset uses.
 
-    torch already gives each worker its own seed (base seed + worker id); NumPy and `random` would
-    otherwise start from the parent's state in every worker and draw identical "random" augmentations.
+    torch already seeds `random`, NumPy's global RNG and torch itself differently in each worker (from the
+    loader's generator, so runs stay reproducible). What it cannot reach are generator objects the
+    dataset created in `__init__`, such as `self.rng = np.random.default_rng(0)`: every worker receives an
+    identical copy and draws identical "random" augmentations. This reseeds such an `rng` attribute from
+    the worker's seed, and the global RNGs too, for datasets used with older torch versions.
     """
     worker_seed = torch.initial_seed() % 2**32
     np.random.seed(worker_seed)
     random.seed(worker_seed)
+    info = torch.utils.data.get_worker_info()
+    dataset = info.dataset if info is not None else None
+    if isinstance(getattr(dataset, "rng", None), np.random.Generator):
+        dataset.rng = np.random.default_rng(worker_seed)
 
 
 def make_generator(seed: int) -> torch.Generator:

@@ -36,3 +36,49 @@ def check_choice(namespace: dict, correct: str, choices: str, explanation: str) 
              cause="run the experiment (`harness drill experiment <id>`) and read what it prints",
              where="the prompt's choices")
     return explanation
+
+
+def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
+    """Run `work(rank)` in two forked processes joined in a real gloo process group; return their results.
+
+    Forking (not spawning) lets `work` be any function, closures included, and costs no re-import of torch.
+    A rank that raises makes this raise with its message.
+    """
+    import multiprocessing as mp
+    import os
+    import tempfile
+    import traceback
+
+    context = mp.get_context("fork")
+    results = context.Queue()
+    store = tempfile.mktemp(prefix="harness-drill-store-")
+
+    def target(rank: int) -> None:
+        import torch.distributed as dist
+
+        try:
+            dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+            results.put((rank, True, work(rank)))
+        except BaseException as error:  # report, never hang the parent
+            results.put((rank, False, f"{type(error).__name__}: {error}\n{traceback.format_exc()[-800:]}"))
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    processes = [context.Process(target=target, args=(rank,)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:
+        collected = dict((rank, (ok, value)) for rank, ok, value in (results.get(timeout=timeout_s) for _ in processes))
+    finally:
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+        if os.path.exists(store):
+            os.remove(store)
+    for rank in (0, 1):
+        ok, value = collected[rank]
+        if not ok:
+            raise RuntimeError(f"rank {rank} failed: {value}")
+    return [collected[0][1], collected[1][1]]
