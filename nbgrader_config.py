@@ -4,12 +4,14 @@
 `notebooks/NN_name/NN_name.ipynb` is the student release nbgrader generates from it.
 """
 
+import os
+
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "pytorch-training-lab"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
-c.CourseDirectory.root = "."
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 # Training on a CPU can take longer than nbgrader's default 30 s per cell; grading budgets
 # (harness.budget) keep every lesson's cells far below this.
 c.ExecutePreprocessor.timeout = 300

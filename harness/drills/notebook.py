@@ -1,0 +1,116 @@
+"""Build notebook 11 (interview drills) from the drill bank, so the notebook and `harness drill` never drift.
+
+`python -m harness.drills.notebook` rewrites solutions/11_interview_drills/11_interview_drills.ipynb; a test
+asserts the committed notebook equals what this builds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from harness.checks.lesson11 import NOTEBOOK_DRILLS
+from harness.drills.core import Drill, get_drill
+
+NOTEBOOK = Path("solutions/11_interview_drills/11_interview_drills.ipynb")
+
+INTRO = """# 11 · Interview drills
+
+**In about 45 minutes you will be able to** answer, with running code, the PyTorch-training questions that
+come up in ML-engineer interviews: write a correct training step, find the bug behind a symptom, explain a
+behaviour and show the experiment that proves it.
+
+Every drill here comes from the course's drill bank, and its answer is checked by running it: hooks on the
+optimizer, the model's modes, the GradScaler's state, the learning rates each step actually used. Nothing
+matches your text, so any correct answer passes.
+
+The same bank (40+ drills) is in your terminal, with hints, a daily set, spaced repetition and timed mock
+interviews:
+
+```
+harness drill list --topic amp
+harness drill start loop-loss-stalls
+harness drill check loop-loss-stalls
+harness drill mock --count 5 --minutes 30
+```
+"""
+
+SETUP = """from harness.checks import check, hint
+from harness.drills import get_drill"""
+
+RECAP = """## Recap
+
+- A training step has a fixed order: `zero_grad(set_to_none=True)` → forward and loss (under autocast for AMP)
+  → `backward` outside autocast → `unscale_` → clip → `step` (through the scaler) → `update` → scheduler.
+- Symptoms point at causes: a loss stuck at ln 2 means nothing moves; evaluations that disagree mean a module
+  is still in training mode; a resumed run that diverges means a checkpoint forgot some state.
+- Keep metrics on the device and sync once per epoch.
+
+**Interview questions this prepares you for:** What happens if you forget `zero_grad`? Why `model.eval()`?
+Why does fp16 need a GradScaler and bf16 not? What must a checkpoint hold to resume exactly? Why is
+`.item()` in the loop slow on a GPU? Practise more with `harness drill daily`.
+"""
+
+
+def _metadata(grade_id: str, *, solution: bool, points: int | None = None) -> dict:
+    nbgrader = {"grade_id": grade_id, "schema_version": 3, "solution": solution, "grade": points is not None,
+                "locked": not solution}
+    if points is not None:
+        nbgrader["points"] = points
+    return {"nbgrader": nbgrader}
+
+
+def _answer_name(task_id: str) -> str:
+    return "answer_" + task_id[3:].replace("-", "_")
+
+
+def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
+    heading = (f"## Drill {number}: {drill.title}\n*{drill.kind}, difficulty {drill.difficulty}, "
+               f"topics: {', '.join(drill.topics)}*\n\n{drill.prompt}")
+    cells = [new_markdown_cell(heading)]
+    if drill.kind == "bughunt":
+        cells.append(new_markdown_cell(f"The broken code:\n\n```python\n{drill.starter.rstrip()}\n```\n\n"
+                                       "Write the fixed version in the cell below."))
+    if drill.kind == "explain":
+        cells.append(new_markdown_cell(f"Predict first: set `{_answer_name(task_id)}` to your choice, then run the "
+                                       "experiment below the test cell to see why."))
+        body = drill.solution.replace("answer =", f"{_answer_name(task_id)} =", 1).rstrip()
+        checked = f'{{"answer": {_answer_name(task_id)}}}'
+    else:
+        body = drill.solution.rstrip()
+        checked = "globals()"
+    cells.append(new_code_cell(f"### BEGIN SOLUTION\n{body}\n### END SOLUTION",
+                               metadata=_metadata(f"{task_id}-code", solution=True)))
+    cells.append(new_code_cell(
+        f'# hint("{task_id}") prints a hint; call it again for a more explicit one.\n'
+        f'check("{task_id}", {checked})\n### BEGIN HIDDEN TESTS\ncheck("{task_id}", {checked}, hidden=True)\n'
+        "### END HIDDEN TESTS",
+        metadata=_metadata(task_id, solution=False, points=2 if drill.difficulty > 1 else 1)))
+    if drill.kind == "explain":
+        cells.append(new_code_cell(f'get_drill("{drill.id}").experiment()'))
+    return cells
+
+
+def build() -> nbformat.NotebookNode:
+    """The solution notebook of lesson 11, built from the drill bank."""
+    cells = [new_markdown_cell(INTRO), new_code_cell(SETUP)]
+    for number, (task_id, drill_id) in enumerate(NOTEBOOK_DRILLS, 1):
+        cells += _drill_cells(number, task_id, get_drill(drill_id))
+    cells.append(new_markdown_cell(RECAP))
+    notebook = new_notebook(cells=cells, metadata={
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    })
+    for index, cell in enumerate(notebook.cells):
+        cell["id"] = f"drill-cell-{index:02d}"  # stable ids: rebuilding changes nothing
+    return notebook
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else NOTEBOOK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(build(), path)
+    print(f"wrote {path}")
