@@ -12,6 +12,9 @@ import importlib
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("harness.env", "print the environment report (versions, device, precisions)"),
     "drill": ("harness.drills.cli", "interview drills: list, start, check, hint, mock, stats"),
+    "release": ("harness.grading.release", "regenerate notebooks/ from solutions/ with nbgrader (--check: compare only)"),
+    "grade": ("harness.grading.cli", "autograde a folder or LMS zip of submissions in parallel: grades, feedback, summary"),
+    "course": ("harness.course", "run the whole course headless: environment, every lesson autograded, showcase, report"),
 }
 
 

@@ -1,0 +1,176 @@
+"""Grade one submission in its own temporary course directory: `python -m harness.grading.autograde JOB RESULT`.
+
+A job (JSON, written by `batch`) names the student, the assignment, the submitted notebook (or why there
+is none), the template course directory (sources, release, gradebook from GenerateAssignment) and the
+limits. The worker copies the template, repairs the submission's cells (`restore`), runs nbgrader's real
+Autograde with the sandboxed kernel, the tamper guard and `SandboxedExecute`, generates feedback without
+hidden tests, and writes a result (JSON): per-task points, failure codes, status and the reasons behind it.
+Nothing it does touches another submission or the shared gradebook; the parent merges results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from harness.grading import sandbox
+from harness.grading.feedback import failure_code
+from harness.grading.layout import REPO_ROOT, course_config, put_environment_tools_on_path
+from harness.grading.restore import restore_cells
+
+
+def _config(course: Path, job: dict[str, Any], reports: dict[str, Path], nonce: str) -> Any:
+    """nbgrader's configuration for this job: the repository's, with the grading pipeline swapped in."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, GetGrades, IgnorePattern,
+                                        LimitOutput, SaveAutoGrades)
+
+    from harness.grading.execute import InjectGuard, SandboxedExecute, StripGuard
+    from harness.grading.feedback import StripHiddenTests
+
+    lesson = f"harness.checks.lesson{job['assignment'][:2]}"
+    has_checks = (REPO_ROOT / "harness" / "checks" / f"lesson{job['assignment'][:2]}.py").exists()
+    return course_config(
+        course,
+        Autograde={"autograde_preprocessors": [InjectGuard, SandboxedExecute, StripGuard, IgnorePattern,
+                                               ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                                               AssignLatePenalties, CheckCellMetadata]},
+        GenerateFeedback={"preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]},
+        SandboxedExecute={"timeout": job["timeout"], "kernel_name": sandbox.KERNEL_NAME,
+                          "report_path": str(reports["execution"]), "max_output_bytes": job["max_output_bytes"]},
+        InjectGuard={"report_path": str(reports["tamper"]), "lesson_module": lesson if has_checks else "",
+                     "nonce": nonce},
+        StripGuard={"report_path": str(reports["execution"])},
+        LimitOutput={"max_lines": 1000},
+    )
+
+
+def _read_submission(path: Path) -> nbformat.NotebookNode:
+    """The submitted notebook, or ValueError saying why it cannot be graded."""
+    try:
+        notebook = nbformat.reads(path.read_text(encoding="utf-8", errors="replace"), as_version=4)
+    except Exception as error:  # nbformat raises several types for unreadable JSON
+        raise ValueError(f"the notebook is not valid notebook JSON ({type(error).__name__}: {str(error)[:120]})") from None
+    if not isinstance(notebook.get("cells"), list):
+        raise ValueError("the notebook has no list of cells")
+    return notebook
+
+
+def _reasons(execution: dict[str, Any], tamper_lines: list[dict[str, Any]], nonce: str) -> list[str]:
+    """Sentences for the grades CSV from the execution and tamper reports."""
+    reasons = [f"{cell}: timed out after the per-cell limit" for cell in execution.get("timeout", [])]
+    reasons += [f"{cell}: the kernel ignored the interrupt and was killed; later cells not run"
+                for cell in execution.get("kernel_hung", [])]
+    reasons += [f"{cell}: the kernel died (crash, os._exit or memory); earlier cells kept their points"
+                for cell in execution.get("kernel_died", [])]
+    reasons += [f"{cell}: ran out of the per-submission memory limit" for cell in execution.get("memory", [])]
+    reasons += [f"{cell}: output truncated (flood)" for cell in execution.get("output_truncated", [])]
+    ran = [g for g in execution.get("guard_cells", []) if g["outcome"] == "ok" and g["role"] != "install"]
+    failed = [g for g in execution.get("guard_cells", []) if g["outcome"] != "ok" and "NotExecuted" not in g["outcome"]]
+    reasons += [f"tamper guard before {g['role']} failed ({g['outcome']}): review by hand" for g in failed]
+    beats = [line for line in tamper_lines if line.get("nonce") == nonce]
+    if len(beats) < len(ran):
+        reasons.append("tamper guard heartbeat missing: the guard was bypassed; review by hand")
+    found = sorted({item for line in beats for item in line["found"]})
+    if found:
+        reasons.append("tampering neutralised before the tests ran: " + "; ".join(found))
+    return reasons
+
+
+def _scores(course: Path, job: dict[str, Any]) -> dict[str, list[float]]:
+    """Per graded cell: [score, max score], from this job's private gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
+        submission = gradebook.find_submission(job["assignment"], job["student"])
+        return {grade.name: [float(grade.score), float(grade.max_score)]
+                for notebook in submission.notebooks for grade in notebook.grades}
+
+
+def _failures(autograded: Path) -> dict[str, str]:
+    """Per graded test cell that failed: the check's failure code (or the error's name)."""
+    failures = {}
+    for path in autograded.glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if grade_id and errors:
+                failures[grade_id] = failure_code(errors[0].get("evalue", "")) or errors[0].get("ename", "error")
+    return failures
+
+
+def grade(job: dict[str, Any]) -> dict[str, Any]:
+    """Grade the job's submission; return its result (never raises for a bad submission)."""
+    started = time.perf_counter()
+    result: dict[str, Any] = {"student": job["student"], "assignment": job["assignment"], "scores": {},
+                              "failures": {}, "reasons": list(job.get("notes", []))}
+    if job.get("problem"):
+        return {**result, "status": job["problem"]["status"], "reasons": [job["problem"]["reason"]] + result["reasons"],
+                "seconds": 0.0}
+    put_environment_tools_on_path()
+    with tempfile.TemporaryDirectory(prefix="harness-grade-") as tmp:
+        course = Path(tmp)
+        template = Path(job["template"])
+        shutil.copy(template / "gradebook.db", course / "gradebook.db")
+        shutil.copytree(template / "solutions" / job["assignment"], course / "solutions" / job["assignment"])
+        release_dir = template / "notebooks" / job["assignment"]
+        notebook_name = next(release_dir.glob("*.ipynb")).name
+        try:
+            submitted = _read_submission(Path(job["notebook"]))
+        except ValueError as error:
+            return {**result, "status": "invalid", "reasons": [str(error)] + result["reasons"],
+                    "seconds": time.perf_counter() - started}
+        restored, repairs = restore_cells(submitted, nbformat.read(release_dir / notebook_name, as_version=4))
+        target = course / "submitted" / job["student"] / job["assignment"] / notebook_name
+        target.parent.mkdir(parents=True)
+        nbformat.write(restored, target)
+        reports = {"execution": course / "execution.json", "tamper": course / "tamper.jsonl"}
+        sandbox.write_kernelspec(course / "jupyter", memory_mb=job["memory_mb"], threads=job["threads"],
+                                 pidfile=Path(job["pidfile"]))
+        os.environ["JUPYTER_PATH"] = str(course / "jupyter")
+        nonce = secrets.token_hex(8)
+        from nbgrader.apps import NbGraderAPI
+
+        api = NbGraderAPI(config=_config(course, job, reports, nonce))
+        outcome = api.autograde(job["assignment"], job["student"], force=True, create=True)
+        if not outcome["success"]:
+            return {**result, "status": "error", "reasons": [f"nbgrader autograde failed: {outcome['error'][-400:]}"],
+                    "seconds": time.perf_counter() - started}
+        feedback = api.generate_feedback(job["assignment"], job["student"], force=True)
+        execution = json.loads(reports["execution"].read_text()) if reports["execution"].exists() else {}
+        tamper_lines = ([json.loads(line) for line in reports["tamper"].read_text().splitlines()]
+                        if reports["tamper"].exists() else [])
+        reasons = repairs + _reasons(execution, tamper_lines, nonce) + result["reasons"]
+        if not feedback["success"]:
+            reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
+        autograded = course / "autograded" / job["student"] / job["assignment"]
+        result.update(scores=_scores(course, job), failures=_failures(autograded), reasons=reasons,
+                      status="flagged" if reasons else "ok")
+        out = Path(job["out"])
+        for kind in ("autograded", "feedback"):
+            source = course / kind / job["student"] / job["assignment"]
+            if source.exists():
+                shutil.copytree(source, out / kind / job["student"] / job["assignment"], dirs_exist_ok=True)
+    return {**result, "seconds": time.perf_counter() - started}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point: read the job file, write the result file."""
+    job_path, result_path = (argv or sys.argv[1:])[:2]
+    job = json.loads(Path(job_path).read_text())
+    result = grade(job)
+    Path(result_path).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

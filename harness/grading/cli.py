@@ -1,0 +1,51 @@
+"""`harness grade`: autograde a folder or LMS zip of submissions in parallel; grades CSV and class summary."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from harness.grading.layout import check_assignment
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `harness grade`."""
+    parser.add_argument("submissions", type=Path,
+                        help="folder with one folder per student, or flat <student>_*.ipynb files, or an LMS .zip")
+    parser.add_argument("--assignment", required=True, help="assignment to grade, e.g. 04_training_loop")
+    parser.add_argument("--workers", type=int, default=2, help="parallel grading processes (default 2)")
+    parser.add_argument("--out", type=Path, default=Path("build/grades"), help="output folder (default build/grades)")
+    parser.add_argument("--timeout", type=int, default=120, help="per-cell timeout in seconds (default 120)")
+    parser.add_argument("--submission-limit", type=int, default=900,
+                        help="wall-clock limit for one submission in seconds (default 900)")
+    parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of each kernel in MiB (default 4096)")
+    parser.add_argument("--max-output-kb", type=int, default=1000, help="output kept per cell in KiB (default 1000)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Grade, write the summary, print where everything is."""
+    from harness.grading.batch import Limits, grade_batch
+    from harness.grading.submissions import collect
+    from harness.grading.summary import write_summary
+
+    assignment = check_assignment(args.assignment)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="harness-extract-") as tmp:
+        submissions = collect(args.submissions, assignment, Path(tmp))
+        if not submissions:
+            print(f"no submissions found in {args.submissions}")
+            return 1
+        limits = Limits(args.timeout, args.submission_limit, args.memory_mb, args.max_output_kb * 1024)
+        results = grade_batch(submissions, assignment, args.out, workers=args.workers, limits=limits)
+    paths = write_summary(results, args.out, assignment)
+    for r in results:
+        total = sum(score for score, _ in r["scores"].values())
+        print(f"{r['student']:>24}  {r['status']:<8} {total:5.1f}  {'; '.join(r['reasons'])[:100]}")
+    print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s with {args.workers} workers.")
+    for name, path in paths.items():
+        print(f"{name:>18}: {path}")
+    print(f"{'feedback':>18}: {args.out / 'feedback'} (hidden tests removed: safe to return to students)")
+    print(f"{'gradebook':>18}: {args.out / 'gradebook.db'}")
+    return 0

@@ -1,0 +1,187 @@
+"""Notebook execution for grading that survives what submissions do: dying and hung kernels, output floods.
+
+nbgrader's autograde runs its preprocessors in order; the grader replaces its `Execute` with
+`SandboxedExecute` and surrounds it with `InjectGuard` and `StripGuard`:
+
+- a kernel that dies (os._exit, a segfault, the OOM killer) no longer aborts the whole notebook: the cells
+  that finished keep their outputs (so their tests keep their points), the cell that killed the kernel gets
+  an explanatory error, and the rest are marked as not run;
+- a cell past its timeout is interrupted (nbgrader's behaviour); if the kernel then does not answer a
+  probe, it is killed and treated like a dead one, so one hostile loop costs one timeout, not one per cell;
+- a cell's output beyond `max_output_bytes` is dropped as it arrives (nbgrader's LimitOutput trims only
+  after everything was held in memory), with a note on stdout where it was cut;
+- what happened is written to `report_path` (JSON) for the grades CSV.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.utils import run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Bool, Integer, Unicode
+
+from harness.grading import tamper
+
+GUARD_KEY = "harness_guard"
+
+
+def error_output(ename: str, evalue: str) -> NotebookNode:
+    """An nbformat error output (scored as a failure by nbgrader) with a one-line traceback."""
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def cell_label(cell: NotebookNode, index: int) -> str:
+    """How a report names a cell: its nbgrader grade id when it has one, else its position."""
+    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    return f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
+
+
+def _events_path_append(path: str, key: str, value: Any) -> None:
+    """Add `value` to the list `key` of the JSON report at `path`."""
+    report = Path(path)
+    data = json.loads(report.read_text()) if report.exists() else {}
+    data.setdefault(key, []).append(value)
+    report.write_text(json.dumps(data, indent=1))
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's Execute, keeping finished cells when the kernel dies or hangs, and capping output."""
+
+    report_path = Unicode("", help="JSON file the execution events are appended to").tag(config=True)
+    max_output_bytes = Integer(1_000_000, help="output kept per cell; the rest is dropped").tag(config=True)
+    probe_seconds = Integer(10, help="how long a timed-out kernel has to answer before it is killed").tag(config=True)
+    guard_timeout = Integer(300, help="timeout of the guard's own cells (installing imports torch)").tag(config=True)
+    raise_on_iopub_timeout = Bool(False, help="a silent hung cell ends in the timeout and the probe, "
+                                  "instead of aborting the notebook").tag(config=True)
+
+    def _cell_timeout(self, cell: NotebookNode) -> int:
+        """The guard's cells get their own timeout: a short student timeout must not fail the grader."""
+        return self.guard_timeout if GUARD_KEY in cell.get("metadata", {}) else self.timeout
+
+    def preprocess(self, nb: NotebookNode, resources: Any = None, km: Any = None) -> tuple[NotebookNode, Any]:
+        """Execute every cell; never raises because of the kernel."""
+        self._stopped = ""
+        self._output_bytes: dict[int, int] = {}
+        self._timed_out: set[int] = set()
+        self.timeout_func = self._cell_timeout
+        return super().preprocess(nb, resources, km)
+
+    def _record(self, key: str, value: Any) -> None:
+        if self.report_path:
+            _events_path_append(self.report_path, key, value)
+
+    def preprocess_cell(self, cell: NotebookNode, resources: Any, index: int) -> tuple[NotebookNode, Any]:
+        """Execute one cell, or mark it not run once the kernel is gone."""
+        if cell.cell_type != "code":
+            return cell, resources
+        if self._stopped:
+            cell.outputs = [error_output("NotExecuted", f"not run: {self._stopped}")]
+            return cell, resources
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            self._stopped = f"the kernel died while running {cell_label(cell, index)}"
+            cell.outputs.append(error_output(
+                "KernelDied", f"{self._stopped} (a crash, os._exit, or memory exhausted); cells before it keep "
+                "their results"))
+            self._record("kernel_died", cell_label(cell, index))
+            return cell, resources
+        except CellTimeoutError:  # no reply and no output: treat as a hung kernel below
+            cell.outputs.append(error_output("CellTimeoutError", f"{cell_label(cell, index)} timed out"))
+            self._timed_out.add(index)
+            self._record("timeout", cell_label(cell, index))
+        if index in self._timed_out and not run_sync(self._kernel_responds)():
+            self._stopped = f"the kernel ignored the interrupt after {cell_label(cell, index)} timed out"
+            self._record("kernel_hung", cell_label(cell, index))
+            run_sync(self.km.shutdown_kernel)(now=True)
+        return cell, resources
+
+    def on_cell_executed(self, **kwargs: Any) -> None:
+        """nbgrader's reply check, plus recording timeouts and exhausted memory."""
+        super().on_cell_executed(**kwargs)
+        cell, index, reply = kwargs["cell"], kwargs["cell_index"], kwargs["execute_reply"]
+        ename = reply["content"].get("ename", "")
+        if ename == "CellTimeoutError":
+            self._timed_out.add(index)
+            self._record("timeout", cell_label(cell, index))
+        elif ename == "MemoryError" or "can't allocate memory" in reply["content"].get("evalue", ""):
+            self._record("memory", cell_label(cell, index))
+
+    async def _kernel_responds(self) -> bool:
+        """Whether the kernel answers an empty execute request within `probe_seconds`."""
+        msg_id = self.kc.execute("", silent=True, store_history=False)
+        deadline = time.monotonic() + self.probe_seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = await self.kc.shell_channel.get_msg(timeout=left)
+            except queue.Empty:
+                return False
+            if message["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
+
+    def output(self, outs: list, msg: dict, display_id: str | None, cell_index: int) -> NotebookNode | None:
+        """Keep an output unless the cell already produced `max_output_bytes`; errors are always kept."""
+        if msg["msg_type"] != "error":
+            size = len(json.dumps(msg["content"]))
+            before = self._output_bytes.get(cell_index, 0)
+            self._output_bytes[cell_index] = before + size
+            if before + size > self.max_output_bytes:
+                if before <= self.max_output_bytes:
+                    outs.append(NotebookNode(output_type="stream", name="stdout", text=(
+                        f"\n... output truncated by the grader after {self.max_output_bytes} bytes ...\n")))
+                    self._record("output_truncated", cell_label(self.nb.cells[cell_index], cell_index))
+                return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+class InjectGuard(NbGraderPreprocessor):
+    """Insert the tamper guard's cells: install first, verify before every graded test cell."""
+
+    report_path = Unicode("", help="file the guard appends its findings to").tag(config=True)
+    lesson_module = Unicode("", help="the lesson's checks module, snapshotted by the guard").tag(config=True)
+    nonce = Unicode("", help="secret the guard's heartbeat must carry").tag(config=True)
+
+    def preprocess(self, nb: NotebookNode, resources: Any) -> tuple[NotebookNode, Any]:
+        """Return `nb` with the guard cells inserted (they carry metadata so StripGuard finds them)."""
+        cells = [self._cell(tamper.install_source(self.report_path, self.lesson_module or None), "install")]
+        for cell in nb.cells:
+            nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type == "code" and nbgrader.get("grade") and not nbgrader.get("solution"):
+                cells.append(self._cell(tamper.verify_source(nbgrader["grade_id"], self.nonce), nbgrader["grade_id"]))
+            cells.append(cell)
+        nb.cells = cells
+        return nb, resources
+
+    @staticmethod
+    def _cell(source: str, role: str) -> NotebookNode:
+        return NotebookNode(cell_type="code", source=source, metadata={GUARD_KEY: role}, outputs=[],
+                            execution_count=None, id=f"harness-guard-{role}")
+
+
+class StripGuard(NbGraderPreprocessor):
+    """Remove the guard's cells after execution, recording which ones ran cleanly."""
+
+    report_path = Unicode("", help="JSON file the guard cells' outcomes are appended to").tag(config=True)
+
+    def preprocess(self, nb: NotebookNode, resources: Any) -> tuple[NotebookNode, Any]:
+        """Return `nb` without guard cells; each guard's outcome goes to the report."""
+        kept = []
+        for cell in nb.cells:
+            role = cell.get("metadata", {}).get(GUARD_KEY)
+            if role is None:
+                kept.append(cell)
+                continue
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            outcome = "ok" if not errors else f"{errors[0].get('ename')}: {errors[0].get('evalue', '')[:200]}"
+            if self.report_path:
+                _events_path_append(self.report_path, "guard_cells", {"role": role, "outcome": outcome})
+        nb.cells = kept
+        return nb, resources

@@ -1,0 +1,66 @@
+"""Feedback students may read: nbgrader's feedback HTML with the hidden tests and their output removed.
+
+nbgrader renders the autograded notebook, in which OverwriteCells put the hidden tests back into every
+test cell, with their printed results and tracebacks (IPython's tracebacks quote the lines around the
+failing one). `StripHiddenTests` runs first in GenerateFeedback: each test cell gets its release source
+back, lines printed by hidden checks go, and an error raised by a hidden check becomes a short message
+that names the failure code without the hidden inputs; a visible failure keeps its teaching message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from harness.grading.execute import error_output
+
+HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
+FAILURE_CODE = re.compile(r"failed \[([a-z0-9-]+)\]")
+
+
+def without_hidden_tests(source: str) -> str:
+    """`source` with every `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS` block removed."""
+    return HIDDEN_BLOCK.sub("", source).rstrip("\n")
+
+
+def failure_code(text: str) -> str | None:
+    """The failure code in a check's error message ("00-accuracy failed [wrong-accuracy] ..."), if any."""
+    match = FAILURE_CODE.search(text)
+    return match.group(1) if match else None
+
+
+def _student_error(error: NotebookNode, task: str, visible_passed: bool) -> NotebookNode:
+    """The error output a student sees: the visible check's message, or a code-only hidden-test failure."""
+    if visible_passed:
+        code = failure_code(error.get("evalue", ""))
+        detail = f" [{code}]" if code else ""
+        return error_output("HiddenTestsFailed", f"{task}: your code passes the visible test but fails the hidden "
+                            f"tests{detail}, which run the same check on other inputs (seeds, shapes, edge cases)")
+    return error_output(error.get("ename", "Error"), error.get("evalue", ""))
+
+
+class StripHiddenTests(NbGraderPreprocessor):
+    """Remove hidden tests, their printed results and their tracebacks from a notebook's test cells."""
+
+    def preprocess_cell(self, cell: NotebookNode, resources: Any, index: int) -> tuple[NotebookNode, Any]:
+        """Clean one cell (only test cells that contain hidden tests change)."""
+        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or "### BEGIN HIDDEN TESTS" not in cell.source:
+            return cell, resources
+        task = nbgrader.get("grade_id", "this test")
+        cell.source = without_hidden_tests(cell.source)
+        visible_passed = any(f"\u2714 {task}:" in o.get("text", "") for o in cell.outputs)
+        outputs = []
+        for output in cell.outputs:
+            if output.output_type == "stream":
+                output.text = "".join(line for line in output.text.splitlines(True) if "(hidden tests)" not in line)
+                if not output.text:
+                    continue
+            elif output.output_type == "error":
+                output = _student_error(output, task, visible_passed)
+            outputs.append(output)
+        cell.outputs = outputs
+        return cell, resources

@@ -1,0 +1,62 @@
+"""Where the course's assignments live, and nbgrader's configuration for a course directory anywhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ASSIGNMENT_PATTERN = re.compile(r"^\d\d_[a-z0-9_]+$")
+
+
+def discover_assignments(root: Path = REPO_ROOT) -> list[str]:
+    """Names of the assignments in `root`/solutions (folders named like `04_training_loop`), sorted."""
+    solutions = root / "solutions"
+    if not solutions.is_dir():
+        raise FileNotFoundError(f"{solutions} does not exist: run this from the course repository.")
+    return sorted(p.name for p in solutions.iterdir() if p.is_dir() and ASSIGNMENT_PATTERN.match(p.name))
+
+
+def check_assignment(name: str, root: Path = REPO_ROOT) -> str:
+    """`name` if it is an assignment of the course, else a ValueError listing the ones that exist."""
+    known = discover_assignments(root)
+    if name not in known:
+        raise ValueError(f"no assignment {name!r} in {root / 'solutions'}; the assignments are: {', '.join(known)}")
+    return name
+
+
+def notebook_names(assignment: str, root: Path = REPO_ROOT) -> list[str]:
+    """Notebook file names (without .ipynb) of an assignment's source."""
+    return sorted(p.stem for p in (root / "solutions" / assignment).glob("*.ipynb"))
+
+
+def course_config(course_root: Path, repo_root: Path = REPO_ROOT, **sections: dict) -> Config:
+    """nbgrader configuration for a course directory at `course_root`.
+
+    The repository's nbgrader_config.py is the base (timeouts, IgnorePattern, code stub), so every
+    course directory grades like the instructor's; its root and private gradebook are moved to
+    `course_root`. `sections` overrides or adds config sections, e.g. `Execute={"timeout": 5}`.
+    """
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(repo_root)).load_config()
+    config.CourseDirectory.root = str(course_root)
+    config.CourseDirectory.db_url = f"sqlite:///{course_root / 'gradebook.db'}"
+    for section, values in sections.items():
+        for key, value in values.items():
+            setattr(getattr(config, section), key, value)
+    return config
+
+
+def put_environment_tools_on_path() -> None:
+    """Put this interpreter's bin directory first on PATH.
+
+    nbgrader's gradebook runs the `alembic` command, and jupyter kernels are found through PATH: when the
+    course runs as `.venv/bin/python -m harness ...` without an activated venv, they would be missing.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")

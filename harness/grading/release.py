@@ -1,0 +1,135 @@
+"""The student release: `notebooks/` generated from `solutions/` by nbgrader's GenerateAssignment.
+
+Generation runs in a temporary course directory with its own gradebook, so nothing but the release
+notebooks ever lands in the repository. `release_differences` regenerates into a temporary directory and
+compares with the committed notebooks: the pipeline test uses it to catch a release nobody regenerated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from harness.grading.layout import (
+    REPO_ROOT,
+    check_assignment,
+    course_config,
+    discover_assignments,
+    put_environment_tools_on_path,
+)
+
+
+class ReleaseError(RuntimeError):
+    """nbgrader could not generate an assignment's release."""
+
+
+def build_course(course_root: Path, assignments: list[str], repo_root: Path = REPO_ROOT) -> None:
+    """Copy the assignments' sources into `course_root` and run GenerateAssignment on each.
+
+    Leaves `course_root`/gradebook.db (the assignments and their graded cells) and
+    `course_root`/notebooks/<assignment>/ (the releases), the starting point of every grading job.
+    """
+    from nbgrader.apps import NbGraderAPI
+
+    put_environment_tools_on_path()
+    for assignment in assignments:
+        shutil.copytree(repo_root / "solutions" / assignment, course_root / "solutions" / assignment,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    api = NbGraderAPI(config=course_config(course_root, repo_root))
+    for assignment in assignments:
+        outcome = api.generate_assignment(assignment, force=True, create=True)
+        if not outcome["success"]:
+            raise ReleaseError(f"nbgrader could not generate {assignment}:\n{outcome['error']}\n{outcome['log']}")
+
+
+def generate_release(assignments: list[str], out_dir: Path, repo_root: Path = REPO_ROOT) -> list[Path]:
+    """Generate the releases of `assignments` into `out_dir`/<assignment>/ and return the notebooks written."""
+    written = []
+    with tempfile.TemporaryDirectory(prefix="harness-release-") as tmp:
+        course_root = Path(tmp)
+        build_course(course_root, assignments, repo_root)
+        for assignment in assignments:
+            target = out_dir / assignment
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(course_root / "notebooks" / assignment, target)
+            written += sorted(target.glob("*.ipynb"))
+    return written
+
+
+def normalised(path: Path) -> dict:
+    """A release notebook's JSON, for comparison.
+
+    GenerateAssignment is deterministic here (cell ids, checksums and metadata come from the source),
+    so nothing is dropped: the notebook is only parsed, which ignores formatting differences.
+    """
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def release_differences(assignment: str, repo_root: Path = REPO_ROOT) -> list[str]:
+    """What differs between a fresh release of `assignment` and the committed `notebooks/` (empty: none)."""
+    committed_dir = repo_root / "notebooks" / assignment
+    with tempfile.TemporaryDirectory(prefix="harness-release-check-") as tmp:
+        fresh = generate_release([assignment], Path(tmp), repo_root)
+        problems = []
+        for notebook in fresh:
+            committed = committed_dir / notebook.name
+            if not committed.exists():
+                problems.append(f"{committed} is missing")
+                continue
+            new, old = normalised(notebook), normalised(committed)
+            if new["metadata"] != old["metadata"]:
+                problems.append(f"{committed}: notebook metadata differ")
+            if len(new["cells"]) != len(old["cells"]):
+                problems.append(f"{committed}: {len(old['cells'])} cells committed, {len(new['cells'])} generated")
+            for index, (a, b) in enumerate(zip(new["cells"], old["cells"])):
+                if a != b:
+                    problems.append(f"{committed}: cell {index} ({b.get('id')}) differs from the generated one")
+        extra = {p.name for p in committed_dir.glob("*.ipynb")} - {p.name for p in fresh}
+        problems += [f"{committed_dir / name} has no source in solutions/" for name in sorted(extra)]
+    return [f"{p} (run `make release` and commit notebooks/)" for p in problems]
+
+
+def answered_release(assignment: str, replace: dict[str, str] | None = None, repo_root: Path = REPO_ROOT):
+    """The committed release with every solution cell answered by the solution's code (markers removed).
+
+    `replace` maps task ids to other code for their `<task>-code` cell: a planted bug. This is what a student
+    with every answer right (or all but one) submits: `harness course` grades it, and so do the tests.
+    """
+    import nbformat
+
+    release = nbformat.read(repo_root / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+    source = nbformat.read(repo_root / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
+               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    for task, code in (replace or {}).items():
+        if f"{task}-code" not in answers:
+            raise KeyError(f"{assignment} has no solution cell {task}-code to replace")
+        answers[f"{task}-code"] = code
+    for cell in release.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = "\n".join(line for line in answers[grade_id].splitlines() if "### " not in line)
+    return release
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `harness release`."""
+    parser.add_argument("assignments", nargs="*", help="assignments to release (default: every one in solutions/)")
+    parser.add_argument("--check", action="store_true",
+                        help="do not write: exit 1 if the committed notebooks/ differ from a fresh release")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Regenerate notebooks/ from solutions/ (or, with --check, compare them)."""
+    assignments = [check_assignment(a) for a in args.assignments] or discover_assignments()
+    if args.check:
+        problems = [p for a in assignments for p in release_differences(a)]
+        print("\n".join(problems) or f"notebooks/ is up to date for {', '.join(assignments)}")
+        return 1 if problems else 0
+    for path in generate_release(assignments, REPO_ROOT / "notebooks"):
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0

@@ -1,0 +1,90 @@
+"""What an instructor reads after grading: the grades CSV and the class summary.
+
+`grades.csv`: one row per student (student, assignment, status, total, max, points per task, failure
+codes, reasons). `pass_rates.csv` / `summary.md`: per task, the share of students who got its full points
+(every student counts, a missing or invalid submission as a fail), the grade distribution
+(`distribution.png`), and the flagged submissions with why.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+STATUS_MEANING = {
+    "ok": "graded, nothing unusual",
+    "flagged": "graded, with repairs, limits hit or tampering: review the reasons",
+    "invalid": "not a readable notebook: 0 points",
+    "missing": "no notebook found: 0 points",
+    "error": "the grader failed or the submission overran its time limit: 0 points, grade by hand",
+}
+
+
+def task_ids(results: list[dict[str, Any]]) -> list[str]:
+    """The graded tasks, in the order the results list them."""
+    return list(dict.fromkeys(task for r in results for task in r["scores"]))
+
+
+def max_points(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Each task's points, from any result that has it."""
+    return {task: score[1] for r in results for task, score in r["scores"].items()}
+
+
+def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str], maxima: dict[str, float]) -> None:
+    """One row per student, with points per task and the reasons behind the status."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "assignment", "status", "total", "max_total", *tasks, "failures", "reasons", "seconds"])
+        for r in results:
+            points = [r["scores"].get(t, [0.0])[0] for t in tasks]
+            failures = "; ".join(f"{t}: {code}" for t, code in r["failures"].items())
+            writer.writerow([r["student"], r["assignment"], r["status"], sum(points), sum(maxima.values()), *points,
+                             failures, " | ".join(r["reasons"]), round(r.get("seconds", 0.0), 1)])
+
+
+def pass_rates(results: list[dict[str, Any]], tasks: list[str], maxima: dict[str, float]) -> dict[str, float]:
+    """Share of students with full points on each task."""
+    return {t: sum(r["scores"].get(t, [0.0])[0] >= maxima[t] for r in results) / max(len(results), 1) for t in tasks}
+
+
+def plot_distribution(totals: list[float], maximum: float, path: Path) -> None:
+    """Histogram of total points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    bins = [x - 0.5 for x in range(int(maximum) + 2)] if maximum <= 40 else 20
+    axis.hist(totals, bins=bins, color="#4C72B0", edgecolor="white")
+    axis.set(xlabel=f"total points (out of {maximum:g})", ylabel="students", title="Grade distribution")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> dict[str, Path]:
+    """Write grades.csv, pass_rates.csv, distribution.png and summary.md into `out`; return their paths."""
+    tasks, maxima = task_ids(results), max_points(results)
+    paths = {name: out / name for name in ("grades.csv", "pass_rates.csv", "distribution.png", "summary.md")}
+    write_grades_csv(results, paths["grades.csv"], tasks, maxima)
+    rates = pass_rates(results, tasks, maxima)
+    with paths["pass_rates.csv"].open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["task", "points", "passed_share"])
+        writer.writerows([t, maxima[t], round(rates[t], 3)] for t in tasks)
+    totals = [sum(r["scores"].get(t, [0.0])[0] for t in tasks) for r in results]
+    plot_distribution(totals, sum(maxima.values()), paths["distribution.png"])
+    lines = [f"# Grades: {assignment}", "", f"{len(results)} submissions; mean "
+             f"{sum(totals) / max(len(totals), 1):.2f} of {sum(maxima.values()):g} points.", "",
+             "![distribution](distribution.png)", "", "| task | points | passed |", "|---|---|---|"]
+    lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
+    counts = {s: sum(r["status"] == s for r in results) for s in STATUS_MEANING}
+    lines += ["", "| status | submissions | meaning |", "|---|---|---|"]
+    lines += [f"| {s} | {n} | {STATUS_MEANING[s]} |" for s, n in counts.items() if n]
+    review = [r for r in results if r["status"] != "ok"]
+    lines += ["", "## Needs review", ""] + ([f"- **{r['student']}** ({r['status']}): {'; '.join(r['reasons'])}"
+                                             for r in review] or ["Nothing: every submission graded cleanly."])
+    paths["summary.md"].write_text("\n".join(lines) + "\n")
+    return paths

@@ -1,0 +1,188 @@
+"""The in-kernel guard against submissions that monkeypatch the checks, torch or builtins to pass.
+
+The grader injects two kinds of cells into the notebook it executes (never into what students see): one
+before any student code calls `install`, which snapshots the functions and classes a test depends on
+(builtins, `harness.checks` and the lesson's check module, torch's comparison functions and Tensor, numpy,
+math, the IPython shell's traceback display); one before every graded test cell calls `verify`, which
+restores anything replaced since the snapshot, rebinds the notebook's `check`/`hint`/`CheckFailed` names,
+and appends what it found to a report file the grader reads. So the test cell runs the real check, and the
+submission is flagged for review with the names it replaced.
+
+This is a guard against code that patches the usual suspects, not a security boundary: code running in
+the kernel can, with enough knowledge of the grader, defeat anything else running there. The grader backs
+it from outside the kernel: a guard cell that fails, or a report without every guard's heartbeat, flags
+the submission too, and nbgrader itself appends the error of a cell whose traceback display was disabled.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import json
+import sys
+from typing import Any
+
+_MODULES = ("builtins", "math", "harness.checks", "harness.checks.core", "torch", "torch.testing",
+            "torch.nn.functional", "numpy", "numpy.testing")
+_SHELL_METHODS = ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell", "run_cell_async",
+                  "run_ast_nodes", "run_code")
+_NOTEBOOK_NAMES = ("check", "hint", "CheckFailed")
+_MISSING = object()
+_state: dict[str, Any] = {}
+
+
+# Replaced on purpose by the machinery itself: ipykernel rebinds input() for every execute request.
+_REBOUND_BY_KERNEL = {("builtins", "input")}
+
+
+def _is_code(value: object) -> bool:
+    """Functions and classes are what a cheat replaces; data attributes legitimately change."""
+    return callable(value)
+
+
+def _replaced(module: str, key: str, original: object, current: object) -> bool:
+    """Whether `current` replaced `original`; a wrapper of it (torch._dynamo wraps torch.manual_seed on
+    import, with functools.wraps) and what the kernel rebinds itself do not count."""
+    if current is original or (module, key) in _REBOUND_BY_KERNEL:
+        return False
+    return getattr(current, "__wrapped__", None) is not original
+
+
+def install(report_path: str, lesson_module: str | None) -> None:
+    """Snapshot what the checks rely on; call before any student code runs.
+
+    Args:
+        report_path: file the guard appends JSON lines to (one per verify call).
+        lesson_module: the lesson's checks module (e.g. "harness.checks.lesson00"), imported now so that its
+            registered checks are part of the snapshot.
+    """
+    import harness.checks as checks
+
+    if lesson_module:
+        importlib.import_module(lesson_module)
+    modules = {name: importlib.import_module(name) for name in _MODULES + ((lesson_module,) if lesson_module else ())}
+    import torch
+
+    classes = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+               "harness.checks.CheckFailed": checks.CheckFailed}
+    _state.update(
+        report_path=report_path,
+        write=builtins.open,  # the real open, kept before student code can replace it
+        modules=modules,
+        module_snapshots={name: dict(vars(m)) for name, m in modules.items()},
+        classes=classes,
+        class_snapshots={name: dict(vars(c)) for name, c in classes.items()},
+        registry=dict(checks.core._REGISTRY),
+        names={name: getattr(checks, name) for name in _NOTEBOOK_NAMES},
+        shell_class=_shell_methods_of_class(),
+        shell_instance=_shell_methods_of_instance(),
+    )
+
+
+def _shell_methods_of_class() -> dict[str, Any]:
+    """The IPython shell's traceback and run methods as its class defines them (empty outside IPython)."""
+    shell = _shell()
+    return {} if shell is None else {name: getattr(type(shell), name, None) for name in _SHELL_METHODS}
+
+
+def _shell_methods_of_instance() -> dict[str, Any]:
+    """Per-instance overrides the shell already has before student code (ipykernel sets some)."""
+    shell = _shell()
+    return {} if shell is None else {name: vars(shell)[name] for name in _SHELL_METHODS if name in vars(shell)}
+
+
+def _shell() -> Any:
+    """The running IPython shell, or None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _restore_modules(found: list[str]) -> None:
+    """Put back replaced or deleted functions of the watched modules, and the modules in sys.modules."""
+    for name, module in _state["modules"].items():
+        if sys.modules.get(name) is not module:
+            found.append(f"sys.modules[{name!r}] was replaced")
+            sys.modules[name] = module
+        current = vars(module)
+        for key, original in _state["module_snapshots"][name].items():
+            if _is_code(original) and _replaced(name, key, original, current.get(key, _MISSING)):
+                found.append(f"{name}.{key} was replaced")
+                setattr(module, key, original)
+
+
+def _restore_classes(found: list[str]) -> None:
+    """Put back the watched classes' attributes, and remove attributes added to them."""
+    for name, cls in _state["classes"].items():
+        snapshot = _state["class_snapshots"][name]
+        current = dict(vars(cls))
+        for key, original in snapshot.items():
+            if current.get(key, _MISSING) is not original:
+                found.append(f"{name}.{key} was replaced")
+                setattr(cls, key, original)
+        for key in current.keys() - snapshot.keys():
+            found.append(f"{name}.{key} was added")
+            delattr(cls, key)
+
+
+def _restore_checks(namespace: dict[str, Any], found: list[str]) -> None:
+    """Put back the registered checks and the notebook's names for check, hint and CheckFailed."""
+    import harness.checks.core as core
+
+    for task, entry in _state["registry"].items():
+        if core._REGISTRY.get(task) is not entry:
+            found.append(f"the registered check of {task} was replaced")
+            core._REGISTRY[task] = entry
+    for name, original in _state["names"].items():
+        if name in namespace and namespace[name] is not original:
+            found.append(f"the notebook's {name!r} was rebound")
+            namespace[name] = original
+
+
+def _restore_shell(found: list[str]) -> None:
+    """Remove per-instance overrides of the shell's traceback and run methods."""
+    shell = _shell()
+    if shell is None:
+        return
+    baseline = _state["shell_instance"]
+    for name in _SHELL_METHODS:
+        current = vars(shell).get(name, _MISSING)
+        if current is not baseline.get(name, _MISSING):
+            found.append(f"IPython's {name} was replaced")
+            if name in baseline:
+                setattr(shell, name, baseline[name])
+            else:
+                delattr(shell, name)
+    for name, original in _state["shell_class"].items():
+        if getattr(type(shell), name, None) is not original:
+            found.append(f"IPython's {type(shell).__name__}.{name} was replaced")
+            setattr(type(shell), name, original)
+
+
+def verify(namespace: dict[str, Any], task: str, nonce: str) -> list[str]:
+    """Restore everything replaced since `install` and report it; call right before `task`'s test cell.
+
+    Returns the list of findings (empty for a clean submission); they are also appended to the report
+    with `nonce`, the heartbeat the grader expects from every guard cell.
+    """
+    found: list[str] = []
+    _restore_modules(found)
+    _restore_classes(found)
+    _restore_checks(namespace, found)
+    _restore_shell(found)
+    with _state["write"](_state["report_path"], "a", encoding="utf-8") as report:
+        report.write(json.dumps({"task": task, "nonce": nonce, "found": sorted(set(found))}) + "\n")
+    return found
+
+
+def install_source(report_path: str, lesson_module: str | None) -> str:
+    """The code of the injected cell that installs the guard."""
+    return f"import harness.grading.tamper\nharness.grading.tamper.install({report_path!r}, {lesson_module!r})"
+
+
+def verify_source(task: str, nonce: str) -> str:
+    """The code of the injected cell that runs before `task`'s test cell."""
+    return f"import harness.grading.tamper\nharness.grading.tamper.verify(globals(), {task!r}, {nonce!r});"
+

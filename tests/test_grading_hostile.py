@@ -1,0 +1,84 @@
+"""`harness grade` on hostile and broken submissions: each gets a recorded, explained result; good ones are untouched.
+
+One parallel batch (2 workers) grades every fixture of tests/fixtures/submissions/hostile.py with small limits
+(10 s per cell, 1.5 GiB per kernel, 100 kB of output per cell); the tests read its results, CSV, summary and
+gradebook.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from harness.grading.batch import Limits, grade_batch
+from harness.grading.layout import REPO_ROOT
+from harness.grading.submissions import collect
+from harness.grading.summary import write_summary
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile")]
+_spec = importlib.util.spec_from_file_location("hostile", REPO_ROOT / "tests/fixtures/submissions/hostile.py")
+hostile = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hostile)
+ASSIGNMENT = hostile.ASSIGNMENT
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Path]:
+    root = tmp_path_factory.mktemp("hostile")
+    release = nbformat.read(REPO_ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    solution = nbformat.read(REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    hostile.write_submissions(root / "in", release, solution)
+    limits = Limits(cell_timeout=10, submission_seconds=240, memory_mb=1536, max_output_bytes=100_000)
+    results = grade_batch(collect(root / "in", ASSIGNMENT), ASSIGNMENT, root / "out", workers=2, limits=limits)
+    write_summary(results, root / "out", ASSIGNMENT)
+    return {r["student"]: r for r in results}, root / "out"
+
+
+@pytest.mark.parametrize("name", list(hostile.SUBMISSIONS))
+def test_each_submission_gets_an_explained_result(batch, name):
+    results, _ = batch
+    _, _, status, total, phrases = hostile.SUBMISSIONS[name]
+    result = results[name]
+    reasons = " | ".join(result["reasons"])
+    assert result["status"] == status, (result["status"], reasons)
+    assert sum(score for score, _ in result["scores"].values()) == total, result
+    for phrase in phrases:
+        assert phrase in reasons, f"{name}: {phrase!r} not in {reasons}"
+    for task, code in hostile.expected_failures().get(name, {}).items():
+        assert result["failures"].get(task) == code, result["failures"]
+
+
+def test_grades_csv_and_gradebook_agree(batch):
+    from nbgrader.api import Gradebook
+
+    results, out = batch
+    rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    assert rows.keys() == results.keys()
+    assert rows["perfect"]["total"] == "5.0" and rows["perfect"]["00-accuracy"] == "2.0"
+    assert rows["missing"]["status"] == "missing" and "no notebook" in rows["missing"]["reasons"]
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
+        for name, result in results.items():
+            expected = sum(score for score, _ in result["scores"].values())
+            assert gradebook.find_submission(ASSIGNMENT, name).score == pytest.approx(expected), name
+
+
+def test_summary_reports_pass_rates_distribution_and_flags(batch):
+    results, out = batch
+    rates = {row["task"]: float(row["passed_share"]) for row in csv.DictReader((out / "pass_rates.csv").open())}
+    passed = sum(r["scores"].get("00-count-params", [0, 2])[0] == 2 for r in results.values())
+    assert rates["00-count-params"] == pytest.approx(round(passed / len(results), 3))
+    assert (out / "distribution.png").stat().st_size > 1000
+    summary = (out / "summary.md").read_text()
+    assert "**hung** (flagged)" in summary and "**invalid-json** (invalid)" in summary
+    assert "**perfect**" not in summary
+
+
+def test_feedback_exists_for_graded_submissions_only(batch):
+    _, out = batch
+    students = {p.parts[-3] for p in (out / "feedback").glob(f"*/{ASSIGNMENT}/*.html")}
+    assert {"perfect", "hung", "os-exit", "resources-tamper"} <= students
+    assert not {"missing", "invalid-json"} & students

@@ -1,0 +1,119 @@
+"""The nbgrader pipeline, for every assignment in solutions/ (lessons that land later are covered automatically).
+
+(a) the committed release is what GenerateAssignment makes; (b) nbgrader's Validator passes the solution and
+fails the release; (c) autograde gives the solution full marks and the release zero; (d) each planted bug
+loses exactly its exercise's points, with its failure code; (e) hidden tests reach neither notebooks/ nor
+the feedback students get. Each assignment's submissions are graded as one parallel batch (2 workers).
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from harness.grading.batch import Limits, grade_batch
+from harness.grading.layout import REPO_ROOT, discover_assignments
+from harness.grading.release import answered_release, release_differences
+from harness.grading.submissions import Submission
+
+ASSIGNMENTS = discover_assignments()
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline"), pytest.mark.parametrize("assignment", ASSIGNMENTS)]
+
+
+def planted(assignment: str) -> dict[str, tuple[str, str]]:
+    """PLANTED of tests/planted/<assignment>.py."""
+    path = REPO_ROOT / "tests" / "planted" / f"{assignment}.py"
+    assert path.exists(), f"{path} is missing: every assignment needs planted bugs (see CONTRIBUTING.md)"
+    spec = importlib.util.spec_from_file_location(f"planted_{assignment}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PLANTED
+
+
+_cache: dict[str, tuple[dict, Path]] = {}
+
+
+@pytest.fixture
+def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Path]:
+    """Results of the assignment's batch: solution, untouched release and one submission per planted bug."""
+    if assignment not in _cache:
+        root = tmp_path_factory.mktemp(f"pipeline-{assignment}")
+        notebooks = {"solution": answered_release(assignment),
+                     "release": nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)}
+        notebooks |= {f"planted-{task}": answered_release(assignment, {task: source})
+                      for task, (source, _) in planted(assignment).items()}
+        submissions = []
+        for student, notebook in notebooks.items():
+            (root / "in" / student).mkdir(parents=True)
+            nbformat.write(notebook, root / "in" / student / f"{assignment}.ipynb")
+            submissions.append(Submission(student, root / "in" / student / f"{assignment}.ipynb"))
+        results = grade_batch(submissions, assignment, root / "out", workers=2,
+                              limits=Limits(cell_timeout=300, submission_seconds=900))
+        _cache[assignment] = ({r["student"]: r for r in results}, root / "out")
+    return _cache[assignment]
+
+
+def test_release_is_generated_from_solutions(assignment):
+    assert release_differences(assignment) == []
+
+
+def test_validator_passes_solution_and_fails_release(assignment, tmp_path, monkeypatch):
+    from nbgrader.validator import Validator
+
+    monkeypatch.setenv("HARNESS_BUDGET", "grading")
+    for kind in ("solutions", "notebooks"):  # copies: executing must never write into the repository
+        shutil.copy(REPO_ROOT / kind / assignment / f"{assignment}.ipynb", tmp_path / f"{kind}.ipynb")
+    solution = Validator().validate(str(tmp_path / "solutions.ipynb"))
+    release = Validator().validate(str(tmp_path / "notebooks.ipynb"))
+    assert not solution.get("failed") and not solution.get("changed"), solution
+    assert release.get("failed"), release
+
+
+def test_solution_full_marks_release_zero(assignment, graded):
+    results, _ = graded
+    solution, release = results["solution"], results["release"]
+    assert solution["status"] == "ok", solution["reasons"]
+    assert solution["scores"] and all(score == maximum for score, maximum in solution["scores"].values()), solution
+    assert release["scores"].keys() == solution["scores"].keys()
+    assert all(score == 0 for score, _ in release["scores"].values()), release
+
+
+def test_each_planted_bug_loses_exactly_its_points(assignment, graded):
+    results, _ = graded
+    full = results["solution"]["scores"]
+    for task, (_, code) in planted(assignment).items():
+        result = results[f"planted-{task}"]
+        lost = {t for t, (score, maximum) in result["scores"].items() if score < maximum}
+        assert lost == {task}, f"planted bug in {task} lost points on {lost}"
+        assert result["scores"][task][0] == 0 and full[task][0] > 0
+        assert result["failures"].get(task) == code, f"{task}: expected failure code {code}, got {result['failures']}"
+
+
+def _visible_text(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_hidden_tests_never_reach_students(assignment, graded):
+    _, out = graded
+    release_text = (REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text()
+    assert "HIDDEN TESTS" not in release_text and "hidden=True" not in release_text
+    pages = sorted((out / "feedback").glob(f"*/{assignment}/*.html"))
+    assert len(pages) == 2 + len(planted(assignment))
+    source = nbformat.read(REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    hidden_lines = {line.strip() for cell in source.cells
+                    for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S)
+                    for line in block.splitlines() if line.strip()}
+    assert hidden_lines, "the assignment has no hidden tests"
+    for page in pages:
+        text = _visible_text(page.read_text())
+        assert "HIDDEN TESTS" not in text and "(hidden tests)" not in text, page
+        leaked = [line for line in hidden_lines if line in text]
+        assert not leaked, f"{page} shows hidden test code: {leaked}"
+    autograded = next((out / "autograded" / "solution" / assignment).glob("*.ipynb")).read_text()
+    assert "(hidden tests)" in autograded, "the instructor's autograded copy should show the hidden tests ran"
