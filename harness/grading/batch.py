@@ -40,6 +40,8 @@ class Limits:
 
 def _kill_group(pid: int) -> None:
     """SIGKILL the process group led by `pid`, if it still exists."""
+    if pid <= 1:  # killpg(0 or 1) would signal our own group or init
+        return
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -63,8 +65,9 @@ def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str,
             _kill_group(worker.pid)
             worker.wait()
     pidfile = Path(job["pidfile"])
-    if pidfile.exists():  # the kernel runs in its own session: a killed worker leaves it behind
-        _kill_group(int(pidfile.read_text() or 0) or -1)
+    kernel_pid = pidfile.read_text().strip() if pidfile.exists() else ""
+    if kernel_pid.isdigit() and int(kernel_pid) > 1:  # the kernel runs in its own session: a killed worker leaves it
+        _kill_group(int(kernel_pid))
     base = {"student": name, "assignment": job["assignment"], "scores": {}, "failures": {},
             "seconds": time.perf_counter() - started}
     if result_file.exists():
