@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("harness.env", "print the environment report (versions, device, precisions)"),
@@ -18,18 +19,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only subcommand `only`'s module is imported (every one when None, e.g. --help)."""
     parser = argparse.ArgumentParser(prog="harness", description="PyTorch Training Lab harness")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            importlib.import_module(module_name).add_arguments(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `harness` console command; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(only=chosen).parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     return int(module.run(args) or 0)

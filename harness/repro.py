@@ -25,6 +25,7 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
             CUBLAS_WORKSPACE_CONFIG is set as cuBLAS requires. The cost: slower convolutions (no autotuned
             algorithm choice), errors from ops that have no deterministic implementation, and a little
             extra cuBLAS workspace memory. Leave it off except to debug or to compare runs bit for bit.
+            CUBLAS_WORKSPACE_CONFIG only takes effect before the process's first cuBLAS call: seed first.
     """
     random.seed(seed)
     np.random.seed(seed % 2**32)
