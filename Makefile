@@ -19,9 +19,10 @@ $(STAMP): requirements.txt pyproject.toml
 course: $(STAMP)
 	$(PY) -m harness course --out build/course
 
-## test: the full test suite (what CI runs)
+## test: the full test suite (what CI runs). One intra-op thread per process: xdist workers and notebook
+## kernels share the cores, and more threads than cores spin-wait (10x slower under load).
 test: $(STAMP)
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup
 
 ## lab: JupyterLab on the student notebooks
 lab: $(STAMP)
