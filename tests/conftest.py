@@ -3,6 +3,8 @@
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Notebook kernels and torchrun ranks are separate processes: two threads each on two shared cores thrash.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -113,6 +113,10 @@ def _restore_modules(found: list[str]) -> None:
                 setattr(module, key, original)
 
 
+# Written by copyreg whenever an instance is pickled or copied (torch.save, deepcopy, DataLoader workers).
+_CACHED_BY_PYTHON = {"__slotnames__"}
+
+
 def _restore_classes(found: list[str]) -> None:
     """Put back the watched classes' attributes, and remove attributes added to them."""
     for name, cls in _state["classes"].items():
@@ -122,7 +126,7 @@ def _restore_classes(found: list[str]) -> None:
             if current.get(key, _MISSING) is not original:
                 found.append(f"{name}.{key} was replaced")
                 setattr(cls, key, original)
-        for key in current.keys() - snapshot.keys():
+        for key in current.keys() - snapshot.keys() - _CACHED_BY_PYTHON:
             found.append(f"{name}.{key} was added")
             delattr(cls, key)
 
