@@ -9,6 +9,7 @@ This module is also the `harness env` subcommand.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -18,7 +19,6 @@ from typing import Any
 
 import psutil
 import torch
-import torchvision
 
 DEVICE_ENV_VAR = "HARNESS_DEVICE"
 KNOWN_DEVICE_TYPES = ("cuda", "mps", "cpu")
@@ -182,7 +182,7 @@ def environment_report(device: str | torch.device | None = None) -> dict[str, An
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": importlib.metadata.version("torchvision"),
         "cuda": torch.version.cuda,  # the CUDA torch was built with; None on CPU-only builds
         "cuda_available": torch.cuda.is_available(),
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torchvision
 
 from harness.data.tensors import LabeledTensorDataset
 
@@ -23,8 +22,6 @@ _FASHION_FILES = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
-_CIFAR_FOLDER = torchvision.datasets.CIFAR10.base_folder
-_CIFAR_META = torchvision.datasets.CIFAR10.meta
 
 
 def data_root(root: str | os.PathLike[str] | None = None) -> Path:
@@ -79,6 +76,7 @@ def vision_dataset(
 
 def _download(key: str, folder: Path) -> None:
     """Fetch and verify the archives with torchvision (a no-op where the files are already there)."""
+    import torchvision  # imported here: a second or more that lessons not reading these files never pay
     dataset_class = torchvision.datasets.FashionMNIST if key == "fashionmnist" else torchvision.datasets.CIFAR10
     dataset_class(str(folder), train=True, download=True)
 
@@ -97,6 +95,7 @@ def _require_files(name: str, directory: Path, files: list[str], archive: str) -
 
 def _load_fashion_mnist(folder: Path, train: bool) -> tuple[np.ndarray, torch.Tensor, tuple[str, ...]]:
     """Images (N, 1, 28, 28) uint8, labels and class names, read by torchvision from the raw idx files."""
+    import torchvision  # imported here: a second or more that lessons not reading these files never pay
     raw = folder / "FashionMNIST" / "raw"
     archive = "the four *-ubyte.gz files from zalandoresearch/fashion-mnist"
     _require_files("FashionMNIST", raw, list(_FASHION_FILES), archive)
@@ -110,17 +109,19 @@ def _load_cifar10(folder: Path, train: bool, check_md5: bool) -> tuple[np.ndarra
     torchvision's CIFAR10 insists on the published MD5 of every batch; reading the pickles here (the same
     format and the same few lines torchvision runs) lets that check be a choice, `check_md5`.
     """
-    directory = folder / _CIFAR_FOLDER
+    import torchvision  # imported here: a second or more that lessons not reading these files never pay
+    cifar_folder, cifar_meta = torchvision.datasets.CIFAR10.base_folder, torchvision.datasets.CIFAR10.meta
+    directory = folder / cifar_folder
     batches = torchvision.datasets.CIFAR10.train_list if train else torchvision.datasets.CIFAR10.test_list
-    files = [file for file, _ in batches] + [_CIFAR_META["filename"]]
+    files = [file for file, _ in batches] + [cifar_meta["filename"]]
     _require_files("CIFAR-10", directory, files, "cifar-10-python.tar.gz")
     images, labels = [], []
     for file, md5 in batches:
         entry = _read_pickle(directory / file, md5 if check_md5 else None)
         images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         labels.extend(entry["labels"])
-    meta = _read_pickle(directory / _CIFAR_META["filename"], _CIFAR_META["md5"] if check_md5 else None)
-    return np.concatenate(images), torch.tensor(labels, dtype=torch.int64), tuple(meta[_CIFAR_META["key"]])
+    meta = _read_pickle(directory / cifar_meta["filename"], cifar_meta["md5"] if check_md5 else None)
+    return np.concatenate(images), torch.tensor(labels, dtype=torch.int64), tuple(meta[cifar_meta["key"]])
 
 
 def _read_pickle(path: Path, md5: str | None) -> dict:
