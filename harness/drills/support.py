@@ -82,3 +82,21 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
         if not ok:
             raise RuntimeError(f"rank {rank} failed: {value}")
     return [collected[0][1], collected[1][1]]
+
+
+def multiple_choice(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, prompt: str, correct: str,
+                    explanation: str, hints: tuple[str, ...], wrong: tuple[str, ...], experiment) -> "Drill":
+    """An "explain" drill: the answer is `answer = "<letter>"`, and `experiment` shows why it is right."""
+    from harness.drills.core import Drill
+
+    return Drill(
+        id=id, title=title, kind="explain", topics=topics, difficulty=difficulty,
+        prompt=prompt + 'Answer with answer = "<letter>".',
+        entry="answer",
+        starter='answer = None  # "a", "b", "c" or "d"\n',
+        solution=f'answer = "{correct}"\n',
+        hints=hints,
+        check=lambda namespace: check_choice(namespace, correct, "abcd", explanation),
+        wrong_answers=tuple(f'answer = "{letter}"\n' for letter in wrong),
+        experiment=experiment,
+    )

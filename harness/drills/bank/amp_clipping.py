@@ -8,7 +8,7 @@ from torch import nn
 from harness.checks.core import fail
 from harness.checks.probes import StepRecorder
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 
 class _RecordingScaler(torch.amp.GradScaler):
@@ -267,19 +267,16 @@ def _why_scaler_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="amp-why-scaler",
         title="When does mixed precision need a GradScaler?",
-        kind="explain",
         topics=("amp",),
         difficulty=2,
         prompt="Which precision needs a GradScaler?\n  a) bf16 only   b) fp16 only   c) both   d) neither\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="fp16's range is narrow: small gradients underflow without scaling",
         hints=("Compare the exponent bits of fp16 and bf16.", "fp16 underflows below ~6e-8; bf16 has fp32's exponent range."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "fp16's range is narrow: small gradients underflow without scaling"),
-        wrong_answers=('answer = "c"\n', 'answer = "a"\n'),
+        wrong=("c", "a"),
         experiment=_why_scaler_experiment,
     )
 )
@@ -298,21 +295,18 @@ def _why_clip_rnn_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="clipping-why-rnn",
         title="Why clip gradients in sequence models?",
-        kind="explain",
         topics=("clipping",),
         difficulty=1,
         prompt="Why are recurrent models trained with gradient clipping?\n  a) to save memory\n"
         "  b) backpropagation through time multiplies many Jacobians, so gradients can grow exponentially with "
         "sequence length and one step can wreck the weights\n  c) to make training deterministic\n  d) clipping speeds up the forward pass\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="BPTT multiplies Jacobians: gradients explode geometrically",
         hints=("Think about what the chain rule does over 100 time steps.", "Repeated multiplication by a matrix with norm > 1."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "BPTT multiplies Jacobians: gradients explode geometrically"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_why_clip_rnn_experiment,
     )
 )

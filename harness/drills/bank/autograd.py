@@ -6,7 +6,7 @@ import torch
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, check_choice
+from harness.drills.support import assert_close, multiple_choice
 
 
 def _check_silu(ns: dict) -> str:
@@ -169,23 +169,20 @@ def _inference_mode_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="autograd-inference-mode",
         title="no_grad against inference_mode",
-        kind="explain",
         topics=("autograd", "performance"),
         difficulty=2,
         prompt="Which is true of torch.inference_mode() compared with torch.no_grad()?\n"
         "  a) they are identical aliases\n  b) inference_mode is faster, but its tensors cannot be saved for backward later\n"
         "  c) inference_mode also disables dropout\n  d) no_grad tensors cannot be used in autograd later\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="inference_mode drops autograd bookkeeping: faster, but its "
+                                      "tensors cannot be used in autograd later",
         hints=("One of them skips version counters and view tracking.",
                "Modes don't touch modules (dropout is model.eval()); inference tensors can't enter autograd later."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "inference_mode drops autograd bookkeeping: faster, but its "
-                                      "tensors cannot be used in autograd later"),
-        wrong_answers=('answer = "c"\n', 'answer = "a"\n'),
+        wrong=("c", "a"),
         experiment=_inference_mode_experiment,
     )
 )

@@ -10,7 +10,7 @@ from torch import nn
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 
 def _setup(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
@@ -208,21 +208,18 @@ def _weights_only_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="checkpointing-weights-only",
         title="Why load checkpoints with weights_only=True?",
-        kind="explain",
         topics=("checkpointing",),
         difficulty=1,
         prompt="Why load with torch.load(path, weights_only=True)?\n  a) it is faster\n"
         "  b) a pickled checkpoint can run arbitrary code when loaded; weights_only only rebuilds tensors and plain containers\n"
         "  c) it skips the optimizer state\n  d) it loads onto the GPU\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="unpickling executes code; weights_only is the safe loader",
         hints=("What can a pickle do when it is loaded?", "pickle's __reduce__ can call any function."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "unpickling executes code; weights_only is the safe loader"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_weights_only_experiment,
     )
 )

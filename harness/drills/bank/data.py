@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 
 def _check_collate(ns: dict) -> str:
@@ -150,22 +150,19 @@ def _leakage_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="data-normalisation-leakage",
         title="Which statistics normalise the test split?",
-        kind="explain",
         topics=("data",),
         difficulty=1,
         prompt="You standardise features before training. Which mean and std should the validation and test splits "
         "be normalised with?\n  a) their own\n  b) those of the whole dataset\n  c) the training split's\n"
         "  d) it does not matter\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "c"\n',
+        correct="c",
+        explanation="statistics come from the training split only",
         hints=("At deployment you only have the training data's statistics.",
                "Anything computed from validation or test data and used in training is leakage."),
-        check=lambda ns: check_choice(ns, "c", "abcd", "statistics come from the training split only"),
-        wrong_answers=('answer = "b"\n', 'answer = "a"\n'),
+        wrong=("b", "a"),
         experiment=_leakage_experiment,
     )
 )

@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice, run_on_two_ranks
+from harness.drills.support import multiple_choice, run_on_two_ranks
 
 
 def _check_global_accuracy(ns: dict) -> str:
@@ -127,23 +127,20 @@ def _ddp_gradients_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="ddp-what-is-averaged",
         title="What does DDP synchronise?",
-        kind="explain",
         topics=("ddp",),
         difficulty=2,
         prompt="What does DistributedDataParallel communicate during training?\n"
         "  a) it averages the parameters after every optimizer step\n"
         "  b) it all-reduces (averages) the gradients in buckets during backward, overlapping communication with computation\n"
         "  c) it sends every batch to rank 0, which computes the loss\n  d) nothing until the end of the epoch\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="gradients are all-reduced in buckets during backward",
         hints=("Parameters start identical (broadcast at construction). What must stay identical after each step?",
                "If the gradients are identical on every rank, so are the updates."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "gradients are all-reduced in buckets during backward"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_ddp_gradients_experiment,
     )
 )

@@ -8,7 +8,7 @@ from torch import nn
 from harness.checks.core import fail
 from harness.checks.probes import ForwardRecorder, StepRecorder
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 
 def _binary_task(seed: int, n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,21 +229,18 @@ def _zero_grad_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="loop-forget-zero-grad",
         title="What happens if you forget zero_grad?",
-        kind="explain",
         topics=("loop", "autograd"),
         difficulty=1,
         prompt="loss = (3 * w).sum() with w = 1.0. You call loss.backward() twice without zero_grad. What is w.grad?\n"
-        "  a) 3.0   b) 6.0   c) 0.0   d) an error: the graph was freed\nAnswer with answer = \"...\".",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        "  a) 3.0   b) 6.0   c) 0.0   d) an error: the graph was freed\n",
+        correct="b",
+        explanation="backward() accumulates into .grad: 3 + 3 = 6",
         hints=("Each backward() adds into .grad.",
                "The graph (3 * w) is rebuilt each time here, so no error: 3 + 3."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "backward() accumulates into .grad: 3 + 3 = 6"),
-        wrong_answers=('answer = "a"\n', 'answer = "d"\n'),
+        wrong=("a", "d"),
         experiment=_zero_grad_experiment,
     )
 )

@@ -7,7 +7,7 @@ from torch import nn
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 _LIST_STARTER = '''import torch
 from torch import nn
@@ -188,22 +188,19 @@ def _why_eval_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="modules-why-eval",
         title="Why model.eval()?",
-        kind="explain",
         topics=("modules", "loop"),
         difficulty=1,
         prompt="What does model.eval() change?\n  a) it turns off gradient tracking\n"
         "  b) it switches dropout off and makes batch norm use its running statistics\n"
         "  c) it freezes the parameters\n  d) nothing unless the model is on a GPU\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="eval() changes dropout and batch norm behaviour, not autograd",
         hints=("It sets module.training = False on every submodule. Which modules read that flag?",
                "Gradient tracking is torch.no_grad/inference_mode, a separate switch."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "eval() changes dropout and batch norm behaviour, not autograd"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_why_eval_experiment,
     )
 )

@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 _SYNCS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__float__,
           torch.Tensor.__int__, torch.Tensor.numpy, torch.Tensor.cpu}
@@ -118,22 +118,19 @@ def _item_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="performance-item-sync",
         title="Why is loss.item() every step slow on a GPU?",
-        kind="explain",
         topics=("performance",),
         difficulty=1,
         prompt="Why does calling loss.item() every training step slow GPU training?\n"
         "  a) .item() copies the whole model\n  b) it forces the CPU to wait until the GPU has finished all queued work, "
         "so the CPU cannot run ahead and queue the next kernels\n  c) it disables autocast\n  d) it does not: it is free\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation=".item() is a host-device synchronisation point",
         hints=("CUDA launches are asynchronous. What does reading a value force?",
                "A device-to-host copy of a result must wait for that result to be computed."),
-        check=lambda ns: check_choice(ns, "b", "abcd", ".item() is a host-device synchronisation point"),
-        wrong_answers=('answer = "d"\n', 'answer = "a"\n'),
+        wrong=("d", "a"),
         experiment=_item_experiment,
     )
 )
@@ -159,21 +156,18 @@ def _workers_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="performance-num-workers",
         title="A GPU at 30% utilisation",
-        kind="explain",
         topics=("performance", "data"),
         difficulty=1,
         prompt="A model trains with DataLoader(num_workers=0) and heavy per-image augmentation; the GPU sits at 30% "
         "utilisation. The most likely first fix?\n  a) a bigger model\n  b) load and augment in worker processes "
         "(num_workers > 0, pin_memory=True), so data is ready when the GPU asks\n  c) a smaller learning rate\n  d) fp64\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="the input pipeline starves the GPU: use workers",
         hints=("Who is waiting for whom?", "With num_workers=0 the main process decodes every batch while the GPU waits."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "the input pipeline starves the GPU: use workers"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_workers_experiment,
     )
 )

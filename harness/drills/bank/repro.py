@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 
 def _check_split(ns: dict) -> str:
@@ -129,23 +129,20 @@ def _generator_state_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="repro-resume-data-order",
         title="Resuming the data order",
-        kind="explain",
         topics=("repro", "checkpointing"),
         difficulty=2,
         prompt="A run with a seeded DataLoader generator is checkpointed after epoch 3 and resumed in a new process. "
         "What must the checkpoint hold for epoch 4 to see the same order as in the uninterrupted run?\n"
         "  a) nothing: the seed is enough\n  b) the generator's state (or the epoch, if the order is derived from seed + epoch)\n"
         "  c) the dataset\n  d) the batch size only\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="the generator advanced: save its state (or derive orders from seed + epoch)",
         hints=("The generator advanced during epochs 1-3. A fresh one seeded again starts at epoch 1's order.",
                "Save generator.get_state(), restore it with set_state()."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "the generator advanced: save its state (or derive orders from seed + epoch)"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_generator_state_experiment,
     )
 )

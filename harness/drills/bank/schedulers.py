@@ -11,7 +11,7 @@ from torch import nn
 from harness.checks.core import fail
 from harness.checks.probes import StepRecorder
 from harness.drills.core import Drill, add
-from harness.drills.support import check_choice
+from harness.drills.support import multiple_choice
 
 
 def _closed_form(step: int, warmup: int, total: int) -> float:
@@ -196,21 +196,18 @@ def _order_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="schedulers-order",
         title="optimizer.step() and scheduler.step(): which first?",
-        kind="explain",
         topics=("schedulers", "loop"),
         difficulty=1,
         prompt="What happens if you call scheduler.step() before optimizer.step() (PyTorch >= 1.1)?\n"
         "  a) nothing: the order does not matter\n  b) PyTorch warns, and the first value of the schedule is skipped\n"
         "  c) an exception\n  d) the scheduler is ignored\n",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        correct="b",
+        explanation="a UserWarning, and the schedule's first value is skipped",
         hints=("Run it and watch the warnings.", "The scheduler advances the LR before it was ever used."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "a UserWarning, and the schedule's first value is skipped"),
-        wrong_answers=('answer = "a"\n', 'answer = "c"\n'),
+        wrong=("a", "c"),
         experiment=_order_experiment,
     )
 )

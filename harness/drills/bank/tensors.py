@@ -6,7 +6,7 @@ import torch
 
 from harness.checks.core import fail
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, check_choice
+from harness.drills.support import assert_close, multiple_choice
 
 
 def _check_logsumexp(ns: dict) -> str:
@@ -96,21 +96,18 @@ def _broadcast_experiment() -> None:
 
 
 add(
-    Drill(
+    multiple_choice(
         id="tensors-broadcast-shape",
         title="Predict a broadcast shape",
-        kind="explain",
         topics=("tensors",),
         difficulty=1,
         prompt="x has shape (3, 1) and y has shape (4,). What is the shape of x + y?\n"
-        "  a) an error   b) (3, 4)   c) (3, 1)   d) (4, 3)\nAnswer with answer = \"a\" (or b, c, d).",
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution='answer = "b"\n',
+        "  a) an error   b) (3, 4)   c) (3, 1)   d) (4, 3)\n",
+        correct="b",
+        explanation="(3, 1) + (4,) broadcasts to (3, 4)",
         hints=("Align the shapes from the right: (3, 1) against (_, 4).",
                "A size-1 dimension stretches to match; a missing leading dimension is treated as 1."),
-        check=lambda ns: check_choice(ns, "b", "abcd", "(3, 1) + (4,) broadcasts to (3, 4)"),
-        wrong_answers=('answer = "a"\n', 'answer = "d"\n'),
+        wrong=("a", "d"),
         experiment=_broadcast_experiment,
     )
 )
