@@ -65,12 +65,15 @@ def test_release_is_generated_from_solutions(assignment):
 
 def test_validator_passes_solution_and_fails_release(assignment, tmp_path, monkeypatch):
     from nbgrader.validator import Validator
+    from traitlets.config import Config
 
+    config = Config()
+    config.Execute.timeout = 300  # as in nbgrader_config.py; the Validator's own default is 30 s per cell
     monkeypatch.setenv("HARNESS_BUDGET", "grading")
     for kind in ("solutions", "notebooks"):  # copies: executing must never write into the repository
         shutil.copy(REPO_ROOT / kind / assignment / f"{assignment}.ipynb", tmp_path / f"{kind}.ipynb")
-    solution = Validator().validate(str(tmp_path / "solutions.ipynb"))
-    release = Validator().validate(str(tmp_path / "notebooks.ipynb"))
+    solution = Validator(config=config).validate(str(tmp_path / "solutions.ipynb"))
+    release = Validator(config=config).validate(str(tmp_path / "notebooks.ipynb"))
     assert not solution.get("failed") and not solution.get("changed"), solution
     assert release.get("failed"), release
 
