@@ -1,0 +1,595 @@
+"""Checks of lesson 03, data loading: a map-style Dataset, a padding collate function, a seeded loader,
+a worker_init_fn that stops workers from drawing the same "random" augmentations, and a leakage-free
+split with normalisation from training statistics.
+
+The checks drive the student's objects through real DataLoaders (a real 2-worker loader for the worker
+seeding) and compare what comes out with what must come out.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from harness.checks.core import fail, register
+from harness.repro import make_generator
+
+
+def _tensor(value: Any, what: str, where: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        fail(
+            "not-a-tensor",
+            observed=f"{what} is a {type(value).__name__}",
+            expected=f"{what} is a torch.Tensor",
+            cause="a list or NumPy array is returned where the DataLoader needs tensors",
+            where=where,
+        )
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------
+# 03-dataset
+
+
+class _CountingTransform:
+    """A transform that records how often it runs: per item, never at construction."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * 2 + 1
+
+
+@register(
+    "03-dataset",
+    hints=(
+        "A map-style dataset needs only __len__ and __getitem__; the transform runs inside __getitem__, on the "
+        "input only, every time an item is read.",
+        "__init__: `if len(features) != len(labels): raise ValueError(...)`, store both and the transform. "
+        "__len__: `return len(self.features)`. __getitem__: `x = self.features[index]; if self.transform is not "
+        "None: x = self.transform(x); return x, self.labels[index]`.",
+    ),
+)
+def check_dataset(cls: type, *, hidden: bool) -> str:
+    """cls(features, labels, transform=None) behaves as a map-style dataset with a per-item input transform."""
+    generator = torch.Generator().manual_seed(5 if hidden else 1)
+    shape = (23, 3, 5) if hidden else (10, 4)
+    features = torch.randn(*shape, generator=generator)
+    labels = torch.randint(0, 3, (shape[0],), generator=generator)
+    where = f"your {cls.__name__}"
+
+    plain = cls(features, labels)
+    if len(plain) != shape[0]:
+        fail(
+            "wrong-length",
+            observed=f"len(dataset) = {len(plain)} for {shape[0]} samples",
+            expected=str(shape[0]),
+            cause="__len__ returns something other than the number of samples (rows of features)",
+            where=f"{cls.__name__}.__len__",
+        )
+    for index in (0, shape[0] - 1, shape[0] // 2):
+        x, y = plain[index]
+        if not (isinstance(x, torch.Tensor) and torch.equal(x, features[index]) and int(y) == int(labels[index])):
+            fail(
+                "wrong-item",
+                observed=f"dataset[{index}] does not give (features[{index}], labels[{index}])",
+                expected=f"the pair (features[{index}], labels[{index}]) unchanged when transform is None",
+                cause="__getitem__ indexes the wrong tensor or returns something other than the (x, y) pair",
+                where=f"{cls.__name__}.__getitem__",
+            )
+    transform = _CountingTransform()
+    augmented = cls(features, labels, transform=transform)
+    if transform.calls:
+        fail(
+            "eager-transform",
+            observed=f"the transform ran {transform.calls} times while the dataset was being built",
+            expected="no call at construction; one call each time an item is read",
+            cause="transforming everything in __init__ freezes a random augmentation: every epoch would see "
+            "the same augmented copy",
+            where=f"{cls.__name__}.__init__",
+        )
+    x, y = augmented[3]
+    if int(y) != int(labels[3]):
+        fail(
+            "transform-on-label",
+            observed=f"dataset[3] label is {y}, expected {int(labels[3])}",
+            expected="the label untouched by the transform",
+            cause="the transform is applied to the label (or to the pair)",
+            where=f"{cls.__name__}.__getitem__",
+        )
+    if transform.calls != 1 or not torch.equal(x, features[3] * 2 + 1):
+        fail(
+            "transform-not-applied",
+            observed=f"reading one item called the transform {transform.calls} times",
+            expected="exactly one call, on the input, and the transformed input returned",
+            cause="__getitem__ ignores self.transform, or applies it to the wrong value",
+            where=f"{cls.__name__}.__getitem__",
+        )
+    batch_x, batch_y = next(iter(DataLoader(plain, batch_size=4)))
+    if tuple(batch_x.shape) != (4, *shape[1:]) or tuple(batch_y.shape) != (4,):
+        fail(
+            "wrong-item",
+            observed=f"a DataLoader batch of 4 has shapes {tuple(batch_x.shape)} and {tuple(batch_y.shape)}",
+            expected=f"{(4, *shape[1:])} and (4,)",
+            cause="__getitem__ returns extra dimensions or a nested structure",
+            where=f"{cls.__name__}.__getitem__",
+        )
+    try:
+        cls(features, labels[:-1])
+    except ValueError:
+        pass
+    else:
+        fail(
+            "no-length-check",
+            observed=f"{cls.__name__}(features with {shape[0]} rows, labels with {shape[0] - 1}) was accepted",
+            expected="a ValueError that says the two lengths differ",
+            cause="without the check the mismatch surfaces later as an IndexError deep inside a DataLoader",
+            where=f"{cls.__name__}.__init__",
+        )
+    return f"len, items, per-item transform on the input, DataLoader batches, length check ({shape[0]} samples)"
+
+
+# ----------------------------------------------------------------------------------------------------
+# 03-pad-collate
+
+
+def _check_collate_output(pad_collate: Callable, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    where = "your pad_collate"
+    lengths = [len(seq) for seq, _ in batch]
+    features = batch[0][0].shape[1]
+    out = pad_collate(batch)
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        fail(
+            "wrong-return",
+            observed=f"pad_collate returned {type(out).__name__}",
+            expected="a tuple (padded, lengths, labels)",
+            cause="the return statement has another shape",
+            where=where,
+        )
+    padded, got_lengths, labels = (_tensor(v, name, where) for v, name in zip(out, ("padded", "lengths", "labels")))
+    expected_shape = (len(batch), max(lengths), features)
+    if tuple(padded.shape) != expected_shape:
+        fail(
+            "wrong-shape",
+            observed=f"padded has shape {tuple(padded.shape)} for lengths {lengths}",
+            expected=f"{expected_shape} = (batch, longest sequence, features), batch first",
+            cause="padding to a fixed length instead of the batch's longest, or time-first layout",
+            where=where,
+        )
+    expected_labels = torch.stack([label for _, label in batch])
+    for i, (seq, _) in enumerate(batch):
+        if not torch.equal(padded[i, : len(seq)], seq):
+            sorted_match = any(torch.equal(padded[j, : len(seq)], seq) for j in range(len(batch)))
+            fail(
+                "order-changed" if sorted_match else "wrong-values",
+                observed=f"row {i} of padded does not start with sequence {i} of the batch",
+                expected="row i holds sequence i unchanged, then padding",
+                cause="the batch was reordered (e.g. sorted by length) without the labels"
+                if sorted_match
+                else "the sequence values are altered while padding",
+                where=where,
+            )
+        if padded[i, len(seq):].abs().sum() != 0:
+            fail(
+                "nonzero-padding",
+                observed=f"row {i} (length {len(seq)}) has non-zero values after its end",
+                expected="zeros after each sequence's end",
+                cause="padding with a value other than 0, or copying past the end of the sequence",
+                where=where,
+            )
+    if got_lengths.dtype != torch.int64 or got_lengths.tolist() != lengths:
+        fail(
+            "wrong-lengths",
+            observed=f"lengths = {got_lengths.tolist()} ({got_lengths.dtype})",
+            expected=f"{lengths} (int64), each sequence's true length in batch order",
+            cause="lengths sorted, taken from the padded tensor, or in another dtype",
+            where=where,
+        )
+    if not torch.equal(labels, expected_labels):
+        fail(
+            "wrong-labels",
+            observed=f"labels = {labels.tolist()}",
+            expected=f"{expected_labels.tolist()}, stacked in batch order",
+            cause="labels reordered or not stacked into one tensor",
+            where=where,
+        )
+
+
+def _random_batch(rng: np.random.Generator, size: int, max_len: int, features: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    lengths = rng.integers(1, max_len + 1, size=size)
+    return [
+        (torch.from_numpy(rng.standard_normal((int(n), features)).astype(np.float32)),
+         torch.tensor(int(rng.integers(0, 5))))
+        for n in lengths
+    ]
+
+
+@register(
+    "03-pad-collate",
+    hints=(
+        "The default collate stacks tensors, which needs equal shapes. Pad every sequence with zeros up to the "
+        "batch's longest one, and keep the true lengths so the model can ignore the padding.",
+        "`sequences, labels = zip(*batch)`; `lengths = torch.tensor([len(s) for s in sequences])`; "
+        "`padded = torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)`; "
+        "`return padded, lengths, torch.stack(labels)`. Keep the batch order.",
+    ),
+)
+def check_pad_collate(pad_collate: Callable, *, hidden: bool) -> str:
+    """pad_collate(list of ((L_i, F) tensor, label)) -> (padded (B, max L, F), lengths int64, labels), on random batches."""
+    # Property-based: many random batches (sizes, lengths and feature counts drawn from a seeded generator)
+    # plus the edge cases a hand-picked example misses: one item, all lengths equal, length-1 sequences.
+    rng = np.random.default_rng(1 if hidden else 0)
+    examples = 60 if hidden else 20
+    features_max = 4 if hidden else 2
+    # First a batch whose dimensions all differ, so a wrong layout shows as a wrong shape.
+    batches = [[(torch.ones(3, 2), torch.tensor(0)), (torch.full((5, 2), 2.0), torch.tensor(1))]]
+    batches += [
+        _random_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 13)), int(rng.integers(1, features_max + 1)))
+        for _ in range(examples)
+    ]
+    batches += [_random_batch(rng, 1, 5, 2), _random_batch(rng, 4, 1, 3)]
+    same_length = torch.from_numpy(rng.standard_normal((3, 6, 2)).astype(np.float32))
+    batches.append([(same_length[i], torch.tensor(i)) for i in range(3)])
+    for batch in batches:
+        _check_collate_output(pad_collate, batch)
+    # Through a real DataLoader too: the collate must work where it is used.
+    rng = np.random.default_rng(3)
+    dataset = _random_batch(rng, 10, 9, 3)
+    loader = DataLoader(dataset, batch_size=4, collate_fn=pad_collate)
+    seen = sum(int(lengths.numel()) for _, lengths, _ in loader)
+    if seen != 10:
+        fail(
+            "wrong-lengths",
+            observed=f"a DataLoader with your collate_fn yielded {seen} sequences out of 10",
+            expected="every sequence once",
+            cause="the collate drops or duplicates items",
+            where="your pad_collate",
+        )
+    return f"{len(batches)} random and edge-case batches and a DataLoader: shape, values, zero padding, lengths, labels"
+
+
+# ----------------------------------------------------------------------------------------------------
+# 03-seeded-loader
+
+
+def _epoch_order(loader: DataLoader) -> list[int]:
+    return [int(i) for batch in loader for i in (batch[0] if isinstance(batch, (tuple, list)) else batch)]
+
+
+@register(
+    "03-seeded-loader",
+    hints=(
+        "Give the DataLoader its own torch.Generator seeded with `seed`: the shuffling then depends on that "
+        "seed only, and the generator moves on between epochs.",
+        "`return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=make_generator(seed))` "
+        "(harness.repro.make_generator). Do not build a fixed permutation once: it would repeat every epoch.",
+    ),
+)
+def check_seeded_loader(make_loader: Callable, *, hidden: bool) -> str:
+    """make_loader(dataset, batch_size, seed): shuffled, same seed -> same epochs, epochs differ, other seed differs."""
+    n, batch_size, seed = (53, 8, 2024) if hidden else (40, 10, 0)
+    dataset = TensorDataset(torch.arange(n))
+    where = "your make_loader"
+
+    # The global RNG must not matter: reseed it between the two loaders (inside fork_rng, so the
+    # student's own global RNG state is left as it was).
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        first = make_loader(dataset, batch_size, seed)
+        first_epochs = [_epoch_order(first), _epoch_order(first)]
+        torch.manual_seed(2)
+        second = make_loader(dataset, batch_size, seed)
+        second_epochs = [_epoch_order(second), _epoch_order(second)]
+        other = _epoch_order(make_loader(dataset, batch_size, seed + 1))
+        first_batch = next(iter(first))[0]
+
+    if sorted(first_epochs[0]) != list(range(n)):
+        fail(
+            "drops-samples",
+            observed=f"one epoch yielded {len(first_epochs[0])} items, {len(set(first_epochs[0]))} distinct, of {n}",
+            expected=f"each of the {n} items exactly once per epoch",
+            cause="drop_last=True, sampling with replacement, or a sampler that does not cover the dataset",
+            where=where,
+        )
+    if len(first_batch) != batch_size:
+        fail(
+            "wrong-batch-size",
+            observed=f"first batch has {len(first_batch)} items",
+            expected=f"batch_size={batch_size}",
+            cause="batch_size not passed to the DataLoader",
+            where=where,
+        )
+    if first_epochs[0] == list(range(n)):
+        fail(
+            "not-shuffled",
+            observed="the first epoch yields the items in dataset order 0, 1, 2, ...",
+            expected="a shuffled order",
+            cause="shuffle=True (or a RandomSampler) is missing",
+            where=where,
+        )
+    if first_epochs != second_epochs:
+        fail(
+            "not-reproducible",
+            observed="two loaders built with the same seed give different orders (the global torch seed differed)",
+            expected="the same seed gives the same sequence of epochs, whatever the global RNG did",
+            cause="the shuffling draws from the global RNG: pass generator=make_generator(seed) to the DataLoader",
+            where=where,
+        )
+    if first_epochs[0] == first_epochs[1]:
+        fail(
+            "same-order-every-epoch",
+            observed="epoch 2 repeats the order of epoch 1",
+            expected="a new order each epoch (still determined by the seed)",
+            cause="a fixed permutation built once (e.g. sampler=randperm(...).tolist()), or a generator re-seeded "
+            "at every epoch",
+            where=where,
+        )
+    if other == first_epochs[0]:
+        fail(
+            "seed-ignored",
+            observed=f"seeds {seed} and {seed + 1} give the same order",
+            expected="different seeds give different orders",
+            cause="the generator is seeded with a constant instead of `seed`",
+            where=where,
+        )
+    return f"{n} items in batches of {batch_size}: shuffled, reproducible from the seed alone, new order each epoch"
+
+
+# ----------------------------------------------------------------------------------------------------
+# 03-worker-init
+
+
+class NoisyDataset(Dataset):
+    """Items `(index, noise)`, the noise drawn from a NumPy Generator created once, in the main process.
+
+    This is the modern NumPy style (`np.random.default_rng`), and exactly the one PyTorch's automatic
+    worker seeding does not reach: every forked worker starts with a copy of the same generator state.
+    """
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        self.n = n
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[int, float]:
+        return index, float(self.rng.standard_normal())
+
+
+def _start_method() -> str:
+    # fork lets a worker_init_fn defined in a notebook reach the workers without pickling it by name.
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _noise_by_index(worker_init_fn: Callable, *, n: int, workers: int, seed: int, epochs: int) -> list[dict[int, float]]:
+    loader = DataLoader(
+        NoisyDataset(n), batch_size=4, shuffle=True, num_workers=workers, worker_init_fn=worker_init_fn,
+        generator=make_generator(seed), multiprocessing_context=_start_method(),
+    )
+    runs = []
+    for _ in range(epochs):
+        noise: dict[int, float] = {}
+        for indices, values in loader:
+            noise.update(zip(indices.tolist(), values.tolist()))
+        runs.append(noise)
+    return runs
+
+
+@register(
+    "03-worker-init",
+    hints=(
+        "Inside a worker, torch.utils.data.get_worker_info() gives this worker's copy of the dataset and a seed "
+        "that differs per worker and per epoch and follows the loader's generator. Replace the dataset's rng "
+        "with a generator built from that seed.",
+        "`info = torch.utils.data.get_worker_info(); info.dataset.rng = np.random.default_rng(info.seed)`. "
+        "Do not seed from worker_id alone (same every epoch) or from time/PID (not reproducible).",
+    ),
+)
+def check_worker_init(worker_init_fn: Callable, *, hidden: bool) -> str:
+    """worker_init_fn reseeds the dataset's own generator: distinct across workers and epochs, reproducible."""
+    # Two workers: more than the cores of a small machine makes DataLoader warn (and a warning fails a graded cell).
+    workers, n, seed = (2, 36, 7) if hidden else (2, 16, 0)
+    epochs = _noise_by_index(worker_init_fn, n=n, workers=workers, seed=seed, epochs=2)
+    again = _noise_by_index(worker_init_fn, n=n, workers=workers, seed=seed, epochs=1)[0]
+    where = "your worker_init_fn"
+    values = list(epochs[0].values())
+    if len(set(values)) < len(values):
+        fail(
+            "duplicate-across-workers",
+            observed=f"{len(values) - len(set(values))} of {len(values)} noise values in one epoch are repeats: "
+            f"the {workers} workers draw the same sequence",
+            expected="a different random draw for every item",
+            cause="each forked worker starts from a copy of the dataset's rng; the function does not give "
+            "this worker's dataset copy its own generator",
+            where=where,
+        )
+    if sorted(epochs[0].values()) == sorted(epochs[1].values()):
+        fail(
+            "same-every-epoch",
+            observed="epoch 2 draws exactly the same noise values as epoch 1 (in another item order)",
+            expected="new augmentations every epoch",
+            cause="the generator is seeded from worker_id alone (or a constant): workers restart each epoch "
+            "with the same seed. Use get_worker_info().seed, which changes every epoch",
+            where=where,
+        )
+    if again != epochs[0]:
+        fail(
+            "not-reproducible",
+            observed="two loaders with the same generator seed give different noise",
+            expected="the same loader seed reproduces the same augmentations",
+            cause="seeding from time, the process id or fresh OS entropy instead of get_worker_info().seed",
+            where=where,
+        )
+    return f"{workers} real workers, 2 epochs: no duplicates across workers or epochs, reproducible from the loader seed"
+
+
+# ----------------------------------------------------------------------------------------------------
+# 03-split-normalize
+
+
+def _split_problem(n: int, features: int, seed: int, constant_column: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs with offsets and scales per feature; labels are a permutation of row ids, sorted by a class."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=generator) * torch.linspace(0.5, 3.0, features) + torch.arange(features)
+    # Rows sorted by the first feature, as files often come sorted: an unshuffled split is then biased.
+    x = x[x[:, 0].argsort()]
+    if constant_column:
+        x[:, -1] = 4.0
+    ids = torch.randperm(n, generator=generator)
+    return x, ids
+
+
+def _unpack_split(result: Any, where: str) -> tuple[TensorDataset, TensorDataset, torch.Tensor, torch.Tensor]:
+    if not isinstance(result, (tuple, list)) or len(result) != 4:
+        fail(
+            "wrong-return",
+            observed=f"split_and_normalize returned {type(result).__name__}",
+            expected="a tuple (train_set, val_set, mean, std)",
+            cause="the return statement has another shape",
+            where=where,
+        )
+    return result
+
+
+def _rows(dataset: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(dataset, TensorDataset):
+        fail(
+            "wrong-return",
+            observed=f"a split is a {type(dataset).__name__}",
+            expected="a TensorDataset(x, y) of normalised inputs and labels",
+            cause="the split is returned as indices or a Subset",
+            where=where,
+        )
+    return dataset.tensors[0], dataset.tensors[1]
+
+
+@register(
+    "03-split-normalize",
+    hints=(
+        "Shuffle the row indices with a generator seeded by `seed`, cut them into validation and training, and "
+        "compute mean and std on the training rows only; normalise both splits with those two numbers per feature.",
+        "`perm = torch.randperm(n, generator=make_generator(seed)); n_val = round(n * val_fraction)`; "
+        "`val, train = perm[:n_val], perm[n_val:]`; `mean = x[train].mean(0); std = x[train].std(0).clamp_min(1e-8)`;"
+        " return TensorDatasets of `(x[idx] - mean) / std` and `y[idx]`, then mean and std.",
+    ),
+)
+def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str:
+    """split_and_normalize(x, y, val_fraction=, seed=): disjoint shuffled split, stats from training rows only."""
+    n, features, fraction, seed = (157, 5, 0.25, 11) if hidden else (100, 3, 0.2, 0)
+    x, ids = _split_problem(n, features, seed=seed + 1, constant_column=hidden)
+    where = "your split_and_normalize"
+    train_set, val_set, mean, std = _unpack_split(split_and_normalize(x, ids, val_fraction=fraction, seed=seed), where)
+    (x_train, id_train), (x_val, id_val) = _rows(train_set, where), _rows(val_set, where)
+    mean, std = _tensor(mean, "mean", where), _tensor(std, "std", where)
+
+    train_ids, val_ids = set(id_train.tolist()), set(id_val.tolist())
+    if train_ids & val_ids:
+        fail(
+            "overlap",
+            observed=f"{len(train_ids & val_ids)} rows are in both the training and the validation split",
+            expected="disjoint splits",
+            cause="the two index sets are drawn independently, or overlap at the cut",
+            where=where,
+        )
+    if len(train_ids | val_ids) != n or len(id_train) + len(id_val) != n:
+        fail(
+            "rows-lost",
+            observed=f"{len(id_train)} + {len(id_val)} rows returned, {len(train_ids | val_ids)} distinct, of {n}",
+            expected=f"every one of the {n} rows in exactly one split",
+            cause="an off-by-one at the cut, or sampling with replacement",
+            where=where,
+        )
+    if abs(len(id_val) - n * fraction) > 1:
+        fail(
+            "wrong-size",
+            observed=f"{len(id_val)} validation rows",
+            expected=f"about {n * fraction:.0f} (val_fraction={fraction} of {n})",
+            cause="val_fraction applied to the wrong split",
+            where=where,
+        )
+    position = torch.empty(n, dtype=torch.long)
+    position[ids] = torch.arange(n)  # row index of each id in x
+    val_positions = sorted(position[id_val].tolist())
+    if val_positions in (list(range(len(val_positions))), list(range(n - len(val_positions), n))):
+        fail(
+            "not-shuffled",
+            observed="the validation split is the first or last rows of x, in order",
+            expected="a random split drawn with the seed",
+            cause="slicing without shuffling: files are often sorted (here by the first feature), so the "
+            "validation set would come from another distribution",
+            where=where,
+        )
+    if not (torch.isfinite(x_train).all() and torch.isfinite(x_val).all() and torch.isfinite(std).all()):
+        fail(
+            "nonfinite",
+            observed="NaN or inf in the normalised data (a feature is constant, so its std is 0)",
+            expected="finite values: guard the std, e.g. std.clamp_min(1e-8)",
+            cause="dividing by a zero standard deviation",
+            where=where,
+        )
+    raw_train = x[position[id_train]]
+    if not torch.allclose(x_train * std + mean, raw_train, atol=1e-4, rtol=1e-4):
+        fail(
+            "labels-misaligned" if torch.allclose(x_train.mean(0), torch.zeros(features), atol=1e-3) else "not-normalized",
+            observed="the training inputs, un-normalised with the returned mean and std, do not match the rows "
+            "of x that their labels come from",
+            expected="train_set[i] == ((x[r] - mean) / std, y[r]) for the same row r",
+            cause="inputs and labels indexed with different permutations, or normalised with other statistics "
+            "than the ones returned",
+            where=where,
+        )
+    if torch.allclose(mean, x.mean(0), atol=1e-5) and not torch.allclose(raw_train.mean(0), x.mean(0), atol=1e-5):
+        fail(
+            "stats-from-all-data",
+            observed="mean equals the mean of all rows, validation included",
+            expected="statistics of the training rows only",
+            cause="computing mean/std before splitting leaks validation information into training",
+            where=where,
+        )
+    if not torch.allclose(mean, raw_train.mean(0), atol=1e-4):
+        fail(
+            "wrong-stats",
+            observed=f"mean = {mean.tolist()}",
+            expected=f"{raw_train.mean(0).tolist()}, the per-feature mean of the training rows",
+            cause="statistics over the wrong dimension or the wrong rows",
+            where=where,
+        )
+    reference_std = raw_train.std(0)
+    varying = reference_std > 1e-6
+    if not torch.allclose(std[varying], reference_std[varying], rtol=2e-2):
+        fail(
+            "wrong-stats",
+            observed=f"std = {std.tolist()}",
+            expected=f"{reference_std.tolist()}, the per-feature std of the training rows",
+            cause="std over the wrong dimension or the wrong rows",
+            where=where,
+        )
+    raw_val = x[position[id_val]]
+    if not torch.allclose(x_val * std + mean, raw_val, atol=1e-4, rtol=1e-4):
+        own = torch.allclose(x_val.mean(0)[varying], torch.zeros(int(varying.sum())), atol=1e-4)
+        fail(
+            "val-own-stats" if own else "not-normalized",
+            observed="the validation inputs are not (x - mean) / std with the training statistics"
+            + (" (they were normalised with their own)" if own else ""),
+            expected="both splits normalised with the same training mean and std",
+            cause="normalising the validation split with its own statistics: the model would see a shifted input "
+            "at test time",
+            where=where,
+        )
+    again = _unpack_split(split_and_normalize(x, ids, val_fraction=fraction, seed=seed), where)
+    if not torch.equal(_rows(again[1], where)[1], id_val):
+        fail(
+            "not-reproducible",
+            observed="two calls with the same seed give different validation rows",
+            expected="the split is determined by `seed`",
+            cause="torch.randperm without generator=make_generator(seed) uses the global RNG",
+            where=where,
+        )
+    return f"{n} rows: disjoint shuffled {len(id_train)}/{len(id_val)} split, training statistics, reproducible"
