@@ -7,7 +7,9 @@ Every check observes the learning rate each `optimizer.step()` actually used (an
 from __future__ import annotations
 
 import math
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -152,6 +154,10 @@ def _check_with_lambda_lr(factor: Callable[[int, int, int], float], warmup: int,
 def check_warmup_cosine(factor: Callable[[int, int, int], float], *, hidden: bool) -> str:
     """Compare the student's factor with the closed form on many (step, warmup, total), property-based."""
     from hypothesis import given, settings, strategies as st
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    # Hypothesis caches into ./.hypothesis by default: keep it out of the student's (and the release's) folder
+    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "harness-hypothesis")
 
     @st.composite
     def cases(draw: Any) -> tuple[int, int, int]:
