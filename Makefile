@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet --target build/bench-site --no-deps -r benchmarks/requirements.txt
 	PYTHONPATH=build/bench-site $(PY) benchmarks/engine_overhead.py
 	$(PY) benchmarks/grading_throughput.py
+	$(PY) benchmarks/lesson_times.py
 
 clean:
 	rm -rf build runs
