@@ -1,4 +1,4 @@
-"""Instrumentation the checks observe behaviour through: optimizer steps and module modes.
+"""Instrumentation the checks observe behaviour through: optimizer steps, module modes, host syncs.
 
 Checks never read source text; they attach these hooks, run the student's code, and read the records.
 """
@@ -6,9 +6,12 @@ Checks never read source text; they attach these hooks, run the student's code, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.overrides import TorchFunctionMode
 
 
 @dataclass
@@ -89,3 +92,51 @@ class ForwardRecorder:
                 batch_size=first.shape[0] if isinstance(first, torch.Tensor) and first.dim() else None,
             )
         )
+
+
+# Tensor methods that copy a value from the device to the host: on a GPU each one waits for every kernel
+# queued so far, which stalls the pipeline when it happens at every step.
+_SYNC_METHODS = frozenset(
+    {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__format__"}
+)
+
+
+class HostSyncCounter(TorchFunctionMode):
+    """Counts device-to-host syncs (`.item()`, `float(t)`, `if t:`, `.tolist()`, `.cpu()`...) in a block.
+
+    Use as a context manager: `with HostSyncCounter() as syncs: ...; syncs.count`. On a CPU nothing
+    actually waits, but the count is what a GPU would pay for, so it is what the checks look at. Calls made
+    inside `optimizer.step()` are not counted: they belong to the optimizer (Adam reads its step counter,
+    which lives on the CPU) and to the checks' own step hooks.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.calls: list[str] = []
+        self._in_step = 0
+
+    def __enter__(self) -> "HostSyncCounter":
+        self._hooks = (
+            register_optimizer_step_pre_hook(self._enter_step),
+            register_optimizer_step_post_hook(self._leave_step),
+        )
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        super().__exit__(*exc)
+
+    def _enter_step(self, *args: object) -> None:
+        self._in_step += 1
+
+    def _leave_step(self, *args: object) -> None:
+        self._in_step -= 1
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in _SYNC_METHODS and not self._in_step:
+            self.count += 1
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,9 @@ def merge_into_gradebook(db_path: Path, template: Path, results: list[dict[str, 
 
     if not db_path.exists():
         shutil.copy(template / "gradebook.db", db_path)
-    with Gradebook(f"sqlite:///{db_path}", COURSE_ID) as gradebook:
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{db_path}", COURSE_ID) as gradebook:
+        # nbgrader's own update_or_create_submission trips SQLAlchemy's autoflush warning; the rows are right
+        warnings.filterwarnings("ignore", message=".*not in session.*")
         for result in results:
             gradebook.update_or_create_student(result["student"])
             submission = gradebook.update_or_create_submission(result["assignment"], result["student"])

@@ -6,27 +6,11 @@ import time
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from harness.checks.core import fail
+from harness.checks.probes import HostSyncCounter
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice
-
-_SYNCS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__float__,
-          torch.Tensor.__int__, torch.Tensor.numpy, torch.Tensor.cpu}
-
-
-class SyncCounter(TorchFunctionMode):
-    """Counts tensor-to-host transfers (.item(), float(t), bool(t), .tolist(), .cpu(), .numpy())."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _SYNCS:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _check_epoch_metrics(ns: dict) -> str:
@@ -36,7 +20,7 @@ def _check_epoch_metrics(ns: dict) -> str:
     gen = torch.Generator().manual_seed(1)
     for n_batches in (3, 12):
         batches = [(torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(n_batches)]
-        with SyncCounter() as counter:
+        with HostSyncCounter() as counter:
             loss, accuracy = epoch_metrics(model, batches, nn.CrossEntropyLoss())
         with torch.no_grad():
             x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
@@ -104,13 +88,13 @@ def epoch_metrics(model, batches, loss_fn):
 
 def _item_experiment() -> None:
     x = torch.randn(256, 256)
-    with SyncCounter() as counter:
+    with HostSyncCounter() as counter:
         total = torch.zeros(())
         for _ in range(50):
             total += (x @ x).mean()
         total.item()
     print(f"50 steps accumulating on the device: {counter.count} host sync(s)")
-    with SyncCounter() as counter:
+    with HostSyncCounter() as counter:
         total_py = 0.0
         for _ in range(50):
             total_py += (x @ x).mean().item()
