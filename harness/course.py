@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,12 @@ from harness.grading.layout import discover_assignments
 from harness.grading.release import answered_release
 
 
-def grade_solutions(out: Path, assignments: list[str]) -> list[dict[str, Any]]:
-    """Autograde each assignment's solution answers; one result per assignment."""
+def grade_solutions(out: Path, assignments: list[str], workers: int = 2) -> list[dict[str, Any]]:
+    """Autograde each assignment's solution answers, `workers` assignments at a time; one result each."""
     from harness.grading.batch import Limits, grade_batch
     from harness.grading.submissions import Submission
 
-    results = []
-    for assignment in assignments:
+    def grade(assignment: str) -> dict[str, Any]:
         folder = out / "submissions" / assignment
         folder.mkdir(parents=True, exist_ok=True)
         notebook = folder / f"{assignment}.ipynb"
@@ -34,8 +34,10 @@ def grade_solutions(out: Path, assignments: list[str]) -> list[dict[str, Any]]:
         started = time.perf_counter()
         [result] = grade_batch([Submission("solution", notebook)], assignment, out / "grading" / assignment,
                                workers=1, limits=Limits(cell_timeout=300, submission_seconds=900))
-        results.append({**result, "wall_seconds": time.perf_counter() - started})
-    return results
+        return {**result, "wall_seconds": time.perf_counter() - started}
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # each grade_batch runs its own worker process
+        return list(pool.map(grade, assignments))
 
 
 def _showcase(out: Path) -> str:
