@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,9 @@ from harness.grading.release import build_course
 from harness.grading.submissions import Submission
 
 COURSE_ID = "pytorch-training-lab"
+# nbgrader's API keeps process-wide state (logging, configuration): batches graded from several threads
+# (harness course) take turns for it; their worker processes still run in parallel.
+_NBGRADER_IN_PROCESS = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,11 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         template, workdir = Path(tmp) / "template", Path(tmp) / "jobs"
         template.mkdir()
         workdir.mkdir()
-        build_course(template, [assignment], repo_root)
+        with _NBGRADER_IN_PROCESS:
+            build_course(template, [assignment], repo_root)
         jobs = make_jobs(submissions, assignment, template, out, workdir, limits, workers)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(lambda job: run_job(job, workdir, limits.submission_seconds), jobs))
-        merge_into_gradebook(out / "gradebook.db", template, results)
+        with _NBGRADER_IN_PROCESS:
+            merge_into_gradebook(out / "gradebook.db", template, results)
     return results

@@ -42,7 +42,8 @@ def build_course(course_root: Path, assignments: list[str], repo_root: Path = RE
     for assignment in assignments:
         outcome = api.generate_assignment(assignment, force=True, create=True)
         if not outcome["success"]:
-            raise ReleaseError(f"nbgrader could not generate {assignment}:\n{outcome['error']}\n{outcome['log']}")
+            details = f"{outcome.get('error')}\n{outcome.get('log', '')}"
+            raise ReleaseError(f"nbgrader could not generate {assignment}:\n{details}")
 
 
 def generate_release(assignments: list[str], out_dir: Path, repo_root: Path = REPO_ROOT) -> list[Path]:
