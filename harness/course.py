@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the course; 1 if any solution does not get full marks."""
     from harness.env import environment_report
 
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     report = environment_report()
     (args.out / "environment.json").write_text(json.dumps(report, indent=1, default=str))

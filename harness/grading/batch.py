@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str,
     started = time.perf_counter()
     with log_path.open("w") as log:
         worker = subprocess.Popen([sys.executable, "-m", "harness.grading.autograde", str(job_file), str(result_file)],
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
         try:
             worker.wait(timeout=limit_seconds)
         except subprocess.TimeoutExpired:
@@ -128,6 +128,10 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
     if len(set(students)) != len(students):
         raise ValueError(f"two submissions share a student id: {sorted({s for s in students if students.count(s) > 1})}")
     put_environment_tools_on_path()
+    # absolute paths only: nbgrader changes the process's working directory while it generates, and other
+    # threads (harness course grades two assignments at a time) must not resolve paths against it
+    out = out.resolve()
+    submissions = [replace(s, notebook=s.notebook.resolve()) if s.notebook else s for s in submissions]
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="harness-batch-") as tmp:
         template, workdir = Path(tmp) / "template", Path(tmp) / "jobs"
