@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -82,13 +82,25 @@ def _run_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
     try:
         return launch_forked(worker, WORLD, args=args, timeout_s=30).results
     except LaunchError as error:
-        last = str(error).strip().splitlines()[-1]
-        if "did not finish" in str(error):
-            fail("hang", observed=f"the ranks did not finish within 30 s",
-                 expected="every rank returns", cause="one rank waits in a collective (all_reduce, barrier) "
-                 "that another rank never calls, e.g. a collective inside `if rank == 0:`",
-                 where="collectives and barriers: every rank must call them, in the same order")
-        raise RuntimeError(f"on rank {error.rank}: {last}") from None
+        if "did not finish" not in str(error):
+            _report_launch_error(error)
+    # A forked child of a multi-threaded kernel can, rarely, deadlock before it runs anything (a lock held by
+    # another thread at fork time): a second attempt tells that apart from a student's real hang.
+    try:
+        return launch_forked(worker, WORLD, args=args, timeout_s=30).results
+    except LaunchError as error:
+        _report_launch_error(error)
+
+
+def _report_launch_error(error: LaunchError) -> NoReturn:
+    """Turn a failed launch into the student's failure: a hang, or the exception a rank raised."""
+    last = str(error).strip().splitlines()[-1]
+    if "did not finish" in str(error):
+        fail("hang", observed="the ranks did not finish within 30 s, twice",
+             expected="every rank returns", cause="one rank waits in a collective (all_reduce, barrier) "
+             "that another rank never calls, e.g. a collective inside `if rank == 0:`",
+             where="collectives and barriers: every rank must call them, in the same order")
+    raise RuntimeError(f"on rank {error.rank}: {last}") from None
 
 
 def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

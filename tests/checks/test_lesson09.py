@@ -5,6 +5,8 @@ Every check forks real gloo ranks (harness.launch.launch_forked), so these tests
 
 from __future__ import annotations
 
+import threading
+
 from contextlib import nullcontext
 
 import pytest
@@ -86,6 +88,19 @@ def test_ddp_mean_accepts_correct_solutions(solution, capsys):
 )
 def test_ddp_mean_rejects_planted_bugs(solution, code, phrase, hidden):
     expect_failure("09-ddp-mean", code, phrase, solution, hidden)
+
+
+def mean_that_blocks_on_rank1(value: torch.Tensor) -> torch.Tensor:
+    total = value.clone()
+    dist.all_reduce(total)
+    if dist.get_rank() == 1:
+        threading.Event().wait()  # never returns, as a rank stuck waiting for a message would
+    return total / dist.get_world_size()
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_returns_is_reported_as_a_hang():
+    expect_failure("09-ddp-mean", "hang", "did not finish within 30 s, twice", mean_that_blocks_on_rank1)
 
 
 # ---------------------------------------------------------------------------------------------- 09-shard-loader
