@@ -6,7 +6,6 @@ Every check forks real gloo ranks (harness.launch.launch_forked), so these tests
 from __future__ import annotations
 
 import threading
-
 from contextlib import nullcontext
 
 import pytest
