@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test lab release grade bench clean
+.PHONY: course test chromium lab release grade bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,16 @@ course: $(STAMP)
 
 ## test: the full test suite (what CI runs). One intra-op thread per process: xdist workers and notebook
 ## kernels share the cores, and more threads than cores spin-wait (10x slower under load).
-test: $(STAMP)
+test: $(STAMP) chromium
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup
+
+## chromium: Debian's Chromium for the browser test (tests/test_browser.py drives JupyterLab in it). Installed
+## with apt-get when missing and this is root on Debian/Ubuntu; elsewhere the browser test is skipped (CI fails it).
+chromium:
+	@command -v chromium > /dev/null || command -v chromium-browser > /dev/null || \
+	  { command -v apt-get > /dev/null && [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium > /dev/null; } || \
+	  echo "chromium is not installed and could not be: the browser test will be skipped (install Debian's chromium)"
 
 ## lab: JupyterLab on the student notebooks
 lab: $(STAMP)

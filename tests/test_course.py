@@ -1,0 +1,63 @@
+"""`harness course`: a real lesson executed and graded, a broken one reported while the rest still run."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import re
+
+import matplotlib.pyplot as plt
+import nbformat
+import pytest
+
+from harness import course
+
+
+def test_course_grades_lessons_reports_failures_and_writes_html(tmp_path, capsys):
+    args = argparse.Namespace(out=tmp_path, lessons=["no_such_lesson", "04_training_loop"], skip_showcase=True)
+
+    assert course.run(args) == 1  # the missing lesson fails the run
+
+    printed = capsys.readouterr().out
+    assert "[1/2] no_such_lesson" in printed
+    assert "could not be graded: ValueError: no lesson 'no_such_lesson' in solutions/" in printed
+    assert "[2/2] 04_training_loop" in printed or "[1/2] 04_training_loop" in printed
+    assert "not full marks or failed: no_such_lesson" in printed
+    page = (tmp_path / "index.html").read_text()
+    assert "1 of 2 lessons at full marks" in page
+    assert re.search(r'<tr class="ok"><td><a href="#04_training_loop">04_training_loop</a></td><td>(\d+) / \1</td>', page)
+    assert '<tr class="error"><td><a href="#no_such_lesson">' in page
+    figures = sorted((tmp_path / "figures").glob("04_training_loop-*.png"))
+    assert figures, "lesson 04 draws training curves: they should be in the report"
+    assert f'src="figures/{figures[0].name}"' in page
+    assert figures[0].read_bytes().startswith(b"\x89PNG")
+
+
+def test_save_figures_writes_each_png_output(tmp_path):
+    figure = plt.figure()
+    plt.plot([1, 2, 3])
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    png = base64.b64encode(buffer.getvalue()).decode()
+    cell = nbformat.v4.new_code_cell("plot()", outputs=[
+        nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+        nbformat.v4.new_output("stream", text="done\n")])
+    notebook = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# hi"), cell, cell]), notebook)
+
+    paths = course.save_figures(notebook, tmp_path / "figures", "lesson")
+
+    assert [p.name for p in paths] == ["lesson-1.png", "lesson-2.png"]
+    assert paths[0].read_bytes() == buffer.getvalue()
+
+
+@pytest.mark.parametrize(("scores", "status", "expected"), [
+    ({"t": [2.0, 2.0]}, "ok", "ok"),
+    ({"t": [1.0, 2.0]}, "ok", "FAILED"),
+    ({"t": [2.0, 2.0]}, "flagged", "FAILED"),
+    ({}, "invalid", "error"),
+])
+def test_verdict_needs_full_marks_and_a_clean_status(scores, status, expected):
+    assert course.verdict({"scores": scores, "status": status}) == expected
