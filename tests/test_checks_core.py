@@ -72,3 +72,17 @@ def test_unknown_task_ids_are_clear_errors():
 def test_register_requires_two_hint_levels():
     with pytest.raises(ValueError, match="at least two levels"):
         register("99-x", hints=("only one",))
+
+
+def test_check_assertions_for_planted_bugs_can_fail(toy_check, capsys):
+    from harness.checks.testing import assert_check_fails, assert_check_passes
+
+    assert "does not double" in assert_check_fails(toy_check, lambda x: x * x, code="wrong-value", phrase="double(")
+    with pytest.raises(pytest.fail.Exception):  # a correct solution is no planted bug
+        assert_check_fails(toy_check, lambda x: 2 * x, code="wrong-value", phrase="double(")
+    with pytest.raises(AssertionError, match="99-double failed"):  # the right failure, the wrong code
+        assert_check_fails(toy_check, lambda x: x * x, code="other-code", phrase="double(")
+    capsys.readouterr()
+    assert_check_passes(toy_check, lambda x: x + x, capsys=capsys)
+    with pytest.raises(CheckFailed):  # fails only on the hidden inputs
+        assert_check_passes(toy_check, lambda x: 2 * x if abs(x) < 100 else 0)

@@ -11,21 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from harness.checks import CheckFailed, check
-
-
-def assert_fails(task: str, solution: Any, code: str, phrase: str, *, hidden: bool = False) -> None:
-    with pytest.raises(CheckFailed) as info:
-        check(task, solution, hidden=hidden)
-    assert info.value.code == code, str(info.value)
-    assert phrase in str(info.value)
-
-
-def assert_passes(task: str, solution: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    check(task, solution)
-    check(task, solution, hidden=True)
-    out = capsys.readouterr()
-    assert out.out.count("\u2714") == 2 and out.err == ""
+from harness.checks.testing import assert_check_fails, assert_check_passes
 
 
 # ------------------------------------------------------------------------------------------------ 01-to-tokens
@@ -68,7 +54,7 @@ def tokens_numpy(images: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("solution", [tokens_permute_reshape, tokens_flatten_transpose, tokens_einsum])
 def test_to_tokens_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("01-to-tokens", solution, capsys)
+    assert_check_passes("01-to-tokens", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -79,7 +65,7 @@ def test_to_tokens_accepts_correct(solution: Callable, capsys) -> None:
     (tokens_numpy, "not-a-tensor", "ndarray"),
 ])
 def test_to_tokens_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("01-to-tokens", solution, code, phrase)
+    assert_check_fails("01-to-tokens", solution, code=code, phrase=phrase)
 
 
 # --------------------------------------------------------------------------------------- 01-pairwise-distances
@@ -118,7 +104,7 @@ def distances_list(x: torch.Tensor, y: torch.Tensor) -> list:
 
 @pytest.mark.parametrize("solution", [distances_difference, distances_norm, distances_expansion_clamped])
 def test_pairwise_distances_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("01-pairwise-distances", solution, capsys)
+    assert_check_passes("01-pairwise-distances", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -129,7 +115,7 @@ def test_pairwise_distances_accepts_correct(solution: Callable, capsys) -> None:
     (distances_list, "not-a-tensor", "returned list"),
 ])
 def test_pairwise_distances_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("01-pairwise-distances", solution, code, phrase)
+    assert_check_fails("01-pairwise-distances", solution, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- 01-logsumexp
@@ -179,7 +165,7 @@ def lse_detached_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("solution", [lse_where, lse_masked_fill])
 def test_logsumexp_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("01-logsumexp", solution, capsys)
+    assert_check_passes("01-logsumexp", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -191,7 +177,7 @@ def test_logsumexp_accepts_correct(solution: Callable, capsys) -> None:
     (lse_detached_sum, "wrong-gradient", "softmax"),
 ])
 def test_logsumexp_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("01-logsumexp", solution, code, phrase)
+    assert_check_fails("01-logsumexp", solution, code=code, phrase=phrase)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, database=None)
@@ -273,7 +259,7 @@ def grads_as_lists(w: torch.Tensor, losses: list) -> list:
 
 @pytest.mark.parametrize("solution", [grads_reset, grads_autograd, grads_clone_and_zero])
 def test_per_loss_gradients_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("01-per-loss-gradients", solution, capsys)
+    assert_check_passes("01-per-loss-gradients", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -286,7 +272,7 @@ def test_per_loss_gradients_accepts_correct(solution: Callable, capsys) -> None:
     (grads_as_lists, "not-a-tensor", "entry 0 returned list"),
 ])
 def test_per_loss_gradients_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("01-per-loss-gradients", solution, code, phrase)
+    assert_check_fails("01-per-loss-gradients", solution, code=code, phrase=phrase)
 
 
 # ----------------------------------------------------------------------------------------------- 01-ema-update
@@ -340,7 +326,7 @@ def ema_returns_list(ema: list, params: list, decay: float) -> list:
 
 @pytest.mark.parametrize("solution", [ema_no_grad, ema_detach_copy, ema_lerp])
 def test_ema_update_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("01-ema-update", solution, capsys)
+    assert_check_passes("01-ema-update", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -352,7 +338,7 @@ def test_ema_update_accepts_correct(solution: Callable, capsys) -> None:
     (ema_returns_list, "returns-value", "returned list"),
 ])
 def test_ema_update_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("01-ema-update", solution, code, phrase)
+    assert_check_fails("01-ema-update", solution, code=code, phrase=phrase)
 
 
 # -------------------------------------------------------------------------------------------- 01-silu-function
@@ -434,7 +420,7 @@ class SiLUInPlace(torch.autograd.Function):
 
 @pytest.mark.parametrize("solution", [SiLUSaveInput, SiLUSaveSigmoid])
 def test_silu_function_accepts_correct(solution: type, capsys) -> None:
-    assert_passes("01-silu-function", solution, capsys)
+    assert_check_passes("01-silu-function", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -446,7 +432,7 @@ def test_silu_function_accepts_correct(solution: type, capsys) -> None:
     (torch.nn.functional.silu, "not-a-function", "subclass of torch.autograd.Function"),
 ])
 def test_silu_function_rejects_bug(solution: Any, code: str, phrase: str) -> None:
-    assert_fails("01-silu-function", solution, code, phrase)
+    assert_check_fails("01-silu-function", solution, code=code, phrase=phrase)
 
 
 def test_hints_exist_for_every_task(capsys) -> None:

@@ -10,21 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.checks import CheckFailed, check
-
-
-def assert_fails(task: str, solution: Any, code: str, phrase: str, *, hidden: bool = False) -> None:
-    with pytest.raises(CheckFailed) as info:
-        check(task, solution, hidden=hidden)
-    assert info.value.code == code, str(info.value)
-    assert phrase in str(info.value)
-
-
-def assert_passes(task: str, solution: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    check(task, solution)
-    check(task, solution, hidden=True)
-    out = capsys.readouterr()
-    assert out.out.count("\u2714") == 2 and out.err == ""
+from harness.checks import check
+from harness.checks.testing import assert_check_fails, assert_check_passes
 
 
 # ------------------------------------------------------------------------------------------------------ 02-mlp
@@ -112,7 +99,7 @@ class MLPIgnoresDropout(MLPModuleList):
 
 @pytest.mark.parametrize("solution", [MLPModuleList, MLPSequential])
 def test_mlp_accepts_correct(solution: type, capsys) -> None:
-    assert_passes("02-mlp", solution, capsys)
+    assert_check_passes("02-mlp", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -126,7 +113,7 @@ def test_mlp_accepts_correct(solution: type, capsys) -> None:
     (MLPIgnoresDropout, "dropout-missing", "identical outputs twice"),
 ])
 def test_mlp_rejects_bug(solution: type, code: str, phrase: str) -> None:
-    assert_fails("02-mlp", solution, code, phrase)
+    assert_check_fails("02-mlp", solution, code=code, phrase=phrase)
 
 
 # ------------------------------------------------------------------------------------------ 02-count-trainable
@@ -141,7 +128,7 @@ def count_by_identity(model: nn.Module) -> int:
 
 @pytest.mark.parametrize("solution", [count_parameters, count_by_identity])
 def test_count_trainable_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("02-count-trainable", solution, capsys)
+    assert_check_passes("02-count-trainable", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -155,7 +142,7 @@ def test_count_trainable_accepts_correct(solution: Callable, capsys) -> None:
     (lambda m: torch.tensor([p.numel() for p in m.parameters() if p.requires_grad]).sum(), "not-an-int", "Python int"),
 ])
 def test_count_trainable_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("02-count-trainable", solution, code, phrase)
+    assert_check_fails("02-count-trainable", solution, code=code, phrase=phrase)
 
 
 # -------------------------------------------------------------------------------------- 02-running-standardizer
@@ -294,7 +281,7 @@ class StandardizerFloat32Output(StandardizerLerp):
 
 @pytest.mark.parametrize("solution", [StandardizerLerp, StandardizerUnbiased])
 def test_running_standardizer_accepts_correct(solution: type, capsys) -> None:
-    assert_passes("02-running-standardizer", solution, capsys)
+    assert_check_passes("02-running-standardizer", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -312,7 +299,7 @@ def test_running_standardizer_accepts_correct(solution: type, capsys) -> None:
     (StandardizerFloat32Output, "does-not-move", "float64"),
 ])
 def test_running_standardizer_rejects_bug(solution: type, code: str, phrase: str) -> None:
-    assert_fails("02-running-standardizer", solution, code, phrase)
+    assert_check_fails("02-running-standardizer", solution, code=code, phrase=phrase)
 
 
 # ------------------------------------------------------------------------------------------ 02-freeze-backbone
@@ -343,7 +330,7 @@ def freeze_backbone_only(model: nn.Module) -> None:
 
 @pytest.mark.parametrize("solution", [freeze_with_modules, freeze_by_name])
 def test_freeze_backbone_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("02-freeze-backbone", solution, capsys)
+    assert_check_passes("02-freeze-backbone", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase, hidden", [
@@ -352,7 +339,7 @@ def test_freeze_backbone_accepts_correct(solution: Callable, capsys) -> None:
     (freeze_backbone_only, "head-frozen", "it was frozen before your function ran", True),
 ])
 def test_freeze_backbone_rejects_bug(solution: Callable, code: str, phrase: str, hidden: bool) -> None:
-    assert_fails("02-freeze-backbone", solution, code, phrase, hidden=hidden)
+    assert_check_fails("02-freeze-backbone", solution, code=code, phrase=phrase, hidden=hidden)
 
 
 # --------------------------------------------------------------------------------------------- 02-init-weights
@@ -423,7 +410,7 @@ def init_every_parameter(model: nn.Module) -> None:
 
 @pytest.mark.parametrize("solution", [init_kaiming, init_uniform_with_apply])
 def test_init_weights_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("02-init-weights", solution, capsys)
+    assert_check_passes("02-init-weights", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase", [
@@ -435,7 +422,7 @@ def test_init_weights_accepts_correct(solution: Callable, capsys) -> None:
     (init_every_parameter, "norm-changed", "LayerNorm"),
 ])
 def test_init_weights_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_fails("02-init-weights", solution, code, phrase)
+    assert_check_fails("02-init-weights", solution, code=code, phrase=phrase)
 
 
 # --------------------------------------------------------------------------------------------- 02-param-groups
@@ -512,7 +499,7 @@ def groups_detached(model, *, lr, weight_decay, backbone_lr):
 
 @pytest.mark.parametrize("solution", [groups_by_key, groups_four_lists])
 def test_param_groups_accepts_correct(solution: Callable, capsys) -> None:
-    assert_passes("02-param-groups", solution, capsys)
+    assert_check_passes("02-param-groups", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize("solution, code, phrase, hidden", [
@@ -526,7 +513,7 @@ def test_param_groups_accepts_correct(solution: Callable, capsys) -> None:
     (groups_swapped_lr, "wrong-lr", "(backbone)", False),
 ])
 def test_param_groups_rejects_bug(solution: Callable, code: str, phrase: str, hidden: bool) -> None:
-    assert_fails("02-param-groups", solution, code, phrase, hidden=hidden)
+    assert_check_fails("02-param-groups", solution, code=code, phrase=phrase, hidden=hidden)
 
 
 def test_hints_exist_for_every_task(capsys) -> None:

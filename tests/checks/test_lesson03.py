@@ -13,15 +13,8 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset, get_worker_info
 
 from harness.checks import CheckFailed, check
+from harness.checks.testing import assert_check_fails
 from harness.repro import make_generator
-
-
-def expect_failure(task: str, obj: object, code: str, phrase: str) -> None:
-    with pytest.raises(CheckFailed) as failure:
-        check(task, obj)
-    assert failure.value.code == code, str(failure.value)
-    assert phrase in str(failure.value)
-
 
 # ---------------------------------------------------------------------------------------------------- dataset
 
@@ -116,7 +109,7 @@ def test_dataset_passes(cls, hidden):
     ],
 )
 def test_dataset_rejects(cls, code, phrase):
-    expect_failure("03-dataset", cls, code, phrase)
+    assert_check_fails("03-dataset", cls, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- pad collate
@@ -212,7 +205,7 @@ def test_pad_collate_passes(fn, hidden):
     ],
 )
 def test_pad_collate_rejects(fn, code, phrase):
-    expect_failure("03-pad-collate", fn, code, phrase)
+    assert_check_fails("03-pad-collate", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- seeded loader
@@ -273,7 +266,7 @@ def test_seeded_loader_passes(fn, hidden):
     ],
 )
 def test_seeded_loader_rejects(fn, code, phrase):
-    expect_failure("03-seeded-loader", fn, code, phrase)
+    assert_check_fails("03-seeded-loader", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- worker init
@@ -321,7 +314,7 @@ def test_worker_init_passes(fn, hidden):
     ],
 )
 def test_worker_init_rejects(fn, code, phrase):
-    expect_failure("03-worker-init", fn, code, phrase)
+    assert_check_fails("03-worker-init", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- split + normalise
@@ -457,7 +450,7 @@ def test_split_normalize_passes(fn, hidden):
     ],
 )
 def test_split_normalize_rejects(fn, code, phrase):
-    expect_failure("03-split-normalize", fn, code, phrase)
+    assert_check_fails("03-split-normalize", fn, code=code, phrase=phrase)
 
 
 def test_split_normalize_rejects_division_by_zero_std():

@@ -9,16 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks import CheckFailed, check
+from harness.checks import check
 from harness.checks.lesson04 import HostSyncCounter
-
-
-def expect_failure(task: str, obj: object, code: str, phrase: str) -> None:
-    with pytest.raises(CheckFailed) as failure:
-        check(task, obj)
-    assert failure.value.code == code, str(failure.value)
-    assert phrase in str(failure.value)
-
+from harness.checks.testing import assert_check_fails
 
 # ---------------------------------------------------------------------------------------------------- running mean
 
@@ -108,7 +101,7 @@ def test_running_mean_passes(cls, hidden):
     ],
 )
 def test_running_mean_rejects(cls, code, phrase):
-    expect_failure("04-running-mean", cls, code, phrase)
+    assert_check_fails("04-running-mean", cls, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- train step
@@ -238,7 +231,7 @@ def test_train_step_passes(fn, hidden):
     ],
 )
 def test_train_step_rejects(fn, code, phrase):
-    expect_failure("04-train-step", fn, code, phrase)
+    assert_check_fails("04-train-step", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- train epoch
@@ -322,7 +315,7 @@ def test_train_epoch_passes(fn, hidden):
     ],
 )
 def test_train_epoch_rejects(fn, code, phrase):
-    expect_failure("04-train-epoch", fn, code, phrase)
+    assert_check_fails("04-train-epoch", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- evaluate
@@ -449,7 +442,7 @@ def test_evaluate_passes(fn, hidden):
     ],
 )
 def test_evaluate_rejects(fn, code, phrase):
-    expect_failure("04-evaluate", fn, code, phrase)
+    assert_check_fails("04-evaluate", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- fit
@@ -541,7 +534,7 @@ def test_fit_passes(fn, hidden):
     ],
 )
 def test_fit_rejects(fn, code, phrase):
-    expect_failure("04-fit", fn, code, phrase)
+    assert_check_fails("04-fit", fn, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------------- the sync counter

@@ -7,20 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.checks import CheckFailed, check
+from harness.checks import check
 from harness.checks.lesson05 import real_scale_trace
-
-
-def _fails(task: str, obj: object, code: str, phrase: str, *, hidden: bool = False) -> None:
-    with pytest.raises(CheckFailed) as info:
-        check(task, obj, hidden=hidden)
-    assert info.value.code == code, str(info.value)
-    assert phrase in str(info.value)
-
-
-def _passes(task: str, obj: object) -> None:
-    check(task, obj)
-    check(task, obj, hidden=True)
+from harness.checks.testing import assert_check_fails, assert_check_passes
 
 
 # ---------------------------------------------------------------- 05-choose-precision
@@ -41,8 +30,8 @@ def choose_table(device_type: str, bf16_supported: bool) -> tuple[torch.dtype, b
 
 
 def test_choose_precision_accepts_correct_solutions():
-    _passes("05-choose-precision", choose_if)
-    _passes("05-choose-precision", choose_table)
+    assert_check_passes("05-choose-precision", choose_if)
+    assert_check_passes("05-choose-precision", choose_table)
 
 
 @pytest.mark.parametrize(
@@ -60,7 +49,7 @@ def test_choose_precision_accepts_correct_solutions():
     ],
 )
 def test_choose_precision_rejects_bugs(bad, code, phrase):
-    _fails("05-choose-precision", bad, code, phrase)
+    assert_check_fails("05-choose-precision", bad, code=code, phrase=phrase)
 
 
 def test_choose_precision_hidden_tries_more_unknown_devices():
@@ -70,7 +59,7 @@ def test_choose_precision_hidden_tries_more_unknown_devices():
         return choose_if("cpu", bf16_supported)
 
     check("05-choose-precision", accepts_empty)
-    _fails("05-choose-precision", accepts_empty, "unknown-device-accepted", "ValueError", hidden=True)
+    assert_check_fails("05-choose-precision", accepts_empty, code="unknown-device-accepted", phrase="ValueError", hidden=True)
 
 
 # ---------------------------------------------------------------- 05-cast-report
@@ -96,8 +85,8 @@ def report_finfo(x: torch.Tensor, dtype: torch.dtype) -> dict:
 
 
 def test_cast_report_accepts_correct_solutions():
-    _passes("05-cast-report", report_masks)
-    _passes("05-cast-report", report_finfo)
+    assert_check_passes("05-cast-report", report_masks)
+    assert_check_passes("05-cast-report", report_finfo)
 
 
 def _rel_in_half(x, dtype):
@@ -125,7 +114,7 @@ def _in_place(x, dtype):
     ],
 )
 def test_cast_report_rejects_bugs(bad, code, phrase):
-    _fails("05-cast-report", bad, code, phrase)
+    assert_check_fails("05-cast-report", bad, code=code, phrase=phrase)
 
 
 def test_cast_report_hidden_counts_zeros_correctly():
@@ -135,7 +124,7 @@ def test_cast_report_hidden_counts_zeros_correctly():
         return out
 
     check("05-cast-report", zeros_underflow)  # the visible inputs have no zeros
-    _fails("05-cast-report", zeros_underflow, "wrong-underflow", "were 0", hidden=True)
+    assert_check_fails("05-cast-report", zeros_underflow, code="wrong-underflow", phrase="were 0", hidden=True)
 
 
 # ---------------------------------------------------------------- 05-output-dtypes
@@ -175,8 +164,8 @@ def dtypes_global_hook(model, x, device_type, dtype):
 
 
 def test_output_dtypes_accepts_correct_solutions():
-    _passes("05-output-dtypes", dtypes_hooks)
-    _passes("05-output-dtypes", dtypes_global_hook)
+    assert_check_passes("05-output-dtypes", dtypes_hooks)
+    assert_check_passes("05-output-dtypes", dtypes_global_hook)
 
 
 def _plain_outputs(model, x, device_type, dtype):
@@ -230,7 +219,7 @@ def _input_dtype(model, x, device_type, dtype):
     ],
 )
 def test_output_dtypes_rejects_bugs(bad, code, phrase):
-    _fails("05-output-dtypes", bad, code, phrase)
+    assert_check_fails("05-output-dtypes", bad, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------- 05-scale-trace
@@ -257,8 +246,8 @@ def trace_streak(overflows, *, init_scale=2.0**16, growth_factor=2.0, backoff_fa
 
 
 def test_scale_trace_accepts_correct_solutions():
-    _passes("05-scale-trace", trace_loop)
-    _passes("05-scale-trace", trace_streak)
+    assert_check_passes("05-scale-trace", trace_loop)
+    assert_check_passes("05-scale-trace", trace_streak)
 
 
 def test_reference_trace_is_the_real_scaler():
@@ -305,7 +294,7 @@ def _early_growth(overflows, *, init_scale, growth_factor, backoff_factor, growt
     ],
 )
 def test_scale_trace_rejects_bugs(bad, code, phrase):
-    _fails("05-scale-trace", bad, code, phrase)
+    assert_check_fails("05-scale-trace", bad, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------- 05-amp-step
@@ -336,8 +325,8 @@ def amp_step_zero_at_end(model, batch, loss_fn, optimizer, scaler, device_type, 
 
 
 def test_amp_step_accepts_correct_solutions():
-    _passes("05-amp-step", amp_step)
-    _passes("05-amp-step", amp_step_zero_at_end)
+    assert_check_passes("05-amp-step", amp_step)
+    assert_check_passes("05-amp-step", amp_step_zero_at_end)
 
 
 def _missing_update(model, batch, loss_fn, optimizer, scaler, device_type, dtype):
@@ -452,7 +441,7 @@ def _skips_nothing(model, batch, loss_fn, optimizer, scaler, device_type, dtype)
     ],
 )
 def test_amp_step_rejects_bugs(bad, code, phrase):
-    _fails("05-amp-step", bad, code, phrase)
+    assert_check_fails("05-amp-step", bad, code=code, phrase=phrase)
 
 
 def test_amp_step_inf_gradient_must_not_reach_the_optimizer():
@@ -469,11 +458,11 @@ def test_amp_step_inf_gradient_must_not_reach_the_optimizer():
         scaler.update()
         return loss.detach()
 
-    _fails("05-amp-step", steps_anyway, "inf-step-not-skipped", "parameters")
+    assert_check_fails("05-amp-step", steps_anyway, code="inf-step-not-skipped", phrase="parameters")
 
 
 def test_amp_step_stub_reports_the_exception_not_a_missing_call():
     def stub(model, batch, loss_fn, optimizer, scaler, device_type, dtype):
         raise NotImplementedError()
 
-    _fails("05-amp-step", stub, "raised", "NotImplementedError")
+    assert_check_fails("05-amp-step", stub, code="raised", phrase="NotImplementedError")

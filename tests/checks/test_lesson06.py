@@ -6,19 +6,7 @@ import pytest
 import torch
 from torch.nn.utils import clip_grad_norm_, clip_grad_value_
 
-from harness.checks import CheckFailed, check
-
-
-def _fails(task: str, obj: object, code: str, phrase: str, *, hidden: bool = False) -> None:
-    with pytest.raises(CheckFailed) as info:
-        check(task, obj, hidden=hidden)
-    assert info.value.code == code, str(info.value)
-    assert phrase in str(info.value)
-
-
-def _passes(task: str, obj: object) -> None:
-    check(task, obj)
-    check(task, obj, hidden=True)
+from harness.checks.testing import assert_check_fails, assert_check_passes
 
 
 # ---------------------------------------------------------------- 06-grad-norm
@@ -36,9 +24,9 @@ def norm_squares(parameters):
 
 
 def test_grad_norm_accepts_correct_solutions():
-    _passes("06-grad-norm", norm_stack)
-    _passes("06-grad-norm", norm_squares)
-    _passes("06-grad-norm", lambda ps: torch.nn.utils.get_total_norm([p.grad for p in ps if p.grad is not None]))
+    assert_check_passes("06-grad-norm", norm_stack)
+    assert_check_passes("06-grad-norm", norm_squares)
+    assert_check_passes("06-grad-norm", lambda ps: torch.nn.utils.get_total_norm([p.grad for p in ps if p.grad is not None]))
 
 
 def _twice(parameters):
@@ -69,7 +57,7 @@ def _in_place(parameters):
     ],
 )
 def test_grad_norm_rejects_bugs(bad, code, phrase, hidden):
-    _fails("06-grad-norm", bad, code, phrase, hidden=hidden)
+    assert_check_fails("06-grad-norm", bad, code=code, phrase=phrase, hidden=hidden)
 
 
 # ---------------------------------------------------------------- 06-clip-step
@@ -96,8 +84,8 @@ def clip_step_by_hand(model, batch, loss_fn, optimizer, max_norm):
 
 
 def test_clip_step_accepts_correct_solutions():
-    _passes("06-clip-step", clip_step)
-    _passes("06-clip-step", clip_step_by_hand)
+    assert_check_passes("06-clip-step", clip_step)
+    assert_check_passes("06-clip-step", clip_step_by_hand)
 
 
 def _value_clip(model, batch, loss_fn, optimizer, max_norm):
@@ -164,7 +152,7 @@ def _half_threshold(model, batch, loss_fn, optimizer, max_norm):
     ],
 )
 def test_clip_step_rejects_bugs(bad, code, phrase):
-    _fails("06-clip-step", bad, code, phrase)
+    assert_check_fails("06-clip-step", bad, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------- 06-amp-clip
@@ -195,8 +183,8 @@ def amp_clip_scaled_threshold(model, batch, loss_fn, optimizer, scaler, max_norm
 
 
 def test_amp_clip_accepts_correct_solutions():
-    _passes("06-amp-clip", amp_clip)
-    _passes("06-amp-clip", amp_clip_scaled_threshold)
+    assert_check_passes("06-amp-clip", amp_clip)
+    assert_check_passes("06-amp-clip", amp_clip_scaled_threshold)
 
 
 def _clip_before_unscale(model, batch, loss_fn, optimizer, scaler, max_norm, device_type, dtype):
@@ -274,7 +262,7 @@ def _amp_hand_step(model, batch, loss_fn, optimizer, scaler, max_norm, device_ty
     ],
 )
 def test_amp_clip_rejects_bugs(bad, code, phrase):
-    _fails("06-amp-clip", bad, code, phrase)
+    assert_check_fails("06-amp-clip", bad, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------- 06-accum-clip
@@ -300,8 +288,8 @@ def accum_clip_sum_then_scale(model, micro_batches, loss_fn, optimizer, max_norm
 
 
 def test_accum_clip_accepts_correct_solutions():
-    _passes("06-accum-clip", accum_clip)
-    _passes("06-accum-clip", accum_clip_sum_then_scale)
+    assert_check_passes("06-accum-clip", accum_clip)
+    assert_check_passes("06-accum-clip", accum_clip_sum_then_scale)
 
 
 def _clip_each(model, micro_batches, loss_fn, optimizer, max_norm):
@@ -360,7 +348,7 @@ def _accum_no_zero(model, micro_batches, loss_fn, optimizer, max_norm):
     ],
 )
 def test_accum_clip_rejects_bugs(bad, code, phrase):
-    _fails("06-accum-clip", bad, code, phrase)
+    assert_check_fails("06-accum-clip", bad, code=code, phrase=phrase)
 
 
 @pytest.mark.parametrize("task", ["06-grad-norm", "06-clip-step", "06-amp-clip", "06-accum-clip"])
@@ -368,4 +356,4 @@ def test_stubs_report_the_exception(task):
     def stub(*args, **kwargs):
         raise NotImplementedError()
 
-    _fails(task, stub, "raised", "NotImplementedError")
+    assert_check_fails(task, stub, code="raised", phrase="NotImplementedError")

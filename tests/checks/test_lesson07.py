@@ -7,18 +7,12 @@ import math
 import pytest
 import torch
 
-from harness.checks import CheckFailed, check
+from harness.checks import check
+from harness.checks.testing import assert_check_fails
 
 
 def run_check(task_id: str, *objects: object, hidden: bool = False) -> None:
     check(task_id, *objects, hidden=hidden)
-
-
-def assert_fails(task_id: str, obj: object, code: str, phrase: str, hidden: bool = False) -> None:
-    with pytest.raises(CheckFailed) as failure:
-        check(task_id, obj, hidden=hidden)
-    assert failure.value.code == code, str(failure.value)
-    assert phrase in str(failure.value)
 
 
 # ---------------------------------------------------------------------------------------------- warmup
@@ -74,7 +68,7 @@ def test_warmup_cosine_accepts_correct(impl, hidden):
     ],
 )
 def test_warmup_cosine_rejects_bugs(impl, code, phrase):
-    assert_fails("07-warmup-cosine", impl, code, phrase)
+    assert_check_fails("07-warmup-cosine", impl, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- loops
@@ -174,11 +168,11 @@ def test_per_step_accepts_correct(impl, hidden):
     ],
 )
 def test_per_step_rejects_bugs(impl, code, phrase):
-    assert_fails("07-per-step", impl, code, phrase)
+    assert_check_fails("07-per-step", impl, code=code, phrase=phrase)
 
 
 def test_per_step_rejects_double_stepping_in_hidden():
-    assert_fails("07-per-step", twice_per_step, "wrong-lr-trace", "once per optimizer step", hidden=True)
+    assert_check_fails("07-per-step", twice_per_step, code="wrong-lr-trace", phrase="once per optimizer step", hidden=True)
 
 
 @pytest.mark.parametrize("impl", [per_epoch_correct, per_epoch_with_eval])
@@ -207,7 +201,7 @@ def per_epoch_twice(model, loader, loss_fn, optimizer, scheduler, epochs):
     ],
 )
 def test_per_epoch_rejects_bugs(impl, code, phrase, hidden):
-    assert_fails("07-per-epoch", impl, code, phrase, hidden=hidden)
+    assert_check_fails("07-per-epoch", impl, code=code, phrase=phrase, hidden=hidden)
 
 
 # ---------------------------------------------------------------------------------------------- plateau
@@ -381,11 +375,11 @@ def test_plateau_accepts_correct(impl, hidden):
     ],
 )
 def test_plateau_rejects_bugs(impl, code, phrase):
-    assert_fails("07-plateau", impl, code, phrase)
+    assert_check_fails("07-plateau", impl, code=code, phrase=phrase)
 
 
 def test_plateau_hidden_rejects_training_metric():
-    assert_fails("07-plateau", plateau_train_metric, "plateau-train-metric", "training loss", hidden=True)
+    assert_check_fails("07-plateau", plateau_train_metric, code="plateau-train-metric", phrase="training loss", hidden=True)
 
 
 # ---------------------------------------------------------------------------------------------- amp skip
@@ -489,8 +483,8 @@ def test_amp_skip_accepts_correct(impl, hidden):
     ],
 )
 def test_amp_skip_rejects_bugs(impl, code, phrase):
-    assert_fails("07-amp-skip", impl, code, phrase)
+    assert_check_fails("07-amp-skip", impl, code=code, phrase=phrase)
 
 
 def test_amp_skip_hidden_rejects_advancing_scheduler():
-    assert_fails("07-amp-skip", amp_step_always, "scheduler-advanced-on-skip", "skipped", hidden=True)
+    assert_check_fails("07-amp-skip", amp_step_always, code="scheduler-advanced-on-skip", phrase="skipped", hidden=True)

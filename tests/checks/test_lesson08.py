@@ -12,18 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
-from harness.checks import CheckFailed, check
+from harness.checks import check
+from harness.checks.testing import assert_check_fails
 from harness.repro import capture_rng_state, restore_rng_state
-
-
-def assert_fails(task_id: str, objects: tuple, code: str, phrase: str, hidden: bool = False) -> str:
-    with pytest.raises(CheckFailed) as failure:
-        check(task_id, *objects, hidden=hidden)
-    assert failure.value.code == code, str(failure.value)
-    assert phrase in str(failure.value)
-    return str(failure.value)
 
 
 # ---------------------------------------------------------------------------------------------- portable
@@ -78,7 +70,7 @@ def test_portable_accepts_correct(impl, hidden):
     ],
 )
 def test_portable_rejects_bugs(impl, code, phrase, hidden):
-    assert_fails("08-portable", (impl,), code, phrase, hidden=hidden)
+    assert_check_fails("08-portable", impl, code=code, phrase=phrase, hidden=hidden)
 
 
 @pytest.mark.slow
@@ -187,7 +179,7 @@ def test_early_stopping_accepts_correct(impl, hidden):
     ],
 )
 def test_early_stopping_rejects_bugs(impl, code, phrase, hidden):
-    assert_fails("08-early-stopping", (impl,), code, phrase, hidden=hidden)
+    assert_check_fails("08-early-stopping", impl, code=code, phrase=phrase, hidden=hidden)
 
 
 # ---------------------------------------------------------------------------------------------- atomic save
@@ -268,7 +260,7 @@ def test_atomic_save_accepts_correct(impl, hidden):
     ],
 )
 def test_atomic_save_rejects_bugs(impl, code, phrase):
-    assert_fails("08-atomic-save", (impl,), code, phrase)
+    assert_check_fails("08-atomic-save", impl, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- best and last
@@ -340,7 +332,7 @@ def test_best_last_accepts_correct(impl, hidden):
     ],
 )
 def test_best_last_rejects_bugs(impl, code, phrase):
-    assert_fails("08-best-last", (impl,), code, phrase)
+    assert_check_fails("08-best-last", impl, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- resume
@@ -511,7 +503,7 @@ def test_resume_accepts_correct(save, load, hidden):
     ],
 )
 def test_resume_rejects_bugs(save, load, code, phrase, hidden):
-    assert_fails("08-resume", (save, load), code, phrase, hidden=hidden)
+    assert_check_fails("08-resume", save, load, code=code, phrase=phrase, hidden=hidden)
 
 
 @pytest.mark.parametrize(
@@ -527,7 +519,7 @@ def test_resume_rejects_bugs(save, load, code, phrase, hidden):
     ],
 )
 def test_resume_names_the_part_missing_from_the_checkpoint(missing, code):
-    message = assert_fails("08-resume", (_save_without(missing), load_full), code, repr(missing) if missing != "best_metric" else "best_metric")
+    message = assert_check_fails("08-resume", _save_without(missing), load_full, code=code, phrase=repr(missing) if missing != "best_metric" else "best_metric")
     assert "save_checkpoint" in message
 
 

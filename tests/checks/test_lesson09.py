@@ -14,24 +14,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from harness.checks import CheckFailed, check
+from harness.checks.testing import assert_check_fails, assert_check_passes
 
 pytestmark = pytest.mark.slow  # each check forks processes
-
-
-def expect_failure(task: str, code: str, phrase: str, solution: object, hidden: bool = False) -> None:
-    with pytest.raises(CheckFailed) as failure:
-        check(task, solution, hidden=hidden)
-    assert failure.value.code == code, str(failure.value)
-    assert phrase in str(failure.value)
-
-
-def expect_pass(task: str, solution: object, capsys: pytest.CaptureFixture[str]) -> None:
-    check(task, solution)
-    check(task, solution, hidden=True)
-    out = capsys.readouterr()
-    assert f"\u2714 {task}" in out.out and "(hidden tests)" in out.out
-    assert out.err == ""
 
 
 # ---------------------------------------------------------------------------------------------- 09-ddp-mean
@@ -73,7 +58,7 @@ def mean_on_rank0_only(value: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("solution", [mean_clone_divide, mean_gathered])
 def test_ddp_mean_accepts_correct_solutions(solution, capsys):
-    expect_pass("09-ddp-mean", solution, capsys)
+    assert_check_passes("09-ddp-mean", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -86,7 +71,7 @@ def test_ddp_mean_accepts_correct_solutions(solution, capsys):
     ],
 )
 def test_ddp_mean_rejects_planted_bugs(solution, code, phrase, hidden):
-    expect_failure("09-ddp-mean", code, phrase, solution, hidden)
+    assert_check_fails("09-ddp-mean", solution, code=code, phrase=phrase, hidden=hidden)
 
 
 def mean_that_blocks_on_rank1(value: torch.Tensor) -> torch.Tensor:
@@ -99,7 +84,7 @@ def mean_that_blocks_on_rank1(value: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.slow
 def test_a_rank_that_never_returns_is_reported_as_a_hang():
-    expect_failure("09-ddp-mean", "hang", "did not finish within 30 s, twice", mean_that_blocks_on_rank1)
+    assert_check_fails("09-ddp-mean", mean_that_blocks_on_rank1, code="hang", phrase="did not finish within 30 s, twice")
 
 
 # ---------------------------------------------------------------------------------------------- 09-shard-loader
@@ -161,7 +146,7 @@ def loader_fixed_shard(dataset, batch_size, *, rank, world_size, seed):
 
 @pytest.mark.parametrize("solution", [loader_with_sampler, loader_drop_last])
 def test_shard_loader_accepts_correct_solutions(solution, capsys):
-    expect_pass("09-shard-loader", solution, capsys)
+    assert_check_passes("09-shard-loader", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +161,7 @@ def test_shard_loader_accepts_correct_solutions(solution, capsys):
     ],
 )
 def test_shard_loader_rejects_planted_bugs(solution, code, phrase):
-    expect_failure("09-shard-loader", code, phrase, solution)
+    assert_check_fails("09-shard-loader", solution, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- 09-train-ddp
@@ -264,7 +249,7 @@ def train_scaled_lr(make_model, dataset, loss_fn, *, epochs, batch_size, lr, see
 
 @pytest.mark.parametrize("solution", [train_reference, train_zero_grad_after])
 def test_train_ddp_accepts_correct_solutions(solution, capsys):
-    expect_pass("09-train-ddp", solution, capsys)
+    assert_check_passes("09-train-ddp", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -278,7 +263,7 @@ def test_train_ddp_accepts_correct_solutions(solution, capsys):
     ],
 )
 def test_train_ddp_rejects_planted_bugs(solution, code, phrase):
-    expect_failure("09-train-ddp", code, phrase, solution)
+    assert_check_fails("09-train-ddp", solution, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- 09-save-rank0
@@ -329,7 +314,7 @@ def save_on_last_rank(model, optimizer, epoch, path):
 
 @pytest.mark.parametrize("solution", [save_guarded, save_with_helpers])
 def test_save_rank0_accepts_correct_solutions(solution, capsys):
-    expect_pass("09-save-rank0", solution, capsys)
+    assert_check_passes("09-save-rank0", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -343,7 +328,7 @@ def test_save_rank0_accepts_correct_solutions(solution, capsys):
     ],
 )
 def test_save_rank0_rejects_planted_bugs(solution, code, phrase):
-    expect_failure("09-save-rank0", code, phrase, solution)
+    assert_check_fails("09-save-rank0", solution, code=code, phrase=phrase)
 
 
 # ---------------------------------------------------------------------------------------------- 09-no-sync
@@ -394,7 +379,7 @@ def accumulate_unscaled(model, optimizer, micro_batches, loss_fn):
 
 @pytest.mark.parametrize("solution", [accumulate_nullcontext, accumulate_split])
 def test_no_sync_accepts_correct_solutions(solution, capsys):
-    expect_pass("09-no-sync", solution, capsys)
+    assert_check_passes("09-no-sync", solution, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -406,4 +391,4 @@ def test_no_sync_accepts_correct_solutions(solution, capsys):
     ],
 )
 def test_no_sync_rejects_planted_bugs(solution, code, phrase):
-    expect_failure("09-no-sync", code, phrase, solution)
+    assert_check_fails("09-no-sync", solution, code=code, phrase=phrase)

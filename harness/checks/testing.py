@@ -1,0 +1,37 @@
+"""Assertions for testing a check (CONTRIBUTING.md): each planted bug fails with its code and message, and
+correct variants pass both the visible and the hidden tests. Used by tests/checks/ for every lesson."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness.checks.core import CheckFailed, check
+
+
+def assert_check_fails(task: str, *objects: Any, code: str, phrase: str, hidden: bool = False) -> str:
+    """Assert that `check(task, *objects)` fails with failure `code` and a message containing `phrase`.
+
+    Returns:
+        The failure message, for further assertions.
+    """
+    with pytest.raises(CheckFailed) as failure:
+        check(task, *objects, hidden=hidden)
+    assert failure.value.code == code, str(failure.value)
+    assert phrase in str(failure.value), str(failure.value)
+    return str(failure.value)
+
+
+def assert_check_passes(task: str, *objects: Any, capsys: pytest.CaptureFixture[str] | None = None) -> None:
+    """Assert that the visible and the hidden checks of `task` pass on `objects`.
+
+    With `capsys`, also assert that both printed their tick and nothing reached stderr (which nbgrader
+    would score as a failed cell).
+    """
+    check(task, *objects)
+    check(task, *objects, hidden=True)
+    if capsys is not None:
+        out = capsys.readouterr()
+        assert out.out.count(f"\u2714 {task}") == 2 and "(hidden tests)" in out.out, out.out
+        assert out.err == "", out.err
