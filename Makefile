@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium lab release grade bench clean
+.PHONY: course test chromium lab release grade bench bench-gpu clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,13 +44,21 @@ release: $(STAMP)
 grade: $(STAMP)
 	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) --out build/grades
 
-## bench: the benchmarks in benchmarks/ (not part of the tests; results go into benchmarks/README.md).
-## Lightning, the engine benchmark's comparison, is installed beside .venv (build/bench-site), never into it.
+## bench: the CPU benchmarks in benchmarks/ (not part of the tests): each prints a table and writes a CSV and the
+## machine record into build/bench; benchmarks/README.md keeps the results. Lightning, the engine benchmark's
+## comparison, is installed beside .venv (build/bench-site), never into it.
 bench: $(STAMP)
 	$(PY) -m pip install --quiet --target build/bench-site --no-deps -r benchmarks/requirements.txt
 	PYTHONPATH=build/bench-site $(PY) benchmarks/engine_overhead.py
+	$(PY) benchmarks/dataloader_settings.py
 	$(PY) benchmarks/grading_throughput.py
-	$(PY) benchmarks/lesson_times.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/lesson_times.py
+
+## bench-gpu: the GPU benchmarks, on a machine with a CUDA GPU. They run with that machine's own python3 and
+## torch (no .venv, no downloads); `make bench-gpu PYTHON=.venv/bin/python` uses the project's environment.
+bench-gpu:
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_precision.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_speedrun.py
 
 clean:
 	rm -rf build runs

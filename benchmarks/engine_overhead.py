@@ -20,22 +20,23 @@ Lightning is not a project dependency. Install it beside the project, never into
     .venv/bin/python -m pip install --target build/bench-site --no-deps -r benchmarks/requirements.txt
     PYTHONPATH=build/bench-site .venv/bin/python benchmarks/engine_overhead.py
 
-Without Lightning the script measures the other two and says so.
+Without Lightning the script measures the other two and says so. It prints the table and writes
+`build/bench/engine_overhead.csv` and the machine record beside it (`harness.speed.report_results`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
 
+import pandas as pd
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from harness.speed import machine_record, report_results
 from harness.train import fit
 
 SEED = 0
@@ -142,7 +143,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=3, help="per run, the first one is warm-up")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved runs of each method")
-    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--out", default="build/bench", help="folder for the CSV and the machine record")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -151,8 +152,9 @@ def main() -> None:
     methods: dict[str, Callable] = {"hand-written": hand_written, "harness.fit": harness_fit(50),
                                     "harness.fit sync_every=1": harness_fit(1)}
     try:
-        import pytorch_lightning as pl
         import logging
+
+        import pytorch_lightning as pl
 
         logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
         logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -170,25 +172,21 @@ def main() -> None:
             cpu[name] += steps_cpu
             whole[name].append(per_step)
 
-    print(f"machine: {platform.processor() or platform.machine()}, {device}, torch {torch.__version__}, "
-          f"{args.threads} thread(s); MLP {args.features}-{args.width}-{args.width}-{args.classes}, batch {args.batch_size}, "
-          f"{len(make_loader(dataset, args.batch_size))} steps/epoch, {args.repeats} interleaved runs x {args.epochs - 1} timed epochs")
-    print("| method | CPU ms/step: median (IQR) | ratio | wall ms/step: median (IQR) | ratio | whole-run wall ms/step |")
-    print("|---|---|---|---|---|---|")
-    results = {}
+    baseline = {kind: summarize(samples["hand-written"])["median_ms"]
+                for kind, samples in (("cpu", cpu), ("wall", wall))}
+    rows = []
     for name in methods:
-        summary = {"cpu": summarize(cpu[name]), "wall": summarize(wall[name]),
-                   "whole_run_wall_ms": statistics.median(whole[name]) * 1e3}
-        for kind in ("cpu", "wall"):
-            summary[kind]["ratio"] = summary[kind]["median_ms"] / summarize(
-                cpu["hand-written"] if kind == "cpu" else wall["hand-written"])["median_ms"]
-        results[name] = summary
-        c, w = summary["cpu"], summary["wall"]
-        print(f"| {name} | {c['median_ms']:.3f} ({c['q1_ms']:.3f}-{c['q3_ms']:.3f}) | {c['ratio']:.3f} | "
-              f"{w['median_ms']:.3f} ({w['q1_ms']:.3f}-{w['q3_ms']:.3f}) | {w['ratio']:.3f} | {summary['whole_run_wall_ms']:.3f} |")
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump({"args": vars(args), "results": results}, file, indent=2)
+        row = {"method": name}
+        for kind, samples in (("cpu", cpu), ("wall", wall)):
+            summary = summarize(samples[name])
+            row |= {f"{kind}_ms_median": summary["median_ms"], f"{kind}_ms_q1": summary["q1_ms"],
+                    f"{kind}_ms_q3": summary["q3_ms"], f"{kind}_ratio": summary["median_ms"] / baseline[kind]}
+        rows.append(row | {"whole_run_wall_ms": statistics.median(whole[name]) * 1e3, "timed_steps": len(cpu[name])})
+    steps = len(make_loader(dataset, args.batch_size))
+    report_results(pd.DataFrame(rows), "engine_overhead", machine_record(device), args.out,
+                   title=f"Engine overhead: MLP {args.features}-{args.width}-{args.width}-{args.classes}, batch "
+                         f"{args.batch_size}, {steps} steps/epoch, {args.threads} thread(s), {args.repeats} "
+                         f"interleaved runs x {args.epochs - 1} timed epochs")
 
 
 if __name__ == "__main__":

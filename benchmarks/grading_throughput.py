@@ -7,25 +7,25 @@ Submissions are the solution's answers (every test cell runs its checks in full)
     .venv/bin/python benchmarks/grading_throughput.py --assignment 04_training_loop --submissions 4 --workers 1 2
 
 Goals: throughput grows with workers; a full course grades in under two minutes per student (2 cores).
+Writes `build/bench/grading_throughput.csv` and `build/bench/grading_course.csv` with the machine record.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 
 from harness.grading.batch import Limits, grade_batch
 from harness.grading.layout import discover_assignments
 from harness.grading.release import answered_release
 from harness.grading.submissions import Submission
+from harness.speed import machine_record, report_results
 
 
 def write_submissions(assignment: str, count: int, folder: Path) -> list[Submission]:
@@ -48,17 +48,18 @@ def throughput(assignment: str, count: int, workers: int) -> dict:
         results = grade_batch(submissions, assignment, Path(tmp) / "out", workers=workers, limits=Limits())
         seconds = time.perf_counter() - started
     full = all(r["status"] == "ok" and all(s == m for s, m in r["scores"].values()) for r in results)
-    return {"assignment": assignment, "submissions": count, "workers": workers, "seconds": round(seconds, 1),
-            "per_minute": round(60 * count / seconds, 2), "all_full_marks": full}
+    return {"assignment": assignment, "submissions": count, "workers": workers, "seconds": seconds,
+            "per_minute": 60 * count / seconds, "all_full_marks": full}
 
 
-def whole_course(workers: int) -> dict:
-    """One student's whole course: every assignment graded, `workers` assignments at a time."""
+def whole_course(workers: int) -> tuple[float, dict[str, float]]:
+    """One student's whole course, every assignment graded, `workers` assignments at a time: the wall
+    seconds of the whole, and each assignment's."""
     started = time.perf_counter()
+    assignments = discover_assignments()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        seconds = list(pool.map(lambda a: throughput(a, 1, 1)["seconds"], discover_assignments()))
-    return {"workers": workers, "assignments": len(seconds), "total_seconds": round(time.perf_counter() - started, 1),
-            "per_assignment_seconds": dict(zip(discover_assignments(), seconds))}
+        seconds = list(pool.map(lambda a: throughput(a, 1, 1)["seconds"], assignments))
+    return time.perf_counter() - started, dict(zip(assignments, seconds))
 
 
 def main() -> None:
@@ -67,16 +68,23 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=4)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-course", action="store_true")
+    parser.add_argument("--out", default="build/bench", help="folder for the CSVs and the machine record")
     args = parser.parse_args()
-    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg()}
-    runs = [throughput(args.assignment, args.submissions, workers) for workers in args.workers]
-    base = runs[0]["per_minute"]
-    for run in runs:
-        run["speedup_vs_first"] = round(run["per_minute"] / base, 2)
-    report = {"machine": machine, "throughput": runs}
-    if not args.skip_course:
-        report["whole_course_one_student"] = [whole_course(workers) for workers in args.workers]
-    print(json.dumps(report, indent=1))
+    runs = pd.DataFrame([throughput(args.assignment, args.submissions, workers) for workers in args.workers])
+    runs["speedup"] = runs["per_minute"] / runs["per_minute"].iloc[0]
+    report_results(runs, "grading_throughput", machine_record("cpu"), args.out,
+                   title=f"Grading throughput: {args.submissions} submissions of {args.assignment}")
+    if args.skip_course:
+        return
+    course = pd.DataFrame({"assignment": discover_assignments()})
+    totals = {"assignment": "whole course (wall)"}
+    for workers in args.workers:
+        total, per_assignment = whole_course(workers)
+        course[f"seconds_{workers}_at_a_time"] = course["assignment"].map(per_assignment)
+        totals[f"seconds_{workers}_at_a_time"] = total
+    course = pd.concat([course, pd.DataFrame([totals])], ignore_index=True)
+    report_results(course, "grading_course", machine_record("cpu"), args.out,
+                   title="One student's whole course, graded")
 
 
 if __name__ == "__main__":
