@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium lab release grade bench bench-gpu clean
+.PHONY: course test chromium lab lab-instructor release grade bench bench-gpu clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ chromium:
 ## lab: JupyterLab on the student notebooks
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+## lab-instructor: JupyterLab at the course root, where nbgrader's formgrader finds solutions/ and notebooks/
+lab-instructor: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 ## release: regenerate notebooks/ from solutions/ with nbgrader
 release: $(STAMP)
