@@ -584,6 +584,7 @@ def launch_forked(
     args: Sequence[Any] = (),
     kwargs: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
+    cuda_initialized_ok: bool = False,
 ) -> LaunchResult:
     """Run `fn(*args, **kwargs)` on `nproc` forked processes joined in a gloo process group.
 
@@ -592,13 +593,18 @@ def launch_forked(
     each rank comes back as with `launch` (tensors, numbers, strings, lists and dicts of these). The
     output of the ranks is collected in the result's log, not printed.
 
+    Args:
+        cuda_initialized_ok: fork even though CUDA is initialised in this process, for an `fn` that never
+            touches CUDA (CPU tensors, gloo collectives, a DataLoader without pinned memory): the ranks
+            inherit a CUDA state they cannot use, as DataLoader workers do.
+
     Raises:
-        RuntimeError: CUDA is initialised in this process (a forked child cannot use it and crashes), or
-            this process is itself inside a process group.
+        RuntimeError: CUDA is initialised in this process (a forked child cannot use it and crashes) and
+            `cuda_initialized_ok` is False, or this process is itself inside a process group.
         ValueError: nproc beyond the machine's CPU cores.
         LaunchError: a rank raised (its traceback in the message; the other ranks are ended) or timed out.
     """
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if not cuda_initialized_ok and torch.cuda.is_available() and torch.cuda.is_initialized():
         raise RuntimeError(
             "launch_forked refuses to fork: CUDA is already initialised in this process, and a forked child "
             "cannot use CUDA (it crashes or hangs). Use harness.launch.launch (torchrun starts fresh processes), "

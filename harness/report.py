@@ -8,6 +8,7 @@ autocast actually did (e.g. softmax, layer norm and the loss stay fp32 while mat
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -91,6 +92,7 @@ def write_run_report(
     best_checkpoint: str | Path | None = None,
     op_dtypes: dict[str, list[str]] | None = None,
     environment: dict[str, Any] | None = None,
+    curves: str | Path | None = None,
     title: str = "Training run",
 ) -> Path:
     """Write the Markdown run report.
@@ -103,6 +105,8 @@ def write_run_report(
         best_checkpoint: path of best.pt.
         op_dtypes: `observe_op_dtypes(...)` under the run's precision.
         environment: `harness.env.environment_report()` (computed here when None).
+        curves: the curves image (`harness.plots.plot_history(history, curves)`), shown in the report
+            through a link relative to the report's folder.
 
     Returns:
         The path written.
@@ -112,16 +116,19 @@ def write_run_report(
 
         environment = environment_report(history.attrs.get("config", {}).get("device"))
     config = history.attrs.get("config", {})
+    path = Path(path)
     sections = [
         f"# {title}",
         _setup_section(config, environment),
         _results_section(history, config, test_metrics, best_checkpoint),
         "## History\n\n" + markdown_table(history),
     ]
+    if curves is not None:
+        link = Path(os.path.relpath(Path(curves).resolve(), path.parent.resolve())).as_posix()
+        sections.append(f"## Curves\n\n![training curves]({link})")
     if op_dtypes is not None:
         sections.append(_precision_section(config.get("precision", "fp32"), op_dtypes))
     sections.append("## Configuration\n\n" + "\n".join(f"- {k}: `{v}`" for k, v in config.items()))
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n\n".join(sections) + "\n")
     return path

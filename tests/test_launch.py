@@ -285,6 +285,24 @@ def test_forked_launch_refuses_after_cuda_initialisation():
     assert "CUDA is already initialised" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_forked_launch_of_cpu_work_after_cuda_initialisation_when_allowed():
+    # DataLoader workers fork after CUDA was initialised all the time: safe for ranks that stay on the CPU.
+    program = (
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from harness.launch import launch_forked\n"
+        "torch.zeros(1, device='cuda')\n"
+        "def cpu_sum():\n"
+        "    value = torch.ones(1)\n"
+        "    dist.all_reduce(value)\n"
+        "    return value.item()\n"
+        "print('results', launch_forked(cpu_sum, 2, cuda_initialized_ok=True).results)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert "results [2.0, 2.0]" in done.stdout, done.stdout + done.stderr
+
 def cuda_rank_report() -> dict:
     value = torch.tensor([float(dist.get_rank() + 1)], device="cuda")
     dist.all_reduce(value)

@@ -55,6 +55,21 @@ def test_report_says_when_no_test_set_was_evaluated(tmp_path):
     assert "held-out test set: not evaluated" in text and "## Precision" not in text
 
 
+
+def test_report_links_the_curves_relative_to_its_folder(tmp_path):
+    from harness.plots import plot_history
+
+    net = model()
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=8)
+    history = fit(net, loader, loader, loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+                  epochs=2, progress=False)
+    curves = tmp_path / "figures" / "curves.png"
+    plot_history(history, curves)
+    report = write_run_report(tmp_path / "report" / "report.md", history, curves=curves)
+    assert "## Curves\n\n![training curves](../figures/curves.png)" in report.read_text()
+    assert (report.parent / "../figures/curves.png").is_file()
+    assert "## Curves" not in write_run_report(tmp_path / "plain.md", history).read_text()
+
 @pytest.mark.slow
 def test_showcase_trains_to_a_sensible_accuracy_and_writes_its_files(tmp_path):
     from harness.showcase import run_showcase

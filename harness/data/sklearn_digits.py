@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from sklearn.datasets import load_digits
 
 from harness.data.tensors import LabeledTensorDataset
 
@@ -16,6 +15,8 @@ def digits() -> LabeledTensorDataset:
     Returns:
         A dataset of X (1797, 1, 8, 8) float32 in [0, 1] and y (1797,) int64 in 0..9, classes "0".."9".
     """
+    from sklearn.datasets import load_digits  # imported here: two seconds that code not reading digits never pays
+
     bunch = load_digits()
     images = torch.as_tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / _MAX_PIXEL
     labels = torch.as_tensor(bunch.target, dtype=torch.int64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from sklearn.datasets import make_moons
 
 from harness.data.tensors import LabeledTensorDataset
 
@@ -28,6 +27,8 @@ def two_moons(n: int, *, noise: float = 0.1, seed: int = 0) -> LabeledTensorData
         A dataset of X (n, 2) float32 and y (n,) int64 in {0, 1}.
     """
     _check_count("two_moons", n, minimum=2)
+    from sklearn.datasets import make_moons  # imported here: two seconds that code not using it never pays
+
     points, labels = make_moons(n_samples=n, noise=noise, random_state=seed)
     return LabeledTensorDataset(
         torch.as_tensor(points, dtype=torch.float32), torch.as_tensor(labels, dtype=torch.int64),
