@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from harness.checks.core import fail, register
+from harness.checks.param_groups import check_weight_decay, group_of_each_parameter
 
 
 def _randn(*shape: int, seed: int) -> torch.Tensor:
@@ -412,35 +413,8 @@ def check_param_groups(make_param_groups: Callable[..., list[dict[str, Any]]], *
                  expected="each parameter in exactly one group",
                  cause="overlapping selections, for example a group of all parameters plus a group of biases",
                  where="make the selections disjoint: one test per parameter decides its single group")
-        seen: dict[int, list[dict[str, Any]]] = {}
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                seen.setdefault(id(p), []).append(group)
-        for name, p in model.named_parameters():
-            count = len(seen.get(id(p), []))
-            if not p.requires_grad:
-                if count:
-                    fail("frozen-params-included", observed=f"frozen parameter {name} is in a group",
-                         expected="only parameters that require grad", cause="no requires_grad filter",
-                         where="skip parameters with p.requires_grad False")
-                continue
-            if count == 0:
-                fail("missing-params", observed=f"{name} is in no group", expected="every trainable parameter in one group",
-                     cause="a kind of parameter that no branch takes, or copies (p.detach(), p.clone()) put in the "
-                           "groups instead of the parameters themselves", where="the loop that sorts parameters")
-            if count > 1:
-                fail("duplicate-params", observed=f"{name} is in {count} groups", expected="exactly one group",
-                     cause="overlapping selections (optimizers reject a parameter in two groups, and would update it twice)",
-                     where="make the selections disjoint")
-            group = seen[id(p)][0]
-            wanted_decay = weight_decay if p.ndim >= 2 else 0.0
-            if not math.isclose(group["weight_decay"], wanted_decay):
-                code = "decay-on-bias-or-norm" if p.ndim < 2 else "no-decay-on-weights"
-                fail(code, observed=f"{name} (shape {tuple(p.shape)}) has weight_decay {group['weight_decay']}",
-                     expected=f"{wanted_decay}: decay matrices (ndim >= 2), not biases and normalisation weights",
-                     cause="decaying a bias or a norm's scale pulls it towards 0 with no regularising benefit"
-                     if p.ndim < 2 else "the group sets no weight_decay, or sorts by name instead of p.ndim",
-                     where="decay = p.ndim >= 2, and weight_decay set in every group")
+        for name, group in group_of_each_parameter(model, optimizer.param_groups).items():
+            check_weight_decay(model, name, group, weight_decay)
             wanted_lr = backbone_lr if name.startswith("backbone.") else lr
             if not math.isclose(group["lr"], wanted_lr):
                 fail("wrong-lr", observed=f"{name} has lr {group['lr']}", expected=f"{wanted_lr} "

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.core import fail, register
 from harness.checks.lesson07 import warmup_cosine_reference
+from harness.checks.param_groups import check_weight_decay, group_of_each_parameter
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import select_device, supported_precisions
 from harness.launch import LaunchError, launch_forked
@@ -156,32 +157,8 @@ def _check_groups(model: nn.Module, optimizer: torch.optim.Optimizer, lr: float,
              cause="Adam's weight_decay adds an L2 term to the gradient, which Adam's per-weight scaling then "
              "weakens; AdamW decays the weights directly (decoupled), as intended",
              where="torch.optim.AdamW(groups, lr=lr)")
-    groups_of: dict[int, list[dict[str, Any]]] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            groups_of.setdefault(id(p), []).append(group)
-    for name, p in model.named_parameters():
-        count = len(groups_of.get(id(p), []))
-        if not p.requires_grad:
-            if count:
-                fail("frozen-params-included", observed=f"frozen parameter {name} is in a group",
-                     expected="only the parameters that require grad", cause="no requires_grad filter",
-                     where="skip parameters whose requires_grad is False")
-            continue
-        if count != 1:
-            fail("missing-params", observed=f"{name} is in {count} groups", expected="every trainable parameter in one group",
-                 cause="a kind of parameter no branch takes, or copies (p.detach()) put in the groups",
-                 where="the loop that sorts model.named_parameters() into the two groups")
-        group = groups_of[id(p)][0]
-        wanted = weight_decay if p.ndim >= 2 else 0.0
-        if not math.isclose(group["weight_decay"], wanted):
-            code = "decay-on-bias-or-norm" if p.ndim < 2 else "no-decay-on-weights"
-            owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
-            fail(code, observed=f"{name} (of a {owner}, shape {tuple(p.shape)}) has weight_decay {group['weight_decay']}",
-                 expected=f"{wanted}: decay the matrices and kernels (ndim >= 2), never biases and norm scales",
-                 cause="decaying a bias or a normalisation scale pulls it towards 0 for no regularising benefit"
-                 if p.ndim < 2 else "the group sets no weight_decay (AdamW's default is 0.01), or sorts by name",
-                 where="decay = p.ndim >= 2; weight_decay set explicitly in both groups")
+    for name, group in group_of_each_parameter(model, optimizer.param_groups).items():
+        check_weight_decay(model, name, group, weight_decay)
         peak = group.get("initial_lr", group["lr"])
         if not math.isclose(peak, lr, rel_tol=1e-9):
             fail("wrong-lr", observed=f"{name}'s group has base lr {peak}", expected=f"{lr} in every group",

@@ -217,7 +217,7 @@ def test_optimizer_accepts_correct_solutions(solution, capsys):
         (optimizer_only, "not-a-pair", "(optimizer, scheduler)", False),
         (optimizer_adam, "not-adamw", "decoupled", False),
         (optimizer_with_frozen, "frozen-params-included", "requires_grad", True),
-        (optimizer_weights_only, "missing-params", "is in 0 groups", False),
+        (optimizer_weights_only, "missing-params", "is in no group", False),
         (optimizer_decay_by_bias_name, "decay-on-bias-or-norm", "normalisation scale", False),
         (optimizer_default_decay, "no-decay-on-weights", "AdamW's default", False),
         (optimizer_slow_norms, "wrong-lr", "base lr 0.001", False),
