@@ -96,7 +96,7 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
     curves = out_dir / "curves.png"
     plot_history(history, curves)
     report = write_run_report(out_dir / "report.md", history, test_metrics=test_metrics, best_checkpoint=best_path,
-                              op_dtypes=op_dtypes, environment=environment_report(device),
+                              op_dtypes=op_dtypes, environment=environment_report(device), curves=curves,
                               title="Showcase: a small CNN on procedural shapes")
     return {"report": report, "curves": curves, "history": out_dir / "checkpoints" / "history.csv",
             "best_checkpoint": best_path, "test_metrics": test_metrics,
