@@ -25,11 +25,12 @@ test: $(STAMP) chromium
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup
 
 ## chromium: Debian's Chromium for the browser test (tests/test_browser.py drives JupyterLab in it). Installed
-## with apt-get when missing and this is root on Debian/Ubuntu; elsewhere the browser test is skipped (CI fails it).
+## with apt-get when missing, as root or with password-less sudo on Debian/Ubuntu; elsewhere the browser test is skipped (CI fails it).
 chromium:
 	@command -v chromium > /dev/null || command -v chromium-browser > /dev/null || \
-	  { command -v apt-get > /dev/null && [ "$$(id -u)" = 0 ] && apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium > /dev/null; } || \
+	  { command -v apt-get > /dev/null && SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo -n) && \
+	    $$SUDO apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium > /dev/null; } || \
 	  echo "chromium is not installed and could not be: the browser test will be skipped (install Debian's chromium)"
 
 ## lab: JupyterLab on the student notebooks
