@@ -92,6 +92,12 @@ def verdict(result: dict[str, Any]) -> str:
     return "ok" if points == maximum and result["status"] == "ok" else "FAILED"
 
 
+def status_text(result: dict[str, Any]) -> str:
+    """The verdict, with the grader's own status when it says more ("FAILED (flagged)")."""
+    shown = verdict(result)
+    return shown if result["status"] in (shown, "error") else f"{shown} ({html.escape(result['status'])})"
+
+
 def save_figures(notebook: Path, folder: Path, prefix: str) -> list[Path]:
     """Write every PNG output of an executed notebook to `folder`/`prefix`-N.png; their paths in order."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,7 +138,7 @@ def write_html(out: Path, report: dict[str, Any], results: list[dict[str, Any]],
         points, maximum = totals(r)
         problems = list(r.get("reasons", [])) + [f"{task}: {message}" for task, message in r["failures"].items()]
         parts.append(f'<tr class="{verdict(r)}"><td><a href="#{r["assignment"]}">{r["assignment"]}</a></td>'
-                     f"<td>{points:g} / {maximum:g}</td><td>{verdict(r)} ({html.escape(r['status'])})</td>"
+                     f"<td>{points:g} / {maximum:g}</td><td>{status_text(r)}</td>"
                      f"<td>{r['wall_seconds']:.0f}</td><td>{'<br>'.join(map(html.escape, problems))}</td></tr>")
     parts.append("</table>")
     for r in results:

@@ -53,11 +53,14 @@ def test_save_figures_writes_each_png_output(tmp_path):
     assert paths[0].read_bytes() == buffer.getvalue()
 
 
-@pytest.mark.parametrize(("scores", "status", "expected"), [
-    ({"t": [2.0, 2.0]}, "ok", "ok"),
-    ({"t": [1.0, 2.0]}, "ok", "FAILED"),
-    ({"t": [2.0, 2.0]}, "flagged", "FAILED"),
-    ({}, "invalid", "error"),
+@pytest.mark.parametrize(("scores", "status", "expected", "shown"), [
+    ({"t": [2.0, 2.0]}, "ok", "ok", "ok"),
+    ({"t": [1.0, 2.0]}, "ok", "FAILED", "FAILED (ok)"),
+    ({"t": [2.0, 2.0]}, "flagged", "FAILED", "FAILED (flagged)"),
+    ({}, "invalid", "error", "error (invalid)"),
+    ({}, "error", "error", "error"),
 ])
-def test_verdict_needs_full_marks_and_a_clean_status(scores, status, expected):
-    assert course.verdict({"scores": scores, "status": status}) == expected
+def test_verdict_needs_full_marks_and_a_clean_status(scores, status, expected, shown):
+    result = {"scores": scores, "status": status}
+    assert course.verdict(result) == expected
+    assert course.status_text(result) == shown
