@@ -27,6 +27,7 @@ from harness.checks.core import fail, register
 from harness.launch import LaunchError, launch_forked
 
 WORLD = 2
+LAUNCH_TIMEOUT_S = 30  # per attempt: generous for a loaded grading machine, far beyond a correct run
 TOLERANCE = 1e-4
 MODEL_SEED = 1234
 
@@ -80,14 +81,14 @@ def _run_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
     """Run worker on WORLD forked gloo ranks; a rank's exception becomes the student's exception."""
     _warm_up_parent()
     try:
-        return launch_forked(worker, WORLD, args=args, timeout_s=30).results
+        return launch_forked(worker, WORLD, args=args, timeout_s=LAUNCH_TIMEOUT_S).results
     except LaunchError as error:
         if "did not finish" not in str(error):
             _report_launch_error(error)
     # A forked child of a multi-threaded kernel can, rarely, deadlock before it runs anything (a lock held by
     # another thread at fork time): a second attempt tells that apart from a student's real hang.
     try:
-        return launch_forked(worker, WORLD, args=args, timeout_s=30).results
+        return launch_forked(worker, WORLD, args=args, timeout_s=LAUNCH_TIMEOUT_S).results
     except LaunchError as error:
         _report_launch_error(error)
 
@@ -96,7 +97,7 @@ def _report_launch_error(error: LaunchError) -> NoReturn:
     """Turn a failed launch into the student's failure: a hang, or the exception a rank raised."""
     last = str(error).strip().splitlines()[-1]
     if "did not finish" in str(error):
-        fail("hang", observed="the ranks did not finish within 30 s, twice",
+        fail("hang", observed=f"the ranks did not finish within {LAUNCH_TIMEOUT_S} s, twice",
              expected="every rank returns", cause="one rank waits in a collective (all_reduce, barrier) "
              "that another rank never calls, e.g. a collective inside `if rank == 0:`",
              where="collectives and barriers: every rank must call them, in the same order")
