@@ -134,11 +134,12 @@ def write_run_report(
     return path
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A DataFrame as a Markdown table (4 significant digits for floats)."""
-    header = "| " + " | ".join(frame.columns) + " |"
+def markdown_table(frame: pd.DataFrame, cell: Callable[[Any], str] | None = None) -> str:
+    """A DataFrame as a Markdown table; `cell` formats each value (default: 4 significant digits for floats)."""
+    cell = cell or _cell
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "---|" * len(frame.columns)
-    rows = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
 
 

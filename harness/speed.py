@@ -36,13 +36,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.amp import autocast, make_scaler, validate_precision
 from harness.env import environment_report, supported_precisions
+from harness.report import markdown_table
 
 __all__ = [
     "PEAK_FLOPS",
     "Throughput",
     "compare_precisions",
     "machine_record",
-    "markdown_table",
+    "benchmark_cell",
     "model_flops_utilization",
     "peak_flops",
     "quartiles",
@@ -247,19 +248,14 @@ def machine_record(device: str | torch.device | None = None) -> dict[str, Any]:
     return record
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """`frame` as a Markdown table (what benchmarks print and `benchmarks/README.md` keeps): whole numbers
-    from 100 up, two decimals from 1, three significant figures below, blank where a value is missing."""
-    def cell(value: Any) -> str:
-        if value is None or isinstance(value, float) and value != value:  # None or NaN: nothing measured
-            return ""
-        if isinstance(value, float):
-            return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
-        return str(value)
-
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
+def benchmark_cell(value: Any) -> str:
+    """A benchmark table's value: whole numbers from 100 up, two decimals from 1, three significant figures
+    below, blank where nothing was measured (None or NaN)."""
+    if value is None or isinstance(value, float) and value != value:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
+    return str(value)
 
 
 def report_results(frame: pd.DataFrame, name: str, machine: dict[str, Any], out_dir: str | Path = "build/bench",
@@ -276,7 +272,7 @@ def report_results(frame: pd.DataFrame, name: str, machine: dict[str, Any], out_
     print(f"machine: {machine['device_name']} ({machine['device']}); CPU {machine['cpu_name']}, "
           f"{machine['cpu_count']} cores, load average {machine['load_average']}; python {machine['python']}, "
           f"torch {machine['torch']}, CUDA {machine['cuda']}, commit {machine['git_commit']}\n")
-    print(markdown_table(frame))
+    print(markdown_table(frame, cell=benchmark_cell))
     facts = {key: machine[key] for key in ("device_name", "cpu_name", "torch", "cuda", "python", "git_commit",
                                            "measured_at")}
     csv_path = out_dir / f"{name}.csv"

@@ -15,12 +15,13 @@ import torch
 from torch import nn
 
 from harness.models import capstone_cnn
+from harness.report import markdown_table
 from harness.speed import (
     PEAK_FLOPS,
     Throughput,
+    benchmark_cell,
     compare_precisions,
     machine_record,
-    markdown_table,
     model_flops_utilization,
     peak_flops,
     report_results,
@@ -165,9 +166,10 @@ def test_report_writes_the_table_and_the_machine(tmp_path, capsys):
     assert machine["device"] == "cpu" and len(machine["load_average"]) == 3 and machine["cpu_name"]
 
 
-def test_markdown_table_has_a_header_separator_and_one_line_per_row():
-    lines = markdown_table(pd.DataFrame({"x": [1, 2], "y": ["p", "q"]})).splitlines()
-    assert lines == ["| x | y |", "|---|---|", "| 1 | p |", "| 2 | q |"]
+def test_benchmark_cells_round_by_size_and_leave_missing_values_blank():
+    frame = pd.DataFrame({"x": [1234.5, 2.5, 0.01234, None], "y": ["p", "q", "r", "s"]})
+    lines = markdown_table(frame, cell=benchmark_cell).splitlines()
+    assert lines == ["| x | y |", "|---|---|", "| 1,234 | p |", "| 2.50 | q |", "| 0.0123 | r |", "|  | s |"]
 
 
 @pytest.mark.slow
