@@ -4,15 +4,24 @@ import pytest
 
 from harness.checks import CheckFailed, check, fail, hint, register
 from harness.checks import core
+from harness.checks.core import Case, judges
+
+
+def _inputs(case: Case) -> list[int]:
+    return list(range(-3, 4)) if not case.hidden else [10**6 + case.seed, -(10**6)]
 
 
 @pytest.fixture
 def toy_check():
     @register("99-double", hints=("Multiply by two.", "return 2 * x"))
-    def check_double(double, *, hidden: bool) -> str:
-        for x in (range(-3, 4) if not hidden else (10**6, -(10**6))):
-            if double(x) != 2 * x:
-                fail("wrong-value", observed=f"double({x}) = {double(x)}", expected=f"{2 * x}",
+    def probe_double(double, *, case: Case) -> dict:
+        return {"values": [double(x) for x in _inputs(case)]}
+
+    @judges("99-double")
+    def judge_double(seen: dict, *, case: Case) -> str:
+        for x, value in zip(_inputs(case), seen["values"], strict=True):
+            if value != 2 * x:
+                fail("wrong-value", observed=f"double({x}) = {value}", expected=f"{2 * x}",
                      cause="the function does not double", where="your double()")
         return "doubles integers"
 
@@ -69,9 +78,25 @@ def test_unknown_task_ids_are_clear_errors():
         check("98-nothing", print)
 
 
-def test_register_requires_two_hint_levels():
+def test_register_requires_two_hint_levels_and_a_probe_with_a_case():
     with pytest.raises(ValueError, match="at least two levels"):
         register("99-x", hints=("only one",))
+    with pytest.raises(TypeError, match="keyword argument `case`"):
+        register("99-x", hints=("a", "b"))(lambda f, *, hidden: "old contract")
+
+
+def test_the_judge_decides_from_data_of_its_own_case_only(toy_check):
+    case = Case(hidden=True, seed=5)
+    data = core.observe(toy_check, (lambda x: 2 * x,), case)
+    assert "doubles" in core.decide(toy_check, data, case)
+    with pytest.raises(core.wire.WireError, match="not of the case"):  # replayed from another case
+        core.decide(toy_check, data, Case(hidden=True, seed=6))
+    forged = core.observe(toy_check, (lambda x: 0,), case)
+    with pytest.raises(CheckFailed, match="wrong-value"):
+        core.decide(toy_check, forged, case)
+    raised = core.observe(toy_check, (lambda x: 1 / 0,), case)
+    with pytest.raises(CheckFailed, match="ZeroDivisionError"):
+        core.decide(toy_check, raised, case)
 
 
 def test_check_assertions_for_planted_bugs_can_fail(toy_check, capsys):

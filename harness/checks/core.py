@@ -1,15 +1,37 @@
-"""Registry, failure messages and hints shared by every lesson's checks.
+"""Registry, failure messages and hints shared by every lesson's checks, and the check contract.
 
-A lesson's checks live in `harness/checks/lessonNN.py` and register themselves with `@register`; the
-module is imported on first use from the task id's two leading digits ("04-train-step" -> lesson04),
-so a notebook only pays for the lesson it grades.
+A check is cut in two (CONTRIBUTING.md, "A check"):
+
+- the **probe** runs where the student's objects live (the notebook's kernel, a sandbox when graded): it
+  builds the case's inputs, calls the student's objects with instrumentation, and returns an observation
+  of plain data (numbers, strings, tensors; `harness.checks.wire`);
+- the **judge** runs wherever it is trusted (the same notebook for instant feedback, the grader's own
+  process when graded): it rebuilds the case's inputs, recomputes what the result must be, compares it
+  with the observation, and explains. The judge never sees a student's object, only data.
+
+`check(task, *objects)` in a notebook runs both, with the observation passed through the wire format, so
+the feedback a student sees comes from exactly the code that grades. When graded, the probe runs in the
+sandbox on cases drawn from the instructor's secret, and the judge decides every point outside it
+(`harness.judge`). A failure the probe itself reports (something only visible inside, such as a call
+order) can cost points, never earn them.
+
+A lesson's checks live in `harness/checks/lessonNN.py`; the module is imported on first use from the task
+id's two leading digits ("04-train-step" -> lesson04), so a notebook only pays for the lesson it checks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
+
+from harness.checks import wire
+
+# The seed offset of visible cases and of hidden cases run locally (an instructor's solution run, tests).
+# When graded, hidden cases use an offset drawn from the instructor's secret (harness.judge.cases).
+LOCAL_SEED = 0
 
 
 class CheckFailed(AssertionError):
@@ -25,28 +47,79 @@ class CheckFailed(AssertionError):
 
 
 @dataclass(frozen=True)
+class Case:
+    """One set of inputs a check runs on: visible or hidden, and a seed offset.
+
+    Checks derive every input from `hidden` (which family of inputs: the hidden ones add other shapes and
+    edge cases) and `seed` (added to the check's own seeds: 0 for the visible case, drawn at grade time for
+    hidden ones), so the probe and the judge build identical inputs independently.
+    """
+
+    hidden: bool = False
+    seed: int = LOCAL_SEED
+
+    def seeded(self, base: int) -> int:
+        """The seed to use where the check used `base`: `base` shifted by this case's offset."""
+        return base + self.seed
+
+    def digest(self) -> str:
+        """A short fingerprint of the case, echoed by the probe so the judge can match observations."""
+        return hashlib.sha256(f"{int(self.hidden)}:{self.seed}".encode()).hexdigest()[:16]
+
+
+Probe = Callable[..., dict[str, Any]]
+Judge = Callable[..., str]
+
+
+@dataclass
 class Check:
-    """One task's check: `run(*objects, hidden=...)` raises CheckFailed or returns what it verified."""
+    """One task's check: `probe(*objects, case=...)` -> observation, `judge(observation, case=...)` -> verdict."""
 
     task_id: str
-    run: Callable[..., str]
+    probe: Probe
     hints: tuple[str, ...]
+    judge: Judge | None = None
 
 
 _REGISTRY: dict[str, Check] = {}
 _hints_shown: dict[str, int] = {}
+# Set by the grader's first cell in a graded notebook: the test cells then leave checking to the judge.
+graded_outside = False
 
 
-def register(task_id: str, *, hints: tuple[str, ...]) -> Callable[[Callable[..., str]], Callable[..., str]]:
-    """Register the decorated function as the check of `task_id`, with hints from gentle to explicit."""
+def register(task_id: str, *, hints: tuple[str, ...]) -> Callable[[Probe], Probe]:
+    """Register the decorated function as the probe of `task_id`, with hints from gentle to explicit.
+
+    The probe takes the student's objects and a keyword `case`, and returns an observation (a dict of
+    data). Attach its judge with `@judges(task_id)`.
+    """
     if len(hints) < 2:
         raise ValueError(f"{task_id}: give at least two levels of hints, gentle first.")
 
-    def decorate(run: Callable[..., str]) -> Callable[..., str]:
-        if task_id in _REGISTRY and _REGISTRY[task_id].run.__qualname__ != run.__qualname__:
+    def decorate(probe: Probe) -> Probe:
+        if "case" not in inspect.signature(probe).parameters:
+            raise TypeError(f"{task_id}: a probe takes the student's objects and a keyword argument `case`")
+        if task_id in _REGISTRY and _REGISTRY[task_id].probe.__qualname__ != probe.__qualname__:
             raise ValueError(f"two checks registered for task {task_id!r}")
-        _REGISTRY[task_id] = Check(task_id, run, tuple(hints))
-        return run
+        judge = _REGISTRY[task_id].judge if task_id in _REGISTRY else None
+        _REGISTRY[task_id] = Check(task_id, probe, tuple(hints), judge)
+        return probe
+
+    return decorate
+
+
+def judges(task_id: str) -> Callable[[Judge], Judge]:
+    """Register the decorated function as the judge of `task_id` (registered before with `@register`).
+
+    The judge takes the observation (data only) and a keyword `case`; it raises CheckFailed (through
+    `fail`) or returns what it verified, in a few words.
+    """
+
+    def decorate(judge: Judge) -> Judge:
+        if task_id not in _REGISTRY:
+            raise ValueError(f"register the probe of {task_id!r} before its judge")
+        _REGISTRY[task_id].judge = judge
+        return judge
 
     return decorate
 
@@ -64,7 +137,10 @@ def get(task_id: str) -> Check:
     if task_id not in _REGISTRY:
         known = ", ".join(sorted(t for t in _REGISTRY if t[:2] == task_id[:2]))
         raise KeyError(f"no check named {task_id!r}; this lesson's tasks are: {known}")
-    return _REGISTRY[task_id]
+    entry = _REGISTRY[task_id]
+    if entry.judge is None:
+        raise KeyError(f"the check of {task_id!r} has a probe but no judge (@judges({task_id!r}))")
+    return entry
 
 
 def fail(code: str, *, observed: str, expected: str, cause: str, where: str) -> NoReturn:
@@ -80,6 +156,66 @@ def fail(code: str, *, observed: str, expected: str, cause: str, where: str) -> 
     )
 
 
+def raised_failure(task_id: str, error_text: str) -> CheckFailed:
+    """The failure reported when the student's code raised `error_text` ("TypeError: ...")."""
+    return CheckFailed(
+        f"{task_id} failed [raised]\n"
+        f"  Observed:      your code raised {error_text}\n"
+        f"  Expected:      it runs on the check's inputs without an exception\n"
+        f"  Likely cause:  see the traceback above this message\n"
+        f"  Where to look: the cell that defines what you passed to check()",
+        code="raised",
+    )
+
+
+def observe(task_id: str, objects: tuple[Any, ...], case: Case) -> bytes:
+    """Run the probe of `task_id` on the student's objects; the observation as wire bytes.
+
+    What the probe reports about the run travels as data too: a failure it detected itself
+    (`__failed__`, `__message__`) or an exception raised by the student's code (`__raised__`).
+    """
+    entry = get(task_id)
+    try:
+        observation = entry.probe(*objects, case=case)
+    except CheckFailed as failure:
+        observation = {"__failed__": failure.code, "__message__": str(failure)}
+    except Exception as error:  # the student's code raised: the judge says so
+        observation = {"__raised__": f"{type(error).__name__}: {error}"[:2000]}
+    return _sealed(task_id, observation, case)
+
+
+def _sealed(task_id: str, observation: Any, case: Case) -> bytes:
+    """The observation, stamped with its case, as wire bytes."""
+    if not isinstance(observation, dict):
+        observation = {"__raised__": f"the probe of {task_id} returned {type(observation).__name__}, not a dict"}
+    observation["__case__"] = case.digest()
+    return wire.encode(observation)
+
+
+def decide(task_id: str, data: bytes, case: Case) -> str:
+    """Judge an observation of `task_id` on `case`: what was verified, or CheckFailed.
+
+    Raises:
+        CheckFailed: the behaviour differs from the reference (or the probe or the student's code reported
+            a failure); the message names the task.
+        wire.WireError: the bytes are not an observation of this case (forged or corrupted).
+    """
+    __tracebackhide__ = True
+    entry = get(task_id)
+    seen = wire.decode(data)
+    if seen.pop("__case__", None) != case.digest():
+        raise wire.WireError(f"the observation of {task_id} is not of the case it was judged on")
+    if "__raised__" in seen:
+        raise raised_failure(task_id, str(seen["__raised__"]))
+    if "__failed__" in seen:
+        message = str(seen.get("__message__", ""))
+        raise CheckFailed(f"{task_id} failed {message}", code=str(seen["__failed__"]))
+    try:
+        return entry.judge(seen, case=case)
+    except CheckFailed as failure:
+        raise CheckFailed(f"{task_id} failed {failure}", code=failure.code) from None
+
+
 def check(task_id: str, *objects: Any, hidden: bool = False) -> None:
     """Run the check of `task_id` on the student's objects; print what passed or raise CheckFailed.
 
@@ -93,20 +229,18 @@ def check(task_id: str, *objects: Any, hidden: bool = False) -> None:
             raised by the student's own code is reported as a CheckFailed that names it.
     """
     __tracebackhide__ = True
+    if graded_outside:
+        print(f"{task_id}: checked by the grader's judge (its verdict replaces this cell's output)")
+        return
+    case = Case(hidden=hidden)
     entry = get(task_id)
     try:
-        verified = entry.run(*objects, hidden=hidden)
+        observation = entry.probe(*objects, case=case)
     except CheckFailed as failure:
         raise CheckFailed(f"{task_id} failed {failure}", code=failure.code) from None
-    except Exception as error:  # the student's code raised: say so, in the same format
-        raise CheckFailed(
-            f"{task_id} failed [raised]\n"
-            f"  Observed:      your code raised {type(error).__name__}: {error}\n"
-            f"  Expected:      it runs on the check's inputs without an exception\n"
-            f"  Likely cause:  see the traceback above this message\n"
-            f"  Where to look: the cell that defines what you passed to check()",
-            code="raised",
-        ) from error
+    except Exception as error:  # the student's code raised: say so, keeping its traceback above
+        raise raised_failure(task_id, f"{type(error).__name__}: {error}") from error
+    verified = decide(task_id, _sealed(task_id, observation, case), case)
     print(f"\u2714 {task_id}{' (hidden tests)' if hidden else ''}: {verified}")
 
 

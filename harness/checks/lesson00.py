@@ -1,7 +1,8 @@
 """Checks of lesson 00 (welcome): a tensor on the right device, counting parameters, accuracy.
 
-Each check calls the student's function on seeded inputs and compares with what PyTorch itself computes;
-the hidden variants use other sizes, frozen and shared parameters, and ties in the logits.
+Each probe calls the student's function on seeded inputs and records what came back; each judge rebuilds
+the inputs and compares with what PyTorch itself computes. The hidden variants use other sizes, frozen and
+shared parameters, and ties in the logits.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from typing import Callable
 import torch
 from torch import nn
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, fail, judges, register
+from harness.checks.wire import Opaque
 
 
 def _describe(value: object) -> str:
     """A short description of a returned value, for failure messages."""
+    if isinstance(value, Opaque):
+        return f"{value.type_name} {value.text}"[:120]
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, on {value.device}"
     return f"{type(value).__name__} {value!r}"[:120]
@@ -29,14 +33,29 @@ def _describe(value: object) -> str:
         "return torch.zeros(n, 3, 8, 8, dtype=torch.float32, device=device)",
     ),
 )
-def check_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *, hidden: bool) -> str:
+def probe_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *, case: Case) -> dict:
+    """Call `make_batch(n, cpu)` for each size of the case; record what came back and its properties."""
+    results = []
+    for n in _batch_sizes(case):
+        batch = make_batch(n, torch.device("cpu"))
+        is_tensor = isinstance(batch, torch.Tensor)
+        results.append({"value": batch if is_tensor else _describe(batch), "is_tensor": is_tensor,
+                        "device": str(batch.device.type) if is_tensor else None})
+    return {"results": results}
+
+
+def _batch_sizes(case: Case) -> tuple[int, ...]:
+    return (1, 7, 32) if case.hidden else (4,)
+
+
+@judges("00-make-batch")
+def judge_make_batch(seen: dict, *, case: Case) -> str:
     """`make_batch(n, device)` returns zeros of shape (n, 3, 8, 8), float32, on `device`."""
-    sizes = (1, 7, 32) if hidden else (4,)
-    device = torch.device("cpu")
-    for n in sizes:
-        batch = make_batch(n, device)
-        if not isinstance(batch, torch.Tensor):
-            fail("not-a-tensor", observed=f"make_batch({n}, cpu) returned {_describe(batch)}",
+    sizes = _batch_sizes(case)
+    for n, result in zip(sizes, seen["results"], strict=True):
+        batch = result["value"]
+        if not result["is_tensor"]:
+            fail("not-a-tensor", observed=f"make_batch({n}, cpu) returned {batch}",
                  expected="a torch.Tensor", cause="returning a list or a NumPy array",
                  where="the return statement of make_batch")
         if tuple(batch.shape) != (n, 3, 8, 8):
@@ -47,8 +66,8 @@ def check_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *,
             fail("wrong-dtype", observed=f"dtype {batch.dtype}", expected="torch.float32",
                  cause="the default dtype of the function you used, or an integer fill value",
                  where="the dtype= argument")
-        if batch.device.type != device.type:
-            fail("wrong-device", observed=f"device {batch.device}", expected=f"the device you were given ({device})",
+        if result["device"] != "cpu":
+            fail("wrong-device", observed=f"device {result['device']}", expected="the device you were given (cpu)",
                  cause="ignoring the device argument", where="the device= argument")
         if bool(batch.count_nonzero()):
             fail("not-zeros", observed=f"{int(batch.count_nonzero())} non-zero values", expected="all zeros",
@@ -70,15 +89,17 @@ class _TiedNet(nn.Module):
         self.register_buffer("running_scale", torch.ones(4))
 
 
-def _models(hidden: bool) -> list[nn.Module]:
+def _models(case: Case) -> list[nn.Module]:
     """Models to count: a plain MLP visibly; partly frozen and shared-weight models hidden."""
-    torch.manual_seed(0)
-    if not hidden:
-        return [nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))]
-    frozen = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
-    for parameter in frozen[0].parameters():
-        parameter.requires_grad_(False)
-    return [frozen, _TiedNet()]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seeded(0))
+        if not case.hidden:
+            return [nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))]
+        width = 4 + case.seed % 5
+        frozen = nn.Sequential(nn.Conv2d(3, width, 3), nn.BatchNorm2d(width), nn.Flatten(), nn.Linear(width * 6 * 6, 2))
+        for parameter in frozen[0].parameters():
+            parameter.requires_grad_(False)
+        return [frozen, _TiedNet()]
 
 
 @register(
@@ -89,13 +110,18 @@ def _models(hidden: bool) -> list[nn.Module]:
         "return sum(p.numel() for p in model.parameters() if p.requires_grad)",
     ),
 )
-def check_count_params(count_trainable_parameters: Callable[[nn.Module], int], *, hidden: bool) -> str:
+def probe_count_params(count_trainable_parameters: Callable[[nn.Module], int], *, case: Case) -> dict:
+    """Count each of the case's models with the student's function."""
+    return {"counts": [count_trainable_parameters(model) for model in _models(case)]}
+
+
+@judges("00-count-params")
+def judge_count_params(seen: dict, *, case: Case) -> str:
     """`count_trainable_parameters(model)` is the number of trainable scalars (frozen ones excluded)."""
-    for model in _models(hidden):
-        counted = count_trainable_parameters(model)
+    for model, counted in zip(_models(case), seen["counts"], strict=True):
         expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
         everything = sum(p.numel() for p in model.parameters())
-        if isinstance(counted, torch.Tensor) or not isinstance(counted, int) or isinstance(counted, bool):
+        if isinstance(counted, (torch.Tensor, Opaque)) or not isinstance(counted, int) or isinstance(counted, bool):
             fail("not-an-int", observed=f"returned {_describe(counted)}", expected="a Python int",
                  cause="summing tensors or calling len() on something else",
                  where="the return statement: sum the .numel() of the tensors")
@@ -111,14 +137,14 @@ def check_count_params(count_trainable_parameters: Callable[[nn.Module], int], *
             fail("wrong-count", observed=f"{counted} for {type(model).__name__}", expected=str(expected),
                  cause="counting buffers, or a shared weight twice (model.parameters() yields it once)",
                  where="iterate model.parameters(), not state_dict() or named_modules()")
-    return "trainable scalars counted (frozen parameters, buffers and shared weights handled)" if hidden else (
+    return "trainable scalars counted (frozen parameters, buffers and shared weights handled)" if case.hidden else (
         "trainable scalars counted on a small MLP")
 
 
-def _accuracy_cases(hidden: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _accuracy_cases(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Seeded (logits, targets) pairs; the hidden ones include a single sample and a batch of one class."""
-    generator = torch.Generator().manual_seed(1 if hidden else 0)
-    shapes = [(1, 4), (33, 10), (5, 2)] if hidden else [(16, 5)]
+    generator = torch.Generator().manual_seed(case.seeded(1 if case.hidden else 0))
+    shapes = [(1, 4), (33, 10), (5, 2)] if case.hidden else [(16, 5)]
     cases = []
     for batch, classes in shapes:
         logits = torch.randn(batch, classes, generator=generator)
@@ -134,10 +160,15 @@ def _accuracy_cases(hidden: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
         "return (logits.argmax(dim=1) == targets).float().mean().item()",
     ),
 )
-def check_accuracy(accuracy: Callable[[torch.Tensor, torch.Tensor], float], *, hidden: bool) -> str:
+def probe_accuracy(accuracy: Callable[[torch.Tensor, torch.Tensor], float], *, case: Case) -> dict:
+    """Call the student's accuracy on each (logits, targets) pair of the case."""
+    return {"results": [accuracy(logits.clone(), targets.clone()) for logits, targets in _accuracy_cases(case)]}
+
+
+@judges("00-accuracy")
+def judge_accuracy(seen: dict, *, case: Case) -> str:
     """`accuracy(logits, targets)` is the fraction (0..1, a float) of rows whose argmax equals the target."""
-    for logits, targets in _accuracy_cases(hidden):
-        result = accuracy(logits.clone(), targets.clone())
+    for (logits, targets), result in zip(_accuracy_cases(case), seen["results"], strict=True):
         expected = (logits.argmax(dim=1) == targets).float().mean().item()
         if not isinstance(result, float):
             fail("not-a-float", observed=f"returned {_describe(result)}", expected="a Python float",

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from harness.checks.core import CheckFailed, check
+from harness.checks.core import Case, CheckFailed, check, decide, observe
+
+# A hidden case as the grader draws one: another seed offset than the local runs use.
+DRAWN_CASE = Case(hidden=True, seed=7919)
 
 
 def assert_check_fails(task: str, *objects: Any, code: str, phrase: str, hidden: bool = False) -> str:
@@ -24,13 +27,14 @@ def assert_check_fails(task: str, *objects: Any, code: str, phrase: str, hidden:
 
 
 def assert_check_passes(task: str, *objects: Any, capsys: pytest.CaptureFixture[str] | None = None) -> None:
-    """Assert that the visible and the hidden checks of `task` pass on `objects`.
+    """Assert that the visible and the hidden checks of `task` pass on `objects`, also on a drawn hidden case.
 
     With `capsys`, also assert that both printed their tick and nothing reached stderr (which nbgrader
     would score as a failed cell).
     """
     check(task, *objects)
     check(task, *objects, hidden=True)
+    decide(task, observe(task, objects, DRAWN_CASE), DRAWN_CASE)
     if capsys is not None:
         out = capsys.readouterr()
         assert out.out.count(f"\u2714 {task}") == 2 and "(hidden tests)" in out.out, out.out
