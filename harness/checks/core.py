@@ -21,6 +21,7 @@ id's two leading digits ("04-train-step" -> lesson04), so a notebook only pays f
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib
 import inspect
@@ -29,6 +30,8 @@ from typing import Any, Callable, NoReturn
 
 from harness.checks import wire
 
+# The MIME type of an observation a graded notebook's probe cell displays for the judge.
+OBSERVATION_MIME = "application/vnd.harness.observation+json"
 # The seed offset of visible cases and of hidden cases run locally (an instructor's solution run, tests).
 # When graded, hidden cases use an offset drawn from the instructor's secret (harness.judge.cases).
 LOCAL_SEED = 0
@@ -189,7 +192,29 @@ def _sealed(task_id: str, observation: Any, case: Case) -> bytes:
     if not isinstance(observation, dict):
         observation = {"__raised__": f"the probe of {task_id} returned {type(observation).__name__}, not a dict"}
     observation["__case__"] = case.digest()
-    return wire.encode(observation)
+    try:
+        return wire.encode(observation)
+    except wire.WireError as error:
+        return wire.encode({"__raised__": f"the observation could not be sent ({error})", "__case__": case.digest()})
+
+
+def emit(task_id: str, objects: Callable[[], list[Any]], cases: list[dict[str, Any]], nonce: str) -> None:
+    """The grader's probe cell: probe the student's objects on each case and display the observations.
+
+    Runs in the graded kernel; decides nothing. `objects` returns what the test cell passes to check()
+    (a NameError there, for an exercise left undefined, is reported like any exception of the student's
+    code). Each observation is displayed as `OBSERVATION_MIME` data for the judge, with `nonce`.
+    """
+    from IPython.display import display
+
+    for index, fields in enumerate(cases):
+        case = Case(hidden=bool(fields["hidden"]), seed=int(fields["seed"]))
+        try:
+            data = observe(task_id, tuple(objects()), case)
+        except Exception as error:  # the objects could not even be named
+            data = _sealed(task_id, {"__raised__": f"{type(error).__name__}: {error}"[:2000]}, case)
+        payload = {"task": task_id, "case": index, "nonce": nonce, "data": base64.b64encode(data).decode()}
+        display({OBSERVATION_MIME: payload}, raw=True)
 
 
 def decide(task_id: str, data: bytes, case: Case) -> str:

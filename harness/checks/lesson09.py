@@ -1,11 +1,16 @@
-"""Checks of lesson 09 (DDP): each runs the student's code on real gloo process groups of forked ranks.
+"""Checks of lesson 09 (DDP): each probe runs the student's code on real gloo process groups of forked ranks.
 
-The ranks are forked (`harness.launch.launch_forked`): no interpreter starts, so a check costs well under
-a second. What is compared, and the tolerance: plain SGD (no momentum, no weight decay) in float32 on a
-tiny MLP; DDP on 2 ranks with per-rank batch B against one process with batch 2B on the same samples in
-the same order. The two differ only in the order float32 additions happen (DDP sums the two ranks'
-gradients, one process sums all 2B samples at once), so parameters agree to about 1e-6: the checks
-allow 1e-4 (absolute and relative).
+Probes record, judges decide. A probe forks the ranks (`harness.launch.launch_forked`: no interpreter
+starts, so a launch costs well under a second), runs the student's code in them, and returns what the
+ranks produced as data: results and inputs after the call, parameters, the indices each rank loaded,
+which ranks wrote files and what the files hold. Its judge rebuilds the case's inputs and recomputes the
+references in-process on tiny tensors (no processes, no DDP, no files of the student's).
+
+What is compared, and the tolerance: plain SGD (no momentum, no weight decay) in float32 on a tiny MLP;
+DDP on 2 ranks with per-rank batch B against one process with batch 2B on the same samples in the same
+order. The two differ only in the order float32 additions happen (DDP sums the two ranks' gradients, one
+process sums all 2B samples at once), so parameters agree to about 1e-6: the checks allow 1e-4 (absolute
+and relative).
 """
 
 from __future__ import annotations
@@ -23,26 +28,26 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, fail, judges, register
+from harness.checks.wire import Opaque, WireError
 from harness.launch import LaunchError, launch_forked
 
 WORLD = 2
 LAUNCH_TIMEOUT_S = 30  # per attempt: generous for a loaded grading machine, far beyond a correct run
 TOLERANCE = 1e-4
 MODEL_SEED = 1234
+CHECKPOINT_NAME = "checkpoint.pt"
 
 
 # ----------------------------------------------------------------------------------------------------
 # Shared pieces
 
 
-def make_model() -> nn.Module:
-    """The checks' tiny regression MLP, initialised identically on every call (seeded)."""
-    generator_state = torch.get_rng_state()
-    torch.manual_seed(MODEL_SEED)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-    torch.set_rng_state(generator_state)
-    return model
+def make_model(seed: int = MODEL_SEED) -> nn.Module:
+    """The checks' tiny regression MLP, initialised identically on every call with the same seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
 def regression_data(n: int, seed: int) -> TensorDataset:
@@ -94,7 +99,7 @@ def _run_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
 
 
 def _report_launch_error(error: LaunchError) -> NoReturn:
-    """Turn a failed launch into the student's failure: a hang, or the exception a rank raised."""
+    """Turn a failed launch into the student's failure: a hang (seen only here), or the exception a rank raised."""
     last = str(error).strip().splitlines()[-1]
     if "did not finish" in str(error):
         fail("hang", observed=f"the ranks did not finish within {LAUNCH_TIMEOUT_S} s, twice",
@@ -104,11 +109,56 @@ def _report_launch_error(error: LaunchError) -> NoReturn:
     raise RuntimeError(f"on rank {error.rank}: {last}") from None
 
 
+def _detached_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of a state_dict's tensors, to send back from a rank."""
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _malformed(what: str) -> NoReturn:
+    """Refuse an observation that no probe of this module writes (forged or corrupted)."""
+    raise WireError(f"malformed observation: {what}")
+
+
+def _ranks(value: Any, count: int = WORLD) -> list[Any]:
+    """The per-rank list of an observation, validated to hold `count` entries."""
+    if not isinstance(value, list) or len(value) != count:
+        _malformed(f"expected a list of {count} per-rank entries")
+    return value
+
+
+def _int_list(value: Any) -> list[int]:
+    """A recorded list of indices, validated."""
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        _malformed("expected a list of ints")
+    return value
+
+
+def _tensor_dict(value: Any) -> dict[str, torch.Tensor]:
+    """A recorded state_dict (str -> tensor), validated."""
+    if not isinstance(value, dict) or not all(isinstance(v, torch.Tensor) for v in value.values()):
+        _malformed("expected a dict of tensors")
+    return value
+
+
+def _describe(value: object) -> str:
+    """A returned value's type, for failure messages."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
+
+
+def _same_layout(state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> bool:
+    """Whether `state` has exactly the reference's keys, each a tensor of the reference's shape."""
+    return set(state) == set(reference) and all(
+        isinstance(state[k], torch.Tensor) and state[k].shape == reference[k].shape for k in reference
+    )
+
+
 def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two state_dicts of the same layout."""
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in b)
 
 
 def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Whether two state_dicts of the same layout agree within TOLERANCE."""
     return all(torch.allclose(a[k].float(), b[k].float(), atol=TOLERANCE, rtol=TOLERANCE) for k in b)
 
 
@@ -116,7 +166,18 @@ def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 # 09-ddp-mean
 
 
+def _mean_inputs(case: Case) -> list[list[torch.Tensor]]:
+    """Per input, the value each rank holds: b + 1 on rank 0, -2b on rank 1, for a shifted base b that is never
+    1 or -1/3 in every element (there the sum, the mean or a rank's own value would coincide)."""
+    bases = [torch.tensor(3.0)]
+    if case.hidden:
+        bases = [torch.tensor(1.5), torch.tensor([0.25, -2.0, 4.0], dtype=torch.float64)]
+    shift = (case.seed % 101) / 4  # exact in float32: 0 for the visible and local cases
+    return [[base + shift + 1.0, (base + shift) * -2.0] for base in bases]
+
+
 def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[torch.Tensor]) -> dict[str, Any]:
+    """In a rank: call ddp_mean on this rank's value; what it returned, and the value afterwards."""
     mine = values[dist.get_rank()].clone()
     out = ddp_mean(mine)
     return {"out": out.detach().clone() if isinstance(out, torch.Tensor) else out, "input_after": mine}
@@ -125,37 +186,52 @@ def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[
 @register(
     "09-ddp-mean",
     hints=(
-        "Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. What do you divide it by?",
-        "total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); return total / dist.get_world_size()",
+        "Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. "
+        "What do you divide it by?",
+        "total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); "
+        "return total / dist.get_world_size()",
     ),
 )
-def check_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, hidden: bool) -> str:
-    """Run ddp_mean on 2 ranks holding different values; every rank must get the mean, inputs unchanged."""
-    cases = [torch.tensor(1.5), torch.tensor([0.25, -2.0, 4.0], dtype=torch.float64)] if hidden else [torch.tensor(3.0)]
-    for base in cases:
-        values = [base + 1.0, base * -2.0]
+def probe_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
+    """Run ddp_mean on 2 ranks holding different values; record what every rank got and its input afterwards."""
+    return {"runs": [_run_ranks(_mean_worker, ddp_mean, values) for values in _mean_inputs(case)]}
+
+
+@judges("09-ddp-mean")
+def judge_ddp_mean(seen: dict, *, case: Case) -> str:
+    """Every rank must get the mean over ranks, and its input must be left unchanged."""
+    for values, run in zip(_mean_inputs(case), seen["runs"], strict=True):
         expected = (values[0] + values[1]) / 2
-        results = _run_ranks(_mean_worker, ddp_mean, values)
-        for rank, result in enumerate(results):
+        for rank, result in enumerate(_ranks(run)):
             out = result["out"]
             if not isinstance(out, torch.Tensor):
-                fail("not-a-tensor", observed=f"rank {rank} got a {type(out).__name__}", expected="a tensor",
+                fail("not-a-tensor", observed=f"rank {rank} got a {_describe(out)}", expected="a tensor",
                      cause="the function returns something else (a float from .item()?)",
                      where="the return statement of ddp_mean")
-            if torch.allclose(out.to(expected.dtype), values[rank]) and not torch.allclose(values[rank], expected):
+            if out.shape != expected.shape:
+                fail("wrong-mean", observed=f"rank {rank} got a tensor of shape {tuple(out.shape)}",
+                     expected=f"the mean over ranks, {expected.tolist()}, of the input's shape {tuple(expected.shape)}",
+                     cause="the result is reshaped, stacked or indexed instead of reduced element-wise",
+                     where="ddp_mean: all_reduce a copy of the input, then divide")
+            out = out.detach().to(expected.dtype)
+            if torch.allclose(out, values[rank]) and not torch.allclose(values[rank], expected):
                 fail("not-averaged", observed=f"rank {rank} got its own value {values[rank].tolist()}",
                      expected=f"the mean over ranks, {expected.tolist()}, on every rank",
                      cause="the value is returned without communicating: no all_reduce, so each rank reports "
                      "only its own shard's metric", where="ddp_mean: all_reduce a copy, then divide")
-            if torch.allclose(out.to(expected.dtype), values[0] + values[1]):
+            if torch.allclose(out, values[0] + values[1]):
                 fail("summed", observed=f"rank {rank} got the sum {out.tolist()}",
-                     expected=f"the mean {expected.tolist()}", cause="all_reduce(SUM) without dividing by the world size",
+                     expected=f"the mean {expected.tolist()}",
+                     cause="all_reduce(SUM) without dividing by the world size",
                      where="divide by dist.get_world_size() after the all_reduce")
-            if not torch.allclose(out.to(expected.dtype), expected):
+            if not torch.allclose(out, expected):
                 fail("wrong-mean", observed=f"rank {rank} got {out.tolist()}", expected=f"{expected.tolist()}",
                      cause="the reduction or the division is not the mean over ranks", where="ddp_mean")
-            if not torch.equal(result["input_after"], values[rank]):
-                fail("modified-input", observed=f"rank {rank}'s input became {result['input_after'].tolist()}",
+            after = result["input_after"]
+            if not isinstance(after, torch.Tensor):
+                _malformed("input_after is not a tensor")
+            if not torch.equal(after, values[rank]):
+                fail("modified-input", observed=f"rank {rank}'s input became {after.tolist()}",
                      expected=f"the input left as {values[rank].tolist()}",
                      cause="dist.all_reduce works in place: reducing the caller's tensor overwrites their metric",
                      where="all_reduce a clone: total = value.detach().clone()")
@@ -166,15 +242,20 @@ def check_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, hidden: 
 # 09-shard-loader
 
 
-def _loader_indices(loader: DataLoader, epoch: int) -> list[list[int]]:
+def _loader_settings(case: Case) -> list[tuple[int, int, int, int]]:
+    """(dataset size, per-rank batch size, world size, seed) of each loader world to build."""
+    settings = [(40, 4, 2, 0), (37, 3, 3, 5), (64, 8, 4, 11)] if case.hidden else [(40, 4, 2, 0)]
+    return [(n, batch_size, world, case.seeded(seed)) for n, batch_size, world, seed in settings]
+
+
+def _loader_indices(loader: DataLoader, epoch: int) -> list[list[int]] | None:
+    """The sample indices of each batch after set_epoch(epoch); None where the sampler has no set_epoch."""
     set_epoch = getattr(loader.sampler, "set_epoch", None)
     if set_epoch is not None:
         set_epoch(epoch)
     elif epoch > 0:
-        fail("same-order-every-epoch", observed=f"the loader's sampler ({type(loader.sampler).__name__}) has no set_epoch",
-             expected="a sampler whose set_epoch(epoch) reshuffles", cause="not a DistributedSampler",
-             where="DataLoader(dataset, batch_size=..., sampler=DistributedSampler(...))")
-    return [batch[0].tolist() for batch in loader]
+        return None
+    return [batch[0].reshape(-1).tolist() for batch in loader]
 
 
 @register(
@@ -186,37 +267,62 @@ def _loader_indices(loader: DataLoader, epoch: int) -> list[list[int]]:
         "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
     ),
 )
-def check_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, hidden: bool) -> str:
-    """Build the loader of every rank of a world; shards must be disjoint, cover, be seeded and reshuffle."""
-    settings = [(40, 4, 2, 0), (37, 3, 3, 5), (64, 8, 4, 11)] if hidden else [(40, 4, 2, 0)]
-    for n, batch_size, world, seed in settings:
+def probe_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, case: Case) -> dict:
+    """Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
+    seed, and of rank 0 in epoch 1."""
+    worlds = []
+    for n, batch_size, world, seed in _loader_settings(case):
         dataset = TensorDataset(torch.arange(n))
         loaders = [make_ddp_loader(dataset, batch_size, rank=r, world_size=world, seed=seed) for r in range(world)]
-        epochs = [[_loader_indices(loader, epoch=0) for loader in loaders]]
-        shards = [sum(batches, []) for batches in epochs[0]]
-        sizes = [len(batch) for batch in epochs[0][0]]
+        epoch0 = [_loader_indices(loader, epoch=0) for loader in loaders]
+        reseeded_loader = make_ddp_loader(dataset, batch_size, rank=0, world_size=world, seed=seed + 1)
+        reseeded = _loader_indices(reseeded_loader, epoch=0)
+        worlds.append({"epoch0": epoch0, "reseeded": reseeded, "epoch1": _loader_indices(loaders[0], epoch=1),
+                       "sampler": type(loaders[0].sampler).__name__})
+    return {"worlds": worlds}
+
+
+def _batches(value: Any) -> list[list[int]]:
+    """A recorded list of batches of indices, validated."""
+    if not isinstance(value, list):
+        _malformed("expected a list of batches")
+    return [_int_list(batch) for batch in value]
+
+
+@judges("09-shard-loader")
+def judge_shard_loader(seen: dict, *, case: Case) -> str:
+    """Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle."""
+    for (n, batch_size, world, seed), observed in zip(_loader_settings(case), seen["worlds"], strict=True):
+        epoch0 = [_batches(batches) for batches in _ranks(observed["epoch0"], world)]
+        shards = [sum(batches, []) for batches in epoch0]
+        sizes = [len(batch) for batch in epoch0[0]]
         if sizes and sizes[0] != batch_size:
-            fail("wrong-batch-size", observed=f"batches of {sizes[0]} samples on a rank", expected=f"{batch_size} (per rank)",
+            fail("wrong-batch-size", observed=f"batches of {sizes[0]} samples on a rank",
+                 expected=f"{batch_size} (per rank)",
                  cause="batch_size is the per-rank batch: do not divide or multiply it by the world size",
                  where="the DataLoader's batch_size")
-        covered = set().union(*map(set, shards))
+        covered = set().union(*map(set, shards)) & set(range(n))
         if any(len(shard) > -(-n // world) for shard in shards) or len(covered) < world * (n // world):
             fail("overlapping-shards", observed=f"{world} ranks loaded {[len(s) for s in shards]} samples, "
                  f"{len(covered)} distinct of {n}",
                  expected=f"each rank about {n // world} samples, together all {n}",
                  cause="every rank reads the whole dataset (shuffle=True or a RandomSampler instead of a "
                  "DistributedSampler), or the ranks shuffle with different seeds, so they train on the same samples",
-                 where="pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank, ...) to the DataLoader")
+                 where="pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank, ...) "
+                 "to the DataLoader")
         if shards[0] == sorted(shards[0]) and n > 8:
             fail("not-shuffled", observed=f"rank 0 reads samples in increasing order {shards[0][:6]}...",
-                 expected="a shuffled order", cause="shuffle=False in the sampler", where="DistributedSampler(..., shuffle=True)")
-        reseeded = sum(_loader_indices(make_ddp_loader(dataset, batch_size, rank=0, world_size=world, seed=seed + 1), epoch=0), [])
-        if reseeded == shards[0]:
+                 expected="a shuffled order", cause="shuffle=False in the sampler",
+                 where="DistributedSampler(..., shuffle=True)")
+        if sum(_batches(observed["reseeded"]), []) == shards[0]:
             fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give rank 0 the same order",
                  expected="the seed to choose the permutation", cause="the seed argument is not passed to the sampler",
                  where="DistributedSampler(..., seed=seed)")
-        next_epoch = sum(_loader_indices(loaders[0], epoch=1), [])
-        if next_epoch == shards[0]:
+        if observed["epoch1"] is None:
+            fail("same-order-every-epoch", observed=f"the loader's sampler ({observed['sampler']}) has no set_epoch",
+                 expected="a sampler whose set_epoch(epoch) reshuffles", cause="not a DistributedSampler",
+                 where="DataLoader(dataset, batch_size=..., sampler=DistributedSampler(...))")
+        if sum(_batches(observed["epoch1"]), []) == shards[0]:
             fail("same-order-every-epoch", observed="set_epoch(1) leaves rank 0's order unchanged",
                  expected="a new permutation each epoch", cause="the sampler ignores the epoch",
                  where="use torch.utils.data.DistributedSampler, whose set_epoch reseeds the shuffle")
@@ -227,17 +333,36 @@ def check_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, hidden: bo
 # 09-train-ddp
 
 
-def _train_worker(train_ddp: Callable[..., Any], dataset: Dataset, config: dict[str, Any]) -> dict[str, Any]:
+def _train_configs(case: Case) -> list[dict[str, Any]]:
+    """Each training run: dataset size n, the train_ddp arguments, and the seeds of the data and the model."""
+    configs = [dict(n=64, epochs=3, batch_size=8, lr=0.05, seed=0)]
+    if case.hidden:
+        configs = [dict(n=48, epochs=2, batch_size=4, lr=0.1, seed=7),
+                   dict(n=80, epochs=3, batch_size=10, lr=0.02, seed=3)]
+    return [{**config, "seed": case.seeded(config["seed"]), "data_seed": case.seeded(config["seed"] + 100),
+             "model_seed": case.seeded(MODEL_SEED)} for config in configs]
+
+
+def _train_arguments(config: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments train_ddp receives."""
+    return {key: config[key] for key in ("epochs", "batch_size", "lr", "seed")}
+
+
+def _train_worker(
+    train_ddp: Callable[..., Any], model_seed: int, dataset: Dataset, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """In a rank: train with train_ddp; the state_dict it returned and the dataset indices this rank loaded."""
     recorder = IndexRecorder(dataset)
-    state = train_ddp(make_model, recorder, nn.functional.mse_loss, **config)
+    state = train_ddp(functools.partial(make_model, model_seed), recorder, nn.functional.mse_loss, **arguments)
     if not isinstance(state, dict):
         raise TypeError(f"train_ddp returned a {type(state).__name__}; return the unwrapped model's state_dict()")
-    return {"state": {k: v.detach().clone() for k, v in state.items()}, "seen": recorder.seen}
+    return {"state": _detached_state(state), "seen": recorder.seen}
 
 
-def reference_training(dataset: TensorDataset, *, epochs: int, batch_size: int, lr: float, seed: int, world: int = WORLD) -> dict[str, torch.Tensor]:
+def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, batch_size: int, lr: float, seed: int,
+                       world: int = WORLD) -> dict[str, torch.Tensor]:
     """One process, batch world*batch_size, the DistributedSampler's permutation of each epoch, plain SGD."""
-    model = make_model()
+    model = make_model(model_seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     x, y = dataset.tensors
     for epoch in range(epochs):
@@ -248,7 +373,7 @@ def reference_training(dataset: TensorDataset, *, epochs: int, batch_size: int, 
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return _detached_state(model.state_dict())
 
 
 @register(
@@ -256,37 +381,50 @@ def reference_training(dataset: TensorDataset, *, epochs: int, batch_size: int, 
     hints=(
         "Four DDP ingredients: a sharded loader, the model wrapped in DDP (before the optimizer is built), "
         "sampler.set_epoch(epoch) at the start of each epoch, and the unwrapped model's state_dict at the end.",
-        "sampler = DistributedSampler(dataset, seed=seed); loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler); "
+        "sampler = DistributedSampler(dataset, seed=seed); "
+        "loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler); "
         "model = DDP(make_model()); optimizer = SGD(model.parameters(), lr=lr); for epoch: sampler.set_epoch(epoch); "
         "for x, y: zero_grad, loss_fn(model(x), y).backward(), step; return model.module.state_dict()",
     ),
 )
-def check_train_ddp(train_ddp: Callable[..., dict[str, torch.Tensor]], *, hidden: bool) -> str:
-    """Train on 2 ranks; compare with one process at twice the batch, and the ranks with each other."""
-    configs = [dict(n=64, epochs=3, batch_size=8, lr=0.05, seed=0)]
-    if hidden:
-        configs = [dict(n=48, epochs=2, batch_size=4, lr=0.1, seed=7), dict(n=80, epochs=3, batch_size=10, lr=0.02, seed=3)]
-    for config in configs:
-        n = config.pop("n")
-        dataset = regression_data(n, seed=config["seed"] + 100)
-        results = _run_ranks(_train_worker, train_ddp, dataset, config)
-        _check_sharding(results, n, config["epochs"])
-        states = [result["state"] for result in results]
+def probe_train_ddp(train_ddp: Callable[..., dict[str, torch.Tensor]], *, case: Case) -> dict:
+    """Train on 2 ranks; record each rank's returned state_dict and the dataset indices it loaded."""
+    runs = []
+    for config in _train_configs(case):
+        dataset = regression_data(config["n"], seed=config["data_seed"])
+        runs.append(_run_ranks(_train_worker, train_ddp, config["model_seed"], dataset, _train_arguments(config)))
+    return {"runs": runs}
+
+
+@judges("09-train-ddp")
+def judge_train_ddp(seen: dict, *, case: Case) -> str:
+    """Compare the ranks with each other, and with one process at twice the batch trained here."""
+    for config, run in zip(_train_configs(case), seen["runs"], strict=True):
+        results = _ranks(run)
+        _check_sharding([_int_list(result["seen"]) for result in results], config["n"], config["epochs"])
+        states = [_tensor_dict(result["state"]) for result in results]
         wrapped = [k for k in states[0] if k.startswith("module.")]
         if wrapped:
-            fail("wrapped-state-dict", observed=f"keys like {wrapped[0]!r}", expected="the plain model's keys ('0.weight', ...)",
+            fail("wrapped-state-dict", observed=f"keys like {wrapped[0]!r}",
+                 expected="the plain model's keys ('0.weight', ...)",
                  cause="the state_dict of the DDP wrapper was returned: its keys carry 'module.' and will not load "
                  "into a plain model", where="return model.module.state_dict()")
-        if set(states[0]) != set(make_model().state_dict()):
-            fail("wrong-state-dict", observed=f"keys {sorted(states[0])}", expected=f"keys {sorted(make_model().state_dict())}",
-                 cause="something other than the trained model's state_dict was returned", where="the return statement")
+        dataset = regression_data(config["n"], seed=config["data_seed"])
+        reference = reference_training(dataset, model_seed=config["model_seed"], **_train_arguments(config))
+        for state in states:
+            if not _same_layout(state, reference):
+                shapes = [tuple(v.shape) for v in state.values()]
+                fail("wrong-state-dict", observed=f"keys {sorted(state)} of shapes {shapes}",
+                     expected=f"keys {sorted(reference)} of the model's shapes",
+                     cause="something other than the trained model's state_dict was returned",
+                     where="the return statement")
         if not _close(states[0], states[1]):
-            fail("ranks-differ", observed=f"the ranks' parameters differ by up to {_max_difference(states[0], states[1]):.2e}",
+            fail("ranks-differ",
+                 observed=f"the ranks' parameters differ by up to {_max_difference(states[0], states[1]):.2e}",
                  expected="identical parameters on every rank",
                  cause="gradients are not averaged across ranks: the model is not wrapped in DDP (each rank trains "
                  "its own copy on its own shard), or the optimizer was built on other parameters",
                  where="model = DDP(make_model()) before building the optimizer from model.parameters()")
-        reference = reference_training(dataset, world=WORLD, **config)
         if not _close(states[0], reference):
             fail("not-ddp-equivalent",
                  observed=f"parameters differ from one process with batch {WORLD * config['batch_size']} by up to "
@@ -294,18 +432,20 @@ def check_train_ddp(train_ddp: Callable[..., dict[str, torch.Tensor]], *, hidden
                  expected=f"the same parameters within {TOLERANCE:g}: DDP over {WORLD} ranks of batch "
                  f"{config['batch_size']} is one process with batch {WORLD * config['batch_size']}",
                  cause="the update differs: a rescaled loss or learning rate, a missing zero_grad, a different "
-                 "optimizer, or extra steps", where="the inner loop: zero_grad, loss_fn(model(x), y).backward(), step, with plain SGD(lr)")
+                 "optimizer, or extra steps",
+                 where="the inner loop: zero_grad, loss_fn(model(x), y).backward(), step, with plain SGD(lr)")
     return f"DDP on {WORLD} ranks matches one process at twice the batch; ranks identical; set_epoch reshuffles"
 
 
-def _check_sharding(results: list[dict[str, Any]], n: int, epochs: int) -> None:
+def _check_sharding(seen: list[list[int]], n: int, epochs: int) -> None:
+    """Each rank loaded its own half of the data each epoch, in a new order each epoch."""
     per_rank = n // WORLD
-    for rank, result in enumerate(results):
-        if len(result["seen"]) == 0:
+    for rank, indices in enumerate(seen):
+        if len(indices) == 0:
             fail("no-samples-seen", observed=f"rank {rank} loaded no sample from the dataset it was given",
                  expected=f"{per_rank} samples per epoch", cause="the dataset passed in is not the one trained on, "
-                 "or DataLoader workers (num_workers > 0) load it in other processes", where="the DataLoader (keep num_workers=0 here)")
-    seen = [result["seen"] for result in results]
+                 "or DataLoader workers (num_workers > 0) load it in other processes",
+                 where="the DataLoader (keep num_workers=0 here)")
     if any(len(s) != per_rank * epochs for s in seen) or set(seen[0][:per_rank]) & set(seen[1][:per_rank]):
         fail("not-sharded", observed=f"ranks loaded {[len(s) // epochs for s in seen]} samples per epoch; "
              f"{len(set(seen[0][:per_rank]) & set(seen[1][:per_rank]))} samples seen by both in epoch 0",
@@ -324,17 +464,30 @@ def _check_sharding(results: list[dict[str, Any]], n: int, epochs: int) -> None:
 # 09-save-rank0
 
 
-def _save_worker(save_checkpoint_ddp: Callable[..., None], rank_dirs: list[str], epoch: int) -> dict[str, Any]:
-    rank = dist.get_rank()
-    os.chdir(rank_dirs[rank])  # a relative path lands in this rank's own folder: who wrote is visible on disk
-    model = DDP(make_model())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+def _save_epoch(case: Case) -> int:
+    """The epoch number the save is called with."""
+    return (7 if case.hidden else 3) + case.seed % 89
+
+
+def _save_model_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """The one step the model takes before it is saved (the same on every rank: equal inputs, equal gradients)."""
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
+
+
+def _save_worker(
+    save_checkpoint_ddp: Callable[..., None], rank_dirs: list[str], epoch: int, model_seed: int
+) -> dict[str, Any]:
+    """In a rank, in its own folder: step a DDP model once, save it; whether rank 0's file existed on return."""
+    rank = dist.get_rank()
+    os.chdir(rank_dirs[rank])  # a relative path lands in this rank's own folder: who wrote is visible on disk
+    model = DDP(make_model(model_seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    _save_model_step(model, optimizer)
     if rank == 0:
         time.sleep(0.4)  # rank 0 arrives late: a rank that does not wait for its save returns before the file exists
-    save_checkpoint_ddp(model, optimizer, epoch, "checkpoint.pt")
-    return {"rank0_file_exists_on_return": (Path(rank_dirs[0]) / "checkpoint.pt").exists()}
+    save_checkpoint_ddp(model, optimizer, epoch, CHECKPOINT_NAME)
+    return {"rank0_file_exists_on_return": (Path(rank_dirs[0]) / CHECKPOINT_NAME).exists()}
 
 
 @register(
@@ -345,51 +498,118 @@ def _save_worker(save_checkpoint_ddp: Callable[..., None], rank_dirs: list[str],
         "'epoch': epoch}, path); then dist.barrier() on every rank",
     ),
 )
-def check_save_rank0(save_checkpoint_ddp: Callable[..., None], *, hidden: bool) -> str:
-    """Call the save on 2 ranks, each in its own folder: only rank 0's folder may get the file, before anyone returns."""
+def probe_save_rank0(save_checkpoint_ddp: Callable[..., None], *, case: Case) -> dict:
+    """Call the save on 2 ranks, each in its own folder; record the files in each folder, whether rank 0's file
+    existed when each rank returned, and rank 0's checkpoint read back."""
     with tempfile.TemporaryDirectory(prefix="check-09-save-") as tmp:
         rank_dirs = [os.path.join(tmp, f"rank{r}") for r in range(WORLD)]
         for folder in rank_dirs:
             os.makedirs(folder)
-        epoch = 7 if hidden else 3
-        results = _run_ranks(_save_worker, save_checkpoint_ddp, rank_dirs, epoch)
-        written = [r for r in range(WORLD) if os.listdir(rank_dirs[r])]
-        if written != [0]:
-            if 0 in written:
-                fail("saved-on-every-rank", observed=f"ranks {written} each wrote a checkpoint",
-                     expected="only rank 0 writes", cause="the save is not guarded: every rank writes the same "
-                     "file (wasted I/O, and on a shared disk a corrupt file when writes interleave)",
-                     where="if dist.get_rank() == 0: torch.save(...)")
-            fail("not-saved-on-rank0", observed=f"files written by ranks {written or 'none'}",
-                 expected="rank 0 writes the checkpoint", cause="the guard selects the wrong rank, or nothing is saved",
-                 where="if dist.get_rank() == 0: torch.save(..., path)")
-        if not all(result["rank0_file_exists_on_return"] for result in results):
-            fail("missing-barrier", observed="rank 1 returned before rank 0 had written the checkpoint",
-                 expected="every rank returns only once the file exists",
-                 cause="no barrier after the save: the other ranks race ahead (and may read a file that is not there yet)",
-                 where="dist.barrier() after the guarded save, on every rank")
-        checkpoint = torch.load(os.path.join(rank_dirs[0], "checkpoint.pt"), weights_only=True)
-        missing = [key for key in ("model", "optimizer", "epoch") if key not in checkpoint]
-        if missing:
-            fail("incomplete-checkpoint", observed=f"keys {sorted(checkpoint)}", expected="'model', 'optimizer' and 'epoch'",
-                 cause="a resumable checkpoint needs all three", where="the dict passed to torch.save")
-        if any(key.startswith("module.") for key in checkpoint["model"]):
-            fail("wrapped-state-dict", observed="model keys start with 'module.'", expected="the plain model's keys",
-                 cause="the DDP wrapper's state_dict was saved: it will not load into a plain model",
-                 where="save model.module.state_dict()")
-        if checkpoint["epoch"] != epoch:
-            fail("wrong-epoch", observed=f"epoch {checkpoint['epoch']!r}", expected=f"{epoch}",
-                 cause="the epoch passed in is not the one saved", where="'epoch': epoch")
+        results = _run_ranks(_save_worker, save_checkpoint_ddp, rank_dirs, _save_epoch(case), case.seeded(MODEL_SEED))
+        checkpoint_path = Path(rank_dirs[0]) / CHECKPOINT_NAME
+        return {
+            "files": [sorted(os.listdir(folder)) for folder in rank_dirs],
+            "file_existed_on_return": [result["rank0_file_exists_on_return"] for result in results],
+            "checkpoint": torch.load(checkpoint_path, weights_only=True) if checkpoint_path.is_file() else None,
+        }
+
+
+@judges("09-save-rank0")
+def judge_save_rank0(seen: dict, *, case: Case) -> str:
+    """Only rank 0's folder may get the file, before any rank returns; it must hold the model after its step."""
+    files = [_string_list(names) for names in _ranks(seen["files"])]
+    written = [r for r in range(WORLD) if files[r]]
+    if written != [0]:
+        if 0 in written:
+            fail("saved-on-every-rank", observed=f"ranks {written} each wrote a checkpoint",
+                 expected="only rank 0 writes", cause="the save is not guarded: every rank writes the same "
+                 "file (wasted I/O, and on a shared disk a corrupt file when writes interleave)",
+                 where="if dist.get_rank() == 0: torch.save(...)")
+        fail("not-saved-on-rank0", observed=f"files written by ranks {written or 'none'}",
+             expected="rank 0 writes the checkpoint", cause="the guard selects the wrong rank, or nothing is saved",
+             where="if dist.get_rank() == 0: torch.save(..., path)")
+    checkpoint = seen["checkpoint"]
+    if checkpoint is None:
+        fail("not-saved-on-rank0", observed=f"rank 0 wrote {files[0]}, none of them at the path it was given",
+             expected=f"the checkpoint at the path passed in ({CHECKPOINT_NAME!r})",
+             cause="the file is saved under another name than `path`", where="torch.save(..., path)")
+    if not all(existed is True for existed in _ranks(seen["file_existed_on_return"])):
+        fail("missing-barrier", observed="rank 1 returned before rank 0 had written the checkpoint",
+             expected="every rank returns only once the file exists",
+             cause="no barrier after the save: the other ranks race ahead (and may read a file that is not there yet)",
+             where="dist.barrier() after the guarded save, on every rank")
+    missing = [key for key in ("model", "optimizer", "epoch")
+               if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if missing:
+        fail("incomplete-checkpoint",
+             observed=f"keys {sorted(checkpoint)}" if isinstance(checkpoint, dict) else f"a {_describe(checkpoint)}",
+             expected="'model', 'optimizer' and 'epoch'",
+             cause="a resumable checkpoint needs all three", where="the dict passed to torch.save")
+    saved = checkpoint["model"]
+    if isinstance(saved, dict) and any(key.startswith("module.") for key in saved):
+        fail("wrapped-state-dict", observed="model keys start with 'module.'", expected="the plain model's keys",
+             cause="the DDP wrapper's state_dict was saved: it will not load into a plain model",
+             where="save model.module.state_dict()")
+    model = make_model(case.seeded(MODEL_SEED))
+    _save_model_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    reference = _detached_state(model.state_dict())
+    if not isinstance(saved, dict) or not _same_layout(saved, reference) or not _close(saved, reference):
+        fail("wrong-state-dict", observed=f"'model' holds {_summary(saved, reference)}",
+             expected=f"the model's state_dict after its step: keys {sorted(reference)}",
+             cause="something other than the model's current state_dict was saved",
+             where="'model': model.module.state_dict()")
+    epoch = _save_epoch(case)
+    if not _is_number(checkpoint["epoch"], epoch):
+        fail("wrong-epoch", observed=f"epoch {checkpoint['epoch']!r}", expected=f"{epoch}",
+             cause="the epoch passed in is not the one saved", where="'epoch': epoch")
     return "rank 0 alone writes a full checkpoint with the unwrapped model; the other ranks wait for it"
+
+
+def _string_list(value: Any) -> list[str]:
+    """A recorded list of file names, validated."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        _malformed("expected a list of file names")
+    return value
+
+
+def _summary(value: Any, reference: dict[str, torch.Tensor]) -> str:
+    """A saved state_dict, or what was saved instead, in a few words."""
+    if not isinstance(value, dict):
+        return f"a {_describe(value)}"
+    if _same_layout(value, reference):
+        return "the model's keys with other values"
+    return f"keys {sorted(value)[:6]}"
+
+
+def _is_number(value: Any, number: int) -> bool:
+    """Whether a saved value is `number`: an int, or a one-element tensor holding it."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and value.item() == number
+    return isinstance(value, int) and not isinstance(value, bool) and value == number
 
 
 # ----------------------------------------------------------------------------------------------------
 # 09-no-sync
 
 
-def _accumulate_worker(accumulate_step: Callable[..., None], micro: int, steps: int, seed: int) -> dict[str, Any]:
+def _accumulation_settings(case: Case) -> list[tuple[int, int, int]]:
+    """(micro-batches per step, optimizer steps, data seed) of each run."""
+    settings = [(3, 2, 5), (2, 3, 9)] if case.hidden else [(4, 2, 0)]
+    return [(micro, steps, case.seeded(seed)) for micro, steps, seed in settings]
+
+
+def _micro_batches(seed: int, step: int, rank: int, micro: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The micro-batches of one rank at one optimizer step."""
+    generator = torch.Generator().manual_seed(seed + 1000 * step + rank)
+    return [(torch.randn(4, 4, generator=generator), torch.randn(4, 1, generator=generator)) for _ in range(micro)]
+
+
+def _accumulate_worker(
+    accumulate_step: Callable[..., None], micro: int, steps: int, seed: int, model_seed: int
+) -> dict[str, Any]:
+    """In a rank: run the accumulation steps on a DDP model; its parameters and the all-reduces DDP made."""
     rank = dist.get_rank()
-    model = DDP(make_model())
+    model = DDP(make_model(model_seed))
     reductions = {"count": 0}
 
     def counting_allreduce(state, bucket):  # no annotations: DDP checks them, and this module's are strings
@@ -400,27 +620,21 @@ def _accumulate_worker(accumulate_step: Callable[..., None], micro: int, steps: 
     model.register_comm_hook(None, counting_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        generator = torch.Generator().manual_seed(seed + 1000 * step + rank)
-        batches = [(torch.randn(4, 4, generator=generator), torch.randn(4, 1, generator=generator)) for _ in range(micro)]
-        accumulate_step(model, optimizer, batches, nn.functional.mse_loss)
-    return {"state": {k: v.detach().clone() for k, v in model.module.state_dict().items()}, "reductions": reductions["count"]}
+        accumulate_step(model, optimizer, _micro_batches(seed, step, rank, micro), nn.functional.mse_loss)
+    return {"state": _detached_state(model.module.state_dict()), "reductions": reductions["count"]}
 
 
-def _accumulation_reference(micro: int, steps: int, seed: int) -> dict[str, torch.Tensor]:
-    model = make_model()
+def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) -> dict[str, torch.Tensor]:
+    """One process, one plain SGD step per optimizer step on all ranks' micro-batches at once."""
+    model = make_model(model_seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        xs, ys = [], []
-        for rank in range(WORLD):
-            generator = torch.Generator().manual_seed(seed + 1000 * step + rank)
-            for _ in range(micro):
-                xs.append(torch.randn(4, 4, generator=generator))
-                ys.append(torch.randn(4, 1, generator=generator))
-        loss = nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys))
+        batches = [batch for rank in range(WORLD) for batch in _micro_batches(seed, step, rank, micro)]
+        loss = nn.functional.mse_loss(model(torch.cat([x for x, _ in batches])), torch.cat([y for _, y in batches]))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return _detached_state(model.state_dict())
 
 
 @register(
@@ -433,30 +647,47 @@ def _accumulation_reference(micro: int, steps: int, seed: int) -> dict[str, torc
         "then optimizer.step(); optimizer.zero_grad(set_to_none=True)",
     ),
 )
-def check_no_sync(accumulate_step: Callable[..., None], *, hidden: bool) -> str:
-    """Count DDP's all-reduces through a comm hook; compare the update with one process on the whole batch."""
-    for micro, steps, seed in ([(3, 2, 5), (2, 3, 9)] if hidden else [(4, 2, 0)]):
-        results = _run_ranks(_accumulate_worker, accumulate_step, micro, steps, seed)
+def probe_no_sync(accumulate_step: Callable[..., None], *, case: Case) -> dict:
+    """Run the accumulation on 2 ranks; record DDP's all-reduces (counted by a comm hook) and the parameters."""
+    model_seed = case.seeded(MODEL_SEED)
+    return {"runs": [_run_ranks(_accumulate_worker, accumulate_step, micro, steps, seed, model_seed)
+                     for micro, steps, seed in _accumulation_settings(case)]}
+
+
+@judges("09-no-sync")
+def judge_no_sync(seen: dict, *, case: Case) -> str:
+    """One all-reduce per optimizer step; the update must equal one process on the whole batch, computed here."""
+    for (micro, steps, seed), run in zip(_accumulation_settings(case), seen["runs"], strict=True):
+        results = _ranks(run)
         reductions = results[0]["reductions"]
+        if not isinstance(reductions, int) or isinstance(reductions, bool):
+            _malformed("the all-reduce count is not an int")
         if reductions == 0:
-            fail("never-synced", observed="no gradient all-reduce happened", expected=f"one per optimizer step ({steps})",
+            fail("never-synced", observed="no gradient all-reduce happened",
+                 expected=f"one per optimizer step ({steps})",
                  cause="every backward ran inside no_sync, the last one included, so the ranks never average",
                  where="run the last micro-batch's backward outside no_sync")
         if reductions > steps:
-            fail("missing-no-sync", observed=f"{reductions} gradient all-reduces for {steps} optimizer steps of {micro} micro-batches",
+            fail("missing-no-sync",
+                 observed=f"{reductions} gradient all-reduces for {steps} optimizer steps of {micro} micro-batches",
                  expected=f"{steps}: one per optimizer step", cause="every micro-batch's backward synchronises: "
                  "communication is paid micro-batch times for the same result",
                  where="wrap all but the last micro-batch's forward and backward in `with model.no_sync():`")
-        reference = _accumulation_reference(micro, steps, seed)
-        states = [result["state"] for result in results]
+        reference = _accumulation_reference(micro, steps, seed, case.seeded(MODEL_SEED))
+        states = [_tensor_dict(result["state"]) for result in results]
+        if not all(_same_layout(state, reference) for state in states):
+            _malformed("the ranks' states are not the model's state_dict")
         if not _close(states[0], states[1]):
-            fail("ranks-differ", observed=f"the ranks' parameters differ by {_max_difference(states[0], states[1]):.2e}",
-                 expected="identical parameters", cause="an optimizer step happened on gradients that were not averaged",
+            fail("ranks-differ",
+                 observed=f"the ranks' parameters differ by {_max_difference(states[0], states[1]):.2e}",
+                 expected="identical parameters",
+                 cause="an optimizer step happened on gradients that were not averaged",
                  where="step once, after the last (synchronised) backward")
         if not _close(states[0], reference):
-            fail("wrong-update", observed=f"parameters differ from one process on the whole batch by {_max_difference(states[0], reference):.2e}",
+            fail("wrong-update", observed="parameters differ from one process on the whole batch by "
+                 f"{_max_difference(states[0], reference):.2e}",
                  expected=f"the same parameters within {TOLERANCE:g}",
-                 cause="the accumulated gradient is not the whole batch's mean gradient: divide each micro-batch loss by "
-                 "the number of micro-batches, step once per call, and clear the gradients after stepping",
+                 cause="the accumulated gradient is not the whole batch's mean gradient: divide each micro-batch "
+                 "loss by the number of micro-batches, step once per call, and clear the gradients after stepping",
                  where="loss / len(micro_batches); optimizer.step(); optimizer.zero_grad(set_to_none=True)")
     return "one all-reduce per optimizer step; the update equals one process on the whole batch"

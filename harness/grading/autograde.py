@@ -1,11 +1,17 @@
 """Grade one submission in its own temporary course directory: `python -m harness.grading.autograde JOB RESULT`.
 
 A job (JSON, written by `batch`) names the student, the assignment, the submitted notebook (or why there
-is none), the template course directory (sources, release, gradebook from GenerateAssignment) and the
-limits. The worker copies the template, repairs the submission's cells (`restore`), runs nbgrader's real
-Autograde with the sandboxed kernel, the tamper guard and `SandboxedExecute`, generates feedback without
-hidden tests, and writes a result (JSON): per-task points, failure codes, status and the reasons behind it.
-Nothing it does touches another submission or the shared gradebook; the parent merges results.
+is none), the template course directory (sources, release, gradebook from GenerateAssignment), the limits
+and each task's cases (drawn by the parent from the instructor's secret; the secret itself never reaches
+the worker). The worker copies the template, repairs the submission's cells (`restore`), runs nbgrader's
+real Autograde with the kernel in the sandbox (`sandbox`), the grader's cells (`execute`: the tamper guard
+and a probe cell after every test cell) and `SandboxedExecute`, then hands each task's observations to the
+judge (`harness.judge.verdict`), which alone decides the points: they replace nbgrader's in this job's
+private gradebook, and the judge's messages replace the test cells' outputs before the feedback (hidden
+tests removed) is generated. The result (JSON): per-task points, failure codes, status and reasons.
+Nothing it does touches another submission or the shared gradebook; the parent merges results. The worker
+reads nothing the kernel could have written: the kernel's outputs arrive as messages, and the kernel's
+filesystem is its own.
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ from typing import Any
 
 import nbformat
 
+from harness.checks.core import Case
 from harness.grading import sandbox
-from harness.grading.feedback import failure_code
+from harness.grading.execute import error_output
 from harness.grading.layout import REPO_ROOT, course_config, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
+from harness.judge.verdict import Verdict, judge_task
 
 
-def _config(course: Path, job: dict[str, Any], reports: dict[str, Path], nonce: str) -> Any:
+def _config(course: Path, job: dict[str, Any], report: Path, nonce: str) -> Any:
     """nbgrader's configuration for this job: the repository's, with the grading pipeline swapped in."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, GetGrades, IgnorePattern,
@@ -46,10 +54,10 @@ def _config(course: Path, job: dict[str, Any], reports: dict[str, Path], nonce: 
                                                AssignLatePenalties, CheckCellMetadata]},
         GenerateFeedback={"preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]},
         SandboxedExecute={"timeout": job["timeout"], "kernel_name": sandbox.KERNEL_NAME,
-                          "report_path": str(reports["execution"]), "max_output_bytes": job["max_output_bytes"]},
-        InjectGuard={"report_path": str(reports["tamper"]), "lesson_module": lesson if has_checks else "",
-                     "nonce": nonce},
-        StripGuard={"report_path": str(reports["execution"])},
+                          "report_path": str(report), "max_output_bytes": job["max_output_bytes"],
+                          "runtime_dir": str(course / "runtime")},
+        InjectGuard={"lesson_module": lesson if has_checks else "", "nonce": nonce, "cases": json.dumps(job["cases"])},
+        StripGuard={"report_path": str(report)},
         LimitOutput={"max_lines": 1000},
     )
 
@@ -65,8 +73,8 @@ def _read_submission(path: Path) -> nbformat.NotebookNode:
     return notebook
 
 
-def _reasons(execution: dict[str, Any], tamper_lines: list[dict[str, Any]], nonce: str) -> list[str]:
-    """Sentences for the grades CSV from the execution and tamper reports."""
+def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
+    """Sentences for the grades CSV from the execution report and the guard's heartbeats."""
     reasons = [f"{cell}: timed out after the per-cell limit" for cell in execution.get("timeout", [])]
     reasons += [f"{cell}: the kernel ignored the interrupt and was killed; later cells not run"
                 for cell in execution.get("kernel_hung", [])]
@@ -74,16 +82,51 @@ def _reasons(execution: dict[str, Any], tamper_lines: list[dict[str, Any]], nonc
                 for cell in execution.get("kernel_died", [])]
     reasons += [f"{cell}: ran out of the per-submission memory limit" for cell in execution.get("memory", [])]
     reasons += [f"{cell}: output truncated (flood)" for cell in execution.get("output_truncated", [])]
-    ran = [g for g in execution.get("guard_cells", []) if g["outcome"] == "ok" and g["role"] != "install"]
-    failed = [g for g in execution.get("guard_cells", []) if g["outcome"] != "ok" and "NotExecuted" not in g["outcome"]]
+    guards = execution.get("guard_cells", [])
+    ran = [g for g in guards if g["outcome"] == "ok" and g["role"] != "install"]
+    failed = [g for g in guards if g["outcome"] != "ok" and "NotExecuted" not in g["outcome"]]
     reasons += [f"tamper guard before {g['role']} failed ({g['outcome']}): review by hand" for g in failed]
-    beats = [line for line in tamper_lines if line.get("nonce") == nonce]
+    beats = [beat for g in ran for beat in g["heartbeats"] if isinstance(beat, dict) and beat.get("nonce") == nonce]
     if len(beats) < len(ran):
         reasons.append("tamper guard heartbeat missing: the guard was bypassed; review by hand")
-    found = sorted({item for line in beats for item in line["found"]})
+    found = sorted({str(item) for beat in beats for item in beat.get("found", [])})
     if found:
-        reasons.append("tampering neutralised before the tests ran: " + "; ".join(found))
+        reasons.append("tampering neutralised before the probes ran: " + "; ".join(found))
     return reasons
+
+
+def _verdicts(execution: dict[str, Any], job: dict[str, Any], nonce: str) -> dict[str, Verdict]:
+    """The judge's verdict on every graded task, from what the probe cells displayed."""
+    probes = execution.get("probes", {})
+    verdicts = {}
+    for task, fields in job["cases"].items():
+        cases = [Case(hidden=bool(f["hidden"]), seed=int(f["seed"])) for f in fields]
+        probe = probes.get(task, {"bundles": [], "error": "the probe cell was not run"})
+        verdicts[task] = judge_task(task, cases, probe["bundles"], nonce, probe["error"])
+        print(f"[judge] {task}: {'passed' if verdicts[task].passed else verdicts[task].code}\n{verdicts[task].detail}")
+    return verdicts
+
+
+def _record_verdicts(course: Path, job: dict[str, Any], verdicts: dict[str, Verdict]) -> None:
+    """Write the judge's points into the job's gradebook and its messages into the autograded test cells."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
+        submission = gradebook.find_submission(job["assignment"], job["student"])
+        for notebook in submission.notebooks:
+            for grade in notebook.grades:
+                verdict = verdicts.get(grade.name)
+                grade.auto_score = float(grade.max_score) if verdict is not None and verdict.passed else 0.0
+                grade.needs_manual_grade = False
+        gradebook.db.commit()
+    for path in (course / "autograded" / job["student"] / job["assignment"]).glob("*.ipynb"):
+        notebook = nbformat.read(path, as_version=4)
+        for cell in notebook.cells:
+            verdict = verdicts.get(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
+            if verdict is not None and cell.cell_type == "code":
+                cell.outputs = ([nbformat.v4.new_output("stream", name="stdout", text=verdict.message + "\n")]
+                                if verdict.passed else [error_output("CheckFailed", verdict.message)])
+        nbformat.write(notebook, path)
 
 
 def _scores(course: Path, job: dict[str, Any]) -> dict[str, list[float]]:
@@ -94,18 +137,6 @@ def _scores(course: Path, job: dict[str, Any]) -> dict[str, list[float]]:
         submission = gradebook.find_submission(job["assignment"], job["student"])
         return {grade.name: [float(grade.score), float(grade.max_score)]
                 for notebook in submission.notebooks for grade in notebook.grades}
-
-
-def _failures(autograded: Path) -> dict[str, str]:
-    """Per graded test cell that failed: the check's failure code (or the error's name)."""
-    failures = {}
-    for path in autograded.glob("*.ipynb"):
-        for cell in nbformat.read(path, as_version=4).cells:
-            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            if grade_id and errors:
-                failures[grade_id] = failure_code(errors[0].get("evalue", "")) or errors[0].get("ename", "error")
-    return failures
 
 
 def grade(job: dict[str, Any]) -> dict[str, Any]:
@@ -133,27 +164,31 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         target = course / "submitted" / job["student"] / job["assignment"] / notebook_name
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)
-        reports = {"execution": course / "execution.json", "tamper": course / "tamper.jsonl"}
-        sandbox.write_kernelspec(course / "jupyter", memory_mb=job["memory_mb"], threads=job["threads"],
-                                 pidfile=Path(job["pidfile"]))
+        report = course / "execution.json"
+        runtime = course / "runtime"
+        runtime.mkdir()
+        spec = sandbox.Spec(memory_mb=job["memory_mb"], threads=job["threads"], sandboxed=job["sandboxed"],
+                            runtime_dir=str(runtime), data_dir=job["data_dir"])
+        sandbox.write_kernelspec(course / "jupyter", spec)
         os.environ["JUPYTER_PATH"] = str(course / "jupyter")
-        nonce = secrets.token_hex(8)
+        nonce = secrets.token_hex(16)
         from nbgrader.apps import NbGraderAPI
 
-        api = NbGraderAPI(config=_config(course, job, reports, nonce))
+        api = NbGraderAPI(config=_config(course, job, report, nonce))
         outcome = api.autograde(job["assignment"], job["student"], force=True, create=True)
         if not outcome["success"]:
             return {**result, "status": "error", "reasons": [f"nbgrader autograde failed: {outcome['error'][-400:]}"],
                     "seconds": time.perf_counter() - started}
+        execution = json.loads(report.read_text()) if report.exists() else {}
+        verdicts = _verdicts(execution, job, nonce)
+        _record_verdicts(course, job, verdicts)
         feedback = api.generate_feedback(job["assignment"], job["student"], force=True)
-        execution = json.loads(reports["execution"].read_text()) if reports["execution"].exists() else {}
-        tamper_lines = ([json.loads(line) for line in reports["tamper"].read_text().splitlines()]
-                        if reports["tamper"].exists() else [])
-        reasons = repairs + _reasons(execution, tamper_lines, nonce) + result["reasons"]
+        reasons = repairs + _reasons(execution, nonce) + result["reasons"]
+        reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
-        autograded = course / "autograded" / job["student"] / job["assignment"]
-        result.update(scores=_scores(course, job), failures=_failures(autograded), reasons=reasons,
+        failures = {task: v.code for task, v in verdicts.items() if not v.passed}
+        result.update(scores=_scores(course, job), failures=failures, reasons=reasons,
                       status="flagged" if reasons else "ok")
         out = Path(job["out"])
         for kind in ("autograded", "feedback"):

@@ -1,10 +1,12 @@
 """Grade many submissions in parallel, each in its own worker process, into one gradebook.
 
-The parent builds one template course directory (GenerateAssignment, once), then runs up to `workers`
+The parent builds one template course directory (GenerateAssignment, once), draws every submission's
+hidden cases from the instructor's secret (`harness.judge`), then runs up to `workers`
 `harness.grading.autograde` processes at a time, each grading one submission in a private course
-directory with a private gradebook. A worker that overruns the whole-submission limit is killed with its
-kernel (pid recorded by the sandbox launcher); a worker that crashes gets an "error" result; the batch
-goes on either way. Only the parent writes the shared gradebook, through nbgrader's Gradebook API.
+directory with a private gradebook and its kernel in the sandbox. A worker that overruns the
+whole-submission limit is killed with every process under it (the sandbox's PID namespace dies with it); a
+worker that crashes gets an "error" result; the batch goes on either way. Only the parent writes the shared
+gradebook, through nbgrader's Gradebook API, into a fresh copy that then replaces the old one.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.grading.layout import REPO_ROOT, put_environment_tools_on_path
+from harness.grading import sandbox
+from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.submissions import Submission
+from harness.judge.cases import draw_cases
 
 COURSE_ID = "pytorch-training-lab"
 # nbgrader's API keeps process-wide state (logging, configuration): batches graded from several threads
@@ -43,14 +47,24 @@ class Limits:
     max_output_bytes: int = 1_000_000
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by `pid`, if it still exists."""
-    if pid <= 1:  # killpg(0 or 1) would signal our own group or init
-        return
+class SandboxUnavailable(RuntimeError):
+    """The kernel sandbox cannot be made on this machine; the message says why and what to install."""
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process under it (a kernel in its own session included)."""
+    import psutil
+
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        root = psutil.Process(pid)
+        processes = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str, Any]:
@@ -67,15 +81,11 @@ def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str,
         try:
             worker.wait(timeout=limit_seconds)
         except subprocess.TimeoutExpired:
-            _kill_group(worker.pid)
+            _kill_tree(worker.pid)
             worker.wait()
-    pidfile = Path(job["pidfile"])
-    kernel_pid = pidfile.read_text().strip() if pidfile.exists() else ""
-    if kernel_pid.isdigit() and int(kernel_pid) > 1:  # the kernel runs in its own session: a killed worker leaves it
-        _kill_group(int(kernel_pid))
     base = {"student": name, "assignment": job["assignment"], "scores": {}, "failures": {},
             "seconds": time.perf_counter() - started}
-    if result_file.exists():
+    if result_file.is_file():
         return json.loads(result_file.read_text())
     if worker.returncode == -signal.SIGKILL:
         return {**base, "status": "error", "reasons": [f"grading exceeded the whole-submission limit of "
@@ -83,25 +93,53 @@ def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str,
     return {**base, "status": "error", "reasons": [f"the grader crashed (exit {worker.returncode}); see {log_path}"]}
 
 
-def make_jobs(submissions: list[Submission], assignment: str, template: Path, out: Path, workdir: Path,
-              limits: Limits, workers: int) -> list[dict[str, Any]]:
-    """The worker jobs of a batch (JSON-serialisable)."""
+def make_jobs(submissions: list[Submission], assignment: str, template: Path, out: Path, secret: bytes,
+              limits: Limits, workers: int, sandboxed: bool) -> list[dict[str, Any]]:
+    """The worker jobs of a batch (JSON-serialisable): each carries its cases, never the secret."""
     threads = max(1, (os.cpu_count() or 1) // workers)
+    tasks = graded_tasks(template / "solutions" / assignment)
+    data = os.environ.get("HARNESS_DATA_DIR") or str(Path.cwd() / "data")
     return [{"student": s.student, "assignment": assignment, "notebook": str(s.notebook) if s.notebook else None,
              "problem": s.problem, "notes": s.notes, "template": str(template), "out": str(out),
              "timeout": limits.cell_timeout, "memory_mb": limits.memory_mb, "threads": threads,
-             "max_output_bytes": limits.max_output_bytes, "pidfile": str(workdir / f"{s.student}.kernel.pid")}
+             "max_output_bytes": limits.max_output_bytes, "sandboxed": sandboxed, "data_dir": data,
+             "cases": {task: [{"hidden": c.hidden, "seed": c.seed} for c in draw_cases(secret, assignment, s.student, task)]
+                       for task in tasks}}
             for s in submissions]
 
 
-def merge_into_gradebook(db_path: Path, template: Path, results: list[dict[str, Any]]) -> None:
-    """Record every result's points in the gradebook at `db_path` (created from the template if new)."""
+def merge_into_gradebook(db_path: Path, template: Path, results: list[dict[str, Any]]) -> str | None:
+    """Record every result's points in the gradebook at `db_path` (created from the template if new).
+
+    The merge happens in a fresh copy next to it, which then replaces it: a crash leaves the old gradebook
+    whole. An existing gradebook that cannot be read is kept aside (`<name>.unreadable-<time>`) and a new one
+    is started; the returned sentence says so (None otherwise).
+    """
     import shutil
 
+    fresh = db_path.with_name(f".{db_path.name}.{os.getpid()}.tmp")
+    note = None
+    if db_path.is_file():
+        shutil.copy(db_path, fresh)
+    try:
+        if not fresh.exists():
+            shutil.copy(template / "gradebook.db", fresh)
+        _merge(fresh, results)
+    except Exception as error:  # an unreadable or foreign gradebook: start a new one, keep the old aside
+        aside = db_path.with_name(f"{db_path.name}.unreadable-{int(time.time())}")
+        if db_path.exists():
+            os.replace(db_path, aside)
+        note = f"{db_path} could not be read ({type(error).__name__}); it was moved to {aside.name} and a new one written"
+        fresh.unlink(missing_ok=True)
+        shutil.copy(template / "gradebook.db", fresh)
+        _merge(fresh, results)
+    os.replace(fresh, db_path)
+    return note
+
+
+def _merge(db_path: Path, results: list[dict[str, Any]]) -> None:
     from nbgrader.api import Gradebook
 
-    if not db_path.exists():
-        shutil.copy(template / "gradebook.db", db_path)
     with warnings.catch_warnings(), Gradebook(f"sqlite:///{db_path}", COURSE_ID) as gradebook:
         # nbgrader's own update_or_create_submission trips SQLAlchemy's autoflush warning; the rows are right
         warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -116,17 +154,33 @@ def merge_into_gradebook(db_path: Path, template: Path, results: list[dict[str, 
 
 
 def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, workers: int = 2,
-                limits: Limits = Limits(), repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+                limits: Limits = Limits(), secret: bytes | None = None, sandboxed: bool = True,
+                repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
     """Grade `submissions` of `assignment` over `workers` processes; results in submission order.
 
     Writes `out`/gradebook.db, `out`/feedback/<student>/<assignment>/ (hidden tests stripped),
     `out`/autograded/ (the instructor's view) and `out`/logs/.
+
+    Args:
+        secret: the instructor's grading secret (default: `harness.judge.secret.load_or_create()`).
+        sandboxed: run each kernel in the sandbox (`harness.grading.sandbox`); False only on the instructor's
+            explicit `--no-sandbox`.
+
+    Raises:
+        SandboxUnavailable: `sandboxed` and the sandbox cannot be made here (the message says what to install).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     students = [s.student for s in submissions]
     if len(set(students)) != len(students):
         raise ValueError(f"two submissions share a student id: {sorted({s for s in students if students.count(s) > 1})}")
+    if sandboxed and (reason := sandbox.unavailable_reason()):
+        raise SandboxUnavailable(reason)
+    if secret is None:
+        from harness.judge.secret import load_or_create
+
+        secret, where = load_or_create()
+        print(where)
     put_environment_tools_on_path()
     # absolute paths only: nbgrader changes the process's working directory while it generates, and other
     # threads (harness course grades two assignments at a time) must not resolve paths against it
@@ -139,9 +193,11 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         workdir.mkdir()
         with _NBGRADER_IN_PROCESS:
             build_course(template, [assignment], repo_root)
-        jobs = make_jobs(submissions, assignment, template, out, workdir, limits, workers)
+        jobs = make_jobs(submissions, assignment, template, out, secret, limits, workers, sandboxed)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(lambda job: run_job(job, workdir, limits.submission_seconds), jobs))
         with _NBGRADER_IN_PROCESS:
-            merge_into_gradebook(out / "gradebook.db", template, results)
+            note = merge_into_gradebook(out / "gradebook.db", template, results)
+        if note:
+            print(note)
     return results

@@ -1,7 +1,9 @@
 """Notebook execution for grading that survives what submissions do: dying and hung kernels, output floods.
 
 nbgrader's autograde runs its preprocessors in order; the grader replaces its `Execute` with
-`SandboxedExecute` and surrounds it with `InjectGuard` and `StripGuard`:
+`SandboxedExecute` and surrounds it with `InjectGuard` (the grader's own cells: the tamper guard, and after
+every graded test cell a probe cell that sends the judge its observations) and `StripGuard` (removes them
+again, keeping what they displayed for the grader):
 
 - a kernel that dies (os._exit, a segfault, the OOM killer) no longer aborts the whole notebook: the cells
   that finished keep their outputs (so their tests keep their points), the cell that killed the kernel gets
@@ -15,6 +17,7 @@ nbgrader's autograde runs its preprocessors in order; the grader replaces its `E
 
 from __future__ import annotations
 
+import ast
 import json
 import queue
 import time
@@ -27,9 +30,11 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Integer, Unicode
 
+from harness.checks.core import OBSERVATION_MIME
 from harness.grading import tamper
 
 GUARD_KEY = "harness_guard"
+PROBE_ROLE = "probe"
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -56,10 +61,22 @@ class SandboxedExecute(Execute):
 
     report_path = Unicode("", help="JSON file the execution events are appended to").tag(config=True)
     max_output_bytes = Integer(1_000_000, help="output kept per cell; the rest is dropped").tag(config=True)
+    runtime_dir = Unicode("", help="folder of the kernel's connection file and ipc sockets (shared with the "
+                          "sandbox, which has no network to reach a TCP port)").tag(config=True)
+    probe_output_bytes = Integer(96 * 2**20, help="output kept per probe cell (observations)").tag(config=True)
     probe_seconds = Integer(10, help="how long a timed-out kernel has to answer before it is killed").tag(config=True)
     guard_timeout = Integer(300, help="timeout of the guard's own cells (installing imports torch)").tag(config=True)
     raise_on_iopub_timeout = Bool(False, help="a silent hung cell ends in the timeout and the probe, "
                                   "instead of aborting the notebook").tag(config=True)
+
+    def create_kernel_manager(self) -> Any:
+        """nbclient's kernel manager, talking to the kernel over ipc sockets in `runtime_dir` when set."""
+        km = super().create_kernel_manager()
+        if self.runtime_dir:
+            km.transport = "ipc"
+            km.connection_file = str(Path(self.runtime_dir) / "kernel.json")
+            km.ip = str(Path(self.runtime_dir) / "kernel-ipc")
+        return km
 
     def _cell_timeout(self, cell: NotebookNode) -> int:
         """The guard's cells get their own timeout: a short student timeout must not fail the grader."""
@@ -133,47 +150,77 @@ class SandboxedExecute(Execute):
             size = len(json.dumps(msg["content"]))
             before = self._output_bytes.get(cell_index, 0)
             self._output_bytes[cell_index] = before + size
-            if before + size > self.max_output_bytes:
-                if before <= self.max_output_bytes:
+            role = self.nb.cells[cell_index].get("metadata", {}).get(GUARD_KEY, "")
+            limit = self.probe_output_bytes if role.startswith(PROBE_ROLE) else self.max_output_bytes
+            if before + size > limit:
+                if before <= limit:
                     outs.append(NotebookNode(output_type="stream", name="stdout", text=(
-                        f"\n... output truncated by the grader after {self.max_output_bytes} bytes ...\n")))
+                        f"\n... output truncated by the grader after {limit} bytes ...\n")))
                     self._record("output_truncated", cell_label(self.nb.cells[cell_index], cell_index))
                 return None
         return super().output(outs, msg, display_id, cell_index)
 
 
-class InjectGuard(NbGraderPreprocessor):
-    """Insert the tamper guard's cells: install first, verify before every graded test cell."""
+def check_arguments(test_source: str) -> str:
+    """The expressions a test cell passes to `check(task, ...)` after the task id, as source ("train_step").
 
-    report_path = Unicode("", help="file the guard appends its findings to").tag(config=True)
+    Parsed from the assignment's own test cell (never the student's), so the probe cell names the same
+    objects the test names.
+    """
+    for node in ast.walk(ast.parse(test_source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check":
+            return ", ".join(ast.get_source_segment(test_source, arg) or "" for arg in node.args[1:])
+    raise ValueError(f"the test cell calls no check(...): {test_source[:80]!r}")
+
+
+def probe_source(task: str, arguments: str, cases: list[dict[str, Any]], nonce: str) -> str:
+    """The code of the probe cell the grader runs after `task`'s test cell."""
+    return (f"import harness.checks.core\n"
+            f"harness.checks.core.emit({task!r}, lambda: [{arguments}], {cases!r}, {nonce!r})")
+
+
+class InjectGuard(NbGraderPreprocessor):
+    """Insert the grader's cells: the guard's install first; after every graded test cell, verify and probe."""
+
     lesson_module = Unicode("", help="the lesson's checks module, snapshotted by the guard").tag(config=True)
-    nonce = Unicode("", help="secret the guard's heartbeat must carry").tag(config=True)
+    nonce = Unicode("", help="secret the guard's heartbeat and the observations must carry").tag(config=True)
+    cases = Unicode("{}", help="JSON: task -> list of cases ({hidden, seed}) its probe runs").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: Any) -> tuple[NotebookNode, Any]:
-        """Return `nb` with the guard cells inserted (they carry metadata so StripGuard finds them)."""
-        cells = [self._cell(tamper.install_source(self.report_path, self.lesson_module or None), "install")]
+        """Return `nb` with the grader's cells inserted (they carry metadata so StripGuard finds them)."""
+        cases = json.loads(self.cases)
+        cells = [self._cell(tamper.install_source(self.lesson_module or None), "install")]
         for cell in nb.cells:
+            cells.append(cell)
             nbgrader = cell.get("metadata", {}).get("nbgrader", {})
             if cell.cell_type == "code" and nbgrader.get("grade") and not nbgrader.get("solution"):
-                cells.append(self._cell(tamper.verify_source(nbgrader["grade_id"], self.nonce), nbgrader["grade_id"]))
-            cells.append(cell)
+                task = nbgrader["grade_id"]
+                cells.append(self._cell(tamper.verify_source(task, self.nonce), task))
+                source = probe_source(task, check_arguments(cell.source), cases.get(task, []), self.nonce)
+                cells.append(self._cell(source, f"{PROBE_ROLE}:{task}"))
         nb.cells = cells
         return nb, resources
 
     @staticmethod
     def _cell(source: str, role: str) -> NotebookNode:
         return NotebookNode(cell_type="code", source=source, metadata={GUARD_KEY: role}, outputs=[],
-                            execution_count=None, id=f"harness-guard-{role}")
+                            execution_count=None, id=f"harness-guard-{role.replace(':', '-')}")
+
+
+def _bundles(cell: NotebookNode, mime: str) -> list[Any]:
+    """The `mime` data of a cell's display outputs, in order."""
+    return [o["data"][mime] for o in cell.get("outputs", [])
+            if o.get("output_type") in ("display_data", "execute_result") and mime in o.get("data", {})]
 
 
 class StripGuard(NbGraderPreprocessor):
-    """Remove the guard's cells after execution, recording which ones ran cleanly."""
+    """Remove the grader's cells after execution; record the guard's outcomes and the probes' observations."""
 
-    report_path = Unicode("", help="JSON file the guard cells' outcomes are appended to").tag(config=True)
+    report_path = Unicode("", help="JSON file the guard cells' outcomes and the observations are written to").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: Any) -> tuple[NotebookNode, Any]:
-        """Return `nb` without guard cells; each guard's outcome goes to the report."""
-        kept = []
+        """Return `nb` without the grader's cells; what they displayed goes to the report."""
+        kept, guards, probes = [], [], {}
         for cell in nb.cells:
             role = cell.get("metadata", {}).get(GUARD_KEY)
             if role is None:
@@ -181,7 +228,15 @@ class StripGuard(NbGraderPreprocessor):
                 continue
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
             outcome = "ok" if not errors else f"{errors[0].get('ename')}: {errors[0].get('evalue', '')[:200]}"
-            if self.report_path:
-                _events_path_append(self.report_path, "guard_cells", {"role": role, "outcome": outcome})
+            if role.startswith(PROBE_ROLE):
+                probes[role.split(":", 1)[1]] = {"bundles": _bundles(cell, OBSERVATION_MIME),
+                                                 "error": "" if outcome == "ok" else outcome}
+            else:
+                guards.append({"role": role, "outcome": outcome, "heartbeats": _bundles(cell, tamper.GUARD_MIME)})
+        if self.report_path:
+            report = Path(self.report_path)
+            data = json.loads(report.read_text()) if report.exists() else {}
+            data.update(guard_cells=guards, probes=probes)
+            report.write_text(json.dumps(data))
         nb.cells = kept
         return nb, resources

@@ -35,6 +35,19 @@ def notebook_names(assignment: str, root: Path = REPO_ROOT) -> list[str]:
     return sorted(p.stem for p in (root / "solutions" / assignment).glob("*.ipynb"))
 
 
+def graded_tasks(assignment_dir: Path) -> list[str]:
+    """The grade ids of the graded test cells of the notebooks in `assignment_dir`, in order."""
+    import nbformat
+
+    tasks = []
+    for path in sorted(assignment_dir.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type == "code" and nbgrader.get("grade") and not nbgrader.get("solution"):
+                tasks.append(nbgrader["grade_id"])
+    return tasks
+
+
 def course_config(course_root: Path, repo_root: Path = REPO_ROOT, **sections: dict) -> Config:
     """nbgrader configuration for a course directory at `course_root`.
 

@@ -1,26 +1,27 @@
 """The in-kernel guard against submissions that monkeypatch the checks, torch or builtins to pass.
 
 The grader injects two kinds of cells into the notebook it executes (never into what students see): one
-before any student code calls `install`, which snapshots the functions and classes a test depends on
+before any student code calls `install`, which snapshots the functions and classes a probe depends on
 (builtins, `harness.checks` and the lesson's check module, torch's comparison functions and Tensor, numpy,
-math, the IPython shell's traceback display); one before every graded test cell calls `verify`, which
-restores anything replaced since the snapshot, rebinds the notebook's `check`/`hint`/`CheckFailed` names,
-and appends what it found to a report file the grader reads. So the test cell runs the real check, and the
-submission is flagged for review with the names it replaced.
+math, the IPython shell's traceback display) and hands checking over to the judge; one before every probe
+cell calls `verify`, which restores anything replaced since the snapshot, rebinds the notebook's
+`check`/`hint`/`CheckFailed` names, and displays what it found (a `GUARD_MIME` bundle) for the grader. So
+the probes run on honest machinery as far as the guard can tell, and the submission is flagged for review
+with the names it replaced.
 
-This is a guard against code that patches the usual suspects, not a security boundary: code running in
-the kernel can, with enough knowledge of the grader, defeat anything else running there. The grader backs
-it from outside the kernel: a guard cell that fails, or a report without every guard's heartbeat, flags
-the submission too, and nbgrader itself appends the error of a cell whose traceback display was disabled.
+This is not what makes grades trustworthy: code running in the kernel can defeat anything else running
+there. Points are decided by the judge outside the kernel, from data only (`harness.judge`); the guard
+only flags (a guard cell that fails, or a missing heartbeat, flags the submission too).
 """
 
 from __future__ import annotations
 
 import builtins
 import importlib
-import json
 import sys
 from typing import Any
+
+GUARD_MIME = "application/vnd.harness.guard+json"
 
 _MODULES = ("builtins", "math", "harness.checks", "harness.checks.core", "torch", "torch.testing",
             "torch.nn.functional", "numpy", "numpy.testing")
@@ -48,15 +49,16 @@ def _replaced(module: str, key: str, original: object, current: object) -> bool:
     return getattr(current, "__wrapped__", None) is not original
 
 
-def install(report_path: str, lesson_module: str | None) -> None:
-    """Snapshot what the checks rely on; call before any student code runs.
+def install(lesson_module: str | None) -> None:
+    """Snapshot what the checks rely on and leave checking to the judge; call before any student code runs.
 
     Args:
-        report_path: file the guard appends JSON lines to (one per verify call).
         lesson_module: the lesson's checks module (e.g. "harness.checks.lesson00"), imported now so that its
             registered checks are part of the snapshot.
     """
     import harness.checks as checks
+
+    checks.core.graded_outside = True
 
     if lesson_module:
         importlib.import_module(lesson_module)
@@ -65,9 +67,10 @@ def install(report_path: str, lesson_module: str | None) -> None:
 
     classes = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
                "harness.checks.CheckFailed": checks.CheckFailed}
+    from IPython.display import display
+
     _state.update(
-        report_path=report_path,
-        write=builtins.open,  # the real open, kept before student code can replace it
+        display=display,  # kept before student code can replace it
         modules=modules,
         module_snapshots={name: dict(vars(m)) for name, m in modules.items()},
         classes=classes,
@@ -168,22 +171,21 @@ def _restore_shell(found: list[str]) -> None:
 def verify(namespace: dict[str, Any], task: str, nonce: str) -> list[str]:
     """Restore everything replaced since `install` and report it; call right before `task`'s test cell.
 
-    Returns the list of findings (empty for a clean submission); they are also appended to the report
-    with `nonce`, the heartbeat the grader expects from every guard cell.
+    Returns the list of findings (empty for a clean submission); they are also displayed as a
+    `GUARD_MIME` bundle with `nonce`, the heartbeat the grader expects from every guard cell.
     """
     found: list[str] = []
     _restore_modules(found)
     _restore_classes(found)
     _restore_checks(namespace, found)
     _restore_shell(found)
-    with _state["write"](_state["report_path"], "a", encoding="utf-8") as report:
-        report.write(json.dumps({"task": task, "nonce": nonce, "found": sorted(set(found))}) + "\n")
+    _state["display"]({GUARD_MIME: {"task": task, "nonce": nonce, "found": sorted(set(found))}}, raw=True)
     return found
 
 
-def install_source(report_path: str, lesson_module: str | None) -> str:
+def install_source(lesson_module: str | None) -> str:
     """The code of the injected cell that installs the guard."""
-    return f"import harness.grading.tamper\nharness.grading.tamper.install({report_path!r}, {lesson_module!r})"
+    return f"import harness.grading.tamper\nharness.grading.tamper.install({lesson_module!r})"
 
 
 def verify_source(task: str, nonce: str) -> str:
