@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium lab lab-instructor release grade bench bench-gpu clean
+.PHONY: course test chromium bubblewrap lab lab-instructor release grade bench bench-gpu clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,12 +16,12 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 ## course: run the whole course headless (execute and grade every lesson, train, write reports) into build/course
-course: $(STAMP)
+course: $(STAMP) bubblewrap
 	$(PY) -m harness course --out build/course
 
 ## test: the full test suite (what CI runs). One intra-op thread per process: xdist workers and notebook
 ## kernels share the cores, and more threads than cores spin-wait (10x slower under load).
-test: $(STAMP) chromium
+test: $(STAMP) chromium bubblewrap
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup
 
 ## chromium: Debian's Chromium for the browser test (tests/test_browser.py drives JupyterLab in it). Installed
@@ -32,6 +32,15 @@ chromium:
 	    $$SUDO apt-get update -qq && \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium > /dev/null; } || \
 	  echo "chromium is not installed and could not be: the browser test will be skipped (install Debian's chromium)"
+
+## bubblewrap: the sandbox every graded kernel runs in (harness/grading/sandbox.py). Installed with apt-get when
+## missing, as root or with password-less sudo on Debian/Ubuntu; elsewhere `harness grade` says what to install.
+bubblewrap:
+	@command -v bwrap > /dev/null || \
+	  { command -v apt-get > /dev/null && SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo -n) && \
+	    $$SUDO apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap > /dev/null; } || \
+	  echo "bubblewrap is not installed and could not be: install it (apt-get install bubblewrap) to grade"
 
 ## lab: JupyterLab on the student notebooks
 lab: $(STAMP)
@@ -46,7 +55,7 @@ release: $(STAMP)
 	$(PY) -m harness release
 
 ## grade: autograde a folder of submissions: make grade SUBMISSIONS=path ASSIGNMENT=00_welcome
-grade: $(STAMP)
+grade: $(STAMP) bubblewrap
 	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) --out build/grades
 
 ## bench: the CPU benchmarks in benchmarks/ (not part of the tests): each prints a table and writes a CSV and the

@@ -15,6 +15,7 @@ import argparse
 import base64
 import html
 import json
+import secrets
 import time
 import traceback
 from collections.abc import Callable
@@ -28,8 +29,10 @@ from harness.grading.layout import discover_assignments
 from harness.grading.release import answered_release
 
 
-def grade_lesson(out: Path, assignment: str) -> dict[str, Any]:
+def grade_lesson(out: Path, assignment: str, secret: bytes) -> dict[str, Any]:
     """Execute and autograde one lesson's solution answers; always returns a result, never raises.
+
+    `secret` draws the hidden cases, as `harness grade` draws them from the instructor's secret.
 
     Returns:
         The batch grader's result ("status", "scores" {task: [points, max]}, "failures", "reasons") plus
@@ -48,7 +51,7 @@ def grade_lesson(out: Path, assignment: str) -> dict[str, Any]:
         notebook = folder / f"{assignment}.ipynb"
         nbformat.write(answered_release(assignment), notebook)
         [result] = grade_batch([Submission("solution", notebook)], assignment, out / "grading" / assignment,
-                               workers=1, limits=Limits(cell_timeout=300, submission_seconds=900))
+                               workers=1, limits=Limits(cell_timeout=300, submission_seconds=900), secret=secret)
         figures = save_figures(out / "grading" / assignment / "autograded" / "solution" / assignment /
                                f"{assignment}.ipynb", out / "figures", assignment)
     except Exception as error:  # one broken lesson must not stop the others: report it and go on
@@ -60,10 +63,15 @@ def grade_lesson(out: Path, assignment: str) -> dict[str, Any]:
 
 def grade_solutions(out: Path, assignments: list[str], workers: int = 2,
                     progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Grade every assignment, `workers` at a time; a progress line as each finishes; results in input order."""
+    """Grade every assignment, `workers` at a time; a progress line as each finishes; results in input order.
+
+    The hidden cases are drawn from a fresh random secret: every run of the course checks the solutions
+    against other hidden inputs, as a class would be graded.
+    """
+    secret = secrets.token_bytes(32)
     results: dict[str, dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:  # each grade_batch runs its own worker process
-        futures = {pool.submit(grade_lesson, out, assignment): assignment for assignment in assignments}
+        futures = {pool.submit(grade_lesson, out, assignment, secret): assignment for assignment in assignments}
         for done, future in enumerate(as_completed(futures), start=1):
             result = results[futures[future]] = future.result()
             progress(f"[{done}/{len(assignments)}] {progress_line(result)}")

@@ -13,6 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_output
 
+from harness.grading import tamper
 from harness.grading.feedback import StripHiddenTests, without_hidden_tests
 from harness.grading.layout import REPO_ROOT, course_config
 from harness.grading.restore import restore_cells
@@ -128,7 +129,8 @@ import builtins, math, torch
 import harness.checks
 from harness.checks import check
 from harness.grading import tamper
-tamper.install({str(tmp_path / 'report.jsonl')!r}, "harness.checks.lesson00")
+tamper.install("harness.checks.lesson00")
+assert harness.checks.core.graded_outside  # test cells now leave checking to the judge
 namespace = {{"check": check}}
 assert tamper.verify(namespace, "00-a", "n") == []
 harness.checks.check = namespace["check"] = lambda *a, **k: None
@@ -139,9 +141,10 @@ print(sorted(found))
 print(torch.allclose(torch.zeros(1), torch.ones(1)), namespace["check"] is check, builtins.AssertionError is ValueError)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    lines = done.stdout.splitlines()
-    assert len(lines) == 2, done.stderr
+    lines = done.stdout.splitlines()  # outside a kernel, each heartbeat bundle is printed as its repr
+    assert len(lines) == 4, done.stderr
+    assert [line.count(tamper.GUARD_MIME) for line in (lines[0], lines[1])] == [1, 1]
+    assert "'nonce': 'n'" in lines[0] and "'found': []" in lines[0] and "torch.allclose" in lines[1]
     for phrase in ("builtins.AssertionError", "harness.checks.check", "torch.allclose", "notebook's 'check'"):
-        assert phrase in lines[0]
-    assert lines[1] == "False True False"
-    assert len(re.findall('"nonce": "n"', (tmp_path / "report.jsonl").read_text())) == 2
+        assert phrase in lines[2]
+    assert lines[3] == "False True False"

@@ -22,15 +22,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wall-clock limit for one submission in seconds (default 900)")
     parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of each kernel in MiB (default 4096)")
     parser.add_argument("--max-output-kb", type=int, default=1000, help="output kept per cell in KiB (default 1000)")
+    parser.add_argument("--secret-file", type=Path, default=None,
+                        help="the instructor's grading secret (default: $HARNESS_GRADING_SECRET, else "
+                        "~/.config/harness/grading-secret, created when missing)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run kernels without the sandbox (only where bubblewrap cannot run: submissions can then "
+                        "read and write this machine's files)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Grade, write the summary, print where everything is."""
+    from harness.grading import sandbox
     from harness.grading.batch import Limits, grade_batch
     from harness.grading.submissions import collect
     from harness.grading.summary import write_summary
+    from harness.judge.secret import load_or_create
 
     assignment = check_assignment(args.assignment)
+    if args.no_sandbox:
+        print("WARNING: grading without the sandbox (--no-sandbox): each submission's kernel runs as you, with your "
+              "files and network; the judge still decides every point.")
+    elif reason := sandbox.unavailable_reason():
+        print(f"cannot grade: the kernel sandbox cannot be made here: {reason}")
+        return 2
+    secret, where = load_or_create(args.secret_file)
+    print(where)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="harness-extract-") as tmp:
         submissions = collect(args.submissions, assignment, Path(tmp))
@@ -38,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"no submissions found in {args.submissions}")
             return 1
         limits = Limits(args.timeout, args.submission_limit, args.memory_mb, args.max_output_kb * 1024)
-        results = grade_batch(submissions, assignment, args.out, workers=args.workers, limits=limits)
+        results = grade_batch(submissions, assignment, args.out, workers=args.workers, limits=limits, secret=secret,
+                              sandboxed=not args.no_sandbox)
     paths = write_summary(results, args.out, assignment)
     for r in results:
         total = sum(score for score, _ in r["scores"].values())
