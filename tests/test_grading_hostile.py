@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import time
 from pathlib import Path
 
 import nbformat
@@ -24,17 +25,25 @@ _spec = importlib.util.spec_from_file_location("hostile", REPO_ROOT / "tests/fix
 hostile = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hostile)
 ASSIGNMENT = hostile.ASSIGNMENT
+SECRET = bytes(range(32))
+
+
+LESSON_CHECKS = REPO_ROOT / "harness" / "checks" / "lesson00.py"
 
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Path]:
     root = tmp_path_factory.mktemp("hostile")
+    checks_before = LESSON_CHECKS.read_bytes()
     release = nbformat.read(REPO_ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     solution = nbformat.read(REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    hostile.write_submissions(root / "in", release, solution)
+    hostile.write_submissions(root, release, solution, repo=REPO_ROOT)
     limits = Limits(cell_timeout=10, submission_seconds=240, memory_mb=1536, max_output_bytes=100_000)
-    results = grade_batch(collect(root / "in", ASSIGNMENT), ASSIGNMENT, root / "out", workers=2, limits=limits)
+    results = grade_batch(collect(root / "in", ASSIGNMENT), ASSIGNMENT, root / "out", workers=2, limits=limits,
+                          secret=SECRET)
     write_summary(results, root / "out", ASSIGNMENT)
+    time.sleep(6)  # longer than the escape attack's background process waits before it writes
+    assert LESSON_CHECKS.read_bytes() == checks_before, "a submission changed harness/checks/lesson00.py"
     return {r["student"]: r for r in results}, root / "out"
 
 
@@ -64,6 +73,47 @@ def test_grades_csv_and_gradebook_agree(batch):
         for name, result in results.items():
             expected = sum(score for score, _ in result["scores"].values())
             assert gradebook.find_submission(ASSIGNMENT, name).score == pytest.approx(expected), name
+
+
+def test_attacks_leave_other_submissions_the_grades_and_the_course_untouched(batch):
+    """The escape attack's writes and its background process reach nothing outside its sandbox."""
+    from nbgrader.api import Gradebook
+
+    results, out = batch
+    root = out.parent
+    perfect = (root / "in" / "perfect" / f"{ASSIGNMENT}.ipynb").read_text()
+    assert "forged" not in perfect and nbformat.reads(perfect, as_version=4).cells
+    assert "forged" not in (out / "grades.csv").read_text()
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
+        assert gradebook.find_submission(ASSIGNMENT, "perfect").score == 5.0
+    assert results["perfect"]["status"] == "ok" and not results["perfect"]["reasons"]
+
+
+def test_the_student_feedback_holds_the_judges_messages_and_no_hidden_case(batch):
+    _, out = batch
+    html = (out / "feedback" / "stack" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "wrong-accuracy" in html and "Observed" in html  # the visible case's teaching message
+    assert "check(&quot;00-accuracy&quot;, accuracy, hidden=True)" not in html and "hidden=True" not in html
+
+
+def test_a_garbage_gradebook_in_the_output_folder_is_kept_aside_not_fatal(tmp_path):
+    from nbgrader.api import Gradebook
+
+    from harness.grading.batch import merge_into_gradebook
+    from harness.grading.release import build_course
+
+    template = tmp_path / "template"
+    build_course(template, [ASSIGNMENT])
+    db = tmp_path / "out" / "gradebook.db"
+    db.parent.mkdir()
+    db.write_text("not a database")
+    result = {"student": "ada", "assignment": ASSIGNMENT, "scores": {"00-accuracy": [2.0, 2.0]}}
+    note = merge_into_gradebook(db, template, [result])
+    assert note and "moved to gradebook.db.unreadable-" in note
+    assert list(db.parent.glob("gradebook.db.unreadable-*"))[0].read_text() == "not a database"
+    with Gradebook(f"sqlite:///{db}", "pytorch-training-lab") as gradebook:
+        assert gradebook.find_submission(ASSIGNMENT, "ada").score == 2.0
+    assert not list(db.parent.glob(".gradebook.db.*.tmp"))
 
 
 def test_summary_reports_pass_rates_distribution_and_flags(batch):
@@ -102,7 +152,8 @@ def test_nan_training_gets_an_explained_result_and_spares_the_batch(tmp_path):
         nbformat.write(notebook, path)
         submissions.append(Submission(student, path))
     results = {r["student"]: r for r in grade_batch(submissions, assignment, tmp_path / "out", workers=2,
-                                                    limits=Limits(cell_timeout=120, submission_seconds=600))}
+                                                    limits=Limits(cell_timeout=120, submission_seconds=600),
+                                                    secret=SECRET)}
     correct, nan = results["correct"], results["nan"]
     assert correct["status"] == "ok" and all(s == m for s, m in correct["scores"].values()), correct
     assert nan["status"] == "ok", nan["reasons"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import importlib.util
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[d
             nbformat.write(notebook, root / "in" / student / f"{assignment}.ipynb")
             submissions.append(Submission(student, root / "in" / student / f"{assignment}.ipynb"))
         results = grade_batch(submissions, assignment, root / "out", workers=2,
-                              limits=Limits(cell_timeout=300, submission_seconds=900))
+                              limits=Limits(cell_timeout=300, submission_seconds=900), secret=secrets.token_bytes(32))
         _cache[assignment] = ({r["student"]: r for r in results}, root / "out")
     return _cache[assignment]
 
@@ -118,5 +119,7 @@ def test_hidden_tests_never_reach_students(assignment, graded):
         assert "HIDDEN TESTS" not in text and "(hidden tests)" not in text, page
         leaked = [line for line in hidden_lines if line in text]
         assert not leaked, f"{page} shows hidden test code: {leaked}"
-    autograded = next((out / "autograded" / "solution" / assignment).glob("*.ipynb")).read_text()
-    assert "(hidden tests)" in autograded, "the instructor's autograded copy should show the hidden tests ran"
+    log = (out / "logs" / "solution.log").read_text()
+    judged = set(re.findall(r"^\[judge\] (\S+): passed$", log, re.M))
+    assert judged == set(graded[0]["solution"]["scores"]), "the judge decided every task of the solution"
+    assert log.count("(hidden):") == len(judged), "the instructor's log shows the hidden case of every task"

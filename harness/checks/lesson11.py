@@ -1,14 +1,36 @@
-"""Checks of lesson 11 (interview drills): each task is a drill of the bank, checked by the drill's own check.
+"""Checks of lesson 11 (interview drills): each task is a drill of the bank, re-cut into probe and judge.
 
-The visible and hidden test cells run the same drill check (it already tries several seeds and shapes).
+A test cell passes the cell's namespace (`check("11-train-step", globals())`, or `{"answer": ...}` for an
+explain drill). Each probe finds the drill's entry in it, runs it on inputs built from the case with the
+drill's instrumentation (optimizer step hooks, autocast and GradScaler recorders, a host-sync counter) and
+records what happened; each judge rebuilds the inputs, recomputes the reference (gradients, one AMP step,
+the closed-form schedule, the epoch metrics, the uninterrupted training run) and decides with the drill's
+own failure codes and messages. The drill bank's `harness drill check` keeps running the drills' own checks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import math
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
 
-from harness.checks.core import register
-from harness.drills.core import get_drill
+import torch
+from torch import nn
+
+from harness.checks.core import Case, fail, judges, register
+from harness.checks.probes import HostSyncCounter, StepRecord, StepRecorder
+from harness.checks.wire import Opaque, WireError
+from harness.drills.core import all_drills, get_drill
+
+# Load the whole bank before importing from its modules: once any drill is registered, the bank's loader
+# assumes it is loaded, so importing one bank module first would hide the others from `harness drill`.
+all_drills()
+
+from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler  # noqa: E402
+from harness.drills.bank.checkpointing import _train_epochs  # noqa: E402
+from harness.drills.bank.loop import _batches, _binary_task, _check_fresh_gradients  # noqa: E402
 
 # The drills of notebook 11, in order: (task id, drill id). Names the answers define must not collide.
 NOTEBOOK_DRILLS: tuple[tuple[str, str], ...] = (
@@ -20,17 +42,540 @@ NOTEBOOK_DRILLS: tuple[tuple[str, str], ...] = (
     ("11-epoch-metrics", "performance-epoch-metrics"),
     ("11-exact-resume", "checkpointing-exact-resume"),
 )
+_DRILL_OF = dict(NOTEBOOK_DRILLS)
 
 
-def _register(task_id: str, drill_id: str) -> None:
-    drill = get_drill(drill_id)
-
-    @register(task_id, hints=drill.hints)
-    def run(namespace: dict[str, Any], *, hidden: bool) -> str:
-        return drill.check(dict(namespace))
-
-    run.__qualname__ = f"check_{task_id}"
+def _hints(task_id: str) -> tuple[str, ...]:
+    """The hints of the drill behind `task_id`."""
+    return get_drill(_DRILL_OF[task_id]).hints
 
 
-for _task, _drill in NOTEBOOK_DRILLS:
-    _register(_task, _drill)
+def _entry(namespace: Any, name: str) -> Any:
+    """The object the answer defines as `name` in the namespace passed to check(); fail when there is none."""
+    if not isinstance(namespace, dict) or name not in namespace:
+        fail("missing-entry", observed=f"your answer defines no `{name}`",
+             expected=f"a definition of `{name}`, as in the drill's cell",
+             cause="the name was changed or the definition deleted, or its cell was not run",
+             where="the drill's solution cell, and the namespace passed to check()")
+    return namespace[name]
+
+
+@contextlib.contextmanager
+def _global_rng(seed: int) -> Iterator[None]:
+    """Seed torch's global CPU generator for the block, and restore its state afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield
+
+
+def _require(condition: bool, what: str) -> None:
+    """Raise unless the observation has the structure its probe builds (only a forged one lacks it)."""
+    if not condition:
+        raise WireError(f"malformed observation: {what}")
+
+
+def _tensors_like(values: Any, like: list[torch.Tensor], what: str, *, none_ok: bool = False) -> list:
+    """`values`, checked to be a list of tensors with the shapes of `like` (or None where `none_ok`)."""
+    _require(isinstance(values, list) and len(values) == len(like), f"{what}: {len(like)} entries")
+    for value, reference in zip(values, like, strict=True):
+        if value is None and none_ok:
+            continue
+        _require(isinstance(value, torch.Tensor) and value.shape == reference.shape, f"{what}: shapes")
+    return values
+
+
+def _number(value: Any) -> float | None:
+    """`value` as a float when it is a Python number or a one-element tensor; None otherwise."""
+    if isinstance(value, (bool, Opaque)):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
+        return float(value)
+    return None
+
+
+def _describe(value: Any) -> str:
+    """A short description of a returned value, for failure messages."""
+    if isinstance(value, Opaque):
+        return f"{value.type_name} {value.text}"[:120]
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+# --- 11-train-step (loop-train-step) -------------------------------------------------------------------------
+
+_STEP_SEEDS = (0, 1)
+_STEP_LR = 0.1
+
+
+def _train_step_inputs(case: Case, seed: int) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The model and the two batches of one run: a seeded Linear(8, 1) on a seeded binary task."""
+    with _global_rng(case.seeded(seed)):
+        model = nn.Linear(8, 1)
+    x, y = _binary_task(case.seeded(seed), 64)
+    return model, _batches(x, y)[:2]
+
+
+@register("11-train-step", hints=_hints("11-train-step"))
+def probe_train_step(namespace: dict, *, case: Case) -> dict:
+    """Call `train_step` on two batches per seed; record what the optimizer saw at each step."""
+    train_step = _entry(namespace, "train_step")
+    runs = []
+    for seed in _STEP_SEEDS:
+        model, batches = _train_step_inputs(case, seed)
+        optimizer = torch.optim.SGD(model.parameters(), lr=_STEP_LR)
+        with StepRecorder(optimizer) as steps:
+            for batch in batches:
+                train_step(model, batch, nn.BCEWithLogitsLoss(), optimizer)
+        runs.append([{"grads": r.grads, "params": r.params} for r in steps.records])
+    return {"runs": runs}
+
+
+@judges("11-train-step")
+def judge_train_step(seen: dict, *, case: Case) -> str:
+    """One SGD step per call, each with the gradient of its own batch at the parameters it started from."""
+    _require(isinstance(seen.get("runs"), list), "runs")
+    for seed, steps in zip(_STEP_SEEDS, seen["runs"], strict=True):
+        model, batches = _train_step_inputs(case, seed)
+        _require(isinstance(steps, list) and all(isinstance(s, dict) for s in steps), "steps")
+        if len(steps) != 2:
+            fail("step-count", observed=f"{len(steps)} optimizer steps for 2 calls", expected="one step per call",
+                 cause="optimizer.step() missing or called twice", where="the end of train_step")
+        like = list(model.parameters())
+        records = [StepRecord(grad_norm=0.0, params=_tensors_like(s.get("params"), like, "params"),
+                              grads=_tensors_like(s.get("grads"), like, "grads", none_ok=True), lrs=[])
+                   for s in steps]
+        _check_step_trajectory(like, records)
+        _check_fresh_gradients(model, records, batches, nn.BCEWithLogitsLoss(),
+                               where="call optimizer.zero_grad(set_to_none=True) before loss.backward(), then step()")
+    return "one step per batch with that batch's gradient"
+
+
+def _check_step_trajectory(initial: list[torch.Tensor], records: list[StepRecord]) -> None:
+    """Fail unless the first step starts from the initial weights and each next one from SGD's update."""
+    expected = [p.detach() for p in initial]
+    for k, record in enumerate(records):
+        if not all(torch.allclose(p, e, rtol=1e-6, atol=1e-7) for p, e in zip(record.params, expected, strict=True)):
+            fail("update-outside-step",
+                 observed=f"the parameters at optimizer step {k + 1} are not the ones "
+                 + ("the model started with" if k == 0 else f"optimizer step {k} left"),
+                 expected="parameters that change only through optimizer.step()",
+                 cause="the parameters were re-initialised or updated by hand inside train_step",
+                 where="train_step must leave the update to optimizer.step()")
+        expected = [p if g is None else p - _STEP_LR * g for p, g in zip(record.params, record.grads, strict=True)]
+
+
+# --- 11-plain-list (modules-plain-list) ----------------------------------------------------------------------
+
+_MLP_SIZES = ((4, 8, 8, 2), (3, 5, 1), (6, 7, 7, 7, 3))
+
+
+def _mlp_input(case: Case, index: int) -> torch.Tensor:
+    """The batch of two inputs fed to the MLP built with `_MLP_SIZES[index]`."""
+    generator = torch.Generator().manual_seed(case.seeded(index))
+    return torch.randn(2, _MLP_SIZES[index][0], generator=generator)
+
+
+@register("11-plain-list", hints=_hints("11-plain-list"))
+def probe_plain_list(namespace: dict, *, case: Case) -> dict:
+    """Build `MLP(sizes)` for each size list; record its parameters and its output on a seeded batch."""
+    mlp = _entry(namespace, "MLP")
+    results = []
+    for index, sizes in enumerate(_MLP_SIZES):
+        with _global_rng(case.seeded(10 + index)):
+            model = mlp(list(sizes))
+        results.append({"params": [p.detach() for p in model.parameters()], "output": model(_mlp_input(case, index))})
+    return {"results": results}
+
+
+def _reference_mlp(params: list[torch.Tensor], sizes: tuple[int, ...], x: torch.Tensor) -> torch.Tensor | None:
+    """The starter's forward (Linear-ReLU chain) with the registered parameters; None if they form no chain."""
+    unused = list(params)
+
+    def take(shape: tuple[int, ...]) -> torch.Tensor | None:
+        found = next((p for p in unused if tuple(p.shape) == shape), None)
+        if found is not None:
+            unused.remove(found)
+        return found
+
+    layers = [(take((b, a)), take((b,))) for a, b in zip(sizes[:-1], sizes[1:])]
+    if any(w is None or b is None for w, b in layers):
+        return None
+    for index, (weight, bias) in enumerate(layers):
+        x = nn.functional.linear(x, weight.detach(), bias.detach())
+        x = torch.relu(x) if index < len(layers) - 1 else x
+    return x
+
+
+@judges("11-plain-list")
+def judge_plain_list(seen: dict, *, case: Case) -> str:
+    """Every layer's parameters are registered, and the output is the chained MLP's."""
+    _require(isinstance(seen.get("results"), list), "results")
+    for index, (sizes, result) in enumerate(zip(_MLP_SIZES, seen["results"], strict=True)):
+        params, out = result.get("params"), result.get("output")
+        _require(isinstance(params, list) and all(isinstance(p, torch.Tensor) for p in params), "params")
+        expected = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        got = sum(p.numel() for p in params)
+        if got != expected:
+            fail("unregistered-layers", observed=f"model.parameters() holds {got} numbers for sizes {sizes}",
+                 expected=f"{expected}", cause="layers kept in a plain Python list are invisible to nn.Module: "
+                 "the optimizer never sees them and .to(device) never moves them", where="use nn.ModuleList")
+        if not isinstance(out, torch.Tensor) or out.shape != (2, sizes[-1]):
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else _describe(out)
+            fail("wrong-shape", observed=f"output shape {shape}", expected=f"(2, {sizes[-1]})",
+                 cause="the layers are not chained", where="forward")
+        reference = _reference_mlp(params, sizes, _mlp_input(case, index))
+        if reference is None or not torch.allclose(out.detach().double(), reference.double(), rtol=1e-4, atol=1e-5):
+            fail("wrong-output", observed=f"the output for sizes {sizes} differs from Linear layers of sizes {sizes} "
+                 "chained with ReLU, computed from your model's own parameters",
+                 expected="each hidden layer then ReLU, then the output layer", cause="the layers are not chained "
+                 "as in the starter, or a layer is applied twice or skipped", where="forward")
+    return "every layer registered and reachable by the optimizer"
+
+
+# --- 11-why-eval (modules-why-eval) --------------------------------------------------------------------------
+
+@register("11-why-eval", hints=_hints("11-why-eval"))
+def probe_why_eval(namespace: dict, *, case: Case) -> dict:
+    """Record the chosen letter."""
+    return {"answer": _entry(namespace, "answer")}
+
+
+@judges("11-why-eval")
+def judge_why_eval(seen: dict, *, case: Case) -> str:
+    """The drill's own multiple-choice check, on the letter alone."""
+    return get_drill(_DRILL_OF["11-why-eval"]).check({"answer": seen.get("answer")})
+
+
+# --- 11-warmup-cosine (schedulers-warmup-cosine) -------------------------------------------------------------
+
+_LAMBDA_LR = 0.1
+
+
+def _schedule_points(case: Case) -> list[tuple[int, int, int]]:
+    """(step, warmup, total) triples: each phase's boundaries, for several schedules (one more when hidden)."""
+    shapes = [(5, 50), (1, 10), (10, 10), (3, 1000), (0, 20)]
+    if case.hidden:
+        shapes.append((2 + case.seed % 5, 30 + case.seed % 11))
+    return [(step, warmup, total) for warmup, total in shapes
+            for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5})]
+
+
+def _warmup_cosine(step: int, warmup: int, total: int) -> float:
+    """The reference factor: linear warmup to 1, cosine to 0 at `total`, 0 after."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(1, total - warmup), 1.0)))
+
+
+@register("11-warmup-cosine", hints=_hints("11-warmup-cosine"))
+def probe_warmup_cosine(namespace: dict, *, case: Case) -> dict:
+    """Evaluate `warmup_cosine` at each point of the case; plug it into LambdaLR and record the first LR."""
+    factor = _entry(namespace, "warmup_cosine")
+    values: list[float | dict] = []
+    for step, warmup, total in _schedule_points(case):
+        try:
+            values.append(float(factor(step, warmup, total)))
+        except Exception as error:  # reported at its point, after the points before it were judged
+            values.append({"raised": f"{type(error).__name__}: {error}"[:200]})
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=_LAMBDA_LR)
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: factor(s, 5, 50))
+    return {"values": values, "lambda_lr": float(optimizer.param_groups[0]["lr"])}
+
+
+@judges("11-warmup-cosine")
+def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
+    """Each value matches the closed form; LambdaLR starts at lr * factor(0)."""
+    points, values = _schedule_points(case), seen.get("values")
+    _require(isinstance(values, list) and all(isinstance(v, (float, dict)) for v in values), "values")
+    for (step, warmup, total), got in zip(points, values, strict=True):
+        want = _warmup_cosine(step, warmup, total)
+        if isinstance(got, dict):
+            error = str(got.get("raised"))[:200]
+            zeros = [name for name, value in (("warmup", warmup), ("total - warmup", total - warmup)) if value == 0]
+            by_zero = error.startswith("ZeroDivisionError") and zeros
+            fail("raised", observed=f"warmup_cosine({step}, {warmup}, {total}) raised {error}", expected=f"{want:.6f}",
+                 cause=f"a division by {' or '.join(zeros)}, which is 0 here" if by_zero else "see the error",
+                 where="guard that division, as in max(1, total - warmup)" if by_zero else "warmup_cosine")
+        if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
+            phase = "warmup" if step < warmup else ("after the end" if step >= total else "cosine decay")
+            fail("wrong-factor", observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
+                 expected=f"{want:.6f}", cause="linear warmup reaches 1 at the last warmup step ((step+1)/warmup); "
+                 "the cosine runs from 1 at step=warmup to 0 at step=total and stays 0 after",
+                 where=f"the {phase} branch")
+    first, want = seen.get("lambda_lr"), _LAMBDA_LR * _warmup_cosine(0, 5, 50)
+    _require(isinstance(first, float), "lambda_lr")
+    if not math.isclose(first, want, rel_tol=1e-6):
+        fail("wrong-factor",
+             observed=f"LambdaLR(lr={_LAMBDA_LR}) with warmup_cosine(step, 5, 50) started at lr {first:.6f}",
+             expected=f"{want:.6f}", cause="the factor LambdaLR receives differs from the one returned when called "
+             "directly", where="warmup_cosine's return value")
+    return "matches the closed form in warmup, decay and after the end, and plugs into LambdaLR"
+
+
+# --- 11-amp-step (amp-train-step) ----------------------------------------------------------------------------
+
+_AMP_LR, _AMP_MAX_NORM, _AMP_SCALE = 0.01, 1.0, 2.0**10
+
+
+def _amp_model(case: Case, run: int) -> _AutocastProbe:
+    """The seeded model of run `run` (0: a normal step, 1: a step whose gradients are infinite)."""
+    with _global_rng(case.seeded(run)):
+        return _AutocastProbe()
+
+
+@register("11-amp-step", hints=_hints("11-amp-step"))
+def probe_amp_step(namespace: dict, *, case: Case) -> dict:
+    """Run `amp_step` once normally and once on infinite gradients; record autocast, scaler calls, weights."""
+    amp_step = _entry(namespace, "amp_step")
+    model = _amp_model(case, 0)
+    scaler = _RecordingScaler(init_scale=_AMP_SCALE)
+    optimizer = torch.optim.SGD(model.parameters(), lr=_AMP_LR)
+    amp_step(model, _data(case.seeded(0)), nn.MSELoss(), optimizer, scaler, _AMP_MAX_NORM)
+    blown = _amp_model(case, 1)
+    blown.linear.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    blown_optimizer = torch.optim.SGD(blown.parameters(), lr=_AMP_LR)
+    blown_scaler = _RecordingScaler(init_scale=_AMP_SCALE)
+    with StepRecorder(blown_optimizer) as steps:
+        amp_step(blown, _data(case.seeded(1)), nn.MSELoss(), blown_optimizer, blown_scaler, _AMP_MAX_NORM)
+    return {"forward_autocast": list(model.forward_autocast), "backward_autocast": list(model.backward_autocast),
+            "calls": list(scaler.calls), "params": [p.detach() for p in model.parameters()],
+            "inf_steps": len(steps.records), "inf_weight": blown.linear.weight.detach(),
+            "inf_scale": float(blown_scaler.get_scale())}
+
+
+def _amp_reference_grads(case: Case) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The initial parameters of run 0 and the unscaled (not yet clipped) gradient of its bf16 autocast loss."""
+    model = _amp_model(case, 0)
+    initial = [p.detach().clone() for p in model.parameters()]
+    x, y = _data(case.seeded(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = nn.MSELoss()(model(x), y)
+    grads = torch.autograd.grad(loss * _AMP_SCALE, list(model.parameters()))
+    return initial, [g / _AMP_SCALE for g in grads]
+
+
+def _clipped(grads: list[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
+    """`grads` scaled as clip_grad_norm_ scales them."""
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    return [g * torch.clamp(max_norm / (norm + 1e-6), max=1.0) for g in grads]
+
+
+@judges("11-amp-step")
+def judge_amp_step(seen: dict, *, case: Case) -> str:
+    """Autocast and scaler order as observed; the weights after one step and after an inf step recomputed."""
+    forward, backward, calls = seen.get("forward_autocast"), seen.get("backward_autocast"), seen.get("calls")
+    for name, flags in (("forward_autocast", forward), ("backward_autocast", backward)):
+        _require(isinstance(flags, list) and all(isinstance(f, bool) for f in flags), name)
+    _require(isinstance(calls, list) and all(isinstance(c, str) for c in calls), "calls")
+    if not forward or not all(forward):
+        fail("no-autocast", observed="the forward pass ran without autocast", expected="forward and loss under "
+             "torch.autocast('cpu', dtype=torch.bfloat16)", cause="no autocast context",
+             where="around model(x) and loss_fn")
+    if any(backward):
+        fail("backward-inside-autocast", observed="gradients were computed with autocast still enabled",
+             expected="backward outside the autocast block",
+             cause="loss.backward() indented inside `with torch.autocast`",
+             where="dedent the backward call")
+    expected = ["scale", "unscale_", "step", "update"]
+    if calls != expected:
+        missing = [c for c in expected if c not in calls]
+        code = ("missing-update" if "update" in missing
+                else "missing-unscale" if "unscale_" in missing else "scaler-order")
+        fail(code, observed=f"scaler calls: {calls}", expected=f"{expected}",
+             cause="without update() the scale never adapts; without unscale_() clipping sees scaled gradients; "
+             "optimizer.step() instead of scaler.step() applies scaled (and possibly inf) gradients",
+             where="scaler.scale(loss).backward(); scaler.unscale_(opt); clip; scaler.step(opt); scaler.update()")
+    _judge_inf_step(seen, case)
+    _judge_amp_update(seen, case)
+    return "autocast around forward+loss, backward outside, scale/unscale_/step/update in order, inf steps skipped"
+
+
+def _judge_inf_step(seen: dict, case: Case) -> None:
+    """Fail unless the step on infinite gradients was skipped and the scale backed off."""
+    initial = _amp_model(case, 1).linear.weight.detach()
+    weight, steps, scale = seen.get("inf_weight"), seen.get("inf_steps"), seen.get("inf_scale")
+    _require(isinstance(weight, torch.Tensor) and weight.shape == initial.shape, "inf_weight")
+    _require(isinstance(steps, int) and isinstance(scale, float), "inf_steps, inf_scale")
+    if steps or not torch.equal(initial, weight):
+        fail("inf-step-applied", observed="an optimizer step ran on infinite gradients", expected="the step skipped",
+             cause="optimizer.step() called directly instead of scaler.step()", where="scaler.step(optimizer)")
+    if scale >= _AMP_SCALE:
+        fail("missing-update", observed="the scale did not back off after an inf gradient", expected="scale halved",
+             cause="scaler.update() not called", where="after scaler.step")
+
+
+def _judge_amp_update(seen: dict, case: Case) -> None:
+    """Fail unless the normal step moved the weights by lr times the unscaled gradient clipped to max_norm."""
+    initial, grads = _amp_reference_grads(case)
+    params = _tensors_like(seen.get("params"), initial, "params")
+    moved = [p.detach() - p0 for p, p0 in zip(params, initial, strict=True)]
+
+    def matches(candidate: list[torch.Tensor]) -> bool:
+        return all(torch.allclose(m, -_AMP_LR * g, rtol=2e-2, atol=1e-6) for m, g in zip(moved, candidate, strict=True))
+
+    if matches(_clipped(grads, _AMP_MAX_NORM)):
+        return
+    if matches(grads):
+        cause = "the gradients were not clipped to max_norm"
+    elif matches([g / _AMP_SCALE for g in _clipped([g * _AMP_SCALE for g in grads], _AMP_MAX_NORM)]):
+        cause = "clip_grad_norm_ ran on the scaled gradients, before scaler.unscale_"
+    else:
+        cause = "the update is not one scaler.step() with the unscaled gradient clipped to max_norm"
+    size = float(torch.linalg.vector_norm(torch.cat([m.flatten() for m in moved])))
+    fail("wrong-update", observed=f"one amp_step moved the weights by a norm of {size:.3g}",
+         expected=f"lr * the clipped gradient: a norm of {_AMP_LR * _AMP_MAX_NORM:.3g} (max_norm={_AMP_MAX_NORM:g})",
+         cause=cause, where="scaler.unscale_(optimizer); clip_grad_norm_(model.parameters(), max_norm); scaler.step")
+
+
+# --- 11-epoch-metrics (performance-epoch-metrics) ------------------------------------------------------------
+
+def _metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """A seeded Linear(6, 3) in eval mode and two epochs of batches (3 and 12 batches of 8)."""
+    with _global_rng(case.seeded(0)):
+        model = nn.Linear(6, 3).eval()
+    generator = torch.Generator().manual_seed(case.seeded(1))
+    epochs = [[(torch.randn(8, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator))
+               for _ in range(n_batches)] for n_batches in (3, 12)]
+    return model, epochs
+
+
+@register("11-epoch-metrics", hints=_hints("11-epoch-metrics"))
+def probe_epoch_metrics(namespace: dict, *, case: Case) -> dict:
+    """Call `epoch_metrics` on each epoch under a host-sync counter; record the results and the syncs."""
+    epoch_metrics = _entry(namespace, "epoch_metrics")
+    model, epochs = _metrics_inputs(case)
+    results = []
+    for batches in epochs:
+        with HostSyncCounter() as counter:
+            loss, accuracy = epoch_metrics(model, batches, nn.CrossEntropyLoss())
+        results.append({"loss": loss, "accuracy": accuracy, "syncs": counter.count})
+    return {"results": results}
+
+
+@judges("11-epoch-metrics")
+def judge_epoch_metrics(seen: dict, *, case: Case) -> str:
+    """The mean loss and accuracy over all samples, recomputed; at most two host syncs per epoch."""
+    model, epochs = _metrics_inputs(case)
+    _require(isinstance(seen.get("results"), list), "results")
+    for batches, result in zip(epochs, seen["results"], strict=True):
+        _require(isinstance(result, dict) and isinstance(result.get("syncs"), int), "syncs")
+        with torch.no_grad():
+            x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+            want_loss = nn.CrossEntropyLoss()(model(x), y).item()
+            want_acc = (model(x).argmax(1) == y).float().mean().item()
+        loss, accuracy = _number(result.get("loss")), _number(result.get("accuracy"))
+        if loss is None or accuracy is None:
+            fail("wrong-value", observed=f"loss {_describe(result.get('loss'))}, accuracy "
+                 f"{_describe(result.get('accuracy'))}", expected=f"two numbers: {want_loss:.5f} and {want_acc:.4f}",
+                 cause="returning something other than two numbers (floats or one-element tensors)",
+                 where="the return statement")
+        if abs(loss - want_loss) > 1e-5 or abs(accuracy - want_acc) > 1e-6:
+            fail("wrong-value", observed=f"loss {loss:.5f}, accuracy {accuracy:.4f}",
+                 expected=f"{want_loss:.5f} and {want_acc:.4f}", cause="means of batch means weight batches "
+                 "wrongly only when sizes differ; here check the sums", where="sum loss*batch size and correct counts")
+        if result["syncs"] > 2:
+            fail("sync-per-step", observed=f"{result['syncs']} host syncs for {len(batches)} batches",
+                 expected="at most 2 (the final values)", cause=".item() or float() inside the loop forces the host to "
+                 "wait for the device every batch", where="accumulate tensors on the device; convert once at the end")
+    return "exact epoch metrics with at most two host syncs, whatever the number of batches"
+
+
+# --- 11-exact-resume (checkpointing-exact-resume) ------------------------------------------------------------
+
+def _resume_setup() -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """The drill's model, Adam and StepLR, initialised from the global RNG (seeded by the caller)."""
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+
+
+def _weights_only_error(error: Exception) -> bool:
+    """Whether `error` is torch.load refusing a checkpoint that is not made of tensors and plain values."""
+    return "weights_only" in str(error) or "Unsupported global" in str(error)
+
+
+@register("11-exact-resume", hints=_hints("11-exact-resume"))
+def probe_exact_resume(namespace: dict, *, case: Case) -> dict:
+    """Train 3 epochs, save, load into a fresh setup under another RNG state, train 3 more; record the result."""
+    save, load = _entry(namespace, "save_checkpoint"), _entry(namespace, "load_checkpoint")
+    with tempfile.TemporaryDirectory() as tmp, _global_rng(case.seeded(0)):
+        path = Path(tmp) / "ckpt.pt"
+        model, optimizer, scheduler = _resume_setup()
+        _train_epochs(model, optimizer, scheduler, 0, 3)
+        save(path, model, optimizer, scheduler, 3)
+        torch.random.default_generator.manual_seed(case.seeded(99))  # a fresh process: another RNG state
+        fresh_model, fresh_opt, fresh_sched = _resume_setup()
+        try:
+            epoch = load(path, fresh_model, fresh_opt, fresh_sched)
+        except Exception as error:
+            if _weights_only_error(error):
+                return {"load_error": str(error)[:120]}
+            raise
+        keys = _checkpoint_keys(path)
+        _train_epochs(fresh_model, fresh_opt, fresh_sched, 3, 6)
+    state = next(iter(fresh_opt.state.values()), None)
+    return {"load_error": None, "epoch": epoch, "keys": keys, "params": [p.detach() for p in fresh_model.parameters()],
+            "optimizer_step": int(state["step"]) if state and "step" in state else None,
+            "scheduler_epoch": int(fresh_sched.last_epoch)}
+
+
+def _checkpoint_keys(path: Path) -> list[str] | str | None:
+    """The checkpoint's top-level keys read back with weights_only=True; an error text if it will not load."""
+    try:
+        contents = torch.load(path, weights_only=True)
+    except Exception as error:
+        if _weights_only_error(error):
+            return f"not loadable with weights_only=True: {str(error)[:120]}"
+        raise
+    return [str(key) for key in contents] if isinstance(contents, dict) else None
+
+
+def _uninterrupted_params(case: Case) -> list[torch.Tensor]:
+    """The parameters after 6 epochs of training that never stopped (the reference run)."""
+    with _global_rng(case.seeded(0)):
+        model, optimizer, scheduler = _resume_setup()
+        _train_epochs(model, optimizer, scheduler, 0, 6)
+    return [p.detach() for p in model.parameters()]
+
+
+@judges("11-exact-resume")
+def judge_exact_resume(seen: dict, *, case: Case) -> str:
+    """The resumed run ends with the weights of the uninterrupted run, recomputed here."""
+    if seen.get("load_error") is not None:
+        fail("not-weights-only-loadable", observed=f"loading failed: {str(seen['load_error'])[:120]}",
+             expected="a checkpoint of tensors and plain values that loads with weights_only=True",
+             cause="a pickled object (a whole module or optimizer, a lambda) saved instead of state dicts",
+             where="save state_dict()s, not objects")
+    epoch = seen.get("epoch")
+    if _number(epoch) != 3:
+        fail("wrong-epoch", observed=f"load returned epoch {_describe(epoch)}", expected="3",
+             cause="the counter was not saved", where="save and return the epoch")
+    keys = seen.get("keys")
+    if isinstance(keys, str):
+        fail("not-weights-only-loadable", observed=f"the checkpoint file is {keys}",
+             expected="a checkpoint of tensors and plain values that loads with weights_only=True",
+             cause="a pickled object (a whole module or optimizer, a lambda) saved instead of state dicts",
+             where="save state_dict()s, not objects")
+    reference = _uninterrupted_params(case)
+    resumed = _tensors_like(seen.get("params"), reference, "params")
+    if all(torch.equal(a, b) for a, b in zip(reference, resumed, strict=True)):
+        return "resumed training is bitwise identical to the uninterrupted run"
+    if all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(reference, resumed, strict=True)):
+        return "resumed training matches the uninterrupted run (up to float rounding)"
+    if seen.get("optimizer_step") != 6:
+        part = "optimizer"
+    elif seen.get("scheduler_epoch") != 6:
+        part = "scheduler"
+    else:
+        part = "rng"
+    text = f"dict_keys({keys!r})" if isinstance(keys, list) else ""
+    fail(f"missing-{part}-state",
+         observed=f"the resumed run diverges from the uninterrupted one (checkpoint keys: {text})",
+         expected="identical weights after resuming",
+         cause={"scheduler": "the scheduler state was not saved/restored: the LR schedule restarts",
+                "optimizer": "the optimizer state (Adam's moments and step count) was not saved/restored",
+                "rng": "the RNG states were not saved/restored: the resumed run draws different data"}[part],
+         where=f"add the {part} state to save_checkpoint and restore it in load_checkpoint")

@@ -28,6 +28,9 @@ _MODULES = ("builtins", "math", "harness.checks", "harness.checks.core", "torch"
 _SHELL_METHODS = ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell", "run_cell_async",
                   "run_ast_nodes", "run_code")
 _NOTEBOOK_NAMES = ("check", "hint", "CheckFailed")
+# What changes how later cells run or what they display: IPython's transformer lists and its display hooks.
+_SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
+_SHELL_HOOKS = ("displayhook", "display_pub", "display_trap")
 _MISSING = object()
 _state: dict[str, Any] = {}
 
@@ -79,6 +82,9 @@ def install(lesson_module: str | None) -> None:
         names={name: getattr(checks, name) for name in _NOTEBOOK_NAMES},
         shell_class=_shell_methods_of_class(),
         shell_instance=_shell_methods_of_instance(),
+        shell_lists={name: list(getattr(_shell(), name, [])) for name in _SHELL_LISTS} if _shell() else {},
+        shell_hooks={name: getattr(_shell(), name, None) for name in _SHELL_HOOKS} if _shell() else {},
+        sys_hooks={"displayhook": sys.displayhook},
     )
 
 
@@ -166,6 +172,19 @@ def _restore_shell(found: list[str]) -> None:
         if getattr(type(shell), name, None) is not original:
             found.append(f"IPython's {type(shell).__name__}.{name} was replaced")
             setattr(type(shell), name, original)
+    for name, original in _state["shell_lists"].items():
+        current = getattr(shell, name, [])
+        if len(current) != len(original) or any(a is not b for a, b in zip(current, original)):
+            found.append(f"IPython's {name} were changed (code that rewrites later cells)")
+            current[:] = original
+    for name, original in _state["shell_hooks"].items():
+        if getattr(shell, name, None) is not original:
+            found.append(f"IPython's {name} was replaced")
+            setattr(shell, name, original)
+    for name, original in _state["sys_hooks"].items():
+        if getattr(sys, name) is not original:
+            found.append(f"sys.{name} was replaced")
+            setattr(sys, name, original)
 
 
 def verify(namespace: dict[str, Any], task: str, nonce: str) -> list[str]:
