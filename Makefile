@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium bubblewrap lab lab-instructor release grade bench bench-gpu clean
+.PHONY: course test chromium bubblewrap lab lab-instructor release student-tree grade bench bench-gpu clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ lab-instructor: $(STAMP)
 ## release: regenerate notebooks/ from solutions/ with nbgrader
 release: $(STAMP)
 	$(PY) -m harness release
+
+## student-tree: the student course (released notebooks, harness without the judge, README) into build/student
+student-tree: $(STAMP)
+	rm -rf build/student
+	$(PY) -m harness release --student build/student
 
 ## grade: autograde a folder of submissions: make grade SUBMISSIONS=path ASSIGNMENT=00_welcome
 grade: $(STAMP) bubblewrap

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +28,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="PyTorch Training Lab harness")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
+        if importlib.util.find_spec(module_name) is None:  # the student tree has no instructor commands
+            continue
         command = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or name == only:
             importlib.import_module(module_name).add_arguments(command)

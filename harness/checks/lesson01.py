@@ -1,17 +1,20 @@
 """Checks of lesson 01, tensors and autograd: views, broadcasting, stable reductions, gradients, Functions.
 
-Each check runs the student's object on seeded inputs and compares it with a reference computed here
-(in float64 where precision matters); the hidden variant uses other shapes, dtypes and edge cases.
+Each probe runs the student's object on inputs seeded from the case and records what came back (results,
+gradients, the inputs as they were left); each judge rebuilds the same inputs, computes the reference
+itself (in float64 where precision matters) and decides. The hidden variant uses other shapes, dtypes and
+edge cases.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 import torch.nn.functional as F
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, fail, judges, register
+from harness.checks.wire import Opaque, WireError
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -20,14 +23,35 @@ def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.
 
 
 def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference (inf where the shapes differ or a value is not finite)."""
+    if a.shape != b.shape:
+        return float("inf")
     return float((a.detach().double() - b.detach().double()).abs().nan_to_num(float("inf")).max()) if a.numel() else 0.0
+
+
+def _type_name(value: Any) -> str:
+    """The type name of a returned value as the probe saw it (Opaque values carry theirs)."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _require_tensor(result: Any, what: str, where: str) -> torch.Tensor:
     if not isinstance(result, torch.Tensor):
-        fail("not-a-tensor", observed=f"{what} returned {type(result).__name__}", expected="a torch.Tensor",
+        fail("not-a-tensor", observed=f"{what} returned {_type_name(result)}", expected="a torch.Tensor",
              cause="a missing return statement, or a conversion to NumPy or a Python list", where=where)
     return result
+
+
+def _malformed(what: str) -> NoReturn:
+    """Refuse an observation no probe of this module writes."""
+    raise WireError(f"malformed observation: {what}")
+
+
+def _recorded_tensor(entry: dict, key: str) -> torch.Tensor:
+    """A tensor the probe itself recorded (not a student's return value); anything else is malformed."""
+    value = entry[key]
+    if not isinstance(value, torch.Tensor):
+        _malformed(f"{key} is not a tensor")
+    return value
 
 
 # --------------------------------------------------------------------------------------------- 01-to-tokens
@@ -35,54 +59,73 @@ def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
     return images.flatten(2).transpose(1, 2)
 
 
+def _token_inputs(case: Case) -> list[torch.Tensor]:
+    """Images to tokenise: contiguous ones, and non-contiguous ones (crops; channels-last and strided hidden)."""
+    shapes = [(2, 3, 4, 5), (1, 4, 2, 2)] if not case.hidden else [(3, 8, 2, 7), (1, 1, 1, 1), (2, 5, 3, 1)]
+    inputs = []
+    for index, shape in enumerate(shapes):
+        images = _randn(*shape, seed=case.seeded(index + (100 if case.hidden else 0)))
+        # A crop of wider images: rows no longer back to back in memory.
+        inputs += [images, _randn(*shape[:3], shape[3] + 3, seed=case.seeded(index + 7))[..., : shape[3]]]
+        if case.hidden:
+            inputs += [images.contiguous(memory_format=torch.channels_last),
+                       _randn(*shape[:2], 2 * shape[2], shape[3], seed=case.seeded(9))[:, :, ::2]]
+    return inputs
+
+
 @register("01-to-tokens", hints=(
     "Bring the channel axis last first, then merge H and W. Only one of view/reshape works after a permute.",
     "images.permute(0, 2, 3, 1).reshape(N, H * W, C): permute moves the axes (a view with new strides); "
     "reshape copies when the strides do not allow a view, where view() raises.",
 ))
-def check_to_tokens(to_tokens: Callable[[torch.Tensor], torch.Tensor], *, hidden: bool) -> str:
-    shapes = [(2, 3, 4, 5), (1, 4, 2, 2)] if not hidden else [(3, 8, 2, 7), (1, 1, 1, 1), (2, 5, 3, 1)]
-    for index, shape in enumerate(shapes):
-        images = _randn(*shape, seed=index + (100 if hidden else 0))
-        # Non-contiguous inputs too: a crop of wider images (rows no longer back to back in memory), and in
-        # the hidden tests a channels-last tensor and a strided slice.
-        inputs = [images, _randn(*shape[:3], shape[3] + 3, seed=index + 7)[..., : shape[3]]]
-        if hidden:
-            inputs += [images.contiguous(memory_format=torch.channels_last), _randn(*shape[:2], 2 * shape[2], shape[3], seed=9)[:, :, ::2]]
-        for x in inputs:
-            before = x.clone()
-            n, c, h, w = x.shape
-            try:
-                tokens = to_tokens(x)
-            except RuntimeError as error:
-                if "view" in str(error):
-                    fail("view-on-non-contiguous", observed=f"to_tokens raised RuntimeError: {error}",
-                         expected="a (N, H*W, C) tensor for any input layout",
-                         cause="view() only reinterprets the existing memory; after permute() the strides no "
-                               "longer match a plain (N, H*W, C) layout",
-                         where="use reshape() (copies when it must) instead of view() after the permute")
+def probe_to_tokens(to_tokens: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
+    """Tokenise each input; record the tokens and the input as left, stopping at a view() error."""
+    results: list[dict] = []
+    for x in _token_inputs(case):
+        try:
+            tokens = to_tokens(x)
+        except RuntimeError as error:
+            if "view" not in str(error):
                 raise
-            tokens = _require_tensor(tokens, "to_tokens", "the return statement of to_tokens")
-            if x.shape != before.shape or not torch.equal(x, before):
-                fail("input-modified", observed="the input images changed", expected="the input left untouched",
-                     cause="an in-place operation on the input (a method ending in _, such as transpose_)",
-                     where="use out-of-place operations in to_tokens")
-            if tuple(tokens.shape) != (n, h * w, c):
-                fail("wrong-shape", observed=f"shape {tuple(tokens.shape)} for input {tuple(x.shape)}",
-                     expected=f"{(n, h * w, c)} = (N, H*W, C)",
-                     cause="the axes are merged or ordered differently from (N, H*W, C)",
-                     where="the permute order and the reshape sizes in to_tokens")
-            if not torch.equal(tokens, _reference_tokens(x)):
-                reinterpreted = torch.equal(tokens, x.reshape(n, h * w, c))
-                fail("wrong-order",
-                     observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w]"
-                              + (" (your result equals images.reshape(N, H*W, C))" if reinterpreted else ""),
-                     expected="tokens[n, h*W + w, c] == images[n, c, h, w]",
-                     cause="reshape/view without permute regroups the numbers in memory order: each 'token' "
-                           "then mixes one channel's neighbouring pixels instead of holding one pixel's channels",
-                     where="permute the channel axis to the end before merging H and W")
+            results.append({"view_error": str(error)[:500]})
+            break
+        results.append({"tokens": tokens, "input_after": x})
+    return {"results": results}
+
+
+@judges("01-to-tokens")
+def judge_to_tokens(seen: dict, *, case: Case) -> str:
+    """`to_tokens(images)` is (N, H*W, C) with token h*W + w the channel vector of pixel (h, w), input untouched."""
+    for x, entry in zip(_token_inputs(case), seen["results"], strict=True):
+        if "view_error" in entry:
+            fail("view-on-non-contiguous", observed=f"to_tokens raised RuntimeError: {entry['view_error']}",
+                 expected="a (N, H*W, C) tensor for any input layout",
+                 cause="view() only reinterprets the existing memory; after permute() the strides no "
+                       "longer match a plain (N, H*W, C) layout",
+                 where="use reshape() (copies when it must) instead of view() after the permute")
+        tokens = _require_tensor(entry["tokens"], "to_tokens", "the return statement of to_tokens")
+        after = _recorded_tensor(entry, "input_after")
+        if after.shape != x.shape or not torch.equal(after, x):
+            fail("input-modified", observed="the input images changed", expected="the input left untouched",
+                 cause="an in-place operation on the input (a method ending in _, such as transpose_)",
+                 where="use out-of-place operations in to_tokens")
+        n, c, h, w = x.shape
+        if tuple(tokens.shape) != (n, h * w, c):
+            fail("wrong-shape", observed=f"shape {tuple(tokens.shape)} for input {tuple(x.shape)}",
+                 expected=f"{(n, h * w, c)} = (N, H*W, C)",
+                 cause="the axes are merged or ordered differently from (N, H*W, C)",
+                 where="the permute order and the reshape sizes in to_tokens")
+        if not torch.equal(tokens, _reference_tokens(x)):
+            reinterpreted = torch.equal(tokens, x.reshape(n, h * w, c))
+            fail("wrong-order",
+                 observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w]"
+                          + (" (your result equals images.reshape(N, H*W, C))" if reinterpreted else ""),
+                 expected="tokens[n, h*W + w, c] == images[n, c, h, w]",
+                 cause="reshape/view without permute regroups the numbers in memory order: each 'token' "
+                       "then mixes one channel's neighbouring pixels instead of holding one pixel's channels",
+                 where="permute the channel axis to the end before merging H and W")
     return "(N, C, H, W) -> (N, H*W, C) with each token the channel vector of one pixel, cropped inputs too" + (
-        ", channels-last and strided ones" if hidden else "")
+        ", channels-last and strided ones" if case.hidden else "")
 
 
 # -------------------------------------------------------------------------------------- 01-pairwise-distances
@@ -90,26 +133,37 @@ def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x.double()[:, None, :] - y.double()[None, :, :]).pow(2).sum(-1).sqrt()
 
 
+def _distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, y) pairs: float32 and float64, single rows (hidden), and a set of points against itself."""
+    seed = case.seeded
+    if not case.hidden:
+        same = _randn(30, 3, seed=seed(2)) * 3
+        return [(_randn(5, 3, seed=seed(0)), _randn(7, 3, seed=seed(1))),
+                (_randn(4, 2, seed=seed(3), dtype=torch.float64), _randn(6, 2, seed=seed(4), dtype=torch.float64)),
+                (same, same)]
+    same = _randn(50, 8, seed=seed(14)) * 10
+    return [(_randn(1, 1, seed=seed(10)), _randn(4, 1, seed=seed(11))),
+            (_randn(9, 16, seed=seed(12), dtype=torch.float64), _randn(2, 16, seed=seed(13), dtype=torch.float64)),
+            (same, same.clone()),
+            (_randn(6, 4, seed=seed(15)), _randn(1, 4, seed=seed(16)))]
+
+
 @register("01-pairwise-distances", hints=(
     "Give x a new axis so that x is (n, 1, d) and y is (1, m, d): their difference broadcasts to (n, m, d).",
     "(x[:, None, :] - y[None, :, :]).pow(2).sum(-1).sqrt(), or torch.linalg.vector_norm(..., dim=-1). If you "
     "use |x|^2 - 2 x.y + |y|^2, clamp it at 0 before the square root.",
 ))
-def check_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *, hidden: bool) -> str:
-    cases: list[tuple[torch.Tensor, torch.Tensor]] = []
-    if not hidden:
-        cases.append((_randn(5, 3, seed=0), _randn(7, 3, seed=1)))
-        cases.append((_randn(4, 2, seed=3, dtype=torch.float64), _randn(6, 2, seed=4, dtype=torch.float64)))
-        same = _randn(30, 3, seed=2) * 3
-        cases.append((same, same))
-    else:
-        cases.append((_randn(1, 1, seed=10), _randn(4, 1, seed=11)))
-        cases.append((_randn(9, 16, seed=12, dtype=torch.float64), _randn(2, 16, seed=13, dtype=torch.float64)))
-        same = _randn(50, 8, seed=14) * 10
-        cases.append((same, same.clone()))
-        cases.append((_randn(6, 4, seed=15), _randn(1, 4, seed=16)))
-    for x, y in cases:
-        result = _require_tensor(pairwise_distances(x, y), "pairwise_distances", "the return statement")
+def probe_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
+                             case: Case) -> dict:
+    """Record the student's distances for each (x, y) pair of the case."""
+    return {"results": [pairwise_distances(x, y) for x, y in _distance_inputs(case)]}
+
+
+@judges("01-pairwise-distances")
+def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
+    """`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite."""
+    for (x, y), result in zip(_distance_inputs(case), seen["results"], strict=True):
+        result = _require_tensor(result, "pairwise_distances", "the return statement")
         n, m = x.shape[0], y.shape[0]
         if tuple(result.shape) != (n, m):
             fail("wrong-shape", observed=f"shape {tuple(result.shape)} for x {tuple(x.shape)} and y {tuple(y.shape)}",
@@ -118,7 +172,8 @@ def check_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.T
                  where="x[:, None, :] - y[None, :, :] is (n, m, d); reduce over the last dimension only")
         if result.dtype != x.dtype:
             fail("dtype-changed", observed=f"{x.dtype} inputs gave a {result.dtype} result",
-                 expected=f"a {x.dtype} result", cause="a .float()/.double() conversion or a new tensor of the default dtype",
+                 expected=f"a {x.dtype} result",
+                 cause="a .float()/.double() conversion or a new tensor of the default dtype",
                  where="keep every intermediate in the inputs' dtype")
         if not torch.isfinite(result).all():
             fail("non-finite", observed="nan or inf distances (for example between identical points)",
@@ -138,33 +193,66 @@ def check_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.T
                  "the difference or the reduction is over the wrong axis",
                  where="sqrt of the sum over the feature axis of (x_i - y_j)^2")
     return "(n, m) Euclidean distances by broadcasting, finite for identical points" + (
-        ", float64 and single rows too" if hidden else "")
+        ", float64 and single rows too" if case.hidden else "")
 
 
 # -------------------------------------------------------------------------------------------- 01-logsumexp
+def _lse_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
+    """(x, dim) pairs with large and shifted values; the hidden ones add float64, other dims, many scales."""
+    seed = case.seeded
+    if not case.hidden:
+        return [(_randn(4, 6, seed=seed(0)), 1), (_randn(4, 6, seed=seed(1)) * 1000, 1),
+                (_randn(3, 5, seed=seed(2)) - 1000, -1)]
+    inputs = [(_randn(2, 7, 3, seed=seed(10)) * 500, 1), (_randn(5, 4, seed=seed(11)) * 800, 0),
+              (_randn(3, 9, seed=seed(12), dtype=torch.float64) * 1e4, -1), (_randn(1, 1, seed=seed(13)), 1)]
+    for scale_seed in range(8):  # random scales from 1e-3 to 1e4: the result must track torch everywhere
+        scale = 10.0 ** (-3 + scale_seed)
+        inputs.append((_randn(6, 5, seed=seed(20 + scale_seed)) * scale + scale / 2, 1))
+    return inputs
+
+
+def _lse_gradient_input(case: Case) -> torch.Tensor:
+    return _randn(3, 4, seed=case.seeded(31 if case.hidden else 30), dtype=torch.float64)
+
+
+def _masked_rows() -> torch.Tensor:
+    """Two rows of -inf, the first with one finite entry 3: a partly and a fully masked attention row."""
+    masked = torch.full((2, 5), float("-inf"), dtype=torch.float64)
+    masked[0, 1] = 3.0
+    return masked
+
+
+def _check_lse_shape(result: torch.Tensor, x: torch.Tensor, dim: int) -> None:
+    expected = tuple(torch.logsumexp(x, dim).shape)
+    if tuple(result.shape) != expected:
+        fail("wrong-shape", observed=f"shape {tuple(result.shape)} for input {tuple(x.shape)}, dim={dim}",
+             expected=f"{expected} (dim removed, as torch.logsumexp does)",
+             cause="keepdim=True left in the result, or the reduction runs over another dimension",
+             where="squeeze the max you subtracted before adding it back, and reduce over `dim`")
+
+
 @register("01-logsumexp", hints=(
     "log(sum(exp(x))) = m + log(sum(exp(x - m))) for any m; choose m = max so that the largest exp is exp(0) = 1.",
     "m = x.amax(dim, keepdim=True); m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)) (a row of -inf "
     "would give -inf - -inf = nan); return m.squeeze(dim) + (x - m).exp().sum(dim).log().",
 ))
-def check_logsumexp(logsumexp: Callable[[torch.Tensor, int], torch.Tensor], *, hidden: bool) -> str:
-    cases: list[tuple[torch.Tensor, int]] = []
-    if not hidden:
-        cases += [(_randn(4, 6, seed=0), 1), (_randn(4, 6, seed=1) * 1000, 1), (_randn(3, 5, seed=2) - 1000, -1)]
-    else:
-        cases += [(_randn(2, 7, 3, seed=10) * 500, 1), (_randn(5, 4, seed=11) * 800, 0),
-                  (_randn(3, 9, seed=12, dtype=torch.float64) * 1e4, -1), (_randn(1, 1, seed=13), 1)]
-        for scale_seed in range(8):  # random scales from 1e-3 to 1e4: the result must track torch everywhere
-            scale = 10.0 ** (-3 + scale_seed)
-            cases.append((_randn(6, 5, seed=20 + scale_seed) * scale + scale / 2, 1))
-    for x, dim in cases:
-        result = _require_tensor(logsumexp(x, dim), "logsumexp", "the return statement of logsumexp")
+def probe_logsumexp(logsumexp: Callable[[torch.Tensor, int], torch.Tensor], *, case: Case) -> dict:
+    """Record the results on the case's inputs, the gradient through the result, and the masked rows."""
+    results = [logsumexp(x, dim) for x, dim in _lse_inputs(case)]
+    x = _lse_gradient_input(case).requires_grad_()
+    out = logsumexp(x, 1)
+    tracked = isinstance(out, torch.Tensor) and out.requires_grad
+    grad = torch.autograd.grad(out.sum(), x)[0] if tracked else None
+    return {"results": results, "out": out, "grad": grad, "masked": logsumexp(_masked_rows(), 1)}
+
+
+@judges("01-logsumexp")
+def judge_logsumexp(seen: dict, *, case: Case) -> str:
+    """`logsumexp(x, dim)` matches torch.logsumexp without overflow, has gradient softmax(x), -inf on -inf rows."""
+    for (x, dim), result in zip(_lse_inputs(case), seen["results"], strict=True):
+        result = _require_tensor(result, "logsumexp", "the return statement of logsumexp")
         reference = torch.logsumexp(x, dim)
-        if tuple(result.shape) != tuple(reference.shape):
-            fail("wrong-shape", observed=f"shape {tuple(result.shape)} for input {tuple(x.shape)}, dim={dim}",
-                 expected=f"{tuple(reference.shape)} (dim removed, as torch.logsumexp does)",
-                 cause="keepdim=True left in the result, or the reduction runs over another dimension",
-                 where="squeeze the max you subtracted before adding it back, and reduce over `dim`")
+        _check_lse_shape(result, x, dim)
         if not torch.isfinite(result).all():
             fail("overflow", observed=f"non-finite results for inputs as large as {float(x.abs().max()):.3g}",
                  expected="finite values (torch.logsumexp gives them)",
@@ -176,29 +264,27 @@ def check_logsumexp(logsumexp: Callable[[torch.Tensor, int], torch.Tensor], *, h
                  expected="relative errors below 1e-4",
                  cause="the max is not added back, or it is subtracted along another dimension",
                  where="log(sum(exp(x))) = m + log(sum(exp(x - m))): subtract and add the same m")
-    x = _randn(3, 4, seed=30 if not hidden else 31, dtype=torch.float64).requires_grad_()
-    out = logsumexp(x, 1)
+    out = _require_tensor(seen["out"], "logsumexp", "the return statement of logsumexp")
     if not out.requires_grad:
         fail("no-gradient", observed="the result does not require grad although the input does",
              expected="a result autograd can differentiate (its gradient is softmax(x))",
              cause=".item(), .numpy() or torch.tensor(...) on an intermediate cut the graph",
              where="stay in torch operations on tensors from start to end")
-    (grad,) = torch.autograd.grad(out.sum(), x)
-    if _max_error(grad, torch.softmax(x.detach(), 1)) > 1e-8:
+    x = _lse_gradient_input(case)
+    if _max_error(_recorded_tensor(seen, "grad"), torch.softmax(x, 1)) > 1e-8:
         fail("wrong-gradient", observed="the gradient of sum(logsumexp(x, 1)) is not softmax(x, 1)",
              expected="d logsumexp / dx = softmax(x)", cause="a detach or an in-place edit inside the computation",
              where="the operations between x and the result")
-    masked = torch.full((2, 5), float("-inf"), dtype=x.dtype)
-    masked[0, 1] = 3.0
-    masked_result = logsumexp(masked, 1)
-    if not (masked_result[0] == 3.0 and torch.isneginf(masked_result[1])):
-        fail("masked-row", observed=f"a row [-inf, -inf, ...] gave {masked_result[1].item()} "
-             f"(and [-inf, 3, -inf, ...] gave {masked_result[0].item()})",
+    masked = _require_tensor(seen["masked"], "logsumexp", "the return statement of logsumexp")
+    _check_lse_shape(masked, _masked_rows(), 1)
+    if not (masked[0] == 3.0 and torch.isneginf(masked[1])):
+        fail("masked-row", observed=f"a row [-inf, -inf, ...] gave {masked[1].item()} "
+             f"(and [-inf, 3, -inf, ...] gave {masked[0].item()})",
              expected="-inf for an all -inf row (a fully masked attention row), 3 for the other",
              cause="the row max is -inf, and x - max = -inf - (-inf) = nan",
              where="replace a non-finite max by 0 before subtracting it (torch.where(torch.isfinite(m), m, 0))")
-    return "matches torch.logsumexp on inputs up to 1e3" + (" and 1e4, in float64 and along other dims" if hidden else "") + \
-        ", softmax gradient, -inf rows"
+    return "matches torch.logsumexp on inputs up to 1e3" + (
+        " and 1e4, in float64 and along other dims" if case.hidden else "") + ", softmax gradient, -inf rows"
 
 
 # ----------------------------------------------------------------------------------- 01-per-loss-gradients
@@ -214,32 +300,53 @@ def _loss_family(w: torch.Tensor, count: int, seed: int) -> list[Callable[[torch
     return [make(t, s, i) for i, (t, s) in enumerate(zip(targets, scales))]
 
 
+def _gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[torch.Tensor], torch.Tensor]]]]:
+    """(w, losses) pairs: one vector and three losses visibly; matrices, a single loss and 3-d weights hidden."""
+    settings = [((5,), 3, 0)] if not case.hidden else [((4, 3), 4, 10), ((7,), 1, 20), ((2, 2, 2), 2, 30)]
+    problems = []
+    for shape, count, seed in settings:
+        w = _randn(*shape, seed=case.seeded(seed + 99)).requires_grad_()
+        problems.append((w, _loss_family(w, count, case.seeded(seed))))
+    return problems
+
+
 @register("01-per-loss-gradients", hints=(
     "backward() adds into w.grad; it never overwrites it. What must happen to w.grad between two losses?",
     "Either set w.grad = None before each loss(w).backward() and store w.grad (it is a new tensor each time), "
     "finishing with w.grad = None; or use torch.autograd.grad(loss(w), w)[0], which never touches w.grad.",
 ))
-def check_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor]], *, hidden: bool) -> str:
-    settings = [((5,), 3, 0)] if not hidden else [((4, 3), 4, 10), ((7,), 1, 20), ((2, 2, 2), 2, 30)]
-    for shape, count, seed in settings:
-        w = _randn(*shape, seed=seed + 99).requires_grad_()
-        losses = _loss_family(w, count, seed)
-        expected = [torch.autograd.grad(loss(w), w)[0] for loss in losses]
+def probe_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor]], *, case: Case) -> dict:
+    """Record the returned gradients, how many distinct storages they use, and whether w.grad was left set."""
+    runs = []
+    for w, losses in _gradient_problems(case):
         result = per_loss_gradients(w, losses)
+        tensors = isinstance(result, (list, tuple)) and all(isinstance(g, torch.Tensor) for g in result)
+        runs.append({"result": result, "storages": len({g.data_ptr() for g in result}) if tensors else None,
+                     "grad_left_behind": w.grad is not None})
+    return {"runs": runs}
+
+
+@judges("01-per-loss-gradients")
+def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
+    """`per_loss_gradients(w, losses)` returns each loss's own gradient, separate tensors, w.grad left None."""
+    for (w, losses), run in zip(_gradient_problems(case), seen["runs"], strict=True):
+        count = len(losses)
+        expected = [torch.autograd.grad(loss(w), w)[0] for loss in losses]
+        result = run["result"]
         if not isinstance(result, (list, tuple)) or len(result) != count:
-            fail("wrong-count", observed=f"returned {type(result).__name__}"
+            fail("wrong-count", observed=f"returned {_type_name(result)}"
                  + (f" of length {len(result)}" if isinstance(result, (list, tuple)) else ""),
                  expected=f"a list of {count} gradients, one per loss", cause="the return statement",
                  where="append one gradient per loss and return the list")
         for i, grad in enumerate(result):
             _require_tensor(grad, f"entry {i}", "what you append to the list")
-        if count > 1 and len({g.data_ptr() for g in result}) == 1:
+        if count > 1 and run["storages"] == 1:
             fail("aliased", observed=f"all {count} returned gradients are the same tensor",
                  expected="one separate tensor per loss",
                  cause="you appended w.grad and then zeroed it in place (w.grad.zero_()): every entry is the same "
                        "tensor and shows only its final state",
                  where="append w.grad.clone(), or set w.grad = None (a new tensor is then made) instead of zero_()")
-        for i, (grad, reference) in enumerate(zip(result, expected)):
+        for i, (grad, reference) in enumerate(zip(result, expected, strict=True)):
             if _max_error(grad, reference) > 1e-5:
                 accumulated = _max_error(grad, sum(expected[: i + 1])) <= 1e-5
                 fail("accumulated" if accumulated else "wrong-values",
@@ -252,59 +359,94 @@ def check_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor
             if grad.requires_grad:
                 fail("graph-kept", observed=f"gradient {i} requires grad", expected="plain gradient tensors",
                      cause="create_graph=True keeps a graph you do not need", where="drop create_graph")
-        if w.grad is not None:
+        if run["grad_left_behind"] is not False:
             fail("grad-left-behind", observed="w.grad is not None after your function",
                  expected="w.grad left as it was (None): the caller's next backward() would add into it",
-                 cause="the last loss's gradient stays in w.grad", where="set w.grad = None at the end, or use torch.autograd.grad")
+                 cause="the last loss's gradient stays in w.grad",
+                 where="set w.grad = None at the end, or use torch.autograd.grad")
     return "one separate, non-accumulated gradient per loss, w.grad left clean"
 
 
 # --------------------------------------------------------------------------------------------- 01-ema-update
+def _ema_problems(case: Case) -> list[tuple[list[torch.Tensor], list[torch.Tensor], float]]:
+    """(params, ema, decay) triples; params require grad, the EMA tensors do not."""
+    settings = [([(4, 3), (3,)], 0.9, 0)] if not case.hidden else [([(2, 5), (5,), (1,)], 0.99, 10), ([(6,)], 0.5, 20)]
+    problems = []
+    for shapes, decay, seed in settings:
+        params = [_randn(*s, seed=case.seeded(seed + i)).requires_grad_() for i, s in enumerate(shapes)]
+        ema = [_randn(*s, seed=case.seeded(seed + 50 + i)) for i, s in enumerate(shapes)]
+        problems.append((params, ema, decay))
+    return problems
+
+
 @register("01-ema-update", hints=(
     "The EMA tensors must change in place, without autograd recording the update.",
     "with torch.no_grad(): for e, p in zip(ema, params): e.mul_(decay).add_(p, alpha=1 - decay)  "
     "(or e.lerp_(p, 1 - decay)).",
 ))
-def check_ema_update(ema_update_: Callable[..., Any], *, hidden: bool) -> str:
-    settings = [([(4, 3), (3,)], 0.9, 0)] if not hidden else [([(2, 5), (5,), (1,)], 0.99, 10), ([(6,)], 0.5, 20)]
-    for shapes, decay, seed in settings:
-        params = [_randn(*s, seed=seed + i).requires_grad_() for i, s in enumerate(shapes)]
-        ema = [(_randn(*s, seed=seed + 50 + i)).detach() for i, s in enumerate(shapes)]
-        before = [e.clone() for e in ema]
+def probe_ema_update(ema_update_: Callable[..., Any], *, case: Case) -> dict:
+    """Two updates per problem; record after each the EMA list, the parameters, the return value and whether
+    the list still holds the same tensors (stopping at the first update that replaced them or built a graph)."""
+    runs: list[list[dict]] = []
+    for params, ema, decay in _ema_problems(case):
         identities = [(id(e), e.data_ptr()) for e in ema]
-        params_before = [p.detach().clone() for p in params]
-        for step in range(2):
-            expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params)]
+        steps: list[dict] = []
+        runs.append(steps)
+        for _ in range(2):
             result = ema_update_(ema, params, decay)
-            if [(id(e), e.data_ptr()) for e in ema] != identities:
+            in_place = [(id(e), e.data_ptr()) for e in ema] == identities
+            steps.append({"result": result, "in_place": in_place,
+                          "ema": [e.clone() if isinstance(e, torch.Tensor) else e for e in ema],
+                          "params": [p.detach().clone() for p in params]})
+            if not in_place or any(e.requires_grad for e in ema):
+                return {"runs": runs}
+    return {"runs": runs}
+
+
+@judges("01-ema-update")
+def judge_ema_update(seen: dict, *, case: Case) -> str:
+    """`ema_update_(ema, params, decay)` sets ema = decay * ema + (1 - decay) * param in place, outside autograd."""
+    for (params, initial, decay), steps in zip(_ema_problems(case), seen["runs"], strict=True):
+        before = initial
+        for _, step in zip(range(2), steps, strict=True):
+            ema = step["ema"]
+            if step["in_place"] is not True:
                 fail("not-in-place", observed="the list now holds new tensors",
                      expected="the same EMA tensors, updated in place (an optimizer or a checkpoint holds references "
                               "to them)",
                      cause="ema[i] = ... rebinds the list entry instead of changing the tensor",
                      where="use in-place methods (mul_, add_, lerp_, copy_) on each EMA tensor")
-            if any(e.requires_grad or e.grad_fn is not None for e in ema):
+            if not (isinstance(ema, list) and all(isinstance(e, torch.Tensor) for e in ema)):
+                _malformed("the EMA tensors")
+            if any(e.requires_grad for e in ema):
                 fail("builds-graph", observed="the EMA tensors require grad after the update (they have a grad_fn)",
                      expected="plain tensors, outside autograd",
                      cause="the in-place update mixed in parameters that require grad while autograd was recording",
                      where="wrap the update in torch.no_grad(), or use p.detach()")
-            if any(not torch.equal(p.detach(), b) for p, b in zip(params, params_before)):
+            recorded = step["params"]
+            if not (isinstance(recorded, list) and all(isinstance(p, torch.Tensor) for p in recorded)):
+                _malformed("the parameters")
+            if any(not torch.equal(p.detach(), r) for p, r in zip(params, recorded, strict=True)):
                 fail("params-changed", observed="the model parameters changed", expected="only the EMA tensors change",
-                     cause="an in-place method called on the parameter", where="call in-place methods on the EMA tensors only")
-            if result is not None:
-                fail("returns-value", observed=f"ema_update_ returned {type(result).__name__}",
+                     cause="an in-place method called on the parameter",
+                     where="call in-place methods on the EMA tensors only")
+            if step["result"] is not None:
+                fail("returns-value", observed=f"ema_update_ returned {_type_name(step['result'])}",
                      expected="None (a trailing underscore means in place)", cause="a return statement",
                      where="remove the return")
-            errors = [_max_error(e, x) for e, x in zip(ema, expected)]
+            expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params, strict=True)]
+            errors = [_max_error(e, x) for e, x in zip(ema, expected, strict=True)]
             if max(errors) > 1e-6:
                 unchanged = all(torch.equal(e, b) for e, b in zip(ema, before))
-                swapped = all(_max_error(e, (1 - decay) * b + decay * p.detach()) < 1e-6 for e, b, p in zip(ema, before, params))
+                swapped = all(_max_error(e, (1 - decay) * b + decay * p.detach()) < 1e-6
+                              for e, b, p in zip(ema, before, params))
                 fail("wrong-values",
                      observed="the EMA did not change" if unchanged else f"largest error {max(errors):.3g}"
                      + (" (decay and 1 - decay are swapped)" if swapped else ""),
                      expected=f"ema = {decay} * ema + {1 - decay:.2g} * param",
                      cause="a new tensor was bound to a local name, leaving the EMA untouched" if unchanged
                      else "the weights of old and new values", where="the update formula")
-            before = [e.clone() for e in ema]
+            before = ema
     return "in-place EMA of the parameters, no autograd graph, parameters untouched"
 
 
@@ -314,35 +456,73 @@ def _silu_grad(x: torch.Tensor) -> torch.Tensor:
     return s * (1 + x * (1 - s))
 
 
+def _silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, grad_output) pairs in float32; the hidden ones are larger in magnitude and include single values."""
+    shapes = [(3, 4)] if not case.hidden else [(2, 3, 5), (1,), (17,)]
+    scale = 4 if not case.hidden else 20
+    return [(_randn(*shape, seed=case.seeded(index + (50 if case.hidden else 0))) * scale,
+             _randn(*shape, seed=case.seeded(index + 200)))
+            for index, shape in enumerate(shapes)]
+
+
+def _silu_float64_input(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, grad_output) in float64, for gradcheck and the precision of forward and backward."""
+    shape = (4, 3) if not case.hidden else (2, 6)
+    return (_randn(*shape, seed=case.seeded(77), dtype=torch.float64),
+            _randn(*shape, seed=case.seeded(78), dtype=torch.float64))
+
+
 @register("01-silu-function", hints=(
     "forward computes x * sigmoid(x) and saves what backward needs with ctx.save_for_backward; backward "
     "returns grad_output times the derivative.",
     "d/dx [x s(x)] = s(x) (1 + x (1 - s(x))). In backward: (x,) = ctx.saved_tensors; s = torch.sigmoid(x); "
     "return grad_output * s * (1 + x * (1 - s)).",
 ))
-def check_silu_function(silu_function: type, *, hidden: bool) -> str:
+def probe_silu_function(silu_function: type, *, case: Case) -> dict:
+    """Record forward outputs, the input as left and the gradients for each input, then gradcheck in float64
+    and the float64 forward and backward (stopping where the output is unusable or the input changed)."""
     if not (isinstance(silu_function, type) and issubclass(silu_function, torch.autograd.Function)):
-        fail("not-a-function", observed=f"got {silu_function!r}", expected="a subclass of torch.autograd.Function",
-             cause="passing an instance or a plain function", where="class SiLUFunction(torch.autograd.Function) and pass the class")
-    shapes = [(3, 4)] if not hidden else [(2, 3, 5), (1,), (17,)]
-    for index, shape in enumerate(shapes):
-        x = _randn(*shape, seed=index + (50 if hidden else 0)) * (4 if not hidden else 20)
+        return {"is_function": False, "what": repr(silu_function)[:200]}
+    runs: list[dict] = []
+    observation: dict[str, Any] = {"is_function": True, "runs": runs}
+    for x, grad_output in _silu_inputs(case):
+        before = x.clone()
         x.requires_grad_()
-        before = x.detach().clone()
         y = silu_function.apply(x)
-        _require_tensor(y, "SiLUFunction.apply", "the return statement of forward")
-        if not torch.equal(x.detach(), before):
+        runs.append({"y": y, "x_after": x.detach().clone()})
+        if not isinstance(y, torch.Tensor) or y.shape != x.shape or not torch.equal(x.detach(), before):
+            return observation
+        runs[-1]["grad"] = torch.autograd.grad(y, x, grad_output)[0]
+    x64, grad_output64 = _silu_float64_input(case)
+    x64.requires_grad_()
+    observation["gradcheck"] = torch.autograd.gradcheck(silu_function.apply, (x64,), eps=1e-6, atol=1e-5,
+                                                        raise_exception=False)
+    y64 = silu_function.apply(x64)
+    observation["y64"] = y64
+    observation["grad64"] = torch.autograd.grad(y64, x64, grad_output64)[0]
+    return observation
+
+
+@judges("01-silu-function")
+def judge_silu_function(seen: dict, *, case: Case) -> str:
+    """`SiLUFunction.apply(x)` is x * sigmoid(x) with backward grad_output * s(x)(1 + x(1 - s(x))), float64-exact."""
+    if seen["is_function"] is not True:
+        fail("not-a-function", observed=f"got {seen.get('what')}", expected="a subclass of torch.autograd.Function",
+             cause="passing an instance or a plain function",
+             where="class SiLUFunction(torch.autograd.Function) and pass the class")
+    for (x, grad_output), run in zip(_silu_inputs(case), seen["runs"], strict=True):
+        y = _require_tensor(run["y"], "SiLUFunction.apply", "the return statement of forward")
+        if not torch.equal(_recorded_tensor(run, "x_after"), x):
             fail("input-modified", observed="the input changed", expected="forward leaves x untouched",
                  cause="an in-place operation such as x.sigmoid_() or x.mul_() in forward",
                  where="use out-of-place operations in forward")
-        if _max_error(y, F.silu(x.detach())) > 1e-5:
-            fail("wrong-forward", observed=f"forward differs from x * sigmoid(x) by {_max_error(y, F.silu(x.detach())):.3g}",
+        if _max_error(y, F.silu(x)) > 1e-5:
+            fail("wrong-forward", observed=f"forward differs from x * sigmoid(x) by {_max_error(y, F.silu(x)):.3g}",
                  expected="SiLU(x) = x * sigmoid(x)", cause="another formula in forward", where="forward")
-        grad_output = _randn(*shape, seed=index + 200)
-        (grad,) = torch.autograd.grad(y, x, grad_output)
-        expected = grad_output * _silu_grad(x.detach())
+        grad = _recorded_tensor(run, "grad")
+        expected = grad_output * _silu_grad(x)
         if _max_error(grad, expected) > 1e-4:
-            ignores = _max_error(grad, _silu_grad(x.detach())) <= 1e-4
+            ignores = _max_error(grad, _silu_grad(x)) <= 1e-4
             fail("ignores-grad-output" if ignores else "wrong-backward",
                  observed=f"the gradient differs from the true one by {_max_error(grad, expected):.3g}"
                  + (" and equals the local derivative alone" if ignores else ""),
@@ -350,10 +530,16 @@ def check_silu_function(silu_function: type, *, hidden: bool) -> str:
                  cause="backward must multiply the incoming gradient (chain rule)" if ignores else
                  "the derivative of x * sigmoid(x) is not s(x) alone: the product rule adds x * s(x) * (1 - s(x))",
                  where="the return statement of backward")
-    x64 = _randn(*(4, 3) if not hidden else (2, 6), seed=77, dtype=torch.float64).requires_grad_()
-    if not torch.autograd.gradcheck(silu_function.apply, (x64,), eps=1e-6, atol=1e-5, raise_exception=False):
-        fail("gradcheck-failed", observed="torch.autograd.gradcheck(SiLUFunction.apply, float64 input) fails",
+    x64, grad_output64 = _silu_float64_input(case)
+    error64 = max(_max_error(_recorded_tensor(seen, "y64"), F.silu(x64)),
+                  _max_error(_recorded_tensor(seen, "grad64"), grad_output64 * _silu_grad(x64)))
+    gradcheck_passed = seen["gradcheck"] is True
+    if not gradcheck_passed or error64 > 1e-10:
+        fail("gradcheck-failed",
+             observed="torch.autograd.gradcheck(SiLUFunction.apply, float64 input) fails" if not gradcheck_passed
+             else f"on a float64 input, forward and backward differ from the exact values by {error64:.3g}",
              expected="the analytic backward agrees with finite differences in float64",
-             cause="a float32 conversion (.float(), torch.float32 constants) inside forward or backward loses precision",
+             cause="a float32 conversion (.float(), torch.float32 constants) inside forward or backward loses "
+                   "precision",
              where="keep the input's dtype throughout forward and backward")
     return "forward equals x*sigmoid(x), backward equals the analytic gradient, gradcheck passes in float64"

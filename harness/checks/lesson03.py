@@ -2,33 +2,52 @@
 a worker_init_fn that stops workers from drawing the same "random" augmentations, and a leakage-free
 split with normalisation from training statistics.
 
-The checks drive the student's objects through real DataLoaders (a real 2-worker loader for the worker
-seeding) and compare what comes out with what must come out.
+The probes drive the student's objects through real DataLoaders (a real 2-worker loader for the worker
+seeding) and record what comes out: items, batches, epoch orders, noise draws, the returned splits. The
+judges rebuild the inputs from the case and decide from those records what must have come out.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, fail, judges, register
+from harness.checks.wire import Opaque, WireError
 from harness.repro import make_generator
+
+
+def _type_name(value: Any) -> str:
+    """The type name of a value as the probe saw it (Opaque values carry theirs)."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _tensor(value: Any, what: str, where: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         fail(
             "not-a-tensor",
-            observed=f"{what} is a {type(value).__name__}",
+            observed=f"{what} is a {_type_name(value)}",
             expected=f"{what} is a torch.Tensor",
             cause="a list or NumPy array is returned where the DataLoader needs tensors",
             where=where,
         )
     return value
+
+
+def _malformed(what: str) -> NoReturn:
+    """Refuse an observation no probe of this module writes."""
+    raise WireError(f"malformed observation: {what}")
+
+
+def _in_order(dataset: Any, **options: Any) -> DataLoader:
+    """A DataLoader without shuffling that leaves the global RNG alone (each iterator draws a base seed: from
+    the loader's own generator when it has one)."""
+    return DataLoader(dataset, batch_size=4, generator=torch.Generator().manual_seed(0), **options)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -43,7 +62,32 @@ class _CountingTransform:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        return x * 2 + 1
+        return _transformed(x)
+
+
+def _transformed(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+def _dataset_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features, labels): 10 rows of 4 features visibly, 23 rows of (3, 5) hidden."""
+    generator = torch.Generator().manual_seed(case.seeded(5 if case.hidden else 1))
+    shape = (23, 3, 5) if case.hidden else (10, 4)
+    features = torch.randn(*shape, generator=generator)
+    return features, torch.randint(0, 3, (shape[0],), generator=generator)
+
+
+def _read_indices(n: int) -> tuple[int, ...]:
+    return (0, n - 1, n // 2)
+
+
+def _label_value(label: Any) -> int | None:
+    """The label as an int, as int(label) reads it; None for anything that is not one number."""
+    if isinstance(label, torch.Tensor) and label.numel() == 1:
+        label = label.item()
+    if isinstance(label, bool) or not isinstance(label, (int, float)) or not math.isfinite(label):
+        return None
+    return int(label)
 
 
 @register(
@@ -56,98 +100,181 @@ class _CountingTransform:
         "None: x = self.transform(x); return x, self.labels[index]`.",
     ),
 )
-def check_dataset(cls: type, *, hidden: bool) -> str:
-    """cls(features, labels, transform=None) behaves as a map-style dataset with a per-item input transform."""
-    generator = torch.Generator().manual_seed(5 if hidden else 1)
-    shape = (23, 3, 5) if hidden else (10, 4)
-    features = torch.randn(*shape, generator=generator)
-    labels = torch.randint(0, 3, (shape[0],), generator=generator)
-    where = f"your {cls.__name__}"
-
+def probe_dataset(cls: type, *, case: Case) -> dict:
+    """Build datasets with and without a counting transform; record lengths, items, transform calls, a
+    DataLoader batch, and whether mismatched lengths were refused with a ValueError."""
+    features, labels = _dataset_inputs(case)
     plain = cls(features, labels)
-    if len(plain) != shape[0]:
+    transform = _CountingTransform()
+    augmented = cls(features, labels, transform=transform)
+    calls_at_construction = transform.calls
+    augmented_item = augmented[3]
+    try:
+        cls(features, labels[:-1])
+    except ValueError:
+        rejects_mismatch = True
+    else:
+        rejects_mismatch = False
+    return {
+        "name": cls.__name__,
+        "length": len(plain),
+        "items": [plain[index] for index in _read_indices(len(features))],
+        "calls_at_construction": calls_at_construction,
+        "augmented_item": augmented_item,
+        "calls_after_read": transform.calls,
+        "batch": next(iter(_in_order(plain))),
+        "rejects_mismatch": rejects_mismatch,
+    }
+
+
+def _pair(item: Any, index: int, name: str) -> tuple[Any, Any]:
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        fail(
+            "wrong-item",
+            observed=f"dataset[{index}] is {_type_name(item)}"
+            + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""),
+            expected=f"the pair (features[{index}], labels[{index}])",
+            cause="__getitem__ returns something other than the (x, y) pair",
+            where=f"{name}.__getitem__",
+        )
+    return item[0], item[1]
+
+
+@judges("03-dataset")
+def judge_dataset(seen: dict, *, case: Case) -> str:
+    """cls(features, labels, transform=None) behaves as a map-style dataset with a per-item input transform."""
+    features, labels = _dataset_inputs(case)
+    n, name = len(features), str(seen["name"])
+    if seen["length"] != n:
         fail(
             "wrong-length",
-            observed=f"len(dataset) = {len(plain)} for {shape[0]} samples",
-            expected=str(shape[0]),
+            observed=f"len(dataset) = {seen['length']} for {n} samples",
+            expected=str(n),
             cause="__len__ returns something other than the number of samples (rows of features)",
-            where=f"{cls.__name__}.__len__",
+            where=f"{name}.__len__",
         )
-    for index in (0, shape[0] - 1, shape[0] // 2):
-        x, y = plain[index]
-        if not (isinstance(x, torch.Tensor) and torch.equal(x, features[index]) and int(y) == int(labels[index])):
+    for index, item in zip(_read_indices(n), seen["items"], strict=True):
+        x, y = _pair(item, index, name)
+        same_x = isinstance(x, torch.Tensor) and torch.equal(x, features[index])
+        if not (same_x and _label_value(y) == int(labels[index])):
             fail(
                 "wrong-item",
                 observed=f"dataset[{index}] does not give (features[{index}], labels[{index}])",
                 expected=f"the pair (features[{index}], labels[{index}]) unchanged when transform is None",
                 cause="__getitem__ indexes the wrong tensor or returns something other than the (x, y) pair",
-                where=f"{cls.__name__}.__getitem__",
+                where=f"{name}.__getitem__",
             )
-    transform = _CountingTransform()
-    augmented = cls(features, labels, transform=transform)
-    if transform.calls:
+    if seen["calls_at_construction"] != 0:
         fail(
             "eager-transform",
-            observed=f"the transform ran {transform.calls} times while the dataset was being built",
+            observed=f"the transform ran {seen['calls_at_construction']} times while the dataset was being built",
             expected="no call at construction; one call each time an item is read",
             cause="transforming everything in __init__ freezes a random augmentation: every epoch would see "
             "the same augmented copy",
-            where=f"{cls.__name__}.__init__",
+            where=f"{name}.__init__",
         )
-    x, y = augmented[3]
-    if int(y) != int(labels[3]):
+    x, y = _pair(seen["augmented_item"], 3, name)
+    if _label_value(y) != int(labels[3]):
         fail(
             "transform-on-label",
             observed=f"dataset[3] label is {y}, expected {int(labels[3])}",
             expected="the label untouched by the transform",
             cause="the transform is applied to the label (or to the pair)",
-            where=f"{cls.__name__}.__getitem__",
+            where=f"{name}.__getitem__",
         )
-    if transform.calls != 1 or not torch.equal(x, features[3] * 2 + 1):
+    calls = seen["calls_after_read"]
+    if calls != 1 or not (isinstance(x, torch.Tensor) and torch.equal(x, _transformed(features[3]))):
         fail(
             "transform-not-applied",
-            observed=f"reading one item called the transform {transform.calls} times",
+            observed=f"reading one item called the transform {calls} times",
             expected="exactly one call, on the input, and the transformed input returned",
             cause="__getitem__ ignores self.transform, or applies it to the wrong value",
-            where=f"{cls.__name__}.__getitem__",
+            where=f"{name}.__getitem__",
         )
-    batch_x, batch_y = next(iter(DataLoader(plain, batch_size=4)))
-    if tuple(batch_x.shape) != (4, *shape[1:]) or tuple(batch_y.shape) != (4,):
+    batch = seen["batch"]
+    shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else _type_name(t) for t in batch] if isinstance(
+        batch, (tuple, list)) else [_type_name(batch)]
+    if shapes != [(4, *features.shape[1:]), (4,)]:
         fail(
             "wrong-item",
-            observed=f"a DataLoader batch of 4 has shapes {tuple(batch_x.shape)} and {tuple(batch_y.shape)}",
-            expected=f"{(4, *shape[1:])} and (4,)",
+            observed=f"a DataLoader batch of 4 has shapes {', '.join(map(str, shapes))}",
+            expected=f"{(4, *features.shape[1:])} and (4,)",
             cause="__getitem__ returns extra dimensions or a nested structure",
-            where=f"{cls.__name__}.__getitem__",
+            where=f"{name}.__getitem__",
         )
-    try:
-        cls(features, labels[:-1])
-    except ValueError:
-        pass
-    else:
+    if seen["rejects_mismatch"] is not True:
         fail(
             "no-length-check",
-            observed=f"{cls.__name__}(features with {shape[0]} rows, labels with {shape[0] - 1}) was accepted",
+            observed=f"{name}(features with {n} rows, labels with {n - 1}) was accepted",
             expected="a ValueError that says the two lengths differ",
             cause="without the check the mismatch surfaces later as an IndexError deep inside a DataLoader",
-            where=f"{cls.__name__}.__init__",
+            where=f"{name}.__init__",
         )
-    return f"len, items, per-item transform on the input, DataLoader batches, length check ({shape[0]} samples)"
+    return f"len, items, per-item transform on the input, DataLoader batches, length check ({n} samples)"
 
 
 # ----------------------------------------------------------------------------------------------------
 # 03-pad-collate
 
+Batch = list[tuple[torch.Tensor, torch.Tensor]]
 
-def _check_collate_output(pad_collate: Callable, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+
+def _random_batch(rng: np.random.Generator, size: int, max_len: int, features: int) -> Batch:
+    lengths = rng.integers(1, max_len + 1, size=size)
+    return [
+        (torch.from_numpy(rng.standard_normal((int(n), features)).astype(np.float32)),
+         torch.tensor(int(rng.integers(0, 5))))
+        for n in lengths
+    ]
+
+
+def _collate_batches(case: Case) -> list[Batch]:
+    """Property-based: many random batches (sizes, lengths and feature counts drawn from a seeded generator)
+    plus the edge cases a hand-picked example misses: one item, all lengths equal, length-1 sequences."""
+    rng = np.random.default_rng(case.seeded(1 if case.hidden else 0))
+    examples = 60 if case.hidden else 20
+    features_max = 4 if case.hidden else 2
+    # First a batch whose dimensions all differ, so a wrong layout shows as a wrong shape.
+    batches = [[(torch.ones(3, 2), torch.tensor(0)), (torch.full((5, 2), 2.0), torch.tensor(1))]]
+    batches += [
+        _random_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 13)), int(rng.integers(1, features_max + 1)))
+        for _ in range(examples)
+    ]
+    batches += [_random_batch(rng, 1, 5, 2), _random_batch(rng, 4, 1, 3)]
+    same_length = torch.from_numpy(rng.standard_normal((3, 6, 2)).astype(np.float32))
+    batches.append([(same_length[i], torch.tensor(i)) for i in range(3)])
+    return batches
+
+
+def _loader_dataset(case: Case) -> Batch:
+    """Ten sequences for a DataLoader with batch_size=4 (batches of 4, 4 and 2, in order)."""
+    return _random_batch(np.random.default_rng(case.seeded(3)), 10, 9, 3)
+
+
+@register(
+    "03-pad-collate",
+    hints=(
+        "The default collate stacks tensors, which needs equal shapes. Pad every sequence with zeros up to the "
+        "batch's longest one, and keep the true lengths so the model can ignore the padding.",
+        "`sequences, labels = zip(*batch)`; `lengths = torch.tensor([len(s) for s in sequences])`; "
+        "`padded = torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)`; "
+        "`return padded, lengths, torch.stack(labels)`. Keep the batch order.",
+    ),
+)
+def probe_pad_collate(pad_collate: Callable, *, case: Case) -> dict:
+    """Record pad_collate's output on each batch of the case, and what a DataLoader using it yields."""
+    loader = _in_order(_loader_dataset(case), collate_fn=pad_collate)
+    return {"outputs": [pad_collate(batch) for batch in _collate_batches(case)], "loader": list(loader)}
+
+
+def _judge_collate_output(out: Any, batch: Batch) -> None:
     where = "your pad_collate"
     lengths = [len(seq) for seq, _ in batch]
     features = batch[0][0].shape[1]
-    out = pad_collate(batch)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         fail(
             "wrong-return",
-            observed=f"pad_collate returned {type(out).__name__}",
+            observed=f"pad_collate returned {_type_name(out)}",
             expected="a tuple (padded, lengths, labels)",
             cause="the return statement has another shape",
             where=where,
@@ -191,7 +318,7 @@ def _check_collate_output(pad_collate: Callable, batch: list[tuple[torch.Tensor,
             cause="lengths sorted, taken from the padded tensor, or in another dtype",
             where=where,
         )
-    if not torch.equal(labels, expected_labels):
+    if labels.shape != expected_labels.shape or not torch.equal(labels, expected_labels):
         fail(
             "wrong-labels",
             observed=f"labels = {labels.tolist()}",
@@ -201,56 +328,17 @@ def _check_collate_output(pad_collate: Callable, batch: list[tuple[torch.Tensor,
         )
 
 
-def _random_batch(rng: np.random.Generator, size: int, max_len: int, features: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    lengths = rng.integers(1, max_len + 1, size=size)
-    return [
-        (torch.from_numpy(rng.standard_normal((int(n), features)).astype(np.float32)),
-         torch.tensor(int(rng.integers(0, 5))))
-        for n in lengths
-    ]
-
-
-@register(
-    "03-pad-collate",
-    hints=(
-        "The default collate stacks tensors, which needs equal shapes. Pad every sequence with zeros up to the "
-        "batch's longest one, and keep the true lengths so the model can ignore the padding.",
-        "`sequences, labels = zip(*batch)`; `lengths = torch.tensor([len(s) for s in sequences])`; "
-        "`padded = torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)`; "
-        "`return padded, lengths, torch.stack(labels)`. Keep the batch order.",
-    ),
-)
-def check_pad_collate(pad_collate: Callable, *, hidden: bool) -> str:
-    """pad_collate(list of ((L_i, F) tensor, label)) -> (padded (B, max L, F), lengths int64, labels), on random batches."""
-    # Property-based: many random batches (sizes, lengths and feature counts drawn from a seeded generator)
-    # plus the edge cases a hand-picked example misses: one item, all lengths equal, length-1 sequences.
-    rng = np.random.default_rng(1 if hidden else 0)
-    examples = 60 if hidden else 20
-    features_max = 4 if hidden else 2
-    # First a batch whose dimensions all differ, so a wrong layout shows as a wrong shape.
-    batches = [[(torch.ones(3, 2), torch.tensor(0)), (torch.full((5, 2), 2.0), torch.tensor(1))]]
-    batches += [
-        _random_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 13)), int(rng.integers(1, features_max + 1)))
-        for _ in range(examples)
-    ]
-    batches += [_random_batch(rng, 1, 5, 2), _random_batch(rng, 4, 1, 3)]
-    same_length = torch.from_numpy(rng.standard_normal((3, 6, 2)).astype(np.float32))
-    batches.append([(same_length[i], torch.tensor(i)) for i in range(3)])
-    for batch in batches:
-        _check_collate_output(pad_collate, batch)
+@judges("03-pad-collate")
+def judge_pad_collate(seen: dict, *, case: Case) -> str:
+    """pad_collate(list of ((L_i, F) tensor, label)) -> (padded (B, max L, F), lengths int64, labels), on random
+    batches."""
+    batches = _collate_batches(case)
+    for batch, out in zip(batches, seen["outputs"], strict=True):
+        _judge_collate_output(out, batch)
     # Through a real DataLoader too: the collate must work where it is used.
-    rng = np.random.default_rng(3)
-    dataset = _random_batch(rng, 10, 9, 3)
-    loader = DataLoader(dataset, batch_size=4, collate_fn=pad_collate)
-    seen = sum(int(lengths.numel()) for _, lengths, _ in loader)
-    if seen != 10:
-        fail(
-            "wrong-lengths",
-            observed=f"a DataLoader with your collate_fn yielded {seen} sequences out of 10",
-            expected="every sequence once",
-            cause="the collate drops or duplicates items",
-            where="your pad_collate",
-        )
+    dataset = _loader_dataset(case)
+    for start, out in zip(range(0, len(dataset), 4), seen["loader"], strict=True):
+        _judge_collate_output(out, dataset[start: start + 4])
     return f"{len(batches)} random and edge-case batches and a DataLoader: shape, values, zero padding, lengths, labels"
 
 
@@ -258,8 +346,15 @@ def check_pad_collate(pad_collate: Callable, *, hidden: bool) -> str:
 # 03-seeded-loader
 
 
-def _epoch_order(loader: DataLoader) -> list[int]:
-    return [int(i) for batch in loader for i in (batch[0] if isinstance(batch, (tuple, list)) else batch)]
+def _loader_setting(case: Case) -> tuple[int, int, int]:
+    """(dataset size, batch size, seed)."""
+    n, batch_size, seed = (53, 8, 2024) if case.hidden else (40, 10, 0)
+    return n, batch_size, case.seeded(seed)
+
+
+def _epoch_batches(loader: DataLoader) -> list[list[int]]:
+    """The item indices of each batch of one epoch."""
+    return [[int(i) for i in (batch[0] if isinstance(batch, (tuple, list)) else batch)] for batch in loader]
 
 
 @register(
@@ -271,36 +366,56 @@ def _epoch_order(loader: DataLoader) -> list[int]:
         "(harness.repro.make_generator). Do not build a fixed permutation once: it would repeat every epoch.",
     ),
 )
-def check_seeded_loader(make_loader: Callable, *, hidden: bool) -> str:
-    """make_loader(dataset, batch_size, seed): shuffled, same seed -> same epochs, epochs differ, other seed differs."""
-    n, batch_size, seed = (53, 8, 2024) if hidden else (40, 10, 0)
+def probe_seeded_loader(make_loader: Callable, *, case: Case) -> dict:
+    """Record the batches of two epochs of two loaders built with the same seed (the global RNG reseeded
+    differently in between) and of one epoch with the next seed."""
+    n, batch_size, seed = _loader_setting(case)
     dataset = TensorDataset(torch.arange(n))
-    where = "your make_loader"
-
-    # The global RNG must not matter: reseed it between the two loaders (inside fork_rng, so the
-    # student's own global RNG state is left as it was).
+    # Inside fork_rng, so the student's own global RNG state is left as it was.
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
+        torch.manual_seed(case.seeded(1))
         first = make_loader(dataset, batch_size, seed)
-        first_epochs = [_epoch_order(first), _epoch_order(first)]
-        torch.manual_seed(2)
+        first_epochs = [_epoch_batches(first), _epoch_batches(first)]
+        torch.manual_seed(case.seeded(2))
         second = make_loader(dataset, batch_size, seed)
-        second_epochs = [_epoch_order(second), _epoch_order(second)]
-        other = _epoch_order(make_loader(dataset, batch_size, seed + 1))
-        first_batch = next(iter(first))[0]
+        second_epochs = [_epoch_batches(second), _epoch_batches(second)]
+        other = _epoch_batches(make_loader(dataset, batch_size, seed + 1))
+    return {"first": first_epochs, "second": second_epochs, "other": other}
 
-    if sorted(first_epochs[0]) != list(range(n)):
-        fail(
-            "drops-samples",
-            observed=f"one epoch yielded {len(first_epochs[0])} items, {len(set(first_epochs[0]))} distinct, of {n}",
-            expected=f"each of the {n} items exactly once per epoch",
-            cause="drop_last=True, sampling with replacement, or a sampler that does not cover the dataset",
-            where=where,
-        )
-    if len(first_batch) != batch_size:
+
+def _epoch(batches: Any) -> list[list[int]]:
+    """A recorded epoch, validated: a list of batches of ints."""
+    if not (isinstance(batches, list) and all(
+            isinstance(b, list) and all(type(i) is int for i in b) for b in batches)):
+        _malformed("an epoch is a list of batches of item indices")
+    return batches
+
+
+@judges("03-seeded-loader")
+def judge_seeded_loader(seen: dict, *, case: Case) -> str:
+    """make_loader(dataset, batch_size, seed): shuffled, same seed -> same epochs, epochs differ, other seed differs."""
+    n, batch_size, seed = _loader_setting(case)
+    where = "your make_loader"
+    first_batches, second_batches = ([_epoch(e) for e in seen[key]] for key in ("first", "second"))
+    if len(first_batches) != 2 or len(second_batches) != 2:
+        _malformed("two epochs per loader")
+    first_epochs = [[i for batch in epoch for i in batch] for epoch in first_batches]
+    second_epochs = [[i for batch in epoch for i in batch] for epoch in second_batches]
+    other = [i for batch in _epoch(seen["other"]) for i in batch]
+
+    for epoch in (*first_epochs, *second_epochs, other):
+        if sorted(epoch) != list(range(n)):
+            fail(
+                "drops-samples",
+                observed=f"one epoch yielded {len(epoch)} items, {len(set(epoch))} distinct, of {n}",
+                expected=f"each of the {n} items exactly once per epoch",
+                cause="drop_last=True, sampling with replacement, or a sampler that does not cover the dataset",
+                where=where,
+            )
+    if len(first_batches[0][0]) != batch_size:
         fail(
             "wrong-batch-size",
-            observed=f"first batch has {len(first_batch)} items",
+            observed=f"first batch has {len(first_batches[0][0])} items",
             expected=f"batch_size={batch_size}",
             cause="batch_size not passed to the DataLoader",
             where=where,
@@ -368,17 +483,26 @@ def _start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _noise_by_index(worker_init_fn: Callable, *, n: int, workers: int, seed: int, epochs: int) -> list[dict[int, float]]:
+def _worker_setting(case: Case) -> tuple[int, int, int]:
+    """(workers, dataset size, loader seed). Two workers: more than the cores of a small machine makes
+    DataLoader warn (and a warning fails a graded cell)."""
+    workers, n, seed = (2, 36, 7) if case.hidden else (2, 16, 0)
+    return workers, n, case.seeded(seed)
+
+
+def _noise_by_index(worker_init_fn: Callable, *, case: Case, epochs: int) -> list[list[float]]:
+    """Each epoch's noise values, ordered by item index."""
+    workers, n, seed = _worker_setting(case)
     loader = DataLoader(
-        NoisyDataset(n), batch_size=4, shuffle=True, num_workers=workers, worker_init_fn=worker_init_fn,
-        generator=make_generator(seed), multiprocessing_context=_start_method(),
+        NoisyDataset(n, seed=case.seeded(0)), batch_size=4, shuffle=True, num_workers=workers,
+        worker_init_fn=worker_init_fn, generator=make_generator(seed), multiprocessing_context=_start_method(),
     )
     runs = []
     for _ in range(epochs):
         noise: dict[int, float] = {}
         for indices, values in loader:
             noise.update(zip(indices.tolist(), values.tolist()))
-        runs.append(noise)
+        runs.append([noise[i] for i in range(n)])
     return runs
 
 
@@ -392,14 +516,29 @@ def _noise_by_index(worker_init_fn: Callable, *, n: int, workers: int, seed: int
         "Do not seed from worker_id alone (same every epoch) or from time/PID (not reproducible).",
     ),
 )
-def check_worker_init(worker_init_fn: Callable, *, hidden: bool) -> str:
+def probe_worker_init(worker_init_fn: Callable, *, case: Case) -> dict:
+    """Run real 2-worker loaders: record the noise drawn for each item in two epochs, then again in a new loader."""
+    return {"epochs": _noise_by_index(worker_init_fn, case=case, epochs=2),
+            "again": _noise_by_index(worker_init_fn, case=case, epochs=1)[0]}
+
+
+def _draws(values: Any, n: int) -> list[float]:
+    """One recorded epoch, validated: a float per item."""
+    if not (isinstance(values, list) and len(values) == n and all(type(v) is float for v in values)):
+        _malformed(f"an epoch is {n} noise values")
+    return values
+
+
+@judges("03-worker-init")
+def judge_worker_init(seen: dict, *, case: Case) -> str:
     """worker_init_fn reseeds the dataset's own generator: distinct across workers and epochs, reproducible."""
-    # Two workers: more than the cores of a small machine makes DataLoader warn (and a warning fails a graded cell).
-    workers, n, seed = (2, 36, 7) if hidden else (2, 16, 0)
-    epochs = _noise_by_index(worker_init_fn, n=n, workers=workers, seed=seed, epochs=2)
-    again = _noise_by_index(worker_init_fn, n=n, workers=workers, seed=seed, epochs=1)[0]
+    workers, n, _ = _worker_setting(case)
+    if not (isinstance(seen["epochs"], list) and len(seen["epochs"]) == 2):
+        _malformed("two epochs")
+    epochs = [_draws(values, n) for values in seen["epochs"]]
+    again = _draws(seen["again"], n)
     where = "your worker_init_fn"
-    values = list(epochs[0].values())
+    values = epochs[0]
     if len(set(values)) < len(values):
         fail(
             "duplicate-across-workers",
@@ -410,7 +549,7 @@ def check_worker_init(worker_init_fn: Callable, *, hidden: bool) -> str:
             "this worker's dataset copy its own generator",
             where=where,
         )
-    if sorted(epochs[0].values()) == sorted(epochs[1].values()):
+    if sorted(epochs[0]) == sorted(epochs[1]):
         fail(
             "same-every-epoch",
             observed="epoch 2 draws exactly the same noise values as epoch 1 (in another item order)",
@@ -427,47 +566,36 @@ def check_worker_init(worker_init_fn: Callable, *, hidden: bool) -> str:
             cause="seeding from time, the process id or fresh OS entropy instead of get_worker_info().seed",
             where=where,
         )
-    return f"{workers} real workers, 2 epochs: no duplicates across workers or epochs, reproducible from the loader seed"
+    return (f"{workers} real workers, 2 epochs: no duplicates across workers or epochs, reproducible from the "
+            "loader seed")
 
 
 # ----------------------------------------------------------------------------------------------------
 # 03-split-normalize
 
 
-def _split_problem(n: int, features: int, seed: int, constant_column: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs with offsets and scales per feature; labels are a permutation of row ids, sorted by a class."""
-    generator = torch.Generator().manual_seed(seed)
+def _split_problem(case: Case) -> tuple[torch.Tensor, torch.Tensor, float, int]:
+    """(x, ids, val_fraction, seed): inputs with offsets and scales per feature (a constant feature hidden),
+    labels a permutation of row ids, rows sorted by the first feature."""
+    n, features, fraction, seed = (157, 5, 0.25, 11) if case.hidden else (100, 3, 0.2, 0)
+    seed = case.seeded(seed)
+    generator = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(n, features, generator=generator) * torch.linspace(0.5, 3.0, features) + torch.arange(features)
     # Rows sorted by the first feature, as files often come sorted: an unshuffled split is then biased.
     x = x[x[:, 0].argsort()]
-    if constant_column:
+    if case.hidden:
         x[:, -1] = 4.0
     ids = torch.randperm(n, generator=generator)
-    return x, ids
+    return x, ids, fraction, seed
 
 
-def _unpack_split(result: Any, where: str) -> tuple[TensorDataset, TensorDataset, torch.Tensor, torch.Tensor]:
-    if not isinstance(result, (tuple, list)) or len(result) != 4:
-        fail(
-            "wrong-return",
-            observed=f"split_and_normalize returned {type(result).__name__}",
-            expected="a tuple (train_set, val_set, mean, std)",
-            cause="the return statement has another shape",
-            where=where,
-        )
-    return result
-
-
-def _rows(dataset: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
-    if not isinstance(dataset, TensorDataset):
-        fail(
-            "wrong-return",
-            observed=f"a split is a {type(dataset).__name__}",
-            expected="a TensorDataset(x, y) of normalised inputs and labels",
-            cause="the split is returned as indices or a Subset",
-            where=where,
-        )
-    return dataset.tensors[0], dataset.tensors[1]
+def _split_record(result: Any) -> dict:
+    """What split_and_normalize returned, as data: each split's tensors (and its type), mean and std."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 4):
+        return {"result": result}
+    train_set, val_set, mean, std = result
+    return {"splits": [list(s.tensors) if isinstance(s, TensorDataset) else None for s in (train_set, val_set)],
+            "split_types": [type(s).__name__ for s in (train_set, val_set)], "mean": mean, "std": std}
 
 
 @register(
@@ -480,14 +608,47 @@ def _rows(dataset: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
         " return TensorDatasets of `(x[idx] - mean) / std` and `y[idx]`, then mean and std.",
     ),
 )
-def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str:
+def probe_split_normalize(split_and_normalize: Callable, *, case: Case) -> dict:
+    """Call split_and_normalize twice with the same seed; record both results as data."""
+    x, ids, fraction, seed = _split_problem(case)
+    first = _split_record(split_and_normalize(x.clone(), ids.clone(), val_fraction=fraction, seed=seed))
+    again = _split_record(split_and_normalize(x.clone(), ids.clone(), val_fraction=fraction, seed=seed))
+    return {"first": first, "again": again}
+
+
+def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
+    """(x_train, id_train, x_val, id_val, mean, std) from a recorded result, or the failure that says why not."""
+    if "splits" not in record:
+        fail(
+            "wrong-return",
+            observed=f"split_and_normalize returned {_type_name(record['result'])}",
+            expected="a tuple (train_set, val_set, mean, std)",
+            cause="the return statement has another shape",
+            where=where,
+        )
+    rows = []
+    for tensors, type_name in zip(record["splits"], record["split_types"], strict=True):
+        if tensors is None or len(tensors) != 2:
+            fail(
+                "wrong-return",
+                observed=f"a split is a {type_name}" + ("" if tensors is None else f" of {len(tensors)} tensors"),
+                expected="a TensorDataset(x, y) of normalised inputs and labels",
+                cause="the split is returned as indices or a Subset",
+                where=where,
+            )
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            _malformed("a TensorDataset holds tensors")
+        rows += tensors
+    return (*rows, _tensor(record["mean"], "mean", where), _tensor(record["std"], "std", where))
+
+
+@judges("03-split-normalize")
+def judge_split_normalize(seen: dict, *, case: Case) -> str:
     """split_and_normalize(x, y, val_fraction=, seed=): disjoint shuffled split, stats from training rows only."""
-    n, features, fraction, seed = (157, 5, 0.25, 11) if hidden else (100, 3, 0.2, 0)
-    x, ids = _split_problem(n, features, seed=seed + 1, constant_column=hidden)
+    x, ids, fraction, _ = _split_problem(case)
+    n, features = x.shape
     where = "your split_and_normalize"
-    train_set, val_set, mean, std = _unpack_split(split_and_normalize(x, ids, val_fraction=fraction, seed=seed), where)
-    (x_train, id_train), (x_val, id_val) = _rows(train_set, where), _rows(val_set, where)
-    mean, std = _tensor(mean, "mean", where), _tensor(std, "std", where)
+    x_train, id_train, x_val, id_val, mean, std = _unpack_split(seen["first"], where)
 
     train_ids, val_ids = set(id_train.tolist()), set(id_val.tolist())
     if train_ids & val_ids:
@@ -514,6 +675,14 @@ def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str
             cause="val_fraction applied to the wrong split",
             where=where,
         )
+    if train_ids | val_ids != set(range(n)) or id_train.dtype != ids.dtype or id_val.dtype != ids.dtype:
+        fail(
+            "labels-misaligned",
+            observed=f"the labels of the splits ({id_train.dtype}) are not the labels you were given ({ids.dtype})",
+            expected="y[idx] unchanged next to x[idx]: every label of y, in exactly one split",
+            cause="the labels were converted or altered instead of indexed with the rows of their inputs",
+            where=where,
+        )
     position = torch.empty(n, dtype=torch.long)
     position[ids] = torch.arange(n)  # row index of each id in x
     val_positions = sorted(position[id_val].tolist())
@@ -535,9 +704,10 @@ def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str
             where=where,
         )
     raw_train = x[position[id_train]]
-    if not torch.allclose(x_train * std + mean, raw_train, atol=1e-4, rtol=1e-4):
+    if x_train.shape != raw_train.shape or not torch.allclose(x_train * std + mean, raw_train, atol=1e-4, rtol=1e-4):
+        centred = x_train.shape == raw_train.shape and torch.allclose(x_train.mean(0), torch.zeros(features), atol=1e-3)
         fail(
-            "labels-misaligned" if torch.allclose(x_train.mean(0), torch.zeros(features), atol=1e-3) else "not-normalized",
+            "labels-misaligned" if centred else "not-normalized",
             observed="the training inputs, un-normalised with the returned mean and std, do not match the rows "
             "of x that their labels come from",
             expected="train_set[i] == ((x[r] - mean) / std, y[r]) for the same row r",
@@ -553,7 +723,7 @@ def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str
             cause="computing mean/std before splitting leaks validation information into training",
             where=where,
         )
-    if not torch.allclose(mean, raw_train.mean(0), atol=1e-4):
+    if mean.shape != (features,) or not torch.allclose(mean, raw_train.mean(0), atol=1e-4):
         fail(
             "wrong-stats",
             observed=f"mean = {mean.tolist()}",
@@ -563,7 +733,7 @@ def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str
         )
     reference_std = raw_train.std(0)
     varying = reference_std > 1e-6
-    if not torch.allclose(std[varying], reference_std[varying], rtol=2e-2):
+    if std.shape != (features,) or not torch.allclose(std[varying], reference_std[varying], rtol=2e-2):
         fail(
             "wrong-stats",
             observed=f"std = {std.tolist()}",
@@ -572,8 +742,9 @@ def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str
             where=where,
         )
     raw_val = x[position[id_val]]
-    if not torch.allclose(x_val * std + mean, raw_val, atol=1e-4, rtol=1e-4):
-        own = torch.allclose(x_val.mean(0)[varying], torch.zeros(int(varying.sum())), atol=1e-4)
+    if x_val.shape != raw_val.shape or not torch.allclose(x_val * std + mean, raw_val, atol=1e-4, rtol=1e-4):
+        own = x_val.shape == raw_val.shape and torch.allclose(
+            x_val.mean(0)[varying], torch.zeros(int(varying.sum())), atol=1e-4)
         fail(
             "val-own-stats" if own else "not-normalized",
             observed="the validation inputs are not (x - mean) / std with the training statistics"
@@ -583,8 +754,8 @@ def check_split_normalize(split_and_normalize: Callable, *, hidden: bool) -> str
             "at test time",
             where=where,
         )
-    again = _unpack_split(split_and_normalize(x, ids, val_fraction=fraction, seed=seed), where)
-    if not torch.equal(_rows(again[1], where)[1], id_val):
+    again_val_ids = _unpack_split(seen["again"], where)[3]
+    if not torch.equal(again_val_ids, id_val):
         fail(
             "not-reproducible",
             observed="two calls with the same seed give different validation rows",

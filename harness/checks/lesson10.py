@@ -1,9 +1,12 @@
 """Checks of lesson 10 (the capstone): each piece of the capstone run, then the run itself.
 
-They observe behaviour: the precision chosen for described devices, the optimizer's groups and the learning
-rate every step gets, the batches each of two real gloo ranks (forked, `harness.launch.launch_forked`)
-reads, the files and checkpoints a training run writes, the optimizer steps a resumed run takes, the
-accuracy of the trained model on images the grader generates itself, and what the run report says.
+The probes run the student's pieces and record what they did as data: the precision chosen for described
+devices, the optimizer's groups and the learning rate every step gets, the batches each of two real gloo ranks
+(forked, `harness.launch.launch_forked`) reads, what the training runs wrote into their checkpoints and the
+optimizer steps they took, the trained model's outputs on images generated from the case, and the report's
+text. The judges rebuild the inputs and decide: they recompute the reference precision, schedule and groups,
+compare the runs' weights, score the model's outputs against labels only they hold, and evaluate the
+weights of the report's run on its test set themselves.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, CheckFailed, fail, judges, register
 from harness.checks.lesson07 import warmup_cosine_reference
-from harness.checks.param_groups import check_weight_decay, group_of_each_parameter
+from harness.checks.param_groups import check_weight_decay, describe_groups, group_lr, group_of_each_parameter
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import select_device, supported_precisions
 from harness.launch import LaunchError, launch_forked
@@ -80,7 +83,8 @@ _HIDDEN_PRECISION_CASES = [
 def _precision_failure(got: Any, expected: str, device_type: str, precisions: dict[str, bool], what: str) -> NoReturn:
     seen = f"choose_precision({device_type!r}, {precisions}) returned {got!r} for {what}"
     if got not in PRECISIONS:
-        fail("not-a-precision", observed=seen, expected=f"one of the strings {PRECISIONS} that fit(precision=...) takes",
+        fail("not-a-precision", observed=seen,
+             expected=f"one of the strings {PRECISIONS} that fit(precision=...) takes",
              cause="returning a dtype (torch.bfloat16) or another name", where="the return values of choose_precision")
     if got == "bf16":
         fail("bf16-unsupported", observed=seen, expected=f"{expected!r}: bf16_autocast is False on this device",
@@ -113,17 +117,41 @@ def _precision_failure(got: Any, expected: str, device_type: str, precisions: di
         "and precisions['grad_scaler']: return 'fp16'; return 'fp32'",
     ),
 )
-def check_precision(choose_precision: Callable[[str, dict[str, bool]], str], *, hidden: bool) -> str:
-    """Described devices, then this machine's own device as supported_precisions reports it."""
+def probe_precision(choose_precision: Callable[[str, dict[str, bool]], str], *, case: Case) -> dict:
+    """Ask for the precision of each described device, then of this machine's device (recorded with its support)."""
+    answers = [choose_precision(device_type, dict(precisions)) for device_type, precisions, _ in _precision_cases(case)]
     device = select_device()
-    cases = _PRECISION_CASES + (_HIDDEN_PRECISION_CASES if hidden else [])
-    cases = cases + [(device.type, supported_precisions(device), f"this machine's {device}")]
-    for device_type, precisions, what in cases:
-        got = choose_precision(device_type, dict(precisions))
+    precisions = supported_precisions(device)
+    return {"answers": answers, "machine": {"device": str(device), "device_type": device.type,
+                                            "precisions": dict(precisions),
+                                            "answer": choose_precision(device.type, dict(precisions))}}
+
+
+def _precision_cases(case: Case) -> list[tuple[str, dict[str, bool], str]]:
+    return _PRECISION_CASES + (_HIDDEN_PRECISION_CASES if case.hidden else [])
+
+
+def _support_of(value: Any) -> dict[str, bool]:
+    """A recorded support dict, validated: the keys supported_precisions returns, with bool values."""
+    if not (isinstance(value, dict) and set(value) == {"fp32", "bf16_autocast", "fp16_autocast", "grad_scaler"}
+            and all(isinstance(v, bool) for v in value.values())):
+        raise ValueError("the recorded precision support is not supported_precisions' dict")
+    return value
+
+
+@judges("10-precision")
+def judge_precision(seen: dict, *, case: Case) -> str:
+    """Described devices, then this machine's own device as supported_precisions reports it."""
+    machine = seen["machine"]
+    if not (isinstance(machine["device"], str) and machine["device_type"] in ("cpu", "cuda", "mps", "xpu")):
+        raise ValueError("the recorded device is not a device")
+    own = (machine["device_type"], _support_of(machine["precisions"]), f"this machine's {machine['device']}")
+    cases = _precision_cases(case) + [own]
+    for (device_type, precisions, what), got in zip(cases, [*seen["answers"], machine["answer"]], strict=True):
         expected = reference_precision(device_type, precisions)
         if got != expected:
             _precision_failure(got, expected, device_type, precisions, what)
-    return f"the right precision for {len(cases)} devices, this machine's {device} included"
+    return f"the right precision for {len(cases)} devices, this machine's {machine['device']} included"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -140,54 +168,86 @@ class _Buffered(nn.Module):
         return x - self.mean
 
 
-def _optimizer_model(freeze_first: bool) -> nn.Module:
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        _Buffered(), nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 5),
-    )
+def _optimizer_model(case: Case, freeze_first: bool) -> nn.Module:
+    """A small CNN with a buffer, a bias-free conv, norms and biases (its first conv frozen if asked)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seeded(0))
+        model = nn.Sequential(
+            _Buffered(), nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(), nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 5),
+        )
     if freeze_first:
         model[1].requires_grad_(False)
     return model
 
 
-def _check_groups(model: nn.Module, optimizer: torch.optim.Optimizer, lr: float, weight_decay: float) -> None:
-    if not isinstance(optimizer, torch.optim.AdamW):
-        fail("not-adamw", observed=f"a {type(optimizer).__name__}", expected="torch.optim.AdamW",
+def _optimizer_settings(case: Case) -> list[tuple[float, float, int, int, bool]]:
+    """(lr, weight_decay, warmup_steps, total_steps, freeze the first conv)."""
+    if case.hidden:  # no warm-up at all, no weight decay, a frozen layer
+        return [(3e-3, 0.1, 0, 25, True), (2e-2, 0.0, 7, 60, False)]
+    return [(1e-2, 0.05, 5, 40, False)]
+
+
+def _record_optimizer(model: nn.Module, result: Any, total: int) -> dict[str, Any]:
+    """What make_optimizer returned, as data: the optimizer's kind and groups, whether the scheduler drives it,
+    and the lr of every group at each of total + 3 optimizer steps (no gradients: nothing moves)."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return {"returned": type(result).__name__}
+    optimizer, scheduler = result
+    record: dict[str, Any] = {"returned": "pair", "optimizer": type(optimizer).__name__,
+                              "adamw": isinstance(optimizer, torch.optim.AdamW)}
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return record
+    record["groups"] = describe_groups(model, optimizer.param_groups)
+    record["drives_optimizer"] = getattr(scheduler, "optimizer", None) is optimizer
+    if record["drives_optimizer"]:
+        record["lrs"] = []
+        for _ in range(total + 3):
+            record["lrs"].append([group["lr"] for group in optimizer.param_groups])
+            optimizer.step()
+            scheduler.step()
+    return record
+
+
+def _check_groups(model: nn.Module, record: dict[str, Any], lr: float, weight_decay: float) -> None:
+    if record["adamw"] is not True:
+        fail("not-adamw", observed=f"a {record['optimizer']}", expected="torch.optim.AdamW",
              cause="Adam's weight_decay adds an L2 term to the gradient, which Adam's per-weight scaling then "
              "weakens; AdamW decays the weights directly (decoupled), as intended",
              where="torch.optim.AdamW(groups, lr=lr)")
-    for name, group in group_of_each_parameter(model, optimizer.param_groups).items():
+    for name, group in group_of_each_parameter(model, record["groups"]).items():
         check_weight_decay(model, name, group, weight_decay)
-        peak = group.get("initial_lr", group["lr"])
+        peak = group_lr(group, name, initial=True)
         if not math.isclose(peak, lr, rel_tol=1e-9):
             fail("wrong-lr", observed=f"{name}'s group has base lr {peak}", expected=f"{lr} in every group",
                  cause="the groups' lr is not the lr argument", where="AdamW(groups, lr=lr)")
 
 
-def _check_schedule(optimizer: torch.optim.Optimizer, scheduler: Any, lr: float, warmup: int, total: int) -> None:
-    if getattr(scheduler, "optimizer", None) is not optimizer:
+def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) -> None:
+    if record["drives_optimizer"] is not True:
         fail("scheduler-other-optimizer", observed="the scheduler was not built on the optimizer returned with it",
              expected="scheduler.optimizer is optimizer", cause="a scheduler built on another optimizer changes "
              "nothing that trains", where="build the scheduler from the optimizer you return")
-    for step in range(total + 3):
+    for step, used in zip(range(total + 3), record["lrs"], strict=True):
         expected = lr * warmup_cosine_reference(step, warmup, total)
-        used = [group["lr"] for group in optimizer.param_groups]
+        numbers = isinstance(used, list) and all(isinstance(u, (int, float)) and not isinstance(u, bool) for u in used)
+        if not (numbers and used):
+            raise ValueError(f"the lrs of step {step} are not a list of numbers")
         if all(math.isclose(u, expected, rel_tol=1e-6, abs_tol=1e-12) for u in used):
-            optimizer.step()  # no gradients: nothing moves, and PyTorch sees the usual step order
-            scheduler.step()
             continue
         where = f"optimizer step {step} of a schedule with warmup_steps={warmup}, total_steps={total}, lr={lr}"
         observed = f"{where} used lr {used[0]:.6g}" if len(set(used)) == 1 else f"{where} used lrs {used}"
         if step < warmup:
             fail("warmup-wrong", observed=observed, expected=f"{expected:.6g} = lr * step / warmup_steps (0 at step 0)",
-                 cause="no warm-up, or a ramp that is not step / warmup_steps", where="the warm-up branch of the factor")
+                 cause="no warm-up, or a ramp that is not step / warmup_steps",
+                 where="the warm-up branch of the factor")
         if step <= total:
             fail("cosine-wrong", observed=observed, expected=f"{expected:.6g} = lr * 0.5 * (1 + cos(pi * progress)), "
                  f"progress = (step - warmup_steps) / (total_steps - warmup_steps)",
                  cause="the cosine measured from step 0 instead of the end of warm-up, the wrong length, or a "
                  "scheduler stepped by something else", where="the cosine branch of the factor")
-        fail("rises-after-total", observed=observed, expected="0: past total_steps the lr stays at the end of the cosine",
+        fail("rises-after-total", observed=observed,
+             expected="0: past total_steps the lr stays at the end of the cosine",
              cause="progress is not clamped at 1, so the cosine comes back up", where="min(1.0, progress)")
 
 
@@ -203,22 +263,30 @@ def _check_schedule(optimizer: torch.optim.Optimizer, scheduler: Any, lr: float,
         "warmup_steps) / max(1, total_steps - warmup_steps)))); return optimizer, LambdaLR(optimizer, factor)",
     ),
 )
-def check_optimizer(make_optimizer: Callable[..., tuple[torch.optim.Optimizer, Any]], *, hidden: bool) -> str:
-    """The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule."""
-    settings = [(1e-2, 0.05, 5, 40, False)]
-    if hidden:  # no warm-up at all, no weight decay, a frozen layer
-        settings = [(3e-3, 0.1, 0, 25, True), (2e-2, 0.0, 7, 60, False)]
+def probe_optimizer(make_optimizer: Callable[..., tuple[torch.optim.Optimizer, Any]], *, case: Case) -> dict:
+    """Call make_optimizer on a small CNN with norms, biases and a buffer; record its groups and every step's lr."""
+    records = []
     with _rng_kept():
-        for lr, weight_decay, warmup, total, freeze_first in settings:
-            model = _optimizer_model(freeze_first)
+        for lr, weight_decay, warmup, total, freeze_first in _optimizer_settings(case):
+            model = _optimizer_model(case, freeze_first)
             result = make_optimizer(model, lr=lr, weight_decay=weight_decay, warmup_steps=warmup, total_steps=total)
-            if not (isinstance(result, tuple) and len(result) == 2):
-                fail("not-a-pair", observed=f"make_optimizer returned a {type(result).__name__}",
-                     expected="(optimizer, scheduler)", cause="only one of the two returned",
-                     where="return optimizer, scheduler")
-            optimizer, scheduler = result
-            _check_groups(model, optimizer, lr, weight_decay)
-            _check_schedule(optimizer, scheduler, lr, warmup, total)
+            records.append(_record_optimizer(model, result, total))
+            if records[-1]["returned"] != "pair":
+                break
+    return {"settings": records}
+
+
+@judges("10-optimizer")
+def judge_optimizer(seen: dict, *, case: Case) -> str:
+    """The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule."""
+    for (lr, weight_decay, warmup, total, freeze_first), record in zip(_optimizer_settings(case), seen["settings"],
+                                                                       strict=True):
+        if record["returned"] != "pair":
+            fail("not-a-pair", observed=f"make_optimizer returned a {record['returned']}",
+                 expected="(optimizer, scheduler)", cause="only one of the two returned",
+                 where="return optimizer, scheduler")
+        _check_groups(_optimizer_model(case, freeze_first), record, lr, weight_decay)
+        _check_schedule(record, lr, warmup, total)
     return "AdamW with decay on weights only, and warm-up then cosine at every optimizer step"
 
 
@@ -237,7 +305,8 @@ def _epoch_batches(loader: DataLoader, epoch: int) -> list[list[int]]:
     return [batch[0].tolist() for batch in loader]
 
 
-def _loader_worker(train_loader: Callable[..., DataLoader], n: int, batch_size: int, seed: int) -> list[list[list[int]]]:
+def _loader_worker(train_loader: Callable[..., DataLoader], n: int, batch_size: int,
+                   seed: int) -> list[list[list[int]]]:
     loader = train_loader(_index_dataset(n), batch_size, seed=seed)
     return [_epoch_batches(loader, epoch) for epoch in range(2)]
 
@@ -256,8 +325,16 @@ def _on_two_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
     raise AssertionError("unreachable")
 
 
+def _batches(value: Any) -> list[list[int]]:
+    """Recorded batches of sample indices, validated."""
+    if not (isinstance(value, list) and all(isinstance(batch, list) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in batch) for batch in value)):
+        raise ValueError("the recorded batches are not lists of sample indices")
+    return value
+
+
 def _check_batches(epochs: list[list[int]], batch_size: int, n: int, who: str) -> None:
-    sizes = sorted({len(batch) for batches in epochs for batch in batches})
+    sizes = sorted({len(batch) for batches in epochs for batch in _batches(batches)})
     if sizes and max(sizes) != batch_size:
         fail("wrong-batch-size", observed=f"{who} batches of {max(sizes)} samples", expected=f"{batch_size} per rank",
              cause="batch_size is the per-rank batch: keep it as given", where="DataLoader(..., batch_size=batch_size)")
@@ -269,6 +346,8 @@ def _check_batches(epochs: list[list[int]], batch_size: int, n: int, who: str) -
 
 
 def _check_sharded(results: list[list[list[list[int]]]], n: int, batch_size: int) -> None:
+    if not (isinstance(results, list) and len(results) == 2 and all(isinstance(r, list) and r for r in results)):
+        raise ValueError("the recorded ranks are not two lists of epochs")
     for rank, epochs in enumerate(results):
         _check_batches(epochs, batch_size, n, f"rank {rank} read")
     shards = [set(sum(epochs[0], [])) for epochs in results]
@@ -281,9 +360,21 @@ def _check_sharded(results: list[list[list[list[int]]]], n: int, batch_size: int
              "DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), seed=seed), drop_last=True)")
 
 
-def _check_single_process(train_loader: Callable[..., DataLoader], n: int, batch_size: int, seed: int) -> None:
+def _record_single_process(train_loader: Callable[..., DataLoader], n: int, batch_size: int, seed: int) -> dict:
+    """The batches one process reads: epochs 0 and 1 of a loader, epoch 0 of a second loader built with the same
+    seed from another global RNG state, and of a third built with seed + 1; and the loader's sampler."""
     loader = train_loader(_index_dataset(n), batch_size, seed=seed)
-    first = _epoch_batches(loader, 0)
+    record: dict[str, Any] = {"first": _epoch_batches(loader, 0), "sampler": type(loader.sampler).__name__,
+                              "has_set_epoch": getattr(loader.sampler, "set_epoch", None) is not None}
+    record["second"] = _epoch_batches(loader, 1)
+    torch.default_generator.seed()  # a resumed run starts from some other global RNG state
+    record["again"] = _epoch_batches(train_loader(_index_dataset(n), batch_size, seed=seed), 0)
+    record["other"] = _epoch_batches(train_loader(_index_dataset(n), batch_size, seed=seed + 1), 0)
+    return record
+
+
+def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed: int) -> None:
+    first = _batches(record["first"])
     _check_batches([first], batch_size, n, "one process read")
     order = sum(first, [])
     if len(set(order)) != n // batch_size * batch_size:
@@ -295,26 +386,30 @@ def _check_single_process(train_loader: Callable[..., DataLoader], n: int, batch
     if order == sorted(order):
         fail("not-shuffled", observed=f"samples read in order {order[:6]}...", expected="a shuffled order",
              cause="shuffle=False", where="the sampler's shuffle (DistributedSampler shuffles by default)")
-    if getattr(loader.sampler, "set_epoch", None) is None:
-        fail("no-set-epoch", observed=f"the loader's sampler ({type(loader.sampler).__name__}) has no set_epoch",
+    if record["has_set_epoch"] is not True:
+        fail("no-set-epoch", observed=f"the loader's sampler ({record['sampler']}) has no set_epoch",
              expected="a DistributedSampler: fit calls sampler.set_epoch(epoch) to reshuffle each epoch",
              cause="not a DistributedSampler", where="sampler=DistributedSampler(dataset, seed=seed)")
-    if sum(_epoch_batches(loader, 1), []) == order:
+    if sum(_batches(record["second"]), []) == order:
         fail("same-order-every-epoch", observed="set_epoch(1) gives the order of epoch 0",
              expected="a new order every epoch", cause="the sampler ignores its epoch",
              where="torch.utils.data.DistributedSampler seeds its shuffle with seed + epoch")
-    torch.default_generator.seed()  # a resumed run starts from some other global RNG state
-    again = train_loader(_index_dataset(n), batch_size, seed=seed)
-    if sum(_epoch_batches(again, 0), []) != order:
+    if sum(_batches(record["again"]), []) != order:
         fail("order-not-reproducible", observed="two loaders built with the same seed read epoch 0 in different orders",
              expected="the order a function of (seed, epoch) only",
              cause="the shuffle draws from the global RNG or an unsaved generator: a resumed run would read other "
              "batches than the run it continues", where="DistributedSampler(dataset, seed=seed): its order is "
              "fixed by seed and epoch, nothing to save in a checkpoint")
-    other = train_loader(_index_dataset(n), batch_size, seed=seed + 1)
-    if sum(_epoch_batches(other, 0), []) == order:
-        fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give the same order", expected="the seed picks the order",
+    if sum(_batches(record["other"]), []) == order:
+        fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give the same order",
+             expected="the seed picks the order",
              cause="the seed argument is not passed on", where="DistributedSampler(dataset, seed=seed)")
+
+
+def _loader_settings(case: Case) -> list[tuple[int, int, int]]:
+    """(samples, batch_size, seed)."""
+    settings = [(100, 16, 0)] if not case.hidden else [(75, 8, 5), (130, 32, 11)]
+    return [(n, batch_size, case.seeded(seed)) for n, batch_size, seed in settings]
 
 
 @register(
@@ -327,13 +422,22 @@ def _check_single_process(train_loader: Callable[..., DataLoader], n: int, batch
         "seed=seed); return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)",
     ),
 )
-def check_train_loader(train_loader: Callable[..., DataLoader], *, hidden: bool) -> str:
-    """Read the loader on 2 forked gloo ranks, then in this process: shards, full batches, seeded order."""
-    settings = [(100, 16, 0)] if not hidden else [(75, 8, 5), (130, 32, 11)]
+def probe_train_loader(train_loader: Callable[..., DataLoader], *, case: Case) -> dict:
+    """Read the loader on 2 forked gloo ranks, then in this process; record the batches every reader got."""
+    records = []
     with _rng_kept():
-        for n, batch_size, seed in settings:
-            _check_sharded(_on_two_ranks(_loader_worker, train_loader, n, batch_size, seed), n, batch_size)
-            _check_single_process(train_loader, n, batch_size, seed)
+        for n, batch_size, seed in _loader_settings(case):
+            records.append({"ranks": _on_two_ranks(_loader_worker, train_loader, n, batch_size, seed),
+                            "single": _record_single_process(train_loader, n, batch_size, seed)})
+    return {"settings": records}
+
+
+@judges("10-train-loader")
+def judge_train_loader(seen: dict, *, case: Case) -> str:
+    """Disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch."""
+    for (n, batch_size, seed), record in zip(_loader_settings(case), seen["settings"], strict=True):
+        _check_sharded(record["ranks"], n, batch_size)
+        _check_single_process(record["single"], n, batch_size, seed)
     return "disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch"
 
 
@@ -374,24 +478,34 @@ def _interrupt_after(epoch: int) -> Callable[[int, dict[str, Any]], None]:
     return on_epoch_end
 
 
-def _train_config(hidden: bool) -> tuple[dict[str, Any], int, int]:
+def _train_config(case: Case) -> tuple[dict[str, Any], int, int]:
     """The config, the number of samples and the epoch after which the run is interrupted."""
-    if hidden:
+    if case.hidden:
         return dict(epochs=3, batch_size=16, lr=5e-3, weight_decay=0.1, warmup_fraction=0.2, max_grad_norm=0.5,
-                    patience=1, width=4, seed=11), 80, 1
+                    patience=1, width=4, seed=case.seeded(11)), 80, 1
     return dict(epochs=4, batch_size=16, lr=3e-3, weight_decay=0.05, warmup_fraction=0.25, max_grad_norm=1.0,
-                patience=2, width=4, seed=3), 96, 2
+                patience=2, width=4, seed=case.seeded(3)), 96, 2
 
 
-def _weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().float().cpu() for k, v in state.items() if v.is_floating_point()}
+def _weights(state: Any) -> dict[str, torch.Tensor]:
+    """The floating-point tensors of a recorded state_dict, validated."""
+    if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        raise ValueError("a recorded state_dict is not a dict of tensors")
+    return {k: v.detach().float() for k, v in state.items() if v.is_floating_point()}
 
 
-def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+def _max_difference(a: Any, b: Any) -> float:
     a, b = _weights(a), _weights(b)
-    if a.keys() != b.keys():
+    if a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a):
         return math.inf
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+    return max((float((a[k] - b[k]).abs().max()) for k in a if a[k].numel()), default=0.0)
+
+
+def _state(state: Any) -> dict[str, torch.Tensor] | None:
+    """A state_dict as data (its tensors, on the CPU), or None if it is not a dict of tensors."""
+    if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        return None
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def _run(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path, config: dict[str, Any],
@@ -403,25 +517,76 @@ def _run(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path, c
     return result, steps.count
 
 
-def _check_result(result: Any, out: Path) -> dict[str, Any]:
-    if not (isinstance(result, dict) and isinstance(result.get("model"), nn.Module)
-            and isinstance(result.get("history"), pd.DataFrame) and result.get("precision") in PRECISIONS):
-        fail("not-a-run", observed=f"train_capstone returned {type(result).__name__}"
-             + (f" with keys {sorted(result)}" if isinstance(result, dict) else ""),
+def _checkpoint(path: Path) -> dict[str, Any]:
+    """What the checks read from a checkpoint fit wrote: its epoch, step, config, scheduler steps and weights."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    scheduler = saved.get("scheduler")
+    return {"epoch": saved.get("epoch"), "global_step": saved.get("global_step"), "config": saved.get("config"),
+            "scheduler_steps": scheduler.get("last_epoch") if isinstance(scheduler, dict) else None,
+            "model": _state(saved.get("model"))}
+
+
+def _record_straight(result: Any, out: Path, steps: int) -> dict[str, Any]:
+    """What the uninterrupted run returned and wrote."""
+    is_dict = isinstance(result, dict)
+    model = result.get("model") if is_dict else None
+    record: dict[str, Any] = {
+        "returned": type(result).__name__, "keys": sorted(map(str, result)) if is_dict else None,
+        "is_run": is_dict and isinstance(model, nn.Module) and isinstance(result.get("history"), pd.DataFrame)
+        and result.get("precision") in PRECISIONS,
+        "files": sorted(p.name for p in out.iterdir() if p.is_file()) if out.is_dir() else [], "steps": steps,
+    }
+    if record["is_run"] and {"last.pt", "best.pt"} <= set(record["files"]):
+        record.update(model=_state(model.state_dict()), last=_checkpoint(out / "last.pt"),
+                      best=_checkpoint(out / "best.pt"))
+    return record
+
+
+def _record_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], root: Path, config: dict[str, Any],
+                   stop_at: int, straight: dict[str, Any]) -> dict[str, Any]:
+    """Interrupt a run after epoch `stop_at`, resume it, and (if its weights differ from the uninterrupted run's)
+    make a second fresh run: record whether the interruption stopped it, the resumed call's steps and weights."""
+    record: dict[str, Any] = {}
+    try:
+        _run(train_capstone, data, root / "resumed", config, on_epoch_end=_interrupt_after(stop_at))
+    except _Interrupted:
+        record["interrupted"] = True
+    else:
+        record["interrupted"] = False
+        return record
+    _, record["steps"] = _run(train_capstone, data, root / "resumed", config, resume=True)
+    record["resumed"] = _checkpoint(root / "resumed" / "last.pt")["model"]
+    if not _same(record["resumed"], straight["last"]["model"]):
+        _run(train_capstone, data, root / "again", config)
+        record["again"] = _checkpoint(root / "again" / "last.pt")["model"]
+    return record
+
+
+def _same(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] | None) -> bool:
+    """Whether two state_dicts hold equal tensors (the probe's cue for a second fresh run; the judge compares)."""
+    return a is not None and b is not None and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _check_result(record: dict[str, Any], out: str) -> dict[str, Any]:
+    if record["is_run"] is not True:
+        fail("not-a-run", observed=f"train_capstone returned {record['returned']}"
+             + (f" with keys {record['keys']}" if record["keys"] is not None else ""),
              expected="a dict with 'model' (the trained nn.Module), 'history' (fit's DataFrame), 'precision'",
              cause="a different return value", where="the return statement of train_capstone")
-    missing = [name for name in ("last.pt", "best.pt", "history.csv", "config.json") if not (out / name).is_file()]
+    missing = [name for name in ("last.pt", "best.pt", "history.csv", "config.json") if name not in record["files"]]
     if missing:
-        fail("missing-checkpoints", observed=f"{out.name}/ lacks {missing}", expected="last.pt, best.pt, history.csv, "
+        fail("missing-checkpoints", observed=f"{out}/ lacks {missing}", expected="last.pt, best.pt, history.csv, "
              "config.json written into out_dir", cause="fit was not given checkpoint_dir=out_dir",
              where="fit(..., checkpoint_dir=out_dir)")
-    return torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    return record["last"]
 
 
-def _check_settings(last: dict[str, Any], config: dict[str, Any]) -> None:
+def _check_settings(last: dict[str, Any], config: dict[str, Any], precisions: dict[str, bool]) -> None:
     """What fit recorded about the run in last.pt: precision, clipping, schedule, early stopping."""
-    saved = last.get("config", {})
-    expected_precision = reference_precision("cpu", supported_precisions(torch.device("cpu")))
+    saved = last["config"]
+    if not isinstance(saved, dict):
+        raise ValueError("last.pt's config is not a dict")
+    expected_precision = reference_precision("cpu", precisions)
     if saved.get("precision") != expected_precision:
         fail("wrong-precision", observed=f"the run trained in {saved.get('precision')!r} on the CPU",
              expected=f"{expected_precision!r}, what choose_precision picks for this device",
@@ -434,10 +599,10 @@ def _check_settings(last: dict[str, Any], config: dict[str, Any]) -> None:
     if saved.get("scheduler") is None:
         fail("no-scheduler", observed="the run had no learning-rate scheduler", expected="the warm-up-cosine "
              "scheduler of make_optimizer", cause="scheduler not passed to fit", where="fit(..., scheduler=scheduler)")
-    scheduler_steps = (last.get("scheduler") or {}).get("last_epoch")
-    if saved.get("scheduler_interval") != "step" or scheduler_steps != last.get("global_step"):
+    scheduler_steps = last["scheduler_steps"]
+    if saved.get("scheduler_interval") != "step" or scheduler_steps != last["global_step"] or scheduler_steps is None:
         fail("schedule-per-epoch", observed=f"the scheduler was stepped {scheduler_steps} times in "
-             f"{last.get('global_step')} optimizer steps (scheduler_interval={saved.get('scheduler_interval')!r})",
+             f"{last['global_step']} optimizer steps (scheduler_interval={saved.get('scheduler_interval')!r})",
              expected="once per optimizer step", cause="a schedule sized in optimizer steps stepped per epoch",
              where="fit(..., scheduler_interval='step')")
     wanted = ("val_accuracy", "max", config["patience"])
@@ -452,7 +617,7 @@ def _check_settings(last: dict[str, Any], config: dict[str, Any]) -> None:
              cause="epochs not taken from config", where="fit(..., epochs=config['epochs'])")
 
 
-def _check_steps(counted: int, config: dict[str, Any], n: int, what: str) -> None:
+def _check_steps(counted: Any, config: dict[str, Any], n: int, what: str) -> None:
     expected = (config["patience"] + 1) * (n // config["batch_size"])
     if counted != expected:
         fail("wrong-step-count", observed=f"{counted} optimizer steps in {what}",
@@ -463,31 +628,27 @@ def _check_steps(counted: int, config: dict[str, Any], n: int, what: str) -> Non
              where="train_loader(train_set, config['batch_size'], seed=...) and the early stopping given to fit")
 
 
-def _check_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], root: Path, config: dict[str, Any],
-                  n: int, stop_at: int, straight_last: dict[str, Any]) -> None:
-    per_epoch = n // config["batch_size"]
-    try:
-        _run(train_capstone, data, root / "resumed", config, on_epoch_end=_interrupt_after(stop_at))
-    except _Interrupted:
-        pass
-    else:
+def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_at: int,
+                  straight_last: dict[str, Any]) -> None:
+    if record.get("raised") is not None:
+        fail("raised", observed=f"your code raised {record['raised']} in an interrupted or resumed run",
+             expected="it runs on the check's inputs without an exception",
+             cause="the exception named here, raised inside train_capstone", where="train_capstone with "
+             "on_epoch_end=... or resume=True")
+    if record["interrupted"] is not True:
         fail("callback-ignored", observed=f"the run went on after on_epoch_end raised at epoch {stop_at}",
              expected="the exception to stop training, as a killed process would",
              cause="on_epoch_end is not passed to fit", where="fit(..., on_epoch_end=on_epoch_end)")
-    _, steps = _run(train_capstone, data, root / "resumed", config, resume=True)
-    remaining = (config["patience"] + 1 - stop_at) * per_epoch
-    if steps != remaining:
-        fail("resume-ignored", observed=f"after an interruption at epoch {stop_at}, the resumed call took {steps} "
-             "optimizer steps", expected=f"{remaining}: only the epochs left", cause="the run restarted from scratch: "
-             "resume is not passed to fit, or out_dir is not the checkpoint folder",
+    remaining = (config["patience"] + 1 - stop_at) * (n // config["batch_size"])
+    if record["steps"] != remaining:
+        fail("resume-ignored", observed=f"after an interruption at epoch {stop_at}, the resumed call took "
+             f"{record['steps']} optimizer steps", expected=f"{remaining}: only the epochs left", cause="the run "
+             "restarted from scratch: resume is not passed to fit, or out_dir is not the checkpoint folder",
              where="fit(..., checkpoint_dir=out_dir, resume=resume)")
-    resumed_last = torch.load(root / "resumed" / "last.pt", map_location="cpu", weights_only=True)
-    difference = _max_difference(resumed_last["model"], straight_last["model"])
+    difference = _max_difference(record["resumed"], straight_last["model"])
     if difference == 0:
         return
-    _run(train_capstone, data, root / "again", config)
-    again_last = torch.load(root / "again" / "last.pt", map_location="cpu", weights_only=True)
-    if _max_difference(again_last["model"], straight_last["model"]) > 0:
+    if _max_difference(record["again"], straight_last["model"]) > 0:
         fail("not-seeded", observed="two fresh runs with the same config end with different weights",
              expected="identical runs: everything random is seeded from config['seed'] inside train_capstone",
              cause="no seed_everything(config['seed']) before the model is built, so its initial weights come from "
@@ -504,7 +665,8 @@ def _check_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], roo
         "Compose, do not rewrite: seed, build the model (Standardize then capstone_cnn) on its device, "
         "make_optimizer with total_steps = epochs * len(train loader), the loaders, choose_precision, then one "
         "call to fit with every option, and load best.pt's weights before returning.",
-        "seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats(train_set.tensors[0])), "
+        "seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats("
+        "train_set.tensors[0])), "
         "capstone_cnn(len(train_set.classes), config['width'])).to(device); loader = train_loader(train_set, "
         "config['batch_size'], seed=config['seed']); fit(model, loader, val_loader, loss_fn=nn.CrossEntropyLoss(), "
         "optimizer=..., epochs=config['epochs'], precision=..., max_grad_norm=config['max_grad_norm'], "
@@ -513,24 +675,44 @@ def _check_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], roo
         "resume=resume, on_epoch_end=on_epoch_end, progress=progress)",
     ),
 )
-def check_train(train_capstone: Callable[..., dict[str, Any]], *, hidden: bool) -> str:
-    """A run straight through, then one interrupted and resumed: settings, files, best weights, exact resume."""
-    config, n, stop_at = _train_config(hidden)
+def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) -> dict:
+    """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped."""
+    config, n, stop_at = _train_config(case)
     data = (shapes(n, seed=config["seed"] + 40, size=16), _constant_accuracy_val())
     with tempfile.TemporaryDirectory(prefix="check-10-train-") as tmp, _rng_kept():
         root = Path(tmp)
+        seen: dict[str, Any] = {"precisions": supported_precisions(torch.device("cpu"))}
         result, steps = _run(train_capstone, data, root / "straight", config)
-        last = _check_result(result, root / "straight")
-        _check_settings(last, config)
-        _check_steps(steps, config, n, "the run")
-        best = torch.load(root / "straight" / "best.pt", map_location="cpu", weights_only=True)
-        if _max_difference(result["model"].state_dict(), best["model"]) > 0:
-            fail("not-best-weights", observed=f"the returned model does not hold best.pt's weights (epoch "
-                 f"{best.get('epoch')}); the run ended at epoch {last.get('epoch')}",
-                 expected="the best epoch's weights: the model to evaluate and deploy",
-                 cause="the model is returned as the last epoch left it",
-                 where="load_checkpoint(Path(out_dir) / 'best.pt', model=model) before returning")
-        _check_resume(train_capstone, data, root, config, n, stop_at, last)
+        seen["straight"] = _record_straight(result, root / "straight", steps)
+        if "last" not in seen["straight"]:
+            return seen  # the judge reports what is missing; a resumed run would only fail for the same reason
+        resume: dict[str, Any] = {}
+        try:
+            resume.update(_record_resume(train_capstone, data, root, config, stop_at, seen["straight"]))
+        except CheckFailed:
+            raise
+        except Exception as error:  # reported after what the uninterrupted run already shows
+            resume["raised"] = f"{type(error).__name__}: {error}"[:2000]
+        seen["resume"] = resume
+    return seen
+
+
+@judges("10-train")
+def judge_train(seen: dict, *, case: Case) -> str:
+    """Settings, files, best weights, exact resume: from the checkpoints, weights and step counts recorded."""
+    config, n, stop_at = _train_config(case)
+    straight = seen["straight"]
+    last = _check_result(straight, "straight")
+    _check_settings(last, config, _support_of(seen["precisions"]))
+    _check_steps(straight["steps"], config, n, "the run")
+    best = straight["best"]
+    if _max_difference(straight["model"], best["model"]) > 0:
+        fail("not-best-weights", observed=f"the returned model does not hold best.pt's weights (epoch "
+             f"{best['epoch']}); the run ended at epoch {last['epoch']}",
+             expected="the best epoch's weights: the model to evaluate and deploy",
+             cause="the model is returned as the last epoch left it",
+             where="load_checkpoint(Path(out_dir) / 'best.pt', model=model) before returning")
+    _check_resume(seen["resume"], config, n, stop_at, last)
     return (f"precision, clipping, per-step schedule and early stopping as configured; best weights returned; "
             f"interrupted after epoch {stop_at} and resumed: identical to the run that never stopped")
 
@@ -538,24 +720,25 @@ def check_train(train_capstone: Callable[..., dict[str, Any]], *, hidden: bool) 
 # ----------------------------------------------------------------------------------------------------
 # 10-held-out
 # ----------------------------------------------------------------------------------------------------
-def _accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+_CHUNK = 250  # held-out images per forward pass
+
+
+def _held_out(case: Case) -> LabeledTensorDataset:
+    """The grader's held-out images: shapes drawn from seeds the lesson never uses for training or validation."""
+    count, seed = HELD_OUT[case.hidden]
+    return shapes(count, seed=case.seeded(seed), size=32)
+
+
+def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+    """The model's outputs on `images`, chunk by chunk, in eval mode (its mode restored afterwards)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    correct = 0
     try:
         with torch.inference_mode():
-            for start in range(0, len(images), 250):
-                outputs = model(images[start : start + 250].to(device))
-                if outputs.shape != (len(images[start : start + 250]), len(SHAPE_CLASSES)):
-                    fail("wrong-output-shape", observed=f"the model maps {tuple(images[:250].shape)} images to "
-                         f"{tuple(outputs.shape)}", expected=f"(N, {len(SHAPE_CLASSES)}) logits",
-                         cause="the model was built for another number of classes",
-                         where="capstone_cnn(len(train_set.classes), ...)")
-                correct += int((outputs.argmax(1).cpu() == labels[start : start + 250]).sum())
+            return [model(images[start : start + _CHUNK].to(device)).cpu() for start in range(0, len(images), _CHUNK)]
     finally:
         model.train(was_training)
-    return correct / len(images)
 
 
 @register(
@@ -568,44 +751,80 @@ def _accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> f
         "allows reach well above the threshold; the model must take raw images in [0, 1] (Standardize inside it).",
     ),
 )
-def check_held_out(run: dict[str, Any], *, hidden: bool) -> str:
-    """Accuracy of run['model'] on shapes the grader generates from its own seed."""
+def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
+    """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
+    validation accuracies of the run's history."""
     model = run.get("model") if isinstance(run, dict) else None
     if not isinstance(model, nn.Module):
-        fail("not-a-run", observed=f"check received {type(run).__name__}", expected="the dict train_capstone returns, "
+        return {"received": type(run).__name__, "model": False}
+    history = run.get("history")
+    has_column = isinstance(history, pd.DataFrame) and "val_accuracy" in history
+    validated = history["val_accuracy"].tolist() if has_column else None
+    return {"received": type(run).__name__, "model": True, "outputs": _outputs(model, _held_out(case).tensors[0]),
+            "val_accuracy": validated}
+
+
+@judges("10-held-out")
+def judge_held_out(seen: dict, *, case: Case) -> str:
+    """Accuracy of run['model'] on shapes the grader generates from its own seed."""
+    if seen["model"] is not True:
+        fail("not-a-run", observed=f"check received {seen['received']}", expected="the dict train_capstone returns, "
              "with the trained 'model'", cause="another object passed", where="check('10-held-out', run)")
-    count, seed = HELD_OUT[hidden]
-    test = shapes(count, seed=seed, size=32)
-    accuracy = _accuracy(model, *test.tensors)
+    images, labels = _held_out(case).tensors
+    chunks = range(0, len(labels), _CHUNK)
+    correct = 0
+    for start, outputs in zip(chunks, seen["outputs"], strict=True):
+        outputs = outputs.detach() if isinstance(outputs, torch.Tensor) else outputs
+        expected_shape = (len(labels[start : start + _CHUNK]), len(SHAPE_CLASSES))
+        if not isinstance(outputs, torch.Tensor) or tuple(outputs.shape) != expected_shape:
+            shape = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+            fail("wrong-output-shape", observed=f"the model maps {tuple(images[:_CHUNK].shape)} images to {shape}",
+                 expected=f"(N, {len(SHAPE_CLASSES)}) logits",
+                 cause="the model was built for another number of classes",
+                 where="capstone_cnn(len(train_set.classes), ...)")
+        correct += int((outputs.float().argmax(1) == labels[start : start + _CHUNK]).sum())
+    accuracy = correct / len(labels)
     if accuracy < ACCURACY_THRESHOLD:
-        history = run.get("history")
-        validated = float(history["val_accuracy"].max()) if isinstance(history, pd.DataFrame) and "val_accuracy" in history else None
+        history = seen["val_accuracy"]
+        numbers = isinstance(history, list) and history and all(isinstance(v, (int, float)) for v in history)
+        validated = float(max(history)) if numbers else None
         mismatch = validated is not None and validated >= ACCURACY_THRESHOLD
-        fail("below-threshold", observed=f"accuracy {accuracy:.3f} on {count} held-out images"
+        fail("below-threshold", observed=f"accuracy {accuracy:.3f} on {len(labels)} held-out images"
              + (f", while the best validation accuracy was {validated:.3f}" if validated is not None else ""),
              expected=f"at least {ACCURACY_THRESHOLD} (chance is {1 / len(SHAPE_CLASSES):.2f})",
              cause="the returned model does not behave like the validated one: it must take raw images in [0, 1] "
              "(normalisation inside the model) and hold best.pt's weights" if mismatch else
              "the run did not learn enough: too few steps, a learning rate too small or too large, or a model "
              "too narrow", where="train_capstone's model" if mismatch else "CONFIG, then the curves of your run")
-    return f"accuracy {accuracy:.3f} on {count} held-out images the grader generated (threshold {ACCURACY_THRESHOLD})"
+    return (f"accuracy {accuracy:.3f} on {len(labels)} held-out images the grader generated "
+            f"(threshold {ACCURACY_THRESHOLD})")
 
 
 # ----------------------------------------------------------------------------------------------------
 # 10-report
 # ----------------------------------------------------------------------------------------------------
-def _report_run(root: Path, hidden: bool) -> tuple[dict[str, Any], LabeledTensorDataset, dict[str, float]]:
-    """A small real run made with fit (best weights loaded), its test set, and the test metrics it must report."""
+def _report_sets(case: Case) -> tuple[int, int, list[LabeledTensorDataset]]:
+    """The report run's seed, epochs, and its train, validation and test sets."""
+    seed, epochs = (case.seeded(21), 3) if case.hidden else (case.seeded(7), 2)
+    sizes = ((0, 96), (1, 48), (2, 60 if case.hidden else 40))
+    return seed, epochs, [shapes(n, seed=seed + k, size=16) for k, n in sizes]
+
+
+def _report_model() -> nn.Module:
+    from harness.models import capstone_cnn
+
+    return capstone_cnn(len(SHAPE_CLASSES), width=4)
+
+
+def _report_run(root: Path, case: Case, precision: str) -> tuple[dict[str, Any], LabeledTensorDataset]:
+    """A small real run made with fit (best weights loaded), and its test set."""
     from harness.checkpoint import load_checkpoint
     from harness.metrics import accuracy
-    from harness.models import capstone_cnn
-    from harness.train import EarlyStopping, evaluate, fit
+    from harness.train import EarlyStopping, fit
 
-    seed, epochs = (21, 3) if hidden else (7, 2)
-    precision = reference_precision("cpu", supported_precisions(torch.device("cpu")))
+    seed, epochs, (train, val, test) = _report_sets(case)
     torch.manual_seed(seed)
-    train, val, test = (shapes(n, seed=seed + k, size=16) for k, n in ((0, 96), (1, 48), (2, 60 if hidden else 40)))
-    model = capstone_cnn(len(SHAPE_CLASSES), width=4)
+    model = _report_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     history = fit(model, DataLoader(train, batch_size=32, shuffle=True), DataLoader(val, batch_size=48),
                   loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer, epochs=epochs, precision=precision,
@@ -613,10 +832,23 @@ def _report_run(root: Path, hidden: bool) -> tuple[dict[str, Any], LabeledTensor
                   early_stopping=EarlyStopping("val_accuracy", mode="max", patience=epochs),
                   checkpoint_dir=root / "checkpoints", progress=False)
     load_checkpoint(root / "checkpoints" / "best.pt", model=model)
-    scores = evaluate(model, DataLoader(test, batch_size=100), loss_fn=nn.CrossEntropyLoss(),
-                      metrics={"accuracy": accuracy}, precision=precision)
     run = {"model": model, "history": history, "precision": precision, "checkpoint_dir": root / "checkpoints"}
-    return run, test, scores
+    return run, test
+
+
+def _test_scores(case: Case, weights: Any, precision: str) -> dict[str, float]:
+    """The test metrics the report must give: the recorded weights evaluated on the case's test set."""
+    from harness.metrics import accuracy
+    from harness.train import evaluate
+
+    if not (isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
+        raise ValueError("the run's weights are not a dict of tensors")
+    with torch.random.fork_rng(devices=[]):  # its initial weights are replaced: only the RNG must stay as it was
+        model = _report_model()
+    model.load_state_dict(weights)
+    test = _report_sets(case)[2][2]
+    return evaluate(model, DataLoader(test, batch_size=100), loss_fn=nn.CrossEntropyLoss(),
+                    metrics={"accuracy": accuracy}, precision=precision)
 
 
 def _missing(code: str, what: str, how: str) -> NoReturn:
@@ -631,26 +863,35 @@ def _reported_number(text: str, name: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def _check_report_text(text: str, folder: Path, run: dict[str, Any], scores: dict[str, float], test_size: int) -> None:
-    device = run["history"].attrs["config"]["device"]
-    if torch.__version__ not in text or device not in text:
-        _missing("missing-environment", f"environment (the device {device!r} and torch {torch.__version__})",
+_LINK = r"!\[[^\]]*\]\(([^)\s]+)\)"  # a Markdown image link; group 1 is the file
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size: int) -> None:
+    text, device, version = seen["text"], "cpu", seen["torch_version"]
+    if not (isinstance(text, str) and isinstance(version, str) and isinstance(seen["files"], dict)):
+        raise ValueError("the recorded report is not text")
+    if version not in text or device not in text:
+        _missing("missing-environment", f"environment (the device {device!r} and torch {version})",
                  "environment=environment_report(device)")
     if "max_grad_norm" not in text or "scheduler" not in text:
         _missing("missing-config", "configuration (max_grad_norm, scheduler, ... of the run)", "the history from fit")
-    if "train_loss" not in text or text.count("\n|") < len(run["history"]) + 2:
+    if "train_loss" not in text or text.count("\n|") < epochs + 2:
         _missing("missing-history", "history table (one row per epoch)", "the history from fit")
-    images = [folder / link for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)]
-    if not any(p.is_file() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in images):
+    heads = [seen["files"].get(link) for link in re.findall(_LINK, text)]
+    if not any(isinstance(head, list) and bytes(head) == _PNG for head in heads):
         _missing("missing-curves", "curves: no ![...](file.png) link to a PNG that exists next to it",
                  "curves=plot_history(...)'s saved PNG")
     reported = {name: _reported_number(text, name) for name in ("accuracy", "loss")}
     if reported["accuracy"] is None or "not evaluated" in text:
         _missing("missing-test-metrics", "held-out test metrics", "test_metrics=evaluate(model, test_loader, ...)")
+    precision = reference_precision("cpu", _support_of(seen["precisions"]))
+    scores = _test_scores(case, seen["weights"], precision)
     accuracy_ok = abs(reported["accuracy"] - scores["accuracy"]) <= 2 / test_size + 1e-3
     loss_ok = reported["loss"] is None or math.isclose(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
     if not (accuracy_ok and loss_ok):
-        fail("wrong-test-metrics", observed=f"the report gives test accuracy {reported['accuracy']}, loss {reported['loss']}",
+        fail("wrong-test-metrics",
+             observed=f"the report gives test accuracy {reported['accuracy']}, loss {reported['loss']}",
              expected=f"accuracy {scores['accuracy']:.4g}, loss {scores['loss']:.4g}: the model evaluated on the whole "
              "test set given, in the run's precision", cause="metrics of another data set, of part of the test set, "
              "or of another model", where="evaluate(run['model'], DataLoader(test_set, ...), ..., "
@@ -660,6 +901,15 @@ def _check_report_text(text: str, folder: Path, run: dict[str, Any], scores: dic
                  "op_dtypes=observe_op_dtypes(model, images, precision=..., targets=..., loss_fn=...)")
     if "best.pt" not in text:
         _missing("missing-best-checkpoint", "path of the best checkpoint", "best_checkpoint=checkpoint_dir / 'best.pt'")
+
+
+def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
+    """The first 8 bytes of each file the report's image links name (None where there is no such file)."""
+    heads: dict[str, list[int] | None] = {}
+    for link in re.findall(_LINK, text)[:20]:
+        path = folder / link
+        heads[link] = list(path.read_bytes()[:8]) if path.is_file() else None
+    return heads
 
 
 @register(
@@ -674,15 +924,30 @@ def _check_report_text(text: str, folder: Path, run: dict[str, Any], scores: dic
         "environment=environment_report(device), curves=out_dir / 'curves.png')",
     ),
 )
-def check_report(write_capstone_report: Callable[..., Any], *, hidden: bool) -> str:
-    """Give the student's function a real run and its test set; read every section of the report written."""
+def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> dict:
+    """Give the student's function a real run and its test set; record the report written, the files it links,
+    and the run's weights (the judge evaluates them on the test set itself)."""
     with tempfile.TemporaryDirectory(prefix="check-10-report-") as tmp, _rng_kept():
         root = Path(tmp)
-        run, test, scores = _report_run(root / "run", hidden)
+        precisions = supported_precisions(torch.device("cpu"))
+        run, test = _report_run(root / "run", case, reference_precision("cpu", precisions))
         path = write_capstone_report(run, test, root / "report")
-        if path is None or not Path(path).is_file():
-            fail("no-report", observed=f"write_capstone_report returned {path!r}", expected="the path of the report written",
-                 cause="the report is not written, or its path not returned", where="return write_run_report(...)")
-        path = Path(path)
-        _check_report_text(path.read_text(), path.parent, run, scores, len(test))
+        seen: dict[str, Any] = {"returned": repr(path)[:200], "written": path is not None and Path(path).is_file()}
+        if seen["written"]:
+            path = Path(path)
+            text = path.read_text()
+            seen.update(text=text, files=_file_heads(text, path.parent), torch_version=torch.__version__,
+                        precisions=precisions, weights=_state(run["model"].state_dict()))
+    return seen
+
+
+@judges("10-report")
+def judge_report(seen: dict, *, case: Case) -> str:
+    """Every section of the report, its test metrics checked against the judge's own evaluation of the run."""
+    if seen["written"] is not True:
+        fail("no-report", observed=f"write_capstone_report returned {seen['returned']}",
+             expected="the path of the report written",
+             cause="the report is not written, or its path not returned", where="return write_run_report(...)")
+    _, epochs, (_, _, test) = _report_sets(case)
+    _check_report_text(seen, case, epochs, len(test))
     return "environment, configuration, history, curves, held-out test metrics, precision and best checkpoint reported"

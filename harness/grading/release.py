@@ -122,10 +122,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("assignments", nargs="*", help="assignments to release (default: every one in solutions/)")
     parser.add_argument("--check", action="store_true",
                         help="do not write: exit 1 if the committed notebooks/ differ from a fresh release")
+    parser.add_argument("--student", type=Path, metavar="DIR",
+                        help="write the student course (released notebooks, harness without the judge, README) into "
+                        "DIR, a new folder, instead of regenerating notebooks/")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Regenerate notebooks/ from solutions/ (or, with --check, compare them)."""
+    """Regenerate notebooks/ from solutions/ (or, with --check, compare them; with --student, write the student tree)."""
+    if args.student:
+        from harness.grading.student_tree import write_student_tree
+
+        files = write_student_tree(args.student)
+        print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
+              "nbgitpuller or nbgrader's exchange; it holds no solution, hidden test or judge")
+        return 0
     assignments = [check_assignment(a) for a in args.assignments] or discover_assignments()
     if args.check:
         problems = [p for a in assignments for p in release_differences(a)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from harness.checks import wire
+from harness.checks.core import Case, decide, observe
 from harness.checks.testing import assert_check_fails, assert_check_passes
 
 
@@ -443,3 +445,34 @@ def test_hints_exist_for_every_task(capsys) -> None:
         hint(task, 1)
         hint(task, 2)
     assert capsys.readouterr().out.count("Hint 2/2") == 6
+
+
+def _shortened(value: Any) -> Iterator[Any]:
+    """Every copy of an observation with one list or tuple in it (at any depth) missing its last element."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            for variant in _shortened(item):
+                yield {**value, key: variant}
+    elif isinstance(value, (list, tuple)):
+        if value:
+            yield type(value)(value[:-1])
+        for index, item in enumerate(value):
+            for variant in _shortened(item):
+                yield type(value)([*value[:index], variant, *value[index + 1:]])
+
+
+@pytest.mark.parametrize("task, solution", [
+    ("01-to-tokens", tokens_permute_reshape), ("01-pairwise-distances", distances_difference),
+    ("01-logsumexp", lse_where), ("01-per-loss-gradients", grads_reset), ("01-ema-update", ema_no_grad),
+    ("01-silu-function", SiLUSaveInput),
+])
+@pytest.mark.parametrize("hidden", [False, True])
+def test_judges_refuse_truncated_observations(task: str, solution: Any, hidden: bool) -> None:
+    case = Case(hidden=hidden)
+    data = observe(task, (solution,), case)
+    decide(task, data, case)
+    forgeries = list(_shortened(wire.decode(data)))
+    assert forgeries
+    for forged in map(wire.encode, forgeries):
+        with pytest.raises(Exception):
+            decide(task, forged, case)

@@ -12,8 +12,9 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset, get_worker_info
 
-from harness.checks import CheckFailed, check
-from harness.checks.testing import assert_check_fails
+from harness.checks import CheckFailed, check, wire
+from harness.checks.core import Case, decide, observe
+from harness.checks.testing import DRAWN_CASE, assert_check_fails
 from harness.repro import make_generator
 
 # ---------------------------------------------------------------------------------------------------- dataset
@@ -458,3 +459,45 @@ def test_split_normalize_rejects_division_by_zero_std():
         check("03-split-normalize", split_unguarded_std, hidden=True)  # the hidden data has a constant feature
     assert failure.value.code == "nonfinite"
     assert "clamp_min" in str(failure.value)
+
+
+# ---------------------------------------------------------------------------------------------------- graded cases
+CORRECT = [
+    ("03-dataset", ArrayDataset), ("03-dataset", PairsDataset),
+    ("03-pad-collate", pad_collate), ("03-pad-collate", pad_collate_by_hand),
+    ("03-seeded-loader", make_loader), ("03-seeded-loader", make_loader_with_sampler),
+    pytest.param("03-worker-init", reseed_dataset_rng, marks=pytest.mark.slow),
+    pytest.param("03-worker-init", reseed_with_seed_sequence, marks=pytest.mark.slow),
+    ("03-split-normalize", split_and_normalize), ("03-split-normalize", split_with_sklearn_style),
+]
+
+
+@pytest.mark.parametrize("task, solution", CORRECT)
+def test_correct_solutions_pass_a_drawn_hidden_case(task, solution):
+    decide(task, observe(task, (solution,), DRAWN_CASE), DRAWN_CASE)
+
+
+def _shortened(value):
+    """Every copy of an observation with one list or tuple in it (at any depth) missing its last element."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            for variant in _shortened(item):
+                yield {**value, key: variant}
+    elif isinstance(value, (list, tuple)):
+        if value:
+            yield type(value)(value[:-1])
+        for index, item in enumerate(value):
+            for variant in _shortened(item):
+                yield type(value)([*value[:index], variant, *value[index + 1:]])
+
+
+@pytest.mark.parametrize("task, solution", CORRECT[::2])
+def test_judges_refuse_truncated_observations(task, solution):
+    case = Case(hidden=True)
+    data = observe(task, (solution,), case)
+    decide(task, data, case)
+    forgeries = list(_shortened(wire.decode(data)))
+    assert forgeries
+    for forged in map(wire.encode, forgeries):
+        with pytest.raises(Exception):
+            decide(task, forged, case)
