@@ -12,7 +12,7 @@ A check is cut in two (CONTRIBUTING.md, "A check"):
 `check(task, *objects)` in a notebook runs both, with the observation passed through the wire format, so
 the feedback a student sees comes from exactly the code that grades. When graded, the probe runs in the
 sandbox on cases drawn from the instructor's secret, and the judge decides every point outside it
-(`harness.judge`). A failure the probe itself reports (something only visible inside, such as a call
+(in the grader's own process). A failure the probe itself reports (something only visible inside, such as a call
 order) can cost points, never earn them.
 
 A lesson's checks live in `harness/checks/lessonNN.py`; the module is imported on first use from the task
@@ -33,7 +33,7 @@ from harness.checks import wire
 # The MIME type of an observation a graded notebook's probe cell displays for the judge.
 OBSERVATION_MIME = "application/vnd.harness.observation+json"
 # The seed offset of visible cases and of hidden cases run locally (an instructor's solution run, tests).
-# When graded, hidden cases use an offset drawn from the instructor's secret (harness.judge.cases).
+# When graded, hidden cases use an offset drawn from the instructor's secret.
 LOCAL_SEED = 0
 
 

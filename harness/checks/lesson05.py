@@ -1,29 +1,132 @@
 """Checks of lesson 05, mixed precision: dtype choice, rounding, autocast dtypes, the scaler, the AMP step.
 
-Every check runs the student's code on small seeded models on the CPU (bf16 and fp16 autocast and the CPU
-GradScaler all exist there) and observes it: output dtypes, the autocast state seen by gradient hooks
-during backward, a GradScaler subclass that records its calls, and optimizer step pre-hooks.
+Every probe runs the student's code on small seeded models on the CPU (bf16 and fp16 autocast and the CPU
+GradScaler all exist there) and records what it observes: returned values, output dtypes, optimizer steps
+taken, the scale after a step, and the parameters. Each judge rebuilds the inputs from the case, recomputes
+the reference (a real GradScaler, one autocast forward, the canonical AMP step) and compares. What only the
+kernel can see (the autocast state during forward, loss and backward, the order of the scaler calls, a
+direct optimizer.step) the probe reports itself, as a failure: it can cost the task, never pass it.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import torch
 from torch import nn
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, CheckFailed, fail, judges, register
 from harness.checks.probes import ForwardRecorder
+from harness.checks.wire import Opaque, WireError
 
+T = TypeVar("T")
 _REDUCED = (torch.bfloat16, torch.float16)
 _NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def _name(dtype: object) -> str:
     return _NAMES.get(dtype, repr(dtype))  # type: ignore[arg-type]
+
+
+def _number(value: Any) -> float | None:
+    """`value` as a float when it is a number or a one-element tensor; None for anything else."""
+    if isinstance(value, (bool, Opaque)):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return float(value.detach())
+    return None
+
+
+def type_name(value: Any) -> str:
+    """The type name of a returned value as the judge received it (an Opaque value's original type)."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
+
+
+def _outcome(call: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """What `call(*args)` did, as data: {"returned": value} or {"raised": "Type: text", "value_error": bool}."""
+    try:
+        return {"returned": call(*args)}
+    except Exception as error:  # the student's code raised: recorded, judged in the order of the calls
+        return {"raised": f"{type(error).__name__}: {error}"[:500], "value_error": isinstance(error, ValueError)}
+
+
+def _fail_raised(error: str) -> NoReturn:
+    """Fail the way the check fails when the student's code raised `error` ("TypeError: ...")."""
+    fail("raised", observed=f"your code raised {error}",
+         expected="it runs on the check's inputs without an exception",
+         cause="see the message of the exception", where="the cell that defines what you passed to check()")
+
+
+def frozen(value: Any) -> Any:
+    """Probe side: `value` as it is now: containers and tensors copied, so later calls cannot change the record.
+
+    Containers become the plain list, tuple or dict the wire sends anyway; a tensor keeps its requires_grad.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: frozen(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, list):
+        return [frozen(v) for v in value]
+    return value
+
+
+def collect(items: Iterable[T], record: Callable[[T], Any]) -> list[Any]:
+    """Probe side: `record(item)` for each item, in order, stopping at the first failure or exception.
+
+    Each record is frozen when taken. In the first item a failure propagates (the student sees their
+    traceback); in a later one it is recorded as a last entry {"stopped": ...}, so that the judge reports
+    what the earlier items showed first, as a check that stops at the first difference would.
+    """
+    results: list[Any] = []
+    for item in items:
+        try:
+            results.append(frozen(record(item)))
+        except Exception as error:  # a probe-side failure (CheckFailed) or the student's exception
+            if not results:
+                raise
+            if isinstance(error, CheckFailed):
+                results.append({"stopped": "failed", "code": error.code, "message": str(error)})
+            else:
+                results.append({"stopped": "raised", "message": f"{type(error).__name__}: {error}"[:500]})
+            break
+    return results
+
+
+def judged(inputs: Sequence[T], results: Any) -> Iterator[tuple[T, Any]]:
+    """Judge side: pair each input with what `collect` recorded for it; raise a recorded stop when reached."""
+    if not isinstance(results, list) or len(results) > len(inputs):
+        raise WireError("malformed observation: not one result per input")
+    for item, result in zip(inputs, results):
+        if isinstance(result, dict) and "stopped" in result:
+            if result["stopped"] == "failed":
+                raise CheckFailed(str(result["message"]), code=str(result["code"]))
+            _fail_raised(str(result["message"]))
+        yield item, result
+    if len(results) != len(inputs):
+        raise WireError("malformed observation: results missing without a recorded stop")
+
+
+def matching_tensors(value: Any, like: Sequence[torch.Tensor], what: str) -> list[torch.Tensor]:
+    """`value` checked to be a list of tensors shaped like `like`; WireError for anything else (forged)."""
+    if not isinstance(value, list) or len(value) != len(like) or not all(
+        isinstance(t, torch.Tensor) and t.shape == r.shape for t, r in zip(value, like)
+    ):
+        raise WireError(f"malformed observation: {what} is not a list of {len(like)} tensors of the model's shapes")
+    return [t.detach().float() for t in value]
+
+
+def snapshot(model: nn.Module) -> list[torch.Tensor]:
+    """A copy of every parameter of `model`, in order."""
+    return [p.detach().clone() for p in model.parameters()]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -36,18 +139,11 @@ def reference_choose_precision(device_type: str, bf16_supported: bool) -> tuple[
     return (torch.bfloat16, False) if bf16_supported else (torch.float16, True)
 
 
-def _expect_value_error(choose: Callable[..., Any], device_type: str) -> None:
-    try:
-        got = choose(device_type, True)
-    except ValueError:
-        return
-    fail(
-        "unknown-device-accepted",
-        observed=f"choose_precision({device_type!r}, True) returned {got!r}",
-        expected="a ValueError that names the unknown device type",
-        cause="the function answers for any string instead of rejecting device types it does not know",
-        where="the first lines of choose_precision: validate device_type before choosing",
-    )
+def _precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...]]:
+    """The (device_type, bf16_supported) calls to check, and the unknown device types to reject."""
+    device_types = ("cpu", "cuda", "mps", "xpu") if case.hidden else ("cpu", "cuda")
+    unknown = ("tpu", "gpu", "") if case.hidden else ("tpu",)
+    return [(d, bf16) for d in device_types for bf16 in (True, False)], unknown
 
 
 @register(
@@ -58,58 +154,80 @@ def _expect_value_error(choose: Callable[..., Any], device_type: str) -> None:
         "for a device type outside cpu, cuda, mps, xpu.",
     ),
 )
-def check_choose_precision(choose: Callable[[str, bool], tuple[torch.dtype, bool]], *, hidden: bool) -> str:
-    device_types = ("cpu", "cuda", "mps", "xpu") if hidden else ("cpu", "cuda")
-    for device_type in device_types:
-        for bf16 in (True, False):
-            got = choose(device_type, bf16)
-            if not (isinstance(got, tuple) and len(got) == 2):
-                fail(
-                    "not-a-pair",
-                    observed=f"choose_precision({device_type!r}, {bf16}) returned {got!r}",
-                    expected="a tuple (dtype, use_scaler), for example (torch.bfloat16, False)",
-                    cause="the function returns only the dtype, or a list/dict",
-                    where="the return statement of choose_precision",
-                )
-            dtype, use_scaler = got
-            want_dtype, want_scaler = reference_choose_precision(device_type, bf16)
-            situation = f"choose_precision({device_type!r}, bf16_supported={bf16})"
-            if dtype == torch.float32:
-                fail(
-                    "fp32-chosen",
-                    observed=f"{situation} chose float32",
-                    expected=f"{_name(want_dtype)}: every device type here runs autocast in a 16-bit format",
-                    cause="falling back to full precision instead of the 16-bit format the device has",
-                    where="the branch that handles this device type",
-                )
-            if dtype != want_dtype:
-                fail(
-                    "bf16-not-preferred" if bf16 else "bf16-without-support",
-                    observed=f"{situation} chose {_name(dtype)}",
-                    expected=f"{_name(want_dtype)}",
-                    cause=(
-                        "bf16 has float32's exponent range, so it needs no loss scaling: prefer it when supported"
-                        if bf16
-                        else "the device cannot run bf16, so fp16 is the 16-bit format left"
-                    ),
-                    where="the condition on bf16_supported",
-                )
-            if bool(use_scaler) != want_scaler:
-                fail(
-                    "fp16-without-scaler" if want_scaler else "needless-scaler",
-                    observed=f"{situation} returned use_scaler={use_scaler!r} with {_name(dtype)}",
-                    expected=f"use_scaler={want_scaler}",
-                    cause=(
-                        "fp16's smallest normal number is about 6e-5: small gradients underflow to zero unless "
-                        "the loss is scaled up first"
-                        if want_scaler
-                        else "bf16 gradients do not underflow any sooner than float32's, so scaling buys nothing"
-                    ),
-                    where="the second element of the returned tuple",
-                )
-    for unknown in ("tpu", "gpu", "") if hidden else ("tpu",):
-        _expect_value_error(choose, unknown)
-    return f"right dtype and scaler choice for {', '.join(device_types)}, and unknown devices rejected"
+def probe_choose_precision(choose: Callable[[str, bool], tuple[torch.dtype, bool]], *, case: Case) -> dict:
+    """Call `choose` for each known device type and bf16 support, then with unknown device types."""
+    calls, unknown = _precision_calls(case)
+    return {"choices": collect(calls, lambda call: {"returned": choose(*call)}),
+            "unknown": [_outcome(choose, d, True) for d in unknown]}
+
+
+@judges("05-choose-precision")
+def judge_choose_precision(seen: dict, *, case: Case) -> str:
+    """bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices."""
+    calls, unknown = _precision_calls(case)
+    for (device_type, bf16), result in judged(calls, seen["choices"]):
+        _judge_choice(device_type, bf16, result["returned"])
+    for device_type, result in zip(unknown, seen["unknown"], strict=True):
+        if "raised" in result and result["value_error"] is not True:
+            _fail_raised(str(result["raised"]))
+        if "raised" not in result:
+            fail(
+                "unknown-device-accepted",
+                observed=f"choose_precision({device_type!r}, True) returned {result['returned']!r}",
+                expected="a ValueError that names the unknown device type",
+                cause="the function answers for any string instead of rejecting device types it does not know",
+                where="the first lines of choose_precision: validate device_type before choosing",
+            )
+    device_types = ", ".join(dict.fromkeys(d for d, _ in calls))
+    return f"right dtype and scaler choice for {device_types}, and unknown devices rejected"
+
+
+def _judge_choice(device_type: str, bf16: bool, got: Any) -> None:
+    """Fail unless `got` is the reference (dtype, use_scaler) pair for this device and bf16 support."""
+    if not (isinstance(got, tuple) and len(got) == 2):
+        fail(
+            "not-a-pair",
+            observed=f"choose_precision({device_type!r}, {bf16}) returned {got!r}",
+            expected="a tuple (dtype, use_scaler), for example (torch.bfloat16, False)",
+            cause="the function returns only the dtype, or a list/dict",
+            where="the return statement of choose_precision",
+        )
+    dtype, use_scaler = got
+    want_dtype, want_scaler = reference_choose_precision(device_type, bf16)
+    situation = f"choose_precision({device_type!r}, bf16_supported={bf16})"
+    if dtype == torch.float32:
+        fail(
+            "fp32-chosen",
+            observed=f"{situation} chose float32",
+            expected=f"{_name(want_dtype)}: every device type here runs autocast in a 16-bit format",
+            cause="falling back to full precision instead of the 16-bit format the device has",
+            where="the branch that handles this device type",
+        )
+    if dtype != want_dtype:
+        fail(
+            "bf16-not-preferred" if bf16 else "bf16-without-support",
+            observed=f"{situation} chose {_name(dtype)}",
+            expected=f"{_name(want_dtype)}",
+            cause=(
+                "bf16 has float32's exponent range, so it needs no loss scaling: prefer it when supported"
+                if bf16
+                else "the device cannot run bf16, so fp16 is the 16-bit format left"
+            ),
+            where="the condition on bf16_supported",
+        )
+    if isinstance(use_scaler, Opaque) or bool(use_scaler) != want_scaler:
+        fail(
+            "fp16-without-scaler" if want_scaler else "needless-scaler",
+            observed=f"{situation} returned use_scaler={use_scaler!r} with {_name(dtype)}",
+            expected=f"use_scaler={want_scaler}",
+            cause=(
+                "fp16's smallest normal number is about 6e-5: small gradients underflow to zero unless "
+                "the loss is scaled up first"
+                if want_scaler
+                else "bf16 gradients do not underflow any sooner than float32's, so scaling buys nothing"
+            ),
+            where="the second element of the returned tuple",
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,6 +258,12 @@ def _cast_inputs(seed: int, hidden: bool) -> list[torch.Tensor]:
     return inputs
 
 
+def _cast_cases(case: Case) -> list[tuple[torch.Tensor, torch.dtype]]:
+    """Every (float32 input, 16-bit dtype) pair of the case."""
+    seeds = (11, 12) if case.hidden else (0,)
+    return [(x, dtype) for seed in seeds for x in _cast_inputs(case.seeded(seed), case.hidden) for dtype in _REDUCED]
+
+
 @register(
     "05-cast-report",
     hints=(
@@ -149,19 +273,26 @@ def _cast_inputs(seed: int, hidden: bool) -> list[torch.Tensor]:
         "relative error = |y - x| / |x| over entries where x and y are finite and nonzero, then its max.",
     ),
 )
-def check_cast_report(report: Callable[[torch.Tensor, torch.dtype], dict], *, hidden: bool) -> str:
-    for seed in (11, 12) if hidden else (0,):
-        for x in _cast_inputs(seed, hidden):
-            for dtype in _REDUCED:
-                original = x.clone()
-                got = report(x, dtype)
-                want = reference_cast_report(original, dtype)
-                _compare_cast_report(got, want, x, original, dtype)
+def probe_cast_report(report: Callable[[torch.Tensor, torch.dtype], dict], *, case: Case) -> dict:
+    """Call `report` on each input and dtype; record what it returned and the input as the call left it."""
+    def record(item: tuple[torch.Tensor, torch.dtype]) -> dict:
+        x, dtype = item
+        got = report(x, dtype)
+        return {"returned": got, "input_after": x.detach().clone()}
+
+    return {"results": collect(_cast_cases(case), record)}
+
+
+@judges("05-cast-report")
+def judge_cast_report(seen: dict, *, case: Case) -> str:
+    """Overflow and underflow counts and the worst relative error equal the reference's; the input is kept."""
+    for (x, dtype), result in judged(_cast_cases(case), seen["results"]):
+        _compare_cast_report(result["returned"], reference_cast_report(x, dtype), result["input_after"], x, dtype)
     return "overflow and underflow counts and the worst relative rounding error match, for bf16 and fp16"
 
 
-def _compare_cast_report(got: Any, want: dict, x: torch.Tensor, original: torch.Tensor, dtype: torch.dtype) -> None:
-    if not torch.equal(x, original):
+def _compare_cast_report(got: Any, want: dict, x: Any, original: torch.Tensor, dtype: torch.dtype) -> None:
+    if not (isinstance(x, torch.Tensor) and x.shape == original.shape and torch.equal(x, original)):
         fail(
             "input-modified",
             observed="the tensor passed in was changed by the call",
@@ -172,28 +303,30 @@ def _compare_cast_report(got: Any, want: dict, x: torch.Tensor, original: torch.
     if not isinstance(got, dict) or set(want) - set(got):
         fail(
             "missing-key",
-            observed=f"returned {type(got).__name__} with keys {sorted(got) if isinstance(got, dict) else '-'}",
+            observed=f"returned {type_name(got)} with keys {sorted(got) if isinstance(got, dict) else '-'}",
             expected="a dict with keys 'overflow', 'underflow' and 'max_rel_error'",
             cause="a key is misspelt or missing",
             where="the dict cast_report returns",
         )
     for key, code, why in (
         ("overflow", "wrong-overflow", "count finite inputs that become +-inf (fp16's largest value is 65504)"),
-        ("underflow", "wrong-underflow", "count nonzero inputs that become exactly 0 (inputs that were 0 do not count)"),
+        ("underflow", "wrong-underflow",
+         "count nonzero inputs that become exactly 0 (inputs that were 0 do not count)"),
     ):
-        if int(got[key]) != want[key]:
+        if _number(got[key]) != want[key]:
             fail(
                 code,
-                observed=f"{key} = {got[key]} for {_name(dtype)} on a tensor of {x.numel()} values",
+                observed=f"{key} = {got[key]} for {_name(dtype)} on a tensor of {original.numel()} values",
                 expected=f"{key} = {want[key]}",
                 cause=why,
                 where=f"the '{key}' computation in cast_report",
             )
-    observed = float(got["max_rel_error"])
-    if not abs(observed - want["max_rel_error"]) <= 1e-3 * want["max_rel_error"] + 1e-9:
+    observed = _number(got["max_rel_error"])
+    if observed is None or not abs(observed - want["max_rel_error"]) <= 1e-3 * want["max_rel_error"] + 1e-9:
         fail(
             "wrong-rel-error",
-            observed=f"max_rel_error = {observed:.3g} for {_name(dtype)}",
+            observed=f"max_rel_error = {observed:.3g} for {_name(dtype)}" if observed is not None
+            else f"max_rel_error = {got['max_rel_error']!r}, not a number",
             expected=f"max_rel_error = {want['max_rel_error']:.3g}",
             cause=(
                 "the difference is computed in 16 bits (cast back with .float() first), or entries that "
@@ -212,7 +345,8 @@ def _first_tensor(output: Any) -> torch.Tensor:
     return output
 
 
-def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str, dtype: torch.dtype) -> dict[str, torch.dtype]:
+def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str,
+                            dtype: torch.dtype) -> dict[str, torch.dtype]:
     """Output dtype of each leaf module during one autocast forward (first tensor of tuple outputs)."""
     seen: dict[str, torch.dtype] = {}
     handles = [
@@ -236,26 +370,36 @@ class _Upcast(nn.Module):
         return x.float().softmax(dim=-1)
 
 
-def _dtype_models(hidden: bool) -> list[tuple[nn.Module, torch.Tensor]]:
-    torch.manual_seed(5 if hidden else 4)
-    mlp = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4), _Upcast())
-    cases = [(mlp, torch.randn(6, 8))]
-    if hidden:
-        cnn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-        cases.append((cnn.eval(), torch.randn(2, 3, 8, 8)))
+class _Recurrent(nn.Module):
+    """A GRU whose last output feeds a linear head: tuple outputs inside the model."""
 
-        class Recurrent(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.rnn = nn.GRU(2, 8, batch_first=True)
-                self.head = nn.Sequential(nn.Linear(8, 1))
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(2, 8, batch_first=True)
+        self.head = nn.Sequential(nn.Linear(8, 1))
 
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                out, _ = self.rnn(x)
-                return self.head(out[:, -1])
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
 
-        cases.append((Recurrent(), torch.randn(3, 5, 2)))
-    return cases
+
+def _dtype_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
+    """Seeded (model, input) pairs: an MLP visibly; a CNN in eval mode and a GRU model hidden."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seeded(5 if case.hidden else 4))
+        mlp = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4), _Upcast())
+        cases = [(mlp, torch.randn(6, 8))]
+        if case.hidden:
+            cnn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+            cases.append((cnn.eval(), torch.randn(2, 3, 8, 8)))
+            cases.append((_Recurrent(), torch.randn(3, 5, 2)))
+        return cases
+
+
+def _dtype_calls(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.dtype]]:
+    """Every (model, input, autocast dtype) call of the case."""
+    dtypes = _REDUCED if case.hidden else (torch.bfloat16,)
+    return [(model, x, dtype) for model, x in _dtype_models(case) for dtype in dtypes]
 
 
 def _hook_count(model: nn.Module) -> int:
@@ -272,29 +416,38 @@ def _hook_count(model: nn.Module) -> int:
         "torch.no_grad() and torch.autocast(device_type, dtype=dtype); finally: remove every handle.",
     ),
 )
-def check_output_dtypes(output_dtypes: Callable[..., dict], *, hidden: bool) -> str:
-    dtypes = _REDUCED if hidden else (torch.bfloat16,)
-    for model, x in _dtype_models(hidden):
-        for dtype in dtypes:
-            hooks_before = _hook_count(model)
-            got = output_dtypes(model, x, "cpu", dtype)
-            want = reference_output_dtypes(model, x, "cpu", dtype)
-            _compare_dtypes(got, want, dtype)
-            if _hook_count(model) != hooks_before:
-                fail(
-                    "hooks-left",
-                    observed=f"the model has {_hook_count(model) - hooks_before} more hooks after the call",
-                    expected="every hook removed before returning",
-                    cause="the handles returned by register_forward_hook were not removed; every later forward "
-                    "would keep running them",
-                    where="the end of output_dtypes: call handle.remove() on each handle (in a finally block)",
-                )
+def probe_output_dtypes(output_dtypes: Callable[..., dict], *, case: Case) -> dict:
+    """Call `output_dtypes` on each model and dtype; record what it returned and the hooks left behind."""
+    def record(call: tuple[nn.Module, torch.Tensor, torch.dtype]) -> dict:
+        model, x, dtype = call
+        hooks_before = _hook_count(model)
+        got = output_dtypes(model, x, "cpu", dtype)
+        return {"returned": got, "hooks_added": _hook_count(model) - hooks_before}
+
+    return {"results": collect(_dtype_calls(case), record)}
+
+
+@judges("05-output-dtypes")
+def judge_output_dtypes(seen: dict, *, case: Case) -> str:
+    """The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left."""
+    for (model, x, dtype), result in judged(_dtype_calls(case), seen["results"]):
+        _compare_dtypes(result["returned"], reference_output_dtypes(model, x, "cpu", dtype), dtype)
+        added = result["hooks_added"]
+        if added != 0:
+            fail(
+                "hooks-left",
+                observed=f"the model has {added} more hooks after the call",
+                expected="every hook removed before returning",
+                cause="the handles returned by register_forward_hook were not removed; every later forward "
+                "would keep running them",
+                where="the end of output_dtypes: call handle.remove() on each handle (in a finally block)",
+            )
     return "one autocast forward recorded: the dtype of every leaf module's output matches, hooks removed"
 
 
 def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype) -> None:
     if not isinstance(got, dict) or set(got) != set(want):
-        keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+        keys = sorted(got) if isinstance(got, dict) else type_name(got)
         fail(
             "wrong-modules",
             observed=f"entries for {keys}",
@@ -331,7 +484,8 @@ def real_scale_trace(
     weight = nn.Parameter(torch.ones(1))
     optimizer = torch.optim.SGD([weight], lr=0.0)
     scaler = torch.amp.GradScaler(
-        "cpu", init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor, growth_interval=growth_interval
+        "cpu", init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor,
+        growth_interval=growth_interval,
     )
     trace = []
     for overflow in overflows:
@@ -343,27 +497,29 @@ def real_scale_trace(
     return trace
 
 
-def _trace_without_reset(overflows: Sequence[bool], init_scale: float, growth: float, backoff: float, interval: int) -> list[float]:
+def _trace_without_reset(overflows: Sequence[bool], *, init_scale: float, growth_factor: float, backoff_factor: float,
+                         growth_interval: int) -> list[float]:
     scale, tracker, trace = init_scale, 0, []
     for overflow in overflows:
         if overflow:
-            scale *= backoff
+            scale *= backoff_factor
         else:
             tracker += 1
-            if tracker == interval:
-                scale, tracker = scale * growth, 0
+            if tracker == growth_interval:
+                scale, tracker = scale * growth_factor, 0
         trace.append(scale)
     return trace
 
 
-def _scale_cases(hidden: bool) -> list[tuple[list[bool], dict[str, Any]]]:
+def _scale_cases(case: Case) -> list[tuple[list[bool], dict[str, Any]]]:
     F, T = False, True
     cases = [
-        ([F, F, F, T, F, F, F, F, F], dict(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)),
+        ([F, F, F, T, F, F, F, F, F],
+         dict(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)),
         ([F, F, T, F, T, T, F], dict(init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)),
     ]
-    if hidden:
-        rng = random.Random(505)
+    if case.hidden:
+        rng = random.Random(case.seeded(505))
         for _ in range(4):
             flags = [rng.random() < 0.3 for _ in range(rng.randint(10, 40))]
             cases.append(
@@ -372,6 +528,21 @@ def _scale_cases(hidden: bool) -> list[tuple[list[bool], dict[str, Any]]]:
             )
         cases.append(([], dict(init_scale=8.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)))
     return cases
+
+
+def _floats(value: Any) -> list[float] | None:
+    """A returned trace as a list of floats (a list, a tuple or a 1-D tensor of numbers); None otherwise."""
+    if isinstance(value, torch.Tensor) and value.dim() == 1 and value.is_floating_point():
+        return [float(v) for v in value]
+    if not isinstance(value, (list, tuple)):
+        return None
+    numbers = [_number(v) for v in value]
+    return None if any(n is None for n in numbers) else numbers  # type: ignore[return-value]
+
+
+def _same_trace(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Equal step for step, up to float32 rounding (the real scaler holds its scale in float32)."""
+    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b))
 
 
 @register(
@@ -383,9 +554,25 @@ def _scale_cases(hidden: bool) -> list[tuple[list[bool], dict[str, Any]]]:
         "if tracker == growth_interval: scale *= growth_factor; tracker = 0 -- append scale after every step.",
     ),
 )
-def check_scale_trace(scale_trace: Callable[..., list[float]], *, hidden: bool) -> str:
-    for overflows, settings in _scale_cases(hidden):
-        got = [float(s) for s in scale_trace(list(overflows), **settings)]
+def probe_scale_trace(scale_trace: Callable[..., list[float]], *, case: Case) -> dict:
+    """Call `scale_trace` on each overflow sequence and scaler setting of the case; record the traces."""
+    return {"traces": collect(_scale_cases(case), lambda c: {"returned": scale_trace(list(c[0]), **c[1])})}
+
+
+@judges("05-scale-trace")
+def judge_scale_trace(seen: dict, *, case: Case) -> str:
+    """Each trace equals the scales a real GradScaler holds after each step."""
+    for (overflows, settings), result in judged(_scale_cases(case), seen["traces"]):
+        returned = result["returned"]
+        got = _floats(returned)
+        if got is None:
+            fail(
+                "not-a-list",
+                observed=f"scale_trace returned {type_name(returned)} {returned!r}"[:200],
+                expected="a list of floats, one scale per step",
+                cause="the function returns something other than the list of scales",
+                where="the return statement of scale_trace",
+            )
         want = real_scale_trace(overflows, **settings)
         if len(got) != len(want):
             fail(
@@ -395,13 +582,13 @@ def check_scale_trace(scale_trace: Callable[..., list[float]], *, hidden: bool) 
                 cause="the initial scale is included, or a step is not appended",
                 where="where scale_trace appends to its list",
             )
-        if got == want:
+        if _same_trace(got, want):
             continue
-        step = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+        step = next(i for i, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, rel_tol=1e-6))
         situation = f"with {settings} and overflows={[int(o) for o in overflows]}, after step {step}"
         if overflows[step] and got[step] >= (got[step - 1] if step else settings["init_scale"]):
             code, cause = "no-backoff", "an overflowing step must multiply the scale by backoff_factor"
-        elif got == _trace_without_reset(overflows, *settings.values()):
+        elif _same_trace(got, _trace_without_reset(overflows, **settings)):
             code, cause = "tracker-not-reset", "an overflow must restart the count of finite steps at zero"
         else:
             code, cause = "wrong-growth", (
@@ -469,18 +656,21 @@ class AmpTrace:
 
 
 def make_mlp(seed: int, width: int = 16, inputs: int = 6, outputs: int = 3) -> nn.Module:
-    """A small seeded MLP for the checks."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(inputs, width), nn.ReLU(), nn.Linear(width, outputs))
+    """A small seeded MLP for the checks (the global RNG is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(inputs, width), nn.ReLU(), nn.Linear(width, outputs))
 
 
-def make_batch(seed: int, n: int = 12, inputs: int = 6, outputs: int = 3, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(seed: int, n: int = 12, inputs: int = 6, outputs: int = 3,
+               scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded (inputs, targets) regression batch; `scale` enlarges inputs (and so gradients)."""
     generator = torch.Generator().manual_seed(seed + 1000)
     return scale * torch.randn(n, inputs, generator=generator), torch.randn(n, outputs, generator=generator)
 
 
-def instrument(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: RecordingScaler | None, device_type: str, trace: AmpTrace) -> list[Any]:
+def instrument(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: RecordingScaler | None, device_type: str,
+               trace: AmpTrace) -> list[Any]:
     """Hooks that fill `trace`: backward's autocast state, and steps taken inside or outside scaler.step."""
 
     def on_grad(grad: torch.Tensor) -> None:
@@ -495,7 +685,8 @@ def instrument(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Recor
     return [first.register_hook(on_grad), optimizer.register_step_pre_hook(on_step)]
 
 
-def recording_loss(loss_fn: Callable[..., torch.Tensor], device_type: str, trace: AmpTrace) -> Callable[..., torch.Tensor]:
+def recording_loss(loss_fn: Callable[..., torch.Tensor], device_type: str,
+                   trace: AmpTrace) -> Callable[..., torch.Tensor]:
     """`loss_fn`, recording whether autocast was on when it was called."""
 
     def wrapped(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -510,8 +701,8 @@ def inject_inf(model: nn.Module) -> Any:
     return next(model.parameters()).register_hook(lambda grad: torch.full_like(grad, float("inf")))
 
 
-def run_amp_step(step_fn: Callable[..., Any], model: nn.Module, batch: Any, optimizer: torch.optim.Optimizer, scaler: RecordingScaler,
-                 dtype: torch.dtype, extra: Sequence[Any] = ()) -> AmpTrace:
+def run_amp_step(step_fn: Callable[..., Any], model: nn.Module, batch: Any, optimizer: torch.optim.Optimizer,
+                 scaler: RecordingScaler, dtype: torch.dtype, extra: Sequence[Any] = ()) -> AmpTrace:
     """Call `step_fn(model, batch, loss_fn, optimizer, scaler, *extra, "cpu", dtype)` with every probe attached.
 
     An exception from the student's code is kept in `trace.error`, so that what was observed before it
@@ -523,7 +714,7 @@ def run_amp_step(step_fn: Callable[..., Any], model: nn.Module, batch: Any, opti
     try:
         with ForwardRecorder(model) as forwards:
             trace.returned = step_fn(model, batch, loss_fn, optimizer, scaler, *extra, "cpu", dtype)
-    except Exception as error:  # reported after the observations, see check_amp_step
+    except Exception as error:  # reported after the observations, see fail_on_trace
         trace.error = error
     finally:
         for handle in handles:
@@ -534,8 +725,9 @@ def run_amp_step(step_fn: Callable[..., Any], model: nn.Module, batch: Any, opti
     return trace
 
 
-def reference_amp_step(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer,
-                       scaler: torch.amp.GradScaler, device_type: str, dtype: torch.dtype) -> torch.Tensor:
+def reference_amp_step(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor],
+                       optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device_type: str,
+                       dtype: torch.dtype) -> torch.Tensor:
     """The canonical AMP step (the lesson's solution)."""
     inputs, targets = batch
     model.train()
@@ -555,7 +747,7 @@ def _amp_setup(seed: int, init_scale: float) -> tuple[nn.Module, torch.optim.Opt
 
 
 def scope_failures(trace: AmpTrace) -> None:
-    """Fail on autocast scope errors: forward, loss and backward.
+    """Fail on autocast scope errors: forward, loss and backward (probe side: only the kernel sees them).
 
     What did happen is reported even when the student's code raised later; what did not happen is reported
     only when it ran to the end (after an exception, the missing calls are just the ones never reached).
@@ -592,7 +784,7 @@ def scope_failures(trace: AmpTrace) -> None:
 
 
 def scaler_failures(trace: AmpTrace) -> None:
-    """Fail on scaler misuse: a direct optimizer.step, a missing scale, step or update."""
+    """Fail on scaler misuse: a direct optimizer.step, a missing scale, step or update (probe side)."""
     if trace.direct_steps:
         fail(
             "step-bypasses-scaler",
@@ -620,92 +812,67 @@ def scaler_failures(trace: AmpTrace) -> None:
             )
 
 
-def _skip_failures(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> None:
-    """Inject an inf gradient: the step must be skipped, the scale halved, the parameters unchanged."""
-    model, optimizer, scaler = _amp_setup(seed, init_scale=1024.0)
-    before = [p.detach().clone() for p in model.parameters()]
-    handle = inject_inf(model)
-    trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
-    handle.remove()
+def fail_on_trace(trace: AmpTrace) -> None:
+    """Probe side: fail on autocast scope and scaler misuse, then re-raise the student's exception if any."""
     scope_failures(trace)
     scaler_failures(trace)
     if trace.error is not None:
         raise trace.error
-    unchanged = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    if trace.steps_taken or not unchanged:
-        fail(
-            "inf-step-not-skipped",
-            observed=f"with an inf gradient the optimizer stepped {trace.steps_taken} time(s); parameters "
-            f"{'unchanged' if unchanged else 'changed (now inf/NaN)'}",
-            expected="the step skipped (scaler.step sees the inf and does not call optimizer.step), parameters unchanged",
-            cause="the gradients reach the optimizer without the scaler's inf check",
-            where="the optimizer step: it must go through scaler.step(optimizer)",
-        )
-    if scaler.get_scale() != 512.0:
-        fail(
-            "scale-not-reduced",
-            observed=f"scale after an overflowing step: {scaler.get_scale():g}",
-            expected="512 (1024 times the backoff factor 0.5)",
-            cause="scaler.update() is not called after scaler.step, so the overflow does not lower the scale",
-            where="scaler.update() at the end of the step",
-        )
 
 
-def _result_failures(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> None:
-    """Two steps from the same start must match the reference step's parameters and losses."""
-    batches = [make_batch(seed), make_batch(seed + 1)]
-    results = []
-    for fn in (step_fn, reference_amp_step):
-        # a small scale: stale gradients left from step 1 are divided by it in step 2 and must stay visible
-        model, optimizer, scaler = _amp_setup(seed, init_scale=2.0)
-        traces = [run_amp_step(fn, model, batch, optimizer, scaler, dtype) for batch in batches]
-        results.append((model, traces))
-    (model, traces), (ref_model, ref_traces) = results
+def _amp_cases(case: Case) -> tuple[tuple[int, torch.dtype], ...]:
+    """(seed, autocast dtype) of each AMP step case."""
+    if case.hidden:
+        return (case.seeded(7), torch.bfloat16), (case.seeded(8), torch.float16)
+    return ((case.seeded(3), torch.bfloat16),)
+
+
+def _two_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [make_batch(seed), make_batch(seed + 1)]
+
+
+# A small initial scale for the two-step run: stale gradients left from step 1 are divided by it in step 2
+# and must stay visible.
+_TWO_STEP_SCALE = 2.0
+
+
+def _amp_parts(case: Case) -> list[tuple[int, torch.dtype, str]]:
+    """The probe's units, in the order a check stopping at the first difference sees them."""
+    return [(seed, dtype, part) for seed, dtype in _amp_cases(case) for part in ("skip", "two_steps")]
+
+
+def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
+    """A plain step (its autocast scopes and scaler calls checked here), then one with an injected inf gradient.
+
+    Records the optimizer steps taken, the parameters and the scale after the inf step.
+    """
+    model, optimizer, scaler = _amp_setup(seed, init_scale=256.0)
+    fail_on_trace(run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype))
+    model, optimizer, scaler = _amp_setup(seed, init_scale=1024.0)
+    handle = inject_inf(model)
+    trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
+    handle.remove()
+    fail_on_trace(trace)
+    return {"steps_taken": trace.steps_taken, "params": snapshot(model), "scale": float(scaler.get_scale())}
+
+
+def _probe_two_steps(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
+    """Two steps from the seeded start: what each returned, and the parameters after both."""
+    model, optimizer, scaler = _amp_setup(seed, init_scale=_TWO_STEP_SCALE)
+    traces = [run_amp_step(step_fn, model, batch, optimizer, scaler, dtype) for batch in _two_batches(seed)]
     for trace in traces:
         if trace.error is not None:
             raise trace.error
-    for i, (trace, ref) in enumerate(zip(traces, ref_traces)):
-        got = trace.returned
-        if isinstance(got, torch.Tensor) and got.requires_grad:
-            fail(
-                "returns-graph",
-                observed="the returned loss still requires grad",
-                expected="loss.detach(): a value to log, not the graph",
-                cause="returning the loss itself keeps the whole step's autograd graph alive",
-                where="the return statement of amp_train_step",
-            )
-        if not isinstance(got, (torch.Tensor, float)) or abs(float(got) - float(ref.returned)) > 1e-3 * (1 + abs(float(ref.returned))):
-            fail(
-                "wrong-return",
-                observed=f"step {i} returned {got!r}",
-                expected=f"the batch's loss before the update, about {float(ref.returned):.4f} (a detached tensor)",
-                cause="the scaled loss is returned (scaler.scale(loss)), or nothing is returned",
-                where="the return statement of amp_train_step",
-            )
-    with torch.no_grad():
-        drift = max(float((a - b).abs().max()) for a, b in zip(model.parameters(), ref_model.parameters()))
-    if drift > 1e-5:
-        fail(
-            "missing-zero-grad" if _accumulates(step_fn, seed, dtype) else "wrong-update",
-            observed=f"after two steps the parameters differ from the reference by up to {drift:.3g}",
-            expected="the same parameters as the canonical step (zero_grad, autocast forward+loss, scaled backward, "
-            "scaler.step, scaler.update)",
-            cause="gradients from the previous step are still in .grad (no optimizer.zero_grad(set_to_none=True)), "
-            "or the update applies something other than the unscaled gradient",
-            where="the start of amp_train_step, and the order of the scaler calls",
-        )
+    return {"returned": [trace.returned for trace in traces], "params": snapshot(model)}
 
 
-def _accumulates(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> bool:
-    """True when the step leaves a stale gradient in place (no zero_grad at the start or end of the step)."""
+def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """The parameters after one step that starts with a stale gradient of 1e3 on every parameter."""
     model, optimizer, scaler = _amp_setup(seed, init_scale=1.0)
     for p in model.parameters():
         p.grad = torch.full_like(p, 1e3)  # a stale gradient: 50 per parameter at lr 0.05 if it is not cleared
-    before = [p.detach().clone() for p in model.parameters()]
-    run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
-    with torch.no_grad():
-        moved = max(float((a - b).abs().max()) for a, b in zip(before, model.parameters()))
-    return moved > 1.0
+    run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)  # an exception here changes nothing
+    return snapshot(model)
 
 
 @register(
@@ -718,17 +885,101 @@ def _accumulates(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> 
         "scaler.update(); return loss.detach()",
     ),
 )
-def check_amp_step(amp_train_step: Callable[..., Any], *, hidden: bool) -> str:
-    cases = ((7, torch.bfloat16), (8, torch.float16)) if hidden else ((3, torch.bfloat16),)
-    for seed, dtype in cases:
-        model, optimizer, scaler = _amp_setup(seed, init_scale=256.0)
-        trace = run_amp_step(amp_train_step, model, make_batch(seed), optimizer, scaler, dtype)
-        scope_failures(trace)
-        scaler_failures(trace)
-        if trace.error is not None:
-            raise trace.error
-        _skip_failures(amp_train_step, seed, dtype)
-        _result_failures(amp_train_step, seed, dtype)
-    kinds = " and ".join(_name(d) for _, d in cases)
+def probe_amp_step(amp_train_step: Callable[..., Any], *, case: Case) -> dict:
+    """Run the student's step instrumented: a plain step, a step with an inf gradient, two steps, a stale start.
+
+    Fails here on what only the kernel sees (autocast state, scaler calls, a direct optimizer.step);
+    records the rest (steps taken, scale, parameters, returned losses) for the judge.
+    """
+    def record(part: tuple[int, torch.dtype, str]) -> dict:
+        seed, dtype, name = part
+        if name == "skip":
+            return _probe_skip(amp_train_step, seed, dtype)
+        return {**_probe_two_steps(amp_train_step, seed, dtype), "stale": _probe_stale(amp_train_step, seed, dtype)}
+
+    return {"runs": collect(_amp_parts(case), record)}
+
+
+@judges("05-amp-step")
+def judge_amp_step(seen: dict, *, case: Case) -> str:
+    """An inf gradient skips the step and halves the scale; two steps match the reference's losses and weights."""
+    for (seed, dtype, part), run in judged(_amp_parts(case), seen["runs"]):
+        start = snapshot(make_mlp(seed))
+        if part == "skip":
+            _judge_skip(run, start)
+        else:
+            _judge_two_steps(run, start, seed, dtype)
+    kinds = " and ".join(_name(d) for _, d in _amp_cases(case))
     return (f"{kinds}: forward and loss under autocast, backward outside, scale/step/update used, an inf gradient "
             "skips the step and halves the scale, two steps match the reference")
+
+
+def _judge_skip(skip: dict, start: list[torch.Tensor]) -> None:
+    """With an inf gradient: no optimizer step, the parameters as they started, the scale 1024 -> 512."""
+    steps_taken, scale = skip["steps_taken"], skip["scale"]
+    if not isinstance(steps_taken, int) or not isinstance(scale, float):
+        raise WireError("malformed observation: steps_taken or scale")
+    unchanged = all(torch.equal(a, b) for a, b in zip(start, matching_tensors(skip["params"], start, "params")))
+    if steps_taken or not unchanged:
+        fail(
+            "inf-step-not-skipped",
+            observed=f"with an inf gradient the optimizer stepped {steps_taken} time(s); parameters "
+            f"{'unchanged' if unchanged else 'changed (now inf/NaN)'}",
+            expected="the step skipped (scaler.step sees the inf and does not call optimizer.step), "
+            "parameters unchanged",
+            cause="the gradients reach the optimizer without the scaler's inf check",
+            where="the optimizer step: it must go through scaler.step(optimizer)",
+        )
+    if scale != 512.0:
+        fail(
+            "scale-not-reduced",
+            observed=f"scale after an overflowing step: {scale:g}",
+            expected="512 (1024 times the backoff factor 0.5)",
+            cause="scaler.update() is not called after scaler.step, so the overflow does not lower the scale",
+            where="scaler.update() at the end of the step",
+        )
+
+
+def _reference_two_steps(seed: int, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The canonical step run twice from the seeded start: its losses and the parameters after both."""
+    model, optimizer, scaler = _amp_setup(seed, init_scale=_TWO_STEP_SCALE)
+    losses = [reference_amp_step(model, batch, nn.functional.mse_loss, optimizer, scaler, "cpu", dtype)
+              for batch in _two_batches(seed)]
+    return losses, snapshot(model)
+
+
+def _judge_two_steps(two_steps: dict, start: list[torch.Tensor], seed: int, dtype: torch.dtype) -> None:
+    """Each returned loss is the batch's detached loss; the parameters after two steps are the reference's."""
+    ref_losses, ref_params = _reference_two_steps(seed, dtype)
+    for i, (got, ref) in enumerate(zip(two_steps["returned"], ref_losses, strict=True)):
+        if isinstance(got, torch.Tensor) and got.requires_grad:
+            fail(
+                "returns-graph",
+                observed="the returned loss still requires grad",
+                expected="loss.detach(): a value to log, not the graph",
+                cause="returning the loss itself keeps the whole step's autograd graph alive",
+                where="the return statement of amp_train_step",
+            )
+        value = _number(got) if isinstance(got, (torch.Tensor, float)) else None
+        if value is None or not abs(value - float(ref)) <= 1e-3 * (1 + abs(float(ref))):
+            fail(
+                "wrong-return",
+                observed=f"step {i} returned {got!r}",
+                expected=f"the batch's loss before the update, about {float(ref):.4f} (a detached tensor)",
+                cause="the scaled loss is returned (scaler.scale(loss)), or nothing is returned",
+                where="the return statement of amp_train_step",
+            )
+    params = matching_tensors(two_steps["params"], ref_params, "params")
+    drift = max(float((a - b).abs().max()) for a, b in zip(params, ref_params))
+    if not drift <= 1e-5:
+        stale = matching_tensors(two_steps["stale"], start, "stale")
+        moved = max(float((a - b).abs().max()) for a, b in zip(stale, start))
+        fail(
+            "missing-zero-grad" if moved > 1.0 else "wrong-update",
+            observed=f"after two steps the parameters differ from the reference by up to {drift:.3g}",
+            expected="the same parameters as the canonical step (zero_grad, autocast forward+loss, scaled backward, "
+            "scaler.step, scaler.update)",
+            cause="gradients from the previous step are still in .grad (no optimizer.zero_grad(set_to_none=True)), "
+            "or the update applies something other than the unscaled gradient",
+            where="the start of amp_train_step, and the order of the scaler calls",
+        )
