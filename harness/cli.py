@@ -23,12 +23,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _available(module_name: str) -> bool:
+    """Whether `module_name` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; only subcommand `only`'s module is imported (every one when None, e.g. --help)."""
     parser = argparse.ArgumentParser(prog="harness", description="PyTorch Training Lab harness")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        if importlib.util.find_spec(module_name) is None:  # the student tree has no instructor commands
+        if not _available(module_name):  # the student tree has no instructor commands
             continue
         command = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or name == only:

@@ -1,23 +1,26 @@
 """Checks of lesson 07 (learning-rate schedulers).
 
-Every check observes the learning rate each `optimizer.step()` actually used (an optimizer step pre-hook,
-`StepRecorder`), the calls a scheduler receives, and the modes the model ran in; it never reads source.
+Each probe runs the student's code on inputs built from the case and records what it observes: the learning
+rate and the weights and gradients of every `optimizer.step()` (an optimizer step pre-hook, `StepRecorder`),
+the calls a scheduler receives (with the model's weights at that moment), and the modes the model ran in.
+Each judge rebuilds the same inputs, recomputes the schedule, the losses and the optimizer updates itself,
+and decides. Nothing reads source.
 """
 
 from __future__ import annotations
 
 import math
-import tempfile
 import warnings
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, fail, judges, register
 from harness.checks.probes import ForwardRecorder, StepRecorder
+from harness.checks.wire import Opaque
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
@@ -35,7 +38,7 @@ def _regression_loader(n: int, batch_size: int, seed: int) -> DataLoader:
     return DataLoader(TensorDataset(inputs, targets), batch_size=batch_size, shuffle=False)
 
 
-def _reference_lrs(make_scheduler: SchedulerFactory, lr: float, steps: int) -> list[float]:
+def _scheduler_trace(make_scheduler: SchedulerFactory, lr: float, steps: int) -> list[float]:
     """The learning rate a scheduler gives before each of `steps + 1` consecutive scheduler steps."""
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
     scheduler = make_scheduler(optimizer)
@@ -47,8 +50,21 @@ def _reference_lrs(make_scheduler: SchedulerFactory, lr: float, steps: int) -> l
     return lrs
 
 
-def _close(a: Sequence[float], b: Sequence[float]) -> bool:
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12) for x, y in zip(a, b))
+def _is_number(value: Any) -> bool:
+    """A real Python number (bool excluded), as a probe sends a float or an int."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _close(a: Sequence[Any], b: Sequence[float], rel: float = 1e-6, abs_: float = 1e-12) -> bool:
+    """Two sequences of numbers equal to float precision (False for anything that is not a number)."""
+    return len(a) == len(b) and all(
+        _is_number(x) and math.isclose(x, y, rel_tol=rel, abs_tol=abs_) for x, y in zip(a, b)
+    )
+
+
+def _first_difference(a: Sequence[float], b: Sequence[float]) -> int:
+    """The first index where two equally long sequences of numbers differ."""
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if not math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12))
 
 
 def _fmt(values: Sequence[float], limit: int = 8) -> str:
@@ -56,19 +72,79 @@ def _fmt(values: Sequence[float], limit: int = 8) -> str:
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
-def _run_recorded(train: Callable[..., Any], optimizer: torch.optim.Optimizer, *args: Any) -> tuple[list[float], bool]:
-    """Run the student's loop; return the lr each optimizer.step used and whether PyTorch warned on order."""
-    with StepRecorder(optimizer) as steps, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        train(*args)
-    warned = any(_ORDER_WARNING in str(w.message) for w in caught)
-    return [record.lrs[0] for record in steps.records], warned
+def _type_name(value: Any) -> str:
+    """The type of a value as the student's code returned it (an Opaque carries the original name)."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
-def _order_note(warned: bool) -> str:
-    if not warned:
+def _order_note(warned: Any) -> str:
+    if warned is not True:
         return ""
     return " PyTorch also warned: 'Detected call of `lr_scheduler.step()` before `optimizer.step()`'."
+
+
+def _record_steps(train: Callable[..., Any], optimizer: torch.optim.Optimizer, *args: Any) -> dict[str, Any]:
+    """Run the student's code; what each optimizer.step saw and whether PyTorch warned about the call order."""
+    with StepRecorder(optimizer) as steps, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        returned = train(*args)
+    return {
+        "steps": [{"lr": record.lrs[0], "params": record.params, "grads": record.grads} for record in steps.records],
+        "final": [p.detach().clone() for group in optimizer.param_groups for p in group["params"]],
+        "warned": any(_ORDER_WARNING in str(w.message) for w in caught),
+        "returned": returned,
+    }
+
+
+def _used_lrs(seen: dict[str, Any]) -> list[float]:
+    """The learning rate each recorded optimizer step used (validated as numbers)."""
+    lrs = [step["lr"] for step in seen["steps"]]
+    if not all(_is_number(lr) for lr in lrs):
+        raise TypeError("the recorded learning rates are not numbers")
+    return [float(lr) for lr in lrs]
+
+
+def _same_tensors(got: Any, wanted: list[torch.Tensor]) -> bool:
+    """A list of tensors equal to `wanted` up to float rounding (False for anything else)."""
+    return isinstance(got, list) and len(got) == len(wanted) and all(
+        isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
+        and torch.allclose(g, w, rtol=1e-5, atol=1e-7)
+        for g, w in zip(got, wanted)
+    )
+
+
+def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Verify every recorded SGD step: weights where the previous step left them, gradients of this batch's
+    MSE loss at those weights, and the final weights after the last update."""
+    expected = [p.detach().clone() for p in model.parameters()]
+    for index, (step, (inputs, targets)) in enumerate(zip(seen["steps"], batches, strict=True)):
+        params, grads = step["params"], step["grads"]
+        fresh = _same_tensors(params, expected)
+        if fresh:
+            with torch.no_grad():
+                for parameter, value in zip(model.parameters(), params):
+                    parameter.copy_(value)
+            model.zero_grad(set_to_none=True)
+            nn.functional.mse_loss(model(inputs), targets).backward()
+        if not fresh or not _same_tensors(grads, [p.grad for p in model.parameters()]):
+            fail(
+                "steps-inconsistent",
+                observed=f"optimizer step {index} saw weights or gradients that are not those of plain SGD on "
+                "this batch after the previous steps",
+                expected="each optimizer.step() uses the gradients of the current batch's loss only",
+                cause="gradients accumulated across batches (zero_grad missing), the loss computed on other data, "
+                "or the weights changed outside optimizer.step()",
+                where="the batch loop: zero_grad, forward, loss, backward, optimizer.step()",
+            )
+        expected = [p - float(step["lr"]) * g for p, g in zip(params, grads)]
+    if not _same_tensors(seen["final"], expected):
+        fail(
+            "steps-inconsistent",
+            observed="the final weights are not those the last optimizer step produced",
+            expected="the weights change only through optimizer.step()",
+            cause="the weights changed after the last optimizer step",
+            where="the end of the training function",
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -82,13 +158,35 @@ def warmup_cosine_reference(step: int, warmup_steps: int, total_steps: int) -> f
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def _compare_warmup_cosine(factor: Callable[[int, int, int], float], step: int, warmup: int, total: int) -> None:
-    value = factor(step, warmup, total)
+def _warmup_cases(case: Case) -> list[tuple[int, int, int]]:
+    """(step, warmup, total) triples: fixed landmarks first, then seeded draws that favour the boundaries."""
+    hidden = case.hidden
+    cases = [(0, 5, 50), (4, 5, 50), (5, 5, 50), (50, 5, 50), (80, 5, 50)] + ([(0, 0, 10)] if hidden else [])
+    generator = torch.Generator().manual_seed(case.seeded(23 if hidden else 19))
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+    for _ in range(400 if hidden else 150):
+        warmup = draw(0 if hidden else 1, 200 if hidden else 20)
+        total = draw(warmup + (0 if hidden else 1), warmup + (2000 if hidden else 200))
+        anywhere = draw(0, total + (500 if hidden else 50))
+        steps = [anywhere] * 3 + [max(0, warmup - 1), warmup, total, total + 1]
+        cases.append((steps[draw(0, 6)], warmup, total))
+    return cases
+
+
+def _lambda_lr_setting(case: Case) -> tuple[float, int, int]:
+    """Base lr, warmup and total steps of the LambdaLR run."""
+    return (0.3, 7, 40) if case.hidden else (0.3, 5, 30)
+
+
+def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> None:
     where = f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total})"
-    if isinstance(value, torch.Tensor) or not isinstance(value, (int, float)):
+    if not _is_number(value):
         fail(
             "not-a-float",
-            observed=f"{where} returned a {type(value).__name__}",
+            observed=f"{where} returned a {_type_name(value)}",
             expected="a Python float (LambdaLR multiplies the base lr by it)",
             cause="returning a tensor or numpy value; math.cos and plain arithmetic give a float",
             where="the return statement of warmup_cosine",
@@ -124,24 +222,6 @@ def _compare_warmup_cosine(factor: Callable[[int, int, int], float], step: int, 
     )
 
 
-def _check_with_lambda_lr(factor: Callable[[int, int, int], float], warmup: int, total: int) -> None:
-    """The lr LambdaLR produces from the student's factor matches base_lr times the closed form."""
-    base_lr = 0.3
-    lrs = _reference_lrs(
-        lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: factor(s, warmup, total)), base_lr, total + 3
-    )
-    expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]
-    if not _close(lrs, expected):
-        first = next(i for i, (a, b) in enumerate(zip(lrs, expected)) if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12))
-        fail(
-            "cosine-wrong",
-            observed=f"LambdaLR with your factor gives lr {lrs[first]:.6g} at step {first}",
-            expected=f"{expected[first]:.6g} (base lr {base_lr} x the closed form)",
-            cause="the factor depends on something other than its three arguments",
-            where="warmup_cosine",
-        )
-
-
 @register(
     "07-warmup-cosine",
     hints=(
@@ -151,42 +231,96 @@ def _check_with_lambda_lr(factor: Callable[[int, int, int], float], warmup: int,
         "return 0.5 * (1 + math.cos(math.pi * progress)). The min keeps it at 0 after total_steps.",
     ),
 )
-def check_warmup_cosine(factor: Callable[[int, int, int], float], *, hidden: bool) -> str:
-    """Compare the student's factor with the closed form on many (step, warmup, total), property-based."""
-    from hypothesis import given, settings, strategies as st
-    from hypothesis.configuration import set_hypothesis_home_dir
+def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case) -> dict:
+    """Evaluate the student's factor on the case's triples; if every value is a number, drive LambdaLR with it."""
+    values = [factor(step, warmup, total) for step, warmup, total in _warmup_cases(case)]
+    if not all(_is_number(value) for value in values):  # LambdaLR would fail on it: the judge names the value
+        return {"values": values, "lambda_lrs": None}
+    base_lr, warmup, total = _lambda_lr_setting(case)
+    make = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: factor(s, warmup, total))  # noqa: E731
+    return {"values": values, "lambda_lrs": _scheduler_trace(make, base_lr, total + 3)}
 
-    # Hypothesis caches into ./.hypothesis by default: keep it out of the student's (and the release's) folder
-    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "harness-hypothesis")
 
-    @st.composite
-    def cases(draw: Any) -> tuple[int, int, int]:
-        warmup = draw(st.integers(0 if hidden else 1, 200 if hidden else 20))
-        total = draw(st.integers(warmup + (0 if hidden else 1), warmup + (2000 if hidden else 200)))
-        step = draw(st.integers(0, total + (500 if hidden else 50)))
-        return step, warmup, total
-
-    examples = 400 if hidden else 150
-
-    @settings(max_examples=examples, database=None, deadline=None, derandomize=True, print_blob=False)
-    @given(cases())
-    def agrees(case: tuple[int, int, int]) -> None:
-        _compare_warmup_cosine(factor, *case)
-
-    for step, warmup, total in [(0, 5, 50), (4, 5, 50), (5, 5, 50), (50, 5, 50), (80, 5, 50), (0, 0, 10)]:
-        if warmup or hidden:
-            _compare_warmup_cosine(factor, step, warmup, total)
-    agrees()
-    _check_with_lambda_lr(factor, *((7, 40) if hidden else (5, 30)))
-    return f"matches the closed form on {examples} property-based cases and drives LambdaLR correctly"
+@judges("07-warmup-cosine")
+def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
+    """The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form."""
+    cases = _warmup_cases(case)
+    for value, (step, warmup, total) in zip(seen["values"], cases, strict=True):
+        _compare_warmup_cosine(value, step, warmup, total)
+    base_lr, warmup, total = _lambda_lr_setting(case)
+    lrs = seen["lambda_lrs"]
+    expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]
+    if not isinstance(lrs, list) or len(lrs) != len(expected):
+        raise TypeError("the observation of the LambdaLR run is malformed")
+    if not _close(lrs, expected):
+        first = next(i for i, lr in enumerate(lrs) if not _close([lr], [expected[i]]))
+        fail(
+            "cosine-wrong",
+            observed=f"LambdaLR with your factor gives lr {lrs[first]!r:.12} at step {first}",
+            expected=f"{expected[first]:.6g} (base lr {base_lr} x the closed form)",
+            cause="the factor depends on something other than its three arguments",
+            where="warmup_cosine",
+        )
+    return f"matches the closed form on {len(cases)} seeded cases (boundaries included) and drives LambdaLR correctly"
 
 
 # ----------------------------------------------------------------------------------------------------
 # 07-per-step and 07-per-epoch: a scheduler stepped at the right place and granularity
 # ----------------------------------------------------------------------------------------------------
 def _tiny_regressor(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+@dataclass(frozen=True)
+class _LoopSetting:
+    """One loop check's inputs: epochs, the fixed-order loader, the model's seed, the base lr, the scheduler."""
+
+    epochs: int
+    loader: DataLoader
+    model_seed: int
+    lr: float
+    make: SchedulerFactory
+
+    @property
+    def batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The batches of one epoch, in the loader's (fixed) order."""
+        return list(self.loader)
+
+
+def _per_step_setting(case: Case) -> _LoopSetting:
+    epochs, batch_size, n = (4, 6, 36) if case.hidden else (3, 8, 48)
+    loader = _regression_loader(n, batch_size, seed=case.seeded(11 if case.hidden else 7))
+    total = epochs * len(loader)
+    if case.hidden:
+        make = lambda opt: torch.optim.lr_scheduler.LinearLR(  # noqa: E731
+            opt, start_factor=1.0, end_factor=0.05, total_iters=total
+        )
+    else:
+        # no momentum cycling: every step stays a plain SGD step (p - lr * grad) that the judge can verify
+        make = lambda opt: torch.optim.lr_scheduler.OneCycleLR(  # noqa: E731
+            opt, max_lr=0.05, total_steps=total, cycle_momentum=False
+        )
+    return _LoopSetting(epochs, loader, case.seeded(3), 0.05, make)
+
+
+def _per_epoch_setting(case: Case) -> _LoopSetting:
+    epochs, batch_size, n = (6, 5, 25) if case.hidden else (5, 8, 32)
+    loader = _regression_loader(n, batch_size, seed=case.seeded(5 if case.hidden else 2))
+    if case.hidden:
+        make = lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[1, 3, 4], gamma=0.3)  # noqa: E731
+    else:
+        make = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)  # noqa: E731
+    return _LoopSetting(epochs, loader, case.seeded(4), 0.04, make)
+
+
+def _probe_loop(train: Callable[..., Any], setting: _LoopSetting) -> dict[str, Any]:
+    """Run the student's loop with SGD and the setting's scheduler; record every optimizer step."""
+    model = _tiny_regressor(setting.model_seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=setting.lr)
+    scheduler = setting.make(optimizer)
+    return _record_steps(train, optimizer, model, setting.loader, nn.MSELoss(), optimizer, scheduler, setting.epochs)
 
 
 def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
@@ -199,6 +333,11 @@ def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
     )
 
 
+def _verify_loop_steps(seen: dict[str, Any], setting: _LoopSetting) -> None:
+    """Every recorded step is a real SGD step on its batch, from the case's model."""
+    _replay_steps(_tiny_regressor(setting.model_seed), seen, setting.batches * setting.epochs)
+
+
 @register(
     "07-per-step",
     hints=(
@@ -208,24 +347,23 @@ def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
         "Never before optimizer.step(), and not once per epoch.",
     ),
 )
-def check_per_step(train_per_step: Callable[..., Any], *, hidden: bool) -> str:
-    """The lr used by optimizer step i must be the schedule's i-th value."""
-    epochs, batch_size, n = (4, 6, 36) if hidden else (3, 8, 48)
-    loader = _regression_loader(n, batch_size, seed=11 if hidden else 7)
-    batches = len(loader)
+def probe_per_step(train_per_step: Callable[..., Any], *, case: Case) -> dict:
+    """Run the student's loop with a per-step scheduler; record the lr, weights and gradients of every step."""
+    return _probe_loop(train_per_step, _per_step_setting(case))
+
+
+@judges("07-per-step")
+def judge_per_step(seen: dict, *, case: Case) -> str:
+    """The lr used by optimizer step i must be the schedule's i-th value, and every step a real SGD step."""
+    setting = _per_step_setting(case)
+    epochs, batches = setting.epochs, len(setting.loader)
     total = epochs * batches
-    if hidden:
-        make = lambda opt: torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.05, total_iters=total)  # noqa: E731
-    else:
-        make = lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=total)  # noqa: E731
-    model = _tiny_regressor(3)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    scheduler = make(optimizer)
-    used, warned = _run_recorded(train_per_step, optimizer, model, loader, nn.MSELoss(), optimizer, scheduler, epochs)
-    expected = _reference_lrs(make, 0.05, total)
+    used, warned = _used_lrs(seen), seen["warned"]
+    expected = _scheduler_trace(setting.make, setting.lr, total)
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
     if _close(used, expected[:total]):
+        _verify_loop_steps(seen, setting)
         return f"lr used at each of {total} optimizer steps follows the per-step schedule"
     if len(set(used)) == 1:
         fail(
@@ -253,7 +391,7 @@ def check_per_step(train_per_step: Callable[..., Any], *, hidden: bool) -> str:
             cause="scheduler.step() sits in the epoch loop; a per-step schedule is sized in optimizer steps",
             where="move scheduler.step() into the batch loop, after optimizer.step()",
         )
-    first = next(i for i, (a, b) in enumerate(zip(used, expected)) if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12))
+    first = _first_difference(used, expected)
     fail(
         "wrong-lr-trace",
         observed=f"optimizer step {first} used lr {used[first]:.6g}",
@@ -271,25 +409,24 @@ def check_per_step(train_per_step: Callable[..., Any], *, hidden: bool) -> str:
         "loop, after the last optimizer.step()).",
     ),
 )
-def check_per_epoch(train_per_epoch: Callable[..., Any], *, hidden: bool) -> str:
-    """Every batch of epoch e must use the schedule's e-th value."""
-    epochs, batch_size, n = (6, 5, 25) if hidden else (5, 8, 32)
-    loader = _regression_loader(n, batch_size, seed=5 if hidden else 2)
-    batches = len(loader)
+def probe_per_epoch(train_per_epoch: Callable[..., Any], *, case: Case) -> dict:
+    """Run the student's loop with a per-epoch scheduler; record the lr, weights and gradients of every step."""
+    return _probe_loop(train_per_epoch, _per_epoch_setting(case))
+
+
+@judges("07-per-epoch")
+def judge_per_epoch(seen: dict, *, case: Case) -> str:
+    """Every batch of epoch e must use the schedule's e-th value, and every step be a real SGD step."""
+    setting = _per_epoch_setting(case)
+    epochs, batches = setting.epochs, len(setting.loader)
     total = epochs * batches
-    if hidden:
-        make = lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[1, 3, 4], gamma=0.3)  # noqa: E731
-    else:
-        make = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)  # noqa: E731
-    model = _tiny_regressor(4)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.04)
-    scheduler = make(optimizer)
-    used, warned = _run_recorded(train_per_epoch, optimizer, model, loader, nn.MSELoss(), optimizer, scheduler, epochs)
-    per_epoch = _reference_lrs(make, 0.04, epochs)
+    used, warned = _used_lrs(seen), seen["warned"]
+    per_epoch = _scheduler_trace(setting.make, setting.lr, epochs)
     expected = [per_epoch[e] for e in range(epochs) for _ in range(batches)]
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
     if _close(used, expected):
+        _verify_loop_steps(seen, setting)
         return f"every batch of each of {epochs} epochs used that epoch's lr"
     if len(set(used)) == 1:
         fail(
@@ -299,7 +436,7 @@ def check_per_epoch(train_per_epoch: Callable[..., Any], *, hidden: bool) -> str
             cause="scheduler.step() is never called",
             where="the end of the epoch loop",
         )
-    per_batch = _reference_lrs(make, 0.04, total)[:total]
+    per_batch = _scheduler_trace(setting.make, setting.lr, total)[:total]
     if _close(used, per_batch):
         fail(
             "stepped-per-batch",
@@ -318,7 +455,7 @@ def check_per_epoch(train_per_epoch: Callable[..., Any], *, hidden: bool) -> str
             + _order_note(warned),
             where="call scheduler.step() at the end of the epoch",
         )
-    first = next(i for i, (a, b) in enumerate(zip(used, expected)) if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12))
+    first = _first_difference(used, expected)
     fail(
         "wrong-lr-trace",
         observed=f"optimizer step {first} (epoch {first // batches}) used lr {used[first]:.6g}",
@@ -331,54 +468,81 @@ def check_per_epoch(train_per_epoch: Callable[..., Any], *, hidden: bool) -> str
 # ----------------------------------------------------------------------------------------------------
 # 07-plateau: ReduceLROnPlateau fed the validation loss
 # ----------------------------------------------------------------------------------------------------
-def _memorisation_task(seed: int, train_n: int, val_n: int) -> tuple[TensorDataset, TensorDataset]:
+@dataclass(frozen=True)
+class _PlateauSetting:
+    """The plateau check's inputs: random-label data sets, loaders' batch sizes, epochs and seed."""
+
+    seed: int
+    epochs: int
+    train_set: TensorDataset
+    val_set: TensorDataset
+    train_bs: int
+    val_bs: int
+
+
+def _plateau_setting(case: Case) -> _PlateauSetting:
     """Random labels: the training loss falls as the net memorises, the validation loss rises.
 
     The two losses move in opposite directions, so the metric a plateau scheduler is fed is observable.
     """
-    generator = torch.Generator().manual_seed(seed)
-    make = lambda n: TensorDataset(torch.randn(n, 10, generator=generator), torch.randint(0, 2, (n,), generator=generator))  # noqa: E731
-    return make(train_n), make(val_n)
+    seed, epochs, train_n, val_n, train_bs, val_bs = (21, 7, 40, 60, 10, 20) if case.hidden else (8, 6, 32, 48, 8, 16)
+    generator = torch.Generator().manual_seed(case.seeded(seed))
+    sets = [
+        TensorDataset(torch.randn(n, 10, generator=generator), torch.randint(0, 2, (n,), generator=generator))
+        for n in (train_n, val_n)
+    ]
+    return _PlateauSetting(case.seeded(seed), epochs, *sets, train_bs, val_bs)
 
 
-def _mean_loss(model: nn.Module, dataset: TensorDataset, loss_fn: nn.Module) -> float:
-    was_training = model.training
+def _plateau_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 2))
+
+
+def _plateau_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=0)
+
+
+def _mean_loss(model: nn.Module, dataset: TensorDataset) -> float:
     model.eval()
     with torch.no_grad():
-        value = float(loss_fn(model(dataset.tensors[0]), dataset.tensors[1]))
-    model.train(was_training)
-    return value
+        return float(nn.functional.cross_entropy(model(dataset.tensors[0]), dataset.tensors[1]))
 
 
 class _PlateauSpy:
-    """Wraps a ReduceLROnPlateau's `step` to record the metric it receives and the true losses then."""
+    """Wraps a ReduceLROnPlateau's `step` to record the metric it receives and the model's weights then."""
 
-    def __init__(self, scheduler: Any, model: nn.Module, train_set: TensorDataset, val_set: TensorDataset) -> None:
-        self.calls: list[tuple[float, float, float]] = []  # (metric passed, true val loss, true train loss)
+    def __init__(self, scheduler: Any, model: nn.Module) -> None:
+        self.calls: list[dict[str, Any]] = []
         self._step = scheduler.step
-        self._model, self._train, self._val = model, train_set, val_set
+        self._model = model
         scheduler.step = self  # an instance attribute shadows the method: the student's calls land here
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         metric = args[0] if args else kwargs.get("metrics")
-        if metric is None:
-            fail(
-                "plateau-no-metric",
-                observed="scheduler.step() was called without a metric",
-                expected="scheduler.step(val_loss): ReduceLROnPlateau decides from the value you give it",
-                cause="calling it like the other schedulers",
-                where="the end of the epoch, after evaluating on the validation set",
-            )
-        loss_fn = nn.CrossEntropyLoss()
-        self.calls.append((float(metric), _mean_loss(self._model, self._val, loss_fn), _mean_loss(self._model, self._train, loss_fn)))
+        weights = {k: v.detach().clone() for k, v in self._model.state_dict().items()}
+        self.calls.append({"metric": None if metric is None else float(metric), "weights": weights})
+        if metric is None:  # ReduceLROnPlateau would raise a TypeError that hides the cause
+            _no_metric_failure()
         self._step(*args, **kwargs)
 
 
+def _no_metric_failure() -> None:
+    fail(
+        "plateau-no-metric",
+        observed="scheduler.step() was called without a metric",
+        expected="scheduler.step(val_loss): ReduceLROnPlateau decides from the value you give it",
+        cause="calling it like the other schedulers",
+        where="the end of the epoch, after evaluating on the validation set",
+    )
+
+
 def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> None:
-    val_forwards = [r for r in records if r.batch_size == val_batch]
+    """Validation forwards in eval mode without autograd; forwards that record a graph in train mode."""
+    records = [(bool(training), bool(grad), size) for training, grad, size in records]
+    val_forwards = [r for r in records if r[2] == val_batch]
     # training forwards are those that record a graph; a no_grad pass over the training set (to log its loss)
     # may legitimately run in eval mode
-    train_forwards = [r for r in records if r.batch_size == train_batch and r.grad_enabled]
+    train_forwards = [r for r in records if r[2] == train_batch and r[1]]
     if not val_forwards:
         fail(
             "no-validation",
@@ -387,7 +551,7 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
             cause="the validation loss is not computed from val_loader",
             where="the evaluation part of the epoch",
         )
-    if any(r.training for r in val_forwards):
+    if any(training for training, _, _ in val_forwards):
         fail(
             "val-in-train-mode",
             observed="validation batches ran with model.training == True",
@@ -395,7 +559,7 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
             cause="missing model.eval()",
             where="before the validation loop",
         )
-    if any(r.grad_enabled for r in val_forwards):
+    if any(grad for _, grad, _ in val_forwards):
         fail(
             "val-with-grad",
             observed="validation ran with autograd recording",
@@ -403,7 +567,7 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
             cause="the validation loop builds graphs it never uses",
             where="wrap the validation loop in `with torch.no_grad():`",
         )
-    if any(not r.training for r in train_forwards):
+    if any(not training for training, _, _ in train_forwards):
         fail(
             "train-in-eval-mode",
             observed="training batches ran with model.training == False",
@@ -422,20 +586,44 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
         "loss, then scheduler.step(val_loss) once. Return the list of validation losses.",
     ),
 )
-def check_plateau(train_with_plateau: Callable[..., Any], *, hidden: bool) -> str:
+def probe_plateau(train_with_plateau: Callable[..., Any], *, case: Case) -> dict:
+    """Train with a spied ReduceLROnPlateau; record each metric it received with the weights at that moment."""
+    setting = _plateau_setting(case)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(setting.seed)
+        model = _plateau_model()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        scheduler = _plateau_scheduler(optimizer)
+        spy = _PlateauSpy(scheduler, model)
+        train_loader = DataLoader(
+            setting.train_set, batch_size=setting.train_bs, shuffle=True,
+            generator=torch.Generator().manual_seed(setting.seed),
+        )
+        val_loader = DataLoader(setting.val_set, batch_size=setting.val_bs)
+        with ForwardRecorder(model) as forwards:
+            returned = train_with_plateau(
+                model, train_loader, val_loader, nn.CrossEntropyLoss(), optimizer, scheduler, setting.epochs
+            )
+    return {
+        "calls": spy.calls,
+        "forwards": [(r.training, r.grad_enabled, r.batch_size) for r in forwards.records],
+        "returned": returned,
+    }
+
+
+def _losses_at(weights: Any, setting: _PlateauSetting) -> tuple[float, float]:
+    """The mean validation and training losses (eval mode) of the plateau model holding `weights`."""
+    with torch.random.fork_rng(devices=[]):
+        model = _plateau_model()
+    model.load_state_dict(weights, strict=True)
+    return _mean_loss(model, setting.val_set), _mean_loss(model, setting.train_set)
+
+
+@judges("07-plateau")
+def judge_plateau(seen: dict, *, case: Case) -> str:
     """The scheduler must receive, once per epoch, the validation loss of the model at that moment."""
-    seed, epochs, train_n, val_n, train_bs, val_bs = (21, 7, 40, 60, 10, 20) if hidden else (8, 6, 32, 48, 8, 16)
-    train_set, val_set = _memorisation_task(seed, train_n, val_n)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 2))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=0)
-    spy = _PlateauSpy(scheduler, model, train_set, val_set)
-    train_loader = DataLoader(train_set, batch_size=train_bs, shuffle=True, generator=torch.Generator().manual_seed(seed))
-    val_loader = DataLoader(val_set, batch_size=val_bs)
-    with ForwardRecorder(model) as forwards:
-        returned = train_with_plateau(model, train_loader, val_loader, nn.CrossEntropyLoss(), optimizer, scheduler, epochs)
-    calls = spy.calls
+    setting = _plateau_setting(case)
+    epochs, calls = setting.epochs, seen["calls"]
     if len(calls) > epochs:
         fail(
             "plateau-per-batch",
@@ -444,6 +632,8 @@ def check_plateau(train_with_plateau: Callable[..., Any], *, hidden: bool) -> st
             cause="scheduler.step(...) sits inside the batch loop",
             where="move it to the end of the epoch",
         )
+    if any(call["metric"] is None for call in calls):
+        _no_metric_failure()
     if len(calls) < epochs:
         fail(
             "plateau-not-stepped",
@@ -452,8 +642,13 @@ def check_plateau(train_with_plateau: Callable[..., Any], *, hidden: bool) -> st
             cause="the scheduler is not stepped every epoch",
             where="the end of the epoch loop: scheduler.step(val_loss)",
         )
-    _check_eval_modes(forwards.records, val_bs, train_bs)
-    wrong = [(e, m, v, t) for e, (m, v, t) in enumerate(calls) if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)]
+    _check_eval_modes(seen["forwards"], setting.val_bs, setting.train_bs)
+    metrics = [float(call["metric"]) for call in calls]
+    losses = [_losses_at(call["weights"], setting) for call in calls]
+    wrong = [
+        (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses))
+        if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)
+    ]
     like_train = [w for w in wrong if abs(w[1] - w[3]) < abs(w[1] - w[2])]
     if wrong and 2 * len(like_train) >= len(wrong):
         epoch, metric, val_loss, train_loss = like_train[-1]
@@ -475,10 +670,9 @@ def check_plateau(train_with_plateau: Callable[..., Any], *, hidden: bool) -> st
             cause="a stale value (last epoch's), a sum instead of a mean, or a single batch's loss",
             where="how the validation loss is computed and when it is passed",
         )
-    val_losses = [val for _, val, _ in calls]
-    if returned is None or len(returned) != epochs or not all(
-        math.isclose(float(a), b, rel_tol=1e-4, abs_tol=1e-6) for a, b in zip(returned, val_losses)
-    ):
+    val_losses = [val for val, _ in losses]
+    returned = seen["returned"]
+    if not isinstance(returned, (list, tuple)) or not _close([_as_float(r) for r in returned], val_losses, 1e-4, 1e-6):
         fail(
             "wrong-return",
             observed=f"returned {returned!r:.120}",
@@ -486,6 +680,10 @@ def check_plateau(train_with_plateau: Callable[..., Any], *, hidden: bool) -> st
             cause="returning the training losses, or nothing",
             where="the return statement",
         )
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
+    scheduler = _plateau_scheduler(optimizer)
+    for val_loss in val_losses:
+        scheduler.step(val_loss)
     final_lr = optimizer.param_groups[0]["lr"]
     return f"stepped once per epoch with the validation loss; lr went 0.01 -> {final_lr:.2g} as it rose"
 
@@ -493,8 +691,19 @@ def check_plateau(train_with_plateau: Callable[..., Any], *, hidden: bool) -> st
 # ----------------------------------------------------------------------------------------------------
 # 07-amp-skip: under a GradScaler, the scheduler must not advance on a skipped step
 # ----------------------------------------------------------------------------------------------------
-def _amp_batches(seed: int, count: int, poisoned: set[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    generator = torch.Generator().manual_seed(seed)
+@dataclass(frozen=True)
+class _AmpSetting:
+    """The amp check's inputs: batches (some overflowing), the model's seed, the scheduler."""
+
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    poisoned: frozenset[int]
+    model_seed: int
+    make: SchedulerFactory
+
+
+def _amp_setting(case: Case) -> _AmpSetting:
+    count, poisoned = (12, {0, 5, 6, 10}) if case.hidden else (10, {2, 3, 7})
+    generator = torch.Generator().manual_seed(case.seeded(13 if case.hidden else 1))
     batches = []
     for i in range(count):
         inputs = torch.randn(8, 4, generator=generator)
@@ -502,16 +711,46 @@ def _amp_batches(seed: int, count: int, poisoned: set[int]) -> list[tuple[torch.
         if i in poisoned:
             inputs[0, 0] = float("inf")  # an overflow: the scaler finds inf gradients and skips the step
         batches.append((inputs, targets))
-    return batches
+    if case.hidden:
+        make = lambda opt: torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8)  # noqa: E731
+    else:
+        make = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))  # noqa: E731
+    return _AmpSetting(batches, frozenset(poisoned), case.seeded(5), make)
 
 
-def _reference_grads(params: list[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
-    model = nn.Linear(4, 1)
+def _amp_model(seed: int) -> nn.Linear:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Linear(4, 1)
+
+
+def _reference_grads(
+    seed: int, params: list[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor
+) -> list[torch.Tensor]:
+    """The true gradients of the MSE loss of the amp model holding `params` on one batch."""
+    model = _amp_model(seed)
     with torch.no_grad():
-        model.weight.copy_(params[0])
-        model.bias.copy_(params[1])
+        for parameter, value in zip(model.parameters(), params, strict=True):
+            parameter.copy_(value)
     nn.functional.mse_loss(model(inputs), targets).backward()
     return [model.weight.grad, model.bias.grad]
+
+
+def _as_float(value: Any) -> float | None:
+    """A returned number or one-element tensor as a float; None for anything else."""
+    if _is_number(value):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return float(value)
+    return None
+
+
+def _as_flag(value: Any) -> bool | None:
+    """A returned bool (or a one-element tensor, or a numpy bool) as a bool; None for anything else."""
+    if isinstance(value, Opaque) and value.type_name == "bool_" and value.text in ("True", "False"):
+        return value.text == "True"
+    number = _as_float(value) if not isinstance(value, bool) else float(value)
+    return None if number is None else bool(number)
 
 
 @register(
@@ -523,28 +762,31 @@ def _reference_grads(params: list[torch.Tensor], inputs: torch.Tensor, targets: 
         "stepped = scaler.get_scale() >= scale; if stepped: scheduler.step(). Return stepped.",
     ),
 )
-def check_amp_skip(amp_step: Callable[..., bool], *, hidden: bool) -> str:
-    """Feed batches, some overflowing; the scheduler must advance exactly once per real optimizer step."""
-    count, poisoned = (12, {0, 5, 6, 10}) if hidden else (10, {2, 3, 7})
-    batches = _amp_batches(13 if hidden else 1, count, poisoned)
-    torch.manual_seed(5)
-    model = nn.Linear(4, 1)
+def probe_amp_skip(amp_step: Callable[..., bool], *, case: Case) -> dict:
+    """Feed the batches, some overflowing; record every real optimizer step, the returns and the scheduler's count."""
+    setting = _amp_setting(case)
+    model = _amp_model(setting.model_seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    if hidden:
-        make = lambda opt: torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8)  # noqa: E731
-    else:
-        make = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))  # noqa: E731
-    scheduler = make(optimizer)
+    scheduler = setting.make(optimizer)
     # growth_interval=2: the scale also *grows* after two good steps, which must not look like a skip
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
-    returned = []
-    with StepRecorder(optimizer) as steps, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for inputs, targets in batches:
-            returned.append(amp_step(model, inputs, targets, nn.MSELoss(), optimizer, scaler, scheduler))
-    warned = any(_ORDER_WARNING in str(w.message) for w in caught)
+
+    def run() -> list[Any]:
+        return [amp_step(model, x, y, nn.MSELoss(), optimizer, scaler, scheduler) for x, y in setting.batches]
+
+    seen = _record_steps(run, optimizer)
+    seen["last_epoch"] = scheduler.last_epoch
+    return seen
+
+
+@judges("07-amp-skip")
+def judge_amp_skip(seen: dict, *, case: Case) -> str:
+    """The scheduler advances exactly once per real optimizer step; skipped steps are reported and leave it alone."""
+    setting = _amp_setting(case)
+    count, poisoned = len(setting.batches), setting.poisoned
     real = count - len(poisoned)
-    if len(steps.records) == count:
+    steps, warned = seen["steps"], seen["warned"]
+    if len(steps) == count:
         fail(
             "bypasses-scaler",
             observed=f"optimizer.step() ran on all {count} batches, including {len(poisoned)} with inf gradients",
@@ -552,18 +794,19 @@ def check_amp_skip(amp_step: Callable[..., bool], *, hidden: bool) -> str:
             cause="calling optimizer.step() directly instead of scaler.step(optimizer)",
             where="the update: scaler.step(optimizer); scaler.update()",
         )
-    if len(steps.records) != real:
+    if len(steps) != real:
         fail(
             "wrong-step-count",
-            observed=f"{len(steps.records)} optimizer steps over {count} batches ({len(poisoned)} overflowing)",
+            observed=f"{len(steps)} optimizer steps over {count} batches ({len(poisoned)} overflowing)",
             expected=f"{real}",
             cause="the step is taken zero or several times per call",
             where="scaler.step(optimizer) once per call",
         )
-    finite = [batches[i] for i in range(count) if i not in poisoned]
-    for record, (inputs, targets) in zip(steps.records, finite):
-        expected_grads = _reference_grads(record.params, inputs, targets)
-        ratio = float(record.grads[0].norm() / expected_grads[0].norm())
+    finite = [batch for i, batch in enumerate(setting.batches) if i not in poisoned]
+    for step, (inputs, targets) in zip(steps, finite, strict=True):
+        expected_grads = _reference_grads(setting.model_seed, step["params"], inputs, targets)
+        grad = step["grads"][0]
+        ratio = float(grad.norm() / expected_grads[0].norm()) if isinstance(grad, torch.Tensor) else math.nan
         if not math.isclose(ratio, 1.0, rel_tol=2e-2):
             fail(
                 "loss-not-scaled",
@@ -572,21 +815,24 @@ def check_amp_skip(amp_step: Callable[..., bool], *, hidden: bool) -> str:
                 cause="loss.backward() instead of scaler.scale(loss).backward(), or an extra scaling",
                 where="the backward call",
             )
+    returned = [_as_flag(r) for r in seen["returned"]]
     expected_returns = [i not in poisoned for i in range(count)]
-    if [bool(r) for r in returned] != expected_returns:
+    if returned != expected_returns:
         fail(
             "skip-not-reported",
-            observed=f"returned {[bool(r) for r in returned]}",
+            observed=f"returned {seen['returned']!r:.200}",
             expected=f"{expected_returns} (False where the batch overflowed and the step was skipped)",
             cause="the return value does not say whether the optimizer stepped; note the scale also grows after "
             "good steps, so compare with >=",
             where="compare scaler.get_scale() before and after scaler.update()",
         )
-    used = [record.lrs[0] for record in steps.records]
-    schedule = _reference_lrs(make, 0.1, count)
-    if _close(used, schedule[:real]) and scheduler.last_epoch == real:
+    used = _used_lrs(seen)
+    schedule = _scheduler_trace(setting.make, 0.1, count)
+    last_epoch = seen["last_epoch"]
+    if _close(used, schedule[:real]) and last_epoch == real:
+        _replay_steps(_amp_model(setting.model_seed), seen, finite)
         return f"{len(poisoned)} skipped steps left the schedule alone; {real} real steps used {_fmt(schedule[:real])}"
-    if len(set(used)) == 1 and scheduler.last_epoch == 0:
+    if len(set(used)) == 1 and last_epoch == 0:
         fail(
             "scheduler-not-stepped",
             observed=f"every optimizer step used lr {used[0]:.4g}",
@@ -596,8 +842,7 @@ def check_amp_skip(amp_step: Callable[..., bool], *, hidden: bool) -> str:
         )
     fail(
         "scheduler-advanced-on-skip",
-        observed=f"after {real} real steps the scheduler had stepped {scheduler.last_epoch} times; lrs used "
-        f"{_fmt(used)}",
+        observed=f"after {real} real steps the scheduler had stepped {last_epoch} times; lrs used {_fmt(used)}",
         expected=f"{real} scheduler steps; lrs {_fmt(schedule[:real])}",
         cause="scheduler.step() runs even when scaler.step() skipped the optimizer step, so the schedule runs "
         "ahead of the real updates." + _order_note(warned),

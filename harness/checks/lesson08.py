@@ -1,8 +1,13 @@
 """Checks of lesson 08 (checkpointing).
 
 They observe files and states: what a checkpoint holds, what survives a crash in the middle of a save, and
-whether a run killed and resumed in a fresh Python process ends with exactly the weights of a run that
-never stopped. The resume check rebuilds the student's functions in the child process from their source
+whether a run killed and resumed (in a fresh Python process for the visible case) ends with exactly the
+weights of a run that never stopped. Each probe runs the student's code, reads back what it wrote with
+`torch.load(..., weights_only=True)` and records it as data (tensors, numbers, file names), never as pickled
+bytes; each judge rebuilds the case's inputs, recomputes what the files and states must hold (for the resume
+check, by replaying the small reference run), and decides.
+
+The resume probe rebuilds the student's functions in the child process from their source
 (`inspect.getsource`, plus the notebook functions and modules they use), because a function defined in a
 notebook cannot be imported by another process.
 """
@@ -29,7 +34,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import fail, register
+from harness.checks.core import Case, fail, judges, register
+from harness.checks.wire import Opaque
+
 
 def _same(a: Any, b: Any) -> bool:
     """Deep equality of nested dicts, lists, tensors and numbers (NaN equals NaN)."""
@@ -46,6 +53,41 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _as_data(value: Any) -> Any:
+    """A loaded checkpoint as wire data: dict keys as strings (optimizer states use ints), tuples as lists."""
+    if isinstance(value, dict):
+        return {str(k): _as_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_data(v) for v in value]
+    return value
+
+
+def _describe(value: Any) -> str:
+    """A short description of a value that came back, for failure messages."""
+    if isinstance(value, Opaque):
+        return f"{value.type_name} {value.text}"[:120]
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _as_number(value: Any) -> float | None:
+    """A returned number (or one-element tensor) as a float; None for anything else (None included)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return float(value)
+    return None
+
+
+def _as_flag(value: Any) -> bool | None:
+    """A returned bool (or number, one-element tensor, numpy bool) as a bool; None for anything else."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Opaque) and value.type_name == "bool_" and value.text in ("True", "False"):
+        return value.text == "True"
+    number = _as_number(value)
+    return None if number is None else bool(number)
+
+
 # ----------------------------------------------------------------------------------------------------
 # 08-portable: state dicts without wrapper prefixes
 # ----------------------------------------------------------------------------------------------------
@@ -60,39 +102,32 @@ class _Net(nn.Module):
         self.register_buffer("steps", torch.tensor(7))
 
 
-class _CompiledLike(nn.Module):
-    """Holds a model as `_orig_mod`, exactly as torch.compile's OptimizedModule does.
-
-    The real torch.compile costs seconds just to import TorchDynamo, too slow inside a graded cell; the state
-    dict key names are identical (the tests compare the two).
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self._orig_mod = model
-
-
-def _wrapped_state_dicts(hidden: bool) -> list[tuple[str, dict[str, torch.Tensor]]]:
-    torch.manual_seed(3 if hidden else 1)
-    net = _Net()
-    cases = [
-        ("a plain model", net),
-        ("nn.DataParallel(model)", nn.DataParallel(net)),
-        ("torch.compile(model)", _CompiledLike(net)),
-        ("torch.compile(DataParallel(model))", _CompiledLike(nn.DataParallel(net))),
-    ]
-    if hidden:
-        cases += [
-            ("DataParallel(torch.compile(model))", nn.DataParallel(_CompiledLike(net))),
-            ("DataParallel(DataParallel(model))", nn.DataParallel(nn.DataParallel(net))),
-        ]
-    return [(name, wrapper.state_dict()) for name, wrapper in cases]
+# DataParallel and DDP name their model's keys 'module.' + key, torch.compile '_orig_mod.' + key, and the
+# prefixes stack (the tests compare these with the real wrappers' state dicts).
+_WRAPPERS = (
+    ("a plain model", ""),
+    ("nn.DataParallel(model)", "module."),
+    ("torch.compile(model)", "_orig_mod."),
+    ("torch.compile(DataParallel(model))", "_orig_mod.module."),
+)
+_HIDDEN_WRAPPERS = (
+    ("DataParallel(torch.compile(model))", "module._orig_mod."),
+    ("DataParallel(DataParallel(model))", "module.module."),
+)
 
 
-def _strip_wrappers(key: str) -> str:
-    while key.startswith(("module.", "_orig_mod.")):
-        key = key.split(".", 1)[1]
-    return key
+def _plain_state_dict(case: Case) -> dict[str, torch.Tensor]:
+    """The seeded plain model's state dict."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seeded(3 if case.hidden else 1))
+        return _Net().state_dict()
+
+
+def _wrapped_state_dicts(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """The state dict of the case's model as each wrapper names it, each with its own copy of the values."""
+    plain = _plain_state_dict(case)
+    wrappers = _WRAPPERS + (_HIDDEN_WRAPPERS if case.hidden else ())
+    return [(name, {prefix + k: v.clone() for k, v in plain.items()}) for name, prefix in wrappers]
 
 
 @register(
@@ -104,20 +139,37 @@ def _strip_wrappers(key: str) -> str:
         "key.removeprefix(prefix)). Do not use str.replace: 'head.module.weight' is a real name.",
     ),
 )
-def check_portable(portable_state_dict: Callable[[dict], dict], *, hidden: bool) -> str:
-    """The result must load strictly into the plain model, with every value untouched."""
-    reference = _Net().state_dict()
-    cases = _wrapped_state_dicts(hidden)
-    for name, state in cases:
-        keys_before = list(state)
+def probe_portable(portable_state_dict: Callable[[dict], dict], *, case: Case) -> dict:
+    """Call the student's function on each wrapped state dict; record the result and the input's keys after."""
+    results = []
+    for _, state in _wrapped_state_dicts(case):
         result = portable_state_dict(state)
-        if list(state) != keys_before:
+        results.append({"keys_after": list(state), "result": result})
+    return {"results": results}
+
+
+@judges("08-portable")
+def judge_portable(seen: dict, *, case: Case) -> str:
+    """The result must load strictly into the plain model, with every value untouched."""
+    reference = _plain_state_dict(case)
+    cases = _wrapped_state_dicts(case)
+    for (name, state), observed in zip(cases, seen["results"], strict=True):
+        if observed["keys_after"] != list(state):
             fail(
                 "mutated-input",
                 observed=f"the state dict of {name} passed in was changed",
                 expected="a new dict; the caller's state dict left as it was",
                 cause="deleting or renaming keys in place",
                 where="build and return a new dict",
+            )
+        result = observed["result"]
+        if not isinstance(result, dict):
+            fail(
+                "not-a-dict",
+                observed=f"for {name} it returned {_describe(result)}",
+                expected="a dict from the plain model's key names to the same tensors",
+                cause="returning something other than a dict with string keys",
+                where="the return statement",
             )
         left = [k for k in result if k.startswith(("module.", "_orig_mod."))]
         if left:
@@ -133,14 +185,13 @@ def check_portable(portable_state_dict: Callable[[dict], dict], *, hidden: bool)
             fail(
                 "over-stripped",
                 observed=f"for {name} the result has keys {odd[:3]} that the plain model does not have",
-                expected=f"exactly the plain model's keys, e.g. 'module_list.0.weight' and 'head.module.weight'",
+                expected="exactly the plain model's keys, e.g. 'module_list.0.weight' and 'head.module.weight'",
                 cause="str.replace or lstrip removes 'module' inside real names, not only the leading prefix",
                 where="remove a prefix only from the start of the key",
             )
-        expected = {_strip_wrappers(k): v for k, v in state.items()}
         for key, value in result.items():
-            source = expected[key]
-            if not isinstance(value, torch.Tensor) or not torch.equal(value, source):
+            source = reference[key]
+            if not isinstance(value, torch.Tensor) or value.dtype != source.dtype or not torch.equal(value, source):
                 fail(
                     "values-changed",
                     observed=f"for {name}, {key!r} does not hold the wrapped model's tensor",
@@ -148,14 +199,20 @@ def check_portable(portable_state_dict: Callable[[dict], dict], *, hidden: bool)
                     cause="values copied from the wrong key, or modified",
                     where="keep each value with its renamed key",
                 )
-        _Net().load_state_dict(result, strict=True)
+        with torch.random.fork_rng(devices=[]):
+            _Net().load_state_dict(result, strict=True)
     return f"{len(cases)} wrapped state dicts load strictly into the plain model"
 
 
 # ----------------------------------------------------------------------------------------------------
 # 08-early-stopping: an early-stopping state that survives a resume
 # ----------------------------------------------------------------------------------------------------
-def _early_stopping_reference(metrics: list[float], patience: int, mode: str, min_delta: float) -> list[tuple[bool, float]]:
+EarlyStoppingCase = tuple[list[float], int, str, float]
+
+
+def _early_stopping_reference(
+    metrics: list[float], patience: int, mode: str, min_delta: float
+) -> list[tuple[bool, float]]:
     best, bad, out = None, 0, []
     for value in metrics:
         better = best is None or (value < best - min_delta if mode == "min" else value > best + min_delta)
@@ -164,77 +221,45 @@ def _early_stopping_reference(metrics: list[float], patience: int, mode: str, mi
     return out
 
 
-def _early_stopping_cases(hidden: bool) -> list[tuple[list[float], int, str, float]]:
+def _early_stopping_cases(case: Case) -> list[EarlyStoppingCase]:
+    """Fixed metric sequences; the hidden ones add min_delta, patience 1 and 3, and a seeded random walk."""
     cases = [
         ([1.0, 0.8, 0.9, 0.85, 0.7, 0.75, 0.72, 0.71, 0.9], 2, "min", 0.0),
         ([0.5, 0.6, 0.6, 0.55, 0.7, 0.69, 0.68, 0.7], 2, "max", 0.0),
     ]
-    if hidden:
+    if case.hidden:
+        generator = torch.Generator().manual_seed(case.seeded(6))
+        walk = (1.0 + torch.randn(10, generator=generator).mul(0.05).cumsum(0)).tolist()
         cases += [
             ([1.0, 0.95, 0.94, 0.93, 0.8, 0.79, 0.78, 0.6], 2, "min", 0.05),
             ([0.1, 0.2, 0.21, 0.25, 0.5, 0.5, 0.49, 0.52, 0.4], 3, "max", 0.02),
             ([3.0, 3.0, 3.0, 2.0], 1, "min", 0.0),
+            (walk, 2, ("min", "max")[case.seed % 2], 0.01),
         ]
     return cases
 
 
-def _run_early_stopping(make: Callable[..., Any], metrics: list[float], patience: int, mode: str, min_delta: float) -> None:
-    stopper = make(patience=patience, mode=mode, min_delta=min_delta)
-    expected = _early_stopping_reference(metrics, patience, mode, min_delta)
-    for epoch, (value, (stop, best)) in enumerate(zip(metrics, expected)):
-        said = stopper.step(value)
-        setting = f"patience={patience}, mode={mode!r}, min_delta={min_delta}, metrics {metrics[: epoch + 1]}"
-        if stopper.best is None or not math.isclose(float(stopper.best), best):
-            code = "min-delta-ignored" if min_delta else "mode-ignored" if mode == "max" else "wrong-best"
-            fail(
-                code,
-                observed=f"best = {stopper.best} after {setting}",
-                expected=f"best = {best}",
-                cause="an improvement must beat the best by more than min_delta, in the direction mode says "
-                "('min': lower is better, 'max': higher is better)",
-                where="the comparison in step()",
-            )
-        if bool(said) != stop:
-            fail(
-                "wrong-stop",
-                observed=f"step() returned {said} after {setting}",
-                expected=f"{stop}: stop once {patience} epochs in a row did not improve",
-                cause="the counter of bad epochs is not reset on improvement, or compared with > instead of >=",
-                where="bad_epochs in step()",
-            )
+def _replay_stopper(stopper: Any, metrics: list[float]) -> list[tuple[Any, Any]]:
+    """What step() returned and what `best` held after each metric."""
+    return [(stopper.step(value), stopper.best) for value in metrics]
 
 
-def _resume_early_stopping(make: Callable[..., Any], metrics: list[float], patience: int, mode: str, min_delta: float, cut: int) -> None:
+def _probe_resumed_stopper(
+    make: Callable[..., Any], metrics: list[float], patience: int, mode: str, min_delta: float, cut: int
+) -> dict[str, Any]:
+    """Stop after `cut` metrics, save the state through torch.save and a weights_only load, resume in a new one."""
     first = make(patience=patience, mode=mode, min_delta=min_delta)
-    for value in metrics[:cut]:
-        first.step(value)
+    _replay_stopper(first, metrics[:cut])
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
     try:
         state = torch.load(buffer, weights_only=True)
     except Exception as error:  # noqa: BLE001 -- any refusal means the same thing here
-        fail(
-            "not-weights-only",
-            observed=f"torch.load(..., weights_only=True) refused the state dict: {str(error)[:160]}",
-            expected="plain values only (numbers, None, lists, dicts)",
-            cause="state_dict() returns an object (self, or a custom class) instead of plain values",
-            where="state_dict()",
-        )
+        return {"refused": str(error)[:160], "steps": None}
     second = make(patience=patience, mode=mode, min_delta=min_delta)
     second.load_state_dict(state)
-    expected = _early_stopping_reference(metrics, patience, mode, min_delta)[cut:]
-    for epoch, (value, (stop, best)) in enumerate(zip(metrics[cut:], expected), start=cut):
-        said = second.step(value)
-        if bool(said) != stop or second.best is None or not math.isclose(float(second.best), best):
-            fail(
-                "state-not-restored",
-                observed=f"after load_state_dict and {epoch - cut + 1} more epochs: step() returned {said}, best "
-                f"= {second.best}",
-                expected=f"{stop} and best = {best}, as if the run had never stopped",
-                cause="state_dict() or load_state_dict() leaves out the best value or the bad-epoch counter",
-                where="state_dict and load_state_dict: both 'best' and 'bad_epochs'",
-            )
+    return {"refused": None, "steps": _replay_stopper(second, metrics[cut:])}
 
 
 @register(
@@ -247,13 +272,79 @@ def _resume_early_stopping(make: Callable[..., Any], metrics: list[float], patie
         "{'best': ..., 'bad_epochs': ...}; load_state_dict sets them back.",
     ),
 )
-def check_early_stopping(early_stopping_class: Callable[..., Any], *, hidden: bool) -> str:
-    """Decisions match the reference; state_dict round-trips through weights_only loading."""
-    cases = _early_stopping_cases(hidden)
-    for metrics, patience, mode, min_delta in cases:
-        _run_early_stopping(early_stopping_class, metrics, patience, mode, min_delta)
-        for cut in range(1, len(metrics)):
-            _resume_early_stopping(early_stopping_class, metrics, patience, mode, min_delta, cut)
+def probe_early_stopping(early_stopping_class: Callable[..., Any], *, case: Case) -> dict:
+    """Replay each metric sequence straight through, and stopped and resumed after every epoch."""
+    runs = []
+    for metrics, patience, mode, min_delta in _early_stopping_cases(case):
+        straight = _replay_stopper(early_stopping_class(patience=patience, mode=mode, min_delta=min_delta), metrics)
+        resumed = [
+            _probe_resumed_stopper(early_stopping_class, metrics, patience, mode, min_delta, cut)
+            for cut in range(1, len(metrics))
+        ]
+        runs.append({"straight": straight, "resumed": resumed})
+    return {"runs": runs}
+
+
+def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode: str, min_delta: float) -> None:
+    expected = _early_stopping_reference(metrics, patience, mode, min_delta)
+    for epoch, ((said, held), (stop, best)) in enumerate(zip(steps, expected, strict=True)):
+        setting = f"patience={patience}, mode={mode!r}, min_delta={min_delta}, metrics {metrics[: epoch + 1]}"
+        held_number = _as_number(held)
+        if held_number is None or not math.isclose(held_number, best):
+            code = "min-delta-ignored" if min_delta else "mode-ignored" if mode == "max" else "wrong-best"
+            fail(
+                code,
+                observed=f"best = {held} after {setting}",
+                expected=f"best = {best}",
+                cause="an improvement must beat the best by more than min_delta, in the direction mode says "
+                "('min': lower is better, 'max': higher is better)",
+                where="the comparison in step()",
+            )
+        if _as_flag(said) != stop:
+            fail(
+                "wrong-stop",
+                observed=f"step() returned {said} after {setting}",
+                expected=f"{stop}: stop once {patience} epochs in a row did not improve",
+                cause="the counter of bad epochs is not reset on improvement, or compared with > instead of >=",
+                where="bad_epochs in step()",
+            )
+
+
+def _judge_resumed(
+    resumed: dict[str, Any], metrics: list[float], patience: int, mode: str, min_delta: float, cut: int
+) -> None:
+    if resumed["refused"] is not None:
+        fail(
+            "not-weights-only",
+            observed=f"torch.load(..., weights_only=True) refused the state dict: {resumed['refused']}",
+            expected="plain values only (numbers, None, lists, dicts)",
+            cause="state_dict() returns an object (self, or a custom class) instead of plain values",
+            where="state_dict()",
+        )
+    expected = _early_stopping_reference(metrics, patience, mode, min_delta)[cut:]
+    for epoch, ((said, held), (stop, best)) in enumerate(zip(resumed["steps"], expected, strict=True), start=cut):
+        held_number = _as_number(held)
+        if _as_flag(said) != stop or held_number is None or not math.isclose(held_number, best):
+            fail(
+                "state-not-restored",
+                observed=f"after load_state_dict and {epoch - cut + 1} more epochs: step() returned {said}, best "
+                f"= {held}",
+                expected=f"{stop} and best = {best}, as if the run had never stopped",
+                cause="state_dict() or load_state_dict() leaves out the best value or the bad-epoch counter",
+                where="state_dict and load_state_dict: both 'best' and 'bad_epochs'",
+            )
+
+
+@judges("08-early-stopping")
+def judge_early_stopping(seen: dict, *, case: Case) -> str:
+    """Decisions match the reference; the state round-trips through weights_only loading at every epoch."""
+    cases = _early_stopping_cases(case)
+    for (metrics, patience, mode, min_delta), run in zip(cases, seen["runs"], strict=True):
+        _judge_straight(run["straight"], metrics, patience, mode, min_delta)
+        for cut, resumed in enumerate(run["resumed"], start=1):
+            _judge_resumed(resumed, metrics, patience, mode, min_delta, cut)
+        if len(run["resumed"]) != len(metrics) - 1:
+            raise ValueError("the observation does not resume after every epoch")
     return f"right decisions on {len(cases)} metric sequences; the state resumes exactly at every epoch"
 
 
@@ -271,6 +362,23 @@ def _listing(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
+def _read_back(path: Path) -> Any:
+    """What a file holds, loaded with weights_only=True: the data, None if absent, a string if unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return _as_data(torch.load(path, weights_only=True))
+    except Exception as error:  # noqa: BLE001 -- the refusal is the observation
+        return f"unreadable ({type(error).__name__}: {str(error)[:80]})"
+
+
+def _atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two states saved one after the other (seeded weights; larger in the hidden case)."""
+    size = 50_000 if case.hidden else 1_000
+    weights = torch.randn(size, generator=torch.Generator().manual_seed(case.seeded(8)))
+    return {"weights": weights, "epoch": 1}, {"weights": weights * 2, "epoch": 2}
+
+
 @register(
     "08-atomic-save",
     hints=(
@@ -280,83 +388,98 @@ def _listing(directory: Path) -> list[str]:
         "try/except BaseException: on failure remove tmp (tmp.unlink(missing_ok=True)) and re-raise.",
     ),
 )
-def check_atomic_save(atomic_save: Callable[[Any, Any], Any], *, hidden: bool) -> str:
-    """Saves must replace the file whole, and a save that fails must leave the previous file intact."""
+def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> dict:
+    """Save twice, then a save that crashes; read the file back and list the folder after each."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         path = directory / "last.pt"
-        target: Any = str(path) if hidden else path
-        size = 50_000 if hidden else 1_000
-        first = {"weights": torch.arange(size, dtype=torch.float32), "epoch": 1}
-        second = {"weights": torch.arange(size, dtype=torch.float32) * 2, "epoch": 2}
-        for number, state in enumerate((first, second), start=1):
+        target: Any = str(path) if case.hidden else path
+        saves = []
+        for state in _atomic_states(case):
             atomic_save(state, target)
-            if not path.exists() or not _same(torch.load(path, weights_only=True), state):
-                fail(
-                    "wrong-content",
-                    observed=f"after save {number}, {path.name} does not hold what was saved",
-                    expected="torch.load(path, weights_only=True) returns the object just saved",
-                    cause="the temporary file is never moved onto `path`, or a different object is written",
-                    where="the final os.replace(tmp, path)",
-                )
-            if _listing(directory) != [path.name]:
-                fail(
-                    "temp-left-behind",
-                    observed=f"after a successful save the folder holds {_listing(directory)}",
-                    expected=f"only {path.name}",
-                    cause="the temporary file is copied instead of renamed (os.replace)",
-                    where="move the temporary file with os.replace",
-                )
+            saves.append({"content": _read_back(path), "listing": _listing(directory)})
         crashed = False
         try:
-            atomic_save({"weights": second["weights"] + 1, "crash": _CrashDuringSave()}, target)
+            atomic_save({"weights": saves[-1]["content"], "crash": _CrashDuringSave()}, target)
         except Exception:  # noqa: BLE001 -- the simulated crash; anything raised counts as reported
             crashed = True
-        try:
-            survived = torch.load(path, weights_only=True)
-        except Exception as error:  # noqa: BLE001
-            survived = f"unreadable ({type(error).__name__}: {str(error)[:80]})"
-        if not _same(survived, second):
+        return {"saves": saves, "crashed": crashed, "survived": _read_back(path), "listing": _listing(directory)}
+
+
+@judges("08-atomic-save")
+def judge_atomic_save(seen: dict, *, case: Case) -> str:
+    """Saves must replace the file whole, and a save that fails must leave the previous file intact."""
+    name = "last.pt"
+    states = _atomic_states(case)
+    for number, (state, save) in enumerate(zip(states, seen["saves"], strict=True), start=1):
+        if not _same(save["content"], state):
             fail(
-                "not-atomic",
-                observed=f"after a save that crashed half way, {path.name} is "
-                f"{survived if isinstance(survived, str) else 'a different object'}",
-                expected="the previous checkpoint, intact",
-                cause="torch.save writes straight to `path`: it truncates the old file before the new one is complete",
-                where="save to a temporary file in the same folder, then os.replace it onto `path`",
+                "wrong-content",
+                observed=f"after save {number}, {name} does not hold what was saved",
+                expected="torch.load(path, weights_only=True) returns the object just saved",
+                cause="the temporary file is never moved onto `path`, or a different object is written",
+                where="the final os.replace(tmp, path)",
             )
-        if not crashed:
-            fail(
-                "swallowed-error",
-                observed="the save failed, but atomic_save returned normally",
-                expected="the exception propagates, so the training loop knows the checkpoint was not written",
-                cause="an except block that does not re-raise",
-                where="end the except block with a bare `raise`",
-            )
-        if _listing(directory) != [path.name]:
+        if save["listing"] != [name]:
             fail(
                 "temp-left-behind",
-                observed=f"after a failed save the folder holds {_listing(directory)}",
-                expected=f"only {path.name}: the half-written temporary file removed",
-                cause="no cleanup when torch.save raises",
-                where="except BaseException: tmp.unlink(missing_ok=True); raise",
+                observed=f"after a successful save the folder holds {save['listing']}",
+                expected=f"only {name}",
+                cause="the temporary file is copied instead of renamed (os.replace)",
+                where="move the temporary file with os.replace",
             )
+    survived = seen["survived"]
+    if not _same(survived, states[-1]):
+        fail(
+            "not-atomic",
+            observed=f"after a save that crashed half way, {name} is "
+            f"{survived if isinstance(survived, str) else 'missing' if survived is None else 'a different object'}",
+            expected="the previous checkpoint, intact",
+            cause="torch.save writes straight to `path`: it truncates the old file before the new one is complete",
+            where="save to a temporary file in the same folder, then os.replace it onto `path`",
+        )
+    if seen["crashed"] is not True:
+        fail(
+            "swallowed-error",
+            observed="the save failed, but atomic_save returned normally",
+            expected="the exception propagates, so the training loop knows the checkpoint was not written",
+            cause="an except block that does not re-raise",
+            where="end the except block with a bare `raise`",
+        )
+    if seen["listing"] != [name]:
+        fail(
+            "temp-left-behind",
+            observed=f"after a failed save the folder holds {seen['listing']}",
+            expected=f"only {name}: the half-written temporary file removed",
+            cause="no cleanup when torch.save raises",
+            where="except BaseException: tmp.unlink(missing_ok=True); raise",
+        )
     return "saves replace the file whole; a crash mid-save keeps the previous checkpoint and leaves no debris"
 
 
 # ----------------------------------------------------------------------------------------------------
 # 08-best-last
 # ----------------------------------------------------------------------------------------------------
-def _best_last_cases(hidden: bool) -> list[tuple[str, list[float]]]:
+def _best_last_cases(case: Case) -> list[tuple[str, list[float]]]:
     cases = [("min", [0.9, 0.7, 0.8, 0.7, 0.5, 0.6]), ("max", [0.2, 0.5, 0.4, 0.6, 0.6, 0.1])]
-    if hidden:
-        generator = torch.Generator().manual_seed(4)
-        cases += [("min", torch.rand(12, generator=generator).tolist()), ("max", torch.rand(12, generator=generator).tolist())]
+    if case.hidden:
+        generator = torch.Generator().manual_seed(case.seeded(4))
+        cases += [(mode, torch.rand(12, generator=generator).tolist()) for mode in ("min", "max")]
     return cases
 
 
-def _load_epoch(path: Path) -> int | None:
-    return int(torch.load(path, weights_only=True)["epoch"]) if path.exists() else None
+def _best_last_state(epoch: int) -> dict[str, Any]:
+    return {"epoch": epoch, "weights": torch.full((3,), float(epoch))}
+
+
+def _held_epoch(content: Any) -> int | None:
+    """The epoch a file read back holds: None if the file is absent, -1 if it is not a saved state."""
+    if content is None:
+        return None
+    epoch = content.get("epoch") if isinstance(content, dict) else None
+    if isinstance(epoch, int) and _same(content, _best_last_state(epoch)):
+        return epoch
+    return -1
 
 
 @register(
@@ -368,48 +491,69 @@ def _load_epoch(path: Path) -> int | None:
         "Save last.pt; if improved, save best.pt and return metric, else return best_metric.",
     ),
 )
-def check_best_last(save_best_and_last: Callable[..., Any], *, hidden: bool) -> str:
-    """Replay metric sequences and read both files after every epoch."""
-    for mode, metrics in _best_last_cases(hidden):
+def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> dict:
+    """Replay each metric sequence, passing back what the student returned; read both files after every epoch."""
+    runs = []
+    for mode, metrics in _best_last_cases(case):
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
-            best_metric, best_epoch = None, None
+            best_metric, epochs = None, []
             for epoch, metric in enumerate(metrics):
-                state = {"epoch": epoch, "weights": torch.full((3,), float(epoch))}
-                returned = save_best_and_last(state, directory, metric, best_metric, mode=mode)
-                improved = best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric)
-                if improved:
-                    best_metric, best_epoch = metric, epoch
-                seen = f"mode={mode!r}, metrics {[round(m, 3) for m in metrics[: epoch + 1]]}"
-                if _load_epoch(directory / "last.pt") != epoch:
-                    fail(
-                        "last-not-saved",
-                        observed=f"after epoch {epoch} ({seen}) last.pt holds epoch {_load_epoch(directory / 'last.pt')}",
-                        expected=f"epoch {epoch}: last.pt is overwritten every epoch",
-                        cause="last.pt saved only on improvement, or under another name",
-                        where="save to directory / 'last.pt' on every call",
-                    )
-                held = _load_epoch(directory / "best.pt")
-                if held != best_epoch:
-                    later = held is not None and held > best_epoch
-                    fail(
-                        "best-overwritten" if later else "best-not-updated",
-                        observed=f"after epoch {epoch} ({seen}) best.pt holds epoch {held}",
-                        expected=f"epoch {best_epoch}, the best so far"
-                        + (" (a tie does not replace it)" if later and metrics[held] == best_metric else ""),
-                        cause="best.pt saved without comparing (or comparing the wrong way for this mode)"
-                        if later
-                        else "the comparison misses improvements, or mode is ignored",
-                        where="the `improved` test and the save to directory / 'best.pt'",
-                    )
-                if returned is None or not math.isclose(float(returned), best_metric):
-                    fail(
-                        "wrong-best-metric",
-                        observed=f"after epoch {epoch} ({seen}) it returned {returned}",
-                        expected=f"{best_metric}: the best metric so far, which the caller passes back next epoch",
-                        cause="returning this epoch's metric, or nothing",
-                        where="the return statement",
-                    )
+                returned = save_best_and_last(_best_last_state(epoch), directory, metric, best_metric, mode=mode)
+                epochs.append({
+                    "returned": returned,
+                    "last": _read_back(directory / "last.pt"),
+                    "best": _read_back(directory / "best.pt"),
+                })
+                best_metric = returned
+        runs.append(epochs)
+    return {"runs": runs}
+
+
+def _held_text(held: int | None) -> str:
+    return "no file" if held is None else "an object that is not a saved state" if held < 0 else f"epoch {held}"
+
+
+@judges("08-best-last")
+def judge_best_last(seen: dict, *, case: Case) -> str:
+    """last.pt holds every epoch's state, best.pt the best one so far; the best metric is returned."""
+    for (mode, metrics), epochs in zip(_best_last_cases(case), seen["runs"], strict=True):
+        best_metric, best_epoch = None, None
+        for epoch, (metric, observed) in enumerate(zip(metrics, epochs, strict=True)):
+            if best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric):
+                best_metric, best_epoch = metric, epoch
+            setting = f"mode={mode!r}, metrics {[round(m, 3) for m in metrics[: epoch + 1]]}"
+            last = _held_epoch(observed["last"])
+            if last != epoch:
+                fail(
+                    "last-not-saved",
+                    observed=f"after epoch {epoch} ({setting}) last.pt holds {_held_text(last)}",
+                    expected=f"epoch {epoch}: last.pt is overwritten every epoch",
+                    cause="last.pt saved only on improvement, or under another name",
+                    where="save to directory / 'last.pt' on every call",
+                )
+            held = _held_epoch(observed["best"])
+            if held != best_epoch:
+                later = held is not None and held > best_epoch
+                fail(
+                    "best-overwritten" if later else "best-not-updated",
+                    observed=f"after epoch {epoch} ({setting}) best.pt holds {_held_text(held)}",
+                    expected=f"epoch {best_epoch}, the best so far"
+                    + (" (a tie does not replace it)" if later and metrics[held] == best_metric else ""),
+                    cause="best.pt saved without comparing (or comparing the wrong way for this mode)"
+                    if later
+                    else "the comparison misses improvements, or mode is ignored",
+                    where="the `improved` test and the save to directory / 'best.pt'",
+                )
+            returned = _as_number(observed["returned"])
+            if returned is None or not math.isclose(returned, best_metric):
+                fail(
+                    "wrong-best-metric",
+                    observed=f"after epoch {epoch} ({setting}) it returned {_describe(observed['returned'])}",
+                    expected=f"{best_metric}: the best metric so far, which the caller passes back next epoch",
+                    cause="returning this epoch's metric, or nothing",
+                    where="the return statement",
+                )
     return "last.pt follows every epoch, best.pt only improvements, in both modes"
 
 
@@ -426,9 +570,28 @@ class _Run:
     loader: DataLoader
 
 
+@dataclass(frozen=True)
+class _ResumeSetting:
+    """The resume check's run: seeds, length, the epoch it stops after and the best metric then."""
+
+    seed: int
+    data_seed: int
+    epochs: int
+    stop_at: int
+
+    @property
+    def best_metric(self) -> float:
+        return 0.125 * self.stop_at
+
+
+def _resume_setting(case: Case) -> _ResumeSetting:
+    seed, epochs, stop_at = (29, 5, 3) if case.hidden else (17, 4, 2)
+    return _ResumeSetting(case.seeded(seed), case.seeded(0), epochs, stop_at)
+
+
 def _build_run(seed: int, data_seed: int, epochs: int) -> _Run:
     """A small run with every kind of state: dropout (global RNG), shuffling (a generator), Adam moments, a
-    per-step OneCycle schedule and a GradScaler whose scale grows during training."""
+    per-step OneCycle schedule and a GradScaler whose scale grows during training. Seeds the global RNG."""
     data = torch.Generator().manual_seed(data_seed)
     inputs = torch.randn(64, 6, generator=data)
     targets = (inputs[:, :3].sum(1) > 0).long() + (inputs[:, 3] > 0.5).long()
@@ -456,7 +619,10 @@ def _train_epoch(run: _Run) -> None:
 
 
 def _objects(run: _Run) -> dict[str, Any]:
-    return {"model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler, "scaler": run.scaler, "generator": run.generator}
+    return {
+        "model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler, "scaler": run.scaler,
+        "generator": run.generator,
+    }
 
 
 def _snapshot(run: _Run) -> dict[str, Any]:
@@ -473,7 +639,9 @@ def _snapshot(run: _Run) -> dict[str, Any]:
     )
 
 
-def _resume_in_child(load_checkpoint: Callable[..., Any], checkpoint: str, out: str, seed: int, data_seed: int, epochs: int) -> None:
+def _resume_in_child(
+    load_checkpoint: Callable[..., Any], checkpoint: str, out: str, seed: int, data_seed: int, epochs: int
+) -> None:
     """Run in the fresh process: build a run with other seeds, load, report the restored state, finish."""
     run = _build_run(seed + 1000, data_seed, epochs)  # other seeds: nothing matches unless it is loaded
     torch.manual_seed(seed + 2000)
@@ -510,7 +678,9 @@ def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
         try:
             sources.append(textwrap.dedent(inspect.getsource(function)))
         except (OSError, TypeError) as error:
-            raise RuntimeError(f"the check cannot read the source of {function.__name__} ({error}); define it in a cell with def") from error
+            raise RuntimeError(
+                f"the check cannot read the source of {function.__name__} ({error}); define it in a cell with def"
+            ) from error
         for name in sorted(_names_used(function.__code__) - done):
             if name not in function.__globals__ or hasattr(builtins, name):
                 continue
@@ -519,7 +689,9 @@ def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
                 lines.append(f"import {value.__name__} as {name}")
             elif isinstance(value, types.FunctionType) and value.__module__ == home:
                 queue.append(value)
-            elif getattr(value, "__module__", None) not in (None, home) and "<" not in getattr(value, "__qualname__", "<"):
+            elif getattr(value, "__module__", None) not in (None, home) and "<" not in getattr(
+                value, "__qualname__", "<"
+            ):
                 lines.append(f"from {value.__module__} import {value.__qualname__} as {name}")
             elif isinstance(value, (int, float, str, bool, type(None))):
                 lines.append(f"{name} = {value!r}")
@@ -551,16 +723,175 @@ _PARTS = {
 }
 
 
-def _check_contents(path: Path, saved: dict[str, Any], epoch: int, best_metric: float) -> dict[str, Any]:
+def _unsafe_load_ran(
+    load_checkpoint: Callable[..., Any], checkpoint: dict[str, Any], directory: Path, setting: _ResumeSetting
+) -> bool:
+    """Whether load_checkpoint, given a checkpoint that hides a pickled call, ran that call."""
+    marker = directory / "code-ran"
+    trap_path = directory / "downloaded.pt"
+    torch.save({**checkpoint, "note": _UnsafePayload(marker)}, trap_path)
+    run = _build_run(setting.seed + 3000, setting.data_seed, setting.epochs)
     try:
-        checkpoint = torch.load(path, weights_only=True)
-    except Exception as error:  # noqa: BLE001 -- the refusal is the observation
+        load_checkpoint(trap_path, **_objects(run))
+    except Exception:  # noqa: BLE001 -- weights_only=True refusing the file is the expected outcome
+        pass
+    return marker.exists()
+
+
+def _run_child(
+    functions: tuple[Callable[..., Any], Callable[..., Any]], directory: Path, checkpoint: Path, out: Path,
+    setting: _ResumeSetting,
+) -> subprocess.CompletedProcess:
+    """Run `_resume_in_child` in a fresh Python process, with the student's functions rebuilt from source."""
+    save_checkpoint, load_checkpoint = functions
+    try:
+        source = _rebuild_source([load_checkpoint, save_checkpoint])
+    except RuntimeError as error:
+        fail(
+            "cannot-rebuild",
+            observed=str(error),
+            expected="functions defined with def in the notebook, using modules and other notebook functions",
+            cause="the check re-creates your functions in a fresh Python process from their source",
+            where="load_checkpoint and the helpers it calls",
+        )
+    script = (
+        # annotations stay strings: a type named in a signature need not be importable in the child
+        "from __future__ import annotations\nimport torch\ntorch.set_num_threads(1)\n"
+        f"{source}\n\n"
+        "from harness.checks.lesson08 import _resume_in_child\n"
+        f"_resume_in_child({load_checkpoint.__name__}, {str(checkpoint)!r}, {str(out)!r}, {setting.seed}, "
+        f"{setting.data_seed}, {setting.epochs})\n"
+    )
+    (directory / "resume_child.py").write_text(script)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, str(directory / "resume_child.py")], cwd=directory, env=environment, capture_output=True,
+        text=True, timeout=180,
+    )
+
+
+def _resume(
+    functions: tuple[Callable[..., Any], Callable[..., Any]],
+    directory: Path,
+    checkpoint: Path,
+    setting: _ResumeSetting,
+    fresh_process: bool,
+) -> dict[str, Any]:
+    """Resume from `checkpoint` (in a fresh process, or here with fresh objects); what was restored, the final
+    weights, and the error if the resume crashed, read back as data."""
+    out = directory / "resumed.pt"
+    error = None
+    if fresh_process:
+        done = _run_child(functions, directory, checkpoint, out, setting)
+        if done.returncode != 0:
+            error = (done.stderr.strip().splitlines()[-1:] or ["(no message)"])[0][:300]
+    else:
+        try:
+            _resume_in_child(functions[1], str(checkpoint), str(out), setting.seed, setting.data_seed, setting.epochs)
+        except Exception as raised:  # noqa: BLE001 -- the student's load crashed: the judge reports it
+            error = f"{type(raised).__name__}: {raised}"[:300]
+    return {"restored": _read_back(Path(f"{out}.restored")), "final": _read_back(out), "error": error}
+
+
+@register(
+    "08-resume",
+    hints=(
+        "A resumed run continues exactly only if *everything* that influences the next step is restored: "
+        "weights, optimizer moments, scheduler position, scaler, RNG states (dropout) and the data order.",
+        "save: torch.save({'model': model.state_dict(), 'optimizer': ..., 'scheduler': ..., 'scaler': ..., "
+        "'rng': capture_rng_state(), 'data_generator': generator.get_state(), 'epoch': epoch, 'best_metric': "
+        "best_metric}, path). load: torch.load(path, weights_only=True), then load_state_dict on each object, "
+        "restore_rng_state, generator.set_state; return {'epoch': ..., 'best_metric': ...}.",
+    ),
+)
+def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[..., Any], *, case: Case) -> dict:
+    """Train continuously, checkpoint mid-way, resume (in a fresh process when visible); record the checkpoint,
+    what the resume restored and both runs' final weights."""
+    setting = _resume_setting(case)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the child runs single-threaded too: identical float reductions, identical weights
+    try:
+        with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            path = directory / "checkpoint.pt"
+            run = _build_run(setting.seed, setting.data_seed, setting.epochs)
+            for epoch in range(1, setting.epochs + 1):
+                _train_epoch(run)
+                if epoch == setting.stop_at:
+                    save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=setting.best_metric)
+            seen: dict[str, Any] = {"continuous": _as_data(run.model.state_dict())}
+            try:
+                checkpoint = torch.load(path, weights_only=True)
+            except Exception as error:  # noqa: BLE001 -- the refusal is the observation
+                return {**seen, "refused": str(error)[:200]}
+            seen |= {"refused": None, "checkpoint": _as_data(checkpoint)}
+            if not isinstance(checkpoint, dict) or not set(_PARTS) <= set(checkpoint):
+                return seen  # the judge fails on the missing part: resuming from it would only crash
+            seen["unsafe_ran"] = _unsafe_load_ran(load_checkpoint, checkpoint, directory, setting)
+            # the visible test resumes in a fresh process; the hidden one (other seeds and epochs, same cell)
+            # resumes here with freshly built objects and a scrambled RNG, which halves the cell's time
+            seen |= _resume((save_checkpoint, load_checkpoint), directory, path, setting, fresh_process=not case.hidden)
+            return seen
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reference_resume(setting: _ResumeSetting) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference run, replayed from the case (a few dozen steps of a tiny model): its state when the
+    checkpoint is taken, and its final weights, as data."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the probe's reduction order
+    try:
+        with torch.random.fork_rng(devices=[]):
+            run = _build_run(setting.seed, setting.data_seed, setting.epochs)
+            for _ in range(setting.stop_at):
+                _train_epoch(run)
+            saved = _as_data(_snapshot(run))
+            for _ in range(setting.stop_at, setting.epochs):
+                _train_epoch(run)
+            return saved, _as_data(run.model.state_dict())
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _close_data(a: Any, b: Any) -> bool:
+    """Nested data equal up to float rounding (a replay on another machine may round differently)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True))
+        return bool(torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close_data(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close_data(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return type(a) is type(b) and a == b
+
+
+def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _ResumeSetting) -> None:
+    """The checkpoint read back: weights_only-loadable, every part, the RNG state of the moment, the counters."""
+    if seen["refused"] is not None:
         fail(
             "not-weights-only",
-            observed=f"torch.load(path, weights_only=True) refuses the checkpoint: {str(error)[:200]}",
+            observed=f"torch.load(path, weights_only=True) refuses the checkpoint: {seen['refused']}",
             expected="only tensors and plain values (state dicts, numbers, the dict from capture_rng_state())",
             cause="a whole object (model, optimizer, generator) saved instead of its state",
             where="save_checkpoint: model.state_dict(), generator.get_state(), ...",
+        )
+    checkpoint = seen["checkpoint"]
+    if not isinstance(checkpoint, dict):
+        fail(
+            "model-not-restored",
+            observed=f"the checkpoint holds {_describe(checkpoint)}, not a dict",
+            expected="a dict with 'model', 'optimizer', 'scheduler', 'scaler', 'rng', 'data_generator', 'epoch' "
+            "and 'best_metric'",
+            cause="save_checkpoint saves a single state instead of a dict of them",
+            where="save_checkpoint",
         )
     for key, (code, what) in _PARTS.items():
         if key not in checkpoint:
@@ -582,8 +913,9 @@ def _check_contents(path: Path, saved: dict[str, Any], epoch: int, best_metric: 
         )
     for key in ("epoch", "best_metric"):
         value = checkpoint.get(key)
-        wanted = epoch if key == "epoch" else best_metric
-        if not isinstance(value, (int, float)) or not math.isclose(float(value), wanted):
+        wanted = setting.stop_at if key == "epoch" else setting.best_metric
+        number = _as_number(value)
+        if number is None or not math.isclose(number, wanted):
             fail(
                 "counters-not-restored",
                 observed=f"the checkpoint's {key!r} is {value!r}",
@@ -591,100 +923,18 @@ def _check_contents(path: Path, saved: dict[str, Any], epoch: int, best_metric: 
                 cause=f"{key} not saved, or saved under another name",
                 where="save_checkpoint",
             )
-    return checkpoint
 
 
-def _check_unsafe_load(load_checkpoint: Callable[..., Any], checkpoint: dict[str, Any], directory: Path, seed: int, epochs: int) -> None:
-    marker = directory / "code-ran"
-    trap_path = directory / "downloaded.pt"
-    torch.save({**checkpoint, "note": _UnsafePayload(marker)}, trap_path)
-    run = _build_run(seed + 3000, 0, epochs)
-    rng = torch.get_rng_state()
-    try:
-        load_checkpoint(trap_path, **_objects(run))
-    except Exception:  # noqa: BLE001 -- weights_only=True refusing the file is the expected outcome
-        pass
-    finally:
-        torch.set_rng_state(rng)
-    if marker.exists():
-        fail(
-            "unsafe-load",
-            observed="loading a checkpoint that hides a pickled call ran that call (it created a file)",
-            expected="torch.load(path, weights_only=True): it refuses anything but tensors and plain values",
-            cause="weights_only=False: unpickling can run any code the file's author chose",
-            where="the torch.load call in load_checkpoint",
-        )
-
-
-def _run_child(functions: tuple[Callable[..., Any], Callable[..., Any]], directory: Path, checkpoint: Path, out: Path, run: tuple[int, int]) -> subprocess.CompletedProcess:
-    """Run `_resume_in_child` in a fresh Python process, with the student's functions rebuilt from source."""
-    save_checkpoint, load_checkpoint = functions
-    seed, epochs = run
-    try:
-        source = _rebuild_source([load_checkpoint, save_checkpoint])
-    except RuntimeError as error:
-        fail(
-            "cannot-rebuild",
-            observed=str(error),
-            expected="functions defined with def in the notebook, using modules and other notebook functions",
-            cause="the check re-creates your functions in a fresh Python process from their source",
-            where="load_checkpoint and the helpers it calls",
-        )
-    script = (
-        # annotations stay strings: a type named in a signature need not be importable in the child
-        "from __future__ import annotations\nimport torch\ntorch.set_num_threads(1)\n"
-        f"{source}\n\n"
-        "from harness.checks.lesson08 import _resume_in_child\n"
-        f"_resume_in_child({load_checkpoint.__name__}, {str(checkpoint)!r}, {str(out)!r}, {seed}, 0, {epochs})\n"
-    )
-    (directory / "resume_child.py").write_text(script)
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, str(directory / "resume_child.py")], cwd=directory, env=environment, capture_output=True, text=True, timeout=180
-    )
-
-
-def _resume(
-    functions: tuple[Callable[..., Any], Callable[..., Any]],
-    directory: Path,
-    checkpoint: Path,
-    run: tuple[int, int],
-    expected: tuple[dict[str, Any], int, float],
-    fresh_process: bool,
-) -> dict[str, torch.Tensor]:
-    """Resume from `checkpoint` (in a fresh process, or here with fresh objects); compare what was restored;
-    return the final weights."""
-    saved, epoch, best_metric = expected
-    out = directory / "resumed.pt"
-    restored = Path(f"{out}.restored")
-    if not fresh_process:
-        seed, epochs = run
-        try:
-            _resume_in_child(functions[1], str(checkpoint), str(out), seed, 0, epochs)
-        except Exception:
-            if restored.exists():  # a crash after a bad restore is best explained by the restore
-                _compare_restored(torch.load(restored, weights_only=True), saved, epoch, best_metric)
-            raise
-        _compare_restored(torch.load(restored, weights_only=True), saved, epoch, best_metric)
-        return torch.load(out, weights_only=True)
-    done = _run_child(functions, directory, checkpoint, out, run)
-    if restored.exists():  # compare first: a crash after a bad restore is best explained by the restore
-        _compare_restored(torch.load(restored, weights_only=True), saved, epoch, best_metric)
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
-        fail(
-            "resume-crashed",
-            observed=f"resuming in a fresh process failed: {tail[0][:300]}",
-            expected="load_checkpoint restores the run and training continues",
-            cause="load_checkpoint expects something the checkpoint does not hold, or uses a name defined elsewhere",
-            where="load_checkpoint (the fresh process sees only it, its helpers and the modules they import)",
-        )
-    return torch.load(out, weights_only=True)
-
-
-def _compare_restored(result: dict[str, Any], saved: dict[str, Any], epoch: int, best_metric: float) -> None:
-    counters = result["counters"]
-    if not isinstance(counters, dict) or counters.get("epoch") != epoch or not math.isclose(float(counters.get("best_metric", math.nan)), best_metric):
+def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting) -> None:
+    """What load_checkpoint put into freshly built objects, compared with the reference run's state."""
+    if not isinstance(result, dict) or not isinstance(result.get("restored"), dict):
+        raise ValueError(f"the resume's report is malformed: {_describe(result)}")
+    counters = result.get("counters")
+    epoch, best_metric = setting.stop_at, setting.best_metric
+    if (
+        not isinstance(counters, dict) or counters.get("epoch") != epoch
+        or not math.isclose(_as_number(counters.get("best_metric")) or math.nan, best_metric)
+    ):
         fail(
             "counters-not-restored",
             observed=f"load_checkpoint returned {counters!r}",
@@ -694,7 +944,7 @@ def _compare_restored(result: dict[str, Any], saved: dict[str, Any], epoch: int,
         )
     restored = result["restored"]
     for key, (code, what) in _PARTS.items():
-        if not _same(restored[key], saved[key]):
+        if not _close_data(restored.get(key), saved[key]):
             fail(
                 code,
                 observed=f"after load_checkpoint into freshly built objects, {what} differ from the saved ones",
@@ -704,48 +954,56 @@ def _compare_restored(result: dict[str, Any], saved: dict[str, Any], epoch: int,
             )
 
 
-@register(
-    "08-resume",
-    hints=(
-        "A resumed run continues exactly only if *everything* that influences the next step is restored: "
-        "weights, optimizer moments, scheduler position, scaler, RNG states (dropout) and the data order.",
-        "save: torch.save({'model': model.state_dict(), 'optimizer': ..., 'scheduler': ..., 'scaler': ..., "
-        "'rng': capture_rng_state(), 'data_generator': generator.get_state(), 'epoch': epoch, 'best_metric': "
-        "best_metric}, path). load: torch.load(path, weights_only=True), then load_state_dict on each object, "
-        "restore_rng_state, generator.set_state; return {'epoch': ..., 'best_metric': ...}.",
-    ),
-)
-def check_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[..., Any], *, hidden: bool) -> str:
-    """Train continuously, checkpoint mid-way, resume (in a fresh process when visible): same final weights."""
-    seed, epochs, stop_at = (29, 5, 3) if hidden else (17, 4, 2)
-    best_metric = 0.125 * stop_at
-    threads = torch.get_num_threads()
-    rng = torch.get_rng_state()
-    torch.set_num_threads(1)  # the child runs single-threaded too: identical float reductions, identical weights
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            directory = Path(tmp)
-            path = directory / "checkpoint.pt"
-            run = _build_run(seed, 0, epochs)
-            saved: dict[str, Any] = {}
-            for epoch in range(1, epochs + 1):
-                _train_epoch(run)
-                if epoch == stop_at:
-                    saved = _snapshot(run)
-                    save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=best_metric)
-            continuous = run.model.state_dict()
-            checkpoint = _check_contents(path, saved, stop_at, best_metric)
-            _check_unsafe_load(load_checkpoint, checkpoint, directory, seed, epochs)
-            # the visible test resumes in a fresh process; the hidden one (other seeds and epochs, same cell)
-            # resumes here with freshly built objects and a scrambled RNG, which halves the cell's time
-            final = _resume(
-                (save_checkpoint, load_checkpoint), directory, path, (seed, epochs), (saved, stop_at, best_metric),
-                fresh_process=not hidden,
-            )
-    finally:
-        torch.set_num_threads(threads)
-        torch.set_rng_state(rng)
-    worst = max(float((final[k] - v).abs().max()) for k, v in continuous.items())
+def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two models' weights (inf where they do not match up)."""
+    if not isinstance(weights, dict) or weights.keys() != reference.keys():
+        return math.inf
+    worst = 0.0
+    for key, value in reference.items():
+        other = weights[key]
+        if not isinstance(other, torch.Tensor) or other.shape != value.shape or other.dtype != value.dtype:
+            return math.inf
+        worst = max(worst, float((other.double() - value.double()).abs().max()) if value.numel() else 0.0)
+    return worst
+
+
+@judges("08-resume")
+def judge_resume(seen: dict, *, case: Case) -> str:
+    """The checkpoint holds the whole state, loading it is safe and restores it exactly, and the resumed run
+    ends with the weights of the run that never stopped (both checked against a replay of the reference run)."""
+    setting = _resume_setting(case)
+    saved, final_reference = _reference_resume(setting)
+    _judge_contents(seen, saved, setting)
+    if seen["unsafe_ran"] is not False:
+        fail(
+            "unsafe-load",
+            observed="loading a checkpoint that hides a pickled call ran that call (it created a file)",
+            expected="torch.load(path, weights_only=True): it refuses anything but tensors and plain values",
+            cause="weights_only=False: unpickling can run any code the file's author chose",
+            where="the torch.load call in load_checkpoint",
+        )
+    where = "in this process with freshly built objects" if case.hidden else "in a fresh process"
+    if seen["restored"] is not None:  # compare first: a crash after a bad restore is best explained by the restore
+        _judge_restored(seen["restored"], saved, setting)
+    if seen["error"] is not None or seen["restored"] is None:
+        fail(
+            "resume-crashed",
+            observed=f"resuming {where} failed: {seen['error']}",
+            expected="load_checkpoint restores the run and training continues",
+            cause="load_checkpoint expects something the checkpoint does not hold, or uses a name defined elsewhere",
+            where="load_checkpoint (the fresh process sees only it, its helpers and the modules they import)",
+        )
+    stop_at, epochs = setting.stop_at, setting.epochs
+    drift = _largest_difference(seen["continuous"], final_reference)
+    if drift > 1e-4:
+        fail(
+            "weights-diverged",
+            observed=f"the run that never stopped ended {drift:.3g} away from the check's replay of the same run",
+            expected="save_checkpoint leaves the run it saves untouched",
+            cause="save_checkpoint changes the training: it draws random numbers or modifies an object it saves",
+            where="save_checkpoint",
+        )
+    worst = _largest_difference(seen["final"], seen["continuous"])  # the continuous run was verified above
     if worst > 0:
         fail(
             "weights-diverged",
@@ -755,5 +1013,4 @@ def check_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[
             cause="something that influences training is not in the checkpoint or not restored in the right order",
             where="save_checkpoint and load_checkpoint",
         )
-    where = "in this process with freshly built objects" if hidden else "in a fresh process"
     return f"stopped after epoch {stop_at} of {epochs}, resumed {where}: final weights identical to the continuous run"

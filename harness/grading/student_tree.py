@@ -18,7 +18,8 @@ from harness.grading.layout import REPO_ROOT
 # Top-level files and folders of the repository a student gets, as they are.
 ALLOWED = ("notebooks", "harness", "pyproject.toml", "nbgrader_config.py", "LICENSE")
 # Inside them, what stays with the instructor.
-WITHHELD = ("harness/judge", "harness/grading", "harness/course.py", "harness/checks/testing.py")
+WITHHELD = ("harness/judge", "harness/grading", "harness/course.py", "harness/checks/testing.py",
+            "harness/drills/notebook.py")
 # Requirements only the instructor needs (tests, the browser test).
 INSTRUCTOR_ONLY = ("pytest", "pytest-xdist", "pytest-timeout", "playwright")
 

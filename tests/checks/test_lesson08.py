@@ -74,11 +74,16 @@ def test_portable_rejects_bugs(impl, code, phrase, hidden):
 
 
 @pytest.mark.slow
-def test_compiled_stand_in_names_keys_like_torch_compile():
-    from harness.checks.lesson08 import _CompiledLike, _Net
+def test_wrapper_prefixes_name_keys_like_the_real_wrappers():
+    from harness.checks.lesson08 import _HIDDEN_WRAPPERS, _WRAPPERS, _Net
 
     net = _Net()
-    assert list(torch.compile(net).state_dict()) == list(_CompiledLike(net).state_dict())
+    real = [
+        net, torch.nn.DataParallel(net), torch.compile(net), torch.compile(torch.nn.DataParallel(net)),
+        torch.nn.DataParallel(torch.compile(net)), torch.nn.DataParallel(torch.nn.DataParallel(net)),
+    ]
+    for wrapper, (_, prefix) in zip(real, _WRAPPERS + _HIDDEN_WRAPPERS, strict=True):
+        assert list(wrapper.state_dict()) == [prefix + key for key in net.state_dict()]
 
 
 # ---------------------------------------------------------------------------------------------- early stopping
