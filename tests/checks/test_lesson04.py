@@ -1,17 +1,20 @@
 """Planted bugs for the checks of lesson 04 (the training loop): every failure code is reached by a wrong
-implementation, and two different correct implementations pass, visible and hidden."""
+implementation, and two different correct implementations pass, visible, hidden and on a drawn hidden case."""
 
 from __future__ import annotations
 
 import copy
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
-from harness.checks import check
+from harness.checks import CheckFailed, wire
+from harness.checks.core import decide, observe
 from harness.checks.lesson04 import HostSyncCounter
-from harness.checks.testing import assert_check_fails
+from harness.checks.testing import DRAWN_CASE, assert_check_fails, assert_check_passes
 
 # ---------------------------------------------------------------------------------------------------- running mean
 
@@ -84,9 +87,8 @@ class VectorMean(RunningMean):
 
 
 @pytest.mark.parametrize("cls", [RunningMean, ListMean])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_running_mean_passes(cls, hidden):
-    check("04-running-mean", cls, hidden=hidden)
+def test_running_mean_passes(cls, capsys):
+    assert_check_passes("04-running-mean", cls, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -209,9 +211,8 @@ def step_returning_loss_after_update(model, batch, loss_fn, optimizer):
 
 
 @pytest.mark.parametrize("fn", [train_step, train_step_zero_grad_at_end])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_train_step_passes(fn, hidden):
-    check("04-train-step", fn, hidden=hidden)
+def test_train_step_passes(fn, capsys):
+    assert_check_passes("04-train-step", fn, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -298,9 +299,8 @@ def epoch_without_train_mode(model, loader, loss_fn, optimizer):
 
 
 @pytest.mark.parametrize("fn", [train_epoch, train_epoch_stacked])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_train_epoch_passes(fn, hidden):
-    check("04-train-epoch", fn, hidden=hidden)
+def test_train_epoch_passes(fn, capsys):
+    assert_check_passes("04-train-epoch", fn, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -421,9 +421,8 @@ def evaluate_accuracy_off(model, loader, loss_fn):
 
 
 @pytest.mark.parametrize("fn", [evaluate, evaluate_inference_mode])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_evaluate_passes(fn, hidden):
-    check("04-evaluate", fn, hidden=hidden)
+def test_evaluate_passes(fn, capsys):
+    assert_check_passes("04-evaluate", fn, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -512,10 +511,20 @@ def rounded_val_loss(entry):
     return entry | {"val_loss": round(entry["val_loss"], 2)}
 
 
-@pytest.mark.parametrize("fn", [make_fit(), fit_with_early_stopping_object])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_fit_passes(fn, hidden):
-    check("04-fit", fn, hidden=hidden)
+def numpy_row(entry):
+    return {k: np.float32(v) for k, v in entry.items()}
+
+
+def fit_returning_frame(*args, **kwargs):
+    """Correct too: the history as a DataFrame."""
+    return pd.DataFrame(make_fit()(*args, **kwargs))
+
+
+@pytest.mark.parametrize(
+    "fn", [make_fit(), fit_with_early_stopping_object, make_fit(row=numpy_row), fit_returning_frame]
+)
+def test_fit_passes(fn, capsys):
+    assert_check_passes("04-fit", fn, capsys=capsys)
 
 
 @pytest.mark.parametrize(
@@ -535,6 +544,68 @@ def test_fit_passes(fn, hidden):
 )
 def test_fit_rejects(fn, code, phrase):
     assert_check_fails("04-fit", fn, code=code, phrase=phrase)
+
+
+# ---------------------------------------------------------------------------------------------------- the judges decide
+
+
+def _scaled(state, factor):
+    return {k: v * factor if v.is_floating_point() else v for k, v in state.items()}
+
+
+def _set(key, value):
+    return lambda seen: seen.__setitem__(key, value)
+
+
+def _fit_run(change):
+    return lambda seen: change(seen["runs"][0])
+
+
+@pytest.mark.parametrize(
+    "task, solution, change, code",
+    [
+        ("04-running-mean", RunningMean, _set("result", torch.tensor(1.5)), "wrong-mean"),
+        ("04-running-mean", RunningMean, _set("fresh", torch.tensor(2.0)), "shared-state"),
+        ("04-train-step", train_step, lambda seen: seen.__setitem__("losses", [2 * v for v in seen["losses"]]),
+         "wrong-loss"),
+        ("04-train-step", train_step, lambda seen: seen["steps"][1].__setitem__("params", seen["steps"][0]["params"]),
+         "wrong-gradients"),
+        ("04-train-step", train_step, lambda seen: seen.update(steps=[], steps_after_call=[0, 0]),
+         "wrong-step-count"),
+        ("04-train-epoch", train_epoch, lambda seen: seen.__setitem__("params", seen["params"][::-1]), "wrong-loss"),
+        ("04-evaluate", evaluate, lambda seen: seen["result"].__setitem__("accuracy", 1.0), "wrong-accuracy"),
+        ("04-evaluate", evaluate, lambda seen: seen.__setitem__("state_after", _scaled(seen["state_after"], 2)),
+         "changes-weights"),
+        ("04-fit", make_fit(), _fit_run(lambda run: run.__setitem__("final", _scaled(run["final"], 1.01))),
+         "best-weights-not-restored"),
+        ("04-fit", make_fit(), _fit_run(lambda run: run.__setitem__("snapshots", run["snapshots"][::-1])),
+         "wrong-history"),
+    ],
+)
+def test_judges_decide_from_what_they_recompute(task, solution, change, code):
+    """A correct solution's observation, altered after the probe, fails: the judge recomputes every value."""
+    seen = wire.decode(observe(task, (solution,), DRAWN_CASE))
+    change(seen)
+    with pytest.raises(CheckFailed) as failure:
+        decide(task, wire.encode(seen), DRAWN_CASE)
+    assert failure.value.code == code, str(failure.value)
+
+
+@pytest.mark.parametrize(
+    "task, forged",
+    [
+        ("04-running-mean", {"syncs": 0, "sync_calls": [], "result": "1.0", "fresh": 1.0}),
+        ("04-train-step", {"steps": [{"grads": [], "params": []}], "steps_after_call": [1]}),
+        ("04-train-epoch", {"params": [[torch.zeros(1)]], "training": [True], "syncs": 0}),
+        ("04-evaluate", {"state_after": {}, "training": [], "grad_enabled": []}),
+        ("04-fit", {"runs": []}),
+    ],
+)
+def test_judges_reject_forged_observations(task, forged):
+    """Observations no probe writes end in a failure or an exception, never in a pass."""
+    data = wire.encode(forged | {"__case__": DRAWN_CASE.digest()})
+    with pytest.raises((CheckFailed, ValueError, KeyError)):
+        decide(task, data, DRAWN_CASE)
 
 
 # ---------------------------------------------------------------------------------------------------- the sync counter
