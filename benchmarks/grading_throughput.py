@@ -6,13 +6,19 @@ Submissions are the solution's answers (every test cell runs its checks in full)
 
     .venv/bin/python benchmarks/grading_throughput.py --assignment 04_training_loop --submissions 4 --workers 1 2
 
-Goals: throughput grows with workers; a full course grades in under two minutes per student (2 cores).
+Goals: throughput grows with workers; a full course grades in under two minutes per student (2 cores); the
+sandbox and the judge cost at most 1.5x the in-kernel grading they replaced: `--baseline REF` grades the
+same whole course, in the same run, with the code of commit REF (default d48df68, the last commit that
+graded inside the kernel), checked out in a temporary git worktree.
 Writes `build/bench/grading_throughput.csv` and `build/bench/grading_course.csv` with the machine record.
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
+import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +51,8 @@ def throughput(assignment: str, count: int, workers: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         submissions = write_submissions(assignment, count, Path(tmp) / "in")
         started = time.perf_counter()
-        results = grade_batch(submissions, assignment, Path(tmp) / "out", workers=workers, limits=Limits())
+        results = grade_batch(submissions, assignment, Path(tmp) / "out", workers=workers, limits=Limits(),
+                              secret=secrets.token_bytes(32))
         seconds = time.perf_counter() - started
     full = all(r["status"] == "ok" and all(s == m for s, m in r["scores"].values()) for r in results)
     return {"assignment": assignment, "submissions": count, "workers": workers, "seconds": seconds,
@@ -62,12 +69,28 @@ def whole_course(workers: int) -> tuple[float, dict[str, float]]:
     return time.perf_counter() - started, dict(zip(assignments, seconds))
 
 
+def baseline_course(ref: str, workers: int) -> float:
+    """Wall seconds of `whole_course(workers)` with the code of commit `ref`, in a temporary worktree."""
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], check=True, capture_output=True)
+        try:
+            code = (f"import sys; sys.path[:0] = [{str(tree)!r}, {str(tree / 'benchmarks')!r}]\n"
+                    "from grading_throughput import whole_course\n"
+                    f"print(whole_course({workers})[0])")
+            done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
+            return float(done.stdout.split()[-1])
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--assignment", default="04_training_loop")
     parser.add_argument("--submissions", type=int, default=4)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-course", action="store_true")
+    parser.add_argument("--baseline", default="d48df68", help="commit whose in-kernel grading is the baseline ('' to skip)")
     parser.add_argument("--out", default="build/bench", help="folder for the CSVs and the machine record")
     args = parser.parse_args()
     runs = pd.DataFrame([throughput(args.assignment, args.submissions, workers) for workers in args.workers])
@@ -82,7 +105,17 @@ def main() -> None:
         total, per_assignment = whole_course(workers)
         course[f"seconds_{workers}_at_a_time"] = course["assignment"].map(per_assignment)
         totals[f"seconds_{workers}_at_a_time"] = total
-    course = pd.concat([course, pd.DataFrame([totals])], ignore_index=True)
+    rows = [totals]
+    if args.baseline:
+        baseline = {"assignment": f"whole course (wall) at {args.baseline}, in-kernel grading"}
+        for workers in args.workers:
+            baseline[f"seconds_{workers}_at_a_time"] = baseline_course(args.baseline, workers)
+        ratio = {"assignment": "ratio: sandbox and judge / in-kernel (goal <= 1.5)"}
+        for workers in args.workers:
+            key = f"seconds_{workers}_at_a_time"
+            ratio[key] = totals[key] / baseline[key]
+        rows += [baseline, ratio]
+    course = pd.concat([course, pd.DataFrame(rows)], ignore_index=True)
     report_results(course, "grading_course", machine_record("cpu"), args.out,
                    title="One student's whole course, graded")
 
