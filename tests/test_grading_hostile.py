@@ -82,8 +82,8 @@ def test_attacks_leave_other_submissions_the_grades_and_the_course_untouched(bat
     results, out = batch
     root = out.parent
     perfect = (root / "in" / "perfect" / f"{ASSIGNMENT}.ipynb").read_text()
-    assert "forged" not in perfect and nbformat.reads(perfect, as_version=4).cells
-    assert "forged" not in (out / "grades.csv").read_text()
+    assert "FORGED-BY-ESCAPE" not in perfect and nbformat.reads(perfect, as_version=4).cells
+    assert "FORGED-BY-ESCAPE" not in (out / "grades.csv").read_text()
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
         assert gradebook.find_submission(ASSIGNMENT, "perfect").score == 5.0
     assert results["perfect"]["status"] == "ok" and not results["perfect"]["reasons"]
