@@ -16,6 +16,7 @@ Writes `build/bench/grading_throughput.csv` and `build/bench/grading_course.csv`
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import subprocess
 import sys
@@ -65,7 +66,10 @@ def whole_course(workers: int) -> tuple[float, dict[str, float]]:
     started = time.perf_counter()
     assignments = discover_assignments()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        seconds = list(pool.map(lambda a: throughput(a, 1, 1)["seconds"], assignments))
+        runs = list(pool.map(lambda a: throughput(a, 1, 1), assignments))
+    if not all(run["all_full_marks"] for run in runs):
+        raise RuntimeError(f"a solution lost points: {[r['assignment'] for r in runs if not r['all_full_marks']]}")
+    seconds = [run["seconds"] for run in runs]
     return time.perf_counter() - started, dict(zip(assignments, seconds))
 
 
@@ -78,7 +82,10 @@ def baseline_course(ref: str, workers: int) -> float:
             code = (f"import sys; sys.path[:0] = [{str(tree)!r}, {str(tree / 'benchmarks')!r}]\n"
                     "from grading_throughput import whole_course\n"
                     f"print(whole_course({workers})[0])")
-            done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
+            # PYTHONPATH: the grading workers the old code starts must import the old harness too
+            environment = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=environment, capture_output=True,
+                                  text=True, check=True)
             return float(done.stdout.split()[-1])
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], capture_output=True)

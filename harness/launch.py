@@ -543,12 +543,12 @@ def _run_torchrun(
     except subprocess.TimeoutExpired:
         returncode = None
     finally:
-        _end_process_tree(process.pid)
+        end_process_tree(process.pid)
         process.wait()
     return returncode, rank_lines, runner_lines
 
 
-def _end_process_tree(pid: int, grace_s: float = 3.0) -> None:
+def end_process_tree(pid: int, grace_s: float = 3.0) -> None:
     """End `pid` and every descendant: SIGTERM, then SIGKILL for those still alive after `grace_s`."""
     try:
         root = psutil.Process(pid)

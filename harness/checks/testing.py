@@ -3,7 +3,7 @@ correct variants pass both the visible and the hidden tests. Used by tests/check
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -39,3 +39,18 @@ def assert_check_passes(task: str, *objects: Any, capsys: pytest.CaptureFixture[
         out = capsys.readouterr()
         assert out.out.count(f"\u2714 {task}") == 2 and "(hidden tests)" in out.out, out.out
         assert out.err == "", out.err
+
+
+def shortened(observation: Any) -> Iterator[Any]:
+    """Every copy of an observation with one list or tuple in it (at any depth) missing its last element:
+    forgeries a judge must refuse (fail or raise), never pass."""
+    if isinstance(observation, dict):
+        for key, item in observation.items():
+            for variant in shortened(item):
+                yield {**observation, key: variant}
+    elif isinstance(observation, (list, tuple)):
+        if observation:
+            yield type(observation)(observation[:-1])
+        for index, item in enumerate(observation):
+            for variant in shortened(item):
+                yield type(observation)([*observation[:index], variant, *observation[index + 1:]])

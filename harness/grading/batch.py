@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.grading import sandbox
+from harness.launch import end_process_tree
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.submissions import Submission
@@ -51,22 +52,6 @@ class SandboxUnavailable(RuntimeError):
     """The kernel sandbox cannot be made on this machine; the message says why and what to install."""
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL `pid` and every process under it (a kernel in its own session included)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
 def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str, Any]:
     """Run one worker process for `job`; always returns a result."""
     name = job["student"]
@@ -81,7 +66,7 @@ def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str,
         try:
             worker.wait(timeout=limit_seconds)
         except subprocess.TimeoutExpired:
-            _kill_tree(worker.pid)
+            end_process_tree(worker.pid, grace_s=0.0)
             worker.wait()
     base = {"student": name, "assignment": job["assignment"], "scores": {}, "failures": {},
             "seconds": time.perf_counter() - started}

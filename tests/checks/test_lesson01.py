@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from hypothesis.extra.numpy import arrays
 
 from harness.checks import wire
 from harness.checks.core import Case, decide, observe
-from harness.checks.testing import assert_check_fails, assert_check_passes
+from harness.checks.testing import assert_check_fails, assert_check_passes, shortened
 
 
 # ------------------------------------------------------------------------------------------------ 01-to-tokens
@@ -447,20 +447,6 @@ def test_hints_exist_for_every_task(capsys) -> None:
     assert capsys.readouterr().out.count("Hint 2/2") == 6
 
 
-def _shortened(value: Any) -> Iterator[Any]:
-    """Every copy of an observation with one list or tuple in it (at any depth) missing its last element."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            for variant in _shortened(item):
-                yield {**value, key: variant}
-    elif isinstance(value, (list, tuple)):
-        if value:
-            yield type(value)(value[:-1])
-        for index, item in enumerate(value):
-            for variant in _shortened(item):
-                yield type(value)([*value[:index], variant, *value[index + 1:]])
-
-
 @pytest.mark.parametrize("task, solution", [
     ("01-to-tokens", tokens_permute_reshape), ("01-pairwise-distances", distances_difference),
     ("01-logsumexp", lse_where), ("01-per-loss-gradients", grads_reset), ("01-ema-update", ema_no_grad),
@@ -471,7 +457,7 @@ def test_judges_refuse_truncated_observations(task: str, solution: Any, hidden: 
     case = Case(hidden=hidden)
     data = observe(task, (solution,), case)
     decide(task, data, case)
-    forgeries = list(_shortened(wire.decode(data)))
+    forgeries = list(shortened(wire.decode(data)))
     assert forgeries
     for forged in map(wire.encode, forgeries):
         with pytest.raises(Exception):

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset, 
 
 from harness.checks import CheckFailed, check, wire
 from harness.checks.core import Case, decide, observe
-from harness.checks.testing import DRAWN_CASE, assert_check_fails
+from harness.checks.testing import DRAWN_CASE, assert_check_fails, shortened
 from harness.repro import make_generator
 
 # ---------------------------------------------------------------------------------------------------- dataset
@@ -477,26 +477,12 @@ def test_correct_solutions_pass_a_drawn_hidden_case(task, solution):
     decide(task, observe(task, (solution,), DRAWN_CASE), DRAWN_CASE)
 
 
-def _shortened(value):
-    """Every copy of an observation with one list or tuple in it (at any depth) missing its last element."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            for variant in _shortened(item):
-                yield {**value, key: variant}
-    elif isinstance(value, (list, tuple)):
-        if value:
-            yield type(value)(value[:-1])
-        for index, item in enumerate(value):
-            for variant in _shortened(item):
-                yield type(value)([*value[:index], variant, *value[index + 1:]])
-
-
 @pytest.mark.parametrize("task, solution", CORRECT[::2])
 def test_judges_refuse_truncated_observations(task, solution):
     case = Case(hidden=True)
     data = observe(task, (solution,), case)
     decide(task, data, case)
-    forgeries = list(_shortened(wire.decode(data)))
+    forgeries = list(shortened(wire.decode(data)))
     assert forgeries
     for forged in map(wire.encode, forgeries):
         with pytest.raises(Exception):
