@@ -82,6 +82,8 @@ def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
                 for cell in execution.get("kernel_died", [])]
     reasons += [f"{cell}: ran out of the per-submission memory limit" for cell in execution.get("memory", [])]
     reasons += [f"{cell}: output truncated (flood)" for cell in execution.get("output_truncated", [])]
+    reasons += [f"processes that left the kernel were still running at the end, killed with the sandbox: {what}"
+                for what in execution.get("daemons", [])]
     guards = execution.get("guard_cells", [])
     ran = [g for g in guards if g["outcome"] == "ok" and g["role"] != "install"]
     failed = [g for g in guards if g["outcome"] != "ok" and "NotExecuted" not in g["outcome"]]

@@ -118,7 +118,31 @@ class SandboxedExecute(Execute):
             self._stopped = f"the kernel ignored the interrupt after {cell_label(cell, index)} timed out"
             self._record("kernel_hung", cell_label(cell, index))
             run_sync(self.km.shutdown_kernel)(now=True)
+        elif index == max(i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"):
+            self._record_daemons()
         return cell, resources
+
+    def _record_daemons(self) -> None:
+        """Record processes that left the kernel's process tree (daemonised: setsid, double fork).
+
+        In the sandbox such a process is re-parented to the sandbox's first process rather than the machine's,
+        so it is still seen here, before the kernel's end kills it with the whole PID namespace. Children the
+        kernel still holds (DataLoader workers) are its own business.
+        """
+        import psutil
+
+        launcher = getattr(getattr(self.km, "provisioner", None), "process", None)
+        if launcher is None:
+            return
+        try:
+            sandbox_init = [p for p in psutil.Process(launcher.pid).children() if p.name() == "bwrap"]
+            orphans = [p for init in sandbox_init for p in init.children()
+                       if "ipykernel_launcher" not in " ".join(p.cmdline())]
+            names = sorted({" ".join(p.cmdline())[:60] for p in orphans})
+        except psutil.Error:
+            return
+        if names:
+            self._record("daemons", f"{len(names)} ({'; '.join(names)})")
 
     def on_cell_executed(self, **kwargs: Any) -> None:
         """nbgrader's reply check, plus recording timeouts and exhausted memory."""
