@@ -22,15 +22,10 @@ from torch import nn
 from harness.checks.core import Case, fail, judges, register
 from harness.checks.probes import HostSyncCounter, StepRecord, StepRecorder
 from harness.checks.wire import Opaque, WireError
-from harness.drills.core import all_drills, get_drill
-
-# Load the whole bank before importing from its modules: once any drill is registered, the bank's loader
-# assumes it is loaded, so importing one bank module first would hide the others from `harness drill`.
-all_drills()
-
-from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler  # noqa: E402
-from harness.drills.bank.checkpointing import _train_epochs  # noqa: E402
-from harness.drills.bank.loop import _batches, _binary_task, _check_fresh_gradients  # noqa: E402
+from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler
+from harness.drills.bank.checkpointing import _train_epochs
+from harness.drills.bank.loop import _batches, _binary_task, _check_fresh_gradients
+from harness.drills.core import get_drill
 
 # The drills of notebook 11, in order: (task id, drill id). Names the answers define must not collide.
 NOTEBOOK_DRILLS: tuple[tuple[str, str], ...] = (

@@ -66,8 +66,7 @@ def add(*drills: Drill) -> None:
 
 
 def _load_bank() -> None:
-    if _BANK:
-        return
+    """Import every bank module once (importing one module directly registers only its own drills)."""
     import harness.drills.bank as bank
 
     for module in pkgutil.iter_modules(bank.__path__):
