@@ -30,6 +30,7 @@ import nbformat
 
 from harness.checks.core import Case
 from harness.grading import sandbox
+from harness.grading.decoy import Decoy
 from harness.grading.execute import error_output
 from harness.grading.layout import REPO_ROOT, course_config, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
@@ -169,15 +170,19 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         report = course / "execution.json"
         runtime = course / "runtime"
         runtime.mkdir()
+        decoy = Decoy(course / "decoy", job["assignment"], release_dir / notebook_name)
         spec = sandbox.Spec(memory_mb=job["memory_mb"], threads=job["threads"], sandboxed=job["sandboxed"],
-                            runtime_dir=str(runtime), data_dir=job["data_dir"])
+                            runtime_dir=str(runtime), data_dir=job["data_dir"],
+                            decoy_dir=str(decoy.folder) if job["sandboxed"] else "")
         sandbox.write_kernelspec(course / "jupyter", spec)
         os.environ["JUPYTER_PATH"] = str(course / "jupyter")
         nonce = secrets.token_hex(16)
         from nbgrader.apps import NbGraderAPI
 
         api = NbGraderAPI(config=_config(course, job, report, nonce))
+        decoy.watch()
         outcome = api.autograde(job["assignment"], job["student"], force=True, create=True)
+        looked = decoy.opened()
         if not outcome["success"]:
             return {**result, "status": "error", "reasons": [f"nbgrader autograde failed: {outcome['error'][-400:]}"],
                     "seconds": time.perf_counter() - started}
@@ -187,6 +192,8 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         feedback = api.generate_feedback(job["assignment"], job["student"], force=True)
         reasons = repairs + _reasons(execution, nonce) + result["reasons"]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
+        if looked:
+            reasons.append("the notebook looked for the instructor's solutions (it opened the decoy solutions/ folder)")
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
         failures = {task: v.code for task, v in verdicts.items() if not v.passed}

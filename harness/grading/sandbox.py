@@ -11,7 +11,8 @@ bubblewrap (`bwrap`), which runs the kernel:
   so no secret, reaches it);
 - on a filesystem built for it: the system and Python read-only, the course's `harness` package (without
   `harness/judge`) and the data folder read-only, an empty `/tmp` (its working directory is `/tmp/work`)
-  and nothing else: no `solutions/`, no gradebook, no output folder, no other submission, no grader file.
+  and nothing else: no `solutions/` (a decoy copy of the release sits there, watched: `decoy`), no
+  gradebook, no output folder, no other submission, no grader file.
   What it writes disappears with it. The one writable folder it shares with the worker holds the kernel's
   connection file and sockets.
 
@@ -50,6 +51,7 @@ class Spec:
     sandboxed: bool
     runtime_dir: str  # holds the connection file and the kernel's sockets: the one folder shared with the worker
     data_dir: str  # the course's data folder (HARNESS_DATA_DIR), bound read-only when it exists
+    decoy_dir: str = ""  # mounted read-only where the repository's solutions/ would be (harness.grading.decoy)
 
 
 def unavailable_reason() -> str | None:
@@ -89,6 +91,8 @@ def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
     if (harness / "judge").is_dir():
         args += ["--tmpfs", str(harness / "judge")]
     args += ["--ro-bind-try", spec.data_dir, spec.data_dir]
+    if spec.decoy_dir:
+        args += ["--ro-bind", spec.decoy_dir, str(REPO_ROOT / "solutions")]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", WORKDIR, "--dir", "/tmp/home",
              "--bind", spec.runtime_dir, spec.runtime_dir, "--chdir", WORKDIR, "--clearenv"]
     environment = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/matplotlib", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
