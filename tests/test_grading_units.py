@@ -4,7 +4,6 @@ nbgrader's IgnorePattern, the kernel's memory limit and the tamper guard."""
 from __future__ import annotations
 
 import copy
-import re
 import subprocess
 import sys
 import zipfile
@@ -123,15 +122,15 @@ def test_sandbox_memory_limit_raises_memory_error_not_oom(tmp_path):
 
 
 @pytest.mark.slow
-def test_tamper_guard_restores_and_reports(tmp_path):
-    code = f"""
+def test_tamper_guard_restores_and_reports():
+    code = """
 import builtins, math, torch
 import harness.checks
 from harness.checks import check
 from harness.grading import tamper
 tamper.install("harness.checks.lesson00")
 assert harness.checks.core.graded_outside  # test cells now leave checking to the judge
-namespace = {{"check": check}}
+namespace = {"check": check}
 assert tamper.verify(namespace, "00-a", "n") == []
 harness.checks.check = namespace["check"] = lambda *a, **k: None
 builtins.AssertionError = ValueError

@@ -4,7 +4,6 @@ judge or grading secret, and its lessons run from it with its own harness."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path

@@ -16,7 +16,6 @@ only flags (a guard cell that fails, or a missing heartbeat, flags the submissio
 
 from __future__ import annotations
 
-import builtins
 import importlib
 import sys
 from typing import Any
