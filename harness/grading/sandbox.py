@@ -87,14 +87,15 @@ def _system_binds() -> list[str]:
 def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
     """The bubblewrap command line that runs `inner` in the sandbox."""
     harness = REPO_ROOT / "harness"
-    args = ["bwrap", *_namespaces(), *_system_binds(), "--ro-bind", str(harness), str(harness)]
+    # The empty /tmp first: binds made after it stay visible even when they live under /tmp (a clone in /tmp)
+    args = ["bwrap", *_namespaces(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", WORKDIR,
+            "--dir", "/tmp/home", *_system_binds(), "--ro-bind", str(harness), str(harness)]
     if (harness / "judge").is_dir():
         args += ["--tmpfs", str(harness / "judge")]
     args += ["--ro-bind-try", spec.data_dir, spec.data_dir]
     if spec.decoy_dir:
         args += ["--ro-bind", spec.decoy_dir, str(REPO_ROOT / "solutions")]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", WORKDIR, "--dir", "/tmp/home",
-             "--bind", spec.runtime_dir, spec.runtime_dir, "--chdir", WORKDIR, "--clearenv"]
+    args += ["--bind", spec.runtime_dir, spec.runtime_dir, "--chdir", WORKDIR, "--clearenv"]
     environment = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/matplotlib", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                    "OMP_NUM_THREADS": str(spec.threads), "MKL_NUM_THREADS": str(spec.threads),
                    "PYTHONWARNINGS": "ignore::DeprecationWarning", "PYTHONDONTWRITEBYTECODE": "1"}
