@@ -7,6 +7,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from harness.checks import wire
 from harness.checks.core import Case, CheckFailed, check, decide, observe
 
 # A hidden case as the grader draws one: another seed offset than the local runs use.
@@ -54,3 +55,15 @@ def shortened(observation: Any) -> Iterator[Any]:
         for index, item in enumerate(observation):
             for variant in shortened(item):
                 yield type(observation)([*observation[:index], variant, *observation[index + 1:]])
+
+
+def assert_forgeries_refused(task: str, *objects: Any, case: Case) -> None:
+    """Assert that the judge of `task` passes the honest observation of `objects` on `case`, and refuses (fails
+    or raises on) every copy of it with one list or tuple shortened."""
+    data = observe(task, objects, case)
+    decide(task, data, case)
+    forgeries = list(shortened(wire.decode(data)))
+    assert forgeries, "the observation has no list or tuple to shorten"
+    for forged in map(wire.encode, forgeries):
+        with pytest.raises(Exception):
+            decide(task, forged, case)
