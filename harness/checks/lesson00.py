@@ -14,16 +14,7 @@ import torch
 from torch import nn
 
 from harness.checks.core import Case, fail, judges, register
-from harness.checks.wire import Opaque
-
-
-def _describe(value: object) -> str:
-    """A short description of a returned value, for failure messages."""
-    if isinstance(value, Opaque):
-        return f"{value.type_name} {value.text}"[:120]
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, on {value.device}"
-    return f"{type(value).__name__} {value!r}"[:120]
+from harness.checks.wire import Opaque, describe
 
 
 @register(
@@ -39,7 +30,7 @@ def probe_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *,
     for n in _batch_sizes(case):
         batch = make_batch(n, torch.device("cpu"))
         is_tensor = isinstance(batch, torch.Tensor)
-        results.append({"value": batch if is_tensor else _describe(batch), "is_tensor": is_tensor,
+        results.append({"value": batch if is_tensor else describe(batch), "is_tensor": is_tensor,
                         "device": str(batch.device.type) if is_tensor else None})
     return {"results": results}
 
@@ -122,7 +113,7 @@ def judge_count_params(seen: dict, *, case: Case) -> str:
         expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
         everything = sum(p.numel() for p in model.parameters())
         if isinstance(counted, (torch.Tensor, Opaque)) or not isinstance(counted, int) or isinstance(counted, bool):
-            fail("not-an-int", observed=f"returned {_describe(counted)}", expected="a Python int",
+            fail("not-an-int", observed=f"returned {describe(counted)}", expected="a Python int",
                  cause="summing tensors or calling len() on something else",
                  where="the return statement: sum the .numel() of the tensors")
         if counted == len([p for p in model.parameters() if p.requires_grad]) and counted != expected:
@@ -171,7 +162,7 @@ def judge_accuracy(seen: dict, *, case: Case) -> str:
     for (logits, targets), result in zip(_accuracy_cases(case), seen["results"], strict=True):
         expected = (logits.argmax(dim=1) == targets).float().mean().item()
         if not isinstance(result, float):
-            fail("not-a-float", observed=f"returned {_describe(result)}", expected="a Python float",
+            fail("not-a-float", observed=f"returned {describe(result)}", expected="a Python float",
                  cause="returning a tensor", where="call .item() on the final scalar tensor")
         if math.isclose(result, 100 * expected, abs_tol=1e-6) and not math.isclose(expected, 0.0):
             fail("percent-not-fraction", observed=f"{result}", expected=f"{expected} (a fraction between 0 and 1)",

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.checks.core import Case, fail, judges, register
-from harness.checks.wire import Opaque, WireError
+from harness.checks.wire import WireError, type_name
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -29,14 +29,11 @@ def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().double() - b.detach().double()).abs().nan_to_num(float("inf")).max()) if a.numel() else 0.0
 
 
-def _type_name(value: Any) -> str:
-    """The type name of a returned value as the probe saw it (Opaque values carry theirs)."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _require_tensor(result: Any, what: str, where: str) -> torch.Tensor:
     if not isinstance(result, torch.Tensor):
-        fail("not-a-tensor", observed=f"{what} returned {_type_name(result)}", expected="a torch.Tensor",
+        fail("not-a-tensor", observed=f"{what} returned {type_name(result)}", expected="a torch.Tensor",
              cause="a missing return statement, or a conversion to NumPy or a Python list", where=where)
     return result
 
@@ -334,7 +331,7 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
         expected = [torch.autograd.grad(loss(w), w)[0] for loss in losses]
         result = run["result"]
         if not isinstance(result, (list, tuple)) or len(result) != count:
-            fail("wrong-count", observed=f"returned {_type_name(result)}"
+            fail("wrong-count", observed=f"returned {type_name(result)}"
                  + (f" of length {len(result)}" if isinstance(result, (list, tuple)) else ""),
                  expected=f"a list of {count} gradients, one per loss", cause="the return statement",
                  where="append one gradient per loss and return the list")
@@ -431,7 +428,7 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
                      cause="an in-place method called on the parameter",
                      where="call in-place methods on the EMA tensors only")
             if step["result"] is not None:
-                fail("returns-value", observed=f"ema_update_ returned {_type_name(step['result'])}",
+                fail("returns-value", observed=f"ema_update_ returned {type_name(step['result'])}",
                      expected="None (a trailing underscore means in place)", cause="a return statement",
                      where="remove the return")
             expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params, strict=True)]

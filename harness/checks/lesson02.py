@@ -18,7 +18,7 @@ from torch import nn
 
 from harness.checks.core import Case, CheckFailed, fail, judges, register
 from harness.checks.param_groups import check_weight_decay, describe_groups, group_lr, group_of_each_parameter
-from harness.checks.wire import Opaque
+from harness.checks.wire import Opaque, type_name
 
 
 def _randn(*shape: int, seed: int) -> torch.Tensor:
@@ -81,8 +81,6 @@ def _no_exception(record: dict[str, Any], what: str) -> None:
              cause="the exception named here, raised inside your code", where="the code you passed to check()")
 
 
-def _type_name(value: Any) -> str:
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 # -------------------------------------------------------------------------------------------------- 02-mlp
@@ -292,7 +290,7 @@ def judge_count_trainable(seen: dict, *, case: Case) -> str:
     for model, result in zip(_count_models(case), seen["counts"], strict=True):
         expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if isinstance(result, (torch.Tensor, Opaque)) or not isinstance(result, int):
-            fail("not-an-int", observed=f"returned {_type_name(result)}", expected="a Python int",
+            fail("not-an-int", observed=f"returned {type_name(result)}", expected="a Python int",
                  cause="a tensor sum instead of a Python sum of p.numel()", where="the return value")
         if result == expected:
             continue

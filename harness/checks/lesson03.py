@@ -18,20 +18,15 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from harness.checks.core import Case, fail, judges, register
-from harness.checks.wire import Opaque, WireError
+from harness.checks.wire import WireError, type_name
 from harness.repro import make_generator
-
-
-def _type_name(value: Any) -> str:
-    """The type name of a value as the probe saw it (Opaque values carry theirs)."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _tensor(value: Any, what: str, where: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         fail(
             "not-a-tensor",
-            observed=f"{what} is a {_type_name(value)}",
+            observed=f"{what} is a {type_name(value)}",
             expected=f"{what} is a torch.Tensor",
             cause="a list or NumPy array is returned where the DataLoader needs tensors",
             where=where,
@@ -131,7 +126,7 @@ def _pair(item: Any, index: int, name: str) -> tuple[Any, Any]:
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         fail(
             "wrong-item",
-            observed=f"dataset[{index}] is {_type_name(item)}"
+            observed=f"dataset[{index}] is {type_name(item)}"
             + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""),
             expected=f"the pair (features[{index}], labels[{index}])",
             cause="__getitem__ returns something other than the (x, y) pair",
@@ -192,8 +187,8 @@ def judge_dataset(seen: dict, *, case: Case) -> str:
             where=f"{name}.__getitem__",
         )
     batch = seen["batch"]
-    shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else _type_name(t) for t in batch] if isinstance(
-        batch, (tuple, list)) else [_type_name(batch)]
+    shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type_name(t) for t in batch] if isinstance(
+        batch, (tuple, list)) else [type_name(batch)]
     if shapes != [(4, *features.shape[1:]), (4,)]:
         fail(
             "wrong-item",
@@ -274,7 +269,7 @@ def _judge_collate_output(out: Any, batch: Batch) -> None:
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         fail(
             "wrong-return",
-            observed=f"pad_collate returned {_type_name(out)}",
+            observed=f"pad_collate returned {type_name(out)}",
             expected="a tuple (padded, lengths, labels)",
             cause="the return statement has another shape",
             where=where,
@@ -621,17 +616,17 @@ def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
     if "splits" not in record:
         fail(
             "wrong-return",
-            observed=f"split_and_normalize returned {_type_name(record['result'])}",
+            observed=f"split_and_normalize returned {type_name(record['result'])}",
             expected="a tuple (train_set, val_set, mean, std)",
             cause="the return statement has another shape",
             where=where,
         )
     rows = []
-    for tensors, type_name in zip(record["splits"], record["split_types"], strict=True):
+    for tensors, split_type in zip(record["splits"], record["split_types"], strict=True):
         if tensors is None or len(tensors) != 2:
             fail(
                 "wrong-return",
-                observed=f"a split is a {type_name}" + ("" if tensors is None else f" of {len(tensors)} tensors"),
+                observed=f"a split is a {split_type}" + ("" if tensors is None else f" of {len(tensors)} tensors"),
                 expected="a TensorDataset(x, y) of normalised inputs and labels",
                 cause="the split is returned as indices or a Subset",
                 where=where,

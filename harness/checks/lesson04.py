@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.core import Case, fail, judges, register
 from harness.checks.probes import ForwardRecorder, HostSyncCounter, StepRecord, StepRecorder
-from harness.checks.wire import Opaque, WireError
+from harness.checks.wire import WireError, type_name
 
 
 @contextmanager
@@ -71,9 +71,6 @@ def _malformed(what: str) -> NoReturn:
     raise WireError(f"malformed observation: {what}")
 
 
-def _type_name(value: object) -> str:
-    """The type name of a value the probe recorded (the original type for an Opaque one)."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _count(value: Any, what: str) -> int:
@@ -134,7 +131,7 @@ def _as_float(value: Any, what: str, where: str) -> float:
         return float(value)
     fail(
         "not-a-scalar",
-        observed=f"{what} is a {_type_name(value)}",
+        observed=f"{what} is a {type_name(value)}",
         expected=f"{what} is a 0-dim tensor (or a float)",
         cause="the function returns something other than the number asked for",
         where=where,
@@ -457,7 +454,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
         if not isinstance(loss, torch.Tensor):
             fail(
                 "not-a-scalar",
-                observed=f"train_step returned a {_type_name(loss)}",
+                observed=f"train_step returned a {type_name(loss)}",
                 expected="the loss as a 0-dim tensor: `return loss.detach()`",
                 cause="the return value is wrapped or converted",
                 where="the return statement of train_step",
@@ -676,7 +673,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
     if not isinstance(result, dict) or not {"loss", "accuracy"} <= set(result):
         fail(
             "wrong-return",
-            observed=f"evaluate returned {_type_name(result)}"
+            observed=f"evaluate returned {type_name(result)}"
             + (f" with keys {sorted(result)}" if isinstance(result, dict) else ""),
             expected='a dict with keys "loss" and "accuracy"',
             cause="the return value has another shape",
@@ -843,7 +840,7 @@ def _history_frame(history: Any) -> pd.DataFrame:
     if not isinstance(history, (list, tuple)) or not all(isinstance(row, dict) for row in history):
         fail(
             "wrong-history",
-            observed=f"fit returned a {_type_name(history)}"
+            observed=f"fit returned a {type_name(history)}"
             + (" whose rows are not all dicts" if isinstance(history, (list, tuple)) else ""),
             expected="one row (a dict) per epoch with at least train_loss and val_loss",
             cause="the history is not collected as a list of per-epoch dicts",
@@ -873,7 +870,7 @@ def _history_column(frame: pd.DataFrame, name: str) -> list[float]:
         else:
             fail(
                 "wrong-history",
-                observed=f"{name} in the history holds a {_type_name(value)}",
+                observed=f"{name} in the history holds a {type_name(value)}",
                 expected=f"{name} as a number in every row",
                 cause="the value logged is not converted to a number (float(...))",
                 where="the history your fit returns",

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.core import Case, fail, judges, register
 from harness.checks.probes import ForwardRecorder, StepRecorder
-from harness.checks.wire import Opaque
+from harness.checks.wire import Opaque, type_name
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
@@ -72,9 +72,6 @@ def _fmt(values: Sequence[float], limit: int = 8) -> str:
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
-def _type_name(value: Any) -> str:
-    """The type of a value as the student's code returned it (an Opaque carries the original name)."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _order_note(warned: Any) -> str:
@@ -186,7 +183,7 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
     if not _is_number(value):
         fail(
             "not-a-float",
-            observed=f"{where} returned a {_type_name(value)}",
+            observed=f"{where} returned a {type_name(value)}",
             expected="a Python float (LambdaLR multiplies the base lr by it)",
             cause="returning a tensor or numpy value; math.cos and plain arithmetic give a float",
             where="the return statement of warmup_cosine",

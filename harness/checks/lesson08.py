@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.core import Case, fail, judges, register
-from harness.checks.wire import Opaque
+from harness.checks.wire import Opaque, describe
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -62,11 +62,6 @@ def _as_data(value: Any) -> Any:
     return value
 
 
-def _describe(value: Any) -> str:
-    """A short description of a value that came back, for failure messages."""
-    if isinstance(value, Opaque):
-        return f"{value.type_name} {value.text}"[:120]
-    return f"{type(value).__name__} {value!r}"[:120]
 
 
 def _as_number(value: Any) -> float | None:
@@ -166,7 +161,7 @@ def judge_portable(seen: dict, *, case: Case) -> str:
         if not isinstance(result, dict):
             fail(
                 "not-a-dict",
-                observed=f"for {name} it returned {_describe(result)}",
+                observed=f"for {name} it returned {describe(result)}",
                 expected="a dict from the plain model's key names to the same tensors",
                 cause="returning something other than a dict with string keys",
                 where="the return statement",
@@ -549,7 +544,7 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
             if returned is None or not math.isclose(returned, best_metric):
                 fail(
                     "wrong-best-metric",
-                    observed=f"after epoch {epoch} ({setting}) it returned {_describe(observed['returned'])}",
+                    observed=f"after epoch {epoch} ({setting}) it returned {describe(observed['returned'])}",
                     expected=f"{best_metric}: the best metric so far, which the caller passes back next epoch",
                     cause="returning this epoch's metric, or nothing",
                     where="the return statement",
@@ -887,7 +882,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _Resum
     if not isinstance(checkpoint, dict):
         fail(
             "model-not-restored",
-            observed=f"the checkpoint holds {_describe(checkpoint)}, not a dict",
+            observed=f"the checkpoint holds {describe(checkpoint)}, not a dict",
             expected="a dict with 'model', 'optimizer', 'scheduler', 'scaler', 'rng', 'data_generator', 'epoch' "
             "and 'best_metric'",
             cause="save_checkpoint saves a single state instead of a dict of them",
@@ -928,7 +923,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _Resum
 def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting) -> None:
     """What load_checkpoint put into freshly built objects, compared with the reference run's state."""
     if not isinstance(result, dict) or not isinstance(result.get("restored"), dict):
-        raise ValueError(f"the resume's report is malformed: {_describe(result)}")
+        raise ValueError(f"the resume's report is malformed: {describe(result)}")
     counters = result.get("counters")
     epoch, best_metric = setting.stop_at, setting.best_metric
     if (

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from harness.checks.core import Case, fail, judges, register
-from harness.checks.wire import Opaque, WireError
+from harness.checks.wire import WireError, type_name
 from harness.launch import LaunchError, launch_forked
 
 WORLD = 2
@@ -140,9 +140,6 @@ def _tensor_dict(value: Any) -> dict[str, torch.Tensor]:
     return value
 
 
-def _describe(value: object) -> str:
-    """A returned value's type, for failure messages."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _same_layout(state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> bool:
@@ -205,7 +202,7 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
         for rank, result in enumerate(_ranks(run)):
             out = result["out"]
             if not isinstance(out, torch.Tensor):
-                fail("not-a-tensor", observed=f"rank {rank} got a {_describe(out)}", expected="a tensor",
+                fail("not-a-tensor", observed=f"rank {rank} got a {type_name(out)}", expected="a tensor",
                      cause="the function returns something else (a float from .item()?)",
                      where="the return statement of ddp_mean")
             if out.shape != expected.shape:
@@ -542,7 +539,7 @@ def judge_save_rank0(seen: dict, *, case: Case) -> str:
                if not isinstance(checkpoint, dict) or key not in checkpoint]
     if missing:
         fail("incomplete-checkpoint",
-             observed=f"keys {sorted(checkpoint)}" if isinstance(checkpoint, dict) else f"a {_describe(checkpoint)}",
+             observed=f"keys {sorted(checkpoint)}" if isinstance(checkpoint, dict) else f"a {type_name(checkpoint)}",
              expected="'model', 'optimizer' and 'epoch'",
              cause="a resumable checkpoint needs all three", where="the dict passed to torch.save")
     saved = checkpoint["model"]
@@ -575,7 +572,7 @@ def _string_list(value: Any) -> list[str]:
 def _summary(value: Any, reference: dict[str, torch.Tensor]) -> str:
     """A saved state_dict, or what was saved instead, in a few words."""
     if not isinstance(value, dict):
-        return f"a {_describe(value)}"
+        return f"a {type_name(value)}"
     if _same_layout(value, reference):
         return "the model's keys with other values"
     return f"keys {sorted(value)[:6]}"

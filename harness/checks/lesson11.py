@@ -21,7 +21,7 @@ from torch import nn
 
 from harness.checks.core import Case, fail, judges, register
 from harness.checks.probes import HostSyncCounter, StepRecord, StepRecorder
-from harness.checks.wire import Opaque, WireError
+from harness.checks.wire import Opaque, WireError, describe
 from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler
 from harness.drills.bank.checkpointing import _train_epochs
 from harness.drills.bank.loop import _batches, _binary_task, _check_fresh_gradients
@@ -90,13 +90,6 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _describe(value: Any) -> str:
-    """A short description of a returned value, for failure messages."""
-    if isinstance(value, Opaque):
-        return f"{value.type_name} {value.text}"[:120]
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    return f"{type(value).__name__} {value!r}"[:120]
 
 
 # --- 11-train-step (loop-train-step) -------------------------------------------------------------------------
@@ -218,7 +211,7 @@ def judge_plain_list(seen: dict, *, case: Case) -> str:
                  expected=f"{expected}", cause="layers kept in a plain Python list are invisible to nn.Module: "
                  "the optimizer never sees them and .to(device) never moves them", where="use nn.ModuleList")
         if not isinstance(out, torch.Tensor) or out.shape != (2, sizes[-1]):
-            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else _describe(out)
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else describe(out)
             fail("wrong-shape", observed=f"output shape {shape}", expected=f"(2, {sizes[-1]})",
                  cause="the layers are not chained", where="forward")
         reference = _reference_mlp(params, sizes, _mlp_input(case, index))
@@ -463,8 +456,8 @@ def judge_epoch_metrics(seen: dict, *, case: Case) -> str:
             want_acc = (model(x).argmax(1) == y).float().mean().item()
         loss, accuracy = _number(result.get("loss")), _number(result.get("accuracy"))
         if loss is None or accuracy is None:
-            fail("wrong-value", observed=f"loss {_describe(result.get('loss'))}, accuracy "
-                 f"{_describe(result.get('accuracy'))}", expected=f"two numbers: {want_loss:.5f} and {want_acc:.4f}",
+            fail("wrong-value", observed=f"loss {describe(result.get('loss'))}, accuracy "
+                 f"{describe(result.get('accuracy'))}", expected=f"two numbers: {want_loss:.5f} and {want_acc:.4f}",
                  cause="returning something other than two numbers (floats or one-element tensors)",
                  where="the return statement")
         if abs(loss - want_loss) > 1e-5 or abs(accuracy - want_acc) > 1e-6:
@@ -546,7 +539,7 @@ def judge_exact_resume(seen: dict, *, case: Case) -> str:
              where="save state_dict()s, not objects")
     epoch = seen.get("epoch")
     if _number(epoch) != 3:
-        fail("wrong-epoch", observed=f"load returned epoch {_describe(epoch)}", expected="3",
+        fail("wrong-epoch", observed=f"load returned epoch {describe(epoch)}", expected="3",
              cause="the counter was not saved", where="save and return the epoch")
     keys = seen.get("keys")
     if isinstance(keys, str):

@@ -144,3 +144,17 @@ def decode(data: bytes) -> dict[str, Any]:
     if not isinstance(observation, dict):
         raise WireError("an observation is a dict")
     return observation
+
+
+def type_name(value: Any) -> str:
+    """The type of a value as the student's code produced it (an Opaque carries the original name)."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
+
+
+def describe(value: Any) -> str:
+    """A short description of a value that came back, for failure messages (no device: tensors arrive on the CPU)."""
+    if isinstance(value, Opaque):
+        return f"{value.type_name} {value.text}"[:120]
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}"
+    return f"{type(value).__name__} {value!r}"[:120]
