@@ -25,6 +25,7 @@ from harness.checks.wire import Opaque, WireError, describe
 from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler
 from harness.drills.bank.checkpointing import _train_epochs
 from harness.drills.bank.loop import _batches, _binary_task, _check_fresh_gradients
+from harness.drills.bank.schedulers import require_warmup_cosine_factor, warmup_cosine_factor
 from harness.drills.core import get_drill
 
 # The drills of notebook 11, in order: (task id, drill id). Names the answers define must not collide.
@@ -251,13 +252,6 @@ def _schedule_points(case: Case) -> list[tuple[int, int, int]]:
             for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5})]
 
 
-def _warmup_cosine(step: int, warmup: int, total: int) -> float:
-    """The reference factor: linear warmup to 1, cosine to 0 at `total`, 0 after."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(1, total - warmup), 1.0)))
-
-
 @register("11-warmup-cosine", hints=_hints("11-warmup-cosine"))
 def probe_warmup_cosine(namespace: dict, *, case: Case) -> dict:
     """Evaluate `warmup_cosine` at each point of the case; plug it into LambdaLR and record the first LR."""
@@ -279,7 +273,7 @@ def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     points, values = _schedule_points(case), seen.get("values")
     _require(isinstance(values, list) and all(isinstance(v, (float, dict)) for v in values), "values")
     for (step, warmup, total), got in zip(points, values, strict=True):
-        want = _warmup_cosine(step, warmup, total)
+        want = warmup_cosine_factor(step, warmup, total)
         if isinstance(got, dict):
             error = str(got.get("raised"))[:200]
             zeros = [name for name, value in (("warmup", warmup), ("total - warmup", total - warmup)) if value == 0]
@@ -287,13 +281,8 @@ def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
             fail("raised", observed=f"warmup_cosine({step}, {warmup}, {total}) raised {error}", expected=f"{want:.6f}",
                  cause=f"a division by {' or '.join(zeros)}, which is 0 here" if by_zero else "see the error",
                  where="guard that division, as in max(1, total - warmup)" if by_zero else "warmup_cosine")
-        if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
-            phase = "warmup" if step < warmup else ("after the end" if step >= total else "cosine decay")
-            fail("wrong-factor", observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
-                 expected=f"{want:.6f}", cause="linear warmup reaches 1 at the last warmup step ((step+1)/warmup); "
-                 "the cosine runs from 1 at step=warmup to 0 at step=total and stays 0 after",
-                 where=f"the {phase} branch")
-    first, want = seen.get("lambda_lr"), _LAMBDA_LR * _warmup_cosine(0, 5, 50)
+        require_warmup_cosine_factor(got, step, warmup, total)
+    first, want = seen.get("lambda_lr"), _LAMBDA_LR * warmup_cosine_factor(0, 5, 50)
     _require(isinstance(first, float), "lambda_lr")
     if not math.isclose(first, want, rel_tol=1e-6):
         fail("wrong-factor",

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from harness.checks.core import fail
+
+if TYPE_CHECKING:
+    from harness.drills.core import Drill
 
 
 def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, *, atol: float, rtol: float, where: str,
@@ -85,7 +90,7 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
 
 
 def multiple_choice(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, prompt: str, correct: str,
-                    explanation: str, hints: tuple[str, ...], wrong: tuple[str, ...], experiment) -> "Drill":
+                    explanation: str, hints: tuple[str, ...], wrong: tuple[str, ...], experiment) -> Drill:
     """An "explain" drill: the answer is `answer = "<letter>"`, and `experiment` shows why it is right."""
     from harness.drills.core import Drill
 

@@ -144,7 +144,7 @@ add(
 def _leakage_experiment() -> None:
     gen = torch.Generator().manual_seed(0)
     data = torch.cat([torch.randn(900, 1, generator=gen), torch.randn(100, 1, generator=gen) + 3])
-    train, test = data[:900], data[900:]
+    train = data[:900]
     print(f"mean of the training split: {train.mean():.3f}; of all data: {data.mean():.3f}")
     print("normalising with the statistics of all data lets the test split shift what training sees: leakage.")
 

@@ -14,25 +14,30 @@ from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice
 
 
-def _closed_form(step: int, warmup: int, total: int) -> float:
+def warmup_cosine_factor(step: int, warmup: int, total: int) -> float:
+    """The drill's reference: linear warmup reaching 1 at the last warmup step, cosine to 0 at `total`, 0 after."""
     if step < warmup:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def require_warmup_cosine_factor(got: float, step: int, warmup: int, total: int) -> None:
+    """Fail with `wrong-factor` unless `got` is the reference factor at (step, warmup, total)."""
+    want = warmup_cosine_factor(step, warmup, total)
+    if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
+        phase = "warmup" if step < warmup else ("after the end" if step >= total else "cosine decay")
+        fail("wrong-factor", observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
+             expected=f"{want:.6f}", cause="linear warmup reaches 1 at the last warmup step ((step+1)/warmup); "
+             "the cosine runs from 1 at step=warmup to 0 at step=total and stays 0 after",
+             where=f"the {phase} branch")
+
+
 def _check_warmup_cosine(ns: dict) -> str:
     factor = ns["warmup_cosine"]
     for warmup, total in ((5, 50), (1, 10), (10, 10), (3, 1000), (0, 20)):
         for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5}):
-            got, want = float(factor(step, warmup, total)), _closed_form(step, warmup, total) if warmup else (
-                0.5 * (1 + math.cos(math.pi * min(step / total, 1.0))))
-            if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
-                phase = "warmup" if step < warmup else ("after the end" if step >= total else "cosine decay")
-                fail("wrong-factor", observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
-                     expected=f"{want:.6f}", cause="linear warmup reaches 1 at the last warmup step ((step+1)/warmup); "
-                     "the cosine runs from 1 at step=warmup to 0 at step=total and stays 0 after",
-                     where=f"the {phase} branch")
+            require_warmup_cosine_factor(float(factor(step, warmup, total)), step, warmup, total)
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
     torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: factor(s, 5, 50))
     return "matches the closed form in warmup, decay and after the end, and plugs into LambdaLR"
