@@ -193,7 +193,7 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         reasons = repairs + _reasons(execution, nonce) + result["reasons"]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if looked:
-            reasons.append("the notebook looked for the instructor's solutions (it opened the decoy solutions/ folder)")
+            reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's solutions would be")
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
         failures = {task: v.code for task, v in verdicts.items() if not v.passed}

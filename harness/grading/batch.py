@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.data.vision import data_root
 from harness.grading import sandbox
 from harness.launch import end_process_tree
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
@@ -83,7 +84,7 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
     """The worker jobs of a batch (JSON-serialisable): each carries its cases, never the secret."""
     threads = max(1, (os.cpu_count() or 1) // workers)
     tasks = graded_tasks(template / "solutions" / assignment)
-    data = os.environ.get("HARNESS_DATA_DIR") or str(Path.cwd() / "data")
+    data = str(data_root().resolve())
     return [{"student": s.student, "assignment": assignment, "notebook": str(s.notebook) if s.notebook else None,
              "problem": s.problem, "notes": s.notes, "template": str(template), "out": str(out),
              "timeout": limits.cell_timeout, "memory_mb": limits.memory_mb, "threads": threads,

@@ -61,8 +61,8 @@ def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonc
     if len(bundles) != len(cases):
         why = (f"the probe cell sent {len(bundles)} observations for {len(cases)} cases"
                + (f" and raised {cell_error[:200]}" if cell_error else ""))
-        return Verdict(task, False, "no-observation", f"{task}: not graded: the grader's probe did not complete "
-                       "(your notebook stopped it, or the kernel died): 0 points", why, tamper=why)
+        return Verdict(task, False, "no-observation", f"{task}: not graded: the grader's probe did not "
+                       f"complete ({why}): 0 points", why, tamper=why)
     details = []
     for index, (case, bundle) in enumerate(zip(cases, bundles)):
         try:
