@@ -1,10 +1,14 @@
 """The checks registry, failure messages and hints (harness.checks.core)."""
 
-import pytest
+import random
 
-from harness.checks import CheckFailed, check, fail, hint, register
-from harness.checks import core
-from harness.checks.core import Case, judges
+import numpy as np
+import pytest
+import torch
+
+from harness.checks import CheckFailed, check, core, fail, hint, register
+from harness.checks.core import Case, Hints, Requirement, judges
+from harness.checks.forbidden import CallRecorder, forbid
 
 
 def _inputs(case: Case) -> list[int]:
@@ -13,12 +17,18 @@ def _inputs(case: Case) -> list[int]:
 
 @pytest.fixture
 def toy_check():
-    @register("99-double", hints=("Multiply by two.", "return 2 * x"))
+    @register("99-double", hints=Hints("Multiply by two.", "Doubling is multiplying by 2.", "return 2 * x",
+                                       section="1. Doubling"),
+              requires={"wrong-value": Requirement("returns twice its input", "Compare double(3) with 3 + 3."),
+                        "forbidden-call": Requirement("does not call torch.mul", "Write the product yourself.")})
     def probe_double(double, *, case: Case) -> dict:
-        return {"values": [double(x) for x in _inputs(case)]}
+        with CallRecorder() as calls:
+            values = [double(x) for x in _inputs(case)]
+        return {"values": values, "calls": calls.seen}
 
     @judges("99-double")
     def judge_double(seen: dict, *, case: Case) -> str:
+        forbid(seen["calls"], {"mul": "the exercise asks for the product written with *"}, where="exercise 1")
         for x, value in zip(_inputs(case), seen["values"], strict=True):
             if value != 2 * x:
                 fail("wrong-value", observed=f"double({x}) = {value}", expected=f"{2 * x}",
@@ -28,6 +38,7 @@ def toy_check():
     yield "99-double"
     core._REGISTRY.pop("99-double")
     core._hints_shown.pop("99-double", None)
+    core._last_failure.pop("99-double", None)
 
 
 def test_passing_check_prints_what_it_verified(toy_check, capsys):
@@ -49,26 +60,82 @@ def test_failing_check_raises_teaching_message(toy_check):
     assert isinstance(info.value, AssertionError)  # nbgrader marks the cell failed
 
 
-def test_student_exception_becomes_check_failure(toy_check):
+def test_student_exception_names_their_line_and_what_it_means(toy_check):
     def broken(x):
-        raise NotImplementedError()
+        return torch.ones(2, 3) @ torch.ones(2, 3)
 
     with pytest.raises(CheckFailed) as info:
         check(toy_check, broken)
+    message = str(info.value)
     assert info.value.code == "raised"
-    assert "NotImplementedError" in str(info.value)
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in message
+    assert "raised at your line" in message and "return torch.ones(2, 3) @ torch.ones(2, 3)" in message
+    assert "a shape mismatch" in message
+    assert "probe_double" not in message and "values = [double(x)" not in message  # never the check's own lines
+
+
+def test_an_error_in_the_checks_own_code_is_not_blamed_on_a_line_of_the_student():
+    from harness.checks.errors import explain
+
+    try:
+        {}["missing"]  # stands for the check's code failing on what the student returned
+    except KeyError as error:
+        error.__traceback__ = None  # no frame of the student's at all
+        assert "not on a line of yours" in explain(error)
+
+
+def test_forbidden_calls_are_named_with_the_students_line(toy_check):
+    def as_method(x):
+        return torch.tensor(x).mul(2).item()
+
+    with pytest.raises(CheckFailed) as info:
+        check(toy_check, as_method)
+    assert info.value.code == "forbidden-call"
+    assert "Tensor.mul" in str(info.value) and "return torch.tensor(x).mul(2).item()" in str(info.value)
+    check(toy_check, lambda x: int((torch.tensor(x) + x).item()))  # other calls are fine
+
+
+def test_a_check_leaves_the_students_rngs_dtype_and_grad_mode_alone(toy_check):
+    def messy(x):
+        random.random(), np.random.rand(), torch.rand(1)
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        return 2 * x
+
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    check(toy_check, messy)
+    assert (random.random(), np.random.rand(), torch.rand(1)) == expected
+    assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()
 
 
 def test_hints_go_from_gentle_to_explicit(toy_check, capsys):
-    hint(toy_check)
+    for _ in range(4):
+        hint(toy_check)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Hint 1/3 for 99-double: Multiply by two.")
+    assert lines[1].startswith("Hint 2/3") and 'Reread the section "1. Doubling"' in lines[1]
+    assert lines[2].startswith("Hint 3/3") and "return 2 * x" in lines[2]
+    assert lines[3].startswith("Hint 3/3")
+    with pytest.raises(ValueError, match="levels 1 to 3"):
+        hint(toy_check, 4)
+
+
+def test_hints_follow_the_last_failure_and_demos_use_none(toy_check, capsys):
+    hint(toy_check, level=3)  # a lesson's demonstration: shown, not counted
+    with pytest.raises(CheckFailed):
+        check(toy_check, lambda x: x + 1)
     hint(toy_check)
     hint(toy_check)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("Hint 1/2") and "Multiply" in lines[0]
-    assert lines[1].startswith("Hint 2/2") and "return 2 * x" in lines[1]
-    assert lines[2].startswith("Hint 2/2")
-    with pytest.raises(ValueError, match="levels 1 to 2"):
-        hint(toy_check, 3)
+    assert lines[1] == "Hint 1/3 for 99-double (after [wrong-value]): Compare double(3) with 3 + 3. " \
+                       "Call hint() again for a more explicit one."
+    assert lines[2].startswith("Hint 2/3")
+    with pytest.raises(CheckFailed):  # another mistake: the hints start again, about it
+        check(toy_check, lambda x: int(torch.mul(torch.tensor(x), 2)))
+    hint(toy_check)
+    assert "(after [forbidden-call]): Write the product yourself." in capsys.readouterr().out
 
 
 def test_unknown_task_ids_are_clear_errors():
@@ -78,11 +145,12 @@ def test_unknown_task_ids_are_clear_errors():
         check("98-nothing", print)
 
 
-def test_register_requires_two_hint_levels_and_a_probe_with_a_case():
-    with pytest.raises(ValueError, match="at least two levels"):
-        register("99-x", hints=("only one",))
+def test_register_requires_a_requirement_table_and_a_probe_with_a_case():
+    hints = Hints("a", "b", "c", section="1. X")
+    with pytest.raises(TypeError, match="Requirement"):
+        register("99-x", hints=hints, requires={"wrong": "a bare string"})
     with pytest.raises(TypeError, match="keyword argument `case`"):
-        register("99-x", hints=("a", "b"))(lambda f, *, hidden: "old contract")
+        register("99-x", hints=hints, requires={"w": Requirement("a", "b")})(lambda f, *, hidden: "old contract")
 
 
 def test_the_judge_decides_from_data_of_its_own_case_only(toy_check):

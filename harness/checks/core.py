@@ -22,13 +22,20 @@ id's two leading digits ("04-train-step" -> lesson04), so a notebook only pays f
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib
 import inspect
-from dataclasses import dataclass
-from typing import Any, Callable, NoReturn
+import random
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy as np
+import torch
 
 from harness.checks import wire
+from harness.checks.errors import explain
 
 # The MIME type of an observation a graded notebook's probe cell displays for the judge.
 OBSERVATION_MIME = "application/vnd.harness.observation+json"
@@ -74,30 +81,62 @@ Probe = Callable[..., dict[str, Any]]
 Judge = Callable[..., str]
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """One thing an exercise's text asks for ("must", "returns", "do not call", "in place", "on device").
+
+    Its violation fails the check with the failure code it is registered under; `hint` is the first hint a
+    student gets after that failure: a nudge about that mistake, never the solution.
+    """
+
+    states: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class Hints:
+    """Three levels of help for an exercise: a nudge, the concept (with the lesson's section to reread), and
+    the solution line. After a failure, the first level is that failure's own hint (`Requirement.hint`)."""
+
+    nudge: str
+    concept: str
+    solution: str
+    section: str  # the heading of the lesson's section that teaches it, as written in the notebook
+
+
 @dataclass
 class Check:
-    """One task's check: `probe(*objects, case=...)` -> observation, `judge(observation, case=...)` -> verdict."""
+    """One task's check: `probe(*objects, case=...)` -> observation, `judge(observation, case=...)` -> verdict.
+
+    `requires` is the exercise's requirement table: failure code -> the requirement its violation breaks.
+    """
 
     task_id: str
     probe: Probe
-    hints: tuple[str, ...]
+    hints: Hints
+    requires: Mapping[str, Requirement] = field(default_factory=dict)
     judge: Judge | None = None
 
 
 _REGISTRY: dict[str, Check] = {}
 _hints_shown: dict[str, int] = {}
+_last_failure: dict[str, str] = {}
 # Set by the grader's first cell in a graded notebook: the test cells then leave checking to the judge.
 graded_outside = False
 
 
-def register(task_id: str, *, hints: tuple[str, ...]) -> Callable[[Probe], Probe]:
-    """Register the decorated function as the probe of `task_id`, with hints from gentle to explicit.
+def register(task_id: str, *, hints: Hints | tuple[str, ...], requires: Mapping[str, Requirement] | None = None
+             ) -> Callable[[Probe], Probe]:
+    """Register the decorated function as the probe of `task_id`, with its hints and requirement table.
 
     The probe takes the student's objects and a keyword `case`, and returns an observation (a dict of
-    data). Attach its judge with `@judges(task_id)`.
+    data). Attach its judge with `@judges(task_id)`. `requires` maps each failure code the judge can give
+    to the requirement of the exercise's text that it enforces (tests/checks plant a bug for each).
     """
-    if len(hints) < 2:
-        raise ValueError(f"{task_id}: give at least two levels of hints, gentle first.")
+    if isinstance(hints, tuple):  # TRANSITION (issue 19): lessons not yet audited; tests/test_requirements.py fails on them
+        hints, requires = Hints(hints[0], hints[-2] if len(hints) > 2 else hints[0], hints[-1], section=""), {}
+    elif not requires or not all(isinstance(r, Requirement) for r in requires.values()):
+        raise TypeError(f"{task_id}: requires maps failure codes to Requirement(states, hint), one per requirement")
 
     def decorate(probe: Probe) -> Probe:
         if "case" not in inspect.signature(probe).parameters:
@@ -105,7 +144,7 @@ def register(task_id: str, *, hints: tuple[str, ...]) -> Callable[[Probe], Probe
         if task_id in _REGISTRY and _REGISTRY[task_id].probe.__qualname__ != probe.__qualname__:
             raise ValueError(f"two checks registered for task {task_id!r}")
         judge = _REGISTRY[task_id].judge if task_id in _REGISTRY else None
-        _REGISTRY[task_id] = Check(task_id, probe, tuple(hints), judge)
+        _REGISTRY[task_id] = Check(task_id, probe, hints, dict(requires), judge)
         return probe
 
     return decorate
@@ -159,32 +198,51 @@ def fail(code: str, *, observed: str, expected: str, cause: str, where: str) -> 
     )
 
 
-def raised_failure(task_id: str, error_text: str) -> CheckFailed:
-    """The failure reported when the student's code raised `error_text` ("TypeError: ...")."""
+def raised_failure(task_id: str, explained: str) -> CheckFailed:
+    """The failure reported when the student's code raised; `explained` is `errors.explain` of the exception."""
     return CheckFailed(
         f"{task_id} failed [raised]\n"
-        f"  Observed:      your code raised {error_text}\n"
+        f"  Observed:      your code raised {explained}\n"
         f"  Expected:      it runs on the check's inputs without an exception\n"
-        f"  Likely cause:  see the traceback above this message\n"
-        f"  Where to look: the cell that defines what you passed to check()",
+        f"  Where to look: the line named above, in the cell that defines what you passed to check()",
         code="raised",
     )
 
 
-def observe(task_id: str, objects: tuple[Any, ...], case: Case) -> bytes:
-    """Run the probe of `task_id` on the student's objects; the observation as wire bytes.
-
-    What the probe reports about the run travels as data too: a failure it detected itself
-    (`__failed__`, `__message__`) or an exception raised by the student's code (`__raised__`).
-    """
-    entry = get(task_id)
+@contextlib.contextmanager
+def preserved_state() -> Iterator[None]:
+    """Leave the student's session as it was: every RNG (Python, NumPy, torch CPU and CUDA), the default
+    dtype and the grad mode are restored after a check, whatever the check or the student's code did."""
+    python, numpy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
     try:
-        observation = entry.probe(*objects, case=case)
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+
+
+def _probe(entry: Check, objects: tuple[Any, ...], case: Case) -> Any:
+    """The probe's observation, or what it reported: its own failure (`__failed__`, `__message__`) or an
+    exception of the student's code (`__raised__`, explained), each as data."""
+    try:
+        with preserved_state():
+            return entry.probe(*objects, case=case)
     except CheckFailed as failure:
-        observation = {"__failed__": failure.code, "__message__": str(failure)}
+        return {"__failed__": failure.code, "__message__": str(failure)}
     except Exception as error:  # the student's code raised: the judge says so
-        observation = {"__raised__": f"{type(error).__name__}: {error}"[:2000]}
-    return _sealed(task_id, observation, case)
+        return {"__raised__": explain(error)[:2000]}
+
+
+def observe(task_id: str, objects: tuple[Any, ...], case: Case) -> bytes:
+    """Run the probe of `task_id` on the student's objects; the observation as wire bytes."""
+    return _sealed(task_id, _probe(get(task_id), objects, case), case)
 
 
 def _sealed(task_id: str, observation: Any, case: Case) -> bytes:
@@ -212,7 +270,7 @@ def emit(task_id: str, objects: Callable[[], list[Any]], cases: list[dict[str, A
         try:
             data = observe(task_id, tuple(objects()), case)
         except Exception as error:  # the objects could not even be named
-            data = _sealed(task_id, {"__raised__": f"{type(error).__name__}: {error}"[:2000]}, case)
+            data = _sealed(task_id, {"__raised__": explain(error)[:2000]}, case)
         payload = {"task": task_id, "case": index, "nonce": nonce, "data": base64.b64encode(data).decode()}
         display({OBSERVATION_MIME: payload}, raw=True)
 
@@ -258,24 +316,37 @@ def check(task_id: str, *objects: Any, hidden: bool = False) -> None:
         print(f"{task_id}: checked by the grader's judge (its verdict replaces this cell's output)")
         return
     case = Case(hidden=hidden)
-    entry = get(task_id)
     try:
-        observation = entry.probe(*objects, case=case)
+        with preserved_state():  # the judge's references draw from the RNGs too, in the student's session
+            verified = decide(task_id, _sealed(task_id, _probe(get(task_id), objects, case), case), case)
     except CheckFailed as failure:
-        raise CheckFailed(f"{task_id} failed {failure}", code=failure.code) from None
-    except Exception as error:  # the student's code raised: say so, keeping its traceback above
-        raise raised_failure(task_id, f"{type(error).__name__}: {error}") from error
-    verified = decide(task_id, _sealed(task_id, observation, case), case)
+        if _last_failure.get(task_id) != failure.code:
+            _hints_shown.pop(task_id, None)  # a new mistake: the next hint starts again, about it
+        _last_failure[task_id] = failure.code
+        raise
+    _last_failure.pop(task_id, None)
     print(f"\u2714 {task_id}{' (hidden tests)' if hidden else ''}: {verified}")
 
 
 def hint(task_id: str, level: int | None = None) -> None:
-    """Print the next hint for `task_id` (or the given level, 1 = gentlest)."""
-    hints = get(task_id).hints
+    """Print the next hint for `task_id`: after a failed check, first the hint for that failure, then the
+    concept (and the section to reread), then the solution line.
+
+    Args:
+        task_id: the exercise's id.
+        level: show this level (1 to 3) without counting it as used: for a lesson's own demonstrations.
+    """
+    entry = get(task_id)
     if level is None:
-        level = min(_hints_shown.get(task_id, 0) + 1, len(hints))
-    if not 1 <= level <= len(hints):
-        raise ValueError(f"{task_id} has hint levels 1 to {len(hints)}")
-    _hints_shown[task_id] = max(_hints_shown.get(task_id, 0), level)
-    more = " Call hint() again for a more explicit one." if level < len(hints) else ""
-    print(f"Hint {level}/{len(hints)} for {task_id}: {hints[level - 1]}{more}")
+        level = min(_hints_shown.get(task_id, 0) + 1, 3)
+        _hints_shown[task_id] = level
+    elif not 1 <= level <= 3:
+        raise ValueError(f"{task_id} has hint levels 1 to 3")
+    hints, code = entry.hints, _last_failure.get(task_id)
+    after = entry.requires.get(code) if code else None
+    text = {1: after.hint if after else hints.nudge,
+            2: f"{hints.concept} (Reread the section \"{hints.section}\".)",
+            3: hints.solution}[level]
+    about = f" (after [{code}])" if level == 1 and after else ""
+    more = " Call hint() again for a more explicit one." if level < 3 else ""
+    print(f"Hint {level}/3 for {task_id}{about}: {text}{more}")

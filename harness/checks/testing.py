@@ -1,9 +1,17 @@
 """Assertions for testing a check (CONTRIBUTING.md): each planted bug fails with its code and message, and
-correct variants pass both the visible and the hidden tests. Used by tests/checks/ for every lesson."""
+correct variants pass both the visible and the hidden tests. Used by tests/checks/ for every lesson.
+
+Each lesson's tests/checks/test_lessonNN.py lists its mutation set as data: `MISTAKES` (plausible wrong
+answers, each violating one requirement of the exercise's table) and `CORRECT` (different right answers).
+tests/test_requirements.py reads both lists, without running them, to check that every requirement of every
+exercise has a planted bug and every exercise at least five.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -67,3 +75,48 @@ def assert_forgeries_refused(task: str, *objects: Any, case: Case) -> None:
     for forged in map(wire.encode, forgeries):
         with pytest.raises(Exception):
             decide(task, forged, case)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A plausible wrong answer to `task` that violates one requirement: its check must fail with `code` (a key
+    of the task's requirement table) on the visible case, with a message containing `phrase`.
+
+    `objects` is what the student passes to check(), or a function that builds it (for answers that need
+    setting up). `story` says how students come to write it (a forum question, the lesson's pitfall).
+    """
+
+    task: str
+    code: str
+    phrase: str
+    objects: tuple[Any, ...] | Callable[[], tuple[Any, ...]]
+    story: str
+
+    def __str__(self) -> str:
+        return f"{self.task}:{self.code}:{self.story[:40]}"
+
+
+@dataclass(frozen=True)
+class Correct:
+    """A right answer to `task` (written differently from the solution): it passes visible and hidden checks."""
+
+    task: str
+    objects: tuple[Any, ...] | Callable[[], tuple[Any, ...]]
+    story: str
+
+    def __str__(self) -> str:
+        return f"{self.task}:{self.story[:40]}"
+
+
+def _built(objects: tuple[Any, ...] | Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    return objects() if callable(objects) else objects
+
+
+def assert_mistake(mistake: Mistake) -> str:
+    """Assert that `mistake` fails its task's visible check with its code and phrase; the message."""
+    return assert_check_fails(mistake.task, *_built(mistake.objects), code=mistake.code, phrase=mistake.phrase)
+
+
+def assert_correct(correct: Correct, capsys: pytest.CaptureFixture[str] | None = None) -> None:
+    """Assert that `correct` passes its task's visible, hidden and drawn hidden checks."""
+    assert_check_passes(correct.task, *_built(correct.objects), capsys=capsys)

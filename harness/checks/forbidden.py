@@ -1,0 +1,86 @@
+""""Do not use X" rules: the probe records the torch calls the student's code makes, the judge names a forbidden
+one and the student's line that made it.
+
+The probe side is `CallRecorder`, a `TorchFunctionMode`: every torch function, `torch.nn.functional` function
+and tensor method called while it is active is recorded by name, with the student's line of its first call.
+An operator counts as its method: `a * b` is `mul`, `a + b` is `add`. Calls that torch makes inside a recorded call are not recorded (the mode is off while a
+call runs), so `F.cross_entropy` calling `log_softmax` inside never counts as the student's `log_softmax`.
+A function and the tensor method of the same name are one name: `torch.logsumexp(x, 1)` and
+`x.logsumexp(1)` are both `logsumexp`.
+
+The judge side is `forbid`, which fails with [forbidden-call] on the recorded calls (data only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch.overrides import TorchFunctionMode
+
+from harness.checks.core import fail
+from harness.checks.errors import caller_line
+from harness.checks.wire import WireError
+
+
+def call_name(func: Callable[..., Any]) -> str:
+    """The name a rule matches: `logsumexp` for torch.logsumexp and Tensor.logsumexp alike, `__add__` for `+`,
+    `add_` for the in-place method."""
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def written_as(func: Callable[..., Any]) -> str:
+    """How the call reads in the student's code: `torch.logsumexp`, `Tensor.logsumexp`, `F.softmax`."""
+    qualname = getattr(func, "__qualname__", getattr(func, "__name__", "?"))
+    if qualname.startswith(("TensorBase.", "Tensor.", "_TensorBase.")):
+        return "Tensor." + qualname.split(".", 1)[1]
+    if qualname.startswith("_VariableFunctionsClass."):
+        return "torch." + qualname.split(".", 1)[1]
+    module = getattr(func, "__module__", None) or "torch"
+    return f"{'F' if module == 'torch.nn.functional' else 'torch' if module.startswith('torch._') else module}.{qualname}"
+
+
+class CallRecorder(TorchFunctionMode):
+    """Records the torch calls made in a block: `with CallRecorder() as calls: ...; calls.seen`.
+
+    `seen` maps each call's name (`call_name`) to how it was written and the student's line of its first
+    call: `{"logsumexp": "Tensor.logsumexp, in lse, line 3: return x.logsumexp(dim)"}`. It travels in an
+    observation as it is (strings only).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, str] = {}
+
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = call_name(func)
+        if name not in self.seen:
+            line = caller_line()
+            self.seen[name] = written_as(func) + (f", {line}" if line else "")
+        return func(*args, **(kwargs or {}))
+
+
+def forbid(seen: Any, forbidden: Mapping[str, str], *, where: str) -> None:
+    """Fail with [forbidden-call] when the recorded calls `seen` (`CallRecorder.seen`) include a forbidden name.
+
+    Args:
+        seen: the recorded calls, from the observation.
+        forbidden: name -> why the exercise forbids it ("the exercise asks you to build it from amax, exp,
+            sum and log").
+        where: the exercise's place that states the rule ("the text of exercise 3").
+
+    Raises:
+        WireError: `seen` is not a recorder's data.
+    """
+    if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
+        raise WireError("malformed observation: the recorded calls are not a dict of strings")
+    used = [name for name in forbidden if name in seen]
+    if used:
+        name = used[0]
+        fail(
+            "forbidden-call",
+            observed=f"your code called {seen[name]}",
+            expected=f"no call of {name}: {forbidden[name]}",
+            cause=f"{name} is what the exercise asks you to write yourself ({where} forbids it)",
+            where=seen[name].split(", ", 1)[-1] if ", " in seen[name] else "your function",
+        )

@@ -1,0 +1,115 @@
+"""Every exercise of every lesson has a requirement table next to its check, every requirement a planted bug,
+every exercise at least five plausible mistakes, and hints that follow each failure (issue 19).
+
+Reads the registry and each lesson's MISTAKES and CORRECT lists (tests/checks/test_lessonNN.py) without running
+them: the lesson's own test file runs them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections import Counter
+
+import nbformat
+import pytest
+
+from harness.checks import core
+from harness.checks.testing import Correct, Mistake
+from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
+
+ASSIGNMENTS = discover_assignments()
+GENERIC_CODES = {"raised"}  # the student's code raised: no requirement of its own, every exercise has it
+
+
+def lesson_tests(assignment: str):
+    """tests/checks/test_lessonNN.py of `assignment`, imported (defining its mistakes runs nothing)."""
+    path = REPO_ROOT / "tests" / "checks" / f"test_lesson{assignment[:2]}.py"
+    spec = importlib.util.spec_from_file_location(f"_requirements_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def headings(assignment: str) -> set[str]:
+    """The markdown headings of the assignment's solution notebook, without their #."""
+    found = set()
+    for path in (REPO_ROOT / "solutions" / assignment).glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                found |= {m.group(1).strip() for m in re.finditer(r"^#+\s+(.*)$", cell.source, re.MULTILINE)}
+    return found
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_exercise_has_a_requirement_table_and_hints_that_follow_it(assignment):
+    problems = []
+    sections = headings(assignment)
+    for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
+        entry = core.get(task)
+        if not entry.requires:
+            problems.append(f"{task}: no requirement table (register(..., requires={{code: Requirement(...)}}))")
+        if entry.hints.section not in sections:
+            problems.append(f"{task}: Hints.section {entry.hints.section!r} is not a heading of the lesson")
+        for code, requirement in entry.requires.items():
+            if not requirement.states.strip() or not requirement.hint.strip():
+                problems.append(f"{task}: requirement {code!r} needs its text and its hint")
+            if entry.hints.solution.strip() and entry.hints.solution.strip() in requirement.hint:
+                problems.append(f"{task}: the hint after [{code}] gives the solution line away")
+    assert not problems, "\n".join(problems)
+
+
+def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Correct]) -> list[str]:
+    """What the mutation set of `tasks` lacks: five mistakes per task, a planted bug per requirement, a
+    correct variant per task, and no mistake expecting a code outside its task's table."""
+    per_task = Counter(m.task for m in mistakes)
+    problems = [f"{m}: not a task of this lesson" for m in [*mistakes, *correct] if m.task not in tasks]
+    for task in tasks:
+        requires = core.get(task).requires
+        if per_task[task] < 5:
+            problems.append(f"{task}: {per_task[task]} planted mistakes in MISTAKES, at least 5 wanted")
+        covered = {m.code for m in mistakes if m.task == task}
+        problems += [f"{task}: requirement [{code}] has no planted bug" for code in requires if code not in covered]
+        problems += [f"{task}: a mistake expects [{code}], which is not in its requirement table"
+                     for code in sorted(covered - set(requires) - GENERIC_CODES)]
+        if not any(c.task == task for c in correct):
+            problems.append(f"{task}: no correct variant in CORRECT")
+    return problems
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_requirement_has_a_planted_bug_and_every_exercise_five(assignment):
+    module = lesson_tests(assignment)
+    problems = mistake_problems(graded_tasks(REPO_ROOT / "solutions" / assignment),
+                                getattr(module, "MISTAKES", []), getattr(module, "CORRECT", []))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_lesson_tests_run_their_mistakes_and_correct_variants():
+    """Each lesson's test file runs every entry of its lists (a list nobody runs proves nothing)."""
+    for assignment in ASSIGNMENTS:
+        source = (REPO_ROOT / "tests" / "checks" / f"test_lesson{assignment[:2]}.py").read_text()
+        assert "assert_mistake(" in source and "assert_correct(" in source, assignment
+        assert re.search(r"parametrize\(\s*\"mistake\",\s*MISTAKES", source), assignment
+        assert re.search(r"parametrize\(\s*\"correct\",\s*CORRECT", source), assignment
+
+
+def test_the_guards_of_this_test_can_fail():
+    """A requirement no mistake plants, too few mistakes, a code outside the table, no correct variant: each reported."""
+    core.register("98-toy", hints=core.Hints("n", "c", "s", section="1. Toy"),
+                  requires={"wrong-value": core.Requirement("doubles", "Multiply, do not add."),
+                            "not-an-int": core.Requirement("returns an int", "What type does * give?")},
+                  )(lambda f, *, case: {})
+    core.judges("98-toy")(lambda seen, *, case: "")
+    try:
+        mistakes = [Mistake("98-toy", "wrong-value", "", (), f"story {i}") for i in range(4)]
+        mistakes.append(Mistake("98-toy", "made-up", "", (), "a code the table lacks"))
+        problems = mistake_problems(["98-toy"], mistakes, [])
+        assert problems == ["98-toy: requirement [not-an-int] has no planted bug",
+                            "98-toy: a mistake expects [made-up], which is not in its requirement table",
+                            "98-toy: no correct variant in CORRECT"]
+        assert "4 planted" in "\n".join(mistake_problems(["98-toy"], mistakes[:4], [])), "too few is reported"
+        with pytest.raises(TypeError, match="Requirement"):
+            core.register("98-other", hints=core.Hints("n", "c", "s", section="x"), requires={})
+    finally:
+        core._REGISTRY.pop("98-toy", None)
