@@ -1,9 +1,9 @@
 """The nbgrader pipeline, for every assignment in solutions/ (lessons that land later are covered automatically).
 
 (a) the committed release is what GenerateAssignment makes; (b) nbgrader's Validator passes the solution and
-fails the release; (c) autograde gives the solution full marks and the release zero; (d) each planted bug
-loses exactly its exercise's points, with its failure code; (e) hidden tests reach neither notebooks/ nor
-the feedback students get. Each assignment's submissions are graded as one parallel batch (2 workers).
+fails the release; (c) autograde gives the solution full marks and the release zero; (d) the planted bugs,
+together in one submission, lose exactly their exercises' points, each with its failure code; (e) hidden
+tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are graded as one parallel batch (2 workers).
 """
 
 from __future__ import annotations
@@ -27,14 +27,31 @@ ASSIGNMENTS = discover_assignments()
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline"), pytest.mark.parametrize("assignment", ASSIGNMENTS)]
 
 
-def planted(assignment: str) -> dict[str, tuple[str, str]]:
-    """PLANTED of tests/planted/<assignment>.py."""
+def _planted_module(assignment: str):
     path = REPO_ROOT / "tests" / "planted" / f"{assignment}.py"
     assert path.exists(), f"{path} is missing: every assignment needs planted bugs (see CONTRIBUTING.md)"
     spec = importlib.util.spec_from_file_location(f"planted_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.PLANTED
+    return module
+
+
+def planted(assignment: str) -> dict[str, tuple[str, str]]:
+    """PLANTED of tests/planted/<assignment>.py."""
+    return _planted_module(assignment).PLANTED
+
+
+def planted_submissions(assignment: str) -> dict[str, set[str]]:
+    """The planted-bug submissions to grade: student name -> the tasks whose cells it replaces.
+
+    The bugs are independent (each is one that the other exercises' checks do not depend on), so one
+    submission carries them all and must lose exactly their points; a bug listed in the planted module's
+    SEPARATELY (one whose effect other exercises would see) gets a submission of its own.
+    """
+    module = _planted_module(assignment)
+    alone = set(getattr(module, "SEPARATELY", ()))
+    together = [task for task in module.PLANTED if task not in alone]
+    return ({"planted-together": set(together)} if together else {}) | {f"planted-{task}": {task} for task in alone}
 
 
 _cache: dict[str, tuple[dict, Path]] = {}
@@ -47,8 +64,9 @@ def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[d
         root = tmp_path_factory.mktemp(f"pipeline-{assignment}")
         notebooks = {"solution": answered_release(assignment),
                      "release": nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)}
-        notebooks |= {f"planted-{task}": answered_release(assignment, {task: source})
-                      for task, (source, _) in planted(assignment).items()}
+        bugs = planted(assignment)
+        notebooks |= {student: answered_release(assignment, {task: bugs[task][0] for task in tasks})
+                      for student, tasks in planted_submissions(assignment).items()}
         submissions = []
         for student, notebook in notebooks.items():
             (root / "in" / student).mkdir(parents=True)
@@ -91,12 +109,15 @@ def test_solution_full_marks_release_zero(assignment, graded):
 def test_each_planted_bug_loses_exactly_its_points(assignment, graded):
     results, _ = graded
     full = results["solution"]["scores"]
-    for task, (_, code) in planted(assignment).items():
-        result = results[f"planted-{task}"]
+    bugs = planted(assignment)
+    for student, tasks in planted_submissions(assignment).items():
+        result = results[student]
         lost = {t for t, (score, maximum) in result["scores"].items() if score < maximum}
-        assert lost == {task}, f"planted bug in {task} lost points on {lost}"
-        assert result["scores"][task][0] == 0 and full[task][0] > 0
-        assert result["failures"].get(task) == code, f"{task}: expected failure code {code}, got {result['failures']}"
+        assert lost == tasks, f"{student}: planted bugs in {sorted(tasks)} lost points on {sorted(lost)}"
+        for task in tasks:
+            assert result["scores"][task][0] == 0 and full[task][0] > 0
+            code = bugs[task][1]
+            assert result["failures"].get(task) == code, f"{task}: expected failure code {code}, got {result['failures']}"
 
 
 def _visible_text(page: str) -> str:
@@ -108,7 +129,7 @@ def test_hidden_tests_never_reach_students(assignment, graded):
     release_text = (REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text()
     assert "HIDDEN TESTS" not in release_text and "hidden=True" not in release_text
     pages = sorted((out / "feedback").glob(f"*/{assignment}/*.html"))
-    assert len(pages) == 2 + len(planted(assignment))
+    assert len(pages) == 2 + len(planted_submissions(assignment))
     source = nbformat.read(REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     hidden_lines = {line.strip() for cell in source.cells
                     for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S)
