@@ -3,8 +3,8 @@
 The probes run the student's pieces and record what they did as data: the precision chosen for described
 devices, the optimizer's groups and the learning rate every step gets, the batches each of two real gloo ranks
 (forked, `harness.launch.launch_forked`) reads, what the training runs wrote into their checkpoints and the
-optimizer steps they took, the trained model's outputs on images generated from the case, and the report's
-text. The judges rebuild the inputs and decide: they recompute the reference precision, schedule and groups,
+optimizer steps they took, where a run called with a made-up device (`meta`) put its model, the trained model's
+outputs on images generated from the case, and the report's text. The judges rebuild the inputs and decide: they recompute the reference precision, schedule and groups,
 compare the runs' weights, score the model's outputs against labels only they hold, and evaluate the
 weights of the report's run on its test set themselves.
 """
@@ -25,7 +25,8 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import Case, CheckFailed, fail, judges, register
+from harness import env
+from harness.checks.core import Case, CheckFailed, Hints, Requirement, fail, judges, register
 from harness.checks.lesson07 import warmup_cosine_reference
 from harness.checks.param_groups import check_weight_decay, describe_groups, group_lr, group_of_each_parameter
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
@@ -68,13 +69,14 @@ def _support(bf16: bool, fp16: bool, scaler: bool) -> dict[str, bool]:
 _PRECISION_CASES = [
     ("cuda", _support(True, True, True), "an Ampere or newer GPU (A100, H100, RTX 30xx)"),
     ("cuda", _support(False, True, True), "a pre-Ampere GPU (V100, T4): fp16 tensor cores, no native bf16"),
+    ("cuda", _support(False, True, False), "a GPU whose GradScaler is unavailable"),
     ("cpu", _support(True, True, True), "a CPU whose autocast runs bf16"),
     ("cpu", _support(False, True, True), "a CPU without bf16 autocast (fp16 there is emulated, and slow)"),
+    ("mps", _support(False, True, True), "an Apple GPU without bf16 (fp16 is only for CUDA here)"),
 ]
 _HIDDEN_PRECISION_CASES = [
     ("mps", _support(True, True, True), "an Apple GPU with bf16"),
-    ("mps", _support(False, True, True), "an Apple GPU without bf16 (fp16 is only for CUDA here)"),
-    ("cuda", _support(False, True, False), "a GPU whose GradScaler is unavailable"),
+    ("cuda", _support(False, False, True), "a GPU whose fp16 autocast is unavailable"),
     ("cuda", _support(False, False, False), "a GPU without autocast"),
     ("cpu", _support(False, False, False), "a CPU without autocast"),
 ]
@@ -99,9 +101,10 @@ def _precision_failure(got: Any, expected: str, device_type: str, precisions: di
              cause="fp16 on a device other than a CUDA GPU: on a CPU it is emulated (slower than fp32)",
              where="fp16 only when device_type == 'cuda'")
     if got == "fp16":
-        fail("fp16-without-scaler", observed=seen, expected=f"{expected!r}",
-             cause="fp16 chosen where fp16 autocast or the GradScaler is unavailable: small gradients would "
-             "underflow to zero without loss scaling", where="require precisions['fp16_autocast'] and "
+        missing = " and ".join(f"precisions[{k!r}]" for k in ("fp16_autocast", "grad_scaler") if not precisions[k])
+        fail("fp16-without-scaler", observed=seen, expected=f"{expected!r}: {missing} is False",
+             cause=f"fp16 chosen although {missing} is False: fp16 needs both autocast and a GradScaler (without "
+             "loss scaling, small gradients underflow to zero)", where="require precisions['fp16_autocast'] and "
              "precisions['grad_scaler'] for fp16")
     fail("no-amp", observed=seen, expected=f"{expected!r}",
          cause="mixed precision left off where the device supports it: bf16 where bf16 autocast works, else fp16 "
@@ -110,12 +113,34 @@ def _precision_failure(got: Any, expected: str, device_type: str, precisions: di
 
 @register(
     "10-precision",
-    hints=(
-        "Three outcomes, tested in order: bf16 if the device's autocast supports it; otherwise fp16, but only "
+    hints=Hints(
+        nudge="Three outcomes, tested in order: bf16 if the device's autocast supports it; otherwise fp16, but only "
         "on a CUDA GPU where fp16 autocast and the GradScaler both work; otherwise fp32.",
-        "if precisions['bf16_autocast']: return 'bf16'; if device_type == 'cuda' and precisions['fp16_autocast'] "
-        "and precisions['grad_scaler']: return 'fp16'; return 'fp32'",
-    ),
+        concept="bf16 has float32's range and needs no scaler: first choice wherever autocast runs it. fp16 needs a "
+        "GradScaler and is only worth it on CUDA tensor cores; fp16 on a CPU is emulated, slower than fp32.",
+        solution="if precisions['bf16_autocast']: return 'bf16'; if device_type == 'cuda' and "
+        "precisions['fp16_autocast'] and precisions['grad_scaler']: return 'fp16'; return 'fp32'",
+        section="2. Precision: ask the device"),
+    requires={
+        "not-a-precision": Requirement(
+            "returns one of the strings 'bf16', 'fp16', 'fp32' (the names fit(precision=...) takes)",
+            hint="fit(precision=...) takes a name, not a dtype: which three strings does the exercise list?"),
+        "bf16-unsupported": Requirement(
+            "bf16 only where precisions['bf16_autocast'] is True",
+            hint="A T4 is a CUDA GPU without native bf16: which entry of precisions tells you bf16 works?"),
+        "fp16-over-bf16": Requirement(
+            "bf16 before fp16 wherever bf16 autocast works",
+            hint="When both work, which one needs no GradScaler and cannot overflow? Test that one first."),
+        "fp16-off-cuda": Requirement(
+            "fp16 only on a CUDA GPU (device_type == 'cuda')",
+            hint="On a CPU or an Apple GPU fp16 is no training option here: which device type may get fp16?"),
+        "fp16-without-scaler": Requirement(
+            "fp16 only where both fp16 autocast and the GradScaler work",
+            hint="fp16 without loss scaling loses small gradients: which two entries must both be True?"),
+        "no-amp": Requirement(
+            "mixed precision wherever the device supports it (bf16, else fp16 on CUDA), fp32 otherwise",
+            hint="fp32 is the last resort: which devices of the check support bf16 or fp16 with a scaler?"),
+    },
 )
 def probe_precision(choose_precision: Callable[[str, dict[str, bool]], str], *, case: Case) -> dict:
     """Ask for the precision of each described device, then of this machine's device (recorded with its support)."""
@@ -183,9 +208,10 @@ def _optimizer_model(case: Case, freeze_first: bool) -> nn.Module:
 
 def _optimizer_settings(case: Case) -> list[tuple[float, float, int, int, bool]]:
     """(lr, weight_decay, warmup_steps, total_steps, freeze the first conv)."""
-    if case.hidden:  # no warm-up at all, no weight decay, a frozen layer
-        return [(3e-3, 0.1, 0, 25, True), (2e-2, 0.0, 7, 60, False)]
-    return [(1e-2, 0.05, 5, 40, False)]
+    visible = [(1e-2, 0.05, 5, 40, False), (3e-3, 0.1, 0, 25, True)]  # the second: no warm-up, a frozen layer
+    if case.hidden:  # other lengths, no weight decay at all
+        return [*visible, (2e-2, 0.0, 7, 60, False), (5e-3, 0.02, 3, 30, True)]
+    return visible
 
 
 def _record_optimizer(model: nn.Module, result: Any, total: int) -> dict[str, Any]:
@@ -253,15 +279,52 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
 
 @register(
     "10-optimizer",
-    hints=(
-        "Two groups from model.named_parameters() (trainable ones only): matrices and kernels (p.ndim >= 2) with "
-        "weight decay, biases and normalisation weights (ndim < 2) without. Then a LambdaLR whose factor is "
-        "lesson 07's warm-up-then-cosine, stepped once per optimizer step.",
-        "decay = [p for p in params if p.ndim >= 2]; no_decay = [...< 2]; optimizer = torch.optim.AdamW([{'params': "
-        "decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}], lr=lr); factor(step) = "
-        "step / warmup_steps if step < warmup_steps else 0.5 * (1 + math.cos(math.pi * min(1.0, (step - "
-        "warmup_steps) / max(1, total_steps - warmup_steps)))); return optimizer, LambdaLR(optimizer, factor)",
-    ),
+    hints=Hints(
+        nudge="Two groups of the trainable parameters: matrices and kernels (p.ndim >= 2) with weight decay, biases "
+        "and normalisation weights (ndim < 2) without. Then a LambdaLR whose factor is lesson 07's "
+        "warm-up-then-cosine.",
+        concept="AdamW decays the weights directly (decoupled); decay belongs on matrices and kernels only. The "
+        "schedule counts optimizer steps: step / warmup_steps during the warm-up, then 0.5 * (1 + cos(pi * "
+        "progress)) with progress measured from the end of the warm-up and clamped at 1.",
+        solution="decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]; no_decay = [... "
+        "p.ndim < 2]; optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': "
+        "no_decay, 'weight_decay': 0.0}], lr=lr); factor(step) = step / warmup_steps if step < warmup_steps else "
+        "0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))); "
+        "return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)",
+        section="3. The optimizer: parameter groups, warm-up, cosine"),
+    requires={
+        "not-a-pair": Requirement("returns (optimizer, scheduler)",
+                                  hint="fit needs both objects: does your return statement give two?"),
+        "not-adamw": Requirement("the optimizer is torch.optim.AdamW",
+                                 hint="Adam and AdamW differ in how weight_decay acts: which one decouples it?"),
+        "frozen-params-included": Requirement(
+            "only trainable parameters (requires_grad) in the groups",
+            hint="The check freezes a layer: what tells you a parameter will never get a gradient?"),
+        "missing-params": Requirement(
+            "every trainable parameter is in a group",
+            hint="List model.named_parameters(): which kind of parameter did none of your groups take?"),
+        "decay-on-bias-or-norm": Requirement(
+            "no weight decay on biases and normalisation weights (ndim < 2)",
+            hint="A BatchNorm's scale is not called 'bias', but it is 1-D: what property sorts it with the biases?"),
+        "no-decay-on-weights": Requirement(
+            "weight_decay on every matrix and kernel (ndim >= 2)",
+            hint="Print each group's weight_decay: is the decay group's value the weight_decay argument?"),
+        "wrong-lr": Requirement("every group at learning rate lr",
+                                hint="Does any group set its own 'lr'? Every group trains at the lr argument."),
+        "scheduler-other-optimizer": Requirement(
+            "the scheduler drives the optimizer returned with it",
+            hint="Which optimizer did you give LambdaLR? It must be the very object you return."),
+        "warmup-wrong": Requirement(
+            "warm-up: lr * step / warmup_steps for step < warmup_steps (0 at step 0)",
+            hint="Print the factor at steps 0, 1 and warmup_steps - 1: what should step 0 give?"),
+        "cosine-wrong": Requirement(
+            "then lr * 0.5 * (1 + cos(pi * progress)), progress from the end of the warm-up to total_steps",
+            hint="At step warmup_steps the factor is 1 and at total_steps it is 0: does your progress start and "
+            "end there?"),
+        "rises-after-total": Requirement(
+            "the lr stays at 0 after total_steps",
+            hint="Print the factor at total_steps + 2: the cosine must not come back up."),
+    },
 )
 def probe_optimizer(make_optimizer: Callable[..., tuple[torch.optim.Optimizer, Any]], *, case: Case) -> dict:
     """Call make_optimizer on a small CNN with norms, biases and a buffer; record its groups and every step's lr."""
@@ -283,7 +346,7 @@ def judge_optimizer(seen: dict, *, case: Case) -> str:
                                                                        strict=True):
         if record["returned"] != "pair":
             fail("not-a-pair", observed=f"make_optimizer returned a {record['returned']}",
-                 expected="(optimizer, scheduler)", cause="only one of the two returned",
+                 expected="(optimizer, scheduler)", cause="only one of the two returned, or another object",
                  where="return optimizer, scheduler")
         _check_groups(_optimizer_model(case, freeze_first), record, lr, weight_decay)
         _check_schedule(record, lr, warmup, total)
@@ -355,8 +418,9 @@ def _check_sharded(results: list[list[list[list[int]]]], n: int, batch_size: int
         fail("overlapping-shards", observed=f"under 2 ranks, rank 0 read {len(shards[0])} samples and rank 1 "
              f"{len(shards[1])}, {len(shards[0] & shards[1])} of them the same, from {n}",
              expected="disjoint halves: each rank its own shard",
-             cause="every rank reads the whole dataset (shuffle=True or a generator instead of a DistributedSampler), "
-             "so the ranks train on the same samples", where="DataLoader(dataset, batch_size, sampler="
+             cause="every rank reads the whole dataset (a shuffled DataLoader, or a sampler that ignores the rank), "
+             "or the ranks shuffle with different seeds (seed + rank) so their shards overlap",
+             where="DataLoader(dataset, batch_size, sampler="
              "DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), seed=seed), drop_last=True)")
 
 
@@ -365,7 +429,8 @@ def _record_single_process(train_loader: Callable[..., DataLoader], n: int, batc
     seed from another global RNG state, and of a third built with seed + 1; and the loader's sampler."""
     loader = train_loader(_index_dataset(n), batch_size, seed=seed)
     record: dict[str, Any] = {"first": _epoch_batches(loader, 0), "sampler": type(loader.sampler).__name__,
-                              "has_set_epoch": getattr(loader.sampler, "set_epoch", None) is not None}
+                              "has_set_epoch": getattr(loader.sampler, "set_epoch", None) is not None,
+                              "workers": loader.num_workers}
     record["second"] = _epoch_batches(loader, 1)
     torch.default_generator.seed()  # a resumed run starts from some other global RNG state
     record["again"] = _epoch_batches(train_loader(_index_dataset(n), batch_size, seed=seed), 0)
@@ -374,6 +439,15 @@ def _record_single_process(train_loader: Callable[..., DataLoader], n: int, batc
 
 
 def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed: int) -> None:
+    workers = record["workers"]
+    if not isinstance(workers, int) or isinstance(workers, bool):
+        raise ValueError("the recorded number of workers is not an int")
+    if workers != 0:
+        fail("uses-workers", observed=f"the loader starts num_workers={workers} worker processes",
+             expected="num_workers=0: batches made in the training process",
+             cause="num_workers set on the DataLoader: every rank (and every resumed run) would fork worker "
+             "processes for in-memory tensors, which costs more than it saves",
+             where="DataLoader(..., num_workers=0), the default")
     first = _batches(record["first"])
     _check_batches([first], batch_size, n, "one process read")
     order = sum(first, [])
@@ -385,11 +459,13 @@ def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed:
              "harness.distributed's helpers: a world of one without a process group")
     if order == sorted(order):
         fail("not-shuffled", observed=f"samples read in order {order[:6]}...", expected="a shuffled order",
-             cause="shuffle=False", where="the sampler's shuffle (DistributedSampler shuffles by default)")
+             cause="shuffle=False given to the sampler, or a sequential sampler",
+             where="the sampler's shuffle (DistributedSampler shuffles by default)")
     if record["has_set_epoch"] is not True:
         fail("no-set-epoch", observed=f"the loader's sampler ({record['sampler']}) has no set_epoch",
              expected="a DistributedSampler: fit calls sampler.set_epoch(epoch) to reshuffle each epoch",
-             cause="not a DistributedSampler", where="sampler=DistributedSampler(dataset, seed=seed)")
+             cause=f"a {record['sampler']} instead of a DistributedSampler",
+             where="sampler=DistributedSampler(dataset, seed=seed)")
     if sum(_batches(record["second"]), []) == order:
         fail("same-order-every-epoch", observed="set_epoch(1) gives the order of epoch 0",
              expected="a new order every epoch", cause="the sampler ignores its epoch",
@@ -414,13 +490,41 @@ def _loader_settings(case: Case) -> list[tuple[int, int, int]]:
 
 @register(
     "10-train-loader",
-    hints=(
-        "One loader for one process and for N: a DistributedSampler given the rank and world size of the "
-        "process group (harness.distributed: a world of one without a group) shuffles with seed + epoch, and "
-        "needs no saved state. Drop the last, incomplete batch.",
-        "sampler = DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), shuffle=True, "
-        "seed=seed); return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)",
-    ),
+    hints=Hints(
+        nudge="One loader for one process and for N: a DistributedSampler given the rank and world size of the "
+        "process group (harness.distributed: a world of one without a group), seeded with seed; drop the last, "
+        "incomplete batch.",
+        concept="A DistributedSampler shards by rank and shuffles with seed + epoch (fit calls set_epoch), so the "
+        "order is a function of (seed, epoch) and nothing needs saving; drop_last keeps every batch full.",
+        solution="sampler = DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), "
+        "shuffle=True, seed=seed); return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)",
+        section="4. One training loader for one process and for many"),
+    requires={
+        "overlapping-shards": Requirement(
+            "under N ranks, each rank reads its own disjoint shard",
+            hint="On 2 ranks, what makes rank 0 and rank 1 read different samples? shuffle=True alone does not."),
+        "wrong-batch-size": Requirement("batch_size samples per batch on each rank",
+                                        hint="batch_size is already per rank: is it changed anywhere?"),
+        "partial-last-batch": Requirement("the last incomplete batch dropped",
+                                          hint="Which DataLoader option drops the last, smaller batch?"),
+        "uses-workers": Requirement("no worker processes",
+                                    hint="Which DataLoader option starts worker processes? Leave it at its default."),
+        "wrong-coverage": Requirement(
+            "a single process reads the whole dataset (a world of one)",
+            hint="Without a process group, how many replicas are there? Ask harness.distributed, do not assume."),
+        "not-shuffled": Requirement("shuffled", hint="Does your sampler shuffle? Print the first batch."),
+        "no-set-epoch": Requirement(
+            "the sampler is a DistributedSampler (fit calls its set_epoch every epoch)",
+            hint="fit reshuffles through loader.sampler.set_epoch(epoch): which sampler has that method?"),
+        "same-order-every-epoch": Requirement(
+            "a new order every epoch",
+            hint="Read two epochs, calling set_epoch(0) then set_epoch(1): is the order the same?"),
+        "order-not-reproducible": Requirement(
+            "the order depends on seed and epoch only, not on the global random state",
+            hint="Build the loader twice after torch.seed(): if the order changes, what is it drawing from?"),
+        "seed-ignored": Requirement("the seed argument picks the order",
+                                    hint="Where does the seed argument go? Seeds 0 and 1 give the same order."),
+    },
 )
 def probe_train_loader(train_loader: Callable[..., DataLoader], *, case: Case) -> dict:
     """Read the loader on 2 forked gloo ranks, then in this process; record the batches every reader got."""
@@ -526,6 +630,76 @@ def _checkpoint(path: Path) -> dict[str, Any]:
             "model": _state(saved.get("model"))}
 
 
+class _FirstForward(Exception):
+    """Raised from the first forward of a run on the made-up device: where the model is is all the check needs."""
+
+
+@contextlib.contextmanager
+def _meta_selectable() -> Iterator[None]:
+    """Let select_device accept "meta" for a while: a device no machine trains on, so a run that ignores its
+    `device` argument shows it on any machine, GPU or not."""
+    known = env.KNOWN_DEVICE_TYPES
+    env.KNOWN_DEVICE_TYPES = (*known, "meta")
+    try:
+        yield
+    finally:
+        env.KNOWN_DEVICE_TYPES = known
+
+
+def _record_device(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path,
+                   config: dict[str, Any]) -> dict[str, Any]:
+    """Call train_capstone with device="meta" and stop it at the model's first forward: record the devices of
+    the model's parameters there, or what the call raised before (fit refuses a model partly off its device)."""
+    record: dict[str, Any] = {}
+
+    def first_forward(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        record["params"] = sorted({str(p.device) for p in module.parameters()})
+        raise _FirstForward
+
+    handle = nn.modules.module.register_module_forward_pre_hook(first_forward)
+    try:
+        with _meta_selectable():
+            train_capstone(data[0], data[1], out, dict(config), device="meta")
+    except _FirstForward:
+        pass
+    except Exception as error:
+        record["raised"] = f"{type(error).__name__}: {error}"[:300]
+    finally:
+        handle.remove()
+    return record
+
+
+# How fit refuses a model with a tensor off the training device (harness.train._resolve_device).
+_OFF_DEVICE = re.compile(r"fit runs on meta but (\S+) is on (\S+)\.")
+
+
+def _check_device(record: Any) -> None:
+    """The model trains on the device given: every parameter, and every buffer (fit refuses it otherwise)."""
+    if not isinstance(record, dict):
+        raise ValueError("the recorded devices are not a dict")
+    raised = record.get("raised")
+    if isinstance(raised, str):
+        off = _OFF_DEVICE.search(raised)
+        if off:
+            fail("ignores-device", observed=f"called with device='meta', fit refused the model: {off.group(1)} is on "
+                 f"{off.group(2)}", expected="the whole model on the device given, Standardize's mean and std included",
+                 cause=f"only part of the model moved to the device ({off.group(1)} stayed behind), for example "
+                 "capstone_cnn(...).to(device) inside the Sequential instead of the Sequential moved",
+                 where="move the whole nn.Sequential: nn.Sequential(Standardize(...), capstone_cnn(...)).to(device)")
+        return  # anything else raised on the made-up device is no evidence about the student's run
+    params = record.get("params")
+    if params is None:
+        return  # no forward reached: nothing observed
+    if not (isinstance(params, list) and all(isinstance(d, str) for d in params)):
+        raise ValueError("the recorded devices are not a list of names")
+    if params and params != ["meta"]:
+        fail("ignores-device", observed=f"called with device='meta', train_capstone trained a model whose parameters "
+             f"are on {', '.join(params)}", expected="every parameter on the device given",
+             cause="the device argument is not used: select_device() called without it, another device chosen, or "
+             "the model never moved with .to(device)",
+             where="device = select_device(device), then nn.Sequential(...).to(device) before make_optimizer")
+
+
 def _record_straight(result: Any, out: Path, steps: int) -> dict[str, Any]:
     """What the uninterrupted run returned and wrote."""
     is_dict = isinstance(result, dict)
@@ -576,7 +750,8 @@ def _check_result(record: dict[str, Any], out: str) -> dict[str, Any]:
     missing = [name for name in ("last.pt", "best.pt", "history.csv", "config.json") if name not in record["files"]]
     if missing:
         fail("missing-checkpoints", observed=f"{out}/ lacks {missing}", expected="last.pt, best.pt, history.csv, "
-             "config.json written into out_dir", cause="fit was not given checkpoint_dir=out_dir",
+             "config.json written into out_dir",
+             cause="fit was not given checkpoint_dir=out_dir (no checkpoints, or written to another folder)",
              where="fit(..., checkpoint_dir=out_dir)")
     return record["last"]
 
@@ -590,11 +765,14 @@ def _check_settings(last: dict[str, Any], config: dict[str, Any], precisions: di
     if saved.get("precision") != expected_precision:
         fail("wrong-precision", observed=f"the run trained in {saved.get('precision')!r} on the CPU",
              expected=f"{expected_precision!r}, what choose_precision picks for this device",
-             cause="precision not passed to fit", where="fit(..., precision=choose_precision(device.type, "
-             "supported_precisions(device)))")
+             cause="the precision is not passed to fit (its default is fp32), or it is not "
+             "choose_precision(device.type, supported_precisions(device))",
+             where="fit(..., precision=choose_precision(device.type, supported_precisions(device)))")
     if saved.get("max_grad_norm") != config["max_grad_norm"]:
-        fail("no-clipping", observed=f"max_grad_norm={saved.get('max_grad_norm')!r}",
-             expected=f"{config['max_grad_norm']} (config['max_grad_norm'])", cause="clipping not passed to fit",
+        fail("no-clipping", observed=f"fit ran with max_grad_norm={saved.get('max_grad_norm')!r}",
+             expected=f"{config['max_grad_norm']} (config['max_grad_norm'])",
+             cause="max_grad_norm not passed to fit" if saved.get("max_grad_norm") is None
+             else "a max_grad_norm other than config['max_grad_norm']",
              where="fit(..., max_grad_norm=config['max_grad_norm'])")
     if saved.get("scheduler") is None:
         fail("no-scheduler", observed="the run had no learning-rate scheduler", expected="the warm-up-cosine "
@@ -603,13 +781,15 @@ def _check_settings(last: dict[str, Any], config: dict[str, Any], precisions: di
     if saved.get("scheduler_interval") != "step" or scheduler_steps != last["global_step"] or scheduler_steps is None:
         fail("schedule-per-epoch", observed=f"the scheduler was stepped {scheduler_steps} times in "
              f"{last['global_step']} optimizer steps (scheduler_interval={saved.get('scheduler_interval')!r})",
-             expected="once per optimizer step", cause="a schedule sized in optimizer steps stepped per epoch",
+             expected="once per optimizer step",
+             cause="a schedule sized in optimizer steps stepped per epoch (scheduler_interval not 'step')",
              where="fit(..., scheduler_interval='step')")
     wanted = ("val_accuracy", "max", config["patience"])
     got = (saved.get("monitor"), saved.get("monitor_mode"), saved.get("early_stopping_patience"))
     if got != wanted:
         fail("wrong-early-stopping", observed=f"monitor, mode, patience = {got}", expected=f"{wanted}",
-             cause="early stopping missing or watching another metric: best.pt must be the most accurate epoch",
+             cause="no early stopping given to fit" if got == (None, None, None) else "early stopping watching "
+             "another metric, in another mode or with another patience: best.pt must be the most accurate epoch",
              where="fit(..., metrics={'accuracy': accuracy}, early_stopping=EarlyStopping('val_accuracy', "
              "mode='max', patience=config['patience']))")
     if saved.get("epochs") != config["epochs"]:
@@ -651,8 +831,9 @@ def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_a
     if _max_difference(record["again"], straight_last["model"]) > 0:
         fail("not-seeded", observed="two fresh runs with the same config end with different weights",
              expected="identical runs: everything random is seeded from config['seed'] inside train_capstone",
-             cause="no seed_everything(config['seed']) before the model is built, so its initial weights come from "
-             "whatever state the global RNG was in", where="the first lines of train_capstone")
+             cause="the run is not seeded from config['seed'] before the model is built (no seed_everything, or "
+             "another seed), so its initial weights and data order come from whatever state the global RNG was in",
+             where="the first lines of train_capstone")
     fail("resume-not-exact", observed=f"interrupted after epoch {stop_at} and resumed, the final weights differ from "
          f"the uninterrupted run by up to {difference:.3g}", expected="identical weights",
          cause="the resumed run is built differently (another schedule length, data order or model) from the one "
@@ -661,19 +842,69 @@ def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_a
 
 @register(
     "10-train",
-    hints=(
-        "Compose, do not rewrite: seed, build the model (Standardize then capstone_cnn) on its device, "
+    hints=Hints(
+        nudge="Compose, do not rewrite: seed, build the model (Standardize then capstone_cnn) on its device, "
         "make_optimizer with total_steps = epochs * len(train loader), the loaders, choose_precision, then one "
         "call to fit with every option, and load best.pt's weights before returning.",
-        "seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats("
-        "train_set.tensors[0])), "
-        "capstone_cnn(len(train_set.classes), config['width'])).to(device); loader = train_loader(train_set, "
-        "config['batch_size'], seed=config['seed']); fit(model, loader, val_loader, loss_fn=nn.CrossEntropyLoss(), "
-        "optimizer=..., epochs=config['epochs'], precision=..., max_grad_norm=config['max_grad_norm'], "
-        "scheduler=scheduler, scheduler_interval='step', metrics={'accuracy': accuracy}, early_stopping="
-        "EarlyStopping('val_accuracy', mode='max', patience=config['patience']), checkpoint_dir=out_dir, "
-        "resume=resume, on_epoch_end=on_epoch_end, progress=progress)",
-    ),
+        concept="fit does the loop; your function decides what it is given. A run resumes exactly only if it is "
+        "rebuilt identically from config alone (seeded first) and fit gets checkpoint_dir and resume; the "
+        "schedule counts optimizer steps, and best.pt (the most accurate epoch) is the model to return.",
+        solution="seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats("
+        "train_set.tensors[0])), capstone_cnn(len(train_set.classes), config['width'])).to(device); loader = "
+        "train_loader(train_set, config['batch_size'], seed=config['seed']); fit(model, loader, val_loader, "
+        "loss_fn=nn.CrossEntropyLoss(), optimizer=..., epochs=config['epochs'], precision=..., "
+        "max_grad_norm=config['max_grad_norm'], scheduler=scheduler, scheduler_interval='step', "
+        "metrics={'accuracy': accuracy}, early_stopping=EarlyStopping('val_accuracy', mode='max', "
+        "patience=config['patience']), checkpoint_dir=out_dir, resume=resume, on_epoch_end=on_epoch_end, "
+        "progress=progress)",
+        section="5. The training function"),
+    requires={
+        "not-a-run": Requirement(
+            "returns {'model', 'history', 'precision', 'checkpoint_dir'}",
+            hint="Step 7 of the exercise lists the dict to return: does yours hold the model, fit's history and "
+            "the precision?"),
+        "missing-checkpoints": Requirement(
+            "checkpoints (last.pt, best.pt) and the history written into out_dir",
+            hint="fit writes every file itself when it is told where: which of its arguments names the folder?"),
+        "wrong-precision": Requirement(
+            "trains in choose_precision(device.type, supported_precisions(device))",
+            hint="Which precision did fit receive? Without the argument it trains in fp32."),
+        "no-clipping": Requirement("gradients clipped at config['max_grad_norm']",
+                                   hint="Which fit argument clips gradients, and where is its value in config?"),
+        "no-scheduler": Requirement("the make_optimizer scheduler given to fit",
+                                    hint="make_optimizer returned two objects: did fit get both?"),
+        "schedule-per-epoch": Requirement(
+            "the scheduler stepped once per optimizer step",
+            hint="total_steps counts optimizer steps: how often must fit step the scheduler, then?"),
+        "wrong-early-stopping": Requirement(
+            "early stopping on val_accuracy, mode='max', patience=config['patience']",
+            hint="best.pt is the most accurate epoch: which metric, and which direction, must EarlyStopping watch?"),
+        "wrong-epochs": Requirement("config['epochs'] epochs", hint="Where does fit's epochs come from?"),
+        "wrong-step-count": Requirement(
+            "config['batch_size'] per batch, and training stops when early stopping says so",
+            hint="Count the optimizer steps: batches per epoch times epochs run. Which of the two is off?"),
+        "not-best-weights": Requirement(
+            "the returned model holds best.pt's weights",
+            hint="After fit, the model holds the last epoch's weights: which checkpoint must you load before "
+            "returning?"),
+        "callback-ignored": Requirement(
+            "on_epoch_end passed through to fit",
+            hint="The check interrupts a run from on_epoch_end: does your function hand it on?"),
+        "resume-ignored": Requirement(
+            "resume=True continues from out_dir's last.pt",
+            hint="After an interruption, the resumed call trained every epoch again: which fit argument continues?"),
+        "not-seeded": Requirement(
+            "the run seeds itself from config['seed'] before building the model",
+            hint="Two fresh runs of the same config end apart: what fixes the initial weights before the model is "
+            "built?"),
+        "resume-not-exact": Requirement(
+            "an interrupted and resumed run ends with the weights of the uninterrupted one",
+            hint="Is anything built differently when resume=True (loss, schedule, loader, model)? Build from config "
+            "alone."),
+        "ignores-device": Requirement(
+            "the whole model (Standardize's buffers included) on `device`",
+            hint="The check passed a device no machine has: where does your function use its device argument?"),
+    },
 )
 def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) -> dict:
     """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped."""
@@ -684,6 +915,7 @@ def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) ->
         seen: dict[str, Any] = {"precisions": supported_precisions(torch.device("cpu"))}
         result, steps = _run(train_capstone, data, root / "straight", config)
         seen["straight"] = _record_straight(result, root / "straight", steps)
+        seen["device"] = _record_device(train_capstone, data, root / "device", config)
         if "last" not in seen["straight"]:
             return seen  # the judge reports what is missing; a resumed run would only fail for the same reason
         resume: dict[str, Any] = {}
@@ -710,11 +942,14 @@ def judge_train(seen: dict, *, case: Case) -> str:
         fail("not-best-weights", observed=f"the returned model does not hold best.pt's weights (epoch "
              f"{best['epoch']}); the run ended at epoch {last['epoch']}",
              expected="the best epoch's weights: the model to evaluate and deploy",
-             cause="the model is returned as the last epoch left it",
+             cause="the model is returned as the last epoch left it" if _max_difference(straight["model"],
+             last["model"]) == 0 else "best.pt's weights are not loaded into the returned model",
              where="load_checkpoint(Path(out_dir) / 'best.pt', model=model) before returning")
     _check_resume(seen["resume"], config, n, stop_at, last)
+    _check_device(seen["device"])
     return (f"precision, clipping, per-step schedule and early stopping as configured; best weights returned; "
-            f"interrupted after epoch {stop_at} and resumed: identical to the run that never stopped")
+            f"interrupted after epoch {stop_at} and resumed: identical to the run that never stopped; trains on "
+            "the device it is given")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -743,13 +978,26 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
 
 @register(
     "10-held-out",
-    hints=(
-        "The grader draws its own shapes, never seen in training or validation: only a model that learned the "
+    hints=Hints(
+        nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
         "shapes passes. Look at your curves: did validation accuracy still climb at the end (train longer, or a "
         "larger lr), or jump around (a smaller lr, more warm-up)?",
-        "AdamW with lr about 1e-2, a tenth of the steps as warm-up, width 8 to 16 and every epoch the budget "
-        "allows reach well above the threshold; the model must take raw images in [0, 1] (Standardize inside it).",
-    ),
+        concept="Held-out accuracy follows validation accuracy when the model takes raw images (Standardize inside "
+        "it) and holds the best epoch's weights; it rises with enough optimizer steps at a good learning rate.",
+        solution="CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-2, weight_decay=0.05, "
+        "warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0)",
+        section="7. The real run"),
+    requires={
+        "not-a-run": Requirement("check receives the dict train_capstone returns",
+                                 hint="check('10-held-out', run) takes the whole run dict, not the model alone."),
+        "wrong-output-shape": Requirement(
+            "the model maps N images to (N, 5) logits",
+            hint="How many classes does the shapes data set have, and how many outputs does your model give?"),
+        "below-threshold": Requirement(
+            "at least 0.75 accuracy on the grader's held-out shapes",
+            hint="Compare your run's best validation accuracy with the threshold: too low means train more or "
+            "better; high means the returned model is not the validated one."),
+    },
 )
 def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
     """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
@@ -780,7 +1028,8 @@ def judge_held_out(seen: dict, *, case: Case) -> str:
             shape = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
             fail("wrong-output-shape", observed=f"the model maps {tuple(images[:_CHUNK].shape)} images to {shape}",
                  expected=f"(N, {len(SHAPE_CLASSES)}) logits",
-                 cause="the model was built for another number of classes",
+                 cause="the model was built for another number of classes, or returns something other than one row of "
+             "logits per image",
                  where="capstone_cnn(len(train_set.classes), ...)")
         correct += int((outputs.float().argmax(1) == labels[start : start + _CHUNK]).sum())
     accuracy = correct / len(labels)
@@ -792,8 +1041,9 @@ def judge_held_out(seen: dict, *, case: Case) -> str:
         fail("below-threshold", observed=f"accuracy {accuracy:.3f} on {len(labels)} held-out images"
              + (f", while the best validation accuracy was {validated:.3f}" if validated is not None else ""),
              expected=f"at least {ACCURACY_THRESHOLD} (chance is {1 / len(SHAPE_CLASSES):.2f})",
-             cause="the returned model does not behave like the validated one: it must take raw images in [0, 1] "
-             "(normalisation inside the model) and hold best.pt's weights" if mismatch else
+             cause="the returned model does not behave like the validated one: it expects normalised images "
+             "(normalisation done on the data, not inside the model), or it does not hold best.pt's weights"
+             if mismatch else
              "the run did not learn enough: too few steps, a learning rate too small or too large, or a model "
              "too narrow", where="train_capstone's model" if mismatch else "CONFIG, then the curves of your run")
     return (f"accuracy {accuracy:.3f} on {len(labels)} held-out images the grader generated "
@@ -853,7 +1103,8 @@ def _test_scores(case: Case, weights: Any, precision: str) -> dict[str, float]:
 
 def _missing(code: str, what: str, how: str) -> NoReturn:
     fail(code, observed=f"the report has no {what}", expected=f"a complete run report, {what} included",
-         cause=f"{how} not given to write_run_report", where=f"write_run_report(..., {how})")
+         cause=f"{how} not given to write_run_report, or the section removed from its text",
+         where=f"write_run_report(..., {how})")
 
 
 def _reported_number(text: str, name: str) -> float | None:
@@ -914,15 +1165,45 @@ def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
 
 @register(
     "10-report",
-    hints=(
-        "harness.report.write_run_report writes every section it is given: give it the held-out test metrics, "
+    hints=Hints(
+        nudge="harness.report.write_run_report writes every section it is given: give it the held-out test metrics, "
         "the saved curves, the operations autocast ran in fp32, the environment and best.pt.",
-        "scores = evaluate(model, DataLoader(test_set, batch_size=256), loss_fn=nn.CrossEntropyLoss(), metrics="
-        "{'accuracy': accuracy}, precision=run['precision']); curves = plot_history(history, out_dir / 'curves.png') "
-        "(save it); op_dtypes = observe_op_dtypes(model, x, precision=..., targets=y, loss_fn=...); return "
-        "write_run_report(out_dir / 'report.md', history, test_metrics=scores, best_checkpoint=..., op_dtypes=..., "
-        "environment=environment_report(device), curves=out_dir / 'curves.png')",
-    ),
+        concept="A report says what ran (configuration), where (environment), how it went (history, curves), how "
+        "good it is on data never used to train or choose (the test set, evaluated whole, in the run's "
+        "precision), and what mixed precision did (observe_op_dtypes).",
+        solution="scores = evaluate(model, DataLoader(test_set, batch_size=256), loss_fn=nn.CrossEntropyLoss(), "
+        "metrics={'accuracy': accuracy}, precision=run['precision']); plot_history(history, out_dir / "
+        "'curves.png'); op_dtypes = observe_op_dtypes(model, x, precision=..., targets=y, loss_fn=...); return "
+        "write_run_report(out_dir / 'report.md', history, test_metrics=scores, best_checkpoint=..., "
+        "op_dtypes=..., environment=environment_report(device), curves=out_dir / 'curves.png')",
+        section="8. The run report"),
+    requires={
+        "no-report": Requirement("returns the path of the report written",
+                                 hint="write_run_report returns the path: does your function return it?"),
+        "missing-environment": Requirement(
+            "an environment section (device, torch version)",
+            hint="Which argument of write_run_report takes environment_report(device)?"),
+        "missing-config": Requirement(
+            "the configuration of the run",
+            hint="write_run_report reads the configuration from fit's history: is the history given as it is?"),
+        "missing-history": Requirement("the history table, one row per epoch",
+                                       hint="Is fit's history given to write_run_report whole?"),
+        "missing-curves": Requirement(
+            "the curves, saved as a PNG next to the report and linked",
+            hint="plot_history(history, path) saves a PNG: is that path given as curves=?"),
+        "missing-test-metrics": Requirement(
+            "held-out test metrics",
+            hint="You may have computed the test scores: were they given to write_run_report?"),
+        "wrong-test-metrics": Requirement(
+            "the test metrics of run['model'] on the whole test set, in the run's precision",
+            hint="Which data set and which model did you evaluate? The test set, whole, with run['model']."),
+        "missing-precision": Requirement(
+            "the precision section (which operations autocast ran in fp32)",
+            hint="Which harness.report function observes the dtype of each operation, and which argument takes it?"),
+        "missing-best-checkpoint": Requirement(
+            "the path of best.pt",
+            hint="run['checkpoint_dir'] holds best.pt: which argument of write_run_report names it?"),
+    },
 )
 def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> dict:
     """Give the student's function a real run and its test set; record the report written, the files it links,
