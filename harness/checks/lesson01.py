@@ -3,7 +3,8 @@
 Each probe runs the student's object on inputs seeded from the case and records what came back (results,
 gradients, the inputs as they were left); each judge rebuilds the same inputs, computes the reference
 itself (in float64 where precision matters) and decides. The hidden variant uses other shapes, dtypes and
-edge cases.
+edge cases. The visible case already holds every edge case the exercise texts state (memory layouts, huge
+and masked inputs, matrices, large magnitudes), so that a hidden failure is never the first sign of one.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any, Callable, NoReturn
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
-from harness.checks.core import Case, fail, judges, register
+from harness.checks.core import Case, Hints, Requirement, fail, judges, register
+from harness.checks.forbidden import CallRecorder, forbid
 from harness.checks.wire import WireError, type_name
 
 
@@ -29,9 +32,8 @@ def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().double() - b.detach().double()).abs().nan_to_num(float("inf")).max()) if a.numel() else 0.0
 
 
-
-
 def _require_tensor(result: Any, what: str, where: str) -> torch.Tensor:
+    """`result` if it is a tensor; otherwise fail with [not-a-tensor]."""
     if not isinstance(result, torch.Tensor):
         fail("not-a-tensor", observed=f"{what} returned {type_name(result)}", expected="a torch.Tensor",
              cause="a missing return statement, or a conversion to NumPy or a Python list", where=where)
@@ -57,24 +59,41 @@ def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
 
 
 def _token_inputs(case: Case) -> list[torch.Tensor]:
-    """Images to tokenise: contiguous ones, and non-contiguous ones (crops; channels-last and strided hidden)."""
-    shapes = [(2, 3, 4, 5), (1, 4, 2, 2)] if not case.hidden else [(3, 8, 2, 7), (1, 1, 1, 1), (2, 5, 3, 1)]
+    """Images to tokenise in every memory layout: contiguous, cropped, channels-last and strided (other
+    shapes hidden, single pixels and single channels among them)."""
+    shapes = [(2, 3, 4, 5), (1, 4, 2, 2), (1, 1, 3, 1)] if not case.hidden else [(3, 8, 2, 7), (1, 1, 1, 1), (2, 5, 3, 1)]
     inputs = []
     for index, shape in enumerate(shapes):
         images = _randn(*shape, seed=case.seeded(index + (100 if case.hidden else 0)))
         # A crop of wider images: rows no longer back to back in memory.
-        inputs += [images, _randn(*shape[:3], shape[3] + 3, seed=case.seeded(index + 7))[..., : shape[3]]]
-        if case.hidden:
-            inputs += [images.contiguous(memory_format=torch.channels_last),
-                       _randn(*shape[:2], 2 * shape[2], shape[3], seed=case.seeded(9))[:, :, ::2]]
+        inputs += [images, _randn(*shape[:3], shape[3] + 3, seed=case.seeded(index + 7))[..., : shape[3]],
+                   images.contiguous(memory_format=torch.channels_last),
+                   _randn(*shape[:2], 2 * shape[2], shape[3], seed=case.seeded(9))[:, :, ::2]]
     return inputs
 
 
-@register("01-to-tokens", hints=(
-    "Bring the channel axis last first, then merge H and W. Only one of view/reshape works after a permute.",
-    "images.permute(0, 2, 3, 1).reshape(N, H * W, C): permute moves the axes (a view with new strides); "
-    "reshape copies when the strides do not allow a view, where view() raises.",
-))
+@register("01-to-tokens", hints=Hints(
+    nudge="Bring the channel axis last first, then merge H and W. Only one of view/reshape works after a permute.",
+    concept="permute moves the axes (a view with new strides); view() can only reinterpret memory whose strides "
+            "allow it, while reshape() copies when it must. Merging axes without permuting regroups the numbers "
+            "in memory order.",
+    solution="n, c, h, w = images.shape; return images.permute(0, 2, 3, 1).reshape(n, h * w, c)",
+    section="2. Views and copies"),
+    requires={
+        "not-a-tensor": Requirement("returns a torch.Tensor",
+                                    hint="What does your function return? Keep the result a tensor (no .numpy())."),
+        "view-on-non-contiguous": Requirement(
+            "works for any input memory layout (cropped, channels-last, strided)",
+            hint="Print images.permute(0, 2, 3, 1).is_contiguous(): which of view and reshape accepts that?"),
+        "input-modified": Requirement(
+            "does not modify its input",
+            hint="Which of your operations end in an underscore? Those change the tensor they are called on."),
+        "wrong-shape": Requirement("returns shape (N, H*W, C)",
+                                   hint="Print the shape you return for a (2, 3, 4, 5) input: is it (2, 20, 3)?"),
+        "wrong-order": Requirement(
+            "token h*W + w holds the C channel values of pixel (h, w)",
+            hint="Compare tokens[0, 0] with images[0, :, 0, 0]: are they the same C numbers?"),
+    })
 def probe_to_tokens(to_tokens: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
     """Tokenise each input; record the tokens and the input as left, stopping at a view() error."""
     results: list[dict] = []
@@ -97,9 +116,9 @@ def judge_to_tokens(seen: dict, *, case: Case) -> str:
         if "view_error" in entry:
             fail("view-on-non-contiguous", observed=f"to_tokens raised RuntimeError: {entry['view_error']}",
                  expected="a (N, H*W, C) tensor for any input layout",
-                 cause="view() only reinterprets the existing memory; after permute() the strides no "
-                       "longer match a plain (N, H*W, C) layout",
-                 where="use reshape() (copies when it must) instead of view() after the permute")
+                 cause="view() only reinterprets the existing memory: after permute()/transpose(), or on an input "
+                       "that is not contiguous (a crop, channels-last), the strides do not allow the new shape",
+                 where="use reshape() (copies when it must) instead of view()")
         tokens = _require_tensor(entry["tokens"], "to_tokens", "the return statement of to_tokens")
         after = _recorded_tensor(entry, "input_after")
         if after.shape != x.shape or not torch.equal(after, x):
@@ -121,8 +140,8 @@ def judge_to_tokens(seen: dict, *, case: Case) -> str:
                  cause="reshape/view without permute regroups the numbers in memory order: each 'token' "
                        "then mixes one channel's neighbouring pixels instead of holding one pixel's channels",
                  where="permute the channel axis to the end before merging H and W")
-    return "(N, C, H, W) -> (N, H*W, C) with each token the channel vector of one pixel, cropped inputs too" + (
-        ", channels-last and strided ones" if case.hidden else "")
+    return ("(N, C, H, W) -> (N, H*W, C) with each token the channel vector of one pixel, for contiguous, cropped, "
+            "channels-last and strided inputs")
 
 
 # -------------------------------------------------------------------------------------- 01-pairwise-distances
@@ -130,14 +149,31 @@ def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x.double()[:, None, :] - y.double()[None, :, :]).pow(2).sum(-1).sqrt()
 
 
+# More torch calls than this in one pairwise_distances call means a Python loop: a broadcast needs about ten.
+_LOOP_CALLS = 25
+
+
+class _CallCounter(TorchFunctionMode):
+    """Counts the torch functions and tensor methods called in a block (an operator counts as its method)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None
+                           ) -> Any:
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
 def _distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(x, y) pairs: float32 and float64, single rows (hidden), and a set of points against itself."""
+    """(x, y) pairs: float32 and float64, single rows, and a set of points against itself."""
     seed = case.seeded
     if not case.hidden:
         same = _randn(30, 3, seed=seed(2)) * 3
         return [(_randn(5, 3, seed=seed(0)), _randn(7, 3, seed=seed(1))),
                 (_randn(4, 2, seed=seed(3), dtype=torch.float64), _randn(6, 2, seed=seed(4), dtype=torch.float64)),
-                (same, same)]
+                (same, same), (_randn(1, 1, seed=seed(5)), _randn(4, 1, seed=seed(6)))]
     same = _randn(50, 8, seed=seed(14)) * 10
     return [(_randn(1, 1, seed=seed(10)), _randn(4, 1, seed=seed(11))),
             (_randn(9, 16, seed=seed(12), dtype=torch.float64), _randn(2, 16, seed=seed(13), dtype=torch.float64)),
@@ -145,23 +181,57 @@ def _distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
             (_randn(6, 4, seed=seed(15)), _randn(1, 4, seed=seed(16)))]
 
 
-@register("01-pairwise-distances", hints=(
-    "Give x a new axis so that x is (n, 1, d) and y is (1, m, d): their difference broadcasts to (n, m, d).",
-    "(x[:, None, :] - y[None, :, :]).pow(2).sum(-1).sqrt(), or torch.linalg.vector_norm(..., dim=-1). If you "
-    "use |x|^2 - 2 x.y + |y|^2, clamp it at 0 before the square root.",
-))
+@register("01-pairwise-distances", hints=Hints(
+    nudge="Give x a new axis so that x is (n, 1, d) and y is (1, m, d): their difference broadcasts to (n, m, d).",
+    concept="Broadcasting aligns shapes from the right and stretches the axes of size 1, so one subtraction "
+            "computes every x_i - y_j; reduce over the feature axis only. If you use |x|^2 - 2 x.y + |y|^2, clamp "
+            "it at 0 before the square root.",
+    solution="return (x[:, None, :] - y[None, :, :]).pow(2).sum(dim=-1).sqrt()",
+    section="3. Broadcasting"),
+    requires={
+        "not-a-tensor": Requirement("returns a torch.Tensor", hint="Keep the result a tensor: no .tolist()."),
+        "wrong-shape": Requirement("returns the (n, m) matrix: one distance per (row of x, row of y)",
+                                   hint="Write the shape of each intermediate for x (5, 3) and y (7, 3)."),
+        "dtype-changed": Requirement("keeps the inputs' dtype",
+                                     hint="Call it on two float64 tensors and print the result's dtype."),
+        "non-finite": Requirement("the distance of a point to itself is 0, not nan",
+                                  hint="Can a squared distance computed by your formula come out slightly "
+                                       "negative? What is the square root of that?"),
+        "wrong-values": Requirement("D[i, j] is the Euclidean distance ||x[i] - y[j]||",
+                                    hint="Check D[0, 0] by hand against (x[0] - y[0]).norm()."),
+        "python-loop": Requirement("uses no Python loop (one broadcast operation)",
+                                   hint="How many tensor operations does your function run for 30 points? One "
+                                        "broadcast subtraction can replace every iteration."),
+    })
 def probe_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
                              case: Case) -> dict:
-    """Record the student's distances for each (x, y) pair of the case."""
-    return {"results": [pairwise_distances(x, y) for x, y in _distance_inputs(case)]}
+    """Record the student's distances for each (x, y) pair of the case, and how many torch calls each made."""
+    results, calls = [], []
+    for x, y in _distance_inputs(case):
+        with _CallCounter() as counter:
+            results.append(pairwise_distances(x, y))
+        calls.append(counter.count)
+    return {"results": results, "calls": calls}
 
 
 @judges("01-pairwise-distances")
 def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
-    """`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite."""
-    for (x, y), result in zip(_distance_inputs(case), seen["results"], strict=True):
+    """`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite,
+    computed without a Python loop."""
+    inputs = _distance_inputs(case)
+    calls = seen["calls"]
+    if not (isinstance(calls, list) and len(calls) == len(inputs) and all(type(c) is int for c in calls)):
+        _malformed("the call counts")
+    for (x, y), result, count in zip(inputs, seen["results"], calls, strict=True):
         result = _require_tensor(result, "pairwise_distances", "the return statement")
         n, m = x.shape[0], y.shape[0]
+        if count > _LOOP_CALLS:
+            fail("python-loop", observed=f"pairwise_distances on x {tuple(x.shape)} and y {tuple(y.shape)} ran "
+                 f"{count} torch operations",
+                 expected=f"a handful (a broadcast computes all {n * m} distances in about ten)",
+                 cause="a Python loop over the rows of x or y (or over both), running small tensor operations at "
+                       "each step",
+                 where="replace the loop by x[:, None, :] - y[None, :, :], which is (n, m, d)")
         if tuple(result.shape) != (n, m):
             fail("wrong-shape", observed=f"shape {tuple(result.shape)} for x {tuple(x.shape)} and y {tuple(y.shape)}",
                  expected=f"({n}, {m}): one distance per (row of x, row of y)",
@@ -175,7 +245,8 @@ def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
         if not torch.isfinite(result).all():
             fail("non-finite", observed="nan or inf distances (for example between identical points)",
                  expected="finite distances, 0 between a point and itself",
-                 cause="|x|^2 - 2 x.y + |y|^2 can round to a tiny negative number, and sqrt of a negative is nan",
+                 cause="the |x|^2 - 2 x.y + |y|^2 form rounding to a tiny negative number (sqrt of it is nan), "
+                       "or a division by a distance that is 0",
                  where="clamp the squared distances at 0 (clamp_min(0)) before sqrt, or use the difference form")
         reference = _reference_distances(x, y)
         scale = float(torch.cat([x, y]).double().norm(dim=1).max())
@@ -189,8 +260,7 @@ def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
                  cause="the square root is missing" if squared else
                  "the difference or the reduction is over the wrong axis",
                  where="sqrt of the sum over the feature axis of (x_i - y_j)^2")
-    return "(n, m) Euclidean distances by broadcasting, finite for identical points" + (
-        ", float64 and single rows too" if case.hidden else "")
+    return "(n, m) Euclidean distances by broadcasting (no loop), dtype kept, finite for identical points"
 
 
 # -------------------------------------------------------------------------------------------- 01-logsumexp
@@ -199,7 +269,8 @@ def _lse_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     seed = case.seeded
     if not case.hidden:
         return [(_randn(4, 6, seed=seed(0)), 1), (_randn(4, 6, seed=seed(1)) * 1000, 1),
-                (_randn(3, 5, seed=seed(2)) - 1000, -1)]
+                (_randn(3, 5, seed=seed(2)) - 1000, -1), (_randn(5, 3, seed=seed(3), dtype=torch.float64) * 1e4, 0),
+                (_randn(1, 1, seed=seed(4)), 1), (_randn(2, 5, 3, seed=seed(5)) * 500, 1)]
     inputs = [(_randn(2, 7, 3, seed=seed(10)) * 500, 1), (_randn(5, 4, seed=seed(11)) * 800, 0),
               (_randn(3, 9, seed=seed(12), dtype=torch.float64) * 1e4, -1), (_randn(1, 1, seed=seed(13)), 1)]
     for scale_seed in range(8):  # random scales from 1e-3 to 1e4: the result must track torch everywhere
@@ -228,24 +299,64 @@ def _check_lse_shape(result: torch.Tensor, x: torch.Tensor, dim: int) -> None:
              where="squeeze the max you subtracted before adding it back, and reduce over `dim`")
 
 
-@register("01-logsumexp", hints=(
-    "log(sum(exp(x))) = m + log(sum(exp(x - m))) for any m; choose m = max so that the largest exp is exp(0) = 1.",
-    "m = x.amax(dim, keepdim=True); m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)) (a row of -inf "
-    "would give -inf - -inf = nan); return m.squeeze(dim) + (x - m).exp().sum(dim).log().",
-))
+# What exercise 3 forbids: torch's own logsumexp and softmax, as functions or as tensor methods.
+_LSE_FORBIDDEN = {
+    "logsumexp": "the exercise asks you to build logsumexp yourself (max, exp, sum, log)",
+    "special_logsumexp": "torch.special.logsumexp is torch.logsumexp under another name",
+    "softmax": "the exercise forbids torch.softmax (its stability is the point of the exercise)",
+    "special_softmax": "torch.special.softmax is torch.softmax under another name",
+}
+
+
+@register("01-logsumexp", hints=Hints(
+    nudge="log(sum(exp(x))) = m + log(sum(exp(x - m))) for any m; choose m = max so that the largest exp is "
+          "exp(0) = 1.",
+    concept="Subtract the max along dim before exp and add it back after the log; a slice that is entirely -inf "
+            "has max -inf, and -inf - (-inf) = nan, so replace a non-finite max by 0.",
+    solution="m = x.amax(dim=dim, keepdim=True); m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)); "
+             "return m.squeeze(dim) + (x - m).exp().sum(dim=dim).log()",
+    section="4. Numerical stability: logsumexp and softmax"),
+    requires={
+        "not-a-tensor": Requirement("returns a torch.Tensor", hint="Keep every step a tensor operation."),
+        "wrong-shape": Requirement("the shape of torch.logsumexp(x, dim): dim removed",
+                                   hint="Print the shape you return for a (4, 6) input and dim=1: is it (4,)?"),
+        "overflow": Requirement("finite for inputs as large as 1e4 in magnitude",
+                                hint="What is torch.exp(torch.tensor(1000.0))? Which value could you subtract "
+                                     "first so that no exp exceeds 1?"),
+        "wrong-values": Requirement("matches torch.logsumexp(x, dim)",
+                                    hint="Compare your result with torch.logsumexp on a small input (in a test cell "
+                                         "of your own): what did the subtraction take away?"),
+        "no-gradient": Requirement("is differentiable by autograd",
+                                   hint="Does your result have a grad_fn when x requires grad? Which step leaves "
+                                        "torch?"),
+        "wrong-gradient": Requirement("its gradient is softmax(x)",
+                                      hint="Which part of your computation does autograd not see (a detach, an "
+                                           "in-place edit)?"),
+        "masked-row": Requirement("returns -inf for an all -inf slice",
+                                  hint="Run it on torch.full((1, 3), float('-inf')): what is the max, and what is "
+                                       "x - max?"),
+        "forbidden-call": Requirement("does not call torch.logsumexp or torch.softmax (nor their tensor methods)",
+                                      hint="The exercise asks you to build logsumexp from max, exp, sum and log: "
+                                           "which of your calls does the whole job?"),
+    })
 def probe_logsumexp(logsumexp: Callable[[torch.Tensor, int], torch.Tensor], *, case: Case) -> dict:
-    """Record the results on the case's inputs, the gradient through the result, and the masked rows."""
-    results = [logsumexp(x, dim) for x, dim in _lse_inputs(case)]
-    x = _lse_gradient_input(case).requires_grad_()
-    out = logsumexp(x, 1)
+    """Record the results on the case's inputs, the gradient through the result, the masked rows, and the
+    torch calls the student's code made."""
+    tracked_input = _lse_gradient_input(case).requires_grad_()
+    with CallRecorder() as calls:
+        results = [logsumexp(x, dim) for x, dim in _lse_inputs(case)]
+        out = logsumexp(tracked_input, 1)
+        masked = logsumexp(_masked_rows(), 1)
     tracked = isinstance(out, torch.Tensor) and out.requires_grad
-    grad = torch.autograd.grad(out.sum(), x)[0] if tracked else None
-    return {"results": results, "out": out, "grad": grad, "masked": logsumexp(_masked_rows(), 1)}
+    grad = torch.autograd.grad(out.sum(), tracked_input)[0] if tracked else None
+    return {"results": results, "out": out, "grad": grad, "masked": masked, "calls": calls.seen}
 
 
 @judges("01-logsumexp")
 def judge_logsumexp(seen: dict, *, case: Case) -> str:
-    """`logsumexp(x, dim)` matches torch.logsumexp without overflow, has gradient softmax(x), -inf on -inf rows."""
+    """`logsumexp(x, dim)` matches torch.logsumexp without overflow, has gradient softmax(x), -inf on -inf rows,
+    and calls neither torch.logsumexp nor torch.softmax."""
+    forbid(seen["calls"], _LSE_FORBIDDEN, where="the text of exercise 3")
     for (x, dim), result in zip(_lse_inputs(case), seen["results"], strict=True):
         result = _require_tensor(result, "logsumexp", "the return statement of logsumexp")
         reference = torch.logsumexp(x, dim)
@@ -253,19 +364,22 @@ def judge_logsumexp(seen: dict, *, case: Case) -> str:
         if not torch.isfinite(result).all():
             fail("overflow", observed=f"non-finite results for inputs as large as {float(x.abs().max()):.3g}",
                  expected="finite values (torch.logsumexp gives them)",
-                 cause="exp of a large number overflows to inf (exp(89) already overflows float32)",
+                 cause="exp of a large number overflows to inf (exp(89) already overflows float32), or exp of a "
+                       "very negative one underflows to 0 and log(0) = -inf",
                  where="subtract the max along `dim` before exp, and add it back after the log")
         tolerance = 1e-4 * (1 + reference.abs())
         if not ((result.double() - reference.double()).abs() <= tolerance.double()).all():
             fail("wrong-values", observed=f"largest error {_max_error(result, reference):.3g} against torch.logsumexp",
                  expected="relative errors below 1e-4",
-                 cause="the max is not added back, or it is subtracted along another dimension",
+                 cause="the max is not added back, or it is subtracted along another dimension, or another "
+                       "formula",
                  where="log(sum(exp(x))) = m + log(sum(exp(x - m))): subtract and add the same m")
     out = _require_tensor(seen["out"], "logsumexp", "the return statement of logsumexp")
     if not out.requires_grad:
         fail("no-gradient", observed="the result does not require grad although the input does",
              expected="a result autograd can differentiate (its gradient is softmax(x))",
-             cause=".item(), .numpy() or torch.tensor(...) on an intermediate cut the graph",
+             cause="the graph is cut: torch.no_grad() or .detach() around the computation, or .item(), .numpy() "
+                   "or torch.tensor(...) on an intermediate",
              where="stay in torch operations on tensors from start to end")
     x = _lse_gradient_input(case)
     if _max_error(_recorded_tensor(seen, "grad"), torch.softmax(x, 1)) > 1e-8:
@@ -280,8 +394,8 @@ def judge_logsumexp(seen: dict, *, case: Case) -> str:
              expected="-inf for an all -inf row (a fully masked attention row), 3 for the other",
              cause="the row max is -inf, and x - max = -inf - (-inf) = nan",
              where="replace a non-finite max by 0 before subtracting it (torch.where(torch.isfinite(m), m, 0))")
-    return "matches torch.logsumexp on inputs up to 1e3" + (
-        " and 1e4, in float64 and along other dims" if case.hidden else "") + ", softmax gradient, -inf rows"
+    return ("matches torch.logsumexp on inputs up to 1e4, in float64 and along other dims, softmax gradient, "
+            "-inf rows, built without torch.logsumexp or softmax")
 
 
 # ----------------------------------------------------------------------------------- 01-per-loss-gradients
@@ -298,8 +412,10 @@ def _loss_family(w: torch.Tensor, count: int, seed: int) -> list[Callable[[torch
 
 
 def _gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[torch.Tensor], torch.Tensor]]]]:
-    """(w, losses) pairs: one vector and three losses visibly; matrices, a single loss and 3-d weights hidden."""
-    settings = [((5,), 3, 0)] if not case.hidden else [((4, 3), 4, 10), ((7,), 1, 20), ((2, 2, 2), 2, 30)]
+    """(w, losses) pairs: a vector with three losses and a matrix with two; other shapes, a single loss and 3-d
+    weights hidden."""
+    settings = [((5,), 3, 0), ((4, 3), 2, 10)] if not case.hidden else [((4, 3), 4, 10), ((7,), 1, 20),
+                                                                         ((2, 2, 2), 2, 30)]
     problems = []
     for shape, count, seed in settings:
         w = _randn(*shape, seed=case.seeded(seed + 99)).requires_grad_()
@@ -307,25 +423,51 @@ def _gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[to
     return problems
 
 
-@register("01-per-loss-gradients", hints=(
-    "backward() adds into w.grad; it never overwrites it. What must happen to w.grad between two losses?",
-    "Either set w.grad = None before each loss(w).backward() and store w.grad (it is a new tensor each time), "
-    "finishing with w.grad = None; or use torch.autograd.grad(loss(w), w)[0], which never touches w.grad.",
-))
+@register("01-per-loss-gradients", hints=Hints(
+    nudge="backward() adds into w.grad; it never overwrites it. What must happen to w.grad between two losses?",
+    concept="backward() accumulates into .grad (in place, into the same tensor); setting w.grad = None makes the "
+            "next backward() create a new tensor. torch.autograd.grad returns gradients without touching .grad.",
+    solution="return [torch.autograd.grad(loss(w), w)[0] for loss in losses]",
+    section="5. Autograd: the graph and `.grad`"),
+    requires={
+        "wrong-count": Requirement("returns a list with one gradient per loss",
+                                   hint="How many entries does your list have for three losses?"),
+        "not-a-tensor": Requirement("each gradient is a tensor", hint="Append the gradient tensor itself."),
+        "aliased": Requirement("each gradient is its own tensor",
+                               hint="Print [g.data_ptr() for g in gradients]: are your entries one and the same "
+                                    "tensor?"),
+        "accumulated": Requirement("each gradient is that of its loss alone",
+                                   hint="backward() adds into w.grad. What is in w.grad when the second loss's "
+                                        "backward() starts?"),
+        "wrong-values": Requirement("the gradient of loss(w) with respect to w",
+                                    hint="Compare your first gradient with torch.autograd.grad(losses[0](w), w)[0]."),
+        "graph-kept": Requirement("plain tensors, not connected to a graph",
+                                  hint="Does a returned gradient have requires_grad=True? Which argument asked for "
+                                       "a graph of the gradient?"),
+        "grad-left-behind": Requirement("leaves w.grad as it found it (None)",
+                                        hint="Print w.grad after your function returns: the caller's next "
+                                             "backward() would add into it."),
+    })
 def probe_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor]], *, case: Case) -> dict:
-    """Record the returned gradients, how many distinct storages they use, and whether w.grad was left set."""
+    """Record the returned gradients, how many distinct storages they use, whether w.grad was left set, and
+    the torch calls the student's code made (to name an in-place reset, if there was one)."""
     runs = []
-    for w, losses in _gradient_problems(case):
-        result = per_loss_gradients(w, losses)
-        tensors = isinstance(result, (list, tuple)) and all(isinstance(g, torch.Tensor) for g in result)
-        runs.append({"result": result, "storages": len({g.data_ptr() for g in result}) if tensors else None,
-                     "grad_left_behind": w.grad is not None})
-    return {"runs": runs}
+    with CallRecorder() as calls:
+        for w, losses in _gradient_problems(case):
+            result = per_loss_gradients(w, losses)
+            tensors = isinstance(result, (list, tuple)) and all(isinstance(g, torch.Tensor) for g in result)
+            runs.append({"result": result, "storages": len({g.data_ptr() for g in result}) if tensors else None,
+                         "grad_left_behind": w.grad is not None})
+    return {"runs": runs, "calls": calls.seen}
 
 
 @judges("01-per-loss-gradients")
 def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
     """`per_loss_gradients(w, losses)` returns each loss's own gradient, separate tensors, w.grad left None."""
+    calls = seen["calls"]
+    if not isinstance(calls, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in calls.items()):
+        _malformed("the recorded calls")
+    zeroed = calls.get("zero_")
     for (w, losses), run in zip(_gradient_problems(case), seen["runs"], strict=True):
         count = len(losses)
         expected = [torch.autograd.grad(loss(w), w)[0] for loss in losses]
@@ -333,16 +475,22 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
         if not isinstance(result, (list, tuple)) or len(result) != count:
             fail("wrong-count", observed=f"returned {type_name(result)}"
                  + (f" of length {len(result)}" if isinstance(result, (list, tuple)) else ""),
-                 expected=f"a list of {count} gradients, one per loss", cause="the return statement",
+                 expected=f"a list of {count} gradients, one per loss",
+                 cause="one gradient of the summed losses, a return inside the loop, or something else than the "
+                       "list returned",
                  where="append one gradient per loss and return the list")
         for i, grad in enumerate(result):
             _require_tensor(grad, f"entry {i}", "what you append to the list")
         if count > 1 and run["storages"] == 1:
             fail("aliased", observed=f"all {count} returned gradients are the same tensor",
                  expected="one separate tensor per loss",
-                 cause="you appended w.grad and then zeroed it in place (w.grad.zero_()): every entry is the same "
-                       "tensor and shows only its final state",
-                 where="append w.grad.clone(), or set w.grad = None (a new tensor is then made) instead of zero_()")
+                 cause=f"you appended w.grad itself, then reset it in place ({zeroed}): every entry is that one "
+                       "tensor and shows only its final state" if zeroed else
+                 "you appended w.grad itself, and the next backward() added into that same tensor (backward() "
+                 "accumulates in place while .grad is set): every entry is one tensor, holding the sum of the "
+                 "gradients",
+                 where="append a tensor of its own: set w.grad = None before each backward() (a new tensor is then "
+                       "made), or use torch.autograd.grad")
         for i, (grad, reference) in enumerate(zip(result, expected, strict=True)):
             if _max_error(grad, reference) > 1e-5:
                 accumulated = _max_error(grad, sum(expected[: i + 1])) <= 1e-5
@@ -355,7 +503,9 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
                      where="reset w.grad (to None) before each backward()")
             if grad.requires_grad:
                 fail("graph-kept", observed=f"gradient {i} requires grad", expected="plain gradient tensors",
-                     cause="create_graph=True keeps a graph you do not need", where="drop create_graph")
+                     cause="create_graph=True (it builds a graph of the gradient), or a gradient computed by hand "
+                      "from w without detaching it",
+                where="drop create_graph, or detach what you return")
         if run["grad_left_behind"] is not False:
             fail("grad-left-behind", observed="w.grad is not None after your function",
                  expected="w.grad left as it was (None): the caller's next backward() would add into it",
@@ -366,8 +516,9 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
 
 # --------------------------------------------------------------------------------------------- 01-ema-update
 def _ema_problems(case: Case) -> list[tuple[list[torch.Tensor], list[torch.Tensor], float]]:
-    """(params, ema, decay) triples; params require grad, the EMA tensors do not."""
-    settings = [([(4, 3), (3,)], 0.9, 0)] if not case.hidden else [([(2, 5), (5,), (1,)], 0.99, 10), ([(6,)], 0.5, 20)]
+    """(params, ema, decay) triples; params require grad, the EMA tensors do not (single values among them)."""
+    settings = [([(4, 3), (3,), (1,)], 0.9, 0)] if not case.hidden else [([(2, 5), (5,), (1,)], 0.99, 10),
+                                                                          ([(6,)], 0.75, 20)]
     problems = []
     for shapes, decay, seed in settings:
         params = [_randn(*s, seed=case.seeded(seed + i)).requires_grad_() for i, s in enumerate(shapes)]
@@ -376,11 +527,24 @@ def _ema_problems(case: Case) -> list[tuple[list[torch.Tensor], list[torch.Tenso
     return problems
 
 
-@register("01-ema-update", hints=(
-    "The EMA tensors must change in place, without autograd recording the update.",
-    "with torch.no_grad(): for e, p in zip(ema, params): e.mul_(decay).add_(p, alpha=1 - decay)  "
-    "(or e.lerp_(p, 1 - decay)).",
-))
+@register("01-ema-update", hints=Hints(
+    nudge="The EMA tensors must change in place, without autograd recording the update.",
+    concept="In-place methods (mul_, add_, lerp_, copy_) change a tensor that others hold references to; inside "
+            "torch.no_grad() autograd records nothing, so the EMA tensors stay plain tensors.",
+    solution="with torch.no_grad(): for e, p in zip(ema, params): e.mul_(decay).add_(p, alpha=1 - decay)",
+    section="7. `detach`, `no_grad` and `inference_mode`"),
+    requires={
+        "not-in-place": Requirement("updates each EMA tensor in place: the list keeps the same tensor objects",
+                                    hint="After your function, is ema[0] still the tensor it was before "
+                                         "(compare id(ema[0]))?"),
+        "builds-graph": Requirement("updates outside autograd",
+                                    hint="Print ema[0].requires_grad after one update: what recorded the update?"),
+        "params-changed": Requirement("leaves the parameters unchanged",
+                                      hint="Which tensor is each in-place method of yours called on?"),
+        "returns-value": Requirement("returns None", hint="What does your function return?"),
+        "wrong-values": Requirement("ema = decay * ema + (1 - decay) * param",
+                                    hint="Work one update by hand for decay 0.9, ema 0 and param 1: 0.1 expected."),
+    })
 def probe_ema_update(ema_update_: Callable[..., Any], *, case: Case) -> dict:
     """Two updates per problem; record after each the EMA list, the parameters, the return value and whether
     the list still holds the same tensors (stopping at the first update that replaced them or built a graph)."""
@@ -411,7 +575,7 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
                 fail("not-in-place", observed="the list now holds new tensors",
                      expected="the same EMA tensors, updated in place (an optimizer or a checkpoint holds references "
                               "to them)",
-                     cause="ema[i] = ... rebinds the list entry instead of changing the tensor",
+                     cause="ema[i] = ... (or ema[:] = [...]) rebinds the list entry instead of changing the tensor",
                      where="use in-place methods (mul_, add_, lerp_, copy_) on each EMA tensor")
             if not (isinstance(ema, list) and all(isinstance(e, torch.Tensor) for e in ema)):
                 _malformed("the EMA tensors")
@@ -441,7 +605,8 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
                      observed="the EMA did not change" if unchanged else f"largest error {max(errors):.3g}"
                      + (" (decay and 1 - decay are swapped)" if swapped else ""),
                      expected=f"ema = {decay} * ema + {1 - decay:.2g} * param",
-                     cause="a new tensor was bound to a local name, leaving the EMA untouched" if unchanged
+                     cause="a new tensor was bound to a local name (or a copy was updated), leaving the EMA "
+                           "untouched" if unchanged
                      else "the weights of old and new values", where="the update formula")
             before = ema
     return "in-place EMA of the parameters, no autograd graph, parameters untouched"
@@ -454,12 +619,42 @@ def _silu_grad(x: torch.Tensor) -> torch.Tensor:
 
 
 def _silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(x, grad_output) pairs in float32; the hidden ones are larger in magnitude and include single values."""
-    shapes = [(3, 4)] if not case.hidden else [(2, 3, 5), (1,), (17,)]
-    scale = 4 if not case.hidden else 20
+    """(x, grad_output) pairs in float32: moderate and large magnitudes, a single value (other shapes hidden)."""
+    shapes = [((3, 4), 4), ((17,), 20), ((1,), 20)] if not case.hidden else [((2, 3, 5), 20), ((1,), 20), ((17,), 4)]
     return [(_randn(*shape, seed=case.seeded(index + (50 if case.hidden else 0))) * scale,
              _randn(*shape, seed=case.seeded(index + 200)))
-            for index, shape in enumerate(shapes)]
+            for index, (shape, scale) in enumerate(shapes)]
+
+
+class _Context:
+    """A stand-in for autograd's ctx, to call a Function's forward and backward directly (backward then runs
+    where the call recorder sees it, which autograd's engine does not)."""
+
+    needs_input_grad = (True,)
+
+    def save_for_backward(self, *tensors: torch.Tensor) -> None:
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors: torch.Tensor) -> None:
+        """Accepted and ignored."""
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """Accepted and ignored."""
+
+
+def _calls_of_function(silu_function: type, x: torch.Tensor, grad_output: torch.Tensor) -> dict[str, str]:
+    """The torch calls of the student's forward and backward, called directly with a stand-in ctx. A Function
+    that does not run that way (an unusual use of ctx) records what it called before it stopped: the record only
+    serves to forbid calls, so it can only cost points."""
+    ctx = _Context()
+    with CallRecorder() as calls:
+        try:
+            with torch.no_grad():
+                silu_function.forward(ctx, x)
+                silu_function.backward(ctx, grad_output)
+        except Exception:  # noqa: BLE001 (see the docstring: the real runs report the student's errors)
+            pass
+    return calls.seen
 
 
 def _silu_float64_input(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
@@ -469,12 +664,33 @@ def _silu_float64_input(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
             _randn(*shape, seed=case.seeded(78), dtype=torch.float64))
 
 
-@register("01-silu-function", hints=(
-    "forward computes x * sigmoid(x) and saves what backward needs with ctx.save_for_backward; backward "
-    "returns grad_output times the derivative.",
-    "d/dx [x s(x)] = s(x) (1 + x (1 - s(x))). In backward: (x,) = ctx.saved_tensors; s = torch.sigmoid(x); "
-    "return grad_output * s * (1 + x * (1 - s)).",
-))
+@register("01-silu-function", hints=Hints(
+    nudge="forward computes x * sigmoid(x) and saves what backward needs with ctx.save_for_backward; backward "
+          "returns grad_output times the derivative.",
+    concept="By the product rule, d/dx [x s(x)] = s(x) + x s(x) (1 - s(x)) = s(x) (1 + x (1 - s(x))); backward "
+            "multiplies the incoming grad_output by it (the chain rule), in the input's dtype.",
+    solution="(x,) = ctx.saved_tensors; s = torch.sigmoid(x); return grad_output * s * (1 + x * (1 - s))",
+    section="8. A custom `autograd.Function`, proven with `gradcheck`"),
+    requires={
+        "not-a-function": Requirement("is a subclass of torch.autograd.Function",
+                                      hint="What did you pass to check(): the class, an instance, or a function?"),
+        "not-a-tensor": Requirement("forward returns a tensor", hint="What does your forward return?"),
+        "input-modified": Requirement("forward leaves its input untouched",
+                                      hint="Which of your operations in forward end in an underscore?"),
+        "wrong-forward": Requirement("forward computes x * sigmoid(x)",
+                                     hint="Evaluate your forward at x = 1: x * sigmoid(x) is 0.731."),
+        "wrong-backward": Requirement("backward computes the derivative of x * sigmoid(x)",
+                                      hint="x * sigmoid(x) is a product of two functions of x: which rule "
+                                           "differentiates a product?"),
+        "ignores-grad-output": Requirement("backward multiplies by grad_output (the chain rule)",
+                                           hint="What does backward receive, and what must it do with it?"),
+        "gradcheck-failed": Requirement("passes gradcheck in float64",
+                                        hint="Run your Function on a float64 input: what dtype comes out of forward "
+                                             "and backward?"),
+        "forbidden-call": Requirement("does not call torch.nn.functional.silu",
+                                      hint="The exercise asks you to write SiLU and its derivative yourself: which "
+                                           "of your calls computes it for you?"),
+    })
 def probe_silu_function(silu_function: type, *, case: Case) -> dict:
     """Record forward outputs, the input as left and the gradients for each input, then gradcheck in float64
     and the float64 forward and backward (stopping where the output is unusable or the input changed)."""
@@ -491,6 +707,7 @@ def probe_silu_function(silu_function: type, *, case: Case) -> dict:
             return observation
         runs[-1]["grad"] = torch.autograd.grad(y, x, grad_output)[0]
     x64, grad_output64 = _silu_float64_input(case)
+    observation["calls"] = _calls_of_function(silu_function, x64.clone(), grad_output64)
     x64.requires_grad_()
     observation["gradcheck"] = torch.autograd.gradcheck(silu_function.apply, (x64,), eps=1e-6, atol=1e-5,
                                                         raise_exception=False)
@@ -528,6 +745,8 @@ def judge_silu_function(seen: dict, *, case: Case) -> str:
                  "the derivative of x * sigmoid(x) is not s(x) alone: the product rule adds x * s(x) * (1 - s(x))",
                  where="the return statement of backward")
     x64, grad_output64 = _silu_float64_input(case)
+    forbid(seen["calls"], {"silu": "the exercise asks you to write SiLU's forward and backward yourself"},
+           where="the text of exercise 6")
     error64 = max(_max_error(_recorded_tensor(seen, "y64"), F.silu(x64)),
                   _max_error(_recorded_tensor(seen, "grad64"), grad_output64 * _silu_grad(x64)))
     gradcheck_passed = seen["gradcheck"] is True

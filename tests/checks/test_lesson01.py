@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from harness.checks.core import Case
-from harness.checks.testing import assert_check_fails, assert_check_passes, assert_forgeries_refused
+from harness.checks.testing import Correct, Mistake, assert_correct, assert_forgeries_refused, assert_mistake
 
 
 # ------------------------------------------------------------------------------------------------ 01-to-tokens
@@ -53,20 +53,9 @@ def tokens_numpy(images: torch.Tensor) -> np.ndarray:
     return tokens_permute_reshape(images).numpy()
 
 
-@pytest.mark.parametrize("solution", [tokens_permute_reshape, tokens_flatten_transpose, tokens_einsum])
-def test_to_tokens_accepts_correct(solution: Callable, capsys) -> None:
-    assert_check_passes("01-to-tokens", solution, capsys=capsys)
-
-
-@pytest.mark.parametrize("solution, code, phrase", [
-    (tokens_view_after_permute, "view-on-non-contiguous", "use reshape()"),
-    (tokens_reshape_only, "wrong-order", "equals images.reshape"),
-    (tokens_channels_first, "wrong-shape", "(N, H*W, C)"),
-    (tokens_in_place, "input-modified", "transpose_"),
-    (tokens_numpy, "not-a-tensor", "ndarray"),
-])
-def test_to_tokens_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_check_fails("01-to-tokens", solution, code=code, phrase=phrase)
+def tokens_view_then_transpose(images: torch.Tensor) -> torch.Tensor:
+    n, c, h, w = images.shape
+    return images.view(n, c, h * w).transpose(1, 2)
 
 
 # --------------------------------------------------------------------------------------- 01-pairwise-distances
@@ -103,20 +92,20 @@ def distances_list(x: torch.Tensor, y: torch.Tensor) -> list:
     return distances_difference(x, y).tolist()
 
 
-@pytest.mark.parametrize("solution", [distances_difference, distances_norm, distances_expansion_clamped])
-def test_pairwise_distances_accepts_correct(solution: Callable, capsys) -> None:
-    assert_check_passes("01-pairwise-distances", solution, capsys=capsys)
+def distances_cdist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.cdist(x, y)
 
 
-@pytest.mark.parametrize("solution, code, phrase", [
-    (distances_expansion_unclamped, "non-finite", "clamp"),
-    (distances_squared, "wrong-values", "squared distances"),
-    (distances_transposed, "wrong-shape", "one distance per"),
-    (distances_float32, "dtype-changed", "torch.float64 inputs gave a torch.float32"),
-    (distances_list, "not-a-tensor", "returned list"),
-])
-def test_pairwise_distances_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_check_fails("01-pairwise-distances", solution, code=code, phrase=phrase)
+def distances_double_loop(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape[0], y.shape[0], dtype=x.dtype)
+    for i in range(x.shape[0]):
+        for j in range(y.shape[0]):
+            out[i, j] = (x[i] - y[j]).norm()
+    return out
+
+
+def distances_row_loop(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.stack([(row - y).pow(2).sum(-1).sqrt() for row in x])
 
 
 # ---------------------------------------------------------------------------------------------- 01-logsumexp
@@ -164,21 +153,26 @@ def lse_detached_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     return m.squeeze(dim) + (x - m).exp().sum(dim=dim).log().detach()
 
 
-@pytest.mark.parametrize("solution", [lse_where, lse_masked_fill])
-def test_logsumexp_accepts_correct(solution: Callable, capsys) -> None:
-    assert_check_passes("01-logsumexp", solution, capsys=capsys)
+def lse_numpy(x: torch.Tensor, dim: int) -> np.ndarray:
+    values = x.detach().numpy()
+    m = values.max(axis=dim, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):  # the all -inf rows
+        return (m + np.log(np.exp(values - m).sum(axis=dim, keepdims=True))).squeeze(dim)
 
 
-@pytest.mark.parametrize("solution, code, phrase", [
-    (lse_naive, "overflow", "subtract the max"),
-    (lse_unguarded, "masked-row", "fully masked"),
-    (lse_forgot_max, "wrong-values", "the max is not added back"),
-    (lse_keepdim, "wrong-shape", "keepdim"),
-    (lse_no_grad, "no-gradient", "does not require grad"),
-    (lse_detached_sum, "wrong-gradient", "softmax"),
-])
-def test_logsumexp_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_check_fails("01-logsumexp", solution, code=code, phrase=phrase)
+def lse_tensor_method(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return x.logsumexp(dim)
+
+
+def lse_special(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.special.logsumexp(x, dim)
+
+
+def lse_from_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    first = x.select(dim, 0).unsqueeze(dim)
+    return (first - torch.log(torch.softmax(x, dim=dim).select(dim, 0).unsqueeze(dim))).squeeze(dim)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, database=None)
@@ -258,22 +252,13 @@ def grads_as_lists(w: torch.Tensor, losses: list) -> list:
     return [g.tolist() for g in grads_autograd(w, losses)]
 
 
-@pytest.mark.parametrize("solution", [grads_reset, grads_autograd, grads_clone_and_zero])
-def test_per_loss_gradients_accepts_correct(solution: Callable, capsys) -> None:
-    assert_check_passes("01-per-loss-gradients", solution, capsys=capsys)
-
-
-@pytest.mark.parametrize("solution, code, phrase", [
-    (grads_accumulating, "accumulated", "equals the sum of the gradients"),
-    (grads_aliased, "aliased", "same tensor"),
-    (grads_left_behind, "grad-left-behind", "w.grad is not None"),
-    (grads_create_graph, "graph-kept", "create_graph"),
-    (grads_negated, "wrong-values", "another quantity"),
-    (grads_total_only, "wrong-count", "of length 1"),
-    (grads_as_lists, "not-a-tensor", "entry 0 returned list"),
-])
-def test_per_loss_gradients_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_check_fails("01-per-loss-gradients", solution, code=code, phrase=phrase)
+def grads_appended_without_reset(w: torch.Tensor, losses: list) -> list[torch.Tensor]:
+    gradients = []
+    for loss in losses:
+        loss(w).backward()
+        gradients.append(w.grad)
+    w.grad = None
+    return gradients
 
 
 # ----------------------------------------------------------------------------------------------- 01-ema-update
@@ -323,23 +308,6 @@ def ema_modifies_params(ema: list, params: list, decay: float) -> None:
 def ema_returns_list(ema: list, params: list, decay: float) -> list:
     ema_no_grad(ema, params, decay)
     return ema
-
-
-@pytest.mark.parametrize("solution", [ema_no_grad, ema_detach_copy, ema_lerp])
-def test_ema_update_accepts_correct(solution: Callable, capsys) -> None:
-    assert_check_passes("01-ema-update", solution, capsys=capsys)
-
-
-@pytest.mark.parametrize("solution, code, phrase", [
-    (ema_replaces_entries, "not-in-place", "rebinds the list entry"),
-    (ema_records_graph, "builds-graph", "torch.no_grad()"),
-    (ema_local_rebind, "wrong-values", "the EMA did not change"),
-    (ema_swapped, "wrong-values", "swapped"),
-    (ema_modifies_params, "params-changed", "parameters changed"),
-    (ema_returns_list, "returns-value", "returned list"),
-])
-def test_ema_update_rejects_bug(solution: Callable, code: str, phrase: str) -> None:
-    assert_check_fails("01-ema-update", solution, code=code, phrase=phrase)
 
 
 # -------------------------------------------------------------------------------------------- 01-silu-function
@@ -419,21 +387,140 @@ class SiLUInPlace(torch.autograd.Function):
         return grad_output * s * (1 + x * (1 - s))
 
 
-@pytest.mark.parametrize("solution", [SiLUSaveInput, SiLUSaveSigmoid])
-def test_silu_function_accepts_correct(solution: type, capsys) -> None:
-    assert_check_passes("01-silu-function", solution, capsys=capsys)
+class SiLUCallsTorch(SiLUSaveInput):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.silu(x)
 
 
-@pytest.mark.parametrize("solution, code, phrase", [
-    (SiLUSigmoidOnlyGradient, "wrong-backward", "product rule"),
-    (SiLUIgnoresGradOutput, "ignores-grad-output", "chain rule"),
-    (SiLUWrongForward, "wrong-forward", "x * sigmoid(x)"),
-    (SiLUFloat32, "gradcheck-failed", "float32 conversion"),
-    (SiLUInPlace, "input-modified", "in-place"),
-    (torch.nn.functional.silu, "not-a-function", "subclass of torch.autograd.Function"),
-])
-def test_silu_function_rejects_bug(solution: Any, code: str, phrase: str) -> None:
-    assert_check_fails("01-silu-function", solution, code=code, phrase=phrase)
+class SiLUReturnsList(SiLUSaveInput):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x * torch.sigmoid(x)).tolist()
+
+
+MISTAKES = [
+    Mistake("01-to-tokens", "view-on-non-contiguous", "use reshape()", (tokens_view_after_permute,),
+            story="view() after permute: the error of the lesson's own demo"),
+    Mistake("01-to-tokens", "view-on-non-contiguous", "view() only reinterprets", (tokens_view_then_transpose,),
+            story="view first, transpose after: fails on a cropped (non-contiguous) batch"),
+    Mistake("01-to-tokens", "wrong-order", "equals images.reshape", (tokens_reshape_only,),
+            story="reshape without permute: right shape, scrambled tokens (the lesson's pitfall)"),
+    Mistake("01-to-tokens", "wrong-shape", "(N, H*W, C)", (tokens_channels_first,),
+            story="flatten(2) alone: (N, C, H*W)"),
+    Mistake("01-to-tokens", "input-modified", "transpose_", (tokens_in_place,),
+            story="transpose_ to save memory: the caller's images change"),
+    Mistake("01-to-tokens", "not-a-tensor", "ndarray", (tokens_numpy,), story="converts to NumPy"),
+
+    Mistake("01-pairwise-distances", "non-finite", "clamp", (distances_expansion_unclamped,),
+            story="the |x|^2 - 2xy + |y|^2 expansion without clamping"),
+    Mistake("01-pairwise-distances", "wrong-values", "squared distances", (distances_squared,),
+            story="forgets the square root"),
+    Mistake("01-pairwise-distances", "wrong-shape", "one distance per", (distances_transposed,),
+            story="new axes swapped: (m, n)"),
+    Mistake("01-pairwise-distances", "dtype-changed", "torch.float64 inputs gave a torch.float32", (distances_float32,),
+            story="casts to float32"),
+    Mistake("01-pairwise-distances", "not-a-tensor", "returned list", (distances_list,), story="returns .tolist()"),
+    Mistake("01-pairwise-distances", "python-loop", "Python loop over the rows", (distances_double_loop,),
+            story="the double loop the lesson replaces"),
+    Mistake("01-pairwise-distances", "python-loop", "torch operations", (distances_row_loop,),
+            story="a loop over the rows of x, broadcasting inside"),
+
+    Mistake("01-logsumexp", "overflow", "subtract the max", (lse_naive,), story="log(sum(exp(x))) literally"),
+    Mistake("01-logsumexp", "masked-row", "fully masked", (lse_unguarded,),
+            story="subtracts the max without guarding an all -inf row"),
+    Mistake("01-logsumexp", "wrong-values", "the max is not added back", (lse_forgot_max,),
+            story="subtracts the max and forgets to add it back"),
+    Mistake("01-logsumexp", "wrong-shape", "keepdim", (lse_keepdim,), story="keepdim=True left in the result"),
+    Mistake("01-logsumexp", "no-gradient", "does not require grad", (lse_no_grad,),
+            story="computes under torch.no_grad()"),
+    Mistake("01-logsumexp", "wrong-gradient", "softmax", (lse_detached_sum,), story="detaches the log-sum"),
+    Mistake("01-logsumexp", "not-a-tensor", "returned ndarray", (lse_numpy,),
+            story="computes in NumPy (np.log(np.sum(np.exp(...)))) and returns the array"),
+    Mistake("01-logsumexp", "forbidden-call", "Tensor.logsumexp", (lse_tensor_method,),
+            story="calls the forbidden op as a tensor method (the issue's hole)"),
+    Mistake("01-logsumexp", "forbidden-call", "special_logsumexp", (lse_special,),
+            story="torch.special.logsumexp: the same op under another name"),
+    Mistake("01-logsumexp", "forbidden-call", "torch.softmax", (lse_from_softmax,),
+            story="derives logsumexp from torch.softmax"),
+
+    Mistake("01-per-loss-gradients", "accumulated", "equals the sum of the gradients", (grads_accumulating,),
+            story="clones w.grad but never resets it"),
+    Mistake("01-per-loss-gradients", "aliased", "added into that same tensor", (grads_appended_without_reset,),
+            story="appends w.grad itself and never resets it: not blamed on zero_()"),
+    Mistake("01-per-loss-gradients", "aliased", "w.grad.zero_()", (grads_aliased,),
+            story="appends w.grad then zero_(): every entry is the one tensor"),
+    Mistake("01-per-loss-gradients", "grad-left-behind", "w.grad is not None", (grads_left_behind,),
+            story="forgets the final reset"),
+    Mistake("01-per-loss-gradients", "graph-kept", "create_graph", (grads_create_graph,),
+            story="create_graph=True copied from a double-backward example"),
+    Mistake("01-per-loss-gradients", "wrong-values", "another quantity", (grads_negated,),
+            story="the gradient of the negated loss (an ascent sign slip)"),
+    Mistake("01-per-loss-gradients", "wrong-count", "of length 1", (grads_total_only,),
+            story="one gradient of the summed losses"),
+    Mistake("01-per-loss-gradients", "not-a-tensor", "entry 0 returned list", (grads_as_lists,),
+            story="converts each gradient to a list"),
+
+    Mistake("01-ema-update", "not-in-place", "rebinds the list entry", (ema_replaces_entries,),
+            story="ema[i] = ...: new tensors, the optimizer's references go stale"),
+    Mistake("01-ema-update", "builds-graph", "torch.no_grad()", (ema_records_graph,),
+            story="in place but without no_grad: the EMA joins the graph"),
+    Mistake("01-ema-update", "wrong-values", "the EMA did not change", (ema_local_rebind,),
+            story="e = ...: binds a local name, the EMA is untouched"),
+    Mistake("01-ema-update", "wrong-values", "swapped", (ema_swapped,), story="decay and 1 - decay swapped"),
+    Mistake("01-ema-update", "params-changed", "parameters changed", (ema_modifies_params,),
+            story="an in-place method on the parameter"),
+    Mistake("01-ema-update", "returns-value", "returned list", (ema_returns_list,),
+            story="returns the EMA list for convenience"),
+
+    Mistake("01-silu-function", "wrong-backward", "product rule", (SiLUSigmoidOnlyGradient,),
+            story="the derivative of x * sigmoid(x) taken as sigmoid(x)"),
+    Mistake("01-silu-function", "ignores-grad-output", "chain rule", (SiLUIgnoresGradOutput,),
+            story="returns the local derivative only"),
+    Mistake("01-silu-function", "wrong-forward", "x * sigmoid(x)", (SiLUWrongForward,),
+            story="forward returns sigmoid(x)"),
+    Mistake("01-silu-function", "gradcheck-failed", "float32 conversion", (SiLUFloat32,),
+            story="computes in float32 inside"),
+    Mistake("01-silu-function", "input-modified", "in-place", (SiLUInPlace,), story="x.mul_ in forward"),
+    Mistake("01-silu-function", "not-a-function", "subclass of torch.autograd.Function",
+            (torch.nn.functional.silu,), story="passes F.silu itself"),
+    Mistake("01-silu-function", "not-a-tensor", "returned list", (SiLUReturnsList,),
+            story="forward returns .tolist()"),
+    Mistake("01-silu-function", "forbidden-call", "F.silu", (SiLUCallsTorch,),
+            story="forward calls F.silu, which the text forbids"),
+]
+
+CORRECT = [
+    Correct("01-to-tokens", (tokens_permute_reshape,), story="permute then reshape"),
+    Correct("01-to-tokens", (tokens_flatten_transpose,), story="flatten then transpose"),
+    Correct("01-to-tokens", (tokens_einsum,), story="einsum, contiguous, view"),
+    Correct("01-pairwise-distances", (distances_difference,), story="broadcast difference"),
+    Correct("01-pairwise-distances", (distances_norm,), story="vector_norm of the difference"),
+    Correct("01-pairwise-distances", (distances_expansion_clamped,), story="expansion, clamped"),
+    Correct("01-pairwise-distances", (distances_cdist,), story="torch.cdist"),
+    Correct("01-logsumexp", (lse_where,), story="amax and torch.where"),
+    Correct("01-logsumexp", (lse_masked_fill,), story="max, detached, masked_fill"),
+    Correct("01-per-loss-gradients", (grads_reset,), story="w.grad = None before each backward"),
+    Correct("01-per-loss-gradients", (grads_autograd,), story="torch.autograd.grad"),
+    Correct("01-per-loss-gradients", (grads_clone_and_zero,), story="clone, then zero_()"),
+    Correct("01-ema-update", (ema_no_grad,), story="no_grad, mul_ and add_"),
+    Correct("01-ema-update", (ema_detach_copy,), story="copy_ of a detached expression"),
+    Correct("01-ema-update", (ema_lerp,), story="_foreach_lerp_"),
+    Correct("01-silu-function", (SiLUSaveInput,), story="saves x"),
+    Correct("01-silu-function", (SiLUSaveSigmoid,), story="saves sigmoid and the output"),
+]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_mistake_fails_with_its_message(mistake: Mistake) -> None:
+    assert_mistake(mistake)
+
+
+@pytest.mark.parametrize("correct", CORRECT, ids=str)
+def test_correct_variant_passes(correct: Correct, capsys) -> None:
+    assert_correct(correct, capsys)
 
 
 def test_hints_exist_for_every_task(capsys) -> None:
@@ -441,9 +528,10 @@ def test_hints_exist_for_every_task(capsys) -> None:
 
     for task in ("01-to-tokens", "01-pairwise-distances", "01-logsumexp", "01-per-loss-gradients",
                  "01-ema-update", "01-silu-function"):
-        hint(task, 1)
-        hint(task, 2)
-    assert capsys.readouterr().out.count("Hint 2/2") == 6
+        for level in (1, 2, 3):
+            hint(task, level)
+    out = capsys.readouterr().out
+    assert out.count("Hint 3/3") == 6 and out.count("Reread the section") == 6
 
 
 @pytest.mark.parametrize("task, solution", [
