@@ -1121,30 +1121,6 @@ def probe_param_groups(make_param_groups: Callable[..., list[dict[str, Any]]], *
     return {"groups": described}
 
 
-def _check_weight_decay(model: nn.Module, name: str, group: dict[str, Any], weight_decay: float) -> None:
-    """Fail unless parameter `name`'s group decays it by `weight_decay` if it is a matrix (ndim >= 2) and not at
-    all otherwise; the two slips this check can tell apart are named here, the rest by the shared check."""
-    p = model.get_parameter(name)
-    decay, decayed = group["weight_decay"], p.ndim >= 2
-    wanted = weight_decay if decayed else 0.0
-    if isinstance(decay, (int, float)) and not isinstance(decay, bool) and not math.isclose(decay, wanted):
-        owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
-        if math.isclose(decay, _DEFAULT_WEIGHT_DECAY):
-            cause = f"its group sets no weight_decay, so it takes the optimizer's default ({_DEFAULT_WEIGHT_DECAY} in " \
-                    "this check)"
-        elif decayed:
-            cause = "the test that picks the decayed parameters misses this matrix (the rule is p.ndim >= 2: an " \
-                    "Embedding's weight and every Linear weight are decayed)"
-        else:
-            cause = "the test that picks the decayed parameters also takes this bias or norm weight (decay on every " \
-                    "parameter, or a test that is not p.ndim >= 2)"
-        fail("no-decay-on-weights" if decayed else "decay-on-bias-or-norm",
-             observed=f"{name} (of a {owner}, shape {tuple(p.shape)}) has weight_decay {decay}",
-             expected=f"{wanted}: decay the matrices (ndim >= 2), never biases and norm weights",
-             cause=cause, where="decay = p.ndim >= 2; weight_decay set explicitly in every group")
-    check_weight_decay(model, name, group, weight_decay)
-
-
 @judges("02-param-groups")
 def judge_param_groups(seen: dict, *, case: Case) -> str:
     """Every trainable parameter in exactly one group, decay only on matrices, backbone at its own lr."""
@@ -1152,7 +1128,8 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
         freeze_first, lr, weight_decay, backbone_lr = setting
         model = _group_model(case, freeze_first)
         for name, group in group_of_each_parameter(model, groups).items():
-            _check_weight_decay(model, name, group, weight_decay)
+            check_weight_decay(model, name, group, weight_decay, default=_DEFAULT_WEIGHT_DECAY,
+                               default_is="the optimizer's default in this check")
             in_backbone = name.startswith("backbone.")
             wanted_lr = backbone_lr if in_backbone else lr
             got = group_lr(group, name)

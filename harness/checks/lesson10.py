@@ -242,7 +242,7 @@ def _check_groups(model: nn.Module, record: dict[str, Any], lr: float, weight_de
              "weakens; AdamW decays the weights directly (decoupled), as intended",
              where="torch.optim.AdamW(groups, lr=lr)")
     for name, group in group_of_each_parameter(model, record["groups"]).items():
-        check_weight_decay(model, name, group, weight_decay)
+        check_weight_decay(model, name, group, weight_decay, default=0.01, default_is="AdamW's default")
         peak = group_lr(group, name, initial=True)
         if not math.isclose(peak, lr, rel_tol=1e-9):
             fail("wrong-lr", observed=f"{name}'s group has base lr {peak}", expected=f"{lr} in every group",

@@ -75,21 +75,37 @@ def group_of_each_parameter(model: nn.Module, groups: list[dict[str, Any]]) -> d
     return found
 
 
-def check_weight_decay(model: nn.Module, name: str, group: dict[str, Any], weight_decay: float) -> None:
+def check_weight_decay(model: nn.Module, name: str, group: dict[str, Any], weight_decay: float, *,
+                       default: float, default_is: str) -> None:
     """Fail unless parameter `name`'s group decays it by `weight_decay` if it is a matrix or kernel (ndim >= 2),
-    and not at all if it is a bias or a normalisation scale (decay-on-bias-or-norm, no-decay-on-weights)."""
+    and not at all if it is a bias or a normalisation scale (decay-on-bias-or-norm, no-decay-on-weights).
+
+    Args:
+        default: the weight_decay the optimizer gives a group that sets none (a group at exactly this value
+            is named as one that sets none).
+        default_is: how the message names that default ("AdamW's default", "the optimizer's default in
+            this check").
+    """
     p: torch.Tensor = model.get_parameter(name)
-    wanted = weight_decay if p.ndim >= 2 else 0.0
+    decayed = p.ndim >= 2
+    wanted = weight_decay if decayed else 0.0
     decay = _number(group["weight_decay"], f"{name}'s weight_decay")
-    if not math.isclose(decay, wanted):
-        owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
-        fail("decay-on-bias-or-norm" if p.ndim < 2 else "no-decay-on-weights",
-             observed=f"{name} (of a {owner}, shape {tuple(p.shape)}) has weight_decay {group['weight_decay']}",
-             expected=f"{wanted}: decay the matrices and kernels (ndim >= 2), never biases and norm scales",
-             cause="decaying a bias or a normalisation scale pulls it towards 0 for no regularising benefit"
-             if p.ndim < 2 else "the group sets no weight_decay (AdamW's default is 0.01), or sorts by name instead of "
-             "p.ndim",
-             where="decay = p.ndim >= 2; weight_decay set explicitly in every group")
+    if math.isclose(decay, wanted):
+        return
+    if math.isclose(decay, default):
+        cause = f"its group sets no weight_decay, so it takes {default_is} ({default:g})"
+    elif decayed:
+        cause = ("the test that picks the decayed parameters misses this matrix (the rule is p.ndim >= 2: an "
+                 "Embedding's weight and every Linear and conv weight are decayed)" if decay == 0 else
+                 f"its group's weight_decay is {decay:g}, not the weight_decay argument")
+    else:
+        cause = ("the test that picks the decayed parameters also takes this bias or norm weight (decay on every "
+                 "parameter, or a test that is not p.ndim >= 2)")
+    owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
+    fail("no-decay-on-weights" if decayed else "decay-on-bias-or-norm",
+         observed=f"{name} (of a {owner}, shape {tuple(p.shape)}) has weight_decay {group['weight_decay']}",
+         expected=f"{wanted}: decay the matrices and kernels (ndim >= 2), never biases and normalisation scales",
+         cause=cause, where="decay = p.ndim >= 2; weight_decay set explicitly in every group")
 
 
 def group_lr(group: dict[str, Any], name: str, *, initial: bool = False) -> float:
