@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import Case, fail, judges, register
+from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.probes import ForwardRecorder, StepRecorder
 from harness.checks.wire import Opaque, type_name
 
@@ -129,8 +129,9 @@ def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[to
                 observed=f"optimizer step {index} saw weights or gradients that are not those of plain SGD on "
                 "this batch after the previous steps",
                 expected="each optimizer.step() uses the gradients of the current batch's loss only",
-                cause="gradients accumulated across batches (zero_grad missing), the loss computed on other data, "
-                "or the weights changed outside optimizer.step()",
+                cause="gradients accumulated across batches (zero_grad missing), gradients changed before the step "
+                "(clipped, rescaled), the loss computed on other data, or the weights changed outside "
+                "optimizer.step()",
                 where="the batch loop: zero_grad, forward, loss, backward, optimizer.step()",
             )
         expected = [p - float(step["lr"]) * g for p, g in zip(params, grads)]
@@ -158,7 +159,8 @@ def warmup_cosine_reference(step: int, warmup_steps: int, total_steps: int) -> f
 def _warmup_cases(case: Case) -> list[tuple[int, int, int]]:
     """(step, warmup, total) triples: fixed landmarks first, then seeded draws that favour the boundaries."""
     hidden = case.hidden
-    cases = [(0, 5, 50), (4, 5, 50), (5, 5, 50), (50, 5, 50), (80, 5, 50)] + ([(0, 0, 10)] if hidden else [])
+    # landmarks: the ramp's ends, the peak, the end, past the end, no warmup at all, no decay span at all
+    cases = [(0, 5, 50), (4, 5, 50), (5, 5, 50), (50, 5, 50), (80, 5, 50), (0, 0, 10), (3, 0, 10), (5, 5, 5), (9, 5, 5)]
     generator = torch.Generator().manual_seed(case.seeded(23 if hidden else 19))
 
     def draw(low: int, high: int) -> int:
@@ -196,7 +198,8 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
             "warmup-wrong",
             observed=f"{where} = {value:.6g}",
             expected=f"{expected:.6g} = step / warmup_steps (a linear ramp from 0 that reaches 1 at step {warmup})",
-            cause="an off-by-one ((step + 1) / warmup_steps) or dividing by total_steps during warmup",
+            cause="an off-by-one ((step + 1) / warmup_steps), integer division (step // warmup_steps), or "
+            "dividing by total_steps during warmup",
             where="the `step < warmup_steps` branch",
         )
     if step <= total:
@@ -207,7 +210,8 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
                 f"{expected:.6g} = 0.5 * (1 + cos(pi * progress)) with progress = (step - warmup_steps) / "
                 f"(total_steps - warmup_steps) = {(step - warmup) / max(1, total - warmup):.4g}"
             ),
-            cause="progress measured from 0 instead of from the end of warmup, or a wrong cosine period",
+            cause="progress measured from 0 instead of from the end of warmup, a wrong cosine period, or a "
+            "branch boundary off by one (step <= warmup_steps)",
             where="the cosine branch: progress and the cosine",
         )
     fail(
@@ -221,12 +225,32 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
 
 @register(
     "07-warmup-cosine",
-    hints=(
-        "Two pieces: a linear ramp step / warmup_steps while step < warmup_steps, then a half cosine from 1 "
-        "down to 0 over the remaining total_steps - warmup_steps steps.",
-        "progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)); "
-        "return 0.5 * (1 + math.cos(math.pi * progress)). The min keeps it at 0 after total_steps.",
+    hints=Hints(
+        nudge="Two pieces: a linear ramp while step < warmup_steps, then a half cosine from 1 down to 0 over the "
+        "remaining total_steps - warmup_steps steps, and 0 after that.",
+        concept="The ramp is step / warmup_steps; the cosine is 0.5 * (1 + cos(pi * progress)) where progress "
+        "goes from 0 at the end of warmup to 1 at total_steps and is clamped there.",
+        solution="if step < warmup_steps: return step / warmup_steps; progress = min(1.0, (step - warmup_steps) "
+        "/ max(1, total_steps - warmup_steps)); return 0.5 * (1.0 + math.cos(math.pi * progress))",
+        section="2. Warmup then cosine, as a `LambdaLR`",
     ),
+    requires={
+        "not-a-float": Requirement(
+            "returns a Python float",
+            hint="What type does your return statement produce? torch.cos and torch.tensor give tensors; "
+            "math.cos and plain arithmetic give floats."),
+        "warmup-wrong": Requirement(
+            "during warmup the factor is step / warmup_steps: 0 at step 0, reaching 1 at step warmup_steps",
+            hint="Evaluate your function at step 0: the warmup starts from 0, not from 1 / warmup_steps. "
+            "Does Python's // round the ramp down?"),
+        "cosine-wrong": Requirement(
+            "after warmup the factor is 0.5 * (1 + cos(pi * progress)), progress measured from the end of warmup",
+            hint="At step == warmup_steps the factor must be exactly 1: where does your progress start, and "
+            "what does it reach at total_steps?"),
+        "rises-after-total": Requirement(
+            "after total_steps the factor stays at 0",
+            hint="Evaluate your function at 2 * total_steps: the cosine comes back up unless progress stops at 1."),
+    },
 )
 def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case) -> dict:
     """Evaluate the student's factor on the case's triples; if every value is a number, drive LambdaLR with it."""
@@ -255,7 +279,8 @@ def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
             "cosine-wrong",
             observed=f"LambdaLR with your factor gives lr {lrs[first]!r:.12} at step {first}",
             expected=f"{expected[first]:.6g} (base lr {base_lr} x the closed form)",
-            cause="the factor depends on something other than its three arguments",
+            cause="the factor depends on something other than its three arguments (a global, or a state kept "
+            "between calls)",
             where="warmup_cosine",
         )
     return f"matches the closed form on {len(cases)} seeded cases (boundaries included) and drives LambdaLR correctly"
@@ -313,11 +338,32 @@ def _per_epoch_setting(case: Case) -> _LoopSetting:
 
 
 def _probe_loop(train: Callable[..., Any], setting: _LoopSetting) -> dict[str, Any]:
-    """Run the student's loop with SGD and the setting's scheduler; record every optimizer step."""
-    model = _tiny_regressor(setting.model_seed)
+    """Run the student's loop with SGD and the setting's scheduler; record every optimizer step, and the mode of
+    every forward that recorded a graph (the model arrives in eval mode, as after an evaluation)."""
+    model = _tiny_regressor(setting.model_seed).eval()
     optimizer = torch.optim.SGD(model.parameters(), lr=setting.lr)
     scheduler = setting.make(optimizer)
-    return _record_steps(train, optimizer, model, setting.loader, nn.MSELoss(), optimizer, scheduler, setting.epochs)
+    with ForwardRecorder(model) as forwards:
+        seen = _record_steps(train, optimizer, model, setting.loader, nn.MSELoss(), optimizer, scheduler, setting.epochs)
+    seen["train_modes"] = [r.training for r in forwards.records if r.grad_enabled]
+    return seen
+
+
+def _check_train_mode(seen: dict[str, Any]) -> None:
+    """Every forward that recorded a graph ran in train mode."""
+    modes = seen["train_modes"]
+    if not isinstance(modes, list) or not all(isinstance(m, bool) for m in modes):
+        raise TypeError("the observation of the forward modes is malformed")
+    if not all(modes):
+        fail(
+            "not-train-mode",
+            observed=f"{modes.count(False)} of {len(modes)} training forwards ran with model.training == False "
+            "(the check hands the model over in eval mode, as after an evaluation)",
+            expected="model.train() before the batch loop: dropout and batch norm behave differently in eval mode",
+            cause="model.train() is never called, or called once before the epoch loop and undone by a "
+            "model.eval() inside it",
+            where="the top of the epoch loop: model.train()",
+        )
 
 
 def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
@@ -325,7 +371,8 @@ def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
         "wrong-step-count",
         observed=f"{observed} optimizer steps",
         expected=f"{epochs * batches} ({epochs} epochs x {batches} batches, one optimizer.step() per batch)",
-        cause="the loop runs the wrong number of epochs or batches, or steps the optimizer more than once",
+        cause=("more epochs or batches than asked, or optimizer.step() called more than once per batch"
+               if observed > epochs * batches else "fewer epochs than asked, batches skipped, or an early return"),
         where="the epoch and batch loops",
     )
 
@@ -337,12 +384,39 @@ def _verify_loop_steps(seen: dict[str, Any], setting: _LoopSetting) -> None:
 
 @register(
     "07-per-step",
-    hints=(
-        "A per-step scheduler (OneCycleLR, warmup) moves once per batch, right after the optimizer used the "
-        "current lr.",
-        "Inside the batch loop: zero_grad, forward, loss, backward, optimizer.step(), then scheduler.step(). "
-        "Never before optimizer.step(), and not once per epoch.",
+    hints=Hints(
+        nudge="A per-step scheduler (OneCycleLR, warmup) moves once per batch, right after the optimizer used "
+        "the current lr.",
+        concept="The lr an update uses is the one in the optimizer when optimizer.step() runs; a schedule sized "
+        "in optimizer steps needs exactly one scheduler.step() per optimizer.step(), after it.",
+        solution="in the batch loop: optimizer.zero_grad(set_to_none=True); loss_fn(model(inputs), "
+        "targets).backward(); optimizer.step(); scheduler.step()",
+        section="4. Per step or per epoch?",
     ),
+    requires={
+        "steps-inconsistent": Requirement(
+            "each optimizer.step() uses the gradients of the current batch's loss only",
+            hint="Compare the gradients of two consecutive batches: what clears .grad before each backward?"),
+        "not-train-mode": Requirement(
+            "the loop puts the model in train mode (model.train())",
+            hint="The model may arrive in eval mode (after an evaluation): which call switches dropout and "
+            "batch norm back to training behaviour?"),
+        "wrong-step-count": Requirement(
+            "one optimizer.step() per batch, for exactly `epochs` epochs",
+            hint="Count your optimizer.step() calls: epochs x len(loader)?"),
+        "scheduler-not-stepped": Requirement(
+            "the scheduler is stepped",
+            hint="Print optimizer.param_groups[0]['lr'] after each epoch: does it ever change?"),
+        "scheduler-before-optimizer": Requirement(
+            "scheduler.step() comes after optimizer.step()",
+            hint="Which lr should the very first update use: the schedule's first value or its second?"),
+        "wrong-lr-trace": Requirement(
+            "one scheduler.step() per optimizer.step()",
+            hint="Count your scheduler.step() calls per batch: exactly one, every batch?"),
+        "stepped-per-epoch": Requirement(
+            "a per-step scheduler is stepped once per batch, not once per epoch",
+            hint="This schedule is sized in optimizer steps: how often does your loop call scheduler.step()?"),
+    },
 )
 def probe_per_step(train_per_step: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's loop with a per-step scheduler; record the lr, weights and gradients of every step."""
@@ -359,6 +433,7 @@ def judge_per_step(seen: dict, *, case: Case) -> str:
     expected = _scheduler_trace(setting.make, setting.lr, total)
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
+    _check_train_mode(seen)
     if _close(used, expected[:total]):
         _verify_loop_steps(seen, setting)
         return f"lr used at each of {total} optimizer steps follows the per-step schedule"
@@ -367,7 +442,7 @@ def judge_per_step(seen: dict, *, case: Case) -> str:
             "scheduler-not-stepped",
             observed=f"every optimizer step used lr {used[0]:.4g}",
             expected=f"the schedule {_fmt(expected)}",
-            cause="scheduler.step() is never called",
+            cause="scheduler.step() is never called, or only after the last optimizer.step()",
             where="after optimizer.step() inside the batch loop",
         )
     if _close(used, expected[1 : total + 1]):
@@ -400,11 +475,39 @@ def judge_per_step(seen: dict, *, case: Case) -> str:
 
 @register(
     "07-per-epoch",
-    hints=(
-        "StepLR, MultiStepLR and ExponentialLR count epochs: the lr stays the same for every batch of an epoch.",
-        "Run the whole batch loop, then call scheduler.step() once, at the end of the epoch (outside the batch "
-        "loop, after the last optimizer.step()).",
+    hints=Hints(
+        nudge="StepLR, MultiStepLR and ExponentialLR count epochs: the lr stays the same for every batch of an "
+        "epoch.",
+        concept="A schedule sized in epochs moves once per epoch: after the last optimizer.step() of the epoch, "
+        "outside the batch loop.",
+        solution="for each epoch: model.train(); the batch loop (zero_grad, forward, loss, backward, "
+        "optimizer.step()); then scheduler.step() once, after the batch loop",
+        section="4. Per step or per epoch?",
     ),
+    requires={
+        "steps-inconsistent": Requirement(
+            "each optimizer.step() uses the gradients of the current batch's loss only",
+            hint="Compare the gradients of two consecutive batches: what clears .grad before each backward?"),
+        "not-train-mode": Requirement(
+            "the loop puts the model in train mode (model.train())",
+            hint="The model may arrive in eval mode (after an evaluation): which call switches dropout and "
+            "batch norm back to training behaviour?"),
+        "wrong-step-count": Requirement(
+            "one optimizer.step() per batch, for exactly `epochs` epochs",
+            hint="Count your optimizer.step() calls: epochs x len(loader)?"),
+        "scheduler-not-stepped": Requirement(
+            "the scheduler is stepped",
+            hint="Print optimizer.param_groups[0]['lr'] after each epoch: does it ever change?"),
+        "scheduler-before-optimizer": Requirement(
+            "scheduler.step() comes after optimizer.step()",
+            hint="Which lr should the very first update use: the schedule's first value or its second?"),
+        "wrong-lr-trace": Requirement(
+            "one scheduler.step() per epoch",
+            hint="Count your scheduler.step() calls per epoch: exactly one, every epoch?"),
+        "stepped-per-batch": Requirement(
+            "an epoch-sized scheduler is stepped once per epoch, after the batch loop",
+            hint="Print the lr at each batch of one epoch: should it change within an epoch?"),
+    },
 )
 def probe_per_epoch(train_per_epoch: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's loop with a per-epoch scheduler; record the lr, weights and gradients of every step."""
@@ -422,6 +525,7 @@ def judge_per_epoch(seen: dict, *, case: Case) -> str:
     expected = [per_epoch[e] for e in range(epochs) for _ in range(batches)]
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
+    _check_train_mode(seen)
     if _close(used, expected):
         _verify_loop_steps(seen, setting)
         return f"every batch of each of {epochs} epochs used that epoch's lr"
@@ -430,7 +534,7 @@ def judge_per_epoch(seen: dict, *, case: Case) -> str:
             "scheduler-not-stepped",
             observed=f"every optimizer step used lr {used[0]:.4g}",
             expected=f"the lr per epoch {_fmt(per_epoch[:epochs])}",
-            cause="scheduler.step() is never called",
+            cause="scheduler.step() is never called, or only after the last optimizer.step()",
             where="the end of the epoch loop",
         )
     per_batch = _scheduler_trace(setting.make, setting.lr, total)[:total]
@@ -576,12 +680,49 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
 
 @register(
     "07-plateau",
-    hints=(
-        "ReduceLROnPlateau reacts to the number you pass to step(). Which number tells you the model stopped "
-        "improving on data it has not trained on?",
-        "Each epoch: train, then model.eval() and a no_grad pass over val_loader to get the mean validation "
-        "loss, then scheduler.step(val_loss) once. Return the list of validation losses.",
+    hints=Hints(
+        nudge="ReduceLROnPlateau reacts to the number you pass to step(). Which number tells you the model "
+        "stopped improving on data it has not trained on?",
+        concept="Each epoch: train (model.train()), then evaluate on val_loader in eval mode without autograd, "
+        "then one scheduler.step(val_loss). The training loss keeps falling and never plateaus.",
+        solution="val_loss, _ = evaluate(model, val_loader, loss_fn); scheduler.step(val_loss); "
+        "val_losses.append(val_loss) at the end of each epoch; return val_losses",
+        section="5. `ReduceLROnPlateau`: feed it the validation metric",
     ),
+    requires={
+        "plateau-per-batch": Requirement(
+            "the scheduler is stepped once per epoch",
+            hint="Count your scheduler.step calls in one epoch: how many validation results does an epoch give?"),
+        "plateau-no-metric": Requirement(
+            "scheduler.step receives the validation metric",
+            hint="ReduceLROnPlateau has no curve of its own: what does it compare from one epoch to the next?"),
+        "plateau-not-stepped": Requirement(
+            "the scheduler is stepped every epoch, the first one included",
+            hint="Count your scheduler.step calls over the whole run: one per epoch, from the first epoch on?"),
+        "no-validation": Requirement(
+            "the validation loss is computed on val_loader",
+            hint="Which loader does your evaluation iterate over?"),
+        "val-in-train-mode": Requirement(
+            "validation runs in eval mode (model.eval())",
+            hint="Dropout is still on while you validate: which call turns it off?"),
+        "val-with-grad": Requirement(
+            "validation runs without autograd (torch.no_grad())",
+            hint="Your validation builds a graph it never uses: which context turns autograd off?"),
+        "train-in-eval-mode": Requirement(
+            "training runs in train mode every epoch (model.train())",
+            hint="After the first validation, which mode is the model in when the next epoch trains?"),
+        "plateau-train-metric": Requirement(
+            "the metric is the validation loss, not the training loss",
+            hint="On random labels the training loss keeps falling: which loss tells you the model stopped "
+            "improving on unseen data?"),
+        "plateau-wrong-metric": Requirement(
+            "the metric is this epoch's mean validation loss",
+            hint="Is the value you pass computed after this epoch's training, and is it a mean over the "
+            "validation set?"),
+        "wrong-return": Requirement(
+            "returns the list of validation losses, one per epoch",
+            hint="What does your function return? The check wants one validation loss per epoch."),
+    },
 )
 def probe_plateau(train_with_plateau: Callable[..., Any], *, case: Case) -> dict:
     """Train with a spied ReduceLROnPlateau; record each metric it received with the weights at that moment."""
@@ -626,7 +767,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
             "plateau-per-batch",
             observed=f"scheduler.step was called {len(calls)} times in {epochs} epochs",
             expected=f"{epochs} calls: one per epoch, after validation",
-            cause="scheduler.step(...) sits inside the batch loop",
+            cause="scheduler.step(...) sits inside the batch loop, or is called more than once per epoch",
             where="move it to the end of the epoch",
         )
     if any(call["metric"] is None for call in calls):
@@ -699,7 +840,8 @@ class _AmpSetting:
 
 
 def _amp_setting(case: Case) -> _AmpSetting:
-    count, poisoned = (12, {0, 5, 6, 10}) if case.hidden else (10, {2, 3, 7})
+    # both overflow on the first batch and on two batches in a row
+    count, poisoned = (12, {0, 5, 6, 10}) if case.hidden else (10, {0, 3, 4, 8})
     generator = torch.Generator().manual_seed(case.seeded(13 if case.hidden else 1))
     batches = []
     for i in range(count):
@@ -752,12 +894,41 @@ def _as_flag(value: Any) -> bool | None:
 
 @register(
     "07-amp-skip",
-    hints=(
-        "When scaler.step() finds inf/NaN gradients it skips optimizer.step() and scaler.update() lowers the "
-        "scale. If the scheduler still advances, the schedule runs ahead of the real updates.",
-        "scale = scaler.get_scale(); scaler.step(optimizer); scaler.update(); "
-        "stepped = scaler.get_scale() >= scale; if stepped: scheduler.step(). Return stepped.",
+    hints=Hints(
+        nudge="When scaler.step() finds inf/NaN gradients it skips optimizer.step() and scaler.update() lowers "
+        "the scale. If the scheduler still advances, the schedule runs ahead of the real updates.",
+        concept="The scale only drops after a skipped step (it grows after growth_interval good steps): compare "
+        "scaler.get_scale() before scaler.step and after scaler.update().",
+        solution="scale = scaler.get_scale(); scaler.step(optimizer); scaler.update(); "
+        "stepped = scaler.get_scale() >= scale; if stepped: scheduler.step(); "
+        "optimizer.zero_grad(set_to_none=True); return stepped",
+        section="6. When the `GradScaler` skips a step",
     ),
+    requires={
+        "bypasses-scaler": Requirement(
+            "the update goes through scaler.step(optimizer), which skips overflowing steps",
+            hint="Did an update happen on a batch whose gradients hold inf? Who decides to skip it?"),
+        "wrong-step-count": Requirement(
+            "one scaler.step(optimizer) per call, and the gradients reset after it",
+            hint="Count the real optimizer steps: one per good batch. Is .grad reset after every call, so that "
+            "an inf from a skipped batch does not stay?"),
+        "loss-not-scaled": Requirement(
+            "backward goes through scaler.scale(loss), scaled once",
+            hint="scaler.step unscales the gradients: were they scaled exactly once before?"),
+        "steps-inconsistent": Requirement(
+            "each optimizer step uses the true gradients of its own batch",
+            hint="Between backward and scaler.step, does anything change the gradients (clipping while they "
+            "are still scaled, leftovers of an earlier batch)?"),
+        "skip-not-reported": Requirement(
+            "returns whether the optimizer really stepped",
+            hint="The scale also grows after good steps: does your test treat any change of scale as a skip?"),
+        "scheduler-not-stepped": Requirement(
+            "the scheduler is stepped after every real step",
+            hint="Print optimizer.param_groups[0]['lr'] after a few calls: does it ever change?"),
+        "scheduler-advanced-on-skip": Requirement(
+            "the scheduler is not stepped when the optimizer step was skipped",
+            hint="On a batch that overflowed, was there an update? Then should the schedule move?"),
+    },
 )
 def probe_amp_skip(amp_step: Callable[..., bool], *, case: Case) -> dict:
     """Feed the batches, some overflowing; record every real optimizer step, the returns and the scheduler's count."""
@@ -795,21 +966,28 @@ def judge_amp_skip(seen: dict, *, case: Case) -> str:
         fail(
             "wrong-step-count",
             observed=f"{len(steps)} optimizer steps over {count} batches ({len(poisoned)} overflowing)",
-            expected=f"{real}",
-            cause="the step is taken zero or several times per call",
-            where="scaler.step(optimizer) once per call",
+            expected=f"{real}: one per batch whose gradients are finite",
+            cause=("optimizer.step() called in addition to scaler.step(optimizer), or a step taken several times "
+                   "per call" if len(steps) > real else
+                   "the gradients are not reset after each call (zero_grad missing: the inf of a skipped batch "
+                   "stays in .grad, so every later step is skipped too), or scaler.step(optimizer) not called "
+                   "every time"),
+            where="scaler.step(optimizer) once per call, and optimizer.zero_grad(set_to_none=True) after it",
         )
     finite = [batch for i, batch in enumerate(setting.batches) if i not in poisoned]
     for step, (inputs, targets) in zip(steps, finite, strict=True):
         expected_grads = _reference_grads(setting.model_seed, step["params"], inputs, targets)
         grad = step["grads"][0]
         ratio = float(grad.norm() / expected_grads[0].norm()) if isinstance(grad, torch.Tensor) else math.nan
-        if not math.isclose(ratio, 1.0, rel_tol=2e-2):
+        # a scale missing or applied twice multiplies the gradients by a power of two; anything else is
+        # left to the replay below (clipped or accumulated gradients)
+        power = math.log2(ratio) if ratio > 0 and math.isfinite(ratio) else math.nan
+        if abs(power) >= 0.99 and math.isclose(power, round(power), abs_tol=1e-2):
             fail(
                 "loss-not-scaled",
-                observed=f"gradients at optimizer.step() are {ratio:.3g}x the true ones",
+                observed=f"gradients at optimizer.step() are {ratio:.3g}x the true ones (2**{round(power)})",
                 expected="the true gradients (scaler.step unscales what scaler.scale(loss) scaled)",
-                cause="loss.backward() instead of scaler.scale(loss).backward(), or an extra scaling",
+                cause="loss.backward() instead of scaler.scale(loss).backward(), or the loss scaled twice",
                 where="the backward call",
             )
     returned = [_as_flag(r) for r in seen["returned"]]

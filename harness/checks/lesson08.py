@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import Case, fail, judges, register
+from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.wire import Opaque, describe
 
 
@@ -60,8 +60,6 @@ def _as_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_as_data(v) for v in value]
     return value
-
-
 
 
 def _as_number(value: Any) -> float | None:
@@ -98,14 +96,13 @@ class _Net(nn.Module):
 
 
 # DataParallel and DDP name their model's keys 'module.' + key, torch.compile '_orig_mod.' + key, and the
-# prefixes stack (the tests compare these with the real wrappers' state dicts).
+# prefixes stack, in either order (the tests compare these with the real wrappers' state dicts). Visible and
+# hidden cases use them all; the hidden ones hold other weights.
 _WRAPPERS = (
     ("a plain model", ""),
     ("nn.DataParallel(model)", "module."),
     ("torch.compile(model)", "_orig_mod."),
     ("torch.compile(DataParallel(model))", "_orig_mod.module."),
-)
-_HIDDEN_WRAPPERS = (
     ("DataParallel(torch.compile(model))", "module._orig_mod."),
     ("DataParallel(DataParallel(model))", "module.module."),
 )
@@ -121,18 +118,39 @@ def _plain_state_dict(case: Case) -> dict[str, torch.Tensor]:
 def _wrapped_state_dicts(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
     """The state dict of the case's model as each wrapper names it, each with its own copy of the values."""
     plain = _plain_state_dict(case)
-    wrappers = _WRAPPERS + (_HIDDEN_WRAPPERS if case.hidden else ())
-    return [(name, {prefix + k: v.clone() for k, v in plain.items()}) for name, prefix in wrappers]
+    return [(name, {prefix + k: v.clone() for k, v in plain.items()}) for name, prefix in _WRAPPERS]
 
 
 @register(
     "08-portable",
-    hints=(
-        "Wrappers only add prefixes in front of the real names: DDP/DataParallel add 'module.', torch.compile "
-        "adds '_orig_mod.', and they can stack. Names inside the model must stay untouched.",
-        "For each key: while it starts with 'module.' or '_orig_mod.', cut that prefix (key[len(prefix):] or "
-        "key.removeprefix(prefix)). Do not use str.replace: 'head.module.weight' is a real name.",
+    hints=Hints(
+        nudge="Wrappers only add prefixes in front of the real names: DDP/DataParallel add 'module.', "
+        "torch.compile adds '_orig_mod.', and they can stack. Names inside the model must stay untouched.",
+        concept="Strip from the start of each key only, and repeat until no wrapper prefix is left; build a new "
+        "dict so the caller's state dict stays as it was.",
+        solution="for key, value in state_dict.items(): while key.startswith(('module.', '_orig_mod.')): "
+        "key = key.split('.', 1)[1]; clean[key] = value",
+        section="2. Portable state dicts: no wrapper prefixes",
     ),
+    requires={
+        "mutated-input": Requirement(
+            "the dict passed in is not modified",
+            hint="After your call, print the keys of the dict you were given: are they still the wrapped ones?"),
+        "not-a-dict": Requirement(
+            "returns a dict",
+            hint="What type does your return statement build? load_state_dict wants a dict."),
+        "prefix-left": Requirement(
+            "every leading wrapper prefix is removed, however many are stacked, in any order",
+            hint="Try your function on {'module._orig_mod.w': 0} and {'_orig_mod.module.w': 0}: is a prefix left?"),
+        "over-stripped": Requirement(
+            "only leading prefixes are removed: names inside the model stay",
+            hint="Try your function on {'head.module.weight': 0} and {'module_list.0.weight': 0}: they must "
+            "come back unchanged."),
+        "values-changed": Requirement(
+            "every value is left untouched, with its renamed key",
+            hint="Compare each value of your result with the value under the wrapped key: are they the same "
+            "tensors?"),
+    },
 )
 def probe_portable(portable_state_dict: Callable[[dict], dict], *, case: Case) -> dict:
     """Call the student's function on each wrapped state dict; record the result and the input's keys after."""
@@ -163,7 +181,7 @@ def judge_portable(seen: dict, *, case: Case) -> str:
                 "not-a-dict",
                 observed=f"for {name} it returned {describe(result)}",
                 expected="a dict from the plain model's key names to the same tensors",
-                cause="returning something other than a dict with string keys",
+                cause="returning the items, a generator or a list instead of building a dict",
                 where="the return statement",
             )
         left = [k for k in result if k.startswith(("module.", "_orig_mod."))]
@@ -172,7 +190,8 @@ def judge_portable(seen: dict, *, case: Case) -> str:
                 "prefix-left",
                 observed=f"for {name} the result still has keys like {left[0]!r}",
                 expected=f"the plain model's keys: {sorted(reference)[:3]}...",
-                cause="only one prefix removed, while wrappers can stack (compile around DDP, or the reverse)",
+                cause="only one prefix removed, or the prefixes removed in one fixed order, while wrappers can "
+                "stack in any order (compile around DDP, DDP around compile, DDP twice)",
                 where="repeat the stripping until no wrapper prefix is left",
             )
         if set(result) != set(reference):
@@ -181,7 +200,8 @@ def judge_portable(seen: dict, *, case: Case) -> str:
                 "over-stripped",
                 observed=f"for {name} the result has keys {odd[:3]} that the plain model does not have",
                 expected="exactly the plain model's keys, e.g. 'module_list.0.weight' and 'head.module.weight'",
-                cause="str.replace or lstrip removes 'module' inside real names, not only the leading prefix",
+                cause="str.replace, str.lstrip (which strips characters, not a prefix) or startswith('module') "
+                "without the dot removes parts of real names, not only the leading prefix",
                 where="remove a prefix only from the start of the key",
             )
         for key, value in result.items():
@@ -217,20 +237,19 @@ def _early_stopping_reference(
 
 
 def _early_stopping_cases(case: Case) -> list[EarlyStoppingCase]:
-    """Fixed metric sequences; the hidden ones add min_delta, patience 1 and 3, and a seeded random walk."""
+    """Fixed metric sequences (both modes, min_delta, ties, patience 1 to 3); the hidden ones add a seeded
+    random walk."""
     cases = [
         ([1.0, 0.8, 0.9, 0.85, 0.7, 0.75, 0.72, 0.71, 0.9], 2, "min", 0.0),
         ([0.5, 0.6, 0.6, 0.55, 0.7, 0.69, 0.68, 0.7], 2, "max", 0.0),
+        ([1.0, 0.95, 0.94, 0.93, 0.8, 0.79, 0.78, 0.6], 2, "min", 0.05),
+        ([0.1, 0.2, 0.21, 0.25, 0.5, 0.5, 0.49, 0.52, 0.4], 3, "max", 0.02),
+        ([3.0, 3.0, 3.0, 2.0], 1, "min", 0.0),
     ]
     if case.hidden:
         generator = torch.Generator().manual_seed(case.seeded(6))
         walk = (1.0 + torch.randn(10, generator=generator).mul(0.05).cumsum(0)).tolist()
-        cases += [
-            ([1.0, 0.95, 0.94, 0.93, 0.8, 0.79, 0.78, 0.6], 2, "min", 0.05),
-            ([0.1, 0.2, 0.21, 0.25, 0.5, 0.5, 0.49, 0.52, 0.4], 3, "max", 0.02),
-            ([3.0, 3.0, 3.0, 2.0], 1, "min", 0.0),
-            (walk, 2, ("min", "max")[case.seed % 2], 0.01),
-        ]
+        cases.append((walk, 2, ("min", "max")[case.seed % 2], 0.01))
     return cases
 
 
@@ -259,24 +278,54 @@ def _probe_resumed_stopper(
 
 @register(
     "08-early-stopping",
-    hints=(
-        "Early stopping has two pieces of memory: the best value so far and how many epochs in a row did not "
-        "beat it. A resumed run needs both, or it waits `patience` epochs all over again.",
-        "step(): better = best is None or value < best - min_delta (mode 'min'; > best + min_delta for 'max'); "
-        "reset bad_epochs to 0 when better, else add 1; return bad_epochs >= patience. state_dict returns "
-        "{'best': ..., 'bad_epochs': ...}; load_state_dict sets them back.",
+    hints=Hints(
+        nudge="Early stopping has two pieces of memory: the best value so far and how many epochs in a row did "
+        "not beat it. A resumed run needs both, or it waits `patience` epochs all over again.",
+        concept="An improvement beats best by more than min_delta in the direction of mode; it resets the "
+        "counter, anything else adds 1; stop once the counter reaches patience. state_dict holds both pieces of "
+        "memory as plain values.",
+        solution="improved = self.best is None or (metric < self.best - self.min_delta if self.mode == 'min' "
+        "else metric > self.best + self.min_delta); state_dict: return {'best': self.best, 'bad_epochs': "
+        "self.bad_epochs}",
+        section="3. Early stopping must resume too",
     ),
+    requires={
+        "initial-best": Requirement(
+            "best is None before the first step",
+            hint="Print EarlyStopping(2).best before any step: the text asks for None, not a sentinel."),
+        "wrong-best": Requirement(
+            "best holds the best value so far (mode 'min': the lowest)",
+            hint="After the metrics 1.0, 0.8, 0.9, what should best hold? Is best only replaced on improvement?"),
+        "mode-ignored": Requirement(
+            "mode='max' means higher is better",
+            hint="Run it with mode='max' on 0.5, 0.6: does 0.6 count as an improvement?"),
+        "min-delta-ignored": Requirement(
+            "an improvement must beat best by more than min_delta",
+            hint="With min_delta=0.05, does 0.95 improve on 1.0?"),
+        "wrong-stop": Requirement(
+            "step() returns True once `patience` epochs in a row did not improve",
+            hint="With patience 2: after two epochs without improvement, what does step() return? Is the "
+            "counter reset on improvement?"),
+        "not-weights-only": Requirement(
+            "state_dict() returns plain values (loadable with weights_only=True)",
+            hint="What does your state_dict() put in the dict: numbers, or objects?"),
+        "state-not-restored": Requirement(
+            "load_state_dict restores every piece of memory, so a resumed run decides the same",
+            hint="Which attributes change in step()? Are all of them in state_dict() and restored by "
+            "load_state_dict()?"),
+    },
 )
 def probe_early_stopping(early_stopping_class: Callable[..., Any], *, case: Case) -> dict:
     """Replay each metric sequence straight through, and stopped and resumed after every epoch."""
     runs = []
     for metrics, patience, mode, min_delta in _early_stopping_cases(case):
+        initial = early_stopping_class(patience=patience, mode=mode, min_delta=min_delta).best
         straight = _replay_stopper(early_stopping_class(patience=patience, mode=mode, min_delta=min_delta), metrics)
         resumed = [
             _probe_resumed_stopper(early_stopping_class, metrics, patience, mode, min_delta, cut)
             for cut in range(1, len(metrics))
         ]
-        runs.append({"straight": straight, "resumed": resumed})
+        runs.append({"initial": initial, "straight": straight, "resumed": resumed})
     return {"runs": runs}
 
 
@@ -291,8 +340,13 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
                 code,
                 observed=f"best = {held} after {setting}",
                 expected=f"best = {best}",
-                cause="an improvement must beat the best by more than min_delta, in the direction mode says "
-                "('min': lower is better, 'max': higher is better)",
+                cause={
+                    "min-delta-ignored": "the comparison ignores min_delta, or applies it the wrong way (an "
+                    "improvement beats best by more than min_delta)",
+                    "mode-ignored": "mode='max' compared like 'min' (lower taken as better)",
+                    "wrong-best": "best replaced by a value that did not improve (every metric stored), or not "
+                    "replaced when one did",
+                }[code],
                 where="the comparison in step()",
             )
         if _as_flag(said) != stop:
@@ -300,7 +354,8 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
                 "wrong-stop",
                 observed=f"step() returned {said} after {setting}",
                 expected=f"{stop}: stop once {patience} epochs in a row did not improve",
-                cause="the counter of bad epochs is not reset on improvement, or compared with > instead of >=",
+                cause="the counter of bad epochs is not reset on improvement, grows on improvement too, or is "
+                "compared with > instead of >=",
                 where="bad_epochs in step()",
             )
 
@@ -335,6 +390,14 @@ def judge_early_stopping(seen: dict, *, case: Case) -> str:
     """Decisions match the reference; the state round-trips through weights_only loading at every epoch."""
     cases = _early_stopping_cases(case)
     for (metrics, patience, mode, min_delta), run in zip(cases, seen["runs"], strict=True):
+        if run["initial"] is not None:
+            fail(
+                "initial-best",
+                observed=f"best = {describe(run['initial'])} before the first step",
+                expected="None: there is no best value before the first metric",
+                cause="best initialised to a sentinel (inf, -inf, 0) instead of None",
+                where="__init__: self.best = None",
+            )
         _judge_straight(run["straight"], metrics, patience, mode, min_delta)
         for cut, resumed in enumerate(run["resumed"], start=1):
             _judge_resumed(resumed, metrics, patience, mode, min_delta, cut)
@@ -376,26 +439,44 @@ def _atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @register(
     "08-atomic-save",
-    hints=(
-        "torch.save(obj, path) first truncates `path`: if it dies half way, the old checkpoint is gone too. "
-        "Write somewhere else first, and only swap the finished file in.",
-        "tmp = path.with_name(path.name + '.tmp'); torch.save(obj, tmp); os.replace(tmp, path). Wrap it in "
-        "try/except BaseException: on failure remove tmp (tmp.unlink(missing_ok=True)) and re-raise.",
+    hints=Hints(
+        nudge="torch.save(obj, path) first truncates `path`: if it dies half way, the old checkpoint is gone "
+        "too. Write somewhere else first, and only swap the finished file in.",
+        concept="Write a temporary file in the same folder, then os.replace it onto path (an atomic rename); "
+        "if anything raises, remove the temporary file and re-raise.",
+        solution="path = Path(path); tmp = path.with_name(path.name + '.tmp'); try: torch.save(obj, tmp); "
+        "os.replace(tmp, path) except BaseException: tmp.unlink(missing_ok=True); raise",
+        section="4. Atomic saves",
     ),
+    requires={
+        "wrong-content": Requirement(
+            "after a save, path holds the object just saved",
+            hint="After your function returns, what does torch.load(path) give? Did the new file reach path?"),
+        "temp-left-behind": Requirement(
+            "nothing but path is left in the folder, after a good save or a failed one",
+            hint="List the folder after a save, and after a save that raised: is a temporary file still there?"),
+        "not-atomic": Requirement(
+            "a save that fails half way leaves the previous file intact",
+            hint="What is in path while torch.save is still writing into it?"),
+        "swallowed-error": Requirement(
+            "a failed save re-raises its exception",
+            hint="When the save fails, how does the training loop find out?"),
+    },
 )
 def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> dict:
     """Save twice, then a save that crashes; read the file back and list the folder after each."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         path = directory / "last.pt"
-        target: Any = str(path) if case.hidden else path
+        # the path as a Path and as a str, both in every case
+        targets: list[Any] = [str(path), path, str(path)] if case.hidden else [path, str(path), path]
         saves = []
-        for state in _atomic_states(case):
+        for state, target in zip(_atomic_states(case), targets):
             atomic_save(state, target)
             saves.append({"content": _read_back(path), "listing": _listing(directory)})
         crashed = False
         try:
-            atomic_save({"weights": saves[-1]["content"], "crash": _CrashDuringSave()}, target)
+            atomic_save({"weights": saves[-1]["content"], "crash": _CrashDuringSave()}, targets[-1])
         except Exception:  # noqa: BLE001 -- the simulated crash; anything raised counts as reported
             crashed = True
         return {"saves": saves, "crashed": crashed, "survived": _read_back(path), "listing": _listing(directory)}
@@ -420,7 +501,8 @@ def judge_atomic_save(seen: dict, *, case: Case) -> str:
                 "temp-left-behind",
                 observed=f"after a successful save the folder holds {save['listing']}",
                 expected=f"only {name}",
-                cause="the temporary file is copied instead of renamed (os.replace)",
+                cause="the temporary file is copied (shutil.copy) instead of renamed with os.replace, or an extra "
+                "file is written next to the checkpoint",
                 where="move the temporary file with os.replace",
             )
     survived = seen["survived"]
@@ -430,7 +512,8 @@ def judge_atomic_save(seen: dict, *, case: Case) -> str:
             observed=f"after a save that crashed half way, {name} is "
             f"{survived if isinstance(survived, str) else 'missing' if survived is None else 'a different object'}",
             expected="the previous checkpoint, intact",
-            cause="torch.save writes straight to `path`: it truncates the old file before the new one is complete",
+            cause="torch.save writes straight to `path` (it truncates the old file before the new one is "
+            "complete), or the old file is removed before the new one is complete",
             where="save to a temporary file in the same folder, then os.replace it onto `path`",
         )
     if seen["crashed"] is not True:
@@ -479,12 +562,29 @@ def _held_epoch(content: Any) -> int | None:
 
 @register(
     "08-best-last",
-    hints=(
-        "last.pt is written every epoch (to resume); best.pt only when the metric beats the best so far (to "
-        "deploy). 'min' means lower is better, 'max' higher; a tie is not an improvement.",
-        "improved = best_metric is None or (metric < best_metric if mode == 'min' else metric > best_metric). "
-        "Save last.pt; if improved, save best.pt and return metric, else return best_metric.",
+    hints=Hints(
+        nudge="last.pt is written every epoch (to resume); best.pt only when the metric beats the best so far "
+        "(to deploy). 'min' means lower is better, 'max' higher; a tie is not an improvement.",
+        concept="Compare strictly, in the direction of mode, with None meaning no best yet; the function returns "
+        "the best metric after this epoch, which comes back as best_metric next time.",
+        solution="improved = best_metric is None or (metric < best_metric if mode == 'min' else metric > "
+        "best_metric); save last.pt; if improved: save best.pt and return metric; else return best_metric",
+        section="5. Best and last",
     ),
+    requires={
+        "last-not-saved": Requirement(
+            "last.pt holds this epoch's state after every call",
+            hint="Is last.pt written on every call, or only on some?"),
+        "best-overwritten": Requirement(
+            "best.pt is replaced only by a strict improvement (a tie keeps the earlier model)",
+            hint="Which epochs write best.pt in your function? Only those that beat the best so far, strictly?"),
+        "best-not-updated": Requirement(
+            "best.pt is replaced on every improvement, in the direction mode says",
+            hint="Run it with mode='max' on 0.2, 0.5: is 0.5 an improvement, and was best.pt written?"),
+        "wrong-best-metric": Requirement(
+            "returns the best metric after this epoch",
+            hint="What does your function return when the metric did not improve?"),
+    },
 )
 def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> dict:
     """Replay each metric sequence, passing back what the student returned; read both files after every epoch."""
@@ -535,7 +635,8 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     observed=f"after epoch {epoch} ({setting}) best.pt holds {_held_text(held)}",
                     expected=f"epoch {best_epoch}, the best so far"
                     + (" (a tie does not replace it)" if later and metrics[held] == best_metric else ""),
-                    cause="best.pt saved without comparing (or comparing the wrong way for this mode)"
+                    cause=("a tie counted as an improvement (<= instead of <)" if metrics[held] == best_metric
+                           else "best.pt saved without comparing, or comparing the wrong way for this mode")
                     if later
                     else "the comparison misses improvements, or mode is ignored",
                     where="the `improved` test and the save to directory / 'best.pt'",
@@ -546,7 +647,7 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     "wrong-best-metric",
                     observed=f"after epoch {epoch} ({setting}) it returned {describe(observed['returned'])}",
                     expected=f"{best_metric}: the best metric so far, which the caller passes back next epoch",
-                    cause="returning this epoch's metric, or nothing",
+                    cause="returning this epoch's metric, or nothing when the metric did not improve",
                     where="the return statement",
                 )
     return "last.pt follows every epoch, best.pt only improvements, in both modes"
@@ -790,14 +891,58 @@ def _resume(
 
 @register(
     "08-resume",
-    hints=(
-        "A resumed run continues exactly only if *everything* that influences the next step is restored: "
+    hints=Hints(
+        nudge="A resumed run continues exactly only if *everything* that influences the next step is restored: "
         "weights, optimizer moments, scheduler position, scaler, RNG states (dropout) and the data order.",
-        "save: torch.save({'model': model.state_dict(), 'optimizer': ..., 'scheduler': ..., 'scaler': ..., "
-        "'rng': capture_rng_state(), 'data_generator': generator.get_state(), 'epoch': epoch, 'best_metric': "
-        "best_metric}, path). load: torch.load(path, weights_only=True), then load_state_dict on each object, "
-        "restore_rng_state, generator.set_state; return {'epoch': ..., 'best_metric': ...}.",
+        concept="Save each object's state_dict(), capture_rng_state() and generator.get_state() with the "
+        "counters; load with weights_only=True and give each part back to its object.",
+        solution="save: atomic_save({'model': model.state_dict(), 'optimizer': ..., 'scheduler': ..., 'scaler': "
+        "..., 'rng': capture_rng_state(), 'data_generator': generator.get_state(), 'epoch': epoch, "
+        "'best_metric': best_metric}, path). load: torch.load(path, weights_only=True), load_state_dict on each "
+        "object, restore_rng_state, generator.set_state; return {'epoch': ..., 'best_metric': ...}",
+        section="7. Exact resume",
     ),
+    requires={
+        "not-weights-only": Requirement(
+            "the checkpoint holds tensors and plain values only (it loads with weights_only=True)",
+            hint="Does your checkpoint hold a whole object (a model, a generator) instead of its state?"),
+        "model-not-restored": Requirement(
+            "the checkpoint is a dict whose 'model' entry restores the weights",
+            hint="Is 'model': model.state_dict() in the dict you save, and loaded back into the model?"),
+        "optimizer-not-restored": Requirement(
+            "the optimizer state is saved and restored",
+            hint="Adam keeps two moment estimates per weight: are they in your checkpoint, and loaded back?"),
+        "scheduler-not-restored": Requirement(
+            "the scheduler state is saved and restored",
+            hint="Where in the schedule is the resumed run? Is the scheduler's step count saved and loaded?"),
+        "scaler-not-restored": Requirement(
+            "the GradScaler state is saved and restored",
+            hint="The scaler has a scale and a growth counter: are they saved and loaded?"),
+        "rng-not-restored": Requirement(
+            "the global RNG states of the moment of saving are saved, and restored last",
+            hint="Which dropout masks will the resumed run draw? Is the RNG state saved, restored, and not "
+            "drawn from after restoring?"),
+        "data-order-not-restored": Requirement(
+            "the DataLoader generator's state is saved and restored",
+            hint="Which batches come next after resuming? The loader shuffles with its own generator."),
+        "counters-not-restored": Requirement(
+            "epoch and best_metric are saved, and load_checkpoint returns them",
+            hint="What does your load_checkpoint return, and where do the values come from?"),
+        "unsafe-load": Requirement(
+            "load_checkpoint reads with torch.load(..., weights_only=True)",
+            hint="What can a downloaded .pt file do when you unpickle it without restrictions?"),
+        "resume-crashed": Requirement(
+            "load_checkpoint runs on the checkpoint save_checkpoint wrote, in a fresh process",
+            hint="Read the error: which key or name does your load_checkpoint expect that is not there?"),
+        "weights-diverged": Requirement(
+            "saving leaves the run untouched, and the resumed run ends with the weights of the run that never "
+            "stopped",
+            hint="Does anything in save_checkpoint or load_checkpoint draw random numbers or change an object?"),
+        "cannot-rebuild": Requirement(
+            "save_checkpoint and load_checkpoint are plain def functions, using modules and other such functions",
+            hint="The check re-creates your functions in a fresh process: do they use a global value that is "
+            "not a module, a function or a plain constant?"),
+    },
 )
 def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[..., Any], *, case: Case) -> dict:
     """Train continuously, checkpoint mid-way, resume (in a fresh process when visible); record the checkpoint,
@@ -820,9 +965,11 @@ def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[
             except Exception as error:  # noqa: BLE001 -- the refusal is the observation
                 return {**seen, "refused": str(error)[:200]}
             seen |= {"refused": None, "checkpoint": _as_data(checkpoint)}
-            if not isinstance(checkpoint, dict) or not set(_PARTS) <= set(checkpoint):
+            if not isinstance(checkpoint, dict) or not {*_PARTS, "epoch", "best_metric"} <= set(checkpoint):
                 return seen  # the judge fails on the missing part: resuming from it would only crash
             seen["unsafe_ran"] = _unsafe_load_ran(load_checkpoint, checkpoint, directory, setting)
+            if seen["unsafe_ran"]:
+                return seen  # the judge fails on the unsafe load before it looks at the resume
             # the visible test resumes in a fresh process; the hidden one (other seeds and epochs, same cell)
             # resumes here with freshly built objects and a scrambled RNG, which halves the cell's time
             seen |= _resume((save_checkpoint, load_checkpoint), directory, path, setting, fresh_process=not case.hidden)

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from harness.checks import check
-from harness.checks.testing import assert_check_fails
-
-
-def run_check(task_id: str, *objects: object, hidden: bool = False) -> None:
-    check(task_id, *objects, hidden=hidden)
+from harness.checks.testing import (
+    Correct,
+    Mistake,
+    assert_check_fails,
+    assert_correct,
+    assert_mistake,
+)
 
 
 # ---------------------------------------------------------------------------------------------- warmup
@@ -52,23 +53,22 @@ def returns_tensor(step: int, warmup_steps: int, total_steps: int) -> torch.Tens
     return torch.tensor(warmup_cosine_branches(step, warmup_steps, total_steps))
 
 
-@pytest.mark.parametrize("impl", [warmup_cosine_branches, warmup_cosine_min_form])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_warmup_cosine_accepts_correct(impl, hidden):
-    run_check("07-warmup-cosine", impl, hidden=hidden)
+def warmup_floor_division(step: int, warmup_steps: int, total_steps: int) -> float:
+    if step < warmup_steps:
+        return step // warmup_steps
+    return warmup_cosine_branches(step, warmup_steps, total_steps)
 
 
-@pytest.mark.parametrize(
-    ("impl", "code", "phrase"),
-    [
-        (warmup_off_by_one, "warmup-wrong", "step / warmup_steps"),
-        (cosine_from_zero, "cosine-wrong", "progress"),
-        (not_clamped, "rises-after-total", "clamp"),
-        (returns_tensor, "not-a-float", "Tensor"),
-    ],
-)
-def test_warmup_cosine_rejects_bugs(impl, code, phrase):
-    assert_check_fails("07-warmup-cosine", impl, code=code, phrase=phrase)
+def warmup_over_total(step: int, warmup_steps: int, total_steps: int) -> float:
+    if step < warmup_steps:
+        return step / total_steps
+    return warmup_cosine_branches(step, warmup_steps, total_steps)
+
+
+def decay_over_total(step: int, warmup_steps: int, total_steps: int) -> float:
+    if step < warmup_steps:
+        return step / warmup_steps
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / total_steps)))
 
 
 # ---------------------------------------------------------------------------------------------- loops
@@ -133,6 +133,7 @@ def per_epoch_with_eval(model, loader, loss_fn, optimizer, scheduler, epochs):
 
 
 def twice_per_step(model, loader, loss_fn, optimizer, scheduler, epochs):
+    model.train()
     for _ in range(epochs):
         for inputs, targets in loader:
             _batch_update(model, inputs, targets, loss_fn, optimizer)
@@ -146,62 +147,24 @@ def extra_epoch(model, loader, loss_fn, optimizer, scheduler, epochs):
 
 
 def per_epoch_at_start(model, loader, loss_fn, optimizer, scheduler, epochs):
+    model.train()
     for _ in range(epochs):
         scheduler.step()
         for inputs, targets in loader:
             _batch_update(model, inputs, targets, loss_fn, optimizer)
-
-
-@pytest.mark.parametrize("impl", [per_step_correct, per_step_flat])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_per_step_accepts_correct(impl, hidden):
-    run_check("07-per-step", impl, hidden=hidden)
-
-
-@pytest.mark.parametrize(
-    ("impl", "code", "phrase"),
-    [
-        (per_step_before, "scheduler-before-optimizer", "Detected call"),
-        (per_step_never, "scheduler-not-stepped", "never called"),
-        (per_epoch_correct, "stepped-per-epoch", "between epochs"),
-        (extra_epoch, "wrong-step-count", "optimizer steps"),
-    ],
-)
-def test_per_step_rejects_bugs(impl, code, phrase):
-    assert_check_fails("07-per-step", impl, code=code, phrase=phrase)
 
 
 def test_per_step_rejects_double_stepping_in_hidden():
     assert_check_fails("07-per-step", twice_per_step, code="wrong-lr-trace", phrase="once per optimizer step", hidden=True)
 
 
-@pytest.mark.parametrize("impl", [per_epoch_correct, per_epoch_with_eval])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_per_epoch_accepts_correct(impl, hidden):
-    run_check("07-per-epoch", impl, hidden=hidden)
-
-
 def per_epoch_twice(model, loader, loss_fn, optimizer, scheduler, epochs):
+    model.train()
     for _ in range(epochs):
         for inputs, targets in loader:
             _batch_update(model, inputs, targets, loss_fn, optimizer)
         scheduler.step()
         scheduler.step()
-
-
-@pytest.mark.parametrize(
-    ("impl", "code", "phrase", "hidden"),
-    [
-        (per_step_correct, "stepped-per-batch", "inside the batch loop", False),
-        (per_step_correct, "stepped-per-batch", "inside the batch loop", True),
-        (per_step_never, "scheduler-not-stepped", "never called", False),
-        (per_epoch_at_start, "scheduler-before-optimizer", "start of the epoch", False),
-        (per_epoch_twice, "wrong-lr-trace", "exactly once per epoch", False),
-        (extra_epoch, "wrong-step-count", "optimizer steps", False),
-    ],
-)
-def test_per_epoch_rejects_bugs(impl, code, phrase, hidden):
-    assert_check_fails("07-per-epoch", impl, code=code, phrase=phrase, hidden=hidden)
 
 
 # ---------------------------------------------------------------------------------------------- plateau
@@ -354,30 +317,6 @@ def plateau_returns_nothing(model, train_loader, val_loader, loss_fn, optimizer,
     plateau_correct(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs)
 
 
-@pytest.mark.parametrize("impl", [plateau_correct, plateau_weighted, plateau_logs_train_loss])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_plateau_accepts_correct(impl, hidden):
-    run_check("07-plateau", impl, hidden=hidden)
-
-
-@pytest.mark.parametrize(
-    ("impl", "code", "phrase"),
-    [
-        (plateau_train_metric, "plateau-train-metric", "memorises random labels"),
-        (plateau_per_batch, "plateau-per-batch", "inside the batch loop"),
-        (plateau_no_metric, "plateau-no-metric", "without a metric"),
-        (plateau_stale, "plateau-wrong-metric", "stale"),
-        (plateau_sum, "plateau-wrong-metric", "sum instead of a mean"),
-        (plateau_train_mode, "val-in-train-mode", "model.eval()"),
-        (plateau_stays_eval, "train-in-eval-mode", "model.train()"),
-        (plateau_with_grad, "val-with-grad", "no_grad"),
-        (plateau_returns_nothing, "wrong-return", "validation losses"),
-    ],
-)
-def test_plateau_rejects_bugs(impl, code, phrase):
-    assert_check_fails("07-plateau", impl, code=code, phrase=phrase)
-
-
 def test_plateau_hidden_rejects_training_metric():
     assert_check_fails("07-plateau", plateau_train_metric, code="plateau-train-metric", phrase="training loss", hidden=True)
 
@@ -466,25 +405,228 @@ def amp_step_direct(model, inputs, targets, loss_fn, optimizer, scaler, schedule
     return True
 
 
-@pytest.mark.parametrize("impl", [amp_step_scale, amp_step_hook])
-@pytest.mark.parametrize("hidden", [False, True])
-def test_amp_skip_accepts_correct(impl, hidden):
-    run_check("07-amp-skip", impl, hidden=hidden)
-
-
-@pytest.mark.parametrize(
-    ("impl", "code", "phrase"),
-    [
-        (amp_step_always, "scheduler-advanced-on-skip", "runs ahead"),
-        (amp_step_equal, "skip-not-reported", ">="),
-        (amp_step_no_scheduler, "scheduler-not-stepped", "never called"),
-        (amp_step_scaled_twice, "loss-not-scaled", "scaler.scale(loss)"),
-        (amp_step_direct, "bypasses-scaler", "scaler.step(optimizer)"),
-    ],
-)
-def test_amp_skip_rejects_bugs(impl, code, phrase):
-    assert_check_fails("07-amp-skip", impl, code=code, phrase=phrase)
-
-
 def test_amp_skip_hidden_rejects_advancing_scheduler():
     assert_check_fails("07-amp-skip", amp_step_always, code="scheduler-advanced-on-skip", phrase="skipped", hidden=True)
+
+
+# ---------------------------------------------------------------------------------------------- more mistakes
+def per_step_every_other_batch(model, loader, loss_fn, optimizer, scheduler, epochs):
+    """Copied from a gradient-accumulation loop: the scheduler moves every second batch only."""
+    model.train()
+    for _ in range(epochs):
+        for index, (inputs, targets) in enumerate(loader):
+            _batch_update(model, inputs, targets, loss_fn, optimizer)
+            if index % 2 == 1:
+                scheduler.step()
+
+
+def per_step_no_zero_grad(model, loader, loss_fn, optimizer, scheduler, epochs):
+    model.train()
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            loss_fn(model(inputs), targets).backward()
+            optimizer.step()
+            scheduler.step()
+
+
+def per_step_no_train(model, loader, loss_fn, optimizer, scheduler, epochs):
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            _batch_update(model, inputs, targets, loss_fn, optimizer)
+            scheduler.step()
+
+
+def per_epoch_no_zero_grad(model, loader, loss_fn, optimizer, scheduler, epochs):
+    model.train()
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            loss_fn(model(inputs), targets).backward()
+            optimizer.step()
+        scheduler.step()
+
+
+def per_epoch_train_once(model, loader, loss_fn, optimizer, scheduler, epochs):
+    """model.train() once before the loop; the evaluation's model.eval() is never undone."""
+    model.train()
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            _batch_update(model, inputs, targets, loss_fn, optimizer)
+        model.eval()
+        with torch.no_grad():
+            sum(float(loss_fn(model(x), y)) for x, y in loader)
+        scheduler.step()
+
+
+def plateau_skips_first_epoch(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    """Only steps once there is a previous epoch to compare with."""
+    history = []
+    for epoch in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        val_loss = _evaluate(model, val_loader, loss_fn)
+        if epoch > 0:
+            scheduler.step(val_loss)
+        history.append(val_loss)
+    return history
+
+
+def plateau_validates_on_train(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history = []
+    for _ in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        val_loss = _evaluate(model, train_loader, loss_fn)  # copy-paste: the wrong loader
+        scheduler.step(val_loss)
+        history.append(val_loss)
+    return history
+
+
+def amp_step_no_zero_grad(model, inputs, targets, loss_fn, optimizer, scaler, scheduler):
+    _scaled_backward(model, inputs, targets, loss_fn, optimizer, scaler)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    stepped = scaler.get_scale() >= scale
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
+def amp_step_extra_optimizer_step(model, inputs, targets, loss_fn, optimizer, scaler, scheduler):
+    """Believes scaler.step only unscales, and steps the optimizer itself when the step was good."""
+    _scaled_backward(model, inputs, targets, loss_fn, optimizer, scaler)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    stepped = scaler.get_scale() >= scale
+    if stepped:
+        optimizer.step()
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return stepped
+
+
+def amp_step_clip_scaled(model, inputs, targets, loss_fn, optimizer, scaler, scheduler):
+    """Clips the gradients while they are still scaled (no scaler.unscale_ first)."""
+    _scaled_backward(model, inputs, targets, loss_fn, optimizer, scaler)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    stepped = scaler.get_scale() >= scale
+    if stepped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return stepped
+
+
+# ---------------------------------------------------------------------------------------------- mutation set
+MISTAKES = [
+    Mistake("07-warmup-cosine", "warmup-wrong", "a linear ramp from 0", (warmup_off_by_one,),
+            story="(step + 1) / warmup: 'the first step should not have lr 0' (forum FAQ)"),
+    Mistake("07-warmup-cosine", "warmup-wrong", "integer division", (warmup_floor_division,),
+            story="step // warmup_steps: integer division keeps the ramp at 0"),
+    Mistake("07-warmup-cosine", "warmup-wrong", "dividing by total_steps", (warmup_over_total,),
+            story="the ramp divided by total_steps: never reaches 1"),
+    Mistake("07-warmup-cosine", "cosine-wrong", "progress measured from 0", (cosine_from_zero,),
+            story="progress = step / total_steps: the cosine starts before warmup ends"),
+    Mistake("07-warmup-cosine", "cosine-wrong", "0.5 * (1 + cos(pi * progress))", (decay_over_total,),
+            story="decay span total_steps instead of total - warmup: never reaches 0"),
+    Mistake("07-warmup-cosine", "rises-after-total", "clamp", (not_clamped,),
+            story="progress not clamped: the lr comes back up after total_steps"),
+    Mistake("07-warmup-cosine", "not-a-float", "Tensor", (returns_tensor,),
+            story="returns a tensor (torch.cos habits)"),
+    Mistake("07-per-step", "scheduler-before-optimizer", "Detected call", (per_step_before,),
+            story="scheduler.step() before optimizer.step(): the pre-1.1 order, warned about by PyTorch"),
+    Mistake("07-per-step", "scheduler-not-stepped", "never called", (per_step_never,),
+            story="forgets the scheduler"),
+    Mistake("07-per-step", "stepped-per-epoch", "between epochs", (per_epoch_correct,),
+            story="OneCycleLR stepped per epoch, as in older recipes"),
+    Mistake("07-per-step", "wrong-step-count", "more epochs or batches than asked", (extra_epoch,),
+            story="an extra warm-up epoch before the loop"),
+    Mistake("07-per-step", "wrong-lr-trace", "once per optimizer step", (per_step_every_other_batch,),
+            story="scheduler stepped every second batch, copied from an accumulation loop"),
+    Mistake("07-per-step", "steps-inconsistent", "zero_grad missing", (per_step_no_zero_grad,),
+            story="forgets zero_grad: gradients accumulate"),
+    Mistake("07-per-step", "not-train-mode", "model.train()", (per_step_no_train,),
+            story="never calls model.train() (the model arrives after an evaluation)"),
+    Mistake("07-per-epoch", "stepped-per-batch", "inside the batch loop", (per_step_correct,),
+            story="StepLR stepped every batch: decays len(loader) times too fast"),
+    Mistake("07-per-epoch", "scheduler-not-stepped", "never called", (per_step_never,),
+            story="forgets the scheduler"),
+    Mistake("07-per-epoch", "scheduler-before-optimizer", "start of the epoch", (per_epoch_at_start,),
+            story="scheduler.step() at the top of the epoch"),
+    Mistake("07-per-epoch", "wrong-lr-trace", "exactly once per epoch", (per_epoch_twice,),
+            story="scheduler.step() twice per epoch (once in a helper, once in the loop)"),
+    Mistake("07-per-epoch", "wrong-step-count", "more epochs or batches than asked", (extra_epoch,),
+            story="an extra warm-up epoch before the loop"),
+    Mistake("07-per-epoch", "steps-inconsistent", "zero_grad missing", (per_epoch_no_zero_grad,),
+            story="forgets zero_grad: gradients accumulate"),
+    Mistake("07-per-epoch", "not-train-mode", "undone by a model.eval()", (per_epoch_train_once,),
+            story="model.train() once before the loop, model.eval() for the per-epoch evaluation"),
+    Mistake("07-plateau", "plateau-train-metric", "memorises random labels", (plateau_train_metric,),
+            story="scheduler.step(train_loss): the lesson's own pitfall"),
+    Mistake("07-plateau", "plateau-per-batch", "inside the batch loop", (plateau_per_batch,),
+            story="stepped per batch with the batch loss"),
+    Mistake("07-plateau", "plateau-no-metric", "without a metric", (plateau_no_metric,),
+            story="scheduler.step() like the other schedulers"),
+    Mistake("07-plateau", "plateau-not-stepped", "not stepped every epoch", (plateau_skips_first_epoch,),
+            story="skips the first epoch: 'nothing to compare with yet'"),
+    Mistake("07-plateau", "no-validation", "never ran on a validation batch", (plateau_validates_on_train,),
+            story="evaluates on train_loader (copy-paste)"),
+    Mistake("07-plateau", "plateau-wrong-metric", "stale", (plateau_stale,),
+            story="passes last epoch's validation loss"),
+    Mistake("07-plateau", "plateau-wrong-metric", "sum instead of a mean", (plateau_sum,),
+            story="sums the batch losses"),
+    Mistake("07-plateau", "val-in-train-mode", "model.eval()", (plateau_train_mode,),
+            story="validates with dropout on"),
+    Mistake("07-plateau", "train-in-eval-mode", "model.train()", (plateau_stays_eval,),
+            story="model.train() once before the loop; evaluate() leaves eval mode on"),
+    Mistake("07-plateau", "val-with-grad", "no_grad", (plateau_with_grad,),
+            story="validation without torch.no_grad()"),
+    Mistake("07-plateau", "wrong-return", "validation losses", (plateau_returns_nothing,),
+            story="forgets the return"),
+    Mistake("07-amp-skip", "scheduler-advanced-on-skip", "runs ahead", (amp_step_always,),
+            story="steps the scheduler unconditionally: PyTorch's order warning"),
+    Mistake("07-amp-skip", "skip-not-reported", ">=", (amp_step_equal,),
+            story="'the scale did not change' taken as 'stepped': wrong when it grows"),
+    Mistake("07-amp-skip", "scheduler-not-stepped", "never called", (amp_step_no_scheduler,),
+            story="forgets the scheduler"),
+    Mistake("07-amp-skip", "loss-not-scaled", "scaled twice", (amp_step_scaled_twice,),
+            story="scales the loss twice (a helper already scaled it)"),
+    Mistake("07-amp-skip", "bypasses-scaler", "scaler.step(optimizer)", (amp_step_direct,),
+            story="optimizer.step() directly: the overflowing steps are applied"),
+    Mistake("07-amp-skip", "wrong-step-count", "zero_grad missing", (amp_step_no_zero_grad,),
+            story="forgets zero_grad: the inf of a skipped batch stays in .grad"),
+    Mistake("07-amp-skip", "wrong-step-count", "in addition to scaler.step", (amp_step_extra_optimizer_step,),
+            story="believes scaler.step only unscales and calls optimizer.step() too"),
+    Mistake("07-amp-skip", "steps-inconsistent", "clipped", (amp_step_clip_scaled,),
+            story="clips before scaler.unscale_ (the AMP docs' pitfall)"),
+]
+
+CORRECT = [
+    Correct("07-warmup-cosine", (warmup_cosine_branches,), story="the two branches"),
+    Correct("07-warmup-cosine", (warmup_cosine_min_form,), story="min of ramp and cos^2"),
+    Correct("07-per-step", (per_step_correct,), story="nested loops"),
+    Correct("07-per-step", (per_step_flat,), story="one flat loop over epochs x batches"),
+    Correct("07-per-epoch", (per_epoch_correct,), story="step after the batch loop"),
+    Correct("07-per-epoch", (per_epoch_with_eval,), story="with a per-epoch evaluation"),
+    Correct("07-plateau", (plateau_correct,), story="evaluate then step"),
+    Correct("07-plateau", (plateau_weighted,), story="sample-weighted mean, inference_mode, tensor metric"),
+    Correct("07-plateau", (plateau_logs_train_loss,), story="also logs the training loss in eval mode"),
+    Correct("07-amp-skip", (amp_step_scale,), story="compares the scale"),
+    Correct("07-amp-skip", (amp_step_hook,), story="an optimizer step hook, clipping after unscale_"),
+]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_mistake_fails_with_its_message(mistake):
+    assert_mistake(mistake)
+
+
+@pytest.mark.parametrize("correct", CORRECT, ids=str)
+def test_correct_variant_passes(correct, capsys):
+    assert_correct(correct, capsys)
+
+
+def test_per_epoch_hidden_rejects_stepping_per_batch():
+    assert_check_fails("07-per-epoch", per_step_correct, code="stepped-per-batch", phrase="inside the batch loop",
+                       hidden=True)
