@@ -138,6 +138,19 @@ def test_hints_follow_the_last_failure_and_demos_use_none(toy_check, capsys):
     assert "(after [forbidden-call]): Write the product yourself." in capsys.readouterr().out
 
 
+def test_a_demonstration_prints_the_verdict_and_leaves_the_hints_alone(toy_check, capsys):
+    from harness.checks import demonstrate
+
+    hint(toy_check)
+    failure = demonstrate(toy_check, lambda x: x + 1)
+    assert failure is not None and failure.code == "wrong-value"
+    assert demonstrate(toy_check, lambda x: 2 * x) is None
+    hint(toy_check)
+    out = capsys.readouterr().out
+    assert "[wrong-value]" in out and "\u2714 99-double: doubles integers" in out
+    assert "Hint 2/3" in out and "(after [" not in out  # the demonstration was not the student's attempt
+
+
 def test_unknown_task_ids_are_clear_errors():
     with pytest.raises(KeyError, match="task ids start with the lesson number"):
         check("train-step", print)

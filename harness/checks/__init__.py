@@ -8,6 +8,6 @@ grades, the probe runs in the sandboxed kernel on hidden cases (other seeds, sha
 judge outside it (`harness.checks.core`).
 """
 
-from harness.checks.core import Check, CheckFailed, check, fail, hint, register
+from harness.checks.core import Check, CheckFailed, check, demonstrate, fail, hint, register
 
-__all__ = ["Check", "CheckFailed", "check", "fail", "hint", "register"]
+__all__ = ["Check", "CheckFailed", "check", "demonstrate", "fail", "hint", "register"]

@@ -315,10 +315,8 @@ def check(task_id: str, *objects: Any, hidden: bool = False) -> None:
     if graded_outside:
         print(f"{task_id}: checked by the grader's judge (its verdict replaces this cell's output)")
         return
-    case = Case(hidden=hidden)
     try:
-        with preserved_state():  # the judge's references draw from the RNGs too, in the student's session
-            verified = decide(task_id, _sealed(task_id, _probe(get(task_id), objects, case), case), case)
+        verified = _run(task_id, objects, hidden)
     except CheckFailed as failure:
         if _last_failure.get(task_id) != failure.code:
             _hints_shown.pop(task_id, None)  # a new mistake: the next hint starts again, about it
@@ -326,6 +324,29 @@ def check(task_id: str, *objects: Any, hidden: bool = False) -> None:
         raise
     _last_failure.pop(task_id, None)
     print(f"\u2714 {task_id}{' (hidden tests)' if hidden else ''}: {verified}")
+
+
+def _run(task_id: str, objects: tuple[Any, ...], hidden: bool) -> str:
+    """Probe, wire and judge `objects` on the visible (or hidden) case: what was verified, or CheckFailed."""
+    case = Case(hidden=hidden)
+    with preserved_state():  # the judge's references draw from the RNGs too, in the student's session
+        return decide(task_id, _sealed(task_id, _probe(get(task_id), objects, case), case), case)
+
+
+def demonstrate(task_id: str, *objects: Any) -> CheckFailed | None:
+    """Run the check of `task_id` on a lesson's own example and print its verdict, without counting it as the
+    student's attempt: their hints for the task are left as they were.
+
+    Returns:
+        The failure (for a demonstration of a bug), or None when the example passes.
+    """
+    try:
+        verified = _run(task_id, objects, hidden=False)
+    except CheckFailed as failure:
+        print(failure)
+        return failure
+    print(f"\u2714 {task_id}: {verified}")
+    return None
 
 
 def hint(task_id: str, level: int | None = None) -> None:

@@ -21,8 +21,22 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import Case, fail, judges, register
-from harness.checks.probes import ForwardRecorder, HostSyncCounter, StepRecord, StepRecorder
+from harness.checks.core import (
+    Case,
+    Hints,
+    Requirement,
+    fail,
+    judges,
+    raised_failure,
+    register,
+)
+from harness.checks.errors import explain
+from harness.checks.probes import (
+    ForwardRecorder,
+    HostSyncCounter,
+    StepRecord,
+    StepRecorder,
+)
 from harness.checks.wire import WireError, type_name
 
 
@@ -71,6 +85,14 @@ def _malformed(what: str) -> NoReturn:
     raise WireError(f"malformed observation: {what}")
 
 
+def _syncs(count: int) -> str:
+    """"1 host sync", "3 host syncs": the count for a pass message."""
+    return f"{count} host sync{'' if count == 1 else 's'}"
+
+
+def _copies(count: int) -> str:
+    """"1 device-to-host copy", "3 device-to-host copies": the count for a failure message."""
+    return f"{count} device-to-host cop{'y' if count == 1 else 'ies'}"
 
 
 def _count(value: Any, what: str) -> int:
@@ -205,8 +227,9 @@ def _require_train_mode(training: list[bool], where: str) -> None:
             "eval-mode-in-training",
             observed="the model ran a training forward pass in eval mode (model.training was False)",
             expected="model.train() before the forward pass of every training step",
-            cause="evaluate() left the model in eval mode and the training code never switched it back: "
-            "BatchNorm then normalises with running statistics and Dropout does nothing while you train",
+            cause="the model came in eval mode (as evaluate() leaves it) and nothing called model.train() before "
+            "the training forward: BatchNorm then normalises with running statistics and Dropout does nothing "
+            "while you train",
             where=where,
         )
 
@@ -216,24 +239,53 @@ def _require_train_mode(training: list[bool], where: str) -> None:
 
 
 def _running_mean_inputs(case: Case) -> tuple[list[torch.Tensor], list[int]]:
-    """The values and sample counts fed to update(); the hidden ones include a batch of one."""
+    """The values and sample counts fed to update(); both end with a smaller batch and hold a batch of one."""
     generator = torch.Generator().manual_seed(case.seeded(7 if case.hidden else 3))
-    counts = [5, 32, 32, 1, 17] if case.hidden else [32, 32, 8]
+    counts = [5, 32, 32, 1, 17] if case.hidden else [32, 32, 1, 8]
     return [torch.rand((), generator=generator) * 4 for _ in counts], counts
+
+
+_META = torch.device("meta")  # a device no check expects: code that ignores the device shows it on any machine
 
 
 @register(
     "04-running-mean",
-    hints=(
-        "Keep a running *sum* of value * n and a running count, both as tensors; divide only in compute().",
-        "In update: `self.total += value.detach() * n` and `self.count += n` (no .item(), no float()). "
-        "compute() returns `self.total / self.count`, still a tensor. Initialise the state in __init__, "
-        "not as class attributes.",
+    hints=Hints(
+        nudge="Keep a running *sum* of value * n and a running count, both as tensors; divide only in compute().",
+        concept="A device-side metric never leaves the device until you ask for it: accumulate value * n "
+        "(detached) and n, and divide once, in compute(). Each instance owns its state.",
+        solution="`self.total = self.total + value.detach() * n` and `self.count += n` in update (state set in "
+        "__init__: `self.total = torch.zeros(())`, `self.count = 0`); compute() returns `self.total / self.count`.",
+        section="3. Metrics without a sync at every step",
     ),
+    requires={
+        "host-sync-per-update": Requirement(
+            "never syncs with the host (no .item(), float() or comparison on a tensor)",
+            hint="Which of your lines turns a tensor into a Python number? The total can stay a tensor."),
+        "keeps-graph": Requirement(
+            "does not keep the graph of the values it is given (stores value.detach())",
+            hint="The values you are given are live losses. What does adding one into your total keep alive?"),
+        "unweighted-mean": Requirement(
+            "weights each update by its number of samples n",
+            hint="Your mean treats a batch of 1 sample like a batch of 32. What should each value count for?"),
+        "wrong-mean": Requirement(
+            "compute() is sum(value * n) / sum(n) over every update",
+            hint="Work the mean out by hand for two updates (1.0 over 2 samples, 4.0 over 1) and compare."),
+        "shared-state": Requirement(
+            "keeps its state per instance (set in __init__)",
+            hint="Make two RunningMean objects and update one: does the other change? Where does the state live?"),
+        "not-a-scalar": Requirement(
+            "compute() returns a single number, a 0-dim tensor",
+            hint="What shape does compute() return? The mean over all samples is one number."),
+        "not-on-device": Requirement(
+            "compute() returns a tensor on the device of the values (the total follows them: out-of-place add)",
+            hint="Your total starts on the CPU. Does `+=` move it to the device of the value, or keep it where it is?"),
+    },
 )
 @_one_thread()
 def probe_running_mean(cls: type, *, case: Case) -> dict:
-    """Feed one instance the case's values (parts of a graph, as fresh losses are), a second one a single 1.0."""
+    """Feed one instance the case's values (parts of a graph, as fresh losses are), a second one a single 1.0,
+    and a third one values on a device it did not expect (meta: it holds no data, so it cannot be read)."""
     values, counts = _running_mean_inputs(case)
     first, second = cls(), cls()
     leaf = torch.ones((), requires_grad=True)
@@ -242,7 +294,41 @@ def probe_running_mean(cls: type, *, case: Case) -> dict:
             first.update(value * leaf, n)  # a value that is part of a graph, as a fresh loss is
         result = first.compute()
     second.update(torch.tensor(1.0), 1)
-    return {"syncs": syncs.count, "sync_calls": sorted(set(syncs.calls)), "result": result, "fresh": second.compute()}
+    return {"syncs": syncs.count, "sync_calls": sorted(set(syncs.calls)), "result": result, "fresh": second.compute(),
+            "other_device": _result_device(lambda: _fed(cls(), values, counts, _META).compute())}
+
+
+def _fed(meter: Any, values: list[torch.Tensor], counts: list[int], device: torch.device) -> Any:
+    """`meter` after one update per value, each value moved to `device`."""
+    for value, n in zip(values, counts):
+        meter.update(value.to(device), n)
+    return meter
+
+
+def _result_device(run: Callable[[], Any]) -> dict[str, str]:
+    """The device of the tensor `run` returns, or what it raised (explained) or returned instead."""
+    try:
+        result = run()
+    except Exception as error:  # the judge reports it after the failures that explain it better
+        return {"raised": explain(error)[:2000]}
+    return {"device": f"a tensor on {result.device}" if isinstance(result, torch.Tensor) else f"a {type_name(result)}"}
+
+
+def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> None:
+    """Fail "not-on-device" unless the run on the meta device left `what` on meta; report what it raised."""
+    if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
+        _malformed("other_device is not a record of a run")
+    if "raised" in seen:
+        raise raised_failure(task, f"{seen['raised']}\n  (on a device your code did not expect: meta, "
+                             "which holds no values and cannot be read on the host)")
+    if seen.get("device") != f"a tensor on {_META}":
+        fail(
+            "not-on-device",
+            observed=f"with inputs on another device (meta), {what} returned {seen.get('device')}",
+            expected=f"{what} returns a tensor on the device of its inputs (meta here; cuda on a GPU)",
+            cause=cause,
+            where=where,
+        )
 
 
 @judges("04-running-mean")
@@ -259,10 +345,10 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
     if count:
         fail(
             "host-sync-per-update",
-            observed=f"{count} device-to-host copies ({', '.join(calls)}) during "
+            observed=f"{_copies(count)} ({', '.join(calls)}) during "
             f"{len(counts)} updates and one compute()",
             expected="no host sync at all: the running state stays a tensor on the device",
-            cause="`.item()`, `float(value)` or a Python comparison on a tensor inside update() or compute()",
+            cause=f"a conversion to a Python value ({', '.join(calls)}) inside update() or compute()",
             where=where,
         )
     if isinstance(result, torch.Tensor) and result.requires_grad:
@@ -270,8 +356,8 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             "keeps-graph",
             observed="compute() returns a tensor that requires grad: the running total holds the graph of every batch",
             expected="a plain tensor: update() stores `value.detach()`",
-            cause="`self.total += value * n` without detach() chains every batch's graph (and its activations) "
-            "into the total, so memory grows with every step",
+            cause="update() adds the value without .detach(): the total then chains every batch's graph (and "
+            "its activations), so memory grows with every step",
             where=where,
         )
     observed = _as_float(result, "compute()", where)
@@ -302,7 +388,11 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             "argument, so every instance adds into the same state",
             where="RunningMean.__init__",
         )
-    return f"sample-weighted mean over {len(counts)} updates, no host sync, no graph kept"
+    _require_device(seen["other_device"], "04-running-mean", "compute()",
+                    "the total stays on the CPU where __init__ made it: either it is updated in place "
+                    "(`self.total += ...` writes into the CPU tensor, and fails on a GPU), or it is created or moved "
+                    "to a fixed device; `self.total = self.total + ...` follows the value's device", where)
+    return f"sample-weighted mean over {len(counts)} updates, no host sync, no graph kept, stays on the values' device"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -322,8 +412,9 @@ def _fail_step_before_backward(call: int, what: str, where: str) -> NoReturn:
         "step-before-backward",
         observed=f"at optimizer.step() of call {call} the gradients were {what}",
         expected="the gradients of the current batch, computed by loss.backward() before step()",
-        cause="optimizer.step() runs before loss.backward(), so it applies no gradient (or a stale one; and "
-        "from the second step on, backward fails because step changed the weights the graph saved)",
+        cause="optimizer.step() runs before loss.backward(), so it applies no gradient or a stale one (from the "
+        "second step on, backward then fails because step changed the weights the graph saved); or the gradients "
+        "are cleared (zero_grad) between backward() and step()",
         where=where,
     )
 
@@ -335,22 +426,68 @@ def _stepped_without_gradients(record: StepRecord) -> bool:
 
 @register(
     "04-train-step",
-    hints=(
-        "Five lines, in this order: train mode, clear gradients, forward and loss, backward, step. Return "
+    hints=Hints(
+        nudge="Five lines, in this order: train mode, clear gradients, forward and loss, backward, step. Return "
         "the loss without turning it into a Python number.",
-        "`model.train(); optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); "
-        "loss.backward(); optimizer.step(); return loss.detach()`",
+        concept="backward() adds into .grad, step() applies what .grad holds, and the mode decides how BatchNorm "
+        "and Dropout behave: each line has its place. The batch goes where the model's parameters are.",
+        solution="`x, y = (t.to(next(model.parameters()).device) for t in batch); model.train(); "
+        "optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); loss.backward(); optimizer.step(); "
+        "return loss.detach()`",
+        section="1. The training step",
     ),
+    requires={
+        "eval-mode-in-training": Requirement(
+            "puts the model in training mode itself (the check hands it over in eval mode, as evaluate leaves it)",
+            hint="The model you are given may still be in eval mode. Which call switches BatchNorm and Dropout "
+            "back to training behaviour?"),
+        "missing-zero-grad": Requirement(
+            "each step's gradients are its own (cleared before backward)",
+            hint="Step 2's gradients came out as steps 1 and 2 added: what clears .grad between steps?"),
+        "step-before-backward": Requirement(
+            "optimizer.step() applies this batch's gradients: it runs after loss.backward(), nothing clearing "
+            "them in between",
+            hint="At the moment of step(), what does .grad hold? Follow the order of your lines."),
+        "wrong-step-count": Requirement(
+            "exactly one optimizer.step() per call",
+            hint="Count the optimizer.step() calls one train_step makes (including those of functions it calls)."),
+        "sum-not-mean": Requirement(
+            "the gradients are those of loss_fn as given (a mean over the batch)",
+            hint="Your gradients scale with the batch size. Which reduction does the given loss_fn use?"),
+        "wrong-gradients": Requirement(
+            "the gradients are those of loss_fn(model(x), y) on the current batch, nothing added",
+            hint="Compute loss_fn(model(x), y) exactly as given: no extra terms, no changed batch, one backward."),
+        "host-sync-per-step": Requirement(
+            "no host sync (.item(), float(), print of a tensor) inside train_step",
+            hint="Which line copies a value to the host? Return the tensor; the caller syncs once per epoch."),
+        "not-a-scalar": Requirement(
+            "returns the loss as a 0-dim tensor",
+            hint="What type does your train_step return? The caller wants the loss tensor itself."),
+        "returns-graph": Requirement(
+            "returns the loss detached from the graph",
+            hint="The loss you return still carries its graph. Which method gives the same value without it?"),
+        "wrong-loss": Requirement(
+            "returns this batch's loss, computed before the update",
+            hint="Which forward pass does your returned value come from: the one before step() or another?"),
+        "grads-zeroed-not-freed": Requirement(
+            "clears the gradients with zero_grad(set_to_none=True): freed, not filled with zeros",
+            hint="At backward, .grad held tensors of zeros. Which argument of zero_grad frees them instead?"),
+        "batch-not-on-device": Requirement(
+            "moves the batch to the device of the model's parameters",
+            hint="Your model may live on a GPU while the loader yields CPU tensors. Where do x and y go first?"),
+    },
 )
 @_one_thread()
 def probe_train_step(train_step: Callable, *, case: Case) -> dict:
-    """Call train_step once per batch; record every optimizer step, forward mode, sync and returned loss."""
+    """Call train_step once per batch; record every optimizer step, what .grad held at every backward, forward
+    mode, sync and returned loss; then one call with the model on a device it did not expect (meta)."""
     model, batches = _train_step_inputs(case)
     loss_fn = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if case.hidden else 0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model.eval()  # as evaluate() leaves it: train_step must switch the mode itself
     losses, steps_after_call = [], []
-    with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards, HostSyncCounter() as syncs:
+    with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards, _GradsAtBackward(model) as held, \
+            HostSyncCounter() as syncs:
         for call, batch in enumerate(batches, start=1):
             losses.append(train_step(model, batch, loss_fn, optimizer))
             steps_after_call.append(len(steps.records))
@@ -362,10 +499,54 @@ def probe_train_step(train_step: Callable, *, case: Case) -> dict:
         "steps": [{"grads": r.grads, "params": r.params} for r in steps.records],
         "steps_after_call": steps_after_call,
         "training": [r.training for r in forwards.records],
+        "grads_at_backward": held.states,
         "syncs": syncs.count,
         "sync_calls": sorted(set(syncs.calls)),
         "losses": losses,
+        "other_device": _step_elsewhere(train_step, case),
     }
+
+
+@dataclass
+class _GradsAtBackward:
+    """What each parameter's .grad held when backward reached it, before adding into it: "none", "zeros" or
+    "values" (a tensor hook on a leaf runs before the gradient is accumulated)."""
+
+    model: nn.Module
+    states: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> "_GradsAtBackward":
+        self._handles = [p.register_hook(self._hook(p)) for p in self.model.parameters()]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def _hook(self, parameter: nn.Parameter) -> Callable[[torch.Tensor], None]:
+        def record(grad: torch.Tensor) -> None:
+            held = parameter.grad
+            with torch._C.DisableTorchFunction():  # the check's own read: the sync counter must not see it
+                self.states.append("none" if held is None else "values" if bool(held.detach().any()) else "zeros")
+        return record
+
+
+def _step_elsewhere(train_step: Callable, case: Case) -> dict[str, str]:
+    """One call with the model on the meta device and the batch on the CPU: the device the forward got."""
+    model, batches = _train_step_inputs(case)
+    model = model.to(_META)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    devices: list[str] = []
+    handle = model.register_forward_pre_hook(
+        lambda module, inputs: devices.append(str(inputs[0].device) if inputs and isinstance(inputs[0], torch.Tensor)
+                                              else "no tensor"))
+    try:
+        train_step(model, batches[0], nn.CrossEntropyLoss(), optimizer)
+    except Exception as error:  # a batch left on the CPU fails in the forward: the input device says why
+        return {"input": devices[0] if devices else "", "raised": explain(error)[:2000]}
+    finally:
+        handle.remove()
+    return {"input": devices[0] if devices else ""}
 
 
 def _step_records(seen: dict, like: list[torch.Tensor]) -> list[tuple[list[torch.Tensor | None], list[torch.Tensor]]]:
@@ -419,8 +600,8 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
                 "missing-zero-grad",
                 observed=f"the gradients at step {i + 1} are the sum of this batch's gradients and those of step {i}",
                 expected="only this batch's gradients",
-                cause="your loop never calls optimizer.zero_grad(): backward() adds into .grad, so gradients "
-                "pile up across steps",
+                cause="nothing cleared .grad between the two steps: zero_grad is missing, or not reached on every "
+                "call, or clears another model's gradients; backward() adds into .grad, so gradients pile up",
                 where=where,
             )
         if _grads_close(grads, reference, scale=float(len(y))):
@@ -442,11 +623,11 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
     if count:
         fail(
             "host-sync-per-step",
-            observed=f"{count} device-to-host copies ({', '.join(calls)}) in {len(batches)} training steps",
+            observed=f"{_copies(count)} ({', '.join(calls)}) in {len(batches)} training steps",
             expected="none: return the loss as a tensor and sync once per epoch or per log interval",
-            cause="`loss.item()` or `float(loss)` inside train_step makes a GPU wait for every kernel at "
-            "every step",
-            where="the return statement of train_step",
+            cause=f"a conversion to a Python value ({', '.join(calls)}) inside train_step: on a GPU it waits "
+            "for every queued kernel, at every step",
+            where="the line of train_step that makes that call (often the return statement)",
         )
     if not isinstance(seen["losses"], list):
         _malformed("losses is not a list")
@@ -477,7 +658,41 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
                 cause="the returned value is not the loss of this batch's forward pass",
                 where="the return statement of train_step",
             )
-    return f"{len(batches)} steps: train mode, fresh gradients of each batch, step after backward, no host sync"
+    held = seen["grads_at_backward"]
+    if not isinstance(held, list) or not set(held) <= {"none", "zeros", "values"}:
+        _malformed("grads_at_backward is not a list of states")
+    if "zeros" in held:
+        fail(
+            "grads-zeroed-not-freed",
+            observed="when backward() reached the parameters, their .grad held tensors of zeros",
+            expected="no tensor at all (None): the gradients are freed between steps",
+            cause="zero_grad(set_to_none=False), or a loop of p.grad.zero_(), fills the old tensors with zeros "
+            "instead of freeing them",
+            where="the line of train_step that clears the gradients",
+        )
+    _require_batch_on_device(seen["other_device"])
+    return f"{len(batches)} steps: train mode, fresh gradients of each batch, step after backward, no host sync, " \
+        "batch on the model's device"
+
+
+def _require_batch_on_device(seen: Any) -> None:
+    """Fail "batch-not-on-device" unless the call with the model on meta fed the forward a meta batch."""
+    if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
+        _malformed("other_device is not a record of a run")
+    if seen.get("input") not in ("", str(_META)):
+        fail(
+            "batch-not-on-device",
+            observed=f"with the model on another device (meta) and the batch on the CPU, the forward pass got "
+            f"a batch on {seen['input']}",
+            expected="the batch on the device of the model's parameters (meta here; cuda on a GPU)",
+            cause="the batch is passed as the loader gives it, or moved to a fixed or global device, not to "
+            "the model's (`next(model.parameters()).device`)",
+            where="the first lines of train_step, where x and y are taken from the batch",
+        )
+    if "raised" in seen:
+        raise raised_failure("04-train-step", f"{seen['raised']}\n  (with the model on a device your code did "
+                             "not expect: meta, which holds no values and cannot be read on the host)")
+
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -494,12 +709,38 @@ def _train_epoch_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
 
 @register(
     "04-train-epoch",
-    hints=(
-        "Loop over the loader, call your train_step, and feed each returned loss to a RunningMean with the "
+    hints=Hints(
+        nudge="Loop over the loader, call your train_step, and feed each returned loss to a RunningMean with the "
         "batch's number of samples.",
-        "`meter = RunningMean(); for x, y in loader: meter.update(train_step(model, (x, y), loss_fn, "
-        "optimizer), len(y))`; `return meter.compute()`. No .item() inside the loop.",
+        concept="An epoch's loss is a mean over samples, not over batches, and it stays on the device until the "
+        "caller asks for it: one sync per epoch at most.",
+        solution="`meter = RunningMean()`, then `for x, y in loader: meter.update(train_step(model, (x, y), "
+        "loss_fn, optimizer), len(y))`, then `return meter.compute()`",
+        section="3. Metrics without a sync at every step",
     ),
+    requires={
+        "wrong-step-count": Requirement(
+            "one train_step (one optimizer step) per batch of the loader, every batch",
+            hint="Count the batches your loop trains on: does it skip one (the smaller last one?) or step twice?"),
+        "eval-mode-in-training": Requirement(
+            "trains in training mode (through train_step, which calls model.train())",
+            hint="The model arrives in eval mode. Does your loop go through train_step, which switches it?"),
+        "host-sync-per-step": Requirement(
+            "no host sync inside the loop",
+            hint="Which line of the loop turns the loss into a Python number? Keep it a tensor until the end."),
+        "unweighted-mean": Requirement(
+            "the mean is weighted by the number of samples of each batch",
+            hint="The last batch is smaller than the others. How much should its loss count in the mean?"),
+        "sum-not-mean": Requirement(
+            "returns a mean over the samples, not their sum",
+            hint="Your number grows with the size of the dataset. What is missing to turn a total into a mean?"),
+        "wrong-loss": Requirement(
+            "returns the sample-weighted mean of the step losses of the epoch",
+            hint="Feed every step's loss (with its batch size) into the mean, not only the last one."),
+        "not-a-tensor": Requirement(
+            "returns the epoch loss as a tensor (a 0-dim tensor, left on the device)",
+            hint="Your train_epoch returns a Python number. Where is it converted, and who should do that?"),
+    },
 )
 @_one_thread()
 def probe_train_epoch(train_epoch: Callable, *, case: Case) -> dict:
@@ -544,15 +785,25 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
     if count >= len(batches):
         fail(
             "host-sync-per-step",
-            observed=f"{count} device-to-host copies ({', '.join(calls)}) in an epoch of {len(batches)} steps",
+            observed=f"{_copies(count)} ({', '.join(calls)}) in an epoch of {len(batches)} steps",
             expected="at most a few per epoch: accumulate the loss as a tensor and sync at the end",
-            cause="`loss.item()` or `float(loss)` in the loop: on a GPU each one waits for the step to finish",
+            cause=f"a conversion to a Python value ({', '.join(calls)}) inside the loop: on a GPU each one waits "
+            "for the step to finish",
             where=where,
         )
     batch_losses = [_reference_grads(model, p, bx, by, loss_fn)[1] for p, (bx, by) in zip(params, batches)]
     sizes = [len(by) for _, by in batches]
     expected = sum(loss * size for loss, size in zip(batch_losses, sizes)) / n
     observed = _as_float(seen["result"], "train_epoch's result", where)
+    if not isinstance(seen["result"], torch.Tensor):
+        fail(
+            "not-a-tensor",
+            observed=f"train_epoch returned a {type_name(seen['result'])} ({observed:.5f})",
+            expected="a 0-dim tensor, still on the device: the caller decides when to sync (fit does, once per epoch)",
+            cause="the result is converted at the end (float(...), .item() or .tolist()), or accumulated as a "
+            "Python number",
+            where="the return statement of train_epoch",
+        )
     if _close(observed, sum(batch_losses) / len(batch_losses)) and not _close(observed, expected):
         fail(
             "unweighted-mean",
@@ -577,7 +828,7 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             cause="the epoch loss is not the sample-weighted mean of the step losses",
             where=where,
         )
-    return f"{len(batches)} steps, sample-weighted epoch loss, {count} host syncs"
+    return f"{len(batches)} steps, sample-weighted epoch loss, {_syncs(count)}"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -599,13 +850,51 @@ def _evaluate_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
 
 @register(
     "04-evaluate",
-    hints=(
-        "Evaluation needs two switches (one for layers like BatchNorm and Dropout, one for autograd) and a "
+    hints=Hints(
+        nudge="Evaluation needs two switches (one for layers like BatchNorm and Dropout, one for autograd) and a "
         "loss averaged over samples, not batches.",
-        "`model.eval()` and `with torch.no_grad():` (or torch.inference_mode()); accumulate "
-        "`loss_fn(out, y) * len(y)` and `(out.argmax(1) == y).sum()` as tensors, divide by the number of "
-        "samples at the end.",
+        concept="model.eval() changes what layers do; torch.no_grad() stops autograd from recording. Both are "
+        "needed, and the scores are means over samples, accumulated as tensors and read once at the end.",
+        solution="`model.eval()` and `with torch.no_grad():` around the loop; accumulate `loss_fn(out, y) * "
+        "len(y)` and `(out.argmax(1) == y).sum()` as tensors; return `{\"loss\": float(total / n), "
+        "\"accuracy\": float(correct / n)}`",
+        section="4. Evaluation",
     ),
+    requires={
+        "train-mode-in-eval": Requirement(
+            "evaluates in eval mode (model.eval())",
+            hint="The model arrives in training mode. What does BatchNorm do with your validation batches then?"),
+        "builds-graph": Requirement(
+            "builds no graph (torch.no_grad() or torch.inference_mode())",
+            hint="Your evaluation outputs carry a grad_fn. Which context stops autograd from recording?"),
+        "changes-weights": Requirement(
+            "leaves the model's parameters and buffers as they were",
+            hint="Compare model.state_dict() before and after your evaluate: what changes it?"),
+        "host-sync-per-batch": Requirement(
+            "a constant number of host syncs, not one per batch",
+            hint="Which line inside the loop reads a value on the host? Accumulate tensors, convert at the end."),
+        "wrong-return": Requirement(
+            'returns a dict with keys "loss" and "accuracy"',
+            hint="Look at what your return statement builds: the check wants a dict, by name."),
+        "not-a-scalar": Requirement(
+            "each score is a single number",
+            hint="Your loss or accuracy has more than one element. Which reduction is missing?"),
+        "sum-not-mean": Requirement(
+            "the loss is a mean over samples, not their sum",
+            hint="Your loss grows with the size of the loader. What is the total divided by?"),
+        "unweighted-mean": Requirement(
+            "the loss is weighted by the number of samples of each batch",
+            hint="The last batch is smaller. Is your loss a mean of batch means?"),
+        "wrong-loss": Requirement(
+            "the loss is the mean of loss_fn over every sample of the loader",
+            hint="Evaluate the loss of every batch, each weighted by its size, and divide by the total count."),
+        "count-not-fraction": Requirement(
+            "the accuracy is a fraction in [0, 1]",
+            hint="Your accuracy is larger than 1. What is the number of correct predictions divided by?"),
+        "wrong-accuracy": Requirement(
+            "the accuracy is the fraction of argmax predictions equal to the labels, over all samples",
+            hint="Which class does the model predict for a row of logits? Count those equal to y, over every batch."),
+    },
 )
 @_one_thread()
 def probe_evaluate(evaluate: Callable, *, case: Case) -> dict:
@@ -657,16 +946,18 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             "changes-weights",
             observed="the model's parameters or buffers changed during evaluate",
             expected="evaluation leaves the model exactly as it was",
-            cause="an optimizer step or a training-mode forward inside evaluate",
+            cause="evaluate changes the model: an optimizer step, an in-place change of a parameter or buffer, or "
+            "a load_state_dict inside it",
             where=where,
         )
     count, calls = _sync_calls(seen)
     if count >= len(loader):
         fail(
             "host-sync-per-batch",
-            observed=f"{count} device-to-host copies ({', '.join(calls)}) for {len(loader)} batches",
+            observed=f"{_copies(count)} ({', '.join(calls)}) for {len(loader)} batches",
             expected="a constant few (one per returned number), not one per batch",
-            cause="`.item()` or `float()` inside the loop; accumulate tensors and convert once at the end",
+            cause=f"a conversion to a Python value ({', '.join(calls)}) inside the loop; accumulate tensors and "
+            "convert once at the end",
             where=where,
         )
     result = seen["result"]
@@ -721,7 +1012,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             cause="predictions are not out.argmax(1), or the count is not over all samples",
             where=where,
         )
-    return f"eval mode, no graph, mean loss and accuracy over {n} samples, {count} host syncs"
+    return f"eval mode, no graph, mean loss and accuracy over {n} samples, {_syncs(count)}"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -783,18 +1074,21 @@ def _fit_runs(case: Case) -> list[dict[str, Any]]:
                 dict(seed=15, features=4, patience=1, min_delta=10.0, max_epochs=8)]
     else:
         runs = [dict(seed=3, features=4, patience=2, min_delta=0.0, max_epochs=12),
-                dict(seed=4, features=4, patience=2, min_delta=0.01, max_epochs=12)]
+                dict(seed=4, features=4, patience=3, min_delta=0.01, max_epochs=12)]
     return [run | {"seed": case.seeded(run["seed"])} for run in runs]
 
 
 def _history_data(history: Any) -> Any:
-    """The returned history as data: a DataFrame as its rows, NumPy numbers as tensors (the wire has no NumPy)."""
+    """The returned history as data: a DataFrame as its rows, NumPy scalars as Python numbers and NumPy arrays as
+    tensors (the wire has no NumPy)."""
     rows = history.to_dict("records") if isinstance(history, pd.DataFrame) else history
     if not isinstance(rows, (list, tuple)):
         return rows
 
     def plain(value: Any) -> Any:
-        numeric = isinstance(value, (np.generic, np.ndarray)) and value.dtype.kind in "biuf"
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            return value.item()  # a host number already: no device involved
+        numeric = isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
         return torch.as_tensor(value) if numeric else value
 
     return [{k: plain(v) for k, v in row.items()} if isinstance(row, dict) else row for row in rows]
@@ -804,7 +1098,8 @@ def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_
     """Run one fit; record the state at every validation, every forward, the syncs, the history, the end state."""
     model, train_loader, val_loader = _fit_problem(seed, features)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.03)
-    with _ValSnapshots(model) as snapshots, ForwardRecorder(model) as forwards, HostSyncCounter() as syncs:
+    with _ValSnapshots(model) as snapshots, ForwardRecorder(model) as forwards, StepRecorder(optimizer) as steps, \
+            HostSyncCounter() as syncs:
         history = fit(
             model, train_loader, val_loader, loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer,
             max_epochs=max_epochs, patience=patience, min_delta=min_delta,
@@ -814,6 +1109,7 @@ def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_
         "forwards": [{"training": r.training, "grad_enabled": r.grad_enabled, "batch_size": r.batch_size}
                      for r in forwards.records],
         "syncs": syncs.count,
+        "step_params": [r.params for r in steps.records],
         "history": _history_data(history),
         "final": {k: v.detach().clone() for k, v in model.state_dict().items()},
     }
@@ -821,13 +1117,46 @@ def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_
 
 @register(
     "04-fit",
-    hints=(
-        "Track the best validation loss so far, the epoch it happened and a copy of the weights then; count "
-        "epochs since the last improvement (by more than min_delta) and stop when the count reaches patience.",
-        "After evaluate: `if val < best - min_delta: best, waited, best_state = val, 0, "
-        "copy.deepcopy(model.state_dict())` else `waited += 1; if waited >= patience: break`. After the loop "
-        "`model.load_state_dict(best_state)`. Sync val loss with float() once per epoch, not per step.",
+    hints=Hints(
+        nudge="Track the best validation loss so far and a copy of the weights then; count epochs since the last "
+        "improvement (by more than min_delta) and stop when the count reaches patience.",
+        concept="Early stopping watches the validation loss: an epoch improves when it beats the best by more "
+        "than min_delta; patience epochs in a row without improvement stop the run; the best epoch's weights "
+        "(a deep copy) are loaded back at the end.",
+        solution="After evaluate: `if val < best - min_delta: best, waited, best_state = val, 0, "
+        "copy.deepcopy(model.state_dict())` else `waited += 1; if waited >= patience: break`; after the loop "
+        "`model.load_state_dict(best_state)`",
+        section="5. `fit` with early stopping",
     ),
+    requires={
+        "eval-mode-in-training": Requirement(
+            "trains each epoch in training mode (after evaluate left the model in eval mode)",
+            hint="evaluate() leaves the model in eval mode. What switches it back before the next epoch trains?"),
+        "no-validation": Requirement(
+            "evaluates on val_loader after each epoch",
+            hint="Where does your fit look at val_loader? Early stopping needs its loss every epoch."),
+        "host-sync-per-step": Requirement(
+            "no host sync per training step (a few per epoch)",
+            hint="Which line of your epoch converts a loss to a Python number at every step?"),
+        "wrong-step-count": Requirement(
+            "each epoch trains once over the whole train_loader",
+            hint="Count the optimizer steps per epoch: one per batch of train_loader, one pass per epoch."),
+        "wrong-history": Requirement(
+            "returns one row per epoch with epoch, train_loss, val_loss and val_accuracy as floats, "
+            "matching the epoch's training and validation",
+            hint="Print your history: one dict per epoch, the four keys, plain floats, values of that epoch?"),
+        "early-stop-on-train-loss": Requirement(
+            "early stopping watches the validation loss",
+            hint="Which loss does your improvement test compare? The training loss keeps falling while you overfit."),
+        "wrong-stop-epoch": Requirement(
+            "stops after patience epochs in a row without an improvement by more than min_delta (max_epochs "
+            "at most)",
+            hint="Replay your rule by hand on the val losses of the message: when is the counter reset, when "
+            "does it stop?"),
+        "best-weights-not-restored": Requirement(
+            "leaves the weights of the best epoch in the model (a deep copy, loaded back at the end)",
+            hint="After fit, which epoch's weights does your model hold? Is your saved copy still that epoch's?"),
+    },
 )
 @_one_thread()
 def probe_fit(fit: Callable, *, case: Case) -> dict:
@@ -835,37 +1164,47 @@ def probe_fit(fit: Callable, *, case: Case) -> dict:
     return {"runs": [_observe_fit(fit, **run) for run in _fit_runs(case)]}
 
 
+_HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy")
+
+
 def _history_frame(history: Any) -> pd.DataFrame:
-    """The history as a frame of one row per epoch; fails "wrong-history" without train_loss and val_loss."""
+    """The history as a frame of one row per epoch; fails "wrong-history" without the four columns of the text."""
     if not isinstance(history, (list, tuple)) or not all(isinstance(row, dict) for row in history):
         fail(
             "wrong-history",
             observed=f"fit returned a {type_name(history)}"
             + (" whose rows are not all dicts" if isinstance(history, (list, tuple)) else ""),
-            expected="one row (a dict) per epoch with at least train_loss and val_loss",
+            expected=f"one row (a dict) per epoch with the keys {', '.join(_HISTORY_KEYS)}",
             cause="the history is not collected as a list of per-epoch dicts",
             where="the history your fit returns",
         )
     frame = pd.DataFrame(list(history))
-    missing = {"train_loss", "val_loss"} - set(frame.columns)
+    missing = [key for key in _HISTORY_KEYS if key not in frame.columns]
     if missing:
         fail(
             "wrong-history",
             observed=f"the history has columns {sorted(map(str, frame.columns))}",
-            expected="one row (a dict) per epoch with at least train_loss and val_loss",
-            cause=f"missing {sorted(missing)}",
+            expected=f"one row (a dict) per epoch with the keys {', '.join(_HISTORY_KEYS)}",
+            cause=f"the rows miss {missing}",
             where="the history your fit returns",
         )
     return frame
 
 
 def _history_column(frame: pd.DataFrame, name: str) -> list[float]:
-    """A history column as floats; fails "wrong-history" on a value that is not a number."""
+    """A history column as floats; fails "wrong-history" on a value that is not a Python number."""
     values = []
     for value in frame[name]:
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            values.append(float(value))
-        elif isinstance(value, (int, float)):
+        if isinstance(value, torch.Tensor):
+            fail(
+                "wrong-history",
+                observed=f"{name} in the history holds a tensor of shape {tuple(value.shape)}",
+                expected=f"{name} as a float in every row (the text asks for floats)",
+                cause="the value is logged as the tensor train_epoch or evaluate returned: a tensor in the history "
+                "keeps device memory alive and prints as tensor(...); convert it with float(...), once per epoch",
+                where="the history your fit returns",
+            )
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             values.append(float(value))
         else:
             fail(
@@ -889,9 +1228,55 @@ def _forwards(value: Any) -> list[dict[str, Any]]:
     return value
 
 
+def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model: nn.Module, train_loader: DataLoader,
+                                   accuracies: list[float]) -> None:
+    """Fail unless each epoch trained once over train_loader, and its row holds that epoch's mean training loss
+    (recomputed at the recorded parameters of every step) and validation accuracy (`accuracies`, recomputed)."""
+    loss_fn, batches, epochs = nn.CrossEntropyLoss(), list(train_loader), len(accuracies)
+    like = [p.detach() for p in model.parameters()]
+    if not isinstance(step_params, list):
+        _malformed("step_params is not a list")
+    params = [_tensors(step, like, "a step's params") for step in step_params]
+    if len(params) != epochs * len(batches):
+        fail(
+            "wrong-step-count",
+            observed=f"{len(params)} optimizer steps in {epochs} epochs over a train_loader of {len(batches)} batches",
+            expected=f"{epochs * len(batches)}: one pass over train_loader per epoch, one step per batch",
+            cause="the epoch's loop skips batches or trains more than once per epoch (train_epoch called twice, "
+            "or a step of its own besides train_epoch's)",
+            where="the training part of each epoch in your fit",
+        )
+    train_losses = []
+    for epoch in range(epochs):
+        steps = zip(params[epoch * len(batches):(epoch + 1) * len(batches)], batches)
+        losses = [(_reference_grads(model, p, x, y, loss_fn)[1], len(y)) for p, (x, y) in steps]
+        train_losses.append(sum(loss * n for loss, n in losses) / len(train_loader.dataset))
+    reported = _history_column(frame, "train_loss")
+    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, train_losses, strict=True)):
+        fail(
+            "wrong-history",
+            observed=f"train_loss in the history: {[round(v, 4) for v in reported]}",
+            expected=f"the mean training loss of each epoch: {[round(v, 4) for v in train_losses]}",
+            cause="train_loss is not the epoch's mean training loss: fit logs another value (the last batch's "
+            "loss, another epoch's, a loss computed after training), or your train_epoch does not return that "
+            "mean (check 04-train-epoch first)",
+            where="the history your fit returns",
+        )
+    reported = _history_column(frame, "val_accuracy")
+    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, accuracies, strict=True)):
+        fail(
+            "wrong-history",
+            observed=f"val_accuracy in the history: {[round(v, 4) for v in reported]}",
+            expected=f"the accuracy on val_loader after each epoch: {[round(v, 4) for v in accuracies]}",
+            cause="val_accuracy is not evaluate(model, val_loader, loss_fn)['accuracy'] of that epoch",
+            where="the history your fit returns",
+        )
+    _history_column(frame, "epoch")
+
+
 def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta: float, max_epochs: int) -> str:
     """Decide one fit run from its observation: the stop epoch, the history and the weights left in the model."""
-    model, _, val_loader = _fit_problem(seed, features)
+    model, train_loader, val_loader = _fit_problem(seed, features)
     loss_fn = nn.CrossEntropyLoss()
     like = model.state_dict()
     where = "your fit: the early-stopping bookkeeping at the end of each epoch"
@@ -916,15 +1301,17 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
     if syncs >= steps:
         fail(
             "host-sync-per-step",
-            observed=f"{syncs} device-to-host copies in {steps} training steps",
+            observed=f"{_copies(syncs)} in {steps} training steps",
             expected="a few per epoch (the numbers you log and the early-stopping comparison)",
-            cause="a metric converted with .item()/float() at every step",
+            cause="a loss or metric converted to a Python value (.item(), float(), a print or a comparison) at "
+            "every step",
             where="the training loop inside fit",
         )
-    val_losses = []
+    scores = []
     for state in snapshots:
         model.load_state_dict(state)
-        val_losses.append(_reference_eval(model, val_loader, loss_fn)["loss"])
+        scores.append(_reference_eval(model, val_loader, loss_fn))
+    val_losses = [score["loss"] for score in scores]
     if len(frame) != epochs:
         fail(
             "wrong-history",
@@ -964,8 +1351,8 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             observed=f"ran {epochs} epochs (max_epochs={max_epochs}) with validation losses {curve}",
             expected=f"{expected_epochs} epochs: stop once the val loss has not improved on the best by more "
             f"than min_delta={min_delta} for patience={patience} epochs in a row",
-            cause="the patience counter is not reset on improvement, min_delta is ignored, the comparison is "
-            "off by one, or the loop never breaks",
+            cause="the patience counter is not reset on improvement, patience or min_delta is not the argument "
+            "given (ignored or hard-coded), the comparison is off by one, or the loop never breaks",
             where=where,
         )
     final = _state(run["final"], like, "the final state")
@@ -974,11 +1361,14 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             "best-weights-not-restored",
             observed=f"after fit the model does not hold the weights of its best epoch ({best_epoch + 1})",
             expected="the state of the epoch with the lowest val loss, restored at the end",
-            cause="keep a copy of the best state (copy.deepcopy(model.state_dict())) when val loss improves and "
-            "load_state_dict() it before returning; a state_dict() without a copy changes as training goes on",
+            cause="the best state is never loaded back, or it was kept as model.state_dict() without a copy "
+            "(copy.deepcopy), whose tensors keep changing as training goes on, or it was saved at another epoch",
             where=where,
         )
-    return f"stopped after {epochs} epochs, best epoch {best_epoch + 1}"
+    # Last: a wrong train_loss may come from train_epoch (its own exercise), so the rule and the weights first.
+    _require_history_of_the_epochs(frame, run["step_params"], model, train_loader,
+                                   [score["accuracy"] for score in scores])
+    return f"stopped after {epochs} epoch{'' if epochs == 1 else 's'}, best epoch {best_epoch + 1}"
 
 
 @judges("04-fit")
