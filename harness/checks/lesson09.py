@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from harness.checks.core import Case, fail, judges, register
+from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.wire import WireError, type_name
 from harness.launch import LaunchError, launch_forked
 
@@ -99,14 +99,31 @@ def _run_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
 
 
 def _report_launch_error(error: LaunchError) -> NoReturn:
-    """Turn a failed launch into the student's failure: a hang (seen only here), or the exception a rank raised."""
+    """Turn a failed launch into the student's failure: a hang, a rank left waiting in a collective its peer never
+    called (both seen only here), or the exception a rank raised."""
     last = str(error).strip().splitlines()[-1]
     if "did not finish" in str(error):
         fail("hang", observed=f"the ranks did not finish within {LAUNCH_TIMEOUT_S} s, twice",
              expected="every rank returns", cause="one rank waits in a collective (all_reduce, barrier) "
-             "that another rank never calls, e.g. a collective inside `if rank == 0:`",
+             "that another rank never calls, e.g. a collective inside `if rank == 0:`, or two ranks wait for each "
+             "other (each receives before it sends)",
              where="collectives and barriers: every rank must call them, in the same order")
+    if "Connection closed by peer" in str(error):  # the first failure: the peer had returned, not crashed
+        fail("hang", observed=f"rank {error.rank} was still waiting in a collective when the other rank closed "
+             "its connection (it had returned, or ended without a Python error)",
+             expected="every rank calls the same collectives, in the same order",
+             cause="a collective (all_reduce, barrier, broadcast) that only some ranks call: inside "
+             "`if rank == 0:`, or after a return that only some ranks take; less often, the other rank was killed "
+             "(out of memory)",
+             where="collectives and barriers: call them outside any `if rank == ...:` block")
     raise RuntimeError(f"on rank {error.rank}: {last}") from None
+
+
+def _hang_row(collective: str) -> dict[str, Requirement]:
+    """The requirement row of every check that launches ranks: no rank is left waiting in a collective."""
+    return {"hang": Requirement(
+        f"every rank calls the same collectives ({collective}), in the same order",
+        hint="A rank was left waiting for the others: is there a collective that only some ranks reach?")}
 
 
 def _detached_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -166,9 +183,9 @@ def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def _mean_inputs(case: Case) -> list[list[torch.Tensor]]:
     """Per input, the value each rank holds: b + 1 on rank 0, -2b on rank 1, for a shifted base b that is never
     1 or -1/3 in every element (there the sum, the mean or a rank's own value would coincide)."""
-    bases = [torch.tensor(3.0)]
+    bases = [torch.tensor(3.0), torch.tensor([0.25, -2.0, 4.0], dtype=torch.float64)]
     if case.hidden:
-        bases = [torch.tensor(1.5), torch.tensor([0.25, -2.0, 4.0], dtype=torch.float64)]
+        bases = [torch.tensor(1.5), torch.tensor([[0.75, 5.0], [-3.0, 2.5]], dtype=torch.float64)]
     shift = (case.seed % 101) / 4  # exact in float32: 0 for the visible and local cases
     return [[base + shift + 1.0, (base + shift) * -2.0] for base in bases]
 
@@ -182,12 +199,25 @@ def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[
 
 @register(
     "09-ddp-mean",
-    hints=(
-        "Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. "
-        "What do you divide it by?",
-        "total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); "
+    hints=Hints(
+        nudge="Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. "
+        "What do you divide it by, and which tensor does all_reduce overwrite?",
+        concept="dist.all_reduce(t) replaces t, in place, with the element-wise sum over ranks, on every rank; "
+        "every rank must call it",
+        solution="total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); "
         "return total / dist.get_world_size()",
-    ),
+        section="2. Collectives: what moves between processes"),
+    requires={
+        "not-a-tensor": Requirement("returns a tensor", hint="What type does ddp_mean return? The text asks for a tensor."),
+        "not-averaged": Requirement("communicates: each rank gets the mean over all ranks, not its own value",
+                                    hint="Each rank got back its own value: which collective brings the others' in?"),
+        "summed": Requirement("the mean, not the sum", hint="Every rank got the sum over ranks: one step is missing."),
+        "wrong-mean": Requirement("the mean over ranks, element-wise, of the input's shape, on every rank",
+                                  hint="Compare what each rank got with (value on rank 0 + value on rank 1) / 2."),
+        "modified-input": Requirement("value itself is left unchanged",
+                                      hint="The caller's tensor changed: which call works in place on its argument?"),
+        **_hang_row("all_reduce"),
+    },
 )
 def probe_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
     """Run ddp_mean on 2 ranks holding different values; record what every rank got and its input afterwards."""
@@ -202,9 +232,10 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
         for rank, result in enumerate(_ranks(run)):
             out = result["out"]
             if not isinstance(out, torch.Tensor):
+                cause = ("the result was turned into a Python number (.item(), float() or .tolist())"
+                         if isinstance(out, (float, int, list)) else "the function returns something other than a tensor")
                 fail("not-a-tensor", observed=f"rank {rank} got a {type_name(out)}", expected="a tensor",
-                     cause="the function returns something else (a float from .item()?)",
-                     where="the return statement of ddp_mean")
+                     cause=cause, where="the return statement of ddp_mean")
             if out.shape != expected.shape:
                 fail("wrong-mean", observed=f"rank {rank} got a tensor of shape {tuple(out.shape)}",
                      expected=f"the mean over ranks, {expected.tolist()}, of the input's shape {tuple(expected.shape)}",
@@ -241,7 +272,9 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
 
 def _loader_settings(case: Case) -> list[tuple[int, int, int, int]]:
     """(dataset size, per-rank batch size, world size, seed) of each loader world to build."""
-    settings = [(40, 4, 2, 0), (37, 3, 3, 5), (64, 8, 4, 11)] if case.hidden else [(40, 4, 2, 0)]
+    settings = [(40, 4, 2, 0), (37, 3, 3, 5)]  # the second: three ranks, a dataset that does not divide evenly
+    if case.hidden:
+        settings = [(38, 4, 2, 3), (37, 3, 3, 5), (64, 8, 4, 11)]
     return [(n, batch_size, world, case.seeded(seed)) for n, batch_size, world, seed in settings]
 
 
@@ -257,20 +290,41 @@ def _loader_indices(loader: DataLoader, epoch: int) -> list[list[int]] | None:
 
 @register(
     "09-shard-loader",
-    hints=(
-        "A DistributedSampler gives each rank its own shard; the DataLoader then batches that shard. "
+    hints=Hints(
+        nudge="A DistributedSampler gives each rank its own shard; the DataLoader then batches that shard. "
         "Pass the sampler, not shuffle=True, to the DataLoader.",
-        "sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed); "
+        concept="DistributedSampler(dataset, num_replicas, rank, shuffle, seed) draws one permutation seeded with "
+        "seed + epoch, the same on every rank, and gives rank r every world_size-th index from r",
+        solution="sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed); "
         "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
-    ),
+        section="3. Each rank its own shard: `DistributedSampler` and `set_epoch`"),
+    requires={
+        "wrong-batch-size": Requirement("batches of batch_size samples per rank",
+                                        hint="batch_size is per rank: does your loader change it with the world size?"),
+        "overlapping-shards": Requirement(
+            "each rank its own shard: disjoint, together the whole dataset, for any world size",
+            hint="Some samples reach two ranks: do all ranks draw the same permutation, and split it by rank?"),
+        "not-shuffled": Requirement("the shard is shuffled", hint="Rank 0 reads its samples in increasing order."),
+        "seed-ignored": Requirement("shuffled with `seed`", hint="Two seeds gave the same order: where does seed go?"),
+        "same-order-every-epoch": Requirement(
+            "set_epoch(epoch) on the loader's sampler reshuffles",
+            hint="The order must change with sampler.set_epoch(epoch): which sampler reseeds itself with the epoch?"),
+        "uses-workers": Requirement("no worker processes (num_workers=0)",
+                                    hint="The text asks for no worker processes: look at the DataLoader's arguments."),
+    },
 )
 def probe_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, case: Case) -> dict:
     """Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
-    seed, and of rank 0 in epoch 1."""
+    seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started."""
     worlds = []
     for n, batch_size, world, seed in _loader_settings(case):
         dataset = TensorDataset(torch.arange(n))
         loaders = [make_ddp_loader(dataset, batch_size, rank=r, world_size=world, seed=seed) for r in range(world)]
+        workers = getattr(loaders[0], "num_workers", 0)
+        if workers:
+            fail("uses-workers", observed=f"a DataLoader with num_workers={workers}", expected="num_workers=0",
+                 cause="num_workers is set: each worker is a process the check (and a notebook) has to start",
+                 where="the DataLoader's arguments: leave num_workers out")
         epoch0 = [_loader_indices(loader, epoch=0) for loader in loaders]
         reseeded_loader = make_ddp_loader(dataset, batch_size, rank=0, world_size=world, seed=seed + 1)
         reseeded = _loader_indices(reseeded_loader, epoch=0)
@@ -300,16 +354,21 @@ def judge_shard_loader(seen: dict, *, case: Case) -> str:
                  where="the DataLoader's batch_size")
         covered = set().union(*map(set, shards)) & set(range(n))
         if any(len(shard) > -(-n // world) for shard in shards) or len(covered) < world * (n // world):
+            if all(len(shard) >= n for shard in shards):
+                cause = ("every rank reads the whole dataset: shuffle=True or a RandomSampler instead of a "
+                         "DistributedSampler")
+            else:
+                cause = ("the ranks' shards overlap or leave samples out: the ranks draw different permutations "
+                         "(a seed that differs per rank), or num_replicas and rank are not the ones passed in")
             fail("overlapping-shards", observed=f"{world} ranks loaded {[len(s) for s in shards]} samples, "
                  f"{len(covered)} distinct of {n}",
-                 expected=f"each rank about {n // world} samples, together all {n}",
-                 cause="every rank reads the whole dataset (shuffle=True or a RandomSampler instead of a "
-                 "DistributedSampler), or the ranks shuffle with different seeds, so they train on the same samples",
-                 where="pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank, ...) "
+                 expected=f"each rank about {n // world} samples, together all {n}", cause=cause,
+                 where="pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed) "
                  "to the DataLoader")
         if shards[0] == sorted(shards[0]) and n > 8:
             fail("not-shuffled", observed=f"rank 0 reads samples in increasing order {shards[0][:6]}...",
-                 expected="a shuffled order", cause="shuffle=False in the sampler",
+                 expected="a shuffled order", cause="shuffle=False in the sampler, or a shard taken from the "
+                 "indices without a permutation",
                  where="DistributedSampler(..., shuffle=True)")
         if sum(_batches(observed["reseeded"]), []) == shards[0]:
             fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give rank 0 the same order",
@@ -352,8 +411,10 @@ def _train_worker(
     recorder = IndexRecorder(dataset)
     state = train_ddp(functools.partial(make_model, model_seed), recorder, nn.functional.mse_loss, **arguments)
     if not isinstance(state, dict):
-        raise TypeError(f"train_ddp returned a {type(state).__name__}; return the unwrapped model's state_dict()")
-    return {"state": _detached_state(state), "seen": recorder.seen}
+        return {"state": type_name(state), "seen": recorder.seen}
+    # a value that is no tensor (a nested dict: a checkpoint instead of a state_dict) travels as its type's name
+    sent = {str(k): v.detach().clone() if isinstance(v, torch.Tensor) else type_name(v) for k, v in state.items()}
+    return {"state": sent, "seen": recorder.seen}
 
 
 def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, batch_size: int, lr: float, seed: int,
@@ -375,14 +436,36 @@ def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, 
 
 @register(
     "09-train-ddp",
-    hints=(
-        "Four DDP ingredients: a sharded loader, the model wrapped in DDP (before the optimizer is built), "
+    hints=Hints(
+        nudge="Four DDP ingredients: a sharded loader, the model wrapped in DDP (before the optimizer is built), "
         "sampler.set_epoch(epoch) at the start of each epoch, and the unwrapped model's state_dict at the end.",
-        "sampler = DistributedSampler(dataset, seed=seed); "
+        concept="DDP all-reduces the gradients in backward, so 2 ranks of batch B step like one process of batch 2B; "
+        "the DistributedSampler shards the data and set_epoch reshuffles it",
+        solution="sampler = DistributedSampler(dataset, seed=seed); "
         "loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler); "
         "model = DDP(make_model()); optimizer = SGD(model.parameters(), lr=lr); for epoch: sampler.set_epoch(epoch); "
         "for x, y: zero_grad, loss_fn(model(x), y).backward(), step; return model.module.state_dict()",
-    ),
+        section="4. How DDP averages gradients"),
+    requires={
+        "no-samples-seen": Requirement("trains on the dataset passed in, in this process (no workers)",
+                                       hint="A rank loaded nothing from the dataset it was given: what did it train on?"),
+        "not-sharded": Requirement("each rank its own half of the data each epoch (a DistributedSampler)",
+                                   hint="Both ranks read the same samples: what gives each rank its own shard?"),
+        "missing-set-epoch": Requirement("set_epoch(epoch) every epoch: a new order each epoch",
+                                         hint="Every epoch read the samples in the same order: what tells the sampler "
+                                         "which epoch it is?"),
+        "wrapped-state-dict": Requirement("returns the unwrapped model's state_dict",
+                                          hint="The keys start with 'module.': whose state_dict was returned?"),
+        "wrong-state-dict": Requirement("returns the trained model's state_dict itself (names -> tensors)",
+                                        hint="Compare what you return with model.module.state_dict(): keys and values."),
+        "ranks-differ": Requirement("gradients averaged across ranks: identical weights on every rank",
+                                    hint="The ranks ended with different weights: what averages their gradients?"),
+        "not-ddp-equivalent": Requirement(
+            "plain SGD(lr), one zero_grad/backward/step per batch: the steps of one process at twice the batch",
+            hint="The ranks agree but took other steps than one process at batch 2B: compare your inner loop and "
+            "optimizer with the text's."),
+        **_hang_row("DDP's gradient all-reduce, any barrier"),
+    },
 )
 def probe_train_ddp(train_ddp: Callable[..., dict[str, torch.Tensor]], *, case: Case) -> dict:
     """Train on 2 ranks; record each rank's returned state_dict and the dataset indices it loaded."""
@@ -399,6 +482,8 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
     for config, run in zip(_train_configs(case), seen["runs"], strict=True):
         results = _ranks(run)
         _check_sharding([_int_list(result["seen"]) for result in results], config["n"], config["epochs"])
+        for result in results:
+            _judge_state_kind(result["state"])
         states = [_tensor_dict(result["state"]) for result in results]
         wrapped = [k for k in states[0] if k.startswith("module.")]
         if wrapped:
@@ -432,6 +517,23 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
                  "optimizer, or extra steps",
                  where="the inner loop: zero_grad, loss_fn(model(x), y).backward(), step, with plain SGD(lr)")
     return f"DDP on {WORLD} ranks matches one process at twice the batch; ranks identical; set_epoch reshuffles"
+
+
+def _judge_state_kind(state: Any) -> None:
+    """Fail unless train_ddp returned a dict of tensors (non-tensors arrive as their type's name)."""
+    if isinstance(state, str):
+        fail("wrong-state-dict", observed=f"train_ddp returned a {state}", expected="a state_dict: a dict of tensors",
+             cause="something other than the model's state_dict is returned (the model itself, or nothing)",
+             where="return model.module.state_dict()")
+    if not isinstance(state, dict) or not all(isinstance(v, (torch.Tensor, str)) for v in state.values()):
+        _malformed("the returned state is not a dict of tensors")
+    others = {k: v for k, v in state.items() if isinstance(v, str)}
+    if others:
+        key, kind = next(iter(others.items()))
+        fail("wrong-state-dict", observed=f"the returned dict's key {key!r} holds a value of type {kind}, not a tensor",
+             expected="a state_dict: parameter names -> tensors",
+             cause="a checkpoint-style dict ({'model': ...}) or other objects are returned instead of the state_dict",
+             where="return model.module.state_dict()")
 
 
 def _check_sharding(seen: list[list[int]], n: int, epochs: int) -> None:
@@ -489,11 +591,30 @@ def _save_worker(
 
 @register(
     "09-save-rank0",
-    hints=(
-        "Only one process should write the file, and the others must not go on before it exists.",
-        "if dist.get_rank() == 0: torch.save({'model': model.module.state_dict(), 'optimizer': optimizer.state_dict(), "
-        "'epoch': epoch}, path); then dist.barrier() on every rank",
-    ),
+    hints=Hints(
+        nudge="Only one process should write the file, and the others must not go on before it exists.",
+        concept="rank 0 does the once-only work; a dist.barrier() that every rank calls holds the others until it "
+        "is done",
+        solution="if dist.get_rank() == 0: torch.save({'model': model.module.state_dict(), "
+        "'optimizer': optimizer.state_dict(), 'epoch': epoch}, path); then dist.barrier() on every rank",
+        section="5. Rank 0's duties, and barriers"),
+    requires={
+        "saved-on-every-rank": Requirement("only rank 0 writes", hint="Several ranks wrote the file: who should?"),
+        "not-saved-on-rank0": Requirement("rank 0 writes the checkpoint at `path`",
+                                          hint="Rank 0's folder has no file at the path it was given: which rank "
+                                          "saved, and under which name?"),
+        "missing-barrier": Requirement("no rank returns before the file is complete",
+                                       hint="Rank 1 returned while rank 0 was still saving: what makes it wait?"),
+        "incomplete-checkpoint": Requirement("the checkpoint holds 'model', 'optimizer' and 'epoch'",
+                                             hint="A key is missing from the saved dict: compare it with the text."),
+        "wrapped-state-dict": Requirement("'model' is the unwrapped model's state_dict",
+                                          hint="The saved keys start with 'module.': which model's state_dict is it?"),
+        "wrong-state-dict": Requirement("'model' holds the model's current state_dict",
+                                        hint="'model' is not the model's state after its step: what did you save?"),
+        "wrong-epoch": Requirement("'epoch' is the epoch passed in",
+                                   hint="The saved epoch is not the argument: save it as it was given."),
+        **_hang_row("the barrier"),
+    },
 )
 def probe_save_rank0(save_checkpoint_ddp: Callable[..., None], *, case: Case) -> dict:
     """Call the save on 2 ranks, each in its own folder; record the files in each folder, whether rank 0's file
@@ -636,13 +757,28 @@ def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) 
 
 @register(
     "09-no-sync",
-    hints=(
-        "DDP all-reduces gradients in every backward. Inside `with model.no_sync():` it does not; the gradients "
+    hints=Hints(
+        nudge="DDP all-reduces gradients in every backward. Inside `with model.no_sync():` it does not; the gradients "
         "just accumulate locally. Which backward must synchronise?",
-        "for i, (x, y) in enumerate(micro_batches): last = i == len(micro_batches) - 1; "
+        concept="gradients add up in .grad across backward calls; no_sync only skips the communication, so the last "
+        "backward, outside it, all-reduces the whole accumulated sum once",
+        solution="for i, (x, y) in enumerate(micro_batches): last = i == len(micro_batches) - 1; "
         "with (nullcontext() if last else model.no_sync()): (loss_fn(model(x), y) / len(micro_batches)).backward(); "
         "then optimizer.step(); optimizer.zero_grad(set_to_none=True)",
-    ),
+        section="6. Gradient accumulation with `no_sync`"),
+    requires={
+        "never-synced": Requirement("the last micro-batch's backward synchronises",
+                                    hint="No all-reduce happened at all: is every backward inside no_sync?"),
+        "missing-no-sync": Requirement("only the last micro-batch's backward synchronises: one all-reduce per step",
+                                       hint="Every micro-batch's backward communicated: which context skips that?"),
+        "ranks-differ": Requirement("one step, on the averaged gradient: identical weights on every rank",
+                                    hint="The ranks' weights differ: did a step run before the synchronised backward?"),
+        "wrong-update": Requirement(
+            "each loss divided by the number of micro-batches, one step per call, gradients cleared after it",
+            hint="The ranks agree, but the step differs from one process on the whole batch: check the loss's "
+            "scaling and what is left in .grad for the next call."),
+        **_hang_row("DDP's gradient all-reduce"),
+    },
 )
 def probe_no_sync(accumulate_step: Callable[..., None], *, case: Case) -> dict:
     """Run the accumulation on 2 ranks; record DDP's all-reduces (counted by a comm hook) and the parameters."""

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from harness.checks.core import Case, fail, judges, register
+from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.probes import HostSyncCounter, StepRecord, StepRecorder
 from harness.checks.wire import Opaque, WireError, describe
 from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler
@@ -39,11 +39,29 @@ NOTEBOOK_DRILLS: tuple[tuple[str, str], ...] = (
     ("11-exact-resume", "checkpointing-exact-resume"),
 )
 _DRILL_OF = dict(NOTEBOOK_DRILLS)
+# The notebook's sections (its `##` headings), by task: the notebook builder writes each one before its first drill.
+SECTIONS: dict[str, str] = {
+    "11-train-step": "1. The training step",
+    "11-plain-list": "2. Modules",
+    "11-why-eval": "2. Modules",
+    "11-warmup-cosine": "3. Learning-rate schedules",
+    "11-amp-step": "4. Mixed precision",
+    "11-epoch-metrics": "5. Host syncs",
+    "11-exact-resume": "6. Checkpoints",
+}
 
 
-def _hints(task_id: str) -> tuple[str, ...]:
-    """The hints of the drill behind `task_id`."""
-    return get_drill(_DRILL_OF[task_id]).hints
+def _hints(task_id: str, solution: str) -> Hints:
+    """The drill's two hints as the nudge and the concept, `solution` as the last level, and the task's section."""
+    nudge, concept = get_drill(_DRILL_OF[task_id]).hints[:2]
+    return Hints(nudge=nudge, concept=concept, solution=solution, section=SECTIONS[task_id])
+
+
+def _missing_entry(name: str) -> dict[str, Requirement]:
+    """The requirement row every answer that defines `name` has: the test cell finds it under that name."""
+    return {"missing-entry": Requirement(
+        f"the answer defines `{name}` under that name",
+        hint=f"The check looks for `{name}` in the cell's names: was it renamed, or was its cell not run?")}
 
 
 def _entry(namespace: Any, name: str) -> Any:
@@ -107,19 +125,45 @@ def _train_step_inputs(case: Case, seed: int) -> tuple[nn.Module, list[tuple[tor
     return model, _batches(x, y)[:2]
 
 
-@register("11-train-step", hints=_hints("11-train-step"))
+@register(
+    "11-train-step",
+    hints=_hints("11-train-step", "optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); "
+                 "loss.backward(); optimizer.step(); return loss.detach()"),
+    requires={
+        **_missing_entry("train_step"),
+        "step-count": Requirement("one optimizer step per call",
+                                  hint="Count the optimizer steps one call of train_step takes: how many should there be?"),
+        "update-outside-step": Requirement(
+            "the parameters change only through optimizer.step()",
+            hint="Something besides optimizer.step() changed the weights between two steps: what else writes to them?"),
+        "missing-zero-grad": Requirement(
+            "each step uses the gradient of its own batch",
+            hint="Step 2 did not use batch 2's gradient alone: what clears .grad, and does backward run before step?"),
+        "not-a-tensor": Requirement(
+            "returns the loss as a tensor (no .item(): it would sync the host every step)",
+            hint="What type does train_step return? The text asks for a tensor, not a Python number."),
+        "not-detached": Requirement(
+            "the returned loss is detached from the graph",
+            hint="The returned loss still requires grad: it keeps the whole graph of the step alive."),
+        "wrong-loss": Requirement(
+            "the returned loss is the batch's loss at the weights the step started from",
+            hint="The returned value is not the loss the step trained on: when, and on what, was it computed?"),
+    },
+)
 def probe_train_step(namespace: dict, *, case: Case) -> dict:
-    """Call `train_step` on two batches per seed; record what the optimizer saw at each step."""
+    """Call `train_step` on two batches per seed; record what the optimizer saw at each step and what it returned."""
     train_step = _entry(namespace, "train_step")
-    runs = []
+    runs, returned = [], []
     for seed in _STEP_SEEDS:
         model, batches = _train_step_inputs(case, seed)
         optimizer = torch.optim.SGD(model.parameters(), lr=_STEP_LR)
         with StepRecorder(optimizer) as steps:
             for batch in batches:
-                train_step(model, batch, nn.BCEWithLogitsLoss(), optimizer)
+                out = train_step(model, batch, nn.BCEWithLogitsLoss(), optimizer)
+                returned.append({"value": out.detach().clone(), "requires_grad": out.requires_grad}
+                                if isinstance(out, torch.Tensor) else {"value": out})
         runs.append([{"grads": r.grads, "params": r.params} for r in steps.records])
-    return {"runs": runs}
+    return {"runs": runs, "returned": returned}
 
 
 @judges("11-train-step")
@@ -139,7 +183,41 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
         _check_step_trajectory(like, records)
         _check_fresh_gradients(model, records, batches, nn.BCEWithLogitsLoss(),
                                where="call optimizer.zero_grad(set_to_none=True) before loss.backward(), then step()")
-    return "one step per batch with that batch's gradient"
+    returned = seen.get("returned")
+    _require(isinstance(returned, list) and len(returned) == 2 * len(_STEP_SEEDS)
+             and all(isinstance(r, dict) for r in returned), "returned")
+    for index, (seed, steps) in enumerate(zip(_STEP_SEEDS, seen["runs"], strict=True)):
+        model, batches = _train_step_inputs(case, seed)
+        for k, (batch, step) in enumerate(zip(batches, steps, strict=True)):
+            _check_returned_loss(returned[2 * index + k], model, step["params"], batch, k)
+    return "one step per batch with that batch's gradient; returns that batch's loss, detached"
+
+
+def _check_returned_loss(result: dict, model: nn.Module, params: list[torch.Tensor],
+                         batch: tuple[torch.Tensor, torch.Tensor], k: int) -> None:
+    """Fail unless call `k` returned a detached tensor holding its batch's loss at the step's starting weights."""
+    value = result.get("value")
+    if not isinstance(value, torch.Tensor):
+        cause = {"float": "the loss was converted with .item() or float(): a host sync every step, which the text "
+                 "rules out", "NoneType": "train_step has no return statement"}.get(
+                 type(value).__name__, "something other than the loss tensor is returned")
+        fail("not-a-tensor", observed=f"train_step returned {describe(value)}", expected="the loss, as a tensor",
+             cause=cause, where="the return statement of train_step")
+    if result.get("requires_grad") is not False:
+        fail("not-detached", observed="the returned loss requires grad", expected="a detached tensor (loss.detach())",
+             cause="the loss is returned as it is: a caller that keeps it keeps each step's whole graph in memory",
+             where="the return statement of train_step")
+    x, y = batch
+    names = [name for name, _ in model.named_parameters()]
+    with torch.no_grad():
+        want = nn.BCEWithLogitsLoss()(torch.func.functional_call(model, dict(zip(names, params, strict=True)), (x,)), y)
+    if value.shape != want.shape or not torch.allclose(value.double(), want.double(), rtol=1e-5, atol=1e-6):
+        got = f"{value.item():.6f}" if value.numel() == 1 else describe(value)
+        fail("wrong-loss", observed=f"call {k + 1} returned {got}",
+             expected=f"the loss of batch {k + 1} at the weights the step started from: {want.item():.6f}",
+             cause="the loss returned is not the one backward ran on: recomputed after optimizer.step(), "
+             "reduced differently, or of another batch",
+             where="return the very loss you called backward() on, detached")
 
 
 def _check_step_trajectory(initial: list[torch.Tensor], records: list[StepRecord]) -> None:
@@ -167,7 +245,21 @@ def _mlp_input(case: Case, index: int) -> torch.Tensor:
     return torch.randn(2, _MLP_SIZES[index][0], generator=generator)
 
 
-@register("11-plain-list", hints=_hints("11-plain-list"))
+@register(
+    "11-plain-list",
+    hints=_hints("11-plain-list", "self.hidden = nn.ModuleList([nn.Linear(a, b) for a, b in zip(sizes[:-2], sizes[1:-1])])"),
+    requires={
+        **_missing_entry("MLP"),
+        "unregistered-layers": Requirement(
+            "every layer's weights are registered (the optimizer and .to() see them)",
+            hint="Count model.parameters(): some layers are missing. How does nn.Module find its submodules?"),
+        "wrong-shape": Requirement("the output has one row per input and sizes[-1] columns",
+                                   hint="Print the output's shape for sizes [4, 8, 8, 2]: is every layer applied?"),
+        "wrong-output": Requirement(
+            "the forward is the starter's: each hidden layer then ReLU, then the output layer",
+            hint="The fix should change how the layers are stored, not what forward computes: compare with the starter."),
+    },
+)
 def probe_plain_list(namespace: dict, *, case: Case) -> dict:
     """Build `MLP(sizes)` for each size list; record its parameters and its output on a seeded batch."""
     mlp = _entry(namespace, "MLP")
@@ -226,7 +318,17 @@ def judge_plain_list(seen: dict, *, case: Case) -> str:
 
 # --- 11-why-eval (modules-why-eval) --------------------------------------------------------------------------
 
-@register("11-why-eval", hints=_hints("11-why-eval"))
+@register(
+    "11-why-eval",
+    hints=_hints("11-why-eval", 'answer_why_eval = "b"'),
+    requires={
+        "no-choice": Requirement('the answer is one letter of the choices: answer = "<letter>"',
+                                 hint='Set the answer to one of the letters "a", "b", "c" or "d", as a string.'),
+        "wrong-choice": Requirement(
+            "the answer is the right choice",
+            hint="Run the experiment below the test cell: which of the four things did model.eval() change?"),
+    },
+)
 def probe_why_eval(namespace: dict, *, case: Case) -> dict:
     """Record the chosen letter."""
     return {"answer": _entry(namespace, "answer")}
@@ -234,8 +336,12 @@ def probe_why_eval(namespace: dict, *, case: Case) -> dict:
 
 @judges("11-why-eval")
 def judge_why_eval(seen: dict, *, case: Case) -> str:
-    """The drill's own multiple-choice check, on the letter alone."""
-    return get_drill(_DRILL_OF["11-why-eval"]).check({"answer": seen.get("answer")})
+    """The drill's own multiple-choice check, on the letter alone (one letter: "ab" is no choice)."""
+    answer = seen.get("answer")
+    if isinstance(answer, str) and len(answer.strip()) != 1:
+        fail("no-choice", observed=f"answer = {answer!r}", expected="one letter: 'a', 'b', 'c' or 'd'",
+             cause="more or less than one letter", where="the line `answer_why_eval = ...`")
+    return get_drill(_DRILL_OF["11-why-eval"]).check({"answer": answer})
 
 
 # --- 11-warmup-cosine (schedulers-warmup-cosine) -------------------------------------------------------------
@@ -252,7 +358,17 @@ def _schedule_points(case: Case) -> list[tuple[int, int, int]]:
             for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5})]
 
 
-@register("11-warmup-cosine", hints=_hints("11-warmup-cosine"))
+@register(
+    "11-warmup-cosine",
+    hints=_hints("11-warmup-cosine", "return (step + 1) / warmup if step < warmup else "
+                 "0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(1, total - warmup), 1.0)))"),
+    requires={
+        **_missing_entry("warmup_cosine"),
+        "wrong-factor": Requirement(
+            "(step + 1) / warmup during warmup, then the cosine from 1 to 0 at total, 0 after total; LambdaLR uses it",
+            hint="The message names the step and the phase: compute that factor by hand from the formula."),
+    },
+)
 def probe_warmup_cosine(namespace: dict, *, case: Case) -> dict:
     """Evaluate `warmup_cosine` at each point of the case; plug it into LambdaLR and record the first LR."""
     factor = _entry(namespace, "warmup_cosine")
@@ -303,7 +419,33 @@ def _amp_model(case: Case, run: int) -> _AutocastProbe:
         return _AutocastProbe()
 
 
-@register("11-amp-step", hints=_hints("11-amp-step"))
+@register(
+    "11-amp-step",
+    hints=_hints("11-amp-step", 'with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x), y); '
+                 "scaler.scale(loss).backward(); scaler.unscale_(optimizer); "
+                 "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); scaler.update()"),
+    requires={
+        **_missing_entry("amp_step"),
+        "no-autocast": Requirement("the forward and the loss run under bf16 autocast on the CPU",
+                                   hint="Which context makes the forward run in bfloat16, and what must it wrap?"),
+        "backward-inside-autocast": Requirement(
+            "backward runs outside autocast", hint="Where does the autocast block end, and is backward inside it?"),
+        "missing-update": Requirement("the scaler updates its scale after each step",
+                                      hint="After an inf gradient the scale must shrink: which scaler call adapts it?"),
+        "missing-unscale": Requirement(
+            "gradients are unscaled before clipping", hint="Clipping needs the true gradients: which scaler call "
+            "divides the scale out of them before clip_grad_norm_?"),
+        "scaler-order": Requirement(
+            "scale, unscale_, step and update, each once, in that order",
+            hint="Compare the scaler calls the message lists with the order a scaled step needs."),
+        "inf-step-applied": Requirement(
+            "a step whose gradients are not finite is skipped",
+            hint="A step ran on infinite gradients: which call steps the optimizer only when they are finite?"),
+        "wrong-update": Requirement(
+            "the step uses the unscaled gradient clipped to max_norm",
+            hint="The weights moved by the wrong amount: compare the update with lr times the clipped gradient."),
+    },
+)
 def probe_amp_step(namespace: dict, *, case: Case) -> dict:
     """Run `amp_step` once normally and once on infinite gradients; record autocast, scaler calls, weights."""
     amp_step = _entry(namespace, "amp_step")
@@ -356,32 +498,57 @@ def judge_amp_step(seen: dict, *, case: Case) -> str:
              expected="backward outside the autocast block",
              cause="loss.backward() indented inside `with torch.autocast`",
              where="dedent the backward call")
+    _judge_inf_step_skipped(seen, case, calls)
     expected = ["scale", "unscale_", "step", "update"]
     if calls != expected:
-        missing = [c for c in expected if c not in calls]
-        code = ("missing-update" if "update" in missing
-                else "missing-unscale" if "unscale_" in missing else "scaler-order")
-        fail(code, observed=f"scaler calls: {calls}", expected=f"{expected}",
-             cause="without update() the scale never adapts; without unscale_() clipping sees scaled gradients; "
-             "optimizer.step() instead of scaler.step() applies scaled (and possibly inf) gradients",
+        code, cause = _scaler_call_mistake(calls)
+        fail(code, observed=f"scaler calls: {calls}", expected=f"{expected}", cause=cause,
              where="scaler.scale(loss).backward(); scaler.unscale_(opt); clip; scaler.step(opt); scaler.update()")
-    _judge_inf_step(seen, case)
+    _judge_scale_backed_off(seen)
     _judge_amp_update(seen, case)
     return "autocast around forward+loss, backward outside, scale/unscale_/step/update in order, inf steps skipped"
 
 
-def _judge_inf_step(seen: dict, case: Case) -> None:
-    """Fail unless the step on infinite gradients was skipped and the scale backed off."""
+def _scaler_call_mistake(calls: list[str]) -> tuple[str, str]:
+    """The failure code and cause of a scaler call sequence other than scale, unscale_, step, update."""
+    before_step = calls[: calls.index("step")] if "step" in calls else calls
+    if "update" not in calls:
+        return "missing-update", "scaler.update() is never called: the scale never adapts (it must shrink after an " \
+            "inf step and grow back later)"
+    if "unscale_" not in before_step:
+        if "unscale_" in calls:
+            return "missing-unscale", "scaler.unscale_(optimizer) is not called before clipping: scaler.step() " \
+                "unscaled the gradients itself, after clip_grad_norm_ had clipped the scaled ones"
+        return "missing-unscale", "scaler.unscale_ never ran: clipping, if any, saw the scaled gradients"
+    return "scaler-order", "a scaler call is repeated or out of order: scale before backward, unscale_ before " \
+        "clipping, step, then update last"
+
+
+def _judge_inf_step_skipped(seen: dict, case: Case, calls: list[str]) -> None:
+    """Fail unless the step on infinite gradients was skipped: no optimizer step, the weights unchanged."""
     initial = _amp_model(case, 1).linear.weight.detach()
-    weight, steps, scale = seen.get("inf_weight"), seen.get("inf_steps"), seen.get("inf_scale")
+    weight, steps = seen.get("inf_weight"), seen.get("inf_steps")
     _require(isinstance(weight, torch.Tensor) and weight.shape == initial.shape, "inf_weight")
-    _require(isinstance(steps, int) and isinstance(scale, float), "inf_steps, inf_scale")
+    _require(isinstance(steps, int) and not isinstance(steps, bool), "inf_steps")
     if steps or not torch.equal(initial, weight):
-        fail("inf-step-applied", observed="an optimizer step ran on infinite gradients", expected="the step skipped",
-             cause="optimizer.step() called directly instead of scaler.step()", where="scaler.step(optimizer)")
+        observed = (f"{steps} optimizer step(s) ran on infinite gradients" if steps
+                    else "the weights changed although the gradients were infinite")
+        cause = ("optimizer.step() is called directly: scaler.step(optimizer) never ran, and it is the call that "
+                 "skips a step whose gradients hold inf or nan" if "step" not in calls
+                 else "the weights were changed outside scaler.step (optimizer.step() called as well, or an update "
+                 "by hand)")
+        fail("inf-step-applied", observed=observed, expected="the step skipped, the weights unchanged",
+             cause=cause, where="step only through scaler.step(optimizer)")
+
+
+def _judge_scale_backed_off(seen: dict) -> None:
+    """Fail unless the scale backed off after the step on infinite gradients."""
+    scale = seen.get("inf_scale")
+    _require(isinstance(scale, float), "inf_scale")
     if scale >= _AMP_SCALE:
         fail("missing-update", observed="the scale did not back off after an inf gradient", expected="scale halved",
-             cause="scaler.update() not called", where="after scaler.step")
+             cause="scaler.update() ran, but not on the skipped step's record: the scale was reset or set by hand, "
+             "or the scaler passed in is not the one that stepped", where="scaler.step(optimizer); scaler.update()")
 
 
 def _judge_amp_update(seen: dict, case: Case) -> None:
@@ -410,16 +577,29 @@ def _judge_amp_update(seen: dict, case: Case) -> None:
 # --- 11-epoch-metrics (performance-epoch-metrics) ------------------------------------------------------------
 
 def _metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor, torch.Tensor]]]]:
-    """A seeded Linear(6, 3) in eval mode and two epochs of batches (3 and 12 batches of 8)."""
+    """A seeded Linear(6, 3) in eval mode and two epochs of batches (3 and 12 batches of 8, the last one of 5)."""
     with _global_rng(case.seeded(0)):
         model = nn.Linear(6, 3).eval()
     generator = torch.Generator().manual_seed(case.seeded(1))
-    epochs = [[(torch.randn(8, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator))
-               for _ in range(n_batches)] for n_batches in (3, 12)]
+    epochs = [[(torch.randn(size, 6, generator=generator), torch.randint(0, 3, (size,), generator=generator))
+               for size in [8] * (n_batches - 1) + [5]] for n_batches in (3, 12)]
     return model, epochs
 
 
-@register("11-epoch-metrics", hints=_hints("11-epoch-metrics"))
+@register(
+    "11-epoch-metrics",
+    hints=_hints("11-epoch-metrics", "total_loss += loss_fn(out, y) * len(y); correct += (out.argmax(1) == y).sum(); "
+                 "return (total_loss / count).item(), (correct / count).item()"),
+    requires={
+        **_missing_entry("epoch_metrics"),
+        "wrong-value": Requirement(
+            "returns the same numbers: the mean loss and accuracy over all samples of the epoch",
+            hint="The numbers changed: is each batch weighted by its size, and are both returned as numbers?"),
+        "sync-per-step": Requirement(
+            "at most two host syncs per epoch, whatever the number of batches",
+            hint="Count the calls that bring a value to Python inside the loop (.item(), float(), int(), print)."),
+    },
+)
 def probe_epoch_metrics(namespace: dict, *, case: Case) -> dict:
     """Call `epoch_metrics` on each epoch under a host-sync counter; record the results and the syncs."""
     epoch_metrics = _entry(namespace, "epoch_metrics")
@@ -451,13 +631,17 @@ def judge_epoch_metrics(seen: dict, *, case: Case) -> str:
                  where="the return statement")
         if abs(loss - want_loss) > 1e-5 or abs(accuracy - want_acc) > 1e-6:
             fail("wrong-value", observed=f"loss {loss:.5f}, accuracy {accuracy:.4f}",
-                 expected=f"{want_loss:.5f} and {want_acc:.4f}", cause="means of batch means weight batches "
-                 "wrongly only when sizes differ; here check the sums", where="sum loss*batch size and correct counts")
+                 expected=f"{want_loss:.5f} and {want_acc:.4f} (the last batch holds 5 samples, the others 8)",
+                 cause="the means are not over all samples: a mean of batch means (the short last batch weighs as "
+                 "much as a full one), a count of batches instead of samples, the two values swapped, or a scaling "
+                 "(a percentage)", where="sum loss * len(y) and the correct counts, divide by the number of samples")
         if result["syncs"] > 2:
             fail("sync-per-step", observed=f"{result['syncs']} host syncs for {len(batches)} batches",
                  expected="at most 2 (the final values)", cause=".item() or float() inside the loop forces the host to "
                  "wait for the device every batch", where="accumulate tensors on the device; convert once at the end")
-    return "exact epoch metrics with at most two host syncs, whatever the number of batches"
+    syncs = max(result["syncs"] for result in seen["results"])
+    return (f"exact epoch metrics with {syncs} host sync{'' if syncs == 1 else 's'} per epoch at most, "
+            "whatever the number of batches")
 
 
 # --- 11-exact-resume (checkpointing-exact-resume) ------------------------------------------------------------
@@ -474,7 +658,25 @@ def _weights_only_error(error: Exception) -> bool:
     return "weights_only" in str(error) or "Unsupported global" in str(error)
 
 
-@register("11-exact-resume", hints=_hints("11-exact-resume"))
+@register(
+    "11-exact-resume",
+    hints=_hints("11-exact-resume", 'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), '
+                 '"scheduler": scheduler.state_dict(), "epoch": epoch, "rng": torch.get_rng_state()}, path)'),
+    requires={
+        **_missing_entry("save_checkpoint` and `load_checkpoint"),
+        "not-weights-only-loadable": Requirement(
+            "the checkpoint loads with weights_only=True (state dicts, tensors, plain values)",
+            hint="torch.load(weights_only=True) refuses pickled objects: what did you save that is not a state_dict?"),
+        "wrong-epoch": Requirement("load_checkpoint returns the saved epoch",
+                                   hint="What does load_checkpoint return, and was the epoch saved at all?"),
+        "missing-optimizer-state": Requirement(
+            "the optimizer's state is restored", hint="Adam's moments and step count change every step: are they saved?"),
+        "missing-scheduler-state": Requirement(
+            "the scheduler's state is restored", hint="The resumed run's learning rate starts over: what holds it?"),
+        "missing-rng-state": Requirement(
+            "the global RNG state is restored", hint="The resumed run draws other data: what decides the next draws?"),
+    },
+)
 def probe_exact_resume(namespace: dict, *, case: Case) -> dict:
     """Train 3 epochs, save, load into a fresh setup under another RNG state, train 3 more; record the result."""
     save, load = _entry(namespace, "save_checkpoint"), _entry(namespace, "load_checkpoint")

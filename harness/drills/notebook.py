@@ -12,12 +12,12 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from harness.checks.lesson11 import NOTEBOOK_DRILLS
+from harness.checks.lesson11 import NOTEBOOK_DRILLS, SECTIONS
 from harness.drills.core import Drill, get_drill
 
 NOTEBOOK = Path("solutions/11_interview_drills/11_interview_drills.ipynb")
 
-INTRO = """# 11 · Interview drills
+INTRO = """# Lesson 11 — Interview drills
 
 **In about 45 minutes you will be able to** answer, with running code, the PyTorch-training questions that
 come up in ML-engineer interviews: write a correct training step, find the bug behind a symptom, explain a
@@ -67,9 +67,16 @@ def _answer_name(task_id: str) -> str:
     return "answer_" + task_id[3:].replace("-", "_")
 
 
+def _points(drill: Drill) -> int:
+    """The points of a drill's exercise: 2 above difficulty 1."""
+    return 2 if drill.difficulty > 1 else 1
+
+
 def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
-    heading = (f"## Drill {number}: {drill.title}\n*{drill.kind}, difficulty {drill.difficulty}, "
-               f"topics: {', '.join(drill.topics)}*\n\n{drill.prompt}")
+    points = _points(drill)
+    heading = (f"### Exercise {number} — {drill.title} (`{task_id}`, {points} point{'' if points == 1 else 's'})\n"
+               f"*{drill.kind}, difficulty {drill.difficulty}, topics: {', '.join(drill.topics)}*\n\n{drill.prompt}\n\n"
+               f'Stuck? Run `hint("{task_id}")` in a new cell; run it again for a more explicit hint.')
     cells = [new_markdown_cell(heading)]
     if drill.kind == "bughunt":
         cells.append(new_markdown_cell(f"The broken code:\n\n```python\n{drill.starter.rstrip()}\n```\n\n"
@@ -85,10 +92,9 @@ def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
     cells.append(new_code_cell(f"### BEGIN SOLUTION\n{body}\n### END SOLUTION",
                                metadata=_metadata(f"{task_id}-code", solution=True)))
     cells.append(new_code_cell(
-        f'# hint("{task_id}") prints a hint; call it again for a more explicit one.\n'
         f'check("{task_id}", {checked})\n### BEGIN HIDDEN TESTS\ncheck("{task_id}", {checked}, hidden=True)\n'
         "### END HIDDEN TESTS",
-        metadata=_metadata(task_id, solution=False, points=2 if drill.difficulty > 1 else 1)))
+        metadata=_metadata(task_id, solution=False, points=points)))
     if drill.kind == "explain":
         cells.append(new_code_cell(f'get_drill("{drill.id}").experiment()'))
     return cells
@@ -97,7 +103,11 @@ def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
 def build() -> nbformat.NotebookNode:
     """The solution notebook of lesson 11, built from the drill bank."""
     cells = [new_markdown_cell(INTRO), new_code_cell(SETUP)]
+    section = None
     for number, (task_id, drill_id) in enumerate(NOTEBOOK_DRILLS, 1):
+        if SECTIONS[task_id] != section:  # the heading each task's hints send the student back to
+            section = SECTIONS[task_id]
+            cells.append(new_markdown_cell(f"## {section}"))
         cells += _drill_cells(number, task_id, get_drill(drill_id))
     cells.append(new_markdown_cell(RECAP))
     notebook = new_notebook(cells=cells, metadata={

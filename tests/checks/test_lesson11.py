@@ -1,5 +1,6 @@
 """Lesson 11's checks against the drill bank: each reference solution passes, each plausible wrong answer fails
-with the code the drill's own check gives it, and the notebook's planted bugs fail with their codes."""
+with the code the drill's own check gives it, the notebook's planted bugs fail with their codes, and the
+mutation set (MISTAKES, CORRECT) covers every requirement of every exercise."""
 
 import importlib.util
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 from harness.checks import CheckFailed, check, wire
 from harness.checks.core import decide, observe
 from harness.checks.lesson11 import NOTEBOOK_DRILLS
-from harness.checks.testing import DRAWN_CASE, assert_check_fails, assert_check_passes
+from harness.checks.testing import DRAWN_CASE, Correct, Mistake, assert_correct, assert_mistake
 from harness.drills import get_drill, run_check
 
 PLANTED_FILE = Path(__file__).resolve().parents[1] / "planted" / "11_interview_drills.py"
@@ -30,11 +31,6 @@ def _drill_code(drill, source: str) -> str:
     with pytest.raises(CheckFailed) as failure:
         run_check(drill, source)
     return failure.value.code
-
-
-@pytest.mark.parametrize(("task_id", "drill_id"), NOTEBOOK_DRILLS, ids=[t for t, _ in NOTEBOOK_DRILLS])
-def test_reference_solution_passes(task_id, drill_id, capsys):
-    assert_check_passes(task_id, _namespace(task_id, get_drill(drill_id).solution), capsys=capsys)
 
 
 WRONG = [(task, drill, index) for task, drill in NOTEBOOK_DRILLS
@@ -71,13 +67,6 @@ def test_planted_bugs_fail_with_their_codes():
         assert failure.value.code == code, (task_id, str(failure.value))
 
 
-@pytest.mark.parametrize("task_id", [t for t, _ in NOTEBOOK_DRILLS if t != "11-why-eval"])
-def test_missing_entry_is_named(task_id):
-    with pytest.raises(CheckFailed) as failure:
-        check(task_id, {})
-    assert failure.value.code == "missing-entry" and "defines no" in str(failure.value)
-
-
 def _solution_with(drill_id: str, old: str, new: str) -> str:
     """The drill's reference solution with `old` replaced by `new` (which must occur)."""
     solution = get_drill(drill_id).solution
@@ -85,67 +74,219 @@ def _solution_with(drill_id: str, old: str, new: str) -> str:
     return solution.replace(old, new)
 
 
-CORRECT_VARIANTS = [
-    ("11-train-step", _solution_with("loop-train-step", "    optimizer.zero_grad(set_to_none=True)\n", "").replace(
-        "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n")),
-    ("11-plain-list", "from torch import nn\n\n\nclass MLP(nn.Module):\n    def __init__(self, sizes):\n"
-     "        super().__init__()\n        layers = []\n        for a, b in zip(sizes[:-1], sizes[1:]):\n"
-     "            layers += [nn.Linear(a, b), nn.ReLU()]\n        self.net = nn.Sequential(*layers[:-1])\n\n"
-     "    def forward(self, x):\n        return self.net(x)\n"),
-    ("11-warmup-cosine", "import math\n\n\ndef warmup_cosine(step, warmup, total):\n    if step < warmup:\n"
-     "        return (step + 1) / warmup\n    progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)\n"
-     "    return (1 + math.cos(math.pi * progress)) / 2\n"),
-    ("11-amp-step", _solution_with("amp-train-step", 'torch.autocast("cpu", dtype=torch.bfloat16)',
-                                   'torch.autocast(device_type="cpu")')),
-    ("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n    with torch.no_grad():\n"
-     "        outs = [(model(x), y) for x, y in batches]\n        n = sum(len(y) for _, y in outs)\n"
-     "        loss = sum(loss_fn(o, y) * len(y) for o, y in outs) / n\n"
-     "        acc = sum((o.argmax(1) == y).sum() for o, y in outs) / n\n    return loss, acc\n"),
-    ("11-exact-resume", _solution_with("checkpointing-exact-resume", '"rng": torch.get_rng_state(),',
-                                       '"rng": torch.random.get_rng_state(), "extra": [1, 2.0, "x"],')),
+def _answer(task_id: str, source: str):
+    """What the test cell passes to check() once `source` ran as the solution cell, built when the test runs."""
+    return lambda: (_namespace(task_id, source),)
+
+
+def _wrong(drill_id: str, index: int) -> str:
+    return get_drill(drill_id).wrong_answers[index]
+
+
+STEP, MLP, EVAL, COSINE = "loop-train-step", "modules-plain-list", "modules-why-eval", "schedulers-warmup-cosine"
+AMP, METRICS, RESUME = "amp-train-step", "performance-epoch-metrics", "checkpointing-exact-resume"
+AUTOCAST = '    with torch.autocast("cpu", dtype=torch.bfloat16):\n        loss = loss_fn(model(x), y)\n'
+
+MISTAKES = [
+    # 11-train-step
+    Mistake("11-train-step", "missing-entry", "defines no `train_step`",
+            _answer("11-train-step", _solution_with(STEP, "def train_step(", "def training_step(")),
+            story="names the function after the framework habit (training_step), not the drill's name"),
+    Mistake("11-train-step", "step-count", "0 optimizer steps for 2 calls",
+            _answer("11-train-step", _solution_with(STEP, "    optimizer.step()\n", "")),
+            story="forgets optimizer.step(): the loss is computed, nothing learns"),
+    Mistake("11-train-step", "update-outside-step", "by hand",
+            _answer("11-train-step", _solution_with(STEP, "    optimizer.step()\n", "    optimizer.step()\n"
+                                                    "    with torch.no_grad():\n        for p in model.parameters():\n"
+                                                    "            p.mul_(0.9)\n")),
+            story="adds weight decay by hand after the step"),
+    Mistake("11-train-step", "missing-zero-grad", "gradients accumulate in .grad", _answer("11-train-step", _wrong(STEP, 0)),
+            story="forgets zero_grad: the most common loop bug"),
+    Mistake("11-train-step", "missing-zero-grad", "step() ran before backward()",
+            _answer("11-train-step", _wrong(STEP, 1)), story="calls step() before backward()"),
+    Mistake("11-train-step", "not-a-tensor", ".item() or float()",
+            _answer("11-train-step", _solution_with(STEP, "return loss.detach()", "return loss.item()")),
+            story="returns loss.item() for logging, a host sync every step"),
+    Mistake("11-train-step", "not-a-tensor", "no return statement",
+            _answer("11-train-step", _solution_with(STEP, "    return loss.detach()\n", "")),
+            story="forgets to return the loss"),
+    Mistake("11-train-step", "not-detached", "requires grad",
+            _answer("11-train-step", _solution_with(STEP, "return loss.detach()", "return loss")),
+            story="returns the loss itself, graph attached"),
+    Mistake("11-train-step", "wrong-loss", "at the weights the step started from",
+            _answer("11-train-step", _solution_with(STEP, "return loss.detach()",
+                                                    "return loss_fn(model(x), y).detach()")),
+            story="recomputes the loss for logging after the step"),
+    # 11-plain-list
+    Mistake("11-plain-list", "missing-entry", "defines no `MLP`",
+            _answer("11-plain-list", _solution_with(MLP, "class MLP(", "class Net(")), story="renames the class"),
+    Mistake("11-plain-list", "unregistered-layers", "plain Python list", _answer("11-plain-list", get_drill(MLP).starter),
+            story="the bug itself: layers in a Python list"),
+    Mistake("11-plain-list", "unregistered-layers", "holds", _answer("11-plain-list", _wrong(MLP, 0)),
+            story="a Sequential that keeps only the first hidden layer"),
+    Mistake("11-plain-list", "unregistered-layers", "invisible to nn.Module",
+            _answer("11-plain-list", _solution_with(MLP, "nn.ModuleList([nn.Linear(a, b) for a, b in "
+                                                    "zip(sizes[:-2], sizes[1:-1])])",
+                                                    "{str(i): nn.Linear(a, b) for i, (a, b) in "
+                                                    "enumerate(zip(sizes[:-2], sizes[1:-1]))}.values()")),
+            story="a plain dict of layers instead of nn.ModuleDict"),
+    Mistake("11-plain-list", "wrong-shape", "output shape",
+            _answer("11-plain-list", _solution_with(MLP, "return self.out(x)", "return x")),
+            story="the rewritten forward forgets the output layer"),
+    Mistake("11-plain-list", "wrong-output", "chained with ReLU",
+            _answer("11-plain-list", _solution_with(MLP, "x = torch.relu(layer(x))", "x = layer(x)")),
+            story="drops the ReLU while rewriting the loop"),
+    # 11-why-eval
+    Mistake("11-why-eval", "wrong-choice", "you chose 'a'", _answer("11-why-eval", 'answer = "a"'),
+            story="confuses eval() with no_grad()"),
+    Mistake("11-why-eval", "wrong-choice", "you chose 'c'", _answer("11-why-eval", 'answer = "c"'),
+            story="thinks eval() freezes the parameters"),
+    Mistake("11-why-eval", "wrong-choice", "you chose 'd'", _answer("11-why-eval", 'answer = "d"'),
+            story="thinks eval() only matters on a GPU"),
+    Mistake("11-why-eval", "no-choice", "answer = None", _answer("11-why-eval", "answer = None"),
+            story="leaves the starter's answer"),
+    Mistake("11-why-eval", "no-choice", "one letter", _answer("11-why-eval", 'answer = "b) dropout off"'),
+            story="copies the whole choice instead of its letter"),
+    # 11-warmup-cosine
+    Mistake("11-warmup-cosine", "missing-entry", "defines no `warmup_cosine`",
+            _answer("11-warmup-cosine", _solution_with(COSINE, "def warmup_cosine(", "def lr_lambda(")),
+            story="names it after LambdaLR's argument"),
+    Mistake("11-warmup-cosine", "wrong-factor", "(warmup)", _answer("11-warmup-cosine", _wrong(COSINE, 0)),
+            story="step / warmup: the first step gets a zero learning rate"),
+    Mistake("11-warmup-cosine", "wrong-factor", "after the end", _answer("11-warmup-cosine", _wrong(COSINE, 1)),
+            story="no clamp: the cosine climbs back up after total"),
+    Mistake("11-warmup-cosine", "wrong-factor", "(cosine decay)",
+            _answer("11-warmup-cosine", _solution_with(COSINE, "0.5 * (1 + ", "(1 + ")),
+            story="forgets the 0.5 of the cosine: it starts at 2"),
+    Mistake("11-warmup-cosine", "wrong-factor", "warmup_cosine(5, 5, 50)",
+            _answer("11-warmup-cosine", _solution_with(COSINE, "if step < warmup:", "if step <= warmup:")),
+            story="off by one at the end of the warmup"),
+    Mistake("11-warmup-cosine", "raised", "total - warmup, which is 0",
+            _answer("11-warmup-cosine", _solution_with(COSINE, "max(1, total - warmup)", "(total - warmup)")),
+            story="no guard when warmup == total"),
+    # 11-amp-step
+    Mistake("11-amp-step", "missing-entry", "defines no `amp_step`",
+            _answer("11-amp-step", _solution_with(AMP, "def amp_step(", "def train_step_amp(")), story="renames it"),
+    Mistake("11-amp-step", "no-autocast", "without autocast",
+            _answer("11-amp-step", _solution_with(AMP, AUTOCAST, "    loss = loss_fn(model(x), y)\n")),
+            story="a GradScaler without autocast: believes the scaler makes it mixed precision"),
+    Mistake("11-amp-step", "backward-inside-autocast", "indented inside", _answer("11-amp-step", _wrong(AMP, 1)),
+            story="backward indented inside the autocast block"),
+    Mistake("11-amp-step", "missing-update", "scale never adapts", _answer("11-amp-step", _wrong(AMP, 0)),
+            story="forgets scaler.update()"),
+    Mistake("11-amp-step", "missing-unscale", "is not called before clipping", _answer("11-amp-step", _wrong(AMP, 2)),
+            story="clips without unscale_"),
+    Mistake("11-amp-step", "scaler-order", "out of order",
+            _answer("11-amp-step", _solution_with(AMP, "    scaler.step(optimizer)\n    scaler.update()\n",
+                                                  "    scaler.update()\n    scaler.step(optimizer)\n")),
+            story="updates the scale before stepping"),
+    Mistake("11-amp-step", "inf-step-applied", "called directly",
+            _answer("11-amp-step", _solution_with(AMP, "scaler.step(optimizer)", "optimizer.step()")),
+            story="steps the optimizer directly, as without AMP"),
+    Mistake("11-amp-step", "wrong-update", "not clipped",
+            _answer("11-amp-step", _solution_with(AMP, "    torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                                                  "max_norm)\n", "")), story="forgets the clipping"),
+    Mistake("11-amp-step", "wrong-update", "before scaler.unscale_",
+            _answer("11-amp-step", _solution_with(AMP, "    scaler.unscale_(optimizer)\n"
+                                                  "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+                                                  "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+                                                  "    scaler.unscale_(optimizer)\n")),
+            story="clips, then unscales"),
+    # 11-epoch-metrics
+    Mistake("11-epoch-metrics", "missing-entry", "defines no `epoch_metrics`",
+            _answer("11-epoch-metrics", _solution_with(METRICS, "def epoch_metrics(", "def evaluate(")),
+            story="renames it"),
+    Mistake("11-epoch-metrics", "sync-per-step", "host syncs for 3 batches", _answer("11-epoch-metrics", _wrong(METRICS, 0)),
+            story="the bug itself: .item() per batch"),
+    Mistake("11-epoch-metrics", "sync-per-step", "inside the loop",
+            _answer("11-epoch-metrics", _solution_with(METRICS, "total_loss += loss_fn(out, y) * len(y)",
+                                                       "total_loss += float(loss_fn(out, y)) * len(y)")),
+            story="float() per batch, a sync by another name"),
+    Mistake("11-epoch-metrics", "wrong-value", "mean of batch means",
+            _answer("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n"
+                    "    losses, correct, count = [], 0, 0\n    with torch.no_grad():\n        for x, y in batches:\n"
+                    "            out = model(x)\n            losses.append(loss_fn(out, y))\n"
+                    "            correct += (out.argmax(1) == y).sum()\n            count += len(y)\n"
+                    "    return torch.stack(losses).mean().item(), (correct / count).item()\n"),
+            story="averages the batch losses: the short last batch weighs as much as a full one"),
+    Mistake("11-epoch-metrics", "wrong-value", "two numbers",
+            _answer("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n"
+                    "    return 'loss', 'accuracy'\n"), story="returns placeholders"),
+    Mistake("11-epoch-metrics", "wrong-value", "a percentage",
+            _answer("11-epoch-metrics", _solution_with(METRICS, "(correct / count).item()",
+                                                       "100 * (correct / count).item()")),
+            story="reports the accuracy in percent"),
+    # 11-exact-resume
+    Mistake("11-exact-resume", "missing-entry", "defines no `load_checkpoint`",
+            _answer("11-exact-resume", _solution_with(RESUME, "def load_checkpoint(", "def load(")),
+            story="renames the loader"),
+    Mistake("11-exact-resume", "missing-optimizer-state", "Adam's moments", _answer("11-exact-resume", _wrong(RESUME, 0)),
+            story="saves the weights and forgets the optimizer"),
+    Mistake("11-exact-resume", "missing-scheduler-state", "LR schedule restarts",
+            _answer("11-exact-resume", _wrong(RESUME, 1)), story="forgets the scheduler"),
+    Mistake("11-exact-resume", "missing-rng-state", "draws different data", _answer("11-exact-resume", _wrong(RESUME, 2)),
+            story="forgets the RNG state"),
+    Mistake("11-exact-resume", "wrong-epoch", "load returned epoch",
+            _answer("11-exact-resume", _solution_with(RESUME, '    return checkpoint["epoch"]\n', "")),
+            story="load_checkpoint restores but returns nothing"),
+    Mistake("11-exact-resume", "not-weights-only-loadable", "weights_only=True",
+            _answer("11-exact-resume", _solution_with(RESUME, '"model": model.state_dict()', '"model": model')),
+            story="saves the whole module"),
+    Mistake("11-exact-resume", "not-weights-only-loadable", "the checkpoint file is not loadable",
+            _answer("11-exact-resume", _solution_with(RESUME, '"model": model.state_dict()', '"model": model')
+                    .replace("weights_only=True", "weights_only=False").replace(
+                        'model.load_state_dict(checkpoint["model"])',
+                        'model.load_state_dict(checkpoint["model"].state_dict())')),
+            story="saves the whole module and loads with weights_only=False to make it work"),
+]
+
+CORRECT = [
+    *[Correct(task, _answer(task, get_drill(drill).solution), story="the drill's reference solution")
+      for task, drill in NOTEBOOK_DRILLS],
+    Correct("11-train-step", _answer("11-train-step", _solution_with(STEP, "    optimizer.zero_grad(set_to_none=True)\n",
+                                                                     "").replace(
+        "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n")), story="zero_grad after step"),
+    Correct("11-plain-list", _answer("11-plain-list", "from torch import nn\n\n\nclass MLP(nn.Module):\n"
+                                     "    def __init__(self, sizes):\n        super().__init__()\n        layers = []\n"
+                                     "        for a, b in zip(sizes[:-1], sizes[1:]):\n"
+                                     "            layers += [nn.Linear(a, b), nn.ReLU()]\n"
+                                     "        self.net = nn.Sequential(*layers[:-1])\n\n"
+                                     "    def forward(self, x):\n        return self.net(x)\n"), story="one Sequential"),
+    Correct("11-why-eval", _answer("11-why-eval", 'answer = "B"'), story="the letter in capitals"),
+    Correct("11-warmup-cosine", _answer("11-warmup-cosine", "import math\n\n\ndef warmup_cosine(step, warmup, total):\n"
+                                        "    if step < warmup:\n        return (step + 1) / warmup\n"
+                                        "    progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)\n"
+                                        "    return (1 + math.cos(math.pi * progress)) / 2\n"), story="rewritten"),
+    Correct("11-amp-step", _answer("11-amp-step", _solution_with(AMP, 'torch.autocast("cpu", dtype=torch.bfloat16)',
+                                                                 'torch.autocast(device_type="cpu")')),
+            story="autocast's CPU default dtype is bfloat16"),
+    Correct("11-epoch-metrics", _answer("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n"
+                                        "    with torch.no_grad():\n        outs = [(model(x), y) for x, y in batches]\n"
+                                        "        n = sum(len(y) for _, y in outs)\n"
+                                        "        loss = sum(loss_fn(o, y) * len(y) for o, y in outs) / n\n"
+                                        "        acc = sum((o.argmax(1) == y).sum() for o, y in outs) / n\n"
+                                        "    return loss, acc\n"), story="returns one-element tensors"),
+    Correct("11-exact-resume", _answer("11-exact-resume", _solution_with(
+        RESUME, '"rng": torch.get_rng_state(),', '"rng": torch.random.get_rng_state(), "extra": [1, 2.0, "x"],')),
+        story="extra plain values in the checkpoint"),
 ]
 
 
-@pytest.mark.parametrize(("task_id", "source"), CORRECT_VARIANTS, ids=[t for t, _ in CORRECT_VARIANTS])
-def test_other_correct_answers_pass(task_id, source):
-    assert_check_passes(task_id, _namespace(task_id, source))
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_mistake_fails_with_its_message(mistake):
+    assert_mistake(mistake)
 
 
-PLANTED_NEW_CODES = [
-    ("11-train-step", _solution_with("loop-train-step", "    optimizer.step()\n",
-                                     "    optimizer.step()\n    with torch.no_grad():\n"
-                                     "        for p in model.parameters():\n            p.mul_(0.9)\n"),
-     "update-outside-step", "by hand"),
-    ("11-plain-list", _solution_with("modules-plain-list", "x = torch.relu(layer(x))", "x = layer(x)"),
-     "wrong-output", "chained with ReLU"),
-    ("11-warmup-cosine", _solution_with("schedulers-warmup-cosine", "max(1, total - warmup)", "(total - warmup)"),
-     "raised", "total - warmup, which is 0"),
-    ("11-amp-step", _solution_with("amp-train-step",
-                                   "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n", ""),
-     "wrong-update", "not clipped"),
-    ("11-amp-step", _solution_with("amp-train-step", "    scaler.unscale_(optimizer)\n"
-                                   "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
-                                   "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
-                                   "    scaler.unscale_(optimizer)\n"), "wrong-update", "before scaler.unscale_"),
-    ("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n"
-     "    return 'loss', 'accuracy'\n", "wrong-value", "two numbers"),
-    ("11-epoch-metrics", get_drill("performance-epoch-metrics").solution.replace(
-        "(correct / count).item()", "100 * (correct / count).item()"), "wrong-value", "check the sums"),
-    ("11-exact-resume", _solution_with("checkpointing-exact-resume", '    return checkpoint["epoch"]\n', ""),
-     "wrong-epoch", "epoch"),
-    ("11-exact-resume", _solution_with("checkpointing-exact-resume", '"model": model.state_dict()', '"model": model'),
-     "not-weights-only-loadable", "weights_only=True"),
-    ("11-exact-resume", _solution_with("checkpointing-exact-resume", '"model": model.state_dict()', '"model": model')
-     .replace("weights_only=True", "weights_only=False").replace(
-         'model.load_state_dict(checkpoint["model"])', 'model.load_state_dict(checkpoint["model"].state_dict())'),
-     "not-weights-only-loadable", "the checkpoint file is not loadable"),
-]
+@pytest.mark.parametrize("correct", CORRECT, ids=str)
+def test_correct_variant_passes(correct, capsys):
+    assert_correct(correct, capsys)
 
 
-@pytest.mark.parametrize(("task_id", "source", "code", "phrase"), PLANTED_NEW_CODES,
-                         ids=[f"{t}-{c}" for t, _, c, _ in PLANTED_NEW_CODES])
-def test_planted_bug_fails_with_its_code(task_id, source, code, phrase):
-    assert_check_fails(task_id, _namespace(task_id, source), code=code, phrase=phrase)
+def test_pass_messages_count_syncs_in_the_singular_too(capsys):
+    one_sync = _solution_with(METRICS, "return (total_loss / count).item(), (correct / count).item()",
+                              "return torch.stack([total_loss / count, correct / count]).tolist()")
+    check("11-epoch-metrics", _namespace("11-epoch-metrics", one_sync))
+    assert "1 host sync per epoch" in capsys.readouterr().out
 
 
 def _forged(task_id: str, change) -> bytes:

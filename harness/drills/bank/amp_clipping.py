@@ -78,7 +78,9 @@ def _check_amp_step(ns: dict) -> str:
     expected = ["scale", "unscale_", "step", "update"]
     if scaler.calls != expected:
         missing = [c for c in expected if c not in scaler.calls]
-        code = "missing-update" if "update" in missing else ("missing-unscale" if "unscale_" in missing else "scaler-order")
+        before_step = scaler.calls[: scaler.calls.index("step")] if "step" in scaler.calls else scaler.calls
+        code = ("missing-update" if "update" in missing
+                else "missing-unscale" if "unscale_" not in before_step else "scaler-order")  # step() unscales itself
         fail(code, observed=f"scaler calls: {scaler.calls}", expected=f"{expected}",
              cause="without update() the scale never adapts; without unscale_() clipping sees scaled gradients; "
              "optimizer.step() instead of scaler.step() applies scaled (and possibly inf) gradients",
