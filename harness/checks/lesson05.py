@@ -19,7 +19,15 @@ from typing import Any, NoReturn, TypeVar
 import torch
 from torch import nn
 
-from harness.checks.core import Case, CheckFailed, fail, judges, register
+from harness.checks.core import (
+    Case,
+    CheckFailed,
+    Hints,
+    Requirement,
+    fail,
+    judges,
+    register,
+)
 from harness.checks.probes import ForwardRecorder
 from harness.checks.wire import Opaque, WireError
 
@@ -141,18 +149,43 @@ def reference_choose_precision(device_type: str, bf16_supported: bool) -> tuple[
 
 def _precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...]]:
     """The (device_type, bf16_supported) calls to check, and the unknown device types to reject."""
-    device_types = ("cpu", "cuda", "mps", "xpu") if case.hidden else ("cpu", "cuda")
-    unknown = ("tpu", "gpu", "") if case.hidden else ("tpu",)
+    device_types = ("xpu", "mps", "cuda", "cpu") if case.hidden else ("cpu", "cuda", "mps", "xpu")
+    unknown = ("", "gpu", "tpu") if case.hidden else ("tpu", "gpu", "")
     return [(d, bf16) for d in device_types for bf16 in (True, False)], unknown
 
 
 @register(
     "05-choose-precision",
-    hints=(
-        "Which of the two 16-bit formats keeps float32's exponent range? Only the other one needs loss scaling.",
-        "Return (torch.bfloat16, False) when bf16_supported, otherwise (torch.float16, True); raise ValueError "
-        "for a device type outside cpu, cuda, mps, xpu.",
+    hints=Hints(
+        nudge="Which of the two 16-bit formats keeps float32's exponent range? Only the other one needs loss "
+        "scaling.",
+        concept="bf16 has float32's 8 exponent bits: gradients do not underflow, no scaler. fp16 has 5: small "
+        "gradients underflow unless the loss is scaled. Prefer bf16 where the device has it.",
+        solution="if device_type not in ('cpu', 'cuda', 'mps', 'xpu'): raise ValueError(f'unknown device type "
+        "{device_type!r}')\nreturn (torch.bfloat16, False) if bf16_supported else (torch.float16, True)",
+        section="2. Choosing the precision for a device",
     ),
+    requires={
+        "not-a-pair": Requirement("returns a tuple (dtype, use_scaler)",
+                                  hint="Print what your function returns: is it a pair, in that order?"),
+        "fp32-chosen": Requirement("chooses a 16-bit format on every device type",
+                                   hint="Every device type of the exercise runs autocast in 16 bits: which two "
+                                   "formats are there to choose from?"),
+        "bf16-not-preferred": Requirement("prefers bf16 where the device supports it",
+                                          hint="When bf16_supported is True, which format needs no loss scaling?"),
+        "bf16-without-support": Requirement("falls back to fp16 where bf16 is not supported",
+                                            hint="When bf16_supported is False, which 16-bit format is left?"),
+        "fp16-without-scaler": Requirement("asks for a GradScaler with fp16",
+                                           hint="What happens to a gradient of 1e-8 in fp16? What prevents it?"),
+        "needless-scaler": Requirement("asks for no GradScaler with bf16",
+                                       hint="Does bf16's range let small gradients underflow any sooner than "
+                                       "float32's?"),
+        "unknown-device-accepted": Requirement("raises ValueError for a device type outside cpu, cuda, mps, xpu",
+                                               hint="What does your function do with choose_precision('tpu', True)?"),
+        "error-unnamed": Requirement("the ValueError names the device type",
+                                     hint="Read your error message as a user who typed 'tpu': does it say which "
+                                     "value was wrong?"),
+    },
 )
 def probe_choose_precision(choose: Callable[[str, bool], tuple[torch.dtype, bool]], *, case: Case) -> dict:
     """Call `choose` for each known device type and bf16 support, then with unknown device types."""
@@ -177,6 +210,15 @@ def judge_choose_precision(seen: dict, *, case: Case) -> str:
                 expected="a ValueError that names the unknown device type",
                 cause="the function answers for any string instead of rejecting device types it does not know",
                 where="the first lines of choose_precision: validate device_type before choosing",
+            )
+        message = str(result["raised"]).split(": ", 1)[-1]
+        if device_type and device_type not in message:
+            fail(
+                "error-unnamed",
+                observed=f"choose_precision({device_type!r}, True) raised {result['raised']}",
+                expected=f"a ValueError whose message names the device type ({device_type!r})",
+                cause="the message does not include the value it rejects",
+                where="the raise ValueError(...) line: put device_type in its message",
             )
     device_types = ", ".join(dict.fromkeys(d for d, _ in calls))
     return f"right dtype and scaler choice for {device_types}, and unknown devices rejected"
@@ -259,19 +301,41 @@ def _cast_inputs(seed: int, hidden: bool) -> list[torch.Tensor]:
 
 
 def _cast_cases(case: Case) -> list[tuple[torch.Tensor, torch.dtype]]:
-    """Every (float32 input, 16-bit dtype) pair of the case."""
+    """Every (float32 input, 16-bit dtype) pair of the case. Both families hold zeros, a 3-D input and an input
+    where no value stays finite and nonzero (max_rel_error 0.0), visible and hidden alike."""
     seeds = (11, 12) if case.hidden else (0,)
-    return [(x, dtype) for seed in seeds for x in _cast_inputs(case.seeded(seed), case.hidden) for dtype in _REDUCED]
+    lost = torch.tensor([0.0, 1e-42, -1e-42, 0.0])  # zero, or underflowing in both formats
+    inputs = [x for seed in seeds for x in _cast_inputs(case.seeded(seed), True)] + [lost]
+    return [(x, dtype) for x in inputs for dtype in _REDUCED]
 
 
 @register(
     "05-cast-report",
-    hints=(
-        "Cast to the 16-bit dtype, then back to float32 before comparing: differences computed in 16 bits are "
-        "rounded too. torch.isinf, torch.isfinite and boolean masks do the counting.",
-        "y = x.to(dtype).float(); overflow = (isfinite(x) & isinf(y)).sum(); underflow = ((x != 0) & (y == 0)).sum(); "
-        "relative error = |y - x| / |x| over entries where x and y are finite and nonzero, then its max.",
+    hints=Hints(
+        nudge="Cast to the 16-bit dtype, then back to float32 before comparing: differences computed in 16 bits "
+        "are rounded too. torch.isinf, torch.isfinite and boolean masks do the counting.",
+        concept="Overflow: finite before, inf after. Underflow: nonzero before, exactly 0 after (zeros do not "
+        "count). The relative error is taken only where both values are finite and nonzero.",
+        solution="y = x.to(dtype).float(); overflow = (isfinite(x) & isinf(y)).sum(); underflow = ((x != 0) & "
+        "(y == 0)).sum(); kept = isfinite(y) & (y != 0) & (x != 0); max of |y - x| / |x| over kept, or 0.0",
+        section="1. Three formats, one trade-off",
     ),
+    requires={
+        "input-modified": Requirement("leaves x unchanged",
+                                      hint="Which operation of yours writes into x (a method ending in _, an "
+                                      "assignment x[...] = ...)?"),
+        "missing-key": Requirement("returns a dict with 'overflow', 'underflow' and 'max_rel_error'",
+                                   hint="Print the keys of the dict you return and compare their spelling with the "
+                                   "exercise's."),
+        "wrong-overflow": Requirement("counts the finite values that became +-inf",
+                                      hint="Which values count: those that are inf after the cast, or those that "
+                                      "became inf because of it?"),
+        "wrong-underflow": Requirement("counts the nonzero values that became exactly 0",
+                                       hint="Does a value that was already 0 before the cast count as underflow?"),
+        "wrong-rel-error": Requirement("reports the largest relative error, in float32, over the values finite "
+                                       "and nonzero before and after, or 0.0 when there are none",
+                                       hint="In which dtype do you subtract? And which entries do you leave out?"),
+    },
 )
 def probe_cast_report(report: Callable[[torch.Tensor, torch.dtype], dict], *, case: Case) -> dict:
     """Call `report` on each input and dtype; record what it returned and the input as the call left it."""
@@ -384,21 +448,18 @@ class _Recurrent(nn.Module):
 
 
 def _dtype_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
-    """Seeded (model, input) pairs: an MLP visibly; a CNN in eval mode and a GRU model hidden."""
+    """Seeded (model, input) pairs, visible and hidden alike: an MLP, a CNN in eval mode, and a GRU model (tuple
+    outputs inside a nested module)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seeded(5 if case.hidden else 4))
         mlp = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4), _Upcast())
-        cases = [(mlp, torch.randn(6, 8))]
-        if case.hidden:
-            cnn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-            cases.append((cnn.eval(), torch.randn(2, 3, 8, 8)))
-            cases.append((_Recurrent(), torch.randn(3, 5, 2)))
-        return cases
+        cnn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+        return [(mlp, torch.randn(6, 8)), (cnn.eval(), torch.randn(2, 3, 8, 8)), (_Recurrent(), torch.randn(3, 5, 2))]
 
 
 def _dtype_calls(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.dtype]]:
     """Every (model, input, autocast dtype) call of the case."""
-    dtypes = _REDUCED if case.hidden else (torch.bfloat16,)
+    dtypes = _REDUCED if case.hidden else (torch.float16, torch.bfloat16)
     return [(model, x, dtype) for model, x in _dtype_models(case) for dtype in dtypes]
 
 
@@ -408,21 +469,44 @@ def _hook_count(model: nn.Module) -> int:
 
 @register(
     "05-output-dtypes",
-    hints=(
-        "A forward hook (module.register_forward_hook) sees each module's output; register one on every leaf "
+    hints=Hints(
+        nudge="A forward hook (module.register_forward_hook) sees each module's output; register one on every leaf "
         "module (a module without children), run one forward inside torch.autocast, then remove the hooks.",
-        "for name, m in model.named_modules(): if not any(m.children()): handles.append(m.register_forward_hook("
-        "lambda mod, inp, out, name=name: dtypes.__setitem__(name, out.dtype))); run the forward under "
+        concept="Autocast picks a dtype per operation; a forward hook receives (module, inputs, output) after the "
+        "module ran, so output.dtype is what autocast chose. Hooks stay until their handle is removed.",
+        solution="for name, m in model.named_modules(): if not any(m.children()): handles.append(m.register_forward_"
+        "hook(lambda mod, inp, out, name=name: dtypes.__setitem__(name, out.dtype))); run the forward under "
         "torch.no_grad() and torch.autocast(device_type, dtype=dtype); finally: remove every handle.",
+        section="3. What autocast does, seen from a running model",
     ),
+    requires={
+        "wrong-modules": Requirement("one entry per leaf module, named as in model.named_modules()",
+                                     hint="Print the names you record next to list(model.named_modules()): which "
+                                     "of them have children?"),
+        "no-autocast": Requirement("runs the forward under torch.autocast(device_type, dtype=dtype)",
+                                   hint="Every output you recorded is float32: was autocast on, for this device "
+                                   "type, during the forward?"),
+        "wrong-dtype": Requirement("records each module's output dtype (the first tensor of a tuple output)",
+                                   hint="Which argument of the hook holds what the module returned, and what does "
+                                   "a GRU return?"),
+        "hooks-left": Requirement("removes every hook it adds",
+                                  hint="What does register_forward_hook return, and what do you do with it after "
+                                  "the forward?"),
+        "builds-graph": Requirement("runs the forward without building a graph",
+                                    hint="Nothing will call backward on this forward: which context manager tells "
+                                    "autograd not to record it?"),
+    },
 )
 def probe_output_dtypes(output_dtypes: Callable[..., dict], *, case: Case) -> dict:
     """Call `output_dtypes` on each model and dtype; record what it returned and the hooks left behind."""
     def record(call: tuple[nn.Module, torch.Tensor, torch.dtype]) -> dict:
         model, x, dtype = call
-        hooks_before = _hook_count(model)
-        got = output_dtypes(model, x, "cpu", dtype)
-        return {"returned": got, "hooks_added": _hook_count(model) - hooks_before}
+        first_leaf = next(m for m in model.modules() if not any(m.children()))  # runs in every forward
+        with ForwardRecorder(first_leaf) as forwards:
+            hooks_before = _hook_count(model)
+            got = output_dtypes(model, x, "cpu", dtype)
+            added = _hook_count(model) - hooks_before
+        return {"returned": got, "hooks_added": added, "grad_enabled": [r.grad_enabled for r in forwards.records]}
 
     return {"results": collect(_dtype_calls(case), record)}
 
@@ -432,6 +516,17 @@ def judge_output_dtypes(seen: dict, *, case: Case) -> str:
     """The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left."""
     for (model, x, dtype), result in judged(_dtype_calls(case), seen["results"]):
         _compare_dtypes(result["returned"], reference_output_dtypes(model, x, "cpu", dtype), dtype)
+        grad_enabled = result["grad_enabled"]
+        if not isinstance(grad_enabled, list) or not grad_enabled or not all(isinstance(g, bool) for g in grad_enabled):
+            raise WireError("malformed observation: grad_enabled is not a nonempty list of booleans")
+        if any(grad_enabled):
+            fail(
+                "builds-graph",
+                observed="the forward ran with gradient recording on",
+                expected="the forward under torch.no_grad() (or torch.inference_mode()): no graph is needed",
+                cause="the forward is not wrapped in torch.no_grad(), so autograd records a graph nobody uses",
+                where="the with-statement around the forward in output_dtypes",
+            )
         added = result["hooks_added"]
         if added != 0:
             fail(
@@ -442,7 +537,8 @@ def judge_output_dtypes(seen: dict, *, case: Case) -> str:
                 "would keep running them",
                 where="the end of output_dtypes: call handle.remove() on each handle (in a finally block)",
             )
-    return "one autocast forward recorded: the dtype of every leaf module's output matches, hooks removed"
+    return "one autocast forward without a graph: the dtype of every leaf module's output matches (fp16 and " \
+        "bf16; an MLP, a CNN in eval mode, a GRU), hooks removed"
 
 
 def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype) -> None:
@@ -469,8 +565,9 @@ def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype) 
             "wrong-dtype",
             observed=f"(recorded, actual) dtypes differ for {wrong}",
             expected=f"{ {name: _name(d) for name, d in want.items()} }",
-            cause="the dtype was recorded from the input rather than the output, or before autocast applied",
-            where="the forward hook: it receives (module, inputs, output); record output.dtype",
+            cause="the dtype was recorded from the module's input rather than its output, from another element of "
+            "a tuple output than the first, or autocast was given another dtype than `dtype`",
+            where="the forward hook: it receives (module, inputs, output); record the output's dtype",
         )
 
 
@@ -517,6 +614,8 @@ def _scale_cases(case: Case) -> list[tuple[list[bool], dict[str, Any]]]:
         ([F, F, F, T, F, F, F, F, F],
          dict(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)),
         ([F, F, T, F, T, T, F], dict(init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)),
+        ([F, T, F, F, T, F], dict(init_scale=64.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=1)),
+        ([], dict(init_scale=8.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)),
     ]
     if case.hidden:
         rng = random.Random(case.seeded(505))
@@ -526,7 +625,6 @@ def _scale_cases(case: Case) -> list[tuple[list[bool], dict[str, Any]]]:
                 (flags, dict(init_scale=float(2 ** rng.randint(4, 20)), growth_factor=rng.choice([2.0, 4.0, 1.5]),
                              backoff_factor=rng.choice([0.5, 0.25]), growth_interval=rng.randint(1, 5)))
             )
-        cases.append(([], dict(init_scale=8.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)))
     return cases
 
 
@@ -547,12 +645,33 @@ def _same_trace(a: Sequence[float], b: Sequence[float]) -> bool:
 
 @register(
     "05-scale-trace",
-    hints=(
-        "Keep two numbers: the scale and a count of finite steps in a row. An overflow multiplies the scale by "
-        "backoff_factor and restarts the count; growth_interval finite steps in a row multiply it by growth_factor.",
-        "for overflow in overflows: if overflow: scale *= backoff_factor; tracker = 0  else: tracker += 1; "
+    hints=Hints(
+        nudge="Keep two numbers: the scale and a count of finite steps in a row. An overflow multiplies the scale by "
+        "backoff_factor and restarts the count; growth_interval finite steps in a row multiply it by "
+        "growth_factor.",
+        concept="scaler.update() after each step: on an overflow, scale *= backoff_factor and the count of clean "
+        "steps restarts; after growth_interval clean steps in a row, scale *= growth_factor and the count restarts.",
+        solution="for overflow in overflows: if overflow: scale *= backoff_factor; tracker = 0  else: tracker += 1; "
         "if tracker == growth_interval: scale *= growth_factor; tracker = 0 -- append scale after every step.",
+        section="4. The GradScaler",
     ),
+    requires={
+        "not-a-list": Requirement("returns a list of scales",
+                                  hint="Print what your function returns for three steps: a list of three numbers?"),
+        "wrong-length": Requirement("returns one scale per step (the value after that step's update)",
+                                    hint="For overflows=[] what should come back? For [False]? Is the initial "
+                                    "scale in your list?"),
+        "no-backoff": Requirement("an overflow lowers the scale",
+                                  hint="What must happen to the scale on a step whose gradients overflowed?"),
+        "wrong-backoff": Requirement("an overflow multiplies the scale by backoff_factor",
+                                     hint="Which factor does your code use on an overflow: the argument, or a "
+                                     "number of your own?"),
+        "tracker-not-reset": Requirement("an overflow restarts the count of clean steps",
+                                         hint="After an overflow, how many clean steps in a row have there been?"),
+        "wrong-growth": Requirement("the scale grows by growth_factor after growth_interval clean steps in a row",
+                                    hint="Trace [False] * 4 with growth_interval=2 by hand: at which steps must the "
+                                    "scale grow, and by which factor?"),
+    },
 )
 def probe_scale_trace(scale_trace: Callable[..., list[float]], *, case: Case) -> dict:
     """Call `scale_trace` on each overflow sequence and scaler setting of the case; record the traces."""
@@ -586,14 +705,20 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
             continue
         step = next(i for i, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, rel_tol=1e-6))
         situation = f"with {settings} and overflows={[int(o) for o in overflows]}, after step {step}"
-        if overflows[step] and got[step] >= (got[step - 1] if step else settings["init_scale"]):
+        before = got[step - 1] if step else settings["init_scale"]
+        if overflows[step] and got[step] >= before:
             code, cause = "no-backoff", "an overflowing step must multiply the scale by backoff_factor"
+        elif overflows[step]:
+            factor, wanted = got[step] / before, settings["backoff_factor"]
+            code, cause = "wrong-backoff", (f"the scale went from {before:g} to {got[step]:g}, a factor of {factor:g}, "
+                                            f"not backoff_factor={wanted:g}")
         elif _same_trace(got, _trace_without_reset(overflows, **settings)):
             code, cause = "tracker-not-reset", "an overflow must restart the count of finite steps at zero"
         else:
             code, cause = "wrong-growth", (
-                "the scale grows by growth_factor exactly when growth_interval finite steps have passed in a row "
-                "since the last growth or overflow"
+                "the scale must grow by growth_factor (the argument), exactly when growth_interval finite steps have "
+                "passed in a row since the last growth or overflow: another factor, an off-by-one in the count, or "
+                "a count not restarted after a growth"
             )
         fail(
             code,
@@ -646,6 +771,7 @@ class AmpTrace:
     """What one instrumented call of an AMP training step did."""
 
     forward_autocast: list[bool] = field(default_factory=list)
+    forward_training: list[bool] = field(default_factory=list)
     loss_autocast: list[bool] = field(default_factory=list)
     backward_autocast: list[bool] = field(default_factory=list)
     direct_steps: int = 0
@@ -720,6 +846,7 @@ def run_amp_step(step_fn: Callable[..., Any], model: nn.Module, batch: Any, opti
         for handle in handles:
             handle.remove()
     trace.forward_autocast = [r.autocast for r in forwards.records]
+    trace.forward_training = [r.training for r in forwards.records]
     trace.calls = list(scaler.calls)
     scaler.calls.clear()
     return trace
@@ -753,8 +880,11 @@ def scope_failures(trace: AmpTrace) -> None:
     only when it ran to the end (after an exception, the missing calls are just the ones never reached).
     """
     if not trace.forward_autocast and trace.error is None:
-        fail("no-forward", observed="the model was never called", expected="one forward of the model on the batch",
-             cause="the step does not run model(inputs)", where="the forward pass of your training step")
+        fail("no-forward", observed="the model was never called as model(inputs)",
+             expected="one forward of the model on the batch, model(inputs)",
+             cause="the step does not call the model, or calls model.forward(inputs) directly, which skips the "
+             "module's hooks (autocast checks, and every hook a library adds)",
+             where="the forward pass of your training step")
     if trace.forward_autocast and not all(trace.forward_autocast):
         fail(
             "no-autocast",
@@ -768,7 +898,7 @@ def scope_failures(trace: AmpTrace) -> None:
             "backward-in-autocast",
             observed="gradients were computed while autocast was still on",
             expected="backward() called after the `with torch.autocast(...)` block has closed",
-            cause="`scaler.scale(loss).backward()` is indented inside the autocast block; backward ops already run "
+            cause="the backward line is indented inside the autocast block; backward ops already run "
             "in the dtype their forward ops chose, and autocast around them is not supported",
             where="the indentation of the backward line",
         )
@@ -793,7 +923,7 @@ def scaler_failures(trace: AmpTrace) -> None:
             cause="optimizer.step() applies still-scaled gradients (65536 times too large) and steps on overflows",
             where="the line that steps the optimizer",
         )
-    order = ("scale", "step", "update")
+    later = {"scale": ("unscale_", "step", "update"), "step": ("update",), "update": ()}  # calls that come after
     for call, code, why in (
         ("scale", "missing-scale", "without scaler.scale(loss) small fp16 gradients underflow, and scaler.step divides "
                                    "unscaled gradients by the scale"),
@@ -801,7 +931,7 @@ def scaler_failures(trace: AmpTrace) -> None:
         ("update", "missing-update", "the scale never adapts: after an overflow every later step is skipped again, "
                                      "and it never grows back after finite steps"),
     ):
-        later_reached = any(c in trace.calls for c in order[order.index(call) + 1:])
+        later_reached = any(c in trace.calls for c in later[call])
         if call not in trace.calls and (trace.error is None or later_reached):
             fail(
                 code,
@@ -810,6 +940,32 @@ def scaler_failures(trace: AmpTrace) -> None:
                 cause=f"scaler.{call}() is never called: {why}",
                 where=f"add scaler.{call}(...) in its place in your training step",
             )
+
+
+# The requirements `scope_failures` and `scaler_failures` enforce, for the tables of every AMP step exercise.
+AMP_SCOPE_REQUIREMENTS = {
+    "no-forward": Requirement("runs the model's forward as model(inputs)",
+                              hint="How does your step call the model? Calling model.forward(...) skips its hooks."),
+    "no-autocast": Requirement("runs the forward under torch.autocast(device_type, dtype=dtype)",
+                               hint="Was autocast on, for the device type you were given, when the model ran?"),
+    "backward-in-autocast": Requirement("runs backward outside the autocast block",
+                                        hint="Look at the indentation of your backward line: is it still inside "
+                                        "the with-block?"),
+    "loss-outside-autocast": Requirement("computes the loss inside the autocast block",
+                                         hint="Where is loss_fn called: inside the with-block, with the forward, or "
+                                         "after it?"),
+}
+AMP_SCALER_REQUIREMENTS = {
+    "step-bypasses-scaler": Requirement("steps the optimizer only through scaler.step(optimizer)",
+                                        hint="Who calls optimizer.step() in your code: you, or the scaler (which "
+                                        "skips steps with inf gradients)?"),
+    "missing-scale": Requirement("runs backward on scaler.scale(loss)",
+                                 hint="Which tensor do you call backward() on: the loss, or the scaled loss?"),
+    "missing-step": Requirement("steps through scaler.step(optimizer)",
+                                hint="Which line updates the parameters in your step?"),
+    "missing-update": Requirement("calls scaler.update() after scaler.step",
+                                  hint="After an overflow the scale must drop: which scaler call adapts it?"),
+}
 
 
 def fail_on_trace(trace: AmpTrace) -> None:
@@ -824,7 +980,7 @@ def _amp_cases(case: Case) -> tuple[tuple[int, torch.dtype], ...]:
     """(seed, autocast dtype) of each AMP step case."""
     if case.hidden:
         return (case.seeded(7), torch.bfloat16), (case.seeded(8), torch.float16)
-    return ((case.seeded(3), torch.bfloat16),)
+    return (case.seeded(3), torch.bfloat16), (case.seeded(4), torch.float16)
 
 
 def _two_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -847,7 +1003,14 @@ def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> d
     Records the optimizer steps taken, the parameters and the scale after the inf step.
     """
     model, optimizer, scaler = _amp_setup(seed, init_scale=256.0)
-    fail_on_trace(run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype))
+    model.eval()  # the step must switch it to training mode itself
+    trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
+    fail_on_trace(trace)
+    if not all(trace.forward_training):
+        fail("eval-mode", observed="the model ran its forward in eval mode (the check hands the step a model in "
+             "eval mode)", expected="model.train() before the forward: dropout and batch norm behave differently "
+             "in training", cause="amp_train_step does not put the model in training mode",
+             where="the first lines of amp_train_step")
     model, optimizer, scaler = _amp_setup(seed, init_scale=1024.0)
     handle = inject_inf(model)
     trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
@@ -877,13 +1040,47 @@ def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> 
 
 @register(
     "05-amp-step",
-    hints=(
-        "The order is: zero the gradients; forward and loss inside torch.autocast; backward on the scaled loss "
-        "outside autocast; let the scaler step the optimizer; update the scale.",
-        "optimizer.zero_grad(set_to_none=True); with torch.autocast(device_type, dtype=dtype): loss = "
-        "loss_fn(model(x), y)  -- then, outside the block: scaler.scale(loss).backward(); scaler.step(optimizer); "
-        "scaler.update(); return loss.detach()",
+    hints=Hints(
+        nudge="The order is: training mode; zero the gradients; forward and loss inside torch.autocast; backward on "
+        "the scaled loss outside autocast; let the scaler step the optimizer; update the scale.",
+        concept="autocast wraps forward and loss only; scaler.scale(loss).backward() outside it; scaler.step "
+        "unscales and skips steps with inf/NaN; scaler.update adapts the scale. Return a detached tensor: "
+        ".item() would wait for the device every step.",
+        solution="model.train(); optimizer.zero_grad(set_to_none=True); with torch.autocast(device_type, "
+        "dtype=dtype): loss = loss_fn(model(x), y)  -- then, outside the block: scaler.scale(loss).backward(); "
+        "scaler.step(optimizer); scaler.update(); return loss.detach()",
+        section="5. The AMP training step",
     ),
+    requires={
+        "eval-mode": Requirement("puts the model in training mode",
+                                 hint="The check hands your step a model in eval mode. Which call switches it to "
+                                 "training behaviour?"),
+        **AMP_SCOPE_REQUIREMENTS,
+        **AMP_SCALER_REQUIREMENTS,
+        "inf-step-not-skipped": Requirement("a step whose gradients hold inf leaves the parameters unchanged",
+                                            hint="Does anything of yours change the parameters outside "
+                                            "scaler.step(optimizer)?"),
+        "scale-not-reduced": Requirement("an overflow halves the scale (scaler.update() after scaler.step)",
+                                         hint="What is scaler.get_scale() after your step with an inf gradient, and "
+                                         "what sets it afterwards?"),
+        "returns-graph": Requirement("returns the loss detached",
+                                     hint="Does the tensor you return still have a grad_fn?"),
+        "not-a-tensor": Requirement("returns a tensor, not a Python number (no .item())",
+                                    hint="Print type() of what your step returns: which call turned it into a "
+                                    "number, and why does that cost a device sync every step?"),
+        "wrong-return": Requirement("returns this batch's loss, computed before the update",
+                                    hint="Which value do you return: the loss itself, or something derived from it "
+                                    "(the scaled loss, a loss recomputed after the step)?"),
+        "missing-zero-grad": Requirement("clears the gradients before backward",
+                                         hint="backward() adds into .grad. What clears the previous step's "
+                                         "gradients?"),
+        "wrong-autocast-dtype": Requirement("runs autocast in the dtype it is given",
+                                            hint="Which dtype does your autocast use: the argument, or one you "
+                                            "wrote yourself?"),
+        "wrong-update": Requirement("the update is the canonical one (the unscaled gradient of this batch's loss)",
+                                    hint="Between backward and scaler.step, does anything of yours change the "
+                                    "gradients?"),
+    },
 )
 def probe_amp_step(amp_train_step: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's step instrumented: a plain step, a step with an inf gradient, two steps, a stale start.
@@ -924,19 +1121,22 @@ def _judge_skip(skip: dict, start: list[torch.Tensor]) -> None:
         fail(
             "inf-step-not-skipped",
             observed=f"with an inf gradient the optimizer stepped {steps_taken} time(s); parameters "
-            f"{'unchanged' if unchanged else 'changed (now inf/NaN)'}",
+            f"{'unchanged' if unchanged else 'changed'}",
             expected="the step skipped (scaler.step sees the inf and does not call optimizer.step), "
             "parameters unchanged",
-            cause="the gradients reach the optimizer without the scaler's inf check",
-            where="the optimizer step: it must go through scaler.step(optimizer)",
+            cause="the parameters were changed outside scaler.step (an update written by hand), which no inf check "
+            "protects" if steps_taken == 0 else "the optimizer stepped although a gradient held inf: the gradients "
+            "were replaced or cleared before scaler.step could see the inf",
+            where="every line between backward and scaler.step(optimizer)",
         )
     if scale != 512.0:
         fail(
             "scale-not-reduced",
             observed=f"scale after an overflowing step: {scale:g}",
             expected="512 (1024 times the backoff factor 0.5)",
-            cause="scaler.update() is not called after scaler.step, so the overflow does not lower the scale",
-            where="scaler.update() at the end of the step",
+            cause="scaler.update() runs before scaler.step (it then sees no overflow yet), or the scale is set by "
+            "hand (scaler.update(new_scale) or a second update)",
+            where="the scaler.update() line: once, after scaler.step(optimizer), without an argument",
         )
 
 
@@ -949,37 +1149,103 @@ def _reference_two_steps(seed: int, dtype: torch.dtype) -> tuple[list[torch.Tens
 
 
 def _judge_two_steps(two_steps: dict, start: list[torch.Tensor], seed: int, dtype: torch.dtype) -> None:
-    """Each returned loss is the batch's detached loss; the parameters after two steps are the reference's."""
+    """Each returned loss is the batch's detached loss; the parameters after two steps are the reference's.
+
+    The second step's loss depends on the first update, so it is compared only once the update is verified.
+    """
     ref_losses, ref_params = _reference_two_steps(seed, dtype)
-    for i, (got, ref) in enumerate(zip(two_steps["returned"], ref_losses, strict=True)):
-        if isinstance(got, torch.Tensor) and got.requires_grad:
-            fail(
-                "returns-graph",
-                observed="the returned loss still requires grad",
-                expected="loss.detach(): a value to log, not the graph",
-                cause="returning the loss itself keeps the whole step's autograd graph alive",
-                where="the return statement of amp_train_step",
-            )
-        value = _number(got) if isinstance(got, (torch.Tensor, float)) else None
-        if value is None or not abs(value - float(ref)) <= 1e-3 * (1 + abs(float(ref))):
-            fail(
-                "wrong-return",
-                observed=f"step {i} returned {got!r}",
-                expected=f"the batch's loss before the update, about {float(ref):.4f} (a detached tensor)",
-                cause="the scaled loss is returned (scaler.scale(loss)), or nothing is returned",
-                where="the return statement of amp_train_step",
-            )
+    returned = two_steps["returned"]
+    if not isinstance(returned, list) or len(returned) != len(ref_losses):
+        raise WireError("malformed observation: not one returned value per step")
+    for i, got in enumerate(returned):
+        _judge_returned_type(i, got)
+    _judge_autocast_dtype(returned[0], ref_losses[0], seed, dtype)
+    _judge_returned_loss(0, returned[0], ref_losses[0])
     params = matching_tensors(two_steps["params"], ref_params, "params")
+    stale = matching_tensors(two_steps["stale"], start, "stale")
     drift = max(float((a - b).abs().max()) for a, b in zip(params, ref_params))
     if not drift <= 1e-5:
-        stale = matching_tensors(two_steps["stale"], start, "stale")
         moved = max(float((a - b).abs().max()) for a, b in zip(stale, start))
+        stale_kept = moved > 1.0
         fail(
-            "missing-zero-grad" if moved > 1.0 else "wrong-update",
-            observed=f"after two steps the parameters differ from the reference by up to {drift:.3g}",
+            "missing-zero-grad" if stale_kept else "wrong-update",
+            observed=f"after two steps the parameters differ from the reference by up to {drift:.3g}"
+            + ("; a step that starts with stale gradients moved the parameters by up to "
+               f"{moved:.3g}: the stale gradients were used" if stale_kept else ""),
             expected="the same parameters as the canonical step (zero_grad, autocast forward+loss, scaled backward, "
             "scaler.step, scaler.update)",
-            cause="gradients from the previous step are still in .grad (no optimizer.zero_grad(set_to_none=True)), "
-            "or the update applies something other than the unscaled gradient",
-            where="the start of amp_train_step, and the order of the scaler calls",
+            cause="gradients left in .grad from before the step are added to this batch's: optimizer.zero_grad("
+            "set_to_none=True) is missing before backward" if stale_kept
+            else "the gradients the optimizer applies are not this batch's unscaled gradients: they were changed "
+            "between backward and scaler.step (clipped while still scaled, divided, replaced), or backward ran on "
+            "another loss",
+            where="the start of amp_train_step" if stale_kept else "the lines between backward and scaler.step",
+        )
+    _judge_returned_loss(1, returned[1], ref_losses[1])
+
+
+def other_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The other 16-bit autocast dtype: what a step that hard-codes one runs when asked for the other."""
+    return torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+
+
+def fail_autocast_dtype(dtype: torch.dtype, what: str) -> NoReturn:
+    """Fail with [wrong-autocast-dtype]: the step's numbers are those of an autocast in the other 16-bit dtype."""
+    fail(
+        "wrong-autocast-dtype",
+        observed=f"asked for {_name(dtype)}, the step computed exactly what autocast in {_name(other_dtype(dtype))} "
+        "computes",
+        expected=f"the forward and loss under torch.autocast(device_type, dtype=dtype), here {_name(dtype)}",
+        cause=f"the autocast dtype is written in the code ({_name(other_dtype(dtype))}) instead of the dtype argument",
+        where=f"the `with torch.autocast(...)` line of {what}",
+    )
+
+
+def _judge_autocast_dtype(got: Any, ref: torch.Tensor, seed: int, dtype: torch.dtype) -> None:
+    """Fail when the first returned loss is that of an autocast forward in the other 16-bit dtype, not `dtype`'s."""
+    value, inputs, targets = _number(got), *make_batch(seed)
+    with torch.no_grad(), torch.autocast("cpu", dtype=other_dtype(dtype)):
+        other = float(nn.functional.mse_loss(make_mlp(seed)(inputs), targets))
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) <= 1e-6 * (1 + abs(b))
+    if value is not None and close(value, other) and not close(value, float(ref)):
+        fail_autocast_dtype(dtype, "amp_train_step")
+
+
+def _judge_returned_type(i: int, got: Any) -> None:
+    """Fail unless step `i` returned a tensor without a graph."""
+    if isinstance(got, torch.Tensor) and got.requires_grad:
+        fail(
+            "returns-graph",
+            observed="the returned loss still requires grad",
+            expected="loss.detach(): a value to log, not the graph",
+            cause="returning the loss itself keeps the whole step's autograd graph alive",
+            where="the return statement of amp_train_step",
+        )
+    if not isinstance(got, torch.Tensor):
+        fail(
+            "not-a-tensor",
+            observed=f"step {i} returned {type_name(got)} {got!r}"[:200],
+            expected="the loss as a detached tensor: `return loss.detach()`",
+            cause="nothing is returned (a missing return statement)" if got is None
+            else "the loss was turned into a Python number (.item() or float()), which waits for the device "
+            "at every step" if isinstance(got, (int, float)) else "something other than the loss is returned",
+            where="the return statement of amp_train_step",
+        )
+
+
+def _judge_returned_loss(i: int, got: torch.Tensor, ref: torch.Tensor) -> None:
+    """Fail unless step `i` returned the batch's loss `ref` (before the update)."""
+    value = _number(got)
+    if value is None or not abs(value - float(ref)) <= 1e-3 * (1 + abs(float(ref))):
+        scaled = value is not None and abs(value - float(ref) * _TWO_STEP_SCALE) <= 1e-3 * (1 + abs(float(ref)))
+        fail(
+            "wrong-return",
+            observed=f"step {i} returned {value:.6g}" if value is not None
+            else f"step {i} returned a tensor of shape {tuple(got.shape)}",
+            expected=f"the batch's loss before the update, about {float(ref):.4f} (a detached tensor)",
+            cause=f"the scaled loss (the loss times the scale, {_TWO_STEP_SCALE:g}) is returned" if scaled
+            else "another value than this batch's loss: a loss recomputed after the step, a sum instead of the "
+            "mean, or another tensor",
+            where="the return statement of amp_train_step",
         )
