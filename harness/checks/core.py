@@ -125,17 +125,16 @@ _last_failure: dict[str, str] = {}
 graded_outside = False
 
 
-def register(task_id: str, *, hints: Hints | tuple[str, ...], requires: Mapping[str, Requirement] | None = None
-             ) -> Callable[[Probe], Probe]:
+def register(task_id: str, *, hints: Hints, requires: Mapping[str, Requirement]) -> Callable[[Probe], Probe]:
     """Register the decorated function as the probe of `task_id`, with its hints and requirement table.
 
     The probe takes the student's objects and a keyword `case`, and returns an observation (a dict of
     data). Attach its judge with `@judges(task_id)`. `requires` maps each failure code the judge can give
     to the requirement of the exercise's text that it enforces (tests/checks plant a bug for each).
     """
-    if isinstance(hints, tuple):  # TRANSITION (issue 19): lessons not yet audited; tests/test_requirements.py fails on them
-        hints, requires = Hints(hints[0], hints[-2] if len(hints) > 2 else hints[0], hints[-1], section=""), {}
-    elif not requires or not all(isinstance(r, Requirement) for r in requires.values()):
+    if not isinstance(hints, Hints):
+        raise TypeError(f"{task_id}: hints are Hints(nudge, concept, solution, section)")
+    if not requires or not all(isinstance(r, Requirement) for r in requires.values()):
         raise TypeError(f"{task_id}: requires maps failure codes to Requirement(states, hint), one per requirement")
 
     def decorate(probe: Probe) -> Probe:
