@@ -95,6 +95,16 @@ def test_forbidden_calls_are_named_with_the_students_line(toy_check):
     check(toy_check, lambda x: int((torch.tensor(x) + x).item()))  # other calls are fine
 
 
+def test_recorded_calls_read_as_the_student_wrote_them():
+    from harness.checks.forbidden import written_as
+
+    assert written_as(torch.special.logsumexp) == "torch.special.logsumexp"
+    assert written_as(torch.linalg.vector_norm) == "torch.linalg.vector_norm"
+    assert written_as(torch.nn.functional.softmax) == "F.softmax"
+    assert written_as(torch.Tensor.logsumexp) == "Tensor.logsumexp"
+    assert written_as(torch.logsumexp) == "torch.logsumexp"
+
+
 def test_a_check_leaves_the_students_rngs_dtype_and_grad_mode_alone(toy_check):
     def messy(x):
         random.random(), np.random.rand(), torch.rand(1)

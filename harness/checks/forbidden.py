@@ -37,6 +37,9 @@ def written_as(func: Callable[..., Any]) -> str:
     if qualname.startswith("_VariableFunctionsClass."):
         return "torch." + qualname.split(".", 1)[1]
     module = getattr(func, "__module__", None) or "torch"
+    namespace = module.removeprefix("torch._C._")  # torch.special.logsumexp is torch._C._special.special_logsumexp
+    if namespace != module and qualname.startswith(f"{namespace}_"):
+        return f"torch.{namespace}.{qualname.removeprefix(namespace + '_')}"
     return f"{'F' if module == 'torch.nn.functional' else 'torch' if module.startswith('torch._') else module}.{qualname}"
 
 
