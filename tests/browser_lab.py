@@ -13,6 +13,7 @@ import contextlib
 import copy
 import io
 import json
+import linecache
 import os
 import re
 import secrets
@@ -181,6 +182,13 @@ def running_lab(root: Path, home: Path, exchange: Path) -> Iterator[Lab]:
 # The oracle: what the checks print for a notebook's answers.
 
 
+def _run_as_a_cell(source: str, namespace: dict, index: int) -> None:
+    """Run `source` as IPython runs a cell: under a name of its own whose lines the checks can quote."""
+    name = f"<ipython-input-{index}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    exec(compile(source, name, "exec"), namespace)
+
+
 def expected_feedback(notebook: nbformat.NotebookNode) -> dict[str, str]:
     """Grade id -> what each graded test cell of `notebook` shows: the check's output, or its failure.
 
@@ -194,15 +202,15 @@ def expected_feedback(notebook: nbformat.NotebookNode) -> dict[str, str]:
 
     namespace = {"copy": copy, "torch": torch, "nn": nn, "check": check}
     feedback = {}
-    for cell in notebook.cells:
+    for index, cell in enumerate(notebook.cells):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("solution"):
-            exec(cell.source, namespace)
+            _run_as_a_cell(cell.source, namespace, index)
         elif meta.get("grade") and cell.cell_type == "code":
             printed = io.StringIO()
             try:
                 with contextlib.redirect_stdout(printed):
-                    exec(cell.source, namespace)
+                    _run_as_a_cell(cell.source, namespace, index)
                 feedback[meta["grade_id"]] = printed.getvalue()
             except CheckFailed as failure:
                 feedback[meta["grade_id"]] = f"CheckFailed: {failure}"

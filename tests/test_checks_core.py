@@ -58,6 +58,7 @@ def test_failing_check_raises_teaching_message(toy_check):
     for part in ("Observed:", "Expected:", "Likely cause:", "Where to look:", "99-double failed"):
         assert part in message
     assert isinstance(info.value, AssertionError)  # nbgrader marks the cell failed
+    assert info.value._render_traceback_() == [f"CheckFailed: {message}"]  # IPython shows no frame of the check
 
 
 def test_student_exception_names_their_line_and_what_it_means(toy_check):

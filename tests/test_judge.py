@@ -68,7 +68,7 @@ def test_verdicts_pass_only_on_this_runs_observations_of_a_correct_answer():
 
 def test_a_hidden_failure_tells_the_student_its_code_but_not_its_inputs():
     def visible_only(logits, targets):
-        return (logits.argmax(dim=1) == targets).float().mean().item() if len(targets) == 16 else 0.0
+        return (logits.argmax(dim=1) == targets).float().mean().item() if len(targets) <= 16 else 0.0  # visible sizes
 
     task, cases = "00-accuracy", [Case(), Case(hidden=True, seed=77)]
     bundles = [_bundle(task, i, observe(task, (visible_only,), case)) for i, case in enumerate(cases)]

@@ -55,6 +55,11 @@ class CheckFailed(AssertionError):
         super().__init__(message)
         self.code = code
 
+    def _render_traceback_(self) -> list[str]:
+        """How IPython shows it: the teaching message alone, without the check's own frames (the message
+        already names the student's line where there is one)."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 @dataclass(frozen=True)
 class Case:
