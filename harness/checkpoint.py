@@ -6,12 +6,16 @@ A checkpoint is a dict of tensors and plain containers only, so it loads with
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import pickle
+import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
@@ -119,25 +123,77 @@ def restore_checkpoint(
         if target is not None:
             if state.get(name) is None:
                 raise CheckpointError(f"{source} holds no {name} state, but a {name} was given to restore.")
-            target.load_state_dict(state[name])
+            try:
+                target.load_state_dict(state[name])
+            except (KeyError, ValueError, TypeError) as error:
+                raise CheckpointError(
+                    f"{source}'s {name} state does not fit the {type(target).__name__} given "
+                    f"({type(error).__name__}: {error}): build the same {name} (type and parameter groups) that wrote it."
+                ) from error
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """`torch.save(obj, path)` that never leaves a partial file at `path` (see `save_checkpoint`)."""
-    path = Path(path)
+    """`torch.save(obj, path)` that never leaves a partial file at `path` (see `save_checkpoint`).
+
+    Raises:
+        CheckpointError: the disk is full; the message says the previous file at `path` is intact.
+    """
+    return _atomic_write(Path(path), lambda file: torch.save(obj, file))
+
+
+def atomic_copy(source: str | Path, path: str | Path) -> Path:
+    """Copy `source` to `path` with the same guarantee as `atomic_torch_save`: the old or the new file, never half."""
+    with open(source, "rb") as original:
+        return _atomic_write(Path(path), lambda file: shutil.copyfileobj(original, file))
+
+
+def remove_stale_temporaries(directory: str | Path, names: tuple[str, ...]) -> list[Path]:
+    """Delete the temporary files that killed saves of `names` left in `directory`; returns those removed.
+
+    Atomic writes go through `.<name>.<random>.tmp` (or `.<name>.tmp`); a process killed mid-save leaves one
+    behind, up to a whole checkpoint in size. Call this only while no save into `directory` is under way.
+    """
+    removed = []
+    for name in names:
+        for stale in Path(directory).glob(f".{name}.*tmp"):
+            if stale.is_file():
+                stale.unlink(missing_ok=True)
+                removed.append(stale)
+    return removed
+
+
+def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write through a temporary file in `path`'s folder, fsync it, rename it over `path`, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
-            torch.save(obj, file)
+            write(file)
             file.flush()
             os.fsync(file.fileno())  # the bytes reach the disk before the rename makes them visible
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as error:
+        full = _is_disk_full(error, path.parent)  # measured while the partial file still takes its space
         Path(tmp_name).unlink(missing_ok=True)
+        if full:
+            kept = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
+            raise CheckpointError(
+                f"cannot write {path}: the disk is full; "
+                f"{kept}. Free some space (or choose a checkpoint_dir on another disk) and resume."
+            ) from error
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def _is_disk_full(error: BaseException, directory: Path) -> bool:
+    """ENOSPC, or torch's zip writer failing (its message hides the errno) on a disk with almost nothing left."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(error, RuntimeError):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(directory).free < 2**20
+    return False
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -46,5 +47,12 @@ def write_history(history: pd.DataFrame, directory: str | Path) -> Path:
 
 def _replace_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)  # a reader never sees a half-written file
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)  # a reader never sees a half-written file
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.errno != errno.ENOSPC:
+            raise
+        raise OSError(errno.ENOSPC, f"cannot write {path}: the disk is full; the previous {path.name} is intact. "
+                                    "Free some space and resume: fit rewrites it from last.pt.") from error

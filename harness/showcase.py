@@ -83,7 +83,7 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
                   epochs=epochs, precision=precision, max_grad_norm=1.0, scheduler=scheduler,
                   scheduler_interval="step", metrics={"accuracy": accuracy},
                   early_stopping=EarlyStopping("val_accuracy", mode="max", patience=3),
-                  checkpoint_dir=out_dir / "checkpoints", progress=progress)
+                  checkpoint_dir=out_dir / "checkpoints", overwrite=True, progress=progress)  # a fresh run each time
 
     # report the best epoch's weights on the test split, which training and model selection never saw
     best_path = out_dir / "checkpoints" / "best.pt"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,14 @@ from torch.optim.lr_scheduler import CyclicLR, ExponentialLR, MultiStepLR, OneCy
 from torch.utils.data import DataLoader, DistributedSampler
 
 from harness.amp import autocast, make_scaler, validate_precision
-from harness.checkpoint import load_checkpoint, restore_checkpoint, save_checkpoint
+from harness.checkpoint import (
+    CheckpointError,
+    atomic_copy,
+    load_checkpoint,
+    remove_stale_temporaries,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from harness.distributed import all_reduce_sum, barrier, get_rank, get_world_size, is_distributed, is_main_process
 from harness.early_stopping import EarlyStopping
 from harness.history import history_frame, lists_to_rows, rows_to_lists, write_history
@@ -51,7 +59,10 @@ Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 _PER_STEP_SCHEDULERS = (OneCycleLR, CyclicLR)
 _PER_EPOCH_SCHEDULERS = (ReduceLROnPlateau, StepLR, MultiStepLR, ExponentialLR)
 # Settings a resumed run must share with the run that wrote the checkpoint.
-_RESUME_MUST_MATCH = ("precision", "accumulation_steps", "max_grad_norm", "scheduler", "scheduler_interval", "monitor")
+_RESUME_MUST_MATCH = ("precision", "accumulation_steps", "max_grad_norm", "scheduler", "scheduler_interval", "monitor",
+                      "optimizer")
+# What fit writes into checkpoint_dir; the first three mean the folder holds a run.
+_RUN_FILES = ("last.pt", "best.pt", "history.csv", "config.json")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -100,6 +111,7 @@ def fit(
     metrics: dict[str, Metric] | None = None,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     compile: bool = False,
     progress: bool | None = None,
     live_plot: bool = False,
@@ -134,13 +146,18 @@ def fit(
         checkpoint_dir: write `last.pt` every epoch, `best.pt` when the monitored metric improves, and
             `history.csv` and `config.json` (rank 0 only).
         resume: continue from `checkpoint_dir/last.pt` when it exists (weights, optimizer, scheduler,
-            scaler, early stopping, history, RNG and data-order states), else start fresh.
+            scaler, early stopping, history, RNG and data-order states), else start fresh. A run killed at
+            any moment resumes from its last complete epoch; `best.pt`, `history.csv` and `config.json`
+            are brought in line with `last.pt` first.
+        overwrite: start a new run in a `checkpoint_dir` that holds another run's `last.pt`, `best.pt` or
+            `history.csv`, deleting them first. Without it (or resume=True) fit refuses to touch them.
         compile: run the model through `torch.compile` (checkpoints still hold the plain model's weights).
         progress: a tqdm bar per epoch and a line of results per epoch; None: on, except while grading.
         live_plot: redraw the curves in place in a notebook (at most once a second); outside a notebook,
             print the line of results per epoch.
         on_nonfinite: "raise" stops at the first sync point after a NaN/inf loss with a NonFiniteLossError
-            naming the epoch and batch. "skip" leaves such batches out (counted in `skipped_steps`).
+            naming the epoch and batch. "skip" leaves such batches out (counted in `skipped_steps`),
+            restoring the buffers (BatchNorm running statistics) their forward pass had changed.
         sync_every: batches between host syncs (progress, non-finite check). With "raise", up to
             `sync_every - 1` optimizer steps may follow a non-finite loss before it is detected, so the
             weights in memory may be damaged (checkpoints never are: every save is preceded by a check).
@@ -157,6 +174,9 @@ def fit(
 
     Raises:
         ValueError: an option with a wrong value, parameters off the device, or a loader without batches.
+        FileExistsError: `checkpoint_dir` holds another run and neither resume=True nor overwrite=True was given.
+        FileNotFoundError: resume=True, and `checkpoint_dir` holds `best.pt` or `history.csv` but no `last.pt`.
+        CheckpointError: `checkpoint_dir` cannot be written (a file, read-only, a full disk).
         NonFiniteLossError: a NaN or inf loss with on_nonfinite="raise".
     """
     # --- configuration: check everything before doing any work -------------------------------------
@@ -164,7 +184,7 @@ def fit(
     validate_precision(precision, device)
     metrics = dict(metrics or {})
     _validate_options(model, optimizer, train_loader, val_loader, loss_fn, metrics, epochs, max_grad_norm,
-                      accumulation_steps, on_nonfinite, sync_every, checkpoint_dir, resume)
+                      accumulation_steps, on_nonfinite, sync_every, checkpoint_dir, resume, overwrite)
     interval = _resolve_scheduler_interval(scheduler, scheduler_interval, optimizer)
     tracker = _make_tracker(early_stopping, val_loader, metrics)  # early stopping, and which epoch is best
     if isinstance(scheduler, ReduceLROnPlateau) and val_loader is None:
@@ -177,6 +197,8 @@ def fit(
                               optimizer, compile, train_loader)
     checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
     main_process = is_main_process()  # rank 0 alone logs, plots and writes files
+    if checkpoint_dir is not None:
+        _prepare_checkpoint_dir(checkpoint_dir, resume, overwrite, main_process)
 
     # --- model wrappers: compile first, then DDP (nanoGPT's order); checkpoints use raw_model ----------
     raw_model = model
@@ -192,7 +214,10 @@ def fit(
     global_step = 0
     last_path = None if checkpoint_dir is None else checkpoint_dir / "last.pt"
     if resume and last_path.is_file():
+        _start_persistent_workers(train_loader, val_loader)  # draws from the RNGs that _resume restores
         rows, global_step = _resume(last_path, raw_model, optimizer, scheduler, scaler, tracker, train_loader, config)
+        if main_process:
+            _repair_run_files(checkpoint_dir, rows, tracker, config)
 
     live = _live_plot() if live_plot and main_process else None
     # a line of results per epoch on stdout: with the progress bar, or as the live plot outside notebooks
@@ -202,7 +227,7 @@ def fit(
     for epoch in range(len(rows) + 1, epochs + 1):
         if tracker.should_stop:  # a resumed run that had already stopped early
             break
-        if isinstance(train_loader.sampler, DistributedSampler):
+        if isinstance(getattr(train_loader, "sampler", None), DistributedSampler):
             train_loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same one on every rank
         started = time.perf_counter()
         bar = epoch_bar(len(train_loader), epoch, epochs, enabled=main_process and progress_enabled(progress))
@@ -267,17 +292,23 @@ def train_one_epoch(
     window = _SyncWindow(epoch)
     lr, skipped = optimizer.param_groups[0]["lr"], 0
     group_has_gradients = False  # False only when on_nonfinite="skip" left a whole group out
+    # a skipped batch's forward has already updated the buffers (BatchNorm running statistics): keep a copy
+    buffers = list(model.buffers()) if settings.on_nonfinite == "skip" else []
+    index = -1  # stays -1 if the loader yields nothing
     for index, batch in enumerate(loader):
         inputs, targets = _to_device(batch, device)
         group_start = index - index % group
         group_size = min(group, n_batches - group_start)  # the last group may be partial
         last_of_group = index == group_start + group_size - 1
 
+        kept = [b.clone() for b in buffers]
         with autocast(device, settings.precision):  # forward and loss only: backward runs outside autocast
             outputs = model(inputs)
             loss = loss_fn(outputs, targets)
         if settings.on_nonfinite == "skip" and not torch.isfinite(loss):  # host sync: the price of skipping
             skipped += 1
+            for buffer, before in zip(buffers, kept):
+                buffer.copy_(before)  # undo the NaN the forward wrote into the running statistics
         else:
             # the mean over the group: each micro-batch's loss divided by the group's real size
             scaled = loss / group_size if group_size > 1 else loss
@@ -294,6 +325,10 @@ def train_one_epoch(
             window.add_grad_norm(grad_norm)
             skipped += not stepped
             global_step += 1
+    if index < 0:
+        raise ValueError(f"the train loader yielded no batches at epoch {epoch} although its len() is {n_batches}: a "
+                         "dataset whose __len__ does not match what it yields, or an iterator already used up. Pass "
+                         "a DataLoader or a list of batches, which can be iterated every epoch.")
     train_loss, grad_norm, samples = window.finish(settings.device)
     return EpochResult(train_loss, grad_norm, lr, samples, skipped, global_step)
 
@@ -467,7 +502,7 @@ def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torc
 
 def _validate_options(model: nn.Module, optimizer: Any, train_loader: Any, val_loader: Any, loss_fn: Any,
                       metrics: dict[str, Any], epochs: Any, max_grad_norm: Any, accumulation_steps: Any,
-                      on_nonfinite: Any, sync_every: Any, checkpoint_dir: Any, resume: Any) -> None:
+                      on_nonfinite: Any, sync_every: Any, checkpoint_dir: Any, resume: Any, overwrite: Any) -> None:
     """Fail loudly, with what to do, on any option that cannot work."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
@@ -494,8 +529,21 @@ def _validate_options(model: nn.Module, optimizer: Any, train_loader: Any, val_l
         raise ValueError(f"sync_every={sync_every!r}: use a whole number of batches >= 1.")
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder holding last.pt.")
+    if overwrite and (resume or checkpoint_dir is None):
+        raise ValueError("overwrite=True deletes the run in checkpoint_dir to start a new one: it needs "
+                         "checkpoint_dir, and cannot go with resume=True (which continues that run).")
     for name, loader in (("train_loader", train_loader), ("val_loader", val_loader)):
-        if loader is not None and len(loader) == 0:
+        if loader is None:
+            continue
+        try:
+            batches = len(loader)
+        except TypeError:
+            raise ValueError(
+                f"{name} has no len(): fit needs the number of batches per epoch (progress, accumulation groups, "
+                "per-step schedules). Give the dataset a __len__ (a map-style Dataset rather than an IterableDataset "
+                "without one), or pass a list of (inputs, targets) batches."
+            ) from None
+        if batches == 0:
             raise ValueError(f"{name} has no batches: check the dataset and batch size (drop_last?).")
 
 
@@ -544,6 +592,50 @@ def _require_distributed_sampler(loader: DataLoader) -> None:
                          "sampler=DistributedSampler(dataset) (and no shuffle=True).")
 
 
+def _prepare_checkpoint_dir(directory: Path, resume: bool, overwrite: bool, main_process: bool) -> None:
+    """Before any training: refuse to touch another run's files unless told, and check the folder can be written.
+
+    Rank 0 also removes the temporary files of saves that were killed and, with overwrite=True, the old run.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint_dir {directory} is a file, not a folder: pass a folder's path (fit creates "
+                              "it if missing).")
+    found = [name for name in _RUN_FILES[:3] if (directory / name).is_file()]
+    if found and not resume and not overwrite:
+        raise FileExistsError(f"{directory} already holds a run ({', '.join(found)}), which fit does not overwrite "
+                              "unasked: pass resume=True to continue it, overwrite=True to delete it and start a new "
+                              "run, or choose another checkpoint_dir.")
+    if found and resume and "last.pt" not in found:
+        raise FileNotFoundError(f"resume=True, but {directory} has no last.pt to resume from, only {', '.join(found)}. "
+                                "Put last.pt back to continue that run; to start a new one instead, keep what you "
+                                "need elsewhere and pass overwrite=True (without resume), or choose another "
+                                "checkpoint_dir.")
+    if not main_process:
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):  # the check a read-only folder or disk fails
+            pass
+    except OSError as error:
+        raise CheckpointError(f"cannot write checkpoints into {directory} ({error.strerror}): make it writable or "
+                              "choose another checkpoint_dir. Nothing was trained.") from error
+    remove_stale_temporaries(directory, _RUN_FILES)
+    if overwrite:
+        for name in _RUN_FILES:
+            (directory / name).unlink(missing_ok=True)
+
+
+def _repair_run_files(directory: Path, rows: list[dict[str, Any]], tracker: EarlyStopping,
+                      config: dict[str, Any]) -> None:
+    """After a resume: bring best.pt, history.csv and config.json in line with last.pt.
+
+    A kill between the writes of one epoch (see `_save_run`) leaves last.pt an epoch ahead of the others.
+    """
+    if tracker.best_epoch == len(rows):  # last.pt's epoch was the best one: best.pt holds the same state
+        atomic_copy(directory / "last.pt", directory / "best.pt")
+    write_history(history_frame(rows, config), directory)
+
+
 def _resolved_config(settings: LoopSettings, epochs: int, scheduler: Any, interval: str | None,
                      tracker: EarlyStopping, early_stopping: EarlyStopping | None, metrics: dict[str, Any],
                      loss_fn: Any, optimizer: torch.optim.Optimizer, compile: bool,
@@ -572,6 +664,21 @@ def _data_order_generators(loader: Any) -> list[torch.Generator]:
     return found
 
 
+def _start_persistent_workers(*loaders: Any) -> None:
+    """Start persistent-worker loaders' workers now, before a resume restores the RNG and data-order states.
+
+    Creating a DataLoader's iterator draws the workers' base seed from the loader's generator (the global
+    RNG without one). With persistent workers the iterator is created once: an uninterrupted run drew that
+    seed in its first epoch only, before the states its checkpoints hold. A resumed process would draw it
+    again in its first resumed epoch, one draw too many, and shuffle differently from then on. Drawn here,
+    before the restore, it changes nothing restored; the batches the new workers prefetch are discarded
+    when the epoch's `iter(loader)` resets them.
+    """
+    for loader in loaders:
+        if isinstance(loader, DataLoader) and loader.persistent_workers and loader.num_workers > 0:
+            iter(loader)
+
+
 def _gather_rng_states() -> list[dict[str, Any]]:
     """Every rank's RNG states, indexed by rank (each rank drew its own dropout masks)."""
     state = capture_rng_state()
@@ -595,9 +702,11 @@ def _save_run(directory: Path, raw_model: nn.Module, optimizer: torch.optim.Opti
             "data_order": [g.get_state() for g in _data_order_generators(train_loader)],
         }
         pieces = {"model": raw_model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+        # in this order, a kill at any point leaves best.pt no older than the best epoch in history.csv;
+        # a resume brings best.pt and history.csv up to last.pt (`_repair_run_files`)
         save_checkpoint(directory / "last.pt", **pieces, **state)
         if improved:
-            save_checkpoint(directory / "best.pt", **pieces, **state)
+            atomic_copy(directory / "last.pt", directory / "best.pt")  # the same state: copied, not serialized again
         write_history(history_frame(rows, config), directory)
     barrier()  # no rank moves on (or resumes) before the files are complete
 
@@ -607,11 +716,19 @@ def _resume(path: Path, raw_model: nn.Module, optimizer: torch.optim.Optimizer, 
             config: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """Restore a run from `path`; returns the history rows so far and the global step."""
     saved = load_checkpoint(path, map_location="cpu")  # RNG states must stay CPU tensors
+    if "config" not in saved:
+        raise CheckpointError(f"{path} was not written by fit (it has no run settings, e.g. save_checkpoint without "
+                              "config): fit resumes only its own runs. Load its weights with "
+                              "load_checkpoint(path, model=model) and start a run in another checkpoint_dir.")
     before = saved["config"]
     differing = {k: (before.get(k), config[k]) for k in _RESUME_MUST_MATCH if before.get(k) != config[k]}
     if differing:
         raise ValueError(f"{path} was written with different settings (saved, now): {differing}. Resume with the "
                          "same settings, or start a new run in another checkpoint_dir.")
+    if config["scheduler_interval"] == "step" and before.get("train_batches") != config["train_batches"]:
+        raise ValueError(f"{path} was written with {before.get('train_batches')} batches per epoch, this train loader "
+                         f"has {config['train_batches']}: the per-step {config['scheduler']} was built for the first "
+                         "run's number of steps. Resume with the same dataset and batch size (and drop_last).")
     restore_checkpoint(saved, path, model=raw_model, optimizer=optimizer, scheduler=scheduler,
                        scaler=scaler if scaler.is_enabled() else None)
     tracker.load_state_dict(saved["early_stopping"])

@@ -1,6 +1,7 @@
 """Exact resume: a run killed (SIGKILL) after epoch k and resumed in a fresh process ends with the same
 weights and history, bit for bit, as a run that was never interrupted (CPU, fp32 and bf16), with dropout,
-shuffling, a per-step scheduler and early stopping in play."""
+shuffling, a per-step scheduler and early stopping in play, loading in this process or in DataLoader workers
+(persistent or not). `test_resume_torture.py` kills at random moments instead of between epochs."""
 
 from __future__ import annotations
 
@@ -26,14 +27,16 @@ SCRIPT = textwrap.dedent(
     from harness.train import EarlyStopping, fit
 
     checkpoint_dir, precision, kill_after, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    workers, persistent = int(sys.argv[5]), sys.argv[6] == "persistent"
     torch.set_num_threads(1)
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(208, 8, generator=generator)
     targets = (inputs[:, :2].sum(dim=1) + 0.5 * torch.randn(208, generator=generator) > 0).long()
-    train = DataLoader(TensorDataset(inputs[:176], targets[:176]), batch_size=16, shuffle=True,
-                       generator=torch.Generator().manual_seed(2))
-    val = DataLoader(TensorDataset(inputs[176:], targets[176:]), batch_size=16)
+    options = dict(batch_size=16, num_workers=workers, persistent_workers=persistent)
+    train = DataLoader(TensorDataset(inputs[:176], targets[:176]), shuffle=True,
+                       generator=torch.Generator().manual_seed(2), **options)
+    val = DataLoader(TensorDataset(inputs[176:], targets[176:]), **options)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-2)
     warmup_then_decay = lambda step: min(1.0, (step + 1) / 10) * 0.97 ** step
@@ -53,11 +56,12 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _train(tmp_path: Path, name: str, precision: str, kill_after: int) -> subprocess.CompletedProcess:
+def _train(tmp_path: Path, name: str, precision: str, kill_after: int, loading: str) -> subprocess.CompletedProcess:
     script = tmp_path / "train_script.py"
     script.write_text(SCRIPT)
     out = tmp_path / f"{name}.pt"
-    args = [sys.executable, str(script), str(tmp_path / name), precision, str(kill_after), str(out)]
+    workers, persistent = ("0", "-") if loading == "in-process" else ("2", loading)
+    args = [sys.executable, str(script), str(tmp_path / name), precision, str(kill_after), str(out), workers, persistent]
     return subprocess.run(args, capture_output=True, text=True, timeout=300)
 
 
@@ -68,15 +72,16 @@ def _results(tmp_path: Path, name: str) -> tuple[dict[str, torch.Tensor], pd.Dat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, precision):
-    whole = _train(tmp_path, "whole", precision, kill_after=0)
+@pytest.mark.parametrize(("precision", "loading"), [("fp32", "in-process"), ("bf16", "in-process"),
+                                                   ("fp32", "persistent"), ("bf16", "workers")])
+def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, precision, loading):
+    whole = _train(tmp_path, "whole", precision, kill_after=0, loading=loading)
     assert whole.returncode == 0, whole.stderr
 
-    killed = _train(tmp_path, "resumed", precision, kill_after=3)
+    killed = _train(tmp_path, "resumed", precision, kill_after=3, loading=loading)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert torch.load(tmp_path / "resumed" / "last.pt", weights_only=True)["epoch"] == 3
-    resumed = _train(tmp_path, "resumed", precision, kill_after=0)
+    resumed = _train(tmp_path, "resumed", precision, kill_after=0, loading=loading)
     assert resumed.returncode == 0, resumed.stderr
 
     whole_weights, whole_history = _results(tmp_path, "whole")

@@ -728,7 +728,11 @@ def _record_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], ro
     else:
         record["interrupted"] = False
         return record
-    _, record["steps"] = _run(train_capstone, data, root / "resumed", config, resume=True)
+    try:
+        _, record["steps"] = _run(train_capstone, data, root / "resumed", config, resume=True)
+    except FileExistsError as error:  # fit refuses to start a new run over the interrupted one
+        record["refused"] = str(error)[:300]
+        return record
     record["resumed"] = _checkpoint(root / "resumed" / "last.pt")["model"]
     if not _same(record["resumed"], straight["last"]["model"]):
         _run(train_capstone, data, root / "again", config)
@@ -819,6 +823,10 @@ def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_a
         fail("callback-ignored", observed=f"the run went on after on_epoch_end raised at epoch {stop_at}",
              expected="the exception to stop training, as a killed process would",
              cause="on_epoch_end is not passed to fit", where="fit(..., on_epoch_end=on_epoch_end)")
+    if record.get("refused") is not None:
+        fail("resume-ignored", observed=f"after an interruption at epoch {stop_at}, the resumed call started a new run "
+             f"in out_dir, which fit refused: {record['refused']}", expected="the run to continue from last.pt",
+             cause="resume is not passed to fit", where="fit(..., checkpoint_dir=out_dir, resume=resume)")
     remaining = (config["patience"] + 1 - stop_at) * (n // config["batch_size"])
     if record["steps"] != remaining:
         fail("resume-ignored", observed=f"after an interruption at epoch {stop_at}, the resumed call took "

@@ -118,7 +118,10 @@ def make_loaders(
         test_fraction: share of the samples held out for the final test (0 for none).
         seed: seeds the split and, unless `generator` is given, the training shuffle.
         num_workers: worker processes per loader (0 loads in this process); workers are seeded with
-            `harness.repro.seed_worker` and kept alive between epochs.
+            `harness.repro.seed_worker` and kept alive between epochs. `fit(resume=True)` gives a resumed
+            run the same batches in the same order as an uninterrupted one, with or without workers. A
+            random transform run inside the workers would not resume exactly: a kept-alive worker carries
+            its random stream from epoch to epoch, a resumed process restarts it (these datasets have none).
         normalize: standardise inputs with the training split's mean and std (see `normalization_stats`).
         device: where the batches will go; pinned host memory is used when it is CUDA. None: select_device().
         generator: the training shuffle's generator (default: `make_generator(seed)`); pass your own to

@@ -525,7 +525,7 @@ MISTAKES = [
             story="returns the model as the last epoch left it"),
     Mistake("10-train", "callback-ignored", "on_epoch_end raised at epoch 2", train_bug("no-callback"),
             story="on_epoch_end not passed through"),
-    Mistake("10-train", "resume-ignored", "took 18 optimizer steps", train_bug("no-resume"),
+    Mistake("10-train", "resume-ignored", "which fit refused", train_bug("no-resume"),
             story="resume not passed to fit: a restarted run trains from scratch"),
     Mistake("10-train", "not-seeded", "two fresh runs", train_bug("no-seed"), story="no seed_everything"),
     Mistake("10-train", "resume-not-exact", "differ from the uninterrupted run", train_bug("changed-on-resume"),
