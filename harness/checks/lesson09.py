@@ -98,6 +98,10 @@ def _run_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
         _report_launch_error(error)
 
 
+# What gloo says, depending on timing, when the peer of a waiting rank has returned and closed its socket.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+
+
 def _report_launch_error(error: LaunchError) -> NoReturn:
     """Turn a failed launch into the student's failure: a hang, a rank left waiting in a collective its peer never
     called (both seen only here), or the exception a rank raised."""
@@ -108,7 +112,7 @@ def _report_launch_error(error: LaunchError) -> NoReturn:
              "that another rank never calls, e.g. a collective inside `if rank == 0:`, or two ranks wait for each "
              "other (each receives before it sends)",
              where="collectives and barriers: every rank must call them, in the same order")
-    if "Connection closed by peer" in str(error):  # the first failure: the peer had returned, not crashed
+    if any(sign in str(error) for sign in _PEER_GONE):  # the first failure: the peer had returned, not crashed
         fail("hang", observed=f"rank {error.rank} was still waiting in a collective when the other rank closed "
              "its connection (it had returned, or ended without a Python error)",
              expected="every rank calls the same collectives, in the same order",
