@@ -138,13 +138,13 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     Raises:
         CheckpointError: the disk is full; the message says the previous file at `path` is intact.
     """
-    return _atomic_write(Path(path), lambda file: torch.save(obj, file))
+    return atomic_write(Path(path), lambda file: torch.save(obj, file))
 
 
 def atomic_copy(source: str | Path, path: str | Path) -> Path:
     """Copy `source` to `path` with the same guarantee as `atomic_torch_save`: the old or the new file, never half."""
     with open(source, "rb") as original:
-        return _atomic_write(Path(path), lambda file: shutil.copyfileobj(original, file))
+        return atomic_write(Path(path), lambda file: shutil.copyfileobj(original, file))
 
 
 def remove_stale_temporaries(directory: str | Path, names: tuple[str, ...]) -> list[Path]:
@@ -162,8 +162,13 @@ def remove_stale_temporaries(directory: str | Path, names: tuple[str, ...]) -> l
     return removed
 
 
-def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
-    """Write through a temporary file in `path`'s folder, fsync it, rename it over `path`, fsync the folder."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Call `write(file)` on a temporary file in `path`'s folder, fsync it, rename it over `path`, fsync the
+    folder: `path` holds the old or the new content, never half of it.
+
+    Raises:
+        CheckpointError: the disk is full; the message says the previous file at `path` is intact.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from harness.checkpoint import atomic_write
 
 TIMING_COLUMNS = ("epoch_seconds", "samples_per_second")
 
@@ -40,19 +40,7 @@ def write_history(history: pd.DataFrame, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     csv_path = directory / "history.csv"
-    _replace_atomically(csv_path, history.to_csv(index=False))
-    _replace_atomically(directory / "config.json", json.dumps(history.attrs.get("config", {}), indent=2, default=str))
+    config = json.dumps(history.attrs.get("config", {}), indent=2, default=str)
+    for path, text in ((csv_path, history.to_csv(index=False)), (directory / "config.json", config)):
+        atomic_write(path, lambda file, text=text: file.write(text.encode()))  # a reader never sees half a file
     return csv_path
-
-
-def _replace_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)  # a reader never sees a half-written file
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        if error.errno != errno.ENOSPC:
-            raise
-        raise OSError(errno.ENOSPC, f"cannot write {path}: the disk is full; the previous {path.name} is intact. "
-                                    "Free some space and resume: fit rewrites it from last.pt.") from error

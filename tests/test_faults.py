@@ -325,7 +325,7 @@ def test_a_full_disk_while_writing_the_history_says_so_and_keeps_the_previous_on
         while True:  # take every free byte
             filler.write(b"\0" * 4096)
     rows = [{"epoch": epoch, "train_loss": 0.5} for epoch in range(1, 5000)]
-    with pytest.raises(OSError, match="the disk is full; the previous history.csv is intact"):
+    with pytest.raises(CheckpointError, match="the disk is full; the previous history.csv is intact"):
         write_history(history_frame(rows, {}), small_disk)
     assert list(pd.read_csv(small_disk / "history.csv")["epoch"]) == [1]
     assert not list(small_disk.glob(".*.tmp"))

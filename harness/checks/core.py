@@ -236,8 +236,7 @@ def _probe(entry: Check, objects: tuple[Any, ...], case: Case) -> Any:
     """The probe's observation, or what it reported: its own failure (`__failed__`, `__message__`) or an
     exception of the student's code (`__raised__`, explained), each as data."""
     try:
-        with preserved_state():
-            return entry.probe(*objects, case=case)
+        return entry.probe(*objects, case=case)
     except CheckFailed as failure:
         return {"__failed__": failure.code, "__message__": str(failure)}
     except Exception as error:  # the student's code raised: the judge says so
@@ -246,7 +245,8 @@ def _probe(entry: Check, objects: tuple[Any, ...], case: Case) -> Any:
 
 def observe(task_id: str, objects: tuple[Any, ...], case: Case) -> bytes:
     """Run the probe of `task_id` on the student's objects; the observation as wire bytes."""
-    return _sealed(task_id, _probe(get(task_id), objects, case), case)
+    with preserved_state():
+        return _sealed(task_id, _probe(get(task_id), objects, case), case)
 
 
 def _sealed(task_id: str, observation: Any, case: Case) -> bytes:

@@ -48,14 +48,16 @@ class CallRecorder(TorchFunctionMode):
 
     `seen` maps each call's name (`call_name`) to how it was written and the student's line of its first
     call: `{"logsumexp": "Tensor.logsumexp, in lse, line 3: return x.logsumexp(dim)"}`. It travels in an
-    observation as it is (strings only).
+    observation as it is (strings only). `count` is the number of calls in all (a Python loop multiplies it).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: dict[str, str] = {}
+        self.count = 0
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.count += 1
         name = call_name(func)
         if name not in self.seen:
             line = caller_line()

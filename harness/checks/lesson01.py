@@ -13,7 +13,6 @@ from typing import Any, Callable, NoReturn
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.forbidden import CallRecorder, forbid
@@ -153,19 +152,6 @@ def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 _LOOP_CALLS = 25
 
 
-class _CallCounter(TorchFunctionMode):
-    """Counts the torch functions and tensor methods called in a block (an operator counts as its method)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None
-                           ) -> Any:
-        self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(x, y) pairs: float32 and float64, single rows, and a set of points against itself."""
     seed = case.seeded
@@ -208,7 +194,7 @@ def probe_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.T
     """Record the student's distances for each (x, y) pair of the case, and how many torch calls each made."""
     results, calls = [], []
     for x, y in _distance_inputs(case):
-        with _CallCounter() as counter:
+        with CallRecorder() as counter:
             results.append(pairwise_distances(x, y))
         calls.append(counter.count)
     return {"results": results, "calls": calls}
