@@ -50,7 +50,8 @@ from harness.history import history_frame, lists_to_rows, rows_to_lists, write_h
 from harness.progress import epoch_bar, format_epoch_line, progress_enabled
 from harness.repro import capture_rng_state, restore_rng_state
 
-__all__ = ["EarlyStopping", "NonFiniteLossError", "evaluate", "fit", "optimizer_step", "train_one_epoch"]
+__all__ = ["EarlyStopping", "NonFiniteLossError", "OffDeviceError", "evaluate", "fit", "optimizer_step",
+           "train_one_epoch"]
 
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # Schedulers whose arguments are conventionally counted in optimizer steps or in epochs. Any other
@@ -63,6 +64,15 @@ _RESUME_MUST_MATCH = ("precision", "accumulation_steps", "max_grad_norm", "sched
                       "optimizer")
 # What fit writes into checkpoint_dir; the first three mean the folder holds a run.
 _RUN_FILES = ("last.pt", "best.pt", "history.csv", "config.json")
+
+
+class OffDeviceError(ValueError):
+    """A parameter or buffer of the model is not on the device fit trains on (`name`, where it is: `found`)."""
+
+    def __init__(self, device: torch.device, name: str, found: torch.device) -> None:
+        super().__init__(f"fit runs on {device} but {name} is on {found}. Call model.to({str(device)!r}) first, "
+                         "then build the optimizer from model.parameters().")
+        self.name, self.found = name, found
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -493,10 +503,7 @@ def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torc
         device = torch.device("cuda", torch.cuda.current_device())
     for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
         if tensor.device != device:
-            raise ValueError(
-                f"fit runs on {device} but {name} is on {tensor.device}. Call model.to({str(device)!r}) first, "
-                "then build the optimizer from model.parameters()."
-            )
+            raise OffDeviceError(device, name, tensor.device)
     return device
 
 

@@ -33,6 +33,7 @@ from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import select_device, supported_precisions
 from harness.launch import LaunchError, launch_forked
 from harness.repro import capture_rng_state, restore_rng_state
+from harness.train import OffDeviceError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 # The grader's held-out images: shapes drawn from seeds the lesson never uses for training or validation.
@@ -662,31 +663,31 @@ def _record_device(train_capstone: Callable[..., Any], data: tuple[Any, Any], ou
             train_capstone(data[0], data[1], out, dict(config), device="meta")
     except _FirstForward:
         pass
-    except Exception as error:
-        record["raised"] = f"{type(error).__name__}: {error}"[:300]
+    except OffDeviceError as error:  # fit refused the model: part of it is off the device
+        record["off_device"] = [error.name, str(error.found)]
+    except Exception:  # anything else raised on the made-up device is no evidence about the student's run
+        record["raised"] = True
     finally:
         handle.remove()
     return record
-
-
-# How fit refuses a model with a tensor off the training device (harness.train._resolve_device).
-_OFF_DEVICE = re.compile(r"fit runs on meta but (\S+) is on (\S+)\.")
 
 
 def _check_device(record: Any) -> None:
     """The model trains on the device given: every parameter, and every buffer (fit refuses it otherwise)."""
     if not isinstance(record, dict):
         raise ValueError("the recorded devices are not a dict")
-    raised = record.get("raised")
-    if isinstance(raised, str):
-        off = _OFF_DEVICE.search(raised)
-        if off:
-            fail("ignores-device", observed=f"called with device='meta', fit refused the model: {off.group(1)} is on "
-                 f"{off.group(2)}", expected="the whole model on the device given, Standardize's mean and std included",
-                 cause=f"only part of the model moved to the device ({off.group(1)} stayed behind), for example "
-                 "capstone_cnn(...).to(device) inside the Sequential instead of the Sequential moved",
-                 where="move the whole nn.Sequential: nn.Sequential(Standardize(...), capstone_cnn(...)).to(device)")
-        return  # anything else raised on the made-up device is no evidence about the student's run
+    off = record.get("off_device")
+    if off is not None:
+        if not (isinstance(off, list) and len(off) == 2 and all(isinstance(part, str) for part in off)):
+            raise ValueError("the recorded off-device tensor is not [name, device]")
+        name, found = off
+        fail("ignores-device", observed=f"called with device='meta', fit refused the model: {name} is on {found}",
+             expected="the whole model on the device given, Standardize's mean and std included",
+             cause=f"only part of the model moved to the device ({name} stayed behind), for example "
+             "capstone_cnn(...).to(device) inside the Sequential instead of the Sequential moved",
+             where="move the whole nn.Sequential: nn.Sequential(Standardize(...), capstone_cnn(...)).to(device)")
+    if record.get("raised"):
+        return  # no evidence: the call raised something else on the made-up device
     params = record.get("params")
     if params is None:
         return  # no forward reached: nothing observed
