@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from harness.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from harness.history import history_frame, write_history
-from harness.train import fit
+from harness.train import OffDeviceError, fit
 
 FEATURES, CLASSES = 6, 3
 
@@ -97,7 +97,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 import harness.checkpoint, harness.train
-from harness.train import fit
+from harness.train import OffDeviceError, fit
 
 directory, point = sys.argv[1], sys.argv[2]
 
@@ -329,3 +329,11 @@ def test_a_full_disk_while_writing_the_history_says_so_and_keeps_the_previous_on
         write_history(history_frame(rows, {}), small_disk)
     assert list(pd.read_csv(small_disk / "history.csv")["epoch"]) == [1]
     assert not list(small_disk.glob(".*.tmp"))
+
+
+def test_a_model_partly_off_the_device_names_the_tensor_left_behind():
+    model = make_model(batch_norm=True)
+    model[1].running_mean = model[1].running_mean.to("meta")  # a buffer left on another device
+    with pytest.raises(OffDeviceError, match=r"fit runs on cpu but 1.running_mean is on meta\. Call model.to") as error:
+        run(None, model=model)
+    assert (error.value.name, str(error.value.found)) == ("1.running_mean", "meta")
