@@ -16,6 +16,7 @@ Build in this order: `model = to_device(model, device)` (moves it, channels_last
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.amp import autocast, validate_precision
+from harness.evaluation import batch_to_device, evaluation_sums
+from harness.fit_options import check_training, resolve_device
 from harness.history import history_frame
+from harness.metrics import accuracy
 from harness.train import NonFiniteLossError
 
 __all__ = ["DeviceResidentLoader", "LapTimer", "fast_fit", "random_flip", "random_translate", "to_device"]
@@ -195,9 +199,9 @@ def fast_fit(
             batches.
         NonFiniteLossError: the epoch's mean training loss is NaN or inf.
     """
-    device = _model_device(model)
+    device = resolve_device(model, None)  # the checks and messages fit gives
     precision = _resolve_precision(precision, device)
-    _validate(model, optimizer, epochs, device)
+    check_training(model, optimizer, loss_fn, epochs)
     config = {
         "device": str(device), "precision": precision, "compile": compile, "channels_last": channels_last,
         "epochs": epochs, "optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
@@ -210,7 +214,7 @@ def fast_fit(
         net.train()
         train_sums, samples = torch.zeros(2, device=device), 0  # loss * batch size, correct predictions
         for batch in train_loader:
-            inputs, targets = _batch_to_device(batch, device, channels_last)
+            inputs, targets = batch_to_device(batch, device, channels_last=channels_last)
             with autocast(device, precision):  # forward and loss only
                 logits = net(inputs)
                 loss = loss_fn(logits, targets)
@@ -225,7 +229,10 @@ def fast_fit(
         if samples == 0:
             raise ValueError("train_loader has no batches: check the dataset size, batch size and drop_last.")
         clock.lap()
-        val_sums, val_samples = _evaluate(net, val_loader, loss_fn, device, precision, channels_last)
+        val_sums, val_samples = torch.zeros(0, device=device), 0
+        if val_loader is not None:  # loss and accuracy sums, read below with the training sums
+            val_sums, val_samples = evaluation_sums(net, val_loader, loss_fn=loss_fn, metrics={"accuracy": accuracy},
+                                                    device=device, precision=precision, channels_last=channels_last)
         clock.lap()
         # the epoch's one host sync: every sum in one transfer, and the event timings with it
         train_loss, train_correct, *val = torch.cat([train_sums, val_sums]).tolist()
@@ -242,36 +249,8 @@ def fast_fit(
     return history_frame(rows, config)
 
 
-def _evaluate(net: nn.Module, loader: Iterable[Batch] | None, loss_fn: Callable, device: torch.device,
-              precision: str, channels_last: bool) -> tuple[torch.Tensor, int]:
-    """Sums of loss * batch size and of correct predictions over `loader` (left on the device), and the
-    number of samples. No loader: an empty tensor and 0."""
-    if loader is None:
-        return torch.zeros(0, device=device), 0
-    net.eval()  # batch norm uses its running statistics
-    sums, samples = torch.zeros(2, device=device), 0
-    with torch.inference_mode(), autocast(device, precision):
-        for batch in loader:
-            inputs, targets = _batch_to_device(batch, device, channels_last)
-            logits = net(inputs)
-            sums += torch.stack([loss_fn(logits, targets).float() * len(targets), _correct(logits, targets)])
-            samples += len(targets)
-    if samples == 0:
-        raise ValueError("val_loader has no batches: check the validation split and batch size.")
-    return sums, samples
-
-
 def _correct(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (logits.argmax(dim=1) == targets).sum().float()
-
-
-def _batch_to_device(batch: Batch, device: torch.device, channels_last: bool) -> Batch:
-    inputs, targets = batch
-    # no-ops for a DeviceResidentLoader's batches; non_blocking overlaps the copy of pinned batches
-    inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-    if channels_last and inputs.dim() == 4:
-        inputs = inputs.contiguous(memory_format=torch.channels_last)
-    return inputs, targets
 
 
 class LapTimer:
@@ -300,17 +279,10 @@ class LapTimer:
 
     def seconds(self) -> list[float]:
         """Durations between consecutive laps; on CUDA only valid once the device has caught up."""
-        pairs = zip(self.marks, self.marks[1:])
+        pairs = itertools.pairwise(self.marks)
         if self.cuda:
             return [start.elapsed_time(end) / 1000 for start, end in pairs]
         return [end - start for start, end in pairs]
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    first = next(model.parameters(), None)
-    if first is None:
-        raise ValueError("the model has no parameters to train.")
-    return first.device
 
 
 def _resolve_precision(precision: str, device: torch.device) -> str:
@@ -321,15 +293,3 @@ def _resolve_precision(precision: str, device: torch.device) -> str:
                          "GradScaler, which harness.train.fit provides.")
     validate_precision(precision, device)
     return precision
-
-
-def _validate(model: nn.Module, optimizer: torch.optim.Optimizer, epochs: int, device: torch.device) -> None:
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs={epochs!r}: use a whole number >= 1.")
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        if tensor.device != device:
-            raise ValueError(f"{name} is on {tensor.device}, the model's first parameter on {device}: move the "
-                             "whole model with to_device(model, device) before building the optimizer.")
-    model_params = {id(p) for p in model.parameters()}
-    if any(id(p) not in model_params for group in optimizer.param_groups for p in group["params"]):
-        raise ValueError("the optimizer holds parameters that are not the model's: build it from model.parameters().")

@@ -96,7 +96,7 @@ import os, signal, sys
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-import harness.checkpoint, harness.train
+import harness.checkpoint, harness.run_files
 from harness.train import OffDeviceError, fit
 
 directory, point = sys.argv[1], sys.argv[2]
@@ -109,9 +109,9 @@ def die(*args, **kwargs):
 def arm(epoch, row):
     # after epoch 1's files are complete, the next write of the kind under test kills the process
     if point == "before-best":
-        harness.train.atomic_copy = die  # last.pt of epoch 2 written, best.pt not yet
+        harness.run_files.atomic_copy = die  # last.pt of epoch 2 written, best.pt not yet
     elif point == "before-history":
-        harness.train.write_history = die  # last.pt and best.pt of epoch 2 written, history.csv not yet
+        harness.run_files.write_history = die  # last.pt and best.pt of epoch 2 written, history.csv not yet
     elif point == "inside-save":
         os.fsync = die  # the temporary file of epoch 2's last.pt written, not yet renamed
 
