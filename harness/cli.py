@@ -8,38 +8,40 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
+from pathlib import Path
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("harness.env", "print the environment report (versions, device, precisions)"),
     "drill": ("harness.drills.cli", "interview drills: list, start, check, hint, mock, stats"),
-    "release": ("harness.grading.release", "regenerate notebooks/ from solutions/ with nbgrader (--check: compare only)"),
-    "grade": ("harness.grading.cli", "autograde a folder or LMS zip of submissions in parallel: grades, feedback, summary"),
+    "release": ("harness.grading.release",
+                "regenerate notebooks/ from solutions/ with nbgrader (--check: compare only)"),
+    "grade": ("harness.grading.cli",
+              "autograde a folder or LMS zip of submissions in parallel: grades, feedback, summary"),
     "showcase": ("harness.showcase", "train the engine showcase (small CNN on shapes, bf16, clipping, warmup-cosine, "
                  "early stopping) and write curves, history and report"),
     "launch": ("harness.launch", "run a training script on N processes with torchrun (rank-prefixed logs, timeout)"),
-    "course": ("harness.course", "run the whole course headless: environment, every lesson autograded, showcase, report"),
+    "course": ("harness.course",
+               "run the whole course headless: environment, every lesson autograded, showcase, report"),
 }
 
 
 def _available(module_name: str) -> bool:
-    """Whether `module_name` can be imported (without importing it)."""
-    try:
-        return importlib.util.find_spec(module_name) is not None
-    except ModuleNotFoundError:  # its parent package is missing
-        return False
+    """Whether `module_name`'s file is there (found without importing it or its parent packages)."""
+    path = Path(__file__).parent.joinpath(*module_name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser; only subcommand `only`'s module is imported (every one when None, e.g. --help)."""
+    """The argument parser; only subcommand `only`'s module is imported (none for `harness --help`, which
+    lists the subcommands from COMMANDS alone)."""
     parser = argparse.ArgumentParser(prog="harness", description="PyTorch Training Lab harness")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         if not _available(module_name):  # the student tree has no instructor commands
             continue
         command = sub.add_parser(name, help=help_text, description=help_text)
-        if only is None or name == only:
+        if name == only:
             importlib.import_module(module_name).add_arguments(command)
     return parser
 

@@ -109,8 +109,9 @@ def status_text(result: dict[str, Any]) -> str:
 def save_figures(notebook: Path, folder: Path, prefix: str) -> list[Path]:
     """Write every PNG output of an executed notebook to `folder`/`prefix`-N.png; their paths in order."""
     folder.mkdir(parents=True, exist_ok=True)
-    images = [output["data"]["image/png"] for cell in nbformat.read(notebook, as_version=4).cells
-              if cell.cell_type == "code" for output in cell.get("outputs", []) if "image/png" in output.get("data", {})]
+    cells = [cell for cell in nbformat.read(notebook, as_version=4).cells if cell.cell_type == "code"]
+    images = [output["data"]["image/png"] for cell in cells for output in cell.get("outputs", [])
+              if "image/png" in output.get("data", {})]
     paths = []
     for number, image in enumerate(images, start=1):
         path = folder / f"{prefix}-{number}.png"
@@ -123,6 +124,8 @@ def run_showcase_safely(out: Path) -> dict[str, Any]:
     """The showcase training run; {"error": ...} instead of raising."""
     from harness.showcase import run_showcase
 
+    print("showcase: training a small CNN on procedural shapes (bf16, clipping, warm-up and cosine, early "
+          "stopping, checkpoints), a line per epoch", flush=True)
     try:
         return run_showcase(out / "showcase")
     except Exception as error:
@@ -151,7 +154,8 @@ def write_html(out: Path, report: dict[str, Any], results: list[dict[str, Any]],
     parts.append("</table>")
     for r in results:
         parts.append(f'<h3 id="{r["assignment"]}">{r["assignment"]}</h3>')
-        parts += [f'<img src="{link(p)}" alt="{r["assignment"]} figure">' for p in r["figures"]] or ["<p>No figures.</p>"]
+        figures = [f'<img src="{link(p)}" alt="{r["assignment"]} figure">' for p in r["figures"]]
+        parts += figures or ["<p>No figures.</p>"]
     parts.append("<h2>Showcase</h2>")
     if showcase is None:
         parts.append("<p>Skipped (--skip-showcase).</p>")

@@ -21,8 +21,9 @@ from harness.data import SHAPE_CLASSES, make_loaders, shapes
 from harness.env import environment_report, select_device
 from harness.metrics import accuracy
 from harness.plots import plot_history
-from harness.repro import seed_everything
+from harness.progress import format_epoch_line
 from harness.report import observe_op_dtypes, write_run_report
+from harness.repro import seed_everything
 from harness.train import EarlyStopping, evaluate, fit
 
 SEED = 0
@@ -62,7 +63,7 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
         width: channels of the first conv block (doubled in each of the next two).
         lr: AdamW's peak learning rate (reached after a warm-up of a tenth of the steps).
         device: None picks the best available (harness.env.select_device).
-        progress: show tqdm bars.
+        progress: show tqdm bars (a line of results per epoch is printed either way).
 
     Returns:
         Paths ("report", "curves", "history", "best_checkpoint") and "test_metrics", "seconds", "device".
@@ -83,7 +84,8 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
                   epochs=epochs, precision=precision, max_grad_norm=1.0, scheduler=scheduler,
                   scheduler_interval="step", metrics={"accuracy": accuracy},
                   early_stopping=EarlyStopping("val_accuracy", mode="max", patience=3),
-                  checkpoint_dir=out_dir / "checkpoints", overwrite=True, progress=progress)  # a fresh run each time
+                  checkpoint_dir=out_dir / "checkpoints", overwrite=True,  # a fresh run each time
+                  progress=progress, on_epoch_end=None if progress else _print_epoch_line(epochs))
 
     # report the best epoch's weights on the test split, which training and model selection never saw
     best_path = out_dir / "checkpoints" / "best.pt"
@@ -101,6 +103,15 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
     return {"report": report, "curves": curves, "history": out_dir / "checkpoints" / "history.csv",
             "best_checkpoint": best_path, "test_metrics": test_metrics,
             "seconds": time.perf_counter() - started, "device": str(device)}
+
+
+def _print_epoch_line(epochs: int) -> Any:
+    """An `on_epoch_end` that prints fit's line of results for each epoch: never minutes without a line."""
+
+    def print_line(epoch: int, row: dict[str, Any]) -> None:
+        print(format_epoch_line(row, epochs), flush=True)
+
+    return print_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -141,3 +141,15 @@ def test_env_command_runs_as_a_module() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert json.loads(result.stdout)["torch"] == torch.__version__
+
+
+def test_top_level_help_imports_no_subcommand(capsys):
+    """`harness --help` lists the subcommands without importing their modules (torch, nbgrader...)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'nbgrader', 'pandas')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "showcase" in out and "grade" in out
+    assert out.strip().endswith("[]")
