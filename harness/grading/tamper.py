@@ -173,7 +173,7 @@ def _restore_shell(found: list[str]) -> None:
             setattr(type(shell), name, original)
     for name, original in _state["shell_lists"].items():
         current = getattr(shell, name, [])
-        if len(current) != len(original) or any(a is not b for a, b in zip(current, original)):
+        if len(current) != len(original) or any(a is not b for a, b in zip(current, original, strict=True)):
             found.append(f"IPython's {name} were changed (code that rewrites later cells)")
             current[:] = original
     for name, original in _state["shell_hooks"].items():
