@@ -49,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
     print(where)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="harness-extract-") as tmp:
-        submissions = collect(args.submissions, assignment, Path(tmp))
+        try:
+            submissions = collect(args.submissions, assignment, Path(tmp))
+        except (OSError, ValueError) as error:  # a missing folder, a bad zip, two names for one student id
+            print(f"cannot grade: {error}")
+            return 2
         if not submissions:
             print(f"no submissions found in {args.submissions}")
             return 1

@@ -7,18 +7,26 @@ Accepted layouts (document them to students as "submit the notebook file, unrena
   Moodle's "download all" export them, in a folder or a `.zip` (extracted safely: no path escapes).
 
 The notebook picked in a student's files is the one named like the assignment's, else the only notebook;
-other files are reported as ignored, and a student with no notebook gets a "missing" result.
+other files are reported as ignored, and a student with no notebook gets a "missing" result. When an LMS
+kept several uploads of the assignment's notebook (Canvas renames later ones `name-1.ipynb`, `name-2.ipynb`),
+the newest is graded and the result says so.
+
+Student ids keep every script's letters ("Zoë-Smith", "张伟"), in Unicode's NFC form so that the same name
+typed on two systems is one student; two different names that would become the same id stop the batch
+before anything is graded, with an error naming both.
 """
 
 from __future__ import annotations
 
 import re
 import tempfile
+import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_UNSAFE = re.compile(r"[^\w.-]+")  # \w is Unicode: letters and digits of every script are kept
+_UPLOAD = re.compile(r"-(\d+)$")  # Canvas's suffix on a student's later upload of the same file name
 
 
 @dataclass
@@ -32,8 +40,12 @@ class Submission:
 
 
 def student_id(name: str) -> str:
-    """A student id nbgrader and file systems accept, from a folder or file-name prefix."""
-    cleaned = _UNSAFE.sub("-", name.strip()).strip("-.")
+    """A student id nbgrader and file systems accept, from a folder or file-name prefix.
+
+    The name in NFC form, each run of characters other than letters, digits, `_`, `.` and `-` (path
+    separators, spaces, punctuation) turned into one `-`; "unnamed" when nothing is left.
+    """
+    cleaned = _UNSAFE.sub("-", unicodedata.normalize("NFC", name).strip()).strip("-.")
     return cleaned or "unnamed"
 
 
@@ -51,28 +63,58 @@ def extract_zip(archive: Path, into: Path) -> Path:
 def _choose(student: str, files: list[Path], assignment: str) -> Submission:
     """The submission among one student's files."""
     notebooks = [f for f in files if f.suffix == ".ipynb" and ".ipynb_checkpoints" not in f.parts]
-    named = [f for f in notebooks if f.name == f"{assignment}.ipynb" or f.stem.endswith(assignment)]
-    chosen = named[0] if named else (notebooks[0] if len(notebooks) == 1 else None)
+    named = [f for f in notebooks if _UPLOAD.sub("", f.stem).endswith(assignment)]
+    chosen = max(named, key=_upload_number) if named else (notebooks[0] if len(notebooks) == 1 else None)
+    notes = []
+    if len(named) > 1:
+        notes.append(f"{len(named)} uploads of {assignment}.ipynb: graded the newest, {chosen.name} (an LMS numbers "
+                     "later uploads -1, -2...)")
     others = sorted(f.name for f in files if f != chosen and ".ipynb_checkpoints" not in f.parts)
-    notes = [f"extra files ignored: {', '.join(others)}"] if others else []
+    if others:
+        notes.append(f"extra files ignored: {', '.join(others)}")
     if chosen is None:
         reason = (f"no notebook submitted (expected {assignment}.ipynb)" if not notebooks else
-                  f"{len(notebooks)} notebooks and none named {assignment}.ipynb: {', '.join(f.name for f in notebooks)}")
+                  f"{len(notebooks)} notebooks and none named {assignment}.ipynb: "
+                  f"{', '.join(f.name for f in notebooks)}")
         return Submission(student, None, {"status": "missing", "reason": reason}, notes)
     return Submission(student, chosen, None, notes)
 
 
+def _upload_number(path: Path) -> int:
+    """0 for a first upload, n for the n-th re-upload an LMS renamed `name-n.ipynb`."""
+    match = _UPLOAD.search(path.stem)
+    return int(match.group(1)) if match else 0
+
+
 def collect_folder(folder: Path, assignment: str) -> list[Submission]:
-    """Submissions in an extracted folder (student folders and/or flat `<student>_...` files)."""
+    """Submissions in an extracted folder (student folders and/or flat `<student>_...` files).
+
+    Raises:
+        ValueError: two different student names map to one student id.
+    """
     by_student: dict[str, list[Path]] = {}
+    named_by: dict[str, dict[str, str]] = {}  # id -> the names it was made from -> the first entry with that name
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith(".") or entry.name == "__MACOSX":
             continue
         if entry.is_dir():
+            name = entry.name
             nested = entry / assignment if (entry / assignment).is_dir() else entry
-            by_student.setdefault(student_id(entry.name), []).extend(p for p in sorted(nested.rglob("*")) if p.is_file())
+            files = [p for p in sorted(nested.rglob("*")) if p.is_file()]
         elif entry.is_file():
-            by_student.setdefault(student_id(entry.name.split("_")[0] if "_" in entry.name else entry.stem), []).append(entry)
+            name = entry.name.split("_")[0] if "_" in entry.name else entry.stem
+            files = [entry]
+        else:
+            continue
+        student = student_id(name)
+        names = named_by.setdefault(student, {})
+        names.setdefault(unicodedata.normalize("NFC", name), entry.name)
+        if len(names) > 1:
+            first, second = names.values()
+            raise ValueError(f"{first!r} and {second!r} would both be graded as student {student!r}: rename one of "
+                             "them (an id keeps letters, digits, '_', '.' and '-'; other characters become '-'). "
+                             "Nothing was graded.")
+        by_student.setdefault(student, []).extend(files)
     return [_choose(student, files, assignment) for student, files in sorted(by_student.items())]
 
 

@@ -1,0 +1,82 @@
+"""Collecting submissions: every student graded once, under their own name (Unicode ids, LMS re-uploads)."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from harness.cli import main
+from harness.grading.batch import Limits, grade_batch
+from harness.grading.release import answered_release
+from harness.grading.submissions import collect, student_id
+
+ASSIGNMENT = "00_welcome"
+
+
+def _touch(path: Path, text: str = "{}") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_names_in_any_script_stay_distinct_students(tmp_path):
+    for name in ("Zoë Smith", "Zoé Smith"):
+        _touch(tmp_path / name / f"{ASSIGNMENT}.ipynb")
+    for name in ("张伟", "王芳"):
+        _touch(tmp_path / f"{name}_1234_5678_{ASSIGNMENT}.ipynb")
+    found = {s.student: s for s in collect(tmp_path, ASSIGNMENT)}
+    assert found.keys() == {"Zoë-Smith", "Zoé-Smith", "张伟", "王芳"}
+    assert all(s.notebook is not None and s.problem is None for s in found.values())
+
+
+def test_the_same_name_typed_composed_or_decomposed_is_one_student():
+    composed, decomposed = unicodedata.normalize("NFC", "Zoë"), unicodedata.normalize("NFD", "Zoë")
+    assert composed != decomposed
+    assert student_id(composed) == student_id(decomposed) == "Zoë"
+    assert student_id("../x y") == "x-y" and student_id("...") == "unnamed"
+
+
+def test_two_names_for_one_id_stop_the_batch_naming_both(tmp_path):
+    _touch(tmp_path / "bob smith" / f"{ASSIGNMENT}.ipynb")
+    _touch(tmp_path / "bob  smith" / f"{ASSIGNMENT}.ipynb")
+    with pytest.raises(ValueError, match=r"'bob  smith' and 'bob smith' would both be graded as student 'bob-smith'"):
+        collect(tmp_path, ASSIGNMENT)
+
+
+def test_the_cli_prints_the_collision_without_a_traceback(tmp_path, capsys):
+    _touch(tmp_path / "in" / "张伟!" / f"{ASSIGNMENT}.ipynb")
+    _touch(tmp_path / "in" / "张伟?" / f"{ASSIGNMENT}.ipynb")
+    status = main(["grade", str(tmp_path / "in"), "--assignment", ASSIGNMENT, "--out", str(tmp_path / "out"),
+                   "--no-sandbox", "--secret-file", str(tmp_path / "secret")])
+    out = capsys.readouterr().out
+    assert status == 2
+    assert "cannot grade: '张伟!' and '张伟?' would both be graded as student '张伟'" in out
+    assert "Traceback" not in out and not (tmp_path / "out").exists()
+
+
+def test_an_lms_re_upload_is_graded_instead_of_the_first_and_said(tmp_path):
+    for name in (f"doejane_1234_5678_{ASSIGNMENT}.ipynb", f"doejane_1234_5702_{ASSIGNMENT}-2.ipynb",
+                 f"doejane_1234_5690_{ASSIGNMENT}-1.ipynb"):
+        _touch(tmp_path / name)
+    [submission] = collect(tmp_path, ASSIGNMENT)
+    assert submission.notebook.name == f"doejane_1234_5702_{ASSIGNMENT}-2.ipynb"
+    assert submission.notes[0].startswith(f"3 uploads of {ASSIGNMENT}.ipynb: graded the newest, doejane_1234_5702")
+    assert "extra files ignored" in submission.notes[1]
+
+
+@pytest.mark.slow
+def test_unicode_students_are_graded_under_their_names(tmp_path):
+    solution = nbformat.writes(answered_release(ASSIGNMENT))  # the release, answered as the solution
+    _touch(tmp_path / "in" / "Zoë Smith" / f"{ASSIGNMENT}.ipynb", solution)
+    _touch(tmp_path / "in" / f"张伟_1_2_{ASSIGNMENT}.ipynb", solution)
+    limits = Limits(cell_timeout=60, submission_seconds=300, memory_mb=3072, max_output_bytes=100_000)
+    results = grade_batch(collect(tmp_path / "in", ASSIGNMENT), ASSIGNMENT, tmp_path / "out", workers=2,
+                          limits=limits, secret=bytes(range(32)))
+    assert {r["student"]: r["status"] for r in results} == {"Zoë-Smith": "ok", "张伟": "ok"}
+    assert all(sum(score for score, _ in r["scores"].values()) == sum(p for _, p in r["scores"].values())
+               for r in results)
+    for student in ("Zoë-Smith", "张伟"):
+        assert list((tmp_path / "out" / "feedback" / student / ASSIGNMENT).glob("*.html"))
