@@ -80,3 +80,18 @@ def test_unicode_students_are_graded_under_their_names(tmp_path):
                for r in results)
     for student in ("Zoë-Smith", "张伟"):
         assert list((tmp_path / "out" / "feedback" / student / ASSIGNMENT).glob("*.html"))
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["MISSING", "--assignment", ASSIGNMENT], "MISSING does not exist: give a folder of submissions"),
+    (["IN", "--assignment", "99_nope"], "no assignment '99_nope' in"),
+    (["IN", "--assignment", ASSIGNMENT, "--workers", "0"], "--workers 0: use 1 or more grading processes"),
+])
+def test_bad_input_to_grade_is_one_message_before_anything_is_created(tmp_path, capsys, arguments, message):
+    (tmp_path / "IN").mkdir()
+    arguments = [str(tmp_path / a) if a in ("MISSING", "IN") else a for a in arguments]
+    secret = tmp_path / "secret"
+    status = main(["grade", *arguments, "--out", str(tmp_path / "out"), "--secret-file", str(secret)])
+    out = capsys.readouterr().out
+    assert status == 2 and out.startswith("cannot grade: ") and message in out, out
+    assert "Traceback" not in out and not secret.exists() and not (tmp_path / "out").exists()

@@ -37,11 +37,20 @@ from harness.grading.restore import restore_cells
 from harness.judge.verdict import Verdict, judge_task
 
 
-def _config(course: Path, job: dict[str, Any], report: Path, nonce: str) -> Any:
-    """nbgrader's configuration for this job: the repository's, with the grading pipeline swapped in."""
+def _config(course: Path, job: dict[str, Any], report: Path, nonce: str, deadline: float) -> Any:
+    """nbgrader's configuration for this job: the repository's, with the grading pipeline swapped in.
+
+    `deadline` (time.monotonic()) is when the whole-submission limit stops execution.
+    """
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
-    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, GetGrades, IgnorePattern,
-                                        LimitOutput, SaveAutoGrades)
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        GetGrades,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
+    )
 
     from harness.grading.execute import InjectGuard, SandboxedExecute, StripGuard
     from harness.grading.feedback import StripHiddenTests
@@ -54,7 +63,8 @@ def _config(course: Path, job: dict[str, Any], report: Path, nonce: str) -> Any:
                                                ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                                AssignLatePenalties, CheckCellMetadata]},
         GenerateFeedback={"preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]},
-        SandboxedExecute={"timeout": job["timeout"], "kernel_name": sandbox.KERNEL_NAME,
+        SandboxedExecute={"timeout": job["timeout"], "kernel_name": sandbox.KERNEL_NAME, "deadline": deadline,
+                          "submission_seconds": job["submission_seconds"],
                           "report_path": str(report), "max_output_bytes": job["max_output_bytes"],
                           "runtime_dir": str(course / "runtime")},
         InjectGuard={"lesson_module": lesson if has_checks else "", "nonce": nonce, "cases": json.dumps(job["cases"])},
@@ -68,7 +78,8 @@ def _read_submission(path: Path) -> nbformat.NotebookNode:
     try:
         notebook = nbformat.reads(path.read_text(encoding="utf-8", errors="replace"), as_version=4)
     except Exception as error:  # nbformat raises several types for unreadable JSON
-        raise ValueError(f"the notebook is not valid notebook JSON ({type(error).__name__}: {str(error)[:120]})") from None
+        raise ValueError(f"the notebook is not valid notebook JSON "
+                         f"({type(error).__name__}: {str(error)[:120]})") from None
     if not isinstance(notebook.get("cells"), list):
         raise ValueError("the notebook has no list of cells")
     return notebook
@@ -81,6 +92,8 @@ def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
                 for cell in execution.get("kernel_hung", [])]
     reasons += [f"{cell}: the kernel died (crash, os._exit or memory); earlier cells kept their points"
                 for cell in execution.get("kernel_died", [])]
+    reasons += [f"{cell}: the whole-submission limit was reached here; this cell and the later ones were not run, "
+                "earlier cells kept their points" for cell in execution.get("submission_limit", [])]
     reasons += [f"{cell}: ran out of the per-submission memory limit" for cell in execution.get("memory", [])]
     reasons += [f"{cell}: output truncated (flood)" for cell in execution.get("output_truncated", [])]
     reasons += [f"processes that left the kernel were still running at the end, killed with the sandbox: {what}"
@@ -151,7 +164,8 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         return {**result, "status": job["problem"]["status"], "reasons": [job["problem"]["reason"]] + result["reasons"],
                 "seconds": 0.0}
     put_environment_tools_on_path()
-    with tempfile.TemporaryDirectory(prefix="harness-grade-") as tmp:
+    # in the batch's folder: if the parent has to kill this worker, the batch's end still removes the copy
+    with tempfile.TemporaryDirectory(prefix="harness-grade-", dir=job.get("scratch")) as tmp:
         course = Path(tmp)
         template = Path(job["template"])
         shutil.copy(template / "gradebook.db", course / "gradebook.db")
@@ -179,7 +193,8 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         nonce = secrets.token_hex(16)
         from nbgrader.apps import NbGraderAPI
 
-        api = NbGraderAPI(config=_config(course, job, report, nonce))
+        deadline = time.monotonic() - (time.perf_counter() - started) + job["submission_seconds"]
+        api = NbGraderAPI(config=_config(course, job, report, nonce, deadline))
         decoy.watch()
         outcome = api.autograde(job["assignment"], job["student"], force=True, create=True)
         looked = decoy.opened()
@@ -193,7 +208,8 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         reasons = repairs + _reasons(execution, nonce) + result["reasons"]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if looked:
-            reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's solutions would be")
+            reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's "
+                           "solutions would be")
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
         failures = {task: v.code for task, v in verdicts.items() if not v.passed}

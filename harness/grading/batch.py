@@ -3,10 +3,12 @@
 The parent builds one template course directory (GenerateAssignment, once), draws every submission's
 hidden cases from the instructor's secret (`harness.judge`), then runs up to `workers`
 `harness.grading.autograde` processes at a time, each grading one submission in a private course
-directory with a private gradebook and its kernel in the sandbox. A worker that overruns the
-whole-submission limit is killed with every process under it (the sandbox's PID namespace dies with it); a
-worker that crashes gets an "error" result; the batch goes on either way. Only the parent writes the shared
-gradebook, through nbgrader's Gradebook API, into a fresh copy that then replaces the old one.
+directory with a private gradebook and its kernel in the sandbox. A worker stops executing the notebook at
+the whole-submission limit and keeps the points of the cells that ran; one still running a grace period
+later is killed with every process under it (the sandbox's PID namespace dies with it); a worker that
+crashes or is killed gets an "error" result that says what was observed; the batch goes on either way.
+Only the parent writes the shared gradebook, through nbgrader's Gradebook API, into a fresh copy that then
+replaces the old one.
 """
 
 from __future__ import annotations
@@ -27,16 +29,18 @@ from typing import Any
 
 from harness.data.vision import data_root
 from harness.grading import sandbox
-from harness.launch import end_process_tree
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.submissions import Submission
 from harness.judge.cases import draw_cases
+from harness.launch import end_process_tree
 
 COURSE_ID = "pytorch-training-lab"
 # nbgrader's API keeps process-wide state (logging, configuration): batches graded from several threads
 # (harness course) take turns for it; their worker processes still run in parallel.
 _NBGRADER_IN_PROCESS = threading.Lock()
+# Judging and feedback after the notebook's execution stopped at the whole-submission limit.
+GRACE_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -54,29 +58,45 @@ class SandboxUnavailable(RuntimeError):
 
 
 def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str, Any]:
-    """Run one worker process for `job`; always returns a result."""
+    """Run one worker process for `job`; always returns a result.
+
+    The worker stops executing the notebook at `limit_seconds` itself and keeps the points of the cells that
+    ran; it is killed only if judging and feedback then take more than `GRACE_SECONDS` on top.
+    """
     name = job["student"]
     job_file, result_file = workdir / f"{name}.job.json", workdir / f"{name}.result.json"
-    job_file.write_text(json.dumps(job))
+    job_file.write_text(json.dumps({**job, "scratch": str(workdir)}))
     log_path = Path(job["out"]) / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with log_path.open("w") as log:
         worker = subprocess.Popen([sys.executable, "-m", "harness.grading.autograde", str(job_file), str(result_file)],
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
+        stopped = False
         try:
-            worker.wait(timeout=limit_seconds)
+            worker.wait(timeout=limit_seconds + GRACE_SECONDS)
         except subprocess.TimeoutExpired:
+            stopped = True
             end_process_tree(worker.pid, grace_s=0.0)
             worker.wait()
-    base = {"student": name, "assignment": job["assignment"], "scores": {}, "failures": {},
-            "seconds": time.perf_counter() - started}
+    seconds = time.perf_counter() - started
+    base = {"student": name, "assignment": job["assignment"], "scores": {}, "failures": {}, "seconds": seconds}
     if result_file.is_file():
         return json.loads(result_file.read_text())
-    if worker.returncode == -signal.SIGKILL:
-        return {**base, "status": "error", "reasons": [f"grading exceeded the whole-submission limit of "
-                                                        f"{limit_seconds} s and was stopped"]}
-    return {**base, "status": "error", "reasons": [f"the grader crashed (exit {worker.returncode}); see {log_path}"]}
+    return {**base, "status": "error", "reasons": [worker_failure(worker.returncode, stopped, seconds, log_path)]}
+
+
+def worker_failure(returncode: int, stopped: bool, seconds: float, log_path: Path) -> str:
+    """Why a worker left no result, from what was observed: its exit status and whether the batch stopped it."""
+    if stopped:
+        return (f"grading was stopped after {seconds:.0f} s: the notebook's execution ends at the whole-submission "
+                f"limit, but judging and feedback then took more than {GRACE_SECONDS} s; see {log_path}")
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        hint = (" (the out-of-memory killer sends SIGKILL when the machine runs out of memory)"
+                if -returncode == signal.SIGKILL else "")
+        return f"the grader was killed by {name} after {seconds:.0f} s, not by the batch{hint}; see {log_path}"
+    return f"the grader crashed (exit {returncode}) after {seconds:.0f} s; see {log_path}"
 
 
 def make_jobs(submissions: list[Submission], assignment: str, template: Path, out: Path, secret: bytes,
@@ -87,9 +107,11 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
     data = str(data_root().resolve())
     return [{"student": s.student, "assignment": assignment, "notebook": str(s.notebook) if s.notebook else None,
              "problem": s.problem, "notes": s.notes, "template": str(template), "out": str(out),
-             "timeout": limits.cell_timeout, "memory_mb": limits.memory_mb, "threads": threads,
+             "timeout": limits.cell_timeout, "submission_seconds": limits.submission_seconds,
+             "memory_mb": limits.memory_mb, "threads": threads,
              "max_output_bytes": limits.max_output_bytes, "sandboxed": sandboxed, "data_dir": data,
-             "cases": {task: [{"hidden": c.hidden, "seed": c.seed} for c in draw_cases(secret, assignment, s.student, task)]
+             "cases": {task: [{"hidden": c.hidden, "seed": c.seed}
+                              for c in draw_cases(secret, assignment, s.student, task)]
                        for task in tasks}}
             for s in submissions]
 
@@ -115,7 +137,8 @@ def merge_into_gradebook(db_path: Path, template: Path, results: list[dict[str, 
         aside = db_path.with_name(f"{db_path.name}.unreadable-{int(time.time())}")
         if db_path.exists():
             os.replace(db_path, aside)
-        note = f"{db_path} could not be read ({type(error).__name__}); it was moved to {aside.name} and a new one written"
+        note = (f"{db_path} could not be read ({type(error).__name__}); it was moved to {aside.name} "
+                "and a new one written")
         fresh.unlink(missing_ok=True)
         shutil.copy(template / "gradebook.db", fresh)
         _merge(fresh, results)
@@ -159,7 +182,8 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         raise ValueError(f"workers must be at least 1, got {workers}")
     students = [s.student for s in submissions]
     if len(set(students)) != len(students):
-        raise ValueError(f"two submissions share a student id: {sorted({s for s in students if students.count(s) > 1})}")
+        shared = sorted({s for s in students if students.count(s) > 1})
+        raise ValueError(f"two submissions share a student id: {shared}")
     if sandboxed and (reason := sandbox.unavailable_reason()):
         raise SandboxUnavailable(reason)
     if secret is None:

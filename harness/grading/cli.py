@@ -38,7 +38,15 @@ def run(args: argparse.Namespace) -> int:
     from harness.grading.summary import write_summary
     from harness.judge.secret import load_or_create
 
-    assignment = check_assignment(args.assignment)
+    try:  # bad input: the message alone, before anything is created
+        assignment = check_assignment(args.assignment)
+        if not args.submissions.exists():
+            raise ValueError(f"{args.submissions} does not exist: give a folder of submissions or an LMS .zip export")
+        if args.workers < 1:
+            raise ValueError(f"--workers {args.workers}: use 1 or more grading processes")
+    except ValueError as error:
+        print(f"cannot grade: {error}")
+        return 2
     if args.no_sandbox:
         print("WARNING: grading without the sandbox (--no-sandbox): each submission's kernel runs as you, with your "
               "files and network; the judge still decides every point.")

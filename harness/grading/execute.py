@@ -10,6 +10,8 @@ again, keeping what they displayed for the grader):
   an explanatory error, and the rest are marked as not run;
 - a cell past its timeout is interrupted (nbgrader's behaviour); if the kernel then does not answer a
   probe, it is killed and treated like a dead one, so one hostile loop costs one timeout, not one per cell;
+- the whole-submission limit is a deadline: no cell runs past it (a cell's timeout is what is left of it),
+  the cell it cuts and the later ones are marked not run, and the cells before it keep their points;
 - a cell's output beyond `max_output_bytes` is dropped as it arrives (nbgrader's LimitOutput trims only
   after everything was held in memory), with a note on stdout where it was cut;
 - what happened is written to `report_path` (JSON) for the grades CSV.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import queue
 import time
 from pathlib import Path
@@ -28,7 +31,7 @@ from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Bool, Integer, Unicode
+from traitlets import Bool, Float, Integer, Unicode
 
 from harness.checks.core import OBSERVATION_MIME
 from harness.grading import tamper
@@ -66,6 +69,8 @@ class SandboxedExecute(Execute):
     probe_output_bytes = Integer(96 * 2**20, help="output kept per probe cell (observations)").tag(config=True)
     probe_seconds = Integer(10, help="how long a timed-out kernel has to answer before it is killed").tag(config=True)
     guard_timeout = Integer(300, help="timeout of the guard's own cells (installing imports torch)").tag(config=True)
+    deadline = Float(0.0, help="time.monotonic() by which execution must end (0: none)").tag(config=True)
+    submission_seconds = Integer(0, help="the whole-submission limit the deadline comes from").tag(config=True)
     raise_on_iopub_timeout = Bool(False, help="a silent hung cell ends in the timeout and the probe, "
                                   "instead of aborting the notebook").tag(config=True)
 
@@ -79,8 +84,19 @@ class SandboxedExecute(Execute):
         return km
 
     def _cell_timeout(self, cell: NotebookNode) -> int:
-        """The guard's cells get their own timeout: a short student timeout must not fail the grader."""
-        return self.guard_timeout if GUARD_KEY in cell.get("metadata", {}) else self.timeout
+        """The guard's cells get their own timeout (a short student timeout must not fail the grader); no cell
+        runs past the deadline."""
+        timeout = self.guard_timeout if GUARD_KEY in cell.get("metadata", {}) else self.timeout
+        return max(1, min(timeout, math.ceil(self._left()))) if self.deadline else timeout
+
+    def _left(self) -> float:
+        """Seconds left before the deadline."""
+        return self.deadline - time.monotonic()
+
+    def _stop_at_deadline(self, cell: NotebookNode, index: int) -> None:
+        """Record that the whole-submission limit cut this cell: it and every later cell are not run."""
+        self._stopped = f"the whole-submission limit of {self.submission_seconds} s was reached"
+        self._record("submission_limit", cell_label(cell, index))
 
     def preprocess(self, nb: NotebookNode, resources: Any = None, km: Any = None) -> tuple[NotebookNode, Any]:
         """Execute every cell; never raises because of the kernel."""
@@ -98,6 +114,8 @@ class SandboxedExecute(Execute):
         """Execute one cell, or mark it not run once the kernel is gone."""
         if cell.cell_type != "code":
             return cell, resources
+        if not self._stopped and self.deadline and self._left() < 1:
+            self._stop_at_deadline(cell, index)
         if self._stopped:
             cell.outputs = [error_output("NotExecuted", f"not run: {self._stopped}")]
             return cell, resources
@@ -113,8 +131,10 @@ class SandboxedExecute(Execute):
         except CellTimeoutError:  # no reply and no output: treat as a hung kernel below
             cell.outputs.append(error_output("CellTimeoutError", f"{cell_label(cell, index)} timed out"))
             self._timed_out.add(index)
-            self._record("timeout", cell_label(cell, index))
-        if index in self._timed_out and not run_sync(self._kernel_responds)():
+            self._record_timeout(cell, index)
+        if index in self._timed_out and self._stopped:
+            run_sync(self.km.shutdown_kernel)(now=True)  # past the deadline: nothing more runs in this kernel
+        elif index in self._timed_out and not run_sync(self._kernel_responds)():
             self._stopped = f"the kernel ignored the interrupt after {cell_label(cell, index)} timed out"
             self._record("kernel_hung", cell_label(cell, index))
             run_sync(self.km.shutdown_kernel)(now=True)
@@ -151,9 +171,16 @@ class SandboxedExecute(Execute):
         ename = reply["content"].get("ename", "")
         if ename == "CellTimeoutError":
             self._timed_out.add(index)
-            self._record("timeout", cell_label(cell, index))
+            self._record_timeout(cell, index)
         elif ename == "MemoryError" or "can't allocate memory" in reply["content"].get("evalue", ""):
             self._record("memory", cell_label(cell, index))
+
+    def _record_timeout(self, cell: NotebookNode, index: int) -> None:
+        """A timed-out cell: cut by the deadline, or over its own per-cell limit."""
+        if self.deadline and self._left() < 1:
+            self._stop_at_deadline(cell, index)
+        else:
+            self._record("timeout", cell_label(cell, index))
 
     async def _kernel_responds(self) -> bool:
         """Whether the kernel answers an empty execute request within `probe_seconds`."""
@@ -240,7 +267,8 @@ def _bundles(cell: NotebookNode, mime: str) -> list[Any]:
 class StripGuard(NbGraderPreprocessor):
     """Remove the grader's cells after execution; record the guard's outcomes and the probes' observations."""
 
-    report_path = Unicode("", help="JSON file the guard cells' outcomes and the observations are written to").tag(config=True)
+    report_path = Unicode(
+        "", help="JSON file the guard cells' outcomes and the observations are written to").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: Any) -> tuple[NotebookNode, Any]:
         """Return `nb` without the grader's cells; what they displayed goes to the report."""
