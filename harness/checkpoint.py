@@ -128,7 +128,8 @@ def restore_checkpoint(
             except (KeyError, ValueError, TypeError) as error:
                 raise CheckpointError(
                     f"{source}'s {name} state does not fit the {type(target).__name__} given "
-                    f"({type(error).__name__}: {error}): build the same {name} (type and parameter groups) that wrote it."
+                    f"({type(error).__name__}: {error}): build the same {name} (type and parameter groups) "
+                    "that wrote it."
                 ) from error
 
 
