@@ -19,9 +19,10 @@ $(STAMP): requirements.txt pyproject.toml
 course: $(STAMP) bubblewrap
 	$(PY) -m harness course --out build/course
 
-## test: the full test suite (what CI runs). One intra-op thread per process: xdist workers and notebook
-## kernels share the cores, and more threads than cores spin-wait (10x slower under load).
+## test: the linter (ruff, rules in pyproject.toml), then the full test suite (what CI runs). One intra-op thread
+## per process: xdist workers and notebook kernels share the cores, and more threads than cores spin-wait.
 test: $(STAMP) chromium bubblewrap
+	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup
 
 ## chromium: Debian's Chromium for the browser test (tests/test_browser.py drives JupyterLab in it). Installed
