@@ -107,7 +107,7 @@ def main() -> None:
                      "images_per_s": median, "images_per_s_q1": q1, "images_per_s_q3": q3})
     frame = pd.DataFrame(rows)
     in_process = frame[frame.num_workers == 0].set_index(["workload", "pin_memory"]).images_per_s
-    same_workload = list(zip(frame.workload, frame.pin_memory))
+    same_workload = list(zip(frame.workload, frame.pin_memory, strict=True))
     frame["speedup_vs_0_workers"] = frame.images_per_s / in_process.loc[same_workload].values
     report_results(frame, "dataloader_settings", machine_record(device), args.out,
                    title=f"DataLoader settings: {args.images} shapes images 3x32x32, batch {args.batch_size}, "

@@ -30,6 +30,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from itertools import pairwise
 
 import pandas as pd
 import torch
@@ -121,7 +122,7 @@ def step_times(run: Callable, args: argparse.Namespace, device: torch.device,
     synchronize()
     steps = len(loader)
     per_epoch = [stamps[e * steps : (e + 1) * steps] for e in range(1, args.epochs)]  # epoch 0 is warm-up
-    pairs = [(b, a) for epoch in per_epoch for a, b in zip(epoch, epoch[1:])]
+    pairs = [(b, a) for epoch in per_epoch for a, b in pairwise(epoch)]
     wall = [b[0] - a[0] for b, a in pairs]
     cpu = [b[1] - a[1] for b, a in pairs]
     return wall, cpu, (time.perf_counter() - started) / (steps * args.epochs)

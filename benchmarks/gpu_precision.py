@@ -90,7 +90,8 @@ def measure(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
 def add_speedups(frame: pd.DataFrame) -> None:
     """speedup_vs_fp32: images/s over strict fp32's with the same compile and memory-format settings."""
     strict = frame[(frame.precision == "fp32") & ~frame.tf32].set_index(["compile", "channels_last"]).images_per_s
-    frame["speedup_vs_fp32"] = frame.images_per_s / strict.loc[list(zip(frame.compile, frame.channels_last))].values
+    same_settings = list(zip(frame.compile, frame.channels_last, strict=True))
+    frame["speedup_vs_fp32"] = frame.images_per_s / strict.loc[same_settings].values
 
 
 def goal_line(frame: pd.DataFrame) -> str:

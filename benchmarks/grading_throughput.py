@@ -70,7 +70,7 @@ def whole_course(workers: int) -> tuple[float, dict[str, float]]:
     if not all(run["all_full_marks"] for run in runs):
         raise RuntimeError(f"a solution lost points: {[r['assignment'] for r in runs if not r['all_full_marks']]}")
     seconds = [run["seconds"] for run in runs]
-    return time.perf_counter() - started, dict(zip(assignments, seconds))
+    return time.perf_counter() - started, dict(zip(assignments, seconds, strict=True))
 
 
 def baseline_course(ref: str, workers: int) -> float:
@@ -97,7 +97,8 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=4)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-course", action="store_true")
-    parser.add_argument("--baseline", default="d48df68", help="commit whose in-kernel grading is the baseline ('' to skip)")
+    parser.add_argument("--baseline", default="d48df68",
+                        help="commit whose in-kernel grading is the baseline ('' to skip)")
     parser.add_argument("--out", default="build/bench", help="folder for the CSVs and the machine record")
     args = parser.parse_args()
     runs = pd.DataFrame([throughput(args.assignment, args.submissions, workers) for workers in args.workers])

@@ -20,7 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "autograde a folder or LMS zip of submissions in parallel: grades, feedback, summary"),
     "showcase": ("harness.showcase", "train the engine showcase (small CNN on shapes, bf16, clipping, warmup-cosine, "
                  "early stopping) and write curves, history and report"),
-    "launch": ("harness.launch.cli", "run a training script on N processes with torchrun (rank-prefixed logs, timeout)"),
+    "launch": ("harness.launch.cli",
+               "run a training script on N processes with torchrun (rank-prefixed logs, timeout)"),
     "course": ("harness.course",
                "run the whole course headless: environment, every lesson autograded, showcase, report"),
 }

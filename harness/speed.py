@@ -329,7 +329,7 @@ def _tf32(enabled: bool) -> Iterator[None]:
             setting.fp32_precision = "tf32" if enabled else "ieee"
         yield
     finally:
-        for setting, value in zip(settings, saved):
+        for setting, value in zip(settings, saved, strict=True):
             setting.fp32_precision = value
 
 

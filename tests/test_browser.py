@@ -18,8 +18,20 @@ from typing import Iterator
 
 import nbformat
 import pytest
-from browser_lab import (CHROMIUM_ARGS, REPO_ROOT, RUN_TIMEOUT_MS, UI_TIMEOUT_MS, Lab, LabPage, chromium_executable,
-                         code_cell_ids, course_workspace, expected_feedback, lines, running_lab)
+from browser_lab import (
+    CHROMIUM_ARGS,
+    REPO_ROOT,
+    RUN_TIMEOUT_MS,
+    UI_TIMEOUT_MS,
+    Lab,
+    LabPage,
+    chromium_executable,
+    code_cell_ids,
+    course_workspace,
+    expected_feedback,
+    lines,
+    running_lab,
+)
 from playwright.sync_api import Browser, expect, sync_playwright
 
 from harness.grading.release import answered_release

@@ -26,7 +26,8 @@ def test_course_grades_lessons_reports_failures_and_writes_html(tmp_path, capsys
     assert "not full marks or failed: no_such_lesson" in printed
     page = (tmp_path / "index.html").read_text()
     assert "1 of 2 lessons at full marks" in page
-    assert re.search(r'<tr class="ok"><td><a href="#04_training_loop">04_training_loop</a></td><td>(\d+) / \1</td>', page)
+    assert re.search(r'<tr class="ok"><td><a href="#04_training_loop">04_training_loop</a></td>'
+                     r'<td>(\d+) / \1</td>', page)
     assert '<tr class="error"><td><a href="#no_such_lesson">' in page
     figures = sorted((tmp_path / "figures").glob("04_training_loop-*.png"))
     assert figures, "lesson 04 draws training curves: they should be in the report"

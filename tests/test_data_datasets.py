@@ -29,7 +29,7 @@ def test_digits_are_sklearns_images_as_tensors() -> None:
 @pytest.mark.parametrize("make", [two_moons, spirals, binary_toy, adding_problem])
 def test_generators_are_deterministic_per_seed(make) -> None:
     first, again, other = make(200, seed=1), make(200, seed=1), make(200, seed=2)
-    for a, b in zip(first.tensors, again.tensors):
+    for a, b in zip(first.tensors, again.tensors, strict=True):
         assert torch.equal(a, b)
     assert not torch.equal(first.tensors[0], other.tensors[0])
     assert first.tensors[0].dtype == torch.float32

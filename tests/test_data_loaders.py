@@ -36,7 +36,7 @@ def test_split_sizes_add_up_and_parts_cover_everything_once() -> None:
 
 def test_split_depends_on_the_seed_only() -> None:
     first, again, other = (split_indices(100, (0.5, 0.5), seed=s) for s in (1, 1, 2))
-    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     assert not torch.equal(first[0], other[0])
 
 
@@ -172,7 +172,7 @@ def test_workers_are_seeded_persistent_and_reproducible() -> None:
     in_process, with_workers = epochs(0), epochs(2)
     assert torch.equal(with_workers[0], in_process[0])
     # Persistent workers keep their seeds across epochs, so later epochs follow their own (still seeded) order.
-    assert [torch.equal(a, b) for a, b in zip(epochs(2), with_workers)] == [True, True]
+    assert [torch.equal(a, b) for a, b in zip(epochs(2), with_workers, strict=True)] == [True, True]
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,8 @@ def test_an_infinite_loop_answer_times_out_without_hanging(run, tmp_path):
     loop = tmp_path / "loop.py"
     loop.write_text("while True:\n    pass\n")
     result = check_answer(get_drill("tensors-logsumexp"), loop, timeout_s=5)
-    assert result == {"passed": False, "code": "timeout", "message": "your answer ran longer than 5 s (an infinite loop?)"}
+    assert result == {"passed": False, "code": "timeout",
+                      "message": "your answer ran longer than 5 s (an infinite loop?)"}
 
 
 def test_explain_drill_experiment_runs(run):

@@ -102,7 +102,7 @@ def test_random_flip_matches_a_per_image_reference():
     # the same draw, then one image at a time
     mirror = torch.rand(32, generator=torch.Generator().manual_seed(0)) < 0.5
     assert 0 < int(mirror.sum()) < 32  # both outcomes occur
-    for image, out, m in zip(images, flipped, mirror):
+    for image, out, m in zip(images, flipped, mirror, strict=True):
         assert torch.equal(out, image.flip(-1) if m else image)
 
 
@@ -112,7 +112,7 @@ def test_random_translate_matches_a_per_image_reference():
     assert shifted.shape == images.shape and shifted.is_contiguous(memory_format=torch.channels_last)
     offsets = torch.randint(0, 2 * r + 1, (40, 2), generator=torch.Generator().manual_seed(1))
     assert len({tuple(o) for o in offsets.tolist()}) > 10  # many different shifts in one batch
-    for image, out, (oy, ox) in zip(images, shifted, offsets.tolist()):
+    for image, out, (oy, ox) in zip(images, shifted, offsets.tolist(), strict=True):
         padded = F.pad(image[None], (r, r, r, r), mode="reflect")[0]
         assert torch.equal(out, padded[:, oy:oy + 9, ox:ox + 11])
         # and what it means: pixel (y, x) comes from (y + dy, x + dx) of the original, where that exists

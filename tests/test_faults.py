@@ -80,7 +80,8 @@ def test_resume_without_last_pt_refuses_instead_of_overwriting_best_pt(tmp_path)
     run(tmp_path)
     (tmp_path / "last.pt").unlink()
     before = snapshot(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"no last.pt to resume from, only best.pt, history.csv.*overwrite=True"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"no last.pt to resume from, only best.pt, history.csv.*overwrite=True"):
         run(tmp_path, resume=True)
     assert snapshot(tmp_path) == before
 
@@ -268,8 +269,8 @@ def test_resuming_a_per_step_schedule_with_another_batch_size_is_refused(tmp_pat
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
         loader = make_loader(batch_size=batch_size)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=2 * len(loader))
-        fit(model, loader, loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer, scheduler=scheduler, epochs=2 - (not resume),
-            checkpoint_dir=tmp_path, resume=resume, progress=False)
+        fit(model, loader, loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer, scheduler=scheduler,
+            epochs=2 - (not resume), checkpoint_dir=tmp_path, resume=resume, progress=False)
 
     one_cycle(8, resume=False)
     with pytest.raises(ValueError, match="written with 8 batches per epoch, this train loader has 16.*same dataset and "

@@ -35,7 +35,8 @@ def test_moved_and_deleted_cells_are_restored_in_release_order():
     test_cell = student.cells.pop(ids(student).index("00-accuracy"))
     student.cells.insert(0, test_cell)
     del student.cells[ids(student).index("00-make-batch")]
-    student.cells[ids(student).index("00-count-params-code")].source = "def count_trainable_parameters(m):\n    return 1"
+    student.cells[ids(student).index("00-count-params-code")].source = (
+        "def count_trainable_parameters(m):\n    return 1")
     restored, repairs = restore_cells(student, RELEASE)
     graded = [i for i in ids(restored) if i]
     assert graded == [i for i in ids(RELEASE) if i]
@@ -76,7 +77,8 @@ def test_zip_members_escaping_the_folder_are_refused(tmp_path):
 
 
 def _test_cell(outputs):
-    cell = new_code_cell('check("00-x", f)\n### BEGIN HIDDEN TESTS\ncheck("00-x", f, hidden=True)\n### END HIDDEN TESTS')
+    cell = new_code_cell('check("00-x", f)\n### BEGIN HIDDEN TESTS\ncheck("00-x", f, hidden=True)\n'
+                         '### END HIDDEN TESTS')
     cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "00-x", "points": 1}
     cell.outputs = outputs
     return cell

@@ -40,7 +40,8 @@ def test_hidden_cases_depend_on_the_secret_the_student_and_the_task_and_repeat_o
     assert first[0] == Case(hidden=False, seed=0) and first[1].hidden and first[1].seed > 0
     assert draw_cases(b"s" * 32, "00_welcome", "ada", "00-accuracy") == first
     others = {draw_cases(secret, "00_welcome", student, task)[1].seed
-              for secret in (b"s" * 32, b"t" * 32) for student in ("ada", "bob") for task in ("00-accuracy", "00-make-batch")}
+              for secret in (b"s" * 32, b"t" * 32) for student in ("ada", "bob")
+              for task in ("00-accuracy", "00-make-batch")}
     assert len(others) == 8
 
 
@@ -94,7 +95,8 @@ def test_grading_refuses_without_the_sandbox_and_says_what_to_install(tmp_path, 
 def test_the_sandbox_sees_no_repository_network_or_grader_and_writes_nothing_that_survives(tmp_path):
     runtime = tmp_path / "runtime"
     runtime.mkdir()
-    spec = sandbox.Spec(memory_mb=0, threads=1, sandboxed=True, runtime_dir=str(runtime), data_dir=str(tmp_path / "data"))
+    spec = sandbox.Spec(memory_mb=0, threads=1, sandboxed=True, runtime_dir=str(runtime),
+                        data_dir=str(tmp_path / "data"))
     code = ("import os, socket, harness\n"
             f"root = {str(sandbox.REPO_ROOT)!r}\n"
             "print(sorted(os.listdir(root)), os.listdir(root + '/harness/judge'), os.getuid())\n"
@@ -103,7 +105,8 @@ def test_the_sandbox_sees_no_repository_network_or_grader_and_writes_nothing_tha
             "open('/tmp/work/mine', 'w').write('x')\n"
             "for target in (root + '/harness/checks/lesson00.py', root + '/solutions/x'):\n"
             "    try:\n        open(target, 'a')\n    except OSError as error:\n        print(type(error).__name__)\n"
-            "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\nexcept OSError:\n    print('no network')\n")
+            "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
+            "except OSError:\n    print('no network')\n")
     done = subprocess.run(sandbox.bwrap_command(spec, [sys.executable, "-c", code]), capture_output=True, text=True,
                           timeout=120, env={**__import__("os").environ, "HARNESS_GRADING_SECRET": "ab" * 32})
     lines = done.stdout.splitlines()

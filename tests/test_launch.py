@@ -156,7 +156,8 @@ def test_functions_that_cannot_be_sent_are_named(tmp_path):
 
         return inner
 
-    with pytest.raises(TypeError, match="`test_functions_that_cannot_be_sent_are_named.<locals>.outer.<locals>.inner`.*captures factor"):
+    with pytest.raises(TypeError, match="`test_functions_that_cannot_be_sent_are_named.<locals>.outer.<locals>.inner`"
+                                        ".*captures factor"):
         launch(outer(2), 2)
 
 
@@ -206,7 +207,8 @@ def test_generated_script_holds_the_notebook_function_and_what_it_uses(tmp_path)
     namespace = {"__name__": "generated"}
     exec(compile(script, "rank_main.py", "exec"), namespace)  # the script runs on its own
     assert namespace["train"](2) == 2 * 3 + 0 + 1
-    assert "class Box" in script and "FACTOR = 3" in script and "from harness.distributed import get_rank as rank_of" in script
+    assert "class Box" in script and "FACTOR = 3" in script
+    assert "from harness.distributed import get_rank as rank_of" in script
     assert "import harness.distributed as hd" in script and "LOOKUP" not in script
 
 

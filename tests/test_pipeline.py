@@ -3,7 +3,8 @@
 (a) the committed release is what GenerateAssignment makes; (b) nbgrader's Validator passes the solution and
 fails the release; (c) autograde gives the solution full marks and the release zero; (d) the planted bugs,
 together in one submission, lose exactly their exercises' points, each with its failure code; (e) hidden
-tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are graded as one parallel batch (2 workers).
+tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are graded as one
+parallel batch (2 workers).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[d
     if assignment not in _cache:
         root = tmp_path_factory.mktemp(f"pipeline-{assignment}")
         notebooks = {"solution": answered_release(assignment),
-                     "release": nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)}
+                     "release": nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb",
+                                              as_version=4)}
         bugs = planted(assignment)
         notebooks |= {student: answered_release(assignment, {task: bugs[task][0] for task in tasks})
                       for student, tasks in planted_submissions(assignment).items()}
@@ -117,7 +119,8 @@ def test_each_planted_bug_loses_exactly_its_points(assignment, graded):
         for task in tasks:
             assert result["scores"][task][0] == 0 and full[task][0] > 0
             code = bugs[task][1]
-            assert result["failures"].get(task) == code, f"{task}: expected failure code {code}, got {result['failures']}"
+            assert result["failures"].get(task) == code, (
+                f"{task}: expected failure code {code}, got {result['failures']}")
 
 
 def _visible_text(page: str) -> str:

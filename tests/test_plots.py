@@ -99,8 +99,8 @@ from harness.train import fit
 torch.manual_seed(0)
 model = nn.Linear(3, 2)
 loader = DataLoader(TensorDataset(torch.randn(32, 3), torch.randint(0, 2, (32,))), batch_size=8)
-history = fit(model, loader, loader, loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-              epochs=3, progress=True, live_plot=True)
+history = fit(model, loader, loader, loss_fn=nn.CrossEntropyLoss(),
+              optimizer=torch.optim.SGD(model.parameters(), lr=0.1), epochs=3, progress=True, live_plot=True)
 """
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
     NotebookClient(notebook, timeout=300, kernel_name="python3").execute()

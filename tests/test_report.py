@@ -31,9 +31,11 @@ def test_autocast_observation_sees_matmuls_in_bf16_and_the_loss_in_fp32():
 def test_run_report_holds_setup_history_test_metrics_and_precision(tmp_path):
     net = model()
     data = TensorDataset(torch.randn(48, 4), torch.randint(0, 3, (48,)))
-    train, test = DataLoader(data, batch_size=16), DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=8)
+    train = DataLoader(data, batch_size=16)
+    test = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=8)
     history = fit(net, train, train, loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
-                  epochs=2, precision="bf16", metrics={"accuracy": accuracy}, checkpoint_dir=tmp_path / "ckpt", progress=False)
+                  epochs=2, precision="bf16", metrics={"accuracy": accuracy}, checkpoint_dir=tmp_path / "ckpt",
+                  progress=False)
     scores = evaluate(net, test, loss_fn=nn.CrossEntropyLoss(), metrics={"accuracy": accuracy}, precision="bf16")
     op_dtypes = observe_op_dtypes(net, torch.randn(2, 4), precision="bf16")
     path = write_run_report(tmp_path / "out" / "report.md", history, test_metrics=scores,
@@ -61,8 +63,8 @@ def test_report_links_the_curves_relative_to_its_folder(tmp_path):
 
     net = model()
     loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=8)
-    history = fit(net, loader, loader, loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
-                  epochs=2, progress=False)
+    history = fit(net, loader, loader, loss_fn=nn.CrossEntropyLoss(),
+                  optimizer=torch.optim.SGD(net.parameters(), lr=0.1), epochs=2, progress=False)
     curves = tmp_path / "figures" / "curves.png"
     plot_history(history, curves)
     report = write_run_report(tmp_path / "report" / "report.md", history, curves=curves)

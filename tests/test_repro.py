@@ -46,7 +46,7 @@ def test_same_seed_same_draws_different_seed_different_draws() -> None:
     assert draw() == first
     seed_everything(124)
     other = draw()
-    for a, b in zip(first, other):
+    for a, b in zip(first, other, strict=True):
         assert a != b
 
 

@@ -95,7 +95,8 @@ def test_the_lesson_tests_run_their_mistakes_and_correct_variants():
 
 
 def test_the_guards_of_this_test_can_fail():
-    """A requirement no mistake plants, too few mistakes, a code outside the table, no correct variant: each reported."""
+    """A requirement no mistake plants, too few mistakes, a code outside the table, no correct variant: each
+    reported."""
     core.register("98-toy", hints=core.Hints("n", "c", "s", section="1. Toy"),
                   requires={"wrong-value": core.Requirement("doubles", "Multiply, do not add."),
                             "not-an-int": core.Requirement("returns an int", "What type does * give?")},

@@ -61,7 +61,8 @@ def _train(tmp_path: Path, name: str, precision: str, kill_after: int, loading: 
     script.write_text(SCRIPT)
     out = tmp_path / f"{name}.pt"
     workers, persistent = ("0", "-") if loading == "in-process" else ("2", loading)
-    args = [sys.executable, str(script), str(tmp_path / name), precision, str(kill_after), str(out), workers, persistent]
+    args = [sys.executable, str(script), str(tmp_path / name), precision, str(kill_after), str(out), workers,
+            persistent]
     return subprocess.run(args, capture_output=True, text=True, timeout=300)
 
 

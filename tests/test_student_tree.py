@@ -73,7 +73,8 @@ def test_no_solution_hidden_test_judge_or_secret_reaches_students(tree):
             assert marker not in text, f"{marker!r} in {path}"
     # Notebook 11 is built from the drill bank, whose reference answers ship for self-study (`harness drill
     # solution`); every other lesson's solutions must be nowhere in the tree.
-    normalised = {path: "\n".join(line.strip() for line in text.splitlines() if line.strip()) for path, text in texts.items()}
+    normalised = {path: "\n".join(line.strip() for line in text.splitlines() if line.strip())
+                  for path, text in texts.items()}
     for assignment in discover_assignments():
         if assignment.startswith("11_"):
             continue
@@ -100,7 +101,8 @@ except ModuleNotFoundError:
     pass
 notebook = nbformat.read({str(notebook)!r}, as_version=4)
 NotebookClient(notebook, timeout=300, resources={{"metadata": {{"path": {str(notebook.parent)!r}}}}}).execute()
-ticks = [o["text"] for c in notebook.cells for o in c.get("outputs", []) if o.get("name") == "stdout" and "\\u2714" in o["text"]]
+ticks = [o["text"] for c in notebook.cells for o in c.get("outputs", [])
+         if o.get("name") == "stdout" and "\\u2714" in o["text"]]
 print(len(ticks))
 """
     environment = {**os.environ, "PYTHONPATH": str(tree)}
@@ -110,7 +112,8 @@ print(len(ticks))
     tasks = [c for c in nbformat.read(notebook, as_version=4).cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c.cell_type == "code"]
     assert int(done.stdout.split()[-1]) == len(tasks), done.stdout
-    commands = subprocess.run([sys.executable, "-c", WITHOUT_THE_REPOSITORY + "from harness.cli import main; main(['--help'])"],
+    commands = subprocess.run([sys.executable, "-c",
+                               WITHOUT_THE_REPOSITORY + "from harness.cli import main; main(['--help'])"],
                               env=environment, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     listed = commands.stdout.split("{")[1].split("}")[0].split(",")
     assert commands.returncode == 0 and "drill" in listed and not {"grade", "course"} & set(listed), commands.stdout

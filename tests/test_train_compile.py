@@ -23,7 +23,7 @@ def train(compile: bool, checkpoint_dir=None) -> nn.Module:
 @pytest.mark.slow
 def test_compiled_training_matches_eager_and_saves_unwrapped_weights(tmp_path):
     eager, compiled = train(False), train(True, tmp_path)
-    for a, b in zip(eager.parameters(), compiled.parameters()):
+    for a, b in zip(eager.parameters(), compiled.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # fused kernels may round differently
     saved = torch.load(tmp_path / "last.pt", weights_only=True)["model"]
     assert set(saved) == set(eager.state_dict())

@@ -181,7 +181,7 @@ def test_accumulation_averages_each_group_and_steps_on_the_last_partial_group():
     with StepRecorder(optimizer) as steps:
         run(model, loader, optimizer=optimizer, epochs=1, accumulation_steps=3)
     assert len(steps.records) == 3
-    for record, group in zip(steps.records, ([0, 1, 2], [3, 4, 5], [6])):
+    for record, group in zip(steps.records, ([0, 1, 2], [3, 4, 5], [6]), strict=True):
         for i, grad in enumerate(record.grads):
             expected = sum(per_batch[b][i] for b in group) / len(group)
             torch.testing.assert_close(grad, expected)
@@ -311,7 +311,7 @@ def test_sync_every_1_stops_before_the_bad_update():
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(NonFiniteLossError, match="epoch 1, batch 0"):
         run(model, make_loader(32, 8, bad_index=3), epochs=1, sync_every=1)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_skip_mode_leaves_bad_batches_out_and_counts_them():
@@ -380,7 +380,7 @@ def test_bad_options_fail_loudly_before_training(options, error, message):
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(error, match=message):
         run(model, make_loader(16, 8), make_loader(16, 8), epochs=options.pop("epochs", 1), **options)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_an_optimizer_built_for_another_model_is_refused():

@@ -67,7 +67,8 @@ SCHEDULERS: dict[str, tuple[Callable | None, str | None]] = {
     "warmup-lambda-step": (lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5)), "step"),
     "steplr-epoch": (lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7), "epoch"),
     "cosine-epoch": (lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4), "epoch"),
-    "plateau": (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=0.15, threshold_mode="abs"), "epoch"),
+    "plateau": (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=0.15,
+                                                                      threshold_mode="abs"), "epoch"),
 }
 CASES = [
     ("sgd", None, 1, "none"),
@@ -103,7 +104,7 @@ def test_fit_matches_a_hand_written_loop_bit_for_bit(optimizer_kind, max_grad_no
 
     assert len(history) == epochs
     assert optimizer.param_groups[0]["lr"] == expected_lr
-    for got, want in zip(model.parameters(), expected):
+    for got, want in zip(model.parameters(), expected, strict=True):
         assert torch.equal(got, want), f"max difference {(got - want).abs().max():.3e}"
     if schedule == "plateau":
         assert expected_lr < 0.05  # the plateau scheduler did cut the rate in this run

@@ -175,7 +175,8 @@ def get(task_id: str) -> Check:
     if task_id not in _REGISTRY:
         lesson = task_id[:2]
         if not lesson.isdigit():
-            raise KeyError(f"{task_id!r} is not a task id: task ids start with the lesson number, like '04-train-step'.")
+            raise KeyError(f"{task_id!r} is not a task id: task ids start with the lesson number, "
+                           "like '04-train-step'.")
         try:
             importlib.import_module(f"harness.checks.lesson{lesson}")
         except ModuleNotFoundError as error:

@@ -84,7 +84,8 @@ def student_line(frame: types.FrameType | None) -> str | None:
         code = frame.f_code
         if is_students(code.co_filename):
             source = linecache.getline(code.co_filename, frame.f_lineno).strip()
-            return f"in {code.co_name}, line {frame.f_lineno}: {source}" if source else f"in {code.co_name}, line {frame.f_lineno}"
+            place = f"in {code.co_name}, line {frame.f_lineno}"
+            return f"{place}: {source}" if source else place
         frame = frame.f_back
     return None
 

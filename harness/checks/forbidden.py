@@ -3,8 +3,9 @@ one and the student's line that made it.
 
 The probe side is `CallRecorder`, a `TorchFunctionMode`: every torch function, `torch.nn.functional` function
 and tensor method called while it is active is recorded by name, with the student's line of its first call.
-An operator counts as its method: `a * b` is `mul`, `a + b` is `add`. Calls that torch makes inside a recorded call are not recorded (the mode is off while a
-call runs), so `F.cross_entropy` calling `log_softmax` inside never counts as the student's `log_softmax`.
+An operator counts as its method: `a * b` is `mul`, `a + b` is `add`. Calls that torch makes inside a
+recorded call are not recorded (the mode is off while a call runs), so `F.cross_entropy` calling
+`log_softmax` inside never counts as the student's `log_softmax`.
 A function and the tensor method of the same name are one name: `torch.logsumexp(x, 1)` and
 `x.logsumexp(1)` are both `logsumexp`.
 
@@ -40,7 +41,8 @@ def written_as(func: Callable[..., Any]) -> str:
     namespace = module.removeprefix("torch._C._")  # torch.special.logsumexp is torch._C._special.special_logsumexp
     if namespace != module and qualname.startswith(f"{namespace}_"):
         return f"torch.{namespace}.{qualname.removeprefix(namespace + '_')}"
-    return f"{'F' if module == 'torch.nn.functional' else 'torch' if module.startswith('torch._') else module}.{qualname}"
+    prefix = "F" if module == "torch.nn.functional" else "torch" if module.startswith("torch._") else module
+    return f"{prefix}.{qualname}"
 
 
 class CallRecorder(TorchFunctionMode):
@@ -56,7 +58,8 @@ class CallRecorder(TorchFunctionMode):
         self.seen: dict[str, str] = {}
         self.count = 0
 
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         self.count += 1
         name = call_name(func)
         if name not in self.seen:

@@ -137,7 +137,8 @@ def judge_make_batch(seen: dict, *, case: Case) -> str:
     if built is not None:
         if not isinstance(built, str):
             raise WireError("malformed observation: the call that built a CPU tensor")
-        fail("copied-to-device", observed=f"asked for device meta, your code made or moved a tensor on the CPU: {built}",
+        fail("copied-to-device",
+             observed=f"asked for device meta, your code made or moved a tensor on the CPU: {built}",
              expected="the batch allocated on `device` by the call that creates it",
              cause="the tensor is created on the CPU (by a factory without device=, or in NumPy) and then "
                    "copied with .to(device) or .cuda(): on a GPU that is an extra allocation and a transfer",
@@ -253,7 +254,8 @@ def judge_count_params(seen: dict, *, case: Case) -> str:
     shared weights once)."""
     for index, (model, counted) in enumerate(zip(_models(case), seen["counts"], strict=True)):
         expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        name = f"{('MLP', 'partly frozen CNN with BatchNorm', 'model with a shared weight')[index]} ({type(model).__name__})"
+        kind = ("MLP", "partly frozen CNN with BatchNorm", "model with a shared weight")[index]
+        name = f"{kind} ({type(model).__name__})"
         if isinstance(counted, (torch.Tensor, Opaque)) or not isinstance(counted, int) or isinstance(counted, bool):
             fail("not-an-int", observed=f"returned {describe(counted)}", expected="a Python int",
                  cause="a sum of tensors (a tensor), a float, or len() of something else",

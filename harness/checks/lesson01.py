@@ -60,7 +60,8 @@ def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
 def _token_inputs(case: Case) -> list[torch.Tensor]:
     """Images to tokenise in every memory layout: contiguous, cropped, channels-last and strided (other
     shapes hidden, single pixels and single channels among them)."""
-    shapes = [(2, 3, 4, 5), (1, 4, 2, 2), (1, 1, 3, 1)] if not case.hidden else [(3, 8, 2, 7), (1, 1, 1, 1), (2, 5, 3, 1)]
+    shapes = ([(2, 3, 4, 5), (1, 4, 2, 2), (1, 1, 3, 1)] if not case.hidden
+              else [(3, 8, 2, 7), (1, 1, 1, 1), (2, 5, 3, 1)])
     inputs = []
     for index, shape in enumerate(shapes):
         images = _randn(*shape, seed=case.seeded(index + (100 if case.hidden else 0)))
@@ -394,7 +395,7 @@ def _loss_family(w: torch.Tensor, count: int, seed: int) -> list[Callable[[torch
             return lambda v: scale * (v - target).pow(2).sum()
         return lambda v: scale * torch.sin(v * target).sum()
 
-    return [make(t, s, i) for i, (t, s) in enumerate(zip(targets, scales))]
+    return [make(t, s, i) for i, (t, s) in enumerate(zip(targets, scales, strict=True))]
 
 
 def _gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[torch.Tensor], torch.Tensor]]]]:
@@ -584,9 +585,9 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
             expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params, strict=True)]
             errors = [_max_error(e, x) for e, x in zip(ema, expected, strict=True)]
             if max(errors) > 1e-6:
-                unchanged = all(torch.equal(e, b) for e, b in zip(ema, before))
+                unchanged = all(torch.equal(e, b) for e, b in zip(ema, before, strict=True))
                 swapped = all(_max_error(e, (1 - decay) * b + decay * p.detach()) < 1e-6
-                              for e, b, p in zip(ema, before, params))
+                              for e, b, p in zip(ema, before, params, strict=True))
                 fail("wrong-values",
                      observed="the EMA did not change" if unchanged else f"largest error {max(errors):.3g}"
                      + (" (decay and 1 - decay are swapped)" if swapped else ""),

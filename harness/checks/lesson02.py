@@ -173,7 +173,8 @@ def _run_mlp(mlp_class: type, model: nn.Module, record: dict[str, Any], sizes: l
     model(x).square().mean().backward()
     optimizer.step()
     record["stepped"] = [_snapshot(m.weight) for m in _linears(model)]
-    record["got_gradient"] = [m.weight.grad is not None and bool(m.weight.grad.abs().sum() > 0) for m in _linears(model)]
+    record["got_gradient"] = [m.weight.grad is not None and bool(m.weight.grad.abs().sum() > 0)
+                              for m in _linears(model)]
 
 
 @register(
@@ -316,7 +317,8 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
         if abs(fraction - p) <= tolerance and math.isclose(scale, 1 / (1 - p), rel_tol=1e-3):
             continue
         if abs(fraction - p) > tolerance and abs(fraction - (1 - p)) <= tolerance:
-            cause = "1 - p passed as the probability: dropout's p is the probability of zeroing a unit, not of keeping it"
+            cause = ("1 - p passed as the probability: dropout's p is the probability of zeroing a unit, "
+                     "not of keeping it")
         elif abs(fraction - p) > tolerance and abs(fraction - 0.5) <= tolerance:
             cause = "a probability fixed at 0.5 (nn.Dropout()'s default) instead of the dropout argument"
         elif abs(fraction - p) > tolerance:
@@ -335,7 +337,7 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
 def judge_mlp(seen: dict, *, case: Case) -> str:
     """Every layer registered and trained, ReLU between layers, dropout of probability p only in train mode."""
     for (sizes, p), record in zip(_mlp_configurations(case), seen["configurations"], strict=True):
-        expected_count = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        expected_count = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         registered, layers = record["registered"], _as_layers(record["layers"])
         if isinstance(registered, bool) or not isinstance(registered, int):
             raise ValueError("the registered count is not an int")
@@ -348,10 +350,10 @@ def judge_mlp(seen: dict, *, case: Case) -> str:
                  where="store them in __init__, in nn.ModuleList (or nn.ModuleDict)")
         shapes = [(weight.shape[1], weight.shape[0]) for weight, _ in layers]
         biases = all(bias is not None for _, bias in layers)
-        if shapes != list(zip(sizes[:-1], sizes[1:])) or not biases or registered != expected_count:
+        if shapes != list(zip(sizes[:-1], sizes[1:], strict=True)) or not biases or registered != expected_count:
             fail("wrong-layers", observed=f"Linear layers (in, out) {shapes}"
                  + ("" if biases else ", some without bias") + f" ({registered} parameters)",
-                 expected=f"{list(zip(sizes[:-1], sizes[1:]))} with biases ({expected_count} parameters)",
+                 expected=f"{list(zip(sizes[:-1], sizes[1:], strict=True))} with biases ({expected_count} parameters)",
                  cause="other sizes, a missing or extra layer, bias=False, or other parameters besides the layers",
                  where="the loop that builds the layers: one nn.Linear(a, b) per pair of zip(sizes[:-1], sizes[1:])")
         _no_exception(record, f"running MLP({sizes})")
@@ -858,13 +860,13 @@ def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
                        "backward run before freezing)", where="freeze before any backward; do not set .grad")
         before = dict(model.named_parameters())
         unchanged = [torch.equal(before[n].detach(), _tensor(after[n], n)) for n in names]
-        changed = [n for n, same in zip(names, unchanged) if n.startswith("backbone.") and not same]
+        changed = [n for n, same in zip(names, unchanged, strict=True) if n.startswith("backbone.") and not same]
         if changed:
             fail("backbone-trainable", observed=f"your function changed backbone parameters {changed}",
                  expected="freezing leaves the values as they are", cause="the function wrote to the parameters "
                  "(an initialisation or an in-place operation) instead of only setting their flags",
                  where="only requires_grad_(False)")
-        if all(same for n, same in zip(names, unchanged) if n.startswith("head.")):
+        if all(same for n, same in zip(names, unchanged, strict=True) if n.startswith("head.")):
             fail("head-frozen", observed="an optimizer step left the head unchanged", expected="the head trains",
                  cause="the head's parameters require grad but received no gradient: the model's forward no longer "
                        "reaches them after your function", where="only set flags: model.head.requires_grad_(True)")
@@ -970,7 +972,7 @@ def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor
              expected="the same parameters, filled in place", cause="a new nn.Parameter (or a new layer) assigned "
              "instead of filling the existing one: an optimizer built before would keep training the old tensors",
              where="nn.init.kaiming_normal_(m.weight, ...) and nn.init.zeros_(m.bias) fill them in place")
-    unchanged = [index for index, (m, w) in enumerate(zip(linears, weights))
+    unchanged = [index for index, (m, w) in enumerate(zip(linears, weights, strict=True))
                  if torch.equal(m.weight.detach().flatten()[:_WEIGHT_SAMPLE], w)]
     if len(unchanged) == len(linears):
         fail("not-initialised", observed="no Linear weight changed", expected="every Linear re-initialised",
@@ -999,7 +1001,7 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
         raise ValueError("the recorded layers are not the model's")
     weights = [_tensor(r["weight"], "a weight") for r in records]
     _judge_init_reached(model, seen, weights)
-    for name, m, weight, record in zip(names, linears, weights, records):
+    for name, m, weight, record in zip(names, linears, weights, records, strict=True):
         fan_in, fan_out = m.in_features, m.out_features
         if weight.shape != (min(m.weight.numel(), _WEIGHT_SAMPLE),):
             raise ValueError(f"the sample of {name}'s weight has shape {tuple(weight.shape)}")

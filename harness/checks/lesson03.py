@@ -380,7 +380,8 @@ def _judge_collate_output(out: Any, batch: Batch) -> None:
             cause="the return statement has another shape",
             where=where,
         )
-    padded, got_lengths, labels = (_tensor(v, name, where) for v, name in zip(out, ("padded", "lengths", "labels")))
+    padded, got_lengths, labels = (_tensor(v, name, where)
+                                   for v, name in zip(out, ("padded", "lengths", "labels"), strict=True))
     expected_shape = (len(batch), max(lengths), features)
     if tuple(padded.shape) != expected_shape:
         shape = tuple(padded.shape)
@@ -681,7 +682,7 @@ def _noise_by_index(worker_init_fn: Callable, *, case: Case, epochs: int) -> lis
     for _ in range(epochs):
         noise: dict[int, float] = {}
         for indices, values in loader:
-            noise.update(zip(indices.tolist(), values.tolist()))
+            noise.update(zip(indices.tolist(), values.tolist(), strict=True))
         runs.append([noise[i] for i in range(n)])
     return runs
 

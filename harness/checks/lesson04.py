@@ -121,7 +121,7 @@ def _tensors(values: Any, like: list[torch.Tensor], what: str, *, none_ok: bool 
     """A list of tensors shaped and typed as `like` (None allowed where `none_ok`)."""
     if not isinstance(values, list) or len(values) != len(like):
         _malformed(f"{what} is not a list of {len(like)} tensors")
-    for value, reference in zip(values, like):
+    for value, reference in zip(values, like, strict=True):
         if value is None and none_ok:
             continue
         if not isinstance(value, torch.Tensor) or value.shape != reference.shape or value.dtype != reference.dtype:
@@ -290,7 +290,7 @@ def probe_running_mean(cls: type, *, case: Case) -> dict:
     first, second = cls(), cls()
     leaf = torch.ones((), requires_grad=True)
     with HostSyncCounter() as syncs:
-        for value, n in zip(values, counts):
+        for value, n in zip(values, counts, strict=True):
             first.update(value * leaf, n)  # a value that is part of a graph, as a fresh loss is
         result = first.compute()
     second.update(torch.tensor(1.0), 1)
@@ -300,7 +300,7 @@ def probe_running_mean(cls: type, *, case: Case) -> dict:
 
 def _fed(meter: Any, values: list[torch.Tensor], counts: list[int], device: torch.device) -> Any:
     """`meter` after one update per value, each value moved to `device`."""
-    for value, n in zip(values, counts):
+    for value, n in zip(values, counts, strict=True):
         meter.update(value.to(device), n)
     return meter
 
@@ -586,8 +586,9 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
             where=where,
         )
     _require_train_mode(_flags(seen["training"], "training"), "the start of train_step: call model.train() there")
-    references = [_reference_grads(model, params, x, y, loss_fn) for (_, params), (x, y) in zip(records, batches)]
-    for i, ((grads, _), (reference, _), (_, y)) in enumerate(zip(records, references, batches)):
+    references = [_reference_grads(model, params, x, y, loss_fn)
+                  for (_, params), (x, y) in zip(records, batches, strict=True)]
+    for i, ((grads, _), (reference, _), (_, y)) in enumerate(zip(records, references, batches, strict=True)):
         if _grads_close(grads, reference):
             continue
         if i and _grads_close(grads, references[i - 1][0]):
@@ -791,9 +792,9 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             "for the step to finish",
             where=where,
         )
-    batch_losses = [_reference_grads(model, p, bx, by, loss_fn)[1] for p, (bx, by) in zip(params, batches)]
+    batch_losses = [_reference_grads(model, p, bx, by, loss_fn)[1] for p, (bx, by) in zip(params, batches, strict=True)]
     sizes = [len(by) for _, by in batches]
-    expected = sum(loss * size for loss, size in zip(batch_losses, sizes)) / n
+    expected = sum(loss * size for loss, size in zip(batch_losses, sizes, strict=True)) / n
     observed = _as_float(seen["result"], "train_epoch's result", where)
     if not isinstance(seen["result"], torch.Tensor):
         fail(
@@ -1248,7 +1249,7 @@ def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model:
         )
     train_losses = []
     for epoch in range(epochs):
-        steps = zip(params[epoch * len(batches):(epoch + 1) * len(batches)], batches)
+        steps = zip(params[epoch * len(batches):(epoch + 1) * len(batches)], batches, strict=True)
         losses = [(_reference_grads(model, p, x, y, loss_fn)[1], len(y)) for p, (x, y) in steps]
         train_losses.append(sum(loss * n for loss, n in losses) / len(train_loader.dataset))
     reported = _history_column(frame, "train_loss")

@@ -113,7 +113,8 @@ def judged(inputs: Sequence[T], results: Any) -> Iterator[tuple[T, Any]]:
     """Judge side: pair each input with what `collect` recorded for it; raise a recorded stop when reached."""
     if not isinstance(results, list) or len(results) > len(inputs):
         raise WireError("malformed observation: not one result per input")
-    for item, result in zip(inputs, results):
+    # results end early at a recorded stop (raised below); a tail missing without one is caught after the loop
+    for item, result in zip(inputs, results, strict=False):
         if isinstance(result, dict) and "stopped" in result:
             if result["stopped"] == "failed":
                 raise CheckFailed(str(result["message"]), code=str(result["code"]))
@@ -126,7 +127,7 @@ def judged(inputs: Sequence[T], results: Any) -> Iterator[tuple[T, Any]]:
 def matching_tensors(value: Any, like: Sequence[torch.Tensor], what: str) -> list[torch.Tensor]:
     """`value` checked to be a list of tensors shaped like `like`; WireError for anything else (forged)."""
     if not isinstance(value, list) or len(value) != len(like) or not all(
-        isinstance(t, torch.Tensor) and t.shape == r.shape for t, r in zip(value, like)
+        isinstance(t, torch.Tensor) and t.shape == r.shape for t, r in zip(value, like, strict=True)
     ):
         raise WireError(f"malformed observation: {what} is not a list of {len(like)} tensors of the model's shapes")
     return [t.detach().float() for t in value]
@@ -640,7 +641,7 @@ def _floats(value: Any) -> list[float] | None:
 
 def _same_trace(a: Sequence[float], b: Sequence[float]) -> bool:
     """Equal step for step, up to float32 rounding (the real scaler holds its scale in float32)."""
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b))
+    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b, strict=True))
 
 
 @register(
@@ -703,7 +704,7 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
             )
         if _same_trace(got, want):
             continue
-        step = next(i for i, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, rel_tol=1e-6))
+        step = next(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not math.isclose(g, w, rel_tol=1e-6))
         situation = f"with {settings} and overflows={[int(o) for o in overflows]}, after step {step}"
         before = got[step - 1] if step else settings["init_scale"]
         if overflows[step] and got[step] >= before:
@@ -1116,7 +1117,8 @@ def _judge_skip(skip: dict, start: list[torch.Tensor]) -> None:
     steps_taken, scale = skip["steps_taken"], skip["scale"]
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
-    unchanged = all(torch.equal(a, b) for a, b in zip(start, matching_tensors(skip["params"], start, "params")))
+    skipped = matching_tensors(skip["params"], start, "params")
+    unchanged = all(torch.equal(a, b) for a, b in zip(start, skipped, strict=True))
     if steps_taken or not unchanged:
         fail(
             "inf-step-not-skipped",
@@ -1163,9 +1165,9 @@ def _judge_two_steps(two_steps: dict, start: list[torch.Tensor], seed: int, dtyp
     _judge_returned_loss(0, returned[0], ref_losses[0])
     params = matching_tensors(two_steps["params"], ref_params, "params")
     stale = matching_tensors(two_steps["stale"], start, "stale")
-    drift = max(float((a - b).abs().max()) for a, b in zip(params, ref_params))
+    drift = max(float((a - b).abs().max()) for a, b in zip(params, ref_params, strict=True))
     if not drift <= 1e-5:
-        moved = max(float((a - b).abs().max()) for a, b in zip(stale, start))
+        moved = max(float((a - b).abs().max()) for a, b in zip(stale, start, strict=True))
         stale_kept = moved > 1.0
         fail(
             "missing-zero-grad" if stale_kept else "wrong-update",

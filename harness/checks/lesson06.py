@@ -78,10 +78,10 @@ def _recorded(steps: StepRecorder) -> list[list[torch.Tensor | None]]:
 def _start_at(model: nn.Module, params: Any, first: bool) -> None:
     """Judge side: set `model` to the parameters a call started from (the first call: the case's own start)."""
     tensors = matching_tensors(params, snapshot(model), "params")
-    if first and not all(torch.equal(a, b) for a, b in zip(tensors, model.parameters())):
+    if first and not all(torch.equal(a, b) for a, b in zip(tensors, model.parameters(), strict=True)):
         raise WireError("malformed observation: the first call did not start from the case's model")
     with torch.no_grad():
-        for p, value in zip(model.parameters(), tensors):
+        for p, value in zip(model.parameters(), tensors, strict=True):
             p.copy_(value)
 
 
@@ -118,10 +118,10 @@ def _only_step(steps: Any, model: nn.Module, what: str, *, none_code: str = "no-
     params = list(model.parameters())
     grads = steps[0]
     if not isinstance(grads, list) or len(grads) != len(params) or not all(
-        g is None or (isinstance(g, torch.Tensor) and g.shape == p.shape) for g, p in zip(grads, params)
+        g is None or (isinstance(g, torch.Tensor) and g.shape == p.shape) for g, p in zip(grads, params, strict=True)
     ):
         raise WireError("malformed observation: the recorded gradients do not match the model's parameters")
-    return _flat([torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)])
+    return _flat([torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)])
 
 
 def _returned_norm(got: Any, raw_norm: float, clipped_to: float | None, what: str, scale: float = 1.0) -> None:
@@ -248,7 +248,7 @@ def judge_grad_norm(seen: dict, *, case: Case) -> str:
         if not isinstance(after, list) or len(after) != len(before):
             raise WireError("malformed observation: grads_after does not match the parameters")
         if any(b is not None and not (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b))
-               for a, b in zip(after, before)):
+               for a, b in zip(after, before, strict=True)):
             fail("grads-modified", observed=f"the gradients changed during the call on {description}",
                  expected="gradients left as they were",
                  cause="an in-place operation on p.grad (a method ending in _, such as mul_, pow_, clamp_, or an "
@@ -626,7 +626,7 @@ def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -
     if not isinstance(calls, list) or len(calls) != len(plan):
         raise WireError("malformed observation: not one record per call")
     previous = None
-    for i, ((batch, call_fraction), call) in enumerate(zip(plan, calls)):
+    for i, ((batch, call_fraction), call) in enumerate(zip(plan, calls, strict=True)):
         _start_at(model, call["params"], first=i == 0)
         raw = reference_grads(model, [batch], autocast_dtype=dtype)
         max_norm = _max_norm(model, [batch], call_fraction, dtype)
@@ -666,7 +666,8 @@ def _judge_amp_clip_skip(run: dict, seed: int) -> None:
     steps_taken, scale = run["steps_taken"], run["scale"]
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
-    unchanged = all(torch.equal(a, b) for a, b in zip(matching_tensors(run["params"], start, "params"), start))
+    after = matching_tensors(run["params"], start, "params")
+    unchanged = all(torch.equal(a, b) for a, b in zip(after, start, strict=True))
     if steps_taken or not unchanged or not scale < _AMP_SCALE:
         fail(
             "inf-step-not-skipped",

@@ -58,13 +58,14 @@ def _is_number(value: Any) -> bool:
 def _close(a: Sequence[Any], b: Sequence[float], rel: float = 1e-6, abs_: float = 1e-12) -> bool:
     """Two sequences of numbers equal to float precision (False for anything that is not a number)."""
     return len(a) == len(b) and all(
-        _is_number(x) and math.isclose(x, y, rel_tol=rel, abs_tol=abs_) for x, y in zip(a, b)
+        _is_number(x) and math.isclose(x, y, rel_tol=rel, abs_tol=abs_) for x, y in zip(a, b, strict=True)
     )
 
 
 def _first_difference(a: Sequence[float], b: Sequence[float]) -> int:
     """The first index where two equally long sequences of numbers differ."""
-    return next(i for i, (x, y) in enumerate(zip(a, b)) if not math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12))
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=True))
+                if not math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12))
 
 
 def _fmt(values: Sequence[float], limit: int = 8) -> str:
@@ -106,7 +107,7 @@ def _same_tensors(got: Any, wanted: list[torch.Tensor]) -> bool:
     return isinstance(got, list) and len(got) == len(wanted) and all(
         isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
         and torch.allclose(g, w, rtol=1e-5, atol=1e-7)
-        for g, w in zip(got, wanted)
+        for g, w in zip(got, wanted, strict=True)
     )
 
 
@@ -119,7 +120,7 @@ def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[to
         fresh = _same_tensors(params, expected)
         if fresh:
             with torch.no_grad():
-                for parameter, value in zip(model.parameters(), params):
+                for parameter, value in zip(model.parameters(), params, strict=True):
                     parameter.copy_(value)
             model.zero_grad(set_to_none=True)
             nn.functional.mse_loss(model(inputs), targets).backward()
@@ -134,7 +135,7 @@ def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[to
                 "optimizer.step()",
                 where="the batch loop: zero_grad, forward, loss, backward, optimizer.step()",
             )
-        expected = [p - float(step["lr"]) * g for p, g in zip(params, grads)]
+        expected = [p - float(step["lr"]) * g for p, g in zip(params, grads, strict=True)]
     if not _same_tensors(seen["final"], expected):
         fail(
             "steps-inconsistent",
@@ -344,7 +345,8 @@ def _probe_loop(train: Callable[..., Any], setting: _LoopSetting) -> dict[str, A
     optimizer = torch.optim.SGD(model.parameters(), lr=setting.lr)
     scheduler = setting.make(optimizer)
     with ForwardRecorder(model) as forwards:
-        seen = _record_steps(train, optimizer, model, setting.loader, nn.MSELoss(), optimizer, scheduler, setting.epochs)
+        seen = _record_steps(train, optimizer, model, setting.loader, nn.MSELoss(), optimizer, scheduler,
+                             setting.epochs)
     seen["train_modes"] = [r.training for r in forwards.records if r.grad_enabled]
     return seen
 
@@ -784,7 +786,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
     metrics = [float(call["metric"]) for call in calls]
     losses = [_losses_at(call["weights"], setting) for call in calls]
     wrong = [
-        (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses))
+        (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses, strict=True))
         if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)
     ]
     like_train = [w for w in wrong if abs(w[1] - w[3]) < abs(w[1] - w[2])]

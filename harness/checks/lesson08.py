@@ -47,7 +47,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return a == b
@@ -471,7 +471,8 @@ def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> 
         # the path as a Path and as a str, both in every case
         targets: list[Any] = [str(path), path, str(path)] if case.hidden else [path, str(path), path]
         saves = []
-        for state, target in zip(_atomic_states(case), targets):
+        # two good saves to the first two targets; the last target is the crashing save's, below
+        for state, target in zip(_atomic_states(case), targets, strict=False):
             atomic_save(state, target)
             saves.append({"content": _read_back(path), "listing": _listing(directory)})
         crashed = False
@@ -1009,7 +1010,7 @@ def _close_data(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close_data(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close_data(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_close_data(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
     return type(a) is type(b) and a == b

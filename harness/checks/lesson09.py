@@ -212,7 +212,8 @@ def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[
         "return total / dist.get_world_size()",
         section="2. Collectives: what moves between processes"),
     requires={
-        "not-a-tensor": Requirement("returns a tensor", hint="What type does ddp_mean return? The text asks for a tensor."),
+        "not-a-tensor": Requirement("returns a tensor",
+                                    hint="What type does ddp_mean return? The text asks for a tensor."),
         "not-averaged": Requirement("communicates: each rank gets the mean over all ranks, not its own value",
                                     hint="Each rank got back its own value: which collective brings the others' in?"),
         "summed": Requirement("the mean, not the sum", hint="Every rank got the sum over ranks: one step is missing."),
@@ -237,7 +238,8 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
             out = result["out"]
             if not isinstance(out, torch.Tensor):
                 cause = ("the result was turned into a Python number (.item(), float() or .tolist())"
-                         if isinstance(out, (float, int, list)) else "the function returns something other than a tensor")
+                         if isinstance(out, (float, int, list))
+                         else "the function returns something other than a tensor")
                 fail("not-a-tensor", observed=f"rank {rank} got a {type_name(out)}", expected="a tensor",
                      cause=cause, where="the return statement of ddp_mean")
             if out.shape != expected.shape:
@@ -452,7 +454,8 @@ def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, 
         section="4. How DDP averages gradients"),
     requires={
         "no-samples-seen": Requirement("trains on the dataset passed in, in this process (no workers)",
-                                       hint="A rank loaded nothing from the dataset it was given: what did it train on?"),
+                                       hint="A rank loaded nothing from the dataset it was given: "
+                                       "what did it train on?"),
         "not-sharded": Requirement("each rank its own half of the data each epoch (a DistributedSampler)",
                                    hint="Both ranks read the same samples: what gives each rank its own shard?"),
         "missing-set-epoch": Requirement("set_epoch(epoch) every epoch: a new order each epoch",
@@ -461,7 +464,8 @@ def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, 
         "wrapped-state-dict": Requirement("returns the unwrapped model's state_dict",
                                           hint="The keys start with 'module.': whose state_dict was returned?"),
         "wrong-state-dict": Requirement("returns the trained model's state_dict itself (names -> tensors)",
-                                        hint="Compare what you return with model.module.state_dict(): keys and values."),
+                                        hint="Compare what you return with model.module.state_dict(): "
+                                        "keys and values."),
         "ranks-differ": Requirement("gradients averaged across ranks: identical weights on every rank",
                                     hint="The ranks ended with different weights: what averages their gradients?"),
         "not-ddp-equivalent": Requirement(

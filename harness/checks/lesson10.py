@@ -4,9 +4,9 @@ The probes run the student's pieces and record what they did as data: the precis
 devices, the optimizer's groups and the learning rate every step gets, the batches each of two real gloo ranks
 (forked, `harness.launch.launch_forked`) reads, what the training runs wrote into their checkpoints and the
 optimizer steps they took, where a run called with a made-up device (`meta`) put its model, the trained model's
-outputs on images generated from the case, and the report's text. The judges rebuild the inputs and decide: they recompute the reference precision, schedule and groups,
-compare the runs' weights, score the model's outputs against labels only they hold, and evaluate the
-weights of the report's run on its test set themselves.
+outputs on images generated from the case, and the report's text. The judges rebuild the inputs and decide:
+they recompute the reference precision, schedule and groups, compare the runs' weights, score the model's
+outputs against labels only they hold, and evaluate the weights of the report's run on its test set themselves.
 """
 
 from __future__ import annotations

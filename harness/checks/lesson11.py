@@ -132,7 +132,8 @@ def _train_step_inputs(case: Case, seed: int) -> tuple[nn.Module, list[tuple[tor
     requires={
         **_missing_entry("train_step"),
         "step-count": Requirement("one optimizer step per call",
-                                  hint="Count the optimizer steps one call of train_step takes: how many should there be?"),
+                                  hint="Count the optimizer steps one call of train_step takes: "
+                                  "how many should there be?"),
         "update-outside-step": Requirement(
             "the parameters change only through optimizer.step()",
             hint="Something besides optimizer.step() changed the weights between two steps: what else writes to them?"),
@@ -247,7 +248,8 @@ def _mlp_input(case: Case, index: int) -> torch.Tensor:
 
 @register(
     "11-plain-list",
-    hints=_hints("11-plain-list", "self.hidden = nn.ModuleList([nn.Linear(a, b) for a, b in zip(sizes[:-2], sizes[1:-1])])"),
+    hints=_hints("11-plain-list",
+                 "self.hidden = nn.ModuleList([nn.Linear(a, b) for a, b in zip(sizes[:-2], sizes[1:-1])])"),
     requires={
         **_missing_entry("MLP"),
         "unregistered-layers": Requirement(
@@ -257,7 +259,8 @@ def _mlp_input(case: Case, index: int) -> torch.Tensor:
                                    hint="Print the output's shape for sizes [4, 8, 8, 2]: is every layer applied?"),
         "wrong-output": Requirement(
             "the forward is the starter's: each hidden layer then ReLU, then the output layer",
-            hint="The fix should change how the layers are stored, not what forward computes: compare with the starter."),
+            hint="The fix should change how the layers are stored, not what forward computes: "
+            "compare with the starter."),
     },
 )
 def probe_plain_list(namespace: dict, *, case: Case) -> dict:
@@ -281,7 +284,7 @@ def _reference_mlp(params: list[torch.Tensor], sizes: tuple[int, ...], x: torch.
             unused.remove(found)
         return found
 
-    layers = [(take((b, a)), take((b,))) for a, b in zip(sizes[:-1], sizes[1:])]
+    layers = [(take((b, a)), take((b,))) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
     if any(w is None or b is None for w, b in layers):
         return None
     for index, (weight, bias) in enumerate(layers):
@@ -297,7 +300,7 @@ def judge_plain_list(seen: dict, *, case: Case) -> str:
     for index, (sizes, result) in enumerate(zip(_MLP_SIZES, seen["results"], strict=True)):
         params, out = result.get("params"), result.get("output")
         _require(isinstance(params, list) and all(isinstance(p, torch.Tensor) for p in params), "params")
-        expected = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        expected = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         got = sum(p.numel() for p in params)
         if got != expected:
             fail("unregistered-layers", observed=f"model.parameters() holds {got} numbers for sizes {sizes}",
@@ -423,7 +426,8 @@ def _amp_model(case: Case, run: int) -> _AutocastProbe:
     "11-amp-step",
     hints=_hints("11-amp-step", 'with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x), y); '
                  "scaler.scale(loss).backward(); scaler.unscale_(optimizer); "
-                 "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); scaler.update()"),
+                 "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); "
+                 "scaler.update()"),
     requires={
         **_missing_entry("amp_step"),
         "no-autocast": Requirement("the forward and the loss run under bf16 autocast on the CPU",
@@ -670,7 +674,8 @@ def _weights_only_error(error: Exception) -> bool:
         "wrong-epoch": Requirement("load_checkpoint returns the saved epoch",
                                    hint="What does load_checkpoint return, and was the epoch saved at all?"),
         "missing-optimizer-state": Requirement(
-            "the optimizer's state is restored", hint="Adam's moments and step count change every step: are they saved?"),
+            "the optimizer's state is restored",
+            hint="Adam's moments and step count change every step: are they saved?"),
         "missing-scheduler-state": Requirement(
             "the scheduler's state is restored", hint="The resumed run's learning rate starts over: what holds it?"),
         "missing-rng-state": Requirement(

@@ -45,7 +45,8 @@ class StepRecorder:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
         present = [g.float() for g in grads if g is not None]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in present])) if present else torch.tensor(0.0)
+        norm = (torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in present])) if present
+                else torch.tensor(0.0))
         self.records.append(
             StepRecord(
                 grad_norm=float(norm),

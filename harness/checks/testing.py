@@ -66,14 +66,15 @@ def shortened(observation: Any) -> Iterator[Any]:
 
 
 def assert_forgeries_refused(task: str, *objects: Any, case: Case) -> None:
-    """Assert that the judge of `task` passes the honest observation of `objects` on `case`, and refuses (fails
-    or raises on) every copy of it with one list or tuple shortened."""
+    """Assert that the judge of `task` passes the honest observation of `objects` on `case`, and refuses every
+    copy of it with one list or tuple shortened: fails it (CheckFailed) or rejects it (ValueError: WireError,
+    or a zip(..., strict=True) of the observation with the reference data)."""
     data = observe(task, objects, case)
     decide(task, data, case)
     forgeries = list(shortened(wire.decode(data)))
     assert forgeries, "the observation has no list or tuple to shorten"
     for forged in map(wire.encode, forgeries):
-        with pytest.raises(Exception):
+        with pytest.raises((CheckFailed, ValueError)):
             decide(task, forged, case)
 
 

@@ -101,7 +101,8 @@ def _decode(value: Any, tensors: dict[str, torch.Tensor], depth: int) -> Any:
         raise WireError(f"unexpected JSON value {str(value)[:80]}")
     if "__tensor__" in value and value["__tensor__"] is None:
         shape, dtype = value.get("shape"), getattr(torch, str(value.get("dtype")), None)
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)) or not isinstance(dtype, torch.dtype):
+        shape_ok = isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+        if not shape_ok or not isinstance(dtype, torch.dtype):
             raise WireError("malformed meta tensor")
         return torch.empty(shape, dtype=dtype, device="meta")
     if "__tensor__" in value:

@@ -5,10 +5,10 @@ Every dataset is a `torch.utils.data.TensorDataset` of float32 inputs (a `Labele
 carries class names and an optional transform).
 """
 
-from harness.data.sklearn_digits import digits
 from harness.data.loaders import Loaders, Normalized, make_loaders, normalization_stats
-from harness.data.sequences import adding_problem
 from harness.data.procedural_shapes import SHAPE_CLASSES, shapes
+from harness.data.sequences import adding_problem
+from harness.data.sklearn_digits import digits
 from harness.data.splits import check_disjoint, split_indices
 from harness.data.tensors import LabeledTensorDataset
 from harness.data.toys import binary_toy, spirals, two_moons

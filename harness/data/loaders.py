@@ -137,7 +137,7 @@ def make_loaders(
     n = len(dataset)  # type: ignore[arg-type]
     _check_arguments(n, batch_size, val_fraction, test_fraction, num_workers)
     fractions = {"train": 1.0 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
-    parts = dict(zip(fractions, split_indices(n, list(fractions.values()), seed)))
+    parts = dict(zip(fractions, split_indices(n, list(fractions.values()), seed), strict=True))
     for name, indices in parts.items():
         if fractions[name] > 0 and len(indices) == 0:
             raise ValueError(

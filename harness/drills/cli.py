@@ -97,12 +97,14 @@ def _start(drill: Drill, edit: bool) -> Path:
 def check_answer(drill: Drill, path: Path, timeout_s: float = CHECK_TIMEOUT_S) -> dict:
     """Run the drill's check on `path` in a child process, under a timeout."""
     if not path.exists():
-        return {"passed": False, "code": "no-answer", "message": f"no answer file at {path}: run `harness drill start {drill.id}`"}
+        return {"passed": False, "code": "no-answer",
+                "message": f"no answer file at {path}: run `harness drill start {drill.id}`"}
     command = [sys.executable, "-m", "harness.drills.runner", drill.id, str(path)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"passed": False, "code": "timeout", "message": f"your answer ran longer than {timeout_s:.0f} s (an infinite loop?)"}
+        return {"passed": False, "code": "timeout",
+                "message": f"your answer ran longer than {timeout_s:.0f} s (an infinite loop?)"}
     lines = done.stdout.strip().splitlines()
     try:
         return json.loads(lines[-1])

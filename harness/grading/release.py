@@ -86,7 +86,8 @@ def release_differences(assignment: str, repo_root: Path = REPO_ROOT) -> list[st
                 problems.append(f"{committed}: notebook metadata differ")
             if len(new["cells"]) != len(old["cells"]):
                 problems.append(f"{committed}: {len(old['cells'])} cells committed, {len(new['cells'])} generated")
-            for index, (a, b) in enumerate(zip(new["cells"], old["cells"])):
+            # a differing cell count is reported above; compare the cells both notebooks have
+            for index, (a, b) in enumerate(zip(new["cells"], old["cells"], strict=False)):
                 if a != b:
                     problems.append(f"{committed}: cell {index} ({b.get('id')}) differs from the generated one")
         extra = {p.name for p in committed_dir.glob("*.ipynb")} - {p.name for p in fresh}
@@ -128,7 +129,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Regenerate notebooks/ from solutions/ (or, with --check, compare them; with --student, write the student tree)."""
+    """Regenerate notebooks/ from solutions/ (or, with --check, compare them; with --student, write the
+    student tree)."""
     if args.student:
         from harness.grading.student_tree import write_student_tree
 

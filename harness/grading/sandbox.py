@@ -96,7 +96,8 @@ def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
     if spec.decoy_dir:
         args += ["--ro-bind", spec.decoy_dir, str(REPO_ROOT / "solutions")]
     args += ["--bind", spec.runtime_dir, spec.runtime_dir, "--chdir", WORKDIR, "--clearenv"]
-    environment = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/matplotlib", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    environment = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/matplotlib",
+                   "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                    "OMP_NUM_THREADS": str(spec.threads), "MKL_NUM_THREADS": str(spec.threads),
                    "PYTHONWARNINGS": "ignore::DeprecationWarning", "PYTHONDONTWRITEBYTECODE": "1"}
     environment.update({name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ})

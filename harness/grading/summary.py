@@ -35,7 +35,8 @@ def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str]
     """One row per student, with points per task and the reasons behind the status."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "assignment", "status", "total", "max_total", *tasks, "failures", "reasons", "seconds"])
+        writer.writerow(["student", "assignment", "status", "total", "max_total", *tasks,
+                         "failures", "reasons", "seconds"])
         for r in results:
             points = [r["scores"].get(t, [0.0])[0] for t in tasks]
             failures = "; ".join(f"{t}: {code}" for t, code in r["failures"].items())

@@ -48,7 +48,8 @@ def _hidden_message(task: str, code: str) -> str:
             "same check on other inputs (seeds, shapes, edge cases)")
 
 
-def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonce: str, cell_error: str = "") -> Verdict:
+def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonce: str,
+               cell_error: str = "") -> Verdict:
     """Decide `task` from the bundles its probe cell displayed, one per case in order.
 
     Args:
@@ -64,7 +65,7 @@ def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonc
         return Verdict(task, False, "no-observation", f"{task}: not graded: the grader's probe did not "
                        f"complete ({why}): 0 points", why, tamper=why)
     details = []
-    for index, (case, bundle) in enumerate(zip(cases, bundles)):
+    for index, (case, bundle) in enumerate(zip(cases, bundles, strict=True)):
         try:
             verified = decide(task, _payload(bundle, task, index, nonce), case)
             details.append(f"case {index} ({'hidden' if case.hidden else 'visible'}): {verified}")

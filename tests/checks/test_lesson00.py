@@ -78,7 +78,7 @@ def accuracy_argmax(logits, targets):
 
 
 def accuracy_loop(logits, targets):
-    correct = sum(int(torch.argmax(row) == t) for row, t in zip(logits, targets))
+    correct = sum(int(torch.argmax(row) == t) for row, t in zip(logits, targets, strict=True))
     return correct / len(targets)
 
 
@@ -102,7 +102,8 @@ MISTAKES = [
             story="ignores the device argument (works on a CPU-only laptop)"),
     Mistake("00-make-batch", "wrong-device", "device argument is not used", (zeros_on_the_best_device,),
             story="picks a device itself instead of using the one it was given"),
-    Mistake("00-make-batch", "copied-to-device", "return torch.zeros(n, 3, 8, 8).to(device)", (zeros_on_cpu_then_moved,),
+    Mistake("00-make-batch", "copied-to-device", "return torch.zeros(n, 3, 8, 8).to(device)",
+            (zeros_on_cpu_then_moved,),
             story="creates on the CPU, then .to(device): the transfer the exercise text warns about"),
     Mistake("00-make-batch", "copied-to-device", "torch.from_numpy", (numpy_zeros_moved,),
             story="builds the batch in NumPy, then moves it"),
@@ -114,11 +115,13 @@ MISTAKES = [
             story="wraps the total in a tensor"),
     Mistake("00-count-params", "not-an-int", "float", (lambda m: sum(float(p.numel()) for p in m.parameters()),),
             story="sums floats"),
-    Mistake("00-count-params", "counts-tensors", "numel", (lambda m: len([p for p in m.parameters() if p.requires_grad]),),
+    Mistake("00-count-params", "counts-tensors", "numel",
+            (lambda m: len([p for p in m.parameters() if p.requires_grad]),),
             story="counts parameter tensors, not numbers"),
     Mistake("00-count-params", "counts-frozen", "requires_grad", (lambda m: sum(p.numel() for p in m.parameters()),),
             story="forgets the requires_grad filter (the usual parameter count snippet)"),
-    Mistake("00-count-params", "counts-buffers", "state_dict", (lambda m: sum(t.numel() for t in m.state_dict().values()),),
+    Mistake("00-count-params", "counts-buffers", "state_dict",
+            (lambda m: sum(t.numel() for t in m.state_dict().values()),),
             story="counts the state_dict, which holds buffers too"),
     Mistake("00-count-params", "shared-counted-twice", "shared weight", (count_each_module_own_parameters,),
             story="walks modules() and counts each module's own parameters: a tied weight twice"),

@@ -264,12 +264,12 @@ def grads_appended_without_reset(w: torch.Tensor, losses: list) -> list[torch.Te
 # ----------------------------------------------------------------------------------------------- 01-ema-update
 def ema_no_grad(ema: list, params: list, decay: float) -> None:
     with torch.no_grad():
-        for e, p in zip(ema, params):
+        for e, p in zip(ema, params, strict=True):
             e.mul_(decay).add_(p, alpha=1 - decay)
 
 
 def ema_detach_copy(ema: list, params: list, decay: float) -> None:
-    for e, p in zip(ema, params):
+    for e, p in zip(ema, params, strict=True):
         e.copy_(decay * e + (1 - decay) * p.detach())
 
 
@@ -284,24 +284,24 @@ def ema_replaces_entries(ema: list, params: list, decay: float) -> None:
 
 
 def ema_records_graph(ema: list, params: list, decay: float) -> None:
-    for e, p in zip(ema, params):
+    for e, p in zip(ema, params, strict=True):
         e.mul_(decay).add_(p, alpha=1 - decay)
 
 
 def ema_local_rebind(ema: list, params: list, decay: float) -> None:
-    for e, p in zip(ema, params):
+    for e, p in zip(ema, params, strict=True):
         e = decay * e + (1 - decay) * p.detach()  # noqa: F841 (the bug: a local name, the tensor is untouched)
 
 
 def ema_swapped(ema: list, params: list, decay: float) -> None:
     with torch.no_grad():
-        for e, p in zip(ema, params):
+        for e, p in zip(ema, params, strict=True):
             e.mul_(1 - decay).add_(p, alpha=decay)
 
 
 def ema_modifies_params(ema: list, params: list, decay: float) -> None:
     with torch.no_grad():
-        for e, p in zip(ema, params):
+        for e, p in zip(ema, params, strict=True):
             e.copy_(p.mul_(1 - decay).add_(e, alpha=decay))
 
 

@@ -20,7 +20,7 @@ from harness.checks.testing import Correct, Mistake, assert_correct, assert_mist
 class MLPModuleList(nn.Module):
     def __init__(self, sizes: list[int], dropout: float = 0.0) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         self.p = dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -35,7 +35,7 @@ class MLPSequential(nn.Module):
     def __init__(self, sizes: list[int], dropout: float = 0.0) -> None:
         super().__init__()
         blocks: list[nn.Module] = []
-        for a, b in zip(sizes[:-2], sizes[1:-1]):
+        for a, b in zip(sizes[:-2], sizes[1:-1], strict=True):
             blocks += [nn.Linear(a, b), nn.ReLU(), nn.Dropout(dropout)]
         self.net = nn.Sequential(*blocks, nn.Linear(sizes[-2], sizes[-1]))
 
@@ -45,20 +45,20 @@ class MLPSequential(nn.Module):
 
 class MLPNoSuper(MLPModuleList):
     def __init__(self, sizes: list[int], dropout: float = 0.0) -> None:
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
 
 
 class MLPPlainList(MLPModuleList):
     def __init__(self, sizes: list[int], dropout: float = 0.0) -> None:
         nn.Module.__init__(self)
-        self.layers = [nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])]
+        self.layers = [nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
         self.p = dropout
 
 
 class MLPNoBias(MLPModuleList):
     def __init__(self, sizes: list[int], dropout: float = 0.0) -> None:
         super().__init__(sizes, dropout)
-        self.layers = nn.ModuleList(nn.Linear(a, b, bias=False) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b, bias=False) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
 
 
 class MLPReluEverywhere(MLPModuleList):
@@ -633,7 +633,8 @@ MISTAKES = [
     Mistake("02-count-trainable", "counts-buffers", "running statistics",
             (lambda m: sum(t.numel() for t in m.state_dict().values()),),
             story="sums the state_dict, buffers included (forum answer that circulates)"),
-    Mistake("02-count-trainable", "counts-frozen", "requires_grad=False", (lambda m: sum(p.numel() for p in m.parameters()),),
+    Mistake("02-count-trainable", "counts-frozen", "requires_grad=False",
+            (lambda m: sum(p.numel() for p in m.parameters()),),
             story="counts every parameter, frozen ones included"),
     Mistake("02-count-trainable", "wrong-count", "none of the usual slips",
             (lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad and p.ndim >= 2),),
@@ -705,7 +706,8 @@ MISTAKES = [
     Mistake("02-init-weights", "wrong-mean", "mean 0", (init_shifted,), story="passes the std as the mean too"),
     Mistake("02-init-weights", "bias-not-zero", "default (uniform) init", (init_weights_only,),
             story="initialises the weights and forgets the biases"),
-    Mistake("02-init-weights", "norm-changed", "BatchNorm1d parameter blocks.1.1.weight changed", (init_every_parameter,),
+    Mistake("02-init-weights", "norm-changed", "BatchNorm1d parameter blocks.1.1.weight changed",
+            (init_every_parameter,),
             story="initialises every parameter by ndim, norm weights included"),
     Mistake("02-init-weights", "raised", "NoneType", (init_assumes_bias,),
             story="assumes every Linear has a bias"),
@@ -718,7 +720,8 @@ MISTAKES = [
             story="puts p.detach() in the groups"),
     Mistake("02-param-groups", "duplicate-params", "more than one", (groups_overlapping,),
             story="a group of everything plus a group of biases"),
-    Mistake("02-param-groups", "decay-on-bias-or-norm", "also takes this bias or norm weight", (groups_decay_everything,),
+    Mistake("02-param-groups", "decay-on-bias-or-norm", "also takes this bias or norm weight",
+            (groups_decay_everything,),
             story="weight decay on every parameter"),
     Mistake("02-param-groups", "no-decay-on-weights", "misses this matrix", (groups_off_by_one,),
             story="ndim > 2 instead of >= 2"),

@@ -51,7 +51,7 @@ class PairsDataset(Dataset):
     def __init__(self, features, labels, transform=None):
         if features.shape[0] != labels.shape[0]:
             raise ValueError(f"{features.shape[0]} inputs but {labels.shape[0]} labels")
-        self.pairs = list(zip(features, labels))
+        self.pairs = list(zip(features, labels, strict=True))
         self.transform = transform or (lambda x: x)
 
     def __len__(self):
@@ -123,7 +123,7 @@ class SilentValueError(ArrayDataset):
 
 
 def pad_collate(batch):
-    sequences, labels = zip(*batch)
+    sequences, labels = zip(*batch, strict=True)
     lengths = torch.tensor([len(s) for s in sequences])
     return pad_sequence(list(sequences), batch_first=True), lengths, torch.stack(labels)
 
@@ -153,7 +153,7 @@ def collate_fixed_length(batch):
 
 
 def collate_time_first(batch):
-    sequences, labels = zip(*batch)
+    sequences, labels = zip(*batch, strict=True)
     return pad_sequence(list(sequences)), torch.tensor([len(s) for s in sequences]), torch.stack(labels)
 
 
@@ -170,7 +170,7 @@ def collate_normalised(batch):
 
 
 def collate_pad_minus_one(batch):
-    sequences, labels = zip(*batch)
+    sequences, labels = zip(*batch, strict=True)
     padded = pad_sequence(list(sequences), batch_first=True, padding_value=-1.0)
     return padded, torch.tensor([len(s) for s in sequences]), torch.stack(labels)
 

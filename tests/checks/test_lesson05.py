@@ -152,7 +152,8 @@ def _keep_hooks(model, x, device_type, dtype):
 
 def _all_modules(model, x, device_type, dtype):
     seen = {}
-    handles = [m.register_forward_hook(lambda mod, i, o, n=n: seen.__setitem__(n, o.dtype)) for n, m in model.named_modules()]
+    handles = [m.register_forward_hook(lambda mod, i, o, n=n: seen.__setitem__(n, o.dtype))
+               for n, m in model.named_modules()]
     with torch.no_grad(), torch.autocast(device_type, dtype=dtype):
         model(x)
     for h in handles:
@@ -200,7 +201,8 @@ def test_reference_trace_is_the_real_scaler():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.booleans(), max_size=30), st.integers(1, 4), st.sampled_from([2.0, 4.0]), st.sampled_from([0.5, 0.25]))
+@given(st.lists(st.booleans(), max_size=30), st.integers(1, 4), st.sampled_from([2.0, 4.0]),
+       st.sampled_from([0.5, 0.25]))
 def test_the_scaler_rule_matches_torch_on_any_overflow_sequence(overflows, interval, growth, backoff):
     settings_ = dict(init_scale=1024.0, growth_factor=growth, backoff_factor=backoff, growth_interval=interval)
     assert trace_loop(overflows, **settings_) == real_scale_trace(overflows, **settings_)

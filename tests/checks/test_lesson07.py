@@ -155,7 +155,8 @@ def per_epoch_at_start(model, loader, loss_fn, optimizer, scheduler, epochs):
 
 
 def test_per_step_rejects_double_stepping_in_hidden():
-    assert_check_fails("07-per-step", twice_per_step, code="wrong-lr-trace", phrase="once per optimizer step", hidden=True)
+    assert_check_fails("07-per-step", twice_per_step, code="wrong-lr-trace", phrase="once per optimizer step",
+                       hidden=True)
 
 
 def per_epoch_twice(model, loader, loss_fn, optimizer, scheduler, epochs):
@@ -318,7 +319,8 @@ def plateau_returns_nothing(model, train_loader, val_loader, loss_fn, optimizer,
 
 
 def test_plateau_hidden_rejects_training_metric():
-    assert_check_fails("07-plateau", plateau_train_metric, code="plateau-train-metric", phrase="training loss", hidden=True)
+    assert_check_fails("07-plateau", plateau_train_metric, code="plateau-train-metric", phrase="training loss",
+                       hidden=True)
 
 
 # ---------------------------------------------------------------------------------------------- amp skip

@@ -60,7 +60,8 @@ def portable_fixed_order(state_dict):
 
 
 def portable_lstrip(state_dict):
-    return {k.lstrip("module.").lstrip("_orig_mod."): v for k, v in state_dict.items()}
+    # B005 flags the planted bug itself: lstrip strips a set of characters, not a prefix
+    return {k.lstrip("module.").lstrip("_orig_mod."): v for k, v in state_dict.items()}  # noqa: B005
 
 
 def portable_split_on_module(state_dict):
@@ -357,7 +358,8 @@ def load_full(path, *, model, optimizer, scheduler, scaler, generator):
 def save_atomic_torch_rng(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
     """Another correct variant: atomic write through a helper, only the torch RNG state."""
     state = {name: obj.state_dict() for name, obj in _stateful(model, optimizer, scheduler, scaler).items()}
-    state |= {"rng": torch.get_rng_state(), "data_generator": generator.get_state(), "epoch": epoch, "best_metric": best_metric}
+    state |= {"rng": torch.get_rng_state(), "data_generator": generator.get_state(), "epoch": epoch,
+              "best_metric": best_metric}
     atomic_save_suffix(state, path)
 
 
@@ -452,13 +454,15 @@ def load_restarts_epochs(path, *, model, optimizer, scheduler, scaler, generator
 
 def load_rng_too_early(path, *, model, optimizer, scheduler, scaler, generator):
     """Restores everything, then draws from the global RNG after restoring it: the dropout masks shift."""
-    counters = load_full(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, generator=generator)
+    counters = load_full(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                         generator=generator)
     torch.rand(1)
     return counters
 
 
 def save_pickled_objects(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
-    save_full(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, generator=generator, epoch=epoch, best_metric=best_metric)
+    save_full(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, generator=generator,
+              epoch=epoch, best_metric=best_metric)
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["generator"] = generator  # a whole object: weights_only refuses it
     torch.save(checkpoint, path)

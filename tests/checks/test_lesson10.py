@@ -137,7 +137,8 @@ def optimizer_only(model, *, lr, weight_decay, warmup_steps, total_steps):
 def optimizer_adam(model, *, lr, weight_decay, warmup_steps, total_steps):
     decay, no_decay = split_by_ndim(model)
     optimizer = torch.optim.Adam([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay}], lr=lr)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
 
 
 def optimizer_with_frozen(model, *, lr, weight_decay, warmup_steps, total_steps):
@@ -145,13 +146,15 @@ def optimizer_with_frozen(model, *, lr, weight_decay, warmup_steps, total_steps)
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=lr)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
 
 
 def optimizer_weights_only(model, *, lr, weight_decay, warmup_steps, total_steps):
     decay, _ = split_by_ndim(model)
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}], lr=lr)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
 
 
 def optimizer_decay_by_bias_name(model, *, lr, weight_decay, warmup_steps, total_steps):
@@ -160,20 +163,23 @@ def optimizer_decay_by_bias_name(model, *, lr, weight_decay, warmup_steps, total
     no_decay = [p for n, p in named if n.endswith("bias")]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=lr)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
 
 
 def optimizer_default_decay(model, *, lr, weight_decay, warmup_steps, total_steps):
     decay, no_decay = split_by_ndim(model)
     optimizer = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
 
 
 def optimizer_slow_norms(model, *, lr, weight_decay, warmup_steps, total_steps):
     decay, no_decay = split_by_ndim(model)
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0, "lr": lr / 10}], lr=lr)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps))
 
 
 def optimizer_scheduler_elsewhere(model, *, lr, weight_decay, warmup_steps, total_steps):
@@ -333,7 +339,8 @@ def capstone_training_own_steps(train_set, val_set, out_dir, config, *, resume=F
     loader = loader_from_dist(train_set, config["batch_size"], seed=config["seed"])
     total = config["epochs"] * len(loader)
     optimizer, scheduler = optimizer_by_name(model, lr=config["lr"], weight_decay=config["weight_decay"],
-                                             warmup_steps=int(config["warmup_fraction"] * total + 0.5), total_steps=total)
+                                             warmup_steps=int(config["warmup_fraction"] * total + 0.5),
+                                             total_steps=total)
     precision = precision_from_table(device.type, supported_precisions(device))
     history = fit(model, loader, DataLoader(val_set, batch_size=64), loss_fn=nn.CrossEntropyLoss(),
                   optimizer=optimizer, epochs=config["epochs"], precision=precision,

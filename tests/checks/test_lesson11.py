@@ -100,8 +100,8 @@ MISTAKES = [
                                                     "    with torch.no_grad():\n        for p in model.parameters():\n"
                                                     "            p.mul_(0.9)\n")),
             story="adds weight decay by hand after the step"),
-    Mistake("11-train-step", "missing-zero-grad", "gradients accumulate in .grad", _answer("11-train-step", _wrong(STEP, 0)),
-            story="forgets zero_grad: the most common loop bug"),
+    Mistake("11-train-step", "missing-zero-grad", "gradients accumulate in .grad",
+            _answer("11-train-step", _wrong(STEP, 0)), story="forgets zero_grad: the most common loop bug"),
     Mistake("11-train-step", "missing-zero-grad", "step() ran before backward()",
             _answer("11-train-step", _wrong(STEP, 1)), story="calls step() before backward()"),
     Mistake("11-train-step", "not-a-tensor", ".item() or float()",
@@ -120,8 +120,8 @@ MISTAKES = [
     # 11-plain-list
     Mistake("11-plain-list", "missing-entry", "defines no `MLP`",
             _answer("11-plain-list", _solution_with(MLP, "class MLP(", "class Net(")), story="renames the class"),
-    Mistake("11-plain-list", "unregistered-layers", "plain Python list", _answer("11-plain-list", get_drill(MLP).starter),
-            story="the bug itself: layers in a Python list"),
+    Mistake("11-plain-list", "unregistered-layers", "plain Python list",
+            _answer("11-plain-list", get_drill(MLP).starter), story="the bug itself: layers in a Python list"),
     Mistake("11-plain-list", "unregistered-layers", "holds", _answer("11-plain-list", _wrong(MLP, 0)),
             story="a Sequential that keeps only the first hidden layer"),
     Mistake("11-plain-list", "unregistered-layers", "invisible to nn.Module",
@@ -196,8 +196,8 @@ MISTAKES = [
     Mistake("11-epoch-metrics", "missing-entry", "defines no `epoch_metrics`",
             _answer("11-epoch-metrics", _solution_with(METRICS, "def epoch_metrics(", "def evaluate(")),
             story="renames it"),
-    Mistake("11-epoch-metrics", "sync-per-step", "host syncs for 3 batches", _answer("11-epoch-metrics", _wrong(METRICS, 0)),
-            story="the bug itself: .item() per batch"),
+    Mistake("11-epoch-metrics", "sync-per-step", "host syncs for 3 batches",
+            _answer("11-epoch-metrics", _wrong(METRICS, 0)), story="the bug itself: .item() per batch"),
     Mistake("11-epoch-metrics", "sync-per-step", "inside the loop",
             _answer("11-epoch-metrics", _solution_with(METRICS, "total_loss += loss_fn(out, y) * len(y)",
                                                        "total_loss += float(loss_fn(out, y)) * len(y)")),
@@ -220,12 +220,12 @@ MISTAKES = [
     Mistake("11-exact-resume", "missing-entry", "defines no `load_checkpoint`",
             _answer("11-exact-resume", _solution_with(RESUME, "def load_checkpoint(", "def load(")),
             story="renames the loader"),
-    Mistake("11-exact-resume", "missing-optimizer-state", "Adam's moments", _answer("11-exact-resume", _wrong(RESUME, 0)),
-            story="saves the weights and forgets the optimizer"),
+    Mistake("11-exact-resume", "missing-optimizer-state", "Adam's moments",
+            _answer("11-exact-resume", _wrong(RESUME, 0)), story="saves the weights and forgets the optimizer"),
     Mistake("11-exact-resume", "missing-scheduler-state", "LR schedule restarts",
             _answer("11-exact-resume", _wrong(RESUME, 1)), story="forgets the scheduler"),
-    Mistake("11-exact-resume", "missing-rng-state", "draws different data", _answer("11-exact-resume", _wrong(RESUME, 2)),
-            story="forgets the RNG state"),
+    Mistake("11-exact-resume", "missing-rng-state", "draws different data",
+            _answer("11-exact-resume", _wrong(RESUME, 2)), story="forgets the RNG state"),
     Mistake("11-exact-resume", "wrong-epoch", "load returned epoch",
             _answer("11-exact-resume", _solution_with(RESUME, '    return checkpoint["epoch"]\n', "")),
             story="load_checkpoint restores but returns nothing"),
@@ -243,15 +243,16 @@ MISTAKES = [
 CORRECT = [
     *[Correct(task, _answer(task, get_drill(drill).solution), story="the drill's reference solution")
       for task, drill in NOTEBOOK_DRILLS],
-    Correct("11-train-step", _answer("11-train-step", _solution_with(STEP, "    optimizer.zero_grad(set_to_none=True)\n",
-                                                                     "").replace(
+    Correct("11-train-step", _answer("11-train-step", _solution_with(
+        STEP, "    optimizer.zero_grad(set_to_none=True)\n", "").replace(
         "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n")), story="zero_grad after step"),
     Correct("11-plain-list", _answer("11-plain-list", "from torch import nn\n\n\nclass MLP(nn.Module):\n"
                                      "    def __init__(self, sizes):\n        super().__init__()\n        layers = []\n"
                                      "        for a, b in zip(sizes[:-1], sizes[1:]):\n"
                                      "            layers += [nn.Linear(a, b), nn.ReLU()]\n"
                                      "        self.net = nn.Sequential(*layers[:-1])\n\n"
-                                     "    def forward(self, x):\n        return self.net(x)\n"), story="one Sequential"),
+                                     "    def forward(self, x):\n        return self.net(x)\n"),
+            story="one Sequential"),
     Correct("11-why-eval", _answer("11-why-eval", 'answer = "B"'), story="the letter in capitals"),
     Correct("11-warmup-cosine", _answer("11-warmup-cosine", "import math\n\n\ndef warmup_cosine(step, warmup, total):\n"
                                         "    if step < warmup:\n        return (step + 1) / warmup\n"
@@ -260,8 +261,10 @@ CORRECT = [
     Correct("11-amp-step", _answer("11-amp-step", _solution_with(AMP, 'torch.autocast("cpu", dtype=torch.bfloat16)',
                                                                  'torch.autocast(device_type="cpu")')),
             story="autocast's CPU default dtype is bfloat16"),
-    Correct("11-epoch-metrics", _answer("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n"
-                                        "    with torch.no_grad():\n        outs = [(model(x), y) for x, y in batches]\n"
+    Correct("11-epoch-metrics", _answer("11-epoch-metrics", "import torch\n\n\n"
+                                        "def epoch_metrics(model, batches, loss_fn):\n"
+                                        "    with torch.no_grad():\n"
+                                        "        outs = [(model(x), y) for x, y in batches]\n"
                                         "        n = sum(len(y) for _, y in outs)\n"
                                         "        loss = sum(loss_fn(o, y) * len(y) for o, y in outs) / n\n"
                                         "        acc = sum((o.argmax(1) == y).sum() for o, y in outs) / n\n"
@@ -299,7 +302,7 @@ def _forged(task_id: str, change) -> bytes:
 
 @pytest.mark.parametrize("task_id", [t for t, _ in NOTEBOOK_DRILLS])
 def test_judge_never_passes_an_empty_observation(task_id):
-    with pytest.raises(Exception):
+    with pytest.raises((CheckFailed, wire.WireError)):
         decide(task_id, wire.encode({"__case__": DRAWN_CASE.digest()}), DRAWN_CASE)
 
 

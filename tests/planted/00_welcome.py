@@ -1,4 +1,5 @@
-"""Planted bugs in 00_welcome: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 00_welcome: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "00-make-batch": (

@@ -1,4 +1,5 @@
-"""Planted bugs in 01_tensors_autograd: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 01_tensors_autograd: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "01-to-tokens": (

@@ -1,4 +1,5 @@
-"""Planted bugs in 02_nn_module: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 02_nn_module: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "02-mlp": (
@@ -59,7 +60,8 @@ PLANTED = {
         "    return [\n"
         "        {'params': [p for p in model.backbone.parameters() if p.requires_grad], 'lr': backbone_lr,\n"
         "         'weight_decay': weight_decay},\n"
-        "        {'params': [p for p in model.head.parameters() if p.requires_grad], 'lr': lr, 'weight_decay': weight_decay},\n"
+        "        {'params': [p for p in model.head.parameters() if p.requires_grad], 'lr': lr, "
+        "'weight_decay': weight_decay},\n"
         "    ]\n",
         "decay-on-bias-or-norm",
     ),

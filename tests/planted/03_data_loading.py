@@ -1,4 +1,5 @@
-"""Planted bugs in 03_data_loading: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 03_data_loading: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     # The transform runs once, in __init__: a random augmentation would be frozen for every epoch.

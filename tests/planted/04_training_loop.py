@@ -1,4 +1,5 @@
-"""Planted bugs in 04_training_loop: each replaces one solution cell; the pipeline test expects that exercise alone to fail.
+"""Planted bugs in 04_training_loop: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail.
 
 The exercises build on each other (train_epoch calls train_step, fit calls train_epoch and evaluate), so each
 bug is one that the later exercises' checks do not depend on: the checks of later tasks judge what they observe.

@@ -1,4 +1,5 @@
-"""Planted bugs in 05_mixed_precision: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 05_mixed_precision: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "05-cast-report": (
@@ -34,7 +35,8 @@ PLANTED = {
     ),
     "05-scale-trace": (
         # the count of clean steps is not restarted by an overflow
-        "def scale_trace(overflows, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):\n"
+        "def scale_trace(overflows, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, "
+        "growth_interval=2000):\n"
         "    scale, clean, trace = init_scale, 0, []\n"
         "    for overflow in overflows:\n"
         "        if overflow:\n"

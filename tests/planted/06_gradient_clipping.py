@@ -1,4 +1,5 @@
-"""Planted bugs in 06_gradient_clipping: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 06_gradient_clipping: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "06-grad-norm": (

@@ -1,4 +1,5 @@
-"""Planted bugs in 07_lr_schedulers: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 07_lr_schedulers: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "07-warmup-cosine": (

@@ -1,4 +1,5 @@
-"""Planted bugs in 08_checkpointing: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 08_checkpointing: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "08-portable": (
@@ -16,7 +17,8 @@ PLANTED = {
         "\n"
         "    def step(self, metric):\n"
         "        better = self.best is None or (\n"
-        "            metric < self.best - self.min_delta if self.mode == 'min' else metric > self.best + self.min_delta\n"
+        "            metric < self.best - self.min_delta if self.mode == 'min' "
+        "else metric > self.best + self.min_delta\n"
         "        )\n"
         "        self.best, self.bad_epochs = (metric, 0) if better else (self.best, self.bad_epochs + 1)\n"
         "        return self.bad_epochs >= self.patience\n"

@@ -10,7 +10,8 @@ PLANTED = {
     "09-shard-loader": (
         # every rank shuffles the whole dataset: the ranks train on the same samples
         "def make_ddp_loader(dataset, batch_size, *, rank, world_size, seed):\n"
-        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))\n",
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True, "
+        "generator=torch.Generator().manual_seed(seed))\n",
         "overlapping-shards",
     ),
     "09-train-ddp": (
@@ -30,7 +31,8 @@ PLANTED = {
     "09-save-rank0": (
         # every rank writes the checkpoint
         "def save_checkpoint_ddp(model, optimizer, epoch, path):\n"
-        "    torch.save({'model': model.module.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch}, path)\n"
+        "    torch.save({'model': model.module.state_dict(), 'optimizer': optimizer.state_dict(), "
+        "'epoch': epoch}, path)\n"
         "    dist.barrier()\n",
         "saved-on-every-rank",
     ),

@@ -1,4 +1,5 @@
-"""Planted bugs in 10_capstone: each replaces one solution cell; the pipeline test expects that exercise alone to fail."""
+"""Planted bugs in 10_capstone: each replaces one solution cell; the pipeline test expects that exercise alone
+to fail."""
 
 PLANTED = {
     "10-precision": (
@@ -48,7 +49,8 @@ PLANTED = {
         "                                          warmup_steps=round(config['warmup_fraction'] * total_steps),\n"
         "                                          total_steps=total_steps)\n"
         "    precision = choose_precision(device.type, supported_precisions(device))\n"
-        "    history = fit(model, loader, distributed_loader(val_set, 256, shuffle=False), loss_fn=nn.CrossEntropyLoss(),\n"
+        "    history = fit(model, loader, distributed_loader(val_set, 256, shuffle=False), "
+        "loss_fn=nn.CrossEntropyLoss(),\n"
         "                  optimizer=optimizer, epochs=config['epochs'], precision=precision,\n"
         "                  max_grad_norm=config['max_grad_norm'], scheduler=scheduler, scheduler_interval='step',\n"
         "                  metrics={'accuracy': accuracy},\n"
@@ -78,9 +80,12 @@ PLANTED = {
         "    print('test accuracy', scores['accuracy'])\n"
         "    plot_history(history, out_dir / 'curves.png')\n"
         "    images, labels = next(iter(loader))\n"
-        "    op_dtypes = observe_op_dtypes(model, images, precision=precision, targets=labels, loss_fn=nn.CrossEntropyLoss())\n"
-        "    return write_run_report(out_dir / 'report.md', history, best_checkpoint=Path(run['checkpoint_dir']) / 'best.pt',\n"
-        "                            op_dtypes=op_dtypes, environment=environment_report(next(model.parameters()).device),\n"
+        "    op_dtypes = observe_op_dtypes(model, images, precision=precision, targets=labels, "
+        "loss_fn=nn.CrossEntropyLoss())\n"
+        "    return write_run_report(out_dir / 'report.md', history, "
+        "best_checkpoint=Path(run['checkpoint_dir']) / 'best.pt',\n"
+        "                            op_dtypes=op_dtypes, "
+        "environment=environment_report(next(model.parameters()).device),\n"
         "                            curves=out_dir / 'curves.png')\n",
         "missing-test-metrics",
     ),

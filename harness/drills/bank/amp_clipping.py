@@ -70,10 +70,12 @@ def _check_amp_step(ns: dict) -> str:
     amp_step(model, _data(0), nn.MSELoss(), optimizer, scaler, 1.0)
     if not model.forward_autocast or not all(model.forward_autocast):
         fail("no-autocast", observed="the forward pass ran without autocast", expected="forward and loss under "
-             "torch.autocast('cpu', dtype=torch.bfloat16)", cause="no autocast context", where="around model(x) and loss_fn")
+             "torch.autocast('cpu', dtype=torch.bfloat16)", cause="no autocast context",
+             where="around model(x) and loss_fn")
     if any(model.backward_autocast):
         fail("backward-inside-autocast", observed="gradients were computed with autocast still enabled",
-             expected="backward outside the autocast block", cause="loss.backward() indented inside `with torch.autocast`",
+             expected="backward outside the autocast block",
+             cause="loss.backward() indented inside `with torch.autocast`",
              where="dedent the backward call")
     expected = ["scale", "unscale_", "step", "update"]
     if scaler.calls != expected:
@@ -129,7 +131,8 @@ add(
         "bf16 autocast on the CPU (torch.autocast('cpu', dtype=torch.bfloat16)), a GradScaler, and gradient "
         "clipping to max_norm. It must skip steps whose gradients are not finite.",
         entry="amp_step",
-        starter="import torch\n\n\ndef amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):\n    raise NotImplementedError\n",
+        starter="import torch\n\n\ndef amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):\n"
+        "    raise NotImplementedError\n",
         solution=_AMP_SOLUTION,
         hints=("Autocast covers forward and loss only; the scaler wraps backward, step and update.",
                "zero_grad; autocast(forward, loss); scaler.scale(loss).backward(); scaler.unscale_(opt); "
@@ -201,11 +204,12 @@ def _check_accumulated_clip(ns: dict) -> str:
         torch.manual_seed(5)
         model = nn.Linear(8, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: only observe the gradients
-        micro = list(zip((x * scale).split(4), (y * scale).split(4)))
+        micro = list(zip((x * scale).split(4), (y * scale).split(4), strict=True))
         with StepRecorder(optimizer) as steps:
             accumulate(model, micro, nn.MSELoss(), optimizer, max_norm)
         if len(steps.records) != 1:
-            fail("step-count", observed=f"{len(steps.records)} optimizer steps for one group of {len(micro)} micro-batches",
+            fail("step-count",
+                 observed=f"{len(steps.records)} optimizer steps for one group of {len(micro)} micro-batches",
                  expected="1", cause="stepping per micro-batch", where="step once after the last micro-batch")
         reference = nn.Linear(8, 1)
         reference.load_state_dict({"weight": steps.records[0].params[0], "bias": steps.records[0].params[1]})
@@ -242,7 +246,8 @@ add(
         topics=("clipping", "loop"),
         difficulty=2,
         prompt="Write accumulate_and_clip(model, micro_batches, loss_fn, optimizer, max_norm): one optimizer step "
-        "from a list of micro-batches, equivalent to one big batch (mean loss), with the gradient norm clipped to max_norm.",
+        "from a list of micro-batches, equivalent to one big batch (mean loss), with the gradient norm clipped to "
+        "max_norm.",
         entry="accumulate_and_clip",
         starter="import torch\n\n\ndef accumulate_and_clip(model, micro_batches, loss_fn, optimizer, max_norm):\n"
         "    raise NotImplementedError\n",
@@ -251,8 +256,10 @@ add(
                "Divide each micro-batch loss by len(micro_batches), backward each, then clip once and step once."),
         check=_check_accumulated_clip,
         wrong_answers=(
-            _ACC_SOLUTION.replace("        loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
-                                  "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"),
+            _ACC_SOLUTION.replace("        loss.backward()\n"
+                                  "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+                                  "        loss.backward()\n"
+                                  "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"),
             _ACC_SOLUTION.replace(" / len(micro_batches)", ""),
         ),
     )
@@ -277,7 +284,8 @@ add(
         prompt="Which precision needs a GradScaler?\n  a) bf16 only   b) fp16 only   c) both   d) neither\n",
         correct="b",
         explanation="fp16's range is narrow: small gradients underflow without scaling",
-        hints=("Compare the exponent bits of fp16 and bf16.", "fp16 underflows below ~6e-8; bf16 has fp32's exponent range."),
+        hints=("Compare the exponent bits of fp16 and bf16.",
+               "fp16 underflows below ~6e-8; bf16 has fp32's exponent range."),
         wrong=("c", "a"),
         experiment=_why_scaler_experiment,
     )
@@ -304,10 +312,12 @@ add(
         difficulty=1,
         prompt="Why are recurrent models trained with gradient clipping?\n  a) to save memory\n"
         "  b) backpropagation through time multiplies many Jacobians, so gradients can grow exponentially with "
-        "sequence length and one step can wreck the weights\n  c) to make training deterministic\n  d) clipping speeds up the forward pass\n",
+        "sequence length and one step can wreck the weights\n  c) to make training deterministic\n"
+        "  d) clipping speeds up the forward pass\n",
         correct="b",
         explanation="BPTT multiplies Jacobians: gradients explode geometrically",
-        hints=("Think about what the chain rule does over 100 time steps.", "Repeated multiplication by a matrix with norm > 1."),
+        hints=("Think about what the chain rule does over 100 time steps.",
+               "Repeated multiplication by a matrix with norm > 1."),
         wrong=("a", "c"),
         experiment=_why_clip_rnn_experiment,
     )

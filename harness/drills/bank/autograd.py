@@ -21,7 +21,8 @@ def _check_silu(ns: dict) -> str:
         x.requires_grad_(True)
         if not torch.autograd.gradcheck(SiLU.apply, (x,), raise_exception=False):
             fail("wrong-backward", observed="gradcheck fails: your backward disagrees with finite differences",
-                 expected="d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))", cause="a wrong derivative, or grad_output not multiplied in",
+                 expected="d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))",
+                 cause="a wrong derivative, or grad_output not multiplied in",
                  where="backward(ctx, grad_output)")
     return "forward matches F.silu; backward passes gradcheck in float64"
 
@@ -53,7 +54,8 @@ add(
         "It is checked with torch.autograd.gradcheck in float64.",
         entry="SiLU",
         starter="import torch\n\n\nclass SiLU(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
-        "        raise NotImplementedError\n\n    @staticmethod\n    def backward(ctx, grad_output):\n        raise NotImplementedError\n",
+        "        raise NotImplementedError\n\n    @staticmethod\n    def backward(ctx, grad_output):\n"
+        "        raise NotImplementedError\n",
         solution=_SILU_SOLUTION,
         hints=("Save x in forward with ctx.save_for_backward; backward returns grad_output times the derivative.",
                "d/dx x·σ(x) = σ(x) + x·σ(x)(1 − σ(x)) = σ(x)(1 + x(1 − σ(x)))."),
@@ -101,7 +103,8 @@ add(
         "has been modified by an inplace operation'. Fix it without changing what it computes.",
         entry="gated",
         starter=_INPLACE_STARTER,
-        solution=_INPLACE_STARTER.replace("    h.mul_(2)\n", "    h = h * 2  # out of place: sigmoid's backward needs its output\n"),
+        solution=_INPLACE_STARTER.replace("    h.mul_(2)\n",
+                                          "    h = h * 2  # out of place: sigmoid's backward needs its output\n"),
         hints=("Which tensor does sigmoid's backward need, and what happened to it?",
                "sigmoid saves its output h for backward; h.mul_(2) overwrites it. Use h = h * 2."),
         check=_check_inplace,
@@ -141,7 +144,8 @@ add(
         "but not into `target` (as in DQN or BYOL target networks).",
         entry="target_loss",
         starter="import torch\n\n\ndef target_loss(online, target):\n    raise NotImplementedError\n",
-        solution="import torch\n\n\ndef target_loss(online, target):\n    return ((online - target.detach()) ** 2).mean()\n",
+        solution="import torch\n\n\ndef target_loss(online, target):\n"
+        "    return ((online - target.detach()) ** 2).mean()\n",
         hints=("One method returns a tensor that shares data but is cut from the graph.",
                "((online - target.detach()) ** 2).mean()"),
         check=_check_detach,
@@ -175,7 +179,8 @@ add(
         topics=("autograd", "performance"),
         difficulty=2,
         prompt="Which is true of torch.inference_mode() compared with torch.no_grad()?\n"
-        "  a) they are identical aliases\n  b) inference_mode is faster, but its tensors cannot be saved for backward later\n"
+        "  a) they are identical aliases\n"
+        "  b) inference_mode is faster, but its tensors cannot be saved for backward later\n"
         "  c) inference_mode also disables dropout\n  d) no_grad tensors cannot be used in autograd later\n",
         correct="b",
         explanation="inference_mode drops autograd bookkeeping: faster, but its "

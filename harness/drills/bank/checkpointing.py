@@ -22,7 +22,7 @@ def _setup(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_
 
 
 def _train_epochs(model, optimizer, scheduler, first: int, last: int) -> None:
-    for epoch in range(first, last):
+    for _ in range(first, last):
         x = torch.randn(32, 6)  # drawn from the global RNG: resuming must restore it
         y = x.sum(1, keepdim=True)
         optimizer.zero_grad(set_to_none=True)
@@ -53,13 +53,13 @@ def _check_resume(ns: dict) -> str:
                      where="save state_dict()s, not objects")
             raise
         if epoch != 3:
-            fail("wrong-epoch", observed=f"load returned epoch {epoch}", expected="3", cause="the counter was not saved",
-                 where="save and return the epoch")
+            fail("wrong-epoch", observed=f"load returned epoch {epoch}", expected="3",
+                 cause="the counter was not saved", where="save and return the epoch")
         contents = torch.load(path, weights_only=True)
         text = repr(contents.keys()) if isinstance(contents, dict) else ""
         _train_epochs(fresh_model, fresh_opt, fresh_sched, 3, 6)
     resumed = [p.detach() for p in fresh_model.parameters()]
-    if all(torch.equal(a, b) for a, b in zip(reference, resumed)):
+    if all(torch.equal(a, b) for a, b in zip(reference, resumed, strict=True)):
         return "resumed training is bitwise identical to the uninterrupted run"
     if not fresh_opt.state or int(next(iter(fresh_opt.state.values()))["step"]) != 6:
         part = "optimizer"
@@ -67,7 +67,8 @@ def _check_resume(ns: dict) -> str:
         part = "scheduler"
     else:
         part = "rng"
-    fail(f"missing-{part}-state", observed=f"the resumed run diverges from the uninterrupted one (checkpoint keys: {text})",
+    fail(f"missing-{part}-state",
+         observed=f"the resumed run diverges from the uninterrupted one (checkpoint keys: {text})",
          expected="identical weights after resuming",
          cause={"scheduler": "the scheduler state was not saved/restored: the LR schedule restarts",
                 "optimizer": "the optimizer state (Adam's moments and step count) was not saved/restored",
@@ -106,9 +107,11 @@ add(
         difficulty=2,
         prompt="Write save_checkpoint(path, model, optimizer, scheduler, epoch) and load_checkpoint(path, model, "
         "optimizer, scheduler) -> epoch such that training resumed from the checkpoint is bitwise identical to "
-        "training that never stopped. The training draws its data from torch's global RNG. Load with weights_only=True.",
+        "training that never stopped. The training draws its data from torch's global RNG. "
+        "Load with weights_only=True.",
         entry="load_checkpoint",
-        starter="import torch\n\n\ndef save_checkpoint(path, model, optimizer, scheduler, epoch):\n    raise NotImplementedError\n\n\n"
+        starter="import torch\n\n\ndef save_checkpoint(path, model, optimizer, scheduler, epoch):\n"
+        "    raise NotImplementedError\n\n\n"
         "def load_checkpoint(path, model, optimizer, scheduler):\n    raise NotImplementedError\n",
         solution=_CKPT_SOLUTION,
         hints=("List everything that changes during training, not just the weights.",
@@ -153,11 +156,13 @@ def _check_strip(ns: dict) -> str:
     compiled = {"_orig_mod." + k: v for k, v in base.state_dict().items()}
     both = {"module._orig_mod." + k: v for k, v in base.state_dict().items()}
     odd = {"module.encoder.submodule.0.weight": torch.ones(1)}
-    for name, state in (("DDP", wrapped), ("compiled", compiled), ("DDP of compiled", both), ("plain", base.state_dict())):
+    for name, state in (("DDP", wrapped), ("compiled", compiled), ("DDP of compiled", both),
+                        ("plain", base.state_dict())):
         got = portable(dict(state))
         if list(got) != list(base.state_dict()):
             fail("prefix-left", observed=f"keys after stripping a {name} state dict: {list(got)[:3]}...",
-                 expected=f"{list(base.state_dict())[:3]}...", cause="only one wrapper's prefix removed, or removed anywhere "
+                 expected=f"{list(base.state_dict())[:3]}...",
+                 cause="only one wrapper's prefix removed, or removed anywhere "
                  "in the key instead of at the start", where="strip 'module.' and '_orig_mod.' prefixes repeatedly")
         fresh = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
         fresh.load_state_dict(got)  # strict: every key must match
@@ -187,7 +192,8 @@ add(
                "Loop: while key.startswith(('module.', '_orig_mod.')): key = key.split('.', 1)[1]"),
         check=_check_strip,
         wrong_answers=(
-            "def portable_state_dict(state):\n    return {k.replace('module.', '').replace('_orig_mod.', ''): v for k, v in state.items()}\n",
+            "def portable_state_dict(state):\n"
+            "    return {k.replace('module.', '').replace('_orig_mod.', ''): v for k, v in state.items()}\n",
             "def portable_state_dict(state):\n    return {k.removeprefix('module.'): v for k, v in state.items()}\n",
         ),
     )
@@ -201,7 +207,8 @@ def _weights_only_experiment() -> None:
         try:
             torch.load(path, weights_only=True)
         except Exception as error:
-            print(f"weights_only=True refuses a pickled module: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            print(f"weights_only=True refuses a pickled module: "
+                  f"{type(error).__name__}: {str(error).splitlines()[0][:100]}")
         torch.save(nn.Linear(2, 2).state_dict(), path)
         print(f"a state dict loads: keys {list(torch.load(path, weights_only=True))}")
     print("unpickling can run arbitrary code; weights_only restricts loading to tensors and plain containers.")
@@ -214,7 +221,8 @@ add(
         topics=("checkpointing",),
         difficulty=1,
         prompt="Why load with torch.load(path, weights_only=True)?\n  a) it is faster\n"
-        "  b) a pickled checkpoint can run arbitrary code when loaded; weights_only only rebuilds tensors and plain containers\n"
+        "  b) a pickled checkpoint can run arbitrary code when loaded; "
+        "weights_only only rebuilds tensors and plain containers\n"
         "  c) it skips the optimizer state\n  d) it loads onto the GPU\n",
         correct="b",
         explanation="unpickling executes code; weights_only is the safe loader",

@@ -14,7 +14,7 @@ from harness.drills.support import multiple_choice
 def _check_collate(ns: dict) -> str:
     pad_collate = ns["pad_collate"]
     gen = torch.Generator().manual_seed(0)
-    for trial in range(5):
+    for _ in range(5):
         lengths = torch.randint(1, 9, (int(torch.randint(1, 6, (1,), generator=gen)),), generator=gen).tolist()
         batch = [(torch.randn(n, 3, generator=gen), torch.tensor(i)) for i, n in enumerate(lengths)]
         padded, lens, labels = pad_collate(batch)
@@ -99,7 +99,8 @@ def _check_worker_init(ns: dict) -> str:
     first, second = [batch.tolist() for batch in loader]
     if first == second:
         fail("duplicate-augmentations", observed="both workers drew identical NumPy random numbers",
-             expected="different numbers in each worker", cause="each worker gets an identical copy of the dataset, its Generator included; "
+             expected="different numbers in each worker",
+             cause="each worker gets an identical copy of the dataset, its Generator included; "
              "torch reseeds only the global RNGs per worker", where="replace the worker's dataset.rng, seeded from "
              "torch.initial_seed()")
     again = [batch.tolist() for batch in DataLoader(_NumpyNoise(), batch_size=4, num_workers=2,

@@ -37,7 +37,8 @@ add(
         prompt="Inside an initialised process group, write global_accuracy(correct, total): the accuracy over all "
         "ranks, where correct and total are this rank's counts (tensors). Ranks may hold different numbers of samples.",
         entry="global_accuracy",
-        starter="import torch\nimport torch.distributed as dist\n\n\ndef global_accuracy(correct, total):\n    raise NotImplementedError\n",
+        starter="import torch\nimport torch.distributed as dist\n\n\ndef global_accuracy(correct, total):\n"
+        "    raise NotImplementedError\n",
         solution=(
             "import torch\nimport torch.distributed as dist\n\n\ndef global_accuracy(correct, total):\n"
             "    counts = torch.stack([correct, total]).double()\n    dist.all_reduce(counts, op=dist.ReduceOp.SUM)\n"
@@ -76,7 +77,8 @@ def _check_set_epoch(ns: dict) -> str:
     if per_rank[0][0] == per_rank[0][1] == per_rank[0][2]:
         fail("missing-set-epoch", observed="rank 0 saw the same order in epochs 0, 1 and 2",
              expected="a new shuffle each epoch", cause="DistributedSampler shuffles with seed + epoch, and the epoch "
-             "stays 0 unless you call sampler.set_epoch(epoch)", where="sampler.set_epoch(epoch) at the start of each epoch")
+             "stays 0 unless you call sampler.set_epoch(epoch)",
+             where="sampler.set_epoch(epoch) at the start of each epoch")
     for epoch in range(3):
         if set(per_rank[0][epoch]) & set(per_rank[1][epoch]):
             fail("ranks-overlap", observed=f"ranks share samples in epoch {epoch}", expected="disjoint shards",
@@ -105,7 +107,8 @@ add(
         wrong_answers=(_SET_EPOCH_STARTER.replace("    for epoch in range(epochs):\n",
                                                   "    for epoch in range(epochs):\n        sampler.set_epoch(0)\n"),
                        _SET_EPOCH_STARTER.replace("shuffle=True, seed=seed", "shuffle=True, seed=seed + rank").replace(
-                           "    for epoch in range(epochs):\n", "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n")),
+                           "    for epoch in range(epochs):\n",
+                           "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n")),
     )
 )
 
@@ -122,7 +125,8 @@ def _ddp_gradients_experiment() -> None:
         return model.module.weight.grad.flatten().tolist()
 
     grads = run_on_two_ranks(work)
-    print(f"local gradients would be [1, 1] on rank 0 and [2, 2] on rank 1; after backward under DDP both hold {grads[0]}")
+    print("local gradients would be [1, 1] on rank 0 and [2, 2] on rank 1; "
+          f"after backward under DDP both hold {grads[0]}")
     print("DDP all-reduces gradients (averaging them) bucket by bucket during backward; parameters never move.")
 
 
@@ -134,7 +138,8 @@ add(
         difficulty=2,
         prompt="What does DistributedDataParallel communicate during training?\n"
         "  a) it averages the parameters after every optimizer step\n"
-        "  b) it all-reduces (averages) the gradients in buckets during backward, overlapping communication with computation\n"
+        "  b) it all-reduces (averages) the gradients in buckets during backward, "
+        "overlapping communication with computation\n"
         "  c) it sends every batch to rank 0, which computes the loss\n  d) nothing until the end of the epoch\n",
         correct="b",
         explanation="gradients are all-reduced in buckets during backward",

@@ -19,13 +19,14 @@ def _binary_task(seed: int, n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _batches(x: torch.Tensor, y: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return list(zip(x.split(size), y.split(size)))
+    return list(zip(x.split(size), y.split(size), strict=True))
 
 
 def _reference_grads(model: nn.Module, params: list[torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
                      loss_fn: nn.Module) -> list[torch.Tensor]:
     """The gradient of `batch`'s loss at `params` (in model.parameters() order), computed independently."""
-    named = {name: p.clone().requires_grad_(True) for (name, _), p in zip(model.named_parameters(), params)}
+    named = {name: p.clone().requires_grad_(True)
+             for (name, _), p in zip(model.named_parameters(), params, strict=True)}
     x, y = batch
     loss = loss_fn(torch.func.functional_call(model, named, (x,)), y)
     return list(torch.autograd.grad(loss, list(named.values())))
@@ -36,7 +37,8 @@ def _check_fresh_gradients(model: nn.Module, records: list, batches: list, loss_
     for k in range(1, min(len(records), 3)):
         reference = _reference_grads(model, records[k].params, batches[k % len(batches)], loss_fn)
         seen = records[k].grads
-        if any(g is None for g in seen) or not all(torch.allclose(g, r, atol=1e-6) for g, r in zip(seen, reference)):
+        if any(g is None for g in seen) or not all(torch.allclose(g, r, atol=1e-6)
+                                                   for g, r in zip(seen, reference, strict=True)):
             fail("missing-zero-grad",
                  observed=f"the gradient the optimizer used at step {k + 1} is not the gradient of batch {k + 1}",
                  expected=f"only batch {k + 1}'s gradient at step {k + 1}",
@@ -57,8 +59,9 @@ def _check_train_step(ns: dict) -> str:
             for batch in batches[:2]:
                 train_step(model, batch, nn.BCEWithLogitsLoss(), optimizer)
         if len(steps.records) != 2:
-            fail("step-count", observed=f"{len(steps.records)} optimizer steps for 2 calls", expected="one step per call",
-                 cause="optimizer.step() missing or called twice", where="the end of train_step")
+            fail("step-count", observed=f"{len(steps.records)} optimizer steps for 2 calls",
+                 expected="one step per call", cause="optimizer.step() missing or called twice",
+                 where="the end of train_step")
         _check_fresh_gradients(model, steps.records, batches, nn.BCEWithLogitsLoss(),
                                where="call optimizer.zero_grad(set_to_none=True) before loss.backward(), then step()")
     return "one step per batch with that batch's gradient"

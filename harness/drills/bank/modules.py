@@ -32,7 +32,7 @@ def _check_mlp(ns: dict) -> str:
     MLP = ns["MLP"]
     for sizes in ((4, 8, 8, 2), (3, 5, 1), (6, 7, 7, 7, 3)):
         model = MLP(list(sizes))
-        expected = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        expected = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         got = sum(p.numel() for p in model.parameters())
         if got != expected:
             fail("unregistered-layers", observed=f"model.parameters() holds {got} numbers for sizes {sizes}",
@@ -69,7 +69,8 @@ add(
 def _check_param_groups(ns: dict) -> str:
     param_groups = ns["param_groups"]
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.ReLU(), nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.ReLU(), nn.Linear(8, 8), nn.BatchNorm1d(8),
+                          nn.Linear(8, 2))
     groups = param_groups(model, weight_decay=0.1)
     ids = {id(p) for g in groups for p in g["params"]}
     all_params = list(model.parameters())
@@ -108,7 +109,8 @@ add(
                "Split model.parameters() on p.ndim >= 2 into two dicts with their own weight_decay."),
         check=_check_param_groups,
         wrong_answers=(
-            "def param_groups(model, weight_decay):\n    return [{'params': list(model.parameters()), 'weight_decay': weight_decay}]\n",
+            "def param_groups(model, weight_decay):\n"
+            "    return [{'params': list(model.parameters()), 'weight_decay': weight_decay}]\n",
             "def param_groups(model, weight_decay):\n    d, n = [], []\n    for name, p in model.named_parameters():\n"
             "        (n if 'bias' in name else d).append(p)\n"
             "    return [{'params': d, 'weight_decay': weight_decay}, {'params': n, 'weight_decay': 0.0}]\n",
@@ -130,8 +132,9 @@ def _check_running_mean(ns: dict) -> str:
     module.train()
     module(x)
     if not torch.allclose(module.mean, torch.full((3,), 0.5)):
-        fail("wrong-update", observed=f"mean after one batch of ones: {module.mean.tolist()}", expected="[0.5, 0.5, 0.5]",
-             cause="mean = (1 - momentum) * mean + momentum * batch_mean", where="forward, in training mode")
+        fail("wrong-update", observed=f"mean after one batch of ones: {module.mean.tolist()}",
+             expected="[0.5, 0.5, 0.5]", cause="mean = (1 - momentum) * mean + momentum * batch_mean",
+             where="forward, in training mode")
     module.eval()
     module(torch.full((4, 3), 9.0))
     if not torch.allclose(module.mean, torch.full((3,), 0.5)):
@@ -151,25 +154,35 @@ add(
         "updates mean = (1 - momentum) * mean + momentum * x.mean(0). mean starts at 0, is saved in the state_dict, "
         "moves with .to(), and is never trained.",
         entry="RunningMean",
-        starter="import torch\nfrom torch import nn\n\n\nclass RunningMean(nn.Module):\n    def __init__(self, features, momentum=0.1):\n"
-        "        super().__init__()\n        raise NotImplementedError\n\n    def forward(self, x):\n        raise NotImplementedError\n",
+        starter="import torch\nfrom torch import nn\n\n\nclass RunningMean(nn.Module):\n"
+        "    def __init__(self, features, momentum=0.1):\n"
+        "        super().__init__()\n        raise NotImplementedError\n\n"
+        "    def forward(self, x):\n        raise NotImplementedError\n",
         solution=(
-            "import torch\nfrom torch import nn\n\n\nclass RunningMean(nn.Module):\n    def __init__(self, features, momentum=0.1):\n"
-            "        super().__init__()\n        self.momentum = momentum\n        self.register_buffer('mean', torch.zeros(features))\n\n"
+            "import torch\nfrom torch import nn\n\n\nclass RunningMean(nn.Module):\n"
+            "    def __init__(self, features, momentum=0.1):\n"
+            "        super().__init__()\n        self.momentum = momentum\n"
+            "        self.register_buffer('mean', torch.zeros(features))\n\n"
             "    def forward(self, x):\n        if self.training:\n            with torch.no_grad():\n"
-            "                self.mean.mul_(1 - self.momentum).add_(self.momentum * x.mean(0))\n        return x - self.mean\n"
+            "                self.mean.mul_(1 - self.momentum).add_(self.momentum * x.mean(0))\n"
+            "        return x - self.mean\n"
         ),
         hints=("Parameters are trained; buffers are state that is saved and moved but not trained.",
                "self.register_buffer('mean', torch.zeros(features)); update it under `if self.training`."),
         check=_check_running_mean,
         wrong_answers=(
-            "import torch\nfrom torch import nn\n\nclass RunningMean(nn.Module):\n    def __init__(self, features, momentum=0.1):\n"
-            "        super().__init__()\n        self.momentum = momentum\n        self.mean = nn.Parameter(torch.zeros(features))\n"
+            "import torch\nfrom torch import nn\n\nclass RunningMean(nn.Module):\n"
+            "    def __init__(self, features, momentum=0.1):\n"
+            "        super().__init__()\n        self.momentum = momentum\n"
+            "        self.mean = nn.Parameter(torch.zeros(features))\n"
             "    def forward(self, x):\n        return x - self.mean\n",
-            "import torch\nfrom torch import nn\n\nclass RunningMean(nn.Module):\n    def __init__(self, features, momentum=0.1):\n"
-            "        super().__init__()\n        self.momentum = momentum\n        self.register_buffer('mean', torch.zeros(features))\n"
+            "import torch\nfrom torch import nn\n\nclass RunningMean(nn.Module):\n"
+            "    def __init__(self, features, momentum=0.1):\n"
+            "        super().__init__()\n        self.momentum = momentum\n"
+            "        self.register_buffer('mean', torch.zeros(features))\n"
             "    def forward(self, x):\n        with torch.no_grad():\n"
-            "            self.mean.mul_(1 - self.momentum).add_(self.momentum * x.mean(0))\n        return x - self.mean\n",
+            "            self.mean.mul_(1 - self.momentum).add_(self.momentum * x.mean(0))\n"
+            "        return x - self.mean\n",
         ),
     )
 )

@@ -19,7 +19,8 @@ def _check_epoch_metrics(ns: dict) -> str:
     model = nn.Linear(6, 3).eval()
     gen = torch.Generator().manual_seed(1)
     for n_batches in (3, 12):
-        batches = [(torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(n_batches)]
+        batches = [(torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen))
+                   for _ in range(n_batches)]
         with HostSyncCounter() as counter:
             loss, accuracy = epoch_metrics(model, batches, nn.CrossEntropyLoss())
         with torch.no_grad():
@@ -37,11 +38,13 @@ def _check_epoch_metrics(ns: dict) -> str:
     return "exact epoch metrics with at most two host syncs, whatever the number of batches"
 
 
-_METRICS_STARTER = '''import torch
+# two literals only to keep this file within 120 columns: the starter's docstring is a single line
+_METRICS_STARTER = ('''import torch
 
 
 def epoch_metrics(model, batches, loss_fn):
-    """Mean loss and accuracy over the epoch. Symptom: on a GPU the loop is slow and the GPU sits idle between batches."""
+    """Mean loss and accuracy over the epoch. Symptom: on a GPU the loop is slow and the GPU sits idle '''
+                    '''between batches."""
     total_loss, correct, count = 0.0, 0, 0
     with torch.inference_mode():
         for x, y in batches:
@@ -50,7 +53,7 @@ def epoch_metrics(model, batches, loss_fn):
             correct += (out.argmax(1) == y).sum().item()
             count += len(y)
     return total_loss / count, correct / count
-'''
+''')
 
 add(
     Drill(
@@ -108,8 +111,10 @@ add(
         topics=("performance",),
         difficulty=1,
         prompt="Why does calling loss.item() every training step slow GPU training?\n"
-        "  a) .item() copies the whole model\n  b) it forces the CPU to wait until the GPU has finished all queued work, "
-        "so the CPU cannot run ahead and queue the next kernels\n  c) it disables autocast\n  d) it does not: it is free\n",
+        "  a) .item() copies the whole model\n"
+        "  b) it forces the CPU to wait until the GPU has finished all queued work, "
+        "so the CPU cannot run ahead and queue the next kernels\n"
+        "  c) it disables autocast\n  d) it does not: it is free\n",
         correct="b",
         explanation=".item() is a host-device synchronisation point",
         hints=("CUDA launches are asynchronous. What does reading a value force?",
@@ -133,7 +138,8 @@ def _workers_experiment() -> None:
 
     for workers in (0, 2):
         start = time.perf_counter()
-        for _ in DataLoader(Slow(), batch_size=4, num_workers=workers, multiprocessing_context="fork" if workers else None):
+        for _ in DataLoader(Slow(), batch_size=4, num_workers=workers,
+                            multiprocessing_context="fork" if workers else None):
             pass
         print(f"num_workers={workers}: {time.perf_counter() - start:.2f} s to load 16 slow samples (measured now)")
     print("with workers, loading overlaps with training; with 0 the training step waits for every batch.")
@@ -147,10 +153,12 @@ add(
         difficulty=1,
         prompt="A model trains with DataLoader(num_workers=0) and heavy per-image augmentation; the GPU sits at 30% "
         "utilisation. The most likely first fix?\n  a) a bigger model\n  b) load and augment in worker processes "
-        "(num_workers > 0, pin_memory=True), so data is ready when the GPU asks\n  c) a smaller learning rate\n  d) fp64\n",
+        "(num_workers > 0, pin_memory=True), so data is ready when the GPU asks\n"
+        "  c) a smaller learning rate\n  d) fp64\n",
         correct="b",
         explanation="the input pipeline starves the GPU: use workers",
-        hints=("Who is waiting for whom?", "With num_workers=0 the main process decodes every batch while the GPU waits."),
+        hints=("Who is waiting for whom?",
+               "With num_workers=0 the main process decodes every batch while the GPU waits."),
         wrong=("a", "c"),
         experiment=_workers_experiment,
     )

@@ -21,8 +21,9 @@ def _check_split(ns: dict) -> str:
                  where="torch.randperm(n, generator=torch.Generator().manual_seed(seed))")
         train, val = [int(i) for i in train], [int(i) for i in val]
         if set(train) & set(val) or sorted(train + val) != list(range(n)):
-            fail("overlap-or-missing", observed=f"{len(set(train) & set(val))} shared indices, {n - len(set(train + val))} "
-                 "missing", expected="disjoint splits covering 0..n-1", cause="two independent random draws",
+            fail("overlap-or-missing",
+                 observed=f"{len(set(train) & set(val))} shared indices, {n - len(set(train + val))} missing",
+                 expected="disjoint splits covering 0..n-1", cause="two independent random draws",
                  where="one permutation, sliced in two")
         if len(val) != int(n * fraction):
             fail("wrong-size", observed=f"{len(val)} validation indices of {n}", expected=f"{int(n * fraction)}",
@@ -51,13 +52,16 @@ add(
             "    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))\n"
             "    n_val = int(n * fraction)\n    return order[n_val:], order[:n_val]\n"
         ),
-        hints=("torch.randperm accepts a generator.", "One permutation from torch.Generator().manual_seed(seed), sliced."),
+        hints=("torch.randperm accepts a generator.",
+               "One permutation from torch.Generator().manual_seed(seed), sliced."),
         check=_check_split,
         wrong_answers=(
-            "import torch\n\ndef split_indices(n, fraction, seed):\n    torch.manual_seed(seed)\n    order = torch.randperm(n)\n"
+            "import torch\n\ndef split_indices(n, fraction, seed):\n    torch.manual_seed(seed)\n"
+            "    order = torch.randperm(n)\n"
             "    k = int(n * fraction)\n    return order[k:], order[:k]\n",
             "import torch\n\ndef split_indices(n, fraction, seed):\n    g = torch.Generator().manual_seed(seed)\n"
-            "    k = int(n * fraction)\n    return torch.randperm(n, generator=g)[k:], torch.randperm(n, generator=g)[:k]\n",
+            "    k = int(n * fraction)\n"
+            "    return torch.randperm(n, generator=g)[k:], torch.randperm(n, generator=g)[:k]\n",
         ),
     )
 )
@@ -113,7 +117,8 @@ add(
                                          "generator=torch.Generator().manual_seed(seed))"),
         hints=("Where does shuffle=True get its randomness?", "Give the DataLoader its own seeded torch.Generator."),
         check=_check_loader,
-        wrong_answers=(_LOADER_STARTER.replace("    return DataLoader", "    torch.manual_seed(seed)\n    return DataLoader"),),
+        wrong_answers=(_LOADER_STARTER.replace("    return DataLoader",
+                                               "    torch.manual_seed(seed)\n    return DataLoader"),),
     )
 )
 
@@ -124,7 +129,8 @@ def _generator_state_experiment() -> None:
     state = generator.get_state()
     first = torch.randperm(5, generator=generator).tolist()
     generator.set_state(state)
-    print(f"epoch order {first}, and again after restoring the generator state: {torch.randperm(5, generator=generator).tolist()}")
+    again = torch.randperm(5, generator=generator).tolist()
+    print(f"epoch order {first}, and again after restoring the generator state: {again}")
     print("a checkpoint taken mid-run must hold the data-order generator's state to resume the same order.")
 
 
@@ -136,7 +142,8 @@ add(
         difficulty=2,
         prompt="A run with a seeded DataLoader generator is checkpointed after epoch 3 and resumed in a new process. "
         "What must the checkpoint hold for epoch 4 to see the same order as in the uninterrupted run?\n"
-        "  a) nothing: the seed is enough\n  b) the generator's state (or the epoch, if the order is derived from seed + epoch)\n"
+        "  a) nothing: the seed is enough\n"
+        "  b) the generator's state (or the epoch, if the order is derived from seed + epoch)\n"
         "  c) the dataset\n  d) the batch size only\n",
         correct="b",
         explanation="the generator advanced: save its state (or derive orders from seed + epoch)",

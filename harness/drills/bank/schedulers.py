@@ -51,12 +51,13 @@ add(
         topics=("schedulers",),
         difficulty=2,
         prompt="Write warmup_cosine(step, warmup, total) -> the LR multiplier for LambdaLR: (step + 1) / warmup for "
-        "step < warmup, then 0.5 * (1 + cos(pi * p)) with p = (step - warmup) / (total - warmup), clamped to 0 after total. "
-        "warmup may be 0.",
+        "step < warmup, then 0.5 * (1 + cos(pi * p)) with p = (step - warmup) / (total - warmup), "
+        "clamped to 0 after total. warmup may be 0.",
         entry="warmup_cosine",
         starter="import math\n\n\ndef warmup_cosine(step, warmup, total):\n    raise NotImplementedError\n",
         solution=(
-            "import math\n\n\ndef warmup_cosine(step, warmup, total):\n    if step < warmup:\n        return (step + 1) / warmup\n"
+            "import math\n\n\ndef warmup_cosine(step, warmup, total):\n"
+            "    if step < warmup:\n        return (step + 1) / warmup\n"
             "    progress = min((step - warmup) / max(1, total - warmup), 1.0)\n"
             "    return 0.5 * (1 + math.cos(math.pi * progress))\n"
         ),
@@ -64,9 +65,11 @@ add(
                "Guard total == warmup with max(1, total - warmup), and clamp progress with min(..., 1.0)."),
         check=_check_warmup_cosine,
         wrong_answers=(
-            "import math\n\ndef warmup_cosine(step, warmup, total):\n    if step < warmup:\n        return step / warmup\n"
+            "import math\n\ndef warmup_cosine(step, warmup, total):\n"
+            "    if step < warmup:\n        return step / warmup\n"
             "    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))\n",
-            "import math\n\ndef warmup_cosine(step, warmup, total):\n    if step < warmup:\n        return (step + 1) / warmup\n"
+            "import math\n\ndef warmup_cosine(step, warmup, total):\n"
+            "    if step < warmup:\n        return (step + 1) / warmup\n"
             "    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))\n",
         ),
     )
@@ -120,8 +123,10 @@ add(
         entry="train",
         starter=_GRANULARITY_STARTER,
         solution=_GRANULARITY_STARTER.replace("            optimizer.step()\n            scheduler.step()\n",
-                                              "            optimizer.step()\n        scheduler.step()  # once per epoch\n"),
-        hints=("How many times per epoch does scheduler.step() run?", "StepLR counts epochs: step it after the batch loop."),
+                                              "            optimizer.step()\n"
+                                              "        scheduler.step()  # once per epoch\n"),
+        hints=("How many times per epoch does scheduler.step() run?",
+               "StepLR counts epochs: step it after the batch loop."),
         check=_check_granularity,
         wrong_answers=(_GRANULARITY_STARTER.replace("            optimizer.step()\n            scheduler.step()\n",
                                                     "            scheduler.step()\n            optimizer.step()\n"),),
@@ -175,7 +180,8 @@ add(
         kind="bughunt",
         topics=("schedulers",),
         difficulty=2,
-        prompt="The validation loss stopped improving epochs ago, yet ReduceLROnPlateau never lowers the LR. Fix train().",
+        prompt="The validation loss stopped improving epochs ago, yet ReduceLROnPlateau never lowers the LR. "
+        "Fix train().",
         entry="train",
         starter=_PLATEAU_STARTER,
         solution=_PLATEAU_STARTER.replace("scheduler.step(total / len(train_batches))", "scheduler.step(val_loss)"),

@@ -38,7 +38,8 @@ add(
         prompt="Write logsumexp(x, dim) = log(sum(exp(x), dim)) without overflow for inputs like 1000, and "
         "correct for rows of -inf. Do not call torch.logsumexp.",
         entry="logsumexp",
-        starter="import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n    raise NotImplementedError\n",
+        starter="import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n"
+        "    raise NotImplementedError\n",
         solution=(
             "import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n"
             "    m = x.amax(dim=dim, keepdim=True)\n"
@@ -85,7 +86,8 @@ add(
                "((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)"),
         check=_check_pairwise,
         wrong_answers=("import torch\n\ndef pairwise_sq_dists(a, b):\n    return ((a - b) ** 2).sum(-1)\n",
-                       "import torch\n\ndef pairwise_sq_dists(a, b):\n    return ((a[:, None] - b[None]) ** 2).sum(0)\n"),
+                       "import torch\n\ndef pairwise_sq_dists(a, b):\n"
+                       "    return ((a[:, None] - b[None]) ** 2).sum(0)\n"),
     )
 )
 
