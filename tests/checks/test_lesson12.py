@@ -1,0 +1,465 @@
+"""Lesson 12 checks reject plausible mistakes with the right code and message, and accept correct variants.
+
+MISTAKES and CORRECT are data (tests/test_requirements.py reads them); the two parametrized tests run them.
+The LR range test's variants are built by one factory, `sweep(...)`, each with one flaw switched on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.checks.testing import (
+    DRAWN_CASE,
+    Correct,
+    Mistake,
+    assert_check_fails,
+    assert_correct,
+    assert_forgeries_refused,
+    assert_mistake,
+)
+from harness.diagnose import lr_range_test as harness_lr_range_test
+
+
+# ---------------------------------------------------------------- 12-init-loss
+def init_loss(*, log=math.log, loss=F.cross_entropy, eval_mode=True, no_grad=True, restore="keep"):
+    """A loss_at_init with one thing changed."""
+    def loss_at_init(model, inputs, targets, num_classes):
+        was_training = model.training
+        if eval_mode:
+            model.eval()
+        with torch.no_grad() if no_grad else torch.enable_grad():
+            measured = loss(model(inputs), targets)
+        if restore == "keep":
+            model.train(was_training)
+        elif restore == "train":
+            model.train()
+        return measured, log(num_classes)
+    return loss_at_init
+
+
+def init_loss_inference_mode(model, inputs, targets, num_classes):
+    mode = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            logits = model(inputs)
+            per_example = -logits.log_softmax(dim=1).gather(1, targets[:, None]).squeeze(1)
+            measured = per_example.mean().item()
+    finally:
+        model.train(mode)
+    return measured, -math.log(1.0 / num_classes)
+
+
+# ---------------------------------------------------------------- 12-grad-norms
+def norms_solution(model):
+    return {name: p.grad.detach().norm() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def norms_by_hand(model):
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        out[name] = p.grad.detach().double().pow(2).sum().sqrt().float()
+    return out
+
+
+def norms_as_list(model):
+    return [p.grad.norm() for p in model.parameters() if p.grad is not None]
+
+
+def norms_by_module(model):
+    return {name: m.weight.grad.norm() for name, m in model.named_modules()
+            if isinstance(m, nn.Linear) and m.weight.grad is not None}
+
+
+def norms_squared(model):
+    return {name: p.grad.pow(2).sum() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def norms_mean_abs(model):
+    return {name: p.grad.abs().mean() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def norms_of_weights(model):
+    return {name: p.detach().norm() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def norms_with_zeros(model):
+    return {name: p.grad.norm() if p.grad is not None else torch.zeros(()) for name, p in model.named_parameters()}
+
+
+def norms_item(model):
+    return {name: p.grad.norm().item() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def norms_in_place(model):
+    return {name: p.grad.pow_(2).sum().sqrt() for name, p in model.named_parameters() if p.grad is not None}
+
+
+# ---------------------------------------------------------------- 12-first-nonfinite
+def locator(*, modules="all", keep="first", test="isfinite", remove="finally", order="execution", answer="name"):
+    """A first_nonfinite_module with one thing changed."""
+    def first_nonfinite_module(model, inputs):
+        found = []
+        chosen = {"all": model.named_modules, "children": model.named_children}[modules if modules != "leaves"
+                                                                                else "all"]()
+        if modules == "leaves":
+            chosen = [(n, m) for n, m in chosen if not list(m.children())]
+
+        def make_hook(name):
+            def hook(module, args, output):
+                if test == "isfinite":
+                    bad = not torch.isfinite(output).all()
+                elif test == "isnan":
+                    bad = bool(torch.isnan(output).any())
+                else:  # a method without its parentheses is always true
+                    bad = torch.isnan(output).any() or torch.isinf(output).any
+                if bad:
+                    found.append((name, module))
+            return hook
+
+        handles = [m.register_forward_hook(make_hook(n)) for n, m in chosen]
+        if remove == "finally":
+            try:
+                with torch.no_grad():
+                    model(inputs)
+            finally:
+                for handle in handles:
+                    handle.remove()
+        else:
+            with torch.no_grad():
+                model(inputs)
+            if remove == "after":
+                for handle in handles:
+                    handle.remove()
+        if not found:
+            return None
+        if order == "definition":
+            names = {n for n, _ in found}
+            return next(n for n, _ in model.named_modules() if n in names)
+        name, module = found[0] if keep == "first" else found[-1]
+        return name if answer == "name" else module
+    return first_nonfinite_module
+
+
+def locator_with_a_flag(model, inputs):
+    """Hooks that stop looking once something was found; a list of handles removed in a finally."""
+    state = {"name": None}
+
+    def hook_for(name):
+        def hook(_module, _args, out):
+            if state["name"] is None and not bool(torch.isfinite(out).all()):
+                state["name"] = name
+        return hook
+
+    handles = []
+    try:
+        for name, module in model.named_modules():
+            handles.append(module.register_forward_hook(hook_for(name)))
+        model.eval()
+        with torch.inference_mode():
+            model(inputs)
+    finally:
+        while handles:
+            handles.pop().remove()
+    return state["name"]
+
+
+def locator_from_harness(model, inputs):
+    from harness.diagnose import first_nonfinite
+
+    found = first_nonfinite(model, inputs)
+    return None if found is None else found.module
+
+
+# ---------------------------------------------------------------- 12-lr-range
+def sweep(*, spacing="exp", groups="all", zero_grad=True, batch="cycle", record="raw", stop="best",
+          restore="deep"):
+    """An lr_range_test with one thing changed."""
+    def lr_range_test(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+        saved_model = model.state_dict() if restore == "shallow-model" else copy.deepcopy(model.state_dict())
+        saved_optimizer = optimizer.state_dict() if restore == "shallow-optimizer" else \
+            copy.deepcopy(optimizer.state_dict())
+        lrs, losses, best, running = [], [], math.inf, None
+        steps = zip(range(num_steps), batches, strict=False) if batch == "no-cycle" else \
+            ((i, batches[0] if batch == "first" else batches[i % len(batches)]) for i in range(num_steps))
+        model.train()
+        for i, (inputs, targets) in steps:
+            exponent = i / (num_steps if spacing == "off-by-one" else num_steps - 1)
+            lr = start_lr + (end_lr - start_lr) * exponent if spacing == "linear" else \
+                start_lr * (end_lr / start_lr) ** exponent
+            for group in optimizer.param_groups[:1] if groups == "first" else optimizer.param_groups:
+                group["lr"] = lr
+            if zero_grad:
+                optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(inputs), targets)
+            value = loss.item()
+            if stop == "before-record" and (not math.isfinite(value) or value > diverge * best):
+                break
+            loss.backward()
+            optimizer.step()
+            if record == "after-step":
+                with torch.no_grad():
+                    value = loss_fn(model(inputs), targets).item()
+            running = value if running is None else 0.98 * running + 0.02 * value
+            lrs.append(lr)
+            losses.append(running if record == "smoothed" else value)
+            reference = {"best": min(best, value), "first": losses[0], "previous": losses[-2] if i else value,
+                         "before-record": min(best, value)}.get(stop)
+            best = min(best, value)
+            if stop != "never" and (not math.isfinite(value) or value > diverge * reference):
+                break
+        if restore in ("deep", "shallow-model", "shallow-optimizer", "model-only"):
+            model.load_state_dict(saved_model)
+        if restore in ("deep", "shallow-model", "shallow-optimizer"):
+            optimizer.load_state_dict(saved_optimizer)
+        return lrs, losses
+    return lr_range_test
+
+
+def sweep_with_harness(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    result = harness_lr_range_test(model, optimizer, loss_fn, batches, start_lr=start_lr, end_lr=end_lr,
+                                   num_steps=num_steps, diverge=diverge)
+    return result.lrs, result.losses
+
+
+def sweep_multiplicative(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    """The LR multiplied by a constant factor each step; parameters and optimizer saved by hand."""
+    params = [p.detach().clone() for p in model.parameters()]
+    state = copy.deepcopy(optimizer.state_dict())
+    factor = (end_lr / start_lr) ** (1 / (num_steps - 1))
+    lr, lrs, losses = start_lr, [], []
+    for i in range(num_steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = batches[i % len(batches)]
+        model.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        lrs.append(lr)
+        losses.append(float(loss.detach()))
+        if math.isnan(losses[-1]) or math.isinf(losses[-1]) or losses[-1] > diverge * min(losses):
+            break
+        lr *= factor
+    with torch.no_grad():
+        for p, saved in zip(model.parameters(), params, strict=False):
+            p.copy_(saved)
+    optimizer.load_state_dict(state)
+    return lrs, losses
+
+
+# ---------------------------------------------------------------- 12-dead-units
+def dead_counter(*, reduce="units", combine="or", keys="relu", as_tensor=True, remove=True):
+    """A dead_units with one thing changed."""
+    def dead_units(model, batches):
+        seen = {}
+        kind = nn.ReLU if keys == "relu" else nn.Linear
+
+        def make_hook(name):
+            def hook(module, args, out):
+                if reduce == "values":
+                    seen.setdefault(name, []).append(out == 0)
+                    return
+                active = (out > 0).any(dim=0) if reduce == "units" else (out <= 0).any(dim=0) if reduce == "any" \
+                    else (out < 0).all(dim=0)
+                if combine == "replace" or name not in seen:
+                    seen[name] = active
+                else:
+                    seen[name] = seen[name] | active
+            return hook
+
+        handles = [m.register_forward_hook(make_hook(n)) for n, m in model.named_modules() if isinstance(m, kind)]
+        try:
+            with torch.no_grad():
+                for x in batches:
+                    model(x)
+        finally:
+            if remove:
+                for handle in handles:
+                    handle.remove()
+        if reduce == "values":
+            result = {n: torch.cat(v).float().mean() for n, v in seen.items()}
+        elif reduce in ("any", "negative"):
+            result = {n: mask.float().mean() for n, mask in seen.items()}
+        else:
+            result = {n: 1 - mask.float().mean() for n, mask in seen.items()}
+        return result if as_tensor else {n: v.item() for n, v in result.items()}
+    return dead_units
+
+
+def dead_from_one_big_batch(model, batches):
+    """All batches in one forward (the model has no batch statistics), measured with harness.diagnose."""
+    from harness.diagnose import capture_activations, dead_fraction
+
+    return {name: dead_fraction(a) for name, a in capture_activations(model, torch.cat(batches), (nn.ReLU,)).items()}
+
+
+def dead_by_counting(model, batches):
+    counts, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ReLU):
+            handles.append(module.register_forward_hook(
+                lambda _m, _a, out, name=name: counts.__setitem__(name, counts.get(name, 0) + (out > 0).sum(dim=0))))
+    try:
+        for x in batches:
+            with torch.inference_mode():
+                model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: (c == 0).double().mean().float() for name, c in counts.items()}
+
+
+MISTAKES = [
+    # 12-init-loss
+    Mistake("12-init-loss", "wrong-expected", "log10(C)", (init_loss(log=math.log10),),
+            story="math.log10 taken for 'the log' of the cross-entropy"),
+    Mistake("12-init-loss", "wrong-expected", "1/C", (init_loss(log=lambda c: 1 / c),),
+            story="the chance accuracy 1/C reported as the chance loss"),
+    Mistake("12-init-loss", "wrong-loss", "summed",
+            (init_loss(loss=lambda z, y: F.cross_entropy(z, y, reduction="sum")),),
+            story="reduction='sum' copied from a loop that divides later"),
+    Mistake("12-init-loss", "wrong-loss", "softmax was applied",
+            (init_loss(loss=lambda z, y: F.cross_entropy(z.softmax(-1), y)),),
+            story="softmax before F.cross_entropy, the classic double softmax"),
+    Mistake("12-init-loss", "wrong-loss", "nll_loss", (init_loss(loss=F.nll_loss),),
+            story="F.nll_loss on raw logits"),
+    Mistake("12-init-loss", "train-mode", "training mode", (init_loss(eval_mode=False),),
+            story="measured in the mode the model came in, dropout on"),
+    Mistake("12-init-loss", "graph-built", "gradients enabled", (init_loss(no_grad=False),),
+            story="no torch.no_grad around a measurement"),
+    Mistake("12-init-loss", "mode-not-restored", "came back in eval mode", (init_loss(restore="none"),),
+            story="model.eval() and never back: the next training run has dropout off"),
+    Mistake("12-init-loss", "mode-not-restored", "came back in train mode", (init_loss(restore="train"),),
+            story="model.train() at the end whatever the mode was"),
+    # 12-grad-norms
+    Mistake("12-grad-norms", "wrong-keys", "a dict", (norms_as_list,), story="a list of norms, names lost"),
+    Mistake("12-grad-norms", "wrong-keys", "named_parameters", (norms_by_module,),
+            story="keyed by module name, weights only"),
+    Mistake("12-grad-norms", "wrong-norm", "squared norm", (norms_squared,), story="sum of squares, no sqrt"),
+    Mistake("12-grad-norms", "wrong-norm", "mean absolute", (norms_mean_abs,), story="mean |g| as the 'size'"),
+    Mistake("12-grad-norms", "wrong-norm", "norm of the parameter itself", (norms_of_weights,),
+            story="p.norm() where p.grad.norm() was meant"),
+    Mistake("12-grad-norms", "none-included", "without a gradient", (norms_with_zeros,),
+            story="a zero for frozen parameters, as if their gradient vanished"),
+    Mistake("12-grad-norms", "not-a-tensor", ".item()", (norms_item,), story=".item() per layer for printing"),
+    Mistake("12-grad-norms", "grads-modified", "changed during the call", (norms_in_place,),
+            story="pow_ squares the gradient in place"),
+    # 12-first-nonfinite
+    Mistake("12-first-nonfinite", "wrong-module", "last non-finite", (locator(keep="last"),),
+            story="found = name in the hook: each later module overwrites it"),
+    Mistake("12-first-nonfinite", "wrong-module", "leaf modules", (locator(modules="leaves"),),
+            story="hooks on leaf modules only, a common 'optimisation'"),
+    Mistake("12-first-nonfinite", "wrong-module", "direct children", (locator(modules="children"),),
+            story="model.named_children() instead of named_modules()"),
+    Mistake("12-first-nonfinite", "wrong-module", "definition order", (locator(order="definition"),),
+            story="scans named_modules() for the first flagged name"),
+    Mistake("12-first-nonfinite", "missed-inf", "misses inf", (locator(test="isnan"),),
+            story="torch.isnan only: an overflow to inf goes unseen"),
+    Mistake("12-first-nonfinite", "false-alarm", "None", (locator(test="typo"),),
+            story="torch.isinf(output).any without parentheses is always true"),
+    Mistake("12-first-nonfinite", "not-a-name", "module object", (locator(answer="module"),),
+            story="returns the module it found, not its name"),
+    Mistake("12-first-nonfinite", "hooks-left", "hooks still on the model", (locator(remove="never"),),
+            story="handles never removed: the model keeps the hooks"),
+    Mistake("12-first-nonfinite", "hooks-left-on-error", "finally", (locator(remove="after"),),
+            story="handles removed after the forward, skipped when it raises"),
+    # 12-lr-range
+    Mistake("12-lr-range", "wrong-lrs", "linearly", (sweep(spacing="linear"),), story="torch.linspace thinking"),
+    Mistake("12-lr-range", "wrong-lrs", "i / num_steps", (sweep(spacing="off-by-one"),),
+            story="exponent i / num_steps never reaches end_lr"),
+    Mistake("12-lr-range", "wrong-lrs", "only some param groups", (sweep(groups="first"),),
+            story="optimizer.param_groups[0]['lr'] = lr"),
+    Mistake("12-lr-range", "missing-zero-grad", "previous step's", (sweep(zero_grad=False),),
+            story="zero_grad forgotten in a hand-written sweep"),
+    Mistake("12-lr-range", "wrong-batch", "same batch", (sweep(batch="first"),), story="always batches[0]"),
+    Mistake("12-lr-range", "batches-not-cycled", "one per batch", (sweep(batch="no-cycle"),),
+            story="for i, (x, y) in zip(range(num_steps), batches)"),
+    Mistake("12-lr-range", "wrong-losses", "smoothed", (sweep(record="smoothed"),),
+            story="fastai's smoothed loss returned as the loss"),
+    Mistake("12-lr-range", "wrong-losses", "after optimizer.step()", (sweep(record="after-step"),),
+            story="re-evaluated after the step"),
+    Mistake("12-lr-range", "no-divergence-stop", "no divergence test", (sweep(stop="never"),),
+            story="the sweep always runs to end_lr"),
+    Mistake("12-lr-range", "wrong-stop", "another reference", (sweep(stop="first"),),
+            story="diverge * the first loss instead of the best"),
+    Mistake("12-lr-range", "wrong-stop", "another reference", (sweep(stop="previous"),),
+            story="diverge * the previous loss"),
+    Mistake("12-lr-range", "wrong-stop", "never recorded", (sweep(stop="before-record"),),
+            story="breaks before the diverging step is taken and recorded"),
+    Mistake("12-lr-range", "model-not-restored", "copy.deepcopy", (sweep(restore="none"),),
+            story="no restore at all"),
+    Mistake("12-lr-range", "model-not-restored", "live", (sweep(restore="shallow-model"),),
+            story="saved = model.state_dict() without a deep copy"),
+    Mistake("12-lr-range", "optimizer-not-restored", "momentum buffers", (sweep(restore="model-only"),),
+            story="the model restored, the optimizer forgotten"),
+    Mistake("12-lr-range", "optimizer-not-restored", "deepcopy", (sweep(restore="shallow-optimizer"),),
+            story="optimizer.state_dict() saved without a deep copy"),
+    # 12-dead-units
+    Mistake("12-dead-units", "wrong-fraction", "fraction of zero values", (dead_counter(reduce="values"),),
+            story="(out == 0).float().mean(): zero activations, not dead units"),
+    Mistake("12-dead-units", "wrong-fraction", "at least one example", (dead_counter(reduce="any"),),
+            story="a unit called dead as soon as one example gives 0"),
+    Mistake("12-dead-units", "wrong-fraction", "negative outputs", (dead_counter(reduce="negative"),),
+            story="out < 0 for 'inactive': a ReLU never outputs a negative"),
+    Mistake("12-dead-units", "last-batch-only", "only the last batch", (dead_counter(combine="replace"),),
+            story="the hook overwrites its record at each batch"),
+    Mistake("12-dead-units", "wrong-keys", "ReLU modules' names", (dead_counter(keys="linear"),),
+            story="hooks on the Linear layers, 'the layers with units'"),
+    Mistake("12-dead-units", "not-a-tensor", ".item()", (dead_counter(as_tensor=False),),
+            story=".item() per layer to print a table"),
+    Mistake("12-dead-units", "hooks-left", "hooks still on the model", (dead_counter(remove=False),),
+            story="handles never removed"),
+]
+
+CORRECT = [
+    Correct("12-init-loss", (init_loss(),), story="the solution"),
+    Correct("12-init-loss", (init_loss_inference_mode,), story="inference_mode, log_softmax by hand, a float"),
+    Correct("12-grad-norms", (norms_solution,), story="the solution"),
+    Correct("12-grad-norms", (norms_by_hand,), story="sqrt of the sum of squares in float64"),
+    Correct("12-first-nonfinite", (locator(),), story="the solution"),
+    Correct("12-first-nonfinite", (locator_with_a_flag,), story="a flag, handles popped in a finally"),
+    Correct("12-first-nonfinite", (locator_from_harness,), story="harness.diagnose.first_nonfinite"),
+    Correct("12-lr-range", (sweep(),), story="the solution"),
+    Correct("12-lr-range", (sweep_with_harness,), story="harness.diagnose.lr_range_test"),
+    Correct("12-lr-range", (sweep_multiplicative,), story="lr *= factor, parameters copied back by hand"),
+    Correct("12-dead-units", (dead_counter(),), story="the solution"),
+    Correct("12-dead-units", (dead_from_one_big_batch,), story="one big batch through diagnose.capture_activations"),
+    Correct("12-dead-units", (dead_by_counting,), story="counts positive outputs per unit, inference_mode"),
+]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_mistake_fails_with_its_message(mistake):
+    assert_mistake(mistake)
+
+
+@pytest.mark.parametrize("correct", CORRECT, ids=str)
+def test_correct_variant_passes(correct, capsys):
+    assert_correct(correct, capsys)
+
+
+TASKS = ["12-init-loss", "12-grad-norms", "12-first-nonfinite", "12-lr-range", "12-dead-units"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_stubs_report_the_exception(task):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert_check_fails(task, stub, code="raised", phrase="NotImplementedError")
+
+
+
+@pytest.mark.parametrize("correct", [c for c in CORRECT if c.story == "the solution" and c.task != "12-dead-units"],
+                         ids=str)
+def test_judges_refuse_shortened_observations(correct):
+    assert_forgeries_refused(correct.task, *correct.objects, case=DRAWN_CASE)
