@@ -1,0 +1,424 @@
+"""Lesson 13's checks against planted mistakes (each must fail with its code and message) and correct variants
+written differently from the solution (each must pass the visible, hidden and a drawn hidden case)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake
+
+COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+
+# ---------------------------------------------------------------------------------------------------- 13-memory-formula
+def memory_using(*, size=lambda p: p.numel() * p.element_size(), params=lambda m: list(m.parameters()),
+                 frozen_params=True, frozen_grads=False, copies=COPIES, total=None, keys=("params", "grads",
+                                                                                          "optimizer", "total"),
+                 cast=int):
+    def training_memory(model, optimizer):
+        ps = params(model)
+        all_params = ps if frozen_params else [p for p in ps if p.requires_grad]
+        trained = ps if frozen_grads else [p for p in ps if p.requires_grad]
+        sizes = [cast(sum(size(p) for p in all_params)), cast(sum(size(p) for p in trained))]
+        sizes.append(copies[optimizer] * sizes[1])
+        sizes.append(total(sizes) if total else sum(sizes))
+        return dict(zip(keys, sizes, strict=True))
+    return training_memory
+
+
+def memory_by_modules(model, optimizer):
+    """Walks every module's own parameters: a tied weight is met twice."""
+    params = [p for module in model.modules() for p in module.parameters(recurse=False)]
+    size = sum(p.numel() * p.element_size() for p in params)
+    grads = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    state = COPIES[optimizer] * grads
+    return {"params": size, "grads": grads, "optimizer": state, "total": size + grads + state}
+
+
+def memory_by_nbytes(model, optimizer):
+    """Uses Tensor.nbytes and a running dict of seen ids: another correct answer."""
+    seen, params, grads = set(), 0, 0
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        params += p.nbytes
+        grads += p.nbytes if p.requires_grad else 0
+    state = grads * {"sgd": 0, "momentum": 1}.get(optimizer, 2)
+    return {"total": params + grads + state, "optimizer": state, "grads": grads, "params": params}
+
+
+def memory_from_state_dict(model, optimizer):
+    """Counts the state_dict: a tied weight appears under both names."""
+    params = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    state = COPIES[optimizer] * grads
+    return {"params": params, "grads": grads, "optimizer": state, "total": params + grads + state}
+
+
+# ------------------------------------------------------------------------------------------------ 13-activation-formula
+def activations_using(*, element=lambda dtype: torch.empty((), dtype=dtype).element_size(), twice=False,
+                      with_output=False, without_input=False, weights=False, cast=int):
+    def activation_formula(batch_size, widths, dtype):
+        size = element(dtype)
+        widths_saved = list(widths[:-1]) + (list(widths[1:-1]) if twice else []) + ([widths[-1]] if with_output else [])
+        if without_input:
+            widths_saved = widths_saved[1:]
+        total = batch_size * sum(widths_saved) * size
+        if weights:
+            total += sum(a * b for a, b in zip(widths[1:-1], widths[2:], strict=True)) * size
+        return cast(total)
+    return activation_formula
+
+
+def activations_by_layers(batch_size, widths, dtype):
+    """Walks the layers and adds the input of each Linear: another correct answer."""
+    size = torch.finfo(dtype).bits // 8
+    return sum(batch_size * fan_in * size for fan_in in widths[:-1])
+
+
+# ---------------------------------------------------------------------------------------------------- 13-accumulate
+def accum_using(*, train=True, split=True, zero="before", weight="share", step="after", ret="mean", detach=True):
+    def accumulation_step(model, batch, loss_fn, optimizer, micro_batch_size):
+        inputs, targets = batch
+        if train:
+            model.train()
+        if zero == "before":
+            optimizer.zero_grad(set_to_none=True)
+        size = micro_batch_size if split else len(inputs)
+        chunks = list(zip(inputs.split(size), targets.split(size), strict=True))
+        total, losses = torch.zeros(()), []
+        for x, y in chunks:
+            if zero == "inside":
+                optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            factor = {"share": len(x) / len(inputs), "count": 1 / len(chunks), "none": 1.0}[weight]
+            (loss * factor).backward()
+            total = total + (loss * len(x) / len(inputs)).detach()
+            losses.append(loss.detach())
+            if step == "inside":
+                optimizer.step()
+        if step == "after":
+            optimizer.step()
+        if ret == "item":
+            return total.item()
+        if ret == "last":
+            return losses[-1]
+        if ret == "mean-of-means":
+            return torch.stack(losses).mean()
+        return total if detach else total.requires_grad_()
+    return accumulation_step
+
+
+def accum_sum_reduction(model, batch, loss_fn, optimizer, micro_batch_size):
+    """Sums per-row losses and divides by the batch size once: another correct weighting."""
+    model.train()
+    inputs, targets = batch
+    optimizer.zero_grad(set_to_none=True)
+    total = inputs.new_zeros(())
+    for start in range(0, len(inputs), micro_batch_size):
+        x, y = inputs[start:start + micro_batch_size], targets[start:start + micro_batch_size]
+        loss = nn.functional.mse_loss(model(x), y, reduction="sum") / targets.numel()
+        loss.backward()
+        total += loss.detach()
+    optimizer.step()
+    return total
+
+
+def accum_zero_at_end(model, batch, loss_fn, optimizer, micro_batch_size):
+    """Clears the gradients after the step instead of before: correct when every call does it (the model
+    starts without gradients)."""
+    model.train()
+    inputs, targets = batch
+    losses = []
+    for x, y in zip(torch.split(inputs, micro_batch_size), torch.split(targets, micro_batch_size), strict=True):
+        loss = loss_fn(model(x), y) * x.shape[0] / inputs.shape[0]
+        loss.backward()
+        losses.append(loss.detach())
+    optimizer.step()
+    optimizer.zero_grad()
+    return torch.stack(losses).sum()
+
+
+# ---------------------------------------------------------------------------------------------------- 13-checkpoint
+def checkpoint_using(*, reentrant=False, preserve=True, skip_first=False, last_plain=False, return_input=False):
+    def checkpointed_forward(blocks, x):
+        h = x
+        for index, block in enumerate(blocks):
+            if index == 0 and skip_first:
+                continue
+            if last_plain and index == len(blocks) - 1 and len(blocks) > 1:
+                h = block(h)
+            else:
+                h = checkpoint(block, h, use_reentrant=reentrant, preserve_rng_state=preserve)
+        return x if return_input else h
+    return checkpointed_forward
+
+
+def checkpoint_no_grad(blocks, x):
+    """Runs the blocks under no_grad 'to save memory'."""
+    with torch.no_grad():
+        h = x
+        for block in blocks:
+            h = block(h)
+    return h
+
+
+def checkpoint_reentrant_with_grad_input(blocks, x):
+    """Makes the input require grad so that the reentrant variant gives gradients: still the reentrant one."""
+    h = x.requires_grad_()
+    for block in blocks:
+        h = checkpoint(block, h, use_reentrant=True)
+    return h
+
+
+class Checkpointed(nn.Module):
+    """Wraps a module so that its forward is checkpointed: another correct answer."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, h):
+        return checkpoint(self.inner, h, use_reentrant=False)
+
+
+def checkpoint_wrapped(blocks, x):
+    return nn.Sequential(*(Checkpointed(block) for block in blocks))(x)
+
+
+def checkpoint_pairs(blocks, x):
+    """Checkpoints the whole stack as one function: keeps only the input."""
+    def run(h):
+        for block in blocks:
+            h = block(h)
+        return h
+    return checkpoint(run, x, use_reentrant=False)
+
+
+# ---------------------------------------------------------------------------------------------------- 13-deterministic
+def flags():
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+
+
+def restore(before):
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[2], before[3]
+
+
+def deterministic_using(*, enable=True, warn_only=False, benchmark=False, cudnn_det=True, finally_=True,
+                        swallow=False, restore_fn=restore, read=flags):
+    @contextlib.contextmanager
+    def deterministic():
+        before = read()
+        torch.use_deterministic_algorithms(enable, warn_only=warn_only)
+        torch.backends.cudnn.benchmark = benchmark
+        torch.backends.cudnn.deterministic = cudnn_det
+        if finally_:
+            try:
+                yield
+            except Exception:
+                if not swallow:
+                    raise
+            finally:
+                restore_fn(before)
+        else:
+            yield
+            restore_fn(before)
+    return deterministic
+
+
+def restore_without_warn_only(before):
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[2], before[3]
+
+
+def restore_defaults(before):
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, False
+
+
+class DeterministicClass:
+    """A class with __enter__ and __exit__: another correct answer."""
+
+    def __enter__(self):
+        self.saved = flags()
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        return self
+
+    def __exit__(self, *exc):
+        restore(self.saved)
+        return False
+
+
+@contextlib.contextmanager
+def deterministic_exit_stack():
+    """Saves through an ExitStack callback: another correct answer."""
+    with contextlib.ExitStack() as stack:
+        stack.callback(restore, flags())
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        yield
+
+
+MISTAKES = [
+    # 13-memory-formula
+    Mistake("13-memory-formula", "wrong-params", "elements were counted, not bytes",
+            (memory_using(size=lambda p: p.numel()),), story="sums numel(): parameters, not bytes"),
+    Mistake("13-memory-formula", "wrong-params", "4 bytes were assumed",
+            (memory_using(size=lambda p: 4 * p.numel()),), story="assumes float32 everywhere"),
+    Mistake("13-memory-formula", "wrong-params", "tied) weight was counted twice", (memory_by_modules,),
+            story="walks model.modules(): the tied embedding counts twice"),
+    Mistake("13-memory-formula", "wrong-params", "counted twice", (memory_from_state_dict,),
+            story="sums the state_dict, where a tied weight has two names"),
+    Mistake("13-memory-formula", "wrong-params", "frozen parameters were left out",
+            (memory_using(frozen_params=False),), story="thinks frozen layers cost nothing"),
+    Mistake("13-memory-formula", "wrong-grads", "frozen parameters were counted", (memory_using(frozen_grads=True),),
+            story="gives every parameter a gradient"),
+    Mistake("13-memory-formula", "wrong-optimizer-state", "'momentum'",
+            (memory_using(copies={"sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}),),
+            story="forgets the momentum buffer"),
+    Mistake("13-memory-formula", "wrong-optimizer-state", "'adam'",
+            (memory_using(copies={"sgd": 0, "momentum": 1, "adam": 1, "adamw": 1}),),
+            story="counts one Adam moment instead of two"),
+    Mistake("13-memory-formula", "wrong-optimizer-state", "'sgd'",
+            (memory_using(copies={"sgd": 1, "momentum": 1, "adam": 2, "adamw": 2}),),
+            story="gives plain SGD a buffer"),
+    Mistake("13-memory-formula", "wrong-total", "params + grads + optimizer",
+            (memory_using(total=lambda s: s[0] + s[2]),), story="leaves the gradients out of the total"),
+    Mistake("13-memory-formula", "not-an-int", "float", (memory_using(cast=float),),
+            story="divides by 1 or converts to float for printing"),
+    Mistake("13-memory-formula", "not-an-int", "Tensor", (memory_using(cast=torch.tensor),),
+            story="sums into a tensor"),
+    Mistake("13-memory-formula", "missing-key", "keys", (memory_using(keys=("params", "grads", "optim", "total")),),
+            story="spells the optimizer key 'optim'"),
+    # 13-activation-formula
+    Mistake("13-activation-formula", "counted-twice", "counted twice", (activations_using(twice=True),),
+            story="counts what ReLU saves and what the next Linear saves as two tensors"),
+    Mistake("13-activation-formula", "wrong-element-size", "4 bytes were assumed",
+            (activations_using(element=lambda dtype: 4),), story="assumes float32"),
+    Mistake("13-activation-formula", "wrong-element-size", "elements were counted",
+            (activations_using(element=lambda dtype: 1),), story="counts values, not bytes"),
+    Mistake("13-activation-formula", "weights-counted", "weights that Linear layers save",
+            (activations_using(weights=True),), story="adds the weights linear layers save"),
+    Mistake("13-activation-formula", "wrong-bytes", "last Linear's output was counted",
+            (activations_using(with_output=True),), story="counts the model's output too"),
+    Mistake("13-activation-formula", "wrong-bytes", "first Linear's input was left out",
+            (activations_using(without_input=True),), story="thinks the input batch is not the model's memory"),
+    Mistake("13-activation-formula", "not-an-int", "float", (activations_using(cast=float),),
+            story="returns a float from a division"),
+    # 13-accumulate
+    Mistake("13-accumulate", "wrong-weighting", "divided by the number of micro-batches",
+            (accum_using(weight="count"),), story="divides by k as with equal micro-batches (lesson 06)"),
+    Mistake("13-accumulate", "wrong-weighting", "summed without weighting", (accum_using(weight="none"),),
+            story="backpropagates each micro-batch loss undivided"),
+    Mistake("13-accumulate", "micro-batch-too-large", "at once", (accum_using(split=False),),
+            story="runs the whole batch in one forward"),
+    Mistake("13-accumulate", "missing-zero-grad", "previous call", (accum_using(zero="never"),),
+            story="never clears the gradients"),
+    Mistake("13-accumulate", "only-last-micro-batch", "zero_grad inside the micro-batch loop",
+            (accum_using(zero="inside"),), story="zero_grad inside the loop"),
+    Mistake("13-accumulate", "steps-per-micro-batch", "inside the micro-batch loop", (accum_using(step="inside"),),
+            story="steps after every micro-batch"),
+    Mistake("13-accumulate", "no-step", "never ran", (accum_using(step="never"),), story="forgets the step"),
+    Mistake("13-accumulate", "eval-mode", "model.train()", (accum_using(train=False),),
+            story="leaves the model in eval mode after validation"),
+    Mistake("13-accumulate", "wrong-return", "Python number", (accum_using(ret="item"),),
+            story="returns total.item() to log it"),
+    Mistake("13-accumulate", "wrong-return", "the last micro-batch's loss", (accum_using(ret="last"),),
+            story="returns the last micro-batch's loss"),
+    Mistake("13-accumulate", "wrong-return", "unweighted", (accum_using(ret="mean-of-means"),),
+            story="returns the mean of micro-batch means"),
+    Mistake("13-accumulate", "wrong-return", "requires_grad=True", (accum_using(detach=False),),
+            story="returns a loss attached to the graph"),
+    # 13-checkpoint
+    Mistake("13-checkpoint", "no-param-grads", "use_reentrant=True", (checkpoint_using(reentrant=True),),
+            story="the old default use_reentrant=True with data that does not require grad"),
+    Mistake("13-checkpoint", "no-param-grads", "torch.no_grad()", (checkpoint_no_grad,),
+            story="runs the forward under no_grad to save memory"),
+    Mistake("13-checkpoint", "reentrant", "CheckpointFunction", (checkpoint_reentrant_with_grad_input,),
+            story="makes the input require grad to get the reentrant variant working"),
+    Mistake("13-checkpoint", "wrong-grads", "preserve_rng_state=False", (checkpoint_using(preserve=False),),
+            story="turns off RNG preservation to save time"),
+    Mistake("13-checkpoint", "not-checkpointed", "runs outside checkpoint", (checkpoint_using(last_plain=True),),
+            story="leaves the last block out of the checkpoint loop"),
+    Mistake("13-checkpoint", "wrong-output", "block skipped", (checkpoint_using(skip_first=True),),
+            story="starts the loop at blocks[1:] by an off-by-one"),
+    Mistake("13-checkpoint", "wrong-output", "differs", (checkpoint_using(return_input=True),),
+            story="returns x instead of h"),
+    # 13-deterministic
+    Mistake("13-deterministic", "not-deterministic", "use_deterministic_algorithms(True) is missing",
+            (deterministic_using(enable=False),), story="sets the cuDNN flags only"),
+    Mistake("13-deterministic", "not-deterministic", "warn_only=True", (deterministic_using(warn_only=True),),
+            story="passes warn_only=True to avoid errors"),
+    Mistake("13-deterministic", "benchmark-on", "cudnn.benchmark", (deterministic_using(benchmark=True),),
+            story="keeps benchmark=True for speed"),
+    Mistake("13-deterministic", "cudnn-not-deterministic", "cudnn.deterministic",
+            (deterministic_using(cudnn_det=False),), story="forgets cudnn.deterministic"),
+    Mistake("13-deterministic", "not-restored", "warn_only=:",
+            (deterministic_using(restore_fn=restore_without_warn_only),),
+            story="restores the flag with use_deterministic_algorithms(previous), losing warn_only"),
+    Mistake("13-deterministic", "not-restored", "defaults were written back",
+            (deterministic_using(restore_fn=restore_defaults),),
+            story="writes the defaults back instead of the old values"),
+    Mistake("13-deterministic", "not-restored-on-error", "finally", (deterministic_using(finally_=False),),
+            story="restores after the yield without try/finally"),
+    Mistake("13-deterministic", "exception-swallowed", "did not come out", (deterministic_using(swallow=True),),
+            story="catches everything around the yield"),
+]
+
+CORRECT = [
+    Correct("13-memory-formula", (memory_using(),), story="the solution"),
+    Correct("13-memory-formula", (memory_by_nbytes,), story="Tensor.nbytes with an id set"),
+    Correct("13-activation-formula", (activations_using(),), story="the solution"),
+    Correct("13-activation-formula", (activations_by_layers,), story="a sum over layers with finfo bits"),
+    Correct("13-accumulate", (accum_using(),), story="the solution"),
+    Correct("13-accumulate", (accum_sum_reduction,), story="sum reduction divided by the batch"),
+    Correct("13-accumulate", (accum_zero_at_end,), story="zero_grad after the step"),
+    Correct("13-checkpoint", (checkpoint_using(),), story="the solution"),
+    Correct("13-checkpoint", (checkpoint_wrapped,), story="a wrapper module per block"),
+    Correct("13-checkpoint", (checkpoint_pairs,), story="one checkpoint around the whole stack"),
+    Correct("13-deterministic", (deterministic_using(),), story="the solution"),
+    Correct("13-deterministic", (DeterministicClass,), story="a class with __enter__/__exit__"),
+    Correct("13-deterministic", (deterministic_exit_stack,), story="an ExitStack callback"),
+]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_mistake_fails_with_its_message(mistake):
+    assert_mistake(mistake)
+
+
+@pytest.mark.parametrize("correct", CORRECT, ids=str)
+def test_correct_variant_passes(correct, capsys):
+    assert_correct(correct, capsys)
+
+
+TASKS = ["13-memory-formula", "13-activation-formula", "13-accumulate", "13-checkpoint", "13-deterministic"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_stubs_report_the_exception(task):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert_check_fails(task, stub, code="raised", phrase="NotImplementedError")
+
+
+def test_the_check_leaves_the_global_flags_as_it_found_them():
+    before = flags()
+    try:
+        restore((True, True, True, False))
+        assert_mistake(Mistake("13-deterministic", "not-restored", "defaults",
+                               (deterministic_using(restore_fn=restore_defaults),), story="defaults"))
+        assert flags() == (True, True, True, False)
+    finally:
+        restore(before)
