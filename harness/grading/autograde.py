@@ -1,17 +1,17 @@
 """Grade one submission in its own temporary course directory: `python -m harness.grading.autograde JOB RESULT`.
 
-A job (JSON, written by `batch`) names the student, the assignment, the submitted notebook (or why there
-is none), the template course directory (sources, release, gradebook from GenerateAssignment), the limits
-and each task's cases (drawn by the parent from the instructor's secret; the secret itself never reaches
-the worker). The worker copies the template, repairs the submission's cells (`restore`), runs nbgrader's
-real Autograde with the kernel in the sandbox (`sandbox`), the grader's cells (`execute`: the tamper guard
-and a probe cell after every test cell) and `SandboxedExecute`, then hands each task's observations to the
-judge (`harness.judge.verdict`), which alone decides the points: they replace nbgrader's in this job's
-private gradebook, and the judge's messages replace the test cells' outputs before the feedback (hidden
-tests removed) is generated. The result (JSON): per-task points, failure codes, status and reasons.
-Nothing it does touches another submission or the shared gradebook; the parent merges results. The worker
-reads nothing the kernel could have written: the kernel's outputs arrive as messages, and the kernel's
-filesystem is its own.
+A job (a `harness.grading.jobs.GradeJob` record, JSON, written by `batch`) names the student, the
+assignment, the submitted notebook (or why there is none), the template course directory (sources,
+release, gradebook from GenerateAssignment), the limits and each task's cases (drawn by the parent from the
+instructor's secret; the secret itself never reaches the worker). The worker copies the template, repairs
+the submission's cells (`restore`), runs nbgrader's real Autograde with the kernel in the sandbox
+(`sandbox`), the grader's cells (`execute`: the tamper guard and a probe cell after every test cell) and
+`SandboxedExecute`, then hands each task's observations to the judge (`harness.judge.verdict`), which alone
+decides the points: they replace nbgrader's in this job's private gradebook, and the judge's messages
+replace the test cells' outputs before the feedback (hidden tests removed) is generated. The result (a
+`GradeResult` record, JSON): per-task points, failure codes, status and reasons. Nothing it does touches
+another submission or the shared gradebook; the parent merges results. The worker reads nothing the
+kernel could have written: the kernel's outputs arrive as messages, and the kernel's filesystem is its own.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ from harness.checks.core import Case
 from harness.grading import sandbox
 from harness.grading.decoy import Decoy
 from harness.grading.execute import error_output
+from harness.grading.jobs import GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
 from harness.judge.verdict import Verdict, judge_task
 
 
-def _config(course: Path, job: dict[str, Any], report: Path, nonce: str, deadline: float) -> Any:
+def _config(course: Path, job: GradeJob, report: Path, nonce: str, deadline: float) -> Any:
     """nbgrader's configuration for this job: the repository's, with the grading pipeline swapped in.
 
     `deadline` (time.monotonic()) is when the whole-submission limit stops execution.
@@ -55,19 +56,19 @@ def _config(course: Path, job: dict[str, Any], report: Path, nonce: str, deadlin
     from harness.grading.execute import InjectGuard, SandboxedExecute, StripGuard
     from harness.grading.feedback import StripHiddenTests
 
-    lesson = f"harness.checks.lesson{job['assignment'][:2]}"
-    has_checks = (REPO_ROOT / "harness" / "checks" / f"lesson{job['assignment'][:2]}.py").exists()
+    lesson = f"harness.checks.lesson{job.assignment[:2]}"
+    has_checks = (REPO_ROOT / "harness" / "checks" / f"lesson{job.assignment[:2]}.py").exists()
     return course_config(
         course,
         Autograde={"autograde_preprocessors": [InjectGuard, SandboxedExecute, StripGuard, IgnorePattern,
                                                ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                                AssignLatePenalties, CheckCellMetadata]},
         GenerateFeedback={"preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]},
-        SandboxedExecute={"timeout": job["timeout"], "kernel_name": sandbox.KERNEL_NAME, "deadline": deadline,
-                          "submission_seconds": job["submission_seconds"],
-                          "report_path": str(report), "max_output_bytes": job["max_output_bytes"],
+        SandboxedExecute={"timeout": job.timeout, "kernel_name": sandbox.KERNEL_NAME, "deadline": deadline,
+                          "submission_seconds": job.submission_seconds,
+                          "report_path": str(report), "max_output_bytes": job.max_output_bytes,
                           "runtime_dir": str(course / "runtime")},
-        InjectGuard={"lesson_module": lesson if has_checks else "", "nonce": nonce, "cases": json.dumps(job["cases"])},
+        InjectGuard={"lesson_module": lesson if has_checks else "", "nonce": nonce, "cases": json.dumps(job.cases)},
         StripGuard={"report_path": str(report)},
         LimitOutput={"max_lines": 1000},
     )
@@ -111,11 +112,11 @@ def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
     return reasons
 
 
-def _verdicts(execution: dict[str, Any], job: dict[str, Any], nonce: str) -> dict[str, Verdict]:
+def _verdicts(execution: dict[str, Any], job: GradeJob, nonce: str) -> dict[str, Verdict]:
     """The judge's verdict on every graded task, from what the probe cells displayed."""
     probes = execution.get("probes", {})
     verdicts = {}
-    for task, fields in job["cases"].items():
+    for task, fields in job.cases.items():
         cases = [Case(hidden=bool(f["hidden"]), seed=int(f["seed"])) for f in fields]
         probe = probes.get(task, {"bundles": [], "error": "the probe cell was not run"})
         verdicts[task] = judge_task(task, cases, probe["bundles"], nonce, probe["error"])
@@ -123,19 +124,19 @@ def _verdicts(execution: dict[str, Any], job: dict[str, Any], nonce: str) -> dic
     return verdicts
 
 
-def _record_verdicts(course: Path, job: dict[str, Any], verdicts: dict[str, Verdict]) -> None:
+def _record_verdicts(course: Path, job: GradeJob, verdicts: dict[str, Verdict]) -> None:
     """Write the judge's points into the job's gradebook and its messages into the autograded test cells."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
-        submission = gradebook.find_submission(job["assignment"], job["student"])
+        submission = gradebook.find_submission(job.assignment, job.student)
         for notebook in submission.notebooks:
             for grade in notebook.grades:
                 verdict = verdicts.get(grade.name)
                 grade.auto_score = float(grade.max_score) if verdict is not None and verdict.passed else 0.0
                 grade.needs_manual_grade = False
         gradebook.db.commit()
-    for path in (course / "autograded" / job["student"] / job["assignment"]).glob("*.ipynb"):
+    for path in (course / "autograded" / job.student / job.assignment).glob("*.ipynb"):
         notebook = nbformat.read(path, as_version=4)
         for cell in notebook.cells:
             verdict = verdicts.get(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
@@ -145,67 +146,66 @@ def _record_verdicts(course: Path, job: dict[str, Any], verdicts: dict[str, Verd
         nbformat.write(notebook, path)
 
 
-def _scores(course: Path, job: dict[str, Any]) -> dict[str, list[float]]:
+def _scores(course: Path, job: GradeJob) -> dict[str, list[float]]:
     """Per graded cell: [score, max score], from this job's private gradebook."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "pytorch-training-lab") as gradebook:
-        submission = gradebook.find_submission(job["assignment"], job["student"])
+        submission = gradebook.find_submission(job.assignment, job.student)
         return {grade.name: [float(grade.score), float(grade.max_score)]
                 for notebook in submission.notebooks for grade in notebook.grades}
 
 
-def grade(job: dict[str, Any]) -> dict[str, Any]:
+def grade(job: GradeJob) -> GradeResult:
     """Grade the job's submission; return its result (never raises for a bad submission)."""
     started = time.perf_counter()
-    result: dict[str, Any] = {"student": job["student"], "assignment": job["assignment"], "scores": {},
-                              "failures": {}, "reasons": list(job.get("notes", []))}
-    if job.get("problem"):
-        return {**result, "status": job["problem"]["status"], "reasons": [job["problem"]["reason"]] + result["reasons"],
-                "seconds": 0.0}
+    if job.problem:
+        return GradeResult(job.student, job.assignment, job.problem["status"],
+                           reasons=[job.problem["reason"], *job.notes])
     put_environment_tools_on_path()
     # in the batch's folder: if the parent has to kill this worker, the batch's end still removes the copy
-    with tempfile.TemporaryDirectory(prefix="harness-grade-", dir=job.get("scratch")) as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-grade-", dir=job.scratch or None) as tmp:
         course = Path(tmp)
-        template = Path(job["template"])
+        template = Path(job.template)
         shutil.copy(template / "gradebook.db", course / "gradebook.db")
-        shutil.copytree(template / "solutions" / job["assignment"], course / "solutions" / job["assignment"])
-        release_dir = template / "notebooks" / job["assignment"]
+        shutil.copytree(template / "solutions" / job.assignment, course / "solutions" / job.assignment)
+        release_dir = template / "notebooks" / job.assignment
         notebook_name = next(release_dir.glob("*.ipynb")).name
         try:
-            submitted = _read_submission(Path(job["notebook"]))
+            submitted = _read_submission(Path(job.notebook))
         except ValueError as error:
-            return {**result, "status": "invalid", "reasons": [str(error)] + result["reasons"],
-                    "seconds": time.perf_counter() - started}
+            return GradeResult(job.student, job.assignment, "invalid", reasons=[str(error), *job.notes],
+                               seconds=time.perf_counter() - started)
         restored, repairs = restore_cells(submitted, nbformat.read(release_dir / notebook_name, as_version=4))
-        target = course / "submitted" / job["student"] / job["assignment"] / notebook_name
+        target = course / "submitted" / job.student / job.assignment / notebook_name
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)
         report = course / "execution.json"
         runtime = course / "runtime"
         runtime.mkdir()
-        decoy = Decoy(course / "decoy", job["assignment"], release_dir / notebook_name)
-        spec = sandbox.Spec(memory_mb=job["memory_mb"], threads=job["threads"], sandboxed=job["sandboxed"],
-                            runtime_dir=str(runtime), data_dir=job["data_dir"],
-                            decoy_dir=str(decoy.folder) if job["sandboxed"] else "")
+        decoy = Decoy(course / "decoy", job.assignment, release_dir / notebook_name)
+        spec = sandbox.Spec(memory_mb=job.memory_mb, threads=job.threads, sandboxed=job.sandboxed,
+                            runtime_dir=str(runtime), data_dir=job.data_dir,
+                            decoy_dir=str(decoy.folder) if job.sandboxed else "")
         sandbox.write_kernelspec(course / "jupyter", spec)
         os.environ["JUPYTER_PATH"] = str(course / "jupyter")
         nonce = secrets.token_hex(16)
         from nbgrader.apps import NbGraderAPI
 
-        deadline = time.monotonic() - (time.perf_counter() - started) + job["submission_seconds"]
+        deadline = time.monotonic() - (time.perf_counter() - started) + job.submission_seconds
         api = NbGraderAPI(config=_config(course, job, report, nonce, deadline))
         decoy.watch()
-        outcome = api.autograde(job["assignment"], job["student"], force=True, create=True)
+        outcome = api.autograde(job.assignment, job.student, force=True, create=True)
         looked = decoy.opened()
         if not outcome["success"]:
-            return {**result, "status": "error", "reasons": [f"nbgrader autograde failed: {outcome['error'][-400:]}"],
-                    "seconds": time.perf_counter() - started}
+            return GradeResult(job.student, job.assignment, "error",
+                               reasons=[f"nbgrader autograde failed: {outcome['error'][-400:]}"],
+                               seconds=time.perf_counter() - started)
         execution = json.loads(report.read_text()) if report.exists() else {}
         verdicts = _verdicts(execution, job, nonce)
         _record_verdicts(course, job, verdicts)
-        feedback = api.generate_feedback(job["assignment"], job["student"], force=True)
-        reasons = repairs + _reasons(execution, nonce) + result["reasons"]
+        feedback = api.generate_feedback(job.assignment, job.student, force=True)
+        reasons = repairs + _reasons(execution, nonce) + job.notes
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if looked:
             reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's "
@@ -213,22 +213,21 @@ def grade(job: dict[str, Any]) -> dict[str, Any]:
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
         failures = {task: v.code for task, v in verdicts.items() if not v.passed}
-        result.update(scores=_scores(course, job), failures=failures, reasons=reasons,
-                      status="flagged" if reasons else "ok")
-        out = Path(job["out"])
+        scores = _scores(course, job)
+        out = Path(job.out)
         for kind in ("autograded", "feedback"):
-            source = course / kind / job["student"] / job["assignment"]
+            source = course / kind / job.student / job.assignment
             if source.exists():
-                shutil.copytree(source, out / kind / job["student"] / job["assignment"], dirs_exist_ok=True)
-    return {**result, "seconds": time.perf_counter() - started}
+                shutil.copytree(source, out / kind / job.student / job.assignment, dirs_exist_ok=True)
+    return GradeResult(job.student, job.assignment, "flagged" if reasons else "ok", scores, failures, reasons,
+                       time.perf_counter() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: read the job file, write the result file."""
     job_path, result_path = (argv or sys.argv[1:])[:2]
-    job = json.loads(Path(job_path).read_text())
-    result = grade(job)
-    Path(result_path).write_text(json.dumps(result, indent=1))
+    result = grade(GradeJob.from_json(Path(job_path).read_text(encoding="utf-8")))
+    Path(result_path).write_text(result.to_json(), encoding="utf-8")
     return 0
 
 

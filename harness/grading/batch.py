@@ -8,12 +8,12 @@ the whole-submission limit and keeps the points of the cells that ran; one still
 later is killed with every process under it (the sandbox's PID namespace dies with it); a worker that
 crashes or is killed gets an "error" result that says what was observed; the batch goes on either way.
 Only the parent writes the shared gradebook, through nbgrader's Gradebook API, into a fresh copy that then
-replaces the old one.
+replaces the old one. A worker gets a `GradeJob` record and answers with a `GradeResult` (`jobs`);
+`shards` runs the same jobs over one slice of a class, `merge` joins the slices.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,13 +22,16 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.data.vision import data_root
 from harness.grading import sandbox
+from harness.grading.jobs import GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.submissions import Submission
@@ -57,16 +60,16 @@ class SandboxUnavailable(RuntimeError):
     """The kernel sandbox cannot be made on this machine; the message says why and what to install."""
 
 
-def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str, Any]:
+def run_job(job: GradeJob, workdir: Path, limit_seconds: int) -> GradeResult:
     """Run one worker process for `job`; always returns a result.
 
     The worker stops executing the notebook at `limit_seconds` itself and keeps the points of the cells that
     ran; it is killed only if judging and feedback then take more than `GRACE_SECONDS` on top.
     """
-    name = job["student"]
+    name = job.student
     job_file, result_file = workdir / f"{name}.job.json", workdir / f"{name}.result.json"
-    job_file.write_text(json.dumps({**job, "scratch": str(workdir)}))
-    log_path = Path(job["out"]) / "logs" / f"{name}.log"
+    job_file.write_text(replace(job, scratch=str(workdir)).to_json(), encoding="utf-8")
+    log_path = Path(job.out) / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with log_path.open("w") as log:
@@ -80,10 +83,10 @@ def run_job(job: dict[str, Any], workdir: Path, limit_seconds: int) -> dict[str,
             end_process_tree(worker.pid, grace_s=0.0)
             worker.wait()
     seconds = time.perf_counter() - started
-    base = {"student": name, "assignment": job["assignment"], "scores": {}, "failures": {}, "seconds": seconds}
     if result_file.is_file():
-        return json.loads(result_file.read_text())
-    return {**base, "status": "error", "reasons": [worker_failure(worker.returncode, stopped, seconds, log_path)]}
+        return GradeResult.from_json(result_file.read_text(encoding="utf-8"))
+    return GradeResult(name, job.assignment, "error", reasons=[worker_failure(worker.returncode, stopped, seconds,
+                                                                               log_path)], seconds=seconds)
 
 
 def worker_failure(returncode: int, stopped: bool, seconds: float, log_path: Path) -> str:
@@ -100,19 +103,19 @@ def worker_failure(returncode: int, stopped: bool, seconds: float, log_path: Pat
 
 
 def make_jobs(submissions: list[Submission], assignment: str, template: Path, out: Path, secret: bytes,
-              limits: Limits, workers: int, sandboxed: bool) -> list[dict[str, Any]]:
-    """The worker jobs of a batch (JSON-serialisable): each carries its cases, never the secret."""
+              limits: Limits, workers: int, sandboxed: bool) -> list[GradeJob]:
+    """The worker jobs of a batch: each carries its cases, never the secret."""
     threads = max(1, (os.cpu_count() or 1) // workers)
     tasks = graded_tasks(template / "solutions" / assignment)
     data = str(data_root().resolve())
-    return [{"student": s.student, "assignment": assignment, "notebook": str(s.notebook) if s.notebook else None,
-             "problem": s.problem, "notes": s.notes, "template": str(template), "out": str(out),
-             "timeout": limits.cell_timeout, "submission_seconds": limits.submission_seconds,
-             "memory_mb": limits.memory_mb, "threads": threads,
-             "max_output_bytes": limits.max_output_bytes, "sandboxed": sandboxed, "data_dir": data,
-             "cases": {task: [{"hidden": c.hidden, "seed": c.seed}
-                              for c in draw_cases(secret, assignment, s.student, task)]
-                       for task in tasks}}
+    return [GradeJob(student=s.student, assignment=assignment, notebook=str(s.notebook) if s.notebook else None,
+                     problem=s.problem, notes=list(s.notes), template=str(template), out=str(out),
+                     timeout=limits.cell_timeout, submission_seconds=limits.submission_seconds,
+                     memory_mb=limits.memory_mb, threads=threads, max_output_bytes=limits.max_output_bytes,
+                     sandboxed=sandboxed, data_dir=data,
+                     cases={task: [{"hidden": c.hidden, "seed": c.seed}
+                                   for c in draw_cases(secret, assignment, s.student, task)]
+                            for task in tasks})
             for s in submissions]
 
 
@@ -162,20 +165,11 @@ def _merge(db_path: Path, results: list[dict[str, Any]]) -> None:
             gradebook.db.commit()
 
 
-def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, workers: int = 2,
-                limits: Limits = Limits(), secret: bytes | None = None, sandboxed: bool = True,
-                repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
-    """Grade `submissions` of `assignment` over `workers` processes; results in submission order.
-
-    Writes `out`/gradebook.db, `out`/feedback/<student>/<assignment>/ (hidden tests stripped),
-    `out`/autograded/ (the instructor's view) and `out`/logs/.
-
-    Args:
-        secret: the instructor's grading secret (default: `harness.judge.secret.load_or_create()`).
-        sandboxed: run each kernel in the sandbox (`harness.grading.sandbox`); False only on the instructor's
-            explicit `--no-sandbox`.
+def check_batch(submissions: list[Submission], workers: int, sandboxed: bool) -> None:
+    """Refuse a batch that cannot run: no worker, two submissions of one student, no sandbox where one is asked.
 
     Raises:
+        ValueError: `workers` under 1, or a student id twice.
         SandboxUnavailable: `sandboxed` and the sandbox cannot be made here (the message says what to install).
     """
     if workers < 1:
@@ -186,26 +180,75 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         raise ValueError(f"two submissions share a student id: {shared}")
     if sandboxed and (reason := sandbox.unavailable_reason()):
         raise SandboxUnavailable(reason)
-    if secret is None:
-        from harness.judge.secret import load_or_create
 
-        secret, where = load_or_create()
-        print(where)
+
+@contextmanager
+def course_template(assignment: str, repo_root: Path = REPO_ROOT) -> Iterator[tuple[Path, Path]]:
+    """A temporary template course of `assignment` (GenerateAssignment, once) and a folder for worker jobs.
+
+    Both are removed on exit, with every worker's private course copy in them.
+    """
     put_environment_tools_on_path()
-    # absolute paths only: nbgrader changes the process's working directory while it generates, and other
-    # threads (harness course grades two assignments at a time) must not resolve paths against it
-    out = out.resolve()
-    submissions = [replace(s, notebook=s.notebook.resolve()) if s.notebook else s for s in submissions]
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="harness-batch-") as tmp:
         template, workdir = Path(tmp) / "template", Path(tmp) / "jobs"
         template.mkdir()
         workdir.mkdir()
         with _NBGRADER_IN_PROCESS:
             build_course(template, [assignment], repo_root)
-        jobs = make_jobs(submissions, assignment, template, out, secret, limits, workers, sandboxed)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(lambda job: run_job(job, workdir, limits.submission_seconds), jobs))
+        yield template, workdir
+
+
+def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds: int,
+               on_result: Callable[[GradeResult], None] | None = None) -> list[GradeResult]:
+    """Run `jobs` over `workers` worker processes; results in job order.
+
+    `on_result` is called with each result as soon as its worker ends (from the pool's threads).
+    """
+    def run(job: GradeJob) -> GradeResult:
+        result = run_job(job, workdir, limit_seconds)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run, jobs))
+
+
+def absolute(submissions: list[Submission]) -> list[Submission]:
+    """`submissions` with absolute notebook paths: nbgrader changes the process's working directory while it
+    generates, and other threads (harness course grades two assignments at a time) must not resolve paths
+    against it."""
+    return [replace(s, notebook=s.notebook.resolve()) if s.notebook else s for s in submissions]
+
+
+def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, workers: int = 2,
+                limits: Limits = Limits(), secret: bytes | None = None, sandboxed: bool = True,
+                repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+    """Grade `submissions` of `assignment` over `workers` processes; results in submission order.
+
+    Writes `out`/gradebook.db, `out`/feedback/<student>/<assignment>/ (hidden tests stripped),
+    `out`/autograded/ (the instructor's view) and `out`/logs/. Each result is a `GradeResult` as a dict
+    (`GradeResult.to_dict`), the form `summary.write_summary` and `merge_into_gradebook` read.
+
+    Args:
+        secret: the instructor's grading secret (default: `harness.judge.secret.load_or_create()`).
+        sandboxed: run each kernel in the sandbox (`harness.grading.sandbox`); False only on the instructor's
+            explicit `--no-sandbox`.
+
+    Raises:
+        SandboxUnavailable: `sandboxed` and the sandbox cannot be made here (the message says what to install).
+    """
+    check_batch(submissions, workers, sandboxed)
+    if secret is None:
+        from harness.judge.secret import load_or_create
+
+        secret, where = load_or_create()
+        print(where)
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with course_template(assignment, repo_root) as (template, workdir):
+        jobs = make_jobs(absolute(submissions), assignment, template, out, secret, limits, workers, sandboxed)
+        results = [r.to_dict() for r in grade_jobs(jobs, workdir, workers, limits.submission_seconds)]
         with _NBGRADER_IN_PROCESS:
             note = merge_into_gradebook(out / "gradebook.db", template, results)
         if note:

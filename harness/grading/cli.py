@@ -1,4 +1,8 @@
-"""`harness grade`: autograde a folder or LMS zip of submissions in parallel; grades CSV and class summary."""
+"""`harness grade`: autograde a folder or LMS zip of submissions in parallel; grades CSV and class summary.
+
+`--shard i/N` grades one slice of the class into its own folder (`shards`); `harness grade merge OUT...`
+joins shard folders into one grading (`merge`).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,25 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.grading.layout import check_assignment
+
+DEFAULT_OUT = Path("build/grades")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `harness grade`."""
-    parser.add_argument("submissions", type=Path,
-                        help="folder with one folder per student, or flat <student>_*.ipynb files, or an LMS .zip")
-    parser.add_argument("--assignment", required=True, help="assignment to grade, e.g. 04_training_loop")
+    parser.add_argument("submissions", nargs="+", metavar="SUBMISSIONS",
+                        help="folder with one folder per student, or flat <student>_*.ipynb files, or an LMS .zip; "
+                        "or `merge OUT_0 OUT_1 ...` to join shard folders into --out")
+    parser.add_argument("--assignment", help="assignment to grade, e.g. 04_training_loop (required to grade)")
     parser.add_argument("--workers", type=int, default=2, help="parallel grading processes (default 2)")
-    parser.add_argument("--out", type=Path, default=Path("build/grades"), help="output folder (default build/grades)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default build/grades; with --shard i/N, build/grades/shard-i-of-N)")
+    parser.add_argument("--shard", default=None, metavar="i/N",
+                        help="grade only slice i (0 to N-1) of the class into --out, skipping students already "
+                        "graded there; join the N folders with `harness grade merge`")
     parser.add_argument("--timeout", type=int, default=120, help="per-cell timeout in seconds (default 120)")
     parser.add_argument("--submission-limit", type=int, default=900,
                         help="wall-clock limit for one submission in seconds (default 900)")
@@ -31,22 +43,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Grade, write the summary, print where everything is."""
+    """Grade (a whole class or one shard) or merge shard folders; print where everything is."""
+    if args.submissions[0] == "merge":
+        return run_merge([Path(folder) for folder in args.submissions[1:]], args.out or DEFAULT_OUT)
+    return run_grade(args)
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    """Grade, write the summary (or the shard's results), print where everything is."""
     from harness.grading import sandbox
     from harness.grading.batch import Limits, grade_batch
+    from harness.grading.shards import grade_shard, parse_shard
     from harness.grading.submissions import collect
     from harness.grading.summary import write_summary
     from harness.judge.secret import load_or_create
 
     try:  # bad input: the message alone, before anything is created
+        if len(args.submissions) != 1:
+            raise ValueError(f"one folder or .zip of submissions, got {len(args.submissions)}: "
+                             f"{' '.join(args.submissions)} (to join shard folders: harness grade merge OUT...)")
+        source = Path(args.submissions[0])
+        if not args.assignment:
+            raise ValueError("--assignment is required, e.g. --assignment 04_training_loop")
         assignment = check_assignment(args.assignment)
-        if not args.submissions.exists():
-            raise ValueError(f"{args.submissions} does not exist: give a folder of submissions or an LMS .zip export")
+        if not source.exists():
+            raise ValueError(f"{source} does not exist: give a folder of submissions or an LMS .zip export")
         if args.workers < 1:
             raise ValueError(f"--workers {args.workers}: use 1 or more grading processes")
+        shard = parse_shard(args.shard) if args.shard else None
     except ValueError as error:
         print(f"cannot grade: {error}")
         return 2
+    out = args.out or (DEFAULT_OUT / f"shard-{shard[0]}-of-{shard[1]}" if shard else DEFAULT_OUT)
     if args.no_sandbox:
         print("WARNING: grading without the sandbox (--no-sandbox): each submission's kernel runs as you, with your "
               "files and network; the judge still decides every point.")
@@ -58,23 +86,69 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="harness-extract-") as tmp:
         try:
-            submissions = collect(args.submissions, assignment, Path(tmp))
+            submissions = collect(source, assignment, Path(tmp))
         except (OSError, ValueError) as error:  # a missing folder, a bad zip, two names for one student id
             print(f"cannot grade: {error}")
             return 2
         if not submissions:
-            print(f"no submissions found in {args.submissions}")
+            print(f"no submissions found in {source}")
             return 1
         limits = Limits(args.timeout, args.submission_limit, args.memory_mb, args.max_output_kb * 1024)
-        results = grade_batch(submissions, assignment, args.out, workers=args.workers, limits=limits, secret=secret,
+        if shard:
+            try:
+                graded, skipped = grade_shard(submissions, assignment, out, shard, secret=secret, limits=limits,
+                                              workers=args.workers, sandboxed=not args.no_sandbox)
+            except ValueError as error:  # the folder holds another grading's shard (ShardMismatch, ContractError)
+                print(f"cannot grade: {error}")
+                return 2
+            _print_results([r.to_dict() for r in graded])
+            print(f"\nshard {shard[0]}/{shard[1]}: {len(graded) + len(skipped)} of {len(submissions)} students; "
+                  f"{len(graded)} graded in {time.perf_counter() - started:.0f} s, {len(skipped)} already graded "
+                  f"(skipped).\n{'results':>18}: {out / 'results'}\nWhen every shard is done: "
+                  f"harness grade merge OUT_0 ... OUT_{shard[1] - 1} --out {DEFAULT_OUT}")
+            return 0
+        results = grade_batch(submissions, assignment, out, workers=args.workers, limits=limits, secret=secret,
                               sandboxed=not args.no_sandbox)
-    paths = write_summary(results, args.out, assignment)
+    paths = write_summary(results, out, assignment)
+    _print_results(results)
+    print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s with {args.workers} workers.")
+    _print_paths(paths, out)
+    return 0
+
+
+def run_merge(folders: list[Path], out: Path) -> int:
+    """Join shard folders into `out`; 1 when students are missing, 2 when the shards cannot be merged."""
+    from harness.grading.merge import merge_shards
+
+    try:
+        merged = merge_shards(folders, out)
+    except (OSError, ValueError) as error:  # not a shard folder, another grading or version, two results
+        print(f"cannot merge: {error}")
+        return 2
+    results = [r.to_dict() for r in merged.results]
+    _print_results(results)
+    print(f"\n{len(results)} students of {merged.manifest.assignment} merged from {len(folders)} shard folders.")
+    if merged.duplicates:
+        print(f"graded in two shards with the same result, merged once: {', '.join(merged.duplicates)}")
+    _print_paths({name: out / name for name in ("grades.csv", "pass_rates.csv", "distribution.png", "summary.md")},
+                 out)
+    if merged.missing:
+        print(f"\nMISSING: {sum(map(len, merged.missing.values()))} students have no result yet:")
+        for shard, students in merged.missing.items():
+            print(f"  shard {shard}: {', '.join(students)}")
+        print("Run (or re-run) those shards, then merge again.")
+        return 1
+    return 0
+
+
+def _print_results(results: list[dict[str, Any]]) -> None:
     for r in results:
         total = sum(score for score, _ in r["scores"].values())
         print(f"{r['student']:>24}  {r['status']:<8} {total:5.1f}  {'; '.join(r['reasons'])[:100]}")
-    print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s with {args.workers} workers.")
+
+
+def _print_paths(paths: dict[str, Path], out: Path) -> None:
     for name, path in paths.items():
         print(f"{name:>18}: {path}")
-    print(f"{'feedback':>18}: {args.out / 'feedback'} (hidden tests removed: safe to return to students)")
-    print(f"{'gradebook':>18}: {args.out / 'gradebook.db'}")
-    return 0
+    print(f"{'feedback':>18}: {out / 'feedback'} (hidden tests removed: safe to return to students)")
+    print(f"{'gradebook':>18}: {out / 'gradebook.db'}")
