@@ -9,7 +9,8 @@ later is killed with every process under it (the sandbox's PID namespace dies wi
 crashes or is killed gets an "error" result that says what was observed; the batch goes on either way.
 Only the parent writes the shared gradebook, through nbgrader's Gradebook API, into a fresh copy that then
 replaces the old one. A worker gets a `GradeJob` record and answers with a `GradeResult` (`jobs`);
-`shards` runs the same jobs over one slice of a class, `merge` joins the slices.
+`shards` runs the same jobs over one slice of a class, `merge` joins the slices. Within `jobs_run_by`, the
+jobs go to another runner instead of the local pool (`cluster`: a Dask cluster), the rest unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,11 @@ COURSE_ID = "pytorch-training-lab"
 _NBGRADER_IN_PROCESS = threading.Lock()
 # Judging and feedback after the notebook's execution stopped at the whole-submission limit.
 GRACE_SECONDS = 60
+
+# runs a batch's jobs: (jobs, job folder, whole-submission limit, on_result) -> results in job order
+JobRunner = Callable[[list[GradeJob], Path, int, Callable[[GradeResult], None] | None], list[GradeResult]]
+_RUNNER: ContextVar[JobRunner | None] = ContextVar("harness_grading_runner", default=None)
+_SCRATCH: ContextVar[Path | None] = ContextVar("harness_grading_scratch", default=None)
 
 
 @dataclass(frozen=True)
@@ -186,10 +193,11 @@ def check_batch(submissions: list[Submission], workers: int, sandboxed: bool) ->
 def course_template(assignment: str, repo_root: Path = REPO_ROOT) -> Iterator[tuple[Path, Path]]:
     """A temporary template course of `assignment` (GenerateAssignment, once) and a folder for worker jobs.
 
-    Both are removed on exit, with every worker's private course copy in them.
+    Both are removed on exit, with every worker's private course copy in them. They are made in the system's
+    temporary folder, or within `jobs_run_by(..., scratch)` in `scratch`.
     """
     put_environment_tools_on_path()
-    with tempfile.TemporaryDirectory(prefix="harness-batch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-batch-", dir=_SCRATCH.get()) as tmp:
         template, workdir = Path(tmp) / "template", Path(tmp) / "jobs"
         template.mkdir()
         workdir.mkdir()
@@ -198,12 +206,33 @@ def course_template(assignment: str, repo_root: Path = REPO_ROOT) -> Iterator[tu
         yield template, workdir
 
 
+@contextmanager
+def jobs_run_by(runner: JobRunner, scratch: Path | None = None) -> Iterator[None]:
+    """Within the block, `grade_jobs` (so `grade_batch` and `shards.grade_shard`) hands its jobs to `runner`.
+
+    Args:
+        runner: runs the jobs elsewhere, e.g. on a Dask cluster (`cluster.DaskRunner`); each job still runs
+            `run_job`, with its sandbox and limits.
+        scratch: the folder for the template course and the job files (None: the system's temporary folder);
+            runners on other machines need one they see at the same path.
+    """
+    tokens = _RUNNER.set(runner), _SCRATCH.set(scratch)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(tokens[0])
+        _SCRATCH.reset(tokens[1])
+
+
 def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds: int,
                on_result: Callable[[GradeResult], None] | None = None) -> list[GradeResult]:
-    """Run `jobs` over `workers` worker processes; results in job order.
+    """Run `jobs` over `workers` worker processes (or the runner of `jobs_run_by`); results in job order.
 
     `on_result` is called with each result as soon as its worker ends (from the pool's threads).
     """
+    if (runner := _RUNNER.get()) is not None:
+        return runner(jobs, workdir, limit_seconds, on_result)
+
     def run(job: GradeJob) -> GradeResult:
         result = run_job(job, workdir, limit_seconds)
         if on_result is not None:

@@ -1,7 +1,8 @@
 """`harness grade`: autograde a folder or LMS zip of submissions in parallel; grades CSV and class summary.
 
 `--shard i/N` grades one slice of the class into its own folder (`shards`); `harness grade merge OUT...`
-joins shard folders into one grading (`merge`).
+joins shard folders into one grading (`merge`); `--dask ADDRESS` (or `local:N`) grades on a Dask cluster
+(`cluster`), alone or with `--shard`.
 """
 
 from __future__ import annotations
@@ -9,10 +10,15 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.grading.layout import check_assignment
+
+if TYPE_CHECKING:
+    from harness.grading.batch import Limits
+    from harness.grading.submissions import Submission
 
 DEFAULT_OUT = Path("build/grades")
 
@@ -29,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", default=None, metavar="i/N",
                         help="grade only slice i (0 to N-1) of the class into --out, skipping students already "
                         "graded there; join the N folders with `harness grade merge`")
+    parser.add_argument("--dask", default=None, metavar="ADDRESS",
+                        help="grade on a Dask cluster: its scheduler's address (tcp://host:8786; the submissions, "
+                        "--out and this repository at the same paths on every worker), or local:N for N local worker "
+                        "processes (needs the optional extra: pip install .[cluster])")
     parser.add_argument("--timeout", type=int, default=120, help="per-cell timeout in seconds (default 120)")
     parser.add_argument("--submission-limit", type=int, default=900,
                         help="wall-clock limit for one submission in seconds (default 900)")
@@ -52,10 +62,9 @@ def run(args: argparse.Namespace) -> int:
 def run_grade(args: argparse.Namespace) -> int:
     """Grade, write the summary (or the shard's results), print where everything is."""
     from harness.grading import sandbox
-    from harness.grading.batch import Limits, grade_batch
-    from harness.grading.shards import grade_shard, parse_shard
+    from harness.grading.batch import Limits
+    from harness.grading.shards import parse_shard
     from harness.grading.submissions import collect
-    from harness.grading.summary import write_summary
     from harness.judge.secret import load_or_create
 
     try:  # bad input: the message alone, before anything is created
@@ -71,6 +80,7 @@ def run_grade(args: argparse.Namespace) -> int:
         if args.workers < 1:
             raise ValueError(f"--workers {args.workers}: use 1 or more grading processes")
         shard = parse_shard(args.shard) if args.shard else None
+        dask_check(args.dask)
     except ValueError as error:
         print(f"cannot grade: {error}")
         return 2
@@ -94,24 +104,61 @@ def run_grade(args: argparse.Namespace) -> int:
             print(f"no submissions found in {source}")
             return 1
         limits = Limits(args.timeout, args.submission_limit, args.memory_mb, args.max_output_kb * 1024)
-        if shard:
-            try:
-                graded, skipped = grade_shard(submissions, assignment, out, shard, secret=secret, limits=limits,
-                                              workers=args.workers, sandboxed=not args.no_sandbox)
-            except ValueError as error:  # the folder holds another grading's shard (ShardMismatch, ContractError)
-                print(f"cannot grade: {error}")
-                return 2
-            _print_results([r.to_dict() for r in graded])
-            print(f"\nshard {shard[0]}/{shard[1]}: {len(graded) + len(skipped)} of {len(submissions)} students; "
-                  f"{len(graded)} graded in {time.perf_counter() - started:.0f} s, {len(skipped)} already graded "
-                  f"(skipped).\n{'results':>18}: {out / 'results'}\nWhen every shard is done: "
-                  f"harness grade merge OUT_0 ... OUT_{shard[1] - 1} --out {DEFAULT_OUT}")
-            return 0
-        results = grade_batch(submissions, assignment, out, workers=args.workers, limits=limits, secret=secret,
-                              sandboxed=not args.no_sandbox)
+        with backend(args.dask, out):
+            return _grade(args, submissions, assignment, out, shard, secret, limits, started)
+
+
+def dask_check(address: str | None) -> None:
+    """Refuse a `--dask` address of the wrong form, or `--dask` without the optional extra installed.
+
+    Raises:
+        ValueError: saying the expected form, or what to install.
+    """
+    if address is None:
+        return
+    try:
+        from harness.grading.cluster import parse_address
+    except ImportError as error:
+        raise ValueError(f"--dask needs the optional extra `cluster` (pip install .[cluster]): {error}") from None
+    parse_address(address)
+
+
+def backend(address: str | None, out: Path) -> AbstractContextManager[object]:
+    """Where the jobs run: the Dask cluster at `address` (`cluster.on_dask`), or the local pool when None."""
+    if address is None:
+        return nullcontext()
+    from harness.grading.cluster import on_dask
+
+    print(f"grading on Dask: {address}")
+    return on_dask(address, out)
+
+
+def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: str, out: Path,
+           shard: tuple[int, int] | None, secret: bytes, limits: Limits, started: float) -> int:
+    """Grade the whole class or one shard of it, print the results and where everything is."""
+    from harness.grading.batch import grade_batch
+    from harness.grading.shards import grade_shard
+    from harness.grading.summary import write_summary
+
+    if shard:
+        try:
+            graded, skipped = grade_shard(submissions, assignment, out, shard, secret=secret, limits=limits,
+                                          workers=args.workers, sandboxed=not args.no_sandbox)
+        except ValueError as error:  # the folder holds another grading's shard (ShardMismatch, ContractError)
+            print(f"cannot grade: {error}")
+            return 2
+        _print_results([r.to_dict() for r in graded])
+        print(f"\nshard {shard[0]}/{shard[1]}: {len(graded) + len(skipped)} of {len(submissions)} students; "
+              f"{len(graded)} graded in {time.perf_counter() - started:.0f} s, {len(skipped)} already graded "
+              f"(skipped).\n{'results':>18}: {out / 'results'}\nWhen every shard is done: "
+              f"harness grade merge OUT_0 ... OUT_{shard[1] - 1} --out {DEFAULT_OUT}")
+        return 0
+    results = grade_batch(submissions, assignment, out, workers=args.workers, limits=limits, secret=secret,
+                          sandboxed=not args.no_sandbox)
     paths = write_summary(results, out, assignment)
     _print_results(results)
-    print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s with {args.workers} workers.")
+    print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s "
+          f"{f'on Dask ({args.dask})' if args.dask else f'with {args.workers} workers'}.")
     _print_paths(paths, out)
     return 0
 
