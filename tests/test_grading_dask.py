@@ -8,7 +8,6 @@ started, as when a machine is lost) while it grades.
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+from gradebook_readers import gradebook_scores, grades_rows
 
 from harness.cli import main
 from harness.grading.batch import Limits, grade_batch, jobs_run_by
@@ -70,20 +70,6 @@ def cluster():
         yield local
 
 
-def _gradebook(db: Path) -> dict[str, dict[str, float]]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{db}", "pytorch-training-lab") as gradebook:
-        return {s.student_id: {g.name: g.score for notebook in s.notebooks for g in notebook.grades}
-                for s in gradebook.assignment_submissions(ASSIGNMENT)}
-
-
-def _grades_csv(path: Path) -> list[list[str]]:
-    rows = list(csv.reader(path.open()))
-    assert rows[0][-1] == "seconds"
-    return [row[:-1] for row in rows]  # timings aside
-
-
 def test_the_dask_path_gives_the_gradebook_and_csv_of_the_local_pool(reference, cluster, tmp_path, capsys):
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET.hex())
@@ -95,8 +81,9 @@ def test_the_dask_path_gives_the_gradebook_and_csv_of_the_local_pool(reference, 
     for student in reference.progress:
         assert f": {student}\n" in out, out
     assert [f"graded {i}/3: " in out for i in (1, 2, 3)] == [True] * 3, out
-    assert _gradebook(tmp_path / "out" / "gradebook.db") == _gradebook(reference.out / "gradebook.db")
-    assert _grades_csv(tmp_path / "out" / "grades.csv") == _grades_csv(reference.out / "grades.csv")
+    assert (gradebook_scores(tmp_path / "out" / "gradebook.db", ASSIGNMENT)
+            == gradebook_scores(reference.out / "gradebook.db", ASSIGNMENT))
+    assert grades_rows(tmp_path / "out" / "grades.csv") == grades_rows(reference.out / "grades.csv")
     assert not list((tmp_path / "out").glob("harness-batch-*"))  # the template course, made in --out, is gone
 
 
@@ -151,4 +138,5 @@ def test_a_worker_killed_mid_batch_still_grades_every_student_once(reference, cl
     assert [r["student"] for r in results] == sorted(STUDENTS)
     assert len(lines) == len(STUDENTS) and lines[-1].startswith(f"graded {len(STUDENTS)}/{len(STUDENTS)}: "), lines
     assert all(r["status"] in ("ok", "flagged") for r in results), results
-    assert _gradebook(tmp_path / "out" / "gradebook.db") == _gradebook(reference.out / "gradebook.db")
+    assert (gradebook_scores(tmp_path / "out" / "gradebook.db", ASSIGNMENT)
+            == gradebook_scores(reference.out / "gradebook.db", ASSIGNMENT))

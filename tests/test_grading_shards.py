@@ -8,13 +8,13 @@ from the whole run's records, as a run of them would write them (the same secret
 
 from __future__ import annotations
 
-import csv
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
 import pytest
+from gradebook_readers import gradebook_scores, grades_rows
 
 from harness.cli import main
 from harness.grading.batch import Limits, grade_batch
@@ -103,20 +103,6 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     return Graded(root / "in", submissions, whole, records, shards, shard0)
 
 
-def _gradebook(db: Path) -> dict[str, dict[str, float]]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{db}", "pytorch-training-lab") as gradebook:
-        return {s.student_id: {g.name: g.score for notebook in s.notebooks for g in notebook.grades}
-                for s in gradebook.assignment_submissions(ASSIGNMENT)}
-
-
-def _grades_csv(path: Path) -> list[list[str]]:
-    rows = list(csv.reader(path.open()))
-    assert rows[0][-1] == "seconds"
-    return [row[:-1] for row in rows]  # timings aside
-
-
 def _copy(folder: Path, into: Path) -> Path:
     return Path(shutil.copytree(folder, into / folder.name))
 
@@ -132,8 +118,9 @@ def test_a_shard_grades_its_slice_as_the_whole_run_does(graded):
 def test_three_shards_merged_give_the_gradebook_and_csv_of_one_run(graded, tmp_path):
     merged = merge_shards(graded.shards, tmp_path / "merged")
     assert not merged.missing and not merged.duplicates
-    assert _gradebook(tmp_path / "merged" / "gradebook.db") == _gradebook(graded.whole / "gradebook.db")
-    assert _grades_csv(tmp_path / "merged" / "grades.csv") == _grades_csv(graded.whole / "grades.csv")
+    assert (gradebook_scores(tmp_path / "merged" / "gradebook.db", ASSIGNMENT)
+            == gradebook_scores(graded.whole / "gradebook.db", ASSIGNMENT))
+    assert grades_rows(tmp_path / "merged" / "grades.csv") == grades_rows(graded.whole / "grades.csv")
     assert (tmp_path / "merged" / "summary.md").read_text() == (graded.whole / "summary.md").read_text()
     for student in ("cat", "Zoë-Smith", "amy"):
         assert list((tmp_path / "merged" / "feedback" / student / ASSIGNMENT).glob("*.html"))
@@ -155,7 +142,7 @@ def test_a_merge_over_a_missing_shard_names_the_missing_students(graded, tmp_pat
     status = main(["grade", "merge", str(graded.shards[0]), str(graded.shards[1]), "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert status == 1 and "MISSING: 2 students" in out and "shard 2/3 (not merged): amy, ben" in out, out
-    merged = [row[0] for row in _grades_csv(tmp_path / "out" / "grades.csv")[1:]]
+    merged = [row[0] for row in grades_rows(tmp_path / "out" / "grades.csv")[1:]]
     assert merged == sorted(["cat", "dan", "Zoë-Smith", "王芳"])
     unfinished = _copy(graded.shards[1], tmp_path)
     (unfinished / RESULTS / "dan.json").unlink()

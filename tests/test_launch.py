@@ -46,8 +46,19 @@ def hangs_forever() -> None:
     dist.barrier() if dist.get_rank() == 0 else time.sleep(600)
 
 
+_EARLIER: set[int] = set()  # this process's children from before the test
+
+
+@pytest.fixture(autouse=True)
+def _children_from_earlier_tests() -> None:
+    """Note the children this test process already had: another test's, not this launch's (a Dask
+    LocalCluster leaves multiprocessing's resource tracker running for the life of the process)."""
+    _EARLIER.clear()
+    _EARLIER.update(p.pid for p in psutil.Process().children(recursive=True))
+
+
 def assert_no_children_left() -> None:
-    children = psutil.Process().children(recursive=True)
+    children = [p for p in psutil.Process().children(recursive=True) if p.pid not in _EARLIER]
     assert children == [], f"processes left behind: {children}"
 
 
