@@ -5,11 +5,13 @@ explain drill). Each probe finds the drill's entry in it, runs it on inputs buil
 drill's instrumentation (optimizer step hooks, autocast and GradScaler recorders, a host-sync counter) and
 records what happened; each judge rebuilds the inputs, recomputes the reference (gradients, one AMP step,
 the closed-form schedule, the epoch metrics, the uninterrupted training run) and decides with the drill's
-own failure codes and messages. The drill bank's `harness drill check` keeps running the drills' own checks.
+own failure codes and messages. The notebook's cells (prompts, starters, solutions, hints, options) come from
+the bank; these checks keep their own instruments, so a change to a drill's judge never changes a grade.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import tempfile
@@ -22,10 +24,7 @@ from torch import nn
 from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.probes import HostSyncCounter, StepRecord, StepRecorder
 from harness.checks.wire import Opaque, WireError, describe
-from harness.drills.bank.amp_clipping import _AutocastProbe, _data, _RecordingScaler
-from harness.drills.bank.checkpointing import _train_epochs
-from harness.drills.bank.loop import _batches, _binary_task, _check_fresh_gradients
-from harness.drills.bank.schedulers import require_warmup_cosine_factor, warmup_cosine_factor
+from harness.drills.choices import LETTERS
 from harness.drills.core import get_drill
 
 # The drills of notebook 11, in order: (task id, drill id). Names the answers define must not collide.
@@ -49,6 +48,124 @@ SECTIONS: dict[str, str] = {
     "11-epoch-metrics": "5. Host syncs",
     "11-exact-resume": "6. Checkpoints",
 }
+
+
+# --- Instruments and references the checks share (the drills' own, from before the bank was cut in probe
+# and judge; lesson 11's checks keep their own copy so that the bank can change without changing a grade). ---
+
+class _RecordingScaler(torch.amp.GradScaler):
+    """A real CPU GradScaler that also records which of its methods ran, in order."""
+
+    def __init__(self, init_scale: float = 2.0**10) -> None:
+        super().__init__("cpu", init_scale=init_scale)
+        self.calls: list[str] = []
+
+    def scale(self, outputs):  # type: ignore[override]
+        self.calls.append("scale")
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):  # type: ignore[override]
+        self.calls.append("unscale_")
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):  # type: ignore[override]
+        self.calls.append("step")
+        return super().step(optimizer, *args, **kwargs)
+
+    def update(self, new_scale=None):  # type: ignore[override]
+        self.calls.append("update")
+        return super().update(new_scale)
+
+
+class _AutocastProbe(nn.Module):
+    """Linear model whose backward records whether autocast was on while gradients were computed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 1)
+        self.backward_autocast: list[bool] = []
+        self.forward_autocast: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forward_autocast.append(torch.is_autocast_enabled("cpu"))
+        out = self.linear(x)
+        if out.requires_grad:
+            out.register_hook(self._on_grad)
+        return out
+
+    def _on_grad(self, grad: torch.Tensor) -> None:
+        self.backward_autocast.append(torch.is_autocast_enabled("cpu"))
+
+
+def _data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(16, 8, generator=gen)
+    return x, x[:, :1] * 2.0
+
+
+def _train_epochs(model, optimizer, scheduler, first: int, last: int) -> None:
+    for _ in range(first, last):
+        x = torch.randn(32, 6)  # drawn from the global RNG: resuming must restore it
+        y = x.sum(1, keepdim=True)
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        scheduler.step()
+
+
+def _binary_task(seed: int, n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=gen)
+    y = (x[:, :2].sum(1, keepdim=True) > 0).float()
+    return x, y
+
+
+def _batches(x: torch.Tensor, y: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return list(zip(x.split(size), y.split(size), strict=True))
+
+
+def _reference_grads(model: nn.Module, params: list[torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
+                     loss_fn: nn.Module) -> list[torch.Tensor]:
+    """The gradient of `batch`'s loss at `params` (in model.parameters() order), computed independently."""
+    named = {name: p.clone().requires_grad_(True)
+             for (name, _), p in zip(model.named_parameters(), params, strict=True)}
+    x, y = batch
+    loss = loss_fn(torch.func.functional_call(model, named, (x,)), y)
+    return list(torch.autograd.grad(loss, list(named.values())))
+
+
+def _check_fresh_gradients(model: nn.Module, records: list, batches: list, loss_fn: nn.Module, where: str) -> None:
+    """Fail unless each recorded optimizer step used exactly the gradient of its own batch."""
+    for k in range(1, min(len(records), 3)):
+        reference = _reference_grads(model, records[k].params, batches[k % len(batches)], loss_fn)
+        seen = records[k].grads
+        if any(g is None for g in seen) or not all(torch.allclose(g, r, atol=1e-6)
+                                                   for g, r in zip(seen, reference, strict=True)):
+            fail("missing-zero-grad",
+                 observed=f"the gradient the optimizer used at step {k + 1} is not the gradient of batch {k + 1}",
+                 expected=f"only batch {k + 1}'s gradient at step {k + 1}",
+                 cause=f"gradients accumulate in .grad: without zero_grad, step {k + 1} uses the sum of all earlier "
+                 "batches' gradients (or step() ran before backward() and used the previous batch's gradient)",
+                 where=where)
+
+
+def warmup_cosine_factor(step: int, warmup: int, total: int) -> float:
+    """The drill's reference: linear warmup reaching 1 at the last warmup step, cosine to 0 at `total`, 0 after."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def require_warmup_cosine_factor(got: float, step: int, warmup: int, total: int) -> None:
+    """Fail with `wrong-factor` unless `got` is the reference factor at (step, warmup, total)."""
+    want = warmup_cosine_factor(step, warmup, total)
+    if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
+        phase = "warmup" if step < warmup else ("after the end" if step >= total else "cosine decay")
+        fail("wrong-factor", observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
+             expected=f"{want:.6f}", cause="linear warmup reaches 1 at the last warmup step ((step+1)/warmup); "
+             "the cosine runs from 1 at step=warmup to 0 at step=total and stays 0 after",
+             where=f"the {phase} branch")
 
 
 def _hints(task_id: str, solution: str) -> Hints:
@@ -323,7 +440,7 @@ def judge_plain_list(seen: dict, *, case: Case) -> str:
 
 @register(
     "11-why-eval",
-    hints=_hints("11-why-eval", 'answer_why_eval = "b"'),
+    hints=_hints("11-why-eval", "answer_why_eval = " + get_drill("modules-why-eval").solution.split("=", 1)[1].strip()),
     requires={
         "no-choice": Requirement('the answer is one letter of the choices: answer = "<letter>"',
                                  hint='Set the answer to one of the letters "a", "b", "c" or "d", as a string.'),
@@ -344,7 +461,17 @@ def judge_why_eval(seen: dict, *, case: Case) -> str:
     if isinstance(answer, str) and len(answer.strip()) != 1:
         fail("no-choice", observed=f"answer = {answer!r}", expected="one letter: 'a', 'b', 'c' or 'd'",
              cause="more or less than one letter", where="the line `answer_why_eval = ...`")
-    return get_drill(_DRILL_OF["11-why-eval"]).check({"answer": answer})
+    choices = get_drill(_DRILL_OF["11-why-eval"]).choices
+    letter = answer.strip().lower() if isinstance(answer, str) else None
+    if letter not in tuple(LETTERS):
+        fail("no-choice", observed=f"answer = {answer!r}", expected="one of 'a', 'b', 'c', 'd'",
+             cause="the starter's answer was not replaced", where="the line `answer_why_eval = ...`")
+    chosen = LETTERS.index(letter)
+    if chosen != choices.key:
+        fail("wrong-choice", observed=f"you chose {answer!r}: {choices.options[chosen].text}",
+             expected="another choice", cause=choices.options[chosen].why,
+             where="the experiment below the test cell, and what it prints")
+    return choices.options[choices.key].why
 
 
 # --- 11-warmup-cosine (schedulers-warmup-cosine) -------------------------------------------------------------
@@ -445,6 +572,9 @@ def _amp_model(case: Case, run: int) -> _AutocastProbe:
         "inf-step-applied": Requirement(
             "a step whose gradients are not finite is skipped",
             hint="A step ran on infinite gradients: which call steps the optimizer only when they are finite?"),
+        "stale-gradients": Requirement(
+            "each step uses its own batch's gradient (the gradients left in .grad are cleared first)",
+            hint="The step used more than this batch's gradient: what was already in .grad before backward?"),
         "wrong-update": Requirement(
             "the step uses the unscaled gradient clipped to max_norm",
             hint="The weights moved by the wrong amount: compare the update with lr times the clipped gradient."),
@@ -456,6 +586,8 @@ def probe_amp_step(namespace: dict, *, case: Case) -> dict:
     model = _amp_model(case, 0)
     scaler = _RecordingScaler(init_scale=_AMP_SCALE)
     optimizer = torch.optim.SGD(model.parameters(), lr=_AMP_LR)
+    for parameter, stale in zip(model.parameters(), _amp_stale_grads(case), strict=True):
+        parameter.grad = stale.clone()  # what an earlier step left behind
     amp_step(model, _data(case.seeded(0)), nn.MSELoss(), optimizer, scaler, _AMP_MAX_NORM)
     blown = _amp_model(case, 1)
     blown.linear.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
@@ -478,6 +610,13 @@ def _amp_reference_grads(case: Case) -> tuple[list[torch.Tensor], list[torch.Ten
         loss = nn.MSELoss()(model(x), y)
     grads = torch.autograd.grad(loss * _AMP_SCALE, list(model.parameters()))
     return initial, [g / _AMP_SCALE for g in grads]
+
+
+def _amp_stale_grads(case: Case) -> list[torch.Tensor]:
+    """The gradients left in .grad before run 0's step, as a scaled backward leaves them (at the scale's size, so that
+    leaving them in changes the step far beyond rounding)."""
+    generator = torch.Generator().manual_seed(case.seeded(7))
+    return [torch.randn(p.shape, generator=generator) * _AMP_SCALE for p in _amp_model(case, 0).parameters()]
 
 
 def _clipped(grads: list[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
@@ -566,6 +705,11 @@ def _judge_amp_update(seen: dict, case: Case) -> None:
 
     if matches(_clipped(grads, _AMP_MAX_NORM)):
         return
+    stale = [g + s / _AMP_SCALE for g, s in zip(grads, _amp_stale_grads(case), strict=True)]
+    if matches(_clipped(stale, _AMP_MAX_NORM)) or matches(stale):
+        fail("stale-gradients", observed="the step used this batch's gradient plus what was already in .grad",
+             expected="only this batch's gradient", cause="no optimizer.zero_grad(set_to_none=True) before backward: "
+             "backward adds to .grad", where="the first line of amp_step")
     if matches(grads):
         cause = "the gradients were not clipped to max_norm"
     elif matches([g / _AMP_SCALE for g in _clipped([g * _AMP_SCALE for g in grads], _AMP_MAX_NORM)]):
@@ -671,6 +815,9 @@ def _weights_only_error(error: Exception) -> bool:
         "not-weights-only-loadable": Requirement(
             "the checkpoint loads with weights_only=True (state dicts, tensors, plain values)",
             hint="torch.load(weights_only=True) refuses pickled objects: what did you save that is not a state_dict?"),
+        "unsafe-load": Requirement(
+            "the checkpoint is loaded with weights_only=True",
+            hint="Your loader accepted a file holding an arbitrary object: which torch.load argument refuses those?"),
         "wrong-epoch": Requirement("load_checkpoint returns the saved epoch",
                                    hint="What does load_checkpoint return, and was the epoch saved at all?"),
         "missing-optimizer-state": Requirement(
@@ -700,10 +847,23 @@ def probe_exact_resume(namespace: dict, *, case: Case) -> dict:
             raise
         keys = _checkpoint_keys(path)
         _train_epochs(fresh_model, fresh_opt, fresh_sched, 3, 6)
+        unsafe_loaded = _loads_unsafe_file(load, path, Path(tmp) / "unsafe.pt") if isinstance(keys, list) else None
     state = next(iter(fresh_opt.state.values()), None)
-    return {"load_error": None, "epoch": epoch, "keys": keys, "params": [p.detach() for p in fresh_model.parameters()],
+    return {"load_error": None, "epoch": epoch, "keys": keys, "unsafe_loaded": unsafe_loaded,
+            "params": [p.detach() for p in fresh_model.parameters()],
             "optimizer_step": int(state["step"]) if state and "step" in state else None,
             "scheduler_epoch": int(fresh_sched.last_epoch)}
+
+
+def _loads_unsafe_file(load: Any, path: Path, unsafe: Path) -> bool:
+    """Whether `load` accepts a copy of the checkpoint that also holds an object weights_only=True refuses (it
+    must refuse it: unpickling an arbitrary object can run code)."""
+    torch.save({**torch.load(path, weights_only=True), "note": argparse.Namespace(origin="unknown")}, unsafe)
+    try:
+        load(unsafe, *_resume_setup())
+    except Exception as error:
+        return not _weights_only_error(error)
+    return True
 
 
 def _checkpoint_keys(path: Path) -> list[str] | str | None:
@@ -743,6 +903,11 @@ def judge_exact_resume(seen: dict, *, case: Case) -> str:
              expected="a checkpoint of tensors and plain values that loads with weights_only=True",
              cause="a pickled object (a whole module or optimizer, a lambda) saved instead of state dicts",
              where="save state_dict()s, not objects")
+    if seen.get("unsafe_loaded") is not False:
+        fail("unsafe-load", observed="load_checkpoint loaded a checkpoint holding an arbitrary pickled object "
+             "(an argparse.Namespace)", expected="torch.load(path, weights_only=True) refusing it",
+             cause="weights_only=False (or a load that unpickles anything): unpickling can run arbitrary code",
+             where="the torch.load call in load_checkpoint")
     reference = _uninterrupted_params(case)
     resumed = _tensors_like(seen.get("params"), reference, "params")
     if all(torch.equal(a, b) for a, b in zip(reference, resumed, strict=True)):

@@ -1,44 +1,55 @@
-"""The drill record, the bank's registry, and running an answer against its check."""
+"""The drill record and the bank's registry.
+
+A "write" or "bughunt" drill is checked in two halves, as the course's exercises are (CONTRIBUTING.md, "A
+check"): `probe(answer, case)` runs in a child process next to the candidate's code and returns data only
+(`harness.checks.wire`); `judge(seen, case)` runs in the checker's own process, rebuilds the inputs from the
+case, recomputes every expected value and decides. An "explain" drill is never run: its answer is read as a
+string (`harness.drills.choices`).
+"""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from harness.checks.core import CheckFailed
+from harness.checks.core import Case
+from harness.drills.topics import TOPICS
+
+if TYPE_CHECKING:
+    from harness.drills.choices import Choices
 
 Kind = Literal["write", "bughunt", "explain"]
-TOPICS = (
-    "tensors", "autograd", "modules", "loop", "data", "amp", "clipping",
-    "schedulers", "checkpointing", "ddp", "repro", "performance",
-)
+Probe = Callable[[dict[str, Any], Case], dict[str, Any]]
+Judge = Callable[[dict[str, Any], Case], str]
 
 
 @dataclass(frozen=True)
 class Drill:
     """One drill.
 
-    The candidate's answer is Python source that defines `entry` (a function, a class, or for "explain"
-    drills a plain value such as `answer = "b"`). `check(answer_namespace)` raises CheckFailed with a
-    teaching message or returns what it verified. `wrong_answers` are plausible mistakes the tests
-    prove the check rejects. `experiment`, for "explain" drills, runs and prints the evidence.
+    The candidate's answer is Python source that defines `entry` (a function or a class; for "explain" drills
+    the line `answer = "<letter>"`). `wrong_answers` are plausible mistakes (at least two) that the tests prove
+    the check rejects, each with the failure code it must get: `(source, code)`. `experiment`, for "explain"
+    drills, runs and prints the evidence.
     """
 
     id: str
     title: str
     kind: Kind
     topics: tuple[str, ...]
-    difficulty: int  # 1 easy, 2 medium, 3 hard
+    difficulty: int  # 1 easy, 2 medium, 3 hard (multi-part, realistic)
     prompt: str
     entry: str
     starter: str
     solution: str
     hints: tuple[str, ...]
-    check: Callable[[dict[str, Any]], str]
-    wrong_answers: tuple[str, ...] = field(default=())
-    experiment: Callable[[], None] | None = None
+    wrong_answers: tuple[tuple[str, str], ...]
+    probe: Probe | None = None
+    judge: Judge | None = None
+    choices: Choices | None = None
+    experiment: Callable[[], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.topics) - set(TOPICS)
@@ -48,10 +59,14 @@ class Drill:
             raise ValueError(f"drill {self.id}: give at least two levels of hints")
         if self.difficulty not in (1, 2, 3):
             raise ValueError(f"drill {self.id}: difficulty is 1, 2 or 3")
-        if not self.wrong_answers:
-            raise ValueError(f"drill {self.id}: give at least one plausible wrong answer")
-        if self.kind == "explain" and self.experiment is None:
-            raise ValueError(f"drill {self.id}: an explain drill needs an experiment that shows the answer")
+        if len(self.wrong_answers) < 2 or not all(isinstance(w, tuple) and len(w) == 2 for w in self.wrong_answers):
+            raise ValueError(f"drill {self.id}: give at least two plausible wrong answers as (source, code)")
+        if self.kind == "explain":
+            if self.choices is None or self.experiment is None:
+                raise ValueError(f"drill {self.id}: an explain drill needs choices and an experiment that shows "
+                                 "the answer")
+        elif self.probe is None or self.judge is None:
+            raise ValueError(f"drill {self.id}: a {self.kind} drill needs a probe and a judge")
 
 
 _BANK: dict[str, Drill] = {}
@@ -86,40 +101,3 @@ def get_drill(drill_id: str) -> Drill:
         close = [d for d in _BANK if drill_id.split("-")[0] in d][:5]
         raise KeyError(f"no drill named {drill_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
     return _BANK[drill_id]
-
-
-def load_answer(source: str, drill: Drill) -> dict[str, Any]:
-    """Execute the answer's source in a fresh namespace and return it; it must define `drill.entry`."""
-    namespace: dict[str, Any] = {"__name__": f"drill_answer_{drill.id.replace('-', '_')}"}
-    exec(compile(source, f"<answer to {drill.id}>", "exec"), namespace)  # noqa: S102 (running answers is the point)
-    if drill.entry not in namespace:
-        raise CheckFailed(
-            f"[missing-entry]\n  Observed:      your answer defines no `{drill.entry}`\n"
-            f"  Expected:      a definition of `{drill.entry}`, as in the starter\n"
-            f"  Likely cause:  the name was changed or the definition deleted\n"
-            f"  Where to look: the starter's first lines",
-            code="missing-entry",
-        )
-    return namespace
-
-
-def run_check(drill: Drill, source: str) -> str:
-    """Run `source` against the drill's check; return what passed or raise CheckFailed.
-
-    An exception from the answer itself (including NotImplementedError from an untouched starter) is
-    reported as a CheckFailed with code "raised".
-    """
-    __tracebackhide__ = True
-    try:
-        namespace = load_answer(source, drill)
-        return drill.check(namespace)
-    except CheckFailed:
-        raise
-    except Exception as error:
-        raise CheckFailed(
-            f"[raised]\n  Observed:      your answer raised {type(error).__name__}: {error}\n"
-            f"  Expected:      it runs on the check's inputs\n"
-            f"  Likely cause:  an unfinished starter or a bug the traceback points to\n"
-            f"  Where to look: your answer file",
-            code="raised",
-        ) from error

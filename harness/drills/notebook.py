@@ -13,6 +13,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from harness.checks.lesson11 import NOTEBOOK_DRILLS, SECTIONS
+from harness.drills.choices import bank_order, render
 from harness.drills.core import Drill, get_drill
 
 NOTEBOOK = Path("solutions/11_interview_drills/11_interview_drills.ipynb")
@@ -25,9 +26,10 @@ behaviour and show the experiment that proves it.
 
 Every drill here comes from the course's drill bank, and its answer is checked by running it: hooks on the
 optimizer, the model's modes, the GradScaler's state, the learning rates each step actually used. Nothing
-matches your text, so any correct answer passes.
+matches your text, so any correct answer passes. In the terminal the options of a multiple-choice drill are
+shuffled for every attempt, and your answer runs in a process of its own, judged by another.
 
-The same bank (40+ drills) is in your terminal, with hints, a daily set, spaced repetition and timed mock
+The same bank (100+ drills) is in your terminal, with hints, a daily set, spaced repetition and timed mock
 interviews:
 
 ```
@@ -74,8 +76,11 @@ def _points(drill: Drill) -> int:
 
 def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
     points = _points(drill)
+    prompt = drill.prompt
+    if drill.choices is not None:  # the bank's order, as a markdown list
+        prompt = render(prompt, drill.choices, bank_order(), answer_line=False).replace("\n  (", "\n- (")
     heading = (f"### Exercise {number} — {drill.title} (`{task_id}`, {points} point{'' if points == 1 else 's'})\n"
-               f"*{drill.kind}, difficulty {drill.difficulty}, topics: {', '.join(drill.topics)}*\n\n{drill.prompt}\n\n"
+               f"*{drill.kind}, difficulty {drill.difficulty}, topics: {', '.join(drill.topics)}*\n\n{prompt}\n\n"
                f'Stuck? Run `hint("{task_id}")` in a new cell; run it again for a more explicit hint.')
     cells = [new_markdown_cell(heading)]
     if drill.kind == "bughunt":

@@ -1,8 +1,8 @@
-"""Small tools the drill checks share: seeded inputs, tensor comparison, multiple-choice answers."""
+"""Small tools the drills share: tensor comparison for judges, two real ranks for probes, explain drills."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -28,19 +28,6 @@ def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, *, atol: floa
         worst = (got.double() - want.double()).abs().max().item()
         fail("wrong-value", observed=f"{name} differs from the reference by up to {worst:.3g}",
              expected=f"agreement within atol={atol}, rtol={rtol}", cause=cause, where=where)
-
-
-def check_choice(namespace: dict, correct: str, choices: str, explanation: str) -> str:
-    """Check a multiple-choice answer `answer = "x"` against the correct letter."""
-    answer = namespace.get("answer")
-    if not isinstance(answer, str) or answer.strip().lower() not in choices:
-        fail("no-choice", observed=f"answer = {answer!r}", expected=f"one of {', '.join(repr(c) for c in choices)}",
-             cause="the starter's answer was not replaced", where="the line `answer = ...`")
-    if answer.strip().lower() != correct:
-        fail("wrong-choice", observed=f"you chose {answer!r}", expected="another choice",
-             cause="run the experiment (`harness drill experiment <id>`) and read what it prints",
-             where="the prompt's choices")
-    return explanation
 
 
 def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
@@ -89,19 +76,22 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
     return [collected[0][1], collected[1][1]]
 
 
-def multiple_choice(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, prompt: str, correct: str,
-                    explanation: str, hints: tuple[str, ...], wrong: tuple[str, ...], experiment) -> Drill:
-    """An "explain" drill: the answer is `answer = "<letter>"`, and `experiment` shows why it is right."""
+def multiple_choice(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, question: str,
+                    options: tuple[tuple[str, str], ...], key: str, hints: tuple[str, ...],
+                    experiment: Callable[[], None]) -> Drill:
+    """An "explain" drill: four `(text, why it is right or wrong)` options in the bank's order, `key` the letter
+    of the right one there (the bank's keys are balanced: a test checks it), and the experiment that proves it.
+    Each attempt shows the options in a new order; the three other letters are the planted wrong answers."""
+    from harness.drills.choices import LETTERS, Choices, Option
     from harness.drills.core import Drill
 
     return Drill(
-        id=id, title=title, kind="explain", topics=topics, difficulty=difficulty,
-        prompt=prompt + 'Answer with answer = "<letter>".',
+        id=id, title=title, kind="explain", topics=topics, difficulty=difficulty, prompt=question,
         entry="answer",
         starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution=f'answer = "{correct}"\n',
+        solution=f'answer = "{key}"\n',
         hints=hints,
-        check=lambda namespace: check_choice(namespace, correct, "abcd", explanation),
-        wrong_answers=tuple(f'answer = "{letter}"\n' for letter in wrong),
+        wrong_answers=tuple((f'answer = "{letter}"\n', "wrong-choice") for letter in LETTERS if letter != key),
+        choices=Choices(tuple(Option(text, why) for text, why in options), LETTERS.index(key)),
         experiment=experiment,
     )

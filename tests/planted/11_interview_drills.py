@@ -16,7 +16,7 @@ _EXPECTED_CODES = {
 
 def _cell_source(task_id: str, drill_id: str) -> str:
     drill = get_drill(drill_id)
-    wrong = drill.wrong_answers[0]
+    wrong = drill.wrong_answers[0][0]
     if drill.kind == "explain":
         wrong = wrong.replace("answer =", "answer_" + task_id[3:].replace("-", "_") + " =", 1)
     return wrong

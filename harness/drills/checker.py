@@ -1,0 +1,265 @@
+"""Check one answer: a verdict the answer cannot forge.
+
+For a "write" or "bughunt" drill the answer runs in a forked child (its own process group, under a timeout):
+it executes the answer's source and the drill's probe, and sends the probe's observation (data only,
+`harness.checks.wire`) back on a pipe of its own, behind a nonce. A second forked child, which never ran any of
+the answer's code, decodes that data and runs the drill's judge, which rebuilds the inputs from the case and
+recomputes every expected value with torch functions the answer never had a chance to patch. Whatever the
+answer prints, patches or returns, it only reaches the judge as data.
+
+The process that forks (the CLI, or the warm checker of `harness.drills.server`) imports torch and the bank
+and never computes with them itself: forking a process that has run torch's parallel CPU kernels can hang the
+child. An "explain" answer is never run: it is parsed as a string (`harness.drills.choices`).
+
+Drills run on the candidate's own machine, so the answer's process is not put in the grading sandbox
+(`harness.grading.sandbox`): the candidate owns every file it could reach, and the sandbox's fresh interpreter
+would cost the torch import that the forked process saves. What the sandbox protects in grading, the separate
+judge protects here: the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import signal
+import struct
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch._dynamo  # noqa: F401 (building an optimizer imports it: seconds in every forked check, unless here)
+
+from harness.checks import wire
+from harness.checks.core import Case, CheckFailed
+from harness.checks.errors import explain
+from harness.drills.choices import Choices, bank_order, debrief, judge_choice
+from harness.drills.core import Drill
+
+CHECK_TIMEOUT_S = 120.0
+JUDGE_TIMEOUT_S = 60.0
+_LENGTH = struct.Struct("<Q")
+_OUTPUT_SHOWN = 2000
+
+
+@dataclass(frozen=True)
+class Result:
+    """The verdict on one answer, and what the candidate reads with it."""
+
+    passed: bool
+    code: str  # "passed", or the failure code
+    message: str
+    output: str = ""  # what the answer printed (never part of the verdict)
+    debrief: str = ""  # explain drills: why each option is right or wrong
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def draw_case() -> Case:
+    """A fresh case for one check: inputs no answer can know in advance (a hard-coded result fails)."""
+    return Case(hidden=False, seed=secrets.randbelow(1_000_000))
+
+
+def check_source(drill: Drill, source: str, *, filename: str = "<answer>", order: tuple[int, ...] | None = None,
+                 case: Case | None = None, timeout_s: float = CHECK_TIMEOUT_S) -> Result:
+    """Check the answer `source` to `drill`.
+
+    Args:
+        drill: the drill.
+        source: the answer file's text.
+        filename: the answer file's path (error messages quote the answer's lines from it).
+        order: explain drills: the order the options were shown in (`choices.shuffled_order`); the bank's
+            order when None.
+        case: the inputs' case; a fresh one is drawn when None.
+        timeout_s: how long the answer and its probe may run.
+    """
+    if drill.kind == "explain":
+        return _check_choice(drill, source, order or bank_order())
+    case = case or draw_case()
+    with tempfile.TemporaryFile() as output:
+        frame, how = _run_probe(drill, source, filename, case, output, timeout_s)
+        output.seek(0)
+        printed = output.read()[-_OUTPUT_SHOWN:].decode(errors="replace")
+    if frame is None:
+        return Result(False, how, how_message(how, drill, timeout_s), printed)
+    verdict = _run_judge(drill, frame, case)
+    return Result(verdict["passed"], verdict["code"], verdict["message"], printed)
+
+
+def how_message(code: str, drill: Drill, timeout_s: float) -> str:
+    """The message of a check whose answer process sent no observation."""
+    if code == "timeout":
+        return f"your answer ran longer than {timeout_s:.0f} s (an infinite loop, or far too much work?)"
+    return (f"[{code}] your answer's process ended without reporting to the checker (it exited, was killed or "
+            f"closed the checker's pipe): nothing of {drill.entry} was checked, so the drill is not passed")
+
+
+def _check_choice(drill: Drill, source: str, order: tuple[int, ...]) -> Result:
+    choices: Choices = drill.choices  # type: ignore[assignment]
+    after = debrief(choices, order, drill.experiment)
+    try:
+        return Result(True, "passed", judge_choice(source, choices, order), debrief=after)
+    except CheckFailed as failure:
+        return Result(False, failure.code, str(failure), debrief=after if failure.code == "wrong-choice" else "")
+
+
+def _run_probe(drill: Drill, source: str, filename: str, case: Case, output: Any,
+               timeout_s: float) -> tuple[bytes | None, str]:
+    """Fork the answer's process; the observation bytes it sent (or None) and why none came."""
+    nonce = secrets.token_bytes(16)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the answer's process
+        os.close(read_end)
+        _probe_child(drill, source, filename, case, output.fileno(), write_end, nonce)
+    os.close(write_end)
+    try:
+        data, timed_out = _read_all(read_end, timeout_s)
+    finally:
+        os.close(read_end)
+        _reap(pid)
+    if timed_out:
+        return None, "timeout"
+    if len(data) < len(nonce) + _LENGTH.size or not secrets.compare_digest(data[:len(nonce)], nonce):
+        return None, "no-report"
+    (length,) = _LENGTH.unpack_from(data, len(nonce))
+    body = data[len(nonce) + _LENGTH.size:]
+    return (body, "") if length == len(body) else (None, "no-report")
+
+
+def _probe_child(drill: Drill, source: str, filename: str, case: Case, output_fd: int, write_end: int,
+                 nonce: bytes) -> None:
+    """In the forked child: run the answer and the probe, send the observation, exit. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        try:
+            namespace = _load_answer(drill, source, filename)
+            observation = {"seen": drill.probe(namespace, case)}  # type: ignore[misc]
+        except CheckFailed as failure:
+            observation = {"failed": failure.code, "message": str(failure)}
+        except BaseException as error:  # the answer raised (or exited): reported as data
+            observation = {"raised": explain(error)[:2000]}
+        try:
+            data = wire.encode(observation)
+        except wire.WireError as error:
+            data = wire.encode({"raised": f"the probe's observation could not be sent ({error})"})
+        os.write(write_end, nonce + _LENGTH.pack(len(data)))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_end, view):]
+    finally:
+        os._exit(0)
+
+
+def _load_answer(drill: Drill, source: str, filename: str) -> dict[str, Any]:
+    """Execute the answer's source in a fresh namespace; it must define `drill.entry`."""
+    namespace: dict[str, Any] = {"__name__": f"drill_answer_{drill.id.replace('-', '_')}"}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (running answers is the point)
+    if drill.entry not in namespace:
+        raise CheckFailed(
+            f"[missing-entry]\n  Observed:      your answer defines no `{drill.entry}`\n"
+            f"  Expected:      a definition of `{drill.entry}`, as in the starter\n"
+            f"  Likely cause:  the name was changed or the definition deleted\n"
+            f"  Where to look: the starter's first lines",
+            code="missing-entry",
+        )
+    return namespace
+
+
+def _read_all(fd: int, timeout_s: float) -> tuple[bytes, bool]:
+    """Everything written to `fd` until its writers close it; (data, True) when the deadline passed first."""
+    deadline = time.monotonic() + timeout_s
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"".join(chunks), True
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > wire.MAX_BYTES + 64:
+                return b"", False
+
+
+def _reap(pid: int) -> None:
+    """Kill the child's whole process group (ranks and workers it started included) and wait for it."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _run_judge(drill: Drill, frame: bytes, case: Case) -> dict[str, Any]:
+    """Decode the observation and judge it in a forked child that never ran the answer's code."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setpgid(0, 0)
+            verdict = _judge(drill, frame, case)
+            os.write(write_end, json.dumps(verdict).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        data, timed_out = _read_all(read_end, JUDGE_TIMEOUT_S)
+    finally:
+        os.close(read_end)
+        _reap(pid)
+    try:
+        verdict = json.loads(data)
+        if not timed_out and isinstance(verdict, dict) and set(verdict) == {"passed", "code", "message"}:
+            return verdict
+    except json.JSONDecodeError:
+        pass
+    return {"passed": False, "code": "judge-failed",
+            "message": "[judge-failed] the checker's judge did not finish: this is a bug of the drill, not of your "
+                       "answer; please report it with your answer file"}
+
+
+def _judge(drill: Drill, frame: bytes, case: Case) -> dict[str, Any]:
+    """The verdict on one observation, as JSON-ready data."""
+    try:
+        observation = wire.decode(frame)
+        if "raised" in observation:
+            raise CheckFailed(
+                f"[raised]\n  Observed:      your answer raised {observation['raised']}\n"
+                f"  Expected:      it runs on the check's inputs\n"
+                f"  Likely cause:  an unfinished starter, or a bug on the line named above\n"
+                f"  Where to look: your answer file", code="raised")
+        if "failed" in observation:
+            raise CheckFailed(str(observation.get("message", "")), code=str(observation["failed"]))
+        seen = observation.get("seen")
+        if not isinstance(seen, dict):
+            raise wire.WireError("the probe's observation is not a dict")
+        return {"passed": True, "code": "passed", "message": drill.judge(seen, case)}  # type: ignore[misc]
+    except CheckFailed as failure:
+        return {"passed": False, "code": failure.code, "message": str(failure)}
+    except Exception as error:  # data the judge cannot use: not what an honest probe sends
+        return {"passed": False, "code": "forged-observation",
+                "message": f"[forged-observation] the observation sent to the checker is not what the drill's "
+                           f"probe sends ({type(error).__name__}: {str(error)[:300]}): not passed"}
+
+
+def check_file(drill: Drill, path: Path, *, order: tuple[int, ...] | None = None,
+               timeout_s: float = CHECK_TIMEOUT_S) -> Result:
+    """Check the answer file at `path` (a missing file is a failure that says how to get one)."""
+    if not path.is_file():
+        return Result(False, "no-answer", f"no answer file at {path}: run `harness drill start {drill.id}`")
+    return check_source(drill, path.read_text(), filename=str(path.resolve()), order=order, timeout_s=timeout_s)

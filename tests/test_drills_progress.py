@@ -1,0 +1,83 @@
+"""Spaced repetition that means it: one grading per drill per day, hints and revealed solutions lower a review,
+every attempt and hint is in the history, and the first progress format still loads."""
+
+import datetime as dt
+import json
+
+import pytest
+
+from harness.drills.progress import INTERVAL_DAYS, Progress
+
+DAY = dt.date(2026, 11, 24)
+
+
+@pytest.fixture
+def progress(tmp_path):
+    return Progress.load(tmp_path / "progress.json")
+
+
+def test_a_clean_pass_promotes_once_a_day_however_often_the_file_is_rechecked(progress):
+    for _ in range(4):
+        record = progress.record("d", True, DAY)
+    assert (record.box, record.due) == (1, (DAY + dt.timedelta(days=INTERVAL_DAYS[1])).isoformat())
+    record = progress.record("d", True, DAY + dt.timedelta(days=1))
+    assert record.box == 2
+
+
+def test_a_failure_sends_the_drill_back_to_box_zero_due_today(progress):
+    progress.record("d", True, DAY)
+    record = progress.record("d", False, DAY + dt.timedelta(days=1))
+    assert (record.box, record.due) == (0, (DAY + dt.timedelta(days=1)).isoformat())
+
+
+def test_a_pass_after_a_hint_keeps_the_box_and_comes_back_tomorrow(progress):
+    progress.record("d", True, DAY)
+    later = DAY + dt.timedelta(days=1)
+    assert progress.hint("d", available=2) == 1
+    record = progress.record("d", True, later)
+    assert (record.box, record.due) == (1, (later + dt.timedelta(days=1)).isoformat())
+    assert record.hints_seen == 0  # the review is over: the next one starts without hints
+
+
+def test_a_pass_after_the_solution_was_revealed_counts_as_not_known(progress):
+    for day in range(3):
+        progress.record("d", True, DAY + dt.timedelta(days=day))
+    later = DAY + dt.timedelta(days=5)
+    progress.reveal("d", later)
+    record = progress.record("d", True, later)
+    assert (record.box, record.due) == (0, (later + dt.timedelta(days=1)).isoformat())
+
+
+def test_hints_never_go_past_the_last_level(progress):
+    assert [progress.hint("d", available=2) for _ in range(4)] == [1, 2, 2, 2]
+
+
+def test_history_and_mocks_are_saved_and_reloaded(progress):
+    number = progress.start_mock(["a", "b"], 30.0)
+    progress.hint("a", 2, mock=number)
+    progress.record("a", False, DAY, code="wrong-value", mock=number)
+    progress.record("a", True, DAY, code="passed", mock=number)
+    progress.end_mock(number, ["a"], {"a": 61.23, "b": 5.0}, "quit")
+    progress.save()
+    again = Progress.load(progress.path)
+    events = [(e["event"], e.get("code"), e["mock"]) for e in again.history]
+    assert events == [("hint", None, 1), ("check", "wrong-value", 1), ("check", "passed", 1)]
+    assert again.mocks[0] | {"started": ""} == {"number": 1, "started": "", "minutes": 30.0, "drills": ["a", "b"],
+                                                "passed": ["a"], "seconds": {"a": 61.2, "b": 5.0}, "ended": "quit"}
+
+
+def test_the_first_progress_format_still_loads(tmp_path):
+    path = tmp_path / "progress.json"
+    path.write_text(json.dumps({"d": {"box": 3, "due": "2026-11-20", "attempts": 5, "passes": 4, "hints_seen": 1,
+                                      "last_result": "pass"}}))
+    progress = Progress.load(path)
+    assert progress.records["d"].box == 3 and progress.is_due("d", DAY)
+    progress.save()
+    assert Progress.load(path).records["d"].attempts == 5
+
+
+def test_a_file_that_is_not_progress_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "progress.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="move it away to start afresh"):
+        Progress.load(path)
