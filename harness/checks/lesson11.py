@@ -22,8 +22,10 @@ import torch
 from torch import nn
 
 from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.probes import HostSyncCounter, StepRecord, StepRecorder
+from harness.checks.probes import AutocastProbe, HostSyncCounter, RecordingScaler, StepRecord, StepRecorder
 from harness.checks.wire import Opaque, WireError, describe
+from harness.drills.bank.loop import _batches, _binary_task
+from harness.drills.bank.schedulers import warmup_cosine_factor
 from harness.drills.choices import LETTERS
 from harness.drills.core import get_drill
 
@@ -53,50 +55,6 @@ SECTIONS: dict[str, str] = {
 # --- Instruments and references the checks share (the drills' own, from before the bank was cut in probe
 # and judge; lesson 11's checks keep their own copy so that the bank can change without changing a grade). ---
 
-class _RecordingScaler(torch.amp.GradScaler):
-    """A real CPU GradScaler that also records which of its methods ran, in order."""
-
-    def __init__(self, init_scale: float = 2.0**10) -> None:
-        super().__init__("cpu", init_scale=init_scale)
-        self.calls: list[str] = []
-
-    def scale(self, outputs):  # type: ignore[override]
-        self.calls.append("scale")
-        return super().scale(outputs)
-
-    def unscale_(self, optimizer):  # type: ignore[override]
-        self.calls.append("unscale_")
-        return super().unscale_(optimizer)
-
-    def step(self, optimizer, *args, **kwargs):  # type: ignore[override]
-        self.calls.append("step")
-        return super().step(optimizer, *args, **kwargs)
-
-    def update(self, new_scale=None):  # type: ignore[override]
-        self.calls.append("update")
-        return super().update(new_scale)
-
-
-class _AutocastProbe(nn.Module):
-    """Linear model whose backward records whether autocast was on while gradients were computed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 1)
-        self.backward_autocast: list[bool] = []
-        self.forward_autocast: list[bool] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.forward_autocast.append(torch.is_autocast_enabled("cpu"))
-        out = self.linear(x)
-        if out.requires_grad:
-            out.register_hook(self._on_grad)
-        return out
-
-    def _on_grad(self, grad: torch.Tensor) -> None:
-        self.backward_autocast.append(torch.is_autocast_enabled("cpu"))
-
-
 def _data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(16, 8, generator=gen)
@@ -111,17 +69,6 @@ def _train_epochs(model, optimizer, scheduler, first: int, last: int) -> None:
         nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
         scheduler.step()
-
-
-def _binary_task(seed: int, n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=gen)
-    y = (x[:, :2].sum(1, keepdim=True) > 0).float()
-    return x, y
-
-
-def _batches(x: torch.Tensor, y: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return list(zip(x.split(size), y.split(size), strict=True))
 
 
 def _reference_grads(model: nn.Module, params: list[torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
@@ -147,14 +94,6 @@ def _check_fresh_gradients(model: nn.Module, records: list, batches: list, loss_
                  cause=f"gradients accumulate in .grad: without zero_grad, step {k + 1} uses the sum of all earlier "
                  "batches' gradients (or step() ran before backward() and used the previous batch's gradient)",
                  where=where)
-
-
-def warmup_cosine_factor(step: int, warmup: int, total: int) -> float:
-    """The drill's reference: linear warmup reaching 1 at the last warmup step, cosine to 0 at `total`, 0 after."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
 def require_warmup_cosine_factor(got: float, step: int, warmup: int, total: int) -> None:
@@ -543,10 +482,10 @@ def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
 _AMP_LR, _AMP_MAX_NORM, _AMP_SCALE = 0.01, 1.0, 2.0**10
 
 
-def _amp_model(case: Case, run: int) -> _AutocastProbe:
+def _amp_model(case: Case, run: int) -> AutocastProbe:
     """The seeded model of run `run` (0: a normal step, 1: a step whose gradients are infinite)."""
     with _global_rng(case.seeded(run)):
-        return _AutocastProbe()
+        return AutocastProbe()
 
 
 @register(
@@ -584,7 +523,7 @@ def probe_amp_step(namespace: dict, *, case: Case) -> dict:
     """Run `amp_step` once normally and once on infinite gradients; record autocast, scaler calls, weights."""
     amp_step = _entry(namespace, "amp_step")
     model = _amp_model(case, 0)
-    scaler = _RecordingScaler(init_scale=_AMP_SCALE)
+    scaler = RecordingScaler(init_scale=_AMP_SCALE)
     optimizer = torch.optim.SGD(model.parameters(), lr=_AMP_LR)
     for parameter, stale in zip(model.parameters(), _amp_stale_grads(case), strict=True):
         parameter.grad = stale.clone()  # what an earlier step left behind
@@ -592,7 +531,7 @@ def probe_amp_step(namespace: dict, *, case: Case) -> dict:
     blown = _amp_model(case, 1)
     blown.linear.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     blown_optimizer = torch.optim.SGD(blown.parameters(), lr=_AMP_LR)
-    blown_scaler = _RecordingScaler(init_scale=_AMP_SCALE)
+    blown_scaler = RecordingScaler(init_scale=_AMP_SCALE)
     with StepRecorder(blown_optimizer) as steps:
         amp_step(blown, _data(case.seeded(1)), nn.MSELoss(), blown_optimizer, blown_scaler, _AMP_MAX_NORM)
     return {"forward_autocast": list(model.forward_autocast), "backward_autocast": list(model.backward_autocast),

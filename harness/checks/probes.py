@@ -141,3 +141,49 @@ class HostSyncCounter(TorchFunctionMode):
             self.count += 1
             self.calls.append(name)
         return func(*args, **(kwargs or {}))
+
+
+class RecordingScaler(torch.amp.GradScaler):
+    """A real CPU GradScaler that also records which of its methods ran, in order."""
+
+    def __init__(self, init_scale: float = 2.0**10, growth_interval: int = 2000) -> None:
+        super().__init__("cpu", init_scale=init_scale, growth_interval=growth_interval)
+        self.calls: list[str] = []
+
+    def scale(self, outputs):  # type: ignore[override]
+        self.calls.append("scale")
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):  # type: ignore[override]
+        self.calls.append("unscale_")
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):  # type: ignore[override]
+        self.calls.append("step")
+        return super().step(optimizer, *args, **kwargs)
+
+    def update(self, new_scale=None):  # type: ignore[override]
+        self.calls.append("update")
+        return super().update(new_scale)
+
+
+class AutocastProbe(nn.Module):
+    """Linear model whose backward records whether autocast was on while gradients were computed."""
+
+    def __init__(self, n_in: int = 8) -> None:
+        super().__init__()
+        self.linear = nn.Linear(n_in, 1)
+        self.backward_autocast: list[bool] = []
+        self.forward_autocast: list[bool] = []
+        self.fresh_at_backward: list[bool] = []  # were the parameters' .grad cleared when backward reached them?
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forward_autocast.append(torch.is_autocast_enabled("cpu"))
+        out = self.linear(x)
+        if out.requires_grad:
+            out.register_hook(self._on_grad)
+        return out
+
+    def _on_grad(self, grad: torch.Tensor) -> None:
+        self.backward_autocast.append(torch.is_autocast_enabled("cpu"))
+        self.fresh_at_backward.append(all(p.grad is None or not bool(p.grad.any()) for p in self.linear.parameters()))

@@ -30,6 +30,28 @@ def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, *, atol: floa
              expected=f"agreement within atol={atol}, rtol={rtol}", cause=cause, where=where)
 
 
+def with_fixes(source: str, *fixes: tuple[str, ...]) -> str:
+    """`source` with each fix applied; a fix is (old, new, old, new, ...): texts that must occur in `source`.
+    Difficulty-3 drills build their planted wrong answers this way: the starter with some of its bugs fixed."""
+    for fix in fixes:
+        for old, new in zip(fix[::2], fix[1::2], strict=True):
+            if old not in source:
+                raise ValueError(f"{old!r} is not in the source")
+            source = source.replace(old, new)
+    return source
+
+
+def no_harness_shortcut(answer: dict) -> None:
+    """Probe side: the answer may not borrow the checker's own instruments (harness.*) to produce its result."""
+    for name, value in answer.items():
+        module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+        if not name.startswith("__") and isinstance(module, str) and module.split(".")[0] == "harness":
+            fail("harness-import", observed=f"your answer imports {name} from {module}",
+                 expected="an answer written with torch alone",
+                 cause="the course's own instruments compute the result for you: the drill asks you to write it",
+                 where="your imports")
+
+
 def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
     """Run `work(rank)` in two forked processes joined in a real gloo process group; return their results.
 

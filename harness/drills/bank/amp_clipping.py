@@ -14,58 +14,12 @@ import torch
 from torch import nn
 
 from harness.checks.core import Case, fail
-from harness.checks.probes import ForwardRecorder, HostSyncCounter, StepRecorder
+from harness.checks.probes import AutocastProbe, ForwardRecorder, HostSyncCounter, RecordingScaler, StepRecorder
 from harness.checks.wire import WireError
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice
+from harness.drills.support import assert_close, multiple_choice, with_fixes
 
 _INIT_SCALE = 2.0**10
-
-
-class _RecordingScaler(torch.amp.GradScaler):
-    """A real CPU GradScaler that also records which of its methods ran, in order."""
-
-    def __init__(self, init_scale: float = _INIT_SCALE, growth_interval: int = 2000) -> None:
-        super().__init__("cpu", init_scale=init_scale, growth_interval=growth_interval)
-        self.calls: list[str] = []
-
-    def scale(self, outputs):  # type: ignore[override]
-        self.calls.append("scale")
-        return super().scale(outputs)
-
-    def unscale_(self, optimizer):  # type: ignore[override]
-        self.calls.append("unscale_")
-        return super().unscale_(optimizer)
-
-    def step(self, optimizer, *args, **kwargs):  # type: ignore[override]
-        self.calls.append("step")
-        return super().step(optimizer, *args, **kwargs)
-
-    def update(self, new_scale=None):  # type: ignore[override]
-        self.calls.append("update")
-        return super().update(new_scale)
-
-
-class _AutocastProbe(nn.Module):
-    """Linear model whose backward records whether autocast was on while gradients were computed."""
-
-    def __init__(self, n_in: int = 8) -> None:
-        super().__init__()
-        self.linear = nn.Linear(n_in, 1)
-        self.backward_autocast: list[bool] = []
-        self.forward_autocast: list[bool] = []
-        self.fresh_at_backward: list[bool] = []  # were the parameters' .grad cleared when backward reached them?
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.forward_autocast.append(torch.is_autocast_enabled("cpu"))
-        out = self.linear(x)
-        if out.requires_grad:
-            out.register_hook(self._on_grad)
-        return out
-
-    def _on_grad(self, grad: torch.Tensor) -> None:
-        self.backward_autocast.append(torch.is_autocast_enabled("cpu"))
-        self.fresh_at_backward.append(all(p.grad is None or not bool(p.grad.any()) for p in self.linear.parameters()))
 
 
 def _gen(case: Case, base: int) -> torch.Generator:
@@ -81,8 +35,8 @@ def _init_linear(layer: nn.Linear, case: Case, base: int) -> nn.Linear:
     return layer
 
 
-def _probe_model(case: Case, base: int) -> _AutocastProbe:
-    model = _AutocastProbe()
+def _probe_model(case: Case, base: int) -> AutocastProbe:
+    model = AutocastProbe()
     _init_linear(model.linear, case, base)
     return model
 
@@ -183,14 +137,14 @@ def _probe_amp_step(answer: dict, case: Case) -> dict:
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=gen)  # what the previous step left behind
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    scaler = _RecordingScaler()
+    scaler = RecordingScaler()
     with StepRecorder(optimizer) as steps:
         loss = amp_step(model, _batch(case, 1, scale=20.0), nn.MSELoss(), optimizer, scaler, _max_norm(case))
     # a step whose gradients are not finite must be skipped, and the scale must back off
     inf_model = _probe_model(case, 2)
     inf_model.linear.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     inf_optimizer = torch.optim.SGD(inf_model.parameters(), lr=0.05)
-    inf_scaler = _RecordingScaler()
+    inf_scaler = RecordingScaler()
     with StepRecorder(inf_optimizer) as inf_steps:
         amp_step(inf_model, _batch(case, 3), nn.MSELoss(), inf_optimizer, inf_scaler, _max_norm(case))
     return {"forward_autocast": model.forward_autocast, "backward_autocast": model.backward_autocast,
@@ -768,7 +722,7 @@ def _probe_loop(answer: dict, case: Case) -> dict:
     model = _probe_model(case, 41)
     optimizer = torch.optim.SGD(model.parameters(), lr=_LOOP_MAX_LR, momentum=0.9)
     scheduler = _onecycle(optimizer, _LOOP_EPOCHS * _LOOP_BATCHES)
-    scaler = _RecordingScaler()
+    scaler = RecordingScaler()
     with StepRecorder(optimizer) as steps:
         losses = answer["train"](model, _loop_batches(case), optimizer, scheduler, scaler, nn.MSELoss(),
                                  _LOOP_EPOCHS, _max_norm(case))
@@ -855,10 +809,7 @@ _BUG_SCHEDULER = ("            scaler.update()\n            losses.append(loss.d
 
 
 def _fixed(*bugs: tuple[str, str]) -> str:
-    source = _LOOP_STARTER
-    for old, new in bugs:
-        source = source.replace(old, new)
-    return source
+    return with_fixes(_LOOP_STARTER, *bugs)
 
 
 add(

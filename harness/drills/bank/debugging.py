@@ -16,7 +16,7 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import HostSyncCounter
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice
+from harness.drills.support import multiple_choice, no_harness_shortcut, with_fixes
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
@@ -32,17 +32,6 @@ def _seeded_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
 
 def _hooks(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-
-
-def _no_harness_shortcut(answer: dict) -> None:
-    """Probe side: the answer may not borrow the checker's own instruments (harness.*) to produce its result."""
-    for name, value in answer.items():
-        module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
-        if not name.startswith("__") and isinstance(module, str) and module.split(".")[0] == "harness":
-            fail("harness-import", observed=f"your answer imports {name} from {module}",
-                 expected="an answer written with torch alone",
-                 cause="the course's own instruments compute the result for you: the drill asks you to write it",
-                 where="your imports")
 
 
 def _tensors(value: Any, like: list[torch.Tensor], what: str) -> list[torch.Tensor]:
@@ -506,7 +495,7 @@ def _reference_nan_op(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> str
 
 
 def _probe_nan_op(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     names, left_on = [], []
     for model, x, y in _nan_inputs(case):
         names.append(answer["nan_backward_op"](model, x, y))
@@ -657,7 +646,7 @@ def _reference_first_nonfinite(model: nn.Module, x: torch.Tensor) -> str | None:
 
 
 def _probe_first_nonfinite(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     model, inputs = _tower_inputs(case)
     names = [answer["first_nonfinite"](model, x) for x in inputs]
     broken = nn.Sequential(nn.Linear(4, 8), _Boom())
@@ -778,7 +767,7 @@ def _dead_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
 
 
 def _probe_dead(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     model, x = _dead_inputs(case)
     return {"fractions": answer["dead_relu_fraction"](model, x), "hooks": _hooks(model)}
 
@@ -969,13 +958,7 @@ _SCRIPT_GRAD_FIX = ("    optimizer.zero_grad(set_to_none=True)\n    for epoch", 
 
 
 def _script_fixed(*fixes: tuple[str, ...]) -> str:
-    source = _SCRIPT_STARTER
-    for fix in fixes:
-        for old, new in zip(fix[::2], fix[1::2], strict=True):
-            if old not in source:
-                raise ValueError(f"{old!r} is not in the starter")
-            source = source.replace(old, new)
-    return source
+    return with_fixes(_SCRIPT_STARTER, *fixes)
 
 
 add(
@@ -1023,7 +1006,7 @@ def _norms_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 def _probe_grad_norms(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     model, x, y = _norms_inputs(case)
     F.cross_entropy(model(x), y).backward()
     with HostSyncCounter() as syncs:
@@ -1172,7 +1155,7 @@ def _prior_inputs(case: Case) -> tuple[nn.Linear, torch.Tensor, int]:
 
 
 def _probe_prior(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     layer, labels, classes = _prior_inputs(case)
     bias = layer.bias
     answer["init_output_bias_"](layer, labels, classes)

@@ -18,7 +18,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from harness.checks.core import Case, fail
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice
+from harness.drills.support import assert_close, multiple_choice, with_fixes
 
 
 class _Net(nn.Module):
@@ -941,10 +941,7 @@ _FIX_ZERO = ("    for x, y in batches:\n", "    for x, y in batches:\n        op
 
 
 def _fixed(*fixes: tuple[str, str]) -> str:
-    source = _SCRIPT_STARTER
-    for old, new in fixes:
-        source = source.replace(old, new)
-    return source
+    return with_fixes(_SCRIPT_STARTER, *fixes)
 
 
 add(

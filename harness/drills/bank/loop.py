@@ -18,7 +18,7 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import ForwardRecorder, HostSyncCounter, StepRecorder
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice
+from harness.drills.support import multiple_choice, with_fixes
 
 
 def _binary_task(seed: int, n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
@@ -653,11 +653,7 @@ _FIX_MODE = ("    model.train()\n    for epoch in range(epochs):\n",
 
 
 def _fixed(*fixes: tuple[str, str]) -> str:
-    source = _THREE_BUGS_STARTER
-    for old, new in fixes:
-        assert old in source
-        source = source.replace(old, new)
-    return source
+    return with_fixes(_THREE_BUGS_STARTER, *fixes)
 
 
 _THREE_EPOCHS = 3

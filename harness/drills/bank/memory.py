@@ -15,7 +15,7 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import StepRecorder
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice
+from harness.drills.support import assert_close, multiple_choice, no_harness_shortcut, with_fixes
 from harness.memory import saved_for_backward, static_memory
 
 
@@ -28,17 +28,6 @@ def _seeded_(module: nn.Module, seed: int) -> nn.Module:
             bound = 1 / math.sqrt(parameter.shape[-1])
             parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * bound)
     return module
-
-
-def _no_harness_shortcut(answer: dict) -> None:
-    """Probe side: the answer may not borrow the checker's own instruments (harness.*) to produce its result."""
-    for name, value in answer.items():
-        module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
-        if not name.startswith("__") and isinstance(module, str) and module.split(".")[0] == "harness":
-            fail("harness-import", observed=f"your answer imports {name} from {module}",
-                 expected="an answer written with torch alone",
-                 cause="the course's own instruments compute the result for you: the drill asks you to write it",
-                 where="your imports")
 
 
 def _close(got: list[Any], want: list[torch.Tensor]) -> bool:
@@ -113,7 +102,7 @@ def _adam_models(case: Case) -> list[nn.Module]:
 
 
 def _probe_adam_state(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     return {"bytes": [answer["adam_state_bytes"](model) for model in _adam_models(case)]}
 
 
@@ -224,7 +213,7 @@ def _activation_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
 
 
 def _probe_activation_bytes(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     return {"bytes": [answer["activation_bytes"](model, x) for model, x in _activation_models(case)]}
 
 
@@ -720,14 +709,7 @@ _ACC_FIXES = {
 
 
 def _acc_fixed(*names: str) -> str:
-    source = _ACC_STARTER
-    for name in names:
-        fix = _ACC_FIXES[name]
-        for old, new in zip(fix[::2], fix[1::2], strict=True):
-            if old not in source:
-                raise ValueError(f"fix {name}: {old!r} not in the starter")
-            source = source.replace(old, new)
-    return source
+    return with_fixes(_ACC_STARTER, *(_ACC_FIXES[name] for name in names))
 
 
 add(

@@ -14,7 +14,7 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import HostSyncCounter, StepRecorder
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice
+from harness.drills.support import multiple_choice, no_harness_shortcut
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
@@ -37,17 +37,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
         return float(value.detach().double())
     return None
-
-
-def _no_harness_shortcut(answer: dict) -> None:
-    """Probe side: the answer may not borrow the checker's own instruments (harness.*) to produce its result."""
-    for name, value in answer.items():
-        module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
-        if not name.startswith("__") and isinstance(module, str) and module.split(".")[0] == "harness":
-            fail("harness-import", observed=f"your answer imports {name} from {module}",
-                 expected="an answer written with torch alone",
-                 cause="the course's own instruments compute the result for you: the drill asks you to write it",
-                 where="your imports")
 
 
 # ------------------------------------------------------------------------------------------------ epoch metrics
@@ -185,7 +174,7 @@ def _log_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.T
 
 
 def _probe_log_every(answer: dict, case: Case) -> dict:
-    _no_harness_shortcut(answer)
+    no_harness_shortcut(answer)
     model, batches, log_every = _log_inputs(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=_LOG_LR)
     with StepRecorder(optimizer) as steps, HostSyncCounter() as syncs:
