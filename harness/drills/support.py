@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable
 
 import torch
+from torch import nn
 
 from harness.checks.core import fail
 
@@ -28,6 +30,16 @@ def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, *, atol: floa
         worst = (got.double() - want.double()).abs().max().item()
         fail("wrong-value", observed=f"{name} differs from the reference by up to {worst:.3g}",
              expected=f"agreement within atol={atol}, rtol={rtol}", cause=cause, where=where)
+
+
+def seeded_init(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
+    """Overwrite every parameter of `module` from a seeded generator: probe and judge build the same model."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            bound = scale / math.sqrt(parameter.shape[-1])
+            parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * bound)
+    return module
 
 
 def with_fixes(source: str, *fixes: tuple[str, ...]) -> str:

@@ -16,20 +16,10 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import HostSyncCounter
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice, no_harness_shortcut, with_fixes
+from harness.drills.support import multiple_choice, no_harness_shortcut, seeded_init, with_fixes
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
-def _seeded_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
-    """Overwrite every parameter of `module` from a seeded generator: probe and judge build the same model."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            bound = scale / math.sqrt(parameter.shape[-1])
-            parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * bound)
-    return module
-
-
 def _hooks(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
@@ -220,7 +210,7 @@ class _Boom(nn.Module):
 def _means_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Linear(8, 2))
     generator = torch.Generator().manual_seed(case.seeded(1))
-    return _seeded_(model, case.seeded(0)), torch.randn(10, 6, generator=generator)
+    return seeded_init(model, case.seeded(0)), torch.randn(10, 6, generator=generator)
 
 
 def _probe_relu_means(answer: dict, case: Case) -> dict:
@@ -331,7 +321,7 @@ _EXPLODE_LR = 0.1
 
 
 def _explode_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
-    model = _seeded_(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3)), case.seeded(0))
+    model = seeded_init(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3)), case.seeded(0))
     generator = torch.Generator().manual_seed(case.seeded(3))
     return model, [(torch.randn(16, 8, generator=generator), torch.randint(0, 3, (16,), generator=generator))
                    for _ in range(6)]
@@ -476,7 +466,7 @@ def _nan_inputs(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor]
     second = (first + 1 + int(torch.randint(0, len(_NAN_KINDS) - 1, (), generator=generator))) % len(_NAN_KINDS)
     inputs = []
     for index, kind in enumerate((_NAN_KINDS[first], _NAN_KINDS[second])):
-        model = _seeded_(_NanNet(kind), case.seeded(31 + index), scale=3.0)
+        model = seeded_init(_NanNet(kind), case.seeded(31 + index), scale=3.0)
         inputs.append((model, torch.randn(12, 4, generator=generator) * 2,
                        torch.randint(0, 3, (12,), generator=generator)))
     return inputs
@@ -622,7 +612,7 @@ class _Tower(nn.Module):
 
 
 def _tower_inputs(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
-    model = _seeded_(_Tower(), case.seeded(40))
+    model = seeded_init(_Tower(), case.seeded(40))
     generator = torch.Generator().manual_seed(case.seeded(41))
     x = torch.randn(6, 4, generator=generator)
     with_inf = x.clone()
@@ -757,7 +747,7 @@ add(
 def _dead_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
     model = nn.Sequential(nn.Sequential(nn.Linear(6, 16), nn.ReLU()), nn.Sequential(nn.Linear(16, 12), nn.ReLU()),
                           nn.Linear(12, 3))
-    _seeded_(model, case.seeded(50))
+    seeded_init(model, case.seeded(50))
     generator = torch.Generator().manual_seed(case.seeded(51))
     with torch.no_grad():  # a too-large learning rate pushed some biases far below zero: those units never fire
         for block in (model[0], model[1]):
@@ -867,7 +857,7 @@ def _script_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     x = torch.randn(n, 5, generator=generator) * 3 + 10
     x[:, 2] = 1.0  # a constant feature (a column of ones the export added): its standard deviation is 0
     y = (x[:, [0, 1, 3]] - 10).argmax(1)  # labels the features do predict
-    model = _seeded_(nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 3)), case.seeded(61))
+    model = seeded_init(nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 3)), case.seeded(61))
     return model, x, y
 
 
@@ -999,7 +989,7 @@ def _norms_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     for _ in range(5):
         layers += [nn.Linear(12, 12), nn.Sigmoid()]  # a deep sigmoid stack: the first layers' gradients vanish
     model = nn.Sequential(*layers, nn.Linear(12, 4))
-    _seeded_(model, case.seeded(70), scale=2.0)
+    seeded_init(model, case.seeded(70), scale=2.0)
     model[2].requires_grad_(False)  # a frozen layer: no gradient at all
     generator = torch.Generator().manual_seed(case.seeded(71))
     return model, torch.randn(16, 12, generator=generator), torch.randint(0, 4, (16,), generator=generator)
@@ -1151,7 +1141,7 @@ def _prior_inputs(case: Case) -> tuple[nn.Linear, torch.Tensor, int]:
     weights = torch.rand(classes, generator=generator) ** 3 + 0.02  # imbalanced: some classes are rare
     labels = torch.multinomial(weights / weights.sum(), 200, replacement=True, generator=generator)
     labels[:classes] = torch.arange(classes)  # every class appears at least once
-    return _seeded_(nn.Linear(8, classes), case.seeded(81)), labels, classes
+    return seeded_init(nn.Linear(8, classes), case.seeded(81)), labels, classes
 
 
 def _probe_prior(answer: dict, case: Case) -> dict:

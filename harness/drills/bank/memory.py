@@ -3,7 +3,6 @@ how they grow with the batch, activation checkpointing, and gradient accumulatio
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -15,21 +14,11 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import StepRecorder
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice, no_harness_shortcut, with_fixes
+from harness.drills.support import assert_close, multiple_choice, no_harness_shortcut, seeded_init, with_fixes
 from harness.memory import saved_for_backward, static_memory
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
-def _seeded_(module: nn.Module, seed: int) -> nn.Module:
-    """Overwrite every parameter of `module` from a seeded generator: probe and judge build the same model."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            bound = 1 / math.sqrt(parameter.shape[-1])
-            parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * bound)
-    return module
-
-
 def _close(got: list[Any], want: list[torch.Tensor]) -> bool:
     return all(isinstance(g, torch.Tensor) and g.shape == w.shape
                and torch.allclose(g.double(), w.double(), atol=1e-6, rtol=1e-4) for g, w in zip(got, want, strict=True))
@@ -201,10 +190,10 @@ class _Gated(nn.Module):
 
 
 def _activation_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
-    mlp = _seeded_(nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3)),
+    mlp = seeded_init(nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3)),
                    case.seeded(0))
-    deep = _seeded_(nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(4)]), case.seeded(1))
-    gated = _seeded_(nn.Sequential(nn.Linear(10, 32), _Gated(), nn.Linear(16, 3)), case.seeded(3))
+    deep = seeded_init(nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(4)]), case.seeded(1))
+    gated = seeded_init(nn.Sequential(nn.Linear(10, 32), _Gated(), nn.Linear(16, 3)), case.seeded(3))
     generator = torch.Generator().manual_seed(case.seeded(2))
     sizes = [int(v) for v in torch.randint(3, 17, (3,), generator=generator)]
     return [(mlp, torch.randn(sizes[0], 10, generator=generator)),
@@ -311,7 +300,7 @@ def activation_bytes(model, x):
 
 # ---------------------------------------------------------------------------------------------------- checkpointing
 def _checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
-    blocks = _seeded_(nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(3)), case.seeded(80))
+    blocks = seeded_init(nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(3)), case.seeded(80))
     generator = torch.Generator().manual_seed(case.seeded(81))
     return blocks, torch.randn(int(torch.randint(3, 9, (), generator=generator)), 8, generator=generator)
 
@@ -399,7 +388,7 @@ add(
 
 # ---------------------------------------------------------------------------------------------------- accumulation
 def _uneven_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
-    model = _seeded_(nn.Linear(3, 1), case.seeded(90))
+    model = seeded_init(nn.Linear(3, 1), case.seeded(90))
     generator = torch.Generator().manual_seed(case.seeded(91))
     micro = int(torch.randint(3, 5, (), generator=generator))
     n = int(torch.randint(9, 16, (), generator=generator))
@@ -568,7 +557,7 @@ _ACC_LR = 0.1
 
 
 def _acc_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], int]:
-    model = _seeded_(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), case.seeded(100))
+    model = seeded_init(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), case.seeded(100))
     generator = torch.Generator().manual_seed(case.seeded(101))
     accum = int(torch.randint(2, 5, (), generator=generator))
     groups = int(torch.randint(2, 4, (), generator=generator))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -14,20 +13,10 @@ from harness.checks.core import Case, fail
 from harness.checks.probes import HostSyncCounter, StepRecorder
 from harness.checks.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice, no_harness_shortcut
+from harness.drills.support import multiple_choice, no_harness_shortcut, seeded_init
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
-def _seeded_(module: nn.Module, seed: int) -> nn.Module:
-    """Overwrite every parameter of `module` from a seeded generator: probe and judge build the same model."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            bound = 1 / math.sqrt(parameter.shape[-1])
-            parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * bound)
-    return module
-
-
 def _number(value: Any) -> float | None:
     """A Python number or a one-element tensor as a float; None for anything else."""
     if isinstance(value, bool):
@@ -42,7 +31,7 @@ def _number(value: Any) -> float | None:
 # ------------------------------------------------------------------------------------------------ epoch metrics
 def _metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor, torch.Tensor]]]]:
     """A seeded Linear(6, 3) in eval mode and two epochs of batches of 8 whose last batch is shorter."""
-    model = _seeded_(nn.Linear(6, 3), case.seeded(0)).eval()
+    model = seeded_init(nn.Linear(6, 3), case.seeded(0)).eval()
     generator = torch.Generator().manual_seed(case.seeded(1))
     epochs = []
     for n_batches in (3, 12):
@@ -162,7 +151,7 @@ _LOG_LR = 0.2
 
 def _log_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], int]:
     """A seeded Linear(5, 3), 7 to 11 batches, and a window size that leaves a shorter last window."""
-    model = _seeded_(nn.Linear(5, 3), case.seeded(10))
+    model = seeded_init(nn.Linear(5, 3), case.seeded(10))
     generator = torch.Generator().manual_seed(case.seeded(11))
     log_every = int(torch.randint(3, 5, (), generator=generator))
     n_batches = int(torch.randint(7, 12, (), generator=generator))
