@@ -94,9 +94,11 @@ def test_explain_options_are_shuffled_per_attempt_and_debriefed(run):
     (run.home / "answers" / "tensors_broadcast_shape.py").write_text(f'answer = "{wrong}"\n')
     failed = run("check", drill.id)
     assert failed.returncode == 1 and "[wrong-choice]" in failed.stdout and "Why each option" in failed.stdout
-    assert f'answer = "{letter}"' in run("solution", drill.id).stdout
+    assert "The experiment that proves it" in failed.stdout and "<id>" not in failed.stdout
     (run.home / "answers" / "tensors_broadcast_shape.py").write_text(f'answer = "{letter}"\n')
     assert run("check", drill.id).returncode == 0
+    assert _record(run, drill.id)["box"] == 0  # the debrief showed the answer: this pass does not promote
+    assert f'answer = "{letter}"' in run("solution", drill.id).stdout
 
 
 def test_failed_drill_is_due_again_today_and_comes_first_in_daily(run):

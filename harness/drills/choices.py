@@ -8,7 +8,9 @@ them are shown after an attempt, with the experiment that proves the answer.
 from __future__ import annotations
 
 import ast
+import inspect
 import random
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -99,6 +101,6 @@ def debrief(choices: Choices, order: tuple[int, ...], experiment: Callable[[], N
         mark = "right" if index == choices.key else "wrong"
         lines.append(f"  ({letter}) {mark}: {option.why}")
     if experiment is not None:
-        lines.append(f"The experiment that proves it: {experiment.__module__}.{experiment.__name__} "
-                     "(run it with `harness drill experiment <id>`).")
+        lines.append("The experiment that proves it (run it with `harness drill experiment <id>`):")
+        lines.append(textwrap.indent(textwrap.dedent(inspect.getsource(experiment)).rstrip(), "    "))
     return "\n".join(lines)

@@ -156,9 +156,11 @@ def run_check(drill_id: str, path: Path) -> dict[str, Any]:
 def _report(drill_id: str, result: dict[str, Any], mock: int | None = None) -> None:
     """Record the attempt and print the verdict, what the answer printed, and an explain drill's debrief."""
     progress = Progress.load()
-    progress.record(drill_id, result["passed"], _today(), code=result["code"], mock=mock)
+    record = progress.record(drill_id, result["passed"], _today(), code=result["code"], mock=mock)
+    if result.get("debrief") and not result["passed"]:
+        record.revealed = True  # the debrief showed the right option: the next pass is graded as a revealed one
     progress.save()
-    print(("PASSED: " if result["passed"] else "NOT YET: ") + result["message"])
+    print(("PASSED: " if result["passed"] else "NOT YET: ") + result["message"].replace("<id>", drill_id))
     if result.get("output", "").strip():
         print(f"\nYour answer printed (never part of the verdict):\n{result['output'].rstrip()}")
     if result.get("debrief"):
