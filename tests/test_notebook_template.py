@@ -3,7 +3,8 @@
 - the title: `# Lesson NN — Name`;
 - each exercise: a heading `### Exercise k — title (`task-id`, P points)`, numbered from 1, whose points are
   the test cell's; its text says how to get a hint (`hint("task-id")`); its solution cell (`task-id-code`)
-  comes right before its test cell.
+  comes right before its test cell;
+- where the introduction sums up `**Graded exercises:** N (P points)`, N and P are the test cells' count and sum.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from harness.grading.layout import REPO_ROOT, discover_assignments
 
 EXERCISE = re.compile(r"^### Exercise (\d+) — (.+) \(`([^`]+)`, (\d+) points?\)$", re.MULTILINE)
+SUMMARY = re.compile(r"\*\*Graded exercises:\*\* (\d+) \((\d+) points\)")
 
 
 def template_problems(notebook: nbformat.NotebookNode, lesson: str) -> list[str]:
@@ -53,6 +55,12 @@ def template_problems(notebook: nbformat.NotebookNode, lesson: str) -> list[str]
             if f'hint("{task}")' not in text[heading.start():]:
                 problems.append(f'{task}: its text does not say how to get a hint (`hint("{task}")`)')
         text_since = []
+    summary = SUMMARY.search(cells[0].source) if cells else None
+    graded = [c.metadata["nbgrader"].get("points") or 0 for c in cells
+              if c.get("metadata", {}).get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")]
+    if summary and (int(summary.group(1)), int(summary.group(2))) != (len(graded), sum(graded)):
+        problems.append(f"the introduction says {summary.group(1)} graded exercises ({summary.group(2)} points), "
+                        f"the test cells are {len(graded)} ({sum(graded):g} points)")
     return problems
 
 
@@ -78,7 +86,7 @@ def test_the_template_check_reports_each_departure():
     ])
     assert template_problems(good, "42") == []
     bad = nbformat.v4.new_notebook(cells=[
-        md("# 42 · Toys"),
+        md("# 42 · Toys\n\n**Graded exercises:** 1 (3 points)"),
         md("### Exercise 2 — a toy (`42-toy`, 3 points)"),
         graded("42-toy", True, 0), code("print('a demo between')"), graded("42-toy", False, 2),
     ])
@@ -88,4 +96,5 @@ def test_the_template_check_reports_each_departure():
         "42-toy: numbered 2, but it is exercise 1",
         "42-toy: the heading says 3 points, the test cell 2",
         '42-toy: its text does not say how to get a hint (`hint("42-toy")`)',
+        "the introduction says 1 graded exercises (3 points), the test cells are 1 (2 points)",
     ]
