@@ -28,14 +28,18 @@ from typing import Any
 
 import nbformat
 
-from harness.checks.core import Case
+from harness.contract.case import Case
 from harness.grading import sandbox
 from harness.grading.decoy import Decoy
 from harness.grading.execute import error_output
+from harness.grading.feedback import polish_feedback
 from harness.grading.jobs import GradeJob, GradeResult
-from harness.grading.layout import REPO_ROOT, course_config, put_environment_tools_on_path
+from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
 from harness.judge.verdict import Verdict, judge_task
+
+# The folder of the output where each student's observations are kept (`observations`), for regrades.
+OBSERVATIONS = "observations"
 
 
 def _config(course: Path, job: GradeJob, report: Path, nonce: str, deadline: float) -> Any:
@@ -112,16 +116,42 @@ def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
     return reasons
 
 
-def _verdicts(execution: dict[str, Any], job: GradeJob, nonce: str) -> dict[str, Verdict]:
-    """The judge's verdict on every graded task, from what the probe cells displayed."""
+def observations(execution: dict[str, Any], job: GradeJob, nonce: str) -> dict[str, Any]:
+    """What the judge decides from, as data: the run's nonce, and per task its cases and what its probe cell
+    displayed. Kept beside the grades (`OBSERVATIONS`), so a regrade re-runs judges without running a kernel."""
     probes = execution.get("probes", {})
+    return {"nonce": nonce, "tasks": {
+        task: {"cases": fields, **probes.get(task, {"bundles": [], "error": "the probe cell was not run"})}
+        for task, fields in job.cases.items()}}
+
+
+def judge_observed(task: str, observed: dict[str, Any], nonce: str) -> Verdict:
+    """The judge's verdict on one task from its stored observation (`observations`)."""
+    cases = [Case(hidden=bool(f["hidden"]), seed=int(f["seed"])) for f in observed["cases"]]
+    return judge_task(task, cases, observed["bundles"], nonce, observed["error"])
+
+
+def _verdicts(observed: dict[str, Any]) -> dict[str, Verdict]:
+    """The judge's verdict on every graded task, from what the probe cells displayed."""
     verdicts = {}
-    for task, fields in job.cases.items():
-        cases = [Case(hidden=bool(f["hidden"]), seed=int(f["seed"])) for f in fields]
-        probe = probes.get(task, {"bundles": [], "error": "the probe cell was not run"})
-        verdicts[task] = judge_task(task, cases, probe["bundles"], nonce, probe["error"])
+    for task, seen in observed["tasks"].items():
+        verdicts[task] = judge_observed(task, seen, observed["nonce"])
         print(f"[judge] {task}: {'passed' if verdicts[task].passed else verdicts[task].code}\n{verdicts[task].detail}")
     return verdicts
+
+
+def untouched_tasks(restored: nbformat.NotebookNode, release: nbformat.NotebookNode) -> list[str]:
+    """The tasks whose solution cell (`<task>-code`) is exactly as released: not attempted."""
+    def solutions(notebook: nbformat.NotebookNode) -> dict[str, str]:
+        found = {}
+        for cell in notebook.cells:
+            nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+            if nbgrader.get("solution") and str(nbgrader.get("grade_id", "")).endswith("-code"):
+                found[nbgrader["grade_id"].removesuffix("-code")] = cell.source.strip()
+        return found
+
+    theirs = solutions(restored)
+    return [task for task, source in solutions(release).items() if theirs.get(task) == source]
 
 
 def _record_verdicts(course: Path, job: GradeJob, verdicts: dict[str, Verdict]) -> None:
@@ -176,7 +206,9 @@ def grade(job: GradeJob) -> GradeResult:
         except ValueError as error:
             return GradeResult(job.student, job.assignment, "invalid", reasons=[str(error), *job.notes],
                                seconds=time.perf_counter() - started)
-        restored, repairs = restore_cells(submitted, nbformat.read(release_dir / notebook_name, as_version=4))
+        release = nbformat.read(release_dir / notebook_name, as_version=4)
+        restored, repairs = restore_cells(submitted, release)
+        untouched = [task for task in untouched_tasks(restored, release) if task in job.cases]
         target = course / "submitted" / job.student / job.assignment / notebook_name
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)
@@ -202,25 +234,33 @@ def grade(job: GradeJob) -> GradeResult:
                                reasons=[f"nbgrader autograde failed: {outcome['error'][-400:]}"],
                                seconds=time.perf_counter() - started)
         execution = json.loads(report.read_text()) if report.exists() else {}
-        verdicts = _verdicts(execution, job, nonce)
+        observed = observations(execution, job, nonce)
+        verdicts = _verdicts(observed)
         _record_verdicts(course, job, verdicts)
         feedback = api.generate_feedback(job.assignment, job.student, force=True)
         reasons = repairs + _reasons(execution, nonce) + job.notes
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
+        if job.cases and len(untouched) == len(job.cases):
+            reasons.append("not attempted: every solution cell is as released (a blank notebook)")
         if looked:
             reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's "
                            "solutions would be")
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
+        titles = exercise_titles(release)
+        for page in (course / "feedback" / job.student / job.assignment).glob("*.html"):
+            page.write_text(polish_feedback(page.read_text(encoding="utf-8"), titles), encoding="utf-8")
         failures = {task: v.code for task, v in verdicts.items() if not v.passed}
         scores = _scores(course, job)
         out = Path(job.out)
+        (out / OBSERVATIONS).mkdir(parents=True, exist_ok=True)
+        (out / OBSERVATIONS / f"{job.student}.json").write_text(json.dumps(observed), encoding="utf-8")
         for kind in ("autograded", "feedback"):
             source = course / kind / job.student / job.assignment
             if source.exists():
                 shutil.copytree(source, out / kind / job.student / job.assignment, dirs_exist_ok=True)
     return GradeResult(job.student, job.assignment, "flagged" if reasons else "ok", scores, failures, reasons,
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, untouched)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.data.vision import data_root
 from harness.grading import sandbox
-from harness.grading.jobs import GradeJob, GradeResult
+from harness.grading.jobs import GradeJob, GradeResult, write_atomically
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.submissions import Submission
@@ -41,6 +41,7 @@ from harness.judge.cases import draw_cases
 from harness.launch import end_process_tree
 
 COURSE_ID = "pytorch-training-lab"
+RESULTS = "results"  # the folder of each student's `GradeResult` record in an output (a batch's or a shard's)
 # nbgrader's API keeps process-wide state (logging, configuration): batches graded from several threads
 # (harness course) take turns for it; their worker processes still run in parallel.
 _NBGRADER_IN_PROCESS = threading.Lock()
@@ -91,9 +92,10 @@ def run_job(job: GradeJob, workdir: Path, limit_seconds: int) -> GradeResult:
             worker.wait()
     seconds = time.perf_counter() - started
     if result_file.is_file():
-        return GradeResult.from_json(result_file.read_text(encoding="utf-8"))
+        return replace(GradeResult.from_json(result_file.read_text(encoding="utf-8")), lms=job.lms)
     return GradeResult(name, job.assignment, "error", reasons=[worker_failure(worker.returncode, stopped, seconds,
-                                                                               log_path)], seconds=seconds)
+                                                                               log_path)], seconds=seconds,
+                       lms=job.lms)
 
 
 def worker_failure(returncode: int, stopped: bool, seconds: float, log_path: Path) -> str:
@@ -119,7 +121,7 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
                      problem=s.problem, notes=list(s.notes), template=str(template), out=str(out),
                      timeout=limits.cell_timeout, submission_seconds=limits.submission_seconds,
                      memory_mb=limits.memory_mb, threads=threads, max_output_bytes=limits.max_output_bytes,
-                     sandboxed=sandboxed, data_dir=data,
+                     sandboxed=sandboxed, data_dir=data, lms=s.lms.to_dict() if s.lms else {},
                      cases={task: [{"hidden": c.hidden, "seed": c.seed}
                                    for c in draw_cases(secret, assignment, s.student, task)]
                             for task in tasks})
@@ -252,17 +254,22 @@ def absolute(submissions: list[Submission]) -> list[Submission]:
 
 def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, workers: int = 2,
                 limits: Limits = Limits(), secret: bytes | None = None, sandboxed: bool = True,
-                repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+                repo_root: Path = REPO_ROOT, progress: Callable[[int], Callable[[GradeResult], None]] | None = None
+                ) -> list[dict[str, Any]]:
     """Grade `submissions` of `assignment` over `workers` processes; results in submission order.
 
     Writes `out`/gradebook.db, `out`/feedback/<student>/<assignment>/ (hidden tests stripped),
-    `out`/autograded/ (the instructor's view) and `out`/logs/. Each result is a `GradeResult` as a dict
-    (`GradeResult.to_dict`), the form `summary.write_summary` and `merge_into_gradebook` read.
+    `out`/autograded/ (the instructor's view), `out`/logs/, `out`/results/<student>.json (each `GradeResult`,
+    as soon as it is graded) and `out`/observations/ (what the judge decided from, for `regrade`). Each
+    result is a `GradeResult` as a dict (`GradeResult.to_dict`), the form `summary.write_summary` and
+    `merge_into_gradebook` read.
 
     Args:
         secret: the instructor's grading secret (default: `harness.judge.secret.load_or_create()`).
         sandboxed: run each kernel in the sandbox (`harness.grading.sandbox`); False only on the instructor's
             explicit `--no-sandbox`.
+        progress: given the number of submissions, returns what to call with each result as it ends
+            (`progress.Progress`: a line per submission with the time left).
 
     Raises:
         SandboxUnavailable: `sandboxed` and the sandbox cannot be made here (the message says what to install).
@@ -274,10 +281,17 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         secret, where = load_or_create()
         print(where)
     out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    (out / RESULTS).mkdir(parents=True, exist_ok=True)
+    report = progress(len(submissions)) if progress else None
+
+    def record(result: GradeResult) -> None:
+        write_atomically(out / RESULTS / f"{result.student}.json", result.to_json())
+        if report is not None:
+            report(result)
+
     with course_template(assignment, repo_root) as (template, workdir):
         jobs = make_jobs(absolute(submissions), assignment, template, out, secret, limits, workers, sandboxed)
-        results = [r.to_dict() for r in grade_jobs(jobs, workdir, workers, limits.submission_seconds)]
+        results = [r.to_dict() for r in grade_jobs(jobs, workdir, workers, limits.submission_seconds, record)]
         with _NBGRADER_IN_PROCESS:
             note = merge_into_gradebook(out / "gradebook.db", template, results)
         if note:

@@ -1,13 +1,18 @@
 """`harness grade`: autograde a folder or LMS zip of submissions in parallel; grades CSV and class summary.
 
+Each assignment grades into its own folder (`build/grades/<assignment>` by default); a folder holding
+another assignment's grading is refused unless `--force`. Progress is a line per finished submission with
+the time left (`progress`); the end says where everything is: grades, the mistake report, the LMS files
+(`lms`: Canvas and Moodle imports, feedback archives; `--roster` to match students against a class list).
 `--shard i/N` grades one slice of the class into its own folder (`shards`); `harness grade merge OUT...`
 joins shard folders into one grading (`merge`); `--dask ADDRESS` (or `local:N`) grades on a Dask cluster
-(`cluster`), alone or with `--shard`.
+(`cluster`), alone or with `--shard`; `--regrade OUT` re-judges the tasks whose check changed (`regrade`).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import tempfile
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -25,13 +30,25 @@ DEFAULT_OUT = Path("build/grades")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `harness grade`."""
-    parser.add_argument("submissions", nargs="+", metavar="SUBMISSIONS",
+    parser.add_argument("submissions", nargs="*", metavar="SUBMISSIONS",
                         help="folder with one folder per student, or flat <student>_*.ipynb files, or an LMS .zip; "
                         "or `merge OUT_0 OUT_1 ...` to join shard folders into --out")
     parser.add_argument("--assignment", help="assignment to grade, e.g. 04_training_loop (required to grade)")
     parser.add_argument("--workers", type=int, default=2, help="parallel grading processes (default 2)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default build/grades; with --shard i/N, build/grades/shard-i-of-N)")
+                        help="output folder (default build/grades/ASSIGNMENT; with --shard i/N, "
+                        "build/grades/ASSIGNMENT/shard-i-of-N); one assignment per folder")
+    parser.add_argument("--force", action="store_true",
+                        help="grade into --out even if it holds another assignment's grading (replacing its files)")
+    parser.add_argument("--roster", type=Path, default=None,
+                        help="class list CSV to match students against (a Canvas gradebook export, a Moodle grading "
+                        "worksheet, or columns name and id); default: the ids in the LMS's file names")
+    parser.add_argument("--lms-title", default="", help="the assignment's name in the LMS (default: ASSIGNMENT)")
+    parser.add_argument("--canvas-assignment-id", default="",
+                        help="Canvas's id of the assignment: the gradebook column becomes 'TITLE (ID)'")
+    parser.add_argument("--regrade", type=Path, default=None, metavar="OUT",
+                        help="re-judge, in the grading at OUT, only the tasks whose check changed since (from the "
+                        "stored observations: no notebook runs) and report every student whose result moved")
     parser.add_argument("--shard", default=None, metavar="i/N",
                         help="grade only slice i (0 to N-1) of the class into --out, skipping students already "
                         "graded there; join the N folders with `harness grade merge`")
@@ -53,10 +70,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Grade (a whole class or one shard) or merge shard folders; print where everything is."""
-    if args.submissions[0] == "merge":
-        return run_merge([Path(folder) for folder in args.submissions[1:]], args.out or DEFAULT_OUT)
+    """Grade (a whole class or one shard), merge shard folders or regrade; print where everything is."""
+    if args.regrade is not None:
+        return run_regrade(args)
+    if args.submissions and args.submissions[0] == "merge":
+        folders = [Path(folder) for folder in args.submissions[1:]]
+        return run_merge(folders, args.out, args)
     return run_grade(args)
+
+
+def refuse_other_assignment(out: Path, assignment: str, force: bool) -> str | None:
+    """Why grading `assignment` into `out` would overwrite another assignment's results (None: it would not)."""
+    from harness.grading.regrade import read_record
+
+    record = read_record(out)
+    held = record["assignment"] if record else None
+    if held is None and (out / "grades.csv").is_file():
+        with (out / "grades.csv").open(encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        held = rows[0]["assignment"] if rows else None
+    if held is None or held == assignment or force:
+        return None
+    return (f"{out} holds the grading of {held}: grade {assignment} into its own folder (the default is "
+            f"{DEFAULT_OUT / assignment}), or add --force to replace it")
 
 
 def run_grade(args: argparse.Namespace) -> int:
@@ -68,6 +104,9 @@ def run_grade(args: argparse.Namespace) -> int:
     from harness.judge.secret import load_or_create
 
     try:  # bad input: the message alone, before anything is created
+        if not args.submissions:
+            raise ValueError("give the folder or .zip of submissions, e.g. harness grade submissions/ --assignment "
+                             "04_training_loop")
         if len(args.submissions) != 1:
             raise ValueError(f"one folder or .zip of submissions, got {len(args.submissions)}: "
                              f"{' '.join(args.submissions)} (to join shard folders: harness grade merge OUT...)")
@@ -81,10 +120,14 @@ def run_grade(args: argparse.Namespace) -> int:
             raise ValueError(f"--workers {args.workers}: use 1 or more grading processes")
         shard = parse_shard(args.shard) if args.shard else None
         dask_check(args.dask)
+        if args.roster is not None and not args.roster.is_file():
+            raise ValueError(f"--roster {args.roster} does not exist: give the class list as a CSV")
+        out = args.out or (DEFAULT_OUT / assignment / (f"shard-{shard[0]}-of-{shard[1]}" if shard else ""))
+        if refusal := refuse_other_assignment(out, assignment, args.force):
+            raise ValueError(refusal)
     except ValueError as error:
         print(f"cannot grade: {error}")
         return 2
-    out = args.out or (DEFAULT_OUT / f"shard-{shard[0]}-of-{shard[1]}" if shard else DEFAULT_OUT)
     if args.no_sandbox:
         print("WARNING: grading without the sandbox (--no-sandbox): each submission's kernel runs as you, with your "
               "files and network; the judge still decides every point.")
@@ -137,13 +180,14 @@ def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: 
            shard: tuple[int, int] | None, secret: bytes, limits: Limits, started: float) -> int:
     """Grade the whole class or one shard of it, print the results and where everything is."""
     from harness.grading.batch import grade_batch
+    from harness.grading.progress import Progress
     from harness.grading.shards import grade_shard
-    from harness.grading.summary import write_summary
 
+    print(f"grading {len(submissions)} submissions of {assignment} into {out}: a line as each one ends")
     if shard:
         try:
             graded, skipped = grade_shard(submissions, assignment, out, shard, secret=secret, limits=limits,
-                                          workers=args.workers, sandboxed=not args.no_sandbox)
+                                          workers=args.workers, sandboxed=not args.no_sandbox, progress=Progress)
         except ValueError as error:  # the folder holds another grading's shard (ShardMismatch, ContractError)
             print(f"cannot grade: {error}")
             return 2
@@ -154,20 +198,51 @@ def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: 
               f"harness grade merge OUT_0 ... OUT_{shard[1] - 1} --out {DEFAULT_OUT}")
         return 0
     results = grade_batch(submissions, assignment, out, workers=args.workers, limits=limits, secret=secret,
-                          sandboxed=not args.no_sandbox)
-    paths = write_summary(results, out, assignment)
+                          sandboxed=not args.no_sandbox, progress=Progress)
     _print_results(results)
     print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s "
           f"{f'on Dask ({args.dask})' if args.dask else f'with {args.workers} workers'}.")
+    return publish(results, out.resolve(), assignment, args)
+
+
+def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: argparse.Namespace) -> int:
+    """Write the summary, mistake report, grading record and LMS files of `results` into `out`; print where
+    they are and how the students matched the roster. 2 when the roster cannot be read, else 0."""
+    from harness.grading.lms import Gradebooks, match_roster, read_roster, write_feedback_archives, write_gradebooks
+    from harness.grading.regrade import write_record
+    from harness.grading.summary import max_points, task_ids, write_summary
+
+    try:
+        roster = read_roster(args.roster) if args.roster else None
+    except (OSError, ValueError) as error:
+        print(f"cannot read the roster: {error}")
+        return 2
+    paths = write_summary(results, out, assignment)
+    write_record(out, assignment, task_ids(results))
+    matching = match_roster(results, roster)
+    if roster is not None:
+        print("\n".join(matching.report()))
+    names = Gradebooks(assignment, args.lms_title, args.canvas_assignment_id)
+    lms_paths = write_gradebooks(results, out, matching, names, sum(max_points(results).values()))
+    archives = write_feedback_archives(results, out, assignment)
     _print_paths(paths, out)
+    print(f"{'to upload':>18}: {lms_paths['canvas']} (Canvas: Grades > Import), {lms_paths['moodle']} (Moodle: "
+          f"Upload grading worksheet), {lms_paths['generic']} (any other)")
+    for archive in archives:
+        print(f"{'feedback to upload':>18}: {archive}")
     return 0
 
 
-def run_merge(folders: list[Path], out: Path) -> int:
+def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -> int:
     """Join shard folders into `out`; 1 when students are missing, 2 when the shards cannot be merged."""
     from harness.grading.merge import merge_shards
+    from harness.grading.shards import read_manifest
 
     try:
+        assignment = read_manifest(folders[0]).assignment if folders else ""
+        out = out or DEFAULT_OUT / assignment
+        if refusal := refuse_other_assignment(out, assignment, args.force):
+            raise ValueError(refusal)
         merged = merge_shards(folders, out)
     except (OSError, ValueError) as error:  # not a shard folder, another grading or version, two results
         print(f"cannot merge: {error}")
@@ -177,8 +252,8 @@ def run_merge(folders: list[Path], out: Path) -> int:
     print(f"\n{len(results)} students of {merged.manifest.assignment} merged from {len(folders)} shard folders.")
     if merged.duplicates:
         print(f"graded in two shards with the same result, merged once: {', '.join(merged.duplicates)}")
-    _print_paths({name: out / name for name in ("grades.csv", "pass_rates.csv", "distribution.png", "summary.md")},
-                 out)
+    if status := publish(results, out.resolve(), assignment, args):
+        return status
     if merged.missing:
         print(f"\nMISSING: {sum(map(len, merged.missing.values()))} students have no result yet:")
         for shard, students in merged.missing.items():
@@ -186,6 +261,35 @@ def run_merge(folders: list[Path], out: Path) -> int:
         print("Run (or re-run) those shards, then merge again.")
         return 1
     return 0
+
+
+def run_regrade(args: argparse.Namespace) -> int:
+    """Re-judge the tasks whose check changed in the grading at `args.regrade`; report who moved."""
+    from harness.grading.batch import course_template, merge_into_gradebook
+    from harness.grading.regrade import regrade
+
+    out = args.regrade.resolve()
+    try:
+        regraded = regrade(out)
+    except (OSError, ValueError) as error:
+        print(f"cannot regrade: {error}")
+        return 2
+    if not regraded.rejudged:
+        print(f"no check of {regraded.assignment} changed since {out} was graded: nothing to regrade")
+        return 0
+    print(f"re-judged {', '.join(regraded.rejudged)} for {len(regraded.results)} students from the stored "
+          "observations (no notebook ran)")
+    if regraded.no_observations:
+        print(f"no stored observations (graded before they were kept), left as they were: "
+              f"{', '.join(regraded.no_observations)}")
+    results = [r.to_dict() for r in regraded.results]
+    if regraded.changes:
+        with course_template(regraded.assignment) as (template, _):
+            merge_into_gradebook(out / "gradebook.db", template, results)
+    print(f"{len(regraded.changes)} students' results changed:" if regraded.changes else "no student's result changed")
+    for change in regraded.changes:
+        print(f"  {change.line()}")
+    return publish(results, out, regraded.assignment, args)
 
 
 def _print_results(results: list[dict[str, Any]]) -> None:

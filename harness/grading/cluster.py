@@ -4,7 +4,8 @@ Each submission's `GradeJob` becomes one Dask task, keyed by its student, that r
 (the autograde worker process, its sandbox and limits) on the Dask worker's machine, over a folder every
 worker sees at the same path; the task answers with the `GradeResult` as JSON text, never a pickle of
 anything the sandbox wrote. A task whose Dask worker is lost is run again on another (`client.map(...,
-retries=2)`); the parent still merges every result into the gradebook alone. Needs the optional extra
+retries=2)`); the parent still merges every result into the gradebook alone, and reports progress as for
+the local pool (`progress`). Needs the optional extra
 `cluster` (`pip install .[cluster]`): this module is imported only when `--dask` is given.
 """
 
@@ -20,6 +21,7 @@ from distributed import Client, LocalCluster, as_completed
 
 from harness.grading.batch import jobs_run_by, run_job
 from harness.grading.jobs import GradeJob, GradeResult
+from harness.grading.progress import progress_line
 
 LOCAL = "local:"
 
@@ -53,18 +55,12 @@ def grade_task(job_json: str, limit_seconds: int) -> str:
         return run_job(job, Path(attempt), limit_seconds).to_json()
 
 
-def progress_line(done: int, total: int, result: GradeResult) -> str:
-    """`graded 3/10: alice ok 14.0/14`."""
-    points = sum(score for score, _ in result.scores.values())
-    maximum = sum(top for _, top in result.scores.values())
-    return f"graded {done}/{total}: {result.student} {result.status} {points:.1f}/{maximum:g}"
-
-
 class DaskRunner:
     """A `batch.JobRunner` that sends each job to a Dask cluster as one task keyed by its student."""
 
-    def __init__(self, client: Client, report: Callable[[str], None] = print, retries: int = 2) -> None:
-        """Run jobs through `client`; `report` gets a progress line per finished submission."""
+    def __init__(self, client: Client, report: Callable[[str], None] | None = None, retries: int = 2) -> None:
+        """Run jobs through `client`; `report`, if given, gets a `progress_line` per finished submission (the
+        batch's own `on_result`, `progress.Progress`, reports them with the time left in any case)."""
         self.client, self.report, self.retries = client, report, retries
 
     def __call__(self, jobs: list[GradeJob], workdir: Path, limit_seconds: int,
@@ -92,7 +88,8 @@ class DaskRunner:
             results[job.student] = result
             if on_result is not None:
                 on_result(result)
-            self.report(progress_line(done, len(jobs), result))
+            if self.report is not None:
+                self.report(progress_line(done, len(jobs), result))
         return [results[job.student] for job in jobs]
 
 

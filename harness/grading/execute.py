@@ -33,7 +33,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Float, Integer, Unicode
 
-from harness.checks.core import OBSERVATION_MIME
+from harness.contract.protocol import OBSERVATION_MIME
 from harness.grading import tamper
 
 GUARD_KEY = "harness_guard"
@@ -226,8 +226,8 @@ def check_arguments(test_source: str) -> str:
 
 def probe_source(task: str, arguments: str, cases: list[dict[str, Any]], nonce: str) -> str:
     """The code of the probe cell the grader runs after `task`'s test cell."""
-    return (f"import harness.checks.core\n"
-            f"harness.checks.core.emit({task!r}, lambda: [{arguments}], {cases!r}, {nonce!r})")
+    return (f"import harness.contract.protocol\n"
+            f"harness.contract.protocol.emit({task!r}, lambda: [{arguments}], {cases!r}, {nonce!r})")
 
 
 class InjectGuard(NbGraderPreprocessor):

@@ -5,6 +5,8 @@ test cell, with their printed results and tracebacks (IPython's tracebacks quote
 failing one). `StripHiddenTests` runs first in GenerateFeedback: each test cell gets its release source
 back, lines printed by hidden checks go, and an error raised by a hidden check becomes a short message
 that names the failure code without the hidden inputs; a visible failure keeps its teaching message.
+`polish_feedback` then makes the HTML read well: long messages wrap inside their box, and the index names
+each test cell by its exercise and task id instead of "Test cell" five times.
 """
 
 from __future__ import annotations
@@ -19,6 +21,20 @@ from harness.grading.execute import error_output
 
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
 FAILURE_CODE = re.compile(r"failed \[([a-z0-9-]+)\]")
+INDEX_ENTRY = re.compile(r'<a href="#([^"]+)">Test cell</a>')
+WRAP_CSS = ("<style>/* harness: messages wrap inside their box */ pre, .output_text pre, .output_error pre "
+            "{ white-space: pre-wrap; overflow-wrap: anywhere; word-break: normal; }</style>")
+
+
+def polish_feedback(html: str, titles: dict[str, str]) -> str:
+    """nbgrader's feedback HTML with wrapping messages and each index entry named by exercise and task id."""
+    def entry(match: re.Match[str]) -> str:
+        task = match.group(1)
+        name = f"{titles[task]} (<code>{task}</code>)" if task in titles else f"Test cell <code>{task}</code>"
+        return f'<a href="#{task}">{name}</a>'
+
+    html = INDEX_ENTRY.sub(entry, html)
+    return html.replace("</head>", WRAP_CSS + "\n</head>", 1) if WRAP_CSS not in html else html
 
 
 def without_hidden_tests(source: str) -> str:

@@ -11,7 +11,10 @@ record of another contract version is refused with a message saying which versio
 from __future__ import annotations
 
 import json
+import os
+import threading
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 CONTRACT_VERSION = 1
@@ -21,6 +24,13 @@ Record = TypeVar("Record")
 
 class ContractError(ValueError):
     """A job or result record that this harness cannot read: another version, or missing or unknown fields."""
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed over it: readers see all of it or nothing."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def record_to_json(record: Any) -> str:
@@ -72,6 +82,7 @@ class GradeJob:
     data_dir: str
     cases: dict[str, list[dict[str, Any]]]  # task -> [{"hidden": bool, "seed": int}]
     scratch: str = ""  # a folder for the worker's private course copy (the batch removes it)
+    lms: dict[str, Any] = field(default_factory=dict)  # who the LMS says submitted it (`submissions.LmsIdentity`)
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:
@@ -95,6 +106,8 @@ class GradeResult:
     failures: dict[str, str] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    untouched: list[str] = field(default_factory=list)  # tasks whose solution cell is as released: not attempted
+    lms: dict[str, Any] = field(default_factory=dict)  # the job's LMS identity, copied back for the gradebooks
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:

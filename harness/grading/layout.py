@@ -1,4 +1,8 @@
-"""Where the course's assignments live, and nbgrader's configuration for a course directory anywhere."""
+"""Where the course's assignments live, and nbgrader's configuration for a course directory anywhere.
+
+Imports only the standard library at load time (traitlets and nbformat where used): `harness release
+--student` copies files with any Python 3.11, before the course environment exists.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,16 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from traitlets.config import Config
-from traitlets.config.loader import PyFileConfigLoader
+if TYPE_CHECKING:
+    from traitlets.config import Config
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT_PATTERN = re.compile(r"^\d\d_[a-z0-9_]+$")
+# "### Exercise 2 — how big is this model? (`00-count-params`, 2 points)" (CONTRIBUTING.md, "A lesson")
+EXERCISE_HEADING = re.compile(r"^#+\s*(Exercise\s+\d+)\s*[\u2014-]+\s*(.+?)\s*\(`([^`]+)`", re.M)
 
 
 def discover_assignments(root: Path = REPO_ROOT) -> list[str]:
@@ -48,6 +56,26 @@ def graded_tasks(assignment_dir: Path) -> list[str]:
     return tasks
 
 
+def exercise_titles(notebook: Any) -> dict[str, str]:
+    """Task id -> "Exercise k — title", from the exercise headings of a lesson notebook (an nbformat node)."""
+    titles = {}
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            for number, title, task in EXERCISE_HEADING.findall(cell.source):
+                titles[task] = f"{number} \u2014 {title}"
+    return titles
+
+
+def assignment_titles(assignment: str, root: Path = REPO_ROOT) -> dict[str, str]:
+    """Task id -> "Exercise k — title" of an assignment, from its released notebook (empty if there is none)."""
+    import nbformat
+
+    titles: dict[str, str] = {}
+    for path in sorted((root / "notebooks" / assignment).glob("*.ipynb")):
+        titles.update(exercise_titles(nbformat.read(path, as_version=4)))
+    return titles
+
+
 def course_config(course_root: Path, repo_root: Path = REPO_ROOT, **sections: dict) -> Config:
     """nbgrader configuration for a course directory at `course_root`.
 
@@ -55,6 +83,8 @@ def course_config(course_root: Path, repo_root: Path = REPO_ROOT, **sections: di
     course directory grades like the instructor's; its root and private gradebook are moved to
     `course_root`. `sections` overrides or adds config sections, e.g. `Execute={"timeout": 5}`.
     """
+    from traitlets.config.loader import PyFileConfigLoader
+
     config = PyFileConfigLoader("nbgrader_config.py", path=str(repo_root)).load_config()
     config.CourseDirectory.root = str(course_root)
     config.CourseDirectory.db_url = f"sqlite:///{course_root / 'gradebook.db'}"

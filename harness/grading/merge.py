@@ -5,7 +5,7 @@ and class; a difference is refused, naming it and the folders). A student found 
 same result is merged once, with different results refused; students of the class with no result (a shard
 not merged, or not finished) are reported by shard. The merged results are written as a whole batch
 writes them: `gradebook.db` (through `batch.merge_into_gradebook`), `grades.csv` and the class summary
-(`summary`), and the `feedback/`, `autograded/` and `logs/` trees.
+(`summary`), `results/`, and the `feedback/`, `autograded/`, `logs/` and `observations/` trees.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.grading.batch import course_template, merge_into_gradebook
-from harness.grading.jobs import GradeResult
+from harness.grading.batch import RESULTS, course_template, merge_into_gradebook
+from harness.grading.jobs import GradeResult, write_atomically
 from harness.grading.layout import REPO_ROOT
 from harness.grading.shards import ShardManifest, ShardMismatch, read_manifest, read_results, shard_of
 from harness.grading.summary import write_summary
 
-TREES = ("feedback", "autograded", "logs")
+TREES = ("feedback", "autograded", "logs", "observations")
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,9 @@ def merge_shards(folders: list[Path], out: Path, repo_root: Path = REPO_ROOT) ->
         for tree in TREES:
             if (folder / tree).is_dir():
                 shutil.copytree(folder / tree, out / tree, dirs_exist_ok=True)
+    (out / RESULTS).mkdir(exist_ok=True)
+    for result in merged.results:
+        write_atomically(out / RESULTS / f"{result.student}.json", result.to_json())
     results = [r.to_dict() for r in merged.results]
     with course_template(merged.manifest.assignment, repo_root) as (template, _):
         note = merge_into_gradebook(out / "gradebook.db", template, results)

@@ -17,18 +17,16 @@ holds:
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.grading.batch import Limits, absolute, check_batch, course_template, grade_jobs, make_jobs
-from harness.grading.jobs import CONTRACT_VERSION, GradeResult, record_from_json, record_to_json
+from harness.grading.batch import RESULTS, Limits, absolute, check_batch, course_template, grade_jobs, make_jobs
+from harness.grading.jobs import CONTRACT_VERSION, GradeResult, record_from_json, record_to_json, write_atomically
 from harness.grading.layout import REPO_ROOT
 from harness.grading.submissions import Submission
 
 MANIFEST = "shard.json"
-RESULTS = "results"
 # the code that decides a grade besides the assignment's source: a change in any of it changes the version
 GRADING_CODE = ("harness/grading", "harness/judge", "harness/checks")
 
@@ -112,13 +110,6 @@ def secret_fingerprint(secret: bytes) -> str:
     return hashlib.sha256(b"harness grading secret fingerprint\0" + secret).hexdigest()[:16]
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file renamed over it: readers see all of it or nothing."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def read_manifest(folder: Path) -> ShardManifest:
     """The manifest of the shard folder `folder`.
 
@@ -140,11 +131,13 @@ def read_results(folder: Path) -> dict[str, GradeResult]:
 
 def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard: tuple[int, int], *,
                 secret: bytes, limits: Limits, workers: int = 2, sandboxed: bool = True,
-                repo_root: Path = REPO_ROOT) -> tuple[list[GradeResult], list[str]]:
+                repo_root: Path = REPO_ROOT, progress: Callable[[int], Callable[[GradeResult], None]] | None = None
+                ) -> tuple[list[GradeResult], list[str]]:
     """Grade the slice `shard` = (i, N) of `submissions` into the shard folder `out`, skipping finished students.
 
     Returns the results graded now (in slice order) and the students skipped because `out` already had
-    their result.
+    their result. `progress`, given the number to grade, returns what to call with each result as it ends
+    (`progress.Progress`).
 
     Raises:
         ShardMismatch: `out` holds a shard of another grading or slice (the message names what differs).
@@ -171,8 +164,12 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     if not todo:
         return [], [s.student for s in mine]
 
+    report = progress(len(todo)) if progress else None
+
     def record(result: GradeResult) -> None:
         write_atomically(out / RESULTS / f"{result.student}.json", result.to_json())
+        if report is not None:
+            report(result)
 
     with course_template(assignment, repo_root) as (template, workdir):
         jobs = make_jobs(absolute(todo), assignment, template, out, secret, limits, workers, sandboxed)

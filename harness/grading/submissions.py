@@ -6,6 +6,12 @@ Accepted layouts (document them to students as "submit the notebook file, unrena
 - flat files `<student>_<anything>.ipynb`, as Canvas (`doejane_1234_5678_04_training_loop.ipynb`) and
   Moodle's "download all" export them, in a folder or a `.zip` (extracted safely: no path escapes).
 
+What the LMS's naming says about the student is kept (`LmsIdentity`, `lms_identity`), so grades and
+feedback go back to the right account: Canvas `name[_LATE]_<user id>_<submission id>_<file>`; Moodle
+`Full Name_<participant id>_assignsubmission_file_[<file>]` (a folder per student or flat files); Blackboard
+`<assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>[_<file>]`; Gradescope's `submission_<id>/` folders
+with their `submission_metadata.yml`.
+
 The notebook picked in a student's files is the one named like the assignment's, else the only notebook;
 other files are reported as ignored, and a student with no notebook gets a "missing" result. When an LMS
 kept several uploads of the assignment's notebook (Canvas renames later ones `name-1.ipynb`, `name-2.ipynb`),
@@ -22,11 +28,70 @@ import re
 import tempfile
 import unicodedata
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 _UNSAFE = re.compile(r"[^\w.-]+")  # \w is Unicode: letters and digits of every script are kept
 _UPLOAD = re.compile(r"-(\d+)$")  # Canvas's suffix on a student's later upload of the same file name
+# What an LMS's submission names say: Canvas files, Moodle files or folders, Blackboard files, Gradescope folders.
+CANVAS = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<id>\d+)_(?P<submission>\d+)_(?P<file>.+)$")
+MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_(?P<file>.*)$")
+BLACKBOARD = re.compile(r"^(?P<assignment>.+)_(?P<id>[^_]+)_attempt_(?P<when>\d{4}(?:-\d\d){5})(?:_(?P<file>.+))?$")
+GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$")
+
+
+@dataclass(frozen=True)
+class LmsIdentity:
+    """Who an LMS says made a submission, read from its export's naming.
+
+    `prefix` is the part of the name the LMS matches when feedback files are uploaded back in bulk.
+    """
+
+    system: str  # canvas, moodle, blackboard, gradescope
+    user_id: str  # Canvas user id, Moodle participant id, Blackboard username, Gradescope submission id
+    name: str  # the name as the LMS wrote it (Canvas: lastfirst; Moodle: full name)
+    late: bool = False  # Canvas marks a submission after the due date LATE
+    prefix: str = ""
+    email: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The identity as plain data (a job's and a result's `lms` field)."""
+        return asdict(self)
+
+
+def lms_identity(name: str) -> LmsIdentity | None:
+    """The LMS identity in a file or folder name of an export, or None for a name no LMS wrote."""
+    if match := MOODLE.match(name):
+        prefix = f"{match['name']}_{match['id']}_assignsubmission_file_"
+        return LmsIdentity("moodle", match["id"], match["name"], prefix=prefix)
+    if match := CANVAS.match(name):
+        prefix = name[: match.start("file")].rstrip("_")
+        return LmsIdentity("canvas", match["id"], match["name"], bool(match["late"]), prefix)
+    if match := BLACKBOARD.match(name):
+        return LmsIdentity("blackboard", match["id"], match["id"], prefix=name[: match.end("when")])
+    return None
+
+
+def gradescope_identities(folder: Path) -> dict[str, LmsIdentity]:
+    """`submission_<id>` folder -> its submitter, from Gradescope's `submission_metadata.yml` (empty without it).
+
+    Read with a pattern for the few keys used (`:name:`, `:sid:`, `:email:`), so no YAML library is needed.
+    """
+    metadata = folder / "submission_metadata.yml"
+    if not metadata.is_file():
+        return {}
+    found: dict[str, LmsIdentity] = {}
+    current, fields = "", {}
+    for line in [*metadata.read_text(encoding="utf-8", errors="replace").splitlines(), "end:"]:
+        if not line.startswith((" ", "-")) and line.rstrip().endswith(":"):
+            if current and fields.get("name"):
+                found[current] = LmsIdentity("gradescope", fields.get("sid") or current.removeprefix("submission_"),
+                                             fields["name"], prefix=current, email=fields.get("email", ""))
+            current, fields = line.strip().rstrip(":").strip("'\""), {}
+        elif match := re.match(r"^[\s-]*:(name|sid|email):\s*(.*)$", line):
+            fields.setdefault(match[1], match[2].strip().strip("'\""))
+    return found
 
 
 @dataclass
@@ -37,6 +102,7 @@ class Submission:
     notebook: Path | None
     problem: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)
+    lms: LmsIdentity | None = None
 
 
 def student_id(name: str) -> str:
@@ -94,19 +160,24 @@ def collect_folder(folder: Path, assignment: str) -> list[Submission]:
     """
     by_student: dict[str, list[Path]] = {}
     named_by: dict[str, dict[str, str]] = {}  # id -> the names it was made from -> the first entry with that name
+    identities: dict[str, LmsIdentity] = {}
+    gradescope = gradescope_identities(folder)
     for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") or entry.name == "__MACOSX":
+        if entry.name.startswith(".") or entry.name == "__MACOSX" or entry.name == "submission_metadata.yml":
             continue
+        identity = gradescope.get(entry.name) if GRADESCOPE.match(entry.name) else lms_identity(entry.name)
         if entry.is_dir():
-            name = entry.name
+            name = identity.name if identity and identity.system in ("moodle", "gradescope") else entry.name
             nested = entry / assignment if (entry / assignment).is_dir() else entry
             files = [p for p in sorted(nested.rglob("*")) if p.is_file()]
         elif entry.is_file():
-            name = entry.name.split("_")[0] if "_" in entry.name else entry.stem
+            name = identity.name if identity else entry.name.split("_")[0] if "_" in entry.name else entry.stem
             files = [entry]
         else:
             continue
         student = student_id(name)
+        if identity is not None:
+            identities[student] = _latest(identities.get(student), identity)
         names = named_by.setdefault(student, {})
         names.setdefault(unicodedata.normalize("NFC", name), entry.name)
         if len(names) > 1:
@@ -115,7 +186,15 @@ def collect_folder(folder: Path, assignment: str) -> list[Submission]:
                              "them (an id keeps letters, digits, '_', '.' and '-'; other characters become '-'). "
                              "Nothing was graded.")
         by_student.setdefault(student, []).extend(files)
-    return [_choose(student, files, assignment) for student, files in sorted(by_student.items())]
+    return [replace(_choose(student, files, assignment), lms=identities.get(student))
+            for student, files in sorted(by_student.items())]
+
+
+def _latest(known: LmsIdentity | None, found: LmsIdentity) -> LmsIdentity:
+    """One student's identity over several files: the same account, late if any file is late."""
+    if known is None:
+        return found
+    return replace(known, late=known.late or found.late)
 
 
 def collect(source: Path, assignment: str, workdir: Path | None = None) -> list[Submission]:

@@ -3,7 +3,8 @@
 `grades.csv`: one row per student (student, assignment, status, total, max, points per task, failure
 codes, reasons). `pass_rates.csv` / `summary.md`: per task, the share of students who got its full points
 (every student counts, a missing or invalid submission as a fail), the grade distribution
-(`distribution.png`), and the flagged submissions with why.
+(`distribution.png`), the mistake report (`mistakes`: causes per exercise, a reteach list, item analysis)
+and the flagged submissions with why.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from harness.grading.layout import assignment_titles
+from harness.grading.mistakes import write_mistakes
+
 STATUS_MEANING = {
     "ok": "graded, nothing unusual",
     "flagged": "graded, with repairs, limits hit or tampering: review the reasons",
@@ -19,6 +23,9 @@ STATUS_MEANING = {
     "missing": "no notebook found: 0 points",
     "error": "the grader failed or the submission overran its time limit: 0 points, grade by hand",
 }
+
+
+SUMMARY_FILES = ("grades.csv", "pass_rates.csv", "distribution.png", "mistakes.md", "mistakes.csv", "summary.md")
 
 
 def task_ids(results: list[dict[str, Any]]) -> list[str]:
@@ -55,8 +62,10 @@ def plot_distribution(totals: list[float], maximum: float, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     figure, axis = plt.subplots(figsize=(6, 3.5))
+    axis.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole students
     bins = [x - 0.5 for x in range(int(maximum) + 2)] if maximum <= 40 else 20
     axis.hist(totals, bins=bins, color="#4C72B0", edgecolor="white")
     axis.set(xlabel=f"total points (out of {maximum:g})", ylabel="students", title="Grade distribution")
@@ -66,9 +75,10 @@ def plot_distribution(totals: list[float], maximum: float, path: Path) -> None:
 
 
 def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> dict[str, Path]:
-    """Write grades.csv, pass_rates.csv, distribution.png and summary.md into `out`; return their paths."""
+    """Write grades.csv, pass_rates.csv, distribution.png, mistakes.md/.csv and summary.md into `out`; return
+    their paths."""
     tasks, maxima = task_ids(results), max_points(results)
-    paths = {name: out / name for name in ("grades.csv", "pass_rates.csv", "distribution.png", "summary.md")}
+    paths = {name: out / name for name in SUMMARY_FILES}
     write_grades_csv(results, paths["grades.csv"], tasks, maxima)
     rates = pass_rates(results, tasks, maxima)
     with paths["pass_rates.csv"].open("w", newline="") as handle:
@@ -81,6 +91,7 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> 
              f"{sum(totals) / max(len(totals), 1):.2f} of {sum(maxima.values()):g} points.", "",
              "![distribution](distribution.png)", "", "| task | points | passed |", "|---|---|---|"]
     lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
+    lines += ["", *write_mistakes(results, out, assignment, tasks, maxima, assignment_titles(assignment))]
     counts = {s: sum(r["status"] == s for r in results) for s in STATUS_MEANING}
     lines += ["", "| status | submissions | meaning |", "|---|---|---|"]
     lines += [f"| {s} | {n} | {STATUS_MEANING[s]} |" for s, n in counts.items() if n]

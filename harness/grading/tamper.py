@@ -22,7 +22,8 @@ from typing import Any
 
 GUARD_MIME = "application/vnd.harness.guard+json"
 
-_MODULES = ("builtins", "math", "harness.checks", "harness.checks.core", "torch", "torch.testing",
+_MODULES = ("builtins", "math", "harness.checks", "harness.checks.core", "harness.contract.protocol",
+            "harness.contract.registry", "harness.contract.wire", "torch", "torch.testing",
             "torch.nn.functional", "numpy", "numpy.testing")
 _SHELL_METHODS = ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell", "run_cell_async",
                   "run_ast_nodes", "run_code")
@@ -59,6 +60,7 @@ def install(lesson_module: str | None) -> None:
             registered checks are part of the snapshot.
     """
     import harness.checks as checks
+    from harness.contract.registry import registered
 
     checks.core.graded_outside = True
 
@@ -77,7 +79,7 @@ def install(lesson_module: str | None) -> None:
         module_snapshots={name: dict(vars(m)) for name, m in modules.items()},
         classes=classes,
         class_snapshots={name: dict(vars(c)) for name, c in classes.items()},
-        registry=dict(checks.core._REGISTRY),
+        registry=registered(),
         names={name: getattr(checks, name) for name in _NOTEBOOK_NAMES},
         shell_class=_shell_methods_of_class(),
         shell_instance=_shell_methods_of_instance(),
@@ -141,12 +143,12 @@ def _restore_classes(found: list[str]) -> None:
 
 def _restore_checks(namespace: dict[str, Any], found: list[str]) -> None:
     """Put back the registered checks and the notebook's names for check, hint and CheckFailed."""
-    import harness.checks.core as core
+    from harness.contract import registry
 
     for task, entry in _state["registry"].items():
-        if core._REGISTRY.get(task) is not entry:
+        if registry._REGISTRY.get(task) is not entry:
             found.append(f"the registered check of {task} was replaced")
-            core._REGISTRY[task] = entry
+            registry._REGISTRY[task] = entry
     for name, original in _state["names"].items():
         if name in namespace and namespace[name] is not original:
             found.append(f"the notebook's {name!r} was rebound")

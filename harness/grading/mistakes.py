@@ -1,0 +1,187 @@
+"""What a class got wrong, by cause: the mistake report and the item analysis of one assignment.
+
+Every graded task of every student falls in one outcome: passed, a failure code of the check (the
+requirement it enforces, the hint the student got and the lesson section that teaches it, from the check
+registry: `harness.checks.core.get(task)`), "not attempted" (the solution cell is as released), "error" (the
+student's code raised, or the probe sent nothing the judge could use) or "no notebook" (missing, unreadable,
+or the grader failed: the status says which). `mistakes.md` and `mistakes.csv` count the students per
+exercise and outcome, most common first; the reteach list is the class's three most common causes.
+
+The item analysis gives each exercise's pass rate and its discrimination: the correlation, over the
+students, of the exercise's score with the rest of the assignment's score (high: the exercise separates
+students who learnt the material from those who did not; near zero or negative: look at the exercise).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NOT_ATTEMPTED = "not attempted"
+ERROR = "error"
+NO_NOTEBOOK = "no notebook"
+# failure codes that say the code could not be judged, not which requirement it broke
+ERROR_CODES = frozenset({"raised", "no-observation", "forged-observation"})
+APART = {NOT_ATTEMPTED: "the solution cell is as released",
+         ERROR: "the code raised, or the probe sent nothing the judge could use",
+         NO_NOTEBOOK: "no gradable notebook (missing, unreadable, or the grader failed)"}
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One row of the report: how many students of an exercise had one outcome, and what it means."""
+
+    task: str
+    cause: str  # a failure code, or NOT_ATTEMPTED, ERROR, NO_NOTEBOOK
+    students: int
+    share: float  # of the class
+    requirement: str
+    hint: str
+    section: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """One exercise's item analysis."""
+
+    task: str
+    pass_rate: float
+    discrimination: float | None  # None when the exercise or the rest has the same score for every student
+
+
+def outcome(result: dict[str, Any], task: str) -> str | None:
+    """What happened to `task` in one result: None (passed), a failure code, or one of the counted-apart causes."""
+    if result["status"] in ("missing", "invalid", "error") or task not in result["scores"]:
+        return NO_NOTEBOOK
+    if task in result.get("untouched", []):
+        return NOT_ATTEMPTED
+    code = result["failures"].get(task)
+    if code is None:
+        score, top = result["scores"][task]
+        return None if score >= top else ERROR
+    return ERROR if code in ERROR_CODES else code
+
+
+def _explained(task: str, cause: str) -> tuple[str, str, str]:
+    """The requirement, hint and section of a failure code, from the check registry ('' where unknown)."""
+    try:
+        from harness.checks.core import get
+
+        check = get(task)
+    except (ImportError, KeyError):
+        return "", "", ""
+    section = check.hints.section
+    if cause in APART:
+        return APART[cause], "", section if cause != NO_NOTEBOOK else ""
+    requirement = check.requires.get(cause)
+    if requirement is None:
+        return "(not in the requirement table)", "", section
+    return requirement.states, requirement.hint, section
+
+
+def mistakes(results: list[dict[str, Any]], tasks: list[str]) -> list[Mistake]:
+    """Every (exercise, cause) with at least one student, exercise by exercise, most common first."""
+    rows = []
+    for task in tasks:
+        counts = Counter(cause for r in results if (cause := outcome(r, task)) is not None)
+        for cause, students in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+            rows.append(Mistake(task, cause, students, students / max(len(results), 1), *_explained(task, cause)))
+    return rows
+
+
+def reteach(rows: list[Mistake], count: int = 3) -> list[Mistake]:
+    """The `count` most common causes in the class that a requirement names (not attempted and errors aside)."""
+    causes = [row for row in rows if row.cause not in APART]
+    return sorted(causes, key=lambda row: -row.students)[:count]
+
+
+def _correlation(xs: list[float], ys: list[float]) -> float | None:
+    """Pearson's correlation of two equally long lists; None when either is constant."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    sxx, syy = sum((x - mean_x) ** 2 for x in xs), sum((y - mean_y) ** 2 for y in ys)
+    return None if sxx == 0 or syy == 0 else sxy / math.sqrt(sxx * syy)
+
+
+def item_analysis(results: list[dict[str, Any]], tasks: list[str], maxima: dict[str, float]) -> list[Item]:
+    """Pass rate and discrimination of each exercise (every student counts, a missing notebook as 0)."""
+    if not results:
+        return [Item(task, 0.0, None) for task in tasks]
+    scores = [[r["scores"].get(t, [0.0])[0] for t in tasks] for r in results]
+    totals = [sum(row) for row in scores]
+    items = []
+    for index, task in enumerate(tasks):
+        mine = [row[index] for row in scores]
+        rest = [total - score for total, score in zip(totals, mine, strict=True)]
+        passed = sum(score >= maxima[task] for score in mine) / len(results)
+        items.append(Item(task, passed, _correlation(mine, rest)))
+    return items
+
+
+def write_mistakes_csv(rows: list[Mistake], path: Path) -> None:
+    """`mistakes.csv`: one row per exercise and cause."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["task", "cause", "students", "share", "requirement", "hint", "section"])
+        writer.writerows([r.task, r.cause, r.students, round(r.share, 3), r.requirement, r.hint, r.section]
+                         for r in rows)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def reteach_lines(rows: list[Mistake], titles: dict[str, str]) -> list[str]:
+    """The reteach list as markdown lines (a numbered list, or a sentence when nothing failed)."""
+    top = reteach(rows)
+    if not top:
+        return ["Nothing to reteach: no requirement was missed."]
+    return [f"{i}. **{row.section or titles.get(row.task, row.task)}**: {row.requirement} (`{row.task}` "
+            f"`{row.cause}`, {row.students} students, {row.share:.0%})" for i, row in enumerate(top, 1)]
+
+
+def item_lines(items: list[Item], titles: dict[str, str]) -> list[str]:
+    """The item analysis as a markdown table."""
+    lines = ["| exercise | passed | discrimination |", "|---|---|---|"]
+    for item in items:
+        value = "n/a (same score for everyone)" if item.discrimination is None else f"{item.discrimination:+.2f}"
+        lines.append(f"| {_cell(titles.get(item.task, item.task))} (`{item.task}`) | {item.pass_rate:.0%} | {value} |")
+    return lines
+
+
+def mistake_lines(rows: list[Mistake], tasks: list[str], titles: dict[str, str]) -> list[str]:
+    """Per exercise, a markdown table of its causes, most common first."""
+    lines = []
+    for task in tasks:
+        mine = [row for row in rows if row.task == task]
+        lines += ["", f"### {_cell(titles.get(task, task))} (`{task}`)", ""]
+        if not mine:
+            lines.append("Every student passed.")
+            continue
+        lines += ["| cause | students | requirement | hint the student got | section to reteach |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| `{row.cause}` | {row.students} ({row.share:.0%}) | {_cell(row.requirement)} | {_cell(row.hint)} "
+                  f"| {_cell(row.section)} |" for row in mine]
+    return lines
+
+
+def write_mistakes(results: list[dict[str, Any]], out: Path, assignment: str, tasks: list[str],
+                   maxima: dict[str, float], titles: dict[str, str]) -> list[str]:
+    """Write `mistakes.md` and `mistakes.csv` into `out`; return the summary's section (reteach list, items)."""
+    rows = mistakes(results, tasks)
+    write_mistakes_csv(rows, out / "mistakes.csv")
+    items = item_analysis(results, tasks, maxima)
+    report = [f"# Mistakes: {assignment}", "", f"{len(results)} students. Per exercise, every cause of lost points "
+              "with the number of students, most common first; not attempted, errors and missing notebooks are "
+              "counted apart.", "", "## Reteach", "", *reteach_lines(rows, titles), "", "## Items", "",
+              *item_lines(items, titles), "", "## By exercise", *mistake_lines(rows, tasks, titles)]
+    (out / "mistakes.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    return ["## Mistakes", "", "Reteach first (the class's most common causes; per exercise: "
+            "[mistakes.md](mistakes.md), [mistakes.csv](mistakes.csv)):", "", *reteach_lines(rows, titles), "",
+            "Item analysis (discrimination: the correlation of the exercise's score with the rest of the "
+            "assignment):", "", *item_lines(items, titles)]
