@@ -38,11 +38,12 @@ def _referenced(code: types.CodeType) -> set[str]:
     return names
 
 
-def _sources(function: Any, seen: dict[str, str]) -> None:
-    """Add the source of `function` and of every check-module function or class it uses to `seen`."""
+def _sources(function: Any, seen: dict[str, str], top: bool = False) -> None:
+    """Add the source of `function` (a probe or judge: `top`) and of every check-module function or class it
+    uses to `seen`."""
     function = inspect.unwrap(function)
     key = f"{function.__module__}.{function.__qualname__}"
-    if key in seen or not str(function.__module__).startswith(CHECK_MODULES):
+    if key in seen or not (top or str(function.__module__).startswith(CHECK_MODULES)):
         return
     try:
         seen[key] = inspect.getsource(function)
@@ -69,8 +70,8 @@ def fingerprint(task: str) -> str:
 
     check = get(task)
     seen: dict[str, str] = {}
-    _sources(check.probe, seen)
-    _sources(check.judge, seen)
+    _sources(check.probe, seen, top=True)
+    _sources(check.judge, seen, top=True)
     digest = hashlib.sha256()
     for key in sorted(seen):
         digest.update(key.encode() + b"\0" + seen[key].encode() + b"\0")
