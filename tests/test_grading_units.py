@@ -149,3 +149,77 @@ print(torch.allclose(torch.zeros(1), torch.ones(1)), namespace["check"] is check
     for phrase in ("builtins.AssertionError", "harness.checks.check", "torch.allclose", "notebook's 'check'"):
         assert phrase in lines[2]
     assert lines[3] == "False True False"
+
+
+def test_lms_names_keep_the_user_id_and_late_flag(tmp_path):
+    from harness.grading.submissions import lms_identity
+
+    canvas = lms_identity("doejane_LATE_1001_5678_00_welcome-1.ipynb")
+    assert (canvas.system, canvas.user_id, canvas.name, canvas.late, canvas.prefix) == (
+        "canvas", "1001", "doejane", True, "doejane_LATE_1001_5678")
+    assert not lms_identity("doejane_1001_5678_00_welcome.ipynb").late
+    moodle = lms_identity("Jane Doe_12345_assignsubmission_file_")
+    assert (moodle.system, moodle.user_id, moodle.name) == ("moodle", "12345", "Jane Doe")
+    blackboard = lms_identity("Lesson 00_jdoe7_attempt_2024-02-01-10-30-00_00_welcome.ipynb")
+    assert (blackboard.system, blackboard.user_id) == ("blackboard", "jdoe7")
+    assert lms_identity("alice") is None
+    folder = tmp_path / "moodle"
+    (folder / "Jane Doe_12345_assignsubmission_file_").mkdir(parents=True)
+    (folder / "Jane Doe_12345_assignsubmission_file_" / "00_welcome.ipynb").write_text("{}")
+    (folder / "Li Wei_777_assignsubmission_file_00_welcome.ipynb").write_text("{}")
+    found = {s.student: s.lms for s in collect(folder, "00_welcome")}
+    assert {k: (v.system, v.user_id) for k, v in found.items()} == {"Jane-Doe": ("moodle", "12345"),
+                                                                    "Li-Wei": ("moodle", "777")}
+
+
+def test_gradescope_folders_are_named_by_their_metadata(tmp_path):
+    (tmp_path / "submission_111").mkdir()
+    (tmp_path / "submission_111" / "00_welcome.ipynb").write_text("{}")
+    (tmp_path / "submission_metadata.yml").write_text(
+        "submission_111:\n  :submitters:\n  - :name: Ada Amos\n    :sid: '4242'\n    :email: ada@example.org\n")
+    [found] = collect(tmp_path, "00_welcome")
+    assert found.student == "Ada-Amos" and (found.lms.system, found.lms.user_id) == ("gradescope", "4242")
+
+
+def test_roster_matching_by_id_then_name_reports_ambiguity(tmp_path):
+    from harness.grading.lms import match_roster, read_roster
+
+    (tmp_path / "roster.csv").write_text("Identifier,Full name,Email address\nParticipant 12,Jane Doe,j@x\n"
+                                         "Participant 13,Sam Lee,s1@x\nParticipant 14,Sam Lee,s2@x\n")
+    roster = read_roster(tmp_path / "roster.csv")
+    assert roster[0].user_id == "12" and roster[0].email == "j@x"
+    results = [{"student": "doejane", "lms": {"name": "doejane"}}, {"student": "Sam-Lee", "lms": {}},
+               {"student": "x", "lms": {"user_id": "13", "name": "x"}}, {"student": "nobody", "lms": {}}]
+    matching = match_roster(results, roster)
+    assert matching.how == {"doejane": "name", "Sam-Lee": "unmatched", "x": "lms id", "nobody": "unmatched"}
+    assert matching.ambiguous == {"Sam-Lee": ["Sam Lee", "Sam Lee"]} and matching.unmatched == ["nobody"]
+    assert matching.absent == ["Sam Lee"]
+    with pytest.raises(ValueError, match="no name column"):
+        (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+        read_roster(tmp_path / "bad.csv")
+
+
+def test_item_analysis_discrimination_is_the_correlation_with_the_rest():
+    from harness.grading.mistakes import item_analysis
+
+    def result(a, b, c):
+        return {"scores": {"t-a": [a, 1.0], "t-b": [b, 1.0], "t-c": [c, 1.0]}}
+
+    results = [result(1, 1, 1), result(1, 1, 0), result(0, 0, 1), result(0, 0, 0)]
+    items = {i.task: i for i in item_analysis(results, ["t-a", "t-b", "t-c"], {"t-a": 1, "t-b": 1, "t-c": 1})}
+    assert items["t-a"].pass_rate == 0.5 and items["t-a"].discrimination == pytest.approx(2 / (2 * 2 ** 0.5 * 1))
+    assert items["t-c"].discrimination == pytest.approx(0.0)
+    constant = item_analysis([result(1, 0, 0), result(1, 1, 0)], ["t-a"], {"t-a": 1})
+    assert constant[0].discrimination is None
+
+
+def test_feedback_index_names_exercises_and_messages_wrap():
+    from harness.grading.feedback import polish_feedback
+    from harness.grading.layout import exercise_titles
+
+    titles = exercise_titles(RELEASE)
+    assert titles["00-accuracy"] == "Exercise 3 \u2014 accuracy"
+    html = polish_feedback('<head></head><li><a href="#00-accuracy">Test cell</a> (Score: 0 / 2)</li>', titles)
+    assert '<a href="#00-accuracy">Exercise 3 \u2014 accuracy (<code>00-accuracy</code>)</a>' in html
+    assert "white-space: pre-wrap; overflow-wrap: anywhere" in html
+    assert polish_feedback(html, titles) == html
