@@ -55,14 +55,16 @@ lab-instructor: $(STAMP)
 release: $(STAMP)
 	$(PY) -m harness release
 
-## student-tree: the student course (released notebooks, harness without the judge, README) into build/student
-student-tree: $(STAMP)
+## student-tree: the student course (released notebooks, harness without the judge, README) into build/student.
+## It only copies the committed release (`make release` regenerates it): any Python 3.11 runs it, before .venv exists.
+student-tree:
 	rm -rf build/student
-	$(PY) -m harness release --student build/student
+	$$(test -x $(PY) && echo $(PY) || echo $(PYTHON)) -m harness release --student build/student
 
-## grade: autograde a folder of submissions: make grade SUBMISSIONS=path ASSIGNMENT=00_welcome
+## grade: autograde a folder or LMS zip of submissions into build/grades/ASSIGNMENT:
+## make grade SUBMISSIONS=path ASSIGNMENT=00_welcome [ROSTER=roster.csv]
 grade: $(STAMP) bubblewrap
-	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) --out build/grades
+	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) $(if $(ROSTER),--roster $(ROSTER))
 
 ## bench: the CPU benchmarks in benchmarks/ (not part of the tests): each prints a table and writes a CSV and the
 ## machine record into build/bench; benchmarks/README.md keeps the results. Lightning, the engine benchmark's
