@@ -289,6 +289,9 @@ def run_regrade(args: argparse.Namespace) -> int:
     print(f"{len(regraded.changes)} students' results changed:" if regraded.changes else "no student's result changed")
     for change in regraded.changes:
         print(f"  {change.line()}")
+    if regraded.changes:
+        print("their feedback files still show the first grading's verdicts on the re-judged tasks: send them the "
+              "lines above with the new grades")
     return publish(results, out, regraded.assignment, args)
 
 

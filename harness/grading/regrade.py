@@ -25,8 +25,8 @@ from harness.grading.batch import RESULTS
 from harness.grading.jobs import GradeResult, write_atomically
 
 RECORD = "grading.json"
-# modules whose functions count towards a check's fingerprint: the checks' own code
-CHECK_MODULES = ("harness.checks",)
+# modules whose functions count towards a check's fingerprint: the checks and the contract they judge with
+CHECK_MODULES = ("harness.checks", "harness.contract")
 
 
 def _referenced(code: types.CodeType) -> set[str]:
