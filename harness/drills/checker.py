@@ -1,20 +1,19 @@
 """Check one answer: a verdict the answer cannot forge.
 
-For a "write" or "bughunt" drill the answer runs in a forked child (its own process group, under a timeout):
-it executes the answer's source and the drill's probe, and sends the probe's observation (data only,
-`harness.checks.wire`) back on a pipe of its own, behind a nonce. A second forked child, which never ran any of
-the answer's code, decodes that data and runs the drill's judge, which rebuilds the inputs from the case and
-recomputes every expected value with torch functions the answer never had a chance to patch. Whatever the
-answer prints, patches or returns, it only reaches the judge as data.
+For a "write" or "bughunt" drill the answer runs in a fresh process of its own (`harness.drills.pool`, which
+starts `harness.drills.runner`): not a fork of the checker, with no descriptor of the checker's, in a new
+session, in the grading sandbox where bubblewrap works; everything it starts ends with it. It executes the
+answer's source and the drill's probe, and sends the probe's observation (data only, `harness.contract.wire`)
+back on a pipe behind a nonce. A forked child of the checker, which never ran any of the answer's code,
+decodes that data and runs the drill's judge, which rebuilds the inputs from the case and recomputes every
+expected value with torch functions the answer never had a chance to patch. Whatever the answer prints,
+patches or returns, it only reaches the judge as data; a measurement only the answer's process can make (host
+syncs, recorded calls) can fail a drill, never pass one on its own.
 
-The process that forks (the CLI, or the warm checker of `harness.drills.server`) imports torch and the bank
-and never computes with them itself: forking a process that has run torch's parallel CPU kernels can hang the
-child. An "explain" answer is never run: it is parsed as a string (`harness.drills.choices`).
-
-Drills run on the candidate's own machine, so the answer's process is not put in the grading sandbox
-(`harness.grading.sandbox`): the candidate owns every file it could reach, and the sandbox's fresh interpreter
-would cost the torch import that the forked process saves. What the sandbox protects in grading, the separate
-judge protects here: the verdict.
+The process that forks the judge (the inline CLI, or the warm checker of `harness.drills.server`) imports
+torch and the bank and never computes with them itself: forking a process that has run torch's parallel CPU
+kernels can hang the child. An "explain" answer is never run: it is parsed as a string
+(`harness.drills.choices`).
 """
 
 from __future__ import annotations
@@ -22,27 +21,22 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import select
 import signal
-import struct
-import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch._dynamo  # noqa: F401 (building an optimizer imports it: seconds in every forked check, unless here)
 
-from harness.checks import wire
-from harness.checks.core import Case, CheckFailed
-from harness.checks.errors import explain
+from harness.contract import wire
+from harness.contract.case import Case
+from harness.contract.failure import CheckFailed
 from harness.drills.choices import Choices, bank_order, debrief, judge_choice
 from harness.drills.core import Drill
+from harness.drills.pool import Job, read_all, run_answer
 
 CHECK_TIMEOUT_S = 120.0
 JUDGE_TIMEOUT_S = 60.0
-_LENGTH = struct.Struct("<Q")
-_OUTPUT_SHOWN = 2000
 
 
 @dataclass(frozen=True)
@@ -80,20 +74,19 @@ def check_source(drill: Drill, source: str, *, filename: str = "<answer>", order
     if drill.kind == "explain":
         return _check_choice(drill, source, order or bank_order())
     case = case or draw_case()
-    with tempfile.TemporaryFile() as output:
-        frame, how = _run_probe(drill, source, filename, case, output, timeout_s)
-        output.seek(0)
-        printed = output.read()[-_OUTPUT_SHOWN:].decode(errors="replace")
-    if frame is None:
-        return Result(False, how, how_message(how, drill, timeout_s), printed)
-    verdict = _run_judge(drill, frame, case)
-    return Result(verdict["passed"], verdict["code"], verdict["message"], printed)
+    report = run_answer(Job(drill.id, source, filename, case), timeout_s)
+    if report.frame is None:
+        return Result(False, report.how, how_message(report.how, drill, timeout_s), report.output)
+    verdict = _run_judge(drill, report.frame, case)
+    return Result(verdict["passed"], verdict["code"], verdict["message"], report.output)
 
 
 def how_message(code: str, drill: Drill, timeout_s: float) -> str:
     """The message of a check whose answer process sent no observation."""
     if code == "timeout":
         return f"your answer ran longer than {timeout_s:.0f} s (an infinite loop, or far too much work?)"
+    if code == "too-large":
+        return "[too-large] your answer file is over 1 MB: an answer is a few dozen lines"
     return (f"[{code}] your answer's process ended without reporting to the checker (it exited, was killed or "
             f"closed the checker's pipe): nothing of {drill.entry} was checked, so the drill is not passed")
 
@@ -105,91 +98,6 @@ def _check_choice(drill: Drill, source: str, order: tuple[int, ...]) -> Result:
         return Result(True, "passed", judge_choice(source, choices, order), debrief=after)
     except CheckFailed as failure:
         return Result(False, failure.code, str(failure), debrief=after if failure.code == "wrong-choice" else "")
-
-
-def _run_probe(drill: Drill, source: str, filename: str, case: Case, output: Any,
-               timeout_s: float) -> tuple[bytes | None, str]:
-    """Fork the answer's process; the observation bytes it sent (or None) and why none came."""
-    nonce = secrets.token_bytes(16)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the answer's process
-        os.close(read_end)
-        _probe_child(drill, source, filename, case, output.fileno(), write_end, nonce)
-    os.close(write_end)
-    try:
-        data, timed_out = _read_all(read_end, timeout_s)
-    finally:
-        os.close(read_end)
-        _reap(pid)
-    if timed_out:
-        return None, "timeout"
-    if len(data) < len(nonce) + _LENGTH.size or not secrets.compare_digest(data[:len(nonce)], nonce):
-        return None, "no-report"
-    (length,) = _LENGTH.unpack_from(data, len(nonce))
-    body = data[len(nonce) + _LENGTH.size:]
-    return (body, "") if length == len(body) else (None, "no-report")
-
-
-def _probe_child(drill: Drill, source: str, filename: str, case: Case, output_fd: int, write_end: int,
-                 nonce: bytes) -> None:
-    """In the forked child: run the answer and the probe, send the observation, exit. Never returns."""
-    try:
-        os.setpgid(0, 0)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(output_fd, 1)
-        os.dup2(output_fd, 2)
-        try:
-            namespace = _load_answer(drill, source, filename)
-            observation = {"seen": drill.probe(namespace, case)}  # type: ignore[misc]
-        except CheckFailed as failure:
-            observation = {"failed": failure.code, "message": str(failure)}
-        except BaseException as error:  # the answer raised (or exited): reported as data
-            observation = {"raised": explain(error)[:2000]}
-        try:
-            data = wire.encode(observation)
-        except wire.WireError as error:
-            data = wire.encode({"raised": f"the probe's observation could not be sent ({error})"})
-        os.write(write_end, nonce + _LENGTH.pack(len(data)))
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_end, view):]
-    finally:
-        os._exit(0)
-
-
-def _load_answer(drill: Drill, source: str, filename: str) -> dict[str, Any]:
-    """Execute the answer's source in a fresh namespace; it must define `drill.entry`."""
-    namespace: dict[str, Any] = {"__name__": f"drill_answer_{drill.id.replace('-', '_')}"}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (running answers is the point)
-    if drill.entry not in namespace:
-        raise CheckFailed(
-            f"[missing-entry]\n  Observed:      your answer defines no `{drill.entry}`\n"
-            f"  Expected:      a definition of `{drill.entry}`, as in the starter\n"
-            f"  Likely cause:  the name was changed or the definition deleted\n"
-            f"  Where to look: the starter's first lines",
-            code="missing-entry",
-        )
-    return namespace
-
-
-def _read_all(fd: int, timeout_s: float) -> tuple[bytes, bool]:
-    """Everything written to `fd` until its writers close it; (data, True) when the deadline passed first."""
-    deadline = time.monotonic() + timeout_s
-    chunks = []
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"".join(chunks), True
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks), False
-            chunks.append(chunk)
-            if sum(map(len, chunks)) > wire.MAX_BYTES + 64:
-                return b"", False
 
 
 def _reap(pid: int) -> None:
@@ -218,7 +126,7 @@ def _run_judge(drill: Drill, frame: bytes, case: Case) -> dict[str, Any]:
             os._exit(0)
     os.close(write_end)
     try:
-        data, timed_out = _read_all(read_end, JUDGE_TIMEOUT_S)
+        data, timed_out = read_all(read_end, JUDGE_TIMEOUT_S)
     finally:
         os.close(read_end)
         _reap(pid)

@@ -1,7 +1,9 @@
 """`harness drill`: list, start, check, hint, reveal, daily sets, timed mock interviews, stats.
 
-`check` imports neither torch nor the bank: it asks the warm checker (`harness.drills.server`), so a check
-costs the answer's own work and little else. The other actions read the bank.
+Only `experiment` (and `check` with HARNESS_DRILL_CHECKER=inline) imports torch and the bank: `check` asks the
+warm checker (`harness.drills.server`), which also records the verdict; `list`, `daily`, `stats`, `start`,
+`hint` and `solution` read the bank's metadata index (`harness.drills.index`), so they answer at once.
+Tables fit the terminal's width (80 columns at least).
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.drills.index import Entry, entries, get
 from harness.drills.progress import Progress, home
 from harness.drills.topics import KINDS, TOPICS
 
-if TYPE_CHECKING:
-    from harness.drills.core import Drill
+Drill = Entry  # what the quick commands handle: a drill's metadata
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,9 +66,7 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
 
 
 def _filtered(args: argparse.Namespace) -> list[Drill]:
-    from harness.drills.core import all_drills
-
-    drills = all_drills()
+    drills = list(entries())
     if getattr(args, "topic", None):
         drills = [d for d in drills if args.topic in d.topics]
     if getattr(args, "difficulty", None):
@@ -99,8 +101,39 @@ def _shown_order(drill_id: str) -> list[int] | None:
     return order if sorted(order) == [0, 1, 2, 3] else None
 
 
-def _describe(drill: Drill) -> str:
-    return f"{drill.id:34s} {drill.kind:8s} {'*' * drill.difficulty:3s}  {', '.join(drill.topics):20s} {drill.title}"
+def _status(progress: Progress, drill_id: str, today: dt.date) -> str:
+    """A drill's state in one short word: new, due, box N (next review date), with ? when unverified."""
+    record = progress.records.get(drill_id)
+    if record is None or not record.due:
+        return "new"
+    mark = "?" if f"record:{drill_id}" in progress.unverified else ""
+    if progress.is_due(drill_id, today):
+        return f"due{mark}"
+    return f"b{record.box} {record.due[5:]}{mark}"  # box 3, next review on 12-01
+
+
+def _wrap(text: str) -> str:
+    """Text that fits the terminal: long prose lines wrapped at words; indented (code) lines kept as they are."""
+    width = max(80, shutil.get_terminal_size((80, 24)).columns)
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) if len(line) > width and
+                     not line.startswith(" ") else line for line in text.splitlines())
+
+
+def _table(drills: list[Drill], progress: Progress) -> str:
+    """Drills as a table that fits the terminal (80 columns at least): id, kind (w, b, e), difficulty, status
+    and the title, wrapped at word boundaries in its column."""
+    today = _today()
+    width = max(80, shutil.get_terminal_size((80, 24)).columns)
+    id_width = max(len(d.id) for d in drills)
+    lead = id_width + 16
+    lines = [f"{'DRILL':{id_width}s} K DIF STATUS   TITLE", "(K: w write, b bughunt, e explain; STATUS: new, due, "
+             "box+next review)"]
+    for drill in drills:
+        title = textwrap.wrap(drill.title, max(20, width - lead), break_on_hyphens=False) or [""]
+        lines.append(f"{drill.id:{id_width}s} {drill.kind[0]} {'*' * drill.difficulty:3s} "
+                     f"{_status(progress, drill.id, today):8s} {title[0]}")
+        lines += [" " * lead + more for more in title[1:]]
+    return "\n".join(lines)
 
 
 def _set_aside(path: Path) -> Path:
@@ -131,57 +164,93 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
         _order_path(drill.id).parent.mkdir(parents=True, exist_ok=True)
         _order_path(drill.id).write_text(json.dumps({"order": order}))
         prompt = render(drill.prompt, drill.choices, order)
-    print(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n")
-    print(f"Your answer file: {path}\nCheck it with: harness drill check {drill.id}")
+    print(_wrap(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n"))
+    print(f"Your answer file:\n  {path}\nCheck it with: harness drill check {drill.id}"
+          + ("\n(in this mock interview: type answer <letter>)" if drill.choices is not None and fresh else ""))
     editor = os.environ.get("EDITOR")
     if edit and editor:
         subprocess.run([*shlex.split(editor), str(path)], check=False)
     return path
 
 
-def run_check(drill_id: str, path: Path) -> dict[str, Any]:
-    """The verdict on the answer file `path` to `drill_id`: from the warm checker, or computed here when
-    HARNESS_DRILL_CHECKER=inline."""
+def run_check(drill_id: str, path: Path, mock: int | None = None) -> dict[str, Any]:
+    """The verdict on the answer file `path` to `drill_id`, recorded by the checker that decided it: the warm
+    checker, or this process when HARNESS_DRILL_CHECKER=inline."""
     order = _shown_order(drill_id)
+    path = Path(path).resolve()  # the checker runs elsewhere: it gets an absolute path
     if os.environ.get("HARNESS_DRILL_CHECKER") == "inline":
         from harness.drills.checker import check_file
         from harness.drills.core import get_drill
+        from harness.drills.pool import enable_subreaper
+        from harness.drills.progress import record_verdict
 
-        return check_file(get_drill(drill_id), path, order=tuple(order) if order else None).as_dict()
+        enable_subreaper()
+        try:
+            drill = get_drill(drill_id)
+        except KeyError as error:
+            return {"error": str(error.args[0])}
+        result = check_file(drill, path, order=tuple(order) if order else None).as_dict()
+        result["note"] = record_verdict(drill_id, result, mock=mock)
+        return result
     from harness.drills.server import request_check
 
-    return request_check(drill_id, path, order)
+    return request_check(drill_id, path, order, mock)
 
 
-def _report(drill_id: str, result: dict[str, Any], mock: int | None = None) -> None:
-    """Record the attempt and print the verdict, what the answer printed, and an explain drill's debrief."""
-    progress = Progress.load()
-    record = progress.record(drill_id, result["passed"], _today(), code=result["code"], mock=mock)
-    if result.get("debrief") and not result["passed"]:
-        record.revealed = True  # the debrief showed the right option: the next pass is graded as a revealed one
-    progress.save()
+def _report(drill_id: str, result: dict[str, Any]) -> None:
+    """Print the verdict, what the answer printed, an explain drill's debrief, and why it did not count."""
     print(("PASSED: " if result["passed"] else "NOT YET: ") + result["message"].replace("<id>", drill_id))
     if result.get("output", "").strip():
         print(f"\nYour answer printed (never part of the verdict):\n{result['output'].rstrip()}")
     if result.get("debrief"):
         print("\n" + result["debrief"].replace("<id>", drill_id))
+    if result.get("note"):
+        print(f"\n(Not counted: {result['note']}.)")
+
+
+def _untouched(drill_id: str, path: Path) -> bool:
+    """Whether the answer file is still the starter (then the checker is not asked at all)."""
+    try:
+        return path.read_text() == get(drill_id).starter
+    except (OSError, SystemExit):
+        return False
 
 
 def _check(drill_id: str, path: Path, mock: int | None = None) -> dict[str, Any] | None:
-    """Check and report; None (with the reason printed) when the drill does not exist."""
-    result = run_check(drill_id, path)
+    """Check and report; None (with the reason printed) when the drill does not exist or was not started."""
+    if _untouched(drill_id, path):
+        drill = get(drill_id)
+        print(_wrap(f"Not started yet: your answer file is still the starter:\n  {path}\nThe drill again:\n\n"
+                    f"{_prompt(drill)}"))
+        return None
+    try:
+        result = run_check(drill_id, path, mock)
+    except RuntimeError as error:  # the checker could not be reached or refused an unsafe socket
+        print(f"The drill checker cannot be used: {error}")
+        return None
     if "error" in result:
         print(result["error"])
         return None
-    _report(drill_id, result, mock)
+    _report(drill_id, result)
     return result
+
+
+def _prompt(drill: Drill) -> str:
+    """The prompt, with the options in the order they were last shown."""
+    if drill.choices is None:
+        return drill.prompt
+    from harness.drills.choices import render
+
+    order = _shown_order(drill.id)
+    return render(drill.prompt, drill.choices, tuple(order) if order else tuple(range(4)))
 
 
 def _hint(drill: Drill, mock: int | None = None) -> str:
     progress = Progress.load()
     level = progress.hint(drill.id, len(drill.hints), mock=mock)
     progress.save()
-    return f"Hint {level}/{len(drill.hints)} (a pass after a hint keeps the drill in its box): {drill.hints[level - 1]}"
+    return _wrap(f"Hint {level}/{len(drill.hints)} (a pass after a hint keeps the drill in its box): "
+                 f"{drill.hints[level - 1]}")
 
 
 def _solution(drill: Drill) -> str:
@@ -196,10 +265,8 @@ def _solution(drill: Drill) -> str:
 
 
 def _daily(count: int) -> list[Drill]:
-    from harness.drills.core import all_drills
-
     progress, today = Progress.load(), _today()
-    drills = all_drills()
+    drills = list(entries())
     due = [d for d in drills if progress.is_due(d.id, today)]
     new = [d for d in drills if d.id not in progress.records]
     random.Random(today.toordinal()).shuffle(new)  # the same new drills all day
@@ -213,74 +280,84 @@ def _mock(args: argparse.Namespace) -> int:
     number = progress.start_mock([d.id for d in drills], args.minutes)
     progress.save()
     deadline = time.monotonic() + args.minutes * 60
-    passed: list[str] = []
     seconds: dict[str, float] = {}
     print(f"Mock interview {number}: {len(drills)} drills in {args.minutes:g} minutes. "
-          "Commands: check, hint, skip, quit.")
+          "Commands: check, answer <letter> (multiple choice), hint, skip, quit.")
     ended = "done"
     for index, drill in enumerate(drills, 1):
         print(f"\n--- Drill {index}/{len(drills)}")
         path = _start(drill, edit=False, fresh=True)
         began = time.monotonic()
-        ended = _interview(drill, path, deadline, number, passed)
+        ended = _interview(drill, path, deadline, number)
         seconds[drill.id] = time.monotonic() - began
         if ended != "next":
             break
     ended = "done" if ended == "next" else ended
     progress = Progress.load()
-    progress.end_mock(number, passed, seconds, ended)
+    progress.end_mock(number, seconds, ended)
     progress.save()
     print(_mock_summary(progress, number))
     return 0
 
 
-def _interview(drill: Drill, path: Path, deadline: float, number: int, passed: list[str]) -> str:
+def _interview(drill: Drill, path: Path, deadline: float, number: int) -> str:
     """One drill of a mock interview: "next" when it passed or was skipped, else "time up" or "quit"."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
+            print("Time is up.")
             return "time up"
         try:
             command = input(f"[{int(left // 60)}:{int(left % 60):02d} left] > ").strip().lower()
         except EOFError:  # input closed: end the interview as if the candidate quit
             command = "quit"
-        if command == "check":
+        word, _, rest = command.partition(" ")
+        if word == "answer" and drill.choices is not None and rest.strip().strip("()") in "abcd" and rest.strip():
+            path.write_text(f'answer = "{rest.strip().strip("()")}"\n')
+            word = "check"
+        elif word == "answer":
+            print("answer <letter> is for multiple-choice drills: a, b, c or d" if drill.choices is not None
+                  else f"this drill is answered in {path}: edit it, then type check")
+            continue
+        if word == "check":
             result = _check(drill.id, path, mock=number)
-            if result and result["passed"]:
-                passed.append(drill.id)
+            if result and result["passed"] and not result.get("note"):
                 return "next"
-        elif command == "hint":
+            if result and result.get("note", "").startswith("time is up"):
+                return "time up"
+        elif word == "hint":
             print(_hint(drill, mock=number))
-        elif command == "skip":
+        elif word == "skip":
             return "next"
-        elif command == "quit":
+        elif word == "quit":
             return "quit"
         else:
-            print("commands: check, hint, skip, quit")
+            print("commands: check, answer <letter>, hint, skip, quit")
 
 
 def _mock_summary(progress: Progress, number: int) -> str:
     """A mock interview: result, and per drill its attempts, failed attempts' codes, hints and time."""
     mock = progress.mocks[number - 1]
     events = [e for e in progress.history if e.get("mock") == number]
+    mark = " (cannot be verified: edited outside the harness?)" if f"mock:{number}" in progress.unverified else ""
     lines = [f"\nMock interview {number} ({mock['started']}, {mock['ended']}): "
-             f"{len(mock['passed'])}/{len(mock['drills'])} passed."]
+             f"{len(mock['passed'])}/{len(mock['drills'])} passed{mark}."]
     for drill_id in mock["drills"]:
-        checks = [e for e in events if e["drill"] == drill_id and e["event"] == "check"]
+        checks = [e for e in events if e["drill"] == drill_id and e["event"] == "check" and not e.get("late")]
         failed = [e["code"] for e in checks if not e["passed"]]
+        late = sum(e["drill"] == drill_id and e["event"] == "check" and bool(e.get("late")) for e in events)
         hints = sum(e["drill"] == drill_id and e["event"] == "hint" for e in events)
         spent = mock["seconds"].get(drill_id)
         lines.append(f"  {'PASS' if drill_id in mock['passed'] else '----'}  {drill_id:34s} "
                      f"{len(checks)} attempt(s)" + (f" (failed: {', '.join(failed)})" if failed else "")
-                     + f", {hints} hint(s)" + (f", {spent:.0f} s" if spent is not None else ", not reached"))
+                     + f", {hints} hint(s)" + (f", {spent:.0f} s" if spent is not None else ", not reached")
+                     + (f", {late} after time (not counted)" if late else ""))
     return "\n".join(lines)
 
 
 def _stats() -> str:
-    from harness.drills.core import all_drills
-
     progress, today = Progress.load(), _today()
-    drills = all_drills()
+    drills = list(entries())
     seen = [d for d in drills if d.id in progress.records and progress.records[d.id].attempts]
     passed = [d for d in seen if progress.records[d.id].passes]
     due = [d for d in drills if progress.is_due(d.id, today)]
@@ -291,9 +368,17 @@ def _stats() -> str:
     for topic in TOPICS:
         if attempts[topic]:
             lines.append(f"  {topic:14s} {wins[topic]}/{attempts[topic]} passed")
+    boxes = Counter(progress.records[d.id].box for d in seen)
+    lines.append("Boxes (a higher box comes back later): "
+                 + ", ".join(f"box {box}: {boxes[box]}" for box in sorted(boxes)) if boxes else "Boxes: none yet.")
+    if seen:
+        lines += ["Next reviews:", _table(sorted(seen, key=lambda d: progress.records[d.id].due), progress)]
     hints = sum(e["event"] == "hint" for e in progress.history)
     reveals = sum(e["event"] == "reveal" for e in progress.history)
     lines.append(f"Hints seen: {hints}; solutions revealed: {reveals}.")
+    if progress.unverified:
+        lines.append(f"? {len(progress.unverified)} record(s) cannot be verified (not written by the harness "
+                     "checker, or edited since): they are marked ? and may not be what you achieved.")
     if progress.mocks:
         lines.append(f"Mock interviews: {len(progress.mocks)}")
         lines += [_mock_summary(progress, mock["number"]) for mock in progress.mocks[-5:]]
@@ -305,45 +390,50 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "check":  # the fast path: no torch, no bank in this process
         return 0 if (_check(args.drill, args.file or answer_path(args.drill)) or {}).get("passed") else 1
     if args.action == "stop-checker":
-        from harness.drills.server import stop
+        from harness.drills.server import NotPrivate, stop
 
-        print("stopped the warm checker" if stop() else "no warm checker was running")
+        try:
+            pid = stop()
+        except NotPrivate as error:
+            print(error)
+            return 1
+        print(f"stopped the warm checker (process {pid})" if pid else "no warm checker was running")
         return 0
-    from harness.drills.core import get_drill
-
     if args.action == "list":
-        today, progress = _today(), Progress.load()
-        for drill in _filtered(args):
-            if not args.due or progress.is_due(drill.id, today):
-                print(_describe(drill))
+        progress, today = Progress.load(), _today()
+        shown = [d for d in _filtered(args) if not args.due or progress.is_due(d.id, today)]
+        print(_table(shown, progress) if shown else "no drill is due")
         return 0
     if args.action == "start":
         if args.drill:
-            drill = get_drill(args.drill)
+            drill = get(args.drill)
         else:
             due = [d for d in _filtered(args) if Progress.load().is_due(d.id, _today())]
             drill = random.choice(due or _filtered(args))
         _start(drill, edit=args.edit)
         return 0
     if args.action == "hint":
-        print(_hint(get_drill(args.drill)))
+        print(_hint(get(args.drill)))
         return 0
     if args.action == "solution":
-        drill = get_drill(args.drill)
+        drill = get(args.drill)
         progress = Progress.load()
         progress.reveal(drill.id, _today())
         progress.save()
         print(_solution(drill))
         return 0
     if args.action == "experiment":
+        from harness.drills.core import get_drill
+
         drill = get_drill(args.drill)
         if drill.experiment is None:
             raise SystemExit(f"{drill.id} is a {drill.kind} drill: only explain drills have an experiment")
         drill.experiment()
         return 0
     if args.action == "daily":
-        for drill in _daily(args.count):
-            print(_describe(drill))
+        drills = _daily(args.count)
+        print(f"Today's set ({_today().isoformat()}): {len(drills)} drills, due ones first\n"
+              + _table(drills, Progress.load()) if drills else "Nothing due and nothing new: well done.")
         return 0
     if args.action == "mock":
         return _mock(args)

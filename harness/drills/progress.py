@@ -11,19 +11,30 @@ file never moves a drill more than one box a day.
 Every check, hint and revealed solution is appended to the history, with the mock interview it belonged to;
 mock interviews are recorded with their drills, time and result. Stored as JSON under $HARNESS_HOME (default
 ~/.harness)/drills/progress.json; the format of earlier versions (records only) is read as well.
+
+Verdicts are recorded by the checker (`record_verdict`, called by the warm checker or the inline CLI after the
+judge decided), never from what an answer or a client claims. A mock check after the interview's time is up,
+or a pass after the debrief showed the answer, does not count. Every record, event and mock is signed with an
+HMAC whose key (`progress.key`, 0600) sits next to the file, out of the sandboxed answer's sight; `stats`
+marks whatever does not verify (edited by hand, or written by something that is not the harness).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 import json
 import os
+import secrets
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 INTERVAL_DAYS = (0, 1, 2, 4, 8, 16)
-FORMAT = 2
+FORMAT = 3
+_SIGNED_FORMATS = (3,)
 
 
 def home() -> Path:
@@ -53,6 +64,7 @@ class Progress:
     records: dict[str, Record] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     mocks: list[dict[str, Any]] = field(default_factory=list)
+    unverified: set[str] = field(default_factory=set)  # "record:<id>", "event:<index>", "mock:<number>"
 
     @classmethod
     def load(cls, path: Path | None = None) -> "Progress":
@@ -61,10 +73,23 @@ class Progress:
             return cls(path)
         try:
             raw = json.loads(path.read_text())
-            if raw.get("format") == FORMAT:
-                records = {k: Record(**v) for k, v in raw["records"].items()}
-                return cls(path, records, list(raw["history"]), list(raw["mocks"]))
-            return cls(path, {k: Record(**v) for k, v in raw.items()})  # the first format: records only
+            if raw.get("format") in (2, *_SIGNED_FORMATS):
+                progress = cls(path)
+                signed = raw["format"] in _SIGNED_FORMATS
+                for name, value in raw["records"].items():
+                    sig = value.pop("sig", "")
+                    progress.records[name] = Record(**value)
+                    progress._verify(f"record:{name}", value, sig, signed)
+                for index, event in enumerate(raw["history"]):
+                    progress._verify(f"event:{index}", event, event.pop("sig", ""), signed)
+                    progress.history.append(event)
+                for mock in raw["mocks"]:
+                    progress._verify(f"mock:{mock.get('number')}", mock, mock.pop("sig", ""), signed)
+                    progress.mocks.append(mock)
+                return progress
+            progress = cls(path, {k: Record(**v) for k, v in raw.items()})  # the first format: records only
+            progress.unverified = {f"record:{k}" for k in progress.records}
+            return progress
         except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as error:
             raise ValueError(f"{path} is not a drill progress file ({error}); move it away to start afresh") from error
 
@@ -72,9 +97,33 @@ class Progress:
         """Write atomically, so an interrupted save never loses the history."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "records": {k: asdict(v) for k, v in self.records.items()},
-                                   "history": self.history, "mocks": self.mocks}, indent=1, sort_keys=True))
+        records = {k: {**asdict(v), "sig": self._sign(f"record:{k}", asdict(v))} for k, v in self.records.items()}
+        history = [{**e, "sig": self._sign(f"event:{i}", e)} for i, e in enumerate(self.history)]
+        mocks = [{**m, "sig": self._sign(f"mock:{m.get('number')}", m)} for m in self.mocks]
+        tmp.write_text(json.dumps({"format": FORMAT, "records": records, "history": history, "mocks": mocks},
+                                  indent=1, sort_keys=True))
         os.replace(tmp, self.path)
+
+    def _key(self) -> bytes:
+        """The signing key next to the progress file (made on first use, readable by the user alone)."""
+        path = self.path.parent / "progress.key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                return path.read_bytes()
+            with os.fdopen(fd, "wb") as key:
+                key.write(secrets.token_bytes(32))
+        return path.read_bytes()
+
+    def _sign(self, label: str, body: dict[str, Any]) -> str:
+        message = json.dumps([label, body], sort_keys=True).encode()
+        return hmac.new(self._key(), message, hashlib.sha256).hexdigest()
+
+    def _verify(self, label: str, body: dict[str, Any], sig: str, signed: bool) -> None:
+        if not signed or not hmac.compare_digest(self._sign(label, body), str(sig)):
+            self.unverified.add(label)
 
     def _log(self, drill_id: str, event: str, mock: int | None, **details: Any) -> None:
         self.history.append({"at": dt.datetime.now().isoformat(timespec="seconds"), "drill": drill_id,
@@ -122,12 +171,47 @@ class Progress:
         return rec is not None and rec.due != "" and dt.date.fromisoformat(rec.due) <= today
 
     def start_mock(self, drill_ids: list[str], minutes: float) -> int:
-        """Open a mock interview in the history; its number."""
+        """Open a mock interview in the history; its number. Its deadline is fixed now: checks after it do
+        not count."""
         self.mocks.append({"number": len(self.mocks) + 1, "started": dt.datetime.now().isoformat(timespec="seconds"),
-                           "minutes": minutes, "drills": drill_ids, "passed": [], "seconds": {}, "ended": ""})
+                           "deadline": time.time() + minutes * 60, "minutes": minutes, "drills": drill_ids,
+                           "passed": [], "seconds": {}, "ended": ""})
         return len(self.mocks)
 
-    def end_mock(self, number: int, passed: list[str], seconds: dict[str, float], ended: str) -> None:
-        """Close mock interview `number`: what passed, seconds spent per drill, and how it ended."""
+    def end_mock(self, number: int, seconds: dict[str, float], ended: str) -> None:
+        """Close mock interview `number`: seconds spent per drill, and how it ended (what passed is recorded by
+        the checker, `record_verdict`)."""
         mock = self.mocks[number - 1]
-        mock.update(passed=passed, seconds={k: round(v, 1) for k, v in seconds.items()}, ended=ended)
+        mock.update(seconds={k: round(v, 1) for k, v in seconds.items()}, ended=ended)
+
+
+def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = None,
+                   today: dt.date | None = None, path: Path | None = None) -> str:
+    """Record the checker's verdict on one attempt (the checker's job, never the client's); a note for the
+    candidate when it did not count in a mock interview ("" otherwise)."""
+    progress = Progress.load(path)
+    today = today or dt.date.today()
+    note = ""
+    interview = progress.mocks[mock - 1] if mock is not None and 0 < mock <= len(progress.mocks) else None
+    if mock is not None and (interview is None or drill_id not in interview["drills"]
+                             or f"mock:{mock}" in progress.unverified):
+        note, interview = "this check is not part of a mock interview on record: it counts as practice", None
+        mock = None
+    if interview is not None and time.time() > float(interview.get("deadline", 0)):
+        progress._log(drill_id, "check", mock, passed=result["passed"], code=result["code"], late=True)
+        progress.save()
+        return "time is up: this check came after the interview's end and does not count"
+    debriefed = interview is not None and any(
+        e["event"] == "check" and e["drill"] == drill_id and e["mock"] == mock and e.get("debriefed")
+        for e in progress.history)
+    record = progress.record(drill_id, result["passed"], today, code=result["code"], mock=mock)
+    if result.get("debrief") and not result["passed"]:
+        record.revealed = True  # the debrief showed the right option: the next pass is graded as a revealed one
+        progress.history[-1]["debriefed"] = True
+    if interview is not None and result["passed"]:
+        if debriefed:
+            note = "the debrief showed the answer: this pass does not count in the mock interview"
+        elif drill_id not in interview["passed"]:
+            interview["passed"].append(drill_id)
+    progress.save()
+    return note

@@ -1,0 +1,179 @@
+"""The answer's runner: a fresh process that imports torch and the bank, then runs answers it is sent.
+
+The checker (`harness.drills.pool`) starts it with `harness.drills.fresh` (a new interpreter, the harness
+compiled from source), in a new session, with no descriptor but the control socket it is given, under
+bubblewrap where that works. The runner itself never runs an answer and never computes with torch: for each
+job it forks a child, and the child
+
+- closes the control socket and every other descriptor but the report pipe and the output file it was sent,
+  starts a new session, runs the answer and the drill's probe, writes the observation (data only,
+  `harness.contract.wire`) to the report pipe behind the job's nonce, and exits;
+- while the runner, a child subreaper (PR_SET_CHILD_SUBREAPER) and not ptrace-able (PR_SET_DUMPABLE 0), waits
+  for it and then kills every process left below it: whatever the answer started, a daemon that left its
+  process group and session included, is reparented to the runner and ends with it.
+
+The runner dies with the checker (PR_SET_PDEATHSIG). Jobs arrive as one message each on a SOCK_SEQPACKET
+socket, with the report pipe's write end and the output file passed as descriptors (SCM_RIGHTS).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+LENGTH = struct.Struct("<Q")
+MAX_JOB_BYTES = 1 << 20
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux prctl(option, value); whether it succeeded (False off Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def end_descendants(keep: frozenset[int] = frozenset()) -> None:
+    """Kill every child of this process but `keep` until none is left (a subreaper's orphans included), and
+    reap them."""
+    for _ in range(10_000):
+        left = [pid for pid in children(os.getpid()) if pid not in keep]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in left:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if not left:
+            return
+
+
+def _answer_child(job: dict[str, Any], report_fd: int, output_fd: int) -> None:
+    """In the forked child: keep only the report pipe and the output file, run the answer, report. Never
+    returns."""
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        report = os.dup2(report_fd, 3)
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        _run_job(job, report)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: S110 (a stream the answer replaced or closed: nothing to save)
+                pass
+        os._exit(0)
+
+
+def _run_job(job: dict[str, Any], report: int) -> None:
+    from harness.contract import wire
+    from harness.contract.case import Case
+    from harness.contract.errors import explain
+    from harness.contract.failure import CheckFailed
+    from harness.drills.answer import load_answer
+    from harness.drills.core import get_drill
+
+    drill = get_drill(job["drill"])
+    case = Case(**job["case"])
+    try:
+        namespace = load_answer(drill, job["source"], job["filename"])
+        observation = {"seen": drill.probe(namespace, case)}  # type: ignore[misc]
+    except CheckFailed as failure:
+        observation = {"failed": failure.code, "message": str(failure)}
+    except BaseException as error:  # the answer raised (or exited): reported as data
+        observation = {"raised": explain(error)[:2000]}
+    for stream in (sys.stdout, sys.stderr):  # what the answer printed reaches the output file first
+        try:
+            stream.flush()
+        except BaseException:  # noqa: S110
+            pass
+    try:
+        data = wire.encode(observation)
+    except wire.WireError as error:
+        data = wire.encode({"raised": f"the probe's observation could not be sent ({error})"})
+    view = memoryview(bytes.fromhex(job["nonce"]) + LENGTH.pack(len(data)) + data)
+    while view:
+        view = view[os.write(report, view):]
+
+
+def serve(control: socket.socket, uses: int) -> None:
+    """Run up to `uses` jobs, one forked child each, then leave."""
+    for _ in range(uses):
+        try:
+            message, fds, _, _ = socket.recv_fds(control, MAX_JOB_BYTES, 2)
+        except OSError:
+            return
+        if not message or len(fds) != 2:
+            return
+        job = json.loads(message)
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _answer_child(job, fds[0], fds[1])
+        for fd in fds:
+            os.close(fd)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        end_descendants()
+        try:
+            control.sendall(b"done")
+        except OSError:
+            return
+
+
+def main(argv: list[str]) -> None:
+    """`runner CONTROL_FD USES`: import, say ready, serve."""
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the checker died before the line above
+        os._exit(1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # DDP drills' ranks talk over loopback (no network here)
+    control = socket.socket(fileno=int(argv[0]))
+    import torch._dynamo  # noqa: F401 (building an optimizer imports it: seconds in every check, unless here)
+
+    from harness.drills.core import all_drills
+
+    all_drills()
+    control.sendall(b"ready")
+    serve(control, int(argv[1]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
