@@ -73,6 +73,15 @@ def barrier() -> None:
         dist.barrier()
 
 
+def all_gather_int(value: int) -> list[int]:
+    """`value` from every rank, indexed by rank (`[value]` without a process group)."""
+    if not is_distributed():
+        return [value]
+    values: list[int] = [0] * get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
 def default_backend(device: torch.device | str) -> str:
     """NCCL for CUDA devices, gloo otherwise."""
     return "nccl" if torch.device(device).type == "cuda" else "gloo"

@@ -15,7 +15,7 @@ from torch import nn
 
 from harness.amp import autocast
 from harness.distributed import all_reduce_sum
-from harness.fit_options import resolve_device
+from harness.fit_options import check_batch_tensors, check_metric_values, resolve_device
 
 __all__ = ["Metric", "batch_to_device", "evaluate", "evaluation_sums"]
 
@@ -27,12 +27,13 @@ def batch_to_device(batch: Any, device: torch.device, *,
     """An `(inputs, targets)` batch on `device` (4-D inputs in channels_last format if asked).
 
     Raises:
-        ValueError: the batch is not a pair.
+        ValueError: the batch is not a pair of tensors.
     """
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise ValueError(f"fit expects each batch to be (inputs, targets); got {type(batch).__name__}"
                          f"{f' of length {len(batch)}' if isinstance(batch, (tuple, list)) else ''}.")
     inputs, targets = batch
+    check_batch_tensors(inputs, targets)
     # non_blocking overlaps the copy with compute when the loader uses pinned memory (a no-op if already there)
     inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
     if channels_last and inputs.dim() == 4:
@@ -59,6 +60,7 @@ def evaluation_sums(model: nn.Module, loader: Iterable, *, loss_fn: Metric, metr
             inputs, targets = batch_to_device(batch, device, channels_last=channels_last)
             outputs = model(inputs)
             values = [loss_fn(outputs, targets), *(fn(outputs, targets) for fn in metrics.values())]
+            check_metric_values(metrics, values[1:])
             sums += torch.stack([torch.as_tensor(v, device=device).float() for v in values]) * len(inputs)
             count += len(inputs)
     if count == 0:

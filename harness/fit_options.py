@@ -6,16 +6,19 @@ Both loops call the same functions, so a mistake gets the same message whichever
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import CosineAnnealingLR, OneCycleLR
 
-from harness.distributed import is_distributed
+from harness.distributed import all_gather_int, is_distributed
 
-__all__ = ["OffDeviceError", "check_folder_options", "check_loaders", "check_loop_settings", "check_training",
-           "resolve_device"]
+__all__ = ["OffDeviceError", "check_batch_tensors", "check_equal_batch_counts", "check_folder_options",
+           "check_loaders", "check_loop_settings", "check_loss", "check_metric_values", "check_schedule_length",
+           "check_training", "resolve_device"]
 
 
 class OffDeviceError(ValueError):
@@ -54,6 +57,14 @@ def check_training(model: nn.Module, optimizer: Any, loss_fn: Any, epochs: Any,
     model_params = {id(p) for p in model.parameters()}
     if any(id(p) not in model_params for group in optimizer.param_groups for p in group["params"]):
         raise ValueError("the optimizer holds parameters that are not the model's: build it from model.parameters().")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("every parameter of the model is frozen (requires_grad=False): there is nothing to train. "
+                         "Unfreeze the layers to train first (e.g. model.head.requires_grad_(True)), then build the "
+                         "optimizer from [p for p in model.parameters() if p.requires_grad].")
+    if not any(p.requires_grad for group in optimizer.param_groups for p in group["params"]):
+        raise ValueError("none of the optimizer's parameters requires grad (they are all frozen), so no step would "
+                         "change the model: build the optimizer from the trainable ones, "
+                         "[p for p in model.parameters() if p.requires_grad].")
     if not callable(loss_fn):
         raise ValueError(f"loss_fn must be callable, e.g. nn.CrossEntropyLoss(); got {loss_fn!r}.")
     for name, fn in (metrics or {}).items():
@@ -102,3 +113,105 @@ def check_loaders(train_loader: Any, val_loader: Any = None) -> None:
             ) from None
         if batches == 0:
             raise ValueError(f"{name} has no batches: check the dataset and batch size (drop_last?).")
+
+
+def check_equal_batch_counts(train_loader: Any) -> None:
+    """Under DDP, every rank's train loader has as many batches as the others' (a collective: every rank calls it).
+
+    Raises:
+        ValueError: on every rank, listing each rank's count, when they differ.
+    """
+    counts = all_gather_int(len(train_loader))
+    if len(set(counts)) > 1:
+        listing = ", ".join(f"rank {rank}: {count}" for rank, count in enumerate(counts))
+        raise ValueError(
+            f"under DDP every rank must train on the same number of batches per epoch, but the train loaders have "
+            f"{listing}. Every optimizer step all-reduces the gradients of all ranks: the ranks with more batches "
+            "would wait forever for those that ran out. Give each rank a DistributedSampler over the same dataset, "
+            "with the same batch_size and drop_last (harness.distributed.distributed_loader does).")
+
+
+def check_schedule_length(scheduler: Any, interval: str | None, epochs: int, batches: int,
+                          accumulation_steps: int) -> None:
+    """A OneCycleLR or CosineAnnealingLR lasts at least as many steps as the run takes.
+
+    OneCycleLR stepped past its total_steps raises torch's "Tried to step N times"; CosineAnnealingLR past
+    T_max climbs back up (a cosine is periodic). A resumed run is checked against the scheduler it passes,
+    the schedule it continues on (`harness.resume_policy`).
+
+    Raises:
+        ValueError: the schedule ends before the run does, with the value to build it with.
+    """
+    if interval is None:
+        return
+    per_epoch = math.ceil(batches / accumulation_steps) if interval == "step" else 1
+    steps = epochs * per_epoch
+    unit = f"optimizer steps ({epochs} epochs x {per_epoch})" if interval == "step" else "epochs"
+    after = " A resumed run continues on the schedule you pass, from where last.pt stopped."
+    if isinstance(scheduler, OneCycleLR) and scheduler.total_steps < steps:
+        hint = f" (or epochs={epochs}, steps_per_epoch={per_epoch})" if interval == "step" else ""
+        raise ValueError(f"OneCycleLR was built for total_steps={scheduler.total_steps}, but this run takes {steps} "
+                         f"{unit}: torch would stop it with 'Tried to step {scheduler.total_steps + 1} times'. "
+                         f"Build it with total_steps={steps}{hint}.{after}")
+    if isinstance(scheduler, CosineAnnealingLR) and scheduler.T_max < steps - 1:
+        raise ValueError(f"CosineAnnealingLR(T_max={scheduler.T_max}) reaches eta_min after {scheduler.T_max} "
+                         f"scheduler steps and then climbs back up (a cosine is periodic), but this run takes {steps} "
+                         f"{unit}: build it with T_max={steps}.{after}")
+
+
+def check_loss(loss: Any, epoch: int, batch: int) -> None:
+    """The loss is a floating-point scalar tensor with a gradient (metadata only: no host sync).
+
+    Raises:
+        ValueError: what the loss is instead, and what to change.
+    """
+    where = f"at epoch {epoch}, batch {batch}"
+    if not isinstance(loss, torch.Tensor):
+        raise ValueError(f"loss_fn returned a {type(loss).__name__} ({loss!r}) {where}, not a tensor: a Python number "
+                         "has no gradient to train with. Return the loss tensor itself (no .item() or float() in "
+                         "loss_fn).")
+    if loss.dim() != 0:
+        raise ValueError(f"loss_fn returned a tensor of shape {tuple(loss.shape)} {where}, not a scalar: reduce it to "
+                         "the batch's mean (reduction='mean', the default of nn.CrossEntropyLoss, or .mean() on a "
+                         "per-sample loss).")
+    if not loss.is_floating_point():
+        raise ValueError(f"loss_fn returned an integer tensor ({loss.dtype}) {where}: a count (of wrong predictions, "
+                         "argmax == targets) has no gradient. Compute the loss in floating point from the model's "
+                         "outputs, e.g. nn.CrossEntropyLoss()(outputs, targets).")
+    if not loss.requires_grad:
+        raise ValueError(f"the loss {where} has no gradient (requires_grad=False, no grad_fn), so backward cannot "
+                         "train anything. Likely causes: .detach(), .data or torch.no_grad() inside loss_fn, or a "
+                         "loss computed without the model's outputs. Return the loss computed from the outputs.")
+
+
+def check_batch_tensors(inputs: Any, targets: Any) -> None:
+    """A batch's inputs and targets are tensors (not the lists a dataset of Python lists collates into).
+
+    Raises:
+        ValueError: naming which is not a tensor and how to fix the dataset.
+    """
+    for name, value in (("inputs", inputs), ("targets", targets)):
+        if isinstance(value, torch.Tensor):
+            continue
+        if isinstance(value, (list, tuple)):
+            raise ValueError(
+                f"the batch's {name} are a {type(value).__name__} of {len(value)} items, not one tensor: the dataset "
+                "returns Python lists (or nested lists) per sample, which the DataLoader's default collate turns "
+                "into one list entry per position. Return a tensor from the dataset's __getitem__ "
+                "(torch.tensor(values, dtype=torch.float32)), or build the data as a TensorDataset.")
+        raise ValueError(f"the batch's {name} are a {type(value).__name__}, not a tensor: return tensors from the "
+                         "dataset (torch.tensor(...)), or give the DataLoader a collate_fn that stacks them.")
+
+
+def check_metric_values(metrics: dict[str, Any], values: list[Any]) -> None:
+    """Each metric returned one number for the batch (a scalar tensor or a Python number), not one per sample.
+
+    Raises:
+        ValueError: naming the metric and the shape it returned.
+    """
+    for name, value in zip(metrics, values, strict=True):
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
+        if shape or isinstance(value, (list, tuple)):
+            raise ValueError(f"metric {name!r} returned {f'a tensor of shape {shape}' if shape else 'a list'}, one "
+                             "value per sample, not the batch's mean: return a scalar, e.g. "
+                             "(outputs.argmax(1) == targets).float().mean() (harness.metrics.accuracy).")

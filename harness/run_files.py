@@ -9,6 +9,8 @@ Rank 0 alone writes; every rank reads `last.pt` on resume and restores its own R
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +29,64 @@ from harness.checkpoint import (
 from harness.distributed import barrier, get_rank, get_world_size, is_distributed, is_main_process
 from harness.history import history_frame, lists_to_rows, rows_to_lists, write_history
 from harness.repro import capture_rng_state, restore_rng_state
+from harness.resume_policy import apply_schedule, built_schedule, changed_settings, refuse_changes, saved_schedule
+from harness.run_lock import hold_run_folder
 from harness.run_state import RunState
 
-__all__ = ["RUN_FILES", "prepare_run_folder", "repair_run_files", "resume_run", "save_run"]
+__all__ = ["RUN_FILES", "claim_run_folder", "repair_run_files", "resume_run", "save_run"]
 
 # What fit writes into checkpoint_dir; the first three mean the folder holds a run.
 RUN_FILES = ("last.pt", "best.pt", "history.csv", "config.json")
-# Settings a resumed run must share with the run that wrote the checkpoint.
-_RESUME_MUST_MATCH = ("precision", "accumulation_steps", "max_grad_norm", "scheduler", "scheduler_interval", "monitor",
-                      "optimizer")
 
 
-def prepare_run_folder(directory: Path, resume: bool, overwrite: bool, main_process: bool) -> None:
-    """Before any training: refuse to touch another run's files unless told, and check the folder can be written.
+@contextmanager
+def claim_run_folder(directory: Path, resume: bool, overwrite: bool, main_process: bool) -> Iterator[None]:
+    """Hold the run folder for the block (rank 0), after refusing to touch another run's files unless told.
 
-    Rank 0 also removes the temporary files of saves that were killed and, with overwrite=True, the old run.
+    Rank 0 checks the folder can be written, takes its lock (`harness.run_lock`: a live run elsewhere is
+    refused, naming its pid and host), then removes the temporary files of saves that were killed and, with
+    overwrite=True, the old run. Other ranks only check the files: rank 0 alone writes.
 
     Raises:
         CheckpointError: the path is a file, or the folder cannot be written.
+        RunFolderBusyError: another live process holds the folder (rank 0).
         FileExistsError: the folder holds a run and neither resume nor overwrite was asked.
         FileNotFoundError: resume was asked but the run has no last.pt.
     """
     if directory.exists() and not directory.is_dir():
         raise CheckpointError(f"checkpoint_dir {directory} is a file, not a folder: pass a folder's path (fit creates "
                               "it if missing).")
+    if not main_process:
+        _check_run_files(directory, resume, overwrite)
+        yield
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):  # the check a read-only folder or disk fails
+            pass
+    except OSError as error:
+        raise CheckpointError(f"cannot write checkpoints into {directory} ({error.strerror}): make it writable or "
+                              "choose another checkpoint_dir. Nothing was trained.") from error
+    with hold_run_folder(directory, _refused_action(resume, overwrite)):
+        _check_run_files(directory, resume, overwrite)
+        remove_stale_temporaries(directory, RUN_FILES)  # safe now: no other process saves here
+        if overwrite:
+            for name in RUN_FILES:
+                (directory / name).unlink(missing_ok=True)
+        yield
+
+
+def _refused_action(resume: bool, overwrite: bool) -> str:
+    """What a call refused by a live run's lock would have done to that run."""
+    if overwrite:
+        return "overwrite=True would delete its files while it writes them"
+    if resume:
+        return "resume=True would continue it a second time, beside itself"
+    return "a second run would write its checkpoints over the running one's"
+
+
+def _check_run_files(directory: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse a folder holding a run unless resume or overwrite was asked, and a resume without last.pt."""
     found = [name for name in RUN_FILES[:3] if (directory / name).is_file()]
     if found and not resume and not overwrite:
         raise FileExistsError(f"{directory} already holds a run ({', '.join(found)}), which fit does not overwrite "
@@ -61,19 +97,6 @@ def prepare_run_folder(directory: Path, resume: bool, overwrite: bool, main_proc
                                 "Put last.pt back to continue that run; to start a new one instead, keep what you "
                                 "need elsewhere and pass overwrite=True (without resume), or choose another "
                                 "checkpoint_dir.")
-    if not main_process:
-        return
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):  # the check a read-only folder or disk fails
-            pass
-    except OSError as error:
-        raise CheckpointError(f"cannot write checkpoints into {directory} ({error.strerror}): make it writable or "
-                              "choose another checkpoint_dir. Nothing was trained.") from error
-    remove_stale_temporaries(directory, RUN_FILES)
-    if overwrite:
-        for name in RUN_FILES:
-            (directory / name).unlink(missing_ok=True)
 
 
 def save_run(run: RunState, improved: bool) -> None:
@@ -99,9 +122,14 @@ def save_run(run: RunState, improved: bool) -> None:
 def resume_run(run: RunState) -> None:
     """Restore `run` from its folder's last.pt: every piece of state the uninterrupted run had at that point.
 
+    Changes from the run that wrote last.pt are refused or applied as `harness.resume_policy` says, all of
+    them checked before anything is restored; applied ones are printed (rank 0) and recorded in
+    `run.config["resumed_with_changes"]`.
+
     Raises:
         CheckpointError: last.pt was not written by fit.
-        ValueError: the run's settings, batches per epoch, process count or data-order generators differ.
+        ValueError: the process count, batch size, batches per epoch or a setting that must match differs, the
+            run asks for fewer epochs than last.pt holds, or the data-order generators differ.
     """
     path = run.folder / "last.pt"
     _start_persistent_workers(run.train_loader, run.val_loader)  # draws from the RNGs restored below
@@ -110,22 +138,52 @@ def resume_run(run: RunState) -> None:
         raise CheckpointError(f"{path} was not written by fit (it has no run settings, e.g. save_checkpoint without "
                               "config): fit resumes only its own runs. Load its weights with "
                               "load_checkpoint(path, model=model) and start a run in another checkpoint_dir.")
-    _check_same_run(path, saved["config"], run.config)
-    restore_checkpoint(saved, path, model=run.raw_model, optimizer=run.optimizer, scheduler=run.scheduler,
-                       scaler=run.scaler if run.scaler.is_enabled() else None)
-    run.tracker.load_state_dict(saved["early_stopping"])
-    rng = saved["rng"]
-    if len(rng) != get_world_size():
-        raise ValueError(f"{path} was written by {len(rng)} processes; resume it with as many, "
-                         f"not {get_world_size()}.")
-    restore_rng_state(rng[get_rank()])
+    refuse_changes(path, saved, run.config)
     generators = _data_order_generators(run.train_loader)
     if len(generators) != len(saved["data_order"]):
         raise ValueError(f"{path} saved {len(saved['data_order'])} data-order generator(s) but the train loader has "
                          f"{len(generators)}: build the DataLoader the same way (shuffle, generator) as the first run.")
+    built = built_schedule(run.scheduler, run.optimizer)  # before the restore overwrites it with the checkpoint's
+    restore_checkpoint(saved, path, model=run.raw_model, optimizer=run.optimizer, scheduler=run.scheduler,
+                       scaler=run.scaler if run.scaler.is_enabled() else None)
+    run.tracker.load_state_dict(saved["early_stopping"])
+    restore_rng_state(saved["rng"][get_rank()])
     for generator, state in zip(generators, saved["data_order"], strict=True):
         generator.set_state(state)
     run.rows, run.global_step = lists_to_rows(saved["history"]), int(saved["global_step"])
+
+    changes = {}
+    if saved["config"]["epochs"] != run.config["epochs"]:
+        changes["epochs"] = [saved["config"]["epochs"], run.config["epochs"]]
+    schedule_changes = changed_settings(saved_schedule(saved), None if built is None else built.definition)
+    if schedule_changes:
+        apply_schedule(run.scheduler, run.optimizer, built, saved["scheduler"]["last_epoch"])
+        changes[run.config["scheduler"]] = schedule_changes
+    _record_changes(run, saved, changes)
+
+
+def _record_changes(run: RunState, saved: dict[str, Any], changes: dict[str, Any]) -> None:
+    """Carry the checkpoint's record of earlier resumes with changes, add this one's, and say it (rank 0)."""
+    record = list(saved["config"].get("resumed_with_changes", []))
+    if changes:
+        record.append({"after_epoch": saved["epoch"], **changes})
+        if is_main_process():
+            print(f"resuming {run.folder / 'last.pt'} after epoch {saved['epoch']} with changes: "
+                  f"{_describe(changes)}.", flush=True)
+    if record:
+        run.config["resumed_with_changes"] = record
+
+
+def _describe(changes: dict[str, Any]) -> str:
+    """'epochs 10 -> 20; OneCycleLR total_steps 100 -> 200 (...)'."""
+    parts = []
+    for name, value in changes.items():
+        if name == "epochs":
+            parts.append(f"epochs {value[0]} -> {value[1]}")
+        else:
+            settings = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in value.items())
+            parts.append(f"{name} {settings} (the new schedule applies from this step on)")
+    return "; ".join(parts)
 
 
 def repair_run_files(run: RunState) -> None:
@@ -136,18 +194,6 @@ def repair_run_files(run: RunState) -> None:
     if run.tracker.best_epoch == len(run.rows):  # last.pt's epoch was the best one: best.pt holds the same state
         atomic_copy(run.folder / "last.pt", run.folder / "best.pt")
     write_history(history_frame(run.rows, run.config), run.folder)
-
-
-def _check_same_run(path: Path, before: dict[str, Any], now: dict[str, Any]) -> None:
-    """The settings a resume must keep, and the batch count a per-step schedule was built for."""
-    differing = {k: (before.get(k), now[k]) for k in _RESUME_MUST_MATCH if before.get(k) != now[k]}
-    if differing:
-        raise ValueError(f"{path} was written with different settings (saved, now): {differing}. Resume with the "
-                         "same settings, or start a new run in another checkpoint_dir.")
-    if now["scheduler_interval"] == "step" and before.get("train_batches") != now["train_batches"]:
-        raise ValueError(f"{path} was written with {before.get('train_batches')} batches per epoch, this train loader "
-                         f"has {now['train_batches']}: the per-step {now['scheduler']} was built for the first "
-                         "run's number of steps. Resume with the same dataset and batch size (and drop_last).")
 
 
 def _data_order_generators(loader: Any) -> list[torch.Generator]:

@@ -39,19 +39,23 @@ from harness.early_stopping import EarlyStopping
 from harness.evaluation import Metric, batch_to_device, evaluate
 from harness.fit_options import (
     OffDeviceError,
+    check_equal_batch_counts,
     check_folder_options,
     check_loaders,
     check_loop_settings,
+    check_loss,
+    check_schedule_length,
     check_training,
     resolve_device,
 )
 from harness.history import history_frame
 from harness.progress import epoch_bar, format_epoch_line, progress_enabled
-from harness.run_files import prepare_run_folder, repair_run_files, resume_run, save_run
+from harness.run_files import claim_run_folder, repair_run_files, resume_run, save_run
+from harness.run_lock import RunFolderBusyError
 from harness.run_state import LoopSettings, RunState
 
-__all__ = ["EarlyStopping", "LoopSettings", "NonFiniteLossError", "OffDeviceError", "evaluate", "fit",
-           "optimizer_step", "train_one_epoch"]
+__all__ = ["EarlyStopping", "LoopSettings", "NonFiniteLossError", "OffDeviceError", "RunFolderBusyError", "evaluate",
+           "fit", "optimizer_step", "train_one_epoch"]
 
 # Schedulers whose arguments are conventionally counted in optimizer steps or in epochs. Any other
 # scheduler (LambdaLR, CosineAnnealingLR, LinearLR, SequentialLR...) means different things stepped per
@@ -113,7 +117,8 @@ def fit(
         model: the network, already on `device`.
         train_loader: yields `(inputs, targets)` batches. Under DDP its sampler must be a DistributedSampler.
         val_loader: validation batches, evaluated after every epoch (None: no validation).
-        loss_fn: `loss_fn(outputs, targets)` -> the batch's mean loss.
+        loss_fn: `loss_fn(outputs, targets)` -> the batch's mean loss: a floating-point scalar tensor with a
+            gradient (anything else is refused at the first batch, saying what it is).
         optimizer: built on `model`'s parameters after the model was moved to `device`.
         epochs: total epochs, counting those a resumed run already did.
         device: where to train; None: the device the model's parameters are on.
@@ -130,11 +135,15 @@ def fit(
         metrics: name -> `fn(outputs, targets)` returning the batch mean as a tensor (e.g.
             `harness.metrics.accuracy`); recorded as `val_<name>`.
         checkpoint_dir: write `last.pt` every epoch, `best.pt` when the monitored metric improves, and
-            `history.csv` and `config.json` (rank 0 only).
+            `history.csv` and `config.json` (rank 0 only). One live run per folder: rank 0 holds `fit.lock`
+            there until fit returns; another fit, resume or overwrite on the folder meanwhile is refused.
         resume: continue from `checkpoint_dir/last.pt` when it exists (weights, optimizer, scheduler,
             scaler, early stopping, history, RNG and data-order states), else start fresh. A run killed at
             any moment resumes from its last complete epoch; `best.pt`, `history.csv` and `config.json`
-            are brought in line with `last.pt` first.
+            are brought in line with `last.pt` first. More epochs, or a scheduler built with other settings,
+            are applied and stated (the new schedule continues from the checkpoint's step); another process
+            count, batch size, batches per epoch, precision, accumulation, clipping, optimizer, scheduler type
+            or monitored metric is refused (`harness.resume_policy`).
         overwrite: start a new run in a `checkpoint_dir` that holds another run's `last.pt`, `best.pt` or
             `history.csv`, deleting them first. Without it (or resume=True) fit refuses to touch them.
         compile: run the model through `torch.compile` (checkpoints still hold the plain model's weights).
@@ -161,6 +170,7 @@ def fit(
     Raises:
         ValueError: an option with a wrong value, parameters off the device, or a loader without batches.
         FileExistsError: `checkpoint_dir` holds another run and neither resume=True nor overwrite=True was given.
+        RunFolderBusyError: a live process (named by pid and host) is running a fit in `checkpoint_dir`.
         FileNotFoundError: resume=True, and `checkpoint_dir` holds `best.pt` or `history.csv` but no `last.pt`.
         CheckpointError: `checkpoint_dir` cannot be written (a file, read-only, a full disk).
         NonFiniteLossError: a NaN or inf loss with on_nonfinite="raise".
@@ -173,46 +183,48 @@ def fit(
     check_loop_settings(max_grad_norm, accumulation_steps, on_nonfinite, sync_every)
     check_folder_options(checkpoint_dir, resume, overwrite)
     check_loaders(train_loader, val_loader)
+    check_equal_batch_counts(train_loader)  # under DDP: a rank with fewer batches would leave the others waiting
     interval = _resolve_scheduler_interval(scheduler, scheduler_interval, optimizer)
+    check_schedule_length(scheduler, interval, epochs, len(train_loader), accumulation_steps)
     tracker = _make_tracker(early_stopping, scheduler, val_loader, metrics)  # early stopping, and the best epoch
     folder = None if checkpoint_dir is None else Path(checkpoint_dir)
     main_process = is_main_process()  # rank 0 alone logs, plots and writes files
-    if folder is not None:
-        prepare_run_folder(folder, resume, overwrite, main_process)
+    # one live run per folder: rank 0 holds its lock until fit returns (the kernel frees it if the process dies)
+    claim = contextlib.nullcontext() if folder is None else claim_run_folder(folder, resume, overwrite, main_process)
+    with claim:
+        # --- the run: model wrappers (compile first, then DDP: nanoGPT's order; checkpoints use raw_model) -
+        run = RunState(
+            model=_wrap(model, compile, device, train_loader), raw_model=model, optimizer=optimizer,
+            scheduler=scheduler, interval=interval, scaler=make_scaler(device, precision), tracker=tracker,
+            loss_fn=loss_fn, metrics=metrics, train_loader=train_loader, val_loader=val_loader,
+            settings=LoopSettings(device, precision, max_grad_norm, accumulation_steps, on_nonfinite, sync_every),
+            epochs=epochs, folder=folder)
+        run.config = _resolved_config(run, early_stopping, compile)
 
-    # --- the run: model wrappers (compile first, then DDP: nanoGPT's order; checkpoints use raw_model) ---
-    run = RunState(
-        model=_wrap(model, compile, device, train_loader), raw_model=model, optimizer=optimizer,
-        scheduler=scheduler, interval=interval, scaler=make_scaler(device, precision), tracker=tracker,
-        loss_fn=loss_fn, metrics=metrics, train_loader=train_loader, val_loader=val_loader,
-        settings=LoopSettings(device, precision, max_grad_norm, accumulation_steps, on_nonfinite, sync_every),
-        epochs=epochs, folder=folder)
-    run.config = _resolved_config(run, early_stopping, compile)
+        # --- resume: restore every piece of state the uninterrupted run would have at this point -------
+        if resume and (folder / "last.pt").is_file():
+            resume_run(run)  # refuses, or applies and states, what changed since last.pt (resume_policy)
+            if main_process:
+                repair_run_files(run)
 
-    # --- resume: restore every piece of state the uninterrupted run would have at this point -----------
-    if resume and (folder / "last.pt").is_file():
-        resume_run(run)
-        if main_process:
-            repair_run_files(run)
+        live = _live_plot() if live_plot and main_process else None
+        # a line of results per epoch on stdout: with the progress bar, or as the live plot outside notebooks
+        show_lines = main_process and (progress_enabled(progress) or (live_plot and live is None))
 
-    live = _live_plot() if live_plot and main_process else None
-    # a line of results per epoch on stdout: with the progress bar, or as the live plot outside notebooks
-    show_lines = main_process and (progress_enabled(progress) or (live_plot and live is None))
-
-    # --- the epochs -------------------------------------------------------------------------------------
-    for epoch in range(len(run.rows) + 1, epochs + 1):
-        if tracker.should_stop:  # a resumed run that had already stopped early
-            break
-        row, improved = _run_epoch(run, epoch, progress=main_process and progress_enabled(progress))
-        run.rows.append(row)
-        if folder is not None:
-            save_run(run, improved)
-        if show_lines:
-            print(format_epoch_line(row, epochs), flush=True)
-        if live is not None:
-            live.update(history_frame(run.rows, run.config), force=epoch == epochs or tracker.should_stop)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, row)
+        # --- the epochs ---------------------------------------------------------------------------------
+        for epoch in range(len(run.rows) + 1, epochs + 1):
+            if tracker.should_stop:  # a resumed run that had already stopped early
+                break
+            row, improved = _run_epoch(run, epoch, progress=main_process and progress_enabled(progress))
+            run.rows.append(row)
+            if folder is not None:
+                save_run(run, improved)
+            if show_lines:
+                print(format_epoch_line(row, epochs), flush=True)
+            if live is not None:
+                live.update(history_frame(run.rows, run.config), force=epoch == epochs or tracker.should_stop)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, row)
     if show_lines and tracker.should_stop:
         print(f"early stopping: {tracker.metric} has not improved for {tracker.patience} epochs "
               f"(best {tracker.best:.4f} at epoch {tracker.best_epoch})", flush=True)
@@ -286,8 +298,9 @@ def train_one_epoch(
 
         kept = [b.clone() for b in buffers]
         with autocast(device, settings.precision):  # forward and loss only: backward runs outside autocast
-            outputs = model(inputs)
+            outputs = _forward(model, inputs, epoch, index)
             loss = loss_fn(outputs, targets)
+        check_loss(loss, epoch, index)  # a scalar float tensor with a gradient (metadata only: no host sync)
         if settings.on_nonfinite == "skip" and not torch.isfinite(loss):  # host sync: the price of skipping
             skipped += 1
             for buffer, before in zip(buffers, kept, strict=True):
@@ -406,6 +419,19 @@ class _SyncWindow:
                 self.samples)
 
 
+def _forward(model: nn.Module, inputs: torch.Tensor, epoch: int, batch: int) -> torch.Tensor:
+    """`model(inputs)`, with BatchNorm's error for a batch of one sample explained."""
+    try:
+        return model(inputs)
+    except ValueError as error:
+        if "Expected more than 1 value per channel" not in str(error):
+            raise
+        raise ValueError(f"batch {batch} of epoch {epoch} holds {len(inputs)} sample, and BatchNorm cannot compute "
+                         "batch statistics from one sample in training: the dataset's size leaves a last batch of "
+                         "one. Pass drop_last=True to the train DataLoader (or pick a batch_size that divides the "
+                         "dataset).") from error
+
+
 def _live_plot() -> Any:
     """A LivePlot inside a notebook, else None (matplotlib is imported only when a plot is wanted)."""
     from harness.plots import LivePlot, in_notebook
@@ -492,4 +518,5 @@ def _resolved_config(run: RunState, early_stopping: EarlyStopping | None, compil
         "metrics": list(run.metrics), "loss_fn": type(run.loss_fn).__name__,
         "optimizer": type(run.optimizer).__name__, "compile": compile, "on_nonfinite": settings.on_nonfinite,
         "sync_every": settings.sync_every, "world_size": get_world_size(), "train_batches": len(run.train_loader),
+        "batch_size": getattr(run.train_loader, "batch_size", None),
     }
