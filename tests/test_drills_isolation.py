@@ -5,6 +5,7 @@ session, everything it starts killed with it; the harness is compiled from sourc
 read); the checker's socket sits in a private directory and both ends check each other's user.
 """
 
+import os
 import py_compile
 import shutil
 import subprocess
@@ -124,3 +125,42 @@ def test_a_planted_pyc_is_never_read_by_the_checker_or_the_runner(tmp_path):
     done = subprocess.run([*fresh[:4], fresh[4].replace("_sys.path.insert(0,", "_sys.path[:0] = [''] ; "
                           "_sys.path.insert(0,"), *fresh[5:]], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.stdout.strip() == "tensors", done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                    reason="two unprivileged users are made with useradd, which needs root")
+def test_another_user_cannot_squat_the_checker_directory():
+    import pwd
+    import tempfile
+
+    for name in ("harnessalice", "harnessbob"):
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", name], capture_output=True, check=False)
+    alice, bob = pwd.getpwnam("harnessalice"), pwd.getpwnam("harnessbob")
+    shared = Path(tempfile.mkdtemp(prefix="harness-two-users-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)  # a shared runtime folder, as /tmp is
+        home = shared / "alice"
+        home.mkdir(mode=0o700)
+        os.chown(home, alice.pw_uid, alice.pw_gid)
+        env = {"PATH": os.environ["PATH"], "HARNESS_HOME": str(home), "XDG_RUNTIME_DIR": str(shared),
+               "OMP_NUM_THREADS": "1"}
+
+        def as_user(user, code):
+            return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                                  user=user.pw_uid, group=user.pw_gid, cwd="/", check=False)
+
+        try:
+            where = as_user(alice, "from harness.drills.server import runtime_dir; print(runtime_dir())").stdout.strip()
+        except PermissionError:
+            pytest.skip(f"this interpreter ({sys.executable}) cannot be run by another user here")
+        squat = as_user(bob, f"import os; os.mkdir({where!r}, 0o777); os.chmod({where!r}, 0o777)")
+        assert squat.returncode == 0, squat.stderr
+        answer = home / "answer.py"
+        answer.write_text(get_drill("tensors-logsumexp").solution)
+        os.chown(answer, alice.pw_uid, alice.pw_gid)
+        check = as_user(alice, "import sys\nfrom harness.cli import main\nsys.exit(main(['drill', 'check', "
+                               f"'tensors-logsumexp', '--file', {str(answer)!r}]))")
+        assert check.returncode == 1 and "belongs to user id" in check.stdout, check.stdout + check.stderr
+        assert not (home / "drills" / "progress.json").exists()  # no checker ran, nothing recorded
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

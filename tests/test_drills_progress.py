@@ -57,12 +57,14 @@ def test_history_and_mocks_are_saved_and_reloaded(progress):
     progress.hint("a", 2, mock=number)
     progress.record("a", False, DAY, code="wrong-value", mock=number)
     progress.record("a", True, DAY, code="passed", mock=number)
-    progress.end_mock(number, ["a"], {"a": 61.23, "b": 5.0}, "quit")
+    progress.mocks[number - 1]["passed"].append("a")  # what record_verdict does for a pass in a mock
+    progress.end_mock(number, {"a": 61.23, "b": 5.0}, "quit")
     progress.save()
     again = Progress.load(progress.path)
     events = [(e["event"], e.get("code"), e["mock"]) for e in again.history]
     assert events == [("hint", None, 1), ("check", "wrong-value", 1), ("check", "passed", 1)]
-    assert again.mocks[0] | {"started": ""} == {"number": 1, "started": "", "minutes": 30.0, "drills": ["a", "b"],
+    assert again.mocks[0] | {"started": "", "deadline": 0} == {"number": 1, "started": "", "deadline": 0,
+                                                              "minutes": 30.0, "drills": ["a", "b"],
                                                 "passed": ["a"], "seconds": {"a": 61.2, "b": 5.0}, "ended": "quit"}
 
 
@@ -81,3 +83,42 @@ def test_a_file_that_is_not_progress_is_refused_with_what_to_do(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="move it away to start afresh"):
         Progress.load(path)
+
+
+def _mock(tmp_path, minutes):
+    progress = Progress.load(tmp_path / "progress.json")
+    number = progress.start_mock(["d"], minutes)
+    progress.save()
+    return number
+
+
+def test_a_mock_check_after_time_is_up_does_not_count(tmp_path):
+    from harness.drills.progress import record_verdict
+
+    number = _mock(tmp_path, minutes=0)
+    note = record_verdict("d", {"passed": True, "code": "passed"}, mock=number, path=tmp_path / "progress.json")
+    progress = Progress.load(tmp_path / "progress.json")
+    assert note.startswith("time is up") and progress.mocks[0]["passed"] == [] and "d" not in progress.records
+
+
+def test_a_mock_pass_after_the_debrief_does_not_count(tmp_path):
+    from harness.drills.progress import record_verdict
+
+    number = _mock(tmp_path, minutes=30)
+    path = tmp_path / "progress.json"
+    record_verdict("d", {"passed": False, "code": "wrong-choice", "debrief": "why"}, mock=number, path=path)
+    note = record_verdict("d", {"passed": True, "code": "passed", "debrief": "why"}, mock=number, path=path)
+    progress = Progress.load(path)
+    assert "debrief" in note and progress.mocks[0]["passed"] == [] and progress.records["d"].box == 0
+
+
+def test_a_record_written_outside_the_checker_is_marked_unverified(tmp_path):
+    from harness.drills.progress import record_verdict
+
+    path = tmp_path / "progress.json"
+    record_verdict("d", {"passed": False, "code": "wrong-value"}, path=path)
+    assert Progress.load(path).unverified == set()
+    raw = json.loads(path.read_text())
+    raw["records"]["d"].update(box=5, passes=9)  # a forged promotion
+    path.write_text(json.dumps(raw))
+    assert Progress.load(path).unverified == {"record:d"}
