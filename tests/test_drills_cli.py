@@ -107,7 +107,9 @@ def test_failed_drill_is_due_again_today_and_comes_first_in_daily(run):
     run("start", drill.id)
     (run.home / "answers" / "tensors_broadcast_shape.py").write_text("answer = None\n")
     assert run("check", drill.id).returncode == 1
-    assert run("daily", "--count", "3").stdout.splitlines()[0].startswith(drill.id)
+    daily = run("daily", "--count", "3").stdout.splitlines()
+    assert daily[0].startswith("Today's set") and daily[1].startswith("DRILL") and daily[3].startswith(drill.id)
+    assert " due " in daily[3]
 
 
 def test_mock_interview_records_attempts_hints_and_time(run):

@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from harness.checks.core import Case, fail
-from harness.checks.probes import HostSyncCounter
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.instruments import HostSyncCounter
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice, no_harness_shortcut, seeded_init, with_fixes
 
@@ -777,7 +778,7 @@ def _judge_dead(seen: dict, case: Case) -> str:
         number = got[name]
         ok = isinstance(number, (int, float, torch.Tensor)) and not isinstance(number, bool) and (
             not isinstance(number, torch.Tensor) or number.numel() == 1)
-        if not ok or abs(float(number) - value) > 1e-6:
+        if not ok or not abs(float(number) - value) <= 1e-6:
             fail("wrong-value", observed=f"{name}: {describe(number)}",
                  expected=f"{value:.4f}: the share of the layer's units that output 0 for every example of the batch",
                  cause="the share of zero entries (a live unit is 0 on about half of the examples), or units zero on "

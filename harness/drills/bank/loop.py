@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import Case, fail
-from harness.checks.probes import ForwardRecorder, HostSyncCounter, StepRecorder
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.instruments import ForwardRecorder, HostSyncCounter, StepRecorder
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice, with_fixes
 
@@ -153,7 +154,7 @@ def _judge_train_step(seen: dict, case: Case) -> str:
             fail("loss-not-detached", observed=f"call {k} returned a loss that still requires grad",
                  expected="loss.detach()", cause="whoever keeps the returned loss (a running sum, a list) keeps "
                  "the whole step's graph alive: memory grows step after step", where="return loss.detach()")
-        if abs(float(got) - float(want)) > 1e-5:
+        if not abs(float(got) - float(want)) <= 1e-5:  # a nan is never close
             fail("wrong-loss", observed=f"call {k} returned {float(got):.6f}", expected=f"{float(want):.6f}, the "
                  "loss of that batch before the update", cause="the loss of another batch, or recomputed after "
                  "step()", where="the return line")
@@ -362,7 +363,7 @@ def _judge_eval(seen: dict, case: Case) -> str:
         raise WireError("results missing")
     for got in results:
         value = _as_float(got, "evaluate's result")
-        if abs(value - want) > 1e-6:
+        if not abs(value - want) <= 1e-6:  # a nan is never close
             fail("wrong-accuracy", observed=f"evaluate returned {value:.4f}", expected=f"{want:.4f}, the fraction "
                  "of samples whose argmax is the label", cause="dividing by the number of batches instead of the "
                  "number of samples, or an integer division", where="the return line")
@@ -541,7 +542,7 @@ def _judge_early_stopping(seen: dict, case: Case) -> str:
         fail("stopped-late", observed=f"training ran {len(got)} epochs", expected=want,
              cause="an off-by-one in the patience test (`> patience` instead of `>= patience`), or a counter "
              "that ignores the new best", where="the stopping condition")
-    if any(abs(g - w) > 1e-6 * max(1.0, abs(w)) for g, w in zip(got, history, strict=True)):
+    if not all(abs(g - w) <= 1e-6 * max(1.0, abs(w)) for g, w in zip(got, history, strict=True)):
         fail("wrong-history", observed=f"validation losses {[round(g, 4) for g in got]}",
              expected=f"{[round(w, 4) for w in history]}", cause="validate called before train_one_epoch, or "
              "another value recorded", where="train, then validate, then append")
@@ -731,7 +732,7 @@ def _judge_three_bugs(seen: dict, case: Case) -> str:
         for name, got, want in (("training", train_got, train_total / len(train_batches)), ("validation", val_got,
                                                                                            val)):
             value = _as_float(got, f"epoch {epoch}'s mean {name} loss")
-            if abs(value - float(want)) > 1e-4 * max(1.0, abs(float(want))):
+            if not abs(value - float(want)) <= 1e-4 * max(1.0, abs(float(want))):
                 fail("wrong-history", observed=f"epoch {epoch}'s mean {name} loss is {value:.5f}",
                      expected=f"{float(want):.5f}", cause="a sum not divided by the number of batches, or the "
                      "loss of another batch", where="history.append(...)")
@@ -950,7 +951,7 @@ def _judge_restore(seen: dict, case: Case) -> str:
         raise WireError("results missing")
     for got in results:
         value = _as_float(got, "evaluate's result")
-        if abs(value - float(want)) > 1e-5:
+        if not abs(value - float(want)) <= 1e-5:
             fail("wrong-loss", observed=f"evaluate returned {value:.5f}", expected=f"{float(want):.5f}",
                  cause="a mean of batch means (the last batch is smaller), or another reduction",
                  where="the sum and the count")

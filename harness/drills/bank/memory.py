@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from harness.checks.core import Case, fail
-from harness.checks.probes import StepRecorder
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.instruments import StepRecorder
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice, no_harness_shortcut, seeded_init, with_fixes
 from harness.memory import saved_for_backward, static_memory
@@ -637,7 +638,7 @@ def _judge_accumulation(seen: dict, case: Case) -> str:
              "graph of every micro-batch, and a caller that keeps a history of these values keeps them all",
              where="total += loss.detach(), and return total.item() / count")
     want_mean = sum(losses) / len(losses)
-    if not isinstance(mean_loss, (int, float)) or isinstance(mean_loss, bool) or abs(mean_loss - want_mean) > 1e-5:
+    if not isinstance(mean_loss, (int, float)) or isinstance(mean_loss, bool) or not abs(mean_loss - want_mean) <= 1e-5:
         fail("wrong-value", observed=f"returned {describe(mean_loss)}",
              expected=f"{want_mean:.6f}: the mean of the micro-batches' losses, as a float",
              cause="the scaled losses averaged, or not a float", where="what you add to the running total")

@@ -9,9 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.checks.core import Case, fail
-from harness.checks.probes import HostSyncCounter, StepRecorder
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.instruments import HostSyncCounter, StepRecorder
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice, no_harness_shortcut, seeded_init
 
@@ -68,7 +69,7 @@ def _judge_epoch_metrics(seen: dict, case: Case) -> str:
             fail("wrong-value", observed=f"loss {describe(result.get('loss'))}, accuracy "
                  f"{describe(result.get('accuracy'))}", expected=f"two numbers: {want_loss:.5f} and {want_acc:.4f}",
                  cause="returning something other than two numbers", where="the return statement")
-        if abs(loss - want_loss) > 1e-5 or abs(accuracy - want_acc) > 1e-6:
+        if not (abs(loss - want_loss) <= 1e-5 and abs(accuracy - want_acc) <= 1e-6):
             fail("wrong-value", observed=f"loss {loss:.5f}, accuracy {accuracy:.4f} over {len(batches)} batches",
                  expected=f"{want_loss:.5f} and {want_acc:.4f} (the last batch holds {len(batches[-1][1])} samples, "
                  "the others 8)", cause="the means are not over all samples: a mean of batch means lets the short "
