@@ -2,12 +2,14 @@
 
 Three launches, shared by the assertions (each costs several seconds): an uninterrupted 4-epoch run,
 a run killed after epoch 2, and its resume. The model has dropout and the optimizer momentum, so an
-exact resume needs every rank's RNG state and the optimizer state, not just the weights.
+exact resume needs every rank's RNG state and the optimizer state, not just the weights. Two more launches
+are refused before the first step: ranks with unequal batch counts, and a folder a live process holds.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -41,7 +43,8 @@ def validation_loss(state: dict, n_val: int = 64) -> float:
         return float(nn.functional.cross_entropy(model(x), y))
 
 
-def ddp_fit(checkpoint_dir: str, own_folder: str | None, resume: bool, kill_after: int | None) -> dict:
+def ddp_fit(checkpoint_dir: str | None, own_folder: str | None, resume: bool, kill_after: int | None,
+            rank1_samples: int = 256) -> dict:
     """One rank of a DDP run of harness.fit (runs under torchrun: the launcher has joined the group)."""
     from harness.data import two_moons
     from harness.distributed import distributed_loader, get_rank
@@ -53,7 +56,8 @@ def ddp_fit(checkpoint_dir: str, own_folder: str | None, resume: bool, kill_afte
         folder.mkdir(parents=True, exist_ok=True)
         os.chdir(folder)
     torch.manual_seed(100 + get_rank())  # different dropout masks on each rank, as in a real run
-    train_loader = distributed_loader(two_moons(256, seed=0), batch_size=16, seed=0)
+    train_loader = distributed_loader(two_moons(256 if get_rank() == 0 else rank1_samples, seed=0), batch_size=16,
+                                      seed=0)
     val_loader = distributed_loader(two_moons(64, seed=1), batch_size=16, shuffle=False)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -106,6 +110,20 @@ def check_resume_is_exact(uninterrupted: list[dict], shared: Path) -> None:
         pd.testing.assert_frame_equal(expected["history"].drop(columns=TIMING), got["history"].drop(columns=TIMING))
 
 
+def check_another_process_count_is_named_as_such(shared: Path) -> None:
+    """The 2-process run resumed by one process: refused as a change of process count, not of batch size."""
+    from harness.data import two_moons
+    from harness.distributed import distributed_loader
+    from harness.train import fit
+
+    model = make_model()
+    with pytest.raises(ValueError, match=r"written by a run of 2 process\(es\) and this one has 1: the process "
+                                         r"count \(world size\) changed.*resume with 2 process"):
+        fit(model, distributed_loader(two_moons(256, seed=0), batch_size=16, seed=0), loss_fn=nn.CrossEntropyLoss(),
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), epochs=EPOCHS + 1,
+            checkpoint_dir=shared, resume=True, progress=False)
+
+
 def test_fit_under_ddp(tmp_path):
     """One test, three launches: pytest-xdist may split a module's tests (and a shared fixture) across workers,
     which would launch the reference run twice."""
@@ -115,3 +133,24 @@ def test_fit_under_ddp(tmp_path):
     check_validation_averaged_over_ranks(results)
     check_only_rank_0_wrote(tmp_path)
     check_resume_is_exact(results, tmp_path / "shared")
+    check_another_process_count_is_named_as_such(tmp_path / "shared")
+
+
+def test_ranks_with_unequal_batch_counts_are_refused_before_the_first_step(tmp_path):
+    with pytest.raises(LaunchError) as refused:
+        launch(ddp_fit, 2, args=(str(tmp_path / "run"), None, False, None, 192), quiet=True, timeout_s=120)
+    assert "every rank must train on the same number of batches per epoch" in str(refused.value)
+    assert "rank 0: 8, rank 1: 6" in str(refused.value)
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_folder_held_by_a_live_process_is_refused_under_ddp_naming_the_holder(tmp_path):
+    from harness.run_lock import hold_run_folder
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with hold_run_folder(folder, "test"):  # this test's process is the live holder
+        with pytest.raises(LaunchError) as refused:
+            launch(ddp_fit, 2, args=(str(folder), None, False, None), quiet=True, timeout_s=120)
+    assert f"in use by a running fit (pid {os.getpid()} on host {socket.gethostname()}" in str(refused.value)
+    assert list(folder.iterdir()) == []
