@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.checks.core import Case
+from harness.contract.case import Case
 from harness.drills.core import get_drill
 from harness.speed import machine_record, report_results
 

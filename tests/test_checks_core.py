@@ -7,8 +7,11 @@ import pytest
 import torch
 
 from harness.checks import CheckFailed, check, core, fail, hint, register
-from harness.checks.core import Case, Hints, Requirement, judges
-from harness.checks.forbidden import CallRecorder, forbid
+from harness.contract import protocol, registry
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.forbidden import CallRecorder, forbid
+from harness.contract.registry import judges
 
 
 def _inputs(case: Case) -> list[int]:
@@ -36,7 +39,7 @@ def toy_check():
         return "doubles integers"
 
     yield "99-double"
-    core._REGISTRY.pop("99-double")
+    registry._REGISTRY.pop("99-double")
     core._hints_shown.pop("99-double", None)
     core._last_failure.pop("99-double", None)
 
@@ -76,7 +79,7 @@ def test_student_exception_names_their_line_and_what_it_means(toy_check):
 
 
 def test_an_error_in_the_checks_own_code_is_not_blamed_on_a_line_of_the_student():
-    from harness.checks.errors import explain
+    from harness.contract.errors import explain
 
     try:
         {}["missing"]  # stands for the check's code failing on what the student returned
@@ -97,7 +100,7 @@ def test_forbidden_calls_are_named_with_the_students_line(toy_check):
 
 
 def test_recorded_calls_read_as_the_student_wrote_them():
-    from harness.checks.forbidden import written_as
+    from harness.contract.forbidden import written_as
 
     assert written_as(torch.special.logsumexp) == "torch.special.logsumexp"
     assert written_as(torch.linalg.vector_norm) == "torch.linalg.vector_norm"
@@ -179,16 +182,16 @@ def test_register_requires_a_requirement_table_and_a_probe_with_a_case():
 
 def test_the_judge_decides_from_data_of_its_own_case_only(toy_check):
     case = Case(hidden=True, seed=5)
-    data = core.observe(toy_check, (lambda x: 2 * x,), case)
-    assert "doubles" in core.decide(toy_check, data, case)
-    with pytest.raises(core.wire.WireError, match="not of the case"):  # replayed from another case
-        core.decide(toy_check, data, Case(hidden=True, seed=6))
-    forged = core.observe(toy_check, (lambda x: 0,), case)
+    data = protocol.observe(toy_check, (lambda x: 2 * x,), case)
+    assert "doubles" in protocol.decide(toy_check, data, case)
+    with pytest.raises(protocol.wire.WireError, match="not of the case"):  # replayed from another case
+        protocol.decide(toy_check, data, Case(hidden=True, seed=6))
+    forged = protocol.observe(toy_check, (lambda x: 0,), case)
     with pytest.raises(CheckFailed, match="wrong-value"):
-        core.decide(toy_check, forged, case)
-    raised = core.observe(toy_check, (lambda x: 1 / 0,), case)
+        protocol.decide(toy_check, forged, case)
+    raised = protocol.observe(toy_check, (lambda x: 1 / 0,), case)
     with pytest.raises(CheckFailed, match="ZeroDivisionError"):
-        core.decide(toy_check, raised, case)
+        protocol.decide(toy_check, raised, case)
 
 
 def test_check_assertions_for_planted_bugs_can_fail(toy_check, capsys):

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from harness.checks.core import Case
+from harness.contract.case import Case
 from harness.drills.checker import check_source, draw_case
 from harness.drills.choices import LETTERS, shuffled_order
 from harness.drills.core import all_drills, get_drill

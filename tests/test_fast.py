@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.airbench import AirbenchHyperparameters, airbench_net, airbench_optimizer, airbench_schedule, whiten_stem
-from harness.checks.probes import HostSyncCounter
+from harness.contract.instruments import HostSyncCounter
 from harness.data import normalization_stats, shapes
 from harness.fast import DeviceResidentLoader, fast_fit, random_flip, random_translate, to_device
 from harness.models import capstone_cnn

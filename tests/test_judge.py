@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks.core import Case, observe
+from harness.contract.case import Case
+from harness.contract.protocol import observe
 from harness.grading import sandbox
 from harness.judge.cases import draw_cases
 from harness.judge.secret import SECRET_VARIABLE, load_or_create

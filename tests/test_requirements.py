@@ -14,8 +14,9 @@ from collections import Counter
 import nbformat
 import pytest
 
-from harness.checks import core
 from harness.checks.testing import Correct, Mistake
+from harness.contract import registry
+from harness.contract.failure import Hints, Requirement
 from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
 
 ASSIGNMENTS = discover_assignments()
@@ -46,7 +47,7 @@ def test_every_exercise_has_a_requirement_table_and_hints_that_follow_it(assignm
     problems = []
     sections = headings(assignment)
     for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
-        entry = core.get(task)
+        entry = registry.get(task)
         if not entry.requires:
             problems.append(f"{task}: no requirement table (register(..., requires={{code: Requirement(...)}}))")
         if entry.hints.section not in sections:
@@ -65,7 +66,7 @@ def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Co
     per_task = Counter(m.task for m in mistakes)
     problems = [f"{m}: not a task of this lesson" for m in [*mistakes, *correct] if m.task not in tasks]
     for task in tasks:
-        requires = core.get(task).requires
+        requires = registry.get(task).requires
         if per_task[task] < 5:
             problems.append(f"{task}: {per_task[task]} planted mistakes in MISTAKES, at least 5 wanted")
         covered = {m.code for m in mistakes if m.task == task}
@@ -97,11 +98,11 @@ def test_the_lesson_tests_run_their_mistakes_and_correct_variants():
 def test_the_guards_of_this_test_can_fail():
     """A requirement no mistake plants, too few mistakes, a code outside the table, no correct variant: each
     reported."""
-    core.register("98-toy", hints=core.Hints("n", "c", "s", section="1. Toy"),
-                  requires={"wrong-value": core.Requirement("doubles", "Multiply, do not add."),
-                            "not-an-int": core.Requirement("returns an int", "What type does * give?")},
+    registry.register("98-toy", hints=Hints("n", "c", "s", section="1. Toy"),
+                  requires={"wrong-value": Requirement("doubles", "Multiply, do not add."),
+                            "not-an-int": Requirement("returns an int", "What type does * give?")},
                   )(lambda f, *, case: {})
-    core.judges("98-toy")(lambda seen, *, case: "")
+    registry.judges("98-toy")(lambda seen, *, case: "")
     try:
         mistakes = [Mistake("98-toy", "wrong-value", "", (), f"story {i}") for i in range(4)]
         mistakes.append(Mistake("98-toy", "made-up", "", (), "a code the table lacks"))
@@ -111,6 +112,6 @@ def test_the_guards_of_this_test_can_fail():
                             "98-toy: no correct variant in CORRECT"]
         assert "4 planted" in "\n".join(mistake_problems(["98-toy"], mistakes[:4], [])), "too few is reported"
         with pytest.raises(TypeError, match="Requirement"):
-            core.register("98-other", hints=core.Hints("n", "c", "s", section="x"), requires={})
+            registry.register("98-other", hints=Hints("n", "c", "s", section="x"), requires={})
     finally:
-        core._REGISTRY.pop("98-toy", None)
+        registry._REGISTRY.pop("98-toy", None)

@@ -13,7 +13,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.probes import ForwardRecorder, StepRecorder
+from harness.contract.instruments import ForwardRecorder, StepRecorder
 from harness.metrics import accuracy
 from harness.train import EarlyStopping, NonFiniteLossError, fit
 

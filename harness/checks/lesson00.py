@@ -14,10 +14,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.errors import caller_line
-from harness.checks.forbidden import CallRecorder, written_as
-from harness.checks.wire import Opaque, WireError, describe
+from harness.contract.case import Case
+from harness.contract.errors import caller_line
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.forbidden import CallRecorder, written_as
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, WireError, describe
 
 # A device no student's code expects: tensors are created there without memory, on any machine, so that
 # ignoring `device` (or creating on the CPU and copying) shows without a GPU.

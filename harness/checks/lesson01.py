@@ -14,9 +14,11 @@ from typing import Any, Callable, NoReturn
 import torch
 import torch.nn.functional as F
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.forbidden import CallRecorder, forbid
-from harness.checks.wire import WireError, type_name
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.forbidden import CallRecorder, forbid
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError, type_name
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -168,7 +170,7 @@ def _distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
             (_randn(6, 4, seed=seed(15)), _randn(1, 4, seed=seed(16)))]
 
 
-@register("01-pairwise-distances", hints=Hints(
+@register("01-pairwise-distances", nonfinite=('results/*',), hints=Hints(
     nudge="Give x a new axis so that x is (n, 1, d) and y is (1, m, d): their difference broadcasts to (n, m, d).",
     concept="Broadcasting aligns shapes from the right and stretches the axes of size 1, so one subtraction "
             "computes every x_i - y_j; reduce over the feature axis only. If you use |x|^2 - 2 x.y + |y|^2, clamp "
@@ -295,7 +297,7 @@ _LSE_FORBIDDEN = {
 }
 
 
-@register("01-logsumexp", hints=Hints(
+@register("01-logsumexp", nonfinite=('masked', 'results/*'), hints=Hints(
     nudge="log(sum(exp(x))) = m + log(sum(exp(x - m))) for any m; choose m = max so that the largest exp is "
           "exp(0) = 1.",
     concept="Subtract the max along dim before exp and add it back after the log; a slice that is entirely -inf "

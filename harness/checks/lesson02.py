@@ -18,10 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.checks.core import Case, CheckFailed, Hints, Requirement, fail, judges, register
-from harness.checks.errors import explain
 from harness.checks.param_groups import check_weight_decay, describe_groups, group_lr, group_of_each_parameter
-from harness.checks.wire import Opaque, type_name
+from harness.contract.case import Case
+from harness.contract.errors import explain
+from harness.contract.failure import CheckFailed, Hints, Requirement, fail
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, type_name
 
 
 def _randn(*shape: int, seed: int) -> torch.Tensor:
@@ -512,7 +514,7 @@ def _eval_batch(case: Case, features: int) -> torch.Tensor:
 
 
 @register(
-    "02-running-standardizer",
+    "02-running-standardizer", nonfinite=('steps/*',),
     hints=Hints(
         nudge="Keep the running statistics as buffers; in train mode normalise with the batch's statistics and "
               "update the buffers, in eval mode normalise with the buffers and change nothing.",

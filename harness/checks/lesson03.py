@@ -17,8 +17,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.wire import WireError, type_name
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError, type_name
 from harness.repro import make_generator
 
 
@@ -799,7 +801,7 @@ def _split_record(result: Any) -> dict:
 
 
 @register(
-    "03-split-normalize",
+    "03-split-normalize", nonfinite=('*/splits/*',),
     hints=Hints(
         nudge="Shuffle the row indices with a generator seeded by `seed`, cut them into validation and training, "
         "and compute mean and std on the training rows only; normalise both splits with those two numbers per "

@@ -21,23 +21,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import (
-    Case,
-    Hints,
-    Requirement,
-    fail,
-    judges,
-    raised_failure,
-    register,
-)
-from harness.checks.errors import explain
-from harness.checks.probes import (
+from harness.contract.case import Case
+from harness.contract.errors import explain
+from harness.contract.failure import Hints, Requirement, fail, raised_failure
+from harness.contract.instruments import (
     ForwardRecorder,
     HostSyncCounter,
     StepRecord,
     StepRecorder,
 )
-from harness.checks.wire import WireError, type_name
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError, type_name
 
 
 @contextmanager

@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 import torch
 from torch import nn
 
-from harness.checks.core import (
-    Case,
-    CheckFailed,
-    Hints,
-    Requirement,
-    fail,
-    judges,
-    register,
-)
-from harness.checks.probes import ForwardRecorder
-from harness.checks.wire import Opaque, WireError
+from harness.contract.case import Case
+from harness.contract.compare import fail_raised, judged, matching_tensors, type_name
+from harness.contract.compare import number as _number
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import ForwardRecorder, RecordingScaler, collect, snapshot
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, WireError
 
 T = TypeVar("T")
 _REDUCED = (torch.bfloat16, torch.float16)
@@ -40,102 +36,12 @@ def _name(dtype: object) -> str:
     return _NAMES.get(dtype, repr(dtype))  # type: ignore[arg-type]
 
 
-def _number(value: Any) -> float | None:
-    """`value` as a float when it is a number or a one-element tensor; None for anything else."""
-    if isinstance(value, (bool, Opaque)):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return float(value.detach())
-    return None
-
-
-def type_name(value: Any) -> str:
-    """The type name of a returned value as the judge received it (an Opaque value's original type)."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
-
-
 def _outcome(call: Callable[..., Any], *args: Any) -> dict[str, Any]:
     """What `call(*args)` did, as data: {"returned": value} or {"raised": "Type: text", "value_error": bool}."""
     try:
         return {"returned": call(*args)}
     except Exception as error:  # the student's code raised: recorded, judged in the order of the calls
         return {"raised": f"{type(error).__name__}: {error}"[:500], "value_error": isinstance(error, ValueError)}
-
-
-def _fail_raised(error: str) -> NoReturn:
-    """Fail the way the check fails when the student's code raised `error` ("TypeError: ...")."""
-    fail("raised", observed=f"your code raised {error}",
-         expected="it runs on the check's inputs without an exception",
-         cause="see the message of the exception", where="the cell that defines what you passed to check()")
-
-
-def frozen(value: Any) -> Any:
-    """Probe side: `value` as it is now: containers and tensors copied, so later calls cannot change the record.
-
-    Containers become the plain list, tuple or dict the wire sends anyway; a tensor keeps its requires_grad.
-    """
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: frozen(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(frozen(v) for v in value)
-    if isinstance(value, list):
-        return [frozen(v) for v in value]
-    return value
-
-
-def collect(items: Iterable[T], record: Callable[[T], Any]) -> list[Any]:
-    """Probe side: `record(item)` for each item, in order, stopping at the first failure or exception.
-
-    Each record is frozen when taken. In the first item a failure propagates (the student sees their
-    traceback); in a later one it is recorded as a last entry {"stopped": ...}, so that the judge reports
-    what the earlier items showed first, as a check that stops at the first difference would.
-    """
-    results: list[Any] = []
-    for item in items:
-        try:
-            results.append(frozen(record(item)))
-        except Exception as error:  # a probe-side failure (CheckFailed) or the student's exception
-            if not results:
-                raise
-            if isinstance(error, CheckFailed):
-                results.append({"stopped": "failed", "code": error.code, "message": str(error)})
-            else:
-                results.append({"stopped": "raised", "message": f"{type(error).__name__}: {error}"[:500]})
-            break
-    return results
-
-
-def judged(inputs: Sequence[T], results: Any) -> Iterator[tuple[T, Any]]:
-    """Judge side: pair each input with what `collect` recorded for it; raise a recorded stop when reached."""
-    if not isinstance(results, list) or len(results) > len(inputs):
-        raise WireError("malformed observation: not one result per input")
-    # results end early at a recorded stop (raised below); a tail missing without one is caught after the loop
-    for item, result in zip(inputs, results, strict=False):
-        if isinstance(result, dict) and "stopped" in result:
-            if result["stopped"] == "failed":
-                raise CheckFailed(str(result["message"]), code=str(result["code"]))
-            _fail_raised(str(result["message"]))
-        yield item, result
-    if len(results) != len(inputs):
-        raise WireError("malformed observation: results missing without a recorded stop")
-
-
-def matching_tensors(value: Any, like: Sequence[torch.Tensor], what: str) -> list[torch.Tensor]:
-    """`value` checked to be a list of tensors shaped like `like`; WireError for anything else (forged)."""
-    if not isinstance(value, list) or len(value) != len(like) or not all(
-        isinstance(t, torch.Tensor) and t.shape == r.shape for t, r in zip(value, like, strict=True)
-    ):
-        raise WireError(f"malformed observation: {what} is not a list of {len(like)} tensors of the model's shapes")
-    return [t.detach().float() for t in value]
-
-
-def snapshot(model: nn.Module) -> list[torch.Tensor]:
-    """A copy of every parameter of `model`, in order."""
-    return [p.detach().clone() for p in model.parameters()]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -203,7 +109,7 @@ def judge_choose_precision(seen: dict, *, case: Case) -> str:
         _judge_choice(device_type, bf16, result["returned"])
     for device_type, result in zip(unknown, seen["unknown"], strict=True):
         if "raised" in result and result["value_error"] is not True:
-            _fail_raised(str(result["raised"]))
+            fail_raised(str(result["raised"]))
         if "raised" not in result:
             fail(
                 "unknown-device-accepted",
@@ -734,39 +640,6 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
 # --------------------------------------------------------------------------------------------------
 # 05-amp-step
 # --------------------------------------------------------------------------------------------------
-class RecordingScaler(torch.amp.GradScaler):
-    """A GradScaler that logs its calls (scale, unscale_, step, update), so a check can see the sequence.
-
-    `in_step` is True while `step()` runs: an optimizer step pre-hook reads it to tell a step taken by the
-    scaler from a direct `optimizer.step()` that bypasses the overflow check.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[str] = []
-        self.in_step = False
-
-    def scale(self, outputs: Any) -> Any:
-        self.calls.append("scale")
-        return super().scale(outputs)
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        self.calls.append("unscale_")
-        super().unscale_(optimizer)
-
-    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("step")
-        self.in_step = True
-        try:
-            return super().step(optimizer, *args, **kwargs)
-        finally:
-            self.in_step = False
-
-    def update(self, new_scale: Any = None) -> None:
-        self.calls.append("update")
-        super().update(new_scale)
-
-
 @dataclass
 class AmpTrace:
     """What one instrumented call of an AMP training step did."""
@@ -1040,7 +913,7 @@ def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> 
 
 
 @register(
-    "05-amp-step",
+    "05-amp-step", nonfinite=('runs/*',),
     hints=Hints(
         nudge="The order is: training mode; zero the gradients; forward and loss inside torch.autocast; backward on "
         "the scaled loss outside autocast; let the scaler step the optimizer; update the scale.",

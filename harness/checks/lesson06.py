@@ -1,7 +1,7 @@
 """Checks of lesson 06, gradient clipping: the total norm, clipping a step, under AMP, with accumulation.
 
 Each probe runs the student's step on a seeded model and records, through a step pre-hook
-(`harness.checks.probes.StepRecorder`), the gradients the optimizer actually sees, with the parameters the
+(`harness.contract.instruments.StepRecorder`), the gradients the optimizer actually sees, with the parameters the
 call started from, what it returned, and (under AMP) the steps taken and the scale after an overflow. Each
 judge rebuilds the model at those parameters, computes the reference gradient itself, and compares: norm,
 direction (norm clipping keeps it, value clipping does not) and scale. The threshold max_norm is a fraction
@@ -17,26 +17,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
 from harness.checks.lesson05 import (
     AMP_SCALER_REQUIREMENTS,
     AMP_SCOPE_REQUIREMENTS,
-    RecordingScaler,
-    collect,
     fail_autocast_dtype,
     fail_on_trace,
     inject_inf,
-    judged,
     make_batch,
     make_mlp,
-    matching_tensors,
     other_dtype,
     run_amp_step,
-    snapshot,
-    type_name,
 )
-from harness.checks.probes import ForwardRecorder, StepRecorder
-from harness.checks.wire import WireError
+from harness.contract.case import Case
+from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import ForwardRecorder, RecordingScaler, StepRecorder, collect, snapshot
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -531,7 +528,7 @@ def _amp_clip_setup(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, Record
 
 
 @register(
-    "06-amp-clip",
+    "06-amp-clip", nonfinite=('runs/*',),
     hints=Hints(
         nudge="The gradients after scaler.scale(loss).backward() are multiplied by the scale (thousands). Bring "
         "them back to their true size before measuring or clipping them, then let the scaler step.",

@@ -18,9 +18,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.probes import ForwardRecorder, StepRecorder
-from harness.checks.wire import Opaque, type_name
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import ForwardRecorder, StepRecorder
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, type_name
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
@@ -895,7 +897,7 @@ def _as_flag(value: Any) -> bool | None:
 
 
 @register(
-    "07-amp-skip",
+    "07-amp-skip", nonfinite=('steps/*', 'final/*'),
     hints=Hints(
         nudge="When scaler.step() finds inf/NaN gradients it skips optimizer.step() and scaler.update() lowers "
         "the scale. If the scheduler still advances, the schedule runs ahead of the real updates.",

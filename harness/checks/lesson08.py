@@ -34,8 +34,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.wire import Opaque, describe
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, describe
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -277,7 +279,7 @@ def _probe_resumed_stopper(
 
 
 @register(
-    "08-early-stopping",
+    "08-early-stopping", nonfinite=('runs/*/initial',),
     hints=Hints(
         nudge="Early stopping has two pieces of memory: the best value so far and how many epochs in a row did "
         "not beat it. A resumed run needs both, or it waits `patience` epochs all over again.",

@@ -28,8 +28,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.wire import WireError, type_name
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError, type_name
 from harness.launch import LaunchError, launch_forked
 
 WORLD = 2

@@ -26,9 +26,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, TensorDataset
 
 from harness import env
-from harness.checks.core import Case, CheckFailed, Hints, Requirement, fail, judges, register
 from harness.checks.lesson07 import warmup_cosine_reference
 from harness.checks.param_groups import check_weight_decay, describe_groups, group_lr, group_of_each_parameter
+from harness.contract.case import Case
+from harness.contract.failure import CheckFailed, Hints, Requirement, fail
+from harness.contract.registry import judges, register
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import select_device, supported_precisions
 from harness.launch import LaunchError, launch_forked

@@ -21,9 +21,11 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.probes import AutocastProbe, HostSyncCounter, RecordingScaler, StepRecord, StepRecorder
-from harness.checks.wire import Opaque, WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import AutocastProbe, HostSyncCounter, RecordingScaler, StepRecord, StepRecorder
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, WireError, describe
 from harness.drills.bank.loop import _batches, _binary_task
 from harness.drills.bank.schedulers import warmup_cosine_factor
 from harness.drills.choices import LETTERS

@@ -18,10 +18,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.lesson05 import collect, judged, matching_tensors, snapshot, type_name
-from harness.checks.probes import ForwardRecorder, StepRecorder
-from harness.checks.wire import WireError
+from harness.contract.case import Case
+from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import ForwardRecorder, StepRecorder, collect, snapshot
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -20,10 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import Case, CheckFailed, Hints, Requirement, fail, judges, register
-from harness.checks.errors import explain
 from harness.checks.param_groups import check_weight_decay, describe_groups, group_lr, group_of_each_parameter
-from harness.checks.wire import Opaque, WireError, type_name
+from harness.contract.case import Case
+from harness.contract.errors import explain
+from harness.contract.failure import CheckFailed, Hints, Requirement, fail
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, WireError, type_name
 from harness.finetune import TransferNet
 
 _BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d)

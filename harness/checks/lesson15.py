@@ -18,10 +18,13 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.forbidden import CallRecorder, forbid
-from harness.checks.lesson05 import collect, judged, type_name
-from harness.checks.wire import WireError
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.forbidden import CallRecorder, forbid
+from harness.contract.instruments import collect
+from harness.contract.registry import judges, register
+from harness.contract.wire import WireError
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-4) -> bool:
@@ -398,7 +401,7 @@ def _reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask
 
 
 @register(
-    "15-attention",
+    "15-attention", nonfinite=('results/*',),
     hints=Hints(
         nudge="scores = q @ k.transpose(-2, -1) / sqrt(d); set the scores of blocked keys to -inf; softmax over the "
         "keys (the last axis); multiply by v.",
@@ -681,7 +684,7 @@ def _smoothed_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, f
 
 
 @register(
-    "15-smoothed-loss",
+    "15-smoothed-loss", nonfinite=('results/*/returned', 'results/*/grad'),
     hints=Hints(
         nudge="log_probs = logits.log_softmax(-1); the target term is -log_probs at the target (gather); the "
         "smoothing term is -log_probs averaged over all classes; mix them with (1 - smoothing) and smoothing.",

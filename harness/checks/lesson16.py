@@ -20,8 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import Case, Hints, Requirement, fail, judges, register
-from harness.checks.wire import Opaque, WireError
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import judges, register
+from harness.contract.wire import Opaque, WireError
 
 _EXPORT_ROWS = 4  # the batch size of the example the exercise exports with
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import fail
+from harness.contract.failure import fail
 
 # Group options a description carries (absent ones are recorded as None).
 OPTIONS = ("lr", "weight_decay", "initial_lr")

@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from harness.checks import wire
-from harness.checks.core import Case, CheckFailed, check, decide, observe
+from harness.checks.core import check
+from harness.contract import wire
+from harness.contract.case import Case
+from harness.contract.failure import CheckFailed
+from harness.contract.protocol import decide, observe
 
 # A hidden case as the grader draws one: another seed offset than the local runs use.
 DRAWN_CASE = Case(hidden=True, seed=7919)

@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.checks.core import fail
+from harness.contract.failure import fail
 
 LETTERS = "abcd"
 

@@ -2,7 +2,7 @@
 
 A "write" or "bughunt" drill is checked in two halves, as the course's exercises are (CONTRIBUTING.md, "A
 check"): `probe(answer, case)` runs in a child process next to the candidate's code and returns data only
-(`harness.checks.wire`); `judge(seen, case)` runs in the checker's own process, rebuilds the inputs from the
+(`harness.contract.wire`); `judge(seen, case)` runs in the checker's own process, rebuilds the inputs from the
 case, recomputes every expected value and decides. An "explain" drill is never run: its answer is read as a
 string (`harness.drills.choices`).
 """
@@ -14,7 +14,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from harness.checks.core import Case
+from harness.contract.case import Case
 from harness.drills.topics import TOPICS
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import nn
 
-from harness.checks.core import fail
+from harness.contract.failure import fail
 
 if TYPE_CHECKING:
     from harness.drills.core import Drill

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from harness.checks.core import LOCAL_SEED, Case
+from harness.contract.case import LOCAL_SEED, Case
 
 
 def draw_cases(secret: bytes, assignment: str, student: str, task: str) -> list[Case]:

@@ -2,8 +2,8 @@
 
 The grader collects, from each probe cell's outputs, the observations (`OBSERVATION_MIME` bundles) and any
 error the cell raised. `judge_task` accepts an observation only if it carries this run's nonce, names the
-task and the case index, decodes as data (`harness.checks.wire`) and echoes the case's fingerprint; then
-the task's judge (`harness.checks.core.decide`) compares it with the reference it computes itself. A task
+task and the case index, decodes as data (`harness.contract.wire`) and echoes the case's fingerprint; then
+the task's judge (`harness.contract.protocol.decide`) compares it with the reference it computes itself. A task
 earns its points only when every case passes. What the student may read (`message`) never contains a
 hidden case's inputs or expected values; `detail` (for the instructor's log) does.
 """
@@ -15,8 +15,10 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
-from harness.checks import wire
-from harness.checks.core import Case, CheckFailed, decide
+from harness.contract import wire
+from harness.contract.case import Case
+from harness.contract.failure import CheckFailed
+from harness.contract.protocol import decide
 
 
 @dataclass(frozen=True)

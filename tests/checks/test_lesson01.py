@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from harness.checks.core import Case
 from harness.checks.testing import Correct, Mistake, assert_correct, assert_forgeries_refused, assert_mistake
+from harness.contract.case import Case
 
 
 # ------------------------------------------------------------------------------------------------ 01-to-tokens

@@ -18,7 +18,6 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from harness.checks.core import Case
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -26,6 +25,7 @@ from harness.checks.testing import (
     assert_forgeries_refused,
     assert_mistake,
 )
+from harness.contract.case import Case
 from harness.repro import make_generator, seed_everything
 
 # ---------------------------------------------------------------------------------------------------- dataset

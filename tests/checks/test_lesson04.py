@@ -13,8 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks import CheckFailed, wire
-from harness.checks.core import decide, observe
+from harness.checks import CheckFailed
 from harness.checks.lesson04 import HostSyncCounter
 from harness.checks.testing import (
     DRAWN_CASE,
@@ -23,6 +22,8 @@ from harness.checks.testing import (
     assert_correct,
     assert_mistake,
 )
+from harness.contract import wire
+from harness.contract.protocol import decide, observe
 
 # ---------------------------------------------------------------------------------------------------- running mean
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import CheckFailed, check, wire
-from harness.checks.core import decide, observe
+from harness.checks import CheckFailed, check
 from harness.checks.lesson11 import NOTEBOOK_DRILLS
 from harness.checks.testing import DRAWN_CASE, Correct, Mistake, assert_correct, assert_mistake
+from harness.contract import wire
+from harness.contract.protocol import decide, observe
 from harness.drills import get_drill
 
 PLANTED_FILE = Path(__file__).resolve().parents[1] / "planted" / "11_interview_drills.py"

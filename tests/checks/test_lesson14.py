@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks.core import Case
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -22,6 +21,7 @@ from harness.checks.testing import (
     assert_forgeries_refused,
     assert_mistake,
 )
+from harness.contract.case import Case
 
 _BATCHNORM = nn.modules.batchnorm._BatchNorm
 

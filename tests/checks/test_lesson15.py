@@ -11,7 +11,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.checks.core import Case
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -20,6 +19,7 @@ from harness.checks.testing import (
     assert_forgeries_refused,
     assert_mistake,
 )
+from harness.contract.case import Case
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,9 +13,10 @@ import math
 import torch
 from torch import nn
 
-from harness.checks.core import Case, fail
-from harness.checks.probes import AutocastProbe, ForwardRecorder, HostSyncCounter, RecordingScaler, StepRecorder
-from harness.checks.wire import WireError
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.instruments import AutocastProbe, ForwardRecorder, HostSyncCounter, RecordingScaler, StepRecorder
+from harness.contract.wire import WireError
 from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice, with_fixes
 

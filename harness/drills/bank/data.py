@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from harness.checks.core import Case, fail
-from harness.checks.wire import WireError
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.wire import WireError
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice
 

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.core import Case, fail
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.wire import WireError, describe
 from harness.drills.bank.loop import _seeded
 from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from harness.checks.core import Case, fail
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice
 

@@ -13,9 +13,10 @@ import warnings
 import torch
 from torch import nn
 
-from harness.checks.core import Case, fail
-from harness.checks.probes import StepRecorder
-from harness.checks.wire import WireError
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.instruments import StepRecorder
+from harness.contract.wire import WireError
 from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice
 

@@ -14,9 +14,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from harness.checks.core import Case, fail
-from harness.checks.forbidden import CallRecorder, forbid
-from harness.checks.wire import WireError, describe
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.forbidden import CallRecorder, forbid
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice
 

@@ -1,17 +1,23 @@
-"""Instrumentation the checks observe behaviour through: optimizer steps, module modes, host syncs.
+"""Probe-side instruments, one of each, for every check and drill: optimizer steps, module modes, host
+syncs, a recording GradScaler, autocast during backward, and records frozen when taken.
 
 Checks never read source text; they attach these hooks, run the student's code, and read the records.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
+
+from harness.contract.failure import CheckFailed
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -144,27 +150,37 @@ class HostSyncCounter(TorchFunctionMode):
 
 
 class RecordingScaler(torch.amp.GradScaler):
-    """A real CPU GradScaler that also records which of its methods ran, in order."""
+    """A real GradScaler that also records which of its methods ran, in order (scale, unscale_, step, update).
 
-    def __init__(self, init_scale: float = 2.0**10, growth_interval: int = 2000) -> None:
-        super().__init__("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    `in_step` is True while `step()` runs: an optimizer step pre-hook reads it to tell a step taken by the
+    scaler from a direct `optimizer.step()` that bypasses the overflow check.
+    """
+
+    def __init__(self, device: str = "cpu", *, init_scale: float = 2.0**10, growth_interval: int = 2000,
+                 **kwargs: Any) -> None:
+        super().__init__(device, init_scale=init_scale, growth_interval=growth_interval, **kwargs)
         self.calls: list[str] = []
+        self.in_step = False
 
-    def scale(self, outputs):  # type: ignore[override]
+    def scale(self, outputs: Any) -> Any:  # type: ignore[override]
         self.calls.append("scale")
         return super().scale(outputs)
 
-    def unscale_(self, optimizer):  # type: ignore[override]
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:  # type: ignore[override]
         self.calls.append("unscale_")
-        return super().unscale_(optimizer)
+        super().unscale_(optimizer)
 
-    def step(self, optimizer, *args, **kwargs):  # type: ignore[override]
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         self.calls.append("step")
-        return super().step(optimizer, *args, **kwargs)
+        self.in_step = True
+        try:
+            return super().step(optimizer, *args, **kwargs)
+        finally:
+            self.in_step = False
 
-    def update(self, new_scale=None):  # type: ignore[override]
+    def update(self, new_scale: Any = None) -> None:  # type: ignore[override]
         self.calls.append("update")
-        return super().update(new_scale)
+        super().update(new_scale)
 
 
 class AutocastProbe(nn.Module):
@@ -187,3 +203,46 @@ class AutocastProbe(nn.Module):
     def _on_grad(self, grad: torch.Tensor) -> None:
         self.backward_autocast.append(torch.is_autocast_enabled("cpu"))
         self.fresh_at_backward.append(all(p.grad is None or not bool(p.grad.any()) for p in self.linear.parameters()))
+
+
+def snapshot(model: nn.Module) -> list[torch.Tensor]:
+    """A copy of every parameter of `model`, in order."""
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def frozen(value: Any) -> Any:
+    """`value` as it is now: containers and tensors copied, so later calls cannot change the record.
+
+    Containers become the plain list, tuple or dict the wire sends anyway; a tensor keeps its requires_grad.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: frozen(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, list):
+        return [frozen(v) for v in value]
+    return value
+
+
+def collect(items: Iterable[T], record: Callable[[T], Any]) -> list[Any]:
+    """`record(item)` for each item, in order, stopping at the first failure or exception.
+
+    Each record is frozen when taken. In the first item a failure propagates (the student sees their
+    traceback); in a later one it is recorded as a last entry {"stopped": ...}, so that the judge reports
+    what the earlier items showed first (`compare.judged`), as a check that stops at the first difference would.
+    """
+    results: list[Any] = []
+    for item in items:
+        try:
+            results.append(frozen(record(item)))
+        except Exception as error:  # a probe-side failure (CheckFailed) or the student's exception
+            if not results:
+                raise
+            if isinstance(error, CheckFailed):
+                results.append({"stopped": "failed", "code": error.code, "message": str(error)})
+            else:
+                results.append({"stopped": "raised", "message": f"{type(error).__name__}: {error}"[:500]})
+            break
+    return results

@@ -19,9 +19,9 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-from harness.checks.core import fail
-from harness.checks.errors import caller_line
-from harness.checks.wire import WireError
+from harness.contract.errors import caller_line
+from harness.contract.failure import fail
+from harness.contract.wire import WireError
 
 
 def call_name(func: Callable[..., Any]) -> str:

@@ -2,8 +2,8 @@
 the error usually means.
 
 Frames of the harness, of torch and of the standard library are never shown: a check's own lines (its
-inputs, its comparisons) are not the student's to read or fix. Used by the probes (`harness.checks.core`)
-and by the call recorder (`harness.checks.probes.CallRecorder`) to name the student's line of a call.
+inputs, its comparisons) are not the student's to read or fix. Used by the probes (`harness.contract.protocol`)
+and by the call recorder (`harness.contract.instruments.CallRecorder`) to name the student's line of a call.
 """
 
 from __future__ import annotations

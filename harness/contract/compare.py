@@ -1,0 +1,225 @@
+"""The judge's vocabulary: every observed number and tensor is compared through these, and nothing else.
+
+Type, shape and dtype come first, values second. Each comparison is named for what it compares and passes
+only when the relation positively holds: `abs(got - want) <= tol`, never `not abs(got - want) > tol`, so a
+NaN (or anything that is not a number) can never satisfy one. Where a task expects a NaN (a diverged run
+that must report NaN), `expected_nan=True` asks for NaN exactly where the reference has it.
+
+Like PrairieLearn's `Feedback.check_*` and minitorch's single `assert_close`: judges never write a private
+`_close`. Predicates return bool; the judge chooses the failure code and the teaching message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import torch
+
+from harness.contract.failure import RAISED, CheckFailed, fail
+from harness.contract.wire import Opaque, WireError
+
+T = TypeVar("T")
+
+
+# ----------------------------------------------------------------------------------------------- types
+def type_name(value: Any) -> str:
+    """The type name of an observed value as the judge received it (an Opaque value's original type)."""
+    return value.type_name if isinstance(value, Opaque) else type(value).__name__
+
+
+def is_number(value: Any) -> bool:
+    """A real, finite Python number (bool excluded), as a probe sends an int or a float."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def number(value: Any) -> float | None:
+    """`value` as a float when it is a finite number or a one-element real tensor; None for anything else."""
+    if isinstance(value, (bool, Opaque)):
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex() or value.device.type == "meta":
+            return None
+        value = float(value.detach())
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def numbers(value: Any) -> list[float] | None:
+    """A list or tuple of finite numbers as floats; None when any item is not one."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    floats = [number(v) if not isinstance(v, torch.Tensor) else None for v in value]
+    return None if any(f is None for f in floats) else floats  # type: ignore[return-value]
+
+
+def is_tensor_like(got: Any, want: torch.Tensor, *, dtype: bool = True) -> bool:
+    """`got` is a real tensor with `want`'s shape (and dtype, unless `dtype=False`)."""
+    return (isinstance(got, torch.Tensor) and got.device.type != "meta" and got.shape == want.shape
+            and (not dtype or got.dtype == want.dtype))
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+def close_number(got: Any, want: float, *, rtol: float = 1e-6, atol: float = 1e-12) -> bool:
+    """`got` is a finite number within `atol + rtol * |want|` of `want`."""
+    value = number(got) if not isinstance(got, torch.Tensor) else None
+    return value is not None and math.isfinite(want) and abs(value - want) <= atol + rtol * abs(want)
+
+
+def close_numbers(got: Any, want: Sequence[float], *, rtol: float = 1e-6, atol: float = 1e-12) -> bool:
+    """`got` is a list or tuple of `len(want)` numbers, each `close_number` to its counterpart."""
+    return (isinstance(got, (list, tuple)) and len(got) == len(want)
+            and all(close_number(g, w, rtol=rtol, atol=atol) for g, w in zip(got, want, strict=True)))
+
+
+def first_difference(got: Sequence[Any], want: Sequence[float], *, rtol: float = 1e-6,
+                     atol: float = 1e-12) -> int | None:
+    """The first index where `got` is not `close_number` to `want` (the shorter length when one ends early),
+    or None when they agree everywhere."""
+    for index, (g, w) in enumerate(zip(got, want, strict=False)):
+        if not close_number(g, w, rtol=rtol, atol=atol):
+            return index
+    return None if len(got) == len(want) else min(len(got), len(want))
+
+
+def show_numbers(values: Sequence[Any], limit: int = 8) -> str:
+    """A short, readable list of numbers for a message ("[0.1, 0.2, ...]")."""
+    shown = ", ".join(f"{v:.4g}" if isinstance(v, (int, float)) else repr(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}]"
+
+
+# ---------------------------------------------------------------------------------------------- tensors
+def _nan_where_expected(got: torch.Tensor, want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both tensors with the reference's NaN positions removed, or None when `got` has NaN elsewhere or lacks
+    one the reference has."""
+    expected = torch.isnan(want)
+    if not torch.equal(torch.isnan(got), expected):
+        return None
+    return got[~expected], want[~expected]
+
+
+def close_values(got: Any, want: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-8, dtype: bool = True,
+                 expected_nan: bool = False) -> bool:
+    """Elementwise `|got - want| <= atol + rtol * |want|` (torch.allclose), after type, shape and dtype.
+
+    Args:
+        got: the observed value.
+        want: the reference.
+        dtype: require `got.dtype == want.dtype` (False compares values in float64 whatever the dtypes).
+        expected_nan: the reference holds NaN on purpose: `got` must hold NaN at exactly those positions.
+    """
+    if not is_tensor_like(got, want, dtype=dtype):
+        return False
+    if not (got.is_floating_point() or got.is_complex()) and not (want.is_floating_point() or want.is_complex()):
+        return bool(torch.equal(got, want))
+    a, b = got.detach().double(), want.detach().double()
+    if expected_nan:
+        kept = _nan_where_expected(a, b)
+        if kept is None:
+            return False
+        a, b = kept
+    return bool(torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False))
+
+
+def close_scaled(got: Any, want: torch.Tensor, *, tol: float = 1e-5, dtype: bool = True) -> bool:
+    """Elementwise `|got - want| <= tol * (1 + |want|)`: relative for large values, absolute near zero."""
+    return close_values(got, want, rtol=tol, atol=tol, dtype=dtype)
+
+
+def close_norm(got: Any, want: torch.Tensor, *, rel: float = 1e-4, floor: float = 1e-9, dtype: bool = False) -> bool:
+    """The whole tensor within a relative distance: `||got - want|| <= rel * ||want|| + floor`.
+
+    For results whose elements may each move by rounding (a sum over many terms, another summation order)
+    while the tensor as a whole must match.
+    """
+    if not is_tensor_like(got, want, dtype=dtype):
+        return False
+    a, b = got.detach().double(), want.detach().double()
+    distance = float(torch.linalg.vector_norm(a - b)) if a.numel() else 0.0
+    scale = float(torch.linalg.vector_norm(b)) if b.numel() else 0.0
+    return math.isfinite(distance) and math.isfinite(scale) and distance <= rel * scale + floor
+
+
+def same_values(got: Any, want: torch.Tensor, *, dtype: bool = True) -> bool:
+    """Bit-for-bit equal: the same type, shape, dtype (unless `dtype=False`) and values (NaN never equals)."""
+    return is_tensor_like(got, want, dtype=dtype) and bool(torch.equal(got, want)) and not bool(
+        (got.is_floating_point() or got.is_complex()) and torch.isnan(got).any())
+
+
+def max_difference(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The largest elementwise |got - want| (inf when any is not finite), for messages."""
+    if got.numel() == 0:
+        return 0.0
+    difference = (got.detach().double() - want.detach().double()).abs()
+    return float(difference.nan_to_num(nan=math.inf).max())
+
+
+def close_tensors(got: Any, want: Sequence[torch.Tensor], **tolerance: Any) -> bool:
+    """A list or tuple of `len(want)` tensors, each `close_values` to its counterpart (same keywords)."""
+    return (isinstance(got, (list, tuple)) and len(got) == len(want)
+            and all(close_values(g, w, **tolerance) for g, w in zip(got, want, strict=True)))
+
+
+def close_state(got: Any, want: Mapping[str, torch.Tensor], **tolerance: Any) -> bool:
+    """A state dict with exactly `want`'s keys, each tensor `close_values` to its counterpart."""
+    return (isinstance(got, dict) and got.keys() == want.keys()
+            and all(close_values(got[key], want[key], **tolerance) for key in want))
+
+
+def close_data(got: Any, want: Any, *, rtol: float = 0.0, atol: float = 0.0, expected_nan: bool = False) -> bool:
+    """Nested data (dicts, lists, tuples, tensors, numbers, strings) equal within tolerances, leaf by leaf.
+
+    Tensors compare with `close_values` (dtype included), floats with `close_number`; everything else with
+    `==`. With the default tolerances it is exact equality. `expected_nan` lets a NaN match a NaN only where
+    the reference holds one.
+    """
+    if isinstance(want, torch.Tensor):
+        return close_values(got, want, rtol=rtol, atol=atol, expected_nan=expected_nan)
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(
+            close_data(got[k], want[k], rtol=rtol, atol=atol, expected_nan=expected_nan) for k in want)
+    if isinstance(want, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(
+            close_data(g, w, rtol=rtol, atol=atol, expected_nan=expected_nan) for g, w in zip(got, want, strict=True))
+    if isinstance(want, float) and not isinstance(got, bool):
+        if math.isnan(want):
+            return expected_nan and isinstance(got, float) and math.isnan(got)
+        if math.isinf(want):
+            return isinstance(got, float) and got == want
+        return close_number(got, want, rtol=rtol, atol=atol)
+    return type(got) is type(want) and got == want
+
+
+# ------------------------------------------------------------------------------------- observed structure
+def matching_tensors(value: Any, like: Sequence[torch.Tensor], what: str) -> list[torch.Tensor]:
+    """`value` checked to be a list of tensors shaped like `like`, as float; WireError for anything else."""
+    if not isinstance(value, list) or len(value) != len(like) or not all(
+        isinstance(t, torch.Tensor) and t.device.type != "meta" and t.shape == r.shape
+        for t, r in zip(value, like, strict=True)
+    ):
+        raise WireError(f"malformed observation: {what} is not a list of {len(like)} tensors of the model's shapes")
+    return [t.detach().float() for t in value]
+
+
+def fail_raised(error: str) -> NoReturn:
+    """Fail the way a check fails when the student's code raised `error` ("TypeError: ...")."""
+    fail(RAISED, observed=f"your code raised {error}",
+         expected="it runs on the check's inputs without an exception",
+         cause="see the message of the exception", where="the cell that defines what you passed to check()")
+
+
+def judged(inputs: Sequence[T], results: Any) -> Iterator[tuple[T, Any]]:
+    """Pair each input with what `instruments.collect` recorded for it; raise a recorded stop when reached."""
+    if not isinstance(results, list) or len(results) > len(inputs):
+        raise WireError("malformed observation: not one result per input")
+    # results end early at a recorded stop (raised below); a tail missing without one is caught after the loop
+    for item, result in zip(inputs, results, strict=False):
+        if isinstance(result, dict) and "stopped" in result:
+            if result["stopped"] == "failed":
+                raise CheckFailed(str(result["message"]), code=str(result["code"]))
+            fail_raised(str(result["message"]))
+        yield item, result
+    if len(results) != len(inputs):
+        raise WireError("malformed observation: results missing without a recorded stop")
