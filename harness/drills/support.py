@@ -68,25 +68,42 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
     """Run `work(rank)` in two forked processes joined in a real gloo process group; return their results.
 
     Forking (not spawning) lets `work` be any function, closures included, and costs no re-import of torch.
-    A rank that raises makes this raise with its message.
+    The group meets through a store on a port reserved for it (`harness.launch.rendezvous`), so groups started
+    at the same time never meet; a group that fails to form is started again once. A rank that raises makes
+    this raise with its message.
     """
+    collected = _two_ranks_once(work, timeout_s)
+    if any(stage == "setup" for stage, _ in collected.values()):  # `work` never ran: safe to start again
+        collected = _two_ranks_once(work, timeout_s)
+    for rank in (0, 1):
+        stage, value = collected[rank]
+        if stage != "done":
+            raise RuntimeError(f"rank {rank} failed: {value}")
+    return [collected[0][1], collected[1][1]]
+
+
+def _two_ranks_once(work, timeout_s: float) -> dict:
+    """One try of `run_on_two_ranks`: {rank: ("done", result) | ("setup" | "work", report)}."""
     import multiprocessing as mp
-    import os
-    import tempfile
     import traceback
+    from datetime import timedelta
+
+    from harness.launch.rendezvous import join_group, reserve_store
 
     context = mp.get_context("fork")
     results = context.Queue()
-    store = tempfile.mktemp(prefix="harness-drill-store-")
+    store = reserve_store(2)
 
     def target(rank: int) -> None:
         import torch.distributed as dist
 
+        stage = "setup"
         try:
-            dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-            results.put((rank, True, work(rank)))
+            join_group(store.port, rank, 2, timedelta(seconds=timeout_s))
+            stage = "work"
+            results.put((rank, "done", work(rank)))
         except BaseException as error:  # report, never hang the parent
-            results.put((rank, False, f"{type(error).__name__}: {error}\n{traceback.format_exc()[-800:]}"))
+            results.put((rank, stage, f"{type(error).__name__}: {error}\n{traceback.format_exc()[-800:]}"))
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -95,19 +112,12 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
     for process in processes:
         process.start()
     try:
-        collected = dict((rank, (ok, value)) for rank, ok, value in (results.get(timeout=timeout_s) for _ in processes))
+        return {rank: (stage, value) for rank, stage, value in (results.get(timeout=timeout_s) for _ in processes)}
     finally:
         for process in processes:
             process.join(timeout=5)
             if process.is_alive():
                 process.kill()
-        if os.path.exists(store):
-            os.remove(store)
-    for rank in (0, 1):
-        ok, value = collected[rank]
-        if not ok:
-            raise RuntimeError(f"rank {rank} failed: {value}")
-    return [collected[0][1], collected[1][1]]
 
 
 def multiple_choice(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, question: str,

@@ -3,6 +3,9 @@
 No interpreter starts (~0.2 s per launch instead of ~3 s per rank), and nothing needs to be sent:
 closures, lambdas and datasets are fine. It is what the checks use. Forking after CUDA was initialised
 crashes the child, so it is refused then. Each rank's output goes to a log file, collected into the result.
+The ranks join through a store this process serves on a port reserved for the launch
+(`harness.launch.rendezvous`), die with this process (`die_with_parent`), and a failure names the rank that
+caused it (`harness.launch.outcome.blame`), a hang where each rank was (`harness.launch.hangs`).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from datetime import timedelta
@@ -20,8 +22,11 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from harness.launch.hangs import arm_stack_dump, ask_for_stacks, note_timeout, where_ranks
+from harness.launch.lifeline import die_with_parent, work_folder
 from harness.launch.limits import check_world_size
-from harness.launch.outcome import LaunchError, LaunchResult, first_error
+from harness.launch.outcome import LaunchError, LaunchResult, blame, first_error, rank_output
+from harness.launch.rendezvous import join_group, reserve_store
 from harness.launch.transport import load_portable, save_portable
 
 
@@ -50,7 +55,8 @@ def launch_forked(
         RuntimeError: CUDA is initialised in this process (a forked child cannot use it and crashes) and
             `cuda_initialized_ok` is False, or this process is itself inside a process group.
         ValueError: nproc beyond the machine's CPU cores.
-        LaunchError: a rank raised (its traceback in the message; the other ranks are ended) or timed out.
+        LaunchError: a rank failed (the rank that caused it is named, with its signal or traceback and its last
+            output lines; the other ranks are ended) or the launch timed out (where each rank was is named).
     """
     if not cuda_initialized_ok and torch.cuda.is_available() and torch.cuda.is_initialized():
         raise RuntimeError(
@@ -77,34 +83,35 @@ def _launch_forked_once(
     fn: Callable[..., Any], nproc: int, args: tuple[Any, ...], kwargs: dict[str, Any], timeout_s: float,
     last_attempt: bool = False,
 ) -> LaunchResult:
-    store = dist.TCPStore("127.0.0.1", 0, world_size=nproc + 1, is_master=True, wait_for_workers=False)
+    store = reserve_store(nproc)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="harness-fork-") as tmp:
-        work = Path(tmp)
+    with work_folder("harness-fork-") as work:
         sys.stdout.flush()
         sys.stderr.flush()
         pids = [_fork_rank(fn, rank, nproc, store.port, work, args, kwargs, timeout_s) for rank in range(nproc)]
-        failed, status, timed_out = _wait_ranks(pids, timeout_s)
+        ended, running = _wait_ranks(pids, timeout_s, work)
         log = "".join(_prefixed(r, work / f"log_{r}.txt") for r in range(nproc))
         seconds = time.perf_counter() - started
-        if timed_out:
+        if not ended and running:
+            last = {rank: (rank_output(log, rank) or [""])[-1] for rank in range(nproc)}
             raise LaunchError(
-                f"the forked launch did not finish within {timeout_s:g} s and every rank was ended. A rank "
-                "waiting in a collective that another rank never reaches is the usual cause.\n" + log,
+                f"the forked launch did not finish within {timeout_s:g} s and every rank was ended. Where each "
+                f"rank was:\n{where_ranks(work, list(range(nproc)), last)}\nA rank waiting in a collective that "
+                "another rank never reaches is the usual cause: look at what the ranks that did not arrive were "
+                f"doing instead.\n\n{log}",
                 log=log,
             )
-        if failed is not None:
-            first = first_error(work)
-            if first is None and not last_attempt and any(work.glob("setup_error_*.txt")):
-                raise _SetupFailed()
-            if first is None:
-                setup = sorted(work.glob("setup_error_*.txt"))
-                what = ("could not join the process group" if setup
-                        else f"ended with {status} without a Python traceback")
-                detail = setup[0].read_text() if setup else log
-                raise LaunchError(f"rank {failed} {what}; the other ranks were ended.\n\n{detail}",
-                                  rank=failed, log=log)
-            raise LaunchError(first[1], rank=first[0], log=log)
+        if ended:
+            setup = sorted(work.glob("setup_error_*.txt"))
+            if first_error(work) is None and setup and all(code > 0 for code in ended.values()):
+                if not last_attempt:
+                    raise _SetupFailed()
+                rank = int(setup[0].stem.split("_")[2])
+                raise LaunchError(f"rank {rank} could not join the process group; the other ranks were ended."
+                                  f"\n\n{setup[0].read_text()}", rank=rank, log=log)
+            failure = blame(work, ended, log)
+            if failure is not None:  # always: a rank failed
+                raise LaunchError(failure[1], rank=failure[0], log=log)
         results = [load_portable(work / f"result_{r}.pt") for r in range(nproc)]
     return LaunchResult(results=results, log=log, seconds=seconds)
 
@@ -113,20 +120,22 @@ def _fork_rank(
     fn: Callable[..., Any], rank: int, nproc: int, port: int, work: Path,
     args: tuple[Any, ...], kwargs: dict[str, Any], timeout_s: float,
 ) -> int:
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     status = 1
     try:
+        die_with_parent(parent)  # a kernel restart's SIGKILL of the launcher ends the ranks too
         log = open(work / f"log_{rank}.txt", "w", buffering=1)  # noqa: SIM115 - lives until os._exit
         os.dup2(log.fileno(), 1)  # C++ output (gloo) too: nothing reaches the parent's stdout/stderr
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
+        arm_stack_dump(work, rank)
         torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork; one thread needs none
-        timeout = timedelta(seconds=timeout_s)
         try:
-            store = dist.TCPStore("127.0.0.1", port, world_size=nproc + 1, is_master=False, timeout=timeout)
-            dist.init_process_group("gloo", store=store, rank=rank, world_size=nproc, timeout=timeout)
+            # A collective waits longer than the launch: a hang is reported by the launcher, with every rank's output.
+            join_group(port, rank, nproc, timedelta(seconds=timeout_s + 30))
         except Exception as error:
             (work / f"setup_error_{rank}.txt").write_text("".join(traceback.format_exception(error)))
             raise SystemExit(1) from None
@@ -137,37 +146,36 @@ def _fork_rank(
     except SystemExit:
         pass  # a setup failure, already reported
     except BaseException as error:  # noqa: BLE001 - reported to the parent through the error file
+        note_timeout(work, rank, error)
         (work / f"error_{rank}.txt").write_text("".join(traceback.format_exception(error)))
     finally:
         sys.stdout.flush()
         os._exit(status)  # never return into the parent's code (a kernel, a test runner) in the child
 
 
-def _wait_ranks(pids: list[int], timeout_s: float) -> tuple[int | None, str, bool]:
-    """Reap the ranks; on the first failure or at the deadline end the rest.
+def _wait_ranks(pids: list[int], timeout_s: float, work: Path) -> tuple[dict[int, int], list[int]]:
+    """Reap the ranks; after the first failure, or at the deadline (each rank's stack dumped first), end the rest.
 
-    Returns (first failed rank, how it ended, timed out)."""
+    Returns the exit code of each rank that failed on its own (negative: the signal that killed it), in the
+    order they were seen, and the ranks still running at the end (ended here)."""
     deadline = time.monotonic() + timeout_s
     running = dict(enumerate(pids))
-    failed: int | None = None
-    ended = ""
-    while running:
-        for rank, pid in list(running.items()):
+    ended: dict[int, int] = {}
+    while running and not ended and time.monotonic() <= deadline:
+        time.sleep(0.01)
+        for rank, pid in list(running.items()):  # one sweep reaps every rank that has ended
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 del running[rank]
                 code = os.waitstatus_to_exitcode(status)
-                if code != 0 and failed is None:
-                    failed = rank
-                    ended = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        if failed is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    timed_out = bool(running) and failed is None
+                if code != 0:
+                    ended[rank] = code
+    if running and not ended:
+        ask_for_stacks(work, list(running))
     for pid in running.values():
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    return failed, ended, timed_out
+    return ended, list(running)
 
 
 def _prefixed(rank: int, path: Path) -> str:

@@ -1,14 +1,20 @@
 """What a launch brings back: every rank's result (`LaunchResult`), or the failing rank's report (`LaunchError`).
 
-Both launchers report failures the same way: a rank that raises writes its traceback to `error_RANK.txt`
-in the launch's work folder, and `first_error` turns the earliest of those files into the report.
+Both launchers report failures the same way (`blame`): a rank killed by a signal (the OOM killer's SIGKILL, an
+abort) is the cause, since no rank dies of a signal because a peer failed; otherwise the rank that raised first
+(a rank that raises writes its traceback to `error_RANK.txt` in the launch's work folder); otherwise the rank
+that exited with an error status. The report names the rank, how it ended and its last output lines.
 """
 
 from __future__ import annotations
 
+import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.launch.hangs import crash_site
 
 
 class LaunchError(RuntimeError):
@@ -61,3 +67,80 @@ def first_error(work: Path) -> tuple[int, str] | None:
     then = (f" (then rank{'s' if len(also) > 1 else ''} {', '.join(map(str, also))} failed as a consequence)"
             if also else "")
     return rank, f"rank {rank} failed{then}; the other ranks were ended. Its traceback:\n\n{errors[0].read_text()}"
+
+
+_SIGNAL_CAUSES = {
+    signal.SIGKILL: "likely out of memory: the kernel's OOM killer sends SIGKILL, as does kill -9",
+    signal.SIGABRT: "aborted: os.abort(), or a failed check in C++ code",
+    signal.SIGSEGV: "a crash in native code (segmentation fault)",
+    signal.SIGBUS: "a crash in native code (bus error: often a full /dev/shm)",
+    signal.SIGTERM: "asked to stop from outside: kill, timeout or a job scheduler",
+}
+
+
+def rank_output(log: str, rank: int) -> list[str]:
+    """The lines rank `rank` printed, without their `[rankN] ` prefix."""
+    prefix = f"[rank{rank}] "
+    return [line[len(prefix):] for line in log.splitlines() if line.startswith(prefix)]
+
+
+def _last_lines(log: str, rank: int, besides: str = "", count: int = 8) -> str:
+    """The last output lines of `rank` (those of `besides`, its traceback already in the report, left out)."""
+    shown = set(besides.splitlines())
+    lines = [line for line in rank_output(log, rank) if line not in shown][-count:]
+    if not lines:
+        return "\n\nIt printed nothing."
+    return "\n\nIts last output lines:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def signal_cause(exitcode: int) -> str:
+    """How a process that ended with `exitcode` (negative: killed by that signal) ended, in words."""
+    if exitcode >= 0:
+        return f"exited with status {exitcode}"
+    try:
+        sig = signal.Signals(-exitcode)
+    except ValueError:
+        return f"was killed by signal {-exitcode}"
+    cause = _SIGNAL_CAUSES.get(sig)
+    return f"was killed by {sig.name}" + (f" ({cause})" if cause else "")
+
+
+def blame(work: Path, ended: dict[int, int], log: str) -> tuple[int, str] | None:
+    """The rank to blame for a failed launch and the report on it (None when no rank failed).
+
+    Args:
+        work: the launch's work folder (error_RANK.txt files).
+        ended: exit code of each rank that ended on its own with a failure, in the order they were seen
+            (negative: the signal that killed it); ranks the launcher ended are not in it.
+        log: every rank's output, rank-prefixed.
+    """
+    # SIGTERM is how torchrun ends the survivors of a failure: the cause only when nothing else failed
+    killed = [rank for rank, code in ended.items() if code < 0 and code != -signal.SIGTERM]
+    if killed:
+        rank = killed[0]
+        others = sorted(set(ended) - {rank} | {int(p.stem.split("_")[1]) for p in work.glob("error_*.txt")})
+        then = (f" (then rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} failed as a consequence)"
+                if others else "")
+        site = crash_site(work, rank)
+        return rank, (f"rank {rank} {signal_cause(ended[rank])}{then}; the other ranks were ended."
+                      + (f"\nIt was {site}." if site else "") + _last_lines(log, rank))
+    timeouts = sorted(work.glob("timeout_*.txt"), key=lambda path: path.stat().st_mtime_ns)
+    if timeouts:
+        waited = int(timeouts[0].stem.split("_")[1])
+        places = timeouts[0].read_text()
+        late = [int(rank) for rank in re.findall(r"rank (\d+): did not arrive", places)]
+        rank = late[0] if late else waited
+        return rank, (f"a collective timed out: rank {waited} waited in it for ranks that did not arrive, and the "
+                      f"launch was ended. Where the other ranks were:\n{places}\nA rank that takes another path "
+                      "(an extra batch, a condition on the rank) and never reaches the collective is the usual "
+                      "cause." + _last_lines(log, rank))
+    first = first_error(work)
+    if first is not None:
+        rank, report = first
+        traceback = (work / f"error_{rank}.txt").read_text()
+        return rank, report + _last_lines(log, rank, besides=traceback)
+    if ended:
+        rank, code = next(iter(ended.items()))
+        return rank, (f"rank {rank} {signal_cause(code)} without a Python traceback; the other ranks were ended."
+                      + _last_lines(log, rank))
+    return None

@@ -3,7 +3,8 @@
 The script `harness.launch.launch` gives torchrun ends in `run_rank`: for a function, it joins the process
 group, calls the function with the arguments the launcher saved, and saves the return value; for a script,
 it runs the script as `__main__`. A rank that raises writes its traceback to `error_RANK.txt`, where the
-launcher finds it.
+launcher finds it. A rank dies with torchrun's process (`die_with_parent`), and dumps its stack when the
+launcher asks (`arm_stack_dump`, for the report on a hang).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.distributed import cleanup_distributed, init_distributed
+from harness.launch.hangs import arm_stack_dump, note_timeout
+from harness.launch.lifeline import PARENT_ENV, die_with_parent
+from harness.launch.rendezvous import settle_group
 from harness.launch.transport import load_portable, save_portable
 
 
@@ -50,15 +54,19 @@ def run_rank(fn: Callable[..., Any] | None, workdir: str) -> None:
     responsible for its own process group (`harness.distributed.init_distributed`).
     """
     rank = int(os.environ.get("RANK", "0"))
+    if PARENT_ENV in os.environ:
+        die_with_parent(int(os.environ[PARENT_ENV]))
+    work = Path(workdir)
+    arm_stack_dump(work, rank)
     sys.stdout.flush()
     sys.stdout = out = _RankPrefixed(sys.stdout.fileno(), f"[rank{rank}] ")
     sys.stderr = err = _RankPrefixed(sys.stderr.fileno(), f"[rank{rank}] ")
-    work = Path(workdir)
     try:
         if fn is None:
             _run_script(work)
         else:
             init_distributed()  # the backend the launcher was given (HARNESS_LAUNCH_BACKEND)
+            settle_group()  # every rank connected before any runs (and exits): no peer is cut off mid-connect
             args, kwargs = load_portable(work / "args.pt")
             result = fn(*args, **kwargs)
             save_portable(result, work / f"result_{rank}.pt", f"rank {rank}'s return value")
@@ -68,6 +76,7 @@ def run_rank(fn: Callable[..., Any] | None, workdir: str) -> None:
             cleanup_distributed()
             return
         message = "".join(traceback.format_exception(error))
+        note_timeout(work, rank, error)  # before the error file: the launcher ends the others once it exists
         (work / f"error_{rank}.txt").write_text(message)
         out.finish()
         err.write(message)

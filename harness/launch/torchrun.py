@@ -3,17 +3,19 @@
 A function's source is sent (`harness.launch.source`), its arguments and return values travel as files
 (`harness.launch.transport`), and each rank runs `harness.launch.rank.run_rank`. Every rank's output is
 streamed to this process's stdout prefixed with its rank; a failing rank, or the timeout, ends every
-process, and `end_process_tree` makes sure none is left behind.
+process, and `end_process_tree` makes sure none is left behind. torchrun runs inside `harness.launch.runner`,
+which ends every rank and removes the work folder when this process ends however it ends, and reports how each
+rank ended; the rendezvous (`--standalone`) is a store torchrun serves on a port the kernel picked for it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,8 +25,11 @@ import psutil
 import torch
 
 from harness.distributed import check_backend
+from harness.launch.hangs import ask_for_stacks, where_ranks
+from harness.launch.lifeline import process_start, work_folder
 from harness.launch.limits import check_port, check_world_size
-from harness.launch.outcome import LaunchError, LaunchResult, first_error
+from harness.launch.outcome import LaunchError, LaunchResult, blame, rank_output
+from harness.launch.runner import ENDED
 from harness.launch.source import function_script
 from harness.launch.transport import load_portable, save_portable
 
@@ -51,7 +56,8 @@ def launch(
         args, kwargs: the function's arguments: tensors, numbers, strings, lists and dicts of these.
         script_args: command-line arguments of a script.
         backend: "gloo" or "nccl"; None picks NCCL when CUDA is available, gloo otherwise.
-        port: the rendezvous port; None lets torchrun pick a free one (--standalone).
+        port: the rendezvous port; None has torchrun serve its rendezvous on a port the kernel picks, reserved
+            for this launch (concurrent launches never meet).
         timeout_s: end every process and raise after this many seconds.
         quiet: collect the output without printing it.
 
@@ -62,33 +68,34 @@ def launch(
         ValueError: nproc beyond the machine, a port in use, or a script that does not exist.
         RuntimeError: NCCL without GPUs.
         TypeError: a function, global or argument that cannot be sent to other processes.
-        LaunchError: a rank raised (its traceback in the message) or the launch timed out.
+        LaunchError: a rank failed (the rank that caused it is named, with its signal or traceback and its
+            last output lines) or the launch timed out (where each rank was is named).
     """
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     check_backend(backend)
     check_world_size(nproc, backend)
     if port is not None:
         check_port(port)
-    with tempfile.TemporaryDirectory(prefix="harness-launch-") as tmp:
-        work = Path(tmp)
+    with work_folder("harness-launch-") as work:
         entry = _prepare(target, work, args, kwargs or {}, script_args)
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--max-restarts=0"]
+        me = os.getpid()
+        command = [sys.executable, "-m", "harness.launch.runner", str(work), str(me), repr(process_start(me)),
+                   f"--nproc-per-node={nproc}", "--max-restarts=0"]
         command += (["--standalone"] if port is None
                     else ["--nnodes=1", "--master-addr=127.0.0.1", f"--master-port={port}"])
         command.append(str(entry))
         started = time.perf_counter()
-        returncode, rank_lines, runner_lines = _run_torchrun(command, _launch_env(backend), timeout_s, quiet)
+        returncode, rank_lines, runner_lines = _run_torchrun(command, _launch_env(backend), timeout_s, quiet, work,
+                                                             nproc)
         seconds = time.perf_counter() - started
         log = "".join(rank_lines)
         if returncode is None:
-            raise LaunchError(
-                f"the launch did not finish within {timeout_s:g} s and every process was ended. A rank waiting "
-                "in a collective (all_reduce, barrier) that another rank never reaches is the usual cause.",
-                log=log,
-            )
-        first = first_error(work)
-        if first is not None:
-            rank, message = first
+            raise LaunchError(timeout_report(f"the launch did not finish within {timeout_s:g} s", work, nproc, log),
+                              log=log)
+        ended = json.loads((work / ENDED).read_text()) if (work / ENDED).exists() else {}
+        failure = blame(work, {int(rank): code for rank, code in ended.items()}, log)
+        if failure is not None:
+            rank, message = failure
             raise LaunchError(message, rank=rank, log=log)
         if returncode != 0:
             raise LaunchError(
@@ -117,8 +124,17 @@ def _prepare(target: Any, work: Path, args: Sequence[Any], kwargs: dict[str, Any
     return entry
 
 
+def timeout_report(what: str, work: Path, nproc: int, log: str) -> str:
+    """The report on a hung launch: where each rank was (their stacks were dumped before they were ended)."""
+    last = {rank: (rank_output(log, rank) or [""])[-1] for rank in range(nproc)}
+    return (f"{what} and every process was ended. Where each rank was:\n{where_ranks(work, list(range(nproc)), last)}"
+            "\nA rank waiting in a collective (all_reduce, barrier) that another rank never reaches is the usual "
+            "cause: look at what the ranks that did not arrive were doing instead.")
+
+
 def _launch_env(backend: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)  # the ranks use the store torchrun reserved
     env["HARNESS_LAUNCH_BACKEND"] = backend
     # The ranks import what this process imports: functions of its modules are sent by reference.
     paths = [os.path.abspath(path or os.curdir) for path in sys.path]
@@ -130,9 +146,10 @@ def _launch_env(backend: str) -> dict[str, str]:
 
 
 def _run_torchrun(
-    command: list[str], env: dict[str, str], timeout_s: float, quiet: bool
+    command: list[str], env: dict[str, str], timeout_s: float, quiet: bool, work: Path, nproc: int
 ) -> tuple[int | None, list[str], list[str]]:
-    """Run torchrun, forwarding rank lines to stdout; returns (status or None on timeout, rank lines, own lines)."""
+    """Run torchrun, forwarding rank lines to stdout; returns (status or None on timeout, rank lines, own lines).
+    On the timeout, every rank dumps its stack into `work` before it is ended."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         text=True, env=env, start_new_session=True,  # its own process group: ended as one on timeout
@@ -171,6 +188,8 @@ def _run_torchrun(
     except subprocess.TimeoutExpired:
         returncode = None
     finally:
+        if returncode is None and time.monotonic() >= deadline:  # hung: where was each rank?
+            ask_for_stacks(work, list(range(nproc)))
         end_process_tree(process.pid)
         process.wait()
     return returncode, rank_lines, runner_lines
