@@ -71,9 +71,12 @@ def read_answer(source: str) -> str | None:
                 and node.targets[0].id == "answer"):
             value = node.value
             letter = value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
-    if letter is None:
-        return None
-    letter = letter.strip().strip("()").strip().lower()
+    return None if letter is None else letter_of(letter)
+
+
+def letter_of(text: str) -> str | None:
+    """`text` as an option's letter, as it may be written: "b", "B", "(b)" or "b)" give "b"; None otherwise."""
+    letter = text.strip().strip("()").strip().lower()
     return letter if len(letter) == 1 and letter in LETTERS else None
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from harness.checks.lesson11 import NOTEBOOK_DRILLS, SECTIONS
 from harness.drills.choices import bank_order, render
 from harness.drills.core import Drill, get_drill
+from harness.drills.lesson import NOTEBOOK_DRILLS, SECTIONS, answer_name
 
 NOTEBOOK = Path("solutions/11_interview_drills/11_interview_drills.ipynb")
 
@@ -65,10 +65,6 @@ def _metadata(grade_id: str, *, solution: bool, points: int | None = None) -> di
     return {"nbgrader": nbgrader}
 
 
-def _answer_name(task_id: str) -> str:
-    return "answer_" + task_id[3:].replace("-", "_")
-
-
 def _points(drill: Drill) -> int:
     """The points of a drill's exercise: 2 above difficulty 1."""
     return 2 if drill.difficulty > 1 else 1
@@ -87,10 +83,10 @@ def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
         cells.append(new_markdown_cell(f"The broken code:\n\n```python\n{drill.starter.rstrip()}\n```\n\n"
                                        "Write the fixed version in the cell below."))
     if drill.kind == "explain":
-        cells.append(new_markdown_cell(f"Predict first: set `{_answer_name(task_id)}` to your choice, then run the "
+        cells.append(new_markdown_cell(f"Predict first: set `{answer_name(task_id)}` to your choice, then run the "
                                        "experiment below the test cell to see why."))
-        body = drill.solution.replace("answer =", f"{_answer_name(task_id)} =", 1).rstrip()
-        checked = f'{{"answer": {_answer_name(task_id)}}}'
+        body = drill.solution.replace("answer =", f"{answer_name(task_id)} =", 1).rstrip()
+        checked = f'{{"answer": {answer_name(task_id)}}}'
     else:
         body = drill.solution.rstrip()
         checked = "globals()"

@@ -270,6 +270,7 @@ add(
                "clip_grad_norm_; scaler.step(opt); scaler.update()"),
         probe=_probe_amp_step,
         judge=_judge_amp_step,
+        nonfinite=("inf_weight",),  # a step applied on infinite gradients leaves NaN weights: the judge names it
         wrong_answers=(
             (_AMP_SOLUTION.replace("    scaler.update()\n", ""), "missing-update"),
             (_AMP_SOLUTION.replace("    optimizer.zero_grad(set_to_none=True)\n", ""), "stale-gradients"),

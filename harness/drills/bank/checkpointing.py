@@ -156,6 +156,8 @@ def _make_resume_judge(full: bool) -> Callable[[dict, Case], str]:
     setup, train = _resume_kit(full)
 
     def judge(seen: dict, case: Case) -> str:
+        if not isinstance(seen.get("loads"), list):
+            raise WireError("the torch.load calls' record is missing")
         if any(w is False for w in seen.get("loads", [])):
             fail("unsafe-load", observed="load_checkpoint called torch.load(..., weights_only=False)",
                  expected="torch.load(path, weights_only=True)", cause="weights_only=False unpickles whatever the "

@@ -107,12 +107,13 @@ def _train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, lis
 
 def _probe_train_step(answer: dict, case: Case) -> dict:
     model, optimizer, batches = _train_step_setup(case)
+    model.eval()  # as an evaluation between epochs leaves it: the step must switch training mode back on
     returned = []
-    with StepRecorder(optimizer) as steps, HostSyncCounter() as syncs:
+    with StepRecorder(optimizer) as steps, HostSyncCounter() as syncs, ForwardRecorder(model) as forwards:
         for batch in batches:
             returned.append(answer["train_step"](model, batch, nn.BCEWithLogitsLoss(), optimizer))
     return {"returned": returned, "steps": _record_steps(steps), "final": [p.detach() for p in model.parameters()],
-            "syncs": syncs.calls}
+            "syncs": syncs.calls, "training": [r.training for r in forwards.records]}
 
 
 def _judge_train_step(seen: dict, case: Case) -> str:
@@ -126,6 +127,11 @@ def _judge_train_step(seen: dict, case: Case) -> str:
     loss_fn, losses = nn.BCEWithLogitsLoss(), []
     where = "call optimizer.zero_grad(set_to_none=True) before loss.backward(), then optimizer.step()"
     for k, ((x, y), step) in enumerate(zip(batches, steps, strict=True), start=1):
+        if not _same(step["params"], [p.detach() for p in model.parameters()], atol=1e-6):
+            fail("update-outside-step", observed=f"the weights at optimizer step {k} are not the ones "
+                 + ("the model started with" if k == 1 else f"optimizer step {k - 1} left"),
+                 expected="weights that change only through optimizer.step()",
+                 cause="the weights were re-initialised or updated by hand inside train_step", where="train_step")
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -149,15 +155,24 @@ def _judge_train_step(seen: dict, case: Case) -> str:
     for k, (got, want) in enumerate(zip(returned, losses, strict=True), start=1):
         if not isinstance(got, torch.Tensor) or got.numel() != 1:
             fail("not-a-tensor", observed=f"call {k} returned {describe(got)}", expected="the loss as a "
-                 "one-element tensor", cause="returning nothing, or the model's output", where="the return line")
+                 "one-element tensor", cause="no return statement (None), or the model's output",
+                 where="the return line")
         if got.requires_grad:
             fail("loss-not-detached", observed=f"call {k} returned a loss that still requires grad",
                  expected="loss.detach()", cause="whoever keeps the returned loss (a running sum, a list) keeps "
                  "the whole step's graph alive: memory grows step after step", where="return loss.detach()")
         if not abs(float(got) - float(want)) <= 1e-5:  # a nan is never close
             fail("wrong-loss", observed=f"call {k} returned {float(got):.6f}", expected=f"{float(want):.6f}, the "
-                 "loss of that batch before the update", cause="the loss of another batch, or recomputed after "
-                 "step()", where="the return line")
+                 "loss of that batch at the weights the step started from", cause="the loss of another batch, or "
+                 "recomputed after step()", where="the return line")
+    training = seen.get("training")
+    if not isinstance(training, list) or len(training) < len(batches):
+        raise WireError("forward modes missing")
+    if not all(mode is True for mode in training):
+        fail("not-train-mode", observed="the forward ran in eval mode (the model was handed over after an "
+             "evaluation)", expected="model.train() before the forward", cause="train_step relies on the mode the "
+             "model happens to be in: after an evaluation, dropout stays off and batch norm uses its running "
+             "statistics", where="the first line of train_step")
     return "one step per batch with that batch's gradient; the loss comes back detached, with no host sync"
 
 
@@ -196,6 +211,8 @@ add(
              "host-sync"),
             (_TRAIN_STEP_WRONG_BODY + "    return loss\n",
              "loss-not-detached"),
+            (_TRAIN_STEP_WRONG_BODY + "    return loss.detach()\n",
+             "not-train-mode"),
         ),
     )
 )
@@ -443,11 +460,17 @@ add(
 
 # --- loop-early-stopping (write, difficulty 3) ---------------------------------------------------------------
 
+_ES_SCENARIOS = ("stops", "runs_out")
 
-def _es_plan(case: Case) -> tuple[int, int, list[float]]:
-    """(patience, max_epochs, the validation loss each epoch would reach): a descent, then patience - 1 epochs
-    without a new best, one more best (the counter must start again), then no improvement until the end."""
-    gen = torch.Generator().manual_seed(case.seeded(0))
+
+def _es_plan(case: Case, scenario: str) -> tuple[int, int, list[float], int]:
+    """(patience, max_epochs, the validation loss each epoch reaches, the epoch of the tie or 0).
+
+    Both scenarios descend, then spend patience - 1 epochs without a new best, then reach one more best (the
+    counter must start again). "stops" then has a worse epoch and a tie with the best (not strictly lower: it
+    counts as an epoch without improvement), and runs until patience stops it; "runs_out" ends at max_epochs,
+    patience - 1 epochs after its best, without stopping."""
+    gen = torch.Generator().manual_seed(case.seeded(0 if scenario == "stops" else 3))
     u = torch.rand(64, generator=gen, dtype=torch.float64).tolist()
     patience = 2 + int(u[0] * 3)  # 2, 3 or 4
     descent = 3 + int(u[1] * 3)
@@ -459,31 +482,33 @@ def _es_plan(case: Case) -> tuple[int, int, list[float]]:
         values.append(best * (1.02 + 0.2 * u[10 + i]))
     best *= 0.9 + 0.08 * u[20]
     values.append(best)
+    if scenario == "runs_out":
+        values += [best * (1.02 + 0.3 * u[21 + i]) for i in range(patience - 1)]
+        return patience, len(values), values, 0
+    values += [best * (1.02 + 0.3 * u[21]), best]
+    tie = len(values)
     max_epochs = len(values) + patience + 4
     while len(values) < max_epochs:
         values.append(best * (1.02 + 0.3 * u[21 + len(values) % 40]))
-    return patience, max_epochs, values
+    return patience, max_epochs, values, tie
 
 
-def _es_setup(case: Case) -> tuple[nn.Module, torch.Tensor, list[torch.Tensor], int, int]:
-    """A model, the target its validation loss measures the distance to, and the weights after each epoch."""
-    patience, max_epochs, values = _es_plan(case)
+def _es_setup(case: Case, scenario: str) -> tuple[nn.Module, torch.Tensor, list[torch.Tensor], list[float]]:
+    """A model, a target, the weights after each epoch (each at its own point, a tie's included) and the losses."""
+    _, _, values, _ = _es_plan(case, scenario)
     model = _seeded(case.seeded(1), lambda: nn.Linear(4, 3))
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    gen = torch.Generator().manual_seed(case.seeded(2))
+    flat = _es_flat(model)
+    gen = torch.Generator().manual_seed(case.seeded(2 if scenario == "stops" else 4))
     target = flat + torch.randn(flat.shape, generator=gen)
-    direction = torch.randn(flat.shape, generator=gen)
-    direction /= direction.norm()
-    trajectory = [target + math.sqrt(v) * direction for v in values]
-    return model, target, trajectory, patience, max_epochs
+    trajectory = []
+    for value in values:
+        direction = torch.randn(flat.shape, generator=gen)
+        trajectory.append(target + math.sqrt(value) * direction / direction.norm())
+    return model, target, trajectory, values
 
 
 def _es_flat(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-def _es_val(model: nn.Module, target: torch.Tensor) -> float:
-    return float(((_es_flat(model) - target) ** 2).sum())
 
 
 def _es_load(model: nn.Module, flat: torch.Tensor) -> None:
@@ -495,34 +520,50 @@ def _es_load(model: nn.Module, flat: torch.Tensor) -> None:
 
 
 def _probe_early_stopping(answer: dict, case: Case) -> dict:
-    model, target, trajectory, patience, max_epochs = _es_setup(case)
-    calls = {"train": 0, "validate": 0}
+    seen = {}
+    for scenario in _ES_SCENARIOS:
+        patience, max_epochs, _, _ = _es_plan(case, scenario)
+        model, target, trajectory, values = _es_setup(case, scenario)
+        calls = {"train": 0, "validate": 0}
 
-    def train_one_epoch(m: nn.Module) -> None:  # updates the weights in place, as an optimizer does
-        calls["train"] += 1
-        _es_load(m, trajectory[min(calls["train"], len(trajectory)) - 1])
+        def train_one_epoch(m: nn.Module, trajectory=trajectory, calls=calls) -> None:  # in place, as a step does
+            calls["train"] += 1
+            _es_load(m, trajectory[min(calls["train"], len(trajectory)) - 1])
 
-    def validate(m: nn.Module) -> float:
-        calls["validate"] += 1
-        return _es_val(m, target)
+        def validate(m: nn.Module, target=target, trajectory=trajectory, values=values, calls=calls) -> float:
+            calls["validate"] += 1  # the planned loss of the epoch whose weights the model holds (ties exact)
+            flat = _es_flat(m)
+            return next((v for v, w in zip(values, trajectory, strict=True) if torch.equal(flat, w)),
+                        float(((flat - target) ** 2).sum()))
 
-    history = answer["fit"](model, train_one_epoch, validate, max_epochs, patience)
-    return {"history": history, "trained": calls["train"], "validated": calls["validate"],
-            "final": _es_flat(model)}
+        history = answer["fit"](model, train_one_epoch, validate, max_epochs, patience)
+        seen[scenario] = {"history": history, "trained": calls["train"], "validated": calls["validate"],
+                          "final": _es_flat(model)}
+    return seen
 
 
-def _judge_early_stopping(seen: dict, case: Case) -> str:
-    model, target, trajectory, patience, max_epochs = _es_setup(case)
-    history, best, best_epoch, bad = [], float("inf"), 0, 0
-    for epoch in range(1, max_epochs + 1):
-        _es_load(model, trajectory[epoch - 1])
-        history.append(_es_val(model, target))
-        if history[-1] < best:
-            best, best_epoch, bad = history[-1], epoch, 0
+def _es_replay(values: list[float], patience: int, *, ties_improve: bool = False,
+               stop_after: int = 0) -> tuple[int, int]:
+    """(epochs run, best epoch) of early stopping on `values`; the keywords replay two mistakes: a tie counted
+    as a new best (`<=`), and a stop one epoch late (`stop_after=patience + 1`, the test `> patience`)."""
+    best, best_epoch, bad = float("inf"), 0, 0
+    for epoch, value in enumerate(values, start=1):
+        if value < best or (ties_improve and value == best):
+            best, best_epoch, bad = value, epoch, 0
         else:
             bad += 1
-            if bad >= patience:
-                break
+            if bad >= (stop_after or patience):
+                return epoch, best_epoch
+    return len(values), best_epoch
+
+
+def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
+    """Judge one run of fit; (epochs it must run, its best epoch). "runs_out" is judged after "stops" passed."""
+    patience, max_epochs, values, tie = _es_plan(case, scenario)
+    _, _, trajectory, _ = _es_setup(case, scenario)
+    runs, best_epoch = _es_replay(values, patience)
+    if not isinstance(seen, dict):
+        raise WireError("malformed run")
     got = seen.get("history")
     if not isinstance(got, (list, tuple)):
         fail("not-a-list", observed=f"fit returned {describe(got)}", expected="the list of validation losses, "
@@ -533,31 +574,54 @@ def _judge_early_stopping(seen: dict, case: Case) -> str:
              f"{describe(seen.get('validated'))} of validate for {len(got)} history entries",
              expected="one training epoch and one validation per entry", cause="validating twice per epoch, or "
              "an entry appended without training", where="the body of the epoch loop")
-    want = f"stop after epoch {len(history)}: the best epoch was {best_epoch} and patience is {patience}"
-    if len(got) < len(history):
+    want = (f"stop after epoch {runs}: the best epoch was {best_epoch} and patience is {patience}" if runs < max_epochs
+            else f"all {max_epochs} epochs (max_epochs): never {patience} in a row without a new best")
+    if len(got) < runs:
         fail("stopped-early", observed=f"training stopped after {len(got)} epochs", expected=want,
-             cause="the count of epochs without improvement is not reset when a new best arrives, or the "
-             "comparison stops one epoch too soon", where="reset the counter to 0 on every new best")
-    if len(got) > len(history):
+             cause="the count of epochs without improvement is not reset when a new best arrives",
+             where="reset the counter to 0 on every new best")
+    if len(got) > runs:
+        if tie and len(got) == _es_replay(values, patience, ties_improve=True)[0]:
+            fail("tie-counted-as-best", observed=f"training ran {len(got)} epochs: epoch {tie}'s validation loss "
+                 f"equals the best ({values[tie - 1]:.6g}, epoch {best_epoch}) and restarted the count", expected=want,
+                 cause="`val_loss <= best_loss` counts a tie as an improvement; only a strictly lower loss is a "
+                 "new best", where="the comparison: val_loss < best_loss")
+        if len(got) == _es_replay(values, patience, stop_after=patience + 1)[0]:
+            fail("stopped-late", observed=f"training ran {len(got)} epochs, one more than patience allows",
+                 expected=want, cause="an off-by-one in the patience test (`> patience` instead of `>= patience`)",
+                 where="the stopping condition")
         fail("stopped-late", observed=f"training ran {len(got)} epochs", expected=want,
-             cause="an off-by-one in the patience test (`> patience` instead of `>= patience`), or a counter "
-             "that ignores the new best", where="the stopping condition")
-    if not all(abs(g - w) <= 1e-6 * max(1.0, abs(w)) for g, w in zip(got, history, strict=True)):
+             cause="epochs without a new best are not counted, or the count is not tested each epoch",
+             where="the stopping condition")
+    if not all(abs(g - w) <= 1e-6 * max(1.0, abs(w)) for g, w in zip(got, values[:runs], strict=True)):
         fail("wrong-history", observed=f"validation losses {[round(g, 4) for g in got]}",
-             expected=f"{[round(w, 4) for w in history]}", cause="validate called before train_one_epoch, or "
+             expected=f"{[round(w, 4) for w in values[:runs]]}", cause="validate called before train_one_epoch, or "
              "another value recorded", where="train, then validate, then append")
     final = seen.get("final")
     if not isinstance(final, torch.Tensor) or final.shape != trajectory[0].shape:
         raise WireError("final weights missing")
-    if not torch.allclose(final, trajectory[best_epoch - 1], atol=1e-6):
-        restored_last = torch.allclose(final, trajectory[len(history) - 1], atol=1e-6)
+    if not torch.equal(final, trajectory[best_epoch - 1]):
+        restored_last = torch.equal(final, trajectory[runs - 1])
+        if scenario == "runs_out" and restored_last:
+            fail("not-restored-at-max-epochs", observed=f"a run that reached max_epochs={max_epochs} ends with the "
+                 "weights of its last epoch (a run stopped by patience got its best weights back)",
+                 expected=f"the weights of epoch {best_epoch}, the best validation loss", cause="the best weights "
+                 "are loaded back only on the early-stopping branch, before `break`; a run that ends at max_epochs "
+                 "never reaches it", where="model.load_state_dict(best) after the loop, on every path")
         fail("best-not-restored", observed="the model ends with the weights of the last epoch" if restored_last
              else "the model ends with weights of no epoch's best", expected=f"the weights of epoch {best_epoch}, "
              "the best validation loss", cause="model.state_dict() returns references to the live tensors: "
              "kept without copy.deepcopy (or a clone of each tensor), the 'best' weights are overwritten by every "
              "later epoch; or they were never loaded back", where="best = copy.deepcopy(model.state_dict()); "
              "model.load_state_dict(best) before returning")
-    return f"stopped after epoch {len(history)} (best epoch {best_epoch}, patience {patience}) with its weights"
+    return runs, best_epoch
+
+
+def _judge_early_stopping(seen: dict, case: Case) -> str:
+    runs, best_epoch = _es_judge_run(seen.get("stops"), case, "stops")
+    _es_judge_run(seen.get("runs_out"), case, "runs_out")
+    return (f"stopped after epoch {runs} (best epoch {best_epoch}, a tie not counted as a new best) with its "
+            "weights; a run that reached max_epochs also got its best weights back")
 
 
 _ES_SOLUTION = '''import copy
@@ -612,6 +676,11 @@ add(
             (_ES_SOLUTION.replace("copy.deepcopy(model.state_dict())", "model.state_dict()"), "best-not-restored"),
             (_ES_SOLUTION.replace("best_loss, bad_epochs = val_loss, 0", "best_loss = val_loss"), "stopped-early"),
             (_ES_SOLUTION.replace("bad_epochs >= patience", "bad_epochs > patience"), "stopped-late"),
+            (_ES_SOLUTION.replace("val_loss < best_loss", "val_loss <= best_loss"), "tie-counted-as-best"),
+            (_ES_SOLUTION.replace("    if best_state is not None:\n        model.load_state_dict(best_state)\n", "")
+             .replace("                break\n",
+                      "                model.load_state_dict(best_state)\n                break\n"),
+             "not-restored-at-max-epochs"),
         ),
     )
 )
