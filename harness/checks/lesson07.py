@@ -152,11 +152,24 @@ def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[to
 # 07-warmup-cosine
 # ----------------------------------------------------------------------------------------------------
 def warmup_cosine_reference(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Closed form of linear warmup (0 -> 1 over `warmup_steps`) then cosine decay to 0 at `total_steps`."""
+    """The course's warmup-cosine factor (lessons 07, 10, 11, 15, the drills and the showcase use this convention).
+
+    During warmup (`step < warmup_steps`) the factor is `(step + 1) / warmup_steps`: the first optimizer step
+    already trains (at `1 / warmup_steps` of the peak) and the last warmup step reaches the peak. Then a half
+    cosine falls from 1 at `step == warmup_steps` to 0 at `total_steps`, with
+    `progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)` clamped to 1, and stays at 0 after.
+    """
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _ramps_from_zero(values: Sequence[Any], cases: Sequence[tuple[int, int, int]]) -> bool:
+    """Every warmup-phase value is `step / warmup_steps`: the ramp one step behind the course's convention."""
+    ramp = [(value, step / warmup) for value, (step, warmup, _) in zip(values, cases, strict=True) if step < warmup]
+    return bool(ramp) and all(_is_number(value) and math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9)
+                              for value, want in ramp)
 
 
 def _warmup_cases(case: Case) -> list[tuple[int, int, int]]:
@@ -183,7 +196,9 @@ def _lambda_lr_setting(case: Case) -> tuple[float, int, int]:
     return (0.3, 7, 40) if case.hidden else (0.3, 5, 30)
 
 
-def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> None:
+def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, *, ramps_from_zero: bool) -> None:
+    """Fail with the code of the first thing wrong with one value; `ramps_from_zero`: every warmup value the
+    student gave is `step / warmup_steps`."""
     where = f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total})"
     if not _is_number(value):
         fail(
@@ -196,13 +211,23 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
     expected = warmup_cosine_reference(step, warmup, total)
     if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
         return
+    if step < warmup and ramps_from_zero:
+        fail(
+            "warmup-starts-at-zero",
+            observed=f"{where} = {value:.6g}, and every warmup value is step / warmup_steps",
+            expected=f"{expected:.6g} = (step + 1) / warmup_steps",
+            cause="the ramp starts at 0: the first step trains with lr 0 (LambdaLR's factor at step 0 is the lr of "
+            "the first optimizer step), and the peak comes one step after the warmup",
+            where="the `step < warmup_steps` branch",
+        )
     if step < warmup:
         fail(
             "warmup-wrong",
             observed=f"{where} = {value:.6g}",
-            expected=f"{expected:.6g} = step / warmup_steps (a linear ramp from 0 that reaches 1 at step {warmup})",
-            cause="an off-by-one ((step + 1) / warmup_steps), integer division (step // warmup_steps), or "
-            "dividing by total_steps during warmup",
+            expected=f"{expected:.6g} = (step + 1) / warmup_steps (a linear ramp from 1 / warmup_steps at step 0 "
+            f"that reaches 1 at step {warmup - 1}, the last warmup step)",
+            cause="integer division ((step + 1) // warmup_steps), dividing by total_steps, or another slope "
+            "during warmup",
             where="the `step < warmup_steps` branch",
         )
     if step <= total:
@@ -229,12 +254,14 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
 @register(
     "07-warmup-cosine",
     hints=Hints(
-        nudge="Two pieces: a linear ramp while step < warmup_steps, then a half cosine from 1 down to 0 over the "
-        "remaining total_steps - warmup_steps steps, and 0 after that.",
-        concept="The ramp is step / warmup_steps; the cosine is 0.5 * (1 + cos(pi * progress)) where progress "
-        "goes from 0 at the end of warmup to 1 at total_steps and is clamped there.",
-        solution="if step < warmup_steps: return step / warmup_steps; progress = min(1.0, (step - warmup_steps) "
-        "/ max(1, total_steps - warmup_steps)); return 0.5 * (1.0 + math.cos(math.pi * progress))",
+        nudge="Two pieces: a linear ramp while step < warmup_steps that already trains at step 0 and reaches 1 at "
+        "the last warmup step, then a half cosine from 1 down to 0 over the remaining total_steps - warmup_steps "
+        "steps, and 0 after that.",
+        concept="The ramp is (step + 1) / warmup_steps (step counts the optimizer steps already taken, so the step "
+        "being taken is step + 1); the cosine is 0.5 * (1 + cos(pi * progress)) where progress goes from 0 at "
+        "step warmup_steps to 1 at total_steps and is clamped there.",
+        solution="if step < warmup_steps: return (step + 1) / warmup_steps; progress = min(1.0, (step - "
+        "warmup_steps) / max(1, total_steps - warmup_steps)); return 0.5 * (1.0 + math.cos(math.pi * progress))",
         section="2. Warmup then cosine, as a `LambdaLR`",
     ),
     requires={
@@ -242,10 +269,15 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int) -> No
             "returns a Python float",
             hint="What type does your return statement produce? torch.cos and torch.tensor give tensors; "
             "math.cos and plain arithmetic give floats."),
+        "warmup-starts-at-zero": Requirement(
+            "the first step already trains: the factor at step 0 is 1 / warmup_steps, not 0",
+            hint="LambdaLR's factor at step 0 is the learning rate of the very first optimizer step. What does your "
+            "function give at step 0, and how many steps has the optimizer taken once that step is done?"),
         "warmup-wrong": Requirement(
-            "during warmup the factor is step / warmup_steps: 0 at step 0, reaching 1 at step warmup_steps",
-            hint="Evaluate your function at step 0: the warmup starts from 0, not from 1 / warmup_steps. "
-            "Does Python's // round the ramp down?"),
+            "during warmup the factor is (step + 1) / warmup_steps: 1 / warmup_steps at step 0, reaching 1 at step "
+            "warmup_steps - 1",
+            hint="Print the factors of steps 0 to warmup_steps - 1: do they rise in equal steps of 1 / warmup_steps "
+            "and reach 1.0 at the last warmup step? Does Python's // round the ramp down?"),
         "cosine-wrong": Requirement(
             "after warmup the factor is 0.5 * (1 + cos(pi * progress)), progress measured from the end of warmup",
             hint="At step == warmup_steps the factor must be exactly 1: where does your progress start, and "
@@ -269,8 +301,9 @@ def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case)
 def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     """The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form."""
     cases = _warmup_cases(case)
+    ramps_from_zero = _ramps_from_zero(seen["values"], cases)
     for value, (step, warmup, total) in zip(seen["values"], cases, strict=True):
-        _compare_warmup_cosine(value, step, warmup, total)
+        _compare_warmup_cosine(value, step, warmup, total, ramps_from_zero=ramps_from_zero)
     base_lr, warmup, total = _lambda_lr_setting(case)
     lrs = seen["lambda_lrs"]
     expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]

@@ -267,8 +267,13 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
         where = f"optimizer step {step} of a schedule with warmup_steps={warmup}, total_steps={total}, lr={lr}"
         observed = f"{where} used lr {used[0]:.6g}" if len(set(used)) == 1 else f"{where} used lrs {used}"
         if step < warmup:
-            fail("warmup-wrong", observed=observed, expected=f"{expected:.6g} = lr * step / warmup_steps (0 at step 0)",
-                 cause="no warm-up, or a ramp that is not step / warmup_steps",
+            from_zero = step == 0 and all(abs(u) < 1e-12 for u in used)
+            fail("warmup-wrong", observed=observed,
+                 expected=f"{expected:.6g} = lr * (step + 1) / warmup_steps (lr / warmup_steps at step 0: the first "
+                 "step already trains)",
+                 cause="the ramp starts at 0: the first step trains with lr 0 (step / warmup_steps where lesson 07's "
+                 "factor is (step + 1) / warmup_steps)" if from_zero
+                 else "no warm-up, or a ramp that is not (step + 1) / warmup_steps",
                  where="the warm-up branch of the factor")
         if step <= total:
             fail("cosine-wrong", observed=observed, expected=f"{expected:.6g} = lr * 0.5 * (1 + cos(pi * progress)), "
@@ -287,12 +292,12 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
         "and normalisation weights (ndim < 2) without. Then a LambdaLR whose factor is lesson 07's "
         "warm-up-then-cosine.",
         concept="AdamW decays the weights directly (decoupled); decay belongs on matrices and kernels only. The "
-        "schedule counts optimizer steps: step / warmup_steps during the warm-up, then 0.5 * (1 + cos(pi * "
+        "schedule counts optimizer steps: (step + 1) / warmup_steps during the warm-up, then 0.5 * (1 + cos(pi * "
         "progress)) with progress measured from the end of the warm-up and clamped at 1.",
         solution="decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]; no_decay = [... "
         "p.ndim < 2]; optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': "
-        "no_decay, 'weight_decay': 0.0}], lr=lr); factor(step) = step / warmup_steps if step < warmup_steps else "
-        "0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))); "
+        "no_decay, 'weight_decay': 0.0}], lr=lr); factor(step) = (step + 1) / warmup_steps if step < warmup_steps "
+        "else 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))); "
         "return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)",
         section="3. The optimizer: parameter groups, warm-up, cosine"),
     requires={
@@ -318,8 +323,9 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
             "the scheduler drives the optimizer returned with it",
             hint="Which optimizer did you give LambdaLR? It must be the very object you return."),
         "warmup-wrong": Requirement(
-            "warm-up: lr * step / warmup_steps for step < warmup_steps (0 at step 0)",
-            hint="Print the factor at steps 0, 1 and warmup_steps - 1: what should step 0 give?"),
+            "warm-up: lr * (step + 1) / warmup_steps for step < warmup_steps (the first step already trains)",
+            hint="Print the factor at steps 0, 1 and warmup_steps - 1: what should step 0 give, and which step "
+            "reaches the peak?"),
         "cosine-wrong": Requirement(
             "then lr * 0.5 * (1 + cos(pi * progress)), progress from the end of the warm-up to total_steps",
             hint="At step warmup_steps the factor is 1 and at total_steps it is 0: does your progress start and "

@@ -7,6 +7,10 @@ import math
 import pytest
 import torch
 
+import harness.sequences
+import harness.showcase
+from harness.checks.lesson07 import warmup_cosine_reference
+from harness.checks.lesson15 import reference_lr_factor
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -14,38 +18,52 @@ from harness.checks.testing import (
     assert_correct,
     assert_mistake,
 )
+from harness.drills.bank.schedulers import warmup_cosine_factor
 
 
 # ---------------------------------------------------------------------------------------------- warmup
 def warmup_cosine_branches(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def warmup_cosine_min_form(step: int, warmup_steps: int, total_steps: int) -> float:
-    ramp = step / warmup_steps if warmup_steps else 1.0
+    ramp = (step + 1) / warmup_steps if warmup_steps else 1.0
     decay_span = max(1, total_steps - warmup_steps)
     progress = max(0.0, min(1.0, (step - warmup_steps) / decay_span))
     return min(ramp, math.cos(math.pi * progress / 2) ** 2)  # cos^2(x/2) == (1 + cos x) / 2
 
 
-def warmup_off_by_one(step: int, warmup_steps: int, total_steps: int) -> float:
+def warmup_counts_steps_taken(step: int, warmup_steps: int, total_steps: int) -> float:
+    taken = step + 1  # the optimizer step this factor is for, counted from 1
+    if taken <= warmup_steps:
+        return taken / warmup_steps
+    return warmup_cosine_branches(step, warmup_steps, total_steps)
+
+
+def warmup_cosine_product(step: int, warmup_steps: int, total_steps: int) -> float:
+    ramp = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    progress = min(1.0, max(0, step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return ramp * (1.0 + math.cos(math.pi * progress)) / 2
+
+
+def warmup_from_zero(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return step / warmup_steps
     return warmup_cosine_branches(step, warmup_steps, total_steps)
 
 
 def cosine_from_zero(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
 
 
 def not_clamped(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     return 0.5 * (1.0 + math.cos(math.pi * (step - warmup_steps) / max(1, total_steps - warmup_steps)))
 
 
@@ -55,19 +73,25 @@ def returns_tensor(step: int, warmup_steps: int, total_steps: int) -> torch.Tens
 
 def warmup_floor_division(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return step // warmup_steps
+        return (step + 1) // warmup_steps
     return warmup_cosine_branches(step, warmup_steps, total_steps)
 
 
 def warmup_over_total(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return step / total_steps
+        return (step + 1) / total_steps
+    return warmup_cosine_branches(step, warmup_steps, total_steps)
+
+
+def warmup_peaks_late(step: int, warmup_steps: int, total_steps: int) -> float:
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
     return warmup_cosine_branches(step, warmup_steps, total_steps)
 
 
 def decay_over_total(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / total_steps)))
 
 
@@ -522,10 +546,12 @@ def amp_step_clip_scaled(model, inputs, targets, loss_fn, optimizer, scaler, sch
 
 # ---------------------------------------------------------------------------------------------- mutation set
 MISTAKES = [
-    Mistake("07-warmup-cosine", "warmup-wrong", "a linear ramp from 0", (warmup_off_by_one,),
-            story="(step + 1) / warmup: 'the first step should not have lr 0' (forum FAQ)"),
+    Mistake("07-warmup-cosine", "warmup-starts-at-zero", "the ramp starts at 0: the first step trains with lr 0",
+            (warmup_from_zero,), story="step / warmup_steps: the textbook ramp from 0, one step behind"),
+    Mistake("07-warmup-cosine", "warmup-wrong", "reaches 1 at step", (warmup_peaks_late,),
+            story="(step + 1) / (warmup_steps + 1): nanoGPT's later variant, never reaches the peak in warmup"),
     Mistake("07-warmup-cosine", "warmup-wrong", "integer division", (warmup_floor_division,),
-            story="step // warmup_steps: integer division keeps the ramp at 0"),
+            story="(step + 1) // warmup_steps: integer division keeps the ramp at 0 until its last step"),
     Mistake("07-warmup-cosine", "warmup-wrong", "dividing by total_steps", (warmup_over_total,),
             story="the ramp divided by total_steps: never reaches 1"),
     Mistake("07-warmup-cosine", "cosine-wrong", "progress measured from 0", (cosine_from_zero,),
@@ -607,6 +633,8 @@ MISTAKES = [
 CORRECT = [
     Correct("07-warmup-cosine", (warmup_cosine_branches,), story="the two branches"),
     Correct("07-warmup-cosine", (warmup_cosine_min_form,), story="min of ramp and cos^2"),
+    Correct("07-warmup-cosine", (warmup_counts_steps_taken,), story="counts the step being taken from 1"),
+    Correct("07-warmup-cosine", (warmup_cosine_product,), story="a clamped ramp times the cosine, no branch"),
     Correct("07-per-step", (per_step_correct,), story="nested loops"),
     Correct("07-per-step", (per_step_flat,), story="one flat loop over epochs x batches"),
     Correct("07-per-epoch", (per_epoch_correct,), story="step after the batch loop"),
@@ -627,6 +655,42 @@ def test_mistake_fails_with_its_message(mistake):
 @pytest.mark.parametrize("correct", CORRECT, ids=str)
 def test_correct_variant_passes(correct, capsys):
     assert_correct(correct, capsys)
+
+
+# ---------------------------------------------------------------------------------------------- one convention
+CONVENTION_TRIPLES = [(0, 5, 50), (1, 5, 50), (4, 5, 50), (5, 5, 50), (27, 5, 50), (50, 5, 50), (80, 5, 50),
+                      (0, 1, 10), (0, 0, 10), (3, 0, 10), (9, 10, 10), (10, 10, 10), (12, 10, 10), (99, 100, 1000)]
+
+
+def _course_factor(step: int, warmup: int, total: int) -> float:
+    """The convention the lead fixed (issue 27): (step + 1) / warmup during warmup, then the clamped half cosine."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+def _sequences_factor(step: int, warmup: int, total: int) -> float:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    return harness.sequences.warmup_cosine(optimizer, warmup, total).lr_lambdas[0](step)
+
+
+def test_one_warmup_cosine_convention_course_wide():
+    """Lesson 07's reference (which lesson 10 grades with), the drill bank's (lesson 11's), the showcase's and
+    harness.sequences' schedules give the same factor; lesson 15's linear-decay task shares the warmup ramp."""
+    assert [_course_factor(*t) for t in [(0, 5, 50), (4, 5, 50), (5, 5, 50), (50, 5, 50)]] == [0.2, 1.0, 1.0, 0.0]
+    schedules = {
+        "lesson 07 (and 10)": warmup_cosine_reference,
+        "drill bank (and lesson 11)": warmup_cosine_factor,
+        "harness.showcase": lambda step, warmup, total: harness.showcase.warmup_cosine(warmup, total)(step),
+        "harness.sequences": _sequences_factor,
+    }
+    for name, factor in schedules.items():
+        for step, warmup, total in CONVENTION_TRIPLES:
+            assert math.isclose(factor(step, warmup, total), _course_factor(step, warmup, total), abs_tol=1e-12), (
+                f"{name}: factor({step}, {warmup}, {total})")
+    for step, warmup, total in CONVENTION_TRIPLES:
+        if step < warmup:
+            assert reference_lr_factor(step, warmup, total) == _course_factor(step, warmup, total)
 
 
 def test_per_epoch_hidden_rejects_stepping_per_batch():

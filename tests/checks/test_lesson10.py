@@ -92,7 +92,7 @@ def precision_always_fp32(device_type, precisions):
 # ---------------------------------------------------------------------------------------------- 10-optimizer
 def warmup_cosine(step, warmup_steps, total_steps):
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
@@ -122,7 +122,7 @@ def optimizer_by_name(model, *, lr, weight_decay, warmup_steps, total_steps):
 
     def factor(step):
         if step < warmup_steps:
-            return step / warmup_steps
+            return (step + 1) / warmup_steps
         done = min(step - warmup_steps, total_steps - warmup_steps)
         return 0.5 * (1 + math.cos(math.pi * done / max(1, total_steps - warmup_steps)))
 
@@ -190,24 +190,24 @@ def optimizer_scheduler_elsewhere(model, *, lr, weight_decay, warmup_steps, tota
     return optimizer, scheduler
 
 
-def warmup_off_by_one(step, warmup_steps, total_steps):
-    return (step + 1) / warmup_steps if step < warmup_steps else warmup_cosine(step, warmup_steps, total_steps)
+def warmup_from_zero(step, warmup_steps, total_steps):
+    return step / warmup_steps if step < warmup_steps else warmup_cosine(step, warmup_steps, total_steps)
 
 
 def cosine_from_zero(step, warmup_steps, total_steps):
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / total_steps)))
 
 
 def warmup_ratio_always(step, warmup_steps, total_steps):
-    ramp = min(1.0, step / warmup_steps)  # planted: divides by zero when there is no warm-up
+    ramp = min(1.0, (step + 1) / warmup_steps)  # planted: divides by zero when there is no warm-up
     return ramp if step < warmup_steps else warmup_cosine(step, warmup_steps, total_steps)
 
 
 def cosine_unclamped(step, warmup_steps, total_steps):
     if step < warmup_steps:
-        return step / warmup_steps
+        return (step + 1) / warmup_steps
     return 0.5 * (1.0 + math.cos(math.pi * (step - warmup_steps) / max(1, total_steps - warmup_steps)))
 
 
@@ -481,10 +481,10 @@ MISTAKES = [
             story="a smaller lr for the norms, 'to be safe'"),
     Mistake("10-optimizer", "scheduler-other-optimizer", "scheduler.optimizer is optimizer",
             (optimizer_scheduler_elsewhere,), story="the scheduler built on a second optimizer"),
-    Mistake("10-optimizer", "warmup-wrong", "step / warmup_steps", optimizer_factor(warmup_off_by_one),
-            story="(step + 1) / warmup_steps: the warm-up starts at a nonzero lr"),
+    Mistake("10-optimizer", "warmup-wrong", "the first step trains with lr 0", optimizer_factor(warmup_from_zero),
+            story="step / warmup_steps: the warm-up starts at lr 0, so the first step is wasted"),
     Mistake("10-optimizer", "raised", "ZeroDivisionError", optimizer_factor(warmup_ratio_always),
-            story="step / warmup_steps computed even without warm-up"),
+            story="(step + 1) / warmup_steps computed even without warm-up"),
     Mistake("10-optimizer", "cosine-wrong", "end of warm-up", optimizer_factor(cosine_from_zero),
             story="the cosine's progress measured from step 0"),
     Mistake("10-optimizer", "rises-after-total", "clamped", optimizer_factor(cosine_unclamped),

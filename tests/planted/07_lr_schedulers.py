@@ -3,13 +3,13 @@ to fail."""
 
 PLANTED = {
     "07-warmup-cosine": (
-        # off by one in the warmup: the ramp starts at 1/warmup and reaches 1 a step early
+        # the ramp starts at 0: the first optimizer step trains with lr 0 and the peak comes a step late
         "def warmup_cosine(step, warmup_steps, total_steps):\n"
         "    if step < warmup_steps:\n"
-        "        return (step + 1) / warmup_steps\n"
+        "        return step / warmup_steps\n"
         "    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))\n"
         "    return 0.5 * (1.0 + math.cos(math.pi * progress))\n",
-        "warmup-wrong",
+        "warmup-starts-at-zero",
     ),
     "07-per-step": (
         # scheduler.step() before optimizer.step(): every update uses the next lr of the schedule

@@ -21,7 +21,7 @@ PLANTED = {
         "\n"
         "    def factor(step):\n"
         "        if step < warmup_steps:\n"
-        "            return step / warmup_steps\n"
+        "            return (step + 1) / warmup_steps\n"
         "        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))\n"
         "        return 0.5 * (1.0 + math.cos(math.pi * progress))\n"
         "\n"
