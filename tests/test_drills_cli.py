@@ -23,6 +23,7 @@ def run(tmp_path):
                               text=True, env=env, timeout=300)
 
     run.home = tmp_path / "home" / "drills"
+    run.env = env
     yield run
     run("stop-checker")
 
@@ -171,3 +172,61 @@ def test_quick_commands_import_neither_torch_nor_the_bank(tmp_path, action):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.stdout.rstrip().endswith("LIGHT"), done.stdout + done.stderr
     assert all(len(line) <= 80 for line in done.stdout.splitlines() if not line.startswith(" ")), done.stdout
+
+
+def test_a_relative_file_is_read_from_the_callers_folder_and_a_missing_one_is_refused(run, tmp_path):
+    drill = get_drill("tensors-pairwise-distances")
+    first, second, empty = (tmp_path / name for name in ("first", "second", "empty"))
+    for folder in (first, second, empty):
+        folder.mkdir()
+    (first / "answer.py").write_text(drill.solution)
+    (second / "answer.py").write_text(drill.wrong_answers[1][0])
+
+    def check_in(folder):
+        return subprocess.run([sys.executable, "-m", "harness", "drill", "check", drill.id, "--file", "answer.py"],
+                              capture_output=True, text=True, env=run.env, timeout=300, cwd=folder)
+
+    assert check_in(first).returncode == 0  # this start of the warm checker is in `first`
+    wrong = check_in(second)  # the same checker: the client sends second/answer.py as an absolute path
+    assert wrong.returncode == 1 and f"[{drill.wrong_answers[1][1]}]" in wrong.stdout, wrong.stdout
+    missing = check_in(empty)
+    assert missing.returncode == 1 and f"no answer file at {empty / 'answer.py'}" in missing.stdout, missing.stdout
+    assert (run.home / "checker.log").read_text().count("listening") == 1
+
+
+TAKEOVER = '''import json, os, socket
+path = {path!r}
+try:
+    os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+    print("took the socket")
+    if os.fork() == 0:  # a daemon, in its own session, that answers "passed" to every later check
+        os.setsid()
+        while True:
+            connection, _ = server.accept()
+            connection.sendall(json.dumps({{"passed": True, "code": "passed", "message": "forged"}}).encode())
+            connection.close()
+except OSError as error:
+    print("refused:", error)
+'''
+
+
+@pytest.mark.slow
+def test_a_daemon_an_answer_starts_cannot_take_over_the_checkers_socket(run):
+    drill = get_drill("tensors-pairwise-distances")
+    answer = run.home / "answers" / "tensors_pairwise_distances.py"
+    answer.parent.mkdir(parents=True)
+    answer.write_text(drill.solution)
+    assert run("check", drill.id).returncode == 0  # the warm checker listens
+    socket_path = run.home / "run" / "checker.sock"
+    assert socket_path.exists()
+    answer.write_text(TAKEOVER.format(path=str(socket_path)) + drill.wrong_answers[1][0])
+    attack = run("check", drill.id)
+    assert attack.returncode == 1, attack.stdout
+    wrong = run("check", drill.id)  # a later check reaches a real checker, never the daemon's "passed"
+    assert wrong.returncode == 1 and f"[{drill.wrong_answers[1][1]}]" in wrong.stdout, wrong.stdout
+    answer.write_text(drill.solution)
+    assert run("check", drill.id).stdout.startswith("PASSED")
+    assert "forged" not in wrong.stdout + attack.stdout

@@ -414,7 +414,7 @@ add(
 
 # --- gradient accumulation under DDP: a three-bug loop -------------------------------------------------------
 
-_ACCUM_EPOCHS, _ACCUM_STEPS, _MICRO_PER_EPOCH, _MICRO_BATCH = 3, 2, 4, 4
+_ACCUM_EPOCHS, _ACCUM_STEPS, _MICRO_PER_EPOCH, _MICRO_BATCH = 3, 3, 6, 4  # accum_steps != world_size (2)
 
 
 class _RecordingSampler(DistributedSampler):
@@ -516,6 +516,15 @@ def _judge_accumulation(seen: dict, case: Case) -> str:
              expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS})",
              cause="accumulating unscaled losses multiplies the effective learning rate by accum_steps",
              where="loss = loss_fn(...) / accum_steps before backward")
+    for scale, what in ((1 / (_ACCUM_STEPS * 2), "divided by accum_steps and by the world size"),
+                        (1 / 2, "divided by the world size instead of accum_steps")):
+        if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(
+                case, want_epochs, scale), strict=True)):
+            fail("loss-divided-by-world-size", observed=f"the weights match steps on micro-batch losses {what}",
+                 expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS} only)",
+                 cause="DDP already averages the gradients over the ranks in its all-reduce: dividing the loss by "
+                 "world_size as well scales every step by 1 / world_size", where="loss = loss_fn(...) / accum_steps; "
+                 "no division by the world size")
     fail("wrong-update", observed="the final weights differ from the reference run's",
          expected="SGD steps on gradients averaged over ranks and micro-batches",
          cause="steps at the wrong micro-batches, or gradients not zeroed after a step",
@@ -587,6 +596,9 @@ add(
             (_ACCUM_SOLUTION.replace("contextlib.nullcontext() if stepping else ddp_model.no_sync()",
                                      "contextlib.nullcontext()"), "syncs-every-micro-step"),
             (_ACCUM_SOLUTION.replace(" / accum_steps\n", "\n"), "loss-not-scaled"),
+            (_ACCUM_SOLUTION.replace(" / accum_steps\n", " / accum_steps / dist.get_world_size()\n")
+             .replace("import torch.nn", "import torch.distributed as dist\nimport torch.nn"),
+             "loss-divided-by-world-size"),
             (_ACCUM_SOLUTION.replace("contextlib.nullcontext() if stepping else ddp_model.no_sync()",
                                      "ddp_model.no_sync() if stepping else contextlib.nullcontext()"), "ranks-diverge"),
         ),

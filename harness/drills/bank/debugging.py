@@ -58,12 +58,14 @@ def _close(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
 
 
 def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float, *,
-                     mismatch: tuple[str, str], where: str) -> int:
+                     mismatch: tuple[str, str], where: str,
+                     mistakes: tuple[tuple[str, str, list[tuple[torch.Tensor, torch.Tensor]]], ...] = ()) -> int:
     """Replay plain SGD on `model` (the judge's own copy) batch by batch and compare with the recorded steps.
 
     Fails with: wrong-step-count, wrong-updates (the weights before a step are not where SGD puts them),
-    no-gradient, nan-loss, stale-grads (the gradient is the sum of this step's and the earlier ones'), and
-    `mismatch` = (code, cause) for any other gradient. Returns the number of steps.
+    no-gradient, nan-loss, stale-grads (the gradient is the sum of this step's and the earlier ones'), the code
+    of a `mistakes` entry (code, cause, the batches that mistake trains on) whose batch gives the recorded
+    gradient, and `mismatch` = (code, cause) for any other gradient. Returns the number of steps.
     """
     records = seen.get("steps")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -105,6 +107,13 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
                      f"{step}", expected="the gradient of this mini-batch alone",
                      cause="backward() adds into .grad and nothing clears it between steps: the steps grow until "
                      "the loss explodes", where=f"{where}: optimizer.zero_grad(set_to_none=True) at every step")
+            for code, cause, wrong_batches in mistakes:
+                model.zero_grad(set_to_none=True)
+                F.cross_entropy(model(wrong_batches[step][0]), wrong_batches[step][1]).backward()
+                if _close(got_grads, [p.grad.detach() for p in params]):
+                    fail(code, observed=f"the gradient at step {step} is that of another mini-batch, the one "
+                         "this mistake makes", expected=f"the gradient of F.cross_entropy on mini-batch {step}",
+                         cause=cause, where=where)
             fail(mismatch[0], observed=f"the gradient at step {step} is not that of the expected mini-batch",
                  expected=f"the gradient of F.cross_entropy on mini-batch {step}", cause=mismatch[1], where=where)
         history.append(fresh)
@@ -862,15 +871,18 @@ def _script_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return model, x, y
 
 
-def _script_batches(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The mini-batches the fixed script trains on: standardised features, one permutation per epoch."""
+def _script_batches(case: Case, *, per_feature: bool = True,
+                    two_perms: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The mini-batches the fixed script trains on: features standardised per feature, one permutation per
+    epoch; or those of two mistakes: one mean and std over the whole tensor, x and y shuffled by two
+    permutations."""
     _, x, y = _script_inputs(case)
-    x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6)
+    x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6) if per_feature else (x - x.mean()) / x.std()
     generator = torch.Generator().manual_seed(case.seeded(62))
     batches = []
     for _ in range(_SCRIPT_EPOCHS):
         perm = torch.randperm(len(x), generator=generator)
-        xs, ys = x[perm], y[perm]
+        xs, ys = x[perm], y[torch.randperm(len(y), generator=generator) if two_perms else perm]
         batches += [(xs[i:i + _SCRIPT_BATCH], ys[i:i + _SCRIPT_BATCH]) for i in range(0, len(x), _SCRIPT_BATCH)]
     return batches
 
@@ -887,8 +899,13 @@ def _judge_script(seen: dict, case: Case) -> str:
     model, _, _ = _script_inputs(case)
     steps = _judge_sgd_steps(
         seen, model, _script_batches(case), _SCRIPT_LR, where="the training script",
-        mismatch=("misaligned-labels", "the labels no longer belong to their inputs: x and y are shuffled with two "
-                  "different permutations (or the features are standardised differently)"))
+        mismatch=("wrong-batch", "the script trains on other inputs or labels than the standardised, shuffled "
+                  "data: print the first mini-batch and compare"),
+        mistakes=(("misaligned-labels", "the labels no longer belong to their inputs: x and y are shuffled with two "
+                   "different permutations", _script_batches(case, two_perms=True)),
+                  ("global-standardisation", "the features are standardised with one mean and one std over the whole "
+                   "tensor: x.mean() and x.std() instead of x.mean(0) and x.std(0), so features on different "
+                   "scales stay on different scales", _script_batches(case, per_feature=False))))
     return f"{steps} clean SGD steps: finite, on aligned (x, y) pairs, each on its own mini-batch's gradient"
 
 
@@ -975,6 +992,8 @@ add(
             (_script_fixed(_SCRIPT_PERM_FIX, _SCRIPT_GRAD_FIX), "nan-loss"),
             (_script_fixed(_SCRIPT_NAN_FIX, _SCRIPT_GRAD_FIX), "misaligned-labels"),
             (_script_fixed(_SCRIPT_NAN_FIX, _SCRIPT_PERM_FIX), "stale-grads"),
+            (_SCRIPT_SOLUTION.replace("x.mean(0), x.std(0).clamp_min(1e-6)", "x.mean(), x.std()"),
+             "global-standardisation"),
             # the nan "fixed" by dropping the rows that hold one: no row is left, nothing trains
             (_script_fixed(_SCRIPT_PERM_FIX, _SCRIPT_GRAD_FIX).replace(
                 "    x = (x - mean) / std\n", "    x = (x - mean) / std\n    keep = ~x.isnan().any(1)\n"

@@ -450,7 +450,10 @@ def _probe_freeze(answer: dict, case: Case) -> dict:
     if loss.requires_grad:
         loss.backward()
     return {"returned": listed, "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
-            "grads": {name: p.grad for name, p in model.named_parameters()}}
+            "grads": {name: p.grad for name, p in model.named_parameters()},
+            # how the backbone was touched: an attribute `requires_grad` set on a module object, eval mode
+            "module_attribute": any("requires_grad" in vars(m) for m in model.backbone.modules()),
+            "backbone_training": model.backbone.training}
 
 
 def _judge_freeze(seen: dict, case: Case) -> str:
@@ -462,12 +465,23 @@ def _judge_freeze(seen: dict, case: Case) -> str:
         raise WireError("parameter flags missing")
     trained = [n for n in names if n.startswith("backbone.") and (flags[n] is not False or grads[n] is not None)]
     if trained:
-        fail("backbone-trainable", observed=f"after loss.backward(), {trained[0]} "
-             + ("still requires grad" if flags[trained[0]] else "received a gradient"),
-             expected="no gradient computed for any backbone parameter", cause="model.eval() changes dropout and "
-             "batch norm, not training; torch.no_grad() inside the function ends with it; `p.requires_grad == "
-             "False` compares instead of assigning", where="for p in model.backbone.parameters(): "
-             "p.requires_grad = False (or model.backbone.requires_grad_(False))")
+        observed = f"after loss.backward(), {trained[0]} " + ("still requires grad" if flags[trained[0]]
+                                                              else "received a gradient")
+        where = ("for p in model.backbone.parameters(): p.requires_grad = False (or "
+                 "model.backbone.requires_grad_(False))")
+        expected = "no gradient computed for any backbone parameter"
+        if seen.get("module_attribute") is True:
+            fail("module-attribute-set", observed=f"{observed}, and a backbone module now has an attribute "
+                 "`requires_grad`", expected=expected, cause="`module.requires_grad = False` sets a new plain "
+                 "attribute on the nn.Module object: a module has no such flag, and its parameters keep "
+                 "requires_grad=True", where=where)
+        if seen.get("backbone_training") is False:
+            fail("eval-does-not-freeze", observed=f"{observed}; the backbone is in eval mode", expected=expected,
+                 cause="model.eval() changes how dropout and batch norm behave, not whether gradients are "
+                 "computed", where=where)
+        fail("backbone-trainable", observed=observed, expected=expected, cause="nothing set requires_grad to "
+             "False on the backbone's parameters: `p.requires_grad == False` compares instead of assigning, and "
+             "torch.no_grad() inside the function ends with it", where=where)
     frozen_head = [n for n in names if n.startswith("head.") and flags[n] is not True]
     if frozen_head:
         fail("head-frozen", observed=f"{frozen_head[0]} does not require grad", expected="the head still trains",
@@ -516,7 +530,9 @@ add(
         judge=_judge_freeze,
         wrong_answers=(
             ("import torch\n\ndef freeze_backbone(model):\n    model.backbone.eval()\n"
-             "    return list(model.head.parameters())\n", "backbone-trainable"),
+             "    return list(model.head.parameters())\n", "eval-does-not-freeze"),
+            ("import torch\n\ndef freeze_backbone(model):\n    model.backbone.requires_grad = False\n"
+             "    return list(model.head.parameters())\n", "module-attribute-set"),
             (_FREEZE_SOLUTION.replace("p.requires_grad = False", "p.requires_grad == False  # noqa"),
              "backbone-trainable"),
             ("import torch\n\ndef freeze_backbone(model):\n    model.requires_grad_(False)\n"

@@ -294,12 +294,22 @@ def _probe_workers(answer: dict, case: Case) -> dict:
 
     parent_state(10)
     loader = make_loader(dataset, seed)
+    after = {"torch": torch.rand((), dtype=torch.float64).item(), "numpy": float(np.random.random()),
+             "random": random.random()}  # the caller's next draws: what its RNGs give after the call
     workers = getattr(loader, "num_workers", None)
     first = epochs(loader, 2)
     parent_state(20)
     second = epochs(make_loader(dataset, seed), 1)
     other_seed = epochs(make_loader(dataset, seed + 1), 1)
-    return {"workers": workers, "first": first, "second": second, "other_seed": other_seed}
+    return {"workers": workers, "first": first, "second": second, "other_seed": other_seed, "after": after}
+
+
+def _caller_draws(case: Case) -> dict[str, float]:
+    """The draws the caller's global RNGs give after make_loader when it leaves them alone (its seeds: 10-12)."""
+    generator = torch.Generator().manual_seed(case.seeded(12))
+    return {"torch": torch.rand((), dtype=torch.float64, generator=generator).item(),
+            "numpy": float(np.random.RandomState(case.seeded(11) % 2**32).random_sample()),
+            "random": random.Random(case.seeded(10)).random()}
 
 
 def _judge_workers(seen: dict, case: Case) -> str:
@@ -325,6 +335,18 @@ def _judge_workers(seen: dict, case: Case) -> str:
              "workers draw the same sequence. torch re-seeds each worker's torch, random and np.random global "
              "RNGs, never a Generator the dataset holds", where="a worker_init_fn that replaces the worker's "
              "dataset.rng: get_worker_info().dataset.rng = np.random.default_rng(get_worker_info().seed)")
+    after, want = seen["after"], _caller_draws(case)
+    if not isinstance(after, dict) or set(after) != set(want):
+        raise WireError("malformed draws after the call")
+    changed = [name for name in want if after[name] != want[name]]
+    if changed:
+        fail("caller-rng-changed", observed=f"after make_loader returned, the caller's {', '.join(changed)} global "
+             f"RNG gave {', '.join(f'{after[n]:.6f}' for n in changed)} where the state it was in before gives "
+             f"{', '.join(f'{want[n]:.6f}' for n in changed)}", expected="the caller's RNGs left as they were",
+             cause="make_loader reseeds (or draws from) the process's global RNG (torch.manual_seed, np.random.seed, "
+             "random.seed): every later draw of the caller (initialisation, dropout, its own shuffles) is reset "
+             "behind its back", where="seed the loader only: DataLoader(..., generator=torch.Generator()"
+             ".manual_seed(seed)), and the workers in worker_init_fn")
     if not torch.equal(seen["first"][0], seen["second"][0]):
         fail("not-reproducible", observed="the same seed gave other batches (order or noise) after the main "
              "process's RNGs changed", expected="batches fixed by the seed alone",
@@ -367,7 +389,8 @@ add(
         "(np.random.default_rng, created in its __init__). Write make_loader(dataset, seed) -> a DataLoader "
         "(batch_size=4, shuffled, num_workers=2) such that: the same seed gives the same batches, noise included, "
         "whatever state the main process's RNGs are in; no two samples get the same noise because their workers "
-        "share a stream; each epoch draws new noise.",
+        "share a stream; each epoch draws new noise; the caller's global RNGs (torch, random, np.random) are left as "
+        "they were.",
         entry="make_loader",
         starter="import numpy as np\nimport torch\nfrom torch.utils.data import DataLoader, get_worker_info\n\n\n"
         "def make_loader(dataset, seed):\n    raise NotImplementedError\n",
@@ -391,6 +414,9 @@ add(
             (_WORKER_SOLUTION.replace(",\n                      generator=torch.Generator().manual_seed(seed))", ")"),
              "not-reproducible"),
             (_WORKER_SOLUTION.replace("num_workers=2, worker_init_fn=seed_worker", "num_workers=0"), "no-workers"),
+            (_WORKER_SOLUTION.replace("    return DataLoader(", "    torch.manual_seed(seed)\n    return DataLoader(")
+             .replace(",\n                      generator=torch.Generator().manual_seed(seed))", ")"),
+             "caller-rng-changed"),
         ),
     )
 )
