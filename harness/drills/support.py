@@ -95,8 +95,11 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
     store = reserve_store(2)
 
     def target(rank: int) -> None:
+        import gc
+
         import torch.distributed as dist
 
+        gc.freeze()  # never run an inherited finalizer here (an earlier group's TCPStore server crashes the rank)
         stage = "setup"
         try:
             join_group(store.port, rank, 2, timedelta(seconds=timeout_s))

@@ -7,8 +7,10 @@ zeroed), and returns every rank's return value. Why not `mp.spawn`: spawn pickle
 reference, and a function defined in a notebook cannot be imported by the child; why not fork: forking
 after CUDA was initialised crashes. Sending source through torchrun is what also runs on many machines.
 
-Failures are reported, never hung on: a rank's exception comes back with its traceback and the other
-ranks are ended; a timeout ends every process; no process is left behind.
+Failures are reported, never hung on: the rank that caused a failure is named, with its exception's
+traceback or the signal that killed it, and its last output lines, and the other ranks are ended; a hang
+names the ranks that did not arrive and where each one was; no process is left behind, even when the
+launching process is killed.
 
 `launch_forked` is the fast variant the checks use (no interpreter start, ~0.2 s instead of ~3 s per
 rank): CPU and gloo only, refused once CUDA is initialised in this process.
@@ -16,7 +18,9 @@ rank): CPU and gloo only, refused once CUDA is initialised in this process.
 One module per job: `torchrun` (the torchrun launcher), `forked` (the fork launcher), `source` (shipping a
 notebook function's source to the ranks), `rank` (what each torchrun rank runs), `transport` (values in and
 out of the ranks), `outcome` (results and errors), `limits` (world size and port checks), `cli` (the
-`harness launch` command). This package re-exports their public API.
+`harness launch` command), `runner` (torchrun's process, tied to the launcher), `lifeline` (processes and
+work folders that die with the launcher), `rendezvous` (a store on a reserved port), `hangs` (where each rank
+was). This package re-exports their public API.
 """
 
 from __future__ import annotations

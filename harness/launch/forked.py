@@ -10,6 +10,7 @@ caused it (`harness.launch.outcome.blame`), a hang where each rank was (`harness
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -124,6 +125,9 @@ def _fork_rank(
     pid = os.fork()
     if pid:
         return pid
+    # Objects inherited from this process are never collected in the rank: a finalizer run there (an earlier
+    # launch's TCPStore server, whose thread the fork did not copy) crashes it with SIGSEGV.
+    gc.freeze()
     status = 1
     try:
         die_with_parent(parent)  # a kernel restart's SIGKILL of the launcher ends the ranks too

@@ -15,6 +15,7 @@ import linecache
 import os
 import re
 import signal
+import sysconfig
 import time
 from pathlib import Path
 from typing import IO
@@ -73,9 +74,13 @@ def _main_thread_frames(dump: str) -> list[tuple[str, int, str]]:
     return []
 
 
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
 def _is_library(file: str) -> bool:
-    return any(part in file for part in (f"{os.sep}torch{os.sep}", f"harness{os.sep}launch{os.sep}",
-                                         f"{os.sep}threading.py"))
+    """Frames that are not the launched code: torch, the launcher, Python's standard library."""
+    return file.startswith((_STDLIB, "<frozen")) or any(
+        part in file for part in (f"{os.sep}torch{os.sep}", f"harness{os.sep}launch{os.sep}"))
 
 
 def where(dump: str) -> str:

@@ -102,7 +102,7 @@ def work_folder(prefix: str) -> Iterator[Path]:
         if not owner_alive(stale):
             shutil.rmtree(stale, ignore_errors=True)
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    (folder / _OWNER).write_text(f"{os.getpid()} {process_start(os.getpid())!r}")
+    (folder / _OWNER).write_text(f"{os.getpid()} {process_start(os.getpid())!r} {_pid_namespace()}")
     try:
         yield folder
     finally:
@@ -110,9 +110,18 @@ def work_folder(prefix: str) -> Iterator[Path]:
 
 
 def owner_alive(folder: Path) -> bool:
-    """Whether the process that created the work `folder` still runs (True when that cannot be told)."""
+    """Whether the process that created the work `folder` still runs (True when that cannot be told: a folder
+    being created, or one of a process in another pid namespace, such as a container sharing /tmp)."""
     try:
-        pid, started = (folder / _OWNER).read_text().split()
-        return is_alive(int(pid), float(started))
-    except (OSError, ValueError):  # being created right now, or not a work folder of ours
+        pid, started, namespace = (folder / _OWNER).read_text().split()
+        return namespace != _pid_namespace() or is_alive(int(pid), float(started))
+    except (OSError, ValueError):
         return True
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace: pids name processes only within one."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"

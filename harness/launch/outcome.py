@@ -53,8 +53,9 @@ class LaunchResult:
         return self.results[0]
 
 
-def first_error(work: Path) -> tuple[int, str] | None:
-    """The rank that failed first and the report on it (None when no rank wrote an error file in `work`).
+def first_error(work: Path, log: str = "") -> tuple[int, str] | None:
+    """The rank that failed first and the report on it (None when no rank wrote an error file in `work`): its
+    last output lines from `log` (the rank-prefixed output), then its traceback, which ends the report.
 
     The others usually fail in turn, because their peer vanished ("Connection closed by peer"), and their
     tracebacks would hide the cause.
@@ -66,7 +67,9 @@ def first_error(work: Path) -> tuple[int, str] | None:
     also = sorted(int(path.stem.split("_")[1]) for path in errors[1:])
     then = (f" (then rank{'s' if len(also) > 1 else ''} {', '.join(map(str, also))} failed as a consequence)"
             if also else "")
-    return rank, f"rank {rank} failed{then}; the other ranks were ended. Its traceback:\n\n{errors[0].read_text()}"
+    traceback = errors[0].read_text()
+    printed = _last_lines(log, rank, besides=traceback) if rank_output(log, rank) else ""
+    return rank, f"rank {rank} failed{then}; the other ranks were ended.{printed}\n\nIts traceback:\n\n{traceback}"
 
 
 _SIGNAL_CAUSES = {
@@ -134,11 +137,9 @@ def blame(work: Path, ended: dict[int, int], log: str) -> tuple[int, str] | None
                       f"launch was ended. Where the other ranks were:\n{places}\nA rank that takes another path "
                       "(an extra batch, a condition on the rank) and never reaches the collective is the usual "
                       "cause." + _last_lines(log, rank))
-    first = first_error(work)
+    first = first_error(work, log)
     if first is not None:
-        rank, report = first
-        traceback = (work / f"error_{rank}.txt").read_text()
-        return rank, report + _last_lines(log, rank, besides=traceback)
+        return first
     if ended:
         rank, code = next(iter(ended.items()))
         return rank, (f"rank {rank} {signal_cause(code)} without a Python traceback; the other ranks were ended."
