@@ -535,8 +535,7 @@ _ACCUM_STARTER = '''import torch.nn.functional as F
 
 
 def train_epochs(ddp_model, optimizer, sampler, loader, epochs, accum_steps):
-    """Train a DDP model with gradient accumulation: one optimizer step per accum_steps micro-batches.
-    Three bugs: the data, the communication and the step size are all wrong."""
+    """Train a DDP model with gradient accumulation: one optimizer step per accum_steps micro-batches."""
     ddp_model.train()
     for epoch in range(epochs):
         for i, (x, y) in enumerate(loader):
@@ -575,8 +574,11 @@ add(
         difficulty=3,
         prompt="train_epochs(ddp_model, optimizer, sampler, loader, epochs, accum_steps) trains a DDP model with "
         "gradient accumulation: one optimizer step per accum_steps micro-batches, on the mean of their gradients, "
-        "averaged over ranks. It has three bugs: every epoch sees the same shard, the gradients are all-reduced on "
-        "every micro-batch instead of once per step, and the step is accum_steps times too large. Fix all three.",
+        "averaged over ranks. On two ranks the run shows three problems: the per-epoch training loss repeats the "
+        "same pattern of batch losses every epoch, profiling counts one gradient all-reduce per micro-batch "
+        "(accum_steps times the optimizer steps), and the loss jumps around where a single-process run with the "
+        "same effective batch descends smoothly. It has three bugs; the check reports the first it observes. "
+        "Fix all three.",
         entry="train_epochs",
         starter=_ACCUM_STARTER,
         solution=_ACCUM_SOLUTION,
