@@ -364,6 +364,8 @@ def judge_mlp(seen: dict, *, case: Case) -> str:
         _judge_mlp_dropout_eval(record, x)
         _judge_mlp_dropout_train(record, sizes, p, x)
         stepped = [_tensor(t, "a stepped weight") for t in record["stepped"]]
+        if [t.shape for t in stepped] != [before.shape for before, _ in layers]:
+            raise ValueError("the stepped weights are not the layers' shapes")
         got_gradient = record["got_gradient"]
         if not (isinstance(got_gradient, list) and len(got_gradient) == len(layers)):
             raise ValueError("the recorded gradients are not one per layer")
@@ -514,7 +516,7 @@ def _eval_batch(case: Case, features: int) -> torch.Tensor:
 
 
 @register(
-    "02-running-standardizer", nonfinite=('steps/*',),
+    "02-running-standardizer", unjudged=('doubled/*',), nonfinite=('steps/*',),
     hints=Hints(
         nudge="Keep the running statistics as buffers; in train mode normalise with the batch's statistics and "
               "update the buffers, in eval mode normalise with the buffers and change nothing.",
@@ -754,7 +756,7 @@ def _backbone_settings(case: Case) -> list[tuple[int, int, bool]]:
 
 
 @register(
-    "02-freeze-backbone",
+    "02-freeze-backbone", unjudged=('models/*/after/head.*',),
     hints=Hints(
         nudge="Freezing is a flag on each parameter, requires_grad. Set it on every backbone parameter, and set it "
               "the other way on every head parameter.",

@@ -801,7 +801,7 @@ def _split_record(result: Any) -> dict:
 
 
 @register(
-    "03-split-normalize", nonfinite=('*/splits/*',),
+    "03-split-normalize", unjudged=('again/*',), nonfinite=('*/splits/*',),
     hints=Hints(
         nudge="Shuffle the row indices with a generator seeded by `seed`, cut them into validation and training, "
         "and compute mean and std on the training rows only; normalise both splits with those two numbers per "

@@ -528,7 +528,7 @@ def _amp_clip_setup(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, Record
 
 
 @register(
-    "06-amp-clip", nonfinite=('runs/*',),
+    "06-amp-clip", nonfinite=('runs/[13579]/params/*',),
     hints=Hints(
         nudge="The gradients after scaler.scale(loss).backward() are multiplied by the scale (thousands). Bring "
         "them back to their true size before measuring or clipping them, then let the scaler step.",

@@ -128,7 +128,7 @@ def _new_model(case: Case, index: int, classes: int, width: int) -> TransferNet:
 
 
 @register(
-    "14-load-pretrained",
+    "14-load-pretrained", unjudged=('loads/*/state/*',),
     hints=Hints(
         nudge="Leave the old head out of what you load, load the rest with strict=False, then look at what "
               "load_state_dict returns: the only keys allowed to be missing are the new head's, and nothing may be "
@@ -357,7 +357,7 @@ def _frozen_batchnorm(module: nn.Module) -> bool:
 
 
 @register(
-    "14-train-mode",
+    "14-train-mode", unjudged=('models/*/buffers/*',),
     hints=Hints(
         nudge="Call model.train() first (it sets every module), then walk model.modules() and put back in eval mode "
               "each BatchNorm layer whose parameters are all frozen.",

@@ -31,6 +31,7 @@ import torch._dynamo  # noqa: F401 (building an optimizer imports it: seconds in
 from harness.contract import wire
 from harness.contract.case import Case
 from harness.contract.failure import CheckFailed
+from harness.contract.protocol import refuse_nonfinite
 from harness.drills.choices import Choices, bank_order, debrief, judge_choice
 from harness.drills.core import Drill
 from harness.drills.pool import Job, read_all, run_answer
@@ -156,6 +157,7 @@ def _judge(drill: Drill, frame: bytes, case: Case) -> dict[str, Any]:
         seen = observation.get("seen")
         if not isinstance(seen, dict):
             raise wire.WireError("the probe's observation is not a dict")
+        refuse_nonfinite(seen, drill.nonfinite)  # the contract's gate: no NaN or infinity reaches a judge
         return {"passed": True, "code": "passed", "message": drill.judge(seen, case)}  # type: ignore[misc]
     except CheckFailed as failure:
         return {"passed": False, "code": failure.code, "message": str(failure)}

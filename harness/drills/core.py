@@ -50,6 +50,8 @@ class Drill:
     judge: Judge | None = None
     choices: Choices | None = None
     experiment: Callable[[], None] | None = field(default=None, compare=False)
+    # Leaves of the probe's observation where NaN or infinity is expected (`harness.contract.protocol.refuse_nonfinite`)
+    nonfinite: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.topics) - set(TOPICS)

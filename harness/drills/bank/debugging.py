@@ -971,7 +971,7 @@ def _script_fixed(*fixes: tuple[str, ...]) -> str:
 
 add(
     Drill(
-        id="debugging-train-script",
+        id="debugging-train-script", nonfinite=('steps/*',),
         title="Bug hunt: a training script with three bugs",
         kind="bughunt",
         topics=("debugging", "loop", "data"),

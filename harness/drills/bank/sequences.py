@@ -443,7 +443,7 @@ def attention(q, k, v, mask=None):
 
 add(
     Drill(
-        id="sequences-attention-by-hand",
+        id="sequences-attention-by-hand", nonfinite=('outputs/*',),
         title="Scaled dot-product attention by hand",
         kind="write",
         topics=("sequences", "tensors"),

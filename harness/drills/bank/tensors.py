@@ -60,7 +60,7 @@ def _judge_logsumexp(seen: dict, case: Case) -> str:
 
 add(
     Drill(
-        id="tensors-logsumexp",
+        id="tensors-logsumexp", nonfinite=('outputs/*',),
         title="A numerically stable logsumexp",
         kind="write",
         topics=("tensors",),
@@ -566,7 +566,7 @@ def masked_mean(x, lengths):
 
 add(
     Drill(
-        id="tensors-masked-mean",
+        id="tensors-masked-mean", nonfinite=('outputs/*',),
         title="Mean over the valid positions of a padded batch",
         kind="write",
         topics=("tensors", "sequences"),
@@ -653,7 +653,7 @@ def target_log_probs(logits, targets):
 
 add(
     Drill(
-        id="tensors-gather-log-probs",
+        id="tensors-gather-log-probs", nonfinite=('outputs/*',),
         title="Pick each row's target log-probability",
         kind="write",
         topics=("tensors",),
