@@ -23,10 +23,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from harness.launch.hangs import arm_stack_dump, ask_for_stacks, note_timeout, where_ranks
+from harness.launch.hangs import arm_stack_dump, ask_for_stacks, note_timeout
 from harness.launch.lifeline import die_with_parent, work_folder
 from harness.launch.limits import check_world_size
-from harness.launch.outcome import LaunchError, LaunchResult, blame, first_error, rank_output
+from harness.launch.outcome import LaunchError, LaunchResult, blame, first_error, hang_report
 from harness.launch.rendezvous import join_group, reserve_store
 from harness.launch.transport import load_portable, save_portable
 
@@ -94,14 +94,8 @@ def _launch_forked_once(
         log = "".join(_prefixed(r, work / f"log_{r}.txt") for r in range(nproc))
         seconds = time.perf_counter() - started
         if not ended and running:
-            last = {rank: (rank_output(log, rank) or [""])[-1] for rank in range(nproc)}
-            raise LaunchError(
-                f"the forked launch did not finish within {timeout_s:g} s and every rank was ended. Where each "
-                f"rank was:\n{where_ranks(work, list(range(nproc)), last)}\nA rank waiting in a collective that "
-                "another rank never reaches is the usual cause: look at what the ranks that did not arrive were "
-                f"doing instead.\n\n{log}",
-                log=log,
-            )
+            what = f"the forked launch did not finish within {timeout_s:g} s"
+            raise LaunchError(f"{hang_report(what, work, nproc, log)}\n\n{log}", log=log)
         if ended:
             setup = sorted(work.glob("setup_error_*.txt"))
             if first_error(work) is None and setup and all(code > 0 for code in ended.values()):

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.launch.hangs import crash_site
+from harness.launch.hangs import crash_site, where_ranks
+
+ENDED = "ended.json"  # torchrun's process writes how each failed rank ended (`harness.launch.runner`)
 
 
 class LaunchError(RuntimeError):
@@ -106,6 +108,14 @@ def signal_cause(exitcode: int) -> str:
         return f"was killed by signal {-exitcode}"
     cause = _SIGNAL_CAUSES.get(sig)
     return f"was killed by {sig.name}" + (f" ({cause})" if cause else "")
+
+
+def hang_report(what: str, work: Path, nproc: int, log: str) -> str:
+    """The report on a hung launch (`what` happened): where each rank was, from the stacks they dumped."""
+    last = {rank: (rank_output(log, rank) or [""])[-1] for rank in range(nproc)}
+    return (f"{what} and every process was ended. Where each rank was:\n{where_ranks(work, list(range(nproc)), last)}"
+            "\nA rank waiting in a collective (all_reduce, barrier) that another rank never reaches is the usual "
+            "cause: look at what the ranks that did not arrive were doing instead.")
 
 
 def blame(work: Path, ended: dict[int, int], log: str) -> tuple[int, str] | None:

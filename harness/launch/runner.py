@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.launch.lifeline import PARENT_ENV, end_descendants, watch_launcher
-
-ENDED = "ended.json"
+from harness.launch.outcome import ENDED
 
 
 def _abandon(work: Path) -> None:

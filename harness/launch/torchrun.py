@@ -25,11 +25,10 @@ import psutil
 import torch
 
 from harness.distributed import check_backend
-from harness.launch.hangs import ask_for_stacks, where_ranks
+from harness.launch.hangs import ask_for_stacks
 from harness.launch.lifeline import process_start, work_folder
 from harness.launch.limits import check_port, check_world_size
-from harness.launch.outcome import LaunchError, LaunchResult, blame, rank_output
-from harness.launch.runner import ENDED
+from harness.launch.outcome import ENDED, LaunchError, LaunchResult, blame, hang_report
 from harness.launch.source import function_script
 from harness.launch.transport import load_portable, save_portable
 
@@ -90,7 +89,7 @@ def launch(
         seconds = time.perf_counter() - started
         log = "".join(rank_lines)
         if returncode is None:
-            raise LaunchError(timeout_report(f"the launch did not finish within {timeout_s:g} s", work, nproc, log),
+            raise LaunchError(hang_report(f"the launch did not finish within {timeout_s:g} s", work, nproc, log),
                               log=log)
         ended = json.loads((work / ENDED).read_text()) if (work / ENDED).exists() else {}
         failure = blame(work, {int(rank): code for rank, code in ended.items()}, log)
@@ -122,14 +121,6 @@ def _prepare(target: Any, work: Path, args: Sequence[Any], kwargs: dict[str, Any
     (work / "script.txt").write_text("\0".join([str(script.resolve()), *map(str, script_args)]))
     entry.write_text(f"from harness.launch import run_rank\nrun_rank(None, {str(work)!r})\n")
     return entry
-
-
-def timeout_report(what: str, work: Path, nproc: int, log: str) -> str:
-    """The report on a hung launch: where each rank was (their stacks were dumped before they were ended)."""
-    last = {rank: (rank_output(log, rank) or [""])[-1] for rank in range(nproc)}
-    return (f"{what} and every process was ended. Where each rank was:\n{where_ranks(work, list(range(nproc)), last)}"
-            "\nA rank waiting in a collective (all_reduce, barrier) that another rank never reaches is the usual "
-            "cause: look at what the ranks that did not arrive were doing instead.")
 
 
 def _launch_env(backend: str) -> dict[str, str]:
