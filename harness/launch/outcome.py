@@ -70,15 +70,15 @@ def first_error(work: Path, log: str = "") -> tuple[int, str] | None:
     then = (f" (then rank{'s' if len(also) > 1 else ''} {', '.join(map(str, also))} failed as a consequence)"
             if also else "")
     traceback = errors[0].read_text()
-    printed = _last_lines(log, rank, besides=traceback) if rank_output(log, rank) else ""
+    printed = _last_lines(log, rank, besides=traceback, if_none="")
     return rank, f"rank {rank} failed{then}; the other ranks were ended.{printed}\n\nIts traceback:\n\n{traceback}"
 
 
 _SIGNAL_CAUSES = {
     signal.SIGKILL: "likely out of memory: the kernel's OOM killer sends SIGKILL, as does kill -9",
     signal.SIGABRT: "aborted: os.abort(), or a failed check in C++ code",
-    signal.SIGSEGV: "a crash in native code (segmentation fault)",
-    signal.SIGBUS: "a crash in native code (bus error: often a full /dev/shm)",
+    signal.SIGSEGV: "a crash in native code: a segmentation fault",
+    signal.SIGBUS: "a crash in native code: a bus error, often a full /dev/shm",
     signal.SIGTERM: "asked to stop from outside: kill, timeout or a job scheduler",
 }
 
@@ -89,12 +89,13 @@ def rank_output(log: str, rank: int) -> list[str]:
     return [line[len(prefix):] for line in log.splitlines() if line.startswith(prefix)]
 
 
-def _last_lines(log: str, rank: int, besides: str = "", count: int = 8) -> str:
+def _last_lines(log: str, rank: int, besides: str = "", count: int = 8,
+                if_none: str = "\n\nIt printed nothing.") -> str:
     """The last output lines of `rank` (those of `besides`, its traceback already in the report, left out)."""
     shown = set(besides.splitlines())
     lines = [line for line in rank_output(log, rank) if line not in shown][-count:]
     if not lines:
-        return "\n\nIt printed nothing."
+        return if_none
     return "\n\nIts last output lines:\n" + "\n".join(f"  {line}" for line in lines)
 
 
