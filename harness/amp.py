@@ -12,6 +12,8 @@ from contextlib import AbstractContextManager
 
 import torch
 
+from harness.env import bf16_supported
+
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -27,9 +29,10 @@ def validate_precision(precision: str, device: torch.device) -> None:
         return
     if not torch.amp.is_autocast_available(device.type):
         raise ValueError(f"precision={precision!r} needs autocast, which torch lacks on {device.type}: use fp32.")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if precision == "bf16" and not bf16_supported(device):
         name = torch.cuda.get_device_name(device)
-        raise ValueError(f"{name} does not support bf16: use precision='fp16' (with its GradScaler).")
+        raise ValueError(f"{name} has no native bf16 (it would emulate it, slower than fp32): use precision='fp16' "
+                         "(with its GradScaler). `harness doctor` lists what this machine runs natively.")
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:

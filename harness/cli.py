@@ -13,6 +13,8 @@ from pathlib import Path
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("harness.env", "print the environment report (versions, device, precisions)"),
+    "doctor": ("harness.doctor", "what this machine will do for the course: a test kernel on the device, native "
+               "precisions, CPU cores and workers, whether files survive a restart, each lesson's plan"),
     "drill": ("harness.drills.cli", "interview drills: list, start, check, hint, mock, stats"),
     "release": ("harness.grading.release",
                 "regenerate notebooks/ from solutions/ with nbgrader (--check: compare only)"),

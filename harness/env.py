@@ -92,6 +92,19 @@ def _how_to_choose() -> str:
     )
 
 
+def bf16_supported(device: torch.device) -> bool:
+    """Whether `device` computes bf16 natively: the course's one definition of "bf16 is supported".
+
+    On CUDA that is compute capability 8.0 and above (Ampere on); older GPUs such as a T4 emulate bf16, which
+    runs but is slower than fp32, so it is no training option there (fp16 with a GradScaler is). CPU and MPS
+    autocast compute bf16 themselves. `harness.amp`, `supported_precisions` and `harness doctor` all ask here.
+    """
+    if device.type != "cuda":
+        return True
+    with torch.cuda.device(device):
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def supported_precisions(device: torch.device) -> dict[str, bool]:
     """Which training precisions work on `device`, found by trying them rather than by lookup tables.
 
@@ -106,14 +119,26 @@ def supported_precisions(device: torch.device) -> dict[str, bool]:
     }
 
 
+def recommended_precision(device: torch.device, precisions: dict[str, bool]) -> tuple[str, str]:
+    """The precision to train in on `device`, given its `supported_precisions`, and why.
+
+    bf16 where it is native (fp32's range, no scaler), else fp16 with a GradScaler (a T4), else fp32. On the
+    CPU fp32: bf16 autocast runs there, for learning what it does, but is rarely faster.
+    """
+    if device.type == "cpu":
+        return "fp32", "CPU: bf16 autocast runs here for learning what it does, rarely faster than fp32"
+    if precisions["bf16_autocast"]:
+        return "bf16", "bf16 is native here: fp32's range, no GradScaler needed"
+    if precisions["fp16_autocast"] and precisions["grad_scaler"]:
+        return "fp16", "no native bf16 (it would be emulated, slower than fp32): fp16 with a GradScaler"
+    return "fp32", "neither bf16 nor fp16 autocast runs natively here"
+
+
 def _autocast_works(device: torch.device, dtype: torch.dtype) -> bool:
     """True when a matmul under autocast on `device` really computes in `dtype` (torch would warn and fall
     back to fp32 otherwise, so any warning counts as unsupported)."""
-    if device.type == "cuda" and dtype == torch.bfloat16:
-        # Pre-Ampere GPUs emulate bf16: it runs, but slower than fp32, so it is no training option there.
-        with torch.cuda.device(device):
-            if not torch.cuda.is_bf16_supported(including_emulation=False):
-                return False
+    if dtype == torch.bfloat16 and not bf16_supported(device):
+        return False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -137,7 +162,7 @@ def _grad_scaler_works(device: torch.device) -> bool:
     return scaler.is_enabled() and not caught
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
     """A human name for the device: the GPU model, or the CPU model for "cpu"."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -175,9 +200,10 @@ def environment_report(device: str | torch.device | None = None) -> dict[str, An
 
     Returns:
         A dict with python, platform, torch, torchvision, cuda, cudnn, device, device_name,
-        device_memory_gb, cpu_threads, cpu_count and precisions.
+        device_memory_gb, cpu_threads, cpu_count, precisions and precision (the one to train in).
     """
     chosen = select_device(device)
+    precisions = supported_precisions(chosen)
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -187,11 +213,12 @@ def environment_report(device: str | torch.device | None = None) -> dict[str, An
         "cuda_available": torch.cuda.is_available(),
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "device": str(chosen),
-        "device_name": _device_name(chosen),
+        "device_name": device_name(chosen),
         "device_memory_gb": round(_device_memory_bytes(chosen) / 2**30, 2),
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
-        "precisions": supported_precisions(chosen),
+        "precisions": precisions,
+        "precision": recommended_precision(chosen, precisions)[0],
     }
 
 
