@@ -17,14 +17,26 @@ other files are reported as ignored, and a student with no notebook gets a "miss
 kept several uploads of the assignment's notebook (Canvas renames later ones `name-1.ipynb`, `name-2.ipynb`),
 the newest is graded and the result says so.
 
-Student ids keep every script's letters ("Zoë-Smith", "张伟"), in Unicode's NFC form so that the same name
-typed on two systems is one student; two different names that would become the same id stop the batch
-before anything is graded, with an error naming both.
+Student ids keep every script's letters ("Zoë-Smith", "张伟"), in Unicode's NFKC form so that the same name
+typed on two systems (composed, decomposed, full-width) is one student, and at most `MAX_ID_BYTES` long (a
+longer name is cut and given a short hash suffix; the original name is kept in the result's notes, so in
+`grades.csv`). Two different names that would become the same id are both graded, the later one under the
+id with a hash suffix, and both are flagged; ids that read the same once common Cyrillic and Greek lookalikes
+are folded (`alice` and Cyrillic `аlice`) are flagged too. Nothing about a name stops the batch.
+
+Submissions are plain files: every entry is examined with `lstat`, and symbolic links, devices, FIFOs and
+sockets are refused with a reason (never followed, never read; a reason never quotes what a file holds).
+The chosen notebook is copied (opened without following links) into a private folder before anything reads
+it, so what is graded cannot change or point elsewhere afterwards.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shutil
+import stat
 import tempfile
 import unicodedata
 import zipfile
@@ -39,6 +51,11 @@ CANVAS = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<id>\d+)_(?P<submissio
 MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_(?P<file>.*)$")
 BLACKBOARD = re.compile(r"^(?P<assignment>.+)_(?P<id>[^_]+)_attempt_(?P<when>\d{4}(?:-\d\d){5})(?:_(?P<file>.+))?$")
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$")
+MAX_ID_BYTES = 64  # a student id's longest UTF-8 form: it names folders and files (255 bytes at most each)
+MAX_NOTEBOOK_BYTES = 64 * 2**20  # a submitted notebook larger than this is refused unread
+# Common Cyrillic and Greek lookalikes of Latin letters (after NFKC), for the "reads the same" warning.
+CONFUSABLES = str.maketrans("аеорсухіјѕԁһӏкмнтвАВЕКМНОРСТХІЈЅαοрνιτκΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+                            "aeopcyxijsdhlkmhtbABEKMHOPCTXIJSaopvitkABEZHIKMNOPTYX")
 
 
 @dataclass(frozen=True)
@@ -108,11 +125,94 @@ class Submission:
 def student_id(name: str) -> str:
     """A student id nbgrader and file systems accept, from a folder or file-name prefix.
 
-    The name in NFC form, each run of characters other than letters, digits, `_`, `.` and `-` (path
-    separators, spaces, punctuation) turned into one `-`; "unnamed" when nothing is left.
+    The name in NFKC form, each run of characters other than letters, digits, `_`, `.` and `-` (path
+    separators, spaces, punctuation) turned into one `-`; "unnamed" when nothing is left; longer than
+    `MAX_ID_BYTES` in UTF-8, cut and suffixed with 8 hex digits of the name's hash.
     """
-    cleaned = _UNSAFE.sub("-", unicodedata.normalize("NFC", name).strip()).strip("-.")
-    return cleaned or "unnamed"
+    cleaned = _UNSAFE.sub("-", unicodedata.normalize("NFKC", name).strip()).strip("-.") or "unnamed"
+    if len(cleaned.encode()) <= MAX_ID_BYTES:
+        return cleaned
+    return f"{_cut(cleaned, MAX_ID_BYTES - 9)}-{_digest(name)}"
+
+
+def _cut(text: str, size: int) -> str:
+    """The longest prefix of `text` whose UTF-8 form has at most `size` bytes."""
+    return text.encode()[:size].decode(errors="ignore").rstrip("-.")
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8", errors="surrogatepass")).hexdigest()[:8]
+
+
+def reads_as(student: str) -> str:
+    """How an id reads: lower case, common Cyrillic and Greek lookalikes folded to Latin letters."""
+    return student.translate(CONFUSABLES).casefold()
+
+
+def plain_file_problem(path: Path) -> str | None:
+    """Why `path` is not a plain file a submission may be (None when it is); `lstat` only: nothing followed."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as error:
+        return f"{path.name} cannot be examined ({error.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "not a regular file")
+    return f"{path.name} is {kind}, not a plain file: refused unread (submit the notebook file itself)"
+
+
+def _plain_files(folder: Path) -> tuple[list[Path], list[str]]:
+    """The regular files under `folder` (links never followed), and why each other entry was refused."""
+    files, refused = [], []
+    for directory, folders, names in os.walk(folder, followlinks=False):
+        for name in sorted(names) + [f for f in folders if os.path.islink(os.path.join(directory, f))]:
+            path = Path(directory) / name
+            if problem := plain_file_problem(path):
+                refused.append(problem)
+            else:
+                files.append(path)
+    return sorted(files), refused
+
+
+def private_copy(path: Path, into: Path) -> Path:
+    """Copy the plain file `path` into the private folder `into` (opened without following a link).
+
+    Raises:
+        ValueError: `path` is not a plain file, or is larger than `MAX_NOTEBOOK_BYTES` (nothing of it is quoted).
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        raise ValueError(plain_file_problem(path) or f"{path.name} cannot be opened ({error.strerror})") from None
+    with os.fdopen(descriptor, "rb") as source:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path.name} is not a plain file: refused unread")
+        if info.st_size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(f"{path.name} is {info.st_size / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES // 2**20} "
+                             "MiB a notebook may be: refused unread")
+        target = into / hashlib.sha256(str(path).encode("utf-8", errors="surrogatepass")).hexdigest()[:16] / path.name
+        target.parent.mkdir(mode=0o700)
+        with open(target, "xb") as copy:
+            shutil.copyfileobj(source, copy)
+    return target
+
+
+def private_copies(submissions: list[Submission], into: Path) -> list[Submission]:
+    """`submissions` with each notebook read from a private copy under `into`; one that cannot be copied
+    becomes that student's "invalid" result."""
+    copied = []
+    for submission in submissions:
+        if submission.notebook is None:
+            copied.append(submission)
+            continue
+        try:
+            copied.append(replace(submission, notebook=private_copy(submission.notebook, into)))
+        except ValueError as error:
+            copied.append(replace(submission, notebook=None, problem={"status": "invalid", "reason": str(error)}))
+    return copied
 
 
 def extract_zip(archive: Path, into: Path) -> Path:
@@ -126,8 +226,9 @@ def extract_zip(archive: Path, into: Path) -> Path:
     return into
 
 
-def _choose(student: str, files: list[Path], assignment: str) -> Submission:
-    """The submission among one student's files."""
+def _choose(student: str, files: list[Path], assignment: str, refused: list[str] | None = None) -> Submission:
+    """The submission among one student's plain files (`refused`: why their other entries were not read)."""
+    refused = refused or []
     notebooks = [f for f in files if f.suffix == ".ipynb" and ".ipynb_checkpoints" not in f.parts]
     named = [f for f in notebooks if _UPLOAD.sub("", f.stem).endswith(assignment)]
     chosen = max(named, key=_upload_number) if named else (notebooks[0] if len(notebooks) == 1 else None)
@@ -138,6 +239,10 @@ def _choose(student: str, files: list[Path], assignment: str) -> Submission:
     others = sorted(f.name for f in files if f != chosen and ".ipynb_checkpoints" not in f.parts)
     if others:
         notes.append(f"extra files ignored: {', '.join(others)}")
+    notes += refused
+    if chosen is None and refused:
+        return Submission(student, None, {"status": "invalid", "reason": refused[0]}, notes[:-len(refused)] +
+                          refused[1:])
     if chosen is None:
         reason = (f"no notebook submitted (expected {assignment}.ipynb)" if not notebooks else
                   f"{len(notebooks)} notebooks and none named {assignment}.ipynb: "
@@ -155,39 +260,67 @@ def _upload_number(path: Path) -> int:
 def collect_folder(folder: Path, assignment: str) -> list[Submission]:
     """Submissions in an extracted folder (student folders and/or flat `<student>_...` files).
 
-    Raises:
-        ValueError: two different student names map to one student id.
+    Nothing is followed or read here but folder listings (`lstat`); a student's entry that is a link or
+    another non-regular file becomes that student's "invalid" result.
     """
     by_student: dict[str, list[Path]] = {}
-    named_by: dict[str, dict[str, str]] = {}  # id -> the names it was made from -> the first entry with that name
+    refusals: dict[str, list[str]] = {}
+    notes: dict[str, list[str]] = {}
+    named_by: dict[str, str] = {}  # id -> the NFC name it was made from
     identities: dict[str, LmsIdentity] = {}
-    gradescope = gradescope_identities(folder)
+    gradescope = gradescope_identities(folder) if not plain_file_problem(folder / "submission_metadata.yml") else {}
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith(".") or entry.name == "__MACOSX" or entry.name == "submission_metadata.yml":
             continue
         identity = gradescope.get(entry.name) if GRADESCOPE.match(entry.name) else lms_identity(entry.name)
-        if entry.is_dir():
+        mode = entry.lstat().st_mode
+        refused: list[str] = []
+        if stat.S_ISDIR(mode):
             name = identity.name if identity and identity.system in ("moodle", "gradescope") else entry.name
-            nested = entry / assignment if (entry / assignment).is_dir() else entry
-            files = [p for p in sorted(nested.rglob("*")) if p.is_file()]
-        elif entry.is_file():
-            name = identity.name if identity else entry.name.split("_")[0] if "_" in entry.name else entry.stem
-            files = [entry]
+            nested = entry / assignment if (entry / assignment).is_dir() and not (entry / assignment).is_symlink() \
+                else entry
+            files, refused = _plain_files(nested)
         else:
-            continue
-        student = student_id(name)
+            name = identity.name if identity else entry.name.split("_")[0] if "_" in entry.name else entry.stem
+            problem = plain_file_problem(entry)
+            files, refused = ([], [problem]) if problem else ([entry], [])
+        student = _unique_id(name, named_by, notes)
         if identity is not None:
             identities[student] = _latest(identities.get(student), identity)
-        names = named_by.setdefault(student, {})
-        names.setdefault(unicodedata.normalize("NFC", name), entry.name)
-        if len(names) > 1:
-            first, second = names.values()
-            raise ValueError(f"{first!r} and {second!r} would both be graded as student {student!r}: rename one of "
-                             "them (an id keeps letters, digits, '_', '.' and '-'; other characters become '-'). "
-                             "Nothing was graded.")
         by_student.setdefault(student, []).extend(files)
-    return [replace(_choose(student, files, assignment), lms=identities.get(student))
-            for student, files in sorted(by_student.items())]
+        refusals.setdefault(student, []).extend(refused)
+    _warn_lookalikes(list(by_student), notes)
+    chosen = [_choose(student, files, assignment, refusals[student]) for student, files in sorted(by_student.items())]
+    return [replace(c, notes=notes.get(c.student, []) + c.notes, lms=identities.get(c.student)) for c in chosen]
+
+
+def _unique_id(name: str, named_by: dict[str, str], notes: dict[str, list[str]]) -> str:
+    """The id of `name`; one another name already took gets a hash suffix, and both are noted."""
+    normal = unicodedata.normalize("NFC", name)  # full-width and other compatibility forms stay distinct names
+    student = student_id(name)
+    if len(unicodedata.normalize("NFKC", name).encode()) > MAX_ID_BYTES:
+        notes.setdefault(student, []).append(f"the name {name!r} is too long for an id: graded as {student!r}")
+    first = named_by.setdefault(student, normal)
+    if first == normal:
+        return student
+    other = f"{_cut(student, MAX_ID_BYTES - 9)}-{_digest(name)}"
+    named_by[other] = normal
+    notes.setdefault(student, []).append(f"{first!r} and {name!r} make the same id: {name!r} is graded as {other!r}")
+    notes.setdefault(other, []).append(f"{name!r} and {first!r} make the same id {student!r}: graded as {other!r}; "
+                                       "check which account is whose")
+    return other
+
+
+def _warn_lookalikes(students: list[str], notes: dict[str, list[str]]) -> None:
+    """Note ids that read the same once lookalike letters are folded (`alice`, Cyrillic `аlice`)."""
+    groups: dict[str, list[str]] = {}
+    for student in students:
+        groups.setdefault(reads_as(student), []).append(student)
+    for group in (g for g in groups.values() if len(g) > 1):
+        for student in group:
+            others = ", ".join(repr(o) for o in group if o != student)
+            notes.setdefault(student, []).append(f"the id {student!r} reads the same as {others} (lookalike letters "
+                                                 "from another script): check they are different students")
 
 
 def _latest(known: LmsIdentity | None, found: LmsIdentity) -> LmsIdentity:
@@ -198,7 +331,8 @@ def _latest(known: LmsIdentity | None, found: LmsIdentity) -> LmsIdentity:
 
 
 def collect(source: Path, assignment: str, workdir: Path | None = None) -> list[Submission]:
-    """Every submission in `source` (a folder or a .zip; zips are extracted under `workdir`)."""
+    """Every submission in `source` (a folder or a .zip; zips are extracted under `workdir`), each notebook
+    copied into a private folder (under `workdir`, else a new temporary folder) before anything reads it."""
     if not source.exists():
         raise FileNotFoundError(f"{source} does not exist: give a folder of submissions or an LMS .zip export")
     if source.is_file():
@@ -206,4 +340,5 @@ def collect(source: Path, assignment: str, workdir: Path | None = None) -> list[
             raise ValueError(f"{source} is neither a folder nor a .zip archive of submissions")
         workdir = workdir or Path(tempfile.mkdtemp(prefix="harness-submissions-"))
         source = extract_zip(source, workdir)
-    return collect_folder(source, assignment)
+    private = Path(tempfile.mkdtemp(prefix="harness-private-", dir=workdir))
+    return private_copies(collect_folder(source, assignment), private)
