@@ -38,6 +38,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Pa
     release = nbformat.read(REPO_ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     solution = nbformat.read(REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     hostile.write_submissions(root, release, solution, repo=REPO_ROOT)
+    hostile.write_entries(root, REPO_ROOT)
     limits = Limits(cell_timeout=10, submission_seconds=240, memory_mb=1536, max_output_bytes=100_000)
     results = grade_batch(collect(root / "in", ASSIGNMENT), ASSIGNMENT, root / "out", workers=2, limits=limits,
                           secret=SECRET)
@@ -47,7 +48,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Pa
     return {r["student"]: r for r in results}, root / "out"
 
 
-@pytest.mark.parametrize("name", list(hostile.SUBMISSIONS))
+@pytest.mark.parametrize("name", list(hostile.SUBMISSIONS))  # the odd entries: test_links_are_refused...
 def test_each_submission_gets_an_explained_result(batch, name):
     results, _ = batch
     _, _, status, total, phrases = hostile.SUBMISSIONS[name]
@@ -59,6 +60,27 @@ def test_each_submission_gets_an_explained_result(batch, name):
         assert phrase in reasons, f"{name}: {phrase!r} not in {reasons}"
     for task, code in hostile.expected_failures().get(name, {}).items():
         assert result["failures"].get(task) == code, result["failures"]
+
+
+def test_links_are_refused_unread_and_odd_names_are_graded_apart(batch):
+    """A link to the solutions or to a root-only file earns nothing and quotes nothing; a 249-byte name and
+    lookalike ids are each graded (full marks: they are perfect notebooks) under bounded, flagged ids."""
+    results, out = batch
+    for name in (hostile.LINKED_TO_SOLUTIONS, hostile.LINKED_TO_SHADOW):
+        result = results[name]
+        assert result["status"] == "invalid" and "symbolic link" in result["reasons"][0], result
+        assert sum(score for score, _ in result["scores"].values()) == 0
+    csv_text = (out / "grades.csv").read_text()
+    assert "root:" not in csv_text and "BEGIN SOLUTION" not in csv_text
+    [long] = [r for s, r in results.items() if s.startswith("张")]
+    assert len(long["student"].encode()) <= 64 and hostile.LONG_NAME in " ".join(long["reasons"])
+    lookalikes = [r for s, r in results.items() if s != "alice" and s.replace("-", "").isalpha() and
+                  any("reads the same" in x or "make the same id" in x for x in r["reasons"])]
+    assert len(lookalikes) == 2, sorted(results)
+    for result in [long, results["alice"], *lookalikes]:
+        assert result["status"] == "flagged" and sum(s for s, _ in result["scores"].values()) == 5.0, result
+    feedback = " ".join(p.read_text() for p in (out / "feedback" / "root-read").rglob("*.html"))
+    assert "root:" not in feedback and "def grade_batch" not in feedback
 
 
 def test_grades_csv_and_gradebook_agree(batch):

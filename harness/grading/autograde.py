@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -36,6 +37,7 @@ from harness.grading.feedback import polish_feedback
 from harness.grading.jobs import GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
+from harness.grading.scan import FORBIDDEN_CODE, Finding, allowed_modules, scan_notebook
 from harness.judge.verdict import Verdict, judge_task
 
 # The folder of the output where each student's observations are kept (`observations`), for regrades.
@@ -140,6 +142,32 @@ def _verdicts(observed: dict[str, Any]) -> dict[str, Verdict]:
     return verdicts
 
 
+def failure_cause(error: str) -> str:
+    """One line a grader understands for nbgrader's failed autograde, from its error text (never a fragment)."""
+    if missing := re.findall(r"No module named '([^']+)'", error):
+        return (f"the kernel could not start: the package {missing[-1]!r} is not importable inside the sandbox "
+                "(install it in the course's environment, or check that the sandbox binds it)")
+    if bwrap := re.findall(r"bwrap: ([^\n]+)", error):
+        return f"the kernel could not start: bubblewrap refused ({bwrap[-1].strip()[:160]})"
+    if re.search(r"MemoryError|Cannot allocate memory|Resource temporarily unavailable", error):
+        return "the kernel could not start within the per-submission limits (memory or processes)"
+    if re.search(r"Kernel died before replying|kernel_info|Kernel didn't respond|DeadKernelError", error):
+        return "the kernel could not start inside the sandbox (it died before answering); see this student's log"
+    last = next((line.strip() for line in reversed(error.splitlines()) if line.strip()), "no message")
+    return f"nbgrader could not grade the notebook: {last[:200]}"
+
+
+def forbid(verdicts: dict[str, Verdict], findings: list[Finding]) -> dict[str, Verdict]:
+    """`verdicts` with every exercise that has a scan finding failed (`FORBIDDEN_CODE`), whatever its probe said."""
+    failed = dict(verdicts)
+    for finding in findings:
+        if finding.task in failed:
+            message = (f"{FORBIDDEN_CODE}: {finding.what} ({finding.cell}, line {finding.line}); this exercise earns "
+                       "nothing")
+            failed[finding.task] = Verdict(finding.task, False, FORBIDDEN_CODE, message, message)
+    return failed
+
+
 def untouched_tasks(restored: nbformat.NotebookNode, release: nbformat.NotebookNode) -> list[str]:
     """The tasks whose solution cell (`<task>-code`) is exactly as released: not attempted."""
     def solutions(notebook: nbformat.NotebookNode) -> dict[str, str]:
@@ -208,6 +236,7 @@ def grade(job: GradeJob) -> GradeResult:
                                seconds=time.perf_counter() - started)
         release = nbformat.read(release_dir / notebook_name, as_version=4)
         restored, repairs = restore_cells(submitted, release)
+        findings = scan_notebook(restored, allowed_modules(release))
         untouched = [task for task in untouched_tasks(restored, release) if task in job.cases]
         target = course / "submitted" / job.student / job.assignment / notebook_name
         target.parent.mkdir(parents=True)
@@ -230,15 +259,16 @@ def grade(job: GradeJob) -> GradeResult:
         outcome = api.autograde(job.assignment, job.student, force=True, create=True)
         looked = decoy.opened()
         if not outcome["success"]:
-            return GradeResult(job.student, job.assignment, "error",
-                               reasons=[f"nbgrader autograde failed: {outcome['error'][-400:]}"],
+            print(outcome["error"])  # the whole text, for the log
+            return GradeResult(job.student, job.assignment, "error", reasons=[failure_cause(outcome["error"])],
                                seconds=time.perf_counter() - started)
         execution = json.loads(report.read_text()) if report.exists() else {}
         observed = observations(execution, job, nonce)
-        verdicts = _verdicts(observed)
+        verdicts = forbid(_verdicts(observed), findings)
         _record_verdicts(course, job, verdicts)
         feedback = api.generate_feedback(job.assignment, job.student, force=True)
         reasons = repairs + _reasons(execution, nonce) + job.notes
+        reasons += [f"forbidden code: {finding.sentence()}" for finding in findings]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if job.cases and len(untouched) == len(job.cases):
             reasons.append("not attempted: every solution cell is as released (a blank notebook)")
@@ -266,7 +296,16 @@ def grade(job: GradeJob) -> GradeResult:
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: read the job file, write the result file."""
     job_path, result_path = (argv or sys.argv[1:])[:2]
-    result = grade(GradeJob.from_json(Path(job_path).read_text(encoding="utf-8")))
+    job = GradeJob.from_json(Path(job_path).read_text(encoding="utf-8"))
+    try:
+        result = grade(job)
+    except Exception as error:  # any failure is this student's error row, never the batch's end
+        import traceback
+
+        traceback.print_exc()  # the whole story goes to the student's log
+        result = GradeResult(job.student, job.assignment, "error",
+                             reasons=[f"the grader failed on this submission ({type(error).__name__}: "
+                                      f"{str(error)[:160]}); see logs/{job.student}.log"])
     Path(result_path).write_text(result.to_json(), encoding="utf-8")
     return 0
 

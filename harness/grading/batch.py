@@ -174,6 +174,21 @@ def _merge(db_path: Path, results: list[dict[str, Any]]) -> None:
             gradebook.db.commit()
 
 
+def cgroup_note() -> str:
+    """The one line `harness grade` prints about per-sandbox limits: the grader does not make a cgroup per
+    sandbox yet, so the per-process limits apply, which bound neither shared memory nor CPU share."""
+    cgroup_root = Path("/sys/fs/cgroup")
+    controllers = (cgroup_root / "cgroup.controllers").read_text().split() \
+        if (cgroup_root / "cgroup.controllers").is_file() else []
+    if {"memory", "pids", "cpu"} <= set(controllers):
+        return ("note: this machine offers cgroup v2 (memory, pids, cpu) but the grader does not make one per sandbox "
+                "yet: each kernel has per-process limits (private memory, file size, processes, sized /tmp and "
+                "/dev/shm); shared memory and CPU share are not bounded per student")
+    return ("note: no cgroup v2 with memory, pids and cpu controllers can be made here (/sys/fs/cgroup offers "
+            f"{' '.join(controllers) or 'none'}): each kernel has per-process limits instead (private memory, file "
+            "size, processes, sized /tmp and /dev/shm); shared memory and CPU share are not bounded per student")
+
+
 def check_batch(submissions: list[Submission], workers: int, sandboxed: bool) -> None:
     """Refuse a batch that cannot run: no worker, two submissions of one student, no sandbox where one is asked.
 
@@ -236,7 +251,11 @@ def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds:
         return runner(jobs, workdir, limit_seconds, on_result)
 
     def run(job: GradeJob) -> GradeResult:
-        result = run_job(job, workdir, limit_seconds)
+        try:
+            result = run_job(job, workdir, limit_seconds)
+        except Exception as error:  # one student's failure is that student's error row; the batch goes on
+            result = GradeResult(job.student, job.assignment, "error", lms=job.lms, reasons=[
+                f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"])
         if on_result is not None:
             on_result(result)
         return result
@@ -275,6 +294,8 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         SandboxUnavailable: `sandboxed` and the sandbox cannot be made here (the message says what to install).
     """
     check_batch(submissions, workers, sandboxed)
+    if sandboxed:
+        print(cgroup_note())
     if secret is None:
         from harness.judge.secret import load_or_create
 

@@ -1,0 +1,162 @@
+"""Read every student-editable cell's source in the grader's process, before any kernel runs, for reaches
+an answer may not make: dynamic code, the judge side and the check machinery, private torch.
+
+Nothing in the kernel can interfere with this: it reads the submitted source with `ast`, never runs it.
+A finding names what was found and where (cell, line); `autograde` fails that exercise
+(`FORBIDDEN_CODE`) and flags the submission. What is looked for:
+
+- dynamic code: `__import__`, `importlib`, `exec`/`eval`/`compile` of anything but a literal string,
+  `getattr`/`setattr`/`delattr` with a name that is not a literal, `sys.modules`, `globals()`/`vars()`
+  subscripted by a built name;
+- private torch: `torch._C`, `DisableTorchFunction`, any `torch._*` (or `torch.x._y`) name, imported or used;
+- harness modules outside the lesson's allowlist: `DEFAULT_ALLOWED` plus every harness module the lesson's
+  released notebook imports in its given cells (the judge side, the check machinery and the drill bank's
+  solutions are never on it).
+
+Cells that are not the student's (given code, tests) are not read: they are the release's, restored.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from nbformat.notebooknode import NotebookNode
+
+FORBIDDEN_CODE = "forbidden-code"
+# Harness modules any answer may import (with their submodules), before the lesson's own imports are added.
+DEFAULT_ALLOWED = ("harness.checks", "harness.data", "harness.train", "harness.plots", "harness.env", "harness.repro",
+                   "harness.metrics", "harness.models", "harness.budget")
+# Never allowed, even when a release imports a parent package (`import harness`).
+WITHHELD = ("harness.contract.registry", "harness.contract.protocol", "harness.grading", "harness.judge",
+            "harness.judges", "harness.drills.bank")
+DYNAMIC_CALLS = ("exec", "eval", "compile")
+NAME_CALLS = ("getattr", "setattr", "delattr")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One forbidden reach in a student cell: what, where, and which exercise it costs (None: no exercise)."""
+
+    task: str | None
+    cell: str
+    line: int
+    what: str
+
+    def sentence(self) -> str:
+        """The finding for the grades CSV."""
+        return f"{self.cell}, line {self.line}: {self.what}"
+
+
+def allowed_modules(release: NotebookNode) -> tuple[str, ...]:
+    """`DEFAULT_ALLOWED` plus the harness modules the released notebook's given cells import."""
+    found = list(DEFAULT_ALLOWED)
+    for cell in release.cells:
+        if cell.cell_type != "code" or _is_solution(cell):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        found += [name for name, _ in _imports(tree) if name.startswith("harness.") and not _withheld(name)]
+    return tuple(dict.fromkeys(found))
+
+
+def scan_notebook(notebook: NotebookNode, allowed: tuple[str, ...]) -> list[Finding]:
+    """The forbidden reaches in `notebook`'s solution cells (IPython magics and shell lines are skipped)."""
+    findings = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code" or not _is_solution(cell):
+            continue
+        grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
+        label = f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
+        task = grade_id.removesuffix("-code") if grade_id.endswith("-code") else None
+        for line, what in scan_source(cell.source, allowed):
+            findings.append(Finding(task, label, line, what))
+    return findings
+
+
+def scan_source(source: str, allowed: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, what) for each forbidden reach in one cell's source; a cell that does not parse is reported."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError as error:
+        return [(error.lineno or 1, "the cell is not valid Python, so it cannot be checked")]
+    found = [(node.lineno, f"imports {name}, which answers may not use") for name, node in _imports(tree)
+             if _forbidden_module(name, allowed)]
+    for node in ast.walk(tree):
+        found += [(node.lineno, what) for what in _node_reaches(node)]
+    return sorted(set(found))
+
+
+def _is_solution(cell: NotebookNode) -> bool:
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+
+
+def _imports(tree: ast.AST) -> list[tuple[str, ast.stmt]]:
+    """(module, node) for every import; `from a import b` gives `a.b` (b may be a submodule)."""
+    found: list[tuple[str, ast.stmt]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(f"{node.module}.{alias.name}", node) for alias in node.names]
+    return found
+
+
+def _withheld(name: str) -> bool:
+    return any(name == w or name.startswith(f"{w}.") for w in WITHHELD)
+
+
+def _forbidden_module(name: str, allowed: tuple[str, ...]) -> bool:
+    """Whether importing `name` (`a.b` for `from a import b`) reaches past what an answer may use."""
+    parts = name.split(".")
+    if parts[0] == "importlib":
+        return True
+    if parts[0] == "torch":
+        return any(part.startswith("_") for part in parts[1:]) or "DisableTorchFunction" in parts
+    if parts[0] == "sys" and parts[1:2] == ["modules"]:
+        return True
+    if parts[0] != "harness" or name == "harness":
+        return False
+    if _withheld(name):
+        return True
+    return not any(name == a or name.startswith(f"{a}.") or a.startswith(f"{name}.") for a in allowed)
+
+
+def _dotted(node: ast.AST) -> str:
+    """`a.b.c` for a chain of attributes on a name, else ''."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _literal(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _node_reaches(node: ast.AST) -> list[str]:
+    """What one AST node reaches that an answer may not."""
+    if isinstance(node, ast.Name) and node.id in ("__import__", "importlib", "DisableTorchFunction"):
+        return [f"uses {node.id}"]
+    if isinstance(node, ast.Attribute):
+        dotted = _dotted(node)
+        if node.attr == "DisableTorchFunction" or dotted == "sys.modules" or dotted.startswith("torch._C"):
+            return [f"uses {dotted or node.attr}"]
+        if dotted.startswith("torch.") and node.attr.startswith("_") and not node.attr.startswith("__"):
+            return [f"uses the private torch name {dotted}"]
+        if node.attr in ("__import__", "__builtins__", "__globals__", "__code__", "__subclasses__"):
+            return [f"uses {node.attr}"]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        name, args = node.func.id, node.args
+        if name in DYNAMIC_CALLS and (not args or not _literal(args[0])):
+            return [f"calls {name} on code that is not a literal string"]
+        if name in NAME_CALLS and (len(args) < 2 or not _literal(args[1])):
+            return [f"calls {name} with a name that is not a literal string"]
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+            and node.value.func.id in ("globals", "vars", "locals") and not _literal(node.slice):
+        return [f"indexes {node.value.func.id}() with a name that is not a literal string"]
+    return []
