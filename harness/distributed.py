@@ -104,7 +104,8 @@ def check_backend(backend: str) -> None:
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 300.0) -> torch.device:
-    """Join the process group torchrun describes in the environment, and return this rank's device.
+    """Join the process group torchrun describes in the environment, and return this rank's device once
+    every rank has joined (`settle_group`).
 
     Outside torchrun (no RANK/WORLD_SIZE in the environment) nothing is initialised and the single
     process's device is returned, so the same script also runs as plain `python train.py`.
@@ -138,7 +139,21 @@ def init_distributed(backend: str | None = None, timeout_s: float = 300.0) -> to
         torch.cuda.set_device(device)
     if not is_distributed():
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        settle_group()
     return device
+
+
+def settle_group() -> None:
+    """Wait until every rank of a new process group is connected to every other.
+
+    A rank returns from `init_process_group` once its own connections are made; if it then finishes and
+    exits (a script or function with no collective), a peer still connecting fails with "Connection closed by
+    peer" in gloo's connectFullMesh. After a barrier every connection is made.
+    """
+    if dist.get_backend() == "nccl":  # name the device: NCCL otherwise guesses it, with a warning
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
 
 
 def cleanup_distributed() -> None:

@@ -18,7 +18,6 @@ from typing import Any, Callable
 from harness.distributed import cleanup_distributed, init_distributed
 from harness.launch.hangs import arm_stack_dump, note_timeout
 from harness.launch.lifeline import PARENT_ENV, die_with_parent
-from harness.launch.rendezvous import settle_group
 from harness.launch.transport import load_portable, save_portable
 
 
@@ -65,8 +64,7 @@ def run_rank(fn: Callable[..., Any] | None, workdir: str) -> None:
         if fn is None:
             _run_script(work)
         else:
-            init_distributed()  # the backend the launcher was given (HARNESS_LAUNCH_BACKEND)
-            settle_group()  # every rank connected before any runs (and exits): no peer is cut off mid-connect
+            init_distributed()  # the backend the launcher was given (HARNESS_LAUNCH_BACKEND); every rank connected
             args, kwargs = load_portable(work / "args.pt")
             result = fn(*args, **kwargs)
             save_portable(result, work / f"result_{rank}.pt", f"rank {rank}'s return value")

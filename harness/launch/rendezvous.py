@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
+
+from harness.distributed import settle_group
 
 HOST = "127.0.0.1"
 
@@ -28,16 +29,3 @@ def join_group(port: int, rank: int, world_size: int, timeout: timedelta) -> Non
     store = dist.TCPStore(HOST, port, world_size=world_size + 1, is_master=False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     settle_group()
-
-
-def settle_group() -> None:
-    """Wait until every rank of the new process group is connected to every other.
-
-    A rank returns from `init_process_group` once its own connections are made; if it then finishes and
-    exits (a function with no collective), a peer still connecting fails with "Connection closed by peer"
-    in gloo's connectFullMesh. After a barrier every connection is made.
-    """
-    if dist.get_backend() == "nccl":  # name the device: NCCL otherwise guesses it, with a warning
-        dist.barrier(device_ids=[torch.cuda.current_device()])
-    else:
-        dist.barrier()
