@@ -3,7 +3,9 @@
 Choosing a free port and binding it later leaves a window in which another group (another launch, another
 test worker) takes it, and two groups meet ("Connection closed by peer" in gloo's connectFullMesh). Here the
 launcher creates the store on port 0 before it forks the ranks: the port is bound, so reserved, for as long
-as the launch lives, and the ranks join through it (`join_group`). A group that still fails to form (a
+as the launch lives, and the ranks join through it (`join_group`), which returns only once every rank is
+connected to every other: a rank that finished without a collective and exited would otherwise cut off a peer
+still connecting, the same "Connection closed by peer". A group that still fails to form (a
 dropped connection on a machine under heavy load) failed before the launched code ran: the launchers start it
 again on a fresh store.
 """
