@@ -166,6 +166,25 @@ def state_dict_bytes(state: nn.Module | Mapping[str, Any]) -> int:
     return sum(v.numel() * v.element_size() for v in items.values() if isinstance(v, torch.Tensor))
 
 
+EXPORT_EXTRA = ("onnx", "onnxruntime", "onnxscript")
+
+
+def require_export_extra() -> None:
+    """Raise a clear error when the export extra (ONNX, ONNX Runtime, onnxscript) is not installed.
+
+    Raises:
+        ModuleNotFoundError: naming the missing packages and the command that installs them.
+    """
+    import importlib.util
+
+    missing = [name for name in EXPORT_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ModuleNotFoundError(
+            f"Lesson 16 needs the export extra, and {', '.join(missing)} is not installed (nothing is wrong with "
+            "your code). Install it: `pip install onnx onnxruntime onnxscript` (or run harness/install.py from the "
+            "course folder), then run this cell again.", name=missing[0])
+
+
 def onnx_session(path: str | os.PathLike[str], *, threads: int = 1) -> Any:
     """An ONNX Runtime session for the model at `path`, on the CPU, that logs only errors.
 
@@ -176,6 +195,7 @@ def onnx_session(path: str | os.PathLike[str], *, threads: int = 1) -> Any:
     Returns:
         An `onnxruntime.InferenceSession` using the CPUExecutionProvider.
     """
+    require_export_extra()
     import onnxruntime as ort  # imported here: code that never serves ONNX never pays for it
 
     options = ort.SessionOptions()

@@ -60,6 +60,10 @@ def plot_history(history: pd.DataFrame, path: str | Path | None = None, *, monit
         _decorate(axes[1], "validation metrics", best)
     lr_ax = axes[-1]
     lr_ax.plot(epochs, history["lr"], marker="o", color="tab:green")
+    # From zero, without an offset: a constant rate reads as a flat line at its value, not as noise on a
+    # 0.00285-0.00315 axis that matplotlib zooms to.
+    lr_ax.set_ylim(0, max(float(history["lr"].max()), 1e-12) * 1.15)
+    lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useOffset=False)
     lr_ax.set_title("learning rate")
     lr_ax.set_xlabel("epoch")
     _save(figure, path)
