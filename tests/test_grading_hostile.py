@@ -28,7 +28,7 @@ ASSIGNMENT = hostile.ASSIGNMENT
 SECRET = bytes(range(32))
 
 
-LESSON_CHECKS = REPO_ROOT / "harness" / "checks" / "lesson00.py"
+LESSON_CHECKS = REPO_ROOT / "harness" / "checks" / "lesson00" / "accuracy.py"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Pa
                           secret=SECRET)
     write_summary(results, root / "out", ASSIGNMENT)
     time.sleep(6)  # longer than the escape attack's background process waits before it writes
-    assert LESSON_CHECKS.read_bytes() == checks_before, "a submission changed harness/checks/lesson00.py"
+    assert LESSON_CHECKS.read_bytes() == checks_before, "a submission changed harness/checks/lesson00/accuracy.py"
     return {r["student"]: r for r in results}, root / "out"
 
 

@@ -104,7 +104,7 @@ def test_the_sandbox_sees_no_repository_network_or_grader_and_writes_nothing_tha
             "print(sorted(os.environ))\n"
             "print(len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
             "open('/tmp/work/mine', 'w').write('x')\n"
-            "for target in (root + '/harness/checks/lesson00.py', root + '/solutions/x'):\n"
+            "for target in (root + '/harness/checks/lesson00/accuracy.py', root + '/solutions/x'):\n"
             "    try:\n        open(target, 'a')\n    except OSError as error:\n        print(type(error).__name__)\n"
             "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
             "except OSError:\n    print('no network')\n")

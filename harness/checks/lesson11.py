@@ -59,11 +59,11 @@ def _register_drill(task_id: str, solution: str, requires: Mapping[str, Requirem
             fail("missing-entry", observed=f"check() received {type(namespace).__name__}, not the cell's names",
                  expected="check(task_id, globals())", cause="another object passed to check()",
                  where="the test cell")
-        return drill.probe(_Answer(namespace), case)  # type: ignore[misc]
+        return drill.probe(_Answer(namespace), case=case)  # type: ignore[misc]
 
     def judge(seen: dict, *, case: Case) -> str:
         """The drill's judge."""
-        return drill.judge(seen, case)  # type: ignore[misc]
+        return drill.judge(seen, case=case)  # type: ignore[misc]
 
     register(task_id, hints=_hints(drill, task_id, solution), requires=table, nonfinite=drill.nonfinite)(probe)
     judges(task_id)(judge)

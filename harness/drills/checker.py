@@ -158,7 +158,7 @@ def _judge(drill: Drill, frame: bytes, case: Case) -> dict[str, Any]:
         if not isinstance(seen, dict):
             raise wire.WireError("the probe's observation is not a dict")
         refuse_nonfinite(seen, drill.nonfinite)  # the contract's gate: no NaN or infinity reaches a judge
-        return {"passed": True, "code": "passed", "message": drill.judge(seen, case)}  # type: ignore[misc]
+        return {"passed": True, "code": "passed", "message": drill.judge(seen, case=case)}  # type: ignore[misc]
     except CheckFailed as failure:
         return {"passed": False, "code": failure.code, "message": str(failure)}
     except Exception as error:  # data the judge cannot use: not what an honest probe sends

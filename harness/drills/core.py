@@ -1,8 +1,8 @@
 """The drill record and the bank's registry.
 
 A "write" or "bughunt" drill is checked in two halves, as the course's exercises are (CONTRIBUTING.md, "A
-check"): `probe(answer, case)` runs in a child process next to the candidate's code and returns data only
-(`harness.contract.wire`); `judge(seen, case)` runs in the checker's own process, rebuilds the inputs from the
+check"): `probe(answer, *, case)` runs in a child process next to the candidate's code and returns data only
+(`harness.contract.wire`); `judge(seen, *, case)` runs in the checker's own process, rebuilds the inputs from the
 case, recomputes every expected value and decides. An "explain" drill is never run: its answer is read as a
 string (`harness.drills.choices`).
 """
@@ -14,15 +14,14 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from harness.contract.case import Case
 from harness.drills.topics import TOPICS
 
 if TYPE_CHECKING:
     from harness.drills.choices import Choices
 
 Kind = Literal["write", "bughunt", "explain"]
-Probe = Callable[[dict[str, Any], Case], dict[str, Any]]
-Judge = Callable[[dict[str, Any], Case], str]
+Probe = Callable[..., dict[str, Any]]  # probe(answer, *, case): the contract's keyword signature, as checks use
+Judge = Callable[..., str]  # judge(seen, *, case)
 
 
 @dataclass(frozen=True)

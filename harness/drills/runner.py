@@ -110,7 +110,7 @@ def _run_job(job: dict[str, Any], report: int) -> None:
     case = Case(**job["case"])
     try:
         namespace = load_answer(drill, job["source"], job["filename"])
-        observation = {"seen": drill.probe(namespace, case)}  # type: ignore[misc]
+        observation = {"seen": drill.probe(namespace, case=case)}  # type: ignore[misc]
     except CheckFailed as failure:
         observation = {"failed": failure.code, "message": str(failure)}
     except BaseException as error:  # the answer raised (or exited): reported as data

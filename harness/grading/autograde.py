@@ -63,7 +63,8 @@ def _config(course: Path, job: GradeJob, report: Path, nonce: str, deadline: flo
     from harness.grading.feedback import StripHiddenTests
 
     lesson = f"harness.checks.lesson{job.assignment[:2]}"
-    has_checks = (REPO_ROOT / "harness" / "checks" / f"lesson{job.assignment[:2]}.py").exists()
+    checks = REPO_ROOT / "harness" / "checks" / f"lesson{job.assignment[:2]}"
+    has_checks = checks.is_dir() or checks.with_suffix(".py").exists()
     return course_config(
         course,
         Autograde={"autograde_preprocessors": [InjectGuard, SandboxedExecute, StripGuard, IgnorePattern,

@@ -28,7 +28,7 @@ from harness.grading.submissions import Submission
 
 MANIFEST = "shard.json"
 # the code that decides a grade besides the assignment's source: a change in any of it changes the version
-GRADING_CODE = ("harness/grading", "harness/judge", "harness/checks")
+GRADING_CODE = ("harness/grading", "harness/judge", "harness/judges", "harness/checks", "harness/contract")
 
 
 class ShardMismatch(ValueError):

@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from harness.checks import CheckFailed
-from harness.checks.lesson04 import HostSyncCounter
 from harness.checks.testing import (
     DRAWN_CASE,
     Correct,
@@ -23,6 +22,7 @@ from harness.checks.testing import (
     assert_mistake,
 )
 from harness.contract import wire
+from harness.contract.instruments import HostSyncCounter
 from harness.contract.protocol import decide, observe
 
 # ---------------------------------------------------------------------------------------------------- running mean

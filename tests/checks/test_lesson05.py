@@ -10,7 +10,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.checks.lesson05 import real_scale_trace
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -18,6 +17,7 @@ from harness.checks.testing import (
     assert_correct,
     assert_mistake,
 )
+from harness.judges.lesson05.scale_trace import real_scale_trace
 
 
 # ---------------------------------------------------------------- 05-choose-precision

@@ -9,8 +9,6 @@ import torch
 
 import harness.sequences
 import harness.showcase
-from harness.checks.lesson07 import warmup_cosine_reference
-from harness.checks.lesson15 import reference_lr_factor
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -19,6 +17,8 @@ from harness.checks.testing import (
     assert_mistake,
 )
 from harness.drills.bank.schedulers import warmup_cosine_factor
+from harness.judges.lesson07.common import warmup_cosine_reference
+from harness.judges.lesson15.warmup import reference_lr_factor
 
 
 # ---------------------------------------------------------------------------------------------- warmup

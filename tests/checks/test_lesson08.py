@@ -83,7 +83,7 @@ def portable_zeroed(state_dict):
 
 @pytest.mark.slow
 def test_wrapper_prefixes_name_keys_like_the_real_wrappers():
-    from harness.checks.lesson08 import _WRAPPERS, _Net
+    from harness.checks.lesson08.portable import _WRAPPERS, _Net
 
     net = _Net()
     real = [
@@ -625,7 +625,7 @@ def test_correct_variant_passes(correct, capsys):
 
 
 def test_unsafe_payload_really_runs_code_when_unpickled(tmp_path):
-    from harness.checks.lesson08 import _UnsafePayload
+    from harness.checks.lesson08.resume import _UnsafePayload
 
     marker = tmp_path / "ran"
     blob = pickle.dumps(_UnsafePayload(marker))

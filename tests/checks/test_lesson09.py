@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from harness.checks import lesson09
+from harness.checks.lesson09 import common as lesson09
 from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake
 
 pytestmark = pytest.mark.slow  # each check forks processes

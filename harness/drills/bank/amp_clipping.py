@@ -131,7 +131,7 @@ def _judge_clipped_gradient(step: object, batch: tuple[torch.Tensor, torch.Tenso
 # amp-train-step and clipping-under-amp: one step, the scaler's calls, the gradient stepped with, an inf step
 
 
-def _probe_amp_step(answer: dict, case: Case) -> dict:
+def _probe_amp_step(answer: dict, *, case: Case) -> dict:
     amp_step = answer["amp_step"]
     model = _probe_model(case, 0)
     gen = _gen(case, 9)
@@ -192,7 +192,7 @@ def _judge_scaler_calls(calls: object) -> None:
     fail(code, observed=f"scaler calls: {calls}", expected=f"{_SCALER_ORDER}", cause=cause, where=_AMP_WHERE)
 
 
-def _judge_amp_step(seen: dict, case: Case) -> str:
+def _judge_amp_step(seen: dict, *, case: Case) -> str:
     _judge_autocast(seen)
     fresh = seen.get("fresh")
     if not isinstance(fresh, list):
@@ -289,7 +289,7 @@ add(
 )
 
 
-def _probe_clip_under_amp(answer: dict, case: Case) -> dict:
+def _probe_clip_under_amp(answer: dict, *, case: Case) -> dict:
     amp_step = answer["amp_step"]
     model = _probe_model(case, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: only observe the gradients
@@ -299,7 +299,7 @@ def _probe_clip_under_amp(answer: dict, case: Case) -> dict:
     return {"steps": _steps(steps.records)}
 
 
-def _judge_clip_under_amp(seen: dict, case: Case) -> str:
+def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
     steps = seen.get("steps")
     if not isinstance(steps, list):
         raise WireError("steps missing")
@@ -354,7 +354,7 @@ def _stale_grads(case: Case) -> list[torch.Tensor]:
     return [torch.randn(1, 8, generator=gen) * 3, torch.randn(1, generator=gen) * 3]
 
 
-def _probe_accumulate(answer: dict, case: Case) -> dict:
+def _probe_accumulate(answer: dict, *, case: Case) -> dict:
     accumulate = answer["accumulate_and_clip"]
     runs = []
     for scale, max_norm in _ACC_SETTINGS:
@@ -386,7 +386,7 @@ def _accumulated(params: tuple[torch.Tensor, torch.Tensor], micro: list, max_nor
     return [layer.weight.grad, layer.bias.grad]
 
 
-def _judge_accumulate(seen: dict, case: Case) -> str:
+def _judge_accumulate(seen: dict, *, case: Case) -> str:
     runs = seen.get("runs")
     if not isinstance(runs, list) or len(runs) != len(_ACC_SETTINGS):
         raise WireError("runs missing")
@@ -494,7 +494,7 @@ def _skip_batches(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return batches
 
 
-def _probe_skipped(answer: dict, case: Case) -> dict:
+def _probe_skipped(answer: dict, *, case: Case) -> dict:
     amp_step = answer["amp_step"]
     model = _init_linear(nn.Linear(8, 1), case, 22)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -508,7 +508,7 @@ def _probe_skipped(answer: dict, case: Case) -> dict:
     return {"returned": returned, "stepped": stepped}
 
 
-def _judge_skipped(seen: dict, case: Case) -> str:
+def _judge_skipped(seen: dict, *, case: Case) -> str:
     returned, stepped = seen.get("returned"), seen.get("stepped")
     plan = _skip_plan(case)
     if not isinstance(stepped, list) or len(stepped) != len(plan) or not isinstance(returned, list):
@@ -608,7 +608,7 @@ def _class_batch(case: Case, i: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(64, 16, generator=gen), torch.randint(0, 10, (64,), generator=gen)
 
 
-def _probe_loss_fp32(answer: dict, case: Case) -> dict:
+def _probe_loss_fp32(answer: dict, *, case: Case) -> dict:
     losses, autocast = [], []
     for i in range(_LOSS_BATCHES):
         model = _classifier(case, i)
@@ -619,7 +619,7 @@ def _probe_loss_fp32(answer: dict, case: Case) -> dict:
     return {"losses": losses, "autocast": autocast}
 
 
-def _judge_loss_fp32(seen: dict, case: Case) -> str:
+def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
     autocast, losses = seen.get("autocast"), seen.get("losses")
     if not isinstance(autocast, list) or not isinstance(losses, list) or len(losses) != _LOSS_BATCHES:
         raise WireError("records missing")
@@ -720,7 +720,7 @@ def _onecycle_lrs(total: int) -> list[float]:
     return lrs
 
 
-def _probe_loop(answer: dict, case: Case) -> dict:
+def _probe_loop(answer: dict, *, case: Case) -> dict:
     model = _probe_model(case, 41)
     optimizer = torch.optim.SGD(model.parameters(), lr=_LOOP_MAX_LR, momentum=0.9)
     scheduler = _onecycle(optimizer, _LOOP_EPOCHS * _LOOP_BATCHES)
@@ -732,7 +732,7 @@ def _probe_loop(answer: dict, case: Case) -> dict:
             "steps": _steps(steps.records), "losses": losses}
 
 
-def _judge_loop(seen: dict, case: Case) -> str:
+def _judge_loop(seen: dict, *, case: Case) -> str:
     _judge_autocast(seen)
     steps, total = seen.get("steps"), _LOOP_EPOCHS * _LOOP_BATCHES
     if not isinstance(steps, list):
@@ -855,14 +855,14 @@ def _norm_model(case: Case) -> nn.Sequential:
     return model
 
 
-def _probe_total_norm(answer: dict, case: Case) -> dict:
+def _probe_total_norm(answer: dict, *, case: Case) -> dict:
     model, max_norm = _norm_model(case), _max_norm(case, 61)
     with HostSyncCounter() as syncs:
         norm = answer["clip_and_norm"](model, max_norm)
     return {"norm": norm, "grads": [p.grad for p in model.parameters()], "syncs": syncs.calls}
 
 
-def _judge_total_norm(seen: dict, case: Case) -> str:
+def _judge_total_norm(seen: dict, *, case: Case) -> str:
     model, max_norm = _norm_model(case), _max_norm(case, 61)
     grads = [p.grad.clone() for p in model.parameters()]
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
@@ -963,14 +963,14 @@ def _group_optimizer(model: nn.Sequential, case: Case) -> torch.optim.Optimizer:
     ])
 
 
-def _probe_per_group(answer: dict, case: Case) -> dict:
+def _probe_per_group(answer: dict, *, case: Case) -> dict:
     model = _group_model(case)
     optimizer = _group_optimizer(model, case)
     norms = answer["clip_per_group"](optimizer)
     return {"norms": norms, "grads": [p.grad for p in model.parameters()]}
 
 
-def _judge_per_group(seen: dict, case: Case) -> str:
+def _judge_per_group(seen: dict, *, case: Case) -> str:
     def clipped(how: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         model = _group_model(case)
         groups = _group_optimizer(model, case).param_groups

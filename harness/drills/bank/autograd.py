@@ -34,7 +34,7 @@ def _silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_silu(answer: dict, case: Case) -> dict:
+def _probe_silu(answer: dict, *, case: Case) -> dict:
     silu = answer["SiLU"]
     if not (isinstance(silu, type) and issubclass(silu, torch.autograd.Function)):
         fail("not-a-function", observed=f"SiLU is {silu!r}", expected="a torch.autograd.Function subclass",
@@ -50,7 +50,7 @@ def _probe_silu(answer: dict, case: Case) -> dict:
     return {"outputs": outputs}
 
 
-def _judge_silu(seen: dict, case: Case) -> str:
+def _judge_silu(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
     inputs = _silu_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
@@ -141,7 +141,7 @@ def _inplace_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_inplace(answer: dict, case: Case) -> dict:
+def _probe_inplace(answer: dict, *, case: Case) -> dict:
     outputs = []
     for x, w in _inplace_inputs(case):
         w = w.clone().requires_grad_(True)
@@ -152,7 +152,7 @@ def _probe_inplace(answer: dict, case: Case) -> dict:
     return {"outputs": outputs}
 
 
-def _judge_inplace(seen: dict, case: Case) -> str:
+def _judge_inplace(seen: dict, *, case: Case) -> str:
     outputs, inputs = seen.get("outputs"), _inplace_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
         raise WireError("outputs missing")
@@ -210,7 +210,7 @@ def _detach_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(4, 3, generator=gen), torch.randn(4, 3, generator=gen)
 
 
-def _probe_detach(answer: dict, case: Case) -> dict:
+def _probe_detach(answer: dict, *, case: Case) -> dict:
     online, target = (t.clone().requires_grad_(True) for t in _detach_inputs(case))
     loss = answer["target_loss"](online, target)
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
@@ -218,7 +218,7 @@ def _probe_detach(answer: dict, case: Case) -> dict:
     return {"loss": loss, "online_grad": online.grad, "target_grad": target.grad}
 
 
-def _judge_detach(seen: dict, case: Case) -> str:
+def _judge_detach(seen: dict, *, case: Case) -> str:
     online, target = _detach_inputs(case)
     assert_close("loss", seen.get("loss"), ((online - target) ** 2).mean(), atol=1e-6, rtol=1e-6,
                  where="target_loss", cause="the loss should be the mean squared difference")
@@ -326,7 +326,7 @@ def _saliency_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, 
     return model, x, targets, accumulated
 
 
-def _probe_saliency(answer: dict, case: Case) -> dict:
+def _probe_saliency(answer: dict, *, case: Case) -> dict:
     model, x, targets, accumulated = _saliency_setup(case)
     for p, g in zip(model.parameters(), accumulated, strict=True):
         p.grad = g.clone()
@@ -335,7 +335,7 @@ def _probe_saliency(answer: dict, case: Case) -> dict:
             "x_requires_grad": x.requires_grad, "x_grad": x.grad is not None}
 
 
-def _judge_saliency(seen: dict, case: Case) -> str:
+def _judge_saliency(seen: dict, *, case: Case) -> str:
     model, x, targets, accumulated = _saliency_setup(case)
     grads = seen.get("param_grads")
     if not isinstance(grads, list) or len(grads) != len(accumulated):

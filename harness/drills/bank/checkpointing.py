@@ -121,10 +121,10 @@ def _resume_kit(full: bool) -> tuple[Callable[[int], tuple], Callable[..., None]
     return (_full_setup, _full_epochs) if full else (_setup, _train_epochs)
 
 
-def _make_resume_probe(full: bool) -> Callable[[dict, Case], dict]:
+def _make_resume_probe(full: bool) -> Callable[..., dict]:
     setup, train = _resume_kit(full)
 
-    def probe(answer: dict, case: Case) -> dict:
+    def probe(answer: dict, *, case: Case) -> dict:
         save, load = answer["save_checkpoint"], answer["load_checkpoint"]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "ckpt.pt"
@@ -152,10 +152,10 @@ def _make_resume_probe(full: bool) -> Callable[[dict, Case], dict]:
     return probe
 
 
-def _make_resume_judge(full: bool) -> Callable[[dict, Case], str]:
+def _make_resume_judge(full: bool) -> Callable[..., str]:
     setup, train = _resume_kit(full)
 
-    def judge(seen: dict, case: Case) -> str:
+    def judge(seen: dict, *, case: Case) -> str:
         if not isinstance(seen.get("loads"), list):
             raise WireError("the torch.load calls' record is missing")
         if any(w is False for w in seen.get("loads", [])):
@@ -402,7 +402,7 @@ def _strip_inputs(case: Case) -> tuple[dict[str, torch.Tensor], list[tuple[str, 
     return base, variants
 
 
-def _probe_strip(answer: dict, case: Case) -> dict:
+def _probe_strip(answer: dict, *, case: Case) -> dict:
     _, variants = _strip_inputs(case)
     outputs = []
     for _, state in variants:
@@ -411,7 +411,7 @@ def _probe_strip(answer: dict, case: Case) -> dict:
     return {"outputs": outputs}
 
 
-def _judge_strip(seen: dict, case: Case) -> str:
+def _judge_strip(seen: dict, *, case: Case) -> str:
     base, variants = _strip_inputs(case)
     outputs = seen["outputs"]
     if not isinstance(outputs, list) or len(outputs) != len(variants):
@@ -589,7 +589,7 @@ def _read_back(path: Path) -> Any:
     return [state.get("weight"), state.get("step")] if isinstance(state, dict) else describe(state)
 
 
-def _probe_atomic(answer: dict, case: Case) -> dict:
+def _probe_atomic(answer: dict, *, case: Case) -> dict:
     states = _atomic_states(case)
     with tempfile.TemporaryDirectory() as tmp, _SaveWatcher(answer) as watcher:
         path = Path(tmp) / "ckpt.pt"
@@ -608,7 +608,7 @@ def _probe_atomic(answer: dict, case: Case) -> dict:
                 "events": watcher.events, "path": str(path)}
 
 
-def _judge_atomic(seen: dict, case: Case) -> str:
+def _judge_atomic(seen: dict, *, case: Case) -> str:
     states = _atomic_states(case)
     path = seen["path"]
     if not isinstance(path, str) or not isinstance(seen["events"], list):
@@ -734,7 +734,7 @@ def _rank0_model(case: Case) -> nn.Module:
     return model
 
 
-def _probe_rank0(answer: dict, case: Case) -> dict:
+def _probe_rank0(answer: dict, *, case: Case) -> dict:
     save_on_rank0 = answer["save_on_rank0"]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.pt")
@@ -766,7 +766,7 @@ def _probe_rank0(answer: dict, case: Case) -> dict:
     return {"saves": saves, "state": describe(state)}
 
 
-def _judge_rank0(seen: dict, case: Case) -> str:
+def _judge_rank0(seen: dict, *, case: Case) -> str:
     saves, state = seen["saves"], seen["state"]
     if not (isinstance(saves, list) and len(saves) == 2 and all(isinstance(s, int) for s in saves)):
         raise WireError("malformed save counts")
@@ -860,7 +860,7 @@ def _legacy_contents(case: Case) -> tuple[dict[str, torch.Tensor], dict[str, Any
     return state, args
 
 
-def _probe_legacy(answer: dict, case: Case) -> dict:
+def _probe_legacy(answer: dict, *, case: Case) -> dict:
     import argparse
 
     state, args = _legacy_contents(case)
@@ -889,7 +889,7 @@ def _probe_legacy(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_legacy(seen: dict, case: Case) -> str:
+def _judge_legacy(seen: dict, *, case: Case) -> str:
     state, args = _legacy_contents(case)
     if seen.get("tripped") is not False:
         fail("runs-pickled-code", observed="loading a downloaded checkpoint ran a function its pickle named",

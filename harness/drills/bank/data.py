@@ -43,11 +43,11 @@ def _collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tensor]]
     return batches
 
 
-def _probe_collate(answer: dict, case: Case) -> dict:
+def _probe_collate(answer: dict, *, case: Case) -> dict:
     return {"outputs": [answer["pad_collate"](batch) for batch in _collate_batches(case)]}
 
 
-def _judge_collate(seen: dict, case: Case) -> str:
+def _judge_collate(seen: dict, *, case: Case) -> str:
     outputs, batches = seen.get("outputs"), _collate_batches(case)
     if not isinstance(outputs, list) or len(outputs) != len(batches):
         raise WireError("collate outputs missing")
@@ -132,7 +132,7 @@ class _NumpyNoise(Dataset):
         return torch.tensor(self.rng.random())
 
 
-def _probe_worker_seeding(answer: dict, case: Case) -> dict:
+def _probe_worker_seeding(answer: dict, *, case: Case) -> dict:
     def two_epochs(seed: int) -> list[list[torch.Tensor]]:
         loader = DataLoader(_NumpyNoise(case.seeded(0)), batch_size=4, num_workers=2,
                             worker_init_fn=answer["worker_init_fn"], generator=torch.Generator().manual_seed(seed),
@@ -142,7 +142,7 @@ def _probe_worker_seeding(answer: dict, case: Case) -> dict:
     return {"first": two_epochs(case.seeded(1)), "again": two_epochs(case.seeded(1))}
 
 
-def _judge_worker_seeding(seen: dict, case: Case) -> str:
+def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
     runs = []
     for key in ("first", "again"):
         run = seen.get(key)
@@ -231,7 +231,7 @@ def _imbalanced_labels(case: Case) -> torch.Tensor:
     return labels[torch.randperm(len(labels), generator=gen)]
 
 
-def _probe_sampler(answer: dict, case: Case) -> dict:
+def _probe_sampler(answer: dict, *, case: Case) -> dict:
     make = answer["balanced_sampler"]
     labels = _imbalanced_labels(case)
     sampler = make(labels.clone(), torch.Generator().manual_seed(case.seeded(11)))
@@ -241,7 +241,7 @@ def _probe_sampler(answer: dict, case: Case) -> dict:
     return {"epochs": epochs, "again": again, "other": other}
 
 
-def _judge_sampler(seen: dict, case: Case) -> str:
+def _judge_sampler(seen: dict, *, case: Case) -> str:
     labels = _imbalanced_labels(case)
     n, where = len(labels), "WeightedRandomSampler(weights, num_samples=len(labels), replacement=True, generator=...)"
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
@@ -347,7 +347,7 @@ def _loader_setup(case: Case) -> tuple[int, int, int]:
     return size, batch_size, case.seeded(21)
 
 
-def _probe_loader(answer: dict, case: Case) -> dict:
+def _probe_loader(answer: dict, *, case: Case) -> dict:
     make = answer["make_train_loader"]
     size, batch_size, seed = _loader_setup(case)
     loader = make(_IndexDataset(size), batch_size, seed)
@@ -358,7 +358,7 @@ def _probe_loader(answer: dict, case: Case) -> dict:
             "pin_memory": bool(getattr(loader, "pin_memory", False)), "cuda": torch.cuda.is_available()}
 
 
-def _judge_loader(seen: dict, case: Case) -> str:
+def _judge_loader(seen: dict, *, case: Case) -> str:
     size, batch_size, _ = _loader_setup(case)
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
     if not isinstance(epochs, list) or len(epochs) != 2:

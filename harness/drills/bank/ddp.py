@@ -70,13 +70,13 @@ def _accuracy_counts(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.tensor(correct0), torch.tensor(total0)), (torch.tensor(correct1), torch.tensor(total1))]
 
 
-def _probe_global_accuracy(answer: dict, case: Case) -> dict:
+def _probe_global_accuracy(answer: dict, *, case: Case) -> dict:
     counts = _accuracy_counts(case)
     return {"values": run_on_two_ranks(
         lambda rank: _as_number(answer["global_accuracy"](counts[rank][0].clone(), counts[rank][1].clone())))}
 
 
-def _judge_global_accuracy(seen: dict, case: Case) -> str:
+def _judge_global_accuracy(seen: dict, *, case: Case) -> str:
     (c0, t0), (c1, t1) = [(int(c), int(t)) for c, t in _accuracy_counts(case)]
     got = _two_floats(seen["values"], "global_accuracy")
     want = (c0 + c1) / (t0 + t1)
@@ -167,14 +167,14 @@ def _sampler_orders(dataset: TensorDataset, seed: int, epochs: list[int], rank: 
     return orders
 
 
-def _probe_set_epoch(answer: dict, case: Case) -> dict:
+def _probe_set_epoch(answer: dict, *, case: Case) -> dict:
     dataset, seed = _set_epoch_inputs(case)
     epoch_orders = answer["epoch_orders"]
     return {"ranks": [epoch_orders(dataset, _EPOCHS, rank, 2, seed=seed) for rank in (0, 1)],
             "again": epoch_orders(dataset, _EPOCHS, 0, 2, seed=seed)}
 
 
-def _judge_set_epoch(seen: dict, case: Case) -> str:
+def _judge_set_epoch(seen: dict, *, case: Case) -> str:
     dataset, seed = _set_epoch_inputs(case)
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, list) and len(r) == _EPOCHS and all(
@@ -303,7 +303,7 @@ def _eval_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
     return model, TensorDataset(x, y)
 
 
-def _probe_eval_loss(answer: dict, case: Case) -> dict:
+def _probe_eval_loss(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> Any:
         model, dataset = _eval_setup(case, rank)
         model.train()
@@ -312,7 +312,7 @@ def _probe_eval_loss(answer: dict, case: Case) -> dict:
     return {"values": run_on_two_ranks(work)}
 
 
-def _judge_eval_loss(seen: dict, case: Case) -> str:
+def _judge_eval_loss(seen: dict, *, case: Case) -> str:
     got = _two_floats(seen["values"], "evaluate")
     sums, counts, batch_means = [], [], []
     for rank in (0, 1):
@@ -441,7 +441,7 @@ def _accum_model(case: Case) -> nn.Module:
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
-def _probe_accumulation(answer: dict, case: Case) -> dict:
+def _probe_accumulation(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
         dataset, seed = _accum_data(case)
         model = DDP(_accum_model(case))
@@ -479,7 +479,7 @@ def _accum_reference(case: Case, epochs: list[int], scale: float) -> list[torch.
     return [p.detach() for p in model.parameters()]
 
 
-def _judge_accumulation(seen: dict, case: Case) -> str:
+def _judge_accumulation(seen: dict, *, case: Case) -> str:
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, dict) for r in ranks)):
         raise WireError("malformed per-rank observation")
@@ -615,7 +615,7 @@ def _barrier_model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
 
 
-def _probe_barrier(answer: dict, case: Case) -> dict:
+def _probe_barrier(answer: dict, *, case: Case) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "start.pt")
         torch.save(_barrier_model(case.seeded(99)).state_dict(), path)  # the previous run's file, still there
@@ -639,7 +639,7 @@ def _probe_barrier(answer: dict, case: Case) -> dict:
         return {"ranks": [{**r, "params": _tensors(r["params"])} for r in run_on_two_ranks(work)]}
 
 
-def _judge_barrier(seen: dict, case: Case) -> str:
+def _judge_barrier(seen: dict, *, case: Case) -> str:
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, dict) for r in ranks)):
         raise WireError("malformed per-rank observation")
@@ -721,7 +721,7 @@ def _shard_configs(case: Case) -> list[tuple[int, int]]:
     return [(37 + case.seeded(0) % 10, 2), (50 + case.seeded(1) % 9, 3), (41 + case.seeded(2) % 6, 4), (24, 4)]
 
 
-def _probe_shards(answer: dict, case: Case) -> dict:
+def _probe_shards(answer: dict, *, case: Case) -> dict:
     shard, seed = answer["shard_indices"], case.seeded(3) % 10_000
 
     def as_list(value: Any) -> Any:
@@ -754,7 +754,7 @@ def _shard_results(shard: Any, n: int, world: int, seed: int, as_list: Any) -> d
             "other_seed": as_list(shard(n, 0, world, seed + 1, 0)), "touched": touched}
 
 
-def _judge_shards(seen: dict, case: Case) -> str:
+def _judge_shards(seen: dict, *, case: Case) -> str:
     if seen["used_sampler"] is not False:
         fail("uses-distributed-sampler", observed="shard_indices built a DistributedSampler",
              expected="the sharding written by hand", cause="the drill asks you to write what DistributedSampler "

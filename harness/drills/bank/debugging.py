@@ -134,7 +134,7 @@ def _one_batch(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(32, 20, generator=generator), torch.randint(0, 5, (32,), generator=generator)
 
 
-def _probe_overfit(answer: dict, case: Case) -> dict:
+def _probe_overfit(answer: dict, *, case: Case) -> dict:
     torch.manual_seed(case.seeded(0))
     model = answer["make_model"](20, 5)
     x, y = _one_batch(case)
@@ -152,7 +152,7 @@ def _probe_overfit(answer: dict, case: Case) -> dict:
     return {"first": first, "last": last}
 
 
-def _judge_overfit(seen: dict, case: Case) -> str:
+def _judge_overfit(seen: dict, *, case: Case) -> str:
     _, y = _one_batch(case)
     first, last = seen.get("first"), seen.get("last")
     for out in (first, last):
@@ -223,7 +223,7 @@ def _means_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
     return seeded_init(model, case.seeded(0)), torch.randn(10, 6, generator=generator)
 
 
-def _probe_relu_means(answer: dict, case: Case) -> dict:
+def _probe_relu_means(answer: dict, *, case: Case) -> dict:
     model, x = _means_inputs(case)
     got = answer["relu_means"](model, x)
     broken = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), _Boom())
@@ -235,7 +235,7 @@ def _probe_relu_means(answer: dict, case: Case) -> dict:
     return {"means": got, "hooks": _hooks(model), "hooks_on_error": _hooks(broken), "propagated": propagated}
 
 
-def _judge_relu_means(seen: dict, case: Case) -> str:
+def _judge_relu_means(seen: dict, *, case: Case) -> str:
     model, x = _means_inputs(case)
     with torch.no_grad():
         first = model[1](model[0](x))
@@ -337,14 +337,14 @@ def _explode_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, tor
                    for _ in range(6)]
 
 
-def _probe_train(answer: dict, case: Case) -> dict:
+def _probe_train(answer: dict, *, case: Case) -> dict:
     model, batches = _explode_inputs(case)
     with _AllSteps() as steps:
         answer["train"](model, batches, _EXPLODE_LR)
     return {"steps": steps.records, "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_train(seen: dict, case: Case) -> str:
+def _judge_train(seen: dict, *, case: Case) -> str:
     model, batches = _explode_inputs(case)
     _judge_sgd_steps(seen, model, batches, _EXPLODE_LR, where="where optimizer.zero_grad() sits",
                      mismatch=("wrong-gradient", "the loss is not F.cross_entropy of this batch"))
@@ -494,7 +494,7 @@ def _reference_nan_op(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> str
     return None
 
 
-def _probe_nan_op(answer: dict, case: Case) -> dict:
+def _probe_nan_op(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     names, left_on = [], []
     for model, x, y in _nan_inputs(case):
@@ -504,7 +504,7 @@ def _probe_nan_op(answer: dict, case: Case) -> dict:
     return {"names": names, "left_on": left_on}
 
 
-def _judge_nan_op(seen: dict, case: Case) -> str:
+def _judge_nan_op(seen: dict, *, case: Case) -> str:
     names, left_on = seen.get("names"), seen.get("left_on")
     inputs = _nan_inputs(case)
     if not isinstance(names, list) or len(names) != len(inputs) or not isinstance(left_on, list):
@@ -645,7 +645,7 @@ def _reference_first_nonfinite(model: nn.Module, x: torch.Tensor) -> str | None:
     return order[0] if order else None
 
 
-def _probe_first_nonfinite(answer: dict, case: Case) -> dict:
+def _probe_first_nonfinite(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     model, inputs = _tower_inputs(case)
     names = [answer["first_nonfinite"](model, x) for x in inputs]
@@ -657,7 +657,7 @@ def _probe_first_nonfinite(answer: dict, case: Case) -> dict:
     return {"names": names, "hooks": _hooks(model), "hooks_on_error": _hooks(broken)}
 
 
-def _judge_first_nonfinite(seen: dict, case: Case) -> str:
+def _judge_first_nonfinite(seen: dict, *, case: Case) -> str:
     model, inputs = _tower_inputs(case)
     names = seen.get("names")
     if not isinstance(names, list) or len(names) != len(inputs):
@@ -766,13 +766,13 @@ def _dead_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
     return model, torch.randn(24, 6, generator=generator)
 
 
-def _probe_dead(answer: dict, case: Case) -> dict:
+def _probe_dead(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     model, x = _dead_inputs(case)
     return {"fractions": answer["dead_relu_fraction"](model, x), "hooks": _hooks(model)}
 
 
-def _judge_dead(seen: dict, case: Case) -> str:
+def _judge_dead(seen: dict, *, case: Case) -> str:
     model, x = _dead_inputs(case)
     with torch.no_grad():
         first = model[0](x)
@@ -887,7 +887,7 @@ def _script_batches(case: Case, *, per_feature: bool = True,
     return batches
 
 
-def _probe_script(answer: dict, case: Case) -> dict:
+def _probe_script(answer: dict, *, case: Case) -> dict:
     model, x, y = _script_inputs(case)
     generator = torch.Generator().manual_seed(case.seeded(62))
     with _AllSteps() as steps:
@@ -895,7 +895,7 @@ def _probe_script(answer: dict, case: Case) -> dict:
     return {"steps": steps.records, "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_script(seen: dict, case: Case) -> str:
+def _judge_script(seen: dict, *, case: Case) -> str:
     model, _, _ = _script_inputs(case)
     steps = _judge_sgd_steps(
         seen, model, _script_batches(case), _SCRIPT_LR, where="the training script",
@@ -971,7 +971,7 @@ def _script_fixed(*fixes: tuple[str, ...]) -> str:
 
 add(
     Drill(
-        id="debugging-train-script", nonfinite=('steps/*',),
+        id="debugging-train-script", nonfinite=('steps/*', 'final/*'),
         title="Bug hunt: a training script with three bugs",
         kind="bughunt",
         topics=("debugging", "loop", "data"),
@@ -1015,7 +1015,7 @@ def _norms_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return model, torch.randn(16, 12, generator=generator), torch.randint(0, 4, (16,), generator=generator)
 
 
-def _probe_grad_norms(answer: dict, case: Case) -> dict:
+def _probe_grad_norms(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     model, x, y = _norms_inputs(case)
     F.cross_entropy(model(x), y).backward()
@@ -1024,7 +1024,7 @@ def _probe_grad_norms(answer: dict, case: Case) -> dict:
     return {"norms": norms, "syncs": syncs.count}
 
 
-def _judge_grad_norms(seen: dict, case: Case) -> str:
+def _judge_grad_norms(seen: dict, *, case: Case) -> str:
     model, x, y = _norms_inputs(case)
     F.cross_entropy(model(x), y).backward()
     want = {name: float(torch.linalg.vector_norm(p.grad)) for name, p in model.named_parameters()
@@ -1164,7 +1164,7 @@ def _prior_inputs(case: Case) -> tuple[nn.Linear, torch.Tensor, int]:
     return seeded_init(nn.Linear(8, classes), case.seeded(81)), labels, classes
 
 
-def _probe_prior(answer: dict, case: Case) -> dict:
+def _probe_prior(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     layer, labels, classes = _prior_inputs(case)
     bias = layer.bias
@@ -1173,7 +1173,7 @@ def _probe_prior(answer: dict, case: Case) -> dict:
             "requires_grad": bool(getattr(layer.bias, "requires_grad", False))}
 
 
-def _judge_prior(seen: dict, case: Case) -> str:
+def _judge_prior(seen: dict, *, case: Case) -> str:
     layer, labels, classes = _prior_inputs(case)
     prior = torch.bincount(labels, minlength=classes).double() / len(labels)
     bias = seen.get("bias")

@@ -113,7 +113,7 @@ def _judge_safe_load(calls: Any, where: str) -> None:
 
 # --- save a state_dict + config; load it with weights_only ------------------------------------------------------
 
-def _probe_save_load(answer: dict, case: Case) -> dict:
+def _probe_save_load(answer: dict, *, case: Case) -> dict:
     config = _config(case)
     model = _trained(case)
     seen: dict[str, Any] = {}
@@ -139,7 +139,7 @@ def _probe_save_load(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_save_load(seen: dict, case: Case) -> str:
+def _judge_save_load(seen: dict, *, case: Case) -> str:
     where = "save_model"
     if "refused" in seen:
         fail("pickled-module", observed=f"torch.load(path, weights_only=True) refused the file: {seen['refused']}",
@@ -230,7 +230,7 @@ add(
 
 # --- inference: eval() and inference_mode -------------------------------------------------------------------
 
-def _probe_predict(answer: dict, case: Case) -> dict:
+def _probe_predict(answer: dict, *, case: Case) -> dict:
     model = _trained(case)
     records: list[dict[str, bool]] = []
 
@@ -247,7 +247,7 @@ def _probe_predict(answer: dict, case: Case) -> dict:
             "requires_grad": isinstance(out, torch.Tensor) and out.requires_grad}
 
 
-def _judge_predict(seen: dict, case: Case) -> str:
+def _judge_predict(seen: dict, *, case: Case) -> str:
     where = "predict"
     records = seen.get("records")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -343,7 +343,7 @@ def _parity_scenarios(case: Case) -> tuple[list[dict[str, Any]], float, float]:
     ], atol, rtol
 
 
-def _probe_parity(answer: dict, case: Case) -> dict:
+def _probe_parity(answer: dict, *, case: Case) -> dict:
     scenarios, atol, rtol = _parity_scenarios(case)
     results = []
     for s in scenarios:
@@ -354,7 +354,7 @@ def _probe_parity(answer: dict, case: Case) -> dict:
     return {"results": results}
 
 
-def _judge_parity(seen: dict, case: Case) -> str:
+def _judge_parity(seen: dict, *, case: Case) -> str:
     where = "check_parity"
     scenarios, atol, rtol = _parity_scenarios(case)
     results = seen.get("results")
@@ -478,7 +478,7 @@ class _FakeClock:
         return int(round(self.now * 1e9))
 
 
-def _probe_latency(answer: dict, case: Case) -> dict:
+def _probe_latency(answer: dict, *, case: Case) -> dict:
     warmup, iters, durations = _latency_plan(case)
     clock = _FakeClock()
     calls = [0]
@@ -511,7 +511,7 @@ def _probe_latency(answer: dict, case: Case) -> dict:
     return {"result": result, "calls": calls[0]}
 
 
-def _judge_latency(seen: dict, case: Case) -> str:
+def _judge_latency(seen: dict, *, case: Case) -> str:
     where = "measure_latency"
     warmup, iters, durations = _latency_plan(case)
     calls, result = seen.get("calls"), seen.get("result")
@@ -601,7 +601,7 @@ add(
 
 # --- difficulty 3: a serving script with three bugs --------------------------------------------------------------
 
-def _probe_serving(answer: dict, case: Case) -> dict:
+def _probe_serving(answer: dict, *, case: Case) -> dict:
     model = _trained(case, 520)
     checkpoint = {"config": _config(case), "state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}}
     seen: dict[str, Any] = {"loaded_states": [], "forwards": []}
@@ -633,7 +633,7 @@ def _probe_serving(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_serving(seen: dict, case: Case) -> str:
+def _judge_serving(seen: dict, *, case: Case) -> str:
     where = "load_and_predict"
     _judge_safe_load(seen.get("load_calls"), where)
     want_state = _trained(case, 520).state_dict()
@@ -932,7 +932,7 @@ def _fold_setup(case: Case) -> tuple[nn.Linear, nn.BatchNorm1d, torch.Tensor]:
     return linear, bn, torch.randn(7, d_in, generator=gen)
 
 
-def _probe_fold(answer: dict, case: Case) -> dict:
+def _probe_fold(answer: dict, *, case: Case) -> dict:
     linear, bn, x = _fold_setup(case)
     before = {"weight": linear.weight.detach().clone(), "bias": linear.bias.detach().clone()}
     fused = answer["fold_batchnorm"](linear, bn)
@@ -945,7 +945,7 @@ def _probe_fold(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_fold(seen: dict, case: Case) -> str:
+def _judge_fold(seen: dict, *, case: Case) -> str:
     where = "fold_batchnorm"
     linear, bn, x = _fold_setup(case)
     if seen.get("type") != "Linear":
@@ -1036,7 +1036,7 @@ add(
 _EXPORT_BATCHES = (3, 1, 17)
 
 
-def _probe_export(answer: dict, case: Case) -> dict:
+def _probe_export(answer: dict, *, case: Case) -> dict:
     model = _trained(case, 530)  # arrives in train mode, as it leaves the training loop
     program = answer["export_for_serving"](model, _inputs(case, 531, rows=4))
     seen: dict[str, Any] = {"type": type(program).__name__, "outputs": []}
@@ -1050,7 +1050,7 @@ def _probe_export(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_export(seen: dict, case: Case) -> str:
+def _judge_export(seen: dict, *, case: Case) -> str:
     where = "export_for_serving"
     if seen.get("type") != "ExportedProgram":
         fail("wrong-return", observed=f"export_for_serving returned a {seen.get('type')}",

@@ -140,7 +140,7 @@ def _steps(seen: dict, n: int, where: str) -> list[dict]:
 _PROBE_BATCHES = 3
 
 
-def _probe_linear_probe(answer: dict, case: Case) -> dict:
+def _probe_linear_probe(answer: dict, *, case: Case) -> dict:
     model = _pretrained(case)
     with _OptimizerSpy(model) as spy:
         returned = answer["linear_probe"](model, _batches(case, 20, _PROBE_BATCHES), _lr(case))
@@ -148,7 +148,7 @@ def _probe_linear_probe(answer: dict, case: Case) -> dict:
             "requires_grad": {n: p.requires_grad for n, p in model.named_parameters()}}
 
 
-def _judge_linear_probe(seen: dict, case: Case) -> str:
+def _judge_linear_probe(seen: dict, *, case: Case) -> str:
     where = "linear_probe"
     start = _state(_pretrained(case))
     state = _tensor_dict(seen.get("state"), "the model's state")
@@ -284,7 +284,7 @@ def _group_settings(case: Case) -> tuple[float, float, float]:
     return 1e-3 * (1 + case.seed % 9), 0.1 * (1 + case.seed % 4), 0.01 * (1 + case.seed % 5)
 
 
-def _probe_param_groups(answer: dict, case: Case) -> dict:
+def _probe_param_groups(answer: dict, *, case: Case) -> dict:
     d_in, hidden, n_out = _sizes(case)
     torch.manual_seed(case.seeded(0))
     model = _NormNet(d_in, hidden, n_out)
@@ -295,7 +295,7 @@ def _probe_param_groups(answer: dict, case: Case) -> dict:
     return {"type": type(optimizer).__name__, "groups": groups}
 
 
-def _judge_param_groups(seen: dict, case: Case) -> str:
+def _judge_param_groups(seen: dict, *, case: Case) -> str:
     where = "make_optimizer"
     lr, factor, decay = _group_settings(case)
     d_in, hidden, n_out = _sizes(case)
@@ -417,7 +417,7 @@ def _checkpoints(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
             ("missing", missing), ("extra", extra)]
 
 
-def _probe_load_pretrained(answer: dict, case: Case) -> dict:
+def _probe_load_pretrained(answer: dict, *, case: Case) -> dict:
     results = {}
     for label, checkpoint in _checkpoints(case):
         model = _pretrained(case, 10)
@@ -436,7 +436,7 @@ def _keys(value: Any) -> list[str] | None:
     return None
 
 
-def _judge_load_pretrained(seen: dict, case: Case) -> str:
+def _judge_load_pretrained(seen: dict, *, case: Case) -> str:
     where = "load_pretrained"
     good = seen.get("good")
     if not isinstance(good, dict):
@@ -545,7 +545,7 @@ def _lora_setup(case: Case) -> dict[str, Any]:
     return {"d_in": d_in, "d_out": d_out, "r": r, "alpha": alpha, "x": x, "a": a, "b": b, "base": base}
 
 
-def _probe_lora(answer: dict, case: Case) -> dict:
+def _probe_lora(answer: dict, *, case: Case) -> dict:
     s = _lora_setup(case)
     lora = answer["LoRALinear"](s["base"], s["r"], s["alpha"])
     seen: dict[str, Any] = {
@@ -565,7 +565,7 @@ def _probe_lora(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_lora(seen: dict, case: Case) -> str:
+def _judge_lora(seen: dict, *, case: Case) -> str:
     where = "LoRALinear"
     s = _lora_setup(case)
     base, x, r, alpha = s["base"], s["x"], s["r"], s["alpha"]
@@ -711,7 +711,7 @@ def _n_blocks(case: Case) -> int:
     return 3 + case.seed % 3
 
 
-def _probe_unfreeze(answer: dict, case: Case) -> dict:
+def _probe_unfreeze(answer: dict, *, case: Case) -> dict:
     n = _n_blocks(case)
     model = _Blocks(n, 4)
     model.blocks.requires_grad_(False)  # as the fine-tuning starts: pretrained blocks frozen, new head trainable
@@ -722,7 +722,7 @@ def _probe_unfreeze(answer: dict, case: Case) -> dict:
     return {"flags": flags}
 
 
-def _judge_unfreeze(seen: dict, case: Case) -> str:
+def _judge_unfreeze(seen: dict, *, case: Case) -> str:
     n = _n_blocks(case)
     flags = seen.get("flags")
     if not isinstance(flags, list) or len(flags) != n + 2 or not all(isinstance(f, dict) for f in flags):
@@ -811,7 +811,7 @@ def _script_model(case: Case) -> _Net:
     return _pretrained(case, 70, n_out=_SCRIPT_CLASSES)
 
 
-def _probe_script(answer: dict, case: Case) -> dict:
+def _probe_script(answer: dict, *, case: Case) -> dict:
     model = _script_model(case)
     with _OptimizerSpy(model) as spy:
         answer["finetune"](model, _batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES), _lr(case))
@@ -835,7 +835,7 @@ def _close(got: Any, want: torch.Tensor) -> bool:
                                                                                        rtol=1e-4)
 
 
-def _judge_script(seen: dict, case: Case) -> str:
+def _judge_script(seen: dict, *, case: Case) -> str:
     where = "finetune"
     start = _state(_script_model(case))
     state = _tensor_dict(seen.get("state"), "the model's state")

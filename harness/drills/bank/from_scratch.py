@@ -38,7 +38,7 @@ def _ln_inputs(case: Case) -> list[tuple[torch.Tensor, tuple[int, ...], torch.Te
     return inputs
 
 
-def _probe_layer_norm(answer: dict, case: Case) -> dict:
+def _probe_layer_norm(answer: dict, *, case: Case) -> dict:
     results, calls_seen = [], {}
     for x, normalized, weight, bias, eps, upstream in _ln_inputs(case):
         leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
@@ -82,7 +82,7 @@ _LN_MISTAKES = (
 )
 
 
-def _judge_layer_norm(seen: dict, case: Case) -> str:
+def _judge_layer_norm(seen: dict, *, case: Case) -> str:
     forbid(seen.get("calls", {}), {
         "layer_norm": "the drill asks you to write LayerNorm, not to call it",
         "native_layer_norm": "the drill asks you to write LayerNorm, not to call it",
@@ -190,7 +190,7 @@ def _adamw_setup(case: Case) -> tuple[list[torch.Tensor], list[list[torch.Tensor
     return params, grads, lr, 0.1
 
 
-def _probe_adamw(answer: dict, case: Case) -> dict:
+def _probe_adamw(answer: dict, *, case: Case) -> dict:
     params, grads, lr, weight_decay = _adamw_setup(case)
     params = [p.clone().requires_grad_() for p in params]
     states = [{"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)} for p in params]
@@ -259,7 +259,7 @@ _ADAMW_MISTAKES = (
 )
 
 
-def _judge_adamw(seen: dict, case: Case) -> str:
+def _judge_adamw(seen: dict, *, case: Case) -> str:
     steps = seen.get("optimizer_steps")
     if not isinstance(steps, int):
         raise WireError("malformed observation: optimizer steps not counted")

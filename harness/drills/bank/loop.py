@@ -105,7 +105,7 @@ def _train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, lis
     return model, torch.optim.SGD(model.parameters(), lr=0.1), _batches(x, y)
 
 
-def _probe_train_step(answer: dict, case: Case) -> dict:
+def _probe_train_step(answer: dict, *, case: Case) -> dict:
     model, optimizer, batches = _train_step_setup(case)
     model.eval()  # as an evaluation between epochs leaves it: the step must switch training mode back on
     returned = []
@@ -116,7 +116,7 @@ def _probe_train_step(answer: dict, case: Case) -> dict:
             "syncs": syncs.calls, "training": [r.training for r in forwards.records]}
 
 
-def _judge_train_step(seen: dict, case: Case) -> str:
+def _judge_train_step(seen: dict, *, case: Case) -> str:
     model, optimizer, batches = _train_step_setup(case)
     n = len(list(model.parameters()))
     steps = _steps(seen, n)
@@ -242,7 +242,7 @@ def _stalls_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
     return model, torch.optim.SGD(model.parameters(), lr=0.2), _batches(x, y)
 
 
-def _probe_stalls(answer: dict, case: Case) -> dict:
+def _probe_stalls(answer: dict, *, case: Case) -> dict:
     model, optimizer, batches = _stalls_setup(case)
     with StepRecorder(optimizer) as steps:
         answer["train"](model, batches, optimizer, nn.BCEWithLogitsLoss(), _STALLS_EPOCHS)
@@ -250,7 +250,7 @@ def _probe_stalls(answer: dict, case: Case) -> dict:
             "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_stalls(seen: dict, case: Case) -> str:
+def _judge_stalls(seen: dict, *, case: Case) -> str:
     model, optimizer, batches = _stalls_setup(case)
     n = len(list(model.parameters()))
     steps, loss_fn = _steps(seen, n), nn.BCEWithLogitsLoss()
@@ -348,7 +348,7 @@ def _eval_setup(case: Case) -> tuple[nn.Module, list]:
     return model, _batches(x, y)
 
 
-def _probe_eval(answer: dict, case: Case) -> dict:
+def _probe_eval(answer: dict, *, case: Case) -> dict:
     model, batches = _eval_setup(case)
     model.train()
     with ForwardRecorder(model) as forwards:
@@ -357,7 +357,7 @@ def _probe_eval(answer: dict, case: Case) -> dict:
             "forwards": [{"training": r.training, "grad_enabled": r.grad_enabled} for r in forwards.records]}
 
 
-def _judge_eval(seen: dict, case: Case) -> str:
+def _judge_eval(seen: dict, *, case: Case) -> str:
     forwards = seen.get("forwards")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
         raise WireError("forwards missing")
@@ -519,7 +519,7 @@ def _es_load(model: nn.Module, flat: torch.Tensor) -> None:
             offset += p.numel()
 
 
-def _probe_early_stopping(answer: dict, case: Case) -> dict:
+def _probe_early_stopping(answer: dict, *, case: Case) -> dict:
     seen = {}
     for scenario in _ES_SCENARIOS:
         patience, max_epochs, _, _ = _es_plan(case, scenario)
@@ -617,7 +617,7 @@ def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
     return runs, best_epoch
 
 
-def _judge_early_stopping(seen: dict, case: Case) -> str:
+def _judge_early_stopping(seen: dict, *, case: Case) -> str:
     runs, best_epoch = _es_judge_run(seen.get("stops"), case, "stops")
     _es_judge_run(seen.get("runs_out"), case, "runs_out")
     return (f"stopped after epoch {runs} (best epoch {best_epoch}, a tie not counted as a new best) with its "
@@ -739,7 +739,7 @@ def _three_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list, li
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batches[:4], batches[4:]
 
 
-def _probe_three_bugs(answer: dict, case: Case) -> dict:
+def _probe_three_bugs(answer: dict, *, case: Case) -> dict:
     model, optimizer, train_batches, val_batches = _three_setup(case)
     with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards:
         history = answer["fit"](model, train_batches, val_batches, optimizer, nn.MSELoss(), _THREE_EPOCHS)
@@ -748,7 +748,7 @@ def _probe_three_bugs(answer: dict, case: Case) -> dict:
             "final": [t.detach() for t in model.state_dict().values()]}
 
 
-def _judge_three_bugs(seen: dict, case: Case) -> str:
+def _judge_three_bugs(seen: dict, *, case: Case) -> str:
     model, optimizer, train_batches, val_batches = _three_setup(case)
     loss_fn, n = nn.MSELoss(), len(list(model.parameters()))
     steps = _steps(seen, n)
@@ -980,7 +980,7 @@ def _restore_setup(case: Case) -> tuple[nn.Module, list]:
     return model, _batches(x, y, 24)
 
 
-def _probe_restore(answer: dict, case: Case) -> dict:
+def _probe_restore(answer: dict, *, case: Case) -> dict:
     model, batches = _restore_setup(case)
     seen: dict[str, Any] = {"results": [], "modes_after": [], "forwards": []}
     for start_in_training in (True, False):
@@ -992,7 +992,7 @@ def _probe_restore(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_restore(seen: dict, case: Case) -> str:
+def _judge_restore(seen: dict, *, case: Case) -> str:
     model, batches = _restore_setup(case)
     forwards, modes = seen.get("forwards"), seen.get("modes_after")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards) \

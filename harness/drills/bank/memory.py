@@ -91,12 +91,12 @@ def _adam_models(case: Case) -> list[nn.Module]:
     return models
 
 
-def _probe_adam_state(answer: dict, case: Case) -> dict:
+def _probe_adam_state(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     return {"bytes": [answer["adam_state_bytes"](model) for model in _adam_models(case)]}
 
 
-def _judge_adam_state(seen: dict, case: Case) -> str:
+def _judge_adam_state(seen: dict, *, case: Case) -> str:
     got_all = seen.get("bytes")
     models = _adam_models(case)
     if not isinstance(got_all, list) or len(got_all) != len(models):
@@ -202,12 +202,12 @@ def _activation_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
             (gated, torch.randn(sizes[2], 10, generator=generator))]
 
 
-def _probe_activation_bytes(answer: dict, case: Case) -> dict:
+def _probe_activation_bytes(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     return {"bytes": [answer["activation_bytes"](model, x) for model, x in _activation_models(case)]}
 
 
-def _judge_activation_bytes(seen: dict, case: Case) -> str:
+def _judge_activation_bytes(seen: dict, *, case: Case) -> str:
     got_all = seen.get("bytes")
     models = _activation_models(case)
     if not isinstance(got_all, list) or len(got_all) != len(models):
@@ -306,7 +306,7 @@ def _checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
     return blocks, torch.randn(int(torch.randint(3, 9, (), generator=generator)), 8, generator=generator)
 
 
-def _probe_checkpointed(answer: dict, case: Case) -> dict:
+def _probe_checkpointed(answer: dict, *, case: Case) -> dict:
     forward = answer["checkpointed_forward"]
     blocks, x = _checkpoint_inputs(case)  # x is data: it does not require grad
     out = forward(blocks, x)
@@ -321,7 +321,7 @@ def _probe_checkpointed(answer: dict, case: Case) -> dict:
             "grads": grads, "saved_bytes": saved.bytes}
 
 
-def _judge_checkpointed(seen: dict, case: Case) -> str:
+def _judge_checkpointed(seen: dict, *, case: Case) -> str:
     blocks, x = _checkpoint_inputs(case)
     h = x
     for block in blocks:
@@ -397,12 +397,12 @@ def _uneven_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, i
     return model, torch.randn(n, 3, generator=generator), torch.randn(n, 1, generator=generator), micro
 
 
-def _probe_uneven(answer: dict, case: Case) -> dict:
+def _probe_uneven(answer: dict, *, case: Case) -> dict:
     model, x, y, micro = _uneven_inputs(case)
     return {"gradient": answer["accumulated_gradient"](model, x, y, micro)}
 
 
-def _judge_uneven(seen: dict, case: Case) -> str:
+def _judge_uneven(seen: dict, *, case: Case) -> str:
     model, x, y, micro = _uneven_inputs(case)
     F.mse_loss(model(x), y).backward()
     want = torch.cat([p.grad.flatten() for p in model.parameters()])
@@ -567,7 +567,7 @@ def _acc_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.T
     return model, micro, accum
 
 
-def _probe_accumulation(answer: dict, case: Case) -> dict:
+def _probe_accumulation(answer: dict, *, case: Case) -> dict:
     model, micro, accum = _acc_inputs(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=_ACC_LR)
     with StepRecorder(optimizer) as steps:
@@ -576,7 +576,7 @@ def _probe_accumulation(answer: dict, case: Case) -> dict:
             "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_accumulation(seen: dict, case: Case) -> str:
+def _judge_accumulation(seen: dict, *, case: Case) -> str:
     model, micro, accum = _acc_inputs(case)
     params = list(model.parameters())
     records = seen.get("steps")

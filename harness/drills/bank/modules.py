@@ -53,7 +53,7 @@ def _mlp_cases(case: Case) -> list[tuple[list[int], torch.Tensor]]:
     return cases
 
 
-def _probe_mlp(answer: dict, case: Case) -> dict:
+def _probe_mlp(answer: dict, *, case: Case) -> dict:
     results = []
     for sizes, x in _mlp_cases(case):
         model = answer["MLP"](list(sizes))
@@ -79,7 +79,7 @@ def _reference_mlp(params: list[torch.Tensor], sizes: list[int], x: torch.Tensor
     return h
 
 
-def _judge_mlp(seen: dict, case: Case) -> str:
+def _judge_mlp(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
     cases = _mlp_cases(case)
     if not isinstance(results, list) or len(results) != len(cases) or not all(isinstance(r, dict) for r in results):
@@ -146,7 +146,7 @@ def _groups_model(case: Case) -> nn.Module:
         nn.Linear(width, width), nn.BatchNorm1d(width), nn.Linear(width, 2, bias=bool(width % 2))))
 
 
-def _probe_param_groups(answer: dict, case: Case) -> dict:
+def _probe_param_groups(answer: dict, *, case: Case) -> dict:
     model = _groups_model(case)
     names = {id(p): name for name, p in model.named_parameters()}
     groups = answer["param_groups"](model, weight_decay=_groups_decay(case))
@@ -157,7 +157,7 @@ def _probe_param_groups(answer: dict, case: Case) -> dict:
                         "weight_decay": g.get("weight_decay")} for g in groups]}
 
 
-def _judge_param_groups(seen: dict, case: Case) -> str:
+def _judge_param_groups(seen: dict, *, case: Case) -> str:
     model = _groups_model(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
@@ -258,7 +258,7 @@ def _copy_of(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def _probe_buffer(answer: dict, case: Case) -> dict:
+def _probe_buffer(answer: dict, *, case: Case) -> dict:
     features, momentum, train, evaluation = _buffer_case(case)
     module = answer["RunningMean"](features, momentum=momentum)
     seen: dict[str, Any] = {"parameters": [name for name, _ in module.named_parameters()],
@@ -281,7 +281,7 @@ def _probe_buffer(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_buffer(seen: dict, case: Case) -> str:
+def _judge_buffer(seen: dict, *, case: Case) -> str:
     features, momentum, train, evaluation = _buffer_case(case)
     if _str_list(seen.get("parameters"), "parameters"):
         fail("stat-is-parameter", observed=f"the module has parameters {seen['parameters']}", expected="none: the "
@@ -441,7 +441,7 @@ def _freeze_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return _seeded(case.seeded(1), lambda: _Classifier(width)), x, y
 
 
-def _probe_freeze(answer: dict, case: Case) -> dict:
+def _probe_freeze(answer: dict, *, case: Case) -> dict:
     model, x, y = _freeze_setup(case)
     names = {id(p): name for name, p in model.named_parameters()}
     returned = answer["freeze_backbone"](model)
@@ -456,7 +456,7 @@ def _probe_freeze(answer: dict, case: Case) -> dict:
             "backbone_training": model.backbone.training}
 
 
-def _judge_freeze(seen: dict, case: Case) -> str:
+def _judge_freeze(seen: dict, *, case: Case) -> str:
     model, x, y = _freeze_setup(case)
     flags, grads = seen.get("requires_grad"), seen.get("grads")
     names = [name for name, _ in model.named_parameters()]

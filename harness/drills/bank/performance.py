@@ -42,7 +42,7 @@ def _metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor
     return model, epochs
 
 
-def _probe_epoch_metrics(answer: dict, case: Case) -> dict:
+def _probe_epoch_metrics(answer: dict, *, case: Case) -> dict:
     model, epochs = _metrics_inputs(case)
     results = []
     for batches in epochs:
@@ -52,7 +52,7 @@ def _probe_epoch_metrics(answer: dict, case: Case) -> dict:
     return {"results": results}
 
 
-def _judge_epoch_metrics(seen: dict, case: Case) -> str:
+def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
     model, epochs = _metrics_inputs(case)
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != len(epochs):
@@ -165,7 +165,7 @@ def _log_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.T
     return model, batches, log_every
 
 
-def _probe_log_every(answer: dict, case: Case) -> dict:
+def _probe_log_every(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     model, batches, log_every = _log_inputs(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=_LOG_LR)
@@ -175,7 +175,7 @@ def _probe_log_every(answer: dict, case: Case) -> dict:
             "params": [record.params for record in steps.records], "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_log_every(seen: dict, case: Case) -> str:
+def _judge_log_every(seen: dict, *, case: Case) -> str:
     model, batches, log_every = _log_inputs(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=_LOG_LR)
     losses, expected_params = [], []
@@ -294,7 +294,7 @@ def _loader_dataset(case: Case) -> tuple[torch.utils.data.TensorDataset, int]:
     return torch.utils.data.TensorDataset(torch.randn(size, 3, generator=generator)), batch_size
 
 
-def _probe_loader(answer: dict, case: Case) -> dict:
+def _probe_loader(answer: dict, *, case: Case) -> dict:
     dataset, batch_size = _loader_dataset(case)
     seen = {}
     for device_type in ("cuda", "cpu"):
@@ -309,7 +309,7 @@ def _probe_loader(answer: dict, case: Case) -> dict:
     return seen
 
 
-def _judge_loader(seen: dict, case: Case) -> str:
+def _judge_loader(seen: dict, *, case: Case) -> str:
     _, batch_size = _loader_dataset(case)
     for device_type in ("cuda", "cpu"):
         got = seen.get(device_type)

@@ -38,7 +38,7 @@ def _split_configs(case: Case) -> list[tuple[int, float, int]]:
             (1000 + case.seeded(3) % 101, 0.1, case.seeded(4) % 10_000)]
 
 
-def _probe_split(answer: dict, case: Case) -> dict:
+def _probe_split(answer: dict, *, case: Case) -> dict:
     split, results = answer["split_indices"], []
     for k, (n, fraction, seed) in enumerate(_split_configs(case)):
         before = torch.get_rng_state()
@@ -51,7 +51,7 @@ def _probe_split(answer: dict, case: Case) -> dict:
     return {"results": results}
 
 
-def _judge_split(seen: dict, case: Case) -> str:
+def _judge_split(seen: dict, *, case: Case) -> str:
     results = seen["results"]
     if not isinstance(results, list) or len(results) != len(_split_configs(case)):
         raise WireError("malformed observation")
@@ -137,7 +137,7 @@ def _loader_inputs(case: Case) -> tuple[TensorDataset, int]:
     return TensorDataset(torch.arange(24 + case.seeded(0) % 13)), case.seeded(1) % 10_000
 
 
-def _probe_loader(answer: dict, case: Case) -> dict:
+def _probe_loader(answer: dict, *, case: Case) -> dict:
     make_loader = answer["make_loader"]
     dataset, seed = _loader_inputs(case)
     orders, touched = [], False
@@ -155,7 +155,7 @@ def _probe_loader(answer: dict, case: Case) -> dict:
     return {"orders": orders, "touched": touched, "other_seed": epoch(make_loader(dataset, seed + 1))}
 
 
-def _judge_loader(seen: dict, case: Case) -> str:
+def _judge_loader(seen: dict, *, case: Case) -> str:
     dataset, _ = _loader_inputs(case)
     orders = seen["orders"]
     if not (isinstance(orders, list) and len(orders) == 2 and all(isinstance(o, list) and len(o) == 2 and all(
@@ -279,7 +279,7 @@ def _worker_inputs(case: Case) -> tuple[int, int]:
     return 12 + case.seeded(0) % 5, case.seeded(1) % 10_000
 
 
-def _probe_workers(answer: dict, case: Case) -> dict:
+def _probe_workers(answer: dict, *, case: Case) -> dict:
     make_loader = answer["make_loader"]
     n, seed = _worker_inputs(case)
     dataset = _NoisyDataset(n, case.seeded(2))
@@ -312,7 +312,7 @@ def _caller_draws(case: Case) -> dict[str, float]:
             "random": random.Random(case.seeded(10)).random()}
 
 
-def _judge_workers(seen: dict, case: Case) -> str:
+def _judge_workers(seen: dict, *, case: Case) -> str:
     n, _ = _worker_inputs(case)
     runs = [seen["first"], seen["second"], seen["other_seed"]]
     for run, count in zip(runs, (2, 1, 1), strict=True):
@@ -438,7 +438,7 @@ def _reference_model(hidden: int, seed: int) -> tuple[nn.Module, torch.Tensor]:
     return model, torch.get_rng_state()
 
 
-def _probe_split_model(answer: dict, case: Case) -> dict:
+def _probe_split_model(answer: dict, *, case: Case) -> dict:
     dataset, seed = _split_model_inputs(case)
     runs = []
     for hidden in _WIDTHS:
@@ -450,7 +450,7 @@ def _probe_split_model(answer: dict, case: Case) -> dict:
     return {"runs": runs, "other_seed": _ints(getattr(other, "indices", other))}
 
 
-def _judge_split_model(seen: dict, case: Case) -> str:
+def _judge_split_model(seen: dict, *, case: Case) -> str:
     dataset, seed = _split_model_inputs(case)
     n, runs = len(dataset), seen["runs"]
     if not isinstance(runs, list) or len(runs) != len(_WIDTHS):
@@ -562,7 +562,7 @@ def _draws(generator: torch.Generator) -> dict:
             "generator": torch.rand(3, generator=generator, dtype=torch.float64)}
 
 
-def _probe_rng(answer: dict, case: Case) -> dict:
+def _probe_rng(answer: dict, *, case: Case) -> dict:
     generator = torch.Generator()
     _seed_everything(case, 0, generator)
     _draws(generator)  # the run so far
@@ -579,7 +579,7 @@ _STREAMS = {"python": "Python's random (random.getstate / setstate)",
             "generator": "the data's torch.Generator (generator.get_state / set_state)"}
 
 
-def _judge_rng(seen: dict, case: Case) -> str:
+def _judge_rng(seen: dict, *, case: Case) -> str:
     generator = torch.Generator()
     _seed_everything(case, 0, generator)
     _draws(generator)

@@ -85,7 +85,7 @@ def _warmup_queries(case: Case) -> list[tuple[int, int, int]]:
     return queries
 
 
-def _probe_warmup_cosine(answer: dict, case: Case) -> dict:
+def _probe_warmup_cosine(answer: dict, *, case: Case) -> dict:
     factor = answer["warmup_cosine"]
     values = [float(factor(step, warmup, total)) for step, warmup, total in _warmup_queries(case)]
     warmup, total = _warmup_configs(case)[0]
@@ -98,7 +98,7 @@ def _probe_warmup_cosine(answer: dict, case: Case) -> dict:
     return {"values": values, "lrs": [r.lrs for r in steps.records]}
 
 
-def _judge_warmup_cosine(seen: dict, case: Case) -> str:
+def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     values, queries = seen.get("values"), _warmup_queries(case)
     if not isinstance(values, list) or len(values) != len(queries) or not all(isinstance(v, float) for v in values):
         raise WireError("values malformed")
@@ -173,7 +173,7 @@ def _gran_setup(case: Case) -> tuple[float, int]:
     return round(0.05 + float(torch.rand((), generator=_gen(case, 20))), 4), _randint(case, 21, 3, 7)
 
 
-def _probe_granularity(answer: dict, case: Case) -> dict:
+def _probe_granularity(answer: dict, *, case: Case) -> dict:
     lr, n_batches = _gran_setup(case)
     model = _small_linear(case, 22)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -184,7 +184,7 @@ def _probe_granularity(answer: dict, case: Case) -> dict:
     return {"lrs": [r.lrs for r in steps.records]}
 
 
-def _judge_granularity(seen: dict, case: Case) -> str:
+def _judge_granularity(seen: dict, *, case: Case) -> str:
     lr, n_batches = _gran_setup(case)
     got = [v[0] for v in _lrs(seen.get("lrs"))]
     want = [lr * 0.1 ** (epoch // 2) for epoch in range(_GRAN_EPOCHS) for _ in range(n_batches)]
@@ -289,7 +289,7 @@ def _plateau_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
     return nn.functional.mse_loss(model(x), y)
 
 
-def _probe_plateau(answer: dict, case: Case) -> dict:
+def _probe_plateau(answer: dict, *, case: Case) -> dict:
     model = _plateau_model(case)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     scheduler = _RecordingPlateau(optimizer, model)
@@ -311,7 +311,7 @@ def _with_params(case: Case, params: object) -> nn.Sequential:
     return model
 
 
-def _judge_plateau(seen: dict, case: Case) -> str:
+def _judge_plateau(seen: dict, *, case: Case) -> str:
     records, before_steps = seen.get("scheduler_steps"), seen.get("optimizer_params")
     if not isinstance(records, list) or not isinstance(before_steps, list):
         raise WireError("records missing")
@@ -416,7 +416,7 @@ def _onecycle_reference(max_lr: float, total: int) -> list[float]:
     return lrs
 
 
-def _probe_onecycle(answer: dict, case: Case) -> dict:
+def _probe_onecycle(answer: dict, *, case: Case) -> dict:
     max_lr, n_batches, epochs = _onecycle_setup(case)
     model = _small_linear(case, 42)
     optimizer = torch.optim.SGD(model.parameters(), lr=max_lr, momentum=0.9)
@@ -426,7 +426,7 @@ def _probe_onecycle(answer: dict, case: Case) -> dict:
     return {"lrs": [r.lrs for r in steps.records]}
 
 
-def _judge_onecycle(seen: dict, case: Case) -> str:
+def _judge_onecycle(seen: dict, *, case: Case) -> str:
     max_lr, n_batches, epochs = _onecycle_setup(case)
     got, want = [v[0] for v in _lrs(seen.get("lrs"))], _onecycle_reference(max_lr, epochs * n_batches)
     if len(got) != len(want):
@@ -515,11 +515,11 @@ def _plateau_run(scheduler_for: object, case: Case) -> list[float]:
     return lrs
 
 
-def _probe_plateau_mode(answer: dict, case: Case) -> dict:
+def _probe_plateau_mode(answer: dict, *, case: Case) -> dict:
     return {"lrs": _plateau_run(answer["make_scheduler"], case)}
 
 
-def _judge_plateau_mode(seen: dict, case: Case) -> str:
+def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
     got = seen.get("lrs")
     if not isinstance(got, list) or not all(isinstance(v, float) for v in got):
         raise WireError("learning rates malformed")
@@ -584,7 +584,7 @@ def _warmup_setup(case: Case) -> tuple[int, tuple[float, float]]:
     return _randint(case, 61, 2, 9), (round(lrs[0], 5), round(lrs[1], 5))
 
 
-def _probe_linear_warmup(answer: dict, case: Case) -> dict:
+def _probe_linear_warmup(answer: dict, *, case: Case) -> dict:
     warmup, (lr_a, lr_b) = _warmup_setup(case)
     optimizer = torch.optim.SGD([{"params": [nn.Parameter(torch.zeros(1))], "lr": lr_a},
                                  {"params": [nn.Parameter(torch.zeros(1))], "lr": lr_b}])
@@ -596,7 +596,7 @@ def _probe_linear_warmup(answer: dict, case: Case) -> dict:
     return {"lrs": [r.lrs for r in steps.records]}
 
 
-def _judge_linear_warmup(seen: dict, case: Case) -> str:
+def _judge_linear_warmup(seen: dict, *, case: Case) -> str:
     warmup, bases = _warmup_setup(case)
     got = _lrs(seen.get("lrs"), groups=2)
     if len(got) != warmup + 4:
@@ -670,7 +670,7 @@ def _group_setup(case: Case) -> tuple[float, int]:
     return round(1e-3 + float(torch.rand((), generator=_gen(case, 70))) * 1e-2, 6), _randint(case, 71, 2, 6)
 
 
-def _probe_param_groups(answer: dict, case: Case) -> dict:
+def _probe_param_groups(answer: dict, *, case: Case) -> dict:
     lr, warmup = _group_setup(case)
     model = _TwoPart()
     names = {id(p): name for name, p in model.named_parameters()}
@@ -685,7 +685,7 @@ def _probe_param_groups(answer: dict, case: Case) -> dict:
     return {"groups": groups, "kind": type(optimizer).__name__, "lrs": [r.lrs for r in steps.records]}
 
 
-def _judge_param_groups(seen: dict, case: Case) -> str:
+def _judge_param_groups(seen: dict, *, case: Case) -> str:
     lr, warmup = _group_setup(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
@@ -793,7 +793,7 @@ def _resume_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
     scheduler.step()  # type: ignore[attr-defined]
 
 
-def _probe_resume(answer: dict, case: Case) -> dict:
+def _probe_resume(answer: dict, *, case: Case) -> dict:
     batches = _resume_batches(case)
     model, optimizer, scheduler = _resume_objects(case, 81)
     for batch in batches[:_RESUME_AT]:
@@ -829,7 +829,7 @@ def _close_params(got: object, want: list[torch.Tensor]) -> bool:
                for g, w in zip(got, want, strict=True))
 
 
-def _judge_resume(seen: dict, case: Case) -> str:
+def _judge_resume(seen: dict, *, case: Case) -> str:
     ref_params, ref_lrs = _resume_reference(case)
     if not _close_params(seen.get("loaded"), ref_params[_RESUME_AT]):
         later = _close_params(seen.get("loaded"), ref_params[_RESUME_AT + _RESUME_LATER])

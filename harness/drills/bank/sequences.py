@@ -57,12 +57,12 @@ def _collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Tensor, int
     return pad, batches
 
 
-def _probe_collate(answer: dict, case: Case) -> dict:
+def _probe_collate(answer: dict, *, case: Case) -> dict:
     pad, batches = _collate_batches(case)
     return {"outputs": [answer["collate"](batch, pad) for batch in batches]}
 
 
-def _judge_collate(seen: dict, case: Case) -> str:
+def _judge_collate(seen: dict, *, case: Case) -> str:
     where = "collate"
     pad, batches = _collate_batches(case)
     outputs = seen.get("outputs")
@@ -160,7 +160,7 @@ def _masked_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.T
     return out
 
 
-def _probe_masked(answer: dict, case: Case) -> dict:
+def _probe_masked(answer: dict, *, case: Case) -> dict:
     results = []
     for logits, targets, lengths in _masked_inputs(case):
         logits = logits.clone().requires_grad_(True)
@@ -172,7 +172,7 @@ def _probe_masked(answer: dict, case: Case) -> dict:
     return {"results": results}
 
 
-def _judge_masked(seen: dict, case: Case) -> str:
+def _judge_masked(seen: dict, *, case: Case) -> str:
     where = "masked_cross_entropy"
     results = seen.get("results")
     inputs = _masked_inputs(case)
@@ -275,11 +275,11 @@ def _mask_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     return out
 
 
-def _probe_attention_mask(answer: dict, case: Case) -> dict:
+def _probe_attention_mask(answer: dict, *, case: Case) -> dict:
     return {"masks": [answer["attention_mask"](lengths, steps) for lengths, steps in _mask_inputs(case)]}
 
 
-def _judge_attention_mask(seen: dict, case: Case) -> str:
+def _judge_attention_mask(seen: dict, *, case: Case) -> str:
     where = "attention_mask"
     masks = seen.get("masks")
     inputs = _mask_inputs(case)
@@ -378,7 +378,7 @@ def _attention_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torc
     return out
 
 
-def _probe_attention(answer: dict, case: Case) -> dict:
+def _probe_attention(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["attention"](q, k, v, mask) for q, k, v, mask in _attention_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
@@ -392,7 +392,7 @@ def _attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     return scores.softmax(dim) @ v
 
 
-def _judge_attention(seen: dict, case: Case) -> str:
+def _judge_attention(seen: dict, *, case: Case) -> str:
     where = "attention"
     by_hand = "the drill asks you to write it by hand"
     forbid(seen.get("calls"), {"scaled_dot_product_attention": by_hand, "_scaled_dot_product_attention_math": by_hand,
@@ -490,11 +490,11 @@ def _pe_reference(steps: int, dim: int, *, interleave: bool = True, two_i: bool 
     return pe
 
 
-def _probe_pe(answer: dict, case: Case) -> dict:
+def _probe_pe(answer: dict, *, case: Case) -> dict:
     return {"outputs": [answer["sinusoidal_pe"](steps, dim) for steps, dim in _pe_sizes(case)]}
 
 
-def _judge_pe(seen: dict, case: Case) -> str:
+def _judge_pe(seen: dict, *, case: Case) -> str:
     where = "sinusoidal_pe"
     outputs = seen.get("outputs")
     sizes = _pe_sizes(case)
@@ -577,7 +577,7 @@ def _logcosh_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [moderate, (pred, far)]
 
 
-def _probe_logcosh(answer: dict, case: Case) -> dict:
+def _probe_logcosh(answer: dict, *, case: Case) -> dict:
     results = []
     for pred, target in _logcosh_inputs(case):
         pred = pred.clone().requires_grad_(True)
@@ -589,7 +589,7 @@ def _probe_logcosh(answer: dict, case: Case) -> dict:
     return {"results": results}
 
 
-def _judge_logcosh(seen: dict, case: Case) -> str:
+def _judge_logcosh(seen: dict, *, case: Case) -> str:
     where = "log_cosh_loss"
     results = seen.get("results")
     inputs = _logcosh_inputs(case)
@@ -685,14 +685,14 @@ def _smoothing_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, floa
     return out
 
 
-def _probe_smoothing(answer: dict, case: Case) -> dict:
+def _probe_smoothing(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["smoothed_cross_entropy"](logits, targets, eps, ignore)
                    for logits, targets, eps, ignore in _smoothing_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
-def _judge_smoothing(seen: dict, case: Case) -> str:
+def _judge_smoothing(seen: dict, *, case: Case) -> str:
     where = "smoothed_cross_entropy"
     forbid(seen.get("calls"), {"cross_entropy": "the drill asks you to build it from log_softmax",
                                "nll_loss": "the drill asks you to build it from log_softmax"},
@@ -784,13 +784,13 @@ def _lstm_setup(case: Case) -> tuple[nn.LSTM, torch.Tensor, torch.Tensor]:
     return nn.LSTM(features, hidden, batch_first=True), x, lengths
 
 
-def _probe_lstm(answer: dict, case: Case) -> dict:
+def _probe_lstm(answer: dict, *, case: Case) -> dict:
     lstm, x, lengths = _lstm_setup(case)
     with torch.no_grad():
         return {"out": answer["last_valid_output"](lstm, x, lengths)}
 
 
-def _judge_lstm(seen: dict, case: Case) -> str:
+def _judge_lstm(seen: dict, *, case: Case) -> str:
     where = "last_valid_output"
     lstm, x, lengths = _lstm_setup(case)
     with torch.no_grad():
@@ -871,7 +871,7 @@ def _seq_lr(case: Case) -> float:
     return 0.1 + 0.05 * (case.seed % 5)
 
 
-def _probe_seq_step(answer: dict, case: Case) -> dict:
+def _probe_seq_step(answer: dict, *, case: Case) -> dict:
     embed, classifier, batches = _classifier_setup(case)
     params = {"embed.weight": embed.weight, "classifier.weight": classifier.weight, "classifier.bias": classifier.bias}
     names = {id(p): n for n, p in params.items()}
@@ -902,7 +902,7 @@ def _pooled_loss(params: dict[str, torch.Tensor], tokens: torch.Tensor, lengths:
     return F.cross_entropy(F.linear(pooled, params["classifier.weight"], params["classifier.bias"]), labels)
 
 
-def _judge_seq_step(seen: dict, case: Case) -> str:
+def _judge_seq_step(seen: dict, *, case: Case) -> str:
     where = "train_step"
     _, _, batches = _classifier_setup(case)
     steps, losses = seen.get("steps"), seen.get("losses")

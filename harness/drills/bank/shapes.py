@@ -28,12 +28,12 @@ def _heads_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(_B, _T, _H * _D, generator=gen), torch.randn(_B, _H, _T, _D, generator=gen)
 
 
-def _probe_heads(answer: dict, case: Case) -> dict:
+def _probe_heads(answer: dict, *, case: Case) -> dict:
     tokens, per_head = _heads_inputs(case)
     return {"split": answer["split_heads"](tokens.clone(), _H), "merge": answer["merge_heads"](per_head.clone())}
 
 
-def _judge_heads(seen: dict, case: Case) -> str:
+def _judge_heads(seen: dict, *, case: Case) -> str:
     tokens, per_head = _heads_inputs(case)
     checks = (
         ("split", "split_heads(x, heads)", tokens.view(_B, _T, _H, _D).transpose(1, 2), (
@@ -180,7 +180,7 @@ def _loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear, torch.Te
     return model, x, y
 
 
-def _probe_loss(answer: dict, case: Case) -> dict:
+def _probe_loss(answer: dict, *, case: Case) -> dict:
     results = []
     for base, batch in enumerate(_SIZES):
         model, x, y = _loss_inputs(case, base, batch)
@@ -202,7 +202,7 @@ def _loss_variants(model: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> dict[s
                 "wrong-reduction": F.mse_loss(out, y, reduction="sum")}
 
 
-def _judge_loss(seen: dict, case: Case) -> str:
+def _judge_loss(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
     if not (isinstance(results, list) and len(results) == len(_SIZES) and all(
             isinstance(r, dict) and isinstance(r.get("graph"), bool) and isinstance(r.get("grads"), list)

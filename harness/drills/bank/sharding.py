@@ -59,7 +59,7 @@ def _lists(tensors: Any) -> list:
 
 # --- shard_flat ----------------------------------------------------------------------------------------------
 
-def _probe_shard_flat(answer: dict, case: Case) -> dict:
+def _probe_shard_flat(answer: dict, *, case: Case) -> dict:
     params = _params(case)
     return {"shards": [[answer["shard_flat"](params, rank, world) for rank in range(world)] for world in _WORLDS]}
 
@@ -72,7 +72,7 @@ def _per_parameter(params: list[torch.Tensor], rank: int, world: int) -> torch.T
     return torch.cat([_shard(p.detach().reshape(-1), rank, world) for p in params])
 
 
-def _judge_shard_flat(seen: dict, case: Case) -> str:
+def _judge_shard_flat(seen: dict, *, case: Case) -> str:
     params = _params(case)
     flat = _flat(params)
     shards = seen.get("shards")
@@ -168,7 +168,7 @@ add(
 
 # --- gather the full parameters --------------------------------------------------------------------------------
 
-def _probe_gather(answer: dict, case: Case) -> dict:
+def _probe_gather(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> list:
         params = _params(case)
         shard = _shard(_flat(params), rank, 2).clone()
@@ -186,7 +186,7 @@ def _unflatten(flat: torch.Tensor, shapes: list[tuple[int, ...]]) -> list[torch.
     return pieces
 
 
-def _judge_gather(seen: dict, case: Case) -> str:
+def _judge_gather(seen: dict, *, case: Case) -> str:
     params = _params(case)
     shapes = [tuple(p.shape) for p in params]
     want = [p.detach() for p in params]
@@ -288,7 +288,7 @@ def _zero_grads(case: Case, step: int, rank: int) -> list[torch.Tensor]:
     return [torch.randn(shape, generator=gen) for shape in _param_shapes(case)]
 
 
-def _probe_zero1(answer: dict, case: Case) -> dict:
+def _probe_zero1(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
         params = _params(case)
         shard_size = _padded(_flat(params), 2).numel() // 2
@@ -333,7 +333,7 @@ def _zero1_reference(case: Case, mode: str) -> tuple[list[list[torch.Tensor]], l
     return traces, momenta
 
 
-def _judge_zero1(seen: dict, case: Case) -> str:
+def _judge_zero1(seen: dict, *, case: Case) -> str:
     ranks = seen.get("ranks")
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(
             isinstance(r, dict) and isinstance(r.get("params"), list) and len(r["params"]) == _STEPS

@@ -32,13 +32,13 @@ _LOGSUMEXP_FORBIDDEN = {
 }
 
 
-def _probe_logsumexp(answer: dict, case: Case) -> dict:
+def _probe_logsumexp(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["logsumexp"](x, dim) for x, dim in _logsumexp_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
-def _judge_logsumexp(seen: dict, case: Case) -> str:
+def _judge_logsumexp(seen: dict, *, case: Case) -> str:
     forbid(seen["calls"], _LOGSUMEXP_FORBIDDEN, where="the drill's prompt")
     inputs, outputs = _logsumexp_inputs(case), seen["outputs"]
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
@@ -107,7 +107,7 @@ def _pairwise_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_pairwise(answer: dict, case: Case) -> dict:
+def _probe_pairwise(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
     for a, b in _pairwise_inputs(case):
         with CallRecorder() as calls:
@@ -116,7 +116,7 @@ def _probe_pairwise(answer: dict, case: Case) -> dict:
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_pairwise(seen: dict, case: Case) -> str:
+def _judge_pairwise(seen: dict, *, case: Case) -> str:
     inputs, outputs, counts = _pairwise_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
@@ -246,12 +246,12 @@ def _uint8_images(case: Case) -> list[torch.Tensor]:
     return images
 
 
-def _probe_uint8(answer: dict, case: Case) -> dict:
+def _probe_uint8(answer: dict, *, case: Case) -> dict:
     images = _uint8_images(case)
     return {"outputs": [answer["center"](x) for x in images], "inputs_after": images}
 
 
-def _judge_uint8(seen: dict, case: Case) -> str:
+def _judge_uint8(seen: dict, *, case: Case) -> str:
     images, outputs, after = _uint8_images(case), seen.get("outputs"), seen.get("inputs_after")
     if not isinstance(outputs, list) or not isinstance(after, list) or len(outputs) != len(images) \
             or len(after) != len(images):
@@ -313,7 +313,7 @@ def _sgd_case(case: Case) -> tuple[float, list[torch.Tensor], list[torch.Tensor]
     return lr, [torch.randn(s, generator=gen) for s in shapes], [torch.randn(s, generator=gen) for s in shapes]
 
 
-def _probe_sgd(answer: dict, case: Case) -> dict:
+def _probe_sgd(answer: dict, *, case: Case) -> dict:
     lr, values, grads = _sgd_case(case)
     params = [v.clone().requires_grad_(True) for v in values]
     for p, g in zip(params, grads, strict=True):
@@ -323,7 +323,7 @@ def _probe_sgd(answer: dict, case: Case) -> dict:
                         "is_leaf": p.is_leaf} for p in params]}
 
 
-def _judge_sgd(seen: dict, case: Case) -> str:
+def _judge_sgd(seen: dict, *, case: Case) -> str:
     lr, values, grads = _sgd_case(case)
     params = seen.get("params")
     if not isinstance(params, list) or len(params) != len(values) or not all(isinstance(p, dict) for p in params):
@@ -411,7 +411,7 @@ def _attention_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_attention(answer: dict, case: Case) -> dict:
+def _probe_attention(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
     for q, k in _attention_inputs(case):
         with CallRecorder() as calls:
@@ -420,7 +420,7 @@ def _probe_attention(answer: dict, case: Case) -> dict:
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_attention(seen: dict, case: Case) -> str:
+def _judge_attention(seen: dict, *, case: Case) -> str:
     inputs, outputs, counts = _attention_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
@@ -509,7 +509,7 @@ def _masked_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_masked(answer: dict, case: Case) -> dict:
+def _probe_masked(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
     for x, lengths in _masked_inputs(case):
         with CallRecorder() as calls:
@@ -518,7 +518,7 @@ def _probe_masked(answer: dict, case: Case) -> dict:
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_masked(seen: dict, case: Case) -> str:
+def _judge_masked(seen: dict, *, case: Case) -> str:
     inputs, outputs, counts = _masked_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not isinstance(counts, list) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
@@ -613,13 +613,13 @@ def _gather_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_gather(answer: dict, case: Case) -> dict:
+def _probe_gather(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["target_log_probs"](logits, targets) for logits, targets in _gather_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
-def _judge_gather(seen: dict, case: Case) -> str:
+def _judge_gather(seen: dict, *, case: Case) -> str:
     forbid(seen.get("calls"), {name: "the drill asks you to pick the log-probabilities yourself" for name in
                                ("cross_entropy", "nll_loss")}, where="the drill's prompt")
     inputs, outputs = _gather_inputs(case), seen.get("outputs")

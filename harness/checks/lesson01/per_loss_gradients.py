@@ -1,0 +1,79 @@
+"""01-per-loss-gradients, the probe.
+
+Record the returned gradients, how many distinct storages they use, whether w.grad was left set, and
+the torch calls the student's code made (to name an in-place reset, if there was one).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from harness.checks.lesson01.common import _randn
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.forbidden import CallRecorder
+from harness.contract.registry import register
+
+
+def _loss_family(w: torch.Tensor, count: int, seed: int) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    targets = [_randn(*w.shape, seed=seed + i) for i in range(count)]
+    scales = [0.5 + i for i in range(count)]
+
+    def make(target: torch.Tensor, scale: float, kind: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        if kind % 2 == 0:
+            return lambda v: scale * (v - target).pow(2).sum()
+        return lambda v: scale * torch.sin(v * target).sum()
+
+    return [make(t, s, i) for i, (t, s) in enumerate(zip(targets, scales, strict=True))]
+
+
+def _gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[torch.Tensor], torch.Tensor]]]]:
+    """(w, losses) pairs: a vector with three losses and a matrix with two; other shapes, a single loss and 3-d
+    weights hidden."""
+    settings = [((5,), 3, 0), ((4, 3), 2, 10)] if not case.hidden else [((4, 3), 4, 10), ((7,), 1, 20),
+                                                                         ((2, 2, 2), 2, 30)]
+    problems = []
+    for shape, count, seed in settings:
+        w = _randn(*shape, seed=case.seeded(seed + 99)).requires_grad_()
+        problems.append((w, _loss_family(w, count, case.seeded(seed))))
+    return problems
+
+
+@register("01-per-loss-gradients", hints=Hints(
+    nudge="backward() adds into w.grad; it never overwrites it. What must happen to w.grad between two losses?",
+    concept="backward() accumulates into .grad (in place, into the same tensor); setting w.grad = None makes the "
+            "next backward() create a new tensor. torch.autograd.grad returns gradients without touching .grad.",
+    solution="return [torch.autograd.grad(loss(w), w)[0] for loss in losses]",
+    section="5. Autograd: the graph and `.grad`"),
+    requires={
+        "wrong-count": Requirement("returns a list with one gradient per loss",
+                                   hint="How many entries does your list have for three losses?"),
+        "not-a-tensor": Requirement("each gradient is a tensor", hint="Append the gradient tensor itself."),
+        "aliased": Requirement("each gradient is its own tensor",
+                               hint="Print [g.data_ptr() for g in gradients]: are your entries one and the same "
+                                    "tensor?"),
+        "accumulated": Requirement("each gradient is that of its loss alone",
+                                   hint="backward() adds into w.grad. What is in w.grad when the second loss's "
+                                        "backward() starts?"),
+        "wrong-values": Requirement("the gradient of loss(w) with respect to w",
+                                    hint="Compare your first gradient with torch.autograd.grad(losses[0](w), w)[0]."),
+        "graph-kept": Requirement("plain tensors, not connected to a graph",
+                                  hint="Does a returned gradient have requires_grad=True? Which argument asked for "
+                                       "a graph of the gradient?"),
+        "grad-left-behind": Requirement("leaves w.grad as it found it (None)",
+                                        hint="Print w.grad after your function returns: the caller's next "
+                                             "backward() would add into it."),
+    })
+def probe_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor]], *, case: Case) -> dict:
+    """Record the returned gradients, how many distinct storages they use, whether w.grad was left set, and
+    the torch calls the student's code made (to name an in-place reset, if there was one)."""
+    runs = []
+    with CallRecorder() as calls:
+        for w, losses in _gradient_problems(case):
+            result = per_loss_gradients(w, losses)
+            tensors = isinstance(result, (list, tuple)) and all(isinstance(g, torch.Tensor) for g in result)
+            runs.append({"result": result, "storages": len({g.data_ptr() for g in result}) if tensors else None,
+                         "grad_left_behind": w.grad is not None})
+    return {"runs": runs, "calls": calls.seen}

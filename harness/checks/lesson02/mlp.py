@@ -1,0 +1,134 @@
+"""02-mlp, the probe.
+
+Build the student's MLP for each configuration; record its layers, eval and train outputs, one SGD step.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _linears, _randn, _snapshot
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+def _layers(model: nn.Module) -> list[dict[str, Any]]:
+    """Every nn.Linear of `model` (in model.modules() order) as data: its weight and bias."""
+    return [{"weight": _snapshot(m.weight), "bias": _snapshot(m.bias)} for m in _linears(model)]
+
+
+def _mlp_configurations(case: Case) -> list[tuple[list[int], float]]:
+    """(sizes, dropout): a dropout other than nn.Dropout's default 0.5, and a single layer (no hidden one)."""
+    if not case.hidden:
+        return [([6, 16, 16, 3], 0.25), ([3, 5], 0.4)]
+    return [([3, 5], 0.3), ([8, 32, 32, 32, 2], 0.2), ([4, 7, 1], 0.6)]
+
+
+def _mlp_input(case: Case, sizes: list[int]) -> torch.Tensor:
+    return _randn(64, sizes[0], seed=case.seeded(len(sizes)))
+
+
+def _train_forward(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """One train-mode forward, with the input of every nn.Linear recorded (in the order the layers ran)."""
+    inputs: list[torch.Tensor] = []
+    handles = [m.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach().clone()))
+               for m in _linears(model)]
+    try:
+        model.train()
+        out = model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {"inputs": inputs, "out": out.detach()}
+
+
+def _run_mlp(mlp_class: type, model: nn.Module, record: dict[str, Any], sizes: list[int], p: float,
+             x: torch.Tensor) -> None:
+    """Record eval outputs, a dropout model's eval outputs and one train-mode forward, and the weights after one
+    SGD step."""
+    model.eval()
+    with torch.no_grad():
+        record["out"] = model(x)
+        dropout_model = _build(mlp_class, sizes, dropout=p)
+        dropout_model.eval()
+        record["dropout_layers"] = _layers(dropout_model)
+        record["dropout_eval"] = [dropout_model(x), dropout_model(x)]
+        record["dropout_train"] = _train_forward(dropout_model, x)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    model(x).square().mean().backward()
+    optimizer.step()
+    record["stepped"] = [_snapshot(m.weight) for m in _linears(model)]
+    record["got_gradient"] = [m.weight.grad is not None and bool(m.weight.grad.abs().sum() > 0)
+                              for m in _linears(model)]
+
+
+@register(
+    "02-mlp",
+    hints=Hints(
+        nudge="Build one nn.Linear per consecutive pair of sizes, keep them where nn.Module can see them, and in "
+              "forward put ReLU and dropout between layers, never after the last.",
+        concept="nn.Module registers only attributes that are modules, parameters or module containers "
+                "(nn.ModuleList, nn.ModuleDict): a plain list of layers is invisible to parameters(), state_dict() "
+                "and train()/eval(). An nn.Dropout module follows the model's mode.",
+        solution="self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])); "
+                 "self.dropout = nn.Dropout(dropout); in forward: *hidden, last = self.layers; "
+                 "x = self.dropout(torch.relu(layer(x))) for each hidden layer; return last(x)",
+        section="1. Subclassing `nn.Module`, and what gets registered"),
+    requires={
+        "missing-super-init": Requirement(
+            "an nn.Module subclass: nn.Module's __init__ runs before layers are assigned",
+            hint="The error says the layers were assigned before something ran. What must be the first line of a "
+                 "module's __init__?"),
+        "unregistered-layers": Requirement(
+            "all layers are registered (seen by parameters(), trained by the optimizer)",
+            hint="Print len(list(MLP([4, 8, 2]).parameters())). Where are your layers stored, and does nn.Module "
+                 "look inside that kind of container?"),
+        "wrong-layers": Requirement(
+            "one nn.Linear with bias per consecutive pair of sizes, in order",
+            hint="Compare your layers' (in, out) shapes with zip(sizes[:-1], sizes[1:]), and check that each has a "
+                 "bias."),
+        "relu-after-last": Requirement(
+            "no activation after the last layer: the output is raw scores",
+            hint="Your outputs are never negative. Which layer should not be followed by a ReLU?"),
+        "missing-activation": Requirement(
+            "ReLU after every layer except the last",
+            hint="Without an activation, stacked Linear layers collapse into one linear map. Where does the ReLU go?"),
+        "wrong-forward": Requirement(
+            "forward is Linear -> ReLU -> ... -> Linear (each layer once, in order)",
+            hint="Run your model in eval mode on a small input and compare with applying the layers and torch.relu "
+                 "by hand, one at a time."),
+        "dropout-in-eval": Requirement(
+            "dropout is active in train() mode only",
+            hint="Call your model twice in eval mode on the same input: are the outputs equal? What tells a "
+                 "dropout call that the model is in eval mode?"),
+        "dropout-missing": Requirement(
+            "dropout after every hidden ReLU",
+            hint="In train mode, count the zeros after each hidden ReLU: is the dropout argument used after every "
+                 "hidden layer?"),
+        "wrong-dropout": Requirement(
+            "dropout with probability `dropout` (survivors rescaled by 1 / (1 - p), as nn.Dropout does)",
+            hint="With MLP(sizes, dropout=0.25) in train mode, about a quarter of the hidden units should be zero. "
+                 "What probability does your dropout use, and is it the probability of dropping?"),
+        "dropout-misplaced": Requirement(
+            "dropout only after the hidden ReLUs: not on the input, not on the output scores",
+            hint="In train mode, does the first layer see x itself, and is the output the last layer's result?"),
+    },
+)
+@_isolated_rng
+def probe_mlp(mlp_class: type, *, case: Case) -> dict:
+    """Build the student's MLP for each configuration; record its layers, eval and train outputs, one SGD step."""
+    records = []
+    for sizes, p in _mlp_configurations(case):
+        torch.manual_seed(case.seeded(0))
+        model = _build(mlp_class, sizes)
+        record: dict[str, Any] = {"registered": sum(param.numel() for param in model.parameters()),
+                                  "layers": _layers(model)}
+        records.append(record)
+        _attempt(record, functools.partial(_run_mlp, mlp_class, model, record, sizes, p, _mlp_input(case, sizes)))
+    return {"configurations": records}

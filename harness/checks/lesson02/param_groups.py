@@ -1,0 +1,101 @@
+"""02-param-groups, the probe.
+
+Build an AdamW from the student's groups (with defaults that a forgotten option makes visible); record
+its groups by parameter name.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from harness.checks.lesson02.common import _isolated_rng, _seeded
+from harness.checks.param_groups import describe_groups
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import register
+
+
+class _GroupModel(nn.Module):
+    def __init__(self, freeze_first: bool) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 8), nn.LayerNorm(8),
+                                      nn.Linear(8, 8, bias=False))
+        self.head = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
+        if freeze_first:
+            self.backbone[0].requires_grad_(False)
+
+
+def _group_settings(case: Case) -> list[tuple[bool, float, float, float]]:
+    """(freeze the embedding, lr, weight_decay, backbone_lr): the visible model has a frozen parameter too."""
+    return [(True, 1e-3, 0.1, 1e-4)] if not case.hidden else [(True, 3e-3, 0.05, 3e-5), (False, 0.1, 0.2, 0.01)]
+
+
+def _group_model(case: Case, freeze_first: bool) -> nn.Module:
+    return _seeded(case.seeded(0), functools.partial(_GroupModel, freeze_first))
+
+
+# The optimizer's defaults in the probe: a group that leaves an option out gets these, visibly wrong.
+_DEFAULT_LR, _DEFAULT_WEIGHT_DECAY = 12345.0, 0.777
+
+
+@register(
+    "02-param-groups",
+    hints=Hints(
+        nudge="Ask two questions of each trainable parameter: is it in the backbone (backbone_lr)? Is it a matrix "
+              "(ndim >= 2: weight decay) or a bias or norm weight (ndim < 2: none)? Each answer pair is one group.",
+        concept="An optimizer takes a list of groups, dicts with 'params' and their own options; a parameter may be "
+                "in one group only, and options a group leaves out take the optimizer's defaults. "
+                "model.named_parameters() gives each parameter with its name, p.requires_grad and p.ndim the rest.",
+        solution="for name, p in model.named_parameters(): skip if not p.requires_grad; key = "
+                 "(name.startswith('backbone.'), p.ndim >= 2); append p to that key's list; return "
+                 "[{'params': ps, 'lr': backbone_lr if backbone else lr, 'weight_decay': weight_decay if decay else "
+                 "0.0} for (backbone, decay), ps in lists.items()]",
+        section="7. Parameter groups"),
+    requires={
+        "frozen-params-included": Requirement(
+            "frozen parameters appear in no group",
+            hint="The model you get may have frozen parameters. Which attribute tells, and does your function look "
+                 "at it?"),
+        "missing-params": Requirement(
+            "every trainable parameter appears in a group (the parameters themselves, not copies)",
+            hint="Count the parameters in your groups and compare with the trainable ones: which kind does no "
+                 "branch take, and are they the model's own tensors?"),
+        "duplicate-params": Requirement(
+            "each parameter appears exactly once",
+            hint="Can one parameter pass two of your selections? Each parameter needs one test that picks one group."),
+        "decay-on-bias-or-norm": Requirement(
+            "parameters with ndim < 2 (biases, norm weights) get weight_decay 0.0",
+            hint="Print p.ndim for a bias and for a LayerNorm weight. Which group do they land in?"),
+        "no-decay-on-weights": Requirement(
+            "parameters with ndim >= 2 get weight_decay, set explicitly in their group",
+            hint="An Embedding's weight is a matrix too. Does every group with matrices set 'weight_decay'?"),
+        "wrong-lr": Requirement(
+            "backbone parameters get backbone_lr, all others lr, set in every group",
+            hint="Print each group's lr with the names of its parameters: which get backbone_lr, and does every "
+                 "group set 'lr'?"),
+    },
+)
+@_isolated_rng
+def probe_param_groups(make_param_groups: Callable[..., list[dict[str, Any]]], *, case: Case) -> dict:
+    """Build an AdamW from the student's groups (with defaults that a forgotten option makes visible); record
+    its groups by parameter name."""
+    described = []
+    for freeze_first, lr, weight_decay, backbone_lr in _group_settings(case):
+        model = _group_model(case, freeze_first)
+        groups = make_param_groups(model, lr=lr, weight_decay=weight_decay, backbone_lr=backbone_lr)
+        try:
+            optimizer = torch.optim.AdamW(groups, lr=_DEFAULT_LR, weight_decay=_DEFAULT_WEIGHT_DECAY)
+        except ValueError as error:
+            if "more than one" not in str(error):
+                raise
+            fail("duplicate-params", observed=f"torch.optim.AdamW(groups) raised: {error}",
+                 expected="each parameter in exactly one group",
+                 cause="overlapping selections: a parameter passes the tests of two groups (for example a group of "
+                       "all parameters plus a group of biases)",
+                 where="make the selections disjoint: one test per parameter decides its single group")
+        described.append(describe_groups(model, optimizer.param_groups))
+    return {"groups": described}

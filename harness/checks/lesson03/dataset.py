@@ -1,0 +1,109 @@
+"""03-dataset, the probe.
+
+Build datasets with and without a counting transform; record lengths, items, transform calls, a
+DataLoader batch, and what building one with mismatched lengths raised.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson03.common import _in_order
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+class _CountingTransform:
+    """A transform that records how often it runs: per item, never at construction."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return _transformed(x)
+
+
+def _transformed(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+def _dataset_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features, labels): 10 rows of (2, 4) visibly, 23 rows of (3, 5) hidden (rows of more than one
+    dimension, like images, in both)."""
+    generator = torch.Generator().manual_seed(case.seeded(5 if case.hidden else 1))
+    shape = (23, 3, 5) if case.hidden else (10, 2, 4)
+    features = torch.randn(*shape, generator=generator)
+    return features, torch.randint(0, 3, (shape[0],), generator=generator)
+
+
+def _read_indices(n: int) -> tuple[int, ...]:
+    return (0, n - 1, n // 2)
+
+
+@register(
+    "03-dataset",
+    hints=Hints(
+        nudge="A map-style dataset needs only __len__ and __getitem__; the transform runs inside __getitem__, on "
+        "the input only, every time an item is read.",
+        concept="The DataLoader asks len(dataset) once, then dataset[i] for every index its sampler yields, every "
+        "epoch: whatever __getitem__ does (a random augmentation) happens anew at each read, while __init__ only "
+        "validates and stores.",
+        solution="__init__: `if len(features) != len(labels): raise ValueError(...)`, store both and the "
+        "transform. __len__: `return len(self.features)`. __getitem__: `x = self.features[index]; if "
+        "self.transform is not None: x = self.transform(x); return x, self.labels[index]`.",
+        section="1. Dataset and DataLoader",
+    ),
+    requires={
+        "wrong-length": Requirement(
+            "len(dataset) is the number of rows (samples)",
+            hint="len(dataset) counts samples: which size of features has one entry per sample?"),
+        "wrong-item": Requirement(
+            "dataset[i] is the pair (features[i], labels[i]), unchanged without a transform, so that a DataLoader "
+            "batches it into (B, *row shape) and (B,)",
+            hint="Print dataset[0] next to (features[0], labels[0]): the same two tensors, indexed (not sliced), "
+            "as a plain pair?"),
+        "eager-transform": Requirement(
+            "the transform runs each time an item is read, never in __init__",
+            hint="Count how often your transform runs while the dataset is being built: where must a random "
+            "augmentation run for each epoch to get a new one?"),
+        "transform-on-label": Requirement(
+            "the label is never transformed",
+            hint="The transform is for the input only: look at what your __getitem__ passes to self.transform."),
+        "transform-not-applied": Requirement(
+            "with a transform, dataset[i] returns (transform(features[i]), labels[i]), one call per read",
+            hint="Build your dataset with transform=lambda x: x + 100 and read one item: did the +100 show, "
+            "exactly once?"),
+        "no-length-check": Requirement(
+            "features and labels of different lengths raise a ValueError that says so",
+            hint="Try ArrayDataset(torch.zeros(10, 2), torch.zeros(9)): the exercise wants a ValueError with a "
+            "message, raised by __init__ right away."),
+    },
+)
+def probe_dataset(cls: type, *, case: Case) -> dict:
+    """Build datasets with and without a counting transform; record lengths, items, transform calls, a
+    DataLoader batch, and what building one with mismatched lengths raised."""
+    features, labels = _dataset_inputs(case)
+    plain = cls(features, labels)
+    transform = _CountingTransform()
+    augmented = cls(features, labels, transform=transform)
+    calls_at_construction = transform.calls
+    augmented_item = augmented[3]
+    try:
+        cls(features, labels[:-1])
+    except Exception as error:  # noqa: BLE001 - which exception, if any, is what the judge decides on
+        mismatch = {"type": type(error).__name__, "value_error": isinstance(error, ValueError),
+                    "message": str(error)[:200]}
+    else:
+        mismatch = None
+    return {
+        "name": cls.__name__,
+        "length": len(plain),
+        "items": [plain[index] for index in _read_indices(len(features))],
+        "calls_at_construction": calls_at_construction,
+        "augmented_item": augmented_item,
+        "calls_after_read": transform.calls,
+        "batch": next(iter(_in_order(plain))),
+        "mismatch": mismatch,
+    }

@@ -1,0 +1,154 @@
+"""04-fit, the probe: Run fit on each of the case's problems and record what each run did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from harness.checks.lesson04.common import _loader, _model, _one_thread
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import (
+    ForwardRecorder,
+    HostSyncCounter,
+    StepRecorder,
+)
+from harness.contract.registry import register
+
+_VAL_SIZE = 96  # the whole validation set is one batch: a forward of this size is an evaluation
+
+
+@dataclass
+class _ValSnapshots:
+    """Copies the model's state each time it sees the validation batch (the whole val set, one batch)."""
+
+    model: nn.Module
+    states: list[dict[str, torch.Tensor]] = field(default_factory=list)
+
+    def __enter__(self) -> "_ValSnapshots":
+        self._handle = self.model.register_forward_pre_hook(self._record)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+    def _record(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() and inputs[0].shape[0] == _VAL_SIZE:
+            self.states.append({k: v.detach().clone() for k, v in module.state_dict().items()})
+
+
+def _fit_problem(seed: int, features: int) -> tuple[nn.Module, DataLoader, DataLoader]:
+    """A task whose validation loss falls then rises: 20% of the val labels disagree with the training rule."""
+    generator = torch.Generator().manual_seed(seed)
+    direction = torch.randn(features, generator=generator)
+    x_train = torch.randn(256, features, generator=generator)
+    y_train = (x_train @ direction > 0).long()
+    x_val = torch.randn(_VAL_SIZE, features, generator=generator)
+    y_val = (x_val @ direction > 0).long()
+    flipped = torch.rand(_VAL_SIZE, generator=generator) < 0.2
+    y_val[flipped] = 1 - y_val[flipped]
+    return _model(features, 2, seed), _loader(x_train, y_train, 16), _loader(x_val, y_val, _VAL_SIZE)
+
+
+def _fit_runs(case: Case) -> list[dict[str, Any]]:
+    """The fits a check runs: problem seed and size, and the early-stopping settings."""
+    if case.hidden:
+        runs = [dict(seed=13, features=5, patience=3, min_delta=0.0, max_epochs=14),
+                dict(seed=14, features=3, patience=2, min_delta=1e-3, max_epochs=12),
+                dict(seed=15, features=4, patience=1, min_delta=10.0, max_epochs=8)]
+    else:
+        runs = [dict(seed=3, features=4, patience=2, min_delta=0.0, max_epochs=12),
+                dict(seed=4, features=4, patience=3, min_delta=0.01, max_epochs=12)]
+    return [run | {"seed": case.seeded(run["seed"])} for run in runs]
+
+
+def _history_data(history: Any) -> Any:
+    """The returned history as data: a DataFrame as its rows, NumPy scalars as Python numbers and NumPy arrays as
+    tensors (the wire has no NumPy)."""
+    rows = history.to_dict("records") if isinstance(history, pd.DataFrame) else history
+    if not isinstance(rows, (list, tuple)):
+        return rows
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            return value.item()  # a host number already: no device involved
+        numeric = isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
+        return torch.as_tensor(value) if numeric else value
+
+    return [{k: plain(v) for k, v in row.items()} if isinstance(row, dict) else row for row in rows]
+
+
+def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_delta: float, max_epochs: int) -> dict:
+    """Run one fit; record the state at every validation, every forward, the syncs, the history, the end state."""
+    model, train_loader, val_loader = _fit_problem(seed, features)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.03)
+    with _ValSnapshots(model) as snapshots, ForwardRecorder(model) as forwards, StepRecorder(optimizer) as steps, \
+            HostSyncCounter() as syncs:
+        history = fit(
+            model, train_loader, val_loader, loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer,
+            max_epochs=max_epochs, patience=patience, min_delta=min_delta,
+        )
+    return {
+        "snapshots": snapshots.states,
+        "forwards": [{"training": r.training, "grad_enabled": r.grad_enabled, "batch_size": r.batch_size}
+                     for r in forwards.records],
+        "syncs": syncs.count,
+        "step_params": [r.params for r in steps.records],
+        "history": _history_data(history),
+        "final": {k: v.detach().clone() for k, v in model.state_dict().items()},
+    }
+
+
+@register(
+    "04-fit",
+    hints=Hints(
+        nudge="Track the best validation loss so far and a copy of the weights then; count epochs since the last "
+        "improvement (by more than min_delta) and stop when the count reaches patience.",
+        concept="Early stopping watches the validation loss: an epoch improves when it beats the best by more "
+        "than min_delta; patience epochs in a row without improvement stop the run; the best epoch's weights "
+        "(a deep copy) are loaded back at the end.",
+        solution="After evaluate: `if val < best - min_delta: best, waited, best_state = val, 0, "
+        "copy.deepcopy(model.state_dict())` else `waited += 1; if waited >= patience: break`; after the loop "
+        "`model.load_state_dict(best_state)`",
+        section="5. `fit` with early stopping",
+    ),
+    requires={
+        "eval-mode-in-training": Requirement(
+            "trains each epoch in training mode (after evaluate left the model in eval mode)",
+            hint="evaluate() leaves the model in eval mode. What switches it back before the next epoch trains?"),
+        "no-validation": Requirement(
+            "evaluates on val_loader after each epoch",
+            hint="Where does your fit look at val_loader? Early stopping needs its loss every epoch."),
+        "host-sync-per-step": Requirement(
+            "no host sync per training step (a few per epoch)",
+            hint="Which line of your epoch converts a loss to a Python number at every step?"),
+        "wrong-step-count": Requirement(
+            "each epoch trains once over the whole train_loader",
+            hint="Count the optimizer steps per epoch: one per batch of train_loader, one pass per epoch."),
+        "wrong-history": Requirement(
+            "returns one row per epoch with epoch, train_loss, val_loss and val_accuracy as floats, "
+            "matching the epoch's training and validation",
+            hint="Print your history: one dict per epoch, the four keys, plain floats, values of that epoch?"),
+        "early-stop-on-train-loss": Requirement(
+            "early stopping watches the validation loss",
+            hint="Which loss does your improvement test compare? The training loss keeps falling while you overfit."),
+        "wrong-stop-epoch": Requirement(
+            "stops after patience epochs in a row without an improvement by more than min_delta (max_epochs "
+            "at most)",
+            hint="Replay your rule by hand on the val losses of the message: when is the counter reset, when "
+            "does it stop?"),
+        "best-weights-not-restored": Requirement(
+            "leaves the weights of the best epoch in the model (a deep copy, loaded back at the end)",
+            hint="After fit, which epoch's weights does your model hold? Is your saved copy still that epoch's?"),
+    },
+)
+@_one_thread()
+def probe_fit(fit: Callable, *, case: Case) -> dict:
+    """Run fit on each of the case's problems and record what each run did."""
+    return {"runs": [_observe_fit(fit, **run) for run in _fit_runs(case)]}

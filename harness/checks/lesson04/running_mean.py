@@ -1,0 +1,94 @@
+"""04-running-mean, the probe.
+
+Feed one instance the case's values (parts of a graph, as fresh losses are), a second one a single 1.0,
+and a third one values on a device it did not expect (meta: it holds no data, so it cannot be read).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from harness.checks.lesson04.common import _META, _one_thread
+from harness.contract.case import Case
+from harness.contract.errors import explain
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import (
+    HostSyncCounter,
+)
+from harness.contract.registry import register
+from harness.contract.wire import type_name
+
+
+def _running_mean_inputs(case: Case) -> tuple[list[torch.Tensor], list[int]]:
+    """The values and sample counts fed to update(); both end with a smaller batch and hold a batch of one."""
+    generator = torch.Generator().manual_seed(case.seeded(7 if case.hidden else 3))
+    counts = [5, 32, 32, 1, 17] if case.hidden else [32, 32, 1, 8]
+    return [torch.rand((), generator=generator) * 4 for _ in counts], counts
+
+
+@register(
+    "04-running-mean",
+    hints=Hints(
+        nudge="Keep a running *sum* of value * n and a running count, both as tensors; divide only in compute().",
+        concept="A device-side metric never leaves the device until you ask for it: accumulate value * n "
+        "(detached) and n, and divide once, in compute(). Each instance owns its state.",
+        solution="`self.total = self.total + value.detach() * n` and `self.count += n` in update (state set in "
+        "__init__: `self.total = torch.zeros(())`, `self.count = 0`); compute() returns `self.total / self.count`.",
+        section="3. Metrics without a sync at every step",
+    ),
+    requires={
+        "host-sync-per-update": Requirement(
+            "never syncs with the host (no .item(), float() or comparison on a tensor)",
+            hint="Which of your lines turns a tensor into a Python number? The total can stay a tensor."),
+        "keeps-graph": Requirement(
+            "does not keep the graph of the values it is given (stores value.detach())",
+            hint="The values you are given are live losses. What does adding one into your total keep alive?"),
+        "unweighted-mean": Requirement(
+            "weights each update by its number of samples n",
+            hint="Your mean treats a batch of 1 sample like a batch of 32. What should each value count for?"),
+        "wrong-mean": Requirement(
+            "compute() is sum(value * n) / sum(n) over every update",
+            hint="Work the mean out by hand for two updates (1.0 over 2 samples, 4.0 over 1) and compare."),
+        "shared-state": Requirement(
+            "keeps its state per instance (set in __init__)",
+            hint="Make two RunningMean objects and update one: does the other change? Where does the state live?"),
+        "not-a-scalar": Requirement(
+            "compute() returns a single number, a 0-dim tensor",
+            hint="What shape does compute() return? The mean over all samples is one number."),
+        "not-on-device": Requirement(
+            "compute() returns a tensor on the device of the values (the total follows them: out-of-place add)",
+            hint="Your total starts on the CPU. Does `+=` move it to the device of the value, or keep it where it is?"),
+    },
+)
+@_one_thread()
+def probe_running_mean(cls: type, *, case: Case) -> dict:
+    """Feed one instance the case's values (parts of a graph, as fresh losses are), a second one a single 1.0,
+    and a third one values on a device it did not expect (meta: it holds no data, so it cannot be read)."""
+    values, counts = _running_mean_inputs(case)
+    first, second = cls(), cls()
+    leaf = torch.ones((), requires_grad=True)
+    with HostSyncCounter() as syncs:
+        for value, n in zip(values, counts, strict=True):
+            first.update(value * leaf, n)  # a value that is part of a graph, as a fresh loss is
+        result = first.compute()
+    second.update(torch.tensor(1.0), 1)
+    return {"syncs": syncs.count, "sync_calls": sorted(set(syncs.calls)), "result": result, "fresh": second.compute(),
+            "other_device": _result_device(lambda: _fed(cls(), values, counts, _META).compute())}
+
+
+def _fed(meter: Any, values: list[torch.Tensor], counts: list[int], device: torch.device) -> Any:
+    """`meter` after one update per value, each value moved to `device`."""
+    for value, n in zip(values, counts, strict=True):
+        meter.update(value.to(device), n)
+    return meter
+
+
+def _result_device(run: Callable[[], Any]) -> dict[str, str]:
+    """The device of the tensor `run` returns, or what it raised (explained) or returned instead."""
+    try:
+        result = run()
+    except Exception as error:  # the judge reports it after the failures that explain it better
+        return {"raised": explain(error)[:2000]}
+    return {"device": f"a tensor on {result.device}" if isinstance(result, torch.Tensor) else f"a {type_name(result)}"}

@@ -1,0 +1,163 @@
+"""04-train-step, the probe.
+
+Call train_step once per batch; record every optimizer step, what .grad held at every backward, forward
+mode, sync and returned loss; then one call with the model on a device it did not expect (meta).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from harness.checks.lesson04.common import _META, _data, _model, _one_thread
+from harness.contract.case import Case
+from harness.contract.errors import explain
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import (
+    ForwardRecorder,
+    HostSyncCounter,
+    StepRecord,
+    StepRecorder,
+)
+from harness.contract.registry import register
+
+
+def _train_step_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The model (fresh, before any step) and the batches train_step is called on, one call each."""
+    features, classes, batch_sizes = (7, 5, [12, 20, 9]) if case.hidden else (4, 3, [16, 16])
+    model = _model(features, classes, seed=case.seeded(11 if case.hidden else 1))
+    batches = [_data(b, features, classes, seed=case.seeded(100 + i)) for i, b in enumerate(batch_sizes)]
+    return model, batches
+
+
+def _stepped_without_gradients(record: StepRecord) -> bool:
+    # grad_norm was computed by the step hook, so reading it here is no sync of the student's code
+    return any(g is None for g in record.grads) or record.grad_norm == 0.0
+
+
+@register(
+    "04-train-step",
+    hints=Hints(
+        nudge="Five lines, in this order: train mode, clear gradients, forward and loss, backward, step. Return "
+        "the loss without turning it into a Python number.",
+        concept="backward() adds into .grad, step() applies what .grad holds, and the mode decides how BatchNorm "
+        "and Dropout behave: each line has its place. The batch goes where the model's parameters are.",
+        solution="`x, y = (t.to(next(model.parameters()).device) for t in batch); model.train(); "
+        "optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); loss.backward(); optimizer.step(); "
+        "return loss.detach()`",
+        section="1. The training step",
+    ),
+    requires={
+        "eval-mode-in-training": Requirement(
+            "puts the model in training mode itself (the check hands it over in eval mode, as evaluate leaves it)",
+            hint="The model you are given may still be in eval mode. Which call switches BatchNorm and Dropout "
+            "back to training behaviour?"),
+        "missing-zero-grad": Requirement(
+            "each step's gradients are its own (cleared before backward)",
+            hint="Step 2's gradients came out as steps 1 and 2 added: what clears .grad between steps?"),
+        "step-before-backward": Requirement(
+            "optimizer.step() applies this batch's gradients: it runs after loss.backward(), nothing clearing "
+            "them in between",
+            hint="At the moment of step(), what does .grad hold? Follow the order of your lines."),
+        "wrong-step-count": Requirement(
+            "exactly one optimizer.step() per call",
+            hint="Count the optimizer.step() calls one train_step makes (including those of functions it calls)."),
+        "sum-not-mean": Requirement(
+            "the gradients are those of loss_fn as given (a mean over the batch)",
+            hint="Your gradients scale with the batch size. Which reduction does the given loss_fn use?"),
+        "wrong-gradients": Requirement(
+            "the gradients are those of loss_fn(model(x), y) on the current batch, nothing added",
+            hint="Compute loss_fn(model(x), y) exactly as given: no extra terms, no changed batch, one backward."),
+        "host-sync-per-step": Requirement(
+            "no host sync (.item(), float(), print of a tensor) inside train_step",
+            hint="Which line copies a value to the host? Return the tensor; the caller syncs once per epoch."),
+        "not-a-scalar": Requirement(
+            "returns the loss as a 0-dim tensor",
+            hint="What type does your train_step return? The caller wants the loss tensor itself."),
+        "returns-graph": Requirement(
+            "returns the loss detached from the graph",
+            hint="The loss you return still carries its graph. Which method gives the same value without it?"),
+        "wrong-loss": Requirement(
+            "returns this batch's loss, computed before the update",
+            hint="Which forward pass does your returned value come from: the one before step() or another?"),
+        "grads-zeroed-not-freed": Requirement(
+            "clears the gradients with zero_grad(set_to_none=True): freed, not filled with zeros",
+            hint="At backward, .grad held tensors of zeros. Which argument of zero_grad frees them instead?"),
+        "batch-not-on-device": Requirement(
+            "moves the batch to the device of the model's parameters",
+            hint="Your model may live on a GPU while the loader yields CPU tensors. Where do x and y go first?"),
+    },
+)
+@_one_thread()
+def probe_train_step(train_step: Callable, *, case: Case) -> dict:
+    """Call train_step once per batch; record every optimizer step, what .grad held at every backward, forward
+    mode, sync and returned loss; then one call with the model on a device it did not expect (meta)."""
+    model, batches = _train_step_inputs(case)
+    loss_fn = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model.eval()  # as evaluate() leaves it: train_step must switch the mode itself
+    losses, steps_after_call = [], []
+    with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards, _GradsAtBackward(model) as held, \
+            HostSyncCounter() as syncs:
+        for call, batch in enumerate(batches, start=1):
+            losses.append(train_step(model, batch, loss_fn, optimizer))
+            steps_after_call.append(len(steps.records))
+            # Stop after a step that saw no gradient: with step() between forward and backward, the next call
+            # would fail inside backward (step modified weights the graph saved) and hide the cause.
+            if len(steps.records) == call and _stepped_without_gradients(steps.records[-1]):
+                break
+    return {
+        "steps": [{"grads": r.grads, "params": r.params} for r in steps.records],
+        "steps_after_call": steps_after_call,
+        "training": [r.training for r in forwards.records],
+        "grads_at_backward": held.states,
+        "syncs": syncs.count,
+        "sync_calls": sorted(set(syncs.calls)),
+        "losses": losses,
+        "other_device": _step_elsewhere(train_step, case),
+    }
+
+
+@dataclass
+class _GradsAtBackward:
+    """What each parameter's .grad held when backward reached it, before adding into it: "none", "zeros" or
+    "values" (a tensor hook on a leaf runs before the gradient is accumulated)."""
+
+    model: nn.Module
+    states: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> "_GradsAtBackward":
+        self._handles = [p.register_hook(self._hook(p)) for p in self.model.parameters()]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def _hook(self, parameter: nn.Parameter) -> Callable[[torch.Tensor], None]:
+        def record(grad: torch.Tensor) -> None:
+            held = parameter.grad
+            with torch._C.DisableTorchFunction():  # the check's own read: the sync counter must not see it
+                self.states.append("none" if held is None else "values" if bool(held.detach().any()) else "zeros")
+        return record
+
+
+def _step_elsewhere(train_step: Callable, case: Case) -> dict[str, str]:
+    """One call with the model on the meta device and the batch on the CPU: the device the forward got."""
+    model, batches = _train_step_inputs(case)
+    model = model.to(_META)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    devices: list[str] = []
+    handle = model.register_forward_pre_hook(
+        lambda module, inputs: devices.append(str(inputs[0].device) if inputs and isinstance(inputs[0], torch.Tensor)
+                                              else "no tensor"))
+    try:
+        train_step(model, batches[0], nn.CrossEntropyLoss(), optimizer)
+    except Exception as error:  # a batch left on the CPU fails in the forward: the input device says why
+        return {"input": devices[0] if devices else "", "raised": explain(error)[:2000]}
+    finally:
+        handle.remove()
+    return {"input": devices[0] if devices else ""}

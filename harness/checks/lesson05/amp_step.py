@@ -1,0 +1,153 @@
+"""05-amp-step, the probe.
+
+Run the student's step instrumented: a plain step, a step with an inf gradient, two steps, a stale start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson05.common import (
+    AMP_SCALER_REQUIREMENTS,
+    AMP_SCOPE_REQUIREMENTS,
+    fail_on_trace,
+    inject_inf,
+    make_batch,
+    make_mlp,
+    run_amp_step,
+)
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import RecordingScaler, collect, snapshot
+from harness.contract.registry import register
+
+
+def _amp_setup(seed: int, init_scale: float) -> tuple[nn.Module, torch.optim.Optimizer, RecordingScaler]:
+    model = make_mlp(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, optimizer, RecordingScaler("cpu", init_scale=init_scale, growth_interval=1)
+
+
+def _amp_cases(case: Case) -> tuple[tuple[int, torch.dtype], ...]:
+    """(seed, autocast dtype) of each AMP step case."""
+    if case.hidden:
+        return (case.seeded(7), torch.bfloat16), (case.seeded(8), torch.float16)
+    return (case.seeded(3), torch.bfloat16), (case.seeded(4), torch.float16)
+
+
+def _two_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [make_batch(seed), make_batch(seed + 1)]
+
+
+# A small initial scale for the two-step run: stale gradients left from step 1 are divided by it in step 2
+# and must stay visible.
+_TWO_STEP_SCALE = 2.0
+
+
+def _amp_parts(case: Case) -> list[tuple[int, torch.dtype, str]]:
+    """The probe's units, in the order a check stopping at the first difference sees them."""
+    return [(seed, dtype, part) for seed, dtype in _amp_cases(case) for part in ("skip", "two_steps")]
+
+
+def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
+    """A plain step (its autocast scopes and scaler calls checked here), then one with an injected inf gradient.
+
+    Records the optimizer steps taken, the parameters and the scale after the inf step.
+    """
+    model, optimizer, scaler = _amp_setup(seed, init_scale=256.0)
+    model.eval()  # the step must switch it to training mode itself
+    trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
+    fail_on_trace(trace)
+    if not all(trace.forward_training):
+        fail("eval-mode", observed="the model ran its forward in eval mode (the check hands the step a model in "
+             "eval mode)", expected="model.train() before the forward: dropout and batch norm behave differently "
+             "in training", cause="amp_train_step does not put the model in training mode",
+             where="the first lines of amp_train_step")
+    model, optimizer, scaler = _amp_setup(seed, init_scale=1024.0)
+    handle = inject_inf(model)
+    trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
+    handle.remove()
+    fail_on_trace(trace)
+    return {"steps_taken": trace.steps_taken, "params": snapshot(model), "scale": float(scaler.get_scale())}
+
+
+def _probe_two_steps(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
+    """Two steps from the seeded start: what each returned, and the parameters after both."""
+    model, optimizer, scaler = _amp_setup(seed, init_scale=_TWO_STEP_SCALE)
+    traces = [run_amp_step(step_fn, model, batch, optimizer, scaler, dtype) for batch in _two_batches(seed)]
+    for trace in traces:
+        if trace.error is not None:
+            raise trace.error
+    return {"returned": [trace.returned for trace in traces], "params": snapshot(model)}
+
+
+def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """The parameters after one step that starts with a stale gradient of 1e3 on every parameter."""
+    model, optimizer, scaler = _amp_setup(seed, init_scale=1.0)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 1e3)  # a stale gradient: 50 per parameter at lr 0.05 if it is not cleared
+    run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)  # an exception here changes nothing
+    return snapshot(model)
+
+
+@register(
+    "05-amp-step", nonfinite=('runs/[02468]/params/*',),
+    hints=Hints(
+        nudge="The order is: training mode; zero the gradients; forward and loss inside torch.autocast; backward on "
+        "the scaled loss outside autocast; let the scaler step the optimizer; update the scale.",
+        concept="autocast wraps forward and loss only; scaler.scale(loss).backward() outside it; scaler.step "
+        "unscales and skips steps with inf/NaN; scaler.update adapts the scale. Return a detached tensor: "
+        ".item() would wait for the device every step.",
+        solution="model.train(); optimizer.zero_grad(set_to_none=True); with torch.autocast(device_type, "
+        "dtype=dtype): loss = loss_fn(model(x), y)  -- then, outside the block: scaler.scale(loss).backward(); "
+        "scaler.step(optimizer); scaler.update(); return loss.detach()",
+        section="5. The AMP training step",
+    ),
+    requires={
+        "eval-mode": Requirement("puts the model in training mode",
+                                 hint="The check hands your step a model in eval mode. Which call switches it to "
+                                 "training behaviour?"),
+        **AMP_SCOPE_REQUIREMENTS,
+        **AMP_SCALER_REQUIREMENTS,
+        "inf-step-not-skipped": Requirement("a step whose gradients hold inf leaves the parameters unchanged",
+                                            hint="Does anything of yours change the parameters outside "
+                                            "scaler.step(optimizer)?"),
+        "scale-not-reduced": Requirement("an overflow halves the scale (scaler.update() after scaler.step)",
+                                         hint="What is scaler.get_scale() after your step with an inf gradient, and "
+                                         "what sets it afterwards?"),
+        "returns-graph": Requirement("returns the loss detached",
+                                     hint="Does the tensor you return still have a grad_fn?"),
+        "not-a-tensor": Requirement("returns a tensor, not a Python number (no .item())",
+                                    hint="Print type() of what your step returns: which call turned it into a "
+                                    "number, and why does that cost a device sync every step?"),
+        "wrong-return": Requirement("returns this batch's loss, computed before the update",
+                                    hint="Which value do you return: the loss itself, or something derived from it "
+                                    "(the scaled loss, a loss recomputed after the step)?"),
+        "missing-zero-grad": Requirement("clears the gradients before backward",
+                                         hint="backward() adds into .grad. What clears the previous step's "
+                                         "gradients?"),
+        "wrong-autocast-dtype": Requirement("runs autocast in the dtype it is given",
+                                            hint="Which dtype does your autocast use: the argument, or one you "
+                                            "wrote yourself?"),
+        "wrong-update": Requirement("the update is the canonical one (the unscaled gradient of this batch's loss)",
+                                    hint="Between backward and scaler.step, does anything of yours change the "
+                                    "gradients?"),
+    },
+)
+def probe_amp_step(amp_train_step: Callable[..., Any], *, case: Case) -> dict:
+    """Run the student's step instrumented: a plain step, a step with an inf gradient, two steps, a stale start.
+
+    Fails here on what only the kernel sees (autocast state, scaler calls, a direct optimizer.step);
+    records the rest (steps taken, scale, parameters, returned losses) for the judge.
+    """
+    def record(part: tuple[int, torch.dtype, str]) -> dict:
+        seed, dtype, name = part
+        if name == "skip":
+            return _probe_skip(amp_train_step, seed, dtype)
+        return {**_probe_two_steps(amp_train_step, seed, dtype), "stale": _probe_stale(amp_train_step, seed, dtype)}
+
+    return {"runs": collect(_amp_parts(case), record)}

@@ -1,0 +1,101 @@
+"""05-output-dtypes, the probe.
+
+Call `output_dtypes` on each model and dtype; record what it returned and the hooks left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from harness.checks.lesson05.common import _REDUCED
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import ForwardRecorder, collect
+from harness.contract.registry import register
+
+
+class _Upcast(nn.Module):
+    """A module that leaves autocast's choice: its output is float32 whatever autocast does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float().softmax(dim=-1)
+
+
+class _Recurrent(nn.Module):
+    """A GRU whose last output feeds a linear head: tuple outputs inside the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(2, 8, batch_first=True)
+        self.head = nn.Sequential(nn.Linear(8, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def _dtype_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
+    """Seeded (model, input) pairs, visible and hidden alike: an MLP, a CNN in eval mode, and a GRU model (tuple
+    outputs inside a nested module)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seeded(5 if case.hidden else 4))
+        mlp = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4), _Upcast())
+        cnn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+        return [(mlp, torch.randn(6, 8)), (cnn.eval(), torch.randn(2, 3, 8, 8)), (_Recurrent(), torch.randn(3, 5, 2))]
+
+
+def _dtype_calls(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.dtype]]:
+    """Every (model, input, autocast dtype) call of the case."""
+    dtypes = _REDUCED if case.hidden else (torch.float16, torch.bfloat16)
+    return [(model, x, dtype) for model, x in _dtype_models(case) for dtype in dtypes]
+
+
+def _hook_count(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+@register(
+    "05-output-dtypes",
+    hints=Hints(
+        nudge="A forward hook (module.register_forward_hook) sees each module's output; register one on every leaf "
+        "module (a module without children), run one forward inside torch.autocast, then remove the hooks.",
+        concept="Autocast picks a dtype per operation; a forward hook receives (module, inputs, output) after the "
+        "module ran, so output.dtype is what autocast chose. Hooks stay until their handle is removed.",
+        solution="for name, m in model.named_modules(): if not any(m.children()): handles.append(m.register_forward_"
+        "hook(lambda mod, inp, out, name=name: dtypes.__setitem__(name, out.dtype))); run the forward under "
+        "torch.no_grad() and torch.autocast(device_type, dtype=dtype); finally: remove every handle.",
+        section="3. What autocast does, seen from a running model",
+    ),
+    requires={
+        "wrong-modules": Requirement("one entry per leaf module, named as in model.named_modules()",
+                                     hint="Print the names you record next to list(model.named_modules()): which "
+                                     "of them have children?"),
+        "no-autocast": Requirement("runs the forward under torch.autocast(device_type, dtype=dtype)",
+                                   hint="Every output you recorded is float32: was autocast on, for this device "
+                                   "type, during the forward?"),
+        "wrong-dtype": Requirement("records each module's output dtype (the first tensor of a tuple output)",
+                                   hint="Which argument of the hook holds what the module returned, and what does "
+                                   "a GRU return?"),
+        "hooks-left": Requirement("removes every hook it adds",
+                                  hint="What does register_forward_hook return, and what do you do with it after "
+                                  "the forward?"),
+        "builds-graph": Requirement("runs the forward without building a graph",
+                                    hint="Nothing will call backward on this forward: which context manager tells "
+                                    "autograd not to record it?"),
+    },
+)
+def probe_output_dtypes(output_dtypes: Callable[..., dict], *, case: Case) -> dict:
+    """Call `output_dtypes` on each model and dtype; record what it returned and the hooks left behind."""
+    def record(call: tuple[nn.Module, torch.Tensor, torch.dtype]) -> dict:
+        model, x, dtype = call
+        first_leaf = next(m for m in model.modules() if not any(m.children()))  # runs in every forward
+        with ForwardRecorder(first_leaf) as forwards:
+            hooks_before = _hook_count(model)
+            got = output_dtypes(model, x, "cpu", dtype)
+            added = _hook_count(model) - hooks_before
+        return {"returned": got, "hooks_added": added, "grad_enabled": [r.grad_enabled for r in forwards.records]}
+
+    return {"results": collect(_dtype_calls(case), record)}

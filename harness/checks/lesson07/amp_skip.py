@@ -1,0 +1,106 @@
+"""07-amp-skip, the probe.
+
+Feed the batches, some overflowing; record every real optimizer step, the returns and the scheduler's count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from harness.checks.lesson07.common import SchedulerFactory, _record_steps
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+@dataclass(frozen=True)
+class _AmpSetting:
+    """The amp check's inputs: batches (some overflowing), the model's seed, the scheduler."""
+
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    poisoned: frozenset[int]
+    model_seed: int
+    make: SchedulerFactory
+
+
+def _amp_setting(case: Case) -> _AmpSetting:
+    # both overflow on the first batch and on two batches in a row
+    count, poisoned = (12, {0, 5, 6, 10}) if case.hidden else (10, {0, 3, 4, 8})
+    generator = torch.Generator().manual_seed(case.seeded(13 if case.hidden else 1))
+    batches = []
+    for i in range(count):
+        inputs = torch.randn(8, 4, generator=generator)
+        targets = torch.randn(8, 1, generator=generator)
+        if i in poisoned:
+            inputs[0, 0] = float("inf")  # an overflow: the scaler finds inf gradients and skips the step
+        batches.append((inputs, targets))
+    if case.hidden:
+        make = lambda opt: torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8)  # noqa: E731
+    else:
+        make = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))  # noqa: E731
+    return _AmpSetting(batches, frozenset(poisoned), case.seeded(5), make)
+
+
+def _amp_model(seed: int) -> nn.Linear:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Linear(4, 1)
+
+
+@register(
+    "07-amp-skip", nonfinite=('steps/*', 'final/*'),
+    hints=Hints(
+        nudge="When scaler.step() finds inf/NaN gradients it skips optimizer.step() and scaler.update() lowers "
+        "the scale. If the scheduler still advances, the schedule runs ahead of the real updates.",
+        concept="The scale only drops after a skipped step (it grows after growth_interval good steps): compare "
+        "scaler.get_scale() before scaler.step and after scaler.update().",
+        solution="scale = scaler.get_scale(); scaler.step(optimizer); scaler.update(); "
+        "stepped = scaler.get_scale() >= scale; if stepped: scheduler.step(); "
+        "optimizer.zero_grad(set_to_none=True); return stepped",
+        section="6. When the `GradScaler` skips a step",
+    ),
+    requires={
+        "bypasses-scaler": Requirement(
+            "the update goes through scaler.step(optimizer), which skips overflowing steps",
+            hint="Did an update happen on a batch whose gradients hold inf? Who decides to skip it?"),
+        "wrong-step-count": Requirement(
+            "one scaler.step(optimizer) per call, and the gradients reset after it",
+            hint="Count the real optimizer steps: one per good batch. Is .grad reset after every call, so that "
+            "an inf from a skipped batch does not stay?"),
+        "loss-not-scaled": Requirement(
+            "backward goes through scaler.scale(loss), scaled once",
+            hint="scaler.step unscales the gradients: were they scaled exactly once before?"),
+        "steps-inconsistent": Requirement(
+            "each optimizer step uses the true gradients of its own batch",
+            hint="Between backward and scaler.step, does anything change the gradients (clipping while they "
+            "are still scaled, leftovers of an earlier batch)?"),
+        "skip-not-reported": Requirement(
+            "returns whether the optimizer really stepped",
+            hint="The scale also grows after good steps: does your test treat any change of scale as a skip?"),
+        "scheduler-not-stepped": Requirement(
+            "the scheduler is stepped after every real step",
+            hint="Print optimizer.param_groups[0]['lr'] after a few calls: does it ever change?"),
+        "scheduler-advanced-on-skip": Requirement(
+            "the scheduler is not stepped when the optimizer step was skipped",
+            hint="On a batch that overflowed, was there an update? Then should the schedule move?"),
+    },
+)
+def probe_amp_skip(amp_step: Callable[..., bool], *, case: Case) -> dict:
+    """Feed the batches, some overflowing; record every real optimizer step, the returns and the scheduler's count."""
+    setting = _amp_setting(case)
+    model = _amp_model(setting.model_seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = setting.make(optimizer)
+    # growth_interval=2: the scale also *grows* after two good steps, which must not look like a skip
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
+
+    def run() -> list[Any]:
+        return [amp_step(model, x, y, nn.MSELoss(), optimizer, scaler, scheduler) for x, y in setting.batches]
+
+    seen = _record_steps(run, optimizer)
+    seen["last_epoch"] = scheduler.last_epoch
+    return seen

@@ -1,0 +1,72 @@
+"""07-per-step, the probe.
+
+Run the student's loop with a per-step scheduler; record the lr, weights and gradients of every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from harness.checks.lesson07.common import _LoopSetting, _probe_loop, _regression_loader
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+def _per_step_setting(case: Case) -> _LoopSetting:
+    epochs, batch_size, n = (4, 6, 36) if case.hidden else (3, 8, 48)
+    loader = _regression_loader(n, batch_size, seed=case.seeded(11 if case.hidden else 7))
+    total = epochs * len(loader)
+    if case.hidden:
+        make = lambda opt: torch.optim.lr_scheduler.LinearLR(  # noqa: E731
+            opt, start_factor=1.0, end_factor=0.05, total_iters=total
+        )
+    else:
+        # no momentum cycling: every step stays a plain SGD step (p - lr * grad) that the judge can verify
+        make = lambda opt: torch.optim.lr_scheduler.OneCycleLR(  # noqa: E731
+            opt, max_lr=0.05, total_steps=total, cycle_momentum=False
+        )
+    return _LoopSetting(epochs, loader, case.seeded(3), 0.05, make)
+
+
+@register(
+    "07-per-step",
+    hints=Hints(
+        nudge="A per-step scheduler (OneCycleLR, warmup) moves once per batch, right after the optimizer used "
+        "the current lr.",
+        concept="The lr an update uses is the one in the optimizer when optimizer.step() runs; a schedule sized "
+        "in optimizer steps needs exactly one scheduler.step() per optimizer.step(), after it.",
+        solution="in the batch loop: optimizer.zero_grad(set_to_none=True); loss_fn(model(inputs), "
+        "targets).backward(); optimizer.step(); scheduler.step()",
+        section="4. Per step or per epoch?",
+    ),
+    requires={
+        "steps-inconsistent": Requirement(
+            "each optimizer.step() uses the gradients of the current batch's loss only",
+            hint="Compare the gradients of two consecutive batches: what clears .grad before each backward?"),
+        "not-train-mode": Requirement(
+            "the loop puts the model in train mode (model.train())",
+            hint="The model may arrive in eval mode (after an evaluation): which call switches dropout and "
+            "batch norm back to training behaviour?"),
+        "wrong-step-count": Requirement(
+            "one optimizer.step() per batch, for exactly `epochs` epochs",
+            hint="Count your optimizer.step() calls: epochs x len(loader)?"),
+        "scheduler-not-stepped": Requirement(
+            "the scheduler is stepped",
+            hint="Print optimizer.param_groups[0]['lr'] after each epoch: does it ever change?"),
+        "scheduler-before-optimizer": Requirement(
+            "scheduler.step() comes after optimizer.step()",
+            hint="Which lr should the very first update use: the schedule's first value or its second?"),
+        "wrong-lr-trace": Requirement(
+            "one scheduler.step() per optimizer.step()",
+            hint="Count your scheduler.step() calls per batch: exactly one, every batch?"),
+        "stepped-per-epoch": Requirement(
+            "a per-step scheduler is stepped once per batch, not once per epoch",
+            hint="This schedule is sized in optimizer steps: how often does your loop call scheduler.step()?"),
+    },
+)
+def probe_per_step(train_per_step: Callable[..., Any], *, case: Case) -> dict:
+    """Run the student's loop with a per-step scheduler; record the lr, weights and gradients of every step."""
+    return _probe_loop(train_per_step, _per_step_setting(case))

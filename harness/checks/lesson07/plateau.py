@@ -1,0 +1,151 @@
+"""07-plateau, the probe.
+
+Train with a spied ReduceLROnPlateau; record each metric it received with the weights at that moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.instruments import ForwardRecorder
+from harness.contract.registry import register
+
+
+@dataclass(frozen=True)
+class _PlateauSetting:
+    """The plateau check's inputs: random-label data sets, loaders' batch sizes, epochs and seed."""
+
+    seed: int
+    epochs: int
+    train_set: TensorDataset
+    val_set: TensorDataset
+    train_bs: int
+    val_bs: int
+
+
+def _plateau_setting(case: Case) -> _PlateauSetting:
+    """Random labels: the training loss falls as the net memorises, the validation loss rises.
+
+    The two losses move in opposite directions, so the metric a plateau scheduler is fed is observable.
+    """
+    seed, epochs, train_n, val_n, train_bs, val_bs = (21, 7, 40, 60, 10, 20) if case.hidden else (8, 6, 32, 48, 8, 16)
+    generator = torch.Generator().manual_seed(case.seeded(seed))
+    sets = [
+        TensorDataset(torch.randn(n, 10, generator=generator), torch.randint(0, 2, (n,), generator=generator))
+        for n in (train_n, val_n)
+    ]
+    return _PlateauSetting(case.seeded(seed), epochs, *sets, train_bs, val_bs)
+
+
+def _plateau_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 2))
+
+
+def _plateau_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=0)
+
+
+class _PlateauSpy:
+    """Wraps a ReduceLROnPlateau's `step` to record the metric it receives and the model's weights then."""
+
+    def __init__(self, scheduler: Any, model: nn.Module) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._step = scheduler.step
+        self._model = model
+        scheduler.step = self  # an instance attribute shadows the method: the student's calls land here
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        metric = args[0] if args else kwargs.get("metrics")
+        weights = {k: v.detach().clone() for k, v in self._model.state_dict().items()}
+        self.calls.append({"metric": None if metric is None else float(metric), "weights": weights})
+        if metric is None:  # ReduceLROnPlateau would raise a TypeError that hides the cause
+            _no_metric_failure()
+        self._step(*args, **kwargs)
+
+
+def _no_metric_failure() -> None:
+    fail(
+        "plateau-no-metric",
+        observed="scheduler.step() was called without a metric",
+        expected="scheduler.step(val_loss): ReduceLROnPlateau decides from the value you give it",
+        cause="calling it like the other schedulers",
+        where="the end of the epoch, after evaluating on the validation set",
+    )
+
+
+@register(
+    "07-plateau",
+    hints=Hints(
+        nudge="ReduceLROnPlateau reacts to the number you pass to step(). Which number tells you the model "
+        "stopped improving on data it has not trained on?",
+        concept="Each epoch: train (model.train()), then evaluate on val_loader in eval mode without autograd, "
+        "then one scheduler.step(val_loss). The training loss keeps falling and never plateaus.",
+        solution="val_loss, _ = evaluate(model, val_loader, loss_fn); scheduler.step(val_loss); "
+        "val_losses.append(val_loss) at the end of each epoch; return val_losses",
+        section="5. `ReduceLROnPlateau`: feed it the validation metric",
+    ),
+    requires={
+        "plateau-per-batch": Requirement(
+            "the scheduler is stepped once per epoch",
+            hint="Count your scheduler.step calls in one epoch: how many validation results does an epoch give?"),
+        "plateau-no-metric": Requirement(
+            "scheduler.step receives the validation metric",
+            hint="ReduceLROnPlateau has no curve of its own: what does it compare from one epoch to the next?"),
+        "plateau-not-stepped": Requirement(
+            "the scheduler is stepped every epoch, the first one included",
+            hint="Count your scheduler.step calls over the whole run: one per epoch, from the first epoch on?"),
+        "no-validation": Requirement(
+            "the validation loss is computed on val_loader",
+            hint="Which loader does your evaluation iterate over?"),
+        "val-in-train-mode": Requirement(
+            "validation runs in eval mode (model.eval())",
+            hint="Dropout is still on while you validate: which call turns it off?"),
+        "val-with-grad": Requirement(
+            "validation runs without autograd (torch.no_grad())",
+            hint="Your validation builds a graph it never uses: which context turns autograd off?"),
+        "train-in-eval-mode": Requirement(
+            "training runs in train mode every epoch (model.train())",
+            hint="After the first validation, which mode is the model in when the next epoch trains?"),
+        "plateau-train-metric": Requirement(
+            "the metric is the validation loss, not the training loss",
+            hint="On random labels the training loss keeps falling: which loss tells you the model stopped "
+            "improving on unseen data?"),
+        "plateau-wrong-metric": Requirement(
+            "the metric is this epoch's mean validation loss",
+            hint="Is the value you pass computed after this epoch's training, and is it a mean over the "
+            "validation set?"),
+        "wrong-return": Requirement(
+            "returns the list of validation losses, one per epoch",
+            hint="What does your function return? The check wants one validation loss per epoch."),
+    },
+)
+def probe_plateau(train_with_plateau: Callable[..., Any], *, case: Case) -> dict:
+    """Train with a spied ReduceLROnPlateau; record each metric it received with the weights at that moment."""
+    setting = _plateau_setting(case)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(setting.seed)
+        model = _plateau_model()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        scheduler = _plateau_scheduler(optimizer)
+        spy = _PlateauSpy(scheduler, model)
+        train_loader = DataLoader(
+            setting.train_set, batch_size=setting.train_bs, shuffle=True,
+            generator=torch.Generator().manual_seed(setting.seed),
+        )
+        val_loader = DataLoader(setting.val_set, batch_size=setting.val_bs)
+        with ForwardRecorder(model) as forwards:
+            returned = train_with_plateau(
+                model, train_loader, val_loader, nn.CrossEntropyLoss(), optimizer, scheduler, setting.epochs
+            )
+    return {
+        "calls": spy.calls,
+        "forwards": [(r.training, r.grad_enabled, r.batch_size) for r in forwards.records],
+        "returned": returned,
+    }

@@ -1,0 +1,81 @@
+"""08-atomic-save, the probe.
+
+Save twice, then a save that crashes; read the file back and list the folder after each.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harness.checks.lesson08.common import _read_back
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+class _CrashDuringSave:
+    """Pickling it raises: a crash in the middle of torch.save, after the file was opened."""
+
+    def __reduce__(self) -> Any:
+        raise RuntimeError("simulated crash in the middle of torch.save")
+
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two states saved one after the other (seeded weights; larger in the hidden case)."""
+    size = 50_000 if case.hidden else 1_000
+    weights = torch.randn(size, generator=torch.Generator().manual_seed(case.seeded(8)))
+    return {"weights": weights, "epoch": 1}, {"weights": weights * 2, "epoch": 2}
+
+
+@register(
+    "08-atomic-save",
+    hints=Hints(
+        nudge="torch.save(obj, path) first truncates `path`: if it dies half way, the old checkpoint is gone "
+        "too. Write somewhere else first, and only swap the finished file in.",
+        concept="Write a temporary file in the same folder, then os.replace it onto path (an atomic rename); "
+        "if anything raises, remove the temporary file and re-raise.",
+        solution="path = Path(path); tmp = path.with_name(path.name + '.tmp'); try: torch.save(obj, tmp); "
+        "os.replace(tmp, path) except BaseException: tmp.unlink(missing_ok=True); raise",
+        section="4. Atomic saves",
+    ),
+    requires={
+        "wrong-content": Requirement(
+            "after a save, path holds the object just saved",
+            hint="After your function returns, what does torch.load(path) give? Did the new file reach path?"),
+        "temp-left-behind": Requirement(
+            "nothing but path is left in the folder, after a good save or a failed one",
+            hint="List the folder after a save, and after a save that raised: is a temporary file still there?"),
+        "not-atomic": Requirement(
+            "a save that fails half way leaves the previous file intact",
+            hint="What is in path while torch.save is still writing into it?"),
+        "swallowed-error": Requirement(
+            "a failed save re-raises its exception",
+            hint="When the save fails, how does the training loop find out?"),
+    },
+)
+def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> dict:
+    """Save twice, then a save that crashes; read the file back and list the folder after each."""
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        path = directory / "last.pt"
+        # the path as a Path and as a str, both in every case
+        targets: list[Any] = [str(path), path, str(path)] if case.hidden else [path, str(path), path]
+        saves = []
+        # two good saves to the first two targets; the last target is the crashing save's, below
+        for state, target in zip(_atomic_states(case), targets, strict=False):
+            atomic_save(state, target)
+            saves.append({"content": _read_back(path), "listing": _listing(directory)})
+        crashed = False
+        try:
+            atomic_save({"weights": saves[-1]["content"], "crash": _CrashDuringSave()}, targets[-1])
+        except Exception:  # noqa: BLE001 -- the simulated crash; anything raised counts as reported
+            crashed = True
+        return {"saves": saves, "crashed": crashed, "survived": _read_back(path), "listing": _listing(directory)}

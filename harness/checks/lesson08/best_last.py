@@ -1,0 +1,74 @@
+"""08-best-last, the probe.
+
+Replay each metric sequence, passing back what the student returned; read both files after every epoch.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harness.checks.lesson08.common import _read_back
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+def _best_last_cases(case: Case) -> list[tuple[str, list[float]]]:
+    cases = [("min", [0.9, 0.7, 0.8, 0.7, 0.5, 0.6]), ("max", [0.2, 0.5, 0.4, 0.6, 0.6, 0.1])]
+    if case.hidden:
+        generator = torch.Generator().manual_seed(case.seeded(4))
+        cases += [(mode, torch.rand(12, generator=generator).tolist()) for mode in ("min", "max")]
+    return cases
+
+
+def _best_last_state(epoch: int) -> dict[str, Any]:
+    return {"epoch": epoch, "weights": torch.full((3,), float(epoch))}
+
+
+@register(
+    "08-best-last",
+    hints=Hints(
+        nudge="last.pt is written every epoch (to resume); best.pt only when the metric beats the best so far "
+        "(to deploy). 'min' means lower is better, 'max' higher; a tie is not an improvement.",
+        concept="Compare strictly, in the direction of mode, with None meaning no best yet; the function returns "
+        "the best metric after this epoch, which comes back as best_metric next time.",
+        solution="improved = best_metric is None or (metric < best_metric if mode == 'min' else metric > "
+        "best_metric); save last.pt; if improved: save best.pt and return metric; else return best_metric",
+        section="5. Best and last",
+    ),
+    requires={
+        "last-not-saved": Requirement(
+            "last.pt holds this epoch's state after every call",
+            hint="Is last.pt written on every call, or only on some?"),
+        "best-overwritten": Requirement(
+            "best.pt is replaced only by a strict improvement (a tie keeps the earlier model)",
+            hint="Which epochs write best.pt in your function? Only those that beat the best so far, strictly?"),
+        "best-not-updated": Requirement(
+            "best.pt is replaced on every improvement, in the direction mode says",
+            hint="Run it with mode='max' on 0.2, 0.5: is 0.5 an improvement, and was best.pt written?"),
+        "wrong-best-metric": Requirement(
+            "returns the best metric after this epoch",
+            hint="What does your function return when the metric did not improve?"),
+    },
+)
+def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> dict:
+    """Replay each metric sequence, passing back what the student returned; read both files after every epoch."""
+    runs = []
+    for mode, metrics in _best_last_cases(case):
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            best_metric, epochs = None, []
+            for epoch, metric in enumerate(metrics):
+                returned = save_best_and_last(_best_last_state(epoch), directory, metric, best_metric, mode=mode)
+                epochs.append({
+                    "returned": returned,
+                    "last": _read_back(directory / "last.pt"),
+                    "best": _read_back(directory / "best.pt"),
+                })
+                best_metric = returned
+        runs.append(epochs)
+    return {"runs": runs}

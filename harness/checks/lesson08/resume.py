@@ -1,0 +1,351 @@
+"""08-resume, the probe.
+
+Train continuously, checkpoint mid-way, resume (in a fresh process when visible); record the checkpoint,
+what the resume restored and both runs' final weights.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import inspect
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from harness.checks.lesson08.common import _as_data, _read_back
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import register
+
+
+@dataclass
+class _Run:
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    generator: torch.Generator
+    loader: DataLoader
+
+
+@dataclass(frozen=True)
+class _ResumeSetting:
+    """The resume check's run: seeds, length, the epoch it stops after and the best metric then."""
+
+    seed: int
+    data_seed: int
+    epochs: int
+    stop_at: int
+
+    @property
+    def best_metric(self) -> float:
+        return 0.125 * self.stop_at
+
+
+def _resume_setting(case: Case) -> _ResumeSetting:
+    seed, epochs, stop_at = (29, 5, 3) if case.hidden else (17, 4, 2)
+    return _ResumeSetting(case.seeded(seed), case.seeded(0), epochs, stop_at)
+
+
+def _build_run(seed: int, data_seed: int, epochs: int) -> _Run:
+    """A small run with every kind of state: dropout (global RNG), shuffling (a generator), Adam moments, a
+    per-step OneCycle schedule and a GradScaler whose scale grows during training. Seeds the global RNG."""
+    data = torch.Generator().manual_seed(data_seed)
+    inputs = torch.randn(64, 6, generator=data)
+    targets = (inputs[:, :3].sum(1) > 0).long() + (inputs[:, 3] > 0.5).long()
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(seed + 1)
+    loader = DataLoader(TensorDataset(inputs, targets), batch_size=16, shuffle=True, generator=generator)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=2e-2, total_steps=epochs * len(loader))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)
+    return _Run(model, optimizer, scheduler, scaler, generator, loader)
+
+
+def _train_epoch(run: _Run) -> None:
+    run.model.train()
+    for inputs, targets in run.loader:
+        loss = nn.functional.cross_entropy(run.model(inputs), targets)
+        run.scaler.scale(loss).backward()
+        scale = run.scaler.get_scale()
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        if run.scaler.get_scale() >= scale:
+            run.scheduler.step()
+        run.optimizer.zero_grad(set_to_none=True)
+
+
+def _objects(run: _Run) -> dict[str, Any]:
+    return {
+        "model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler, "scaler": run.scaler,
+        "generator": run.generator,
+    }
+
+
+def _snapshot(run: _Run) -> dict[str, Any]:
+    """Every piece of state an exact resume needs, copied."""
+    return copy.deepcopy(
+        {
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "scaler": run.scaler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "data_generator": run.generator.get_state(),
+        }
+    )
+
+
+def _resume_in_child(
+    load_checkpoint: Callable[..., Any], checkpoint: str, out: str, seed: int, data_seed: int, epochs: int
+) -> None:
+    """Run in the fresh process: build a run with other seeds, load, report the restored state, finish."""
+    run = _build_run(seed + 1000, data_seed, epochs)  # other seeds: nothing matches unless it is loaded
+    torch.manual_seed(seed + 2000)
+    counters = load_checkpoint(checkpoint, **_objects(run))
+    # written before training on, so a resume that then crashes still shows what it restored
+    torch.save({"counters": counters, "restored": _snapshot(run)}, out + ".restored")
+    start = int(counters["epoch"]) if isinstance(counters, dict) and "epoch" in counters else 0
+    for _ in range(start, epochs):
+        _train_epoch(run)
+    torch.save(run.model.state_dict(), out)
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
+    """Python source that defines `functions` (and the same-module functions they call) in a new process."""
+    home = functions[0].__module__
+    lines: list[str] = []
+    sources: list[str] = []
+    done: set[str] = set()
+    queue = list(functions)
+    while queue:
+        function = queue.pop(0)
+        if function.__name__ in done:
+            continue
+        done.add(function.__name__)
+        try:
+            sources.append(textwrap.dedent(inspect.getsource(function)))
+        except (OSError, TypeError) as error:
+            raise RuntimeError(
+                f"the check cannot read the source of {function.__name__} ({error}); define it in a cell with def"
+            ) from error
+        for name in sorted(_names_used(function.__code__) - done):
+            if name not in function.__globals__ or hasattr(builtins, name):
+                continue
+            value = function.__globals__[name]
+            if isinstance(value, types.ModuleType):
+                lines.append(f"import {value.__name__} as {name}")
+            elif isinstance(value, types.FunctionType) and value.__module__ == home:
+                queue.append(value)
+            elif getattr(value, "__module__", None) not in (None, home) and "<" not in getattr(
+                value, "__qualname__", "<"
+            ):
+                lines.append(f"from {value.__module__} import {value.__qualname__} as {name}")
+            elif isinstance(value, (int, float, str, bool, type(None))):
+                lines.append(f"{name} = {value!r}")
+            else:
+                raise RuntimeError(
+                    f"{function.__name__} uses {name!r} ({type(value).__name__}), which the check cannot rebuild in a "
+                    f"fresh process: use it inside the function or pass it as an argument"
+                )
+    return "\n".join(dict.fromkeys(lines)) + "\n\n" + "\n\n".join(reversed(sources))
+
+
+class _UnsafePayload:
+    """Unpickling it creates a file: the harmless stand-in for code hidden in a malicious checkpoint."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+_PARTS = {
+    "model": ("model-not-restored", "the model weights"),
+    "optimizer": ("optimizer-not-restored", "the optimizer state (Adam's moment estimates and step counts)"),
+    "scheduler": ("scheduler-not-restored", "the scheduler state (its step count: the lr would restart the schedule)"),
+    "scaler": ("scaler-not-restored", "the GradScaler state (its scale and growth tracker)"),
+    "rng": ("rng-not-restored", "the global RNG states (dropout masks would differ)"),
+    "data_generator": ("data-order-not-restored", "the DataLoader generator (the shuffling order would differ)"),
+}
+
+
+def _unsafe_load_ran(
+    load_checkpoint: Callable[..., Any], checkpoint: dict[str, Any], directory: Path, setting: _ResumeSetting
+) -> bool:
+    """Whether load_checkpoint, given a checkpoint that hides a pickled call, ran that call."""
+    marker = directory / "code-ran"
+    trap_path = directory / "downloaded.pt"
+    torch.save({**checkpoint, "note": _UnsafePayload(marker)}, trap_path)
+    run = _build_run(setting.seed + 3000, setting.data_seed, setting.epochs)
+    try:
+        load_checkpoint(trap_path, **_objects(run))
+    except Exception:  # noqa: BLE001 -- weights_only=True refusing the file is the expected outcome
+        pass
+    return marker.exists()
+
+
+def _run_child(
+    functions: tuple[Callable[..., Any], Callable[..., Any]], directory: Path, checkpoint: Path, out: Path,
+    setting: _ResumeSetting,
+) -> subprocess.CompletedProcess:
+    """Run `_resume_in_child` in a fresh Python process, with the student's functions rebuilt from source."""
+    save_checkpoint, load_checkpoint = functions
+    try:
+        source = _rebuild_source([load_checkpoint, save_checkpoint])
+    except RuntimeError as error:
+        fail(
+            "cannot-rebuild",
+            observed=str(error),
+            expected="functions defined with def in the notebook, using modules and other notebook functions",
+            cause="the check re-creates your functions in a fresh Python process from their source",
+            where="load_checkpoint and the helpers it calls",
+        )
+    script = (
+        # annotations stay strings: a type named in a signature need not be importable in the child
+        "from __future__ import annotations\nimport torch\ntorch.set_num_threads(1)\n"
+        f"{source}\n\n"
+        "from harness.checks.lesson08.resume import _resume_in_child\n"
+        f"_resume_in_child({load_checkpoint.__name__}, {str(checkpoint)!r}, {str(out)!r}, {setting.seed}, "
+        f"{setting.data_seed}, {setting.epochs})\n"
+    )
+    (directory / "resume_child.py").write_text(script)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, str(directory / "resume_child.py")], cwd=directory, env=environment, capture_output=True,
+        text=True, timeout=180,
+    )
+
+
+def _resume(
+    functions: tuple[Callable[..., Any], Callable[..., Any]],
+    directory: Path,
+    checkpoint: Path,
+    setting: _ResumeSetting,
+    fresh_process: bool,
+) -> dict[str, Any]:
+    """Resume from `checkpoint` (in a fresh process, or here with fresh objects); what was restored, the final
+    weights, and the error if the resume crashed, read back as data."""
+    out = directory / "resumed.pt"
+    error = None
+    if fresh_process:
+        done = _run_child(functions, directory, checkpoint, out, setting)
+        if done.returncode != 0:
+            error = (done.stderr.strip().splitlines()[-1:] or ["(no message)"])[0][:300]
+    else:
+        try:
+            _resume_in_child(functions[1], str(checkpoint), str(out), setting.seed, setting.data_seed, setting.epochs)
+        except Exception as raised:  # noqa: BLE001 -- the student's load crashed: the judge reports it
+            error = f"{type(raised).__name__}: {raised}"[:300]
+    return {"restored": _read_back(Path(f"{out}.restored")), "final": _read_back(out), "error": error}
+
+
+@register(
+    "08-resume",
+    hints=Hints(
+        nudge="A resumed run continues exactly only if *everything* that influences the next step is restored: "
+        "weights, optimizer moments, scheduler position, scaler, RNG states (dropout) and the data order.",
+        concept="Save each object's state_dict(), capture_rng_state() and generator.get_state() with the "
+        "counters; load with weights_only=True and give each part back to its object.",
+        solution="save: atomic_save({'model': model.state_dict(), 'optimizer': ..., 'scheduler': ..., 'scaler': "
+        "..., 'rng': capture_rng_state(), 'data_generator': generator.get_state(), 'epoch': epoch, "
+        "'best_metric': best_metric}, path). load: torch.load(path, weights_only=True), load_state_dict on each "
+        "object, restore_rng_state, generator.set_state; return {'epoch': ..., 'best_metric': ...}",
+        section="7. Exact resume",
+    ),
+    requires={
+        "not-weights-only": Requirement(
+            "the checkpoint holds tensors and plain values only (it loads with weights_only=True)",
+            hint="Does your checkpoint hold a whole object (a model, a generator) instead of its state?"),
+        "model-not-restored": Requirement(
+            "the checkpoint is a dict whose 'model' entry restores the weights",
+            hint="Is 'model': model.state_dict() in the dict you save, and loaded back into the model?"),
+        "optimizer-not-restored": Requirement(
+            "the optimizer state is saved and restored",
+            hint="Adam keeps two moment estimates per weight: are they in your checkpoint, and loaded back?"),
+        "scheduler-not-restored": Requirement(
+            "the scheduler state is saved and restored",
+            hint="Where in the schedule is the resumed run? Is the scheduler's step count saved and loaded?"),
+        "scaler-not-restored": Requirement(
+            "the GradScaler state is saved and restored",
+            hint="The scaler has a scale and a growth counter: are they saved and loaded?"),
+        "rng-not-restored": Requirement(
+            "the global RNG states of the moment of saving are saved, and restored last",
+            hint="Which dropout masks will the resumed run draw? Is the RNG state saved, restored, and not "
+            "drawn from after restoring?"),
+        "data-order-not-restored": Requirement(
+            "the DataLoader generator's state is saved and restored",
+            hint="Which batches come next after resuming? The loader shuffles with its own generator."),
+        "counters-not-restored": Requirement(
+            "epoch and best_metric are saved, and load_checkpoint returns them",
+            hint="What does your load_checkpoint return, and where do the values come from?"),
+        "unsafe-load": Requirement(
+            "load_checkpoint reads with torch.load(..., weights_only=True)",
+            hint="What can a downloaded .pt file do when you unpickle it without restrictions?"),
+        "resume-crashed": Requirement(
+            "load_checkpoint runs on the checkpoint save_checkpoint wrote, in a fresh process",
+            hint="Read the error: which key or name does your load_checkpoint expect that is not there?"),
+        "weights-diverged": Requirement(
+            "saving leaves the run untouched, and the resumed run ends with the weights of the run that never "
+            "stopped",
+            hint="Does anything in save_checkpoint or load_checkpoint draw random numbers or change an object?"),
+        "cannot-rebuild": Requirement(
+            "save_checkpoint and load_checkpoint are plain def functions, using modules and other such functions",
+            hint="The check re-creates your functions in a fresh process: do they use a global value that is "
+            "not a module, a function or a plain constant?"),
+    },
+)
+def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[..., Any], *, case: Case) -> dict:
+    """Train continuously, checkpoint mid-way, resume (in a fresh process when visible); record the checkpoint,
+    what the resume restored and both runs' final weights."""
+    setting = _resume_setting(case)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the child runs single-threaded too: identical float reductions, identical weights
+    try:
+        with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            path = directory / "checkpoint.pt"
+            run = _build_run(setting.seed, setting.data_seed, setting.epochs)
+            for epoch in range(1, setting.epochs + 1):
+                _train_epoch(run)
+                if epoch == setting.stop_at:
+                    save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=setting.best_metric)
+            seen: dict[str, Any] = {"continuous": _as_data(run.model.state_dict())}
+            try:
+                checkpoint = torch.load(path, weights_only=True)
+            except Exception as error:  # noqa: BLE001 -- the refusal is the observation
+                return {**seen, "refused": str(error)[:200]}
+            seen |= {"refused": None, "checkpoint": _as_data(checkpoint)}
+            if not isinstance(checkpoint, dict) or not {*_PARTS, "epoch", "best_metric"} <= set(checkpoint):
+                return seen  # the judge fails on the missing part: resuming from it would only crash
+            seen["unsafe_ran"] = _unsafe_load_ran(load_checkpoint, checkpoint, directory, setting)
+            if seen["unsafe_ran"]:
+                return seen  # the judge fails on the unsafe load before it looks at the resume
+            # the visible test resumes in a fresh process; the hidden one (other seeds and epochs, same cell)
+            # resumes here with freshly built objects and a scrambled RNG, which halves the cell's time
+            seen |= _resume((save_checkpoint, load_checkpoint), directory, path, setting, fresh_process=not case.hidden)
+            return seen
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,61 @@
+"""09-ddp-mean, the probe.
+
+Run ddp_mean on 2 ranks holding different values; record what every rank got and its input afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from harness.checks.lesson09.common import _hang_row, _run_ranks
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+def _mean_inputs(case: Case) -> list[list[torch.Tensor]]:
+    """Per input, the value each rank holds: b + 1 on rank 0, -2b on rank 1, for a shifted base b that is never
+    1 or -1/3 in every element (there the sum, the mean or a rank's own value would coincide)."""
+    bases = [torch.tensor(3.0), torch.tensor([0.25, -2.0, 4.0], dtype=torch.float64)]
+    if case.hidden:
+        bases = [torch.tensor(1.5), torch.tensor([[0.75, 5.0], [-3.0, 2.5]], dtype=torch.float64)]
+    shift = (case.seed % 101) / 4  # exact in float32: 0 for the visible and local cases
+    return [[base + shift + 1.0, (base + shift) * -2.0] for base in bases]
+
+
+def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[torch.Tensor]) -> dict[str, Any]:
+    """In a rank: call ddp_mean on this rank's value; what it returned, and the value afterwards."""
+    mine = values[dist.get_rank()].clone()
+    out = ddp_mean(mine)
+    return {"out": out.detach().clone() if isinstance(out, torch.Tensor) else out, "input_after": mine}
+
+
+@register(
+    "09-ddp-mean",
+    hints=Hints(
+        nudge="Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. "
+        "What do you divide it by, and which tensor does all_reduce overwrite?",
+        concept="dist.all_reduce(t) replaces t, in place, with the element-wise sum over ranks, on every rank; "
+        "every rank must call it",
+        solution="total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); "
+        "return total / dist.get_world_size()",
+        section="2. Collectives: what moves between processes"),
+    requires={
+        "not-a-tensor": Requirement("returns a tensor",
+                                    hint="What type does ddp_mean return? The text asks for a tensor."),
+        "not-averaged": Requirement("communicates: each rank gets the mean over all ranks, not its own value",
+                                    hint="Each rank got back its own value: which collective brings the others' in?"),
+        "summed": Requirement("the mean, not the sum", hint="Every rank got the sum over ranks: one step is missing."),
+        "wrong-mean": Requirement("the mean over ranks, element-wise, of the input's shape, on every rank",
+                                  hint="Compare what each rank got with (value on rank 0 + value on rank 1) / 2."),
+        "modified-input": Requirement("value itself is left unchanged",
+                                      hint="The caller's tensor changed: which call works in place on its argument?"),
+        **_hang_row("all_reduce"),
+    },
+)
+def probe_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
+    """Run ddp_mean on 2 ranks holding different values; record what every rank got and its input afterwards."""
+    return {"runs": [_run_ranks(_mean_worker, ddp_mean, values) for values in _mean_inputs(case)]}

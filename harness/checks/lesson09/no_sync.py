@@ -1,0 +1,82 @@
+"""09-no-sync, the probe.
+
+Run the accumulation on 2 ranks; record DDP's all-reduces (counted by a comm hook) and the parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from harness.checks.lesson09.common import MODEL_SEED, _detached_state, _hang_row, _run_ranks, make_model
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+def _accumulation_settings(case: Case) -> list[tuple[int, int, int]]:
+    """(micro-batches per step, optimizer steps, data seed) of each run."""
+    settings = [(3, 2, 5), (2, 3, 9)] if case.hidden else [(4, 2, 0)]
+    return [(micro, steps, case.seeded(seed)) for micro, steps, seed in settings]
+
+
+def _micro_batches(seed: int, step: int, rank: int, micro: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The micro-batches of one rank at one optimizer step."""
+    generator = torch.Generator().manual_seed(seed + 1000 * step + rank)
+    return [(torch.randn(4, 4, generator=generator), torch.randn(4, 1, generator=generator)) for _ in range(micro)]
+
+
+def _accumulate_worker(
+    accumulate_step: Callable[..., None], micro: int, steps: int, seed: int, model_seed: int
+) -> dict[str, Any]:
+    """In a rank: run the accumulation steps on a DDP model; its parameters and the all-reduces DDP made."""
+    rank = dist.get_rank()
+    model = DDP(make_model(model_seed))
+    reductions = {"count": 0}
+
+    def counting_allreduce(state, bucket):  # no annotations: DDP checks them, and this module's are strings
+        reductions["count"] += 1
+        buffer = bucket.buffer().div_(dist.get_world_size())
+        return dist.all_reduce(buffer, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+    model.register_comm_hook(None, counting_allreduce)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        accumulate_step(model, optimizer, _micro_batches(seed, step, rank, micro), nn.functional.mse_loss)
+    return {"state": _detached_state(model.module.state_dict()), "reductions": reductions["count"]}
+
+
+@register(
+    "09-no-sync",
+    hints=Hints(
+        nudge="DDP all-reduces gradients in every backward. Inside `with model.no_sync():` it does not; the gradients "
+        "just accumulate locally. Which backward must synchronise?",
+        concept="gradients add up in .grad across backward calls; no_sync only skips the communication, so the last "
+        "backward, outside it, all-reduces the whole accumulated sum once",
+        solution="for i, (x, y) in enumerate(micro_batches): last = i == len(micro_batches) - 1; "
+        "with (nullcontext() if last else model.no_sync()): (loss_fn(model(x), y) / len(micro_batches)).backward(); "
+        "then optimizer.step(); optimizer.zero_grad(set_to_none=True)",
+        section="6. Gradient accumulation with `no_sync`"),
+    requires={
+        "never-synced": Requirement("the last micro-batch's backward synchronises",
+                                    hint="No all-reduce happened at all: is every backward inside no_sync?"),
+        "missing-no-sync": Requirement("only the last micro-batch's backward synchronises: one all-reduce per step",
+                                       hint="Every micro-batch's backward communicated: which context skips that?"),
+        "ranks-differ": Requirement("one step, on the averaged gradient: identical weights on every rank",
+                                    hint="The ranks' weights differ: did a step run before the synchronised backward?"),
+        "wrong-update": Requirement(
+            "each loss divided by the number of micro-batches, one step per call, gradients cleared after it",
+            hint="The ranks agree, but the step differs from one process on the whole batch: check the loss's "
+            "scaling and what is left in .grad for the next call."),
+        **_hang_row("DDP's gradient all-reduce"),
+    },
+)
+def probe_no_sync(accumulate_step: Callable[..., None], *, case: Case) -> dict:
+    """Run the accumulation on 2 ranks; record DDP's all-reduces (counted by a comm hook) and the parameters."""
+    model_seed = case.seeded(MODEL_SEED)
+    return {"runs": [_run_ranks(_accumulate_worker, accumulate_step, micro, steps, seed, model_seed)
+                     for micro, steps, seed in _accumulation_settings(case)]}

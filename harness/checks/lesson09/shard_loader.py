@@ -1,0 +1,79 @@
+"""09-shard-loader, the probe.
+
+Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
+seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import register
+
+
+def _loader_settings(case: Case) -> list[tuple[int, int, int, int]]:
+    """(dataset size, per-rank batch size, world size, seed) of each loader world to build."""
+    settings = [(40, 4, 2, 0), (37, 3, 3, 5)]  # the second: three ranks, a dataset that does not divide evenly
+    if case.hidden:
+        settings = [(38, 4, 2, 3), (37, 3, 3, 5), (64, 8, 4, 11)]
+    return [(n, batch_size, world, case.seeded(seed)) for n, batch_size, world, seed in settings]
+
+
+def _loader_indices(loader: DataLoader, epoch: int) -> list[list[int]] | None:
+    """The sample indices of each batch after set_epoch(epoch); None where the sampler has no set_epoch."""
+    set_epoch = getattr(loader.sampler, "set_epoch", None)
+    if set_epoch is not None:
+        set_epoch(epoch)
+    elif epoch > 0:
+        return None
+    return [batch[0].reshape(-1).tolist() for batch in loader]
+
+
+@register(
+    "09-shard-loader",
+    hints=Hints(
+        nudge="A DistributedSampler gives each rank its own shard; the DataLoader then batches that shard. "
+        "Pass the sampler, not shuffle=True, to the DataLoader.",
+        concept="DistributedSampler(dataset, num_replicas, rank, shuffle, seed) draws one permutation seeded with "
+        "seed + epoch, the same on every rank, and gives rank r every world_size-th index from r",
+        solution="sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed); "
+        "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
+        section="3. Each rank its own shard: `DistributedSampler` and `set_epoch`"),
+    requires={
+        "wrong-batch-size": Requirement("batches of batch_size samples per rank",
+                                        hint="batch_size is per rank: does your loader change it with the world size?"),
+        "overlapping-shards": Requirement(
+            "each rank its own shard: disjoint, together the whole dataset, for any world size",
+            hint="Some samples reach two ranks: do all ranks draw the same permutation, and split it by rank?"),
+        "not-shuffled": Requirement("the shard is shuffled", hint="Rank 0 reads its samples in increasing order."),
+        "seed-ignored": Requirement("shuffled with `seed`", hint="Two seeds gave the same order: where does seed go?"),
+        "same-order-every-epoch": Requirement(
+            "set_epoch(epoch) on the loader's sampler reshuffles",
+            hint="The order must change with sampler.set_epoch(epoch): which sampler reseeds itself with the epoch?"),
+        "uses-workers": Requirement("no worker processes (num_workers=0)",
+                                    hint="The text asks for no worker processes: look at the DataLoader's arguments."),
+    },
+)
+def probe_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, case: Case) -> dict:
+    """Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
+    seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started."""
+    worlds = []
+    for n, batch_size, world, seed in _loader_settings(case):
+        dataset = TensorDataset(torch.arange(n))
+        loaders = [make_ddp_loader(dataset, batch_size, rank=r, world_size=world, seed=seed) for r in range(world)]
+        workers = getattr(loaders[0], "num_workers", 0)
+        if workers:
+            fail("uses-workers", observed=f"a DataLoader with num_workers={workers}", expected="num_workers=0",
+                 cause="num_workers is set: each worker is a process the check (and a notebook) has to start",
+                 where="the DataLoader's arguments: leave num_workers out")
+        epoch0 = [_loader_indices(loader, epoch=0) for loader in loaders]
+        reseeded_loader = make_ddp_loader(dataset, batch_size, rank=0, world_size=world, seed=seed + 1)
+        reseeded = _loader_indices(reseeded_loader, epoch=0)
+        worlds.append({"epoch0": epoch0, "reseeded": reseeded, "epoch1": _loader_indices(loaders[0], epoch=1),
+                       "sampler": type(loaders[0].sampler).__name__})
+    return {"worlds": worlds}

@@ -1,0 +1,114 @@
+"""09-train-ddp, the probe.
+
+Train on 2 ranks; record each rank's returned state_dict and the dataset indices it loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from harness.checks.lesson09.common import MODEL_SEED, _hang_row, _run_ranks, make_model
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+from harness.contract.wire import type_name
+
+
+def regression_data(n: int, seed: int) -> TensorDataset:
+    """n samples of a noisy linear target: X (n, 4), y (n, 1)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=generator)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(n, 1, generator=generator)
+    return TensorDataset(x, y)
+
+
+class IndexRecorder(Dataset):
+    """Wraps a dataset and records the index of every sample loaded (in this process)."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+        self.seen: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        self.seen.append(int(index))
+        return self.dataset[index]
+
+
+def _train_configs(case: Case) -> list[dict[str, Any]]:
+    """Each training run: dataset size n, the train_ddp arguments, and the seeds of the data and the model."""
+    configs = [dict(n=64, epochs=3, batch_size=8, lr=0.05, seed=0)]
+    if case.hidden:
+        configs = [dict(n=48, epochs=2, batch_size=4, lr=0.1, seed=7),
+                   dict(n=80, epochs=3, batch_size=10, lr=0.02, seed=3)]
+    return [{**config, "seed": case.seeded(config["seed"]), "data_seed": case.seeded(config["seed"] + 100),
+             "model_seed": case.seeded(MODEL_SEED)} for config in configs]
+
+
+def _train_arguments(config: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments train_ddp receives."""
+    return {key: config[key] for key in ("epochs", "batch_size", "lr", "seed")}
+
+
+def _train_worker(
+    train_ddp: Callable[..., Any], model_seed: int, dataset: Dataset, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """In a rank: train with train_ddp; the state_dict it returned and the dataset indices this rank loaded."""
+    recorder = IndexRecorder(dataset)
+    state = train_ddp(functools.partial(make_model, model_seed), recorder, nn.functional.mse_loss, **arguments)
+    if not isinstance(state, dict):
+        return {"state": type_name(state), "seen": recorder.seen}
+    # a value that is no tensor (a nested dict: a checkpoint instead of a state_dict) travels as its type's name
+    sent = {str(k): v.detach().clone() if isinstance(v, torch.Tensor) else type_name(v) for k, v in state.items()}
+    return {"state": sent, "seen": recorder.seen}
+
+
+@register(
+    "09-train-ddp",
+    hints=Hints(
+        nudge="Four DDP ingredients: a sharded loader, the model wrapped in DDP (before the optimizer is built), "
+        "sampler.set_epoch(epoch) at the start of each epoch, and the unwrapped model's state_dict at the end.",
+        concept="DDP all-reduces the gradients in backward, so 2 ranks of batch B step like one process of batch 2B; "
+        "the DistributedSampler shards the data and set_epoch reshuffles it",
+        solution="sampler = DistributedSampler(dataset, seed=seed); "
+        "loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler); "
+        "model = DDP(make_model()); optimizer = SGD(model.parameters(), lr=lr); for epoch: sampler.set_epoch(epoch); "
+        "for x, y: zero_grad, loss_fn(model(x), y).backward(), step; return model.module.state_dict()",
+        section="4. How DDP averages gradients"),
+    requires={
+        "no-samples-seen": Requirement("trains on the dataset passed in, in this process (no workers)",
+                                       hint="A rank loaded nothing from the dataset it was given: "
+                                       "what did it train on?"),
+        "not-sharded": Requirement("each rank its own half of the data each epoch (a DistributedSampler)",
+                                   hint="Both ranks read the same samples: what gives each rank its own shard?"),
+        "missing-set-epoch": Requirement("set_epoch(epoch) every epoch: a new order each epoch",
+                                         hint="Every epoch read the samples in the same order: what tells the sampler "
+                                         "which epoch it is?"),
+        "wrapped-state-dict": Requirement("returns the unwrapped model's state_dict",
+                                          hint="The keys start with 'module.': whose state_dict was returned?"),
+        "wrong-state-dict": Requirement("returns the trained model's state_dict itself (names -> tensors)",
+                                        hint="Compare what you return with model.module.state_dict(): "
+                                        "keys and values."),
+        "ranks-differ": Requirement("gradients averaged across ranks: identical weights on every rank",
+                                    hint="The ranks ended with different weights: what averages their gradients?"),
+        "not-ddp-equivalent": Requirement(
+            "plain SGD(lr), one zero_grad/backward/step per batch: the steps of one process at twice the batch",
+            hint="The ranks agree but took other steps than one process at batch 2B: compare your inner loop and "
+            "optimizer with the text's."),
+        **_hang_row("DDP's gradient all-reduce, any barrier"),
+    },
+)
+def probe_train_ddp(train_ddp: Callable[..., dict[str, torch.Tensor]], *, case: Case) -> dict:
+    """Train on 2 ranks; record each rank's returned state_dict and the dataset indices it loaded."""
+    runs = []
+    for config in _train_configs(case):
+        dataset = regression_data(config["n"], seed=config["data_seed"])
+        runs.append(_run_ranks(_train_worker, train_ddp, config["model_seed"], dataset, _train_arguments(config)))
+    return {"runs": runs}

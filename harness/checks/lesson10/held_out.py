@@ -1,0 +1,78 @@
+"""10-held-out, the probe.
+
+Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
+validation accuracies of the run's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+from harness.data import LabeledTensorDataset, shapes
+
+# The grader's held-out images: shapes drawn from seeds the lesson never uses for training or validation.
+HELD_OUT = {False: (1000, 10_007), True: (1000, 20_011)}  # hidden -> (images, seed)
+
+
+_CHUNK = 250  # held-out images per forward pass
+
+
+def _held_out(case: Case) -> LabeledTensorDataset:
+    """The grader's held-out images: shapes drawn from seeds the lesson never uses for training or validation."""
+    count, seed = HELD_OUT[case.hidden]
+    return shapes(count, seed=case.seeded(seed), size=32)
+
+
+def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+    """The model's outputs on `images`, chunk by chunk, in eval mode (its mode restored afterwards)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            return [model(images[start : start + _CHUNK].to(device)).cpu() for start in range(0, len(images), _CHUNK)]
+    finally:
+        model.train(was_training)
+
+
+@register(
+    "10-held-out",
+    hints=Hints(
+        nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
+        "shapes passes. Look at your curves: did validation accuracy still climb at the end (train longer, or a "
+        "larger lr), or jump around (a smaller lr, more warm-up)?",
+        concept="Held-out accuracy follows validation accuracy when the model takes raw images (Standardize inside "
+        "it) and holds the best epoch's weights; it rises with enough optimizer steps at a good learning rate.",
+        solution="CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-2, weight_decay=0.05, "
+        "warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0)",
+        section="7. The real run"),
+    requires={
+        "not-a-run": Requirement("check receives the dict train_capstone returns",
+                                 hint="check('10-held-out', run) takes the whole run dict, not the model alone."),
+        "wrong-output-shape": Requirement(
+            "the model maps N images to (N, 5) logits",
+            hint="How many classes does the shapes data set have, and how many outputs does your model give?"),
+        "below-threshold": Requirement(
+            "at least 0.75 accuracy on the grader's held-out shapes",
+            hint="Compare your run's best validation accuracy with the threshold: too low means train more or "
+            "better; high means the returned model is not the validated one."),
+    },
+)
+def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
+    """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
+    validation accuracies of the run's history."""
+    model = run.get("model") if isinstance(run, dict) else None
+    if not isinstance(model, nn.Module):
+        return {"received": type(run).__name__, "model": False}
+    history = run.get("history")
+    has_column = isinstance(history, pd.DataFrame) and "val_accuracy" in history
+    validated = history["val_accuracy"].tolist() if has_column else None
+    return {"received": type(run).__name__, "model": True, "outputs": _outputs(model, _held_out(case).tensors[0]),
+            "val_accuracy": validated}

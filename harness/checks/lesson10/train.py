@@ -1,0 +1,262 @@
+"""10-train, the probe.
+
+A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from harness import env
+from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state
+from harness.contract.case import Case
+from harness.contract.failure import CheckFailed, Hints, Requirement
+from harness.contract.registry import register
+from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
+from harness.env import supported_precisions
+from harness.train import OffDeviceError
+
+
+class _Interrupted(Exception):
+    """Raised from on_epoch_end: the machine goes away right after a checkpoint was written."""
+
+
+class _StepCounter:
+    """Counts optimizer.step() calls of every optimizer while it is active."""
+
+    def __enter__(self) -> _StepCounter:
+        self.count = 0
+        self._handle = register_optimizer_step_post_hook(self._count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+    def _count(self, *args: object) -> None:
+        self.count += 1
+
+
+def _constant_accuracy_val() -> LabeledTensorDataset:
+    """Five copies of one image labelled 0 to 4: whatever the model predicts, accuracy is exactly 0.2, so it
+    never improves after epoch 1. Early stopping and best.pt become predictable."""
+    image = shapes(1, seed=99, size=16).tensors[0]
+    return LabeledTensorDataset(image.repeat(5, 1, 1, 1), torch.arange(5), classes=SHAPE_CLASSES)
+
+
+def _interrupt_after(epoch: int) -> Callable[[int, dict[str, Any]], None]:
+    def on_epoch_end(done: int, row: dict[str, Any]) -> None:
+        if done == epoch:
+            raise _Interrupted(f"interrupted after epoch {done}")
+
+    return on_epoch_end
+
+
+def _train_config(case: Case) -> tuple[dict[str, Any], int, int]:
+    """The config, the number of samples and the epoch after which the run is interrupted."""
+    if case.hidden:
+        return dict(epochs=3, batch_size=16, lr=5e-3, weight_decay=0.1, warmup_fraction=0.2, max_grad_norm=0.5,
+                    patience=1, width=4, seed=case.seeded(11)), 80, 1
+    return dict(epochs=4, batch_size=16, lr=3e-3, weight_decay=0.05, warmup_fraction=0.25, max_grad_norm=1.0,
+                patience=2, width=4, seed=case.seeded(3)), 96, 2
+
+
+def _run(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path, config: dict[str, Any],
+         **options: Any) -> tuple[Any, int]:
+    """Call the student's function from a scrambled global RNG state; return its result and its steps."""
+    torch.default_generator.seed()  # the notebook's global RNG state is anyone's: the run must seed itself
+    with _StepCounter() as steps:
+        result = train_capstone(data[0], data[1], out, dict(config), device="cpu", **options)
+    return result, steps.count
+
+
+def _checkpoint(path: Path) -> dict[str, Any]:
+    """What the checks read from a checkpoint fit wrote: its epoch, step, config, scheduler steps and weights."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    scheduler = saved.get("scheduler")
+    return {"epoch": saved.get("epoch"), "global_step": saved.get("global_step"), "config": saved.get("config"),
+            "scheduler_steps": scheduler.get("last_epoch") if isinstance(scheduler, dict) else None,
+            "model": _state(saved.get("model"))}
+
+
+class _FirstForward(Exception):
+    """Raised from the first forward of a run on the made-up device: where the model is is all the check needs."""
+
+
+@contextlib.contextmanager
+def _meta_selectable() -> Iterator[None]:
+    """Let select_device accept "meta" for a while: a device no machine trains on, so a run that ignores its
+    `device` argument shows it on any machine, GPU or not."""
+    known = env.KNOWN_DEVICE_TYPES
+    env.KNOWN_DEVICE_TYPES = (*known, "meta")
+    try:
+        yield
+    finally:
+        env.KNOWN_DEVICE_TYPES = known
+
+
+def _record_device(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path,
+                   config: dict[str, Any]) -> dict[str, Any]:
+    """Call train_capstone with device="meta" and stop it at the model's first forward: record the devices of
+    the model's parameters there, or what the call raised before (fit refuses a model partly off its device)."""
+    record: dict[str, Any] = {}
+
+    def first_forward(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        record["params"] = sorted({str(p.device) for p in module.parameters()})
+        raise _FirstForward
+
+    handle = nn.modules.module.register_module_forward_pre_hook(first_forward)
+    try:
+        with _meta_selectable():
+            train_capstone(data[0], data[1], out, dict(config), device="meta")
+    except _FirstForward:
+        pass
+    except OffDeviceError as error:  # fit refused the model: part of it is off the device
+        record["off_device"] = [error.name, str(error.found)]
+    except Exception:  # anything else raised on the made-up device is no evidence about the student's run
+        record["raised"] = True
+    finally:
+        handle.remove()
+    return record
+
+
+def _record_straight(result: Any, out: Path, steps: int) -> dict[str, Any]:
+    """What the uninterrupted run returned and wrote."""
+    is_dict = isinstance(result, dict)
+    model = result.get("model") if is_dict else None
+    record: dict[str, Any] = {
+        "returned": type(result).__name__, "keys": sorted(map(str, result)) if is_dict else None,
+        "is_run": is_dict and isinstance(model, nn.Module) and isinstance(result.get("history"), pd.DataFrame)
+        and result.get("precision") in PRECISIONS,
+        "files": sorted(p.name for p in out.iterdir() if p.is_file()) if out.is_dir() else [], "steps": steps,
+    }
+    if record["is_run"] and {"last.pt", "best.pt"} <= set(record["files"]):
+        record.update(model=_state(model.state_dict()), last=_checkpoint(out / "last.pt"),
+                      best=_checkpoint(out / "best.pt"))
+    return record
+
+
+def _record_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], root: Path, config: dict[str, Any],
+                   stop_at: int, straight: dict[str, Any]) -> dict[str, Any]:
+    """Interrupt a run after epoch `stop_at`, resume it, and (if its weights differ from the uninterrupted run's)
+    make a second fresh run: record whether the interruption stopped it, the resumed call's steps and weights."""
+    record: dict[str, Any] = {}
+    try:
+        _run(train_capstone, data, root / "resumed", config, on_epoch_end=_interrupt_after(stop_at))
+    except _Interrupted:
+        record["interrupted"] = True
+    else:
+        record["interrupted"] = False
+        return record
+    try:
+        _, record["steps"] = _run(train_capstone, data, root / "resumed", config, resume=True)
+    except FileExistsError as error:  # fit refuses to start a new run over the interrupted one
+        record["refused"] = str(error)[:300]
+        return record
+    record["resumed"] = _checkpoint(root / "resumed" / "last.pt")["model"]
+    if not _same(record["resumed"], straight["last"]["model"]):
+        _run(train_capstone, data, root / "again", config)
+        record["again"] = _checkpoint(root / "again" / "last.pt")["model"]
+    return record
+
+
+def _same(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] | None) -> bool:
+    """Whether two state_dicts hold equal tensors (the probe's cue for a second fresh run; the judge compares)."""
+    return a is not None and b is not None and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@register(
+    "10-train",
+    hints=Hints(
+        nudge="Compose, do not rewrite: seed, build the model (Standardize then capstone_cnn) on its device, "
+        "make_optimizer with total_steps = epochs * len(train loader), the loaders, choose_precision, then one "
+        "call to fit with every option, and load best.pt's weights before returning.",
+        concept="fit does the loop; your function decides what it is given. A run resumes exactly only if it is "
+        "rebuilt identically from config alone (seeded first) and fit gets checkpoint_dir and resume; the "
+        "schedule counts optimizer steps, and best.pt (the most accurate epoch) is the model to return.",
+        solution="seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats("
+        "train_set.tensors[0])), capstone_cnn(len(train_set.classes), config['width'])).to(device); loader = "
+        "train_loader(train_set, config['batch_size'], seed=config['seed']); fit(model, loader, val_loader, "
+        "loss_fn=nn.CrossEntropyLoss(), optimizer=..., epochs=config['epochs'], precision=..., "
+        "max_grad_norm=config['max_grad_norm'], scheduler=scheduler, scheduler_interval='step', "
+        "metrics={'accuracy': accuracy}, early_stopping=EarlyStopping('val_accuracy', mode='max', "
+        "patience=config['patience']), checkpoint_dir=out_dir, resume=resume, on_epoch_end=on_epoch_end, "
+        "progress=progress)",
+        section="5. The training function"),
+    requires={
+        "not-a-run": Requirement(
+            "returns {'model', 'history', 'precision', 'checkpoint_dir'}",
+            hint="Step 7 of the exercise lists the dict to return: does yours hold the model, fit's history and "
+            "the precision?"),
+        "missing-checkpoints": Requirement(
+            "checkpoints (last.pt, best.pt) and the history written into out_dir",
+            hint="fit writes every file itself when it is told where: which of its arguments names the folder?"),
+        "wrong-precision": Requirement(
+            "trains in choose_precision(device.type, supported_precisions(device))",
+            hint="Which precision did fit receive? Without the argument it trains in fp32."),
+        "no-clipping": Requirement("gradients clipped at config['max_grad_norm']",
+                                   hint="Which fit argument clips gradients, and where is its value in config?"),
+        "no-scheduler": Requirement("the make_optimizer scheduler given to fit",
+                                    hint="make_optimizer returned two objects: did fit get both?"),
+        "schedule-per-epoch": Requirement(
+            "the scheduler stepped once per optimizer step",
+            hint="total_steps counts optimizer steps: how often must fit step the scheduler, then?"),
+        "wrong-early-stopping": Requirement(
+            "early stopping on val_accuracy, mode='max', patience=config['patience']",
+            hint="best.pt is the most accurate epoch: which metric, and which direction, must EarlyStopping watch?"),
+        "wrong-epochs": Requirement("config['epochs'] epochs", hint="Where does fit's epochs come from?"),
+        "wrong-step-count": Requirement(
+            "config['batch_size'] per batch, and training stops when early stopping says so",
+            hint="Count the optimizer steps: batches per epoch times epochs run. Which of the two is off?"),
+        "not-best-weights": Requirement(
+            "the returned model holds best.pt's weights",
+            hint="After fit, the model holds the last epoch's weights: which checkpoint must you load before "
+            "returning?"),
+        "callback-ignored": Requirement(
+            "on_epoch_end passed through to fit",
+            hint="The check interrupts a run from on_epoch_end: does your function hand it on?"),
+        "resume-ignored": Requirement(
+            "resume=True continues from out_dir's last.pt",
+            hint="After an interruption, the resumed call trained every epoch again: which fit argument continues?"),
+        "not-seeded": Requirement(
+            "the run seeds itself from config['seed'] before building the model",
+            hint="Two fresh runs of the same config end apart: what fixes the initial weights before the model is "
+            "built?"),
+        "resume-not-exact": Requirement(
+            "an interrupted and resumed run ends with the weights of the uninterrupted one",
+            hint="Is anything built differently when resume=True (loss, schedule, loader, model)? Build from config "
+            "alone."),
+        "ignores-device": Requirement(
+            "the whole model (Standardize's buffers included) on `device`",
+            hint="The check passed a device no machine has: where does your function use its device argument?"),
+    },
+)
+def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) -> dict:
+    """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped."""
+    config, n, stop_at = _train_config(case)
+    data = (shapes(n, seed=config["seed"] + 40, size=16), _constant_accuracy_val())
+    with tempfile.TemporaryDirectory(prefix="check-10-train-") as tmp, _rng_kept():
+        root = Path(tmp)
+        seen: dict[str, Any] = {"precisions": supported_precisions(torch.device("cpu"))}
+        result, steps = _run(train_capstone, data, root / "straight", config)
+        seen["straight"] = _record_straight(result, root / "straight", steps)
+        seen["device"] = _record_device(train_capstone, data, root / "device", config)
+        if "last" not in seen["straight"]:
+            return seen  # the judge reports what is missing; a resumed run would only fail for the same reason
+        resume: dict[str, Any] = {}
+        try:
+            resume.update(_record_resume(train_capstone, data, root, config, stop_at, seen["straight"]))
+        except CheckFailed:
+            raise
+        except Exception as error:  # reported after what the uninterrupted run already shows
+            resume["raised"] = f"{type(error).__name__}: {error}"[:2000]
+        seen["resume"] = resume
+    return seen

@@ -1,0 +1,76 @@
+"""12-dead-units, the probe.
+
+Call the student's function on the case's model and batches; record the result and the hooks left.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson12.common import _hooks_on
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+def _dead_setup(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
+    """A ReLU MLP whose biases kill some units on every batch and others on some batches only, and its batches."""
+    seed = case.seeded(1261 if case.hidden else 1260)
+    torch.manual_seed(seed)
+    widths = (10, 24, 12, 3) if case.hidden else (8, 16, 10, 3)
+    model = nn.Sequential(OrderedDict(
+        fc1=nn.Linear(widths[0], widths[1]), act1=nn.ReLU(),
+        fc2=nn.Linear(widths[1], widths[2]), act2=nn.ReLU(),
+        head=nn.Linear(widths[2], widths[3])))
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        shift = torch.zeros(widths[1])
+        shift[: widths[1] // 4] = -50.0  # dead on every input
+        model.fc1.bias.add_(shift)
+        model.fc2.bias.sub_(0.4)  # some units alive on a few examples only
+    batches = [torch.randn(6, widths[0], generator=generator) for _ in range(4 if case.hidden else 3)]
+    batches[-1] = batches[-1] * 0.1  # a quiet last batch: units fire less on it
+    return model, batches
+
+
+@register(
+    "12-dead-units",
+    hints=Hints(
+        nudge="A forward hook on each nn.ReLU can keep, per unit, whether it was ever positive: "
+        "alive |= (output > 0).any(dim=0), accumulated over every batch.",
+        concept="A unit is dead when it outputs 0 for every example you show it: per unit (a column of the "
+        "(batch, units) output), over all batches together. Keep a running 'ever active' mask per ReLU, then "
+        "dead fraction = 1 - mask.float().mean(). Remove the hooks in a finally block.",
+        solution="alive[name] = alive.get(name, False) | (out > 0).any(dim=0)  # in the hook, per batch\n"
+        "return {name: 1 - mask.float().mean() for name, mask in alive.items()}",
+        section="5. Dead units and saturated activations",
+    ),
+    requires={
+        "wrong-fraction": Requirement(
+            "each value is the fraction of that ReLU's units that output 0 for every example",
+            hint="Is your count per unit (a column of the output), and is a unit dead only when it is zero for "
+            "every example, not for some?"),
+        "last-batch-only": Requirement(
+            "a unit counts as dead only if it is zero on every batch (all batches together)",
+            hint="Does your hook replace what it stored at each batch, or combine it with the earlier batches?"),
+        "wrong-keys": Requirement(
+            "keys are the names of the nn.ReLU modules, as model.named_modules() gives them",
+            hint="Print the keys you return: are they the ReLU modules' names?"),
+        "not-a-tensor": Requirement(
+            "returns the fractions as tensors (no .item() or float() per layer)",
+            hint="Print type() of one of your values: which call turned it into a Python number?"),
+        "hooks-left": Requirement(
+            "removes every hook it registered before returning",
+            hint="Keep the handles that register_forward_hook returns, and remove them in a finally block."),
+    },
+)
+def probe_dead_units(dead_units: Callable[[nn.Module, list[torch.Tensor]], Any], *, case: Case) -> dict:
+    """Call the student's function on the case's model and batches; record the result and the hooks left."""
+    model, batches = _dead_setup(case)
+    got = dead_units(model, batches)
+    return {"returned": dict(got) if isinstance(got, dict) else got, "hooks_left": _hooks_on(model)}

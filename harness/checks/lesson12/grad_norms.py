@@ -1,0 +1,85 @@
+"""12-grad-norms, the probe.
+
+Call the student's function on the case's model after backward; record the result and the grads after.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson12.common import Batch
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+
+class _WithUnused(nn.Module):
+    """A network plus a registered head it never calls (its parameters' .grad stays None)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.unused = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _grad_model(case: Case) -> tuple[nn.Module, Batch]:
+    """A small network after one backward: one frozen parameter and one unused parameter have no .grad."""
+    seed = case.seeded(131 if case.hidden else 130)
+    torch.manual_seed(seed)
+    widths = [9, 17, 13, 6, 3] if case.hidden else [10, 16, 12, 4]
+    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    for i, (a, b) in enumerate(zip(widths, widths[1:], strict=False)):
+        layers[f"fc{i}"] = nn.Linear(a, b)
+        layers[f"act{i}"] = nn.Tanh()
+    model = _WithUnused(nn.Sequential(layers))
+    model.net.fc0.bias.requires_grad_(False)  # frozen
+    generator = torch.Generator().manual_seed(seed + 1)
+    inputs = torch.randn(24, widths[0], generator=generator) * (3.0 if case.hidden else 1.0)
+    targets = torch.randn(24, widths[-1], generator=generator)
+    model.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(model(inputs), targets).backward()
+    return model, (inputs, targets)
+
+
+@register(
+    "12-grad-norms",
+    hints=Hints(
+        nudge="Walk model.named_parameters(): for each parameter whose .grad is not None, the L2 norm of .grad.",
+        concept="The gradient norm per parameter shows where the gradient flows and where it vanishes or explodes. "
+        "Keep the norms as tensors (no .item() per layer: each is a host sync on a GPU), and only read .grad.",
+        solution="return {name: p.grad.detach().norm() for name, p in model.named_parameters() if p.grad is not None}",
+        section="2. Gradient flow, layer by layer",
+    ),
+    requires={
+        "wrong-keys": Requirement(
+            "keys are the parameters' names as model.named_parameters() gives them",
+            hint="Print list(model.named_parameters())[0][0]: that is the key wanted. What are yours?"),
+        "wrong-norm": Requirement(
+            "each value is the L2 norm of that parameter's gradient",
+            hint="Compare your value for one parameter with torch.linalg.vector_norm(p.grad): a mean, a square, "
+            "a maximum?"),
+        "none-included": Requirement(
+            "leaves out parameters whose .grad is None (frozen or unused)",
+            hint="A frozen parameter has no gradient at all: should it appear with a zero, or not appear?"),
+        "not-a-tensor": Requirement(
+            "returns the norms as tensors (no .item() or float() per parameter)",
+            hint="Print type() of one of your values: which call turned it into a Python number?"),
+        "grads-modified": Requirement(
+            "leaves the gradients unchanged",
+            hint="Which of your operations ends with an underscore, or writes into p.grad?"),
+    },
+)
+def probe_grad_norms(grad_norms_per_layer: Callable[[nn.Module], Any], *, case: Case) -> dict:
+    """Call the student's function on the case's model after backward; record the result and the grads after."""
+    model, _ = _grad_model(case)
+    got = grad_norms_per_layer(model)
+    return {"returned": dict(got) if isinstance(got, dict) else got,
+            "grads_after": [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]}

@@ -1,0 +1,82 @@
+"""12-init-loss, the probe.
+
+Call `loss_at_init` on each case's fresh model; record what it returned, the forward's modes, the mode after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import ForwardRecorder, collect
+from harness.contract.registry import register
+
+
+def _classifier(seed: int, features: int, classes: int, hidden: int = 32) -> nn.Module:
+    """A small MLP classifier with dropout (so the mode matters), default PyTorch init, seeded."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Dropout(0.5), nn.Linear(hidden, classes))
+
+
+def _init_cases(case: Case) -> list[dict[str, Any]]:
+    """(seed, features, classes, batch size, the mode the model is in before the call) of each call."""
+    shapes = [(20, 7, 48, True), (12, 100, 256, False), (5, 2, 9, True)] if case.hidden else \
+        [(16, 10, 64, True), (8, 4, 32, False)]
+    return [{"seed": case.seeded(120 + i), "features": f, "classes": c, "batch": b, "training": t}
+            for i, (f, c, b, t) in enumerate(shapes)]
+
+
+def _init_inputs(item: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    model = _classifier(item["seed"], item["features"], item["classes"]).train(item["training"])
+    generator = torch.Generator().manual_seed(item["seed"] + 1)
+    inputs = torch.randn(item["batch"], item["features"], generator=generator)
+    targets = torch.randint(0, item["classes"], (item["batch"],), generator=generator)
+    return model, inputs, targets
+
+
+@register(
+    "12-init-loss",
+    hints=Hints(
+        nudge="At initialisation the logits are small, so the softmax is close to uniform: every class gets about "
+        "1/C, and the cross-entropy of any target is -ln(1/C).",
+        concept="Measure the loss as the model would be evaluated (model.eval(), no dropout) and without building a "
+        "graph (torch.no_grad()), then put the model back in the mode it was in; compare with ln(C).",
+        solution="was_training = model.training; model.eval()\nwith torch.no_grad(): loss = "
+        "F.cross_entropy(model(inputs), targets)\nmodel.train(was_training); return loss, math.log(num_classes)",
+        section="1. Sanity checks before training",
+    ),
+    requires={
+        "wrong-expected": Requirement(
+            "returns the expected loss ln(num_classes) as the second value",
+            hint="Which logarithm does cross-entropy use? Compute -log(1/C) for C = 10 with math.log and compare."),
+        "wrong-loss": Requirement(
+            "returns the mean cross-entropy of the model's logits against the targets as the first value",
+            hint="F.cross_entropy takes raw logits and averages over the batch: does anything of yours change "
+            "the logits first, or sum instead of averaging?"),
+        "train-mode": Requirement(
+            "measures the loss in eval mode (dropout off)",
+            hint="The model has dropout: which mode is it in while your forward runs?"),
+        "graph-built": Requirement(
+            "runs the forward pass without building an autograd graph",
+            hint="Does your forward pass record a graph? Which context manager turns that off?"),
+        "mode-not-restored": Requirement(
+            "leaves the model in the mode it was in before the call (training or eval)",
+            hint="Call your function on a model in train mode, then print model.training: was it put back?"),
+    },
+)
+def probe_init_loss(loss_at_init: Callable[..., Any], *, case: Case) -> dict:
+    """Call `loss_at_init` on each case's fresh model; record what it returned, the forward's modes, the mode after."""
+    def record(item: dict[str, Any]) -> dict:
+        model, inputs, targets = _init_inputs(item)
+        with ForwardRecorder(model) as forwards:
+            got = loss_at_init(model, inputs, targets, item["classes"])
+        got = tuple(got) if isinstance(got, (tuple, list)) else got
+        return {"returned": got, "training_after": model.training,
+                "forwards": [(r.training, r.grad_enabled) for r in forwards.records]}
+
+    return {"calls": collect(_init_cases(case), record)}

@@ -1,0 +1,100 @@
+"""13-checkpoint, the probe.
+
+Run the student's forward under a seed; record the output, what was saved outside the checkpoints, the
+output's grad_fn and the parameters' gradients after a seeded backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import collect
+from harness.contract.registry import register
+
+
+def _blocks(seed: int, width: int, depth: int) -> nn.ModuleList:
+    """`depth` blocks Linear -> GELU -> Dropout(0.25), seeded, in training mode (dropout active)."""
+    generator = torch.Generator().manual_seed(seed)
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Dropout(0.25)) for _ in range(depth))
+    with torch.no_grad():
+        for p in blocks.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) / width**0.5)
+    return blocks.train()
+
+
+def _checkpoint_cases(case: Case) -> list[tuple[int, int, int, int]]:
+    """(seed, batch, width, depth) of each call."""
+    if case.hidden:
+        return [(case.seeded(141), 5, 12, 3), (case.seeded(142), 7, 6, 1)]
+    return [(case.seeded(140), 6, 16, 4)]
+
+
+def _checkpoint_inputs(seed: int, batch: int, width: int, depth: int) -> tuple[nn.ModuleList, torch.Tensor,
+                                                                             torch.Tensor]:
+    blocks = _blocks(seed, width, depth)
+    generator = torch.Generator().manual_seed(seed + 1000)
+    x = torch.randn(batch, width, generator=generator)  # data: it does not require grad
+    upstream = torch.randn(batch, width, generator=generator)
+    return blocks, x, upstream
+
+
+@register(
+    "13-checkpoint",
+    hints=Hints(
+        nudge="Wrap each block's call: h = checkpoint(block, h, use_reentrant=False).",
+        concept="torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False) runs fn without keeping its "
+        "activations and runs it again in backward; it restores the RNG state so dropout draws the same mask. "
+        "The reentrant variant gives no parameter gradients when no input requires grad.",
+        solution="h = x\nfor block in blocks:\n    h = checkpoint(block, h, use_reentrant=False)\nreturn h",
+        section="4. Activation checkpointing: memory for time",
+    ),
+    requires={
+        "wrong-output": Requirement("returns what running the blocks in order returns",
+                                    hint="Compare with a plain loop over the blocks, under the same seed."),
+        "no-param-grads": Requirement(
+            "the parameters get gradients in backward, even though the input does not require grad",
+            hint="Does your output have a grad_fn? Which checkpoint variant needs an input that requires grad?"),
+        "reentrant": Requirement(
+            "uses the non-reentrant checkpoint (use_reentrant=False)",
+            hint="Which value of use_reentrant does the lesson recommend, and what does the other one do?"),
+        "wrong-grads": Requirement(
+            "the gradients equal those of the plain forward (the same dropout masks in the recomputation)",
+            hint="Dropout draws a new mask each call: what must checkpoint restore before it runs a block again?"),
+        "not-checkpointed": Requirement(
+            "every block is checkpointed: autograd keeps only each block's input outside the checkpoints",
+            hint="Count what is saved for backward with harness.memory.saved_for_backward: which block still "
+            "keeps its activations?"),
+    },
+)
+def probe_checkpoint(checkpointed_forward: Callable[[nn.ModuleList, torch.Tensor], torch.Tensor], *,
+                     case: Case) -> dict:
+    """Run the student's forward under a seed; record the output, what was saved outside the checkpoints, the
+    output's grad_fn and the parameters' gradients after a seeded backward."""
+    def record(item: tuple[int, int, int, int]) -> dict:
+        seed, batch, width, depth = item
+        blocks, x, upstream = _checkpoint_inputs(seed, batch, width, depth)
+        saved: list[tuple[list[int], str]] = []
+        excluded = {p.untyped_storage().data_ptr() for p in blocks.parameters()}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.untyped_storage().data_ptr() not in excluded:
+                saved.append(list(tensor.shape))
+            return tensor
+
+        torch.manual_seed(seed)  # dropout draws from the global generator, as in training
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = checkpointed_forward(blocks, x)
+        grads = None
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.backward(upstream)
+            grads = [None if p.grad is None else p.grad.clone() for p in blocks.parameters()]
+        grad_fn = type(out.grad_fn).__name__ if isinstance(out, torch.Tensor) and out.grad_fn is not None else None
+        return {"out": out.detach() if isinstance(out, torch.Tensor) else out, "saved": saved,
+                "grad_fn": grad_fn, "grads": grads}
+
+    return {"results": collect(_checkpoint_cases(case), record)}

@@ -1,0 +1,47 @@
+"""Lesson 14: what several of its tasks share on the probe side (inputs, instruments, models)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.contract.errors import explain
+from harness.contract.failure import CheckFailed
+
+_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+def _seeded(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
+    """`build()` after torch.manual_seed(seed), leaving the global random stream as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+def _pretrained_like(model: nn.Module, seed: int) -> nn.Module:
+    """`model` with BatchNorm scales, shifts and statistics drawn at random (as after pretraining), so that a tensor
+    left unloaded shows."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, _BATCHNORMS):
+                module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(0.2 * torch.randn(module.bias.shape, generator=generator))
+                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=generator) * 0.3)
+                module.running_var.copy_(torch.rand(module.running_var.shape, generator=generator) + 0.5)
+                module.num_batches_tracked.fill_(1000)
+    return model
+
+
+def _attempt(record: dict[str, Any], run: Callable[[], Any]) -> Any:
+    """Run the student's code; an exception is recorded (explained, with the student's line), not raised."""
+    try:
+        return run()
+    except CheckFailed:
+        raise
+    except Exception as error:  # the student's code raised
+        record["raised"] = explain(error)[:2000]
+        return None

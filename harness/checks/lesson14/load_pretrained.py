@@ -1,0 +1,136 @@
+"""14-load-pretrained, the probe.
+
+Call the student's function on each (model, checkpoint) pair; record what it returned or raised, the model's
+state dict after it, and the checkpoint dict as it was left.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson14.common import _attempt, _pretrained_like, _seeded
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+from harness.contract.wire import type_name
+from harness.finetune import TransferNet
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _net(seed: int, classes: int, width: int) -> TransferNet:
+    return _pretrained_like(_seeded(seed, functools.partial(TransferNet, classes, width)), seed + 1)  # type: ignore
+
+
+# (description, classes of the new head, width, what is wrong with the checkpoint)
+_GOOD, _MISSING, _UNEXPECTED, _PREFIXED, _RESHAPED = "good", "missing", "unexpected", "prefixed", "reshaped"
+
+
+def _load_cases(case: Case) -> list[tuple[str, int, int, str]]:
+    if not case.hidden:
+        return [("a checkpoint of the 5-class model, loaded into a model with a new 10-class head", 10, 4, _GOOD),
+                ("the same checkpoint, loaded into a model whose new head has the old shape (5 classes)", 5, 4, _GOOD),
+                ("a checkpoint without the backbone key 'backbone.1.1.running_var'", 10, 4, _MISSING),
+                ("a checkpoint with a key the model does not have, 'backbone.3.weight'", 10, 4, _UNEXPECTED)]
+    return [("a checkpoint of the 5-class model, loaded into a model with a new 3-class head", 3, 6, _GOOD),
+            ("the same checkpoint, loaded into a model whose new head has the old shape (5 classes)", 5, 6, _GOOD),
+            ("a checkpoint without the backbone key 'backbone.0.0.weight'", 7, 6, _MISSING),
+            ("a checkpoint saved from a DDP-wrapped model (every key starts with 'module.')", 10, 6, _PREFIXED),
+            ("a checkpoint whose 'backbone.2.0.weight' has another shape", 10, 6, _RESHAPED),
+            ("a checkpoint with a key the model does not have, 'backbone.2.1.scale'", 4, 6, _UNEXPECTED)]
+
+
+def _checkpoint(case: Case, width: int, defect: str) -> dict[str, torch.Tensor]:
+    """The pretrained checkpoint of a case: a 5-class model's full state dict, with the case's defect."""
+    state = {k: v.clone() for k, v in _net(case.seeded(140), 5, width).state_dict().items()}
+    if defect == _MISSING:
+        del state["backbone.1.1.running_var" if not case.hidden else "backbone.0.0.weight"]
+    elif defect == _UNEXPECTED:
+        state["backbone.3.weight" if not case.hidden else "backbone.2.1.scale"] = _randn(4, seed=case.seeded(141))
+    elif defect == _PREFIXED:
+        state = {f"module.{k}": v for k, v in state.items()}
+    elif defect == _RESHAPED:
+        state["backbone.2.0.weight"] = _randn(4 * width, 2 * width, 1, 1, seed=case.seeded(142))
+    return state
+
+
+def _new_model(case: Case, index: int, classes: int, width: int) -> TransferNet:
+    """The model a checkpoint is loaded into: its own (random) weights, a new head."""
+    return _seeded(case.seeded(143 + index), functools.partial(TransferNet, classes, width))  # type: ignore
+
+
+@register(
+    "14-load-pretrained", unjudged=('loads/*/state/*',),
+    hints=Hints(
+        nudge="Leave the old head out of what you load, load the rest with strict=False, then look at what "
+              "load_state_dict returns: the only keys allowed to be missing are the new head's, and nothing may be "
+              "unexpected.",
+        concept="load_state_dict(strict=False) returns (missing_keys, unexpected_keys) instead of raising; a shape "
+                "mismatch still raises. Filtering the checkpoint into a new dict leaves the caller's untouched; "
+                "checking both lists yourself keeps strict loading's safety for everything but the head.",
+        solution="result = model.load_state_dict({k: v for k, v in state_dict.items() if not k.startswith('head.')}, "
+                 "strict=False); if result.unexpected_keys or any(not k.startswith('head.') for k in "
+                 "result.missing_keys): raise RuntimeError(...); return sorted(result.missing_keys)",
+        section="2. Loading a checkpoint into a changed model"),
+    requires={
+        "backbone-not-loaded": Requirement(
+            "every tensor of the model's backbone (parameters and BatchNorm buffers) equals the checkpoint's",
+            hint="After your function, compare model.state_dict()['backbone.1.1.running_mean'] and "
+                 "['backbone.0.0.weight'] with the checkpoint's: which were copied? What names did the keys you "
+                 "loaded have, relative to the module you loaded them into?"),
+        "head-overwritten": Requirement(
+            "the new head keeps its own initialisation: the checkpoint's head is never loaded, even when its shape "
+            "fits",
+            hint="Build the model with a 5-class head (the old shape) and run your function: is model.head.weight "
+                 "still what it was before?"),
+        "missing-ignored": Requirement(
+            "raises an error when the checkpoint lacks a key of the model other than the head's",
+            hint="Delete one backbone key from a copy of the checkpoint and call your function: does it complain? "
+                 "strict=False returns the missing keys; who looks at them?"),
+        "unexpected-ignored": Requirement(
+            "raises an error when the checkpoint has a key the model does not have",
+            hint="Add a key 'backbone.3.weight' to a copy of the checkpoint and call your function: does it "
+                 "complain? Which list of load_state_dict's result holds that key?"),
+        "wrong-return": Requirement(
+            "returns the model's keys the checkpoint did not provide (the new head's) as a list of str",
+            hint="Print what your function returns: a list of names such as 'head.weight', or the whole result "
+                 "object of load_state_dict?"),
+        "checkpoint-modified": Requirement(
+            "leaves the checkpoint dict it was given unchanged",
+            hint="Print len(state_dict) before and after your function: did it delete or pop the head's keys from "
+                 "the caller's dict? Build a new dict instead."),
+    },
+)
+def probe_load_pretrained(load_pretrained: Callable[[nn.Module, dict[str, torch.Tensor]], Any], *, case: Case) -> dict:
+    """Call the student's function on each (model, checkpoint) pair; record what it returned or raised, the model's
+    state dict after it, and the checkpoint dict as it was left."""
+    records = []
+    for index, (_, classes, width, defect) in enumerate(_load_cases(case)):
+        model = _new_model(case, index, classes, width)
+        given = _checkpoint(case, width, defect)
+        record: dict[str, Any] = {}
+        returned = _attempt(record, functools.partial(load_pretrained, model, given))
+        record["returned"] = _frozen(returned)
+        record["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        record["checkpoint"] = {k: v.detach().clone() if isinstance(v, torch.Tensor) else _frozen(v)
+                                for k, v in given.items()} if isinstance(given, dict) else type_name(given)
+        records.append(record)
+    return {"loads": records}
+
+
+def _frozen(value: Any) -> Any:
+    """A returned value as plain data (a namedtuple as a tuple, tensors copied)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_frozen(v) for v in value) if type(value) in (list, tuple) else tuple(map(_frozen, value))
+    if isinstance(value, dict):
+        return {str(k): _frozen(v) for k, v in value.items()}
+    return value

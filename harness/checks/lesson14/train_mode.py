@@ -1,0 +1,110 @@
+"""14-train-mode, the probe.
+
+Call the student's function on each model; record the flags, the modes, then the output of a seeded forward
+pass and the BatchNorm statistics after it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson14.common import _attempt, _pretrained_like, _seeded
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+from harness.finetune import TransferNet
+
+
+class _ModeNet(nn.Module):
+    """A TransferNet backbone (some blocks frozen) with a head that has its own (trainable) BatchNorm and dropout."""
+
+    def __init__(self, width: int, frozen_blocks: int, classes: int) -> None:
+        super().__init__()
+        self.backbone = TransferNet(classes, width).backbone
+        features = 4 * width
+        self.head = nn.Sequential(nn.Linear(features, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3),
+                                  nn.Linear(8, classes))
+        for block in list(self.backbone)[:frozen_blocks]:
+            block.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
+
+
+def _mode_cases(case: Case) -> list[tuple[int, int, bool]]:
+    """(width, frozen conv blocks, the model comes in eval mode)."""
+    if not case.hidden:
+        return [(4, 2, True)]
+    return [(6, 1, False), (4, 3, True)]
+
+
+def _mode_model(case: Case, index: int, width: int, frozen_blocks: int, starts_in_eval: bool) -> _ModeNet:
+    model = _seeded(case.seeded(150 + index), functools.partial(_ModeNet, width, frozen_blocks, 3))
+    _pretrained_like(model, case.seeded(160 + index))
+    return model.eval() if starts_in_eval else model.train()  # type: ignore
+
+
+def _mode_input(case: Case, index: int) -> torch.Tensor:
+    return torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(case.seeded(170 + index)))
+
+
+def _seeded_forward(model: nn.Module, x: torch.Tensor, seed: int) -> torch.Tensor:
+    """model(x) with dropout's masks drawn from `seed` (the global stream restored after)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model(x).detach()
+
+
+@register(
+    "14-train-mode", unjudged=('models/*/buffers/*',),
+    hints=Hints(
+        nudge="Call model.train() first (it sets every module), then walk model.modules() and put back in eval mode "
+              "each BatchNorm layer whose parameters are all frozen.",
+        concept="Freezing (requires_grad False) stops gradients; it does not stop a BatchNorm in training mode from "
+                "normalising with the batch's statistics and overwriting its running statistics. Only eval mode "
+                "does, and model.train() undoes it, so it must be redone after every model.train().",
+        solution="model.train(); for m in model.modules(): if isinstance(m, nn.modules.batchnorm._BatchNorm) and "
+                 "not any(p.requires_grad for p in m.parameters()): m.eval()",
+        section="3. Freezing done right"),
+    requires={
+        "frozen-bn-training": Requirement(
+            "every BatchNorm layer whose parameters are all frozen is in eval mode (its running statistics do not "
+            "move)",
+            hint="After your function, print [(n, m.training) for n, m in model.named_modules() if 'BatchNorm' in "
+                 "type(m).__name__]: which frozen ones still say True?"),
+        "trainable-bn-eval": Requirement(
+            "BatchNorm layers with trainable parameters stay in training mode",
+            hint="Which BatchNorm layers did you put in eval mode? Print requires_grad of their weight: are some of "
+                 "them being trained?"),
+        "not-training": Requirement(
+            "the model and its other layers (dropout included) are in training mode, also when the model came in "
+            "eval mode",
+            hint="Call model.eval() before your function: after it, is model.training True? Is the head's dropout "
+                 "active?"),
+        "flags-changed": Requirement(
+            "changes no parameter's requires_grad",
+            hint="Compare [p.requires_grad for p in model.parameters()] before and after your function: mode and "
+                 "freezing are two separate things; this function sets modes only."),
+    },
+)
+def probe_train_mode(train_mode: Callable[[nn.Module], Any], *, case: Case) -> dict:
+    """Call the student's function on each model; record the flags, the modes, then the output of a seeded forward
+    pass and the BatchNorm statistics after it."""
+    records = []
+    for index, setting in enumerate(_mode_cases(case)):
+        model = _mode_model(case, index, *setting)
+        record: dict[str, Any] = {}
+        _attempt(record, functools.partial(train_mode, model))
+        record["requires_grad"] = {n: p.requires_grad for n, p in model.named_parameters()}
+        record["training"] = {n or "model": m.training for n, m in model.named_modules()}
+        if record.get("raised") is None:
+            record["out"] = _attempt(record, functools.partial(_seeded_forward, model, _mode_input(case, index),
+                                                               case.seeded(180 + index)))
+            record["buffers"] = {n: b.detach().clone() for n, b in model.named_buffers()}
+        records.append(record)
+    return {"models": records}

@@ -1,0 +1,96 @@
+"""14-unfreeze, the probe.
+
+Call the student's function epoch after epoch on a model that came in trainable, then on one that came in
+frozen; record every parameter's flag after each call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from harness.checks.lesson14.common import _seeded
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+from harness.finetune import TransferNet
+
+
+class _DeepNet(nn.Module):
+    """A TransferNet-like model whose backbone has four conv blocks (for the hidden case)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        blocks = TransferNet(3, width).backbone
+        self.backbone = nn.Sequential(*list(blocks)[:3], nn.Sequential(nn.Conv2d(4 * width, 4 * width, 1),
+                                                                         nn.BatchNorm2d(4 * width)), *list(blocks)[3:])
+        self.head = nn.Linear(4 * width, 3)
+
+
+def _unfreeze_cases(case: Case) -> list[tuple[str, int, int]]:
+    """(architecture, width, every)."""
+    if not case.hidden:
+        return [("TransferNet", 4, 2)]
+    return [("TransferNet", 6, 1), ("four blocks", 4, 3)]
+
+
+def _unfreeze_model(case: Case, index: int, architecture: str, width: int) -> nn.Module:
+    build = functools.partial(TransferNet, 3, width) if architecture == "TransferNet" else \
+        functools.partial(_DeepNet, width)
+    return _seeded(case.seeded(230 + index), build)
+
+
+def _blocks(model: nn.Module) -> list[str]:
+    """The names of the backbone's blocks that hold parameters, bottom (first) to top (last)."""
+    return [f"backbone.{name}" for name, block in model.backbone.named_children() if list(block.parameters())]
+
+
+@register(
+    "14-unfreeze",
+    hints=Hints(
+        nudge="Each call decides every flag: the head always trains; block i of n unfreezes from epoch "
+              "every * (n - i), so the last block (next to the head) is first.",
+        concept="Gradual unfreezing trains the new head alone first, then unfreezes one block at a time from the top "
+                "down, so that the large, noisy gradients of a random head never reach the general early layers. "
+                "requires_grad_(flag) on a block sets all its parameters; setting the flag both ways on every call "
+                "makes the function independent of the model's state before it.",
+        solution="blocks = [b for b in model.backbone if list(b.parameters())]; for i, block in enumerate(blocks): "
+                 "block.requires_grad_(epoch >= every * (len(blocks) - i)); model.head.requires_grad_(True)",
+        section="5. Gradual unfreezing"),
+    requires={
+        "head-frozen": Requirement(
+            "the head is trainable at every epoch",
+            hint="Print [n for n, p in model.head.named_parameters() if not p.requires_grad] after a call at epoch "
+                 "0: is the head trainable?"),
+        "not-frozen": Requirement(
+            "blocks not yet due are frozen, also when the model came in trainable",
+            hint="Call your function at epoch 0 on a freshly built model (everything trainable): is the backbone "
+                 "frozen afterwards? Each call must set both directions."),
+        "wrong-order": Requirement(
+            "blocks unfreeze from the top (the last block, next to the head) down to the first",
+            hint="Print which block is trainable at epoch `every`: the one next to the head, or the first?"),
+        "wrong-timing": Requirement(
+            "block i of n is trainable from epoch every * (n - i) on, and frozen before it, for a backbone of any "
+            "number of blocks",
+            hint="Tabulate, for epochs 0 to 3 * every + 1, which blocks your function leaves trainable, and compare "
+                 "with every * (n - i): an off-by-one (> instead of >=), or blocks counted from the wrong end?"),
+    },
+)
+def probe_unfreeze(gradual_unfreeze: Callable[..., Any], *, case: Case) -> dict:
+    """Call the student's function epoch after epoch on a model that came in trainable, then on one that came in
+    frozen; record every parameter's flag after each call."""
+    runs = []
+    for index, (architecture, width, every) in enumerate(_unfreeze_cases(case)):
+        for came_frozen in (False, True):
+            model = _unfreeze_model(case, index, architecture, width)
+            if came_frozen:
+                model.requires_grad_(False)
+            flags = []
+            for epoch in range(every * len(_blocks(model)) + 2):
+                gradual_unfreeze(model, epoch, every)
+                flags.append([p.requires_grad for p in model.parameters()])
+            runs.append(flags)
+    return {"runs": runs}

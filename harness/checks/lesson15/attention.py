@@ -1,0 +1,84 @@
+"""15-attention, the probe.
+
+Call `attention` on each case's inputs (copies) with the torch calls recorded; record the outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.forbidden import CallRecorder
+from harness.contract.instruments import collect
+from harness.contract.registry import register
+
+
+def _attention_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor,
+                                               torch.Tensor | None, bool]]:
+    """(description, q, k, v, mask, causal) of each call: no mask (more keys than queries), padding mask,
+    causal mask, both. Hidden: other sizes and head dimensions, and a padding mask with more keys than queries."""
+    generator = torch.Generator().manual_seed(case.seeded(155 if case.hidden else 154))
+    plan = ([(3, 2, 4, 7, 8, None, False), (2, 2, 6, 6, 8, [6, 2, 4], True), (2, 1, 5, 5, 16, [5, 3], False),
+             (3, 2, 3, 6, 4, [6, 1, 3], False), (1, 3, 4, 4, 2, None, True)] if case.hidden else
+            [(2, 2, 3, 5, 4, None, False), (2, 2, 5, 5, 4, [5, 3], False), (2, 2, 4, 4, 4, None, True),
+             (2, 2, 4, 4, 4, [4, 2], True)])
+    calls = []
+    for batch, heads, queries, keys, dim, lengths, causal in plan:
+        q = torch.randn(batch, heads, queries, dim, generator=generator)
+        k = torch.randn(batch, heads, keys, dim, generator=generator)
+        v = torch.randn(batch, heads, keys, dim, generator=generator)
+        mask = None if lengths is None else torch.arange(keys) < torch.tensor(lengths[:batch])[:, None]
+        text = f"q {tuple(q.shape)}, k {tuple(k.shape)}, mask={'None' if lengths is None else f'lengths {lengths}'}"
+        calls.append((f"{text}, causal={causal}", q, k, v, mask, causal))
+    return calls
+
+
+@register(
+    "15-attention", nonfinite=('results/*',),
+    hints=Hints(
+        nudge="scores = q @ k.transpose(-2, -1) / sqrt(d); set the scores of blocked keys to -inf; softmax over the "
+        "keys (the last axis); multiply by v.",
+        concept="Attention weighs the values by softmax over keys of the scaled dot products. A blocked key gets "
+        "score -inf before the softmax, so its weight is exactly 0 and the other weights still sum to 1. The "
+        "padding mask (batch, keys) broadcasts over heads and queries as mask[:, None, None, :]; the causal mask "
+        "blocks key j > i for query i (its own position included in what it sees). Both masks apply together.",
+        solution="scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "allowed = mask[:, None, None, :] & ~torch.ones(Tq, Tk, dtype=torch.bool).triu(1)  # each only if given\n"
+        "return scores.masked_fill(~allowed, float('-inf')).softmax(dim=-1) @ v",
+        section="3. Attention by hand, with padding and causal masks",
+    ),
+    requires={
+        "forbidden-call": Requirement(
+            "does not call F.scaled_dot_product_attention or nn.MultiheadAttention",
+            hint="Build it from @ (matmul), masked_fill and softmax; the reference is for comparing afterwards."),
+        "wrong-shape": Requirement("returns one tensor of shape (batch, heads, queries, head_dim)",
+                                   hint="Print the shape of what you return for q with 3 queries and k with 5 keys."),
+        "wrong-scale": Requirement("scales the scores by 1/sqrt(head_dim)",
+                                   hint="What do you divide q @ k^T by? The exercise says the square root of d."),
+        "wrong-value": Requirement(
+            "returns softmax(q k^T / sqrt(d)) v, the softmax over the keys",
+            hint="Over which axis does your softmax normalise? Each query's weights over the keys must sum to 1."),
+        "padding-not-masked": Requirement(
+            "keys where mask is False get weight 0",
+            hint="Print the attention weights for a short sequence: do its padded keys get any weight? Which value "
+            "marks a real key in this lesson's mask?"),
+        "causal-not-masked": Requirement(
+            "with causal=True, query i attends to keys 0..i only",
+            hint="With causal=True print the weights of query 0: only key 0 may have weight. Check the diagonal= "
+            "of your triu/tril."),
+    },
+)
+def probe_attention(attention: Callable[..., Any], *, case: Case) -> dict:
+    """Call `attention` on each case's inputs (copies) with the torch calls recorded; record the outputs."""
+    with CallRecorder() as calls:
+        def record(item: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool]) -> Any:
+            _, q, k, v, mask, causal = item
+            return attention(q.clone(), k.clone(), v.clone(), mask=None if mask is None else mask.clone(),
+                             causal=causal)
+
+        results = collect(_attention_calls(case), record)
+    return {"results": results, "calls": calls.seen}

@@ -1,0 +1,92 @@
+"""15-masked-loss, the probe.
+
+Call the loss on each case's inputs and on the same inputs scrambled at the padded positions; record the
+values, the gradient reaching the logits, and the inputs after the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import collect
+from harness.contract.registry import register
+
+
+def _loss_inputs(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(description, logits (B, T, V), targets (B, T), mask (B, T)) of each call; targets at padded positions
+    are arbitrary classes. Hidden: other shapes, and a batch where one row is all padding."""
+    generator = torch.Generator().manual_seed(case.seeded(153 if case.hidden else 152))
+    shapes = [((4, 7, 5), [7, 3, 5, 1]), ((3, 6, 4), [2, 6, 0])] if case.hidden else [((3, 6, 5), [6, 2, 4])]
+    calls = []
+    for (batch, time, vocab), lengths in shapes:
+        logits = torch.randn(batch, time, vocab, generator=generator) * 2
+        targets = torch.randint(0, vocab, (batch, time), generator=generator)
+        mask = torch.arange(time) < torch.tensor(lengths)[:, None]
+        calls.append((f"logits of shape {(batch, time, vocab)}, lengths {lengths}", logits, targets, mask))
+    return calls
+
+
+def _scrambled(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+               seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same inputs with other logits and targets at the padded positions only (the loss must not change)."""
+    generator = torch.Generator().manual_seed(seed)
+    other_logits = torch.where(mask[..., None], logits, torch.randn(logits.shape, generator=generator) * 5)
+    other_targets = torch.where(mask, targets, torch.randint(0, logits.shape[-1], targets.shape, generator=generator))
+    return other_logits, other_targets
+
+
+@register(
+    "15-masked-loss",
+    hints=Hints(
+        nudge="Compute the cross-entropy of every position (reduction='none'), keep the real ones with the mask, "
+        "and average over those only.",
+        concept="A padded batch has positions that are not tokens; their loss must count for nothing, and the mean "
+        "divides by the number of real tokens (mask.sum()), not by batch * time. Either select with the mask, or "
+        "set padded targets to ignore_index (on a copy) and let F.cross_entropy skip them.",
+        solution="per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction='none')\n"
+        "return per_token[mask.flatten()].mean()",
+        section="2. A loss that ignores padding",
+    ),
+    requires={
+        "not-a-scalar": Requirement("returns a 0-dim tensor",
+                                    hint="Print the .shape of what you return: it should be torch.Size([])."),
+        "padding-counted": Requirement(
+            "padded positions count for nothing: neither their logits and targets nor their number",
+            hint="Change the logits at the padded positions only and call your loss again: does the value move? "
+            "What do you divide by?"),
+        "wrong-value": Requirement(
+            "returns the mean cross-entropy over the real tokens of the whole batch",
+            hint="Compare with F.cross_entropy on the real tokens alone, taken out with logits[mask]: is yours a sum, "
+            "or a mean of per-sequence means?"),
+        "no-gradient": Requirement(
+            "the result is differentiable: its gradient reaches the logits",
+            hint="Does the result have a grad_fn? .item(), float(), numpy and torch.tensor(...) all cut the graph."),
+        "inputs-modified": Requirement(
+            "leaves logits, targets and mask unchanged",
+            hint="Which line writes into targets (or logits, or mask)? Change a copy (targets.masked_fill(...), "
+            "not targets[...] = ...)."),
+    },
+)
+def probe_masked_loss(masked_cross_entropy: Callable[..., Any], *, case: Case) -> dict:
+    """Call the loss on each case's inputs and on the same inputs scrambled at the padded positions; record the
+    values, the gradient reaching the logits, and the inputs after the call."""
+    def record(item: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]) -> dict:
+        _, logits, targets, mask = item
+        leaf, targets_in, mask_in = logits.clone().requires_grad_(True), targets.clone(), mask.clone()
+        returned = masked_cross_entropy(leaf, targets_in, mask_in)
+        grad = None
+        if isinstance(returned, torch.Tensor) and returned.numel() == 1 and returned.grad_fn is not None:
+            returned.sum().backward()
+            grad = leaf.grad
+        other_logits, other_targets = _scrambled(logits, targets, mask, case.seeded(7))
+        again = masked_cross_entropy(other_logits, other_targets, mask.clone())
+        return {"returned": returned, "requires_grad": isinstance(returned, torch.Tensor) and returned.requires_grad,
+                "grad": grad, "again": again,
+                "after": [leaf.detach().clone(), targets_in, mask_in]}
+
+    return {"results": collect(_loss_inputs(case), record)}

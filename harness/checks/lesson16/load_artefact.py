@@ -1,0 +1,105 @@
+"""16-load-artefact, the probe.
+
+Call `load_artefact` on a good artefact, on one that runs code when unpickled, and on one with a renamed
+key; record the returned model's type, mode and state, and what each bad artefact did.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson16.common import _state, build_classifier, case_config, case_model
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+_SPRUNG: list[str] = []
+
+
+def _spring() -> str:
+    """What the trap artefact's pickle calls when a loader unpickles it: a harmless stand-in for an attacker's
+    code, which records that it ran."""
+    _SPRUNG.append("ran")
+    return "this string was made by code the file told the loader to run"
+
+
+class _Trap:
+    """An object whose unpickling runs `_spring` (as a malicious file's would run anything)."""
+
+    def __reduce__(self) -> tuple[Callable[[], str], tuple]:
+        return (_spring, ())
+
+
+def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state_dict with the head's weight under another name (an artefact of another version of the code)."""
+    return {("classifier.weight" if k == "head.weight" else k): v for k, v in state.items()}
+
+
+@register(
+    "16-load-artefact",
+    hints=Hints(
+        nudge="Three steps: read the file with torch.load(..., weights_only=True), build the model from its "
+        "config, then load the weights strictly and switch to eval mode.",
+        concept="weights_only=True unpickles only tensors and plain values, so a file cannot run code while it "
+        "loads; strict loading makes a name that does not match an error instead of a silently random layer; "
+        "a served model runs in eval mode (Dropout off, BatchNorm's running statistics).",
+        solution='artefact = torch.load(path, weights_only=True, map_location="cpu")\n'
+        'model = build_model(**artefact["config"])\n'
+        'model.load_state_dict(artefact["state_dict"])\n'
+        "return model.eval()",
+        section="1. What you ship: weights plus code",
+    ),
+    requires={
+        "not-a-module": Requirement(
+            "returns the model (an nn.Module)",
+            hint="Print type(load_artefact(path, build_model)): what does load_state_dict return?"),
+        "wrong-weights": Requirement(
+            "the returned model holds the saved weights and buffers",
+            hint="Compare load_artefact(...).state_dict() with the saved one: did the weights reach the model you "
+            "return?"),
+        "train-mode": Requirement(
+            "returns the model in eval mode",
+            hint="Print model.training for the model you return: a freshly built module starts in training mode."),
+        "unsafe-load": Requirement(
+            "loads with weights_only=True: a file holding any other object raises instead of running its code",
+            hint="What does torch.load(path, weights_only=False) do with a pickled object whose class says "
+            "'call this function'? Do not catch the error that weights_only=True raises."),
+        "not-strict": Requirement(
+            "loads strictly: an artefact whose names do not match the model raises",
+            hint="What does load_state_dict(..., strict=False) do with a key it does not know? Which layer keeps "
+            "its random initialisation then?"),
+    },
+)
+def probe_load_artefact(load_artefact: Callable[..., Any], *, case: Case) -> dict:
+    """Call `load_artefact` on a good artefact, on one that runs code when unpickled, and on one with a renamed
+    key; record the returned model's type, mode and state, and what each bad artefact did."""
+    model, config = case_model(case, salt=10), case_config(case)
+    state = model.state_dict()
+    seen: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="harness-16-") as folder:
+        good, trap, renamed = (os.path.join(folder, name) for name in ("good.pt", "trap.pt", "renamed.pt"))
+        torch.save({"config": dict(config), "state_dict": state}, good)
+        torch.save({"config": dict(config), "state_dict": state, "note": _Trap()}, trap)
+        torch.save({"config": dict(config), "state_dict": _renamed(state)}, renamed)
+        loaded = load_artefact(good, build_classifier)
+        seen["type"] = type(loaded).__name__
+        if isinstance(loaded, nn.Module):
+            seen["training"] = loaded.training
+            seen["state"] = _state(loaded)
+        for name, path in (("trap", trap), ("renamed", renamed)):
+            _SPRUNG.clear()
+            try:
+                load_artefact(path, build_classifier)
+                seen[name] = None
+            except Exception as error:  # raising is the expected behaviour
+                seen[name] = f"{type(error).__name__}: {error}"[:300]
+            if name == "trap":
+                seen["sprung"] = bool(_SPRUNG)
+        _SPRUNG.clear()
+    return seen

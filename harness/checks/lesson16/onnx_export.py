@@ -1,0 +1,98 @@
+"""16-onnx-export, the probe.
+
+Call `export_onnx(model, example, path)` on a model in training mode; record the mode of the forwards
+the exporter traced, the file's input and output names and shapes, and what ONNX Runtime computes from it
+at each of the case's batch sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.checks.lesson16.common import _files, case_inputs, case_model
+from harness.contract.case import Case
+from harness.contract.failure import Hints, Requirement
+from harness.contract.registry import register
+
+_EXPORT_ROWS = 4  # the batch size of the example the exercise exports with
+
+
+def _onnx_batches(case: Case) -> list[int]:
+    return [1, 33, 5] if case.hidden else [1, 17]
+
+
+@register(
+    "16-onnx-export",
+    hints=Hints(
+        nudge="torch.onnx.export(model, (example,), path, dynamo=True, ...) in eval mode, with the names the "
+        "exercise gives and the batch axis declared dynamic (torch.export.Dim).",
+        concept="The exporter traces the model on the example: every shape it sees becomes a constant unless "
+        "declared dynamic, and the mode it runs in (train or eval) is frozen into the graph. Serving code feeds "
+        "ONNX Runtime by input name.",
+        solution='model.eval()\ntorch.onnx.export(model, (example,), path, dynamo=True, verbose=False, '
+        'input_names=["features"], output_names=["logits"], '
+        'dynamic_shapes=({0: torch.export.Dim("batch")},))',
+        section="3. torch.export, ONNX and ONNX Runtime",
+    ),
+    requires={
+        "no-file": Requirement(
+            "writes the .onnx file to `path`",
+            hint="What does torch.onnx.export(..., dynamo=True) return, and does it save anything when it is "
+            "given no file?"),
+        "wrong-names": Requirement(
+            'the input is named "features" and the output "logits"',
+            hint="Print [i.name for i in session.get_inputs()] for your file: which exporter argument names them?"),
+        "static-batch": Requirement(
+            "the batch axis is dynamic: the file runs at batch sizes other than the example's",
+            hint="Print session.get_inputs()[0].shape: a number where the batch size goes means it was frozen at "
+            "export. Which argument declares an axis dynamic?"),
+        "train-mode": Requirement(
+            "exports the model in eval mode",
+            hint="In which mode is the model when it arrives, and what does the exporter freeze into the graph?"),
+        "wrong-output": Requirement(
+            "ONNX Runtime computes the model's logits (atol 1e-4, rtol 1e-3)",
+            hint="Compare session.run(...) with model(x) in eval mode on a few rows: is something added to the "
+            "exported computation?"),
+    },
+)
+def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
+    """Call `export_onnx(model, example, path)` on a model in training mode; record the mode of the forwards
+    the exporter traced, the file's input and output names and shapes, and what ONNX Runtime computes from it
+    at each of the case's batch sizes."""
+    from harness.export import onnx_session  # ONNX Runtime: imported only by this check
+
+    model = case_model(case, salt=30)
+    modes: list[bool] = []
+    handle = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    seen: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="harness-16-") as folder:
+        path = os.path.join(folder, "classifier.onnx")
+        try:
+            with warnings.catch_warnings(record=True) as caught:  # the exporter's warnings: data, not stderr
+                warnings.simplefilter("always")
+                returned = export_onnx(model, case_inputs(case, _EXPORT_ROWS, salt=99), path)
+        finally:
+            handle.remove()
+        seen.update(modes=modes, returned=type(returned).__name__, warnings=[str(w.message)[:200] for w in caught][:5],
+                    written=os.path.isfile(path), files=_files(folder))
+        if not seen["written"]:
+            return seen
+        session = onnx_session(path)
+        seen["inputs"] = [(i.name, [d if isinstance(d, (int, str)) else None for d in i.shape])
+                          for i in session.get_inputs()]
+        seen["outputs"] = [o.name for o in session.get_outputs()]
+        runs = []
+        for rows in _onnx_batches(case):
+            x = case_inputs(case, rows, salt=40)
+            try:
+                runs.append({"output": torch.from_numpy(session.run(None, {seen["inputs"][0][0]: x.numpy()})[0])})
+            except Exception as error:  # ONNX Runtime refused these inputs: data for the judge
+                runs.append({"error": f"{type(error).__name__}: {error}"[:300]})
+        seen["runs"] = runs
+    return seen

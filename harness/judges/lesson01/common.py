@@ -1,0 +1,38 @@
+"""Lesson 01: what several of its tasks share on the judge side (references)."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import torch
+
+from harness.contract.failure import fail
+from harness.contract.wire import WireError, type_name
+
+
+def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference (inf where the shapes differ or a value is not finite)."""
+    if a.shape != b.shape:
+        return float("inf")
+    return float((a.detach().double() - b.detach().double()).abs().nan_to_num(float("inf")).max()) if a.numel() else 0.0
+
+
+def _require_tensor(result: Any, what: str, where: str) -> torch.Tensor:
+    """`result` if it is a tensor; otherwise fail with [not-a-tensor]."""
+    if not isinstance(result, torch.Tensor):
+        fail("not-a-tensor", observed=f"{what} returned {type_name(result)}", expected="a torch.Tensor",
+             cause="a missing return statement, or a conversion to NumPy or a Python list", where=where)
+    return result
+
+
+def _malformed(what: str) -> NoReturn:
+    """Refuse an observation no probe of this module writes."""
+    raise WireError(f"malformed observation: {what}")
+
+
+def _recorded_tensor(entry: dict, key: str) -> torch.Tensor:
+    """A tensor the probe itself recorded (not a student's return value); anything else is malformed."""
+    value = entry[key]
+    if not isinstance(value, torch.Tensor):
+        _malformed(f"{key} is not a tensor")
+    return value

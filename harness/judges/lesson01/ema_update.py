@@ -1,0 +1,63 @@
+"""01-ema-update, the judge.
+
+`ema_update_(ema, params, decay)` sets ema = decay * ema + (1 - decay) * param in place, outside autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson01.ema_update import _ema_problems
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson01.common import _malformed, _max_error
+
+
+@judges("01-ema-update")
+def judge_ema_update(seen: dict, *, case: Case) -> str:
+    """`ema_update_(ema, params, decay)` sets ema = decay * ema + (1 - decay) * param in place, outside autograd."""
+    for (params, initial, decay), steps in zip(_ema_problems(case), seen["runs"], strict=True):
+        before = initial
+        for _, step in zip(range(2), steps, strict=True):
+            ema = step["ema"]
+            if step["in_place"] is not True:
+                fail("not-in-place", observed="the list now holds new tensors",
+                     expected="the same EMA tensors, updated in place (an optimizer or a checkpoint holds references "
+                              "to them)",
+                     cause="ema[i] = ... (or ema[:] = [...]) rebinds the list entry instead of changing the tensor",
+                     where="use in-place methods (mul_, add_, lerp_, copy_) on each EMA tensor")
+            if not (isinstance(ema, list) and all(isinstance(e, torch.Tensor) for e in ema)):
+                _malformed("the EMA tensors")
+            if any(e.requires_grad for e in ema):
+                fail("builds-graph", observed="the EMA tensors require grad after the update (they have a grad_fn)",
+                     expected="plain tensors, outside autograd",
+                     cause="the in-place update mixed in parameters that require grad while autograd was recording",
+                     where="wrap the update in torch.no_grad(), or use p.detach()")
+            recorded = step["params"]
+            if not (isinstance(recorded, list) and all(isinstance(p, torch.Tensor) for p in recorded)):
+                _malformed("the parameters")
+            if any(not torch.equal(p.detach(), r) for p, r in zip(params, recorded, strict=True)):
+                fail("params-changed", observed="the model parameters changed", expected="only the EMA tensors change",
+                     cause="an in-place method called on the parameter",
+                     where="call in-place methods on the EMA tensors only")
+            if step["result"] is not None:
+                fail("returns-value", observed=f"ema_update_ returned {type_name(step['result'])}",
+                     expected="None (a trailing underscore means in place)", cause="a return statement",
+                     where="remove the return")
+            expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params, strict=True)]
+            errors = [_max_error(e, x) for e, x in zip(ema, expected, strict=True)]
+            if max(errors) > 1e-6:
+                unchanged = all(torch.equal(e, b) for e, b in zip(ema, before, strict=True))
+                swapped = all(_max_error(e, (1 - decay) * b + decay * p.detach()) < 1e-6
+                              for e, b, p in zip(ema, before, params, strict=True))
+                fail("wrong-values",
+                     observed="the EMA did not change" if unchanged else f"largest error {max(errors):.3g}"
+                     + (" (decay and 1 - decay are swapped)" if swapped else ""),
+                     expected=f"ema = {decay} * ema + {1 - decay:.2g} * param",
+                     cause="a new tensor was bound to a local name (or a copy was updated), leaving the EMA "
+                           "untouched" if unchanged
+                     else "the weights of old and new values", where="the update formula")
+            before = ema
+    return "in-place EMA of the parameters, no autograd graph, parameters untouched"

@@ -1,0 +1,72 @@
+"""01-pairwise-distances, the judge.
+
+`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite,
+computed without a Python loop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson01.pairwise_distances import _distance_inputs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson01.common import _malformed, _max_error, _require_tensor
+
+
+def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x.double()[:, None, :] - y.double()[None, :, :]).pow(2).sum(-1).sqrt()
+
+
+# More torch calls than this in one pairwise_distances call means a Python loop: a broadcast needs about ten.
+_LOOP_CALLS = 25
+
+
+@judges("01-pairwise-distances")
+def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
+    """`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite,
+    computed without a Python loop."""
+    inputs = _distance_inputs(case)
+    calls = seen["calls"]
+    if not (isinstance(calls, list) and len(calls) == len(inputs) and all(type(c) is int for c in calls)):
+        _malformed("the call counts")
+    for (x, y), result, count in zip(inputs, seen["results"], calls, strict=True):
+        result = _require_tensor(result, "pairwise_distances", "the return statement")
+        n, m = x.shape[0], y.shape[0]
+        if count > _LOOP_CALLS:
+            fail("python-loop", observed=f"pairwise_distances on x {tuple(x.shape)} and y {tuple(y.shape)} ran "
+                 f"{count} torch operations",
+                 expected=f"a handful (a broadcast computes all {n * m} distances in about ten)",
+                 cause="a Python loop over the rows of x or y (or over both), running small tensor operations at "
+                       "each step",
+                 where="replace the loop by x[:, None, :] - y[None, :, :], which is (n, m, d)")
+        if tuple(result.shape) != (n, m):
+            fail("wrong-shape", observed=f"shape {tuple(result.shape)} for x {tuple(x.shape)} and y {tuple(y.shape)}",
+                 expected=f"({n}, {m}): one distance per (row of x, row of y)",
+                 cause="the new axes are in the wrong place, or the sum runs over the wrong dimension",
+                 where="x[:, None, :] - y[None, :, :] is (n, m, d); reduce over the last dimension only")
+        if result.dtype != x.dtype:
+            fail("dtype-changed", observed=f"{x.dtype} inputs gave a {result.dtype} result",
+                 expected=f"a {x.dtype} result",
+                 cause="a .float()/.double() conversion or a new tensor of the default dtype",
+                 where="keep every intermediate in the inputs' dtype")
+        if not torch.isfinite(result).all():
+            fail("non-finite", observed="nan or inf distances (for example between identical points)",
+                 expected="finite distances, 0 between a point and itself",
+                 cause="the |x|^2 - 2 x.y + |y|^2 form rounding to a tiny negative number (sqrt of it is nan), "
+                       "or a division by a distance that is 0",
+                 where="clamp the squared distances at 0 (clamp_min(0)) before sqrt, or use the difference form")
+        reference = _reference_distances(x, y)
+        scale = float(torch.cat([x, y]).double().norm(dim=1).max())
+        atol = (3e-3 if x.dtype == torch.float32 else 1e-6) * max(scale, 1.0)
+        error = _max_error(result, reference)
+        if error > atol:
+            squared = _max_error(result, reference.pow(2)) <= atol * max(scale, 1.0)
+            fail("wrong-values", observed=f"largest error {error:.3g} against the Euclidean distance"
+                 + (" (you returned squared distances)" if squared else ""),
+                 expected=f"errors below {atol:.2g}",
+                 cause="the square root is missing" if squared else
+                 "the difference or the reduction is over the wrong axis",
+                 where="sqrt of the sum over the feature axis of (x_i - y_j)^2")
+    return "(n, m) Euclidean distances by broadcasting (no loop), dtype kept, finite for identical points"

@@ -1,0 +1,53 @@
+"""01-to-tokens, the judge.
+
+`to_tokens(images)` is (N, H*W, C) with token h*W + w the channel vector of pixel (h, w), input untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson01.to_tokens import _token_inputs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson01.common import _recorded_tensor, _require_tensor
+
+
+def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
+    return images.flatten(2).transpose(1, 2)
+
+
+@judges("01-to-tokens")
+def judge_to_tokens(seen: dict, *, case: Case) -> str:
+    """`to_tokens(images)` is (N, H*W, C) with token h*W + w the channel vector of pixel (h, w), input untouched."""
+    for x, entry in zip(_token_inputs(case), seen["results"], strict=True):
+        if "view_error" in entry:
+            fail("view-on-non-contiguous", observed=f"to_tokens raised RuntimeError: {entry['view_error']}",
+                 expected="a (N, H*W, C) tensor for any input layout",
+                 cause="view() only reinterprets the existing memory: after permute()/transpose(), or on an input "
+                       "that is not contiguous (a crop, channels-last), the strides do not allow the new shape",
+                 where="use reshape() (copies when it must) instead of view()")
+        tokens = _require_tensor(entry["tokens"], "to_tokens", "the return statement of to_tokens")
+        after = _recorded_tensor(entry, "input_after")
+        if after.shape != x.shape or not torch.equal(after, x):
+            fail("input-modified", observed="the input images changed", expected="the input left untouched",
+                 cause="an in-place operation on the input (a method ending in _, such as transpose_)",
+                 where="use out-of-place operations in to_tokens")
+        n, c, h, w = x.shape
+        if tuple(tokens.shape) != (n, h * w, c):
+            fail("wrong-shape", observed=f"shape {tuple(tokens.shape)} for input {tuple(x.shape)}",
+                 expected=f"{(n, h * w, c)} = (N, H*W, C)",
+                 cause="the axes are merged or ordered differently from (N, H*W, C)",
+                 where="the permute order and the reshape sizes in to_tokens")
+        if not torch.equal(tokens, _reference_tokens(x)):
+            reinterpreted = torch.equal(tokens, x.reshape(n, h * w, c))
+            fail("wrong-order",
+                 observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w]"
+                          + (" (your result equals images.reshape(N, H*W, C))" if reinterpreted else ""),
+                 expected="tokens[n, h*W + w, c] == images[n, c, h, w]",
+                 cause="reshape/view without permute regroups the numbers in memory order: each 'token' "
+                       "then mixes one channel's neighbouring pixels instead of holding one pixel's channels",
+                 where="permute the channel axis to the end before merging H and W")
+    return ("(N, C, H, W) -> (N, H*W, C) with each token the channel vector of one pixel, for contiguous, cropped, "
+            "channels-last and strided inputs")

@@ -1,0 +1,28 @@
+"""Lesson 02: what several of its tasks share on the judge side (references)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.contract.failure import fail
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tolerance: float = 1e-5) -> bool:
+    return a.shape == b.shape and bool(((a - b).abs() <= tolerance * (1 + b.abs())).all())
+
+
+def _tensor(value: Any, what: str) -> torch.Tensor:
+    """`value` if it is a tensor; ValueError otherwise (an observation that is not the probe's)."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{what} is {type(value).__name__}, not a tensor")
+    return value.detach()
+
+
+def _no_exception(record: dict[str, Any], what: str) -> None:
+    """Fail if the probe recorded an exception of the student's code while running `what`."""
+    if record.get("raised") is not None:
+        fail("raised", observed=f"while {what}, your code raised {record['raised']}",
+             expected="it runs on the check's inputs without an exception",
+             cause="the exception named here, raised inside your code", where="the line named above")

@@ -1,0 +1,88 @@
+"""02-freeze-backbone, the judge.
+
+Backbone frozen (no gradients, unchanged by a step), head trainable, also when it came in frozen.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from harness.checks.lesson02.common import _seeded
+from harness.checks.lesson02.freeze_backbone import _backbone_settings, _BackboneModel
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson02.common import _no_exception, _tensor
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ValueError(f"{what} is not a list of names")
+    return value
+
+
+def _backbone_cause(trainable: list[str], names: list[str], record: dict[str, Any]) -> str:
+    """What the recorded state says about why `trainable` backbone parameters still require grad."""
+    attribute = [m for m in _strings(record["attribute_set"], "the modules with an attribute")
+                 if m == "backbone" or m.startswith("backbone.")]
+    in_eval = "backbone" in _strings(record["eval_mode"], "the modules in eval mode")
+    if attribute:
+        return (f"`requires_grad = False` set on the module {attribute[0]} itself: a plain attribute (no underscore, "
+                "no call), which changes no parameter")
+    if len(trainable) < sum(n.startswith("backbone.") for n in names):
+        return "only some of the backbone's parameters were frozen: your loop or test missed the ones listed"
+    if in_eval:
+        return "the backbone was put in eval mode: eval() switches dropout and batch norm, it does not freeze"
+    return "no flag of the backbone's parameters changed: the function set them on copies (detach(), clone()), " \
+           "used torch.no_grad() (which changes no parameter), or never reached them"
+
+
+@judges("02-freeze-backbone")
+def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
+    """Backbone frozen (no gradients, unchanged by a step), head trainable, also when it came in frozen."""
+    for (seed, width, head_frozen_before), record in zip(_backbone_settings(case), seen["models"], strict=True):
+        model = _seeded(seed, functools.partial(_BackboneModel, width))
+        flags, names = record["requires_grad"], [n for n, _ in model.named_parameters()]
+        if not (isinstance(flags, dict) and list(flags) == names):
+            raise ValueError("the recorded parameters are not the model's")
+        trainable_backbone = [n for n in names if n.startswith("backbone.") and flags[n] is not False]
+        if trainable_backbone:
+            fail("backbone-trainable", observed=f"backbone parameters still require grad: {trainable_backbone}",
+                 expected="requires_grad False on every backbone parameter, nested ones included",
+                 cause=_backbone_cause(trainable_backbone, names, record),
+                 where="model.backbone.requires_grad_(False), or p.requires_grad_(False) for each of "
+                       "model.backbone.parameters()")
+        frozen_head = [n for n in names if n.startswith("head.") and flags[n] is not True]
+        if frozen_head:
+            fail("head-frozen", observed=f"head parameters do not require grad: {frozen_head}"
+                 + (" (the head came in frozen)" if head_frozen_before else ""),
+                 expected="every head parameter trainable after your function, whatever its flag before",
+                 cause="the head came in frozen and your function did not set its flag back to True"
+                 if head_frozen_before else "your function froze them too: the whole model, or a test meant to pick "
+                 "the backbone's parameters that also picks these",
+                 where="model.head.requires_grad_(True)")
+        _no_exception(record, "taking an SGD step on the parameters that require grad")
+        after = record["after"]
+        if not (isinstance(after, dict) and list(after) == names):
+            raise ValueError("the recorded parameters are not the model's")
+        if any(grad is not None for grad in record["backbone_grads"]):
+            fail("backbone-trainable", observed="backward() still computed backbone gradients although their "
+                 "requires_grad is False", expected="no gradients for frozen parameters",
+                 cause="gradients put on the backbone's parameters by your function (p.grad set by hand, or a "
+                       "backward run before freezing)", where="freeze before any backward; do not set .grad")
+        before = dict(model.named_parameters())
+        unchanged = [torch.equal(before[n].detach(), _tensor(after[n], n)) for n in names]
+        changed = [n for n, same in zip(names, unchanged, strict=True) if n.startswith("backbone.") and not same]
+        if changed:
+            fail("backbone-trainable", observed=f"your function changed backbone parameters {changed}",
+                 expected="freezing leaves the values as they are", cause="the function wrote to the parameters "
+                 "(an initialisation or an in-place operation) instead of only setting their flags",
+                 where="only requires_grad_(False)")
+        if all(same for n, same in zip(names, unchanged, strict=True) if n.startswith("head.")):
+            fail("head-frozen", observed="an optimizer step left the head unchanged", expected="the head trains",
+                 cause="the head's parameters require grad but received no gradient: the model's forward no longer "
+                       "reaches them after your function", where="only set flags: model.head.requires_grad_(True)")
+    return "backbone frozen (nested layers included), head trainable even when it came in frozen"

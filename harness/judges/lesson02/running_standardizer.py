@@ -1,0 +1,139 @@
+"""02-running-standardizer, the judge.
+
+Buffers in state_dict and moved by .to(), updated only in train mode, outside autograd; BatchNorm's numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson02.running_standardizer import _eval_batch, _standardizer_setting, _training_batch
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson02.common import _close, _no_exception, _tensor
+
+
+def _judge_standardizer_structure(seen: dict[str, Any], features: int) -> None:
+    """No parameters; running_mean and running_var registered, in the state_dict, zeros and ones at first."""
+    if seen["parameters"]:
+        fail("buffer-is-parameter", observed=f"parameters: {seen['parameters']}",
+             expected="no parameters: running statistics are not trained by the optimizer",
+             cause="the statistics made nn.Parameter (even with requires_grad=False), or learnable parameters added "
+                   "(this module has no scale or shift)",
+             where="self.register_buffer('running_mean', torch.zeros(num_features)), likewise running_var")
+    if not {"running_mean", "running_var"} <= set(seen["buffers"]):
+        fail("not-registered", observed=f"buffers: {sorted(seen['buffers'])}",
+             expected="running_mean and running_var buffers",
+             cause="plain tensor attributes (state_dict() does not save them and .to(device) does not move them), "
+                   "or buffers registered under other names",
+             where="self.register_buffer('running_mean', tensor), likewise running_var")
+    if not {"running_mean", "running_var"} <= set(seen["state_dict"]):
+        fail("not-in-state-dict", observed=f"state_dict keys: {sorted(seen['state_dict'])}",
+             expected="running_mean and running_var in the state_dict",
+             cause="the buffers were registered with persistent=False (the only buffers state_dict leaves out)",
+             where="register_buffer(name, tensor) with the default persistent=True")
+    mean, var = (_tensor(t, "an initial statistic") for t in seen["initial"])
+    if not (torch.equal(mean, torch.zeros(features)) and torch.equal(var, torch.ones(features))):
+        fail("wrong-initial-values", observed=f"running_mean {mean.tolist()}, running_var {var.tolist()}",
+             expected="zeros and ones", cause="other initial values (or shapes) in __init__",
+             where="register_buffer in __init__: torch.zeros(num_features) and torch.ones(num_features)")
+
+
+def _judge_training_output(out: torch.Tensor, x: torch.Tensor, eps: float, step: int) -> None:
+    """Train-mode outputs normalise with the batch's statistics and eps; fail naming the formula they fit."""
+    mean, var = x.mean(0), x.var(0, unbiased=False)
+    if _close(out, (x - mean) / torch.sqrt(var + eps), 2e-3):
+        return
+    eps_causes = [
+        (not bool(torch.isfinite(out).all()), "no eps: the constant feature has variance 0, and 0 / 0 is nan"),
+        (_close(out, (x - mean) / (torch.sqrt(var) + eps), 2e-3),
+         "eps added to the standard deviation, sqrt(var) + eps, instead of to the variance"),
+        (_close(out, (x - mean) / torch.sqrt(var + 1e-5), 2e-3),
+         "eps fixed at 1e-5 (the default) instead of the eps argument"),
+    ]
+    for found, cause in eps_causes:
+        if found:
+            fail("wrong-eps", observed=f"train-mode outputs after batch {step + 1} "
+                 + ("contain nan" if not bool(torch.isfinite(out).all()) else
+                    "differ where a feature's variance is small or zero"),
+                 expected=f"(x - mean) / sqrt(var + eps) with eps={eps}", cause=cause,
+                 where="forward: torch.sqrt(var + self.eps)")
+    fail("wrong-output", observed=f"train-mode outputs after batch {step + 1} differ from (x - batch mean) / "
+         "sqrt(batch var + eps)", expected="normalisation with the batch's own statistics in train mode",
+         cause="the running statistics used in train mode, or another formula", where="forward, train branch")
+
+
+def _judge_standardizer_training(seen: dict[str, Any], case: Case, reference: nn.BatchNorm1d) -> None:
+    """Train mode: buffers outside autograd, updated like BatchNorm's, outputs from the batch's statistics."""
+    features, momentum, batches, eps = _standardizer_setting(case)
+    for step, record in zip(range(batches), seen["steps"], strict=True):
+        x = _training_batch(case, step, features)
+        reference(x)
+        running_mean, running_var = record["running_mean"], _tensor(record["running_var"], "running_var")
+        if _tensor(running_mean, "running_mean") is not None and running_mean.requires_grad:
+            fail("tracks-gradient", observed="running_mean requires grad after a training forward",
+                 expected="buffers outside autograd", cause="the update was recorded by autograd; the graph of every "
+                 "batch would then stay alive through the buffer", where="update the buffers under torch.no_grad()")
+        running_mean = running_mean.detach()
+        if not (_close(running_mean, reference.running_mean, 2e-3)
+                and _close(running_var, reference.running_var, 2e-3)):
+            # From the zero initial mean, one batch gives m * batch mean: m tells which momentum was used.
+            first = step == 0
+            if first and _close(running_mean, (1 - momentum) * x.mean(0), 2e-3):
+                cause = "momentum and 1 - momentum are swapped"
+            elif first and _close(running_mean, 0.1 * x.mean(0), 2e-3):
+                cause = "momentum fixed at 0.1 (BatchNorm's default) instead of the momentum argument"
+            else:
+                cause = "the update rule: running = (1 - momentum) * running + momentum * batch_statistic, for both"
+            fail("wrong-update", observed=f"after {step + 1} batch(es) with momentum={momentum}, running_mean = "
+                 f"{[round(v, 4) for v in running_mean.tolist()]}, running_var = "
+                 f"{[round(v, 4) for v in running_var.tolist()]}",
+                 expected=f"{[round(v, 4) for v in reference.running_mean.tolist()]} and "
+                 f"{[round(v, 4) for v in reference.running_var.tolist()]}", cause=cause,
+                 where="the buffer update in forward (train mode)")
+        _judge_training_output(_tensor(record["out"], "an output"), x, eps, step)
+
+
+@judges("02-running-standardizer")
+def judge_running_standardizer(seen: dict, *, case: Case) -> str:
+    """Buffers in state_dict and moved by .to(), updated only in train mode, outside autograd; BatchNorm's numbers."""
+    features, momentum, _, eps = _standardizer_setting(case)
+    _judge_standardizer_structure(seen, features)
+    _no_exception(seen, "running the module")
+    reference = nn.BatchNorm1d(features, momentum=momentum, eps=eps, affine=False)
+    with torch.no_grad():
+        _judge_standardizer_training(seen, case, reference.train())
+        x = _eval_batch(case, features)
+        before, after = (_tensor(seen["eval"][key], "running_mean") for key in ("before", "after"))
+        if not torch.equal(after, before):
+            fail("updates-in-eval", observed="running_mean changed during an eval-mode forward",
+                 expected="the statistics frozen in eval mode", cause="the update does not depend on self.training",
+                 where="update the buffers only when self.training is True")
+        out = _tensor(seen["eval"]["out"], "the eval output")
+        if not _close(out, reference.eval()(x), 2e-3):
+            batch_stats = _close(out, (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps), 2e-3)
+            fail("batch-stats-in-eval" if batch_stats else "wrong-output",
+                 observed="eval-mode outputs "
+                 + ("use the batch's statistics" if batch_stats else "differ from (x - running_mean) / "
+                    "sqrt(running_var + eps)"),
+                 expected="(x - running_mean) / sqrt(running_var + eps) in eval mode",
+                 cause="the branch on self.training" if batch_stats else "another formula in eval mode",
+                 where="forward, eval branch")
+    if not torch.equal(_tensor(seen["reloaded"], "the reloaded output"), out):
+        fail("state-dict-round-trip", observed="a fresh module loaded with the state_dict gives other outputs",
+             expected="identical outputs", cause="forward uses state that state_dict does not hold (a plain "
+             "attribute set during training, for example)", where="keep every statistic in a registered buffer")
+    doubled = seen["doubled"]
+    buffer_dtype = _tensor(doubled["running_mean"], "running_mean").dtype
+    out_dtype = _tensor(doubled["out"], "the output").dtype
+    if buffer_dtype != torch.float64 or out_dtype != torch.float64:
+        fail("does-not-move", observed=f"after .double(): running_mean is {buffer_dtype}, the output {out_dtype}",
+             expected="both float64: buffers follow .to()/.double()",
+             cause="a dtype fixed in forward (.float(), a tensor created with dtype=torch.float32), or statistics "
+                   "kept outside registered buffers, which .double() does not convert",
+             where="create new tensors like existing ones (torch.zeros_like, x.new_zeros); no fixed dtype")
+    return "buffers in state_dict and moved by .to(), updated only in train mode, outside autograd"

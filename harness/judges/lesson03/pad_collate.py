@@ -1,0 +1,113 @@
+"""03-pad-collate, the judge.
+
+pad_collate(list of ((L_i, F) tensor, label)) -> (padded (B, max L, F), lengths int64, labels), on random
+batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.checks.lesson03.pad_collate import Batch, _collate_batches, _loader_dataset
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson03.common import _tensor
+
+
+def _judge_collate_output(out: Any, batch: Batch) -> None:
+    where = "your pad_collate"
+    lengths = [len(seq) for seq, _ in batch]
+    features = batch[0][0].shape[1]
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        fail(
+            "wrong-return",
+            observed=f"pad_collate returned {type_name(out)}",
+            expected="a tuple (padded, lengths, labels)",
+            cause="the return statement has another shape",
+            where=where,
+        )
+    padded, got_lengths, labels = (_tensor(v, name, where)
+                                   for v, name in zip(out, ("padded", "lengths", "labels"), strict=True))
+    expected_shape = (len(batch), max(lengths), features)
+    if tuple(padded.shape) != expected_shape:
+        shape = tuple(padded.shape)
+        if shape == (max(lengths), len(batch), features) and len(batch) != max(lengths):
+            cause = "a time-first layout (pad_sequence's default, batch_first=False)"
+        elif len(shape) == 3 and (shape[0], shape[2]) == (len(batch), features) and shape[1] > max(lengths):
+            cause = "padding to a fixed length instead of the batch's longest sequence"
+        else:
+            cause = "the sequences are stacked along another dimension, or reshaped"
+        fail(
+            "wrong-shape",
+            observed=f"padded has shape {shape} for lengths {lengths}",
+            expected=f"{expected_shape} = (batch, longest sequence, features), batch first",
+            cause=cause,
+            where=where,
+        )
+    expected_labels = torch.stack([label for _, label in batch])
+    for i, (seq, _) in enumerate(batch):
+        if not torch.equal(padded[i, : len(seq)], seq):
+            # Reordered: another row holds sequence i exactly, zeros after it.
+            sorted_match = any(torch.equal(padded[j, : len(seq)], seq) and not padded[j, len(seq):].any()
+                               for j in range(len(batch)) if j != i)
+            fail(
+                "order-changed" if sorted_match else "wrong-values",
+                observed=f"row {i} of padded does not start with sequence {i} of the batch",
+                expected="row i holds sequence i unchanged, then padding",
+                cause="the batch was reordered (e.g. sorted by length) without the labels"
+                if sorted_match
+                else "the sequence values are altered while padding",
+                where=where,
+            )
+        if padded[i, len(seq):].abs().sum() != 0:
+            fail(
+                "nonzero-padding",
+                observed=f"row {i} (length {len(seq)}) has non-zero values after its end",
+                expected="zeros after each sequence's end",
+                cause="padding with a value other than 0, or copying past the end of the sequence",
+                where=where,
+            )
+    if got_lengths.dtype != torch.int64 or got_lengths.tolist() != lengths:
+        got = got_lengths.tolist()
+        if got == lengths:
+            cause = f"the right lengths in another dtype ({got_lengths.dtype}): pack_padded_sequence wants int64"
+        elif got == sorted(lengths, reverse=True) or got == sorted(lengths):
+            cause = "the lengths are sorted, so they no longer follow the batch order"
+        elif got == [max(lengths)] * len(lengths):
+            cause = "the lengths are taken from the padded tensor (every one is the longest)"
+        else:
+            cause = "the lengths are not the sequences' own lengths, in batch order"
+        fail(
+            "wrong-lengths",
+            observed=f"lengths = {got} ({got_lengths.dtype})",
+            expected=f"{lengths} (int64), each sequence's true length in batch order",
+            cause=cause,
+            where=where,
+        )
+    if labels.shape != expected_labels.shape or not torch.equal(labels, expected_labels):
+        fail(
+            "wrong-labels",
+            observed=f"labels = {labels.tolist()}",
+            expected=f"{expected_labels.tolist()}, stacked in batch order",
+            cause="the labels are not stacked into one tensor of shape (batch,)"
+            if labels.shape != expected_labels.shape else "the labels are reordered or altered",
+            where=where,
+        )
+
+
+@judges("03-pad-collate")
+def judge_pad_collate(seen: dict, *, case: Case) -> str:
+    """pad_collate(list of ((L_i, F) tensor, label)) -> (padded (B, max L, F), lengths int64, labels), on random
+    batches."""
+    batches = _collate_batches(case)
+    for batch, out in zip(batches, seen["outputs"], strict=True):
+        _judge_collate_output(out, batch)
+    # Through a real DataLoader too: the collate must work where it is used.
+    dataset = _loader_dataset(case)
+    for start, out in zip(range(0, len(dataset), 4), seen["loader"], strict=True):
+        _judge_collate_output(out, dataset[start: start + 4])
+    return f"{len(batches)} random and edge-case batches and a DataLoader: shape, values, zero padding, lengths, labels"

@@ -1,0 +1,129 @@
+"""04-evaluate, the judge.
+
+evaluate(model, loader, loss_fn) -> {"loss", "accuracy"}: eval mode, no graph, per-sample means.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.checks.lesson04.common import _one_thread
+from harness.checks.lesson04.evaluate import _evaluate_inputs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson04.common import (
+    _as_float,
+    _close,
+    _copies,
+    _flags,
+    _reference_eval,
+    _state,
+    _sync_calls,
+    _syncs,
+)
+
+
+@judges("04-evaluate")
+@_one_thread()
+def judge_evaluate(seen: dict, *, case: Case) -> str:
+    """evaluate(model, loader, loss_fn) -> {"loss", "accuracy"}: eval mode, no graph, per-sample means."""
+    model, loader = _evaluate_inputs(case)
+    reference = _reference_eval(model, loader, nn.CrossEntropyLoss())
+    n, batch = len(loader.dataset), loader.batch_size
+    before = model.state_dict()
+    after = _state(seen["state_after"], before, "state_after")
+    where = "your evaluate"
+
+    if any(_flags(seen["training"], "training")):
+        fail(
+            "train-mode-in-eval",
+            observed="the model ran in training mode during evaluation",
+            expected="model.eval() before the evaluation forward passes",
+            cause="without eval(), BatchNorm uses the batch's statistics (and updates its running ones) and "
+            "Dropout drops units, so the score is noisy and the model changes while you measure it",
+            where=where,
+        )
+    if any(_flags(seen["grad_enabled"], "grad_enabled")):
+        fail(
+            "builds-graph",
+            observed="the evaluation forward passes ran with autograd recording (torch.is_grad_enabled() was True)",
+            expected="no graph: wrap evaluation in `with torch.no_grad():` or `torch.inference_mode()`",
+            cause="without no_grad every forward keeps its activations for a backward that never comes: "
+            "more memory and time for nothing",
+            where=where,
+        )
+    if any(not torch.equal(before[k], v) for k, v in after.items()):
+        fail(
+            "changes-weights",
+            observed="the model's parameters or buffers changed during evaluate",
+            expected="evaluation leaves the model exactly as it was",
+            cause="evaluate changes the model: an optimizer step, an in-place change of a parameter or buffer, or "
+            "a load_state_dict inside it",
+            where=where,
+        )
+    count, calls = _sync_calls(seen)
+    if count >= len(loader):
+        fail(
+            "host-sync-per-batch",
+            observed=f"{_copies(count)} ({', '.join(calls)}) for {len(loader)} batches",
+            expected="a constant few (one per returned number), not one per batch",
+            cause=f"a conversion to a Python value ({', '.join(calls)}) inside the loop; accumulate tensors and "
+            "convert once at the end",
+            where=where,
+        )
+    result = seen["result"]
+    if not isinstance(result, dict) or not {"loss", "accuracy"} <= set(result):
+        fail(
+            "wrong-return",
+            observed=f"evaluate returned {type_name(result)}"
+            + (f" with keys {sorted(result)}" if isinstance(result, dict) else ""),
+            expected='a dict with keys "loss" and "accuracy"',
+            cause="the return value has another shape",
+            where="the return statement of evaluate",
+        )
+    loss = _as_float(result["loss"], 'result["loss"]', where)
+    accuracy = _as_float(result["accuracy"], 'result["accuracy"]', where)
+    if _close(loss, reference["sum"]):
+        fail(
+            "sum-not-mean",
+            observed=f"loss = {loss:.3f}, the sum of the per-sample losses",
+            expected=f"{reference['loss']:.5f}, their mean over the {n} samples",
+            cause="the accumulated `loss * len(y)` is never divided by the number of samples",
+            where=where,
+        )
+    if _close(loss, reference["batch_mean"]) and not _close(loss, reference["loss"]):
+        fail(
+            "unweighted-mean",
+            observed=f"loss = {loss:.5f}, the plain mean of the batch losses",
+            expected=f"{reference['loss']:.5f}, the mean over samples (the last batch holds {n % batch} samples)",
+            cause="averaging batch means over-weights the smaller last batch",
+            where=where,
+        )
+    if not _close(loss, reference["loss"]):
+        fail(
+            "wrong-loss",
+            observed=f"loss = {loss:.5f}",
+            expected=f"{reference['loss']:.5f}, the mean loss over the loader's samples in eval mode",
+            cause="the loss is accumulated or averaged differently",
+            where=where,
+        )
+    if _close(accuracy, reference["correct"]) and reference["correct"] != reference["accuracy"]:
+        fail(
+            "count-not-fraction",
+            observed=f"accuracy = {accuracy:.0f}, the number of correct predictions",
+            expected=f"{reference['accuracy']:.4f}, the fraction correct",
+            cause="the count of correct predictions is never divided by the number of samples",
+            where=where,
+        )
+    if not _close(accuracy, reference["accuracy"]):
+        fail(
+            "wrong-accuracy",
+            observed=f"accuracy = {accuracy:.4f}",
+            expected=f"{reference['accuracy']:.4f}",
+            cause="predictions are not out.argmax(1), or the count is not over all samples",
+            where=where,
+        )
+    return f"eval mode, no graph, mean loss and accuracy over {n} samples, {_syncs(count)}"

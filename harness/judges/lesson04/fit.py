@@ -1,0 +1,261 @@
+"""04-fit, the judge.
+
+fit(...) early-stops on the val loss with patience/min_delta and leaves the best weights in the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from harness.checks.lesson04.common import _one_thread
+from harness.checks.lesson04.fit import _VAL_SIZE, _fit_problem, _fit_runs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson04.common import (
+    _close,
+    _copies,
+    _count,
+    _malformed,
+    _reference_eval,
+    _reference_grads,
+    _require_train_mode,
+    _state,
+    _tensors,
+)
+
+
+def _early_stop_epochs(losses: list[float], patience: int, min_delta: float) -> tuple[int, int, bool]:
+    """Epochs the rule runs on `losses`, the index of the best epoch, and whether the rule stopped."""
+    best, best_epoch, waited = float("inf"), 0, 0
+    for epoch, loss in enumerate(losses):
+        if loss < best - min_delta:
+            best, best_epoch, waited = loss, epoch, 0
+        else:
+            waited += 1
+            if waited >= patience:
+                return epoch + 1, best_epoch, True
+    return len(losses), best_epoch, False
+
+
+_HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy")
+
+
+def _history_frame(history: Any) -> pd.DataFrame:
+    """The history as a frame of one row per epoch; fails "wrong-history" without the four columns of the text."""
+    if not isinstance(history, (list, tuple)) or not all(isinstance(row, dict) for row in history):
+        fail(
+            "wrong-history",
+            observed=f"fit returned a {type_name(history)}"
+            + (" whose rows are not all dicts" if isinstance(history, (list, tuple)) else ""),
+            expected=f"one row (a dict) per epoch with the keys {', '.join(_HISTORY_KEYS)}",
+            cause="the history is not collected as a list of per-epoch dicts",
+            where="the history your fit returns",
+        )
+    frame = pd.DataFrame(list(history))
+    missing = [key for key in _HISTORY_KEYS if key not in frame.columns]
+    if missing:
+        fail(
+            "wrong-history",
+            observed=f"the history has columns {sorted(map(str, frame.columns))}",
+            expected=f"one row (a dict) per epoch with the keys {', '.join(_HISTORY_KEYS)}",
+            cause=f"the rows miss {missing}",
+            where="the history your fit returns",
+        )
+    return frame
+
+
+def _history_column(frame: pd.DataFrame, name: str) -> list[float]:
+    """A history column as floats; fails "wrong-history" on a value that is not a Python number."""
+    values = []
+    for value in frame[name]:
+        if isinstance(value, torch.Tensor):
+            fail(
+                "wrong-history",
+                observed=f"{name} in the history holds a tensor of shape {tuple(value.shape)}",
+                expected=f"{name} as a float in every row (the text asks for floats)",
+                cause="the value is logged as the tensor train_epoch or evaluate returned: a tensor in the history "
+                "keeps device memory alive and prints as tensor(...); convert it with float(...), once per epoch",
+                where="the history your fit returns",
+            )
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values.append(float(value))
+        else:
+            fail(
+                "wrong-history",
+                observed=f"{name} in the history holds a {type_name(value)}",
+                expected=f"{name} as a number in every row",
+                cause="the value logged is not converted to a number (float(...))",
+                where="the history your fit returns",
+            )
+    return values
+
+
+def _forwards(value: Any) -> list[dict[str, Any]]:
+    """The recorded forward passes of a fit, validated."""
+    if not isinstance(value, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("training"), bool) and isinstance(r.get("grad_enabled"), bool)
+        and (r.get("batch_size") is None or isinstance(r.get("batch_size"), int))
+        for r in value
+    ):
+        _malformed("forwards is not a list of forward records")
+    return value
+
+
+def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model: nn.Module, train_loader: DataLoader,
+                                   accuracies: list[float]) -> None:
+    """Fail unless each epoch trained once over train_loader, and its row holds that epoch's mean training loss
+    (recomputed at the recorded parameters of every step) and validation accuracy (`accuracies`, recomputed)."""
+    loss_fn, batches, epochs = nn.CrossEntropyLoss(), list(train_loader), len(accuracies)
+    like = [p.detach() for p in model.parameters()]
+    if not isinstance(step_params, list):
+        _malformed("step_params is not a list")
+    params = [_tensors(step, like, "a step's params") for step in step_params]
+    if len(params) != epochs * len(batches):
+        fail(
+            "wrong-step-count",
+            observed=f"{len(params)} optimizer steps in {epochs} epochs over a train_loader of {len(batches)} batches",
+            expected=f"{epochs * len(batches)}: one pass over train_loader per epoch, one step per batch",
+            cause="the epoch's loop skips batches or trains more than once per epoch (train_epoch called twice, "
+            "or a step of its own besides train_epoch's)",
+            where="the training part of each epoch in your fit",
+        )
+    train_losses = []
+    for epoch in range(epochs):
+        steps = zip(params[epoch * len(batches):(epoch + 1) * len(batches)], batches, strict=True)
+        losses = [(_reference_grads(model, p, x, y, loss_fn)[1], len(y)) for p, (x, y) in steps]
+        train_losses.append(sum(loss * n for loss, n in losses) / len(train_loader.dataset))
+    reported = _history_column(frame, "train_loss")
+    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, train_losses, strict=True)):
+        fail(
+            "wrong-history",
+            observed=f"train_loss in the history: {[round(v, 4) for v in reported]}",
+            expected=f"the mean training loss of each epoch: {[round(v, 4) for v in train_losses]}",
+            cause="train_loss is not the epoch's mean training loss: fit logs another value (the last batch's "
+            "loss, another epoch's, a loss computed after training), or your train_epoch does not return that "
+            "mean (check 04-train-epoch first)",
+            where="the history your fit returns",
+        )
+    reported = _history_column(frame, "val_accuracy")
+    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, accuracies, strict=True)):
+        fail(
+            "wrong-history",
+            observed=f"val_accuracy in the history: {[round(v, 4) for v in reported]}",
+            expected=f"the accuracy on val_loader after each epoch: {[round(v, 4) for v in accuracies]}",
+            cause="val_accuracy is not evaluate(model, val_loader, loss_fn)['accuracy'] of that epoch",
+            where="the history your fit returns",
+        )
+    _history_column(frame, "epoch")
+
+
+def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta: float, max_epochs: int) -> str:
+    """Decide one fit run from its observation: the stop epoch, the history and the weights left in the model."""
+    model, train_loader, val_loader = _fit_problem(seed, features)
+    loss_fn = nn.CrossEntropyLoss()
+    like = model.state_dict()
+    where = "your fit: the early-stopping bookkeeping at the end of each epoch"
+    if not isinstance(run, dict) or not isinstance(run.get("snapshots"), list):
+        _malformed("a run is not a record of a fit")
+    frame = _history_frame(run["history"])
+    # Training forwards: the ones autograd records that are not the validation batch (an evaluation of
+    # the training data under no_grad is allowed and is not counted).
+    training = [r["training"] for r in _forwards(run["forwards"]) if r["batch_size"] != _VAL_SIZE and r["grad_enabled"]]
+    _require_train_mode(training, "the start of each epoch's training (train_step calls model.train())")
+    snapshots = [_state(state, like, "a validation snapshot") for state in run["snapshots"]]
+    epochs, steps = len(snapshots), len(training)
+    if epochs == 0:
+        fail(
+            "no-validation",
+            observed="the model never saw the validation batch",
+            expected="evaluate(model, val_loader, loss_fn) after each training epoch",
+            cause="fit does not evaluate on val_loader",
+            where=where,
+        )
+    syncs = _count(run["syncs"], "syncs")
+    if syncs >= steps:
+        fail(
+            "host-sync-per-step",
+            observed=f"{_copies(syncs)} in {steps} training steps",
+            expected="a few per epoch (the numbers you log and the early-stopping comparison)",
+            cause="a loss or metric converted to a Python value (.item(), float(), a print or a comparison) at "
+            "every step",
+            where="the training loop inside fit",
+        )
+    scores = []
+    for state in snapshots:
+        model.load_state_dict(state)
+        scores.append(_reference_eval(model, val_loader, loss_fn))
+    val_losses = [score["loss"] for score in scores]
+    if len(frame) != epochs:
+        fail(
+            "wrong-history",
+            observed=f"{len(frame)} rows in the history for {epochs} epochs run",
+            expected="one row per epoch",
+            cause="rows appended conditionally or more than once per epoch",
+            where="the history your fit returns",
+        )
+    reported = _history_column(frame, "val_loss")
+    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, val_losses, strict=True)):
+        fail(
+            "wrong-history",
+            observed=f"val_loss in the history: {[round(v, 4) for v in reported]}",
+            expected=f"the loss of the model on val_loader after each epoch: {[round(v, 4) for v in val_losses]}",
+            cause="val_loss is not evaluate(model, val_loader, loss_fn)['loss'] after the epoch's training",
+            where="the history your fit returns",
+        )
+    expected_epochs, best_epoch, stopped = _early_stop_epochs(val_losses, patience, min_delta)
+    if not stopped:
+        expected_epochs = max_epochs
+    if epochs != expected_epochs:
+        curve = ", ".join(f"{v:.4f}" for v in val_losses)
+        train_losses = _history_column(frame, "train_loss")
+        train_stop, _, train_stopped = _early_stop_epochs(train_losses, patience, min_delta)
+        if (train_stopped and train_stop == epochs) or (not train_stopped and epochs == max_epochs):
+            fail(
+                "early-stop-on-train-loss",
+                observed=f"ran {epochs} epochs (max_epochs={max_epochs}), which is what the rule gives on the "
+                "*training* loss",
+                expected=f"stop after {expected_epochs} epochs: the validation loss ({curve}) had not improved by "
+                f"more than min_delta={min_delta} for patience={patience} epochs",
+                cause="early stopping watches train_loss, which keeps falling while the model overfits",
+                where=where,
+            )
+        fail(
+            "wrong-stop-epoch",
+            observed=f"ran {epochs} epochs (max_epochs={max_epochs}) with validation losses {curve}",
+            expected=f"{expected_epochs} epochs: stop once the val loss has not improved on the best by more "
+            f"than min_delta={min_delta} for patience={patience} epochs in a row",
+            cause="the patience counter is not reset on improvement, patience or min_delta is not the argument "
+            "given (ignored or hard-coded), the comparison is off by one, or the loop never breaks",
+            where=where,
+        )
+    final = _state(run["final"], like, "the final state")
+    if any(not torch.equal(final[k], v) for k, v in snapshots[best_epoch].items()):
+        fail(
+            "best-weights-not-restored",
+            observed=f"after fit the model does not hold the weights of its best epoch ({best_epoch + 1})",
+            expected="the state of the epoch with the lowest val loss, restored at the end",
+            cause="the best state is never loaded back, or it was kept as model.state_dict() without a copy "
+            "(copy.deepcopy), whose tensors keep changing as training goes on, or it was saved at another epoch",
+            where=where,
+        )
+    # Last: a wrong train_loss may come from train_epoch (its own exercise), so the rule and the weights first.
+    _require_history_of_the_epochs(frame, run["step_params"], model, train_loader,
+                                   [score["accuracy"] for score in scores])
+    return f"stopped after {epochs} epoch{'' if epochs == 1 else 's'}, best epoch {best_epoch + 1}"
+
+
+@judges("04-fit")
+@_one_thread()
+def judge_fit(seen: dict, *, case: Case) -> str:
+    """fit(...) early-stops on the val loss with patience/min_delta and leaves the best weights in the model."""
+    runs = _fit_runs(case)
+    if not isinstance(seen["runs"], list):
+        _malformed("runs is not a list")
+    return "; ".join(_judge_fit(run, **settings) for run, settings in zip(seen["runs"], runs, strict=True))

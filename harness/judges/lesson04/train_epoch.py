@@ -1,0 +1,100 @@
+"""04-train-epoch, the judge.
+
+train_epoch(model, loader, loss_fn, optimizer) -> sample-weighted mean loss of one epoch, no per-step sync.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.checks.lesson04.common import _one_thread
+from harness.checks.lesson04.train_epoch import _train_epoch_inputs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson04.common import (
+    _as_float,
+    _close,
+    _copies,
+    _flags,
+    _malformed,
+    _reference_grads,
+    _require_train_mode,
+    _sync_calls,
+    _syncs,
+    _tensors,
+)
+
+
+@judges("04-train-epoch")
+@_one_thread()
+def judge_train_epoch(seen: dict, *, case: Case) -> str:
+    """train_epoch(model, loader, loss_fn, optimizer) -> sample-weighted mean loss of one epoch, no per-step sync."""
+    model, loader = _train_epoch_inputs(case)
+    loss_fn = nn.CrossEntropyLoss()
+    batches, n, batch = list(loader), len(loader.dataset), loader.batch_size
+    like = [p.detach() for p in model.parameters()]
+    if not isinstance(seen["params"], list):
+        _malformed("params is not a list")
+    params = [_tensors(step, like, "a step's params") for step in seen["params"]]
+    where = "your train_epoch"
+
+    if len(params) != len(batches):
+        fail(
+            "wrong-step-count",
+            observed=f"{len(params)} optimizer steps for a loader of {len(batches)} batches",
+            expected="one step per batch",
+            cause="the loop skips batches, stops early, or steps more than once per batch",
+            where=where,
+        )
+    _require_train_mode(_flags(seen["training"], "training"), "train_step (it calls model.train()) and train_epoch")
+    count, calls = _sync_calls(seen)
+    if count >= len(batches):
+        fail(
+            "host-sync-per-step",
+            observed=f"{_copies(count)} ({', '.join(calls)}) in an epoch of {len(batches)} steps",
+            expected="at most a few per epoch: accumulate the loss as a tensor and sync at the end",
+            cause=f"a conversion to a Python value ({', '.join(calls)}) inside the loop: on a GPU each one waits "
+            "for the step to finish",
+            where=where,
+        )
+    batch_losses = [_reference_grads(model, p, bx, by, loss_fn)[1] for p, (bx, by) in zip(params, batches, strict=True)]
+    sizes = [len(by) for _, by in batches]
+    expected = sum(loss * size for loss, size in zip(batch_losses, sizes, strict=True)) / n
+    observed = _as_float(seen["result"], "train_epoch's result", where)
+    if not isinstance(seen["result"], torch.Tensor):
+        fail(
+            "not-a-tensor",
+            observed=f"train_epoch returned a {type_name(seen['result'])} ({observed:.5f})",
+            expected="a 0-dim tensor, still on the device: the caller decides when to sync (fit does, once per epoch)",
+            cause="the result is converted at the end (float(...), .item() or .tolist()), or accumulated as a "
+            "Python number",
+            where="the return statement of train_epoch",
+        )
+    if _close(observed, sum(batch_losses) / len(batch_losses)) and not _close(observed, expected):
+        fail(
+            "unweighted-mean",
+            observed=f"{observed:.5f}, the plain mean of the batch losses",
+            expected=f"{expected:.5f}, weighted by batch size (the last batch has {sizes[-1]} samples, not {batch})",
+            cause="averaging batch means over-weights the smaller last batch",
+            where=where,
+        )
+    if _close(observed, expected * n):
+        fail(
+            "sum-not-mean",
+            observed=f"{observed:.3f}, the sum of the per-sample losses",
+            expected=f"{expected:.5f}, their mean over the {n} samples",
+            cause="the total is never divided by the number of samples",
+            where=where,
+        )
+    if not _close(observed, expected):
+        fail(
+            "wrong-loss",
+            observed=f"train_epoch returned {observed:.5f}",
+            expected=f"{expected:.5f}, the mean training loss over the epoch's samples",
+            cause="the epoch loss is not the sample-weighted mean of the step losses",
+            where=where,
+        )
+    return f"{len(batches)} steps, sample-weighted epoch loss, {_syncs(count)}"

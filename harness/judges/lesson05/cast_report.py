@@ -1,0 +1,81 @@
+"""05-cast-report, the judge.
+
+Overflow and underflow counts and the worst relative error equal the reference's; the input is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.checks.lesson05.cast_report import _cast_cases
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.compare import number as _number
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson05.common import _name
+
+
+def reference_cast_report(x: torch.Tensor, dtype: torch.dtype) -> dict[str, float | int]:
+    """What casting float32 `x` to `dtype` loses: overflows, underflows, worst relative rounding error."""
+    y = x.to(dtype).float()
+    overflow = torch.isfinite(x) & torch.isinf(y)
+    underflow = (x != 0) & (y == 0)
+    kept = torch.isfinite(y) & (y != 0) & (x != 0)
+    rel = ((y[kept] - x[kept]).abs() / x[kept].abs()).max() if kept.any() else torch.tensor(0.0)
+    return {"overflow": int(overflow.sum()), "underflow": int(underflow.sum()), "max_rel_error": float(rel)}
+
+
+@judges("05-cast-report")
+def judge_cast_report(seen: dict, *, case: Case) -> str:
+    """Overflow and underflow counts and the worst relative error equal the reference's; the input is kept."""
+    for (x, dtype), result in judged(_cast_cases(case), seen["results"]):
+        _compare_cast_report(result["returned"], reference_cast_report(x, dtype), result["input_after"], x, dtype)
+    return "overflow and underflow counts and the worst relative rounding error match, for bf16 and fp16"
+
+
+def _compare_cast_report(got: Any, want: dict, x: Any, original: torch.Tensor, dtype: torch.dtype) -> None:
+    if not (isinstance(x, torch.Tensor) and x.shape == original.shape and torch.equal(x, original)):
+        fail(
+            "input-modified",
+            observed="the tensor passed in was changed by the call",
+            expected="the input left as it was",
+            cause="an in-place operation on x (x.copy_, x[...] = ..., x.abs_())",
+            where="the operations applied to x inside cast_report",
+        )
+    if not isinstance(got, dict) or set(want) - set(got):
+        fail(
+            "missing-key",
+            observed=f"returned {type_name(got)} with keys {sorted(got) if isinstance(got, dict) else '-'}",
+            expected="a dict with keys 'overflow', 'underflow' and 'max_rel_error'",
+            cause="a key is misspelt or missing",
+            where="the dict cast_report returns",
+        )
+    for key, code, why in (
+        ("overflow", "wrong-overflow", "count finite inputs that become +-inf (fp16's largest value is 65504)"),
+        ("underflow", "wrong-underflow",
+         "count nonzero inputs that become exactly 0 (inputs that were 0 do not count)"),
+    ):
+        if _number(got[key]) != want[key]:
+            fail(
+                code,
+                observed=f"{key} = {got[key]} for {_name(dtype)} on a tensor of {original.numel()} values",
+                expected=f"{key} = {want[key]}",
+                cause=why,
+                where=f"the '{key}' computation in cast_report",
+            )
+    observed = _number(got["max_rel_error"])
+    if observed is None or not abs(observed - want["max_rel_error"]) <= 1e-3 * want["max_rel_error"] + 1e-9:
+        fail(
+            "wrong-rel-error",
+            observed=f"max_rel_error = {observed:.3g} for {_name(dtype)}" if observed is not None
+            else f"max_rel_error = {got['max_rel_error']!r}, not a number",
+            expected=f"max_rel_error = {want['max_rel_error']:.3g}",
+            cause=(
+                "the difference is computed in 16 bits (cast back with .float() first), or entries that "
+                "overflowed, underflowed or were 0 are included"
+            ),
+            where="the relative-error line of cast_report",
+        )

@@ -1,0 +1,103 @@
+"""05-choose-precision, the judge.
+
+bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.checks.lesson05.choose_precision import _precision_calls
+from harness.contract.case import Case
+from harness.contract.compare import fail_raised, judged
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import Opaque
+from harness.judges.lesson05.common import _name
+
+
+def reference_choose_precision(device_type: str, bf16_supported: bool) -> tuple[torch.dtype, bool]:
+    """bf16 where the device has it (fp32's range: no scaler needed), else fp16 with a GradScaler."""
+    if device_type not in ("cpu", "cuda", "mps", "xpu"):
+        raise ValueError(f"unknown device type {device_type!r}: expected cpu, cuda, mps or xpu")
+    return (torch.bfloat16, False) if bf16_supported else (torch.float16, True)
+
+
+@judges("05-choose-precision")
+def judge_choose_precision(seen: dict, *, case: Case) -> str:
+    """bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices."""
+    calls, unknown = _precision_calls(case)
+    for (device_type, bf16), result in judged(calls, seen["choices"]):
+        _judge_choice(device_type, bf16, result["returned"])
+    for device_type, result in zip(unknown, seen["unknown"], strict=True):
+        if "raised" in result and result["value_error"] is not True:
+            fail_raised(str(result["raised"]))
+        if "raised" not in result:
+            fail(
+                "unknown-device-accepted",
+                observed=f"choose_precision({device_type!r}, True) returned {result['returned']!r}",
+                expected="a ValueError that names the unknown device type",
+                cause="the function answers for any string instead of rejecting device types it does not know",
+                where="the first lines of choose_precision: validate device_type before choosing",
+            )
+        message = str(result["raised"]).split(": ", 1)[-1]
+        if device_type and device_type not in message:
+            fail(
+                "error-unnamed",
+                observed=f"choose_precision({device_type!r}, True) raised {result['raised']}",
+                expected=f"a ValueError whose message names the device type ({device_type!r})",
+                cause="the message does not include the value it rejects",
+                where="the raise ValueError(...) line: put device_type in its message",
+            )
+    device_types = ", ".join(dict.fromkeys(d for d, _ in calls))
+    return f"right dtype and scaler choice for {device_types}, and unknown devices rejected"
+
+
+def _judge_choice(device_type: str, bf16: bool, got: Any) -> None:
+    """Fail unless `got` is the reference (dtype, use_scaler) pair for this device and bf16 support."""
+    if not (isinstance(got, tuple) and len(got) == 2):
+        fail(
+            "not-a-pair",
+            observed=f"choose_precision({device_type!r}, {bf16}) returned {got!r}",
+            expected="a tuple (dtype, use_scaler), for example (torch.bfloat16, False)",
+            cause="the function returns only the dtype, or a list/dict",
+            where="the return statement of choose_precision",
+        )
+    dtype, use_scaler = got
+    want_dtype, want_scaler = reference_choose_precision(device_type, bf16)
+    situation = f"choose_precision({device_type!r}, bf16_supported={bf16})"
+    if dtype == torch.float32:
+        fail(
+            "fp32-chosen",
+            observed=f"{situation} chose float32",
+            expected=f"{_name(want_dtype)}: every device type here runs autocast in a 16-bit format",
+            cause="falling back to full precision instead of the 16-bit format the device has",
+            where="the branch that handles this device type",
+        )
+    if dtype != want_dtype:
+        fail(
+            "bf16-not-preferred" if bf16 else "bf16-without-support",
+            observed=f"{situation} chose {_name(dtype)}",
+            expected=f"{_name(want_dtype)}",
+            cause=(
+                "bf16 has float32's exponent range, so it needs no loss scaling: prefer it when supported"
+                if bf16
+                else "the device cannot run bf16, so fp16 is the 16-bit format left"
+            ),
+            where="the condition on bf16_supported",
+        )
+    if isinstance(use_scaler, Opaque) or bool(use_scaler) != want_scaler:
+        fail(
+            "fp16-without-scaler" if want_scaler else "needless-scaler",
+            observed=f"{situation} returned use_scaler={use_scaler!r} with {_name(dtype)}",
+            expected=f"use_scaler={want_scaler}",
+            cause=(
+                "fp16's smallest normal number is about 6e-5: small gradients underflow to zero unless "
+                "the loss is scaled up first"
+                if want_scaler
+                else "bf16 gradients do not underflow any sooner than float32's, so scaling buys nothing"
+            ),
+            where="the second element of the returned tuple",
+        )

@@ -1,0 +1,104 @@
+"""05-output-dtypes, the judge.
+
+The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson05.common import _REDUCED
+from harness.checks.lesson05.output_dtypes import _dtype_calls
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson05.common import _name
+
+
+def _first_tensor(output: Any) -> torch.Tensor:
+    while isinstance(output, (tuple, list)):
+        output = output[0]
+    return output
+
+
+def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str,
+                            dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """Output dtype of each leaf module during one autocast forward (first tensor of tuple outputs)."""
+    seen: dict[str, torch.dtype] = {}
+    handles = [
+        module.register_forward_hook(lambda _m, _i, out, name=name: seen.__setitem__(name, _first_tensor(out).dtype))
+        for name, module in model.named_modules()
+        if not any(module.children())
+    ]
+    try:
+        with torch.no_grad(), torch.autocast(device_type, dtype=dtype):
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+@judges("05-output-dtypes")
+def judge_output_dtypes(seen: dict, *, case: Case) -> str:
+    """The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left."""
+    for (model, x, dtype), result in judged(_dtype_calls(case), seen["results"]):
+        _compare_dtypes(result["returned"], reference_output_dtypes(model, x, "cpu", dtype), dtype)
+        grad_enabled = result["grad_enabled"]
+        if not isinstance(grad_enabled, list) or not grad_enabled or not all(isinstance(g, bool) for g in grad_enabled):
+            raise WireError("malformed observation: grad_enabled is not a nonempty list of booleans")
+        if any(grad_enabled):
+            fail(
+                "builds-graph",
+                observed="the forward ran with gradient recording on",
+                expected="the forward under torch.no_grad() (or torch.inference_mode()): no graph is needed",
+                cause="the forward is not wrapped in torch.no_grad(), so autograd records a graph nobody uses",
+                where="the with-statement around the forward in output_dtypes",
+            )
+        added = result["hooks_added"]
+        if added != 0:
+            fail(
+                "hooks-left",
+                observed=f"the model has {added} more hooks after the call",
+                expected="every hook removed before returning",
+                cause="the handles returned by register_forward_hook were not removed; every later forward "
+                "would keep running them",
+                where="the end of output_dtypes: call handle.remove() on each handle (in a finally block)",
+            )
+    return "one autocast forward without a graph: the dtype of every leaf module's output matches (fp16 and " \
+        "bf16; an MLP, a CNN in eval mode, a GRU), hooks removed"
+
+
+def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype) -> None:
+    if not isinstance(got, dict) or set(got) != set(want):
+        keys = sorted(got) if isinstance(got, dict) else type_name(got)
+        fail(
+            "wrong-modules",
+            observed=f"entries for {keys}",
+            expected=f"one entry per leaf module, named as in model.named_modules(): {sorted(want)}",
+            cause="containers (the model itself, named '') are included, or leaf modules are missing",
+            where="the loop over model.named_modules() and its test for children",
+        )
+    if all(d == torch.float32 for d in got.values()) and any(d in _REDUCED for d in want.values()):
+        fail(
+            "no-autocast",
+            observed="every output is float32",
+            expected=f"layers such as Linear output {_name(dtype)}",
+            cause="the forward ran outside torch.autocast, or autocast was given another device type or dtype",
+            where="the `with torch.autocast(device_type, dtype=dtype):` around the forward",
+        )
+    wrong = {name: (_name(got[name]), _name(want[name])) for name in want if got[name] != want[name]}
+    if wrong:
+        fail(
+            "wrong-dtype",
+            observed=f"(recorded, actual) dtypes differ for {wrong}",
+            expected=f"{ {name: _name(d) for name, d in want.items()} }",
+            cause="the dtype was recorded from the module's input rather than its output, from another element of "
+            "a tuple output than the first, or autocast was given another dtype than `dtype`",
+            where="the forward hook: it receives (module, inputs, output); record the output's dtype",
+        )

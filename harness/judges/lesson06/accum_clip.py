@@ -1,0 +1,104 @@
+"""06-accum-clip, the judge.
+
+One optimizer step per call, on the averaged gradient clipped once after the last micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson05.common import make_mlp
+from harness.checks.lesson06.accum_clip import _accum_plan
+from harness.checks.lesson06.common import Batch, _max_norm, reference_grads
+from harness.contract.case import Case
+from harness.contract.compare import judged
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson06.common import (
+    _check_clipped,
+    _clip_to,
+    _close,
+    _cosine,
+    _fail_stale,
+    _only_step,
+    _returned_norm,
+    _same_input,
+    _stale_added,
+    _start_at,
+)
+
+
+def _clipped_in_loop(model: nn.Module, batches: Sequence[Batch], max_norm: float) -> torch.Tensor:
+    """The gradient a loop that calls clip_grad_norm_ after every micro-batch's backward leaves behind."""
+    running = torch.zeros(())
+    for batch in batches:
+        running = running + reference_grads(model, [batch]) / len(batches)
+        running = running * min(1.0, max_norm / (float(running.norm()) + 1e-6))
+    return running
+
+
+@judges("06-accum-clip")
+def judge_accum_clip(seen: dict, *, case: Case) -> str:
+    """One optimizer step per call, on the averaged gradient clipped once after the last micro-batch."""
+    seed, plan = _accum_plan(case)
+    model = make_mlp(seed)
+    previous = None
+    for i, ((batches, fraction), call) in enumerate(judged(plan, seen["calls"])):
+        _start_at(model, call["params"], first=i == 0)
+        raw = reference_grads(model, batches)
+        max_norm = _max_norm(model, batches, fraction)
+        _same_input(call["max_norm"], max_norm)
+        grads = _only_step(call["steps"], model, "accumulate_clip_step", many_code="steps-per-micro-batch")
+        _accum_failures(grads, raw, previous, model, batches, max_norm, call["returned"])
+        _returned_norm(call["returned"], float(raw.norm()), max_norm, "accumulate_clip_step")
+        previous = grads
+    return "one optimizer step per call, the averaged gradient clipped once after the last micro-batch"
+
+
+def _accum_failures(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tensor | None, model: nn.Module,
+                    batches: Sequence[Batch], max_norm: float, returned: Any) -> None:
+    """Fail on an accumulation mistake the optimizer's gradient shows, before judging the clipping itself."""
+    count = len(batches)
+    if _stale_added(seen, raw, previous) and not _close(seen, raw):
+        _fail_stale("accumulate_clip_step")
+    last = reference_grads(model, batches[-1:]) / count
+    only_last = _close(seen, last) or _close(seen, _clip_to(last, max_norm))
+    if only_last and not _close(seen, raw) and not _close(last, raw):
+        fail(
+            "only-last-micro-batch",
+            observed=f"the optimizer saw only the last micro-batch's gradient (of {count})",
+            expected="the sum over all micro-batches (each loss divided by their number)",
+            cause="either the gradients are cleared inside the micro-batch loop (zero_grad before each backward), so "
+            "each backward replaces the previous ones, or backward runs once, after the loop, on the last "
+            "micro-batch's loss only",
+            where="where optimizer.zero_grad is called (once, before the loop), and the indentation of the backward "
+            "line (inside the loop)",
+        )
+    summed_norm = count * float(raw.norm())
+    returned_summed = (isinstance(returned, torch.Tensor) and returned.numel() == 1
+                       and abs(float(returned.detach()) - summed_norm) <= 1e-3 * summed_norm)
+    if returned_summed or (float(raw.norm()) <= max_norm and _close(seen, raw * count)):
+        fail(
+            "loss-not-averaged",
+            observed=f"the optimizer saw {count} times the mean gradient",
+            expected="the gradient of the mean loss over the micro-batches (as one big batch would give)",
+            cause="each micro-batch loss is backpropagated as is; divide it by len(micro_batches) first",
+            where="the backward line inside the micro-batch loop",
+        )
+    per_micro = _clipped_in_loop(model, batches, max_norm)
+    clipped_once = _clip_to(raw, max_norm)
+    if float(raw.norm()) > max_norm and _close(seen, per_micro) and not _close(per_micro, clipped_once):
+        fail(
+            "clipped-per-micro-batch",
+            observed="the optimizer saw a gradient clipped after each micro-batch "
+            f"(cosine {_cosine(seen, raw):.4f} with the true gradient)",
+            expected="the accumulated gradient, clipped once to max_norm",
+            cause="clipping runs inside the micro-batch loop: it clips partial sums, so the threshold and "
+            "the direction both depend on how the batch was split",
+            where="move the clipping after the loop, right before optimizer.step()",
+        )
+    _check_clipped(seen, raw, max_norm, "accumulate_clip_step")

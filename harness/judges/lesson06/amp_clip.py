@@ -1,0 +1,104 @@
+"""06-amp-clip, the judge.
+
+The optimizer saw the true (unscaled) gradient clipped to max_norm; an overflow step is skipped.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson05.common import make_mlp
+from harness.checks.lesson06.amp_clip import _AMP_SCALE, _amp_clip_calls, _amp_clip_parts
+from harness.checks.lesson06.common import _max_norm, reference_grads
+from harness.contract.case import Case
+from harness.contract.compare import judged, matching_tensors
+from harness.contract.failure import fail
+from harness.contract.instruments import snapshot
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson05.common import fail_autocast_dtype, other_dtype
+from harness.judges.lesson06.common import (
+    _check_clipped,
+    _clip_to,
+    _close,
+    _cosine,
+    _only_step,
+    _returned_norm,
+    _same_input,
+    _start_at,
+)
+
+
+@judges("06-amp-clip")
+def judge_amp_clip(seen: dict, *, case: Case) -> str:
+    """The optimizer saw the true (unscaled) gradient clipped to max_norm; an overflow step is skipped."""
+    for (seed, dtype, fraction, part), run in judged(_amp_clip_parts(case), seen["runs"]):
+        if part == "clip":
+            _judge_amp_clip(run, seed, dtype, fraction)
+        else:
+            _judge_amp_clip_skip(run, seed)
+    return "unscaled before clipping: the optimizer saw the true gradients clipped to max_norm (and unchanged " \
+        "below it), bf16 and fp16; overflow steps skipped"
+
+
+def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -> None:
+    """Each call's optimizer step saw its batch's true gradient, clipped to max_norm only when longer."""
+    model = make_mlp(seed)
+    calls, plan = run["calls"], _amp_clip_calls(seed, fraction)
+    if not isinstance(calls, list) or len(calls) != len(plan):
+        raise WireError("malformed observation: not one record per call")
+    previous = None
+    for i, ((batch, call_fraction), call) in enumerate(zip(plan, calls, strict=True)):
+        _start_at(model, call["params"], first=i == 0)
+        raw = reference_grads(model, [batch], autocast_dtype=dtype)
+        max_norm = _max_norm(model, [batch], call_fraction, dtype)
+        _same_input(call["max_norm"], max_norm)
+        grads = _only_step(call["steps"], model, "amp_clip_step", none_code="missing-step")
+        other = reference_grads(model, [batch], autocast_dtype=other_dtype(dtype))
+        if float((grads - _clip_to(other, max_norm)).norm()) < 0.1 * float((grads - _clip_to(raw, max_norm)).norm()):
+            fail_autocast_dtype(dtype, "amp_clip_step")
+        if previous is not None and not _close(grads, raw) and _close(grads, raw + previous / _AMP_SCALE):
+            fail(
+                "missing-zero-grad",
+                observed="in the second call the optimizer saw this batch's gradients plus the previous step's "
+                f"divided by the scale ({_AMP_SCALE:g})",
+                expected="only this batch's gradients",
+                cause="backward() adds into .grad, and nothing cleared the previous step's gradients (unscale_ then "
+                "divided them by the scale): optimizer.zero_grad(set_to_none=True) is missing",
+                where="the start of amp_clip_step",
+            )
+        seen_norm = float(grads.norm())
+        if seen_norm < max_norm / 10 and _cosine(grads, raw) >= 0.9999:
+            fail(
+                "clip-before-unscale",
+                observed=f"the optimizer saw gradient norm {seen_norm:.3g} with max_norm={max_norm:.3g} "
+                f"(scale {_AMP_SCALE:g})",
+                expected=f"norm {min(max_norm, float(raw.norm())):.3g}",
+                cause="the gradients were clipped while still multiplied by the scale, then scaler.step divided "
+                f"them by it: the effective threshold became max_norm / {_AMP_SCALE:g}",
+                where="call scaler.unscale_(optimizer) before clip_grad_norm_",
+            )
+        _check_clipped(grads, raw, max_norm, "amp_clip_step")
+        _returned_norm(call["returned"], float(raw.norm()), max_norm, "amp_clip_step", scale=_AMP_SCALE)
+        previous = grads
+
+
+def _judge_amp_clip_skip(run: dict, seed: int) -> None:
+    start = snapshot(make_mlp(seed))
+    steps_taken, scale = run["steps_taken"], run["scale"]
+    if not isinstance(steps_taken, int) or not isinstance(scale, float):
+        raise WireError("malformed observation: steps_taken or scale")
+    after = matching_tensors(run["params"], start, "params")
+    unchanged = all(torch.equal(a, b) for a, b in zip(after, start, strict=True))
+    if steps_taken or not unchanged or not scale < _AMP_SCALE:
+        fail(
+            "inf-step-not-skipped",
+            observed=f"with an inf gradient: {steps_taken} optimizer step(s), parameters "
+            f"{'unchanged' if unchanged else 'changed'}, scale {scale:g}",
+            expected=f"no optimizer step, parameters unchanged, scale lowered to {_AMP_SCALE / 2:g}",
+            cause="the parameters were changed outside scaler.step (a hand-made update), or the scale was set "
+            "outside scaler.update: clipping an inf gradient gives NaN, which only scaler.step checks and skips"
+            if steps_taken == 0 else "the optimizer stepped although a gradient held inf: the step bypasses "
+            "scaler.step, or the gradients were replaced before it",
+            where="the scaler.step(optimizer) and scaler.update() lines, and any update of yours around them",
+        )

@@ -1,0 +1,67 @@
+"""06-clip-step, the judge.
+
+The optimizer saw the batch's gradient, clipped by total norm only when longer; the pre-clip norm returned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.checks.lesson05.common import make_mlp
+from harness.checks.lesson06.clip_step import _clip_plan
+from harness.checks.lesson06.common import _max_norm, reference_grads
+from harness.contract.case import Case
+from harness.contract.compare import judged
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson06.common import (
+    _check_clipped,
+    _close,
+    _fail_stale,
+    _only_step,
+    _returned_norm,
+    _same_input,
+    _stale_added,
+    _start_at,
+)
+
+
+def _fail_eval_mode(what: str) -> None:
+    fail(
+        "eval-mode",
+        observed=f"the model ran its forward in eval mode (the check hands {what} a model in eval mode)",
+        expected="model.train() before the forward: dropout and batch norm behave differently in training",
+        cause=f"{what} does not put the model in training mode",
+        where=f"the first lines of {what}",
+    )
+
+
+def _judge_training(training: Any, what: str) -> None:
+    """Fail when a recorded forward ran in eval mode."""
+    if not isinstance(training, list) or not all(isinstance(t, bool) for t in training):
+        raise WireError("malformed observation: training is not a list of booleans")
+    if not all(training):
+        _fail_eval_mode(what)
+
+
+@judges("06-clip-step")
+def judge_clip_step(seen: dict, *, case: Case) -> str:
+    """The optimizer saw the batch's gradient, clipped by total norm only when longer; the pre-clip norm returned."""
+    seed, plan = _clip_plan(case)
+    model = make_mlp(seed)
+    previous = None
+    for i, ((batch, fraction), call) in enumerate(judged(plan, seen["calls"])):
+        _start_at(model, call["params"], first=i == 0)
+        raw = reference_grads(model, [batch])
+        max_norm = _max_norm(model, [batch], fraction)
+        _same_input(call["max_norm"], max_norm)
+        _judge_training(call["training"], "clip_train_step")
+        grads = _only_step(call["steps"], model, "clip_train_step")
+        if _stale_added(grads, raw, previous) and not _close(grads, raw):
+            _fail_stale("clip_train_step")
+        _check_clipped(grads, raw, max_norm, "clip_train_step")
+        _returned_norm(call["returned"], float(raw.norm()), max_norm, "clip_train_step")
+        previous = grads
+    return f"{len(plan)} steps in training mode: gradients clipped by total norm only when longer than max_norm, " \
+        "pre-clip norm returned"

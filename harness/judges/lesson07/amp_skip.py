@@ -1,0 +1,118 @@
+"""07-amp-skip, the judge.
+
+The scheduler advances exactly once per real optimizer step; skipped steps are reported and leave it alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson07.amp_skip import _amp_model, _amp_setting
+from harness.checks.lesson07.common import _scheduler_trace
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import Opaque
+from harness.judges.lesson07.common import _as_float, _close, _fmt, _order_note, _replay_steps, _used_lrs
+
+
+def _reference_grads(
+    seed: int, params: list[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor
+) -> list[torch.Tensor]:
+    """The true gradients of the MSE loss of the amp model holding `params` on one batch."""
+    model = _amp_model(seed)
+    with torch.no_grad():
+        for parameter, value in zip(model.parameters(), params, strict=True):
+            parameter.copy_(value)
+    nn.functional.mse_loss(model(inputs), targets).backward()
+    return [model.weight.grad, model.bias.grad]
+
+
+def _as_flag(value: Any) -> bool | None:
+    """A returned bool (or a one-element tensor, or a numpy bool) as a bool; None for anything else."""
+    if isinstance(value, Opaque) and value.type_name == "bool_" and value.text in ("True", "False"):
+        return value.text == "True"
+    number = _as_float(value) if not isinstance(value, bool) else float(value)
+    return None if number is None else bool(number)
+
+
+@judges("07-amp-skip")
+def judge_amp_skip(seen: dict, *, case: Case) -> str:
+    """The scheduler advances exactly once per real optimizer step; skipped steps are reported and leave it alone."""
+    setting = _amp_setting(case)
+    count, poisoned = len(setting.batches), setting.poisoned
+    real = count - len(poisoned)
+    steps, warned = seen["steps"], seen["warned"]
+    if len(steps) == count:
+        fail(
+            "bypasses-scaler",
+            observed=f"optimizer.step() ran on all {count} batches, including {len(poisoned)} with inf gradients",
+            expected=f"{real} optimizer steps: scaler.step(optimizer) skips the overflowing ones",
+            cause="calling optimizer.step() directly instead of scaler.step(optimizer)",
+            where="the update: scaler.step(optimizer); scaler.update()",
+        )
+    if len(steps) != real:
+        fail(
+            "wrong-step-count",
+            observed=f"{len(steps)} optimizer steps over {count} batches ({len(poisoned)} overflowing)",
+            expected=f"{real}: one per batch whose gradients are finite",
+            cause=("optimizer.step() called in addition to scaler.step(optimizer), or a step taken several times "
+                   "per call" if len(steps) > real else
+                   "the gradients are not reset after each call (zero_grad missing: the inf of a skipped batch "
+                   "stays in .grad, so every later step is skipped too), or scaler.step(optimizer) not called "
+                   "every time"),
+            where="scaler.step(optimizer) once per call, and optimizer.zero_grad(set_to_none=True) after it",
+        )
+    finite = [batch for i, batch in enumerate(setting.batches) if i not in poisoned]
+    for step, (inputs, targets) in zip(steps, finite, strict=True):
+        expected_grads = _reference_grads(setting.model_seed, step["params"], inputs, targets)
+        grad = step["grads"][0]
+        ratio = float(grad.norm() / expected_grads[0].norm()) if isinstance(grad, torch.Tensor) else math.nan
+        # a scale missing or applied twice multiplies the gradients by a power of two; anything else is
+        # left to the replay below (clipped or accumulated gradients)
+        power = math.log2(ratio) if ratio > 0 and math.isfinite(ratio) else math.nan
+        if abs(power) >= 0.99 and math.isclose(power, round(power), abs_tol=1e-2):
+            fail(
+                "loss-not-scaled",
+                observed=f"gradients at optimizer.step() are {ratio:.3g}x the true ones (2**{round(power)})",
+                expected="the true gradients (scaler.step unscales what scaler.scale(loss) scaled)",
+                cause="loss.backward() instead of scaler.scale(loss).backward(), or the loss scaled twice",
+                where="the backward call",
+            )
+    returned = [_as_flag(r) for r in seen["returned"]]
+    expected_returns = [i not in poisoned for i in range(count)]
+    if returned != expected_returns:
+        fail(
+            "skip-not-reported",
+            observed=f"returned {seen['returned']!r:.200}",
+            expected=f"{expected_returns} (False where the batch overflowed and the step was skipped)",
+            cause="the return value does not say whether the optimizer stepped; note the scale also grows after "
+            "good steps, so compare with >=",
+            where="compare scaler.get_scale() before and after scaler.update()",
+        )
+    used = _used_lrs(seen)
+    schedule = _scheduler_trace(setting.make, 0.1, count)
+    last_epoch = seen["last_epoch"]
+    if _close(used, schedule[:real]) and last_epoch == real:
+        _replay_steps(_amp_model(setting.model_seed), seen, finite)
+        return f"{len(poisoned)} skipped steps left the schedule alone; {real} real steps used {_fmt(schedule[:real])}"
+    if len(set(used)) == 1 and last_epoch == 0:
+        fail(
+            "scheduler-not-stepped",
+            observed=f"every optimizer step used lr {used[0]:.4g}",
+            expected=f"{_fmt(schedule[:real])}",
+            cause="scheduler.step() is never called",
+            where="after scaler.update(), when the step was taken",
+        )
+    fail(
+        "scheduler-advanced-on-skip",
+        observed=f"after {real} real steps the scheduler had stepped {last_epoch} times; lrs used {_fmt(used)}",
+        expected=f"{real} scheduler steps; lrs {_fmt(schedule[:real])}",
+        cause="scheduler.step() runs even when scaler.step() skipped the optimizer step, so the schedule runs "
+        "ahead of the real updates." + _order_note(warned),
+        where="step the scheduler only if the scale did not drop",
+    )

@@ -1,0 +1,149 @@
+"""07-plateau, the judge.
+
+The scheduler must receive, once per epoch, the validation loss of the model at that moment.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from harness.checks.lesson07.plateau import (
+    _no_metric_failure,
+    _plateau_model,
+    _plateau_scheduler,
+    _plateau_setting,
+    _PlateauSetting,
+)
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson07.common import _as_float, _close, _fmt
+
+
+def _mean_loss(model: nn.Module, dataset: TensorDataset) -> float:
+    model.eval()
+    with torch.no_grad():
+        return float(nn.functional.cross_entropy(model(dataset.tensors[0]), dataset.tensors[1]))
+
+
+def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> None:
+    """Validation forwards in eval mode without autograd; forwards that record a graph in train mode."""
+    records = [(bool(training), bool(grad), size) for training, grad, size in records]
+    val_forwards = [r for r in records if r[2] == val_batch]
+    # training forwards are those that record a graph; a no_grad pass over the training set (to log its loss)
+    # may legitimately run in eval mode
+    train_forwards = [r for r in records if r[2] == train_batch and r[1]]
+    if not val_forwards:
+        fail(
+            "no-validation",
+            observed="the model never ran on a validation batch",
+            expected="one pass over val_loader per epoch",
+            cause="the validation loss is not computed from val_loader",
+            where="the evaluation part of the epoch",
+        )
+    if any(training for training, _, _ in val_forwards):
+        fail(
+            "val-in-train-mode",
+            observed="validation batches ran with model.training == True",
+            expected="model.eval() before evaluating (dropout and batch norm behave differently)",
+            cause="missing model.eval()",
+            where="before the validation loop",
+        )
+    if any(grad for _, grad, _ in val_forwards):
+        fail(
+            "val-with-grad",
+            observed="validation ran with autograd recording",
+            expected="torch.no_grad() (or torch.inference_mode()) around evaluation",
+            cause="the validation loop builds graphs it never uses",
+            where="wrap the validation loop in `with torch.no_grad():`",
+        )
+    if any(not training for training, _, _ in train_forwards):
+        fail(
+            "train-in-eval-mode",
+            observed="training batches ran with model.training == False",
+            expected="model.train() at the start of every epoch",
+            cause="model.eval() for validation is never undone",
+            where="the top of the epoch loop",
+        )
+
+
+def _losses_at(weights: Any, setting: _PlateauSetting) -> tuple[float, float]:
+    """The mean validation and training losses (eval mode) of the plateau model holding `weights`."""
+    with torch.random.fork_rng(devices=[]):
+        model = _plateau_model()
+    model.load_state_dict(weights, strict=True)
+    return _mean_loss(model, setting.val_set), _mean_loss(model, setting.train_set)
+
+
+@judges("07-plateau")
+def judge_plateau(seen: dict, *, case: Case) -> str:
+    """The scheduler must receive, once per epoch, the validation loss of the model at that moment."""
+    setting = _plateau_setting(case)
+    epochs, calls = setting.epochs, seen["calls"]
+    if len(calls) > epochs:
+        fail(
+            "plateau-per-batch",
+            observed=f"scheduler.step was called {len(calls)} times in {epochs} epochs",
+            expected=f"{epochs} calls: one per epoch, after validation",
+            cause="scheduler.step(...) sits inside the batch loop, or is called more than once per epoch",
+            where="move it to the end of the epoch",
+        )
+    if any(call["metric"] is None for call in calls):
+        _no_metric_failure()
+    if len(calls) < epochs:
+        fail(
+            "plateau-not-stepped",
+            observed=f"scheduler.step was called {len(calls)} times in {epochs} epochs",
+            expected=f"{epochs} calls, one per epoch",
+            cause="the scheduler is not stepped every epoch",
+            where="the end of the epoch loop: scheduler.step(val_loss)",
+        )
+    _check_eval_modes(seen["forwards"], setting.val_bs, setting.train_bs)
+    metrics = [float(call["metric"]) for call in calls]
+    losses = [_losses_at(call["weights"], setting) for call in calls]
+    wrong = [
+        (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses, strict=True))
+        if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)
+    ]
+    like_train = [w for w in wrong if abs(w[1] - w[3]) < abs(w[1] - w[2])]
+    if wrong and 2 * len(like_train) >= len(wrong):
+        epoch, metric, val_loss, train_loss = like_train[-1]
+        fail(
+            "plateau-train-metric",
+            observed=f"epoch {epoch}: scheduler.step received {metric:.4f} while the validation loss was "
+            f"{val_loss:.4f} (training loss {train_loss:.4f})",
+            expected="the validation loss: here the net memorises random labels, so the training loss keeps "
+            "falling and never plateaus, while the validation loss rises",
+            cause="scheduler.step(train_loss) instead of scheduler.step(val_loss)",
+            where="the argument of scheduler.step at the end of the epoch",
+        )
+    if wrong:
+        epoch, metric, val_loss, _ = wrong[0]
+        fail(
+            "plateau-wrong-metric",
+            observed=f"epoch {epoch}: scheduler.step received {metric:.4f}, the validation loss was {val_loss:.4f}",
+            expected="the mean validation loss of the model after this epoch's training",
+            cause="a stale value (last epoch's), a sum instead of a mean, or a single batch's loss",
+            where="how the validation loss is computed and when it is passed",
+        )
+    val_losses = [val for val, _ in losses]
+    returned = seen["returned"]
+    if not isinstance(returned, (list, tuple)) or not _close([_as_float(r) for r in returned], val_losses, 1e-4, 1e-6):
+        fail(
+            "wrong-return",
+            observed=f"returned {returned!r:.120}",
+            expected=f"the {epochs} validation losses, one per epoch: {_fmt(val_losses)}",
+            cause="returning the training losses, or nothing",
+            where="the return statement",
+        )
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
+    scheduler = _plateau_scheduler(optimizer)
+    for val_loss in val_losses:
+        scheduler.step(val_loss)
+    final_lr = optimizer.param_groups[0]["lr"]
+    return f"stepped once per epoch with the validation loss; lr went 0.01 -> {final_lr:.2g} as it rose"

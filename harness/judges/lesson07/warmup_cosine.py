@@ -1,0 +1,104 @@
+"""07-warmup-cosine, the judge.
+
+The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from harness.checks.lesson07.common import _is_number
+from harness.checks.lesson07.warmup_cosine import _lambda_lr_setting, _warmup_cases
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson07.common import _close, warmup_cosine_reference
+
+
+def _ramps_from_zero(values: Sequence[Any], cases: Sequence[tuple[int, int, int]]) -> bool:
+    """Every warmup-phase value is `step / warmup_steps`: the ramp one step behind the course's convention."""
+    ramp = [(value, step / warmup) for value, (step, warmup, _) in zip(values, cases, strict=True) if step < warmup]
+    return bool(ramp) and all(_is_number(value) and math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9)
+                              for value, want in ramp)
+
+
+def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, *, ramps_from_zero: bool) -> None:
+    """Fail with the code of the first thing wrong with one value; `ramps_from_zero`: every warmup value the
+    student gave is `step / warmup_steps`."""
+    where = f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total})"
+    if not _is_number(value):
+        fail(
+            "not-a-float",
+            observed=f"{where} returned a {type_name(value)}",
+            expected="a Python float (LambdaLR multiplies the base lr by it)",
+            cause="returning a tensor or numpy value; math.cos and plain arithmetic give a float",
+            where="the return statement of warmup_cosine",
+        )
+    expected = warmup_cosine_reference(step, warmup, total)
+    if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
+        return
+    if step < warmup and ramps_from_zero:
+        fail(
+            "warmup-starts-at-zero",
+            observed=f"{where} = {value:.6g}, and every warmup value is step / warmup_steps",
+            expected=f"{expected:.6g} = (step + 1) / warmup_steps",
+            cause="the ramp starts at 0: the first step trains with lr 0 (LambdaLR's factor at step 0 is the lr of "
+            "the first optimizer step), and the peak comes one step after the warmup",
+            where="the `step < warmup_steps` branch",
+        )
+    if step < warmup:
+        fail(
+            "warmup-wrong",
+            observed=f"{where} = {value:.6g}",
+            expected=f"{expected:.6g} = (step + 1) / warmup_steps (a linear ramp from 1 / warmup_steps at step 0 "
+            f"that reaches 1 at step {warmup - 1}, the last warmup step)",
+            cause="integer division ((step + 1) // warmup_steps), dividing by total_steps, or another slope "
+            "during warmup",
+            where="the `step < warmup_steps` branch",
+        )
+    if step <= total:
+        fail(
+            "cosine-wrong",
+            observed=f"{where} = {value:.6g}",
+            expected=(
+                f"{expected:.6g} = 0.5 * (1 + cos(pi * progress)) with progress = (step - warmup_steps) / "
+                f"(total_steps - warmup_steps) = {(step - warmup) / max(1, total - warmup):.4g}"
+            ),
+            cause="progress measured from 0 instead of from the end of warmup, a wrong cosine period, or a "
+            "branch boundary off by one (step <= warmup_steps)",
+            where="the cosine branch: progress and the cosine",
+        )
+    fail(
+        "rises-after-total",
+        observed=f"{where} = {value:.6g} (past the end of the schedule)",
+        expected="0.0: once step >= total_steps the factor stays at the end of the cosine",
+        cause="progress is not clamped to 1, so the cosine comes back up after total_steps",
+        where="clamp progress with min(1.0, ...)",
+    )
+
+
+@judges("07-warmup-cosine")
+def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
+    """The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form."""
+    cases = _warmup_cases(case)
+    ramps_from_zero = _ramps_from_zero(seen["values"], cases)
+    for value, (step, warmup, total) in zip(seen["values"], cases, strict=True):
+        _compare_warmup_cosine(value, step, warmup, total, ramps_from_zero=ramps_from_zero)
+    base_lr, warmup, total = _lambda_lr_setting(case)
+    lrs = seen["lambda_lrs"]
+    expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]
+    if not isinstance(lrs, list) or len(lrs) != len(expected):
+        raise TypeError("the observation of the LambdaLR run is malformed")
+    if not _close(lrs, expected):
+        first = next(i for i, lr in enumerate(lrs) if not _close([lr], [expected[i]]))
+        fail(
+            "cosine-wrong",
+            observed=f"LambdaLR with your factor gives lr {lrs[first]!r:.12} at step {first}",
+            expected=f"{expected[first]:.6g} (base lr {base_lr} x the closed form)",
+            cause="the factor depends on something other than its three arguments (a global, or a state kept "
+            "between calls)",
+            where="warmup_cosine",
+        )
+    return f"matches the closed form on {len(cases)} seeded cases (boundaries included) and drives LambdaLR correctly"

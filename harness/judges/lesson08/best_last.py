@@ -1,0 +1,74 @@
+"""08-best-last, the judge.
+
+last.pt holds every epoch's state, best.pt the best one so far; the best metric is returned.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from harness.checks.lesson08.best_last import _best_last_cases, _best_last_state
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import describe
+from harness.judges.lesson08.common import _as_number, _same
+
+
+def _held_epoch(content: Any) -> int | None:
+    """The epoch a file read back holds: None if the file is absent, -1 if it is not a saved state."""
+    if content is None:
+        return None
+    epoch = content.get("epoch") if isinstance(content, dict) else None
+    if isinstance(epoch, int) and _same(content, _best_last_state(epoch)):
+        return epoch
+    return -1
+
+
+def _held_text(held: int | None) -> str:
+    return "no file" if held is None else "an object that is not a saved state" if held < 0 else f"epoch {held}"
+
+
+@judges("08-best-last")
+def judge_best_last(seen: dict, *, case: Case) -> str:
+    """last.pt holds every epoch's state, best.pt the best one so far; the best metric is returned."""
+    for (mode, metrics), epochs in zip(_best_last_cases(case), seen["runs"], strict=True):
+        best_metric, best_epoch = None, None
+        for epoch, (metric, observed) in enumerate(zip(metrics, epochs, strict=True)):
+            if best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric):
+                best_metric, best_epoch = metric, epoch
+            setting = f"mode={mode!r}, metrics {[round(m, 3) for m in metrics[: epoch + 1]]}"
+            last = _held_epoch(observed["last"])
+            if last != epoch:
+                fail(
+                    "last-not-saved",
+                    observed=f"after epoch {epoch} ({setting}) last.pt holds {_held_text(last)}",
+                    expected=f"epoch {epoch}: last.pt is overwritten every epoch",
+                    cause="last.pt saved only on improvement, or under another name",
+                    where="save to directory / 'last.pt' on every call",
+                )
+            held = _held_epoch(observed["best"])
+            if held != best_epoch:
+                later = held is not None and held > best_epoch
+                fail(
+                    "best-overwritten" if later else "best-not-updated",
+                    observed=f"after epoch {epoch} ({setting}) best.pt holds {_held_text(held)}",
+                    expected=f"epoch {best_epoch}, the best so far"
+                    + (" (a tie does not replace it)" if later and metrics[held] == best_metric else ""),
+                    cause=("a tie counted as an improvement (<= instead of <)" if metrics[held] == best_metric
+                           else "best.pt saved without comparing, or comparing the wrong way for this mode")
+                    if later
+                    else "the comparison misses improvements, or mode is ignored",
+                    where="the `improved` test and the save to directory / 'best.pt'",
+                )
+            returned = _as_number(observed["returned"])
+            if returned is None or not math.isclose(returned, best_metric):
+                fail(
+                    "wrong-best-metric",
+                    observed=f"after epoch {epoch} ({setting}) it returned {describe(observed['returned'])}",
+                    expected=f"{best_metric}: the best metric so far, which the caller passes back next epoch",
+                    cause="returning this epoch's metric, or nothing when the metric did not improve",
+                    where="the return statement",
+                )
+    return "last.pt follows every epoch, best.pt only improvements, in both modes"

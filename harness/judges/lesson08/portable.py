@@ -1,0 +1,69 @@
+"""08-portable, the judge: The result must load strictly into the plain model, with every value untouched."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson08.portable import _Net, _plain_state_dict, _wrapped_state_dicts
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import describe
+
+
+@judges("08-portable")
+def judge_portable(seen: dict, *, case: Case) -> str:
+    """The result must load strictly into the plain model, with every value untouched."""
+    reference = _plain_state_dict(case)
+    cases = _wrapped_state_dicts(case)
+    for (name, state), observed in zip(cases, seen["results"], strict=True):
+        if observed["keys_after"] != list(state):
+            fail(
+                "mutated-input",
+                observed=f"the state dict of {name} passed in was changed",
+                expected="a new dict; the caller's state dict left as it was",
+                cause="deleting or renaming keys in place",
+                where="build and return a new dict",
+            )
+        result = observed["result"]
+        if not isinstance(result, dict):
+            fail(
+                "not-a-dict",
+                observed=f"for {name} it returned {describe(result)}",
+                expected="a dict from the plain model's key names to the same tensors",
+                cause="returning the items, a generator or a list instead of building a dict",
+                where="the return statement",
+            )
+        left = [k for k in result if k.startswith(("module.", "_orig_mod."))]
+        if left:
+            fail(
+                "prefix-left",
+                observed=f"for {name} the result still has keys like {left[0]!r}",
+                expected=f"the plain model's keys: {sorted(reference)[:3]}...",
+                cause="only one prefix removed, or the prefixes removed in one fixed order, while wrappers can "
+                "stack in any order (compile around DDP, DDP around compile, DDP twice)",
+                where="repeat the stripping until no wrapper prefix is left",
+            )
+        if set(result) != set(reference):
+            odd = sorted(set(result) - set(reference))
+            fail(
+                "over-stripped",
+                observed=f"for {name} the result has keys {odd[:3]} that the plain model does not have",
+                expected="exactly the plain model's keys, e.g. 'module_list.0.weight' and 'head.module.weight'",
+                cause="str.replace, str.lstrip (which strips characters, not a prefix) or startswith('module') "
+                "without the dot removes parts of real names, not only the leading prefix",
+                where="remove a prefix only from the start of the key",
+            )
+        for key, value in result.items():
+            source = reference[key]
+            if not isinstance(value, torch.Tensor) or value.dtype != source.dtype or not torch.equal(value, source):
+                fail(
+                    "values-changed",
+                    observed=f"for {name}, {key!r} does not hold the wrapped model's tensor",
+                    expected="the same tensors, only renamed",
+                    cause="values copied from the wrong key, or modified",
+                    where="keep each value with its renamed key",
+                )
+        with torch.random.fork_rng(devices=[]):
+            _Net().load_state_dict(result, strict=True)
+    return f"{len(cases)} wrapped state dicts load strictly into the plain model"

@@ -1,0 +1,200 @@
+"""08-resume, the judge.
+
+The checkpoint holds the whole state, loading it is safe and restores it exactly, and the resumed run
+ends with the weights of the run that never stopped (both checked against a replay of the reference run).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from harness.checks.lesson08.common import _as_data
+from harness.checks.lesson08.resume import _PARTS, _build_run, _resume_setting, _ResumeSetting, _snapshot, _train_epoch
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import describe
+from harness.judges.lesson08.common import _as_number, _same
+
+
+def _reference_resume(setting: _ResumeSetting) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference run, replayed from the case (a few dozen steps of a tiny model): its state when the
+    checkpoint is taken, and its final weights, as data."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the probe's reduction order
+    try:
+        with torch.random.fork_rng(devices=[]):
+            run = _build_run(setting.seed, setting.data_seed, setting.epochs)
+            for _ in range(setting.stop_at):
+                _train_epoch(run)
+            saved = _as_data(_snapshot(run))
+            for _ in range(setting.stop_at, setting.epochs):
+                _train_epoch(run)
+            return saved, _as_data(run.model.state_dict())
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _close_data(a: Any, b: Any) -> bool:
+    """Nested data equal up to float rounding (a replay on another machine may round differently)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True))
+        return bool(torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close_data(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close_data(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return type(a) is type(b) and a == b
+
+
+def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _ResumeSetting) -> None:
+    """The checkpoint read back: weights_only-loadable, every part, the RNG state of the moment, the counters."""
+    if seen["refused"] is not None:
+        fail(
+            "not-weights-only",
+            observed=f"torch.load(path, weights_only=True) refuses the checkpoint: {seen['refused']}",
+            expected="only tensors and plain values (state dicts, numbers, the dict from capture_rng_state())",
+            cause="a whole object (model, optimizer, generator) saved instead of its state",
+            where="save_checkpoint: model.state_dict(), generator.get_state(), ...",
+        )
+    checkpoint = seen["checkpoint"]
+    if not isinstance(checkpoint, dict):
+        fail(
+            "model-not-restored",
+            observed=f"the checkpoint holds {describe(checkpoint)}, not a dict",
+            expected="a dict with 'model', 'optimizer', 'scheduler', 'scaler', 'rng', 'data_generator', 'epoch' "
+            "and 'best_metric'",
+            cause="save_checkpoint saves a single state instead of a dict of them",
+            where="save_checkpoint",
+        )
+    for key, (code, what) in _PARTS.items():
+        if key not in checkpoint:
+            fail(
+                code,
+                observed=f"the checkpoint has no {key!r} entry (it has {sorted(checkpoint)})",
+                expected=f"{key!r}: {what}",
+                cause=f"save_checkpoint leaves out {key!r}, so a resumed run cannot continue exactly",
+                where="save_checkpoint",
+            )
+    rng = checkpoint["rng"]
+    if not (isinstance(rng, dict) and _same(rng.get("torch"), saved["rng"])) and not _same(rng, saved["rng"]):
+        fail(
+            "rng-not-restored",
+            observed="the checkpoint's 'rng' entry does not hold the torch RNG state at the time of saving",
+            expected="capture_rng_state() (or at least torch.get_rng_state()) captured inside save_checkpoint",
+            cause="RNG state captured at another moment, or not at all",
+            where="save_checkpoint: 'rng': capture_rng_state()",
+        )
+    for key in ("epoch", "best_metric"):
+        value = checkpoint.get(key)
+        wanted = setting.stop_at if key == "epoch" else setting.best_metric
+        number = _as_number(value)
+        if number is None or not math.isclose(number, wanted):
+            fail(
+                "counters-not-restored",
+                observed=f"the checkpoint's {key!r} is {value!r}",
+                expected=f"{wanted!r}, the value passed to save_checkpoint",
+                cause=f"{key} not saved, or saved under another name",
+                where="save_checkpoint",
+            )
+
+
+def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting) -> None:
+    """What load_checkpoint put into freshly built objects, compared with the reference run's state."""
+    if not isinstance(result, dict) or not isinstance(result.get("restored"), dict):
+        raise ValueError(f"the resume's report is malformed: {describe(result)}")
+    counters = result.get("counters")
+    epoch, best_metric = setting.stop_at, setting.best_metric
+    if (
+        not isinstance(counters, dict) or counters.get("epoch") != epoch
+        or not math.isclose(_as_number(counters.get("best_metric")) or math.nan, best_metric)
+    ):
+        fail(
+            "counters-not-restored",
+            observed=f"load_checkpoint returned {counters!r}",
+            expected=f"{{'epoch': {epoch}, 'best_metric': {best_metric}}}: where to continue and the best so far",
+            cause="the counters are not returned from the checkpoint",
+            where="the return statement of load_checkpoint",
+        )
+    restored = result["restored"]
+    for key, (code, what) in _PARTS.items():
+        if not _close_data(restored.get(key), saved[key]):
+            fail(
+                code,
+                observed=f"after load_checkpoint into freshly built objects, {what} differ from the saved ones",
+                expected="every part of the run restored exactly",
+                cause=f"load_checkpoint does not restore {key!r} (load_state_dict / set_state / restore_rng_state)",
+                where="load_checkpoint",
+            )
+
+
+def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two models' weights (inf where they do not match up)."""
+    if not isinstance(weights, dict) or weights.keys() != reference.keys():
+        return math.inf
+    worst = 0.0
+    for key, value in reference.items():
+        other = weights[key]
+        if not isinstance(other, torch.Tensor) or other.shape != value.shape or other.dtype != value.dtype:
+            return math.inf
+        worst = max(worst, float((other.double() - value.double()).abs().max()) if value.numel() else 0.0)
+    return worst
+
+
+@judges("08-resume")
+def judge_resume(seen: dict, *, case: Case) -> str:
+    """The checkpoint holds the whole state, loading it is safe and restores it exactly, and the resumed run
+    ends with the weights of the run that never stopped (both checked against a replay of the reference run)."""
+    setting = _resume_setting(case)
+    saved, final_reference = _reference_resume(setting)
+    _judge_contents(seen, saved, setting)
+    if seen["unsafe_ran"] is not False:
+        fail(
+            "unsafe-load",
+            observed="loading a checkpoint that hides a pickled call ran that call (it created a file)",
+            expected="torch.load(path, weights_only=True): it refuses anything but tensors and plain values",
+            cause="weights_only=False: unpickling can run any code the file's author chose",
+            where="the torch.load call in load_checkpoint",
+        )
+    where = "in this process with freshly built objects" if case.hidden else "in a fresh process"
+    if seen["restored"] is not None:  # compare first: a crash after a bad restore is best explained by the restore
+        _judge_restored(seen["restored"], saved, setting)
+    if seen["error"] is not None or seen["restored"] is None:
+        fail(
+            "resume-crashed",
+            observed=f"resuming {where} failed: {seen['error']}",
+            expected="load_checkpoint restores the run and training continues",
+            cause="load_checkpoint expects something the checkpoint does not hold, or uses a name defined elsewhere",
+            where="load_checkpoint (the fresh process sees only it, its helpers and the modules they import)",
+        )
+    stop_at, epochs = setting.stop_at, setting.epochs
+    drift = _largest_difference(seen["continuous"], final_reference)
+    if drift > 1e-4:
+        fail(
+            "weights-diverged",
+            observed=f"the run that never stopped ended {drift:.3g} away from the check's replay of the same run",
+            expected="save_checkpoint leaves the run it saves untouched",
+            cause="save_checkpoint changes the training: it draws random numbers or modifies an object it saves",
+            where="save_checkpoint",
+        )
+    worst = _largest_difference(seen["final"], seen["continuous"])  # the continuous run was verified above
+    if worst > 0:
+        fail(
+            "weights-diverged",
+            observed=f"after resuming at epoch {stop_at} of {epochs}, the final weights differ from the run that "
+            f"never stopped by up to {worst:.3g}",
+            expected="identical weights",
+            cause="something that influences training is not in the checkpoint or not restored in the right order",
+            where="save_checkpoint and load_checkpoint",
+        )
+    return f"stopped after epoch {stop_at} of {epochs}, resumed {where}: final weights identical to the continuous run"

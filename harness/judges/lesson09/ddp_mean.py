@@ -1,0 +1,55 @@
+"""09-ddp-mean, the judge: Every rank must get the mean over ranks, and its input must be left unchanged."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson09.ddp_mean import _mean_inputs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson09.common import _malformed, _ranks
+
+
+@judges("09-ddp-mean")
+def judge_ddp_mean(seen: dict, *, case: Case) -> str:
+    """Every rank must get the mean over ranks, and its input must be left unchanged."""
+    for values, run in zip(_mean_inputs(case), seen["runs"], strict=True):
+        expected = (values[0] + values[1]) / 2
+        for rank, result in enumerate(_ranks(run)):
+            out = result["out"]
+            if not isinstance(out, torch.Tensor):
+                cause = ("the result was turned into a Python number (.item(), float() or .tolist())"
+                         if isinstance(out, (float, int, list))
+                         else "the function returns something other than a tensor")
+                fail("not-a-tensor", observed=f"rank {rank} got a {type_name(out)}", expected="a tensor",
+                     cause=cause, where="the return statement of ddp_mean")
+            if out.shape != expected.shape:
+                fail("wrong-mean", observed=f"rank {rank} got a tensor of shape {tuple(out.shape)}",
+                     expected=f"the mean over ranks, {expected.tolist()}, of the input's shape {tuple(expected.shape)}",
+                     cause="the result is reshaped, stacked or indexed instead of reduced element-wise",
+                     where="ddp_mean: all_reduce a copy of the input, then divide")
+            out = out.detach().to(expected.dtype)
+            if torch.allclose(out, values[rank]) and not torch.allclose(values[rank], expected):
+                fail("not-averaged", observed=f"rank {rank} got its own value {values[rank].tolist()}",
+                     expected=f"the mean over ranks, {expected.tolist()}, on every rank",
+                     cause="the value is returned without communicating: no all_reduce, so each rank reports "
+                     "only its own shard's metric", where="ddp_mean: all_reduce a copy, then divide")
+            if torch.allclose(out, values[0] + values[1]):
+                fail("summed", observed=f"rank {rank} got the sum {out.tolist()}",
+                     expected=f"the mean {expected.tolist()}",
+                     cause="all_reduce(SUM) without dividing by the world size",
+                     where="divide by dist.get_world_size() after the all_reduce")
+            if not torch.allclose(out, expected):
+                fail("wrong-mean", observed=f"rank {rank} got {out.tolist()}", expected=f"{expected.tolist()}",
+                     cause="the reduction or the division is not the mean over ranks", where="ddp_mean")
+            after = result["input_after"]
+            if not isinstance(after, torch.Tensor):
+                _malformed("input_after is not a tensor")
+            if not torch.equal(after, values[rank]):
+                fail("modified-input", observed=f"rank {rank}'s input became {after.tolist()}",
+                     expected=f"the input left as {values[rank].tolist()}",
+                     cause="dist.all_reduce works in place: reducing the caller's tensor overwrites their metric",
+                     where="all_reduce a clone: total = value.detach().clone()")
+    return "every rank gets the mean over ranks; inputs are left unchanged"

@@ -1,0 +1,76 @@
+"""09-no-sync, the judge.
+
+One all-reduce per optimizer step; the update must equal one process on the whole batch, computed here.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.checks.lesson09.common import MODEL_SEED, WORLD, _detached_state, make_model
+from harness.checks.lesson09.no_sync import _accumulation_settings, _micro_batches
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson09.common import (
+    TOLERANCE,
+    _close,
+    _malformed,
+    _max_difference,
+    _ranks,
+    _same_layout,
+    _tensor_dict,
+)
+
+
+def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) -> dict[str, torch.Tensor]:
+    """One process, one plain SGD step per optimizer step on all ranks' micro-batches at once."""
+    model = make_model(model_seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        batches = [batch for rank in range(WORLD) for batch in _micro_batches(seed, step, rank, micro)]
+        loss = nn.functional.mse_loss(model(torch.cat([x for x, _ in batches])), torch.cat([y for _, y in batches]))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return _detached_state(model.state_dict())
+
+
+@judges("09-no-sync")
+def judge_no_sync(seen: dict, *, case: Case) -> str:
+    """One all-reduce per optimizer step; the update must equal one process on the whole batch, computed here."""
+    for (micro, steps, seed), run in zip(_accumulation_settings(case), seen["runs"], strict=True):
+        results = _ranks(run)
+        reductions = results[0]["reductions"]
+        if not isinstance(reductions, int) or isinstance(reductions, bool):
+            _malformed("the all-reduce count is not an int")
+        if reductions == 0:
+            fail("never-synced", observed="no gradient all-reduce happened",
+                 expected=f"one per optimizer step ({steps})",
+                 cause="every backward ran inside no_sync, the last one included, so the ranks never average",
+                 where="run the last micro-batch's backward outside no_sync")
+        if reductions > steps:
+            fail("missing-no-sync",
+                 observed=f"{reductions} gradient all-reduces for {steps} optimizer steps of {micro} micro-batches",
+                 expected=f"{steps}: one per optimizer step", cause="every micro-batch's backward synchronises: "
+                 "communication is paid micro-batch times for the same result",
+                 where="wrap all but the last micro-batch's forward and backward in `with model.no_sync():`")
+        reference = _accumulation_reference(micro, steps, seed, case.seeded(MODEL_SEED))
+        states = [_tensor_dict(result["state"]) for result in results]
+        if not all(_same_layout(state, reference) for state in states):
+            _malformed("the ranks' states are not the model's state_dict")
+        if not _close(states[0], states[1]):
+            fail("ranks-differ",
+                 observed=f"the ranks' parameters differ by {_max_difference(states[0], states[1]):.2e}",
+                 expected="identical parameters",
+                 cause="an optimizer step happened on gradients that were not averaged",
+                 where="step once, after the last (synchronised) backward")
+        if not _close(states[0], reference):
+            fail("wrong-update", observed="parameters differ from one process on the whole batch by "
+                 f"{_max_difference(states[0], reference):.2e}",
+                 expected=f"the same parameters within {TOLERANCE:g}",
+                 cause="the accumulated gradient is not the whole batch's mean gradient: divide each micro-batch "
+                 "loss by the number of micro-batches, step once per call, and clear the gradients after stepping",
+                 where="loss / len(micro_batches); optimizer.step(); optimizer.zero_grad(set_to_none=True)")
+    return "one all-reduce per optimizer step; the update equals one process on the whole batch"

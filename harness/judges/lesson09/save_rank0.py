@@ -1,0 +1,92 @@
+"""09-save-rank0, the judge.
+
+Only rank 0's folder may get the file, before any rank returns; it must hold the model after its step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.checks.lesson09.common import MODEL_SEED, WORLD, _detached_state, make_model
+from harness.checks.lesson09.save_rank0 import CHECKPOINT_NAME, _save_epoch, _save_model_step
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import type_name
+from harness.judges.lesson09.common import _close, _malformed, _ranks, _same_layout
+
+
+@judges("09-save-rank0")
+def judge_save_rank0(seen: dict, *, case: Case) -> str:
+    """Only rank 0's folder may get the file, before any rank returns; it must hold the model after its step."""
+    files = [_string_list(names) for names in _ranks(seen["files"])]
+    written = [r for r in range(WORLD) if files[r]]
+    if written != [0]:
+        if 0 in written:
+            fail("saved-on-every-rank", observed=f"ranks {written} each wrote a checkpoint",
+                 expected="only rank 0 writes", cause="the save is not guarded: every rank writes the same "
+                 "file (wasted I/O, and on a shared disk a corrupt file when writes interleave)",
+                 where="if dist.get_rank() == 0: torch.save(...)")
+        fail("not-saved-on-rank0", observed=f"files written by ranks {written or 'none'}",
+             expected="rank 0 writes the checkpoint", cause="the guard selects the wrong rank, or nothing is saved",
+             where="if dist.get_rank() == 0: torch.save(..., path)")
+    checkpoint = seen["checkpoint"]
+    if checkpoint is None:
+        fail("not-saved-on-rank0", observed=f"rank 0 wrote {files[0]}, none of them at the path it was given",
+             expected=f"the checkpoint at the path passed in ({CHECKPOINT_NAME!r})",
+             cause="the file is saved under another name than `path`", where="torch.save(..., path)")
+    if not all(existed is True for existed in _ranks(seen["file_existed_on_return"])):
+        fail("missing-barrier", observed="rank 1 returned before rank 0 had written the checkpoint",
+             expected="every rank returns only once the file exists",
+             cause="no barrier after the save: the other ranks race ahead (and may read a file that is not there yet)",
+             where="dist.barrier() after the guarded save, on every rank")
+    missing = [key for key in ("model", "optimizer", "epoch")
+               if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if missing:
+        fail("incomplete-checkpoint",
+             observed=f"keys {sorted(checkpoint)}" if isinstance(checkpoint, dict) else f"a {type_name(checkpoint)}",
+             expected="'model', 'optimizer' and 'epoch'",
+             cause="a resumable checkpoint needs all three", where="the dict passed to torch.save")
+    saved = checkpoint["model"]
+    if isinstance(saved, dict) and any(key.startswith("module.") for key in saved):
+        fail("wrapped-state-dict", observed="model keys start with 'module.'", expected="the plain model's keys",
+             cause="the DDP wrapper's state_dict was saved: it will not load into a plain model",
+             where="save model.module.state_dict()")
+    model = make_model(case.seeded(MODEL_SEED))
+    _save_model_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    reference = _detached_state(model.state_dict())
+    if not isinstance(saved, dict) or not _same_layout(saved, reference) or not _close(saved, reference):
+        fail("wrong-state-dict", observed=f"'model' holds {_summary(saved, reference)}",
+             expected=f"the model's state_dict after its step: keys {sorted(reference)}",
+             cause="something other than the model's current state_dict was saved",
+             where="'model': model.module.state_dict()")
+    epoch = _save_epoch(case)
+    if not _is_number(checkpoint["epoch"], epoch):
+        fail("wrong-epoch", observed=f"epoch {checkpoint['epoch']!r}", expected=f"{epoch}",
+             cause="the epoch passed in is not the one saved", where="'epoch': epoch")
+    return "rank 0 alone writes a full checkpoint with the unwrapped model; the other ranks wait for it"
+
+
+def _string_list(value: Any) -> list[str]:
+    """A recorded list of file names, validated."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        _malformed("expected a list of file names")
+    return value
+
+
+def _summary(value: Any, reference: dict[str, torch.Tensor]) -> str:
+    """A saved state_dict, or what was saved instead, in a few words."""
+    if not isinstance(value, dict):
+        return f"a {type_name(value)}"
+    if _same_layout(value, reference):
+        return "the model's keys with other values"
+    return f"keys {sorted(value)[:6]}"
+
+
+def _is_number(value: Any, number: int) -> bool:
+    """Whether a saved value is `number`: an int, or a one-element tensor holding it."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and value.item() == number
+    return isinstance(value, int) and not isinstance(value, bool) and value == number

@@ -1,0 +1,66 @@
+"""09-shard-loader, the judge.
+
+Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.checks.lesson09.shard_loader import _loader_settings
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson09.common import _int_list, _malformed, _ranks
+
+
+def _batches(value: Any) -> list[list[int]]:
+    """A recorded list of batches of indices, validated."""
+    if not isinstance(value, list):
+        _malformed("expected a list of batches")
+    return [_int_list(batch) for batch in value]
+
+
+@judges("09-shard-loader")
+def judge_shard_loader(seen: dict, *, case: Case) -> str:
+    """Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle."""
+    for (n, batch_size, world, seed), observed in zip(_loader_settings(case), seen["worlds"], strict=True):
+        epoch0 = [_batches(batches) for batches in _ranks(observed["epoch0"], world)]
+        shards = [sum(batches, []) for batches in epoch0]
+        sizes = [len(batch) for batch in epoch0[0]]
+        if sizes and sizes[0] != batch_size:
+            fail("wrong-batch-size", observed=f"batches of {sizes[0]} samples on a rank",
+                 expected=f"{batch_size} (per rank)",
+                 cause="batch_size is the per-rank batch: do not divide or multiply it by the world size",
+                 where="the DataLoader's batch_size")
+        covered = set().union(*map(set, shards)) & set(range(n))
+        if any(len(shard) > -(-n // world) for shard in shards) or len(covered) < world * (n // world):
+            if all(len(shard) >= n for shard in shards):
+                cause = ("every rank reads the whole dataset: shuffle=True or a RandomSampler instead of a "
+                         "DistributedSampler")
+            else:
+                cause = ("the ranks' shards overlap or leave samples out: the ranks draw different permutations "
+                         "(a seed that differs per rank), or num_replicas and rank are not the ones passed in")
+            fail("overlapping-shards", observed=f"{world} ranks loaded {[len(s) for s in shards]} samples, "
+                 f"{len(covered)} distinct of {n}",
+                 expected=f"each rank about {n // world} samples, together all {n}", cause=cause,
+                 where="pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed) "
+                 "to the DataLoader")
+        if shards[0] == sorted(shards[0]) and n > 8:
+            fail("not-shuffled", observed=f"rank 0 reads samples in increasing order {shards[0][:6]}...",
+                 expected="a shuffled order", cause="shuffle=False in the sampler, or a shard taken from the "
+                 "indices without a permutation",
+                 where="DistributedSampler(..., shuffle=True)")
+        if sum(_batches(observed["reseeded"]), []) == shards[0]:
+            fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give rank 0 the same order",
+                 expected="the seed to choose the permutation", cause="the seed argument is not passed to the sampler",
+                 where="DistributedSampler(..., seed=seed)")
+        if observed["epoch1"] is None:
+            fail("same-order-every-epoch", observed=f"the loader's sampler ({observed['sampler']}) has no set_epoch",
+                 expected="a sampler whose set_epoch(epoch) reshuffles", cause="not a DistributedSampler",
+                 where="DataLoader(dataset, batch_size=..., sampler=DistributedSampler(...))")
+        if sum(_batches(observed["epoch1"]), []) == shards[0]:
+            fail("same-order-every-epoch", observed="set_epoch(1) leaves rank 0's order unchanged",
+                 expected="a new permutation each epoch", cause="the sampler ignores the epoch",
+                 where="use torch.utils.data.DistributedSampler, whose set_epoch reseeds the shuffle")
+    return "disjoint shards covering the data, per-rank batches, seeded and reshuffled by set_epoch"

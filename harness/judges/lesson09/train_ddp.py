@@ -1,0 +1,125 @@
+"""09-train-ddp, the judge: Compare the ranks with each other, and with one process at twice the batch trained here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from harness.checks.lesson09.common import WORLD, _detached_state, make_model
+from harness.checks.lesson09.train_ddp import _train_arguments, _train_configs, regression_data
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson09.common import (
+    TOLERANCE,
+    _close,
+    _int_list,
+    _malformed,
+    _max_difference,
+    _ranks,
+    _same_layout,
+    _tensor_dict,
+)
+
+
+def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, batch_size: int, lr: float, seed: int,
+                       world: int = WORLD) -> dict[str, torch.Tensor]:
+    """One process, batch world*batch_size, the DistributedSampler's permutation of each epoch, plain SGD."""
+    model = make_model(model_seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = dataset.tensors
+    for epoch in range(epochs):
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed + epoch))
+        for start in range(0, len(order), world * batch_size):
+            rows = order[start : start + world * batch_size]
+            loss = nn.functional.mse_loss(model(x[rows]), y[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return _detached_state(model.state_dict())
+
+
+@judges("09-train-ddp")
+def judge_train_ddp(seen: dict, *, case: Case) -> str:
+    """Compare the ranks with each other, and with one process at twice the batch trained here."""
+    for config, run in zip(_train_configs(case), seen["runs"], strict=True):
+        results = _ranks(run)
+        _check_sharding([_int_list(result["seen"]) for result in results], config["n"], config["epochs"])
+        for result in results:
+            _judge_state_kind(result["state"])
+        states = [_tensor_dict(result["state"]) for result in results]
+        wrapped = [k for k in states[0] if k.startswith("module.")]
+        if wrapped:
+            fail("wrapped-state-dict", observed=f"keys like {wrapped[0]!r}",
+                 expected="the plain model's keys ('0.weight', ...)",
+                 cause="the state_dict of the DDP wrapper was returned: its keys carry 'module.' and will not load "
+                 "into a plain model", where="return model.module.state_dict()")
+        dataset = regression_data(config["n"], seed=config["data_seed"])
+        reference = reference_training(dataset, model_seed=config["model_seed"], **_train_arguments(config))
+        for state in states:
+            if not _same_layout(state, reference):
+                shapes = [tuple(v.shape) for v in state.values()]
+                fail("wrong-state-dict", observed=f"keys {sorted(state)} of shapes {shapes}",
+                     expected=f"keys {sorted(reference)} of the model's shapes",
+                     cause="something other than the trained model's state_dict was returned",
+                     where="the return statement")
+        if not _close(states[0], states[1]):
+            fail("ranks-differ",
+                 observed=f"the ranks' parameters differ by up to {_max_difference(states[0], states[1]):.2e}",
+                 expected="identical parameters on every rank",
+                 cause="gradients are not averaged across ranks: the model is not wrapped in DDP (each rank trains "
+                 "its own copy on its own shard), or the optimizer was built on other parameters",
+                 where="model = DDP(make_model()) before building the optimizer from model.parameters()")
+        if not _close(states[0], reference):
+            fail("not-ddp-equivalent",
+                 observed=f"parameters differ from one process with batch {WORLD * config['batch_size']} by up to "
+                 f"{_max_difference(states[0], reference):.2e}",
+                 expected=f"the same parameters within {TOLERANCE:g}: DDP over {WORLD} ranks of batch "
+                 f"{config['batch_size']} is one process with batch {WORLD * config['batch_size']}",
+                 cause="the update differs: a rescaled loss or learning rate, a missing zero_grad, a different "
+                 "optimizer, or extra steps",
+                 where="the inner loop: zero_grad, loss_fn(model(x), y).backward(), step, with plain SGD(lr)")
+    return f"DDP on {WORLD} ranks matches one process at twice the batch; ranks identical; set_epoch reshuffles"
+
+
+def _judge_state_kind(state: Any) -> None:
+    """Fail unless train_ddp returned a dict of tensors (non-tensors arrive as their type's name)."""
+    if isinstance(state, str):
+        fail("wrong-state-dict", observed=f"train_ddp returned a {state}", expected="a state_dict: a dict of tensors",
+             cause="something other than the model's state_dict is returned (the model itself, or nothing)",
+             where="return model.module.state_dict()")
+    if not isinstance(state, dict) or not all(isinstance(v, (torch.Tensor, str)) for v in state.values()):
+        _malformed("the returned state is not a dict of tensors")
+    others = {k: v for k, v in state.items() if isinstance(v, str)}
+    if others:
+        key, kind = next(iter(others.items()))
+        fail("wrong-state-dict", observed=f"the returned dict's key {key!r} holds a value of type {kind}, not a tensor",
+             expected="a state_dict: parameter names -> tensors",
+             cause="a checkpoint-style dict ({'model': ...}) or other objects are returned instead of the state_dict",
+             where="return model.module.state_dict()")
+
+
+def _check_sharding(seen: list[list[int]], n: int, epochs: int) -> None:
+    """Each rank loaded its own half of the data each epoch, in a new order each epoch."""
+    per_rank = n // WORLD
+    for rank, indices in enumerate(seen):
+        if len(indices) == 0:
+            fail("no-samples-seen", observed=f"rank {rank} loaded no sample from the dataset it was given",
+                 expected=f"{per_rank} samples per epoch", cause="the dataset passed in is not the one trained on, "
+                 "or DataLoader workers (num_workers > 0) load it in other processes",
+                 where="the DataLoader (keep num_workers=0 here)")
+    if any(len(s) != per_rank * epochs for s in seen) or set(seen[0][:per_rank]) & set(seen[1][:per_rank]):
+        fail("not-sharded", observed=f"ranks loaded {[len(s) // epochs for s in seen]} samples per epoch; "
+             f"{len(set(seen[0][:per_rank]) & set(seen[1][:per_rank]))} samples seen by both in epoch 0",
+             expected=f"{per_rank} samples per rank per epoch, no sample on two ranks",
+             cause="the loader is not built with a DistributedSampler, so every rank reads everything",
+             where="DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, seed=seed))")
+    orders = [seen[0][e * per_rank : (e + 1) * per_rank] for e in range(epochs)]
+    if epochs > 1 and all(order == orders[0] for order in orders):
+        fail("missing-set-epoch", observed=f"rank 0 read its samples in the same order in all {epochs} epochs",
+             expected="a new order each epoch", cause="the DistributedSampler's epoch is never advanced: it seeds its "
+             "shuffle with seed + epoch, and without set_epoch the epoch stays 0",
+             where="call loader.sampler.set_epoch(epoch) at the start of every epoch")

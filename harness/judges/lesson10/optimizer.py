@@ -1,0 +1,79 @@
+"""10-optimizer, the judge.
+
+The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch import nn
+
+from harness.checks.lesson10.optimizer import _optimizer_model, _optimizer_settings
+from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson07.common import warmup_cosine_reference
+
+
+def _check_groups(model: nn.Module, record: dict[str, Any], lr: float, weight_decay: float) -> None:
+    if record["adamw"] is not True:
+        fail("not-adamw", observed=f"a {record['optimizer']}", expected="torch.optim.AdamW",
+             cause="Adam's weight_decay adds an L2 term to the gradient, which Adam's per-weight scaling then "
+             "weakens; AdamW decays the weights directly (decoupled), as intended",
+             where="torch.optim.AdamW(groups, lr=lr)")
+    for name, group in group_of_each_parameter(model, record["groups"]).items():
+        check_weight_decay(model, name, group, weight_decay, default=0.01, default_is="AdamW's default")
+        peak = group_lr(group, name, initial=True)
+        if not math.isclose(peak, lr, rel_tol=1e-9):
+            fail("wrong-lr", observed=f"{name}'s group has base lr {peak}", expected=f"{lr} in every group",
+                 cause="the groups' lr is not the lr argument", where="AdamW(groups, lr=lr)")
+
+
+def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) -> None:
+    if record["drives_optimizer"] is not True:
+        fail("scheduler-other-optimizer", observed="the scheduler was not built on the optimizer returned with it",
+             expected="scheduler.optimizer is optimizer", cause="a scheduler built on another optimizer changes "
+             "nothing that trains", where="build the scheduler from the optimizer you return")
+    for step, used in zip(range(total + 3), record["lrs"], strict=True):
+        expected = lr * warmup_cosine_reference(step, warmup, total)
+        numbers = isinstance(used, list) and all(isinstance(u, (int, float)) and not isinstance(u, bool) for u in used)
+        if not (numbers and used):
+            raise ValueError(f"the lrs of step {step} are not a list of numbers")
+        if all(math.isclose(u, expected, rel_tol=1e-6, abs_tol=1e-12) for u in used):
+            continue
+        where = f"optimizer step {step} of a schedule with warmup_steps={warmup}, total_steps={total}, lr={lr}"
+        observed = f"{where} used lr {used[0]:.6g}" if len(set(used)) == 1 else f"{where} used lrs {used}"
+        if step < warmup:
+            from_zero = step == 0 and all(abs(u) < 1e-12 for u in used)
+            fail("warmup-wrong", observed=observed,
+                 expected=f"{expected:.6g} = lr * (step + 1) / warmup_steps (lr / warmup_steps at step 0: the first "
+                 "step already trains)",
+                 cause="the ramp starts at 0: the first step trains with lr 0 (step / warmup_steps where lesson 07's "
+                 "factor is (step + 1) / warmup_steps)" if from_zero
+                 else "no warm-up, or a ramp that is not (step + 1) / warmup_steps",
+                 where="the warm-up branch of the factor")
+        if step <= total:
+            fail("cosine-wrong", observed=observed, expected=f"{expected:.6g} = lr * 0.5 * (1 + cos(pi * progress)), "
+                 f"progress = (step - warmup_steps) / (total_steps - warmup_steps)",
+                 cause="the cosine measured from step 0 instead of the end of warm-up, the wrong length, or a "
+                 "scheduler stepped by something else", where="the cosine branch of the factor")
+        fail("rises-after-total", observed=observed,
+             expected="0: past total_steps the lr stays at the end of the cosine",
+             cause="progress is not clamped at 1, so the cosine comes back up", where="min(1.0, progress)")
+
+
+@judges("10-optimizer")
+def judge_optimizer(seen: dict, *, case: Case) -> str:
+    """The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule."""
+    for (lr, weight_decay, warmup, total, freeze_first), record in zip(_optimizer_settings(case), seen["settings"],
+                                                                       strict=True):
+        if record["returned"] != "pair":
+            fail("not-a-pair", observed=f"make_optimizer returned a {record['returned']}",
+                 expected="(optimizer, scheduler)", cause="only one of the two returned, or another object",
+                 where="return optimizer, scheduler")
+        _check_groups(_optimizer_model(case, freeze_first), record, lr, weight_decay)
+        _check_schedule(record, lr, warmup, total)
+    return "AdamW with decay on weights only, and warm-up then cosine at every optimizer step"

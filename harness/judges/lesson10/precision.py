@@ -1,0 +1,56 @@
+"""10-precision, the judge: Described devices, then this machine's own device as supported_precisions reports it."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from harness.checks.lesson10.common import PRECISIONS, reference_precision
+from harness.checks.lesson10.precision import _precision_cases
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson10.common import _support_of
+
+
+def _precision_failure(got: Any, expected: str, device_type: str, precisions: dict[str, bool], what: str) -> NoReturn:
+    seen = f"choose_precision({device_type!r}, {precisions}) returned {got!r} for {what}"
+    if got not in PRECISIONS:
+        fail("not-a-precision", observed=seen,
+             expected=f"one of the strings {PRECISIONS} that fit(precision=...) takes",
+             cause="returning a dtype (torch.bfloat16) or another name", where="the return values of choose_precision")
+    if got == "bf16":
+        fail("bf16-unsupported", observed=seen, expected=f"{expected!r}: bf16_autocast is False on this device",
+             cause="bf16 chosen without asking the device; where it is not supported torch emulates it (slower than "
+             "fp32) or refuses it", where="choose bf16 only when precisions['bf16_autocast'] is True")
+    if got == "fp16" and expected == "bf16":
+        fail("fp16-over-bf16", observed=seen, expected="'bf16': the device supports it",
+             cause="fp16 preferred although bf16 works: fp16 needs a GradScaler and overflows above 65504, bf16 has "
+             "float32's range and needs neither", where="test bf16 first")
+    if got == "fp16" and device_type != "cuda":
+        fail("fp16-off-cuda", observed=seen, expected=f"{expected!r}",
+             cause="fp16 on a device other than a CUDA GPU: on a CPU it is emulated (slower than fp32)",
+             where="fp16 only when device_type == 'cuda'")
+    if got == "fp16":
+        missing = " and ".join(f"precisions[{k!r}]" for k in ("fp16_autocast", "grad_scaler") if not precisions[k])
+        fail("fp16-without-scaler", observed=seen, expected=f"{expected!r}: {missing} is False",
+             cause=f"fp16 chosen although {missing} is False: fp16 needs both autocast and a GradScaler (without "
+             "loss scaling, small gradients underflow to zero)", where="require precisions['fp16_autocast'] and "
+             "precisions['grad_scaler'] for fp16")
+    fail("no-amp", observed=seen, expected=f"{expected!r}",
+         cause="mixed precision left off where the device supports it: bf16 where bf16 autocast works, else fp16 "
+         "with a GradScaler on a CUDA GPU", where="the order of the tests in choose_precision")
+
+
+@judges("10-precision")
+def judge_precision(seen: dict, *, case: Case) -> str:
+    """Described devices, then this machine's own device as supported_precisions reports it."""
+    machine = seen["machine"]
+    if not (isinstance(machine["device"], str) and machine["device_type"] in ("cpu", "cuda", "mps", "xpu")):
+        raise ValueError("the recorded device is not a device")
+    own = (machine["device_type"], _support_of(machine["precisions"]), f"this machine's {machine['device']}")
+    cases = _precision_cases(case) + [own]
+    for (device_type, precisions, what), got in zip(cases, [*seen["answers"], machine["answer"]], strict=True):
+        expected = reference_precision(device_type, precisions)
+        if got != expected:
+            _precision_failure(got, expected, device_type, precisions, what)
+    return f"the right precision for {len(cases)} devices, this machine's {machine['device']} included"

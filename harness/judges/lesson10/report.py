@@ -1,0 +1,100 @@
+"""10-report, the judge.
+
+Every section of the report, its test metrics checked against the judge's own evaluation of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, NoReturn
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from harness.checks.lesson10.common import reference_precision
+from harness.checks.lesson10.report import _LINK, _report_model, _report_sets
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson10.common import _support_of
+
+
+def _test_scores(case: Case, weights: Any, precision: str) -> dict[str, float]:
+    """The test metrics the report must give: the recorded weights evaluated on the case's test set."""
+    from harness.metrics import accuracy
+    from harness.train import evaluate
+
+    if not (isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
+        raise ValueError("the run's weights are not a dict of tensors")
+    with torch.random.fork_rng(devices=[]):  # its initial weights are replaced: only the RNG must stay as it was
+        model = _report_model()
+    model.load_state_dict(weights)
+    test = _report_sets(case)[2][2]
+    return evaluate(model, DataLoader(test, batch_size=100), loss_fn=nn.CrossEntropyLoss(),
+                    metrics={"accuracy": accuracy}, precision=precision)
+
+
+def _missing(code: str, what: str, how: str) -> NoReturn:
+    fail(code, observed=f"the report has no {what}", expected=f"a complete run report, {what} included",
+         cause=f"{how} not given to write_run_report, or the section removed from its text",
+         where=f"write_run_report(..., {how})")
+
+
+def _reported_number(text: str, name: str) -> float | None:
+    """The value after `name` on the report's held-out test line, or None."""
+    line = next((line for line in text.splitlines() if "test" in line.lower() and name in line), "")
+    found = re.search(rf"{name}\W+(-?[0-9.]+(?:e-?[0-9]+)?)", line)
+    return float(found.group(1)) if found else None
+
+
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size: int) -> None:
+    text, device, version = seen["text"], "cpu", seen["torch_version"]
+    if not (isinstance(text, str) and isinstance(version, str) and isinstance(seen["files"], dict)):
+        raise ValueError("the recorded report is not text")
+    if version not in text or device not in text:
+        _missing("missing-environment", f"environment (the device {device!r} and torch {version})",
+                 "environment=environment_report(device)")
+    if "max_grad_norm" not in text or "scheduler" not in text:
+        _missing("missing-config", "configuration (max_grad_norm, scheduler, ... of the run)", "the history from fit")
+    if "train_loss" not in text or text.count("\n|") < epochs + 2:
+        _missing("missing-history", "history table (one row per epoch)", "the history from fit")
+    heads = [seen["files"].get(link) for link in re.findall(_LINK, text)]
+    if not any(isinstance(head, list) and bytes(head) == _PNG for head in heads):
+        _missing("missing-curves", "curves: no ![...](file.png) link to a PNG that exists next to it",
+                 "curves=plot_history(...)'s saved PNG")
+    reported = {name: _reported_number(text, name) for name in ("accuracy", "loss")}
+    if reported["accuracy"] is None or "not evaluated" in text:
+        _missing("missing-test-metrics", "held-out test metrics", "test_metrics=evaluate(model, test_loader, ...)")
+    precision = reference_precision("cpu", _support_of(seen["precisions"]))
+    scores = _test_scores(case, seen["weights"], precision)
+    accuracy_ok = abs(reported["accuracy"] - scores["accuracy"]) <= 2 / test_size + 1e-3
+    loss_ok = reported["loss"] is None or math.isclose(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
+    if not (accuracy_ok and loss_ok):
+        fail("wrong-test-metrics",
+             observed=f"the report gives test accuracy {reported['accuracy']}, loss {reported['loss']}",
+             expected=f"accuracy {scores['accuracy']:.4g}, loss {scores['loss']:.4g}: the model evaluated on the whole "
+             "test set given, in the run's precision", cause="metrics of another data set, of part of the test set, "
+             "or of another model", where="evaluate(run['model'], DataLoader(test_set, ...), ..., "
+             "precision=run['precision'])")
+    if "## Precision" not in text or "fp32:" not in text:
+        _missing("missing-precision", "precision section (which operations ran in fp32 under autocast)",
+                 "op_dtypes=observe_op_dtypes(model, images, precision=..., targets=..., loss_fn=...)")
+    if "best.pt" not in text:
+        _missing("missing-best-checkpoint", "path of the best checkpoint", "best_checkpoint=checkpoint_dir / 'best.pt'")
+
+
+@judges("10-report")
+def judge_report(seen: dict, *, case: Case) -> str:
+    """Every section of the report, its test metrics checked against the judge's own evaluation of the run."""
+    if seen["written"] is not True:
+        fail("no-report", observed=f"write_capstone_report returned {seen['returned']}",
+             expected="the path of the report written",
+             cause="the report is not written, or its path not returned", where="return write_run_report(...)")
+    _, epochs, (_, _, test) = _report_sets(case)
+    _check_report_text(seen, case, epochs, len(test))
+    return "environment, configuration, history, curves, held-out test metrics, precision and best checkpoint reported"

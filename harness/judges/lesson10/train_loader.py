@@ -1,0 +1,102 @@
+"""10-train-loader, the judge.
+
+Disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.checks.lesson10.train_loader import _loader_settings
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+
+
+def _batches(value: Any) -> list[list[int]]:
+    """Recorded batches of sample indices, validated."""
+    if not (isinstance(value, list) and all(isinstance(batch, list) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in batch) for batch in value)):
+        raise ValueError("the recorded batches are not lists of sample indices")
+    return value
+
+
+def _check_batches(epochs: list[list[int]], batch_size: int, n: int, who: str) -> None:
+    sizes = sorted({len(batch) for batches in epochs for batch in _batches(batches)})
+    if sizes and max(sizes) != batch_size:
+        fail("wrong-batch-size", observed=f"{who} batches of {max(sizes)} samples", expected=f"{batch_size} per rank",
+             cause="batch_size is the per-rank batch: keep it as given", where="DataLoader(..., batch_size=batch_size)")
+    if len(sizes) > 1:
+        fail("partial-last-batch", observed=f"{who} batch sizes {sizes} (n={n}, batch_size={batch_size})",
+             expected=f"only full batches of {batch_size}",
+             cause="the last, incomplete batch is kept: a batch of one sample makes BatchNorm fail in training "
+             "mode, and small last batches give noisy steps", where="DataLoader(..., drop_last=True)")
+
+
+def _check_sharded(results: list[list[list[list[int]]]], n: int, batch_size: int) -> None:
+    if not (isinstance(results, list) and len(results) == 2 and all(isinstance(r, list) and r for r in results)):
+        raise ValueError("the recorded ranks are not two lists of epochs")
+    for rank, epochs in enumerate(results):
+        _check_batches(epochs, batch_size, n, f"rank {rank} read")
+    shards = [set(sum(epochs[0], [])) for epochs in results]
+    if shards[0] & shards[1] or len(shards[0] | shards[1]) < 2 * ((n // 2) // batch_size) * batch_size:
+        fail("overlapping-shards", observed=f"under 2 ranks, rank 0 read {len(shards[0])} samples and rank 1 "
+             f"{len(shards[1])}, {len(shards[0] & shards[1])} of them the same, from {n}",
+             expected="disjoint halves: each rank its own shard",
+             cause="every rank reads the whole dataset (a shuffled DataLoader, or a sampler that ignores the rank), "
+             "or the ranks shuffle with different seeds (seed + rank) so their shards overlap",
+             where="DataLoader(dataset, batch_size, sampler="
+             "DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), seed=seed), drop_last=True)")
+
+
+def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed: int) -> None:
+    workers = record["workers"]
+    if not isinstance(workers, int) or isinstance(workers, bool):
+        raise ValueError("the recorded number of workers is not an int")
+    if workers != 0:
+        fail("uses-workers", observed=f"the loader starts num_workers={workers} worker processes",
+             expected="num_workers=0: batches made in the training process",
+             cause="num_workers set on the DataLoader: every rank (and every resumed run) would fork worker "
+             "processes for in-memory tensors, which costs more than it saves",
+             where="DataLoader(..., num_workers=0), the default")
+    first = _batches(record["first"])
+    _check_batches([first], batch_size, n, "one process read")
+    order = sum(first, [])
+    if len(set(order)) != n // batch_size * batch_size:
+        fail("wrong-coverage", observed=f"one epoch of one process read {len(set(order))} distinct samples of {n}",
+             expected=f"{n // batch_size * batch_size}: the whole dataset but the dropped last partial batch",
+             cause="a sampler that shards although there is no process group, or repeats samples",
+             where="DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), seed=seed) with "
+             "harness.distributed's helpers: a world of one without a process group")
+    if order == sorted(order):
+        fail("not-shuffled", observed=f"samples read in order {order[:6]}...", expected="a shuffled order",
+             cause="shuffle=False given to the sampler, or a sequential sampler",
+             where="the sampler's shuffle (DistributedSampler shuffles by default)")
+    if record["has_set_epoch"] is not True:
+        fail("no-set-epoch", observed=f"the loader's sampler ({record['sampler']}) has no set_epoch",
+             expected="a DistributedSampler: fit calls sampler.set_epoch(epoch) to reshuffle each epoch",
+             cause=f"a {record['sampler']} instead of a DistributedSampler",
+             where="sampler=DistributedSampler(dataset, seed=seed)")
+    if sum(_batches(record["second"]), []) == order:
+        fail("same-order-every-epoch", observed="set_epoch(1) gives the order of epoch 0",
+             expected="a new order every epoch", cause="the sampler ignores its epoch",
+             where="torch.utils.data.DistributedSampler seeds its shuffle with seed + epoch")
+    if sum(_batches(record["again"]), []) != order:
+        fail("order-not-reproducible", observed="two loaders built with the same seed read epoch 0 in different orders",
+             expected="the order a function of (seed, epoch) only",
+             cause="the shuffle draws from the global RNG or an unsaved generator: a resumed run would read other "
+             "batches than the run it continues", where="DistributedSampler(dataset, seed=seed): its order is "
+             "fixed by seed and epoch, nothing to save in a checkpoint")
+    if sum(_batches(record["other"]), []) == order:
+        fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give the same order",
+             expected="the seed picks the order",
+             cause="the seed argument is not passed on", where="DistributedSampler(dataset, seed=seed)")
+
+
+@judges("10-train-loader")
+def judge_train_loader(seen: dict, *, case: Case) -> str:
+    """Disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch."""
+    for (n, batch_size, seed), record in zip(_loader_settings(case), seen["settings"], strict=True):
+        _check_sharded(record["ranks"], n, batch_size)
+        _check_single_process(record["single"], n, batch_size, seed)
+    return "disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch"

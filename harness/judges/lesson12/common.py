@@ -1,0 +1,23 @@
+"""Lesson 12: what several of its tasks share on the judge side (references)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+
+def _close(a: float, b: float, rtol: float = 1e-4) -> bool:
+    return math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _scalar(value: Any) -> float | None:
+    """A returned number as a float (a Python number or a one-element tensor); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+        return float(value.detach())
+    return None

@@ -1,0 +1,95 @@
+"""12-dead-units, the judge.
+
+{ReLU name: fraction of units zero on every example of every batch}, as tensors; hooks removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from harness.checks.lesson12.dead_units import _dead_setup
+from harness.contract.case import Case
+from harness.contract.compare import type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson12.common import _close, _scalar
+
+
+def _alive(model: nn.Module, batches: Sequence[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
+    """Judge side: each ReLU's per-batch 'active on some example' masks (per unit)."""
+    outputs = {name: [] for name, m in model.named_modules() if isinstance(m, nn.ReLU)}
+    handles = [m.register_forward_hook(lambda _m, _a, out, name=name: outputs[name].append((out > 0).any(dim=0)))
+               for name, m in model.named_modules() if isinstance(m, nn.ReLU)]
+    try:
+        with torch.no_grad():
+            for x in batches:
+                model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs
+
+
+def _outputs_of(model: nn.Module, name: str, batches: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Judge side: the outputs of module `name` over every batch, concatenated."""
+    outs: list[torch.Tensor] = []
+    handle = model.get_submodule(name).register_forward_hook(lambda _m, _a, out: outs.append(out))
+    try:
+        with torch.no_grad():
+            for x in batches:
+                model(x)
+    finally:
+        handle.remove()
+    return torch.cat(outs)
+
+
+@judges("12-dead-units")
+def judge_dead_units(seen: dict, *, case: Case) -> str:
+    """{ReLU name: fraction of units zero on every example of every batch}, as tensors; hooks removed."""
+    model, batches = _dead_setup(case)
+    masks = _alive(model, batches)
+    want = {name: 1.0 - float(torch.stack(m).any(dim=0).float().mean()) for name, m in masks.items()}
+    got = seen["returned"]
+    if not isinstance(got, dict) or set(got) != set(want):
+        fail("wrong-keys", observed=f"returned {type_name(got)}" + (f" with keys {sorted(got)}" if isinstance(got, dict)
+                                                                     else ""),
+             expected=f"a dict with the ReLU modules' names {sorted(want)}",
+             cause="keys of other modules (the Linear layers, every module) or indices instead of the ReLUs' names",
+             where="the modules your hooks go on, and the keys you store")
+    for name, value in want.items():
+        number = _scalar(got[name])
+        if not isinstance(got[name], torch.Tensor):
+            fail("not-a-tensor", observed=f"the value for {name} is {type_name(got[name])}",
+                 expected="a 0-dim tensor (one host sync for the caller, not one per layer)",
+                 cause=".item() or float() on each fraction", where="the values of the dict you return")
+        if number is not None and _close(number, value, 1e-5):
+            continue
+        stacked = torch.stack(masks[name])
+        last_only = 1.0 - float(stacked[-1].float().mean())
+        every = _outputs_of(model, name, batches)  # (all examples, units)
+        per_value = float((every <= 0).float().mean())
+        any_zero = float((every <= 0).any(dim=0).float().mean())
+        if number is not None and _close(number, last_only, 1e-5):
+            fail("last-batch-only", observed=f"{name}: {number:.4f}, the dead fraction on the last batch alone",
+                 expected=f"{value:.4f}: dead on every batch ({len(batches)} batches)",
+                 cause="the hook replaces what it stored at each call, so only the last batch counts",
+                 where="combine the masks across calls: alive |= (out > 0).any(dim=0)")
+        causes = {"the fraction of zero values (over examples and units), not of units": per_value,
+                  "units zero on at least one example, instead of on every example": any_zero,
+                  "the fraction of negative outputs (a ReLU's output is never negative)": 0.0}
+        named = [c for c, v in causes.items() if number is not None and _close(number, v, 1e-5)]
+        fail("wrong-fraction", observed=f"{name}: {number if number is not None else type_name(got[name])}",
+             expected=f"{value:.4f}, the fraction of its {stacked.shape[1]} units that output 0 for every example",
+             cause=f"your value is {named[0]}" if named else "another quantity than the dead-unit fraction",
+             where="how your hook reduces the output, and the final fraction")
+    if not isinstance(seen["hooks_left"], int):
+        raise WireError("malformed observation: hooks_left")
+    if seen["hooks_left"]:
+        fail("hooks-left", observed=f"{seen['hooks_left']} hooks still on the model after the call",
+             expected="none", cause="the handles returned by register_forward_hook were not removed",
+             where="after the forward passes: for handle in handles: handle.remove()")
+    return f"the dead-unit fraction of each of the {len(want)} ReLUs over all batches, as tensors, hooks removed"

@@ -1,0 +1,97 @@
+"""12-first-nonfinite, the judge.
+
+The first non-finite module's name (None when all finite); no hooks left, even after an exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson12.first_nonfinite import _SCENARIOS, _scenario
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+
+
+def _trace(model: nn.Module, inputs: torch.Tensor) -> list[tuple[str, bool, bool]]:
+    """Judge side: (name, output finite, output has NaN) of every module's output, in execution order."""
+    seen: list[tuple[str, bool, bool]] = []
+    handles = [m.register_forward_hook(lambda _m, _a, out, name=name: seen.append(
+        (name, bool(torch.isfinite(out).all()), bool(torch.isnan(out).any()))))
+        for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def _wrong_module_causes(got: Any, trace: list[tuple[str, bool, bool]], model: nn.Module) -> list[str]:
+    """Which mistaken rule gives `got` on this model (the judge replays each on its own trace)."""
+    bad = [name for name, finite, _ in trace if not finite]
+    order = [name for name, _ in model.named_modules()]
+    leaves = {name for name, m in model.named_modules() if not list(m.children())}
+    rules = {
+        "the last non-finite module was kept (every module after the first is non-finite too): keep the first":
+            bad[-1] if bad else None,
+        "the modules were scanned in definition order (named_modules()), not in the order they ran":
+            min(bad, key=order.index) if bad else None,
+        "hooks only on leaf modules: a container's own forward can produce the value (torch.log in its forward)":
+            next((n for n in bad if n in leaves), None),
+        "hooks only on the model's direct children (named_children()): the name of a container, not of the module "
+        "inside it": next((n for n in bad if n and "." not in n), None),
+    }
+    return [cause for cause, answer in rules.items() if answer == got and answer != (bad[0] if bad else None)]
+
+
+@judges("12-first-nonfinite")
+def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
+    """The first non-finite module's name (None when all finite); no hooks left, even after an exception."""
+    for (index, name), call in judged(list(enumerate(_SCENARIOS)), seen["calls"]):
+        if not isinstance(call.get("hooks_left"), int):
+            raise WireError("malformed observation: hooks_left")
+        if name == "error":
+            if call["hooks_left"]:
+                fail("hooks-left-on-error", observed=f"{call['hooks_left']} hooks still on the model after its "
+                     "forward pass raised", expected="none: the hooks removed whatever happens",
+                     cause="the removal runs after model(inputs) but not in a finally block, so the exception skips it",
+                     where="wrap the forward in try: ... finally: for handle in handles: handle.remove()")
+            continue
+        model, inputs = _scenario(name, case, index)
+        trace = _trace(model, inputs)
+        want = next((n for n, finite, _ in trace if not finite), None)
+        got = call["returned"]
+        if got is not None and not isinstance(got, str):
+            fail("not-a-name", observed=f"returned {type_name(got)} ({got!r})"[:160],
+                 expected="the module's qualified name, a string such as 'body.fc' (or None)",
+                 cause="the module object (or a tuple with it) was returned instead of its name",
+                 where="what your hook stores, and your return statement")
+        if got != want:
+            if want is None:
+                fail("false-alarm", observed=f"returned {got!r} on a model whose outputs are all finite",
+                     expected="None", cause="a module is reported without testing its output (or with a test that "
+                     "is always true, such as torch.isfinite(out).any())", where="the test inside your hook")
+            nan_only = next((n for n, _, has_nan in trace if has_nan), None)
+            if name == "inf" and got == nan_only:
+                fail("missed-inf", observed=f"returned {got!r}; module {want!r} produced inf first",
+                     expected=f"{want!r}: inf is non-finite too", cause="the test is torch.isnan, which misses inf",
+                     where="use torch.isfinite(output).all() in your hook")
+            causes = _wrong_module_causes(got, trace, model)
+            fail("wrong-module", observed=f"returned {got!r} for the {name} model",
+                 expected=f"{want!r}, the first module (in execution order) whose output is not finite",
+                 cause=causes[0] if len(causes) == 1 else "one of: " + "; ".join(causes) if causes else
+                 "a module other than the first non-finite one was kept (check the order your hooks fire in and "
+                 "the name you store)", where="your hook and what it stores")
+        if call["hooks_left"]:
+            fail("hooks-left", observed=f"{call['hooks_left']} hooks still on the model after the call",
+                 expected="none: a diagnostic leaves the model as it found it",
+                 cause="the handles returned by register_forward_hook were not removed",
+                 where="after the forward pass: for handle in handles: handle.remove()")
+    return "the first non-finite module in execution order (NaN or inf), None when finite, hooks always removed"

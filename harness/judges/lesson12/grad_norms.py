@@ -1,0 +1,82 @@
+"""12-grad-norms, the judge.
+
+`{name: ||grad||}` over the parameters that have a gradient, as tensors; gradients unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from harness.checks.lesson12.grad_norms import _grad_model
+from harness.contract.case import Case
+from harness.contract.compare import type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson12.common import _close, _scalar
+
+
+@judges("12-grad-norms")
+def judge_grad_norms(seen: dict, *, case: Case) -> str:
+    """`{name: ||grad||}` over the parameters that have a gradient, as tensors; gradients unchanged."""
+    model, _ = _grad_model(case)
+    named = [(name, p.grad) for name, p in model.named_parameters()]
+    after = seen["grads_after"]
+    if not isinstance(after, list) or len(after) != len(named):
+        raise WireError("malformed observation: grads_after")
+    for (name, before), now in zip(named, after, strict=False):
+        if before is not None and not (isinstance(now, torch.Tensor) and now.shape == before.shape
+                                       and torch.equal(now, before)):
+            fail("grads-modified", observed=f"the gradient of {name} changed during the call",
+                 expected="gradients left as they were (the next step uses them)",
+                 cause="an in-place operation on p.grad (pow_, mul_, abs_, ...) or an assignment into it",
+                 where="the body of grad_norms_per_layer")
+    got = seen["returned"]
+    want = {name: float(torch.linalg.vector_norm(g)) for name, g in named if g is not None}
+    if not isinstance(got, dict):
+        fail("wrong-keys", observed=f"grad_norms_per_layer returned {type_name(got)}",
+             expected="a dict {parameter name: norm}", cause="a list or another container was returned (a dict "
+             "with non-string keys arrives as an object)", where="the return statement")
+    without = [name for name, g in named if g is None]
+    extra = [k for k in got if k in without]
+    if extra:
+        fail("none-included", observed=f"keys for parameters without a gradient: {extra}",
+             expected=f"only the parameters whose .grad is not None ({len(want)} of {len(named)})",
+             cause="every parameter was listed, with a placeholder where .grad is None",
+             where="the condition of your loop or comprehension (skip p.grad is None)")
+    if set(got) != set(want):
+        missing = [k for k in want if k not in got][:3]
+        fail("wrong-keys", observed=f"keys {sorted(got)[:4]}{'...' if len(got) > 4 else ''}",
+             expected=f"the parameter names {list(want)[:4]}...",
+             cause="the keys are not the names of model.named_parameters() (module names, indices, or parameters "
+             f"missing: {missing})", where="the keys of the dict you build")
+    for name, value in want.items():
+        norm = got[name]
+        if not isinstance(norm, torch.Tensor):
+            fail("not-a-tensor", observed=f"the value for {name} is {type_name(norm)}",
+                 expected="a 0-dim tensor: reading it is the caller's choice (one sync, not one per parameter)",
+                 cause=".item() or float() on each norm", where="the values of the dict you build")
+        number = _scalar(norm)
+        if number is None or not _close(number, value, 1e-4):
+            gradient = dict(named)[name]
+            candidates = {"the squared norm (no square root)": value ** 2,
+                          "the mean absolute value": float(gradient.abs().mean()),
+                          "the largest absolute value": float(gradient.abs().max()),
+                          "the root mean square (the norm divided by sqrt(numel))": value / math.sqrt(gradient.numel()),
+                          "the norm of the parameter itself, not of its gradient":
+                              float(dict(model.named_parameters())[name].detach().norm())}
+            causes = [c for c, v in candidates.items() if number is not None and _close(number, v)]
+            fail("wrong-norm", observed=f"{name}: {number if number is not None else _describe(norm)}",
+                 expected=f"the L2 norm of its gradient, {value:.6g}",
+                 cause=f"your value is {causes[0]}" if causes else "another quantity than the L2 norm of p.grad",
+                 where="the expression that computes each value")
+    return f"the gradient norm of each of the {len(want)} parameters with a gradient, as tensors, gradients kept"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return type_name(value)

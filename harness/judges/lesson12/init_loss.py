@@ -1,0 +1,87 @@
+"""12-init-loss, the judge: (mean cross-entropy in eval mode without a graph, ln C); the model's mode left as it was."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from harness.checks.lesson12.init_loss import _init_cases, _init_inputs
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson12.common import _close, _scalar
+
+
+@judges("12-init-loss")
+def judge_init_loss(seen: dict, *, case: Case) -> str:
+    """(mean cross-entropy in eval mode without a graph, ln C); the model's mode left as it was."""
+    for item, call in judged(_init_cases(case), seen["calls"]):
+        model, inputs, targets = _init_inputs(item)
+        classes = item["classes"]
+        got = call["returned"]
+        if not (isinstance(got, tuple) and len(got) == 2):
+            fail("wrong-loss", observed=f"loss_at_init returned {type_name(got)}",
+                 expected="a pair (measured loss, expected loss)",
+                 cause="the return statement does not return two values", where="the return statement")
+        measured, expected = _scalar(got[0]), _scalar(got[1])
+        want = math.log(classes)
+        if expected is None or not _close(expected, want, 1e-6):
+            alternatives = {"log10(C)": math.log10(classes), "log2(C)": math.log2(classes), "1/C": 1 / classes,
+                            "ln(C - 1)": math.log(classes - 1) if classes > 1 else math.nan, "C": float(classes)}
+            named = [name for name, value in alternatives.items() if expected is not None and _close(expected, value)]
+            fail("wrong-expected", observed=f"expected loss {expected!r} for C = {classes}" if expected is not None
+                 else f"the second value is {type_name(got[1])}",
+                 expected=f"ln({classes}) = {want:.5f}",
+                 cause=f"your value equals {named[0]}: cross-entropy uses the natural log of 1/C" if named
+                 else "a different formula: the loss of a uniform prediction is -ln(1/C) = ln(C)",
+                 where="the second value of your return statement")
+        forwards = call["forwards"]
+        if not isinstance(forwards, list) or not all(isinstance(f, tuple) and len(f) == 2 for f in forwards):
+            raise WireError("malformed observation: forwards")
+        if not forwards:
+            fail("wrong-loss", observed="the model was never called as model(inputs) (its forward hooks never ran)",
+                 expected="the loss of model(inputs), measured through the module call",
+                 cause="model.forward(inputs) called directly (it skips the module's hooks), or no forward pass",
+                 where="the forward pass of loss_at_init")
+        with torch.no_grad():
+            model.eval()
+            logits = model(inputs)
+            reference = float(nn.functional.cross_entropy(logits, targets))
+        if any(training for training, _ in forwards):
+            fail("train-mode", observed=f"the model's forward ran in training mode (C = {classes})",
+                 expected="model.eval() before the forward: dropout makes a training-mode loss random",
+                 cause="the model is measured in the mode it was handed over in (train)",
+                 where="before the forward pass of loss_at_init")
+        if measured is None or not _close(measured, reference, 1e-4):
+            candidates = {
+                "the per-example losses were summed (reduction='sum')": reference * len(targets),
+                "softmax was applied before F.cross_entropy, which applies log_softmax itself":
+                    float(nn.functional.cross_entropy(logits.softmax(-1), targets)),
+                "F.nll_loss on raw logits (it expects log-probabilities)":
+                    float(nn.functional.nll_loss(logits, targets)),
+            }
+            named = [cause for cause, value in candidates.items() if measured is not None and _close(measured, value)]
+            fail("wrong-loss", observed=f"measured loss {measured!r}" if measured is not None
+                 else f"the first value is {type_name(got[0])}",
+                 expected=f"the mean cross-entropy of the logits, {reference:.5f} (ln C = {want:.4f})",
+                 cause=named[0] if named else "a different loss: the mean of F.cross_entropy(logits, targets) is "
+                 "wanted (candidates: another reduction, a transformed input, other targets)",
+                 where="the line that computes the loss")
+        if isinstance(got[0], torch.Tensor) and got[0].requires_grad or any(grad for _, grad in forwards):
+            fail("graph-built", observed="the forward pass ran with gradients enabled (it built a graph)",
+                 expected="a measurement only: the forward inside torch.no_grad() (or torch.inference_mode())",
+                 cause="no torch.no_grad() around the forward pass", where="the forward pass of loss_at_init")
+        if not isinstance(call["training_after"], bool):
+            raise WireError("malformed observation: training_after")
+        if call["training_after"] != item["training"]:
+            before, after = ("train", "eval") if item["training"] else ("eval", "train")
+            fail("mode-not-restored", observed=f"a model handed over in {before} mode came back in {after} mode",
+                 expected="the mode it was in (remember model.training, restore it with model.train(was_training))",
+                 cause="model.eval() without putting the previous mode back" if item["training"]
+                 else "model.train() at the end, whatever the mode was before",
+                 where="the end of loss_at_init")
+    return "the eval-mode cross-entropy without a graph, ln(C), and the model's mode left as it was"

@@ -1,0 +1,223 @@
+"""12-lr-range, the judge.
+
+Every step at the geometric LR on its batch, the losses returned, the stop rule, and both states restored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson12.common import Batch
+from harness.checks.lesson12.lr_range import _BASE_LR, _MOMENTUM, _buffers, _sweep_setup, _sweeps
+from harness.contract.case import Case
+from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.failure import fail
+from harness.contract.instruments import snapshot
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson12.common import _close, _scalar
+
+
+def _schedule(item: dict[str, Any]) -> list[float]:
+    start, end, n = item["start_lr"], item["end_lr"], item["num_steps"]
+    return [start * (end / start) ** (i / (n - 1)) for i in range(n)]
+
+
+def _set(model: nn.Module, tensors: Sequence[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for p, value in zip(model.parameters(), tensors, strict=False):
+            p.copy_(value)
+
+
+def _reference_step(model: nn.Module, params: list[torch.Tensor], batch: Batch) -> tuple[float, list[torch.Tensor]]:
+    """Judge side: the loss and gradients of `batch` at `params`."""
+    _set(model, params)
+    model.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
+    loss.backward()
+    return float(loss.detach()), [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _same(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float = 1e-4) -> bool:
+    return all(torch.allclose(x, y, rtol=rtol, atol=1e-6, equal_nan=True) for x, y in zip(a, b, strict=False))
+
+
+def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) -> None:
+    """Fail unless every param group of step `i` ran at the exponential schedule's learning rate."""
+    if not isinstance(lrs, list) or len(lrs) != 2 or not all(isinstance(v, float) for v in lrs):
+        raise WireError("malformed observation: lrs")
+    if all(_close(v, schedule[i], 1e-6) for v in lrs):
+        return
+    start, end, n = item["start_lr"], item["end_lr"], item["num_steps"]
+    if any(_close(v, schedule[i], 1e-6) for v in lrs):
+        cause = "only some param groups were set (each group has its own 'lr')"
+    elif _close(lrs[0], start + (end - start) * i / (n - 1), 1e-6):
+        cause = "the learning rates are spaced linearly, not exponentially"
+    elif _close(lrs[0], start * (end / start) ** (i / n), 1e-6):
+        cause = "the exponent is i / num_steps: the last step never reaches end_lr"
+    else:
+        cause = "another schedule than the exponential one"
+    fail("wrong-lrs", observed=f"step {i} ran with learning rates {[f'{v:.4g}' for v in lrs]}",
+         expected=f"{schedule[i]:.4g} in every group (start_lr {start:g} to end_lr {end:g} in {n} steps, geometric)",
+         cause=cause, where="where you set group['lr'] for each step")
+
+
+def _check_grads(i: int, grads: list[torch.Tensor], want: list[torch.Tensor], previous: list[torch.Tensor] | None,
+                 model: nn.Module, recorded: list[torch.Tensor], batches: list[Batch]) -> None:
+    """Fail unless step `i`'s gradient is the gradient of its own batch at the parameters it started from."""
+    if _same(grads, want, 1e-3):
+        return
+    if previous is not None and _same(grads, [a + b for a, b in zip(want, previous, strict=True)], 1e-3):
+        fail("missing-zero-grad", observed=f"at step {i} the optimizer saw that step's gradient plus the previous "
+             "step's", expected="each step's own gradient",
+             cause="the gradients are not cleared between steps, so backward adds to them",
+             where="optimizer.zero_grad(set_to_none=True) before each backward")
+    own = i % len(batches)
+    others = [j for j in range(len(batches))
+              if j != own and _same(grads, _reference_step(model, recorded, batches[j])[1], 1e-3)]
+    fail("wrong-batch", observed=f"the gradient of step {i} is not that of batches[{own}]"
+         + (f" (it is that of batches[{others[0]}])" if others else ""),
+         expected=f"step {i} trains on batches[{i} % len(batches)] = batches[{own}]",
+         cause="the same batch every step (a fresh iter(batches) or batches[0])" if others
+         else "another loss or batch than loss_fn on batches[i % len(batches)]",
+         where="the line that picks the step's batch")
+
+
+def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: list[Batch],
+                  start: list[torch.Tensor], start_buffers: list[torch.Tensor]) -> list[float]:
+    """Judge each recorded optimizer step in turn (parameters, learning rates, gradient); the reference losses.
+
+    The parameters of step i+1 must follow from step i by SGD with momentum: the trajectory is the judge's own,
+    from the case's start, so a forged one is refused.
+    """
+    schedule = _schedule(item)
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise WireError("malformed observation: steps")
+    if len(steps) > item["num_steps"]:
+        fail("wrong-stop", observed=f"{len(steps)} optimizer steps for num_steps = {item['num_steps']}",
+             expected=f"at most {item['num_steps']} steps",
+             cause="more than one optimizer step per sweep step, or a loop longer than num_steps", where="your loop")
+    losses, buffers, params, previous = [], start_buffers, start, None
+    for i, step in enumerate(steps):
+        recorded = matching_tensors(step.get("params"), start, "params")
+        if not _same(recorded, params, 1e-4):
+            raise WireError("malformed observation: the parameters do not follow the recorded steps")
+        _check_lrs(item, i, step.get("lrs"), schedule)
+        raw = step.get("grads")
+        grads = matching_tensors([torch.zeros_like(p) if g is None else g for g, p in zip(raw, start, strict=False)]
+                                 if isinstance(raw, list) and len(raw) == len(start) else None, start, "grads")
+        loss, want = _reference_step(model, recorded, batches[i % len(batches)])
+        _check_grads(i, grads, want, previous, model, recorded, batches)
+        losses.append(loss)
+        buffers = [_MOMENTUM * b + g for b, g in zip(buffers, grads, strict=True)]
+        params = [p - schedule[i] * b for p, b in zip(recorded, buffers, strict=True)]
+        previous = grads
+    return losses
+
+
+def _smoothed(losses: list[float], beta: float = 0.98) -> list[float]:
+    out, running = [], None
+    for v in losses:
+        running = v if running is None else beta * running + (1 - beta) * v
+        out.append(running)
+    return out
+
+
+def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> None:
+    """Fail unless the sweep returned (lrs, losses): one entry per step taken, the losses before each update."""
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(v, list) for v in got)):
+        fail("wrong-losses", observed=f"lr_range_test returned {type_name(got)}",
+             expected="a pair of lists (lrs, losses)", cause="the return statement returns something else",
+             where="the return statement")
+    got_lrs, values = got[0], [_scalar(v) for v in got[1]]
+    counts_match = len(got_lrs) == len(losses) == len(values)
+    if not counts_match or any(v is None for v in values) or not all(
+            _close(a, b, 1e-4) for a, b in zip(values, losses, strict=True)):
+        if not counts_match:
+            cause = "a different number of values than steps taken"
+        elif all(v is not None and _close(v, s, 1e-4) for v, s in zip(values, _smoothed(losses), strict=True)):
+            cause = "the losses are smoothed (a running average): return the raw loss of each step"
+        else:
+            cause = "the loss was computed at another time (after optimizer.step()), or another quantity"
+        fail("wrong-losses", observed=f"{len(losses)} optimizer steps; returned {len(got_lrs)} lrs and losses "
+             f"{[f'{v:.4g}' if v is not None else '?' for v in values[:6]]}",
+             expected=f"{len(losses)} lrs and the losses before each update {[f'{v:.4g}' for v in losses[:6]]}",
+             cause=cause, where="what you append to losses, and when")
+    if not all(isinstance(v, float) and _close(v, lr, 1e-6) for v, lr in zip(got_lrs, schedule, strict=False)):
+        fail("wrong-losses", observed=f"returned lrs {got_lrs[:4]}", expected=f"{[f'{v:.4g}' for v in schedule[:4]]}",
+             cause="the returned learning rates are not those of the steps", where="what you append to lrs")
+
+
+def _check_stop(item: dict[str, Any], losses: list[float], batch_count: int) -> None:
+    """Fail unless the sweep stopped right after the first diverging step (or ran num_steps without one)."""
+    n, diverge = item["num_steps"], item["diverge"]
+    stop = next((i for i, v in enumerate(losses) if not math.isfinite(v) or v > diverge * min(losses[:i + 1])), None)
+    if stop is not None and stop < len(losses) - 1:
+        rule = f"the loss of step {stop}, {losses[stop]:.4g}, was above {diverge:g} x the best " \
+            f"{min(losses[:stop + 1]):.4g}"
+        if len(losses) == n:
+            fail("no-divergence-stop", observed=f"all {n} steps ran; {rule}",
+                 expected=f"the sweep stops after step {stop}",
+                 cause="no divergence test in the loop (or one that never fires)",
+                 where="after recording each loss: if not finite or > diverge * best: break")
+        fail("wrong-stop", observed=f"stopped after step {len(losses) - 1}; {rule}", expected=f"stop after step {stop}",
+             cause="the loss is compared with another reference than the best (lowest) loss so far: the first loss "
+             "or the previous one", where="your stop test")
+    if stop is None and len(losses) < n:
+        if len(losses) == batch_count:
+            fail("batches-not-cycled", observed=f"{len(losses)} steps, one per batch, for num_steps = {n}",
+                 expected=f"{n} steps (no divergence): the batches are reused in turn",
+                 cause="the loop runs over batches, so it ends when they do",
+                 where="loop over range(num_steps) and take batches[i % len(batches)]")
+        fail("wrong-stop", observed=f"stopped after {len(losses)} of {n} steps (the next step's loss was never "
+             "recorded)", expected="the loss never exceeded diverge x best in the steps recorded, so the sweep goes on",
+             cause="the break runs before the diverging step is recorded, or the stop compares with another "
+             "reference than the lowest loss so far", where="your stop test and the order of append and break")
+
+
+def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffers: list[torch.Tensor],
+                    groups: int) -> None:
+    """Fail unless the model's parameters and the optimizer's buffers and learning rates are back as they were."""
+    after = matching_tensors(call["params_after"], start, "params_after")
+    if not _same(after, start, 1e-6):
+        fail("model-not-restored", observed="the model's parameters differ from those before the call",
+             expected="the parameters restored exactly (the sweep is a diagnostic, not training)",
+             cause="no restore, or the saved copy is model.state_dict() without copy.deepcopy (it holds the live "
+             "tensors, which training changed)", where="save before the loop, load_state_dict at the end")
+    buffers_after, lrs_after = call["buffers_after"], call["lrs_after"]
+    if not isinstance(buffers_after, list) or len(buffers_after) != len(start) or not isinstance(lrs_after, list) \
+            or len(lrs_after) != groups:
+        raise WireError("malformed observation: optimizer state")
+    restored_buffers = all(isinstance(b, torch.Tensor) and b.shape == s.shape and torch.allclose(b, s, atol=1e-7)
+                           for b, s in zip(buffers_after, start_buffers, strict=True))
+    if not restored_buffers or not all(isinstance(v, float) and _close(v, _BASE_LR, 1e-9) for v in lrs_after):
+        what = "the momentum buffers" if not restored_buffers else f"the learning rates ({lrs_after})"
+        fail("optimizer-not-restored", observed=f"{what} differ from those before the call",
+             expected=f"the optimizer as it was: its momentum buffers, and lr {_BASE_LR:g} in each group",
+             cause="only the model was restored, or the optimizer's state_dict() was saved without copy.deepcopy "
+             "(its buffers are updated in place)" if not restored_buffers else
+             "the learning rates of the sweep were left in the param groups",
+             where="save copy.deepcopy(optimizer.state_dict()) before, optimizer.load_state_dict(...) after")
+
+
+def _judge_sweep(item: dict[str, Any], call: dict[str, Any]) -> None:
+    """Judge one call of the student's sweep: its steps, what it returned, where it stopped, what it restored."""
+    model, optimizer, batches = _sweep_setup(item)
+    start, start_buffers = snapshot(model), [b.clone() for b in _buffers(model, optimizer)]
+    losses = _replay_steps(item, call["steps"], model, batches, start, start_buffers)
+    _check_returned(call["returned"], losses, _schedule(item))
+    _check_stop(item, losses, len(batches))
+    _check_restored(call, start, start_buffers, len(optimizer.param_groups))
+
+
+@judges("12-lr-range")
+def judge_lr_range(seen: dict, *, case: Case) -> str:
+    """Every step at the geometric LR on its batch, the losses returned, the stop rule, and both states restored."""
+    for item, call in judged(_sweeps(case), seen["calls"]):
+        _judge_sweep(item, call)
+    return "an exponential sweep cycling the batches, stopped on divergence, model and optimizer restored"

@@ -1,0 +1,142 @@
+"""13-accumulate, the judge.
+
+Each step's gradient is the full batch's mean-loss gradient; forwards stay within micro_batch_size.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson13.accumulate import Batch, _accum_cases, _accum_setup
+from harness.contract.case import Case
+from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.failure import fail
+from harness.contract.instruments import snapshot
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson13.common import _close, _flat
+
+
+def _grad_at(model: nn.Module, params: Sequence[torch.Tensor], batches: Sequence[Batch],
+             weights: Sequence[float]) -> torch.Tensor:
+    """The flat gradient of sum(weight * mean MSE) over `batches`, at `params` (on a copy of `model`)."""
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, value in zip(twin.parameters(), params, strict=True):
+            p.copy_(value)
+    twin.zero_grad(set_to_none=True)
+    for (inputs, targets), weight in zip(batches, weights, strict=True):
+        (weight * nn.functional.mse_loss(twin(inputs), targets)).backward()
+    return _flat([p.grad for p in twin.parameters()])
+
+
+def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], batch: Batch, micro: int,
+                      previous: torch.Tensor | None) -> torch.Tensor:
+    """Judge one call (starting from `start`); the flat gradient the optimizer saw."""
+    if not isinstance(call, dict) or not isinstance(call.get("sizes"), list) or not isinstance(call.get("steps"), list):
+        raise WireError("malformed observation: a call record is not a dict of lists")
+    size = len(batch[0])
+    if any(not isinstance(s, int) for s in call["sizes"]) or not all(isinstance(t, bool) for t in call["training"]):
+        raise WireError("malformed observation: forward sizes or modes are not data")
+    if not all(call["training"]):
+        fail("eval-mode", observed="a forward ran with the model in eval mode (the check leaves it in eval mode, as "
+             "after validation)", expected="model.train() before the first forward",
+             cause="model.train() is missing", where="the first line of accumulation_step")
+    if any(s > micro for s in call["sizes"]):
+        fail("micro-batch-too-large", observed=f"forwards on {call['sizes']} rows with micro_batch_size={micro}",
+             expected=f"forwards of at most {micro} rows (the memory limit accumulation exists for)",
+             cause="the whole batch goes through the model at once, or the chunks are cut wrongly",
+             where="the split of the batch into micro-batches")
+    if not call["steps"]:
+        fail("no-step", observed="optimizer.step() never ran", expected="one step per call",
+             cause="the optimizer step is missing", where="after the micro-batch loop")
+    if len(call["steps"]) > 1:
+        fail("steps-per-micro-batch", observed=f"optimizer.step() ran {len(call['steps'])} times in one call",
+             expected="one step, after the last micro-batch", cause="the step is inside the micro-batch loop",
+             where="the indentation of optimizer.step()")
+    step = call["steps"][0]
+    if not isinstance(step, dict):
+        raise WireError("malformed observation: a step record is not a dict")
+    params = matching_tensors(step.get("params"), start, "params")
+    if not all(torch.equal(a, b.float()) for a, b in zip(params, start, strict=True)):
+        raise WireError("malformed observation: the step did not start from the parameters of the call")
+    grads = step.get("grads")
+    if not isinstance(grads, list) or len(grads) != len(start):
+        raise WireError("malformed observation: grads do not match the parameters")
+    got = _flat([torch.zeros_like(p) if g is None else matching_tensors([g], [p], "grad")[0]
+                 for g, p in zip(grads, start, strict=True)])
+    chunks = list(zip(batch[0].split(micro), batch[1].split(micro), strict=True))
+    shares = [len(x) / size for x, _ in chunks]
+    want = _grad_at(model, start, chunks, shares)
+    if _close(got, want):
+        return got
+    observed = f"the gradient at optimizer.step() differs from the full batch's (relative error " \
+        f"{float((got - want).norm() / want.norm()):.2g}; {size} rows in micro-batches of {micro})"
+    if previous is not None and _close(got, want + previous):
+        fail("missing-zero-grad", observed=observed + ": it equals this call's plus the previous call's",
+             expected="this call's gradient only", cause="the gradients are never cleared, so each call adds to "
+             "the previous call's", where="optimizer.zero_grad(set_to_none=True) before the loop")
+    if len(chunks) > 1 and _close(got, _grad_at(model, start, chunks[-1:], shares[-1:])):
+        fail("only-last-micro-batch", observed=observed + ": it is the last micro-batch's alone",
+             expected="the sum over every micro-batch", cause="zero_grad inside the micro-batch loop clears the "
+             "earlier micro-batches' gradients", where="the position of zero_grad")
+    if len(chunks) > 1 and _close(got, _grad_at(model, start, chunks, [1.0 / len(chunks)] * len(chunks))):
+        cause = "each micro-batch's loss was divided by the number of micro-batches: the last, smaller one weighs " \
+            "as much as a full one. Weight it by its share of the rows, len(chunk) / len(batch)"
+    elif _close(got, _grad_at(model, start, chunks, [1.0] * len(chunks))):
+        cause = "the micro-batch losses were summed without weighting: the gradient is about k times too large"
+    else:
+        cause = "another weighting of the micro-batch losses (or a micro-batch left out or used twice)"
+    fail("wrong-weighting", observed=observed, expected="the gradient of the mean loss over all rows",
+         cause=cause, where="the factor each micro-batch's loss is multiplied by before backward")
+
+
+def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], batch: Batch) -> None:
+    with torch.no_grad():
+        twin = copy.deepcopy(model)
+        for p, value in zip(twin.parameters(), start, strict=True):
+            p.copy_(value)
+        want = float(nn.functional.mse_loss(twin(batch[0]), batch[1]))
+    if not isinstance(got, torch.Tensor) or got.dim() != 0 or got.requires_grad:
+        fail("wrong-return", observed=f"returned {type_name(got)}" + (
+            f" of shape {tuple(got.shape)}, requires_grad={got.requires_grad}" if isinstance(got, torch.Tensor)
+            else ""), expected="a detached 0-dim tensor", cause="a Python number (.item(), float()), a list of "
+             "micro-batch losses, or a loss still attached to the graph (add .detach())",
+             where="the return statement of accumulation_step")
+    if abs(float(got) - want) > 1e-4 * abs(want) + 1e-7:
+        fail("wrong-return", observed=f"returned {float(got):.6g}", expected=f"the mean loss over the batch, "
+             f"{want:.6g}", cause="the last micro-batch's loss, an unweighted sum or mean of micro-batch losses",
+             where="how the returned loss is accumulated")
+
+
+@judges("13-accumulate")
+def judge_accumulate(seen: dict, *, case: Case) -> str:
+    """Each step's gradient is the full batch's mean-loss gradient; forwards stay within micro_batch_size."""
+    for (seed, size, micro), result in judged(_accum_cases(case), seen["results"]):
+        model, _, batches = _accum_setup(seed, size)
+        calls = result.get("calls") if isinstance(result, dict) else None
+        if not isinstance(calls, list) or len(calls) != len(batches):
+            raise WireError("malformed observation: not one record per call")
+        start, previous = snapshot(model), None
+        for call, batch in zip(calls, batches, strict=True):
+            previous = _judge_accum_call(call, model, start, batch, micro, previous)
+            _judge_accum_return(call.get("returned"), model, start, batch)
+            after = matching_tensors(call.get("after"), start, "after")
+            want_after = [p - 0.1 * g for p, g in zip(start, _unflat(previous, start), strict=True)]
+            if not all(torch.allclose(a, w, rtol=1e-4, atol=1e-6) for a, w in zip(after, want_after, strict=True)):
+                raise WireError("malformed observation: the parameters after the call are not one SGD step")
+            start = [a.clone() for a in after]
+    return "full-batch gradient from uneven micro-batches, forwards within the limit, one step per call"
+
+
+def _unflat(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    out, at = [], 0
+    for p in like:
+        out.append(flat[at:at + p.numel()].reshape(p.shape).float())
+        at += p.numel()
+    return out

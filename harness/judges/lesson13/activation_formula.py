@@ -1,0 +1,71 @@
+"""13-activation-formula, the judge: The formula equals the bytes measured on the MLP, in every case."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from harness.checks.lesson13.activation_formula import _activation_cases
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+
+
+def relu_mlp(widths: Sequence[int], dtype: torch.dtype) -> nn.Sequential:
+    """Linear(widths[0], widths[1]), ReLU, ..., Linear(widths[-2], widths[-1]): no ReLU after the last Linear."""
+    layers: list[nn.Module] = []
+    for index, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers.append(nn.Linear(fan_in, fan_out))
+        if index < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers).to(dtype)
+
+
+def measured_activation_bytes(batch: int, widths: Sequence[int], dtype: torch.dtype) -> int:
+    """Bytes saved for backward by one forward of `relu_mlp(widths, dtype)`, parameters left out, measured."""
+    from harness.memory import saved_for_backward
+
+    model = relu_mlp(widths, dtype)
+    x = torch.zeros(batch, widths[0], dtype=dtype)
+    with saved_for_backward(exclude=model.parameters()) as saved:
+        model(x)
+    return saved.bytes
+
+
+@judges("13-activation-formula")
+def judge_activation_formula(seen: dict, *, case: Case) -> str:
+    """The formula equals the bytes measured on the MLP, in every case."""
+    for (batch, widths, dtype), result in judged(_activation_cases(case), seen["results"]):
+        got, want = result["returned"], measured_activation_bytes(batch, widths, dtype)
+        what = f"batch {batch}, widths {widths}, {str(dtype).removeprefix('torch.')}"
+        if type(got) is not int:
+            fail("not-an-int", observed=f"returned {type_name(got)} for {what}", expected=f"the int {want}",
+                 cause="a tensor product (torch.tensor(...)) or a float (a division, math.prod of floats)",
+                 where="the return statement of activation_formula")
+        if got == want:
+            continue
+        element = torch.empty((), dtype=dtype).element_size()
+        rows, inputs = batch, sum(widths[:-1])
+        weights = sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True)) * element
+        later_weights = sum(a * b for a, b in zip(widths[1:-1], widths[2:], strict=True)) * element
+        code, cause = "wrong-bytes", ("a different count: the first Linear's input left out, the last Linear's "
+                                      "output counted (the model does not save it), or another layer's tensors")
+        if got in (rows * inputs, rows * inputs * 4) and element != (1 if got == rows * inputs else 4):
+            code, cause = "wrong-element-size", ("elements were counted, not bytes" if got == rows * inputs else
+                                                 f"4 bytes were assumed per element; {dtype} takes {element}")
+        elif got in (want + weights, want + later_weights):
+            code, cause = "weights-counted", ("the weights that Linear layers save were added: they are the "
+                                              "parameters, already in memory")
+        elif got == rows * (widths[0] + 2 * sum(widths[1:-1])) * element:
+            code, cause = "counted-twice", ("each ReLU output was counted twice: it is also the next Linear's "
+                                            "input, one tensor")
+        elif got == rows * sum(widths) * element:
+            cause = "the last Linear's output was counted: the model does not save it (the loss's backward might)"
+        elif got == rows * sum(widths[1:-1]) * element:
+            cause = "the first Linear's input was left out: it is saved, to compute the weight's gradient"
+        fail(code, observed=f"{got} bytes for {what}", expected=f"{want} bytes (measured with saved_tensors_hooks)",
+             cause=cause, where="the sum in activation_formula")
+    return "activation bytes of ReLU MLPs in float32, bfloat16 and float16, as measured"

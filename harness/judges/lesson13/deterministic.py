@@ -1,0 +1,69 @@
+"""13-deterministic, the judge.
+
+Inside: deterministic, errors, no benchmark, cuDNN deterministic; after: the priors; exceptions propagate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.checks.lesson13.deterministic import _priors
+from harness.contract.case import Case
+from harness.contract.compare import judged
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+
+FLAGS = ("deterministic", "warn_only", "benchmark", "cudnn_deterministic")
+
+
+def _flag_text(flags: dict[str, bool]) -> str:
+    return ", ".join(f"{name}={flags[name]}" for name in FLAGS)
+
+
+def _valid_flags(value: Any) -> dict[str, bool]:
+    if not isinstance(value, dict) or sorted(value) != sorted(FLAGS) or not all(
+            isinstance(v, bool) for v in value.values()):
+        raise WireError("malformed observation: flags are not the four booleans")
+    return value
+
+
+@judges("13-deterministic")
+def judge_deterministic(seen: dict, *, case: Case) -> str:
+    """Inside: deterministic, errors, no benchmark, cuDNN deterministic; after: the priors; exceptions propagate."""
+    for (prior, raises), result in judged(_priors(case), seen["results"]):
+        inside, after = _valid_flags(result["inside"]), _valid_flags(result["after"])
+        if not isinstance(result["propagated"], bool):
+            raise WireError("malformed observation: propagated is not a bool")
+        before = f"(flags before the block: {_flag_text(prior)})"
+        if not inside["deterministic"] or inside["warn_only"]:
+            fail("not-deterministic", observed=f"inside the block: deterministic={inside['deterministic']}, "
+                 f"warn_only={inside['warn_only']} {before}", expected="deterministic=True, warn_only=False",
+                 cause="use_deterministic_algorithms(True) is missing, or warn_only=True was passed or kept from "
+                 "before", where="the setup before the yield")
+        if inside["benchmark"]:
+            fail("benchmark-on", observed=f"inside the block: cudnn.benchmark=True {before}",
+                 expected="cudnn.benchmark=False", cause="torch.backends.cudnn.benchmark is not set to False",
+                 where="the setup before the yield")
+        if not inside["cudnn_deterministic"]:
+            fail("cudnn-not-deterministic", observed=f"inside the block: cudnn.deterministic=False {before}",
+                 expected="cudnn.deterministic=True", cause="torch.backends.cudnn.deterministic is not set to True",
+                 where="the setup before the yield")
+        if raises and not result["propagated"]:
+            fail("exception-swallowed", observed="an exception raised inside the block did not come out of it",
+                 expected="the exception propagates to the caller", cause="an except clause that does not re-raise, "
+                 "or a return inside finally", where="the code around the yield")
+        if after != prior:
+            changed = [name for name in FLAGS if after[name] != prior[name]]
+            cause = "the old values were not read before changing them, or defaults were written back instead"
+            if changed == ["warn_only"]:
+                cause = "use_deterministic_algorithms(previous) without warn_only=: it resets warn_only to False"
+            if raises:
+                fail("not-restored-on-error", observed=f"after a block that raised: {_flag_text(after)}",
+                     expected=f"the flags from before: {_flag_text(prior)}",
+                     cause="the restoring code runs after the yield but not in a finally: an exception skips it",
+                     where="wrap the yield in try/finally")
+            fail("not-restored", observed=f"after the block: {', '.join(f'{n}={after[n]}' for n in changed)}",
+                 expected=f"the flags from before: {_flag_text(prior)}", cause=cause,
+                 where="the code after the yield")
+    return "flags set inside, restored after (warn_only too), also when the block raises"

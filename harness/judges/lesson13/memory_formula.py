@@ -1,0 +1,85 @@
+"""13-memory-formula, the judge: The four byte counts equal the formula, on every model and optimizer of the case."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from harness.checks.lesson13.memory_formula import _memory_models
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+
+STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+
+KEYS = ("params", "grads", "optimizer", "total")
+
+
+def reference_training_memory(model: nn.Module, optimizer: str) -> dict[str, int]:
+    """The formula: parameters at their own element size (a tied weight once), gradients of the trainable
+    ones, optimizer state of `STATE_COPIES[optimizer]` copies of the trainable ones."""
+    params = list(model.parameters())  # deduplicated: a tied weight is one parameter
+    sizes = {"params": sum(p.numel() * p.element_size() for p in params),
+             "grads": sum(p.numel() * p.element_size() for p in params if p.requires_grad)}
+    sizes["optimizer"] = STATE_COPIES[optimizer] * sizes["grads"]
+    return {**sizes, "total": sum(sizes.values())}
+
+
+def _params_cause(got: int, model: nn.Module) -> str:
+    """Which known mistake gives `got` as the parameter bytes of `model` (candidates when none fits)."""
+    params = list(model.parameters())
+    elements = sum(p.numel() for p in params)
+    every = [p for m in model.modules() for p in m.parameters(recurse=False)]  # a tied weight twice
+    candidates = {
+        elements: "elements were counted, not bytes (multiply numel() by element_size())",
+        4 * elements: "4 bytes were assumed per element: a bfloat16 or float16 parameter has 2, a float64 one 8 "
+        "(use p.element_size())",
+        sum(p.numel() * p.element_size() for p in every): "a shared (tied) weight was counted twice: iterate over "
+        "model.parameters(), which lists it once, not over each module's own parameters or the state_dict",
+        sum(p.numel() * p.element_size() for p in params if p.requires_grad): "frozen parameters were left out: "
+        "they take memory too (requires_grad=False only spares their gradient)",
+    }
+    want = sum(p.numel() * p.element_size() for p in params)
+    return next((cause for value, cause in candidates.items() if value == got and value != want),
+                "a different count: elements instead of bytes, a fixed 4 bytes per element, frozen parameters left "
+                "out, or a tied weight counted twice")
+
+
+@judges("13-memory-formula")
+def judge_memory_formula(seen: dict, *, case: Case) -> str:
+    """The four byte counts equal the formula, on every model and optimizer of the case."""
+    for (description, model, name), result in judged(_memory_models(case), seen["results"]):
+        got, want = result["returned"], reference_training_memory(model, name)
+        if not isinstance(got, dict) or sorted(got) != sorted(KEYS):
+            fail("missing-key", observed=f"returned {type_name(got)}" + (f" with keys {sorted(got)}"
+                                                                          if isinstance(got, dict) else ""),
+                 expected=f"a dict with the keys {list(KEYS)}", cause="a key is missing or spelled differently, or "
+                 "something other than a dict is returned", where="the return statement of training_memory")
+        for key in KEYS:
+            if type(got[key]) is not int:
+                fail("not-an-int", observed=f"{key} is {type_name(got[key])} for {description}",
+                     expected="an int (bytes)", cause="a tensor sum (torch.tensor(...).sum()), a float division, or "
+                     "a numpy number", where=f"the line that computes {key}")
+        if got["params"] != want["params"]:
+            fail("wrong-params", observed=f"params = {got['params']} for {description}",
+                 expected=f"{want['params']} bytes", cause=_params_cause(got["params"], model),
+                 where="the line that computes params")
+        if got["grads"] != want["grads"]:
+            cause = ("frozen parameters were counted: they get no gradient" if got["grads"] == want["params"]
+                     else "a different count of the trainable parameters' bytes")
+            fail("wrong-grads", observed=f"grads = {got['grads']} for {description}", expected=f"{want['grads']}",
+                 cause=cause, where="the line that computes grads (filter on p.requires_grad)")
+        if got["optimizer"] != want["optimizer"]:
+            copies = got["optimizer"] / want["grads"] if want["grads"] else float("nan")
+            fail("wrong-optimizer-state", observed=f"optimizer = {got['optimizer']} for {description} "
+                 f"({copies:.3g} times the trainable parameters' bytes)",
+                 expected=f"{want['optimizer']} ({STATE_COPIES[name]} copies of the trainable parameters for "
+                 f"{name!r})", cause=f"the number of state tensors per parameter for {name!r} (SGD keeps none, "
+                 "momentum one buffer, Adam and AdamW two moments), or state counted for frozen parameters",
+                 where="the optimizer's entry of your formula")
+        if got["total"] != got["params"] + got["grads"] + got["optimizer"]:
+            fail("wrong-total", observed=f"total = {got['total']} for {description}",
+                 expected=f"params + grads + optimizer = {want['total']}", cause="the total leaves out or repeats a "
+                 "part", where="the line that computes total")
+    return "bytes of parameters, gradients and optimizer state, with frozen, tied and 16-bit parameters"

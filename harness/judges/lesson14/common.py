@@ -1,0 +1,27 @@
+"""Lesson 14: what several of its tasks share on the judge side (references)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.contract.failure import fail
+from harness.contract.wire import WireError
+
+
+def _tensor(value: Any, what: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise WireError(f"malformed observation: {what} is {type(value).__name__}, not a tensor")
+    return value.detach()
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tolerance: float = 1e-4) -> bool:
+    return a.shape == b.shape and bool(((a.float() - b.float()).abs() <= tolerance * (1 + b.float().abs())).all())
+
+
+def _no_exception(record: dict[str, Any], what: str) -> None:
+    if record.get("raised") is not None:
+        fail("raised", observed=f"while {what}, your code raised {record['raised']}",
+             expected="it runs on the check's inputs without an exception",
+             cause="the exception named here, raised inside your code", where="the line named above")

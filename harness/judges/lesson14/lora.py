@@ -1,0 +1,149 @@
+"""14-lora, the judge.
+
+Base frozen, adapters registered with gradients, the start equal to the base, B zero and A random, the
+forward formula, and a merge that equals the layer and leaves it unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson14.lora import _lora_base, _lora_cases, _lora_inputs
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson14.common import _close, _tensor
+
+
+def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
+    with torch.no_grad():
+        return base(x) + scale * (x @ a.T @ b.T)
+
+
+@judges("14-lora")
+def judge_lora(seen: dict, *, case: Case) -> str:
+    """Base frozen, adapters registered with gradients, the start equal to the base, B zero and A random, the
+    forward formula, and a merge that equals the layer and leaves it unchanged."""
+    settings, records = _lora_cases(case), seen["layers"]
+    if not isinstance(records, list) or len(records) != len(settings):
+        raise WireError("malformed observation: not one record per layer")
+    for index, (setting, record) in enumerate(zip(settings, records, strict=True)):
+        fan_in, fan_out, r, alpha, bias, shape = setting
+        inputs = _lora_inputs(case, index, setting)
+        base = _lora_base(case, index, fan_in, fan_out, bias)
+        what = f"LoRALinear(nn.Linear({fan_in}, {fan_out}, bias={bias}), r={r}, alpha={alpha:g})"
+        _judge_lora_parameters(record, what, fan_in, fan_out, r, bias)
+        x = inputs["x"]
+        start = _tensor(record["out_start"], "the first output")
+        a0, b0 = _tensor(record["A"], "lora_A"), _tensor(record["B"], "lora_B")
+        with torch.no_grad():
+            reference = base(x)
+        if not _close(start, reference):
+            fail("start-differs", observed=f"a new {what} gives outputs that differ from the base layer's "
+                                           f"(largest difference {float((start - reference).abs().max()):.3g})",
+                 expected="exactly base(x): fine-tuning starts from the pretrained model",
+                 cause="lora_B does not start at zero, so the added term B @ A x is not zero" if b0.abs().sum() > 0
+                 else "the base layer's weight or bias was changed in __init__, or forward adds something else",
+                 where="__init__: nn.Parameter(torch.zeros(out_features, r)) for lora_B; leave base's values alone")
+        if b0.abs().sum() > 0 or a0.abs().sum() == 0:
+            fail("wrong-init", observed=f"a new {what} has |lora_A| sum {float(a0.abs().sum()):.3g} and |lora_B| sum "
+                                       f"{float(b0.abs().sum()):.3g}",
+                 expected="lora_B all zeros, lora_A random (non-zero)",
+                 cause="both start at zero: the gradient of each is proportional to the other, so neither ever "
+                       "moves" if a0.abs().sum() == 0 and b0.abs().sum() == 0 else "A and B swapped: the convention "
+                       "(the LoRA paper's, and what loaders of LoRA weights expect) is B zero, A random",
+                 where="__init__: lora_A drawn at random (for example kaiming_uniform_ or randn * 0.01), lora_B zeros")
+        grad_b = record["grad_B"]
+        if not isinstance(grad_b, torch.Tensor) or grad_b.abs().sum() == 0:
+            fail("wrong-adapter", observed="after loss.backward() on a new layer, lora_B has "
+                 + ("no gradient" if not isinstance(grad_b, torch.Tensor) else "a zero gradient"),
+                 expected="a non-zero gradient on lora_B (lora_A is random)",
+                 cause="forward does not use lora_B in a way autograd follows (.data, .detach(), torch.no_grad, a "
+                       "copy made in __init__)", where="forward: use self.lora_A and self.lora_B directly")
+        want = _expected(base, x, inputs["A"], inputs["B"], alpha / r)
+        got = _tensor(record["out"], "the output")
+        if not _close(got, want):
+            fail("wrong-forward", observed=f"with lora_A and lora_B set by the check, {what} on an input of shape "
+                                           f"{tuple(shape)} gives other outputs",
+                 expected="base(x) + (alpha / r) * x @ lora_A.T @ lora_B.T",
+                 cause=_forward_cause(got, base, x, inputs, alpha, r), where="forward, and the scaling set in __init__")
+        if record["merged_type"] != "Linear" or record["merged_out"] is None:
+            fail("merge-differs", observed=f"merge() returned {record['merged_type']}",
+                 expected="an nn.Linear", cause="another module (or nothing) is returned",
+                 where="merge: build and return an nn.Linear(in_features, out_features)")
+        merged = _tensor(record["merged_out"], "the merged output")
+        if not _close(merged, want):
+            fail("merge-differs", observed="the merged nn.Linear gives other outputs than the LoRA layer",
+                 expected="the same outputs: W + (alpha / r) * B @ A as its weight, and the base's bias",
+                 cause=_merge_cause(merged, base, x, inputs, alpha, r),
+                 where="merge: the merged weight and bias")
+        after = _tensor(record["out_after_merge"], "the output after merging")
+        if not _close(after, want):
+            fail("merge-modifies", observed="after merge(), the LoRA layer itself gives other outputs",
+                 expected="the layer unchanged: merging builds a new layer",
+                 cause="the merged weight was written into self.base.weight (in place), so the update is now counted "
+                       "twice", where="merge: compute the merged weight into a new tensor and a new nn.Linear")
+    return "base frozen, B zero and A random (start = base), the forward formula, merge equal and non-destructive"
+
+
+def _judge_lora_parameters(record: dict[str, Any], what: str, fan_in: int, fan_out: int, r: int,
+                           bias: bool) -> None:
+    trainable, names = record["trainable"], record["parameters"]
+    if not (isinstance(trainable, list) and isinstance(names, list) and set(trainable) <= set(names)):
+        raise WireError("malformed observation: parameter names")
+    base = ["base.weight", "base.bias"] if bias else ["base.weight"]
+    if not set(base) <= set(names):
+        fail("base-trainable", observed=f"{what} has the parameters {names}, without {base}",
+             expected=f"the pretrained layer kept as self.base: parameters {base}, frozen",
+             cause="the base layer is stored under another name, or its weight copied into a plain tensor",
+             where="__init__: self.base = base, then self.base.requires_grad_(False)")
+    extra = [n for n in trainable if n not in ("lora_A", "lora_B")]
+    if extra:
+        fail("base-trainable", observed=f"{what} has trainable parameters {extra} besides the adapters",
+             expected="only lora_A and lora_B trainable: the pretrained weight stays frozen",
+             cause="the base layer was not frozen (eval() changes the mode, not requires_grad)",
+             where="__init__: self.base.requires_grad_(False)")
+    shapes = {"lora_A": (r, fan_in), "lora_B": (fan_out, r)}
+    for name, shape in shapes.items():
+        value = record["A" if name == "lora_A" else "B"]
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or name not in trainable:
+            fail("wrong-adapter",
+                 observed=f"{name} is " + (f"{value} (no tensor)" if not isinstance(value, torch.Tensor) else
+                                           f"of shape {tuple(value.shape)}" if tuple(value.shape) != shape else
+                                           "not a trainable parameter of the layer"),
+                 expected=f"{name} an nn.Parameter of shape {shape} that requires grad",
+                 cause="the attribute is missing or named otherwise" if not isinstance(value, torch.Tensor) else
+                 "in and out swapped, or r misplaced" if tuple(value.shape) != shape else
+                 "a plain tensor was assigned (not wrapped in nn.Parameter), so the module does not register it "
+                 "and optimizers never see it" if name not in names else "it was frozen",
+                 where=f"__init__: self.{name} = nn.Parameter(...)")
+    if "out_start" not in record or "out" not in record:
+        raise WireError("malformed observation: outputs missing")
+
+
+def _forward_cause(got: torch.Tensor, base: nn.Linear, x: torch.Tensor, inputs: dict[str, torch.Tensor],
+                   alpha: float, r: int) -> str:
+    for scale, cause in ((alpha, "the scaling is alpha, not alpha / r"), (1.0, "the scaling alpha / r is missing"),
+                         (r / alpha, "the scaling is r / alpha, upside down"),
+                         (0.0, "the low-rank term is not added (or not scaled by a number)")):
+        if _close(got, _expected(base, x, inputs["A"], inputs["B"], scale)):
+            return cause
+    return "another formula: the order of A and B, a transpose, or a term computed from other tensors"
+
+
+def _merge_cause(merged: torch.Tensor, base: nn.Linear, x: torch.Tensor, inputs: dict[str, torch.Tensor],
+                 alpha: float, r: int) -> str:
+    with torch.no_grad():
+        no_bias = x @ base.weight.T + (alpha / r) * (x @ inputs["A"].T @ inputs["B"].T)
+    if base.bias is not None and _close(merged, no_bias):
+        return "the base layer's bias was not copied into the merged layer"
+    for scale, cause in ((1.0, "the scaling alpha / r is missing from the merged weight"),
+                         (alpha, "the merged weight is scaled by alpha, not alpha / r"),
+                         (0.0, "the merged weight is the base weight alone")):
+        if _close(merged, _expected(base, x, inputs["A"], inputs["B"], scale)):
+            return cause
+    return "another merged weight: it must be W + (alpha / r) * B @ A (shape out x in)"

@@ -1,0 +1,69 @@
+"""14-param-groups, the judge.
+
+An AdamW holding every trainable parameter once, frozen ones in none; decay on kernels and matrices only;
+the backbone at backbone_lr, the head at head_lr.
+"""
+
+from __future__ import annotations
+
+import math
+
+from harness.checks.lesson14.param_groups import _group_model, _group_settings
+from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+
+_ADAMW_DEFAULT_WEIGHT_DECAY = 0.01
+
+
+@judges("14-param-groups")
+def judge_param_groups(seen: dict, *, case: Case) -> str:
+    """An AdamW holding every trainable parameter once, frozen ones in none; decay on kernels and matrices only;
+    the backbone at backbone_lr, the head at head_lr."""
+    settings, records = _group_settings(case), seen["optimizers"]
+    if not isinstance(records, list) or not records or len(records) > len(settings):
+        raise WireError("malformed observation: not one optimizer per model")
+    for index, (setting, record) in enumerate(zip(settings, records, strict=False)):
+        width, classes, frozen, head_lr, backbone_lr, weight_decay = setting
+        if record.get("type") != "AdamW":
+            fail("not-adamw", observed=f"finetune_optimizer returned {record.get('type')}",
+                 expected="a torch.optim.AdamW built on your parameter groups",
+                 cause="the groups were returned instead of the optimizer built on them"
+                 if record.get("type") in ("list", "tuple", "dict") else "another optimizer class, or nothing",
+                 where="the return statement: return torch.optim.AdamW(groups)")
+        model = _group_model(case, index, width, classes, frozen)
+        groups = record["groups"]
+        try:
+            holders = group_of_each_parameter(model, groups)
+        except ValueError as error:
+            raise WireError(f"malformed observation: {error}") from None
+        lrs = {name: group_lr(group, name) for name, group in holders.items()}
+        for name, group in holders.items():
+            check_weight_decay(model, name, group, weight_decay, default=_ADAMW_DEFAULT_WEIGHT_DECAY,
+                               default_is="AdamW's default")
+            in_backbone = name.startswith("backbone.")
+            wanted = backbone_lr if in_backbone else head_lr
+            got = lrs[name]
+            if not math.isclose(got, wanted):
+                fail("wrong-lr", observed=f"{name} has lr {got:g}",
+                     expected=f"{wanted:g} " + ("(backbone_lr: a pretrained parameter)" if in_backbone
+                                                else "(head_lr: the new head)"),
+                     cause=_lr_cause(lrs, head_lr, backbone_lr),
+                     where="set 'lr' in every group: backbone_lr for names starting with 'backbone.', head_lr "
+                           "otherwise")
+    if len(records) != len(settings):
+        raise WireError("malformed observation: optimizers missing")
+    return "AdamW with every trainable parameter once, decay on kernels and matrices only, backbone at its own lr"
+
+
+def _lr_cause(lrs: dict[str, float], head_lr: float, backbone_lr: float) -> str:
+    """Why some parameter has the wrong lr, from the lr of every parameter."""
+    values = set(lrs.values())
+    if len(values) == 1:
+        return f"one learning rate for every group ({values.pop():g}): the pretrained layers need backbone_lr"
+    if all(math.isclose(lr, head_lr if name.startswith("backbone.") else backbone_lr) for name, lr in lrs.items()):
+        return "head_lr and backbone_lr swapped"
+    return ("the test that tells a backbone parameter (name.startswith('backbone.')) picks the wrong ones, or another "
+            "value than head_lr and backbone_lr")

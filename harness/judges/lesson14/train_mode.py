@@ -1,0 +1,105 @@
+"""14-train-mode, the judge.
+
+Frozen BatchNorm layers in eval mode, every other layer training: the judge recomputes the forward pass
+with those modes and compares the output and the statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checks.lesson14.common import _BATCHNORMS
+from harness.checks.lesson14.train_mode import _mode_cases, _mode_input, _mode_model, _ModeNet, _seeded_forward
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson14.common import _close, _no_exception, _tensor
+
+
+def _frozen_batchnorm(module: nn.Module) -> bool:
+    params = list(module.parameters())
+    return isinstance(module, _BATCHNORMS) and bool(params) and not any(p.requires_grad for p in params)
+
+
+@judges("14-train-mode")
+def judge_train_mode(seen: dict, *, case: Case) -> str:
+    """Frozen BatchNorm layers in eval mode, every other layer training: the judge recomputes the forward pass
+    with those modes and compares the output and the statistics."""
+    settings, records = _mode_cases(case), seen["models"]
+    if not isinstance(records, list) or len(records) != len(settings):
+        raise WireError("malformed observation: not one record per model")
+    for index, (setting, record) in enumerate(zip(settings, records, strict=True)):
+        _no_exception(record, "running your function and a forward pass after it")
+        model = _mode_model(case, index, *setting)
+        came = "eval" if setting[2] else "train"
+        flags, modes = record["requires_grad"], record["training"]
+        names = [n for n, _ in model.named_parameters()]
+        modules = {n or "model": m for n, m in model.named_modules()}
+        if not (isinstance(flags, dict) and list(flags) == names and isinstance(modes, dict)
+                and list(modes) == list(modules)):
+            raise WireError("malformed observation: the flags or modes are not the model's")
+        changed = [n for n, p in model.named_parameters() if flags[n] is not p.requires_grad]
+        if changed:
+            fail("flags-changed", observed=f"requires_grad changed on {changed[:4]}",
+                 expected="the flags left as they came: this function sets modes, the caller decides what is frozen",
+                 cause="a requires_grad_ call in your function (freezing the BatchNorm layers, or the backbone)",
+                 where="remove requires_grad_ from the function; use .eval() / .train() only")
+        frozen = [n for n, m in modules.items() if _frozen_batchnorm(m)]
+        trainable = [n for n, m in modules.items() if isinstance(m, _BATCHNORMS) and n not in frozen]
+        still = [n for n in frozen if modes[n] is not False]
+        if still:
+            fail("frozen-bn-training", observed=f"frozen BatchNorm layers in training mode: {still}",
+                 expected="every BatchNorm whose parameters are all frozen in eval mode",
+                 cause="model.train() sets every module to training mode, and no BatchNorm was put back in eval after "
+                       "it" if len(still) == len(frozen) else "the test that picks the frozen BatchNorm layers misses "
+                       "these (a single class such as nn.BatchNorm2d, or only the top-level modules)",
+                 where="after model.train(): m.eval() for each BatchNorm module whose parameters all have "
+                       "requires_grad False")
+        idle = [n for n, m in modules.items() if (n == "model" or isinstance(m, nn.Dropout)) and modes[n] is not True]
+        if idle:
+            fail("not-training", observed=f"in eval mode: {idle} (the model came in {came} mode)",
+                 expected="the model and its dropout layers in training mode",
+                 cause="model.train() is not called (the model stays in the mode it came in), or a part of the model "
+                       "was put in eval mode after it",
+                 where="start the function with model.train()")
+        evaluated = [n for n in trainable if modes[n] is not True]
+        if evaluated:
+            fail("trainable-bn-eval", observed=f"BatchNorm layers with trainable parameters in eval mode: {evaluated}",
+                 expected="those in training mode: they are being fine-tuned, with batch statistics",
+                 cause="a whole part of the model was put in eval mode (model.backbone.eval(), or every BatchNorm "
+                       "layer), not only the frozen BatchNorm layers",
+                 where="the test that picks which BatchNorm layers go to eval: all of their parameters frozen")
+        _judge_seeded_forward(record, model, case, index, frozen)
+    return "frozen BatchNorm layers in eval mode (statistics kept), everything else in training mode, flags untouched"
+
+
+def _judge_seeded_forward(record: dict[str, Any], model: _ModeNet, case: Case, index: int, frozen: list[str]) -> None:
+    """The output and the statistics after one forward pass equal the judge's, run with the right modes."""
+    model.train()
+    for name, module in model.named_modules():
+        if name in frozen:
+            module.eval()
+    want = _seeded_forward(model, _mode_input(case, index), case.seeded(180 + index))
+    buffers = record["buffers"]
+    own = dict(model.named_buffers())
+    if not (isinstance(buffers, dict) and list(buffers) == list(own)):
+        raise WireError("malformed observation: the buffers are not the model's")
+    moved = [f"{n}" for n in own if n.rpartition(".")[0] in frozen and not torch.equal(_tensor(buffers[n], n), own[n])]
+    if moved:
+        fail("frozen-bn-training",
+             observed=f"after one forward pass, the frozen BatchNorm statistics {moved[:3]} moved",
+             expected="the pretrained statistics kept: frozen BatchNorm layers in eval mode",
+             cause="these layers still normalise with the batch's statistics and update their running ones (a "
+                   "changed momentum or track_running_stats does not put a layer in eval mode)",
+             where="m.eval() on each frozen BatchNorm layer, after model.train()")
+    if not _close(_tensor(record["out"], "the output"), want):
+        fail("not-training", observed="the output of a forward pass differs from that of the model with the frozen "
+                                      "BatchNorm layers in eval mode and everything else training",
+             expected="the same output (the same dropout masks are drawn in both)",
+             cause="a layer behaves differently from its mode (a changed momentum, track_running_stats, or dropout "
+                   "probability), or a layer's mode differs from what was recorded",
+             where="set modes only: model.train(), then .eval() on the frozen BatchNorm layers")

@@ -1,0 +1,119 @@
+"""14-unfreeze, the judge.
+
+The head always trainable; block i of n trainable exactly from epoch every * (n - i), whatever the flags
+were before the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.checks.lesson14.unfreeze import _blocks, _unfreeze_cases, _unfreeze_model
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+
+
+def _block_of(name: str) -> str:
+    return ".".join(name.split(".")[:2])
+
+
+@judges("14-unfreeze")
+def judge_unfreeze(seen: dict, *, case: Case) -> str:
+    """The head always trainable; block i of n trainable exactly from epoch every * (n - i), whatever the flags
+    were before the call."""
+    runs = seen["runs"]
+    cases = _unfreeze_cases(case)
+    if not isinstance(runs, list) or len(runs) != 2 * len(cases):
+        raise WireError("malformed observation: not two runs per model")
+    for index, (architecture, width, every) in enumerate(cases):
+        model = _unfreeze_model(case, index, architecture, width)
+        names = [n for n, _ in model.named_parameters()]
+        blocks = _blocks(model)
+        epochs = every * len(blocks) + 2
+        came_trainable, came_frozen = (_flag_table(runs[2 * index + k], names, epochs) for k in (0, 1))
+        want = [[_due(name, epoch, every, blocks) for name in names] for epoch in range(epochs)]
+        what = f"a backbone of {len(blocks)} blocks, every={every}"
+        for table, came in ((came_frozen, "frozen"), (came_trainable, "trainable")):
+            for epoch, (got, expected) in enumerate(zip(table, want, strict=True)):
+                if got == expected:
+                    continue
+                head = [n for n, flag in zip(names, got, strict=True) if n.startswith("head.") and not flag]
+                if head:
+                    fail("head-frozen", observed=f"after the call at epoch {epoch} ({what}), {head} do not require "
+                         "grad", expected="the head trainable at every epoch",
+                         cause="the head is frozen with the backbone (model.requires_grad_(False) and no unfreezing "
+                               "of the head), or its flag is never set and the model came in frozen",
+                         where="model.head.requires_grad_(True) in every call")
+                if came == "trainable" and came_frozen == want:
+                    early = sorted({_block_of(n) for n, flag, w in zip(names, got, expected, strict=True)
+                                    if flag and not w})
+                    fail("not-frozen", observed=f"the model came in trainable; after the call at epoch {epoch} "
+                         f"({what}) the blocks {early} are still trainable", expected="blocks not yet due frozen",
+                         cause="the function only unfreezes (sets requires_grad True when a block is due) and never "
+                               "freezes the blocks that are not due yet",
+                         where="set each block's flag both ways: block.requires_grad_(epoch >= ...)")
+                _fail_schedule(table, names, blocks, every, epoch, what, len(list(model.backbone.children())))
+    return "head always trainable, blocks unfrozen from the top down at every * (n - i), whatever came in"
+
+
+def _due(name: str, epoch: int, every: int, blocks: list[str]) -> bool:
+    if name.startswith("head."):
+        return True
+    index = blocks.index(_block_of(name))
+    return epoch >= every * (len(blocks) - index)
+
+
+def _flag_table(value: Any, names: list[str], epochs: int) -> list[list[bool]]:
+    if not (isinstance(value, list) and len(value) == epochs and all(
+            isinstance(row, list) and len(row) == len(names) and all(isinstance(f, bool) for f in row)
+            for row in value)):
+        raise WireError("malformed observation: the flags are not one row per epoch, one flag per parameter")
+    return value
+
+
+def _schedule_cause(table: list[list[bool]], names: list[str], blocks: list[str], every: int, children: int) -> str:
+    """The slip whose schedule `table` follows exactly; the candidates when it follows none of them."""
+    n = len(blocks)
+    slips = {
+        "an off-by-one in the epoch test (> instead of >=)": lambda e, i: e > every * (n - i),
+        "all blocks unfrozen at once": lambda e, i: e >= every,
+        f"every child of the backbone counted as a block ({children}, pooling and flatten included), not only "
+        "those with parameters": lambda e, i: e >= every * (children - i),
+        "no block's flag ever changes: a plain attribute `block.requires_grad = ...` (which sets no parameter) "
+        "instead of block.requires_grad_(...)": lambda e, i: bool(table[0][names.index(next(
+            m for m in names if _block_of(m) == blocks[i]))]),
+    }
+    for cause, due in slips.items():
+        if all(row == [name.startswith("head.") or due(e, blocks.index(_block_of(name))) for name in names]
+               for e, row in enumerate(table)):
+            return cause
+    return ("the epoch test: one of an off-by-one (> instead of >=), all blocks at once, a fixed number of blocks "
+            "instead of the backbone's, or a layer without parameters counted as a block")
+
+
+def _fail_schedule(table: list[list[bool]], names: list[str], blocks: list[str], every: int, epoch: int,
+                   what: str, children: int) -> None:
+    """Fail with wrong-order when the blocks unfreeze bottom-up at the right epochs, else with wrong-timing."""
+    def trainable_blocks(row: list[bool]) -> list[str]:
+        return [b for b in blocks if all(flag for n, flag in zip(names, row, strict=True) if _block_of(n) == b)]
+
+    partial = [b for b in blocks if len({flag for n, flag in zip(names, table[epoch], strict=True)
+                                          if _block_of(n) == b}) > 1]
+    got = trainable_blocks(table[epoch])
+    wanted = [b for i, b in enumerate(blocks) if epoch >= every * (len(blocks) - i)]
+    bottom_up = all(trainable_blocks(row) == blocks[:len([b for i, b in enumerate(blocks)
+                                                           if e >= every * (len(blocks) - i)])]
+                    for e, row in enumerate(table))
+    if bottom_up and not partial:
+        fail("wrong-order", observed=f"at epoch {epoch} ({what}) the trainable blocks are {got}",
+             expected=f"{wanted}: the top block (next to the head) unfreezes first",
+             cause="the blocks are counted from the bottom: block 0 (edges and colours, the most general) unfreezes "
+                   "first instead of last", where="block i of n unfreezes at every * (n - i)")
+    fail("wrong-timing", observed=f"at epoch {epoch} ({what}) the trainable blocks are {got}"
+         + (f", and {partial} are partly trainable" if partial else ""),
+         expected=f"{wanted} (block i of n trainable from epoch every * (n - i) on)",
+         cause="only some parameters of a block were set (a loop over a block's direct parameters only)" if partial
+         else _schedule_cause(table, names, blocks, every, children),
+         where="blocks = the backbone's children that have parameters; block.requires_grad_(epoch >= every * (n - i))")

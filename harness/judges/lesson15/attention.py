@@ -1,0 +1,114 @@
+"""15-attention, the judge: softmax(q k^T / sqrt(d) + masks) v, written by hand, for each mask combination."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.checks.lesson15.attention import _attention_calls
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.forbidden import forbid
+from harness.contract.registry import judges
+from harness.judges.lesson15.common import _close
+
+_ATTENTION_FORBIDDEN = {
+    "scaled_dot_product_attention": "the exercise asks you to write attention from matmul, softmax and masks",
+    "multi_head_attention_forward": "nn.MultiheadAttention computes attention for you; the exercise asks you to",
+}
+
+
+def _reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                         causal: bool, *, scale: float | None = None, diagonal: int = 1) -> torch.Tensor:
+    """softmax(q k^T * scale + masks) v in float64, with the usual wrong variants reachable by argument."""
+    scores = q.double() @ k.double().transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    allowed = torch.ones(scores.shape[-2:], dtype=torch.bool)
+    if causal:
+        allowed = ~torch.ones_like(allowed).triu(diagonal=diagonal)
+    allowed = allowed.expand(scores.shape)
+    if mask is not None:
+        allowed = allowed & mask[:, None, None, :]
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v.double()
+
+
+@judges("15-attention")
+def judge_attention(seen: dict, *, case: Case) -> str:
+    """softmax(q k^T / sqrt(d) + masks) v, written by hand, for each mask combination."""
+    forbid(seen["calls"], _ATTENTION_FORBIDDEN, where="the text of exercise 3")
+    for (description, q, k, v, mask, causal), got in judged(_attention_calls(case), seen["results"]):
+        want = _reference_attention(q, k, v, mask, causal)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            shape = f" of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor) else ""
+            fail("wrong-shape", observed=f"attention returned {type_name(got)}{shape} for {description}",
+                 expected=f"one tensor of shape {tuple(want.shape)} (batch, heads, queries, head_dim)",
+                 cause="more than the output is returned (the attention weights too, as nn.MultiheadAttention does)"
+                 if isinstance(got, tuple) else "the wrong operands were multiplied or transposed (q^T k instead of "
+                 "q k^T, weights times v on the wrong side), or a dimension was squeezed or added",
+                 where="the return statement of attention")
+        got = got.detach().double()
+        if _close(got, want):
+            continue
+        d = q.shape[-1]
+        nan = bool(torch.isnan(got).any())
+        if _close(got, _reference_attention(q, k, v, mask, causal, scale=1.0)):
+            code, cause = "wrong-scale", "the scores were not scaled: divide q @ k^T by sqrt(head_dim)"
+        elif _close(got, _reference_attention(q, k, v, mask, causal, scale=1 / d)):
+            code, cause = "wrong-scale", "the scores were divided by head_dim, not by its square root"
+        elif mask is not None and _close(got, _reference_attention(q, k, v, None, causal)):
+            code, cause = "padding-not-masked", "the padding mask was not applied" + (
+                " (with causal=True too: only one of the two masks is applied, an if/elif?)" if causal else "")
+        elif mask is not None and _close(got, _reference_attention(q, k, v, ~mask, causal)):
+            code, cause = "padding-not-masked", "the mask is inverted: this lesson's mask is True at real keys " \
+                "(nn.MultiheadAttention's key_padding_mask is True at padding)"
+        elif causal and _close(got, _reference_attention(q, k, v, mask, False)):
+            code, cause = "causal-not-masked", "the causal mask was not applied" + (
+                " (with a padding mask too: only one of the two masks is applied, an if/elif?)" if mask is not None
+                else "")
+        elif causal and (nan or _close(got, _reference_attention(q, k, v, mask, True, diagonal=0))):
+            code, cause = "causal-not-masked", "the diagonal was blocked too: query i must see key i " \
+                "(triu(diagonal=1) marks the future)" + (" (the first query then sees nothing: NaN)" if nan else "")
+        elif causal and _close(got, _future_only(q, k, v, mask)):
+            code, cause = "causal-not-masked", "the mask is flipped: query i sees the future keys j >= i, not the past"
+        elif mask is not None and not causal and _close(got, _zero_filled(q, k, v, mask)):
+            code, cause = "padding-not-masked", "blocked scores were set to 0, not -inf: exp(0) = 1 still gives them " \
+                "weight"
+        elif _close(got, _softmax_over_queries(q, k, v, mask, causal)):
+            code, cause = "wrong-value", "the softmax ran over the queries (dim=-2), not over the keys (dim=-1)"
+        else:
+            code, cause = "wrong-value", "another computation: the softmax's axis, which operand is transposed, " \
+                "a mask applied after the softmax without renormalising, or v multiplied in another order"
+        fail(code, observed=f"the output differs from softmax(q k^T / sqrt(d)) v for {description}"
+             + (" (it holds NaN)" if nan else ""),
+             expected=f"the reference output, e.g. {[round(x, 4) for x in want[0, 0, -1, :3].tolist()]} at "
+             "[0, 0, -1, :3]",
+             cause=cause, where="the scores, masks and softmax lines of attention")
+    return "softmax(q k^T / sqrt(d)) v by hand, with padding, causal and both masks"
+
+
+def _future_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The output when the causal mask is flipped (query i sees keys j >= i)."""
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    allowed = ~torch.ones(scores.shape[-2:], dtype=torch.bool).tril(diagonal=-1)
+    allowed = allowed.expand(scores.shape)
+    if mask is not None:
+        allowed = allowed & mask[:, None, None, :]
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1).nan_to_num(0.0) @ v.double()
+
+
+def _zero_filled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return scores.masked_fill(~mask[:, None, None, :], 0.0).softmax(dim=-1) @ v.double()
+
+
+def _softmax_over_queries(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                          causal: bool) -> torch.Tensor:
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    allowed = torch.ones(scores.shape[-2:], dtype=torch.bool)
+    if causal:
+        allowed = ~allowed.triu(diagonal=1)
+    allowed = allowed.expand(scores.shape)
+    if mask is not None:
+        allowed = allowed & mask[:, None, None, :]
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-2).nan_to_num(0.0) @ v.double()

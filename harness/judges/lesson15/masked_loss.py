@@ -1,0 +1,100 @@
+"""15-masked-loss, the judge.
+
+The mean cross-entropy over real tokens, as a differentiable 0-dim tensor; padding and inputs untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from harness.checks.lesson15.masked_loss import _loss_inputs
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson15.common import _close, _tensor
+
+
+def _number(value: torch.Tensor) -> str:
+    return f"{float(value):.5g}" if value.numel() == 1 else f"a tensor of shape {tuple(value.shape)}"
+
+
+def _per_token(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+
+
+def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return _per_token(logits, targets)[mask].mean()
+
+
+@judges("15-masked-loss")
+def judge_masked_loss(seen: dict, *, case: Case) -> str:
+    """The mean cross-entropy over real tokens, as a differentiable 0-dim tensor; padding and inputs untouched."""
+    for (description, logits, targets, mask), result in judged(_loss_inputs(case), seen["results"]):
+        got = result["returned"]
+        after = result["after"]
+        if not isinstance(after, list) or len(after) != 3:
+            raise WireError("malformed observation: the inputs after the call are missing")
+        for name, before, now in zip(("logits", "targets", "mask"), (logits, targets, mask), after, strict=True):
+            now = _tensor(now, f"{name} after the call")
+            if now.shape != before.shape or not torch.equal(now, before):
+                fail("inputs-modified", observed=f"{name} changed during the call ({description})",
+                     expected="the inputs left as they were",
+                     cause="an in-place write such as targets[~mask] = -100 or a method ending in _ (masked_fill_, "
+                     "mul_): the caller's tensor changes too", where=f"the line of your loss that writes into {name}")
+        if not isinstance(got, torch.Tensor) or got.dim() != 0:
+            fail("not-a-scalar",
+                 observed=f"returned {type_name(got)}" + (f" of shape {tuple(got.shape)}"
+                                                          if isinstance(got, torch.Tensor) else "")
+                 + f" for {description}",
+                 expected="a 0-dim tensor: the mean over real tokens",
+                 cause="the per-token losses are returned without averaging (reduction='none'), a dimension was "
+                 "kept (keepdim=True, view(1)), or the value became a Python number (.item(), float())",
+                 where="the return statement of masked_cross_entropy")
+        per_token = _per_token(logits, targets)
+        want = per_token[mask].mean()
+        value = got.detach().double()
+        if not _close(value, want):
+            every = per_token.mean()
+            zeroed = (per_token * mask).mean()
+            sequence_means = torch.stack([row[m].mean() for row, m in zip(per_token, mask, strict=True) if m.any()])
+            if _close(value, every):
+                code, cause = "padding-counted", "the mean over every position, padded ones included"
+            elif _close(value, zeroed):
+                code, cause = "padding-counted", ("the padded losses were zeroed but still counted in the mean: "
+                                                  "(loss * mask).mean() divides by batch * time, not by mask.sum()")
+            elif _close(value, per_token[mask].sum()):
+                code, cause = "wrong-value", "the sum over real tokens, not their mean"
+            elif _close(value, sequence_means.mean()):
+                code, cause = "wrong-value", ("the mean of each sequence's mean: a short sequence's tokens then "
+                                              "weigh more than a long one's")
+            else:
+                code, cause = "wrong-value", "another quantity (log of a softmax taken over the wrong axis, " \
+                    "logits and targets paired in another order, a different reduction)"
+            fail(code, observed=f"loss {float(value):.5g} for {description}",
+                 expected=f"{float(want):.5g}, the mean cross-entropy over the {int(mask.sum())} real tokens",
+                 cause=cause, where="the reduction in masked_cross_entropy")
+        again = result["again"]
+        if not isinstance(again, torch.Tensor) or again.numel() != 1 or not _close(again.detach().reshape(()), want):
+            fail("padding-counted",
+                 observed=f"changing the logits and targets at padded positions only changed the loss to "
+                 f"{_number(again) if isinstance(again, torch.Tensor) else type_name(again)} ({description})",
+                 expected=f"the same loss, {float(want):.5g}: padded positions count for nothing",
+                 cause="the padded positions take part before the mask is applied (a weighting that depends on "
+                 "them, a mask built from the targets' values)", where="how the mask is applied")
+        grad = result["grad"]
+        leaf = logits.clone().requires_grad_(True)
+        _reference_masked(leaf, targets, mask).backward()
+        if not result["requires_grad"] or grad is None:
+            fail("no-gradient", observed=f"the loss has no gradient path to the logits ({description})",
+                 expected="loss.backward() fills logits.grad",
+                 cause="the graph was cut: .item(), float(), .detach(), numpy, or a new tensor made with "
+                 "torch.tensor(...) from the value", where="the computation of the returned value")
+        if not _close(_tensor(grad, "grad"), leaf.grad):
+            fail("no-gradient", observed=f"logits.grad differs from the gradient of the masked mean ({description})",
+                 expected="the gradient of the mean over real tokens (zero at padded positions)",
+                 cause="part of the computation is detached, or a constant was computed from the values",
+                 where="the computation of the returned value")
+    return "the mean cross-entropy over real tokens, differentiable, with padding and inputs untouched"

@@ -1,0 +1,91 @@
+"""15-pad-collate, the judge.
+
+(padded, mask): batch first, dtype kept, values in place, pad_value after them, bool mask from lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from harness.checks.lesson15.pad_collate import _collate_cases
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+
+
+def _reference_collate(sequences: Sequence[torch.Tensor], pad: float) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(s) for s in sequences])
+    padded = torch.nn.utils.rnn.pad_sequence(list(sequences), batch_first=True, padding_value=pad)
+    return padded, torch.arange(padded.shape[1]) < lengths[:, None]
+
+
+@judges("15-pad-collate")
+def judge_pad_collate(seen: dict, *, case: Case) -> str:
+    """(padded, mask): batch first, dtype kept, values in place, pad_value after them, bool mask from lengths."""
+    for (description, sequences, pad), result in judged(_collate_cases(case), seen["results"]):
+        want, want_mask = _reference_collate(sequences, pad)
+        returned = result["returned"]
+        if not (isinstance(returned, tuple) and len(returned) == 2
+                and all(isinstance(t, torch.Tensor) for t in returned)):
+            got = f"a {result['kind']} of {len(returned)} items" if isinstance(returned, tuple) else type_name(returned)
+            fail("not-a-pair", observed=f"pad_collate returned {got} for {description}",
+                 expected="a pair (padded, mask) of tensors",
+                 cause="only the padded tensor is returned, or the lengths instead of a mask, or something extra",
+                 where="the return statement of pad_collate")
+        padded, mask = returned
+        batch, longest = want.shape
+        if padded.shape != want.shape:
+            cause = ("time first: pad_sequence without batch_first=True gives (longest, batch)"
+                     if padded.shape == (longest, batch) else
+                     "a length other than the longest sequence's (a fixed length, or the shortest), or an extra "
+                     "dimension")
+            fail("wrong-shape", observed=f"padded has shape {tuple(padded.shape)} for {description}",
+                 expected=f"(batch, longest length) = {tuple(want.shape)}", cause=cause,
+                 where="where padded is created")
+        if padded.dtype != want.dtype:
+            fail("wrong-dtype", observed=f"padded is {padded.dtype} for {description}",
+                 expected=f"{want.dtype}, the sequences' dtype",
+                 cause="a new tensor made without dtype= (torch.zeros, torch.full and torch.ones default to "
+                 "float32; torch.full with an integer pad value gives int64)",
+                 where="where padded is created")
+        if not torch.equal(padded[want_mask], want[want_mask]):
+            rows = [torch.cat([s, want.new_full((longest - len(s),), pad)]) for s in sequences]
+            left = torch.stack([torch.cat([want.new_full((longest - len(s),), pad), s]) for s in sequences])
+            by_length = torch.stack([rows[i] for i in sorted(range(batch), key=lambda i: -len(sequences[i]))])
+            cause = ("the padding went before the tokens (left padding): the exercise puts each sequence at the "
+                     "start of its row" if torch.equal(padded, left) else
+                     "the sequences were sorted by length: keep them in the order given (the labels of a batch "
+                     "follow that order)" if torch.equal(padded, by_length) else
+                     "the tokens were written to the wrong positions or rows (an index off by one, a reversed "
+                     "sequence, rows in another order)")
+            fail("wrong-values", observed=f"the real positions of padded differ from the sequences for {description}",
+                 expected=f"row i starts with sequence i; here {want[0].tolist()} for row 0", cause=cause,
+                 where="where each sequence is copied into padded")
+        if not torch.equal(padded[~want_mask], want[~want_mask]):
+            found = sorted({float(v) for v in padded[~want_mask].tolist()})[:4]
+            fail("wrong-pad-value", observed=f"padded positions hold {found} for {description}",
+                 expected=f"pad_value = {pad}",
+                 cause="the pad_value argument is not used (pad_sequence's padding_value defaults to 0, torch.zeros "
+                 "fills with 0)", where="the padding_value / fill value where padded is created")
+        if mask.dtype != torch.bool:
+            fail("mask-not-bool", observed=f"mask is {mask.dtype} for {description}", expected="torch.bool",
+                 cause="the mask was made with arithmetic or converted (.long(), .float()), or lengths were returned",
+                 where="where the mask is built")
+        if mask.shape != want_mask.shape or not torch.equal(mask, want_mask):
+            if mask.shape != want_mask.shape:
+                cause = f"its shape is {tuple(mask.shape)}, padded's is {tuple(want.shape)}"
+            elif torch.equal(mask, ~want_mask):
+                cause = "it is inverted: True at padding (the convention of nn.MultiheadAttention's " \
+                        "key_padding_mask); this lesson's mask is True at real tokens"
+            elif torch.equal(mask, want != pad):
+                cause = "it was computed from the values (padded != pad_value): a real token equal to pad_value " \
+                        "is marked as padding. Build it from the lengths"
+            else:
+                cause = "positions are marked in the wrong rows or columns (a length off by one?)"
+            fail("wrong-mask", observed=f"mask differs from the real tokens' positions for {description}",
+                 expected=f"True at the first len(sequence) positions of each row, e.g. {want_mask[0].tolist()} "
+                 "for row 0", cause=cause, where="where the mask is built")
+    return "padded is batch first with the sequences' dtype and pad_value after them; the mask comes from the lengths"

@@ -1,0 +1,92 @@
+"""15-smoothed-loss, the judge.
+
+The value and gradient of F.cross_entropy(label_smoothing=...), finite for huge logits, no forbidden call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from harness.checks.lesson15.smoothed_loss import _smoothed_calls
+from harness.contract.case import Case
+from harness.contract.compare import judged, type_name
+from harness.contract.failure import fail
+from harness.contract.forbidden import forbid
+from harness.contract.registry import judges
+from harness.judges.lesson15.common import _close, _tensor
+
+_SMOOTHED_FORBIDDEN = {
+    "cross_entropy": "the exercise asks you to write the loss from log_softmax (or logsumexp) yourself",
+    "nll_loss": "the exercise asks you to pick the target's log-probability yourself (gather or indexing)",
+    "numpy": "a numpy computation is invisible to autograd: the loss would have no gradient",
+}
+
+
+def _smoothed_other_classes(logits: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The convention that spreads eps over the C - 1 other classes (not PyTorch's)."""
+    classes = logits.shape[-1]
+    weights = torch.full(logits.shape, smoothing / (classes - 1), dtype=torch.float64)
+    weights.scatter_(1, targets[:, None], 1 - smoothing)
+    return -(weights * logits.double().log_softmax(-1)).sum(-1).mean()
+
+
+@judges("15-smoothed-loss")
+def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
+    """The value and gradient of F.cross_entropy(label_smoothing=...), finite for huge logits, no forbidden call."""
+    forbid(seen["calls"], _SMOOTHED_FORBIDDEN, where="the text of exercise 5")
+    for (description, logits, targets, smoothing), result in judged(_smoothed_calls(case), seen["results"]):
+        got = result["returned"]
+        if not isinstance(got, torch.Tensor) or got.dim() != 0:
+            shape = f" of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor) else ""
+            fail("not-a-scalar", observed=f"returned {type_name(got)}{shape} for {description}",
+                 expected="a 0-dim tensor: the mean over the batch",
+                 cause="the per-example losses are returned without .mean(), a dimension was kept, or the value "
+                 "became a Python number (.item(), float())", where="the return statement of smoothed_cross_entropy")
+        leaf = logits.double().clone().requires_grad_(True)
+        loss = F.cross_entropy(leaf, targets, label_smoothing=smoothing)
+        loss.backward()
+        want = loss.detach()
+        value = got.detach().double()
+        if not torch.isfinite(value):
+            fail("not-stable", observed=f"the loss is {float(value)} for {description}",
+                 expected=f"{float(want):.6g} (finite)",
+                 cause="log of a softmax that underflowed to 0 (softmax(...).log() gives -inf), or exp of a large "
+                 "logit overflowing (exp(100) is inf in float32 without subtracting the max first)",
+                 where="where the log-probabilities are computed")
+        if not _close(value, want):
+            plain = F.cross_entropy(logits.double(), targets)
+            if smoothing and _close(value, plain):
+                cause = "the smoothing is missing: this is the plain cross-entropy"
+            elif smoothing and _close(value, _smoothed_other_classes(logits, targets, smoothing)):
+                cause = "smoothing spread over the C - 1 other classes; PyTorch spreads eps / C over all C classes, " \
+                        "the target's included: (1 - eps) * NLL + eps * mean over classes of -log p"
+            elif _close(value, want * len(targets)):
+                cause = "the sum over the batch, not the mean"
+            elif smoothing and _close(value, (1 - smoothing) * plain):
+                cause = "the smoothing term is missing: only (1 - eps) * NLL"
+            else:
+                cause = "another formula: the sign of the log-probabilities, the weights of the two terms, or the " \
+                    "target's log-probability taken from the wrong column (gather along dim 1)"
+            fail("wrong-value", observed=f"loss {float(value):.6g} for {description}",
+                 expected=f"{float(want):.6g}, F.cross_entropy(logits, targets, label_smoothing={smoothing})",
+                 cause=cause, where="the formula in smoothed_cross_entropy")
+        grad = result["grad"]
+        if grad is None:
+            fail("no-gradient", observed=f"the loss has no gradient path to the logits ({description})",
+                 expected="loss.backward() fills logits.grad",
+                 cause="the graph was cut: .item(), float(), .detach(), or a new tensor made with torch.tensor(...) "
+                 "from the value", where="the computation of the returned value")
+        grad = _tensor(grad, "grad").double()
+        if not torch.isfinite(grad).all():
+            fail("not-stable", observed=f"the gradient holds inf or NaN for {description}",
+                 expected="a finite gradient",
+                 cause="the log-probabilities went through log(0) or exp overflow on the way",
+                 where="where the log-probabilities are computed")
+        if not _close(grad, leaf.grad, tol=1e-3):
+            fail("no-gradient", observed=f"logits.grad differs from F.cross_entropy's ({description})",
+                 expected="the gradient of F.cross_entropy(logits, targets, label_smoothing=smoothing)",
+                 cause="part of the computation is detached (a .detach() or a value computed outside the graph)",
+                 where="the computation of the returned value")
+    return "the value and gradient of F.cross_entropy(label_smoothing=...) from torch operations, finite for large " \
+        "logits"

@@ -1,0 +1,81 @@
+"""15-warmup, the judge.
+
+(step + 1) / warmup_steps, then linear decay to 0 at total_steps, 0 after; no warm-up when warmup_steps = 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from harness.checks.lesson15.warmup import _schedule_cases
+from harness.contract.case import Case
+from harness.contract.compare import type_name
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+
+
+def reference_lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up ((step + 1) / warmup_steps), then linear decay to 0 at total_steps, 0 after."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (total_steps - step) / (total_steps - warmup_steps))
+
+
+@judges("15-warmup")
+def judge_warmup(seen: dict, *, case: Case) -> str:
+    """(step + 1) / warmup_steps, then linear decay to 0 at total_steps, 0 after; no warm-up when warmup_steps = 0."""
+    schedules = seen["schedules"]
+    if not isinstance(schedules, list) or len(schedules) != len(_schedule_cases(case)):
+        raise WireError("malformed observation: not one schedule per case")
+    for (warmup, total, steps), values in zip(_schedule_cases(case), schedules, strict=True):
+        if not isinstance(values, list) or not values or len(values) > steps:
+            raise WireError("malformed observation: a schedule's values are missing")
+        what = f"lr_factor(step, warmup_steps={warmup}, total_steps={total})"
+        for step, got in enumerate(values):
+            if isinstance(got, dict) and "raised" in got:
+                if warmup == 0 and "ZeroDivisionError" in str(got["raised"]):
+                    fail("no-warmup-case", observed=f"{what} raised {got['raised']} at step {step}",
+                         expected=f"{reference_lr_factor(step, warmup, total):g}: no warm-up, the decay from step 0",
+                         cause="the warm-up division by warmup_steps runs even when warmup_steps is 0",
+                         where="the warm-up branch of lr_factor (its condition)")
+                fail("raised", observed=f"{what} raised {got['raised']} at step {step}",
+                     expected="a number for every step", cause="see the error above",
+                     where="the line of lr_factor that raised")
+            if isinstance(got, bool) or not isinstance(got, (int, float)):
+                fail("not-a-number", observed=f"{what} returned {type_name(got)} at step {step}",
+                     expected="a Python float (or int)",
+                     cause="a tensor was built (torch.tensor, torch.cos) or a branch has no return (None)",
+                     where="the return statements of lr_factor")
+        if len(values) != steps:
+            raise WireError("malformed observation: a schedule stops early without an exception")
+        want = [reference_lr_factor(step, warmup, total) for step in range(steps)]
+        wrong = [step for step in range(steps) if abs(values[step] - want[step]) > 1e-6]
+        if not wrong:
+            continue
+        step = wrong[0]
+        shown = ", ".join(f"{v:.3g}" for v in values[: min(steps, total + 2)])
+        expected = ", ".join(f"{v:.3g}" for v in want[: min(steps, total + 2)])
+        if step < warmup and step == 0 and abs(values[0]) < 1e-12:
+            code, cause = "zero-first-step", "step / warmup_steps: the first step gets learning rate 0 (count from " \
+                "step + 1)"
+        elif step < warmup:
+            code, cause = "wrong-warmup", "the warm-up ramp has another slope or end: (step + 1) / warmup_steps " \
+                "reaches 1 at step warmup_steps - 1"
+        elif step >= total and values[step] < 0:
+            code, cause = "negative-after-end", "the decay formula keeps going past total_steps: clamp it at 0"
+        elif warmup == 0 and step == 0 and abs(values[0]) < 1e-12:
+            code, cause = "no-warmup-case", "with warmup_steps = 0 the first step got factor 0: without warm-up the " \
+                "schedule starts at 1"
+        else:
+            cosine = 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) if step < total else 0.0
+            over_total = max(0.0, (total - step) / total)
+            cause = ("a cosine decay: the exercise asks for a straight line" if abs(values[step] - cosine) < 1e-6
+                     else "the decay counts from step 0 over total_steps, not from the end of the warm-up"
+                     if abs(values[step] - over_total) < 1e-6 else
+                     "the decay starts, ends or falls elsewhere than from 1 at warmup_steps to 0 at total_steps")
+            code = "wrong-decay"
+        fail(code, observed=f"{what} gives {values[step]:.4g} at step {step}; steps 0.. give {shown}",
+             expected=f"{want[step]:.4g}; steps 0.. give {expected}", cause=cause,
+             where="the warm-up branch of lr_factor" if step < warmup else "the decay branch of lr_factor")
+    return "(step + 1) / warmup_steps, then a linear decay to 0 at total_steps, with and without warm-up"

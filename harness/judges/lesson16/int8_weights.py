@@ -1,0 +1,89 @@
+"""16-int8-weights, the judge.
+
+q int8 of the weight's shape, one scale per row equal to max|w| / 127, q = round(w / scale); zero rows
+fine; the weight unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson16.int8_weights import _weights
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson16.common import _type_name
+
+
+def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, zero: torch.Tensor) -> None:
+    """Fail with the first requirement (q, scale) breaks, given they have the right dtype and shapes; `zero`
+    marks the all-zero rows (1-D)."""
+    amax = weight.abs().amax(dim=1, keepdim=True)
+    if not bool(torch.isfinite(scale).all()) or bool((scale[zero] <= 0).any()):
+        bad = int(zero.nonzero()[0, 0]) if bool(zero.any()) else 0
+        fail("zero-row", observed=f"scale of the all-zero row {bad} is {float(scale[bad, 0]):.3g}",
+             expected="a finite scale > 0 and q = 0 for that row",
+             cause="max|w| / 127 is 0 for a row of zeros, and w / 0 is nan: give the scale a floor (clamp(min=...))",
+             where="the scale computation of quantize_per_channel")
+    if bool((q[zero] != 0).any()):
+        fail("zero-row", observed="the all-zero row was quantised to non-zero values",
+             expected="q = 0 for a row of zeros", cause="a division by a zero scale (nan turned into int8)",
+             where="the scale computation of quantize_per_channel")
+    nonzero = ~zero
+    if bool(torch.allclose(scale[nonzero], scale[nonzero][0].expand_as(scale[nonzero]))):
+        fail("per-tensor", observed=f"every row has the same scale {float(scale[nonzero][0, 0]):.3g}",
+             expected="one scale per row, from that row's own largest |w| (rows here differ by 10^4 in size)",
+             cause="the maximum was taken over the whole matrix (amax() without dim, or .max())",
+             where="the scale computation of quantize_per_channel")
+    want = amax / 127
+    if not torch.allclose(scale[nonzero], want[nonzero], rtol=1e-5, atol=0):
+        ratio = float((scale[nonzero] / want[nonzero]).median())
+        fail("wrong-scale", observed=f"scales are {ratio:.4g} times max|w| / 127",
+             expected="scale = max |w| of the row / 127",
+             cause="another divisor (128, 255) or a maximum without abs() (the row's largest positive weight)",
+             where="the scale computation of quantize_per_channel")
+    error = (q.double() * scale.double() - weight.double()).abs()
+    if bool((error > scale.double() / 2 * (1 + 1e-4) + 1e-12).any()):
+        fail("not-rounded", observed=f"a weight is {float((error / scale.double()).max()):.3g} scale steps from "
+             "q * scale", expected="at most half a step: q = round(w / scale)",
+             cause="w / scale was truncated toward zero (.to(torch.int8) or .int() without round) or floored",
+             where="the line that computes q in quantize_per_channel")
+
+
+@judges("16-int8-weights")
+def judge_int8_weights(seen: dict, *, case: Case) -> str:
+    """q int8 of the weight's shape, one scale per row equal to max|w| / 127, q = round(w / scale); zero rows
+    fine; the weight unchanged."""
+    weight = _weights(case)
+    after = seen.get("weight_after")
+    if not isinstance(after, torch.Tensor) or after.shape != weight.shape:
+        raise WireError("malformed observation: weight_after is not the case's weight")
+    if not torch.equal(after, weight):
+        fail("weight-modified", observed="the weight changed during the call", expected="the weight left as it was",
+             cause="an in-place operation on weight (div_, abs_, clamp_, round_) or an assignment into it",
+             where="the body of quantize_per_channel")
+    returned = seen.get("returned")
+    if not (isinstance(returned, tuple) and len(returned) == 2):
+        fail("not-int8", observed=f"quantize_per_channel returned {_type_name(returned)}",
+             expected="a pair (q, scale)", cause="one value is returned instead of the pair",
+             where="the return statement of quantize_per_channel")
+    q, scale = returned
+    if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.shape != weight.shape:
+        fail("not-int8", observed=f"q is {_type_name(q)}" + (f" of dtype {q.dtype}, shape {tuple(q.shape)}"
+                                                          if isinstance(q, torch.Tensor) else ""),
+             expected=f"an int8 tensor of shape {tuple(weight.shape)}",
+             cause="the rounded values were kept as float (a missing .to(torch.int8))"
+             if isinstance(q, torch.Tensor) and q.is_floating_point() else "another dtype or shape",
+             where="the line that computes q in quantize_per_channel")
+    if not isinstance(scale, torch.Tensor) or not scale.is_floating_point() or scale.shape != (weight.shape[0], 1):
+        shape = tuple(scale.shape) if isinstance(scale, torch.Tensor) else None
+        fail("per-tensor",
+             observed=f"scale is {_type_name(scale)}" + (f" of shape {shape}" if shape is not None else ""),
+             expected=f"a float tensor of shape ({weight.shape[0]}, 1): one scale per output row",
+             cause="a single scale for the whole matrix (amax() without dim, or a Python number)"
+             if shape in ((), (1,), (1, 1)) or shape is None else "keepdim=True is missing, or the wrong dim",
+             where="the scale computation of quantize_per_channel")
+    _quantisation_failure(q, scale.float(), weight, (weight == 0).all(dim=1))
+    return ("int8 q with one scale per row (max|w| / 127), every weight within half a step, zero rows safe, "
+            "the weight unchanged")

@@ -1,0 +1,60 @@
+"""16-load-artefact, the judge.
+
+The loader returns the model with the saved state in eval mode; it refuses a file that would run code and
+an artefact whose names do not match.
+"""
+
+from __future__ import annotations
+
+from harness.checks.lesson16.common import _state, case_model
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson16.common import _states_equal
+
+
+@judges("16-load-artefact")
+def judge_load_artefact(seen: dict, *, case: Case) -> str:
+    """The loader returns the model with the saved state in eval mode; it refuses a file that would run code and
+    an artefact whose names do not match."""
+    want = _state(case_model(case, salt=10))
+    where = "the body of load_artefact"
+    if not isinstance(seen.get("type"), str):
+        raise WireError("malformed observation: no type")
+    if "state" not in seen:
+        fail("not-a-module", observed=f"load_artefact returned {seen['type']}",
+             expected="the model, an nn.Module",
+             cause="load_state_dict returns the missing and unexpected keys (_IncompatibleKeys), not the model"
+             if seen["type"] == "_IncompatibleKeys" else
+             "the artefact or its state_dict was returned instead of the model built from it"
+             if seen["type"] in ("dict", "OrderedDict") else "something other than the model is returned",
+             where="the return statement of load_artefact")
+    if not _states_equal(seen["state"], want):
+        fail("wrong-weights", observed="the returned model's state_dict differs from the saved one",
+             expected="the saved weights and buffers, exactly",
+             cause="the weights were never loaded (no load_state_dict), or loaded into another instance than the "
+             "one returned", where=where)
+    if seen.get("training") is not False:
+        fail("train-mode", observed="the returned model is in training mode",
+             expected="model.eval(): Dropout off and BatchNorm using its running statistics, so each request gets "
+             "a deterministic answer that does not depend on the rest of the batch",
+             cause="a freshly built module starts in training mode and model.eval() is missing",
+             where="the end of load_artefact")
+    if seen.get("sprung") is not False:
+        fail("unsafe-load", observed="loading a file that holds a pickled object ran the code that object named",
+             expected="torch.load(..., weights_only=True), which refuses the object (an UnpicklingError) before "
+             "running anything",
+             cause="torch.load(..., weights_only=False): unpickling may call any function the file names",
+             where="the torch.load(...) line of load_artefact")
+    if seen.get("trap") is None:
+        fail("unsafe-load", observed="a file holding a pickled object loaded without an error",
+             expected="the refusal of weights_only=True reaches the caller as an exception",
+             cause="the error is caught (a try/except that falls back to another loader, or returns anyway)",
+             where="the try/except around torch.load in load_artefact")
+    if seen.get("renamed") is None:
+        fail("not-strict", observed="an artefact whose 'head.weight' is named 'classifier.weight' loaded without "
+             "an error", expected="load_state_dict raises on a missing or unexpected key (strict loading)",
+             cause="load_state_dict(..., strict=False): the unmatched layer keeps its random initialisation, "
+             "silently", where="the load_state_dict(...) line of load_artefact")
+    return "the saved state, loaded strictly and safely (weights_only=True), in eval mode"

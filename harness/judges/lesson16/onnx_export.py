@@ -1,0 +1,81 @@
+"""16-onnx-export, the judge.
+
+The file exists, names its input and output as asked, has a dynamic batch axis, was exported in eval mode,
+and ONNX Runtime's outputs match eager's within the tolerance at every batch size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson16.common import case_config, case_inputs, case_model
+from harness.checks.lesson16.onnx_export import _EXPORT_ROWS, _onnx_batches
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson16.common import _reference, _type_name
+
+
+@judges("16-onnx-export")
+def judge_onnx_export(seen: dict, *, case: Case) -> str:
+    """The file exists, names its input and output as asked, has a dynamic batch axis, was exported in eval mode,
+    and ONNX Runtime's outputs match eager's within the tolerance at every batch size."""
+    where = "the torch.onnx.export(...) call of export_onnx"
+    if seen.get("written") is not True:
+        program = seen.get("returned") == "ONNXProgram"
+        fail("no-file", observed="no file at path" + (f"; export_onnx returned an {seen.get('returned')}" if program
+                                                        else f"; the folder holds {seen.get('files') or 'nothing'}"),
+             expected="the .onnx file written at exactly the path given",
+             cause="torch.onnx.export(..., dynamo=True) was given no file: it returns an ONNXProgram that you must "
+             "save (program.save(path)) or pass path as its third argument" if program else
+             "another file name (a suffix added to path) or nothing saved", where=where)
+    modes = seen.get("modes")
+    if not isinstance(modes, list) or not all(isinstance(m, bool) for m in modes):
+        raise WireError("malformed observation: modes is not a list of flags")
+    if any(modes):
+        fail("train-mode", observed="the exporter traced the model in training mode"
+             + ("; torch warned: " + seen["warnings"][0][:120] if seen.get("warnings") else ""),
+             expected="model.eval() before exporting: the graph keeps Dropout and BatchNorm as they ran",
+             cause="the model arrives in training mode (as after training) and model.eval() is missing",
+             where="before the export call in export_onnx")
+    inputs, outputs = seen.get("inputs"), seen.get("outputs")
+    if not (isinstance(inputs, list) and inputs and isinstance(outputs, list) and outputs
+            and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[1], list) for i in inputs)):
+        raise WireError("malformed observation: no input or output description")
+    names = ([i[0] for i in inputs], outputs)
+    if names != (["features"], ["logits"]):
+        fail("wrong-names", observed=f"inputs {names[0]}, outputs {names[1]}",
+             expected="one input named 'features' and one output named 'logits'",
+             cause="input_names and output_names are missing (the exporter then uses the forward's argument name "
+             "and an internal node name) or spelled differently", where=where)
+    shape = inputs[0][1]
+    features = case_config(case)["features"]
+    if not shape or isinstance(shape[0], int) or shape[1:] != [features]:
+        fail("static-batch", observed=f"the input's shape in the file is {shape}",
+             expected=f"['batch', {features}]: a named, dynamic first axis",
+             cause="no dynamic_shapes (torch.export.Dim) for axis 0: the exporter froze the example's batch size "
+             f"({_EXPORT_ROWS})" if shape and shape[0] == _EXPORT_ROWS else
+             "the dynamic axis is declared on the wrong dimension", where=where)
+    runs, batches = seen.get("runs"), _onnx_batches(case)
+    if not isinstance(runs, list) or len(runs) != len(batches):
+        raise WireError("malformed observation: not one run per batch size")
+    model = case_model(case, salt=30)
+    for rows, run in zip(batches, runs, strict=True):
+        if not isinstance(run, dict):
+            raise WireError("malformed observation: a run is not a record")
+        want = _reference(model, case_inputs(case, rows, salt=40))
+        got = run.get("output")
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.allclose(
+                got.float(), want, rtol=1e-3, atol=1e-4):
+            observed = (f"ONNX Runtime raised at batch {rows}: {run.get('error', '')[:200]}" if "error" in run else
+                        f"at batch {rows}, output of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)
+                        and got.shape != want.shape else
+                        f"at batch {rows}, largest difference {float((got.float() - want).abs().max()):.3g} from eager"
+                        if isinstance(got, torch.Tensor) else f"at batch {rows}, {_type_name(got)}")
+            fail("wrong-output", observed=observed, expected=f"eager's logits within atol 1e-4, rtol 1e-3, shape "
+                 f"{tuple(want.shape)}",
+                 cause="the exported computation is not the model's forward (a softmax or another function "
+                 "wrapped around it, other weights, or another dtype)", where=where)
+    return (f"an .onnx file with input 'features' ['batch', {features}] and output 'logits', exported in eval mode; "
+            f"ONNX Runtime matches eager at batch sizes {batches}")

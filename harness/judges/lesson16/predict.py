@@ -1,0 +1,77 @@
+"""16-predict, the judge.
+
+Eval mode, inference_mode, batches of batch_size in order, the logits as one tensor, the mode restored.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson16.common import case_inputs, case_model
+from harness.checks.lesson16.predict import _predict_calls
+from harness.contract.case import Case
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.contract.wire import WireError
+from harness.judges.lesson16.common import _reference, _type_name
+
+
+def _expected_batches(count: int, batch_size: int) -> list[int]:
+    return [min(batch_size, count - start) for start in range(0, count, batch_size)]
+
+
+@judges("16-predict")
+def judge_predict(seen: dict, *, case: Case) -> str:
+    """Eval mode, inference_mode, batches of batch_size in order, the logits as one tensor, the mode restored."""
+    calls, results = _predict_calls(case), seen.get("results")
+    if not isinstance(results, list) or len(results) != len(calls):
+        raise WireError("malformed observation: not one result per call")
+    for index, ((count, batch_size), result) in enumerate(zip(calls, results, strict=True)):
+        what = f"predict on {count} requests with batch_size={batch_size}"
+        forwards = result.get("forwards")
+        if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
+            raise WireError("malformed observation: forwards is not a list of records")
+        if any(f.get("training") is not False for f in forwards):
+            fail("train-mode", observed=f"the model ran in training mode in {what}",
+                 expected="eval mode: Dropout off and BatchNorm's running statistics, so a request's answer does "
+                 "not depend on chance or on the other requests of its batch",
+                 cause="model.eval() is missing (the model arrives in training mode, as after training)",
+                 where="before the forward in predict")
+        if any(f.get("inference_mode") is not True for f in forwards):
+            under = "torch.no_grad()" if all(f.get("grad") is False for f in forwards) else "grad mode on"
+            fail("no-inference-mode", observed=f"the forward ran with {under}, not under torch.inference_mode()",
+                 expected="every forward under torch.inference_mode()",
+                 cause="torch.no_grad() was used: it skips the graph but still keeps version counters; "
+                 "inference_mode() skips both" if under == "torch.no_grad()" else
+                 "no inference_mode block: every forward builds an autograd graph nobody uses",
+                 where="the block around the forward in predict")
+        rows = [f.get("rows") for f in forwards]
+        want_rows = _expected_batches(count, batch_size)
+        if rows != want_rows:
+            cause = ("one request at a time: no batching, one call per request" if rows == [1] * count else
+                     "all requests in one call, ignoring batch_size" if rows == [count] else
+                     "the slicing drops or repeats requests (check the range step and the last, smaller batch)")
+            fail("wrong-batches", observed=f"the model was called on batches of {rows[:12]} rows in {what}",
+                 expected=f"batches of {want_rows}", cause=cause, where="the loop over the requests in predict")
+        got = result.get("returned")
+        if not isinstance(got, torch.Tensor):
+            fail("not-a-tensor", observed=f"predict returned {_type_name(got)}",
+                 expected=f"one tensor of shape ({count}, classes)",
+                 cause="the batch outputs were returned as a list: join them with torch.cat" if isinstance(got, list)
+                 else "something other than the outputs is returned", where="the return statement of predict")
+        want = _reference(case_model(case, salt=20), case_inputs(case, count, salt=index))
+        if got.shape != want.shape or got.dtype != want.dtype or not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+            softmaxed = got.shape == want.shape and got.is_floating_point() and torch.allclose(
+                got, want.softmax(-1), rtol=1e-4, atol=1e-5)
+            fail("wrong-output", observed=f"the outputs differ from the model's logits in {what}"
+                 + (f" (shape {tuple(got.shape)}, {got.dtype})" if got.shape != want.shape or got.dtype != want.dtype
+                    else ""),
+                 expected=f"the logits, shape {tuple(want.shape)}, row i for request i",
+                 cause="a softmax was applied to the logits" if softmaxed else
+                 "something was applied on top of the logits (argmax, softmax, a rounding), or rows were reordered",
+                 where="what predict collects from each batch")
+        if result.get("training_after") is not True:
+            fail("flag-not-restored", observed=f"the model was left in eval mode by {what}",
+                 expected="the mode it arrived in (training): the caller may go on training",
+                 cause="model.eval() without setting the mode back", where="the end of predict")
+    return "eval mode under inference_mode, batches of batch_size in order, the logits as one tensor, mode restored"
