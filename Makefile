@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium bubblewrap lab lab-instructor release student-tree grade bench bench-gpu clean
+.PHONY: course test chromium bubblewrap lab lab-instructor release new-exercise student-tree grade bench bench-gpu clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ lab-instructor: $(STAMP)
 ## release: regenerate notebooks/ from solutions/ with nbgrader
 release: $(STAMP)
 	$(PY) -m harness release
+
+## new-exercise: a new graded exercise's skeleton (probe, judge, test stubs, notebook cells; CONTRIBUTING.md, "A check"):
+## make new-exercise TASK=16-top-k TITLE='`top_k`' POINTS=2 [SECTION='5. Top-k answers']
+new-exercise: $(STAMP)
+	$(PY) -m harness new-exercise '$(TASK)' --title '$(TITLE)' --points '$(POINTS)' $(if $(SECTION),--section '$(SECTION)')
 
 ## student-tree: the student course (released notebooks, harness without the judge, README) into build/student.
 ## It only copies the committed release (`make release` regenerates it): any Python 3.11 runs it, before .venv exists.

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "run a training script on N processes with torchrun (rank-prefixed logs, timeout)"),
     "course": ("harness.course",
                "run the whole course headless: environment, every lesson autograded, showcase, report"),
+    "new-exercise": ("harness.kit", "write a new graded exercise's skeleton: probe and judge modules, its tests' "
+                     "stubs, the notebook's cells (CONTRIBUTING.md, 'A check')"),
 }
 
 

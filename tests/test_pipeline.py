@@ -19,10 +19,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from harness.checks.testing import planted_cells
 from harness.grading.batch import Limits, grade_batch
 from harness.grading.layout import REPO_ROOT, discover_assignments
 from harness.grading.release import answered_release, release_differences
 from harness.grading.submissions import Submission
+from tests.test_requirements import lesson_tests
 
 ASSIGNMENTS = discover_assignments()
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline"), pytest.mark.parametrize("assignment", ASSIGNMENTS)]
@@ -38,8 +40,12 @@ def _planted_module(assignment: str):
 
 
 def planted(assignment: str) -> dict[str, tuple[str, str]]:
-    """PLANTED of tests/planted/<assignment>.py."""
-    return _planted_module(assignment).PLANTED
+    """PLANTED of tests/planted/<assignment>.py, with the mistakes marked planted in tests/checks (each bug
+    written once: there, or in tests/planted)."""
+    written = _planted_module(assignment).PLANTED
+    marked = planted_cells(getattr(lesson_tests(assignment), "MISTAKES", []))
+    assert not set(written) & set(marked), f"planted in tests/planted and in tests/checks: {set(written) & set(marked)}"
+    return written | marked
 
 
 def planted_submissions(assignment: str) -> dict[str, set[str]]:
@@ -51,7 +57,7 @@ def planted_submissions(assignment: str) -> dict[str, set[str]]:
     """
     module = _planted_module(assignment)
     alone = set(getattr(module, "SEPARATELY", ()))
-    together = [task for task in module.PLANTED if task not in alone]
+    together = [task for task in planted(assignment) if task not in alone]
     return ({"planted-together": set(together)} if together else {}) | {f"planted-{task}": {task} for task in alone}
 
 

@@ -82,12 +82,39 @@ def assert_forgeries_refused(task: str, *objects: Any, case: Case) -> None:
 
 
 @dataclass(frozen=True)
+class SolutionCell:
+    """A solution cell's source, as a student would write it in the notebook, and the name it defines.
+
+    Called, it runs the source in a fresh namespace holding what every lesson's notebook imports (`torch`,
+    `nn`) and returns `(that object,)`: the `objects` of a Mistake whose source the pipeline test also plants.
+    """
+
+    source: str
+    name: str
+
+    def __call__(self) -> tuple[Any, ...]:
+        import torch
+
+        namespace: dict[str, Any] = {"torch": torch, "nn": torch.nn}
+        exec(compile(self.source, f"<solution cell of {self.name}>", "exec"), namespace)
+        return (namespace[self.name],)
+
+
+def solution_cell(source: str, name: str) -> SolutionCell:
+    """The objects of a planted Mistake: the solution cell `source`, defining `name` (see SolutionCell)."""
+    return SolutionCell(source, name)
+
+
+@dataclass(frozen=True)
 class Mistake:
     """A plausible wrong answer to `task` that violates one requirement: its check must fail with `code` (a key
     of the task's requirement table) on the visible case, with a message containing `phrase`.
 
     `objects` is what the student passes to check(), or a function that builds it (for answers that need
     setting up). `story` says how students come to write it (a forum question, the lesson's pitfall).
+    `planted` marks the task's planted bug for the pipeline test (tests/test_pipeline.py), which puts its
+    source in the notebook's solution cell: its objects are then `solution_cell(source, name)`, so the bug is
+    written once and run both here and in the autograded notebook.
     """
 
     task: str
@@ -95,9 +122,31 @@ class Mistake:
     phrase: str
     objects: tuple[Any, ...] | Callable[[], tuple[Any, ...]]
     story: str
+    planted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.planted and not isinstance(self.objects, SolutionCell):
+            raise TypeError(f"{self}: a planted mistake is a solution cell's source: "
+                            "objects=solution_cell(source, name)")
 
     def __str__(self) -> str:
         return f"{self.task}:{self.code}:{self.story[:40]}"
+
+
+def planted_cells(mistakes: list[Mistake]) -> dict[str, tuple[str, str]]:
+    """Task -> (the buggy source of its solution cell, the failure code it gets), from the mistakes marked
+    planted: the pipeline test's planted bugs, in the form of tests/planted/NN_name.py's PLANTED.
+
+    Raises:
+        ValueError: a task has two planted mistakes (its solution cell holds one).
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for mistake in mistakes:
+        if mistake.planted:
+            if mistake.task in found:
+                raise ValueError(f"{mistake.task}: two mistakes are marked planted; its solution cell holds one")
+            found[mistake.task] = (mistake.objects.source, mistake.code)  # type: ignore[union-attr]
+    return found
 
 
 @dataclass(frozen=True)
