@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake, solution_cell
 
 
 # ---------------------------------------------------------------- 16-save-artefact
@@ -212,6 +212,40 @@ def quantize_using(*, cast=True, per_row=True, expand=False, divisor=127.0, use_
     return quantize_per_channel
 
 
+# ---------------------------------------------------------------- 16-top-k
+TOP_K_NO_GRAD = solution_cell(  # the planted bug: torch.no_grad(), the older habit, where inference_mode was asked
+    "def top_k(model, inputs, k):\n"
+    "    model.eval()\n"
+    "    with torch.no_grad():\n"
+    "        probabilities = model(inputs).softmax(dim=-1)\n"
+    "    values, classes = probabilities.topk(k, dim=-1)\n"
+    "    return classes, values\n",
+    "top_k")
+
+
+def top_k_using(*, evaluate=True, context=torch.inference_mode, dim=-1, softmax=True, descending=True,
+                ids=torch.int64):
+    def top_k(model, inputs, k):
+        model.train(not evaluate)
+        with context():
+            logits = model(inputs)
+        scores = logits.softmax(dim) if softmax else logits
+        probabilities, classes = scores.sort(dim=-1, descending=descending)
+        return classes[:, :k].to(ids), probabilities[:, :k]
+
+    return top_k
+
+
+def top_k_gathered(model, inputs, k):
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        logits = model(inputs)
+    model.train(was_training)
+    classes = logits.topk(k, dim=1).indices
+    return classes, logits.log_softmax(dim=1).exp().gather(1, classes)
+
+
 MISTAKES = [
     # 16-save-artefact
     Mistake("16-save-artefact", "not-weights-only", "the module itself", (save_using(whole_module=True),),
@@ -300,6 +334,17 @@ MISTAKES = [
             story="divides by max|w| / 127 even for a row of zeros"),
     Mistake("16-int8-weights", "weight-modified", "weight changed", (quantize_using(in_place=True),),
             story="weight.div_(scale) to save memory"),
+    # 16-top-k
+    Mistake("16-top-k", "no-inference-mode", "torch.no_grad()", TOP_K_NO_GRAD, story="the older habit", planted=True),
+    Mistake("16-top-k", "train-mode", "training mode", (top_k_using(evaluate=False),), story="forgets model.eval()"),
+    Mistake("16-top-k", "not-probabilities", "over the batch", (top_k_using(dim=0),),
+            story="softmax(dim=0): the probabilities of each class across the batch"),
+    Mistake("16-top-k", "not-probabilities", "the logits", (top_k_using(softmax=False),),
+            story="ranks the logits and returns them as the scores"),
+    Mistake("16-top-k", "wrong-classes", "ascending", (top_k_using(descending=False),),
+            story="sort() ascends by default: the least probable classes"),
+    Mistake("16-top-k", "wrong-dtype", "torch.int32", (top_k_using(ids=torch.int32),),
+            story=".int() on the ids to halve the response"),
 ]
 
 CORRECT = [
@@ -312,6 +357,10 @@ CORRECT = [
     Correct("16-onnx-export", (export_through_torch_export,), story="torch.export first, then ONNX, mode restored"),
     Correct("16-int8-weights", (quantize_solution,), story="the solution"),
     Correct("16-int8-weights", (quantize_where,), story="scale 1 for zero rows, no clamp of q"),
+    Correct("16-top-k", solution_cell(TOP_K_NO_GRAD.source.replace("no_grad", "inference_mode"), "top_k"),
+            story="the solution, without the planted bug"),
+    Correct("16-top-k", (top_k_using(),), story="sorts every class, then keeps the first k"),
+    Correct("16-top-k", (top_k_gathered,), story="topk on the logits, log_softmax().exp() gathered, mode restored"),
 ]
 
 
@@ -326,7 +375,7 @@ def test_correct_variant_passes(correct, capsys):
 
 
 @pytest.mark.parametrize("task", ["16-save-artefact", "16-load-artefact", "16-predict", "16-onnx-export",
-                                  "16-int8-weights"])
+                                  "16-int8-weights", "16-top-k"])
 def test_stubs_report_the_exception(task):
     def stub(*args, **kwargs):
         raise NotImplementedError()
@@ -336,7 +385,7 @@ def test_stubs_report_the_exception(task):
 
 def test_the_trap_artefact_never_runs_its_code_in_a_safe_loader(tmp_path):
     """The load check's trap is refused by weights_only=True, and runs (harmlessly) without it."""
-    from harness.checks import lesson16
+    from harness.checks.lesson16 import load_artefact as lesson16
 
     path = os.fspath(tmp_path / "trap.pt")
     torch.save({"note": lesson16._Trap()}, path)

@@ -12,4 +12,4 @@ The probe side: one module per task (its requirement table, hints and probe), le
 `common`. The judges live in `harness.judges.lesson16`, which a graded kernel never mounts.
 """
 
-from harness.checks.lesson16 import int8_weights, load_artefact, onnx_export, predict, save_artefact  # noqa: F401 (registers them)
+from harness.checks.lesson16 import int8_weights, load_artefact, onnx_export, predict, save_artefact, top_k  # noqa: F401 (registers them)
