@@ -11,9 +11,10 @@
 - `forbidden`: "do not call X" (`CallRecorder` in the probe, `forbid` in the judge).
 - `compare`: the judge-side vocabulary every observed number and tensor passes through; a comparison passes
   only when it positively holds, so NaN never satisfies one.
+- `inputs`: tensors and models built from a seed without touching the student's random stream.
 - `errors`: explains an exception of the student's code by its line and its usual cause.
 
-Probe side (what runs in the student's kernel): `case`, `failure`, `registry`, `wire`, `instruments`,
+Probe side (what runs in the student's kernel): `case`, `inputs`, `failure`, `registry`, `wire`, `instruments`,
 `forbidden.CallRecorder`, `protocol.observe`. Judge side: `compare`, `protocol.decide` and the task judges
 (`harness/judges/`). Neither side imports anything above this package.
 """

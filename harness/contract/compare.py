@@ -203,6 +203,49 @@ def matching_tensors(value: Any, like: Sequence[torch.Tensor], what: str) -> lis
     return [t.detach().float() for t in value]
 
 
+def malformed(what: str) -> NoReturn:
+    """Refuse an observation that no probe writes (forged or corrupted): WireError "malformed observation: ..."."""
+    raise WireError(f"malformed observation: {what}")
+
+
+def tensor(value: Any, what: str) -> torch.Tensor:
+    """`value` when it is a tensor, as the probe recorded it; WireError for anything else.
+
+    For a leaf every probe writes as a tensor: a value of another type is not an observation of the probe.
+    """
+    if not isinstance(value, torch.Tensor):
+        malformed(f"{what} is {type_name(value)}, not a tensor")
+    return value
+
+
+def tensor_list(value: Any, like: Sequence[torch.Tensor], what: str, *,
+                none_ok: bool = False) -> list[torch.Tensor | None]:
+    """`value` checked to be a list of tensors with `like`'s shapes and dtypes (None allowed where `none_ok`),
+    returned as it is; WireError for anything else."""
+    if not isinstance(value, list) or len(value) != len(like):
+        malformed(f"{what} is not a list of {len(like)} tensors")
+    for item, reference in zip(value, like, strict=True):
+        if item is None and none_ok:
+            continue
+        if not isinstance(item, torch.Tensor) or item.shape != reference.shape or item.dtype != reference.dtype:
+            malformed(f"{what} holds a value that is not a {reference.dtype} tensor of shape {tuple(reference.shape)}")
+    return value
+
+
+def tensor_dict(value: Any, what: str) -> dict[str, torch.Tensor]:
+    """`value` checked to be a dict whose values are tensors (a recorded state_dict); WireError otherwise."""
+    if not isinstance(value, dict) or not all(isinstance(v, torch.Tensor) for v in value.values()):
+        malformed(f"{what} is not a dict of tensors")
+    return value
+
+
+def int_list(value: Any, what: str) -> list[int]:
+    """`value` checked to be a list of ints (bools excluded), such as recorded indices; WireError otherwise."""
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        malformed(f"{what} is not a list of ints")
+    return value
+
+
 def fail_raised(error: str) -> NoReturn:
     """Fail the way a check fails when the student's code raised `error` ("TypeError: ...")."""
     fail(RAISED, observed=f"your code raised {error}",

@@ -1,0 +1,162 @@
+"""The judge's vocabulary (harness.contract.compare): every comparison holds only when it positively holds.
+
+NaN, infinity, an empty or meta tensor, another type, shape or dtype: each fails every comparison that does
+not expect it, and the validators refuse what no probe writes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.contract import compare, inputs
+from harness.contract.wire import WireError
+
+WANT = torch.tensor([1.0, -2.0, 3.0])
+
+# (name, compare(got) -> bool) for every tensor comparison, each given the reference WANT
+TENSOR_COMPARISONS = [
+    ("close_values", lambda got: compare.close_values(got, WANT)),
+    ("close_values dtype=False", lambda got: compare.close_values(got, WANT, dtype=False)),
+    ("close_scaled", lambda got: compare.close_scaled(got, WANT, tol=1e-3)),
+    ("close_norm", lambda got: compare.close_norm(got, WANT, rel=1e-3, floor=1e-7)),
+    ("same_values", lambda got: compare.same_values(got, WANT)),
+    ("close_tensors", lambda got: compare.close_tensors([got], [WANT])),
+    ("close_state", lambda got: compare.close_state({"w": got}, {"w": WANT})),
+    ("close_data", lambda got: compare.close_data({"w": [got]}, {"w": [WANT]}, rtol=1e-5)),
+]
+
+
+def _wrong(kind: str) -> object:
+    values = {
+        "nan": torch.tensor([1.0, math.nan, 3.0]),
+        "all nan": torch.full((3,), math.nan),
+        "inf": torch.tensor([1.0, -2.0, math.inf]),
+        "-inf": torch.tensor([-math.inf, -2.0, 3.0]),
+        "empty": torch.empty(0),
+        "meta": torch.empty(3, device="meta"),
+        "wrong shape": torch.tensor([[1.0, -2.0, 3.0]]),
+        "list": [1.0, -2.0, 3.0],
+        "float": 1.0,
+        "none": None,
+        "string": "tensor([1., -2., 3.])",
+    }
+    return values[kind]
+
+
+@pytest.mark.parametrize("name, holds", TENSOR_COMPARISONS, ids=[name for name, _ in TENSOR_COMPARISONS])
+def test_each_tensor_comparison_accepts_the_reference_itself(name: str, holds) -> None:
+    assert holds(WANT.clone())
+
+
+@pytest.mark.parametrize("kind", ["nan", "all nan", "inf", "-inf", "empty", "meta", "wrong shape", "list", "float",
+                                  "none", "string"])
+@pytest.mark.parametrize("name, holds", TENSOR_COMPARISONS, ids=[name for name, _ in TENSOR_COMPARISONS])
+def test_each_tensor_comparison_refuses_a_wrong_leaf(name: str, holds, kind: str) -> None:
+    assert not holds(_wrong(kind)), f"{name} accepted {kind}"
+
+
+def test_dtype_is_compared_unless_told_otherwise() -> None:
+    assert not compare.close_values(WANT.double(), WANT)
+    assert compare.close_values(WANT.double(), WANT, dtype=False)
+    assert not compare.same_values(WANT.double(), WANT)
+
+
+def test_expected_nan_matches_nan_only_where_the_reference_has_it() -> None:
+    want = torch.tensor([1.0, math.nan])
+    assert compare.close_values(torch.tensor([1.0, math.nan]), want, expected_nan=True)
+    assert not compare.close_values(torch.tensor([1.0, math.nan]), want)
+    assert not compare.close_values(torch.tensor([math.nan, math.nan]), want, expected_nan=True)
+    assert not compare.close_values(torch.tensor([1.0, 0.0]), want, expected_nan=True)
+    assert compare.close_data([math.nan], [math.nan], expected_nan=True)
+    assert not compare.close_data([math.nan], [math.nan])
+    assert not compare.close_data([math.nan], [1.0], expected_nan=True)
+
+
+def test_close_scaled_is_absolute_near_zero_and_relative_for_large_values() -> None:
+    assert compare.close_scaled(torch.tensor([1000.5]), torch.tensor([1000.0]), tol=1e-3)
+    assert not compare.close_scaled(torch.tensor([0.01]), torch.tensor([0.0]), tol=1e-3)
+
+
+def test_close_norm_judges_the_whole_tensor() -> None:
+    want = torch.ones(100)
+    nudged = want.clone()
+    nudged[0] += 0.05  # 5% off in one element, 0.5% of the norm
+    assert compare.close_norm(nudged, want, rel=1e-2)
+    assert not compare.close_values(nudged, want, rtol=1e-2)
+
+
+@pytest.mark.parametrize("got", [math.nan, math.inf, -math.inf, True, None, "1.0", [1.0], torch.tensor([1.0, 2.0])])
+def test_numbers_refuse_what_is_not_a_finite_number(got: object) -> None:
+    assert not compare.close_number(got, 1.0)
+    assert not compare.close_numbers([got], [1.0])
+    assert not compare.is_number(got)
+    assert compare.number(got) is None
+    assert compare.first_difference([got], [1.0]) == 0
+
+
+def test_numbers_accept_ints_floats_and_one_element_tensors() -> None:
+    assert compare.close_number(1, 1.0) and compare.close_number(1.0 + 1e-9, 1.0)
+    assert compare.number(torch.tensor(2.5)) == 2.5
+    assert compare.numbers([1, 2.0]) == [1.0, 2.0]
+    assert compare.numbers([1, math.nan]) is None
+    assert compare.first_difference([1.0, 2.0], [1.0, 2.0]) is None
+    assert compare.first_difference([1.0], [1.0, 2.0]) == 1
+
+
+def test_max_difference_reads_infinite_for_nan() -> None:
+    assert compare.max_difference(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 1.0])) == math.inf
+    assert compare.max_difference(torch.empty(0), torch.empty(0)) == 0.0
+
+
+def test_malformed_raises_a_wire_error_naming_the_leaf() -> None:
+    with pytest.raises(WireError, match="malformed observation: the loss is gone"):
+        compare.malformed("the loss is gone")
+
+
+@pytest.mark.parametrize("value", [[1.0], 1.0, None, "t", {"w": WANT}])
+def test_tensor_refuses_anything_but_a_tensor(value: object) -> None:
+    with pytest.raises(WireError, match=r"malformed observation: the output is \w+, not a tensor"):
+        compare.tensor(value, "the output")
+
+
+def test_tensor_returns_the_tensor_itself_nan_included() -> None:
+    nan = torch.tensor([math.nan])  # validators check structure; the comparisons judge values
+    assert compare.tensor(nan, "x") is nan
+
+
+@pytest.mark.parametrize("value", [[WANT], [WANT, WANT[:2]], [WANT, WANT.double()], (WANT, WANT), [WANT, None], None])
+def test_tensor_list_refuses_other_lengths_shapes_dtypes_and_types(value: object) -> None:
+    with pytest.raises(WireError, match="malformed observation: grads"):
+        compare.tensor_list(value, [WANT, WANT], "grads")
+
+
+def test_tensor_list_allows_none_only_when_told() -> None:
+    assert compare.tensor_list([WANT, None], [WANT, WANT], "grads", none_ok=True)[1] is None
+    assert compare.tensor_list([], [], "grads") == []
+
+
+@pytest.mark.parametrize("value", [[WANT], {"w": 1.0}, {"w": [WANT]}, None])
+def test_tensor_dict_refuses_a_dict_that_is_not_of_tensors(value: object) -> None:
+    with pytest.raises(WireError, match="malformed observation: the state is not a dict of tensors"):
+        compare.tensor_dict(value, "the state")
+
+
+@pytest.mark.parametrize("value", [[1, True], [1.0], (1, 2), None, [torch.tensor(1)]])
+def test_int_list_refuses_what_is_not_a_list_of_ints(value: object) -> None:
+    with pytest.raises(WireError, match="malformed observation: indices is not a list of ints"):
+        compare.int_list(value, "indices")
+    assert compare.int_list([], "indices") == []
+
+
+def test_inputs_are_seeded_and_leave_the_global_stream_alone() -> None:
+    torch.manual_seed(0)
+    expected_next = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(inputs.randn(2, 3, seed=5), inputs.randn(2, 3, seed=5))
+    first = inputs.seeded(7, lambda: torch.nn.Linear(2, 2))
+    again = inputs.seeded(7, lambda: torch.nn.Linear(2, 2))
+    assert torch.equal(first.weight, again.weight)
+    assert torch.equal(torch.rand(1), expected_next)
