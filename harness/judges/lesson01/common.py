@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, type_name
+from harness.contract.wire import type_name
 
 
 def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -25,14 +26,9 @@ def _require_tensor(result: Any, what: str, where: str) -> torch.Tensor:
     return result
 
 
-def _malformed(what: str) -> NoReturn:
-    """Refuse an observation no probe of this module writes."""
-    raise WireError(f"malformed observation: {what}")
-
-
 def _recorded_tensor(entry: dict, key: str) -> torch.Tensor:
     """A tensor the probe itself recorded (not a student's return value); anything else is malformed."""
     value = entry[key]
     if not isinstance(value, torch.Tensor):
-        _malformed(f"{key} is not a tensor")
+        malformed(f"{key} is not a tensor")
     return value

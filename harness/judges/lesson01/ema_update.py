@@ -9,10 +9,11 @@ import torch
 
 from harness.checks.lesson01.ema_update import _ema_problems
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson01.common import _malformed, _max_error
+from harness.judges.lesson01.common import _max_error
 
 
 @judges("01-ema-update")
@@ -29,7 +30,7 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
                      cause="ema[i] = ... (or ema[:] = [...]) rebinds the list entry instead of changing the tensor",
                      where="use in-place methods (mul_, add_, lerp_, copy_) on each EMA tensor")
             if not (isinstance(ema, list) and all(isinstance(e, torch.Tensor) for e in ema)):
-                _malformed("the EMA tensors")
+                malformed("the EMA tensors")
             if any(e.requires_grad for e in ema):
                 fail("builds-graph", observed="the EMA tensors require grad after the update (they have a grad_fn)",
                      expected="plain tensors, outside autograd",
@@ -37,7 +38,7 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
                      where="wrap the update in torch.no_grad(), or use p.detach()")
             recorded = step["params"]
             if not (isinstance(recorded, list) and all(isinstance(p, torch.Tensor) for p in recorded)):
-                _malformed("the parameters")
+                malformed("the parameters")
             if any(not torch.equal(p.detach(), r) for p, r in zip(params, recorded, strict=True)):
                 fail("params-changed", observed="the model parameters changed", expected="only the EMA tensors change",
                      cause="an in-place method called on the parameter",

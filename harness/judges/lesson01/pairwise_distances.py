@@ -10,9 +10,10 @@ import torch
 
 from harness.checks.lesson01.pairwise_distances import _distance_inputs
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson01.common import _malformed, _max_error, _require_tensor
+from harness.judges.lesson01.common import _max_error, _require_tensor
 
 
 def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -30,7 +31,7 @@ def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
     inputs = _distance_inputs(case)
     calls = seen["calls"]
     if not (isinstance(calls, list) and len(calls) == len(inputs) and all(type(c) is int for c in calls)):
-        _malformed("the call counts")
+        malformed("the call counts")
     for (x, y), result, count in zip(inputs, seen["results"], calls, strict=True):
         result = _require_tensor(result, "pairwise_distances", "the return statement")
         n, m = x.shape[0], y.shape[0]

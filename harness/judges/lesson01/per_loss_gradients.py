@@ -9,10 +9,11 @@ import torch
 
 from harness.checks.lesson01.per_loss_gradients import _gradient_problems
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson01.common import _malformed, _max_error, _require_tensor
+from harness.judges.lesson01.common import _max_error, _require_tensor
 
 
 @judges("01-per-loss-gradients")
@@ -20,7 +21,7 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
     """`per_loss_gradients(w, losses)` returns each loss's own gradient, separate tensors, w.grad left None."""
     calls = seen["calls"]
     if not isinstance(calls, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in calls.items()):
-        _malformed("the recorded calls")
+        malformed("the recorded calls")
     zeroed = calls.get("zero_")
     for (w, losses), run in zip(_gradient_problems(case), seen["runs"], strict=True):
         count = len(losses)
