@@ -19,9 +19,17 @@ from pathlib import Path
 
 import torch
 
-from harness.env import DEVICE_ENV_VAR, device_name, recommended_precision, select_device, supported_precisions
+from harness.env import (
+    COLAB_DRIVE,
+    DEVICE_ENV_VAR,
+    KAGGLE_WORKING,
+    device_name,
+    persistent_root,
+    recommended_precision,
+    select_device,
+    supported_precisions,
+)
 
-COLAB_DRIVE = Path("/content/drive/MyDrive")
 EXPORT_MODULES = ("onnx", "onnxruntime", "onnxscript")
 
 
@@ -79,17 +87,24 @@ def dataloader_workers(cores: int) -> int:
     return 0 if cores <= 2 else min(cores - 1, 8)
 
 
-def runtime_and_storage(environ: dict[str, str] | None = None, drive: Path = COLAB_DRIVE) -> tuple[str, str]:
-    """Which hosted runtime this is (from its environment variables) and whether files written here survive."""
+def runtime_and_storage(environ: dict[str, str] | None = None, drive: Path = COLAB_DRIVE,
+                        kaggle: Path = KAGGLE_WORKING) -> tuple[str, str]:
+    """Which hosted runtime this is (from its environment variables) and whether files written here survive.
+
+    Where `harness.env.persistent_root` finds a folder that survives, it is named: `harness.env.work_folder`
+    puts the lessons' runs and checkpoints there.
+    """
     environ = dict(os.environ if environ is None else environ)
+    root = persistent_root(environ, drive, kaggle)
     if environ.get("COLAB_RELEASE_TAG"):
-        if drive.is_dir():
-            return "Google Colab", (f"Google Drive is mounted: keep the course and its runs under {drive} "
-                                    "(they survive a disconnect; /content does not)")
+        if root is not None:
+            return "Google Colab", (f"Google Drive is mounted: runs and checkpoints go to {root} "
+                                    "(it survives a disconnect; /content does not)")
         return "Google Colab", ("/content is wiped when the runtime disconnects: mount Google Drive "
                                 "(from google.colab import drive; drive.mount('/content/drive')) and work there")
     if environ.get("KAGGLE_KERNEL_RUN_TYPE"):
-        return "Kaggle", ("/kaggle/working is kept only in a saved version (Save Version > Save & Run All); "
+        where = f"runs and checkpoints go to {root}, which" if root is not None else "/kaggle/working"
+        return "Kaggle", (f"{where} is kept only in a saved version (Save Version > Save & Run All); "
                           "download checkpoints you need before the session ends")
     if environ.get("JUPYTERHUB_USER"):
         return "JupyterHub", "your home folder on the hub persists across server restarts"

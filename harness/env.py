@@ -14,7 +14,10 @@ import json
 import os
 import platform
 import sys
+import tempfile
+import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -22,6 +25,9 @@ import torch
 
 DEVICE_ENV_VAR = "HARNESS_DEVICE"
 KNOWN_DEVICE_TYPES = ("cuda", "mps", "cpu")
+COLAB_DRIVE = Path("/content/drive/MyDrive")  # where Colab mounts Google Drive
+KAGGLE_WORKING = Path("/kaggle/working")  # the folder a saved Kaggle version keeps
+COURSE_FOLDER = "pytorch-training-lab"
 
 
 def available_devices() -> list[str]:
@@ -90,6 +96,41 @@ def _how_to_choose() -> str:
         f"Devices available here: {', '.join(available_devices())}. Pass one of them to select_device(), "
         f"or set {DEVICE_ENV_VAR} (e.g. {DEVICE_ENV_VAR}=cpu), or leave both unset to use the best available."
     )
+
+
+def persistent_root(environ: dict[str, str] | None = None, drive: Path = COLAB_DRIVE,
+                    kaggle: Path = KAGGLE_WORKING) -> Path | None:
+    """The folder of a hosted runtime whose files survive a disconnect, or None where there is none to choose.
+
+    On Colab with Google Drive mounted, `<Drive>/pytorch-training-lab` (made here); on Kaggle, /kaggle/working
+    (kept by a saved version). Elsewhere None: on a laptop or a hub the lessons' folders already persist, and on
+    Colab without Drive nothing does (`harness doctor` says to mount it). `harness doctor` reads the same answer.
+
+    Args:
+        environ: the environment variables to read (default: this process's); the runtime is known by them.
+        drive: where Colab mounts Google Drive's "My Drive".
+        kaggle: Kaggle's working folder.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    if environ.get("COLAB_RELEASE_TAG") and drive.is_dir():
+        root = drive / COURSE_FOLDER
+        root.mkdir(exist_ok=True)
+        return root
+    if environ.get("KAGGLE_KERNEL_RUN_TYPE") and kaggle.is_dir():
+        return kaggle
+    return None
+
+
+def work_folder(prefix: str, environ: dict[str, str] | None = None, drive: Path = COLAB_DRIVE,
+                kaggle: Path = KAGGLE_WORKING) -> Path:
+    """A new folder for a lesson's runs and checkpoints (e.g. `work_folder("lesson08")`): under
+    `persistent_root()` when a hosted runtime has one, so a checkpoint outlives a disconnect, else a temporary
+    folder, as the lessons make today. The name starts with `prefix`; the other arguments as in `persistent_root`.
+    """
+    root = persistent_root(environ, drive, kaggle)
+    if root is None:
+        return Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-", dir=root))
 
 
 def bf16_supported(device: torch.device) -> bool:

@@ -77,8 +77,12 @@ def test_hosted_runtimes_are_told_where_work_survives(tmp_path: Path) -> None:
     runtime, storage = runtime_and_storage({"COLAB_RELEASE_TAG": "release-colab"}, drive)
     assert runtime == "Google Colab" and "mount Google Drive" in storage
     drive.mkdir()
-    assert str(drive) in runtime_and_storage({"COLAB_RELEASE_TAG": "release-colab"}, drive)[1]
-    assert runtime_and_storage({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, drive)[0] == "Kaggle"
+    assert f"go to {drive / 'pytorch-training-lab'} " in runtime_and_storage({"COLAB_RELEASE_TAG": "release-colab"},
+                                                                            drive)[1]
+    kaggle = tmp_path / "working"
+    kaggle.mkdir()
+    runtime, storage = runtime_and_storage({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, drive, kaggle)
+    assert runtime == "Kaggle" and f"go to {kaggle}, which is kept only in a saved version" in storage
     assert runtime_and_storage({}, drive) == ("this machine", "files persist (a local disk)")
 
 

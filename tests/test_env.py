@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +18,10 @@ from harness.env import (
     available_devices,
     environment_report,
     format_environment_report,
+    persistent_root,
     select_device,
     supported_precisions,
+    work_folder,
 )
 
 
@@ -153,3 +157,38 @@ def test_top_level_help_imports_no_subcommand(capsys):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "showcase" in out and "grade" in out
     assert out.strip().endswith("[]")
+
+
+COLAB = {"COLAB_RELEASE_TAG": "release-colab"}
+KAGGLE = {"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}
+
+
+def test_runs_go_to_drive_on_colab_only_when_it_is_mounted(tmp_path: Path) -> None:
+    drive, kaggle = tmp_path / "MyDrive", tmp_path / "kaggle-working"
+    assert persistent_root(COLAB, drive, kaggle) is None  # Drive not mounted: nothing on Colab survives
+    drive.mkdir()
+    assert persistent_root(COLAB, drive, kaggle) == drive / "pytorch-training-lab"
+    run = work_folder("lesson08", COLAB, drive, kaggle)
+    assert run.is_dir() and run.parent == drive / "pytorch-training-lab" and run.name.startswith("lesson08-")
+    assert work_folder("lesson08", COLAB, drive, kaggle) != run  # every call a new folder
+
+
+def test_runs_go_to_kaggle_working_on_kaggle(tmp_path: Path) -> None:
+    drive, kaggle = tmp_path / "MyDrive", tmp_path / "kaggle-working"
+    drive.mkdir()  # a folder of that name outside Colab is not a mounted Drive
+    assert persistent_root(KAGGLE, drive, kaggle) is None
+    kaggle.mkdir()
+    assert persistent_root(KAGGLE, drive, kaggle) == kaggle
+    assert work_folder("lesson10", KAGGLE, drive, kaggle).parent == kaggle
+
+
+def test_elsewhere_runs_stay_in_a_temporary_folder(tmp_path: Path) -> None:
+    drive, kaggle = tmp_path / "MyDrive", tmp_path / "kaggle-working"
+    drive.mkdir()
+    kaggle.mkdir()
+    for environ in ({}, {"JUPYTERHUB_USER": "ada"}):
+        assert persistent_root(environ, drive, kaggle) is None
+        run = work_folder("lesson16", environ, drive, kaggle)
+        assert run.is_dir() and run.parent == Path(tempfile.gettempdir()) and run.name.startswith("lesson16-")
+        run.rmdir()
+    assert list(drive.iterdir()) == [] and list(kaggle.iterdir()) == []
