@@ -821,8 +821,13 @@ add(
         kind="bughunt",
         topics=("amp", "clipping", "schedulers"),
         difficulty=3,
-        prompt="This mixed-precision training loop (bf16 autocast, GradScaler, clipping, OneCycleLR) has three "
-        "bugs. Fix all three; the check reports the first one it observes.",
+        prompt="train(model, batches, optimizer, scheduler, scaler, loss_fn, epochs, max_norm) trains with bf16 "
+        "autocast on the CPU, a GradScaler, gradient clipping to max_norm and a OneCycleLR built with "
+        "total_steps = epochs * len(batches). The run goes wrong in three ways: the logged learning rate hardly "
+        "leaves its starting value for the whole run, the gradient norms the optimizer steps with stay far below "
+        "max_norm even on batches whose true gradient norm is larger, and a backward hook finds autocast still "
+        "enabled while the gradients are computed. Three bugs cause this; fix all three (the check reports the "
+        "first problem it observes).",
         entry="train",
         starter=_LOOP_STARTER,
         solution=_fixed(_BUG_BACKWARD, _BUG_CLIP, _BUG_SCHEDULER),

@@ -897,6 +897,13 @@ def _probe_script(answer: dict, *, case: Case) -> dict:
 
 def _judge_script(seen: dict, *, case: Case) -> str:
     model, _, _ = _script_inputs(case)
+    if seen.get("steps") == []:
+        fail("no-steps", observed="train returned without a single optimizer step",
+             expected=f"{len(_script_batches(case))} SGD steps, one per mini-batch",
+             cause="the batch loop never ran: if the nan was 'fixed' by dropping the rows that hold one, every row "
+             "holds one (a constant feature has std 0, and (x - mean) / std is 0 / 0 in that column of every row), so "
+             "no row is left; otherwise the optimizer.step() call is missing", where="x.std(0): keep every row and "
+             "clamp the std away from 0")
     steps = _judge_sgd_steps(
         seen, model, _script_batches(case), _SCRIPT_LR, where="the training script",
         mismatch=("wrong-batch", "the script trains on other inputs or labels than the standardised, shuffled "
@@ -997,7 +1004,7 @@ add(
             # the nan "fixed" by dropping the rows that hold one: no row is left, nothing trains
             (_script_fixed(_SCRIPT_PERM_FIX, _SCRIPT_GRAD_FIX).replace(
                 "    x = (x - mean) / std\n", "    x = (x - mean) / std\n    keep = ~x.isnan().any(1)\n"
-                "    x, y = x[keep], y[keep]\n"), "wrong-step-count"),
+                "    x, y = x[keep], y[keep]\n"), "no-steps"),
         ),
     )
 )
@@ -1035,14 +1042,25 @@ def _judge_grad_norms(seen: dict, *, case: Case) -> str:
              expected=f"the names of the parameters that have a gradient: {sorted(want)}",
              cause="frozen parameters (grad None) reported, or names made up", where="model.named_parameters(), "
              "skipping p.grad is None")
+    weights = {name: float(torch.linalg.vector_norm(p.detach())) for name, p in model.named_parameters()}
     for name, value in want.items():
         number = got[name]
-        if not isinstance(number, (int, float)) or isinstance(number, bool) or not math.isclose(
-                number, value, rel_tol=1e-4, abs_tol=1e-9):
-            fail("wrong-value", observed=f"{name}: {describe(number)}",
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            fail("not-a-float", observed=f"{name}: {describe(number)}",
                  expected=f"{value:.6g}, the L2 norm of its .grad, as a Python float",
-                 cause="the norm of the weights instead of the gradient, a squared norm, or not a float",
-                 where="torch.linalg.vector_norm(p.grad)")
+                 cause="the norm left as a tensor (or another type): the caller logs plain numbers",
+                 where="torch.stack(norms).tolist()")
+        if math.isclose(number, value, rel_tol=1e-4, abs_tol=1e-9):
+            continue
+        if math.isclose(number, value ** 2, rel_tol=1e-4, abs_tol=1e-12):
+            code, cause = "squared-norm", f"{number:.6g} is the square of the norm: the L2 norm is the square root"
+        elif math.isclose(number, weights[name], rel_tol=1e-4, abs_tol=1e-9):
+            code, cause = "weight-norm", f"{number:.6g} is the norm of the parameter itself, not of its .grad"
+        else:
+            code, cause = "wrong-value", "not the L2 norm of the parameter's .grad"
+        fail(code, observed=f"{name}: {describe(number)}",
+             expected=f"{value:.6g}, the L2 norm of its .grad, as a Python float", cause=cause,
+             where="torch.linalg.vector_norm(p.grad)")
     if seen.get("syncs") != 1:
         fail("sync-per-param", observed=f"{seen.get('syncs')} host syncs for {len(want)} norms",
              expected="exactly 1: stack the norms on the device, bring them to Python once",
@@ -1090,7 +1108,7 @@ add(
         judge=_judge_grad_norms,
         wrong_answers=(
             (_NORMS_SOLUTION.replace("torch.linalg.vector_norm(g) for", "torch.linalg.vector_norm(g) ** 2 for"),
-             "wrong-value"),
+             "squared-norm"),
             ('''import torch
 
 
@@ -1105,7 +1123,8 @@ def grad_norms(model):
     values = torch.stack(list(norms.values())).tolist()
     return dict(zip(norms, values))
 ''', "wrong-keys"),
-            (_NORMS_SOLUTION.replace("(name, p.grad) for", "(name, p.detach()) for"), "wrong-value"),
+            (_NORMS_SOLUTION.replace("(name, p.grad) for", "(name, p.detach()) for"), "weight-norm"),
+            (_NORMS_SOLUTION.replace("norms.tolist()", "norms.unbind()"), "not-a-float"),
         ),
     )
 )

@@ -713,8 +713,11 @@ add(
         difficulty=3,
         prompt="load_and_predict(path, build, x) loads a checkpoint {'config', 'state_dict'} written by a DDP "
         "training run (the state_dict was saved from the DDP wrapper) and returns the class probabilities of the "
-        "rebuilt model (Dropout, BatchNorm) for x. It has three bugs; the check reports the first it observes. "
-        "Fix all three.",
+        "rebuilt model (Dropout, BatchNorm) for x. In service: a security review shows that a crafted checkpoint "
+        "file runs its own code the moment this function loads it; the probabilities are those of an untrained "
+        "model (accuracy at chance with a checkpoint that scores 95% in training), with no error or warning; and "
+        "two calls on the same x return different probabilities. Three bugs cause this; fix all three (the check "
+        "reports the first problem it observes).",
         entry="load_and_predict",
         starter=_SERVING_STARTER,
         solution=_SERVING_SOLUTION,

@@ -230,7 +230,7 @@ def linear_probe(model, batches, lr):
 
 add(
     Drill(
-        id="finetuning-freeze-backbone",
+        id="finetuning-freeze-backbone", unjudged=('steps/*/*/head.*',),
         title="Train only the head of a pretrained model (a linear probe)",
         kind="write",
         topics=("finetuning", "modules"),
@@ -499,7 +499,7 @@ def load_pretrained(model, checkpoint):
 
 add(
     Drill(
-        id="finetuning-load-new-head",
+        id="finetuning-load-new-head", unjudged=('*/state/*',),
         title="Load a pretrained checkpoint into a model with a new head",
         kind="write",
         topics=("finetuning", "checkpointing"),
@@ -652,7 +652,7 @@ class LoRALinear(nn.Module):
 
 add(
     Drill(
-        id="finetuning-lora-linear",
+        id="finetuning-lora-linear", unjudged=('out_after_merge',),
         title="A LoRA linear layer, and merging it",
         kind="write",
         topics=("finetuning", "modules"),
@@ -954,8 +954,11 @@ add(
         difficulty=3,
         prompt="finetune(model, batches, lr) should train only the new head of a pretrained classifier "
         "(model.backbone with BatchNorm, model.head) with SGD(lr, momentum=0.9) on F.cross_entropy, one step per "
-        "batch, the backbone frozen with its pretrained BatchNorm statistics. It has three bugs; the check reports "
-        "the first it observes. Fix all three without changing what the script is meant to do.",
+        "batch, the backbone frozen with its pretrained BatchNorm statistics. After a run, the backbone's BatchNorm "
+        "running means and variances no longer match the pretrained ones, the loss hardly falls from about "
+        "ln(number of classes), and the head's weights move further at every step although the batches are alike. "
+        "Three bugs cause this; fix all three without changing what the script is meant to do (the check reports "
+        "the first problem it observes).",
         entry="finetune",
         starter=_SCRIPT_STARTER,
         solution=_SCRIPT_SOLUTION,

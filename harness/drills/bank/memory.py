@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.instruments import StepRecorder
 from harness.contract.wire import WireError, describe
@@ -402,16 +403,41 @@ def _probe_uneven(answer: dict, *, case: Case) -> dict:
     return {"gradient": answer["accumulated_gradient"](model, x, y, micro)}
 
 
+def _chunk_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro: int) -> list[torch.Tensor]:
+    """The gradient of each micro-batch's own mean loss, flattened."""
+    grads = []
+    for xb, yb in zip(x.split(micro), y.split(micro), strict=True):
+        model.zero_grad(set_to_none=True)
+        F.mse_loss(model(xb), yb).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    return grads
+
+
 def _judge_uneven(seen: dict, *, case: Case) -> str:
     model, x, y, micro = _uneven_inputs(case)
-    F.mse_loss(model(x), y).backward()
-    want = torch.cat([p.grad.flatten() for p in model.parameters()])
+    got = seen.get("gradient")
     sizes = [len(chunk) for chunk in x.split(micro)]
-    assert_close("the accumulated gradient", seen.get("gradient"), want, atol=1e-6, rtol=1e-5,
+    chunks = _chunk_gradients(model, x, y, micro)
+    # the weightings a plausible answer gives each micro-batch's mean gradient, each with what it means
+    mistakes = (
+        ("losses-summed", [1.0] * len(sizes), "each micro-batch's mean loss was backpropagated whole: the gradients "
+         f"add up to {len(sizes)} means, {len(sizes)} times the gradient of the batch's mean loss"),
+        ("equal-weights", [1 / len(sizes)] * len(sizes), f"every micro-batch weighs 1/{len(sizes)}: the last one "
+         f"holds {sizes[-1]} of {len(x)} rows, so its share of the mean is {sizes[-1]}/{len(x)}"),
+        ("divided-by-micro-batch-size", [n / micro for n in sizes], "each micro-batch's summed loss was divided by "
+         f"micro_batch_size ({micro}): the last one holds {sizes[-1]} rows, and the whole sum must be divided by "
+         f"len(x) ({len(x)})"),
+    )
+    for code, weights, cause in mistakes:
+        if close_values(got, sum(w * g for w, g in zip(weights, chunks, strict=True)), rtol=1e-5, atol=1e-6):
+            fail(code, observed=f"the accumulated gradient equals the micro-batches' mean gradients weighted "
+                 f"{[round(w, 4) for w in weights]}", expected=f"weights {[f'{n}/{len(x)}' for n in sizes]} (each "
+                 "micro-batch's share of the rows)", cause=cause, where="the factor on each micro-batch's loss")
+    want = sum(n / len(x) * g for n, g in zip(sizes, chunks, strict=True))
+    assert_close("the accumulated gradient", got, want, atol=1e-6, rtol=1e-5,
                  where="the factor on each micro-batch's loss",
                  cause=f"each micro-batch must weigh by its share of the rows: {len(x)} rows in micro-batches of "
-                 f"{sizes}, so the last one holds {sizes[-1]}/{len(x)} of the mean, not 1/{len(sizes)}. Multiply each "
-                 "micro-batch's mean loss by len(xb) / len(x)")
+                 f"{sizes}. Multiply each micro-batch's mean loss by len(xb) / len(x)")
     return "the full batch's gradient from uneven micro-batches"
 
 
@@ -445,10 +471,10 @@ add(
         probe=_probe_uneven,
         judge=_judge_uneven,
         wrong_answers=(
-            (_UNEVEN_STARTER.replace("/ len(chunks)", ""), "wrong-value"),
+            (_UNEVEN_STARTER.replace("/ len(chunks)", ""), "losses-summed"),
             (_UNEVEN_STARTER.replace("(nn.functional.mse_loss(model(xb), yb) / len(chunks))",
                                      "(nn.functional.mse_loss(model(xb), yb, reduction='sum') / micro_batch_size)"),
-             "wrong-value"),
+             "divided-by-micro-batch-size"),
         ),
     )
 )

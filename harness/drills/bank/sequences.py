@@ -15,6 +15,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.forbidden import CallRecorder, forbid
 from harness.contract.wire import WireError, describe
@@ -911,6 +912,7 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
     if len(steps) != len(batches):
         fail("wrong-step-count", observed=f"{len(steps)} optimizer steps for {len(batches)} calls",
              expected="one optimizer.step() per call", cause="the step is missing or repeated", where=where)
+    earlier: dict[str, torch.Tensor] = {}
     for i, ((tokens, lengths, labels), step, got_loss) in enumerate(zip(batches, steps, losses, strict=True)):
         if not isinstance(step, dict):
             raise WireError("malformed step record")
@@ -944,9 +946,17 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
             fail("gradients-cleared", observed=f"at step {i} the optimizer saw no gradient (None or zeros)",
                  expected="the gradient of this step's loss", cause="zero_grad() between backward() and step() "
                  "erases the gradient just computed", where="zero_grad at the top of the step")
+        summed = {n: p.grad + earlier[n] for n, p in params.items()} if earlier else None
+        if summed and not all(close_values(grads.get(n), p.grad, atol=1e-5, rtol=1e-4) for n, p in params.items()) \
+                and all(close_values(grads.get(n), summed[n], atol=1e-5, rtol=1e-4) for n in params):
+            fail("stale-gradients", observed=f"at step {i} the optimizer saw the sum of this step's gradient and "
+                 "every earlier step's", expected="the gradient of this step's loss alone",
+                 cause="nothing clears .grad between steps: backward() adds into it", where="optimizer.zero_grad("
+                 "set_to_none=True) at the top of the step")
         for name, p in params.items():
             assert_close(f"the gradient of {name} at step {i}", grads.get(name), p.grad, atol=1e-5, rtol=1e-4,
-                         where=where, cause="stale gradients (zero_grad missing) or a loss other than the prompt's")
+                         where=where, cause="the gradient of another loss than the prompt's")
+        earlier = summed or {n: p.grad for n, p in params.items()}
     final = _dict_of_tensors(seen.get("final"))
     last = _dict_of_tensors(steps[-1].get("params"))
     lr = _seq_lr(case)
@@ -1025,8 +1035,11 @@ add(
         difficulty=3,
         prompt="train_step(embed, classifier, tokens, lengths, labels, optimizer) should mean-pool the embeddings of "
         "each sequence's real tokens (t < lengths[b]; padding is token 0, whose embedding is not zero), classify "
-        "the pooled vector, and take one optimizer step on F.cross_entropy. It has three bugs; the check reports "
-        "the first it observes. Fix all three.",
+        "the pooled vector, and take one optimizer step on F.cross_entropy. What a run shows: changing only the "
+        "padding token's embedding changes the loss; the same sequence, padded to a longer batch, gets a smaller "
+        "pooled vector and another prediction; and no parameter ever changes (calling it twice on one batch "
+        "returns the same loss). Three bugs cause this; fix all three (the check reports the first problem it "
+        "observes).",
         entry="train_step",
         starter=_SEQ_STARTER,
         solution=_SEQ_SOLUTION,
@@ -1040,7 +1053,7 @@ add(
             (_seq_fixed(_SEQ_FIX_MASK, _SEQ_FIX_ZERO), "divides-by-padded-length"),
             (_seq_fixed(_SEQ_FIX_MASK, _SEQ_FIX_DIV), "gradients-cleared"),
             (_seq_fixed(_SEQ_FIX_MASK, _SEQ_FIX_DIV, _SEQ_FIX_ZERO).replace(
-                "    optimizer.zero_grad(set_to_none=True)\n    steps", "    steps"), "wrong-value"),
+                "    optimizer.zero_grad(set_to_none=True)\n    steps", "    steps"), "stale-gradients"),
         ),
     )
 )
