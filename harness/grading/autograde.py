@@ -106,6 +106,10 @@ def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
     reasons += [f"{cell}: output truncated (flood)" for cell in execution.get("output_truncated", [])]
     reasons += [f"processes that left the kernel were still running at the end, killed with the sandbox: {what}"
                 for what in execution.get("daemons", [])]
+    reasons += [f"{what} (the process cap is {sandbox.PROCESSES}; they slow the classmates graded beside it), "
+                "killed with the sandbox" for what in execution.get("processes", [])]
+    reasons += [f"the sandbox's {what} was full at the end (ENOSPC or SIGBUS inside; freed with the sandbox)"
+                for what in execution.get("tmpfs_full", [])]
     guards = execution.get("guard_cells", [])
     ran = [g for g in guards if g["outcome"] == "ok" and g["role"] != "install"]
     failed = [g for g in guards if g["outcome"] != "ok" and "NotExecuted" not in g["outcome"]]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import queue
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ from harness.grading import tamper
 
 GUARD_KEY = "harness_guard"
 PROBE_ROLE = "probe"
+# What the end-of-run report calls a fork bomb (processes besides the kernel), busy (their CPU-seconds) and full
+# (a /tmp or /dev/shm with less than this share free).
+FORK_BOMB_PROCESSES, BUSY_CPU_SECONDS, FULL_SHARE = 64, 2.0, 0.05
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -143,11 +147,13 @@ class SandboxedExecute(Execute):
         return cell, resources
 
     def _record_daemons(self) -> None:
-        """Record processes that left the kernel's process tree (daemonised: setsid, double fork).
+        """Record what the sandbox still runs and holds after the last cell, before its end frees it all.
 
-        In the sandbox such a process is re-parented to the sandbox's first process rather than the machine's,
-        so it is still seen here, before the kernel's end kills it with the whole PID namespace. Children the
-        kernel still holds (DataLoader workers) are its own business.
+        Processes that left the kernel's process tree (daemonised: setsid, double fork) are re-parented to the
+        sandbox's first process rather than the machine's, so they are still seen here. Every process besides
+        the kernel is counted (a fork bomb stops at the process cap) with the CPU time it used (busy processes
+        take it from the classmates graded beside it), and a /tmp or /dev/shm nearly full is named. Children
+        the kernel holds (DataLoader workers) are reported only when they are many or busy.
         """
         import psutil
 
@@ -156,13 +162,28 @@ class SandboxedExecute(Execute):
             return
         try:
             sandbox_init = [p for p in psutil.Process(launcher.pid).children() if p.name() == "bwrap"]
-            orphans = [p for init in sandbox_init for p in init.children()
-                       if "ipykernel_launcher" not in " ".join(p.cmdline())]
+            inside = [p for init in sandbox_init for p in init.children(recursive=True)]
+            kernels = [p for init in sandbox_init for p in init.children()
+                       if "ipykernel_launcher" in " ".join(p.cmdline())]  # its forks are children of it
+            orphans = [p for init in sandbox_init for p in init.children() if p not in kernels]
             names = sorted({" ".join(p.cmdline())[:60] for p in orphans})
+            others = [p for p in inside if p not in kernels]
+            busy = sum(sum(p.cpu_times()[:2]) for p in others)
         except psutil.Error:
             return
         if names:
             self._record("daemons", f"{len(names)} ({'; '.join(names)})")
+        if len(others) >= FORK_BOMB_PROCESSES or busy >= BUSY_CPU_SECONDS:
+            self._record("processes", f"{len(others)} processes besides the kernel were running at the end, having "
+                         f"used {busy:.0f} CPU-seconds")
+        for folder in ("tmp", "dev/shm"):
+            try:
+                usage = os.statvfs(f"/proc/{kernels[0].pid}/root/{folder}")
+            except (OSError, IndexError):
+                continue
+            size, free = usage.f_blocks * usage.f_frsize, usage.f_bavail * usage.f_frsize
+            if size and free < size * FULL_SHARE:
+                self._record("tmpfs_full", f"/{folder} ({(size - free) // 2**20} of {size // 2**20} MiB)")
 
     def on_cell_executed(self, **kwargs: Any) -> None:
         """nbgrader's reply check, plus recording timeouts and exhausted memory."""

@@ -23,12 +23,13 @@ bubblewrap (`bwrap`), which runs the kernel:
   connection file and sockets.
 
 Inside, `limits` caps the kernel's private memory (RLIMIT_DATA), file sizes (RLIMIT_FSIZE) and processes
-(RLIMIT_NPROC, per uid: with root grading, uid 65534 is the kernel's alone), then execs the kernel, which
-inherits them (so do its DataLoader workers and DDP ranks). RLIMIT_DATA rather than RLIMIT_AS: importing
+(RLIMIT_NPROC, counted per uid and user namespace: the sandbox's alone, root-graded or not), then execs the
+kernel, which inherits them (so do its DataLoader workers and DDP ranks). RLIMIT_DATA rather than RLIMIT_AS: importing
 torch maps over 3 GB of shared libraries, which RLIMIT_AS counts and RLIMIT_DATA does not. Neither counts
-shared memory or tmpfs pages: where a cgroup v2 can be made (`harness.grading.cgroup`), it bounds all of
-the sandbox's memory, its processes and its CPU share. With `sandboxed=False` (`harness grade --no-sandbox`)
-only the limits apply.
+shared memory or tmpfs pages: the sized /tmp and /dev/shm bound files there (a fuller one fails with
+ENOSPC, or SIGBUS through a mapping), and what the sandbox still runs and holds at the end is reported
+(`execute`). Anonymous MAP_SHARED memory and the CPU share stay unbounded until a cgroup per sandbox exists.
+With `sandboxed=False` (`harness grade --no-sandbox`) only the limits apply.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ ETC_NEEDED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificat
 # The judge side and the grader: never in the kernel's reach (the guard and this launcher are bound back).
 WITHHELD = ("judge", "judges", "grading")
 GRADING_IN_KERNEL = ("__init__.py", "tamper.py", "sandbox.py")
-PROCESSES = 256  # RLIMIT_NPROC of a root-graded kernel (its uid is its own): a fork bomb stops there
+PROCESSES = 256  # RLIMIT_NPROC of a sandboxed kernel (its uid and namespace are its own): a fork bomb stops there
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,10 @@ def apply_limits(memory_mb: int, file_mb: int = 1024, processes: int = 0) -> Non
 
 
 def _kernel_command(spec: Spec, connection_file: str) -> list[str]:
-    # a process cap counts per real uid: only a root-graded sandbox's uid is its kernel's alone
-    processes = PROCESSES if spec.sandboxed and os.geteuid() == 0 else 0
+    # RLIMIT_NPROC counts per uid and user namespace (Linux 5.14+): a root-graded sandbox's uid is its kernel's
+    # alone, and an unprivileged grader's sandbox has a user namespace of its own; unsandboxed, it would count
+    # every process of the grader's
+    processes = PROCESSES if spec.sandboxed else 0
     return [sys.executable, "-m", "harness.grading.sandbox", "limits", "--memory-mb", str(spec.memory_mb),
             "--processes", str(processes), "--", sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
 
