@@ -122,3 +122,22 @@ def test_a_record_written_outside_the_checker_is_marked_unverified(tmp_path):
     raw["records"]["d"].update(box=5, passes=9)  # a forged promotion
     path.write_text(json.dumps(raw))
     assert Progress.load(path).unverified == {"record:d"}
+
+
+def test_a_self_check_drills_pass_does_not_count_in_a_mock_score(tmp_path):
+    from harness.drills.cli import _mock_summary
+    from harness.drills.progress import record_verdict
+
+    path = tmp_path / "progress.json"
+    progress = Progress.load(path)
+    number = progress.start_mock(["debugging-grad-norms", "loop-train-step"], 30)
+    progress.save()
+    note = record_verdict("debugging-grad-norms", {"passed": True, "code": "passed"}, mock=number, path=path)
+    assert "self-check" in note
+    assert record_verdict("loop-train-step", {"passed": True, "code": "passed"}, mock=number, path=path) == ""
+    progress = Progress.load(path)
+    assert progress.mocks[0]["passed"] == ["loop-train-step"]
+    assert progress.records["debugging-grad-norms"].box == 1  # still practice: the record counts the pass
+    progress.end_mock(number, {}, "finished")
+    summary = _mock_summary(progress, number)
+    assert "1/1 passed" in summary and "self  debugging-grad-norms" in summary

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.drills.index import Entry, entries, get
-from harness.drills.progress import Progress, home
+from harness.drills.progress import Progress, home, self_checked
 from harness.drills.topics import KINDS, TOPICS
 
 Drill = Entry  # what the quick commands handle: a drill's metadata
@@ -340,18 +340,23 @@ def _mock_summary(progress: Progress, number: int) -> str:
     mock = progress.mocks[number - 1]
     events = [e for e in progress.history if e.get("mock") == number]
     mark = " (cannot be verified: edited outside the harness?)" if f"mock:{number}" in progress.unverified else ""
+    scored = [d for d in mock["drills"] if not self_checked(d)]  # a self-check's pass never counts
+    passed = [d for d in mock["passed"] if d in scored]
     lines = [f"\nMock interview {number} ({mock['started']}, {mock['ended']}): "
-             f"{len(mock['passed'])}/{len(mock['drills'])} passed{mark}."]
+             f"{len(passed)}/{len(scored)} passed{mark}."]
     for drill_id in mock["drills"]:
         checks = [e for e in events if e["drill"] == drill_id and e["event"] == "check" and not e.get("late")]
         failed = [e["code"] for e in checks if not e["passed"]]
         late = sum(e["drill"] == drill_id and e["event"] == "check" and bool(e.get("late")) for e in events)
         hints = sum(e["drill"] == drill_id and e["event"] == "hint" for e in events)
         spent = mock["seconds"].get(drill_id)
-        lines.append(f"  {'PASS' if drill_id in mock['passed'] else '----'}  {drill_id:34s} "
+        status = "self" if drill_id not in scored else "PASS" if drill_id in passed else "----"
+        lines.append(f"  {status}  {drill_id:34s} "
                      f"{len(checks)} attempt(s)" + (f" (failed: {', '.join(failed)})" if failed else "")
                      + f", {hints} hint(s)" + (f", {spent:.0f} s" if spent is not None else ", not reached")
                      + (f", {late} after time (not counted)" if late else ""))
+    if len(scored) < len(mock["drills"]):
+        lines.append("  self: a self-check drill (measured inside the answer's own process), left out of the score")
     return "\n".join(lines)
 
 

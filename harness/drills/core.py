@@ -51,6 +51,11 @@ class Drill:
     experiment: Callable[[], None] | None = field(default=None, compare=False)
     # Leaves of the probe's observation where NaN or infinity is expected (`harness.contract.protocol.refuse_nonfinite`)
     nonfinite: tuple[str, ...] = ()
+    # The drill's point is a measurement only the answer's own process makes (host syncs, call records) and no
+    # output shows: its prompt says so, and its pass does not count in a mock interview's score
+    self_check: bool = False
+    # Leaves the judge reads only for a message (the judge fuzz test does not expect a change there to fail)
+    unjudged: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.topics) - set(TOPICS)

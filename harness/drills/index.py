@@ -33,6 +33,7 @@ class Entry:
     hints: tuple[str, ...]
     options: tuple[str, ...] = ()  # explain drills: the options' texts, in the bank's order
     key: int = -1  # explain drills: the index of the right option
+    self_check: bool = False  # a pass that does not count in a mock interview (`Drill.self_check`)
 
     @property
     def choices(self) -> Choices | None:
@@ -52,7 +53,8 @@ def build() -> list[dict]:
         entries.append(asdict(Entry(
             id=drill.id, title=drill.title, kind=drill.kind, topics=drill.topics, difficulty=drill.difficulty,
             prompt=drill.prompt, starter=drill.starter, solution=drill.solution, hints=drill.hints,
-            options=tuple(o.text for o in choices.options) if choices else (), key=choices.key if choices else -1)))
+            options=tuple(o.text for o in choices.options) if choices else (), key=choices.key if choices else -1,
+            self_check=drill.self_check)))
     return json.loads(json.dumps(entries))
 
 

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.drills.index import get
+
 INTERVAL_DAYS = (0, 1, 2, 4, 8, 16)
 FORMAT = 3
 _SIGNED_FORMATS = (3,)
@@ -185,6 +187,14 @@ class Progress:
         mock.update(seconds={k: round(v, 1) for k, v in seconds.items()}, ended=ended)
 
 
+def self_checked(drill_id: str) -> bool:
+    """Whether `drill_id` is a self-check (`Drill.self_check`): its pass never counts in a mock score."""
+    try:
+        return get(drill_id).self_check
+    except SystemExit:  # a drill the index does not know: not a self-check
+        return False
+
+
 def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = None,
                    today: dt.date | None = None, path: Path | None = None) -> str:
     """Record the checker's verdict on one attempt (the checker's job, never the client's); a note for the
@@ -211,6 +221,9 @@ def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = 
     if interview is not None and result["passed"]:
         if debriefed:
             note = "the debrief showed the answer: this pass does not count in the mock interview"
+        elif self_checked(drill_id):
+            note = ("a self-check drill (its point is measured inside your answer's own process): this pass does "
+                    "not count in the mock interview's score")
         elif drill_id not in interview["passed"]:
             interview["passed"].append(drill_id)
     progress.save()

@@ -1097,7 +1097,10 @@ add(
         difficulty=2,
         prompt="A deep network barely learns; you suspect vanishing gradients. Write grad_norms(model), called after "
         "backward: {parameter name: L2 norm of its .grad, as a Python float} for every parameter that has a "
-        "gradient (leave out those whose .grad is None). It is logged at every step: make exactly one host sync.",
+        "gradient (leave out those whose .grad is None). It is logged at every step: make exactly one host sync. "
+        "The sync count is a self-check: it is measured inside your answer's own process, so it can fail the "
+        "drill, and a pass does not count in a mock interview.",
+        self_check=True,
         entry="grad_norms",
         starter=_NORMS_STARTER,
         solution=_NORMS_SOLUTION,

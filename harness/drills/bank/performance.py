@@ -126,7 +126,10 @@ add(
         topics=("performance", "loop"),
         difficulty=2,
         prompt="epoch_metrics computes the right numbers, but calls .item() twice per batch: on a GPU each call waits "
-        "for all queued work, so the GPU idles between batches. Keep the results, sync at most twice per epoch.",
+        "for all queued work, so the GPU idles between batches. Keep the results, sync at most twice per epoch. "
+        "This is a self-check: the syncs are counted inside your answer's own process, so they can fail the drill, "
+        "and a pass does not count in a mock interview.",
+        self_check=True,
         entry="epoch_metrics",
         starter=_METRICS_STARTER,
         solution=_METRICS_SOLUTION,
@@ -254,7 +257,7 @@ def train_logged(model, optimizer, batches, log_every):
 
 add(
     Drill(
-        id="performance-log-every",
+        id="performance-log-every", unjudged=('optimizer_params/*',),
         title="Log the loss without syncing every step",
         kind="write",
         topics=("performance", "loop"),
@@ -262,7 +265,10 @@ add(
         prompt="Write train_logged(model, optimizer, batches, log_every): one pass of training over the list "
         "`batches` (zero_grad(set_to_none=True), F.cross_entropy, backward, step for each batch) that returns the "
         "mean training loss of each window of log_every consecutive steps as Python floats; the last window may be "
-        "shorter. On a GPU every .item() waits for the device: make at most one host sync per window.",
+        "shorter. On a GPU every .item() waits for the device: make at most one host sync per window. The sync "
+        "count is a self-check: it is measured inside your answer's own process, so it can fail the drill, and a "
+        "pass does not count in a mock interview.",
+        self_check=True,
         entry="train_logged",
         starter=_LOG_STARTER,
         solution=_LOG_SOLUTION,
