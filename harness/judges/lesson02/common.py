@@ -9,10 +9,6 @@ import torch
 from harness.contract.failure import fail
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, tolerance: float = 1e-5) -> bool:
-    return a.shape == b.shape and bool(((a - b).abs() <= tolerance * (1 + b.abs())).all())
-
-
 def _tensor(value: Any, what: str) -> torch.Tensor:
     """`value` if it is a tensor; ValueError otherwise (an observation that is not the probe's)."""
     if not isinstance(value, torch.Tensor):

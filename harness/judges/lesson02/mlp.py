@@ -13,9 +13,10 @@ import torch.nn.functional as F
 
 from harness.checks.lesson02.mlp import _mlp_configurations, _mlp_input
 from harness.contract.case import Case
+from harness.contract.compare import close_scaled
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson02.common import _close, _no_exception, _tensor
+from harness.judges.lesson02.common import _no_exception, _tensor
 
 Layers = list[tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -45,13 +46,13 @@ def _reference_mlp(layers: Layers, x: torch.Tensor, *, final_relu: bool = False,
 def _judge_mlp_forward(record: dict[str, Any], layers: Layers, x: torch.Tensor) -> None:
     """The eval-mode outputs are Linear -> ReLU -> ... -> Linear of the recorded layers."""
     out = _tensor(record["out"], "the output")
-    if _close(out, _reference_mlp(layers, x)):
+    if close_scaled(out, _reference_mlp(layers, x), dtype=False):
         return
-    if _close(out, _reference_mlp(layers, x, final_relu=True)):
+    if close_scaled(out, _reference_mlp(layers, x, final_relu=True), dtype=False):
         fail("relu-after-last", observed="the outputs are never negative: a ReLU follows the last layer",
              expected="raw scores (logits) from the last Linear", cause="the activation is applied after "
              "every layer, the last one included", where="skip the activation after the last layer")
-    if _close(out, _reference_mlp(layers, x, relu=False)):
+    if close_scaled(out, _reference_mlp(layers, x, relu=False), dtype=False):
         fail("missing-activation", observed="the model is one big linear map (no ReLU between layers)",
              expected="ReLU after every layer but the last", cause="no activation is applied between the layers",
              where="apply torch.relu between layers in forward")
@@ -65,7 +66,7 @@ def _judge_mlp_dropout_eval(record: dict[str, Any], x: torch.Tensor) -> None:
     """Dropout does nothing in eval mode."""
     first, second = (_tensor(t, "a dropout output") for t in record["dropout_eval"])
     reference = _reference_mlp(_as_layers(record["dropout_layers"]), x)
-    if not (torch.equal(first, second) and _close(first, reference)):
+    if not (torch.equal(first, second) and close_scaled(first, reference, dtype=False)):
         fail("dropout-in-eval", observed="in eval mode, outputs are random or differ from the layers without dropout",
              expected="dropout does nothing after model.eval()",
              cause="a dropout that ignores the module's mode: torch.nn.functional.dropout(x, p) defaults to "
@@ -92,11 +93,11 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
         fail("wrong-forward", observed=f"in one train-mode forward your {len(layers)} Linear layers ran "
              f"{len(inputs)} times", expected="each layer once", cause="a layer applied twice or skipped in forward",
              where="forward")
-    if not _close(inputs[0], x):
+    if not close_scaled(inputs[0], x, dtype=False):
         fail("dropout-misplaced", observed="in train mode the first Linear does not receive the input x itself",
              expected="dropout only after hidden ReLUs", cause="dropout (or another operation) applied to the input "
              "before the first layer", where="forward: the first layer takes x")
-    if not _close(_tensor(train["out"], "the output"), F.linear(inputs[-1], *layers[-1])):
+    if not close_scaled(_tensor(train["out"], "the output"), F.linear(inputs[-1], *layers[-1]), dtype=False):
         fail("dropout-misplaced", observed="in train mode the output is not the last Linear's result",
              expected="raw scores from the last Linear, nothing applied after it",
              cause="dropout (or another operation active in train mode) applied after the last layer",

@@ -12,9 +12,10 @@ from torch import nn
 
 from harness.checks.lesson02.running_standardizer import _eval_batch, _standardizer_setting, _training_batch
 from harness.contract.case import Case
+from harness.contract.compare import close_scaled
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson02.common import _close, _no_exception, _tensor
+from harness.judges.lesson02.common import _no_exception, _tensor
 
 
 def _judge_standardizer_structure(seen: dict[str, Any], features: int) -> None:
@@ -46,13 +47,13 @@ def _judge_standardizer_structure(seen: dict[str, Any], features: int) -> None:
 def _judge_training_output(out: torch.Tensor, x: torch.Tensor, eps: float, step: int) -> None:
     """Train-mode outputs normalise with the batch's statistics and eps; fail naming the formula they fit."""
     mean, var = x.mean(0), x.var(0, unbiased=False)
-    if _close(out, (x - mean) / torch.sqrt(var + eps), 2e-3):
+    if close_scaled(out, (x - mean) / torch.sqrt(var + eps), tol=2e-3, dtype=False):
         return
     eps_causes = [
         (not bool(torch.isfinite(out).all()), "no eps: the constant feature has variance 0, and 0 / 0 is nan"),
-        (_close(out, (x - mean) / (torch.sqrt(var) + eps), 2e-3),
+        (close_scaled(out, (x - mean) / (torch.sqrt(var) + eps), tol=2e-3, dtype=False),
          "eps added to the standard deviation, sqrt(var) + eps, instead of to the variance"),
-        (_close(out, (x - mean) / torch.sqrt(var + 1e-5), 2e-3),
+        (close_scaled(out, (x - mean) / torch.sqrt(var + 1e-5), tol=2e-3, dtype=False),
          "eps fixed at 1e-5 (the default) instead of the eps argument"),
     ]
     for found, cause in eps_causes:
@@ -79,13 +80,13 @@ def _judge_standardizer_training(seen: dict[str, Any], case: Case, reference: nn
                  expected="buffers outside autograd", cause="the update was recorded by autograd; the graph of every "
                  "batch would then stay alive through the buffer", where="update the buffers under torch.no_grad()")
         running_mean = running_mean.detach()
-        if not (_close(running_mean, reference.running_mean, 2e-3)
-                and _close(running_var, reference.running_var, 2e-3)):
+        if not (close_scaled(running_mean, reference.running_mean, tol=2e-3, dtype=False)
+                and close_scaled(running_var, reference.running_var, tol=2e-3, dtype=False)):
             # From the zero initial mean, one batch gives m * batch mean: m tells which momentum was used.
             first = step == 0
-            if first and _close(running_mean, (1 - momentum) * x.mean(0), 2e-3):
+            if first and close_scaled(running_mean, (1 - momentum) * x.mean(0), tol=2e-3, dtype=False):
                 cause = "momentum and 1 - momentum are swapped"
-            elif first and _close(running_mean, 0.1 * x.mean(0), 2e-3):
+            elif first and close_scaled(running_mean, 0.1 * x.mean(0), tol=2e-3, dtype=False):
                 cause = "momentum fixed at 0.1 (BatchNorm's default) instead of the momentum argument"
             else:
                 cause = "the update rule: running = (1 - momentum) * running + momentum * batch_statistic, for both"
@@ -114,8 +115,9 @@ def judge_running_standardizer(seen: dict, *, case: Case) -> str:
                  expected="the statistics frozen in eval mode", cause="the update does not depend on self.training",
                  where="update the buffers only when self.training is True")
         out = _tensor(seen["eval"]["out"], "the eval output")
-        if not _close(out, reference.eval()(x), 2e-3):
-            batch_stats = _close(out, (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps), 2e-3)
+        if not close_scaled(out, reference.eval()(x), tol=2e-3, dtype=False):
+            batch_stats = close_scaled(out, (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps), tol=2e-3,
+                                       dtype=False)
             fail("batch-stats-in-eval" if batch_stats else "wrong-output",
                  observed="eval-mode outputs "
                  + ("use the batch's statistics" if batch_stats else "differ from (x - running_mean) / "
