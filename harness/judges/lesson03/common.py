@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, type_name
+from harness.contract.wire import type_name
 
 
 def _tensor(value: Any, what: str, where: str) -> torch.Tensor:
@@ -23,6 +23,3 @@ def _tensor(value: Any, what: str, where: str) -> torch.Tensor:
     return value
 
 
-def _malformed(what: str) -> NoReturn:
-    """Refuse an observation no probe of this module writes."""
-    raise WireError(f"malformed observation: {what}")

@@ -12,10 +12,10 @@ import torch
 
 from harness.checks.lesson03.dataset import _dataset_inputs, _read_indices, _transformed
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson03.common import _malformed
 
 
 def _label_value(label: Any) -> int | None:
@@ -135,7 +135,7 @@ def _judge_mismatch(mismatch: Any, n: int, name: str) -> None:
     """Building the dataset from n rows of features and n - 1 labels must raise a ValueError with a message."""
     if mismatch is not None and not (isinstance(mismatch, dict) and isinstance(mismatch.get("type"), str)
                                      and isinstance(mismatch.get("message"), str)):
-        _malformed("the mismatch record is None or {type, value_error, message}")
+        malformed("the mismatch record is None or {type, value_error, message}")
     attempt = f"{name}(features with {n} rows, labels with {n - 1})"
     if mismatch is None:
         observed, cause = f"{attempt} was accepted", "no length check in __init__: the mismatch would surface " \

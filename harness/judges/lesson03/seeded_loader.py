@@ -9,16 +9,16 @@ from typing import Any, NoReturn
 
 from harness.checks.lesson03.seeded_loader import _loader_setting
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson03.common import _malformed
 
 
 def _epoch(batches: Any) -> list[list[int]]:
     """A recorded epoch, validated: a list of batches of ints."""
     if not (isinstance(batches, list) and all(
             isinstance(b, list) and all(type(i) is int for i in b) for b in batches)):
-        _malformed("an epoch is a list of batches of item indices")
+        malformed("an epoch is a list of batches of item indices")
     return batches
 
 
@@ -29,13 +29,13 @@ def judge_seeded_loader(seen: dict, *, case: Case) -> str:
     where = "your make_loader"
     first_batches, second_batches = ([_epoch(e) for e in seen[key]] for key in ("first", "second"))
     if len(first_batches) != 2 or len(second_batches) != 2:
-        _malformed("two epochs per loader")
+        malformed("two epochs per loader")
     first_epochs = [[i for batch in epoch for i in batch] for epoch in first_batches]
     second_epochs = [[i for batch in epoch for i in batch] for epoch in second_batches]
     other = [i for batch in _epoch(seen["other"]) for i in batch]
     global_seeds = seen["global_seeds"]
     if not (isinstance(global_seeds, list) and len(global_seeds) == 2 and all(type(s) is int for s in global_seeds)):
-        _malformed("the global RNG's seed after each of the two builds")
+        malformed("the global RNG's seed after each of the two builds")
 
     for epoch in (*first_epochs, *second_epochs, other):
         if sorted(epoch) != list(range(n)):

@@ -11,10 +11,11 @@ import torch
 
 from harness.checks.lesson03.split_normalize import _split_problem
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson03.common import _malformed, _tensor
+from harness.judges.lesson03.common import _tensor
 
 
 def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
@@ -38,7 +39,7 @@ def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
                 where=where,
             )
         if not all(isinstance(t, torch.Tensor) for t in tensors):
-            _malformed("a TensorDataset holds tensors")
+            malformed("a TensorDataset holds tensors")
         rows += tensors
     return (*rows, _tensor(record["mean"], "mean", where), _tensor(record["std"], "std", where))
 

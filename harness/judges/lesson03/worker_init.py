@@ -9,15 +9,15 @@ from typing import Any
 
 from harness.checks.lesson03.worker_init import _worker_setting
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson03.common import _malformed
 
 
 def _draws(values: Any, n: int) -> list[float]:
     """One recorded epoch, validated: a float per item."""
     if not (isinstance(values, list) and len(values) == n and all(type(v) is float for v in values)):
-        _malformed(f"an epoch is {n} noise values")
+        malformed(f"an epoch is {n} noise values")
     return values
 
 
@@ -26,7 +26,7 @@ def judge_worker_init(seen: dict, *, case: Case) -> str:
     """worker_init_fn reseeds the dataset's own generator: distinct across workers and epochs, reproducible."""
     workers, n, _ = _worker_setting(case)
     if not (isinstance(seen["epochs"], list) and len(seen["epochs"]) == 2):
-        _malformed("two epochs")
+        malformed("two epochs")
     epochs = [_draws(values, n) for values in seen["epochs"]]
     again = _draws(seen["again"], n)
     where = "your worker_init_fn"
