@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from harness.contract.compare import malformed, tensor_list
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, type_name
-
-
-def _malformed(what: str) -> NoReturn:
-    """Reject an observation that no probe of this module writes (forged or corrupted)."""
-    raise WireError(f"malformed observation: {what}")
+from harness.contract.wire import type_name
 
 
 def _syncs(count: int) -> str:
@@ -31,14 +27,14 @@ def _copies(count: int) -> str:
 def _count(value: Any, what: str) -> int:
     """A non-negative int of the observation."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        _malformed(f"{what} is not a count")
+        malformed(f"{what} is not a count")
     return value
 
 
 def _flags(value: Any, what: str) -> list[bool]:
     """A list of bools of the observation."""
     if not isinstance(value, list) or not all(isinstance(flag, bool) for flag in value):
-        _malformed(f"{what} is not a list of flags")
+        malformed(f"{what} is not a list of flags")
     return value
 
 
@@ -46,27 +42,15 @@ def _sync_calls(seen: dict) -> tuple[int, list[str]]:
     """The recorded host-sync count and the names of the calls that synced."""
     calls = seen["sync_calls"]
     if not isinstance(calls, list) or not all(isinstance(name, str) for name in calls):
-        _malformed("sync_calls is not a list of names")
+        malformed("sync_calls is not a list of names")
     return _count(seen["syncs"], "syncs"), calls
-
-
-def _tensors(values: Any, like: list[torch.Tensor], what: str, *, none_ok: bool = False) -> list[torch.Tensor | None]:
-    """A list of tensors shaped and typed as `like` (None allowed where `none_ok`)."""
-    if not isinstance(values, list) or len(values) != len(like):
-        _malformed(f"{what} is not a list of {len(like)} tensors")
-    for value, reference in zip(values, like, strict=True):
-        if value is None and none_ok:
-            continue
-        if not isinstance(value, torch.Tensor) or value.shape != reference.shape or value.dtype != reference.dtype:
-            _malformed(f"{what} holds a value that is not a {reference.dtype} tensor of shape {tuple(reference.shape)}")
-    return values
 
 
 def _state(value: Any, like: dict[str, torch.Tensor], what: str) -> dict[str, torch.Tensor]:
     """A state dict with the keys, shapes and dtypes of `like`."""
     if not isinstance(value, dict) or set(value) != set(like):
-        _malformed(f"{what} is not a state dict of the check's model")
-    _tensors([value[k] for k in like], list(like.values()), what)
+        malformed(f"{what} is not a state dict of the check's model")
+    tensor_list([value[k] for k in like], list(like.values()), what)
     return value
 
 

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.fit import _VAL_SIZE, _fit_problem, _fit_runs
 from harness.contract.case import Case
+from harness.contract.compare import malformed, tensor_list
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -22,12 +23,10 @@ from harness.judges.lesson04.common import (
     _close,
     _copies,
     _count,
-    _malformed,
     _reference_eval,
     _reference_grads,
     _require_train_mode,
     _state,
-    _tensors,
 )
 
 
@@ -104,7 +103,7 @@ def _forwards(value: Any) -> list[dict[str, Any]]:
         and (r.get("batch_size") is None or isinstance(r.get("batch_size"), int))
         for r in value
     ):
-        _malformed("forwards is not a list of forward records")
+        malformed("forwards is not a list of forward records")
     return value
 
 
@@ -115,8 +114,8 @@ def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model:
     loss_fn, batches, epochs = nn.CrossEntropyLoss(), list(train_loader), len(accuracies)
     like = [p.detach() for p in model.parameters()]
     if not isinstance(step_params, list):
-        _malformed("step_params is not a list")
-    params = [_tensors(step, like, "a step's params") for step in step_params]
+        malformed("step_params is not a list")
+    params = [tensor_list(step, like, "a step's params") for step in step_params]
     if len(params) != epochs * len(batches):
         fail(
             "wrong-step-count",
@@ -161,7 +160,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
     like = model.state_dict()
     where = "your fit: the early-stopping bookkeeping at the end of each epoch"
     if not isinstance(run, dict) or not isinstance(run.get("snapshots"), list):
-        _malformed("a run is not a record of a fit")
+        malformed("a run is not a record of a fit")
     frame = _history_frame(run["history"])
     # Training forwards: the ones autograd records that are not the validation batch (an evaluation of
     # the training data under no_grad is allowed and is not counted).
@@ -257,5 +256,5 @@ def judge_fit(seen: dict, *, case: Case) -> str:
     """fit(...) early-stops on the val loss with patience/min_delta and leaves the best weights in the model."""
     runs = _fit_runs(case)
     if not isinstance(seen["runs"], list):
-        _malformed("runs is not a list")
+        malformed("runs is not a list")
     return "; ".join(_judge_fit(run, **settings) for run, settings in zip(seen["runs"], runs, strict=True))

@@ -12,15 +12,16 @@ import torch
 from harness.checks.lesson04.common import _META, _one_thread
 from harness.checks.lesson04.running_mean import _running_mean_inputs
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
-from harness.judges.lesson04.common import _as_float, _close, _copies, _malformed, _sync_calls
+from harness.judges.lesson04.common import _as_float, _close, _copies, _sync_calls
 
 
 def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> None:
     """Fail "not-on-device" unless the run on the meta device left `what` on meta; report what it raised."""
     if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
-        _malformed("other_device is not a record of a run")
+        malformed("other_device is not a record of a run")
     if "raised" in seen:
         raise raised_failure(task, f"{seen['raised']}\n  (on a device your code did not expect: meta, "
                              "which holds no values and cannot be read on the host)")

@@ -11,6 +11,7 @@ from torch import nn
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.train_epoch import _train_epoch_inputs
 from harness.contract.case import Case
+from harness.contract.compare import malformed, tensor_list
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -19,12 +20,10 @@ from harness.judges.lesson04.common import (
     _close,
     _copies,
     _flags,
-    _malformed,
     _reference_grads,
     _require_train_mode,
     _sync_calls,
     _syncs,
-    _tensors,
 )
 
 
@@ -37,8 +36,8 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
     batches, n, batch = list(loader), len(loader.dataset), loader.batch_size
     like = [p.detach() for p in model.parameters()]
     if not isinstance(seen["params"], list):
-        _malformed("params is not a list")
-    params = [_tensors(step, like, "a step's params") for step in seen["params"]]
+        malformed("params is not a list")
+    params = [tensor_list(step, like, "a step's params") for step in seen["params"]]
     where = "your train_epoch"
 
     if len(params) != len(batches):

@@ -13,6 +13,7 @@ from torch import nn
 from harness.checks.lesson04.common import _META, _one_thread
 from harness.checks.lesson04.train_step import _train_step_inputs
 from harness.contract.case import Case
+from harness.contract.compare import malformed, tensor_list
 from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -22,11 +23,9 @@ from harness.judges.lesson04.common import (
     _copies,
     _count,
     _flags,
-    _malformed,
     _reference_grads,
     _require_train_mode,
     _sync_calls,
-    _tensors,
 )
 
 
@@ -55,10 +54,10 @@ def _fail_step_before_backward(call: int, what: str, where: str) -> NoReturn:
 def _step_records(seen: dict, like: list[torch.Tensor]) -> list[tuple[list[torch.Tensor | None], list[torch.Tensor]]]:
     """The recorded (grads, params) of every optimizer step, validated against the model's parameters."""
     if not isinstance(seen["steps"], list) or not all(isinstance(step, dict) for step in seen["steps"]):
-        _malformed("steps is not a list of records")
+        malformed("steps is not a list of records")
     return [
-        (_tensors(step["grads"], like, "a step's grads", none_ok=True),
-         _tensors(step["params"], like, "a step's params"))
+        (tensor_list(step["grads"], like, "a step's grads", none_ok=True),
+         tensor_list(step["params"], like, "a step's params"))
         for step in seen["steps"]
     ]
 
@@ -74,10 +73,10 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
     where = "your train_step: the order of zero_grad, forward, backward and step, and model.train()"
 
     if not isinstance(steps_after_call, list) or len(steps_after_call) > len(batches):
-        _malformed("steps_after_call is not a list of one count per call")
+        malformed("steps_after_call is not a list of one count per call")
     for call, count in enumerate(steps_after_call, start=1):
         if _count(count, "a step count") > len(records):
-            _malformed("more steps counted than recorded")
+            malformed("more steps counted than recorded")
         if count == call and _no_gradients(records[call - 1][0]):
             _fail_step_before_backward(call, "missing (None or all zero)", where)
     if len(records) != len(batches) or len(steps_after_call) != len(batches):
@@ -134,7 +133,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
             where="the line of train_step that makes that call (often the return statement)",
         )
     if not isinstance(seen["losses"], list):
-        _malformed("losses is not a list")
+        malformed("losses is not a list")
     for call, (loss, (_, ref_loss)) in enumerate(zip(seen["losses"], references, strict=True), start=1):
         if not isinstance(loss, torch.Tensor):
             fail(
@@ -164,7 +163,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
             )
     held = seen["grads_at_backward"]
     if not isinstance(held, list) or not set(held) <= {"none", "zeros", "values"}:
-        _malformed("grads_at_backward is not a list of states")
+        malformed("grads_at_backward is not a list of states")
     if "zeros" in held:
         fail(
             "grads-zeroed-not-freed",
@@ -182,7 +181,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
 def _require_batch_on_device(seen: Any) -> None:
     """Fail "batch-not-on-device" unless the call with the model on meta fed the forward a meta batch."""
     if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
-        _malformed("other_device is not a record of a run")
+        malformed("other_device is not a record of a run")
     if seen.get("input") not in ("", str(_META)):
         fail(
             "batch-not-on-device",
