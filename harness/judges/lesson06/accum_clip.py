@@ -15,13 +15,12 @@ from harness.checks.lesson05.common import make_mlp
 from harness.checks.lesson06.accum_clip import _accum_plan
 from harness.checks.lesson06.common import Batch, _max_norm, reference_grads
 from harness.contract.case import Case
-from harness.contract.compare import judged
+from harness.contract.compare import close_norm, judged
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson06.common import (
     _check_clipped,
     _clip_to,
-    _close,
     _cosine,
     _fail_stale,
     _only_step,
@@ -63,11 +62,13 @@ def _accum_failures(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tenso
                     batches: Sequence[Batch], max_norm: float, returned: Any) -> None:
     """Fail on an accumulation mistake the optimizer's gradient shows, before judging the clipping itself."""
     count = len(batches)
-    if _stale_added(seen, raw, previous) and not _close(seen, raw):
+    if _stale_added(seen, raw, previous) and not close_norm(seen, raw, rel=2e-3, floor=1e-7):
         _fail_stale("accumulate_clip_step")
     last = reference_grads(model, batches[-1:]) / count
-    only_last = _close(seen, last) or _close(seen, _clip_to(last, max_norm))
-    if only_last and not _close(seen, raw) and not _close(last, raw):
+    only_last = (close_norm(seen, last, rel=2e-3, floor=1e-7)
+                 or close_norm(seen, _clip_to(last, max_norm), rel=2e-3, floor=1e-7))
+    if (only_last and not close_norm(seen, raw, rel=2e-3, floor=1e-7)
+            and not close_norm(last, raw, rel=2e-3, floor=1e-7)):
         fail(
             "only-last-micro-batch",
             observed=f"the optimizer saw only the last micro-batch's gradient (of {count})",
@@ -81,7 +82,7 @@ def _accum_failures(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tenso
     summed_norm = count * float(raw.norm())
     returned_summed = (isinstance(returned, torch.Tensor) and returned.numel() == 1
                        and abs(float(returned.detach()) - summed_norm) <= 1e-3 * summed_norm)
-    if returned_summed or (float(raw.norm()) <= max_norm and _close(seen, raw * count)):
+    if returned_summed or (float(raw.norm()) <= max_norm and close_norm(seen, raw * count, rel=2e-3, floor=1e-7)):
         fail(
             "loss-not-averaged",
             observed=f"the optimizer saw {count} times the mean gradient",
@@ -91,7 +92,8 @@ def _accum_failures(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tenso
         )
     per_micro = _clipped_in_loop(model, batches, max_norm)
     clipped_once = _clip_to(raw, max_norm)
-    if float(raw.norm()) > max_norm and _close(seen, per_micro) and not _close(per_micro, clipped_once):
+    if (float(raw.norm()) > max_norm and close_norm(seen, per_micro, rel=2e-3, floor=1e-7)
+            and not close_norm(per_micro, clipped_once, rel=2e-3, floor=1e-7)):
         fail(
             "clipped-per-micro-batch",
             observed="the optimizer saw a gradient clipped after each micro-batch "

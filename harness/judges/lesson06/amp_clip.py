@@ -11,7 +11,7 @@ from harness.checks.lesson05.common import make_mlp
 from harness.checks.lesson06.amp_clip import _AMP_SCALE, _amp_clip_calls, _amp_clip_parts
 from harness.checks.lesson06.common import _max_norm, reference_grads
 from harness.contract.case import Case
-from harness.contract.compare import judged, matching_tensors
+from harness.contract.compare import close_norm, judged, matching_tensors
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -20,7 +20,6 @@ from harness.judges.lesson05.common import fail_autocast_dtype, other_dtype
 from harness.judges.lesson06.common import (
     _check_clipped,
     _clip_to,
-    _close,
     _cosine,
     _only_step,
     _returned_norm,
@@ -57,7 +56,8 @@ def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -
         other = reference_grads(model, [batch], autocast_dtype=other_dtype(dtype))
         if float((grads - _clip_to(other, max_norm)).norm()) < 0.1 * float((grads - _clip_to(raw, max_norm)).norm()):
             fail_autocast_dtype(dtype, "amp_clip_step")
-        if previous is not None and not _close(grads, raw) and _close(grads, raw + previous / _AMP_SCALE):
+        if (previous is not None and not close_norm(grads, raw, rel=2e-3, floor=1e-7)
+                and close_norm(grads, raw + previous / _AMP_SCALE, rel=2e-3, floor=1e-7)):
             fail(
                 "missing-zero-grad",
                 observed="in the second call the optimizer saw this batch's gradients plus the previous step's "

@@ -8,14 +8,10 @@ import torch
 from torch import nn
 
 from harness.checks.lesson06.common import _flat
-from harness.contract.compare import matching_tensors, type_name
+from harness.contract.compare import close_norm, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.wire import WireError
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 2e-3) -> bool:
-    return float((a - b).norm()) <= rtol * float(b.norm()) + 1e-7
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -105,7 +101,7 @@ def _returned_norm(got: Any, raw_norm: float, clipped_to: float | None, what: st
 def _clamp_bound(seen: torch.Tensor, raw: torch.Tensor) -> float | None:
     """The bound c when `seen` is `raw` with every entry clamped to [-c, c] (what clipping by value does)."""
     bound = float(seen.abs().max())
-    if 0 < bound < float(raw.abs().max()) and _close(seen, raw.clamp(-bound, bound)):
+    if 0 < bound < float(raw.abs().max()) and close_norm(seen, raw.clamp(-bound, bound), rel=2e-3, floor=1e-7):
         return bound
     return None
 
@@ -114,7 +110,7 @@ def _check_clipped(seen: torch.Tensor, raw: torch.Tensor, max_norm: float, what:
     """`seen` must be `raw` rescaled to norm max_norm when raw is longer, and `raw` itself otherwise."""
     raw_norm, seen_norm = float(raw.norm()), float(seen.norm())
     if raw_norm <= max_norm:
-        if not _close(seen, raw):
+        if not close_norm(seen, raw, rel=2e-3, floor=1e-7):
             fail(
                 "clipped-below-threshold",
                 observed=f"gradient norm {raw_norm:.4g} is below max_norm={max_norm:g}, yet the optimizer saw norm "
@@ -127,7 +123,7 @@ def _check_clipped(seen: torch.Tensor, raw: torch.Tensor, max_norm: float, what:
                 where=f"the clipping line of {what}",
             )
         return
-    if abs(seen_norm - raw_norm) <= 1e-3 * raw_norm and _close(seen, raw):
+    if abs(seen_norm - raw_norm) <= 1e-3 * raw_norm and close_norm(seen, raw, rel=2e-3, floor=1e-7):
         fail(
             "not-clipped",
             observed=f"the optimizer saw the unclipped gradient, norm {seen_norm:.4g}, with max_norm={max_norm:g}",
@@ -167,7 +163,7 @@ def _check_clipped(seen: torch.Tensor, raw: torch.Tensor, max_norm: float, what:
 
 
 def _stale_added(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tensor | None) -> bool:
-    return previous is not None and _close(seen, raw + previous)
+    return previous is not None and close_norm(seen, raw + previous, rel=2e-3, floor=1e-7)
 
 
 def _fail_stale(what: str) -> None:
