@@ -6,10 +6,11 @@ import torch
 
 from harness.checks.lesson09.ddp_mean import _mean_inputs
 from harness.contract.case import Case
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson09.common import _malformed, _ranks
+from harness.judges.lesson09.common import _ranks
 
 
 @judges("09-ddp-mean")
@@ -46,7 +47,7 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
                      cause="the reduction or the division is not the mean over ranks", where="ddp_mean")
             after = result["input_after"]
             if not isinstance(after, torch.Tensor):
-                _malformed("input_after is not a tensor")
+                malformed("input_after is not a tensor")
             if not torch.equal(after, values[rank]):
                 fail("modified-input", observed=f"rank {rank}'s input became {after.tolist()}",
                      expected=f"the input left as {values[rank].tolist()}",

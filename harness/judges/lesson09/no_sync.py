@@ -11,17 +11,10 @@ from torch import nn
 from harness.checks.lesson09.common import MODEL_SEED, WORLD, _detached_state, make_model
 from harness.checks.lesson09.no_sync import _accumulation_settings, _micro_batches
 from harness.contract.case import Case
+from harness.contract.compare import close_state, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import (
-    TOLERANCE,
-    _close,
-    _malformed,
-    _max_difference,
-    _ranks,
-    _same_layout,
-    _tensor_dict,
-)
+from harness.judges.lesson09.common import TOLERANCE, _max_difference, _ranks, _same_layout
 
 
 def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) -> dict[str, torch.Tensor]:
@@ -44,7 +37,7 @@ def judge_no_sync(seen: dict, *, case: Case) -> str:
         results = _ranks(run)
         reductions = results[0]["reductions"]
         if not isinstance(reductions, int) or isinstance(reductions, bool):
-            _malformed("the all-reduce count is not an int")
+            malformed("the all-reduce count is not an int")
         if reductions == 0:
             fail("never-synced", observed="no gradient all-reduce happened",
                  expected=f"one per optimizer step ({steps})",
@@ -57,16 +50,16 @@ def judge_no_sync(seen: dict, *, case: Case) -> str:
                  "communication is paid micro-batch times for the same result",
                  where="wrap all but the last micro-batch's forward and backward in `with model.no_sync():`")
         reference = _accumulation_reference(micro, steps, seed, case.seeded(MODEL_SEED))
-        states = [_tensor_dict(result["state"]) for result in results]
+        states = [tensor_dict(result["state"], "a rank's state") for result in results]
         if not all(_same_layout(state, reference) for state in states):
-            _malformed("the ranks' states are not the model's state_dict")
-        if not _close(states[0], states[1]):
+            malformed("the ranks' states are not the model's state_dict")
+        if not close_state(states[0], states[1], rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("ranks-differ",
                  observed=f"the ranks' parameters differ by {_max_difference(states[0], states[1]):.2e}",
                  expected="identical parameters",
                  cause="an optimizer step happened on gradients that were not averaged",
                  where="step once, after the last (synchronised) backward")
-        if not _close(states[0], reference):
+        if not close_state(states[0], reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("wrong-update", observed="parameters differ from one process on the whole batch by "
                  f"{_max_difference(states[0], reference):.2e}",
                  expected=f"the same parameters within {TOLERANCE:g}",

@@ -12,10 +12,11 @@ import torch
 from harness.checks.lesson09.common import MODEL_SEED, WORLD, _detached_state, make_model
 from harness.checks.lesson09.save_rank0 import CHECKPOINT_NAME, _save_epoch, _save_model_step
 from harness.contract.case import Case
+from harness.contract.compare import close_state, malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson09.common import _close, _malformed, _ranks, _same_layout
+from harness.judges.lesson09.common import TOLERANCE, _ranks, _same_layout
 
 
 @judges("09-save-rank0")
@@ -57,7 +58,8 @@ def judge_save_rank0(seen: dict, *, case: Case) -> str:
     model = make_model(case.seeded(MODEL_SEED))
     _save_model_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
     reference = _detached_state(model.state_dict())
-    if not isinstance(saved, dict) or not _same_layout(saved, reference) or not _close(saved, reference):
+    if not isinstance(saved, dict) or not _same_layout(saved, reference) or not close_state(
+            saved, reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
         fail("wrong-state-dict", observed=f"'model' holds {_summary(saved, reference)}",
              expected=f"the model's state_dict after its step: keys {sorted(reference)}",
              cause="something other than the model's current state_dict was saved",
@@ -72,7 +74,7 @@ def judge_save_rank0(seen: dict, *, case: Case) -> str:
 def _string_list(value: Any) -> list[str]:
     """A recorded list of file names, validated."""
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        _malformed("expected a list of file names")
+        malformed("expected a list of file names")
     return value
 
 

@@ -9,16 +9,17 @@ from typing import Any
 
 from harness.checks.lesson09.shard_loader import _loader_settings
 from harness.contract.case import Case
+from harness.contract.compare import int_list, malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import _int_list, _malformed, _ranks
+from harness.judges.lesson09.common import _ranks
 
 
 def _batches(value: Any) -> list[list[int]]:
     """A recorded list of batches of indices, validated."""
     if not isinstance(value, list):
-        _malformed("expected a list of batches")
-    return [_int_list(batch) for batch in value]
+        malformed("expected a list of batches")
+    return [int_list(batch, "a batch's indices") for batch in value]
 
 
 @judges("09-shard-loader")

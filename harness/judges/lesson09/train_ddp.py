@@ -11,18 +11,10 @@ from torch.utils.data import TensorDataset
 from harness.checks.lesson09.common import WORLD, _detached_state, make_model
 from harness.checks.lesson09.train_ddp import _train_arguments, _train_configs, regression_data
 from harness.contract.case import Case
+from harness.contract.compare import close_state, int_list, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import (
-    TOLERANCE,
-    _close,
-    _int_list,
-    _malformed,
-    _max_difference,
-    _ranks,
-    _same_layout,
-    _tensor_dict,
-)
+from harness.judges.lesson09.common import TOLERANCE, _max_difference, _ranks, _same_layout
 
 
 def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, batch_size: int, lr: float, seed: int,
@@ -47,10 +39,11 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
     """Compare the ranks with each other, and with one process at twice the batch trained here."""
     for config, run in zip(_train_configs(case), seen["runs"], strict=True):
         results = _ranks(run)
-        _check_sharding([_int_list(result["seen"]) for result in results], config["n"], config["epochs"])
+        _check_sharding([int_list(result["seen"], "the indices a rank saw") for result in results], config["n"],
+                        config["epochs"])
         for result in results:
             _judge_state_kind(result["state"])
-        states = [_tensor_dict(result["state"]) for result in results]
+        states = [tensor_dict(result["state"], "a rank's state") for result in results]
         wrapped = [k for k in states[0] if k.startswith("module.")]
         if wrapped:
             fail("wrapped-state-dict", observed=f"keys like {wrapped[0]!r}",
@@ -66,14 +59,14 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
                      expected=f"keys {sorted(reference)} of the model's shapes",
                      cause="something other than the trained model's state_dict was returned",
                      where="the return statement")
-        if not _close(states[0], states[1]):
+        if not close_state(states[0], states[1], rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("ranks-differ",
                  observed=f"the ranks' parameters differ by up to {_max_difference(states[0], states[1]):.2e}",
                  expected="identical parameters on every rank",
                  cause="gradients are not averaged across ranks: the model is not wrapped in DDP (each rank trains "
                  "its own copy on its own shard), or the optimizer was built on other parameters",
                  where="model = DDP(make_model()) before building the optimizer from model.parameters()")
-        if not _close(states[0], reference):
+        if not close_state(states[0], reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("not-ddp-equivalent",
                  observed=f"parameters differ from one process with batch {WORLD * config['batch_size']} by up to "
                  f"{_max_difference(states[0], reference):.2e}",
@@ -92,7 +85,7 @@ def _judge_state_kind(state: Any) -> None:
              cause="something other than the model's state_dict is returned (the model itself, or nothing)",
              where="return model.module.state_dict()")
     if not isinstance(state, dict) or not all(isinstance(v, (torch.Tensor, str)) for v in state.values()):
-        _malformed("the returned state is not a dict of tensors")
+        malformed("the returned state is not a dict of tensors")
     others = {k: v for k, v in state.items() if isinstance(v, str)}
     if others:
         key, kind = next(iter(others.items()))
