@@ -14,12 +14,12 @@ from torch import nn
 
 from harness.checks.lesson13.accumulate import Batch, _accum_cases, _accum_setup
 from harness.contract.case import Case
-from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.compare import close_norm, judged, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson13.common import _close, _flat
+from harness.judges.lesson13.common import _flat
 
 
 def _grad_at(model: nn.Module, params: Sequence[torch.Tensor], batches: Sequence[Batch],
@@ -73,22 +73,23 @@ def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], ba
     chunks = list(zip(batch[0].split(micro), batch[1].split(micro), strict=True))
     shares = [len(x) / size for x, _ in chunks]
     want = _grad_at(model, start, chunks, shares)
-    if _close(got, want):
+    if close_norm(got, want, floor=1e-9):
         return got
     observed = f"the gradient at optimizer.step() differs from the full batch's (relative error " \
         f"{float((got - want).norm() / want.norm()):.2g}; {size} rows in micro-batches of {micro})"
-    if previous is not None and _close(got, want + previous):
+    if previous is not None and close_norm(got, want + previous, floor=1e-9):
         fail("missing-zero-grad", observed=observed + ": it equals this call's plus the previous call's",
              expected="this call's gradient only", cause="the gradients are never cleared, so each call adds to "
              "the previous call's", where="optimizer.zero_grad(set_to_none=True) before the loop")
-    if len(chunks) > 1 and _close(got, _grad_at(model, start, chunks[-1:], shares[-1:])):
+    if len(chunks) > 1 and close_norm(got, _grad_at(model, start, chunks[-1:], shares[-1:]), floor=1e-9):
         fail("only-last-micro-batch", observed=observed + ": it is the last micro-batch's alone",
              expected="the sum over every micro-batch", cause="zero_grad inside the micro-batch loop clears the "
              "earlier micro-batches' gradients", where="the position of zero_grad")
-    if len(chunks) > 1 and _close(got, _grad_at(model, start, chunks, [1.0 / len(chunks)] * len(chunks))):
+    if len(chunks) > 1 and close_norm(got, _grad_at(model, start, chunks, [1.0 / len(chunks)] * len(chunks)),
+                                      floor=1e-9):
         cause = "each micro-batch's loss was divided by the number of micro-batches: the last, smaller one weighs " \
             "as much as a full one. Weight it by its share of the rows, len(chunk) / len(batch)"
-    elif _close(got, _grad_at(model, start, chunks, [1.0] * len(chunks))):
+    elif close_norm(got, _grad_at(model, start, chunks, [1.0] * len(chunks)), floor=1e-9):
         cause = "the micro-batch losses were summed without weighting: the gradient is about k times too large"
     else:
         cause = "another weighting of the micro-batch losses (or a micro-batch left out or used twice)"

@@ -12,11 +12,11 @@ import torch
 
 from harness.checks.lesson13.checkpoint import _checkpoint_cases, _checkpoint_inputs
 from harness.contract.case import Case
-from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.compare import close_norm, judged, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson13.common import _close, _flat
+from harness.judges.lesson13.common import _flat
 
 
 @judges("13-checkpoint")
@@ -52,7 +52,7 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
         got = [torch.zeros_like(w) if g is None else g for g, w in
                zip(matching_list(grads, len(want)), want, strict=True)]
         got = matching_tensors(got, want, "grads")
-        if not _close(_flat(got), _flat(want), rtol=1e-4):
+        if not close_norm(_flat(got), _flat(want), rel=1e-4, floor=1e-9):
             fail("wrong-grads", observed=f"the parameters' gradients differ from the plain forward's ({what})",
                  expected="the same gradients: checkpointing changes memory and time, never the result",
                  cause="preserve_rng_state=False: the recomputation draws new dropout masks; or the blocks ran "
