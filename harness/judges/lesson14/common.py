@@ -16,10 +16,6 @@ def _tensor(value: Any, what: str) -> torch.Tensor:
     return value.detach()
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, tolerance: float = 1e-4) -> bool:
-    return a.shape == b.shape and bool(((a.float() - b.float()).abs() <= tolerance * (1 + b.float().abs())).all())
-
-
 def _no_exception(record: dict[str, Any], what: str) -> None:
     if record.get("raised") is not None:
         fail("raised", observed=f"while {what}, your code raised {record['raised']}",

@@ -13,10 +13,11 @@ from torch import nn
 
 from harness.checks.lesson14.lora import _lora_base, _lora_cases, _lora_inputs
 from harness.contract.case import Case
+from harness.contract.compare import close_scaled
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson14.common import _close, _tensor
+from harness.judges.lesson14.common import _tensor
 
 
 def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -42,7 +43,7 @@ def judge_lora(seen: dict, *, case: Case) -> str:
         a0, b0 = _tensor(record["A"], "lora_A"), _tensor(record["B"], "lora_B")
         with torch.no_grad():
             reference = base(x)
-        if not _close(start, reference):
+        if not close_scaled(start, reference, tol=1e-4, dtype=False):
             fail("start-differs", observed=f"a new {what} gives outputs that differ from the base layer's "
                                            f"(largest difference {float((start - reference).abs().max()):.3g})",
                  expected="exactly base(x): fine-tuning starts from the pretrained model",
@@ -66,7 +67,7 @@ def judge_lora(seen: dict, *, case: Case) -> str:
                        "copy made in __init__)", where="forward: use self.lora_A and self.lora_B directly")
         want = _expected(base, x, inputs["A"], inputs["B"], alpha / r)
         got = _tensor(record["out"], "the output")
-        if not _close(got, want):
+        if not close_scaled(got, want, tol=1e-4, dtype=False):
             fail("wrong-forward", observed=f"with lora_A and lora_B set by the check, {what} on an input of shape "
                                            f"{tuple(shape)} gives other outputs",
                  expected="base(x) + (alpha / r) * x @ lora_A.T @ lora_B.T",
@@ -76,13 +77,13 @@ def judge_lora(seen: dict, *, case: Case) -> str:
                  expected="an nn.Linear", cause="another module (or nothing) is returned",
                  where="merge: build and return an nn.Linear(in_features, out_features)")
         merged = _tensor(record["merged_out"], "the merged output")
-        if not _close(merged, want):
+        if not close_scaled(merged, want, tol=1e-4, dtype=False):
             fail("merge-differs", observed="the merged nn.Linear gives other outputs than the LoRA layer",
                  expected="the same outputs: W + (alpha / r) * B @ A as its weight, and the base's bias",
                  cause=_merge_cause(merged, base, x, inputs, alpha, r),
                  where="merge: the merged weight and bias")
         after = _tensor(record["out_after_merge"], "the output after merging")
-        if not _close(after, want):
+        if not close_scaled(after, want, tol=1e-4, dtype=False):
             fail("merge-modifies", observed="after merge(), the LoRA layer itself gives other outputs",
                  expected="the layer unchanged: merging builds a new layer",
                  cause="the merged weight was written into self.base.weight (in place), so the update is now counted "
@@ -130,7 +131,7 @@ def _forward_cause(got: torch.Tensor, base: nn.Linear, x: torch.Tensor, inputs: 
     for scale, cause in ((alpha, "the scaling is alpha, not alpha / r"), (1.0, "the scaling alpha / r is missing"),
                          (r / alpha, "the scaling is r / alpha, upside down"),
                          (0.0, "the low-rank term is not added (or not scaled by a number)")):
-        if _close(got, _expected(base, x, inputs["A"], inputs["B"], scale)):
+        if close_scaled(got, _expected(base, x, inputs["A"], inputs["B"], scale), tol=1e-4, dtype=False):
             return cause
     return "another formula: the order of A and B, a transpose, or a term computed from other tensors"
 
@@ -139,11 +140,11 @@ def _merge_cause(merged: torch.Tensor, base: nn.Linear, x: torch.Tensor, inputs:
                  alpha: float, r: int) -> str:
     with torch.no_grad():
         no_bias = x @ base.weight.T + (alpha / r) * (x @ inputs["A"].T @ inputs["B"].T)
-    if base.bias is not None and _close(merged, no_bias):
+    if base.bias is not None and close_scaled(merged, no_bias, tol=1e-4, dtype=False):
         return "the base layer's bias was not copied into the merged layer"
     for scale, cause in ((1.0, "the scaling alpha / r is missing from the merged weight"),
                          (alpha, "the merged weight is scaled by alpha, not alpha / r"),
                          (0.0, "the merged weight is the base weight alone")):
-        if _close(merged, _expected(base, x, inputs["A"], inputs["B"], scale)):
+        if close_scaled(merged, _expected(base, x, inputs["A"], inputs["B"], scale), tol=1e-4, dtype=False):
             return cause
     return "another merged weight: it must be W + (alpha / r) * B @ A (shape out x in)"
