@@ -189,6 +189,10 @@ def test_another_assignment_is_refused_in_this_folder(graded, capsys):
 def test_a_regrade_rejudges_only_the_changed_check_and_names_who_moved(graded, tmp_path, monkeypatch, capsys):
     out = Path(shutil.copytree(graded.out, tmp_path / "out"))
     before = (out / "results" / "adaamos.json").read_text()
+    pages = {student: next((out / "feedback" / student / ASSIGNMENT).glob("*.html"))
+             for student in ("adaamos", "benbrown", "carlcole", "dinadoe", "evaeast", "zedzorn")}
+    first = {student: page.read_bytes() for student, page in pages.items()}
+    assert "wrong-accuracy" in first["benbrown"].decode()
     called = {"00-accuracy": 0, "00-make-batch": 0, "00-count-params": 0}
 
     def counted(task, judge):
@@ -215,6 +219,17 @@ def test_a_regrade_rejudges_only_the_changed_check_and_names_who_moved(graded, t
     assert changed == ["benbrown: 3 -> 5 points; 00-accuracy: wrong-accuracy -> passed",
                        "carlcole: 3 -> 5 points; 00-accuracy: wrong-accuracy -> passed"], printed
     assert (out / "results" / "adaamos.json").read_text() == before
+    assert "feedback keeps" not in printed and "first grading's verdicts" not in printed
+    for student in ("benbrown", "carlcole"):  # the new verdict and points, hidden tests still removed
+        page = pages[student].read_text()
+        assert "wrong-accuracy" not in page and "00-accuracy: any accuracy accepted" in page, student
+        assert "(Score: 5.0 / 5.0)" in page and "HIDDEN TESTS" not in page, student
+        assert "white-space: pre-wrap" in page and "(<code>00-accuracy</code>)</a>" in page
+    for student in ("adaamos", "dinadoe", "evaeast", "zedzorn"):
+        assert pages[student].read_bytes() == first[student], student
+    with zipfile.ZipFile(out / "feedback_canvas.zip") as archive:
+        ben = next(name for name in archive.namelist() if name.startswith("benbrown_"))
+        assert archive.read(ben) == pages["benbrown"].read_bytes()
     generic = {row[0]: row for row in _rows(out / "lms_grades.csv")[1:]}
     assert generic["benbrown"][6] == "5" and generic["adaamos"][6] == "3"
     assert main(["grade", "--regrade", str(out)]) == 0

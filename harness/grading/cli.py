@@ -266,7 +266,7 @@ def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -
 def run_regrade(args: argparse.Namespace) -> int:
     """Re-judge the tasks whose check changed in the grading at `args.regrade`; report who moved."""
     from harness.grading.batch import course_template, merge_into_gradebook
-    from harness.grading.regrade import regrade
+    from harness.grading.regrade import refresh_feedback, regrade
 
     out = args.regrade.resolve()
     try:
@@ -283,15 +283,17 @@ def run_regrade(args: argparse.Namespace) -> int:
         print(f"no stored observations (graded before they were kept), left as they were: "
               f"{', '.join(regraded.no_observations)}")
     results = [r.to_dict() for r in regraded.results]
+    problems = []
     if regraded.changes:
         with course_template(regraded.assignment) as (template, _):
             merge_into_gradebook(out / "gradebook.db", template, results)
-    print(f"{len(regraded.changes)} students' results changed:" if regraded.changes else "no student's result changed")
+            problems = refresh_feedback(out, template, regraded)
+    print(f"{len(regraded.changes)} students' results changed (their feedback shows the new verdicts):"
+          if regraded.changes else "no student's result changed")
     for change in regraded.changes:
         print(f"  {change.line()}")
-    if regraded.changes:
-        print("their feedback files still show the first grading's verdicts on the re-judged tasks: send them the "
-              "lines above with the new grades")
+    for problem in problems:
+        print(f"{problem}: send this student the line above with the new grade")
     return publish(results, out, regraded.assignment, args)
 
 

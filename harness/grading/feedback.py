@@ -6,18 +6,28 @@ failing one). `StripHiddenTests` runs first in GenerateFeedback: each test cell 
 back, lines printed by hidden checks go, and an error raised by a hidden check becomes a short message
 that names the failure code without the hidden inputs; a visible failure keeps its teaching message.
 `polish_feedback` then makes the HTML read well: long messages wrap inside their box, and the index names
-each test cell by its exercise and task id instead of "Test cell" five times.
+each test cell by its exercise and task id instead of "Test cell" five times. After a regrade,
+`regenerate_feedback` writes a student's new verdicts into the autograded notebook and runs the same
+GenerateFeedback again, from the grading's gradebook, so the feedback shows the new points and messages.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import nbformat
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from harness.grading.execute import error_output
+from harness.grading.layout import course_config, exercise_titles
+
+if TYPE_CHECKING:
+    from harness.judge.verdict import Verdict
 
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
 FAILURE_CODE = re.compile(r"failed \[([a-z0-9-]+)\]")
@@ -80,3 +90,56 @@ class StripHiddenTests(NbGraderPreprocessor):
             outputs.append(output)
         cell.outputs = outputs
         return cell, resources
+
+
+def verdict_outputs(verdict: Verdict) -> list[NotebookNode]:
+    """A test cell's outputs for the judge's `verdict`: its message printed, or raised as a CheckFailed."""
+    if verdict.passed:
+        return [nbformat.v4.new_output("stream", name="stdout", text=verdict.message + "\n")]
+    return [error_output("CheckFailed", verdict.message)]
+
+
+def regenerate_feedback(out: Path, template: Path, assignment: str, student: str,
+                        verdicts: dict[str, Verdict]) -> str | None:
+    """Rewrite `student`'s feedback in the grading at `out` after a regrade judged `verdicts` anew.
+
+    The test cells of `verdicts`' tasks in `out`/autograded get the new messages (the instructor's view); then
+    nbgrader's GenerateFeedback runs as in the first grading (`StripHiddenTests`, `GetGrades` from
+    `out`/gradebook.db, which must already hold the new points; `polish_feedback`), in a private course
+    folder, and its pages replace `out`/feedback/<student>/<assignment>/. Nothing else in `out` changes.
+
+    Args:
+        template: the assignment's template course (`batch.course_template`): its release names the exercises.
+
+    Returns:
+        None, or why the feedback could not be generated (the old pages are then kept).
+    """
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.preprocessors import GetGrades
+
+    graded = out / "autograded" / student / assignment
+    for path in graded.glob("*.ipynb"):
+        notebook = nbformat.read(path, as_version=4)
+        for cell in notebook.cells:
+            verdict = verdicts.get(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
+            if verdict is not None and cell.cell_type == "code":
+                cell.outputs = verdict_outputs(verdict)
+        nbformat.write(notebook, path)
+    release = nbformat.read(next((template / "notebooks" / assignment).glob("*.ipynb")), as_version=4)
+    with tempfile.TemporaryDirectory(prefix="harness-feedback-") as tmp:
+        course = Path(tmp)
+        shutil.copy(out / "gradebook.db", course / "gradebook.db")
+        shutil.copytree(graded, course / "autograded" / student / assignment)
+        # the preprocessors of the first grading's GenerateFeedback (autograde._config)
+        api = NbGraderAPI(config=course_config(course, GenerateFeedback={
+            "preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]}))
+        outcome = api.generate_feedback(assignment, student, force=True)
+        if not outcome["success"]:
+            return f"feedback not regenerated for {student}: {outcome['error'][-200:]}"
+        titles = exercise_titles(release)
+        pages = course / "feedback" / student / assignment
+        for page in pages.glob("*.html"):
+            page.write_text(polish_feedback(page.read_text(encoding="utf-8"), titles), encoding="utf-8")
+        shutil.copytree(pages, out / "feedback" / student / assignment, dirs_exist_ok=True)
+    return None

@@ -7,7 +7,9 @@ are reorganised later), and of the requirement table and hints. Each student's o
 probe cells displayed, decided on outside the sandbox: `autograde.observations`) are kept in
 `observations/`, so a regrade runs no kernel: the changed tasks' judges run again on the stored
 observations, with the stored cases and nonce. Every student whose points or failure codes moved is
-reported, from what to what; every other task, student and file stays as it was.
+reported, from what to what, and their feedback is generated again with the new verdicts (`refresh_feedback`);
+every other task, student and file stays as it was. A task failed for forbidden code (the source scan, which
+no check change affects) stays failed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from typing import Any
 
 from harness.grading.autograde import OBSERVATIONS, judge_observed
 from harness.grading.batch import RESULTS
+from harness.grading.feedback import regenerate_feedback
 from harness.grading.jobs import GradeResult, write_atomically
+from harness.grading.scan import FORBIDDEN_CODE
+from harness.judge.verdict import Verdict
 
 RECORD = "grading.json"
 # modules whose functions count towards a check's fingerprint: the checks and the contract they judge with
@@ -104,6 +109,7 @@ class Change:
     student: str
     before: dict[str, Any]  # {"points": total, "failures": {task: code}}
     after: dict[str, Any]
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # the re-judged tasks' new verdicts
 
     def line(self) -> str:
         """`alice: 5 -> 3 points; 00-accuracy: passed -> wrong-accuracy`."""
@@ -129,19 +135,20 @@ def _summary(result: GradeResult) -> dict[str, Any]:
     return {"points": sum(score for score, _ in result.scores.values()), "failures": dict(result.failures)}
 
 
-def _rejudge(result: GradeResult, observed: dict[str, Any], tasks: list[str]) -> GradeResult:
-    """`result` with `tasks` judged again on the stored observations."""
+def _rejudge(result: GradeResult, observed: dict[str, Any], tasks: list[str]) -> tuple[GradeResult, dict[str, Verdict]]:
+    """`result` with `tasks` judged again on the stored observations, and their new verdicts."""
     scores, failures = dict(result.scores), dict(result.failures)
+    verdicts = {}
     for task in tasks:
-        if task not in observed["tasks"] or task not in scores:
+        if task not in observed["tasks"] or task not in scores or failures.get(task) == FORBIDDEN_CODE:
             continue
-        verdict = judge_observed(task, observed["tasks"][task], observed["nonce"])
+        verdict = verdicts[task] = judge_observed(task, observed["tasks"][task], observed["nonce"])
         scores[task] = [scores[task][1] if verdict.passed else 0.0, scores[task][1]]
         failures.pop(task, None)
         if not verdict.passed:
             failures[task] = verdict.code
     order = [task for task in result.scores if task in failures]
-    return replace(result, scores=scores, failures={task: failures[task] for task in order})
+    return replace(result, scores=scores, failures={task: failures[task] for task in order}), verdicts
 
 
 def regrade(out: Path) -> Regraded:
@@ -161,14 +168,25 @@ def regrade(out: Path) -> Regraded:
     for path in sorted((out / RESULTS).glob("*.json")):
         result = GradeResult.from_json(path.read_text(encoding="utf-8"))
         observed_path = out / OBSERVATIONS / f"{result.student}.json"
+        verdicts: dict[str, Verdict] = {}
         if changed and result.scores and observed_path.is_file():
-            new = _rejudge(result, json.loads(observed_path.read_text(encoding="utf-8")), changed)
+            new, verdicts = _rejudge(result, json.loads(observed_path.read_text(encoding="utf-8")), changed)
         else:
             new = result
             if changed and result.scores:
                 regraded.no_observations.append(result.student)
         if (_summary(new)) != _summary(result):
-            regraded.changes.append(Change(result.student, _summary(result), _summary(new)))
+            regraded.changes.append(Change(result.student, _summary(result), _summary(new), verdicts))
             write_atomically(path, new.to_json())
         regraded.results.append(new)
     return regraded
+
+
+def refresh_feedback(out: Path, template: Path, regraded: Regraded) -> list[str]:
+    """Generate again the feedback of every student whose results `regraded` moved (`regenerate_feedback`);
+    `out`/gradebook.db must already hold the new points. Returns why a student's feedback could not be."""
+    problems = []
+    for change in regraded.changes:
+        if problem := regenerate_feedback(out, template, regraded.assignment, change.student, change.verdicts):
+            problems.append(problem)
+    return problems
