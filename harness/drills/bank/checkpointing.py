@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.contract.case import Case
+from harness.contract.compare import close_tensors
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
@@ -23,13 +24,6 @@ from harness.drills.support import multiple_choice, run_on_two_ranks
 def _weights_only_error(error: BaseException) -> bool:
     """Whether `error` is torch.load refusing a checkpoint that is not made of tensors and plain values."""
     return "weights_only" in str(error) or "Unsupported global" in str(error)
-
-
-def _same_tensors(got: Any, want: list[torch.Tensor]) -> bool:
-    """Whether `got` (data from a probe) is a list of tensors equal to `want` (shapes, dtypes and values)."""
-    return (isinstance(got, list) and len(got) == len(want)
-            and all(isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
-                    and torch.allclose(g, w, atol=1e-6, rtol=1e-5) for g, w in zip(got, want, strict=True)))
 
 
 class _LoadRecorder:
@@ -176,7 +170,7 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
         if seen["epoch"] != 3 or isinstance(seen["epoch"], bool):
             fail("wrong-epoch", observed=f"load_checkpoint returned {seen['epoch']!r}", expected="3, the epoch saved",
                  cause="the epoch counter was not saved, or not returned", where="save the epoch and return it")
-        if not _same_tensors(seen["after_load"], at_save):
+        if not close_tensors(seen["after_load"], at_save, atol=1e-6, rtol=1e-5):
             fail("weights-not-restored", observed="right after load_checkpoint the model still has its fresh weights",
                  expected="the weights saved at epoch 3", cause="model.load_state_dict was not called (or on "
                  "another object)", where="model.load_state_dict(checkpoint['model'])")
@@ -205,7 +199,7 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
                  "uninterrupted run's", expected="the same random draws as the run that never stopped",
                  cause="the global RNG state was not saved/restored: the resumed run draws other "
                  + ("dropout masks" if full else "data"), where="torch.get_rng_state() / torch.set_rng_state()")
-        if not _same_tensors(seen["params"], want["params"]):
+        if not close_tensors(seen["params"], want["params"], atol=1e-6, rtol=1e-5):
             fail("resume-diverges", observed="the resumed run's weights differ from the uninterrupted run's",
                  expected="identical weights after resuming", cause="some state is restored wrongly",
                  where="compare what save_checkpoint writes with what load_checkpoint restores")
@@ -423,7 +417,7 @@ def _judge_strip(seen: dict, *, case: Case) -> str:
                  cause="a list or a generator returned", where="return a dict")
         keys = got["keys"]
         if keys == want_keys:
-            if not _same_tensors(got["values"], list(base.values())):
+            if not close_tensors(got["values"], list(base.values()), atol=1e-6, rtol=1e-5):
                 fail("values-changed", observed=f"the {name} state dict's tensors changed", expected="the same tensors",
                      cause="keys and values paired wrongly", where="keep each value with its key")
             continue
@@ -616,7 +610,7 @@ def _judge_atomic(seen: dict, *, case: Case) -> str:
     folder = os.path.dirname(path)
 
     def holds(got: Any, k: int) -> bool:
-        return _same_tensors(got, [states[k]["weight"], states[k]["step"]])
+        return close_tensors(got, [states[k]["weight"], states[k]["step"]], atol=1e-6, rtol=1e-5)
 
     if not holds(seen["first"], 0):
         fail("wrong-content", observed=f"after save_atomic(state, path), path holds {describe(seen['first'])}",
@@ -789,7 +783,7 @@ def _judge_rank0(seen: dict, *, case: Case) -> str:
         fail("module-prefix", observed=f"saved keys {state['keys'][:2]}...", expected=f"{list(want)[:2]}...",
              cause="the DDP wrapper's state_dict was saved: every key gains 'module.', and the plain model cannot "
              "load it strictly", where="save ddp_model.module.state_dict()")
-    if state["keys"] != list(want) or not _same_tensors(state["values"], list(want.values())):
+    if state["keys"] != list(want) or not close_tensors(state["values"], list(want.values()), atol=1e-6, rtol=1e-5):
         fail("wrong-content", observed=f"saved keys {state['keys'][:3]}...", expected=f"{list(want)[:3]}... with the "
              "model's weights and buffers", cause="another object, or parameters only (buffers dropped)",
              where="ddp_model.module.state_dict()")
@@ -907,8 +901,8 @@ def _judge_legacy(seen: dict, *, case: Case) -> str:
              expected="an UnpicklingError", cause="a global allowed that should not be",
              where="the allowlist passed to safe_globals")
     model, loaded_args = seen.get("model"), seen.get("args")
-    if not isinstance(model, dict) or list(model) != list(state) or not _same_tensors(list(model.values()),
-                                                                                       list(state.values())):
+    if not isinstance(model, dict) or list(model) != list(state) or not close_tensors(
+            list(model.values()), list(state.values()), atol=1e-6, rtol=1e-5):
         fail("wrong-content", observed=f"the loaded model state is {describe(model)}", expected="the saved tensors",
              cause="the file's contents changed on the way", where="return the loaded dict as it is")
     if loaded_args != args:

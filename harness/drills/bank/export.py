@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.errors import explain
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
@@ -966,23 +967,18 @@ def _judge_fold(seen: dict, *, case: Case) -> str:
         scale = bn.weight / (bn.running_var + bn.eps).sqrt()
         without_bias = (x @ linear.weight.T - bn.running_mean) * scale + bn.bias
     got = seen.get("out")
-    if not _same_values(got, want):
-        if _same_values(got, without_eps):
+    if not close_values(got, want, atol=1e-5, rtol=1e-4):
+        if close_values(got, without_eps, atol=1e-5, rtol=1e-4):
             fail("eps-ignored", observed="the folded layer divides by sqrt(running_var)",
                  expected="division by sqrt(running_var + eps)", cause="BatchNorm adds eps before the square root; "
                  "with small variances that changes the output", where=where)
-        if _same_values(got, without_bias):
+        if close_values(got, without_bias, atol=1e-5, rtol=1e-4):
             fail("bias-dropped", observed="the folded layer ignores the Linear's own bias",
                  expected="b' = (b - running_mean) * gamma / sqrt(var + eps) + beta",
                  cause="the Linear's bias passes through the normalisation too", where=where)
         assert_close("the folded layer's output", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="W' = W * s[:, None], b' = (b - mean) * s + beta with s = gamma / sqrt(var + eps)")
     return "one Linear equal to Linear then BatchNorm in eval mode, eps included, the original untouched"
-
-
-def _same_values(got: Any, want: torch.Tensor) -> bool:
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, atol=1e-5,
-                                                                                       rtol=1e-4)
 
 
 _FOLD_SOLUTION = '''import torch

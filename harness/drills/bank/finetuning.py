@@ -16,6 +16,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
@@ -830,11 +831,6 @@ def _head_grads(case: Case, head: dict[str, torch.Tensor], x: torch.Tensor, y: t
     return {"head.weight": model.head.weight.grad, "head.bias": model.head.bias.grad}
 
 
-def _close(got: Any, want: torch.Tensor) -> bool:
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, atol=1e-5,
-                                                                                       rtol=1e-4)
-
-
 def _judge_script(seen: dict, *, case: Case) -> str:
     where = "finetune"
     start = _state(_script_model(case))
@@ -861,19 +857,20 @@ def _judge_script(seen: dict, *, case: Case) -> str:
                  where=where)
         want = _head_grads(case, params, x, y, softmax_first=False)
         got = grads.get("head.weight"), grads.get("head.bias")
-        if _close(got[0], want["head.weight"]) and _close(got[1], want["head.bias"]):
+        if (close_values(got[0], want["head.weight"], atol=1e-5, rtol=1e-4)
+                and close_values(got[1], want["head.bias"], atol=1e-5, rtol=1e-4)):
             previous = got
             continue
         if all(g is None or (isinstance(g, torch.Tensor) and g.abs().sum() == 0) for g in got):
             fail("gradients-cleared", observed=f"at step {i} the optimizer saw no gradient (None or zeros)",
                  expected="the gradient of this batch's loss", cause="zero_grad() ran between backward() and step()",
                  where="zero_grad goes before the forward pass (or right after step)")
-        if previous is not None and _close(got[0], want["head.weight"] + previous[0]):
+        if previous is not None and close_values(got[0], want["head.weight"] + previous[0], atol=1e-5, rtol=1e-4):
             fail("missing-zero-grad", observed=f"at step {i} the gradient is this batch's plus the previous one's",
                  expected="this batch's gradient only", cause="gradients accumulate in .grad until zeroed",
                  where="optimizer.zero_grad(set_to_none=True) at the top of the loop")
         softmaxed = _head_grads(case, params, x, y, softmax_first=True)
-        if _close(got[0], softmaxed["head.weight"]):
+        if close_values(got[0], softmaxed["head.weight"], atol=1e-5, rtol=1e-4):
             fail("double-softmax", observed=f"at step {i} the gradient is that of cross_entropy(softmax(logits))",
                  expected="the gradient of cross_entropy(logits)",
                  cause="F.cross_entropy applies log_softmax itself: a softmax before it squashes the logits into "

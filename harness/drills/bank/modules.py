@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.loop import _seeded
@@ -243,11 +244,6 @@ def _buffer_case(case: Case) -> tuple[int, float, list[torch.Tensor], torch.Tens
     return features, momentum, train, torch.randn(4, features, generator=gen) * 10
 
 
-def _close(got: Any, want: torch.Tensor) -> bool:
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(
-        got.double(), want.double(), atol=1e-5, rtol=1e-5)
-
-
 def _short(value: Any) -> str:
     return str([round(v, 4) for v in value.double().tolist()]) if isinstance(value, torch.Tensor) and \
         value.dim() == 1 else describe(value)
@@ -297,7 +293,7 @@ def _judge_buffer(seen: dict, *, case: Case) -> str:
     mean = torch.zeros(features)
     for k, x in enumerate(train):
         mean = (1 - momentum) * mean + momentum * x.mean(0)
-        if not _close(means[k], mean):
+        if not close_values(means[k], mean, atol=1e-5, rtol=1e-5, dtype=False):
             fail("wrong-update", observed=f"mean after training batch {k + 1}: {_short(means[k])}",
                  expected=f"{_short(mean)}", cause="mean = (1 - momentum) * mean + momentum * x.mean(0): momentum "
                  "weighs the new batch (swapping the two weights, or forgetting the update, gives another value)",
@@ -312,7 +308,7 @@ def _judge_buffer(seen: dict, *, case: Case) -> str:
                      expected="the statistic is state, not part of the graph: d(out)/dx = 1",
                      cause="the update ran with autograd recording (no torch.no_grad()): the buffer now carries "
                      "a graph, and the next backward through it fails", where="wrap the update in torch.no_grad()")
-    if not _close(means[2], mean):
+    if not close_values(means[2], mean, atol=1e-5, rtol=1e-5, dtype=False):
         fail("updates-in-eval", observed=f"after an eval-mode batch the mean is {_short(means[2])}",
              expected=f"unchanged: {_short(mean)}", cause="the statistic is updated in eval mode too: no "
              "`if self.training` guard, so evaluation data leaks into the model's state", where="forward")
