@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 from harness.checks.testing import planted_cells
 from harness.cli import main
 from harness.grading.layout import REPO_ROOT, graded_tasks
-from tests.test_notebook_template import template_problems
+from tests.test_notebook_template import SUMMARY, template_problems
 
 LESSON = "16_export_serving"
 TASK = "16-new-task"
@@ -52,6 +53,10 @@ def new_exercise(root: Path, *args: str) -> int:
 
 
 def test_the_kit_writes_a_working_skeleton_in_every_place(course, capsys):
+    before = nbformat.read(course / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    count, points = map(int, SUMMARY.search(before.cells[0].source).groups())
+    text = "\n".join(cell.source for cell in before.cells if cell.cell_type == "markdown")
+    section = re.findall(r"^## (.+)$", text[:text.index("## Recap")], re.MULTILINE)[-1]  # the one it joins
     assert new_exercise(course, TASK, "--title", "`new_task`", "--points", "3") == 0
     written = capsys.readouterr().out
     probe, judge = (course / "harness" / side / "lesson16" / "new_task.py" for side in ("checks", "judges"))
@@ -65,7 +70,7 @@ def test_the_kit_writes_a_working_skeleton_in_every_place(course, capsys):
     notebook = nbformat.read(course / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert template_problems(notebook, "16") == []
     assert graded_tasks(course / "solutions" / LESSON)[-1] == TASK
-    assert "**Graded exercises:** 6 (14 points)" in notebook.cells[0].source
+    assert f"**Graded exercises:** {count + 1} ({points + 3} points)" in notebook.cells[0].source
     sources = [cell.source for cell in notebook.cells]
     test_cell = next(i for i, cell in enumerate(notebook.cells) if cell.metadata.get("nbgrader", {}).get("grade_id")
                      == TASK)
@@ -85,7 +90,7 @@ from harness.contract import registry
 from harness.contract.failure import CheckFailed
 
 entry = registry.get("{TASK}")
-assert set(entry.requires) == {{"wrong-output"}} and entry.hints.section == "4. int8 weights", entry
+assert set(entry.requires) == {{"wrong-output"}} and entry.hints.section == "{section}", entry
 check("{TASK}", lambda inputs: inputs * 2, hidden=True)  # the skeleton's example requirement, end to end
 with pytest.raises(CheckFailed, match="wrong-output"):
     check("{TASK}", lambda inputs: inputs + 2)
@@ -100,7 +105,7 @@ for stub in stubs[0]:  # the planted stub raises NotImplementedError: [raised], 
 for stub in stubs[1]:
     with pytest.raises(pytest.fail.Exception, match="TODO"):
         assert_correct(stub)
-assert set(planted_cells(tests.MISTAKES)) == {{"{TASK}"}}
+assert planted_cells(tests.MISTAKES)["{TASK}"][1] == "wrong-output"
 print("skeleton ok")
 """
     environment = {**os.environ, "PYTHONPATH": str(course)}
