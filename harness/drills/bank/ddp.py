@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from harness.contract.case import Case
+from harness.contract.compare import close_number
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
@@ -52,10 +53,6 @@ def _tensors(lists: list) -> list[torch.Tensor]:
     return [torch.tensor(values, dtype=torch.float32) for values in lists]
 
 
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-6 + 1e-6 * abs(b)
-
-
 # --- global accuracy -----------------------------------------------------------------------------------------
 
 def _accuracy_counts(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -80,18 +77,19 @@ def _judge_global_accuracy(seen: dict, *, case: Case) -> str:
     (c0, t0), (c1, t1) = [(int(c), int(t)) for c, t in _accuracy_counts(case)]
     got = _two_floats(seen["values"], "global_accuracy")
     want = (c0 + c1) / (t0 + t1)
-    if not _close(got[0], got[1]):
+    if not close_number(got[0], got[1], rtol=1e-6, atol=1e-6):
         fail("ranks-disagree", observed=f"rank 0 reports {got[0]:.4f}, rank 1 reports {got[1]:.4f}",
              expected=f"both report {want:.4f}", cause="the value was computed from this rank's counts only",
              where="all_reduce the counts before dividing")
-    if not _close(got[0], want):
+    if not close_number(got[0], want, rtol=1e-6, atol=1e-6):
         mean_of_ratios = (c0 / t0 + c1 / t1) / 2
-        fail("mean-of-ratios" if _close(got[0], mean_of_ratios) else "wrong-value",
+        fail("mean-of-ratios" if close_number(got[0], mean_of_ratios, rtol=1e-6, atol=1e-6) else "wrong-value",
              observed=f"global accuracy {got[0]:.4f} (rank 0: {c0}/{t0} correct, rank 1: {c1}/{t1})",
              expected=f"{want:.4f} = ({c0} + {c1}) / ({t0} + {t1})",
              cause="averaging per-rank accuracies weights a rank with few samples like one with many"
-             if _close(got[0], mean_of_ratios) else "not the all-reduced counts' ratio (a hard-coded value, or a "
-             "wrong reduction)", where="all_reduce the correct and total counts (SUM), then divide")
+             if close_number(got[0], mean_of_ratios, rtol=1e-6, atol=1e-6)
+             else "not the all-reduced counts' ratio (a hard-coded value, or a wrong reduction)",
+             where="all_reduce the correct and total counts (SUM), then divide")
     return "all-reduced counts: every rank reports the exact global accuracy"
 
 
@@ -325,20 +323,20 @@ def _judge_eval_loss(seen: dict, *, case: Case) -> str:
         counts.append(len(dataset))
         batch_means.append([float(loss.mean()) for loss in losses])
     want = sum(sums) / sum(counts)
-    if not _close(got[0], got[1]):
+    if not close_number(got[0], got[1], rtol=1e-6, atol=1e-6):
         fail("ranks-disagree", observed=f"rank 0 reports {got[0]:.5f}, rank 1 reports {got[1]:.5f}",
              expected=f"both report {want:.5f}", cause="the loss was not reduced across ranks",
              where="all_reduce the sums and counts")
-    if _close(got[0], want):
+    if close_number(got[0], want, rtol=1e-6, atol=1e-6):
         return "the exact mean over every sample of every rank, in eval mode"
     all_batches = batch_means[0] + batch_means[1]
     per_rank_batch = [sum(b) / len(b) for b in batch_means]
     mean_of_batch_means = {sum(all_batches) / len(all_batches), sum(per_rank_batch) / 2}
-    if any(_close(got[0], value) for value in mean_of_batch_means):
+    if any(close_number(got[0], value, rtol=1e-6, atol=1e-6) for value in mean_of_batch_means):
         fail("mean-of-batch-means", observed=f"validation loss {got[0]:.5f}", expected=f"{want:.5f}, the mean over "
              f"all {sum(counts)} samples", cause="averaging batch means weights the smaller last batch like a full "
              "one", where="accumulate the sum of per-sample losses (reduction='sum') and the number of samples")
-    if _close(got[0], (sums[0] / counts[0] + sums[1] / counts[1]) / 2):
+    if close_number(got[0], (sums[0] / counts[0] + sums[1] / counts[1]) / 2, rtol=1e-6, atol=1e-6):
         fail("mean-of-rank-means", observed=f"validation loss {got[0]:.5f}", expected=f"{want:.5f}",
              cause=f"each rank's mean was averaged across ranks: rank 0 has {counts[0]} samples, rank 1 "
              f"{counts[1]}, yet they weigh the same", where="all_reduce the sum and the count, divide after")

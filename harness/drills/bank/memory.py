@@ -3,15 +3,13 @@ how they grow with the batch, activation checkpointing, and gradient accumulatio
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_tensors, close_values
 from harness.contract.failure import fail
 from harness.contract.instruments import StepRecorder
 from harness.contract.wire import WireError, describe
@@ -19,11 +17,8 @@ from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice, no_harness_shortcut, seeded_init, with_fixes
 from harness.memory import saved_for_backward, static_memory
 
-
 # ------------------------------------------------------------------------------------------------ shared helpers
-def _close(got: list[Any], want: list[torch.Tensor]) -> bool:
-    return all(isinstance(g, torch.Tensor) and g.shape == w.shape
-               and torch.allclose(g.double(), w.double(), atol=1e-6, rtol=1e-4) for g, w in zip(got, want, strict=True))
+_TOLERANCE = {"atol": 1e-6, "rtol": 1e-4, "dtype": False}  # for every list of tensors compared here
 
 
 # ------------------------------------------------------------------------------------------------ bytes per parameter
@@ -336,7 +331,7 @@ def _judge_checkpointed(seen: dict, *, case: Case) -> str:
              "returns an output cut off from the parameters", where="the checkpoint call: use_reentrant=False")
     grads = seen.get("grads")
     want = [p.grad for p in blocks.parameters()]
-    if not isinstance(grads, list) or len(grads) != len(want) or not _close(grads, want):
+    if not isinstance(grads, list) or len(grads) != len(want) or not close_tensors(grads, want, **_TOLERANCE):
         fail("wrong-grads", observed="the gradients differ from the plain forward's", expected="the same gradients",
              cause="a block skipped, applied twice, or detached", where="the loop over blocks")
     limit = len(blocks) * x.numel() * x.element_size()
@@ -618,7 +613,7 @@ def _judge_accumulation(seen: dict, *, case: Case) -> str:
         got_params, got_grads = record.get("params"), record.get("grads")
         if not isinstance(got_params, list) or not isinstance(got_grads, list):
             raise WireError("malformed step record")
-        if len(got_params) != len(params) or not _close(got_params, [p.detach() for p in params]):
+        if len(got_params) != len(params) or not close_tensors(got_params, [p.detach() for p in params], **_TOLERANCE):
             fail("wrong-updates", observed=f"before step {step} the weights differ from the reference's",
                  expected=f"w <- w - {_ACC_LR} * the group's mean gradient", cause="an extra update, or a wrong "
                  "gradient at an earlier step", where="the training loop")
@@ -634,15 +629,16 @@ def _judge_accumulation(seen: dict, *, case: Case) -> str:
             fail("no-gradient", observed=f"step {step} ran with parameters that have no gradient",
                  expected="the group's accumulated gradient", cause="the gradients were cleared before step()",
                  where="zero_grad right after step(), not before it")
-        if _close(got_grads, want):
+        if close_tensors(got_grads, want, **_TOLERANCE):
             pass
-        elif _close(got_grads, [g * accum for g in want]):
+        elif close_tensors(got_grads, [g * accum for g in want], **_TOLERANCE):
             fail("unscaled-accumulation", observed=f"at step {step} the gradient is {accum} times the mean over "
                  f"the group's {accum} micro-batches", expected="the gradient of the mean loss over the group, as one "
                  f"batch {accum} times larger would give", cause="each micro-batch's loss is backpropagated whole: "
                  "the gradients add up to a sum, so the effective learning rate grows with accum_steps",
                  where="divide each micro-batch's loss by accum_steps before backward()")
-        elif _close(got_grads, [g / accum for g in per_micro[-1]]) or _close(got_grads, per_micro[-1]):
+        elif (close_tensors(got_grads, [g / accum for g in per_micro[-1]], **_TOLERANCE)
+              or close_tensors(got_grads, per_micro[-1], **_TOLERANCE)):
             fail("lost-micro-batches", observed=f"at step {step} the gradient holds only the group's last "
                  "micro-batch", expected=f"the {accum} micro-batches' gradients added up", cause="zero_grad() at "
                  "every micro-batch wipes what the earlier ones accumulated", where="zero_grad only after step()")
@@ -654,7 +650,8 @@ def _judge_accumulation(seen: dict, *, case: Case) -> str:
             for p, g in zip(params, want, strict=True):
                 p -= _ACC_LR * g
     final = seen.get("final")
-    if not isinstance(final, list) or len(final) != len(params) or not _close(final, [p.detach() for p in params]):
+    if not isinstance(final, list) or len(final) != len(params) or not close_tensors(
+            final, [p.detach() for p in params], **_TOLERANCE):
         fail("wrong-updates", observed="the weights after training differ from the reference's",
              expected="the last group's step applied", cause="the last step is missing or altered", where="the loop")
     mean_loss = seen.get("mean_loss")
