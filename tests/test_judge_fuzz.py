@@ -13,12 +13,9 @@ Leaves are sampled (at most `LEAVES` per observation, spread over it) to keep th
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 
 from harness.checks.testing import DRAWN_CASE, _built
 from harness.contract import wire
@@ -27,60 +24,8 @@ from harness.contract.failure import NOT_FINITE, CheckFailed
 from harness.contract.protocol import decide, observe
 from harness.contract.registry import get
 from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
+from tests.fuzzing import declared, mutations, replaced, sampled
 from tests.test_requirements import lesson_tests
-
-LEAVES = 4
-Path = tuple[Any, ...]
-
-
-def leaves(value: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
-    """(path, leaf) for every float and floating tensor of an observation."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from leaves(item, (*path, key))
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from leaves(item, (*path, index))
-    elif (isinstance(value, float) and math.isfinite(value)) or (
-            isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
-            and bool(torch.isfinite(value).all())):
-        yield path, value
-
-
-def replaced(value: Any, path: Path, leaf: Any) -> Any:
-    """A copy of `value` with the leaf at `path` replaced by `leaf`."""
-    if not path:
-        return leaf
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        return {**value, head: replaced(value[head], rest, leaf)}
-    items = list(value)
-    items[head] = replaced(items[head], rest, leaf)
-    return type(value)(items)
-
-
-def mutations(leaf: Any) -> Iterator[tuple[str, Any]]:
-    """The broken versions of one leaf, by name."""
-    for name, number in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf)):
-        yield name, torch.full_like(leaf, number) if isinstance(leaf, torch.Tensor) else number
-    if isinstance(leaf, torch.Tensor):
-        yield "empty", torch.empty(0, dtype=leaf.dtype)
-
-
-def sampled(observation: dict[str, Any]) -> list[tuple[Path, Any]]:
-    """At most LEAVES leaves, spread over the observation (first and last included)."""
-    found = list(leaves({k: v for k, v in observation.items() if k != "__case__"}))
-    if len(found) <= LEAVES:
-        return found
-    step = (len(found) - 1) / (LEAVES - 1)
-    return [found[round(i * step)] for i in range(LEAVES)]
-
-
-def declared(task_patterns: tuple[str, ...], path: Path) -> bool:
-    from fnmatch import fnmatchcase
-
-    text = "/".join(map(str, path))
-    return any(fnmatchcase(text, pattern) for pattern in task_patterns)
 
 
 def _tasks() -> list[tuple[str, Any]]:

@@ -818,7 +818,7 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
 
 add(
     Drill(
-        id="loop-three-bugs",
+        id="loop-three-bugs", unjudged=('steps/*/params/*',),
         title="Bug hunt: a training loop with three bugs",
         kind="bughunt",
         topics=("loop", "memory", "modules"),

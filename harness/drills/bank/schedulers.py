@@ -372,7 +372,7 @@ def train(model, train_batches, val_batches, optimizer, scheduler, loss_fn, epoc
 
 add(
     Drill(
-        id="schedulers-plateau-metric",
+        id="schedulers-plateau-metric", unjudged=('optimizer_params/*',),
         title="Bug hunt: ReduceLROnPlateau never reduces",
         kind="bughunt",
         topics=("schedulers",),
