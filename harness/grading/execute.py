@@ -39,9 +39,10 @@ from harness.grading import tamper
 
 GUARD_KEY = "harness_guard"
 PROBE_ROLE = "probe"
-# What the end-of-run report calls a fork bomb (processes besides the kernel), busy (their CPU-seconds) and full
+# What the end-of-run report calls a fork bomb (processes besides the kernel), busy (their CPU-seconds; any one
+# running is busy too) and full
 # (a /tmp or /dev/shm with less than this share free).
-FORK_BOMB_PROCESSES, BUSY_CPU_SECONDS, FULL_SHARE = 64, 2.0, 0.05
+FORK_BOMB_PROCESSES, BUSY_CPU_SECONDS, FULL_SHARE = 64, 1.0, 0.05
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -169,13 +170,14 @@ class SandboxedExecute(Execute):
             names = sorted({" ".join(p.cmdline())[:60] for p in orphans})
             others = [p for p in inside if p not in kernels]
             busy = sum(sum(p.cpu_times()[:2]) for p in others)
+            running = sum(p.status() == psutil.STATUS_RUNNING for p in others)
         except psutil.Error:
             return
         if names:
             self._record("daemons", f"{len(names)} ({'; '.join(names)})")
-        if len(others) >= FORK_BOMB_PROCESSES or busy >= BUSY_CPU_SECONDS:
-            self._record("processes", f"{len(others)} processes besides the kernel were running at the end, having "
-                         f"used {busy:.0f} CPU-seconds")
+        if len(others) >= FORK_BOMB_PROCESSES or busy >= BUSY_CPU_SECONDS or running:
+            self._record("processes", f"{len(others)} processes besides the kernel were running at the end ({running} "
+                         f"busy), having used {busy:.1f} CPU-seconds")
         for folder in ("tmp", "dev/shm"):
             try:
                 usage = os.statvfs(f"/proc/{kernels[0].pid}/root/{folder}")
