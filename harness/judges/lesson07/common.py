@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from harness.checks.lesson07.common import _is_number, _LoopSetting, _tiny_regressor
+from harness.contract.compare import close_tensors
 from harness.contract.failure import fail
 
 
@@ -44,29 +45,21 @@ def _used_lrs(seen: dict[str, Any]) -> list[float]:
     return [float(lr) for lr in lrs]
 
 
-def _same_tensors(got: Any, wanted: list[torch.Tensor]) -> bool:
-    """A list of tensors equal to `wanted` up to float rounding (False for anything else)."""
-    return isinstance(got, list) and len(got) == len(wanted) and all(
-        isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
-        and torch.allclose(g, w, rtol=1e-5, atol=1e-7)
-        for g, w in zip(got, wanted, strict=True)
-    )
-
-
 def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Verify every recorded SGD step: weights where the previous step left them, gradients of this batch's
     MSE loss at those weights, and the final weights after the last update."""
     expected = [p.detach().clone() for p in model.parameters()]
     for index, (step, (inputs, targets)) in enumerate(zip(seen["steps"], batches, strict=True)):
         params, grads = step["params"], step["grads"]
-        fresh = _same_tensors(params, expected)
+        fresh = isinstance(params, list) and close_tensors(params, expected, rtol=1e-5, atol=1e-7)
         if fresh:
             with torch.no_grad():
                 for parameter, value in zip(model.parameters(), params, strict=True):
                     parameter.copy_(value)
             model.zero_grad(set_to_none=True)
             nn.functional.mse_loss(model(inputs), targets).backward()
-        if not fresh or not _same_tensors(grads, [p.grad for p in model.parameters()]):
+        if not fresh or not (isinstance(grads, list)
+                             and close_tensors(grads, [p.grad for p in model.parameters()], rtol=1e-5, atol=1e-7)):
             fail(
                 "steps-inconsistent",
                 observed=f"optimizer step {index} saw weights or gradients that are not those of plain SGD on "
@@ -78,7 +71,7 @@ def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[to
                 where="the batch loop: zero_grad, forward, loss, backward, optimizer.step()",
             )
         expected = [p - float(step["lr"]) * g for p, g in zip(params, grads, strict=True)]
-    if not _same_tensors(seen["final"], expected):
+    if not (isinstance(seen["final"], list) and close_tensors(seen["final"], expected, rtol=1e-5, atol=1e-7)):
         fail(
             "steps-inconsistent",
             observed="the final weights are not those the last optimizer step produced",
