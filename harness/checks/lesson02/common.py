@@ -12,10 +12,6 @@ from harness.contract.errors import explain
 from harness.contract.failure import CheckFailed, fail
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 def _isolated_rng(probe: Callable[..., dict]) -> Callable[..., dict]:
     """Run a probe that seeds torch's global generator without changing the student's random stream."""
 
@@ -25,13 +21,6 @@ def _isolated_rng(probe: Callable[..., dict]) -> Callable[..., dict]:
             return probe(*args, **kwargs)
 
     return wrapper
-
-
-def _seeded(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()` after torch.manual_seed(seed), leaving the global random stream as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
 
 
 def _snapshot(value: Any) -> Any:

@@ -13,9 +13,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _attempt, _isolated_rng, _randn, _seeded, _snapshot
+from harness.checks.lesson02.common import _attempt, _isolated_rng, _snapshot
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import randn, seeded
 from harness.contract.registry import register
 
 
@@ -64,7 +65,7 @@ def probe_freeze_backbone(freeze_backbone: Callable[[nn.Module], Any], *, case: 
     step on the parameters that require grad."""
     records = []
     for seed, width, head_frozen_before in _backbone_settings(case):
-        model = _seeded(seed, functools.partial(_BackboneModel, width))
+        model = seeded(seed, functools.partial(_BackboneModel, width))
         if head_frozen_before:
             model.head.requires_grad_(False)
         freeze_backbone(model)
@@ -73,7 +74,7 @@ def probe_freeze_backbone(freeze_backbone: Callable[[nn.Module], Any], *, case: 
             "attribute_set": [n or "model" for n, m in model.named_modules() if "requires_grad" in vars(m)],
             "eval_mode": [n or "model" for n, m in model.named_modules() if not m.training],
         }
-        _attempt(record, functools.partial(_step_frozen, model, record, _randn(16, 6, seed=seed)))
+        _attempt(record, functools.partial(_step_frozen, model, record, randn(16, 6, seed=seed)))
         records.append(record)
     return {"models": records}
 

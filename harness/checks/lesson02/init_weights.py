@@ -11,9 +11,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _isolated_rng, _linears, _seeded, _snapshot
+from harness.checks.lesson02.common import _isolated_rng, _linears, _snapshot
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import seeded
 from harness.contract.registry import register
 
 # Elements of each weight the probe sends (the first ones, row by row): enough to measure std and mean to
@@ -36,7 +37,7 @@ def _init_model(case: Case) -> nn.Module:
                                      nn.Linear(800, 300, bias=False), nn.BatchNorm1d(300)]),
             "out": nn.Linear(300, 40)})
 
-    return _seeded(case.seeded(1 if case.hidden else 0), build)
+    return seeded(case.seeded(1 if case.hidden else 0), build)
 
 
 def _norm_parameters(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -11,9 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _linears, _randn, _snapshot
+from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _linears, _snapshot
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import randn
 from harness.contract.registry import register
 
 
@@ -30,7 +31,7 @@ def _mlp_configurations(case: Case) -> list[tuple[list[int], float]]:
 
 
 def _mlp_input(case: Case, sizes: list[int]) -> torch.Tensor:
-    return _randn(64, sizes[0], seed=case.seeded(len(sizes)))
+    return randn(64, sizes[0], seed=case.seeded(len(sizes)))
 
 
 def _train_forward(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:

@@ -12,10 +12,11 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _isolated_rng, _seeded
+from harness.checks.lesson02.common import _isolated_rng
 from harness.checks.param_groups import describe_groups
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.inputs import seeded
 from harness.contract.registry import register
 
 
@@ -35,7 +36,7 @@ def _group_settings(case: Case) -> list[tuple[bool, float, float, float]]:
 
 
 def _group_model(case: Case, freeze_first: bool) -> nn.Module:
-    return _seeded(case.seeded(0), functools.partial(_GroupModel, freeze_first))
+    return seeded(case.seeded(0), functools.partial(_GroupModel, freeze_first))
 
 
 # The optimizer's defaults in the probe: a group that leaves an option out gets these, visibly wrong.

@@ -12,9 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _randn, _snapshot
+from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _snapshot
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import randn
 from harness.contract.registry import register
 
 
@@ -27,11 +28,11 @@ def _training_batch(case: Case, step: int, features: int) -> torch.Tensor:
     """A batch of 600 rows around 3: feature 1 with a small variance (where eps matters), the last one constant."""
     scale = torch.ones(features)
     scale[1], scale[-1] = 0.05, 0.0
-    return _randn(600, features, seed=case.seeded(step + (10 if case.hidden else 0))) * (step + 2) * scale + 3
+    return randn(600, features, seed=case.seeded(step + (10 if case.hidden else 0))) * (step + 2) * scale + 3
 
 
 def _eval_batch(case: Case, features: int) -> torch.Tensor:
-    return _randn(5, features, seed=case.seeded(99)) * 4
+    return randn(5, features, seed=case.seeded(99)) * 4
 
 
 @register(

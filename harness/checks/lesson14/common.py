@@ -14,13 +14,6 @@ from harness.contract.failure import CheckFailed
 _BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 
 
-def _seeded(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()` after torch.manual_seed(seed), leaving the global random stream as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
-
-
 def _pretrained_like(model: nn.Module, seed: int) -> nn.Module:
     """`model` with BatchNorm scales, shifts and statistics drawn at random (as after pretraining), so that a tensor
     left unloaded shows."""

@@ -13,20 +13,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson14.common import _attempt, _pretrained_like, _seeded
+from harness.checks.lesson14.common import _attempt, _pretrained_like
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import randn, seeded
 from harness.contract.registry import register
 from harness.contract.wire import type_name
 from harness.finetune import TransferNet
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 def _net(seed: int, classes: int, width: int) -> TransferNet:
-    return _pretrained_like(_seeded(seed, functools.partial(TransferNet, classes, width)), seed + 1)  # type: ignore
+    return _pretrained_like(seeded(seed, functools.partial(TransferNet, classes, width)), seed + 1)  # type: ignore
 
 
 # (description, classes of the new head, width, what is wrong with the checkpoint)
@@ -53,17 +50,17 @@ def _checkpoint(case: Case, width: int, defect: str) -> dict[str, torch.Tensor]:
     if defect == _MISSING:
         del state["backbone.1.1.running_var" if not case.hidden else "backbone.0.0.weight"]
     elif defect == _UNEXPECTED:
-        state["backbone.3.weight" if not case.hidden else "backbone.2.1.scale"] = _randn(4, seed=case.seeded(141))
+        state["backbone.3.weight" if not case.hidden else "backbone.2.1.scale"] = randn(4, seed=case.seeded(141))
     elif defect == _PREFIXED:
         state = {f"module.{k}": v for k, v in state.items()}
     elif defect == _RESHAPED:
-        state["backbone.2.0.weight"] = _randn(4 * width, 2 * width, 1, 1, seed=case.seeded(142))
+        state["backbone.2.0.weight"] = randn(4 * width, 2 * width, 1, 1, seed=case.seeded(142))
     return state
 
 
 def _new_model(case: Case, index: int, classes: int, width: int) -> TransferNet:
     """The model a checkpoint is loaded into: its own (random) weights, a new head."""
-    return _seeded(case.seeded(143 + index), functools.partial(TransferNet, classes, width))  # type: ignore
+    return seeded(case.seeded(143 + index), functools.partial(TransferNet, classes, width))  # type: ignore
 
 
 @register(

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson14.common import _seeded
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import seeded
 from harness.contract.registry import register
 from harness.contract.wire import type_name
 
@@ -28,7 +28,7 @@ def _lora_cases(case: Case) -> list[tuple[int, int, int, float, bool, tuple[int,
 
 
 def _lora_base(case: Case, index: int, fan_in: int, fan_out: int, bias: bool) -> nn.Linear:
-    return _seeded(case.seeded(200 + index), functools.partial(nn.Linear, fan_in, fan_out, bias=bias))  # type: ignore
+    return seeded(case.seeded(200 + index), functools.partial(nn.Linear, fan_in, fan_out, bias=bias))  # type: ignore
 
 
 def _lora_inputs(case: Case, index: int, setting: tuple) -> dict[str, torch.Tensor]:

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson14.common import _seeded
 from harness.checks.param_groups import describe_groups
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.inputs import seeded
 from harness.contract.registry import register
 from harness.contract.wire import type_name
 from harness.finetune import TransferNet
@@ -28,7 +28,7 @@ def _group_settings(case: Case) -> list[tuple[int, int, int, float, float, float
 
 
 def _group_model(case: Case, index: int, width: int, classes: int, frozen_blocks: int) -> TransferNet:
-    model = _seeded(case.seeded(190 + index), functools.partial(TransferNet, classes, width))
+    model = seeded(case.seeded(190 + index), functools.partial(TransferNet, classes, width))
     for block in list(model.backbone)[:frozen_blocks]:  # type: ignore[arg-type]
         block.requires_grad_(False)
     return model  # type: ignore[return-value]

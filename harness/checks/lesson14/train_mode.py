@@ -13,9 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson14.common import _attempt, _pretrained_like, _seeded
+from harness.checks.lesson14.common import _attempt, _pretrained_like
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import seeded
 from harness.contract.registry import register
 from harness.finetune import TransferNet
 
@@ -44,7 +45,7 @@ def _mode_cases(case: Case) -> list[tuple[int, int, bool]]:
 
 
 def _mode_model(case: Case, index: int, width: int, frozen_blocks: int, starts_in_eval: bool) -> _ModeNet:
-    model = _seeded(case.seeded(150 + index), functools.partial(_ModeNet, width, frozen_blocks, 3))
+    model = seeded(case.seeded(150 + index), functools.partial(_ModeNet, width, frozen_blocks, 3))
     _pretrained_like(model, case.seeded(160 + index))
     return model.eval() if starts_in_eval else model.train()  # type: ignore
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from torch import nn
 
-from harness.checks.lesson14.common import _seeded
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.inputs import seeded
 from harness.contract.registry import register
 from harness.finetune import TransferNet
 
@@ -40,7 +40,7 @@ def _unfreeze_cases(case: Case) -> list[tuple[str, int, int]]:
 def _unfreeze_model(case: Case, index: int, architecture: str, width: int) -> nn.Module:
     build = functools.partial(TransferNet, 3, width) if architecture == "TransferNet" else \
         functools.partial(_DeepNet, width)
-    return _seeded(case.seeded(230 + index), build)
+    return seeded(case.seeded(230 + index), build)
 
 
 def _blocks(model: nn.Module) -> list[str]:

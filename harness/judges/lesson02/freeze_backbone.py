@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson02.common import _seeded
 from harness.checks.lesson02.freeze_backbone import _backbone_settings, _BackboneModel
 from harness.contract.case import Case
 from harness.contract.failure import fail
+from harness.contract.inputs import seeded
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import _no_exception, _tensor
 
@@ -44,7 +44,7 @@ def _backbone_cause(trainable: list[str], names: list[str], record: dict[str, An
 def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
     """Backbone frozen (no gradients, unchanged by a step), head trainable, also when it came in frozen."""
     for (seed, width, head_frozen_before), record in zip(_backbone_settings(case), seen["models"], strict=True):
-        model = _seeded(seed, functools.partial(_BackboneModel, width))
+        model = seeded(seed, functools.partial(_BackboneModel, width))
         flags, names = record["requires_grad"], [n for n, _ in model.named_parameters()]
         if not (isinstance(flags, dict) and list(flags) == names):
             raise ValueError("the recorded parameters are not the model's")
