@@ -106,6 +106,25 @@ def test_numbers_accept_ints_floats_and_one_element_tensors() -> None:
     assert compare.first_difference([1.0], [1.0, 2.0]) == 1
 
 
+@pytest.mark.parametrize("got", [math.nan, math.inf, True, None, "1.0", [1.0], torch.tensor(1.0)])
+def test_isclose_refuses_what_is_not_a_real_number(got: object) -> None:
+    assert not compare.isclose_number(got, 1.0)
+    assert not compare.isclose_numbers([got], [1.0])
+
+
+def test_isclose_is_relative_to_the_larger_magnitude_with_an_absolute_floor() -> None:
+    assert compare.isclose_number(100, 101.0, rel_tol=0.01)  # 1 <= 0.01 * 101
+    assert not compare.isclose_number(100.0, 101.0, rel_tol=0.0099)
+    assert compare.isclose_number(1e-7, 0.0, abs_tol=1e-6) and not compare.isclose_number(1e-7, 0.0)
+    assert compare.isclose_numbers((1.0, 2.0), [1.0, 2.0 + 1e-9]) and not compare.isclose_numbers([1.0], [1.0, 2.0])
+
+
+def test_isclose_matches_nan_only_when_the_reference_expects_it() -> None:
+    assert not compare.isclose_number(math.nan, math.nan)
+    assert compare.isclose_number(math.nan, math.nan, expected_nan=True)
+    assert not compare.isclose_number(1.0, math.nan, expected_nan=True)
+
+
 def test_max_difference_reads_infinite_for_nan() -> None:
     assert compare.max_difference(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 1.0])) == math.inf
     assert compare.max_difference(torch.empty(0), torch.empty(0)) == 0.0

@@ -84,6 +84,27 @@ def first_difference(got: Sequence[Any], want: Sequence[float], *, rtol: float =
     return None if len(got) == len(want) else min(len(got), len(want))
 
 
+def isclose_number(got: Any, want: float, *, rel_tol: float = 1e-6, abs_tol: float = 1e-12,
+                   expected_nan: bool = False) -> bool:
+    """`got` is a real number (bool excluded) `math.isclose` to `want`: within `rel_tol` times the larger of the
+    two magnitudes, or within `abs_tol`.
+
+    Symmetric, unlike `close_number` (relative to the reference only). A NaN is never close to anything; with
+    `expected_nan`, a NaN `want` asks for a NaN.
+    """
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        return False
+    if math.isnan(want):
+        return expected_nan and math.isnan(got)
+    return math.isclose(got, want, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def isclose_numbers(got: Any, want: Sequence[float], *, rel_tol: float = 1e-6, abs_tol: float = 1e-12) -> bool:
+    """`got` is a list or tuple of `len(want)` numbers, each `isclose_number` to its counterpart."""
+    return (isinstance(got, (list, tuple)) and len(got) == len(want)
+            and all(isclose_number(g, w, rel_tol=rel_tol, abs_tol=abs_tol) for g, w in zip(got, want, strict=True)))
+
+
 def show_numbers(values: Sequence[Any], limit: int = 8) -> str:
     """A short, readable list of numbers for a message ("[0.1, 0.2, ...]")."""
     shown = ", ".join(f"{v:.4g}" if isinstance(v, (int, float)) else repr(v) for v in values[:limit])

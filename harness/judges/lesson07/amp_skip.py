@@ -14,10 +14,11 @@ from torch import nn
 from harness.checks.lesson07.amp_skip import _amp_model, _amp_setting
 from harness.checks.lesson07.common import _scheduler_trace
 from harness.contract.case import Case
+from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque
-from harness.judges.lesson07.common import _as_float, _close, _fmt, _order_note, _replay_steps, _used_lrs
+from harness.judges.lesson07.common import _as_float, _fmt, _order_note, _replay_steps, _used_lrs
 
 
 def _reference_grads(
@@ -97,7 +98,7 @@ def judge_amp_skip(seen: dict, *, case: Case) -> str:
     used = _used_lrs(seen)
     schedule = _scheduler_trace(setting.make, 0.1, count)
     last_epoch = seen["last_epoch"]
-    if _close(used, schedule[:real]) and last_epoch == real:
+    if isclose_numbers(used, schedule[:real]) and last_epoch == real:
         _replay_steps(_amp_model(setting.model_seed), seen, finite)
         return f"{len(poisoned)} skipped steps left the schedule alone; {real} real steps used {_fmt(schedule[:real])}"
     if len(set(used)) == 1 and last_epoch == 0:

@@ -13,13 +13,6 @@ from harness.contract.compare import close_tensors
 from harness.contract.failure import fail
 
 
-def _close(a: Sequence[Any], b: Sequence[float], rel: float = 1e-6, abs_: float = 1e-12) -> bool:
-    """Two sequences of numbers equal to float precision (False for anything that is not a number)."""
-    return len(a) == len(b) and all(
-        _is_number(x) and math.isclose(x, y, rel_tol=rel, abs_tol=abs_) for x, y in zip(a, b, strict=True)
-    )
-
-
 def _first_difference(a: Sequence[float], b: Sequence[float]) -> int:
     """The first index where two equally long sequences of numbers differ."""
     return next(i for i, (x, y) in enumerate(zip(a, b, strict=True))

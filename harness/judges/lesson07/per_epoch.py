@@ -8,11 +8,11 @@ from __future__ import annotations
 from harness.checks.lesson07.common import _scheduler_trace
 from harness.checks.lesson07.per_epoch import _per_epoch_setting
 from harness.contract.case import Case
+from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import (
     _check_train_mode,
-    _close,
     _first_difference,
     _fmt,
     _order_note,
@@ -34,7 +34,7 @@ def judge_per_epoch(seen: dict, *, case: Case) -> str:
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
     _check_train_mode(seen)
-    if _close(used, expected):
+    if isclose_numbers(used, expected):
         _verify_loop_steps(seen, setting)
         return f"every batch of each of {epochs} epochs used that epoch's lr"
     if len(set(used)) == 1:
@@ -46,7 +46,7 @@ def judge_per_epoch(seen: dict, *, case: Case) -> str:
             where="the end of the epoch loop",
         )
     per_batch = _scheduler_trace(setting.make, setting.lr, total)[:total]
-    if _close(used, per_batch):
+    if isclose_numbers(used, per_batch):
         fail(
             "stepped-per-batch",
             observed=f"the lr changed within an epoch: {_fmt(used, 12)} (it decays {batches}x too fast)",
@@ -55,7 +55,7 @@ def judge_per_epoch(seen: dict, *, case: Case) -> str:
             where="move scheduler.step() out of the batch loop, to the end of the epoch",
         )
     shifted = [per_epoch[e + 1] for e in range(epochs) for _ in range(batches)]
-    if _close(used, shifted):
+    if isclose_numbers(used, shifted):
         fail(
             "scheduler-before-optimizer",
             observed=f"epoch 0 already used lr {used[0]:.4g}",

@@ -8,11 +8,11 @@ from __future__ import annotations
 from harness.checks.lesson07.common import _scheduler_trace
 from harness.checks.lesson07.per_step import _per_step_setting
 from harness.contract.case import Case
+from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import (
     _check_train_mode,
-    _close,
     _first_difference,
     _fmt,
     _order_note,
@@ -33,7 +33,7 @@ def judge_per_step(seen: dict, *, case: Case) -> str:
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
     _check_train_mode(seen)
-    if _close(used, expected[:total]):
+    if isclose_numbers(used, expected[:total]):
         _verify_loop_steps(seen, setting)
         return f"lr used at each of {total} optimizer steps follows the per-step schedule"
     if len(set(used)) == 1:
@@ -44,7 +44,7 @@ def judge_per_step(seen: dict, *, case: Case) -> str:
             cause="scheduler.step() is never called, or only after the last optimizer.step()",
             where="after optimizer.step() inside the batch loop",
         )
-    if _close(used, expected[1 : total + 1]):
+    if isclose_numbers(used, expected[1 : total + 1]):
         fail(
             "scheduler-before-optimizer",
             observed=f"lrs used {_fmt(used)}: the first step already used the second value of the schedule",
@@ -54,7 +54,7 @@ def judge_per_step(seen: dict, *, case: Case) -> str:
             where="swap the two calls: optimizer.step() first, then scheduler.step()",
         )
     per_epoch = [expected[e] for e in range(epochs) for _ in range(batches)]
-    if _close(used, per_epoch) or all(used[i] == used[i - 1] for i in range(1, total) if i % batches):
+    if isclose_numbers(used, per_epoch) or all(used[i] == used[i - 1] for i in range(1, total) if i % batches):
         fail(
             "stepped-per-epoch",
             observed=f"the lr changed only between epochs: {_fmt(used, 12)}",

@@ -20,9 +20,10 @@ from harness.checks.lesson07.plateau import (
     _PlateauSetting,
 )
 from harness.contract.case import Case
+from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson07.common import _as_float, _close, _fmt
+from harness.judges.lesson07.common import _as_float, _fmt
 
 
 def _mean_loss(model: nn.Module, dataset: TensorDataset) -> float:
@@ -133,7 +134,8 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
         )
     val_losses = [val for val, _ in losses]
     returned = seen["returned"]
-    if not isinstance(returned, (list, tuple)) or not _close([_as_float(r) for r in returned], val_losses, 1e-4, 1e-6):
+    if not isinstance(returned, (list, tuple)) or not isclose_numbers(
+            [_as_float(r) for r in returned], val_losses, rel_tol=1e-4, abs_tol=1e-6):
         fail(
             "wrong-return",
             observed=f"returned {returned!r:.120}",

@@ -11,10 +11,11 @@ from typing import Any, Sequence
 from harness.checks.lesson07.common import _is_number
 from harness.checks.lesson07.warmup_cosine import _lambda_lr_setting, _warmup_cases
 from harness.contract.case import Case
+from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson07.common import _close, warmup_cosine_reference
+from harness.judges.lesson07.common import warmup_cosine_reference
 
 
 def _ramps_from_zero(values: Sequence[Any], cases: Sequence[tuple[int, int, int]]) -> bool:
@@ -91,8 +92,8 @@ def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]
     if not isinstance(lrs, list) or len(lrs) != len(expected):
         raise TypeError("the observation of the LambdaLR run is malformed")
-    if not _close(lrs, expected):
-        first = next(i for i, lr in enumerate(lrs) if not _close([lr], [expected[i]]))
+    if not isclose_numbers(lrs, expected):
+        first = next(i for i, lr in enumerate(lrs) if not isclose_numbers([lr], [expected[i]]))
         fail(
             "cosine-wrong",
             observed=f"LambdaLR with your factor gives lr {lrs[first]!r:.12} at step {first}",
