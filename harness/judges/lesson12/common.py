@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
-
-
-def _close(a: float, b: float, rtol: float = 1e-4) -> bool:
-    return math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b)) or a == b
 
 
 def _scalar(value: Any) -> float | None:

@@ -12,11 +12,11 @@ from torch import nn
 
 from harness.checks.lesson12.dead_units import _dead_setup
 from harness.contract.case import Case
-from harness.contract.compare import type_name
+from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson12.common import _close, _scalar
+from harness.judges.lesson12.common import _scalar
 
 
 def _alive(model: nn.Module, batches: Sequence[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
@@ -66,14 +66,14 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
             fail("not-a-tensor", observed=f"the value for {name} is {type_name(got[name])}",
                  expected="a 0-dim tensor (one host sync for the caller, not one per layer)",
                  cause=".item() or float() on each fraction", where="the values of the dict you return")
-        if number is not None and _close(number, value, 1e-5):
+        if isclose_number(number, value, rel_tol=1e-5, abs_tol=1e-6):
             continue
         stacked = torch.stack(masks[name])
         last_only = 1.0 - float(stacked[-1].float().mean())
         every = _outputs_of(model, name, batches)  # (all examples, units)
         per_value = float((every <= 0).float().mean())
         any_zero = float((every <= 0).any(dim=0).float().mean())
-        if number is not None and _close(number, last_only, 1e-5):
+        if isclose_number(number, last_only, rel_tol=1e-5, abs_tol=1e-6):
             fail("last-batch-only", observed=f"{name}: {number:.4f}, the dead fraction on the last batch alone",
                  expected=f"{value:.4f}: dead on every batch ({len(batches)} batches)",
                  cause="the hook replaces what it stored at each call, so only the last batch counts",
@@ -81,7 +81,7 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
         causes = {"the fraction of zero values (over examples and units), not of units": per_value,
                   "units zero on at least one example, instead of on every example": any_zero,
                   "the fraction of negative outputs (a ReLU's output is never negative)": 0.0}
-        named = [c for c, v in causes.items() if number is not None and _close(number, v, 1e-5)]
+        named = [c for c, v in causes.items() if isclose_number(number, v, rel_tol=1e-5, abs_tol=1e-6)]
         fail("wrong-fraction", observed=f"{name}: {number if number is not None else type_name(got[name])}",
              expected=f"{value:.4f}, the fraction of its {stacked.shape[1]} units that output 0 for every example",
              cause=f"your value is {named[0]}" if named else "another quantity than the dead-unit fraction",

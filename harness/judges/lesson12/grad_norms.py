@@ -12,11 +12,11 @@ import torch
 
 from harness.checks.lesson12.grad_norms import _grad_model
 from harness.contract.case import Case
-from harness.contract.compare import type_name
+from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson12.common import _close, _scalar
+from harness.judges.lesson12.common import _scalar
 
 
 @judges("12-grad-norms")
@@ -60,7 +60,7 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
                  expected="a 0-dim tensor: reading it is the caller's choice (one sync, not one per parameter)",
                  cause=".item() or float() on each norm", where="the values of the dict you build")
         number = _scalar(norm)
-        if number is None or not _close(number, value, 1e-4):
+        if number is None or not isclose_number(number, value, rel_tol=1e-4, abs_tol=1e-6):
             gradient = dict(named)[name]
             candidates = {"the squared norm (no square root)": value ** 2,
                           "the mean absolute value": float(gradient.abs().mean()),
@@ -68,15 +68,15 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
                           "the root mean square (the norm divided by sqrt(numel))": value / math.sqrt(gradient.numel()),
                           "the norm of the parameter itself, not of its gradient":
                               float(dict(model.named_parameters())[name].detach().norm())}
-            causes = [c for c, v in candidates.items() if number is not None and _close(number, v)]
-            fail("wrong-norm", observed=f"{name}: {number if number is not None else _describe(norm)}",
+            causes = [c for c, v in candidates.items() if isclose_number(number, v, rel_tol=1e-4, abs_tol=1e-6)]
+            fail("wrong-norm", observed=f"{name}: {number if number is not None else _shape_or_type(norm)}",
                  expected=f"the L2 norm of its gradient, {value:.6g}",
                  cause=f"your value is {causes[0]}" if causes else "another quantity than the L2 norm of p.grad",
                  where="the expression that computes each value")
     return f"the gradient norm of each of the {len(want)} parameters with a gradient, as tensors, gradients kept"
 
 
-def _describe(value: Any) -> str:
+def _shape_or_type(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     return type_name(value)

@@ -9,11 +9,11 @@ from torch import nn
 
 from harness.checks.lesson12.init_loss import _init_cases, _init_inputs
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import isclose_number, judged, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson12.common import _close, _scalar
+from harness.judges.lesson12.common import _scalar
 
 
 @judges("12-init-loss")
@@ -29,10 +29,11 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  cause="the return statement does not return two values", where="the return statement")
         measured, expected = _scalar(got[0]), _scalar(got[1])
         want = math.log(classes)
-        if expected is None or not _close(expected, want, 1e-6):
+        if expected is None or not isclose_number(expected, want, rel_tol=1e-6, abs_tol=1e-6):
             alternatives = {"log10(C)": math.log10(classes), "log2(C)": math.log2(classes), "1/C": 1 / classes,
                             "ln(C - 1)": math.log(classes - 1) if classes > 1 else math.nan, "C": float(classes)}
-            named = [name for name, value in alternatives.items() if expected is not None and _close(expected, value)]
+            named = [name for name, value in alternatives.items()
+                     if isclose_number(expected, value, rel_tol=1e-4, abs_tol=1e-6)]
             fail("wrong-expected", observed=f"expected loss {expected!r} for C = {classes}" if expected is not None
                  else f"the second value is {type_name(got[1])}",
                  expected=f"ln({classes}) = {want:.5f}",
@@ -56,7 +57,7 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  expected="model.eval() before the forward: dropout makes a training-mode loss random",
                  cause="the model is measured in the mode it was handed over in (train)",
                  where="before the forward pass of loss_at_init")
-        if measured is None or not _close(measured, reference, 1e-4):
+        if measured is None or not isclose_number(measured, reference, rel_tol=1e-4, abs_tol=1e-6):
             candidates = {
                 "the per-example losses were summed (reduction='sum')": reference * len(targets),
                 "softmax was applied before F.cross_entropy, which applies log_softmax itself":
@@ -64,7 +65,8 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                 "F.nll_loss on raw logits (it expects log-probabilities)":
                     float(nn.functional.nll_loss(logits, targets)),
             }
-            named = [cause for cause, value in candidates.items() if measured is not None and _close(measured, value)]
+            named = [cause for cause, value in candidates.items()
+                     if isclose_number(measured, value, rel_tol=1e-4, abs_tol=1e-6)]
             fail("wrong-loss", observed=f"measured loss {measured!r}" if measured is not None
                  else f"the first value is {type_name(got[0])}",
                  expected=f"the mean cross-entropy of the logits, {reference:.5f} (ln C = {want:.4f})",

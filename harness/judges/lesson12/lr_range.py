@@ -15,12 +15,12 @@ from torch import nn
 from harness.checks.lesson12.common import Batch
 from harness.checks.lesson12.lr_range import _BASE_LR, _MOMENTUM, _buffers, _sweep_setup, _sweeps
 from harness.contract.case import Case
-from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.compare import isclose_number, judged, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson12.common import _close, _scalar
+from harness.judges.lesson12.common import _scalar
 
 
 def _schedule(item: dict[str, Any]) -> list[float]:
@@ -43,7 +43,7 @@ def _reference_step(model: nn.Module, params: list[torch.Tensor], batch: Batch) 
     return float(loss.detach()), [p.grad.detach().clone() for p in model.parameters()]
 
 
-def _same(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float = 1e-4) -> bool:
+def _tensors_allclose(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float = 1e-4) -> bool:
     return all(torch.allclose(x, y, rtol=rtol, atol=1e-6, equal_nan=True) for x, y in zip(a, b, strict=False))
 
 
@@ -51,14 +51,14 @@ def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) ->
     """Fail unless every param group of step `i` ran at the exponential schedule's learning rate."""
     if not isinstance(lrs, list) or len(lrs) != 2 or not all(isinstance(v, float) for v in lrs):
         raise WireError("malformed observation: lrs")
-    if all(_close(v, schedule[i], 1e-6) for v in lrs):
+    if all(isclose_number(v, schedule[i], rel_tol=1e-6, abs_tol=1e-6) for v in lrs):
         return
     start, end, n = item["start_lr"], item["end_lr"], item["num_steps"]
-    if any(_close(v, schedule[i], 1e-6) for v in lrs):
+    if any(isclose_number(v, schedule[i], rel_tol=1e-6, abs_tol=1e-6) for v in lrs):
         cause = "only some param groups were set (each group has its own 'lr')"
-    elif _close(lrs[0], start + (end - start) * i / (n - 1), 1e-6):
+    elif isclose_number(lrs[0], start + (end - start) * i / (n - 1), rel_tol=1e-6, abs_tol=1e-6):
         cause = "the learning rates are spaced linearly, not exponentially"
-    elif _close(lrs[0], start * (end / start) ** (i / n), 1e-6):
+    elif isclose_number(lrs[0], start * (end / start) ** (i / n), rel_tol=1e-6, abs_tol=1e-6):
         cause = "the exponent is i / num_steps: the last step never reaches end_lr"
     else:
         cause = "another schedule than the exponential one"
@@ -70,16 +70,16 @@ def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) ->
 def _check_grads(i: int, grads: list[torch.Tensor], want: list[torch.Tensor], previous: list[torch.Tensor] | None,
                  model: nn.Module, recorded: list[torch.Tensor], batches: list[Batch]) -> None:
     """Fail unless step `i`'s gradient is the gradient of its own batch at the parameters it started from."""
-    if _same(grads, want, 1e-3):
+    if _tensors_allclose(grads, want, 1e-3):
         return
-    if previous is not None and _same(grads, [a + b for a, b in zip(want, previous, strict=True)], 1e-3):
+    if previous is not None and _tensors_allclose(grads, [a + b for a, b in zip(want, previous, strict=True)], 1e-3):
         fail("missing-zero-grad", observed=f"at step {i} the optimizer saw that step's gradient plus the previous "
              "step's", expected="each step's own gradient",
              cause="the gradients are not cleared between steps, so backward adds to them",
              where="optimizer.zero_grad(set_to_none=True) before each backward")
     own = i % len(batches)
     others = [j for j in range(len(batches))
-              if j != own and _same(grads, _reference_step(model, recorded, batches[j])[1], 1e-3)]
+              if j != own and _tensors_allclose(grads, _reference_step(model, recorded, batches[j])[1], 1e-3)]
     fail("wrong-batch", observed=f"the gradient of step {i} is not that of batches[{own}]"
          + (f" (it is that of batches[{others[0]}])" if others else ""),
          expected=f"step {i} trains on batches[{i} % len(batches)] = batches[{own}]",
@@ -105,7 +105,7 @@ def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: l
     losses, buffers, params, previous = [], start_buffers, start, None
     for i, step in enumerate(steps):
         recorded = matching_tensors(step.get("params"), start, "params")
-        if not _same(recorded, params, 1e-4):
+        if not _tensors_allclose(recorded, params, 1e-4):
             raise WireError("malformed observation: the parameters do not follow the recorded steps")
         _check_lrs(item, i, step.get("lrs"), schedule)
         raw = step.get("grads")
@@ -137,10 +137,11 @@ def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> Non
     got_lrs, values = got[0], [_scalar(v) for v in got[1]]
     counts_match = len(got_lrs) == len(losses) == len(values)
     if not counts_match or any(v is None for v in values) or not all(
-            _close(a, b, 1e-4) for a, b in zip(values, losses, strict=True)):
+            isclose_number(a, b, rel_tol=1e-4, abs_tol=1e-6) for a, b in zip(values, losses, strict=True)):
         if not counts_match:
             cause = "a different number of values than steps taken"
-        elif all(v is not None and _close(v, s, 1e-4) for v, s in zip(values, _smoothed(losses), strict=True)):
+        elif all(isclose_number(v, s, rel_tol=1e-4, abs_tol=1e-6)
+                 for v, s in zip(values, _smoothed(losses), strict=True)):
             cause = "the losses are smoothed (a running average): return the raw loss of each step"
         else:
             cause = "the loss was computed at another time (after optimizer.step()), or another quantity"
@@ -148,7 +149,8 @@ def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> Non
              f"{[f'{v:.4g}' if v is not None else '?' for v in values[:6]]}",
              expected=f"{len(losses)} lrs and the losses before each update {[f'{v:.4g}' for v in losses[:6]]}",
              cause=cause, where="what you append to losses, and when")
-    if not all(isinstance(v, float) and _close(v, lr, 1e-6) for v, lr in zip(got_lrs, schedule, strict=False)):
+    if not all(isinstance(v, float) and isclose_number(v, lr, rel_tol=1e-6, abs_tol=1e-6)
+               for v, lr in zip(got_lrs, schedule, strict=False)):
         fail("wrong-losses", observed=f"returned lrs {got_lrs[:4]}", expected=f"{[f'{v:.4g}' for v in schedule[:4]]}",
              cause="the returned learning rates are not those of the steps", where="what you append to lrs")
 
@@ -184,7 +186,7 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
                     groups: int) -> None:
     """Fail unless the model's parameters and the optimizer's buffers and learning rates are back as they were."""
     after = matching_tensors(call["params_after"], start, "params_after")
-    if not _same(after, start, 1e-6):
+    if not _tensors_allclose(after, start, 1e-6):
         fail("model-not-restored", observed="the model's parameters differ from those before the call",
              expected="the parameters restored exactly (the sweep is a diagnostic, not training)",
              cause="no restore, or the saved copy is model.state_dict() without copy.deepcopy (it holds the live "
@@ -195,7 +197,8 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
         raise WireError("malformed observation: optimizer state")
     restored_buffers = all(isinstance(b, torch.Tensor) and b.shape == s.shape and torch.allclose(b, s, atol=1e-7)
                            for b, s in zip(buffers_after, start_buffers, strict=True))
-    if not restored_buffers or not all(isinstance(v, float) and _close(v, _BASE_LR, 1e-9) for v in lrs_after):
+    if not restored_buffers or not all(isinstance(v, float) and isclose_number(v, _BASE_LR, rel_tol=1e-9, abs_tol=1e-6)
+                                       for v in lrs_after):
         what = "the momentum buffers" if not restored_buffers else f"the learning rates ({lrs_after})"
         fail("optimizer-not-restored", observed=f"{what} differ from those before the call",
              expected=f"the optimizer as it was: its momentum buffers, and lr {_BASE_LR:g} in each group",
