@@ -11,6 +11,7 @@ from torch import nn
 from harness.contract.failure import fail
 
 if TYPE_CHECKING:
+    from harness.contract.case import Case
     from harness.drills.core import Drill
 
 
@@ -30,6 +31,11 @@ def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, *, atol: floa
         worst = (got.double() - want.double()).abs().max().item()
         fail("wrong-value", observed=f"{name} differs from the reference by up to {worst:.3g}",
              expected=f"agreement within atol={atol}, rtol={rtol}", cause=cause, where=where)
+
+
+def case_generator(case: Case, base: int) -> torch.Generator:
+    """A generator seeded from `case` and `base`: probe and judge draw the same case-specific values."""
+    return torch.Generator().manual_seed(case.seeded(base))
 
 
 def seeded_init(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:

@@ -17,12 +17,7 @@ from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.wire import WireError
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice
-
-
-def _gen(case: Case, base: int) -> torch.Generator:
-    return torch.Generator().manual_seed(case.seeded(base))
-
+from harness.drills.support import case_generator, multiple_choice
 
 # ---------------------------------------------------------------------------------------------------------------
 # data-pad-collate
@@ -31,8 +26,8 @@ def _gen(case: Case, base: int) -> torch.Generator:
 _COLLATE_SIZES = (5, 2, 4, 1, 3)
 
 
-def _collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    gen = _gen(case, 0)
+def _pad_collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    gen = case_generator(case, 0)
     batches = []
     for i, size in enumerate(_COLLATE_SIZES):
         lengths = torch.randint(1, 9, (size,), generator=gen).tolist()
@@ -43,12 +38,12 @@ def _collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tensor]]
     return batches
 
 
-def _probe_collate(answer: dict, *, case: Case) -> dict:
-    return {"outputs": [answer["pad_collate"](batch) for batch in _collate_batches(case)]}
+def _probe_pad_collate(answer: dict, *, case: Case) -> dict:
+    return {"outputs": [answer["pad_collate"](batch) for batch in _pad_collate_batches(case)]}
 
 
-def _judge_collate(seen: dict, *, case: Case) -> str:
-    outputs, batches = seen.get("outputs"), _collate_batches(case)
+def _judge_pad_collate(seen: dict, *, case: Case) -> str:
+    outputs, batches = seen.get("outputs"), _pad_collate_batches(case)
     if not isinstance(outputs, list) or len(outputs) != len(batches):
         raise WireError("collate outputs missing")
     where = "torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)"
@@ -100,8 +95,8 @@ add(
         solution=_COLLATE_SOLUTION,
         hints=("torch.nn.utils.rnn has a function for exactly this.",
                "pad_sequence(list_of_tensors, batch_first=True); lengths from len(s) for each s."),
-        probe=_probe_collate,
-        judge=_judge_collate,
+        probe=_probe_pad_collate,
+        judge=_judge_pad_collate,
         wrong_answers=(
             (_COLLATE_SOLUTION.replace(", batch_first=True", ""), "wrong-shape"),
             (_COLLATE_SOLUTION.replace("    sequences, labels = zip(*batch)\n",
@@ -224,7 +219,7 @@ _SAMPLER_EPOCHS = 10
 
 
 def _imbalanced_labels(case: Case) -> torch.Tensor:
-    gen = _gen(case, 10)
+    gen = case_generator(case, 10)
     rare = int(torch.randint(3, 8, (), generator=gen))
     middle = int(torch.randint(15, 30, (), generator=gen))
     labels = torch.cat([torch.zeros(120 - rare - middle), torch.ones(middle), torch.full((rare,), 2)]).long()
@@ -340,14 +335,14 @@ class _IndexDataset(Dataset):
 
 
 def _loader_setup(case: Case) -> tuple[int, int, int]:
-    gen = _gen(case, 20)
+    gen = case_generator(case, 20)
     batch_size = int(torch.randint(4, 9, (), generator=gen))
     full = int(torch.randint(3, 6, (), generator=gen))
     size = batch_size * full + int(torch.randint(1, batch_size, (), generator=gen))
     return size, batch_size, case.seeded(21)
 
 
-def _probe_loader(answer: dict, *, case: Case) -> dict:
+def _probe_train_loader(answer: dict, *, case: Case) -> dict:
     make = answer["make_train_loader"]
     size, batch_size, seed = _loader_setup(case)
     loader = make(_IndexDataset(size), batch_size, seed)
@@ -358,7 +353,7 @@ def _probe_loader(answer: dict, *, case: Case) -> dict:
             "pin_memory": bool(getattr(loader, "pin_memory", False)), "cuda": torch.cuda.is_available()}
 
 
-def _judge_loader(seen: dict, *, case: Case) -> str:
+def _judge_train_loader(seen: dict, *, case: Case) -> str:
     size, batch_size, _ = _loader_setup(case)
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
     if not isinstance(epochs, list) or len(epochs) != 2:
@@ -447,8 +442,8 @@ add(
                "persistent_workers, pin_memory.",
                "DataLoader(dataset, batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed), "
                "drop_last=True, num_workers=2, persistent_workers=True, pin_memory=torch.cuda.is_available())"),
-        probe=_probe_loader,
-        judge=_judge_loader,
+        probe=_probe_train_loader,
+        judge=_judge_train_loader,
         wrong_answers=(
             (_LOADER_SOLUTION.replace("        drop_last=True,\n", ""), "incomplete-last-batch"),
             (_LOADER_SOLUTION.replace("        persistent_workers=True,\n", ""), "workers-restarted"),

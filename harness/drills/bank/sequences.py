@@ -20,11 +20,7 @@ from harness.contract.failure import fail
 from harness.contract.forbidden import CallRecorder, forbid
 from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice
-
-
-def _gen(case: Case, base: int) -> torch.Generator:
-    return torch.Generator().manual_seed(case.seeded(base))
+from harness.drills.support import assert_close, case_generator, multiple_choice
 
 
 def _lengths(gen: torch.Generator, batch: int, longest: int) -> torch.Tensor:
@@ -40,15 +36,15 @@ def _valid(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.arange(steps)[None, :] < lengths[:, None]
 
 
-def _same(got: Any, want: torch.Tensor, atol: float = 1e-5) -> bool:
+def _close_tensor(got: Any, want: torch.Tensor, atol: float = 1e-5) -> bool:
     return (isinstance(got, torch.Tensor) and got.shape == want.shape
             and torch.allclose(got.double(), want.double(), atol=atol, rtol=1e-4, equal_nan=True))
 
 
 # --- padding collate ------------------------------------------------------------------------------------------
 
-def _collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Tensor, int]]]]:
-    gen = _gen(case, 0)
+def _padding_collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Tensor, int]]]]:
+    gen = case_generator(case, 0)
     pad = int(torch.randint(50, 100, (1,), generator=gen))
     batches = []
     for size in (4, 3, 6):
@@ -58,14 +54,14 @@ def _collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Tensor, int
     return pad, batches
 
 
-def _probe_collate(answer: dict, *, case: Case) -> dict:
-    pad, batches = _collate_batches(case)
+def _probe_padding_collate(answer: dict, *, case: Case) -> dict:
+    pad, batches = _padding_collate_batches(case)
     return {"outputs": [answer["collate"](batch, pad) for batch in batches]}
 
 
-def _judge_collate(seen: dict, *, case: Case) -> str:
+def _judge_padding_collate(seen: dict, *, case: Case) -> str:
     where = "collate"
-    pad, batches = _collate_batches(case)
+    pad, batches = _padding_collate_batches(case)
     outputs = seen.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(batches):
         raise WireError("collate outputs missing")
@@ -135,8 +131,8 @@ add(
         solution=_COLLATE_SOLUTION,
         hints=("torch.nn.utils.rnn.pad_sequence does the padding; check its defaults for the layout and the value.",
                "pad_sequence(tokens, batch_first=True, padding_value=pad_value); lengths from len(t) before padding."),
-        probe=_probe_collate,
-        judge=_judge_collate,
+        probe=_probe_padding_collate,
+        judge=_judge_padding_collate,
         wrong_answers=(
             (_COLLATE_SOLUTION.replace(", padding_value=pad_value", ""), "wrong-pad-value"),
             (_COLLATE_SOLUTION.replace("batch_first=True, ", ""), "wrong-shape"),
@@ -151,19 +147,19 @@ add(
 
 # --- masked mean loss ---------------------------------------------------------------------------------------
 
-def _masked_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def _masked_loss_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     out = []
     for base, (batch, steps, classes) in enumerate(((4, 7, 5), (3, 5, 3))):
-        gen = _gen(case, 10 + base)
+        gen = case_generator(case, 10 + base)
         logits = torch.randn(batch, steps, classes, generator=gen) * 2
         targets = torch.randint(0, classes, (batch, steps), generator=gen)  # padding holds real class ids too
         out.append((logits, targets, _lengths(gen, batch, steps)))
     return out
 
 
-def _probe_masked(answer: dict, *, case: Case) -> dict:
+def _probe_masked_loss(answer: dict, *, case: Case) -> dict:
     results = []
-    for logits, targets, lengths in _masked_inputs(case):
+    for logits, targets, lengths in _masked_loss_inputs(case):
         logits = logits.clone().requires_grad_(True)
         loss = answer["masked_cross_entropy"](logits, targets, lengths)
         tracked = isinstance(loss, torch.Tensor) and loss.requires_grad
@@ -173,10 +169,10 @@ def _probe_masked(answer: dict, *, case: Case) -> dict:
     return {"results": results}
 
 
-def _judge_masked(seen: dict, *, case: Case) -> str:
+def _judge_masked_loss(seen: dict, *, case: Case) -> str:
     where = "masked_cross_entropy"
     results = seen.get("results")
-    inputs = _masked_inputs(case)
+    inputs = _masked_loss_inputs(case)
     if not isinstance(results, list) or len(results) != len(inputs):
         raise WireError("results missing")
     for (logits, targets, lengths), result in zip(inputs, results, strict=True):
@@ -187,18 +183,18 @@ def _judge_masked(seen: dict, *, case: Case) -> str:
         per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         want = per_token[valid].mean()
         got = result.get("loss")
-        if not _same(got, want.detach()):
-            if _same(got, per_token.mean().detach()):
+        if not _close_tensor(got, want.detach()):
+            if _close_tensor(got, per_token.mean().detach()):
                 fail("padding-counted", observed="the loss is the mean over every position, padding included",
                      expected="the mean over the real tokens only",
                      cause="padding positions hold arbitrary targets: they add noise to the loss and the gradient",
                      where="mask with lengths, or set padded targets to ignore_index (-100)")
-            if _same(got, (per_token * valid).sum(1).div(lengths).mean().detach()):
+            if _close_tensor(got, (per_token * valid).sum(1).div(lengths).mean().detach()):
                 fail("per-sequence-mean", observed="the loss averages each sequence, then the sequences",
                      expected="one mean over all real tokens of the batch",
                      cause="that weighs a token of a short sequence more than one of a long sequence",
                      where="sum over real tokens / number of real tokens")
-            if _same(got, (per_token * valid).sum().div(valid.numel()).detach()):
+            if _close_tensor(got, (per_token * valid).sum().div(valid.numel()).detach()):
                 fail("wrong-denominator", observed="the loss divides the real tokens' sum by batch * steps",
                      expected="division by the number of real tokens", cause="mask.numel() counts padding too",
                      where="divide by mask.sum()")
@@ -245,8 +241,8 @@ add(
         hints=("Build a (B, T) mask of real positions from lengths. F.cross_entropy expects the classes in dim 1.",
                "Set padded targets to -100 (ignore_index) and call F.cross_entropy(logits.transpose(1, 2), targets); "
                "or sum the masked per-token loss and divide by mask.sum()."),
-        probe=_probe_masked,
-        judge=_judge_masked,
+        probe=_probe_masked_loss,
+        judge=_judge_masked_loss,
         wrong_answers=(
             ("import torch.nn.functional as F\n\ndef masked_cross_entropy(logits, targets, lengths):\n"
              "    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())\n", "padding-counted"),
@@ -272,7 +268,7 @@ add(
 def _mask_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     out = []
     for base, (batch, steps) in enumerate(((3, 6), (4, 5), (2, 1))):
-        out.append((_lengths(_gen(case, 20 + base), batch, steps), steps))
+        out.append((_lengths(case_generator(case, 20 + base), batch, steps), steps))
     return out
 
 
@@ -361,8 +357,8 @@ add(
 
 # --- scaled dot-product attention by hand -------------------------------------------------------------------
 
-def _attention_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-    gen = _gen(case, 30)
+def _sdpa_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    gen = case_generator(case, 30)
     out = []
     for batch, heads, tq, tk, dim, kind in ((2, 3, 5, 5, 8, None), (2, 2, 6, 6, 4, "causal"),
                                           (3, 2, 4, 7, 16, "padding")):
@@ -379,9 +375,9 @@ def _attention_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torc
     return out
 
 
-def _probe_attention(answer: dict, *, case: Case) -> dict:
+def _probe_sdpa_by_hand(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
-        outputs = [answer["attention"](q, k, v, mask) for q, k, v, mask in _attention_inputs(case)]
+        outputs = [answer["attention"](q, k, v, mask) for q, k, v, mask in _sdpa_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
@@ -393,35 +389,35 @@ def _attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     return scores.softmax(dim) @ v
 
 
-def _judge_attention(seen: dict, *, case: Case) -> str:
+def _judge_sdpa_by_hand(seen: dict, *, case: Case) -> str:
     where = "attention"
     by_hand = "the drill asks you to write it by hand"
     forbid(seen.get("calls"), {"scaled_dot_product_attention": by_hand, "_scaled_dot_product_attention_math": by_hand,
                                "multi_head_attention_forward": by_hand}, where="the drill's prompt")
     outputs = seen.get("outputs")
-    inputs = _attention_inputs(case)
+    inputs = _sdpa_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         raise WireError("outputs missing")
     for (q, k, v, mask), got in zip(inputs, outputs, strict=True):
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        if _same(got, want):
+        if _close_tensor(got, want):
             continue
         d = q.shape[-1]
-        if _same(got, _attention_variant(q, k, v, mask, scale=1 / d)) or _same(
+        if _close_tensor(got, _attention_variant(q, k, v, mask, scale=1 / d)) or _close_tensor(
                 got, _attention_variant(q, k, v, mask, scale=1.0)):
             fail("wrong-scale", observed="the scores are scaled by 1/d or not at all", expected="scores / sqrt(d)",
                  cause="without 1/sqrt(d) the scores grow with d and the softmax saturates", where=where)
-        if _same(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, dim=-2)):
+        if _close_tensor(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, dim=-2)):
             fail("wrong-softmax-dim", observed="the softmax normalises over the queries", expected="over the keys "
                  "(the last dim): each query's weights sum to 1", cause="softmax(dim=-2)", where=where)
-        if mask is not None and _same(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, fill=0.0)):
+        if mask is not None and _close_tensor(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, fill=0.0)):
             fail("mask-fill-zero", observed="masked scores were set to 0", expected="masked scores set to -inf",
                  cause="a score of 0 still gets weight exp(0) = 1 after softmax: the masked keys are still attended",
                  where="scores.masked_fill(~mask, float('-inf'))")
-        if mask is not None and _same(got, _attention_variant(q, k, v, None, scale=d ** -0.5)):
+        if mask is not None and _close_tensor(got, _attention_variant(q, k, v, None, scale=d ** -0.5)):
             fail("mask-not-applied", observed="the output ignores the mask", expected="masked keys get zero weight",
                  cause="the mask argument was not used", where=where)
-        if mask is not None and _same(got, _attention_variant(q, k, v, ~mask, scale=d ** -0.5)):
+        if mask is not None and _close_tensor(got, _attention_variant(q, k, v, ~mask, scale=d ** -0.5)):
             fail("inverted-mask", observed="True in the mask was treated as 'forbidden'",
                  expected="True = may attend (F.scaled_dot_product_attention's convention)",
                  cause="masked_fill(mask, -inf) instead of masked_fill(~mask, -inf)", where=where)
@@ -458,8 +454,8 @@ add(
         hints=("scores = q @ k^T, scaled, masked, softmaxed over one axis, times v. Which scale, which fill value, "
                "which axis?",
                "scores / sqrt(d); masked_fill(~mask, -inf); softmax(dim=-1)."),
-        probe=_probe_attention,
-        judge=_judge_attention,
+        probe=_probe_sdpa_by_hand,
+        judge=_judge_sdpa_by_hand,
         wrong_answers=(
             (_ATTENTION_SOLUTION.replace("/ math.sqrt(q.shape[-1])", "/ q.shape[-1]"), "wrong-scale"),
             (_ATTENTION_SOLUTION.replace('float("-inf")', "0.0"), "mask-fill-zero"),
@@ -475,7 +471,7 @@ add(
 # --- sinusoidal positional encoding -------------------------------------------------------------------------
 
 def _pe_sizes(case: Case) -> list[tuple[int, int]]:
-    gen = _gen(case, 40)
+    gen = case_generator(case, 40)
     return [(int(torch.randint(3, 30, (1,), generator=gen)), 2 * int(torch.randint(2, 17, (1,), generator=gen)))
             for _ in range(3)]
 
@@ -506,16 +502,16 @@ def _judge_pe(seen: dict, *, case: Case) -> str:
         if isinstance(got, torch.Tensor) and got.dtype != torch.float32:
             fail("wrong-dtype", observed=f"the encoding has dtype {got.dtype}", expected="torch.float32",
                  cause="it is added to float32 embeddings", where=where)
-        if _same(got, want.float()):
+        if _close_tensor(got, want.float()):
             continue
-        if _same(got, _pe_reference(steps, dim, interleave=False)):
+        if _close_tensor(got, _pe_reference(steps, dim, interleave=False)):
             fail("concatenated-layout", observed="sines in the first half, cosines in the second",
                  expected="sin at even columns, cos at odd columns", cause="torch.cat instead of interleaving "
                  "(pe[:, 0::2] = sin, pe[:, 1::2] = cos)", where=where)
-        if _same(got, _pe_reference(steps, dim, two_i=False)):
+        if _close_tensor(got, _pe_reference(steps, dim, two_i=False)):
             fail("wrong-frequencies", observed="the frequencies use 10000^(i/d)", expected="10000^(2i/d) for the "
                  "pair of columns (2i, 2i+1)", cause="i counts pairs of columns, so the exponent is 2i/d", where=where)
-        if _same(got, _pe_reference(steps, dim, start=1)):
+        if _close_tensor(got, _pe_reference(steps, dim, start=1)):
             fail("off-by-one-position", observed="positions start at 1", expected="positions 0 .. T-1",
                  cause="arange(1, T + 1)", where=where)
         assert_close(f"sinusoidal_pe({steps}, {dim})", got, want.float(), atol=1e-5, rtol=1e-4, where=where,
@@ -571,7 +567,7 @@ add(
 # --- bug hunt: numpy inside a loss ---------------------------------------------------------------------------
 
 def _logcosh_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = _gen(case, 50)
+    gen = case_generator(case, 50)
     moderate = (torch.randn(6, 3, generator=gen), torch.randn(6, 3, generator=gen))
     pred = torch.randn(8, generator=gen)
     far = pred + torch.tensor([100.0, -120.0, 0.5, -0.3, 95.0, 2.0, -3.0, 0.0])  # cosh(100) overflows float32
@@ -675,7 +671,7 @@ add(
 # --- label smoothing ------------------------------------------------------------------------------------------
 
 def _smoothing_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, float, int]]:
-    gen = _gen(case, 60)
+    gen = case_generator(case, 60)
     out = []
     for rows, classes, ignore in ((10, 5, -100), (7, 3, 0)):
         logits = torch.randn(rows, classes, generator=gen) * 2
@@ -704,7 +700,7 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
         raise WireError("outputs missing")
     for (logits, targets, eps, ignore), got in zip(inputs, outputs, strict=True):
         want = F.cross_entropy(logits, targets, label_smoothing=eps, ignore_index=ignore)
-        if _same(got, want):
+        if _close_tensor(got, want):
             continue
         logp = logits.log_softmax(-1)
         keep = targets != ignore
@@ -712,13 +708,13 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
         nll = -logp.gather(1, safe[:, None])[:, 0]
         classes = logits.shape[1]
         other = (-logp.sum(1) - nll) / (classes - 1)
-        if _same(got, ((1 - eps) * nll + eps * other)[keep].mean()):
+        if _close_tensor(got, ((1 - eps) * nll + eps * other)[keep].mean()):
             fail("wrong-smoothing", observed="eps is spread over the C-1 wrong classes only",
                  expected="PyTorch's label smoothing: target (1 - eps) + eps/C, every other class eps/C",
                  cause="the smoothing distribution is uniform over ALL classes, the right one included",
                  where="loss = (1 - eps) * nll + eps * mean over classes of -log p")
         per_row = (1 - eps) * nll + eps * (-logp.mean(1))
-        if _same(got, (per_row * keep).sum() / len(targets)) or _same(got, per_row.mean()):
+        if _close_tensor(got, (per_row * keep).sum() / len(targets)) or _close_tensor(got, per_row.mean()):
             fail("padding-counted", observed="ignored rows count in the mean", expected="the mean over the "
                  "rows whose target is not ignore_index", cause="both the nll and the smoothing term of ignored rows "
                  "must leave the sum and the count", where=where)
@@ -776,7 +772,7 @@ add(
 # --- LSTM: the last valid step ----------------------------------------------------------------------------------
 
 def _lstm_setup(case: Case) -> tuple[nn.LSTM, torch.Tensor, torch.Tensor]:
-    gen = _gen(case, 70)
+    gen = case_generator(case, 70)
     batch, steps, features, hidden = 5, 7, 3, 4
     x = torch.randn(batch, steps, features, generator=gen)
     lengths = _lengths(gen, batch, steps)
@@ -798,7 +794,7 @@ def _judge_lstm(seen: dict, *, case: Case) -> str:
         want = torch.stack([lstm(x[b:b + 1, :int(n)])[0][0, -1] for b, n in enumerate(lengths)])
         padded_last = lstm(x)[0][:, -1]
     got = seen.get("out")
-    if _same(got, padded_last) and not _same(got, want):
+    if _close_tensor(got, padded_last) and not _close_tensor(got, want):
         fail("padding-step-used", observed="the output is the LSTM's state after the last PADDED step",
              expected="the output at step lengths[b] - 1 of each sequence",
              cause="output[:, -1] and h_n of an unpacked run have read the padding too",
@@ -859,7 +855,7 @@ _Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def _classifier_setup(case: Case) -> tuple[nn.Embedding, nn.Linear, list[_Batch]]:
     torch.manual_seed(case.seeded(80))
     embed, classifier = nn.Embedding(_VOCAB, _DIM), nn.Linear(_DIM, _CLASSES)
-    gen = _gen(case, 81)
+    gen = case_generator(case, 81)
     batches = []
     for _ in range(_SEQ_STEPS):
         lengths = _lengths(gen, 4, 7)
@@ -921,15 +917,16 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
         if set(params) != {"embed.weight", "classifier.weight", "classifier.bias"}:
             raise WireError("the probe's optimizer records are incomplete")
         want = _pooled_loss(params, tokens, lengths, labels)
-        if not _same(got_loss, want.detach()):
+        if not _close_tensor(got_loss, want.detach()):
             if isinstance(got_loss, torch.Tensor) and got_loss.dim() == 0 and any(
-                    _same(got_loss, _pooled_loss(params, tokens, lengths, labels, include_next=True, by_steps=s))
+                    _close_tensor(got_loss,
+                                  _pooled_loss(params, tokens, lengths, labels, include_next=True, by_steps=s))
                     for s in (False, True)):
                 fail("pad-token-pooled", observed=f"at step {i} the pooled vector includes the first padding token",
                      expected="the mean of the real tokens' embeddings (t < length)",
                      cause="`<=` in the mask: position lengths[b] is the first PAD, not the last real token",
                      where="torch.arange(T)[None, :] < lengths[:, None]")
-            if _same(got_loss, _pooled_loss(params, tokens, lengths, labels, by_steps=True)):
+            if _close_tensor(got_loss, _pooled_loss(params, tokens, lengths, labels, by_steps=True)):
                 fail("divides-by-padded-length", observed=f"at step {i} the sum of real embeddings is divided by T",
                      expected="divided by each sequence's length",
                      cause="dividing by the padded length shrinks short sequences' vectors toward 0: the prediction "
