@@ -403,7 +403,7 @@ add(
 _ATTENTION_SHAPES = ((2, 3, 5, 4, 8), (1, 2, 3, 7, 6), (8, 8, 2, 3, 16))  # (B, H, T, S, D); B*H = 64 in the last
 
 
-def _attention_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _attention_scores_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     inputs = []
     for base, (b, h, t, s, d) in enumerate(_ATTENTION_SHAPES):
         gen = torch.Generator().manual_seed(case.seeded(base))
@@ -411,17 +411,17 @@ def _attention_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_attention(answer: dict, *, case: Case) -> dict:
+def _probe_attention_scores(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
-    for q, k in _attention_inputs(case):
+    for q, k in _attention_scores_inputs(case):
         with CallRecorder() as calls:
             outputs.append(answer["attention_scores"](q, k))
         counts.append(calls.count)
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_attention(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _attention_inputs(case), seen.get("outputs"), seen.get("counts")
+def _judge_attention_scores(seen: dict, *, case: Case) -> str:
+    inputs, outputs, counts = _attention_scores_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
         raise WireError("outputs missing")
@@ -475,8 +475,8 @@ add(
         solution=_ATTENTION_SOLUTION,
         hints=("matmul batches over all leading axes; you need k's last two axes swapped.",
                "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) (or torch.einsum('bhtd,bhsd->bhts', q, k))."),
-        probe=_probe_attention,
-        judge=_judge_attention,
+        probe=_probe_attention_scores,
+        judge=_judge_attention_scores,
         wrong_answers=(
             (_ATTENTION_SOLUTION.replace("k.transpose(-2, -1)", "k.reshape(*k.shape[:2], k.shape[3], k.shape[2])"),
              "reshape-not-transpose"),
@@ -494,7 +494,7 @@ add(
 # --- tensors-masked-mean (write) -----------------------------------------------------------------------------
 
 
-def _masked_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _masked_mean_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Padded batches: the first with large finite garbage in the padding, the second with nan there."""
     inputs = []
     for base, garbage in ((0, "large"), (1, "nan")):
@@ -509,17 +509,17 @@ def _masked_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_masked(answer: dict, *, case: Case) -> dict:
+def _probe_masked_mean(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
-    for x, lengths in _masked_inputs(case):
+    for x, lengths in _masked_mean_inputs(case):
         with CallRecorder() as calls:
             outputs.append(answer["masked_mean"](x.clone(), lengths.clone()))
         counts.append(calls.count)
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_masked(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _masked_inputs(case), seen.get("outputs"), seen.get("counts")
+def _judge_masked_mean(seen: dict, *, case: Case) -> str:
+    inputs, outputs, counts = _masked_mean_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not isinstance(counts, list) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
         raise WireError("outputs missing")
@@ -581,8 +581,8 @@ add(
         hints=("Build a (B, T) boolean mask by comparing arange(T) with lengths, broadcast. How do you zero the "
                "padding when it may hold nan?",
                "mask = arange(T)[None, :] < lengths[:, None]; x.masked_fill(~mask[..., None], 0).sum(1) / lengths"),
-        probe=_probe_masked,
-        judge=_judge_masked,
+        probe=_probe_masked_mean,
+        judge=_judge_masked_mean,
         wrong_answers=(
             ("import torch\n\ndef masked_mean(x, lengths):\n    return x.mean(1)\n", "padding-counted"),
             ("import torch\n\ndef masked_mean(x, lengths):\n"
@@ -613,13 +613,13 @@ def _gather_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return inputs
 
 
-def _probe_gather(answer: dict, *, case: Case) -> dict:
+def _probe_gather_log_probs(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["target_log_probs"](logits, targets) for logits, targets in _gather_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
-def _judge_gather(seen: dict, *, case: Case) -> str:
+def _judge_gather_log_probs(seen: dict, *, case: Case) -> str:
     forbid(seen.get("calls"), {name: "the drill asks you to pick the log-probabilities yourself" for name in
                                ("cross_entropy", "nll_loss")}, where="the drill's prompt")
     inputs, outputs = _gather_inputs(case), seen.get("outputs")
@@ -667,8 +667,8 @@ add(
         hints=("Which function gives log-probabilities without computing probabilities first? Then pick one entry "
                "per row: which axis holds the classes?",
                "torch.log_softmax(logits, 1).gather(1, targets[:, None]).squeeze(1)"),
-        probe=_probe_gather,
-        judge=_judge_gather,
+        probe=_probe_gather_log_probs,
+        judge=_judge_gather_log_probs,
         wrong_answers=(
             (_GATHER_SOLUTION.replace("torch.log_softmax(logits, dim=1)", "torch.softmax(logits, dim=1).log()"),
              "log-of-softmax"),
