@@ -36,7 +36,7 @@ def _params(case: Case) -> list[torch.Tensor]:
     return [torch.randn(shape, generator=gen).requires_grad_() for shape in _param_shapes(case)]
 
 
-def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+def _flat_detached(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
@@ -51,7 +51,7 @@ def _shard(flat: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     return padded[rank * size:(rank + 1) * size]
 
 
-def _lists(tensors: Any) -> list:
+def _rank_lists(tensors: Any) -> list:
     """Tensors as nested lists: a rank returns plain data (a tensor sent through a queue shares memory with a
     rank that may have exited by the time it is read)."""
     return [t.detach().tolist() if isinstance(t, torch.Tensor) else describe(t) for t in tensors]
@@ -74,7 +74,7 @@ def _per_parameter(params: list[torch.Tensor], rank: int, world: int) -> torch.T
 
 def _judge_shard_flat(seen: dict, *, case: Case) -> str:
     params = _params(case)
-    flat = _flat(params)
+    flat = _flat_detached(params)
     shards = seen.get("shards")
     if not (isinstance(shards, list) and len(shards) == len(_WORLDS)
             and all(isinstance(s, list) and len(s) == w for s, w in zip(shards, _WORLDS, strict=True))):
@@ -168,11 +168,11 @@ add(
 
 # --- gather the full parameters --------------------------------------------------------------------------------
 
-def _probe_gather(answer: dict, *, case: Case) -> dict:
+def _probe_gather_full_params(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> list:
         params = _params(case)
-        shard = _shard(_flat(params), rank, 2).clone()
-        return _lists(answer["gather_params"](shard, [tuple(p.shape) for p in params]))
+        shard = _shard(_flat_detached(params), rank, 2).clone()
+        return _rank_lists(answer["gather_params"](shard, [tuple(p.shape) for p in params]))
 
     return {"ranks": run_on_two_ranks(work)}
 
@@ -186,14 +186,14 @@ def _unflatten(flat: torch.Tensor, shapes: list[tuple[int, ...]]) -> list[torch.
     return pieces
 
 
-def _judge_gather(seen: dict, *, case: Case) -> str:
+def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
     params = _params(case)
     shapes = [tuple(p.shape) for p in params]
     want = [p.detach() for p in params]
     ranks = seen.get("ranks")
     if not (isinstance(ranks, list) and len(ranks) == 2):
         raise WireError("malformed observation: not one result per rank")
-    shards = [_shard(_flat(params), rank, 2) for rank in (0, 1)]
+    shards = [_shard(_flat_detached(params), rank, 2) for rank in (0, 1)]
     for rank, got in enumerate(ranks):
         where = f"gather_params on rank {rank}"
         if not (isinstance(got, list) and len(got) == len(shapes)):
@@ -265,8 +265,8 @@ add(
         hints=("all_gather fills a list of world tensors, one per rank, in rank order.",
                "torch.cat the gathered list, then cut sum-of-numels pieces at running offsets and reshape; the "
                "padding is what is left over."),
-        probe=_probe_gather,
-        judge=_judge_gather,
+        probe=_probe_gather_full_params,
+        judge=_judge_gather_full_params,
         wrong_answers=(
             (_GATHER_SOLUTION.replace("[torch.empty_like(shard) for _ in range(dist.get_world_size())]",
                                       "[torch.empty_like(shard)] * dist.get_world_size()"), "aliased-buffers"),
@@ -291,14 +291,14 @@ def _zero_grads(case: Case, step: int, rank: int) -> list[torch.Tensor]:
 def _probe_zero1(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
         params = _params(case)
-        shard_size = _padded(_flat(params), 2).numel() // 2
+        shard_size = _padded(_flat_detached(params), 2).numel() // 2
         momentum = torch.zeros(shard_size)
         trace = []
         for step in range(_STEPS):
             for p, g in zip(params, _zero_grads(case, step, rank), strict=True):
                 p.grad = g
             answer["zero1_step"](params, momentum, _LR, _BETA)
-            trace.append(_flat(params).tolist())
+            trace.append(_flat_detached(params).tolist())
         return {"params": trace, "momentum": momentum.tolist()}
 
     return {"ranks": run_on_two_ranks(work)}
@@ -308,14 +308,14 @@ def _zero1_reference(case: Case, mode: str) -> tuple[list[list[torch.Tensor]], l
     """Each rank's flat parameters after every step, and its momentum shard at the end, for an update `mode`:
     "mean" (the reference), "sum" (gradients summed, not averaged), "local" (no reduction), "no-momentum" (a
     momentum buffer that never keeps its value), "no-gather" (each rank keeps only its own shard updated)."""
-    flat0 = _flat(_params(case))
+    flat0 = _flat_detached(_params(case))
     n = flat0.numel()
     size = _padded(flat0, 2).numel() // 2
     views = [_padded(flat0, 2) for _ in (0, 1)]  # what each rank holds
     momenta = [torch.zeros(size) for _ in (0, 1)]
     traces: list[list[torch.Tensor]] = [[], []]
     for step in range(_STEPS):
-        local = [_padded(_flat(_zero_grads(case, step, rank)), 2) for rank in (0, 1)]
+        local = [_padded(_flat_detached(_zero_grads(case, step, rank)), 2) for rank in (0, 1)]
         total = local[0] + local[1]
         updated = []
         for rank in (0, 1):
