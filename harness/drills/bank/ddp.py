@@ -24,7 +24,7 @@ from harness.drills.core import Drill, add
 from harness.drills.support import multiple_choice, run_on_two_ranks
 
 
-def _as_number(value: Any) -> Any:
+def _rank_number(value: Any) -> Any:
     """A rank's returned value as data: a float for a number or a one-element tensor, else its description."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value.detach().double().item())
@@ -43,13 +43,13 @@ def _two_floats(got: Any, what: str) -> list[float]:
     return got
 
 
-def _lists(params: Any) -> list:
+def _param_lists(params: Any) -> list:
     """Parameters as nested lists: a rank returns them as plain data (a tensor sent through a queue shares its
     memory with the sending rank, which may have exited by the time it is read)."""
     return [p.detach().tolist() for p in params]
 
 
-def _tensors(lists: list) -> list[torch.Tensor]:
+def _tensors_from_lists(lists: list) -> list[torch.Tensor]:
     return [torch.tensor(values, dtype=torch.float32) for values in lists]
 
 
@@ -70,7 +70,7 @@ def _accuracy_counts(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def _probe_global_accuracy(answer: dict, *, case: Case) -> dict:
     counts = _accuracy_counts(case)
     return {"values": run_on_two_ranks(
-        lambda rank: _as_number(answer["global_accuracy"](counts[rank][0].clone(), counts[rank][1].clone())))}
+        lambda rank: _rank_number(answer["global_accuracy"](counts[rank][0].clone(), counts[rank][1].clone())))}
 
 
 def _judge_global_accuracy(seen: dict, *, case: Case) -> str:
@@ -290,7 +290,7 @@ add(
 
 # --- evaluation loss: sums and counts ------------------------------------------------------------------------
 
-def _eval_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
+def _eval_loss_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
     """The model (identical on both ranks, with dropout) and this rank's uneven shard of validation data."""
     torch.manual_seed(case.seeded(0))
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 1))
@@ -303,9 +303,9 @@ def _eval_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
 
 def _probe_eval_loss(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> Any:
-        model, dataset = _eval_setup(case, rank)
+        model, dataset = _eval_loss_setup(case, rank)
         model.train()
-        return _as_number(answer["evaluate"](model, DataLoader(dataset, batch_size=8)))
+        return _rank_number(answer["evaluate"](model, DataLoader(dataset, batch_size=8)))
 
     return {"values": run_on_two_ranks(work)}
 
@@ -314,7 +314,7 @@ def _judge_eval_loss(seen: dict, *, case: Case) -> str:
     got = _two_floats(seen["values"], "evaluate")
     sums, counts, batch_means = [], [], []
     for rank in (0, 1):
-        model, dataset = _eval_setup(case, rank)
+        model, dataset = _eval_loss_setup(case, rank)
         model.eval()
         with torch.no_grad():
             losses = [F.mse_loss(model(x), y, reduction="none").double().flatten() for x, y in
@@ -439,7 +439,7 @@ def _accum_model(case: Case) -> nn.Module:
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
-def _probe_accumulation(answer: dict, *, case: Case) -> dict:
+def _probe_ddp_accumulation(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
         dataset, seed = _accum_data(case)
         model = DDP(_accum_model(case))
@@ -454,9 +454,9 @@ def _probe_accumulation(answer: dict, *, case: Case) -> dict:
         sampler = _RecordingSampler(dataset, num_replicas=2, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=_MICRO_BATCH, sampler=sampler)
         answer["train_epochs"](model, optimizer, sampler, loader, _ACCUM_EPOCHS, _ACCUM_STEPS)
-        return {"params": _lists(model.module.parameters()), "syncs": syncs[0], "epochs": sampler.started}
+        return {"params": _param_lists(model.module.parameters()), "syncs": syncs[0], "epochs": sampler.started}
 
-    return {"ranks": [{**r, "params": _tensors(r["params"])} for r in run_on_two_ranks(work)]}
+    return {"ranks": [{**r, "params": _tensors_from_lists(r["params"])} for r in run_on_two_ranks(work)]}
 
 
 def _accum_reference(case: Case, epochs: list[int], scale: float) -> list[torch.Tensor]:
@@ -477,7 +477,7 @@ def _accum_reference(case: Case, epochs: list[int], scale: float) -> list[torch.
     return [p.detach() for p in model.parameters()]
 
 
-def _judge_accumulation(seen: dict, *, case: Case) -> str:
+def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, dict) for r in ranks)):
         raise WireError("malformed per-rank observation")
@@ -585,8 +585,8 @@ add(
                "divide each micro-batch loss by accum_steps.",
                "with contextlib.nullcontext() if stepping else ddp_model.no_sync(): loss = ... / accum_steps; "
                "loss.backward()"),
-        probe=_probe_accumulation,
-        judge=_judge_accumulation,
+        probe=_probe_ddp_accumulation,
+        judge=_judge_ddp_accumulation,
         wrong_answers=(
             (_ACCUM_SOLUTION.replace("        sampler.set_epoch(epoch)\n", ""), "missing-set-epoch"),
             (_ACCUM_SOLUTION.replace("        sampler.set_epoch(epoch)\n", "").replace(
@@ -632,9 +632,9 @@ def _probe_barrier(answer: dict, *, case: Case) -> dict:
                 answer["sync_from_rank0"](model, path)
             finally:
                 torch.save = real
-            return {"saves": saves[0], "params": _lists(model.parameters())}
+            return {"saves": saves[0], "params": _param_lists(model.parameters())}
 
-        return {"ranks": [{**r, "params": _tensors(r["params"])} for r in run_on_two_ranks(work)]}
+        return {"ranks": [{**r, "params": _tensors_from_lists(r["params"])} for r in run_on_two_ranks(work)]}
 
 
 def _judge_barrier(seen: dict, *, case: Case) -> str:
