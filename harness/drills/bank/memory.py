@@ -296,7 +296,7 @@ def activation_bytes(model, x):
 
 
 # ---------------------------------------------------------------------------------------------------- checkpointing
-def _checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
+def _activation_checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
     blocks = seeded_init(nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(3)), case.seeded(80))
     generator = torch.Generator().manual_seed(case.seeded(81))
     return blocks, torch.randn(int(torch.randint(3, 9, (), generator=generator)), 8, generator=generator)
@@ -304,7 +304,7 @@ def _checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
 
 def _probe_checkpointed(answer: dict, *, case: Case) -> dict:
     forward = answer["checkpointed_forward"]
-    blocks, x = _checkpoint_inputs(case)  # x is data: it does not require grad
+    blocks, x = _activation_checkpoint_inputs(case)  # x is data: it does not require grad
     out = forward(blocks, x)
     requires_grad = isinstance(out, torch.Tensor) and out.requires_grad
     grads = None
@@ -318,7 +318,7 @@ def _probe_checkpointed(answer: dict, *, case: Case) -> dict:
 
 
 def _judge_checkpointed(seen: dict, *, case: Case) -> str:
-    blocks, x = _checkpoint_inputs(case)
+    blocks, x = _activation_checkpoint_inputs(case)
     h = x
     for block in blocks:
         h = block(h)
@@ -588,7 +588,7 @@ def _acc_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.T
     return model, micro, accum
 
 
-def _probe_accumulation(answer: dict, *, case: Case) -> dict:
+def _probe_accumulation_bugs(answer: dict, *, case: Case) -> dict:
     model, micro, accum = _acc_inputs(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=_ACC_LR)
     with StepRecorder(optimizer) as steps:
@@ -597,7 +597,7 @@ def _probe_accumulation(answer: dict, *, case: Case) -> dict:
             "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_accumulation(seen: dict, *, case: Case) -> str:
+def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
     model, micro, accum = _acc_inputs(case)
     params = list(model.parameters())
     records = seen.get("steps")
@@ -743,8 +743,8 @@ add(
                "What does the returned value hold on to?",
                "zero_grad only after each step (and once before the loop); backward (loss / accum_steps); add "
                "loss.detach() to the total and return a float."),
-        probe=_probe_accumulation,
-        judge=_judge_accumulation,
+        probe=_probe_accumulation_bugs,
+        judge=_judge_accumulation_bugs,
         wrong_answers=(
             (_acc_fixed("scale", "graph"), "lost-micro-batches"),
             (_acc_fixed("zero_grad", "graph"), "unscaled-accumulation"),
