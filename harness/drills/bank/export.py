@@ -29,7 +29,7 @@ from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice
 
 
-class _Classifier(nn.Module):
+class _ExportedClassifier(nn.Module):
     """Linear, BatchNorm1d (with "pretrained" statistics), ReLU, Dropout(0.5), Linear."""
 
     def __init__(self, d_in: int, hidden: int, n_out: int) -> None:
@@ -47,11 +47,11 @@ def _config(case: Case) -> dict[str, int]:
     return {"d_in": d_in, "hidden": hidden + 4, "n_out": n_out + 1}
 
 
-def _trained(case: Case, base: int = 501) -> _Classifier:
+def _trained(case: Case, base: int = 501) -> _ExportedClassifier:
     """The case's "trained" classifier (seeded weights, non-default BatchNorm statistics), in train mode."""
     config = _config(case)
     torch.manual_seed(case.seeded(base))
-    model = _Classifier(**config)
+    model = _ExportedClassifier(**config)
     bn = model.body[1]
     gen = torch.Generator().manual_seed(case.seeded(base + 1))
     with torch.no_grad():
@@ -70,7 +70,7 @@ def _reference_probs(case: Case, base: int = 501) -> torch.Tensor:
         return model(_inputs(case, 510)).softmax(-1)
 
 
-def _tensor_dict(value: Any) -> dict[str, torch.Tensor] | None:
+def _tensor_dict_or_none(value: Any) -> dict[str, torch.Tensor] | None:
     if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
         return value
     return None
@@ -128,7 +128,7 @@ def _probe_save_load(answer: dict, *, case: Case) -> dict:
         torch.manual_seed(case.seeded(777))  # another init: a load that loads nothing shows
         with _LoadSpy(answer) as spy:
             try:
-                loaded = answer["load_model"](path, _Classifier)
+                loaded = answer["load_model"](path, _ExportedClassifier)
             except Exception as error:  # judged after what the file holds
                 loaded, seen["load_error"] = None, explain(error)
     seen["load_calls"] = spy.calls
@@ -159,7 +159,7 @@ def _judge_save_load(seen: dict, *, case: Case) -> str:
              f"{sorted(content)[:6]})", expected="the config saved next to the weights",
              cause="without the config, load has to guess the layer sizes", where=where)
     want_state = _trained(case).state_dict()
-    states = [v for v in content.values() if _tensor_dict(v) is not None]
+    states = [v for v in content.values() if _tensor_dict_or_none(v) is not None]
     if not any(set(s) == set(want_state) and all(torch.equal(s[k], want_state[k]) for k in want_state)
                for s in states):
         fail("no-state-dict", observed="no value of the saved dict is the model's state_dict",
@@ -171,7 +171,7 @@ def _judge_save_load(seen: dict, *, case: Case) -> str:
         fail("load-failed", observed=f"load_model raised {str(seen['load_error'])[:600]}",
              expected="the model rebuilt from the saved config, with the saved weights",
              cause="the model was built with sizes other than the saved config's", where="load_model")
-    if seen.get("loaded_type") != "_Classifier":
+    if seen.get("loaded_type") != "_ExportedClassifier":
         fail("wrong-return", observed=f"load_model returned a {seen.get('loaded_type')}",
              expected="the model built by build(**config)", cause="return the module, not the checkpoint",
              where="load_model")
@@ -624,7 +624,7 @@ def _probe_serving(answer: dict, *, case: Case) -> dict:
         torch.manual_seed(case.seeded(888))
         try:
             with _LoadSpy(answer) as spy:
-                out = answer["load_and_predict"](path, _Classifier, _inputs(case, 510))
+                out = answer["load_and_predict"](path, _ExportedClassifier, _inputs(case, 510))
         finally:
             nn.Module.load_state_dict = real_load_state_dict  # type: ignore[method-assign]
             handle.remove()
@@ -641,7 +641,7 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
     states = seen.get("loaded_states")
     if not isinstance(states, list):
         raise WireError("load records missing")
-    loaded = [s for s in states if _tensor_dict(s) is not None and set(s) == set(want_state)]
+    loaded = [s for s in states if _tensor_dict_or_none(s) is not None and set(s) == set(want_state)]
     if not loaded or not all(torch.equal(loaded[-1][k], want_state[k]) for k in want_state):
         fail("weights-not-loaded", observed="after load_state_dict the model's weights are not the checkpoint's",
              expected="every tensor of the checkpoint in the model",
