@@ -23,7 +23,7 @@ from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, multiple_choice, with_fixes
 
 
-class _Net(nn.Module):
+class _PretrainedNet(nn.Module):
     """A small "pretrained" network: `backbone` (Linear, BatchNorm1d, ReLU, Linear, ReLU) and a Linear `head`."""
 
     def __init__(self, d_in: int, hidden: int, n_out: int) -> None:
@@ -42,11 +42,11 @@ def _sizes(case: Case) -> tuple[int, int, int]:
     return d_in, hidden + 2, n_out
 
 
-def _pretrained(case: Case, base: int = 0, n_out: int | None = None) -> _Net:
+def _pretrained(case: Case, base: int = 0, n_out: int | None = None) -> _PretrainedNet:
     """The case's "pretrained" network: seeded weights and non-default BatchNorm running statistics."""
     d_in, hidden, default_out = _sizes(case)
     torch.manual_seed(case.seeded(base))
-    net = _Net(d_in, hidden, default_out if n_out is None else n_out)
+    net = _PretrainedNet(d_in, hidden, default_out if n_out is None else n_out)
     bn = net.backbone[1]
     gen = torch.Generator().manual_seed(case.seeded(base + 1))
     with torch.no_grad():
@@ -57,7 +57,8 @@ def _pretrained(case: Case, base: int = 0, n_out: int | None = None) -> _Net:
     return net
 
 
-def _batches(case: Case, base: int, n: int, classes: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _shifted_batches(case: Case, base: int, n: int,
+                     classes: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`n` batches of 8 rows (regression targets, or class labels when `classes` is given), shifted away from
     the pretraining statistics so that BatchNorm in train mode would move its running statistics."""
     d_in, _, n_out = _sizes(case)
@@ -101,11 +102,11 @@ class _OptimizerSpy:
         })
 
 
-def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+def _state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _tensor_dict(value: Any, what: str) -> dict[str, torch.Tensor]:
+def _checked_tensor_dict(value: Any, what: str) -> dict[str, torch.Tensor]:
     if not isinstance(value, dict) or not all(isinstance(v, torch.Tensor) for v in value.values()):
         raise WireError(f"{what} is not a dict of tensors")
     return value
@@ -125,7 +126,7 @@ def _changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], pr
     return out
 
 
-def _steps(seen: dict, n: int, where: str) -> list[dict]:
+def _counted_steps(seen: dict, n: int, where: str) -> list[dict]:
     steps = seen.get("steps")
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise WireError("the step records are not a list of dicts")
@@ -144,16 +145,16 @@ _PROBE_BATCHES = 3
 def _probe_linear_probe(answer: dict, *, case: Case) -> dict:
     model = _pretrained(case)
     with _OptimizerSpy(model) as spy:
-        returned = answer["linear_probe"](model, _batches(case, 20, _PROBE_BATCHES), _lr(case))
-    return {"steps": spy.steps, "state": _state(model), "returned_model": returned is model,
+        returned = answer["linear_probe"](model, _shifted_batches(case, 20, _PROBE_BATCHES), _lr(case))
+    return {"steps": spy.steps, "state": _state_copy(model), "returned_model": returned is model,
             "requires_grad": {n: p.requires_grad for n, p in model.named_parameters()}}
 
 
 def _judge_linear_probe(seen: dict, *, case: Case) -> str:
     where = "linear_probe"
-    start = _state(_pretrained(case))
-    state = _tensor_dict(seen.get("state"), "the model's state")
-    steps = _steps(seen, _PROBE_BATCHES, where)
+    start = _state_copy(_pretrained(case))
+    state = _checked_tensor_dict(seen.get("state"), "the model's state")
+    steps = _counted_steps(seen, _PROBE_BATCHES, where)
     moved = _changed(start, state, "backbone.")
     if moved:
         fail("backbone-changed", observed=f"backbone parameters changed during training: {', '.join(moved[:3])}",
@@ -195,11 +196,11 @@ def _judge_linear_probe(seen: dict, *, case: Case) -> str:
     reference.train()
     reference.backbone.eval()
     optimizer = torch.optim.SGD(reference.head.parameters(), lr=_lr(case))
-    for x, y in _batches(case, 20, _PROBE_BATCHES):
+    for x, y in _shifted_batches(case, 20, _PROBE_BATCHES):
         optimizer.zero_grad(set_to_none=True)
         F.mse_loss(reference(x), y).backward()
         optimizer.step()
-    for name, want in _state(reference).items():
+    for name, want in _state_copy(reference).items():
         if name.startswith("head."):
             got = state.get(name)
             assert_close(f"the trained {name}", got if got is not None else describe(got), want, atol=1e-5,
@@ -280,25 +281,25 @@ class _NormNet(nn.Module):
         return self.head(self.backbone(x))
 
 
-def _group_settings(case: Case) -> tuple[float, float, float]:
+def _finetuning_group_settings(case: Case) -> tuple[float, float, float]:
     """lr, backbone factor, weight decay."""
     return 1e-3 * (1 + case.seed % 9), 0.1 * (1 + case.seed % 4), 0.01 * (1 + case.seed % 5)
 
 
-def _probe_param_groups(answer: dict, *, case: Case) -> dict:
+def _probe_finetuning_param_groups(answer: dict, *, case: Case) -> dict:
     d_in, hidden, n_out = _sizes(case)
     torch.manual_seed(case.seeded(0))
     model = _NormNet(d_in, hidden, n_out)
     names = {id(p): name for name, p in model.named_parameters()}
-    optimizer = answer["make_optimizer"](model, *_group_settings(case))
+    optimizer = answer["make_optimizer"](model, *_finetuning_group_settings(case))
     groups = [{"names": [names.get(id(p), "<not the model's>") for p in group["params"]], "lr": group.get("lr"),
                "weight_decay": group.get("weight_decay")} for group in optimizer.param_groups]
     return {"type": type(optimizer).__name__, "groups": groups}
 
 
-def _judge_param_groups(seen: dict, *, case: Case) -> str:
+def _judge_finetuning_param_groups(seen: dict, *, case: Case) -> str:
     where = "make_optimizer"
-    lr, factor, decay = _group_settings(case)
+    lr, factor, decay = _finetuning_group_settings(case)
     d_in, hidden, n_out = _sizes(case)
     model = _NormNet(d_in, hidden, n_out)
     norm_weights = {f"backbone.{i}.weight" for i, m in enumerate(model.backbone)
@@ -389,8 +390,8 @@ add(
         hints=("An optimizer takes a list of dicts, each with its own 'params', 'lr' and 'weight_decay'. How do "
                "you tell a bias or a norm's weight from a weight matrix without relying on names?",
                "Split each of backbone and head by p.ndim > 1 (decay) vs p.ndim == 1 (no decay): four groups."),
-        probe=_probe_param_groups,
-        judge=_judge_param_groups,
+        probe=_probe_finetuning_param_groups,
+        judge=_judge_finetuning_param_groups,
         wrong_answers=(
             (_GROUPS_BY_NAME, "decay-on-norm-or-bias"),
             (_GROUPS_SOLUTION.replace("(model.backbone, lr * backbone_factor)", "(model.backbone, lr)"), "wrong-lr"),
@@ -425,9 +426,9 @@ def _probe_load_pretrained(answer: dict, *, case: Case) -> dict:
         try:
             returned = answer["load_pretrained"](model, checkpoint)
         except Exception as error:  # refusing is the point in three scenarios
-            results[label] = {"raised": type(error).__name__, "state": _state(model)}
+            results[label] = {"raised": type(error).__name__, "state": _state_copy(model)}
         else:
-            results[label] = {"returned": returned, "state": _state(model)}
+            results[label] = {"returned": returned, "state": _state_copy(model)}
     return results
 
 
@@ -448,9 +449,9 @@ def _judge_load_pretrained(seen: dict, *, case: Case) -> str:
              cause="load_state_dict(strict=False) still raises on a size mismatch: drop the checkpoint's head.* "
              "tensors first; strict=True refuses the (expected) missing head keys",
              where="filter the checkpoint: {k: v for k, v in checkpoint.items() if not k.startswith('head.')}")
-    state = _tensor_dict(good.get("state"), "the model's state")
+    state = _checked_tensor_dict(good.get("state"), "the model's state")
     source = _checkpoints(case)[0][1]
-    fresh = _state(_pretrained(case, 10))
+    fresh = _state_copy(_pretrained(case, 10))
     for name, want in source.items():
         if name.startswith("backbone."):
             got = state.get(name)
@@ -808,15 +809,15 @@ _SCRIPT_BATCHES = 3
 _SCRIPT_CLASSES = 4
 
 
-def _script_model(case: Case) -> _Net:
+def _script_model(case: Case) -> _PretrainedNet:
     return _pretrained(case, 70, n_out=_SCRIPT_CLASSES)
 
 
-def _probe_script(answer: dict, *, case: Case) -> dict:
+def _probe_finetuning_script(answer: dict, *, case: Case) -> dict:
     model = _script_model(case)
     with _OptimizerSpy(model) as spy:
-        answer["finetune"](model, _batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES), _lr(case))
-    return {"steps": spy.steps, "state": _state(model)}
+        answer["finetune"](model, _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES), _lr(case))
+    return {"steps": spy.steps, "state": _state_copy(model)}
 
 
 def _head_grads(case: Case, head: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
@@ -831,10 +832,10 @@ def _head_grads(case: Case, head: dict[str, torch.Tensor], x: torch.Tensor, y: t
     return {"head.weight": model.head.weight.grad, "head.bias": model.head.bias.grad}
 
 
-def _judge_script(seen: dict, *, case: Case) -> str:
+def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
     where = "finetune"
-    start = _state(_script_model(case))
-    state = _tensor_dict(seen.get("state"), "the model's state")
+    start = _state_copy(_script_model(case))
+    state = _checked_tensor_dict(seen.get("state"), "the model's state")
     moved = _changed(start, state, "backbone.")
     if moved:
         fail("backbone-changed", observed=f"{moved[0]} changed", expected="a frozen backbone",
@@ -846,10 +847,11 @@ def _judge_script(seen: dict, *, case: Case) -> str:
              cause="model.train() after model.backbone.eval() switches the BatchNorm back to train mode: it "
              "normalises with batch statistics and overwrites the pretrained ones",
              where="the order of model.train() and model.backbone.eval()")
-    steps = _steps(seen, _SCRIPT_BATCHES, where)
+    steps = _counted_steps(seen, _SCRIPT_BATCHES, where)
     previous = None
-    for i, ((x, y), step) in enumerate(zip(_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES), steps, strict=True)):
-        params = _tensor_dict(step.get("params"), "recorded parameters")
+    batches = _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES)
+    for i, ((x, y), step) in enumerate(zip(batches, steps, strict=True)):
+        params = _checked_tensor_dict(step.get("params"), "recorded parameters")
         grads = step.get("grads")
         if not isinstance(grads, dict) or set(params) != {"head.weight", "head.bias"}:
             fail("frozen-params-in-optimizer", observed=f"the optimizer holds {sorted(params)}",
@@ -883,7 +885,7 @@ def _judge_script(seen: dict, *, case: Case) -> str:
     reference.train()
     reference.backbone.eval()
     optimizer = torch.optim.SGD(reference.head.parameters(), lr=_lr(case), momentum=0.9)
-    for x, y in _batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES):
+    for x, y in _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES):
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(reference(x), y).backward()
         optimizer.step()
@@ -938,7 +940,7 @@ _FIX_SOFTMAX = ("        probs = logits.softmax(dim=-1)\n        loss = F.cross_
 _FIX_ZERO = ("    for x, y in batches:\n", "    for x, y in batches:\n        optimizer.zero_grad(set_to_none=True)\n")
 
 
-def _fixed(*fixes: tuple[str, str]) -> str:
+def _finetuning_script_fixed(*fixes: tuple[str, str]) -> str:
     return with_fixes(_SCRIPT_STARTER, *fixes)
 
 
@@ -963,16 +965,16 @@ add(
                "at what .grad holds at the second step.",
                "model.train() must come before model.backbone.eval(); pass logits (not probabilities) to "
                "cross_entropy; zero the gradients at every step."),
-        probe=_probe_script,
-        judge=_judge_script,
+        probe=_probe_finetuning_script,
+        judge=_judge_finetuning_script,
         wrong_answers=(
-            (_fixed(_FIX_BN, _FIX_ZERO), "double-softmax"),
-            (_fixed(_FIX_BN, _FIX_SOFTMAX), "missing-zero-grad"),
-            (_fixed(_FIX_SOFTMAX, _FIX_ZERO), "bn-stats-changed"),
-            (_fixed(_FIX_BN, _FIX_SOFTMAX).replace("        loss.backward()\n",
+            (_finetuning_script_fixed(_FIX_BN, _FIX_ZERO), "double-softmax"),
+            (_finetuning_script_fixed(_FIX_BN, _FIX_SOFTMAX), "missing-zero-grad"),
+            (_finetuning_script_fixed(_FIX_SOFTMAX, _FIX_ZERO), "bn-stats-changed"),
+            (_finetuning_script_fixed(_FIX_BN, _FIX_SOFTMAX).replace("        loss.backward()\n",
                                                    "        loss.backward()\n        optimizer.zero_grad()\n"),
              "gradients-cleared"),
-            (_fixed(_FIX_BN, _FIX_SOFTMAX, _FIX_ZERO).replace(", momentum=0.9", ""), "wrong-value"),
+            (_finetuning_script_fixed(_FIX_BN, _FIX_SOFTMAX, _FIX_ZERO).replace(", momentum=0.9", ""), "wrong-value"),
         ),
     )
 )
