@@ -25,7 +25,7 @@ def _hooks(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
-def _tensors(value: Any, like: list[torch.Tensor], what: str) -> list[torch.Tensor]:
+def _tensors_like(value: Any, like: list[torch.Tensor], what: str) -> list[torch.Tensor]:
     """`value` as a list of tensors shaped like `like` (None entries kept); WireError otherwise."""
     if not isinstance(value, list) or len(value) != len(like):
         raise WireError(f"{what}: not a list of {len(like)} tensors")
@@ -53,7 +53,7 @@ class _AllSteps:
                              "grads": [None if p.grad is None else p.grad.detach().clone() for p in params]})
 
 
-def _close(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
+def _close_steps(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
     return all(torch.allclose(g.double(), w.double(), atol=1e-5, rtol=1e-4) for g, w in zip(got, want, strict=True))
 
 
@@ -81,9 +81,9 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
             fail("wrong-updates", observed=f"the optimizer updates {len(record['params'])} tensors",
                  expected=f"all {len(params)} parameters of the model", cause="the optimizer was built on a part of "
                  "the model (or on something else than model.parameters())", where=where)
-        got_params = _tensors(record.get("params"), params, "params")
-        got_grads = _tensors(record.get("grads"), params, "grads")
-        if any(p is None for p in got_params) or not _close(got_params, [p.detach() for p in params]):
+        got_params = _tensors_like(record.get("params"), params, "params")
+        got_grads = _tensors_like(record.get("grads"), params, "grads")
+        if any(p is None for p in got_params) or not _close_steps(got_params, [p.detach() for p in params]):
             fail("wrong-updates", observed=f"before step {step} the weights differ from plain SGD's",
                  expected=f"w <- w - {lr} * grad at every step, from the weights the model came with",
                  cause="the weights were changed by something else than one SGD step per batch (another learning "
@@ -100,9 +100,9 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         fresh = [p.grad.detach().clone() for p in params]
-        if not _close(got_grads, fresh):
+        if not _close_steps(got_grads, fresh):
             summed = [sum(g[i] for g in history + [fresh]) for i in range(len(params))]
-            if history and _close(got_grads, summed):
+            if history and _close_steps(got_grads, summed):
                 fail("stale-grads", observed=f"at step {step} .grad holds the sum of the gradients of steps 0 to "
                      f"{step}", expected="the gradient of this mini-batch alone",
                      cause="backward() adds into .grad and nothing clears it between steps: the steps grow until "
@@ -110,7 +110,7 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
             for code, cause, wrong_batches in mistakes:
                 model.zero_grad(set_to_none=True)
                 F.cross_entropy(model(wrong_batches[step][0]), wrong_batches[step][1]).backward()
-                if _close(got_grads, [p.grad.detach() for p in params]):
+                if _close_steps(got_grads, [p.grad.detach() for p in params]):
                     fail(code, observed=f"the gradient at step {step} is that of another mini-batch, the one "
                          "this mistake makes", expected=f"the gradient of F.cross_entropy on mini-batch {step}",
                          cause=cause, where=where)
@@ -120,8 +120,8 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
         with torch.no_grad():
             for p, g in zip(params, fresh, strict=True):
                 p -= lr * g
-    final = _tensors(seen.get("final"), params, "final")
-    if any(p is None for p in final) or not _close(final, [p.detach() for p in params]):
+    final = _tensors_like(seen.get("final"), params, "final")
+    if any(p is None for p in final) or not _close_steps(final, [p.detach() for p in params]):
         fail("wrong-updates", observed="the weights after training differ from plain SGD's",
              expected=f"w <- w - {lr} * grad after the last step", cause="the last step is missing or altered",
              where=where)
@@ -887,7 +887,7 @@ def _script_batches(case: Case, *, per_feature: bool = True,
     return batches
 
 
-def _probe_script(answer: dict, *, case: Case) -> dict:
+def _probe_training_script(answer: dict, *, case: Case) -> dict:
     model, x, y = _script_inputs(case)
     generator = torch.Generator().manual_seed(case.seeded(62))
     with _AllSteps() as steps:
@@ -895,7 +895,7 @@ def _probe_script(answer: dict, *, case: Case) -> dict:
     return {"steps": steps.records, "final": [p.detach() for p in model.parameters()]}
 
 
-def _judge_script(seen: dict, *, case: Case) -> str:
+def _judge_training_script(seen: dict, *, case: Case) -> str:
     model, _, _ = _script_inputs(case)
     if seen.get("steps") == []:
         fail("no-steps", observed="train returned without a single optimizer step",
@@ -993,8 +993,8 @@ add(
                ".grad at the second step?",
                "Clamp the standard deviation (x.std(0).clamp_min(1e-6)); index x and y with the same permutation; "
                "call optimizer.zero_grad(set_to_none=True) inside the batch loop."),
-        probe=_probe_script,
-        judge=_judge_script,
+        probe=_probe_training_script,
+        judge=_judge_training_script,
         wrong_answers=(
             (_script_fixed(_SCRIPT_PERM_FIX, _SCRIPT_GRAD_FIX), "nan-loss"),
             (_script_fixed(_SCRIPT_NAN_FIX, _SCRIPT_GRAD_FIX), "misaligned-labels"),
