@@ -137,7 +137,7 @@ def _loader_inputs(case: Case) -> tuple[TensorDataset, int]:
     return TensorDataset(torch.arange(24 + case.seeded(0) % 13)), case.seeded(1) % 10_000
 
 
-def _probe_loader(answer: dict, *, case: Case) -> dict:
+def _probe_generator_loader(answer: dict, *, case: Case) -> dict:
     make_loader = answer["make_loader"]
     dataset, seed = _loader_inputs(case)
     orders, touched = [], False
@@ -155,7 +155,7 @@ def _probe_loader(answer: dict, *, case: Case) -> dict:
     return {"orders": orders, "touched": touched, "other_seed": epoch(make_loader(dataset, seed + 1))}
 
 
-def _judge_loader(seen: dict, *, case: Case) -> str:
+def _judge_generator_loader(seen: dict, *, case: Case) -> str:
     dataset, _ = _loader_inputs(case)
     orders = seen["orders"]
     if not (isinstance(orders, list) and len(orders) == 2 and all(isinstance(o, list) and len(o) == 2 and all(
@@ -205,8 +205,8 @@ add(
         solution=_LOADER_STARTER.replace("shuffle=True)", "shuffle=True,\n                      "
                                          "generator=torch.Generator().manual_seed(seed))"),
         hints=("Where does shuffle=True get its randomness?", "Give the DataLoader its own seeded torch.Generator."),
-        probe=_probe_loader,
-        judge=_judge_loader,
+        probe=_probe_generator_loader,
+        judge=_judge_generator_loader,
         wrong_answers=(
             (_LOADER_STARTER.replace("    return DataLoader", "    torch.manual_seed(seed)\n    return DataLoader"),
              "reseeds-global-rng"),
@@ -555,7 +555,7 @@ def _seed_everything(case: Case, base: int, generator: torch.Generator) -> None:
     generator.manual_seed(case.seeded(base + 3))
 
 
-def _draws(generator: torch.Generator) -> dict:
+def _rng_draws(generator: torch.Generator) -> dict:
     """A training step's random draws: augmentation (random, NumPy), dropout (torch), data order (generator)."""
     return {"python": [random.random() for _ in range(3)], "numpy": [float(v) for v in np.random.rand(3)],
             "torch": torch.rand(3, dtype=torch.float64),
@@ -565,12 +565,12 @@ def _draws(generator: torch.Generator) -> dict:
 def _probe_rng(answer: dict, *, case: Case) -> dict:
     generator = torch.Generator()
     _seed_everything(case, 0, generator)
-    _draws(generator)  # the run so far
+    _rng_draws(generator)  # the run so far
     state = answer["capture_rng"](generator)
-    first = _draws(generator)
+    first = _rng_draws(generator)
     _seed_everything(case, 50, generator)  # a new process: every stream elsewhere
     answer["restore_rng"](state, generator)
-    return {"first": first, "replay": _draws(generator)}
+    return {"first": first, "replay": _rng_draws(generator)}
 
 
 _STREAMS = {"python": "Python's random (random.getstate / setstate)",
@@ -582,8 +582,8 @@ _STREAMS = {"python": "Python's random (random.getstate / setstate)",
 def _judge_rng(seen: dict, *, case: Case) -> str:
     generator = torch.Generator()
     _seed_everything(case, 0, generator)
-    _draws(generator)
-    want = _draws(generator)
+    _rng_draws(generator)
+    want = _rng_draws(generator)
 
     def same(got: Any, expected: Any) -> bool:
         if isinstance(expected, torch.Tensor):
