@@ -168,7 +168,7 @@ add(
 _SIZES = (8, 5)
 
 
-def _loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+def _broadcast_loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
     """A linear model, inputs (batch, 3) and targets (batch, 1) from a linear relation (probe and judge alike)."""
     gen = torch.Generator().manual_seed(case.seeded(40 + base))
     model = nn.Linear(3, 1)
@@ -183,7 +183,7 @@ def _loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear, torch.Te
 def _probe_loss(answer: dict, *, case: Case) -> dict:
     results = []
     for base, batch in enumerate(_SIZES):
-        model, x, y = _loss_inputs(case, base, batch)
+        model, x, y = _broadcast_loss_inputs(case, base, batch)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             loss = answer["regression_loss"](model, x, y)
@@ -209,7 +209,7 @@ def _judge_loss(seen: dict, *, case: Case) -> str:
             and len(r["grads"]) == 2 for r in results)):
         raise WireError("malformed observation: not one loss per batch")
     for base, (batch, result) in enumerate(zip(_SIZES, results, strict=True)):
-        model, x, y = _loss_inputs(case, base, batch)
+        model, x, y = _broadcast_loss_inputs(case, base, batch)
         where = f"regression_loss on a batch of {batch}"
         loss = result["loss"]
         if not result["graph"] or number(loss) is None:
