@@ -24,7 +24,7 @@ def _tensor_or_none(value: Any, what: str) -> torch.Tensor | None:
 # --- autograd-custom-function ------------------------------------------------------------------------------
 
 
-def _silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _custom_silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(x, grad_output) pairs in float64: a random grad_output catches a backward that ignores it."""
     inputs = []
     for base, shape in enumerate(((5, 3), (7,), (2, 3, 4))):
@@ -40,7 +40,7 @@ def _probe_silu(answer: dict, *, case: Case) -> dict:
         fail("not-a-function", observed=f"SiLU is {silu!r}", expected="a torch.autograd.Function subclass",
              cause="a plain function or nn.Module", where="class SiLU(torch.autograd.Function)")
     outputs = []
-    for x, grad_output in _silu_inputs(case):
+    for x, grad_output in _custom_silu_inputs(case):
         x = x.clone().requires_grad_(True)
         y = silu.apply(x)
         node = type(y.grad_fn).__name__ if isinstance(y, torch.Tensor) and y.grad_fn is not None else None
@@ -52,7 +52,7 @@ def _probe_silu(answer: dict, *, case: Case) -> dict:
 
 def _judge_silu(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
-    inputs = _silu_inputs(case)
+    inputs = _custom_silu_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
         raise WireError("outputs missing")
     for (x, grad_output), out in zip(inputs, outputs, strict=True):
