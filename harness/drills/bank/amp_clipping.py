@@ -18,18 +18,14 @@ from harness.contract.failure import fail
 from harness.contract.instruments import AutocastProbe, ForwardRecorder, HostSyncCounter, RecordingScaler, StepRecorder
 from harness.contract.wire import WireError
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice, with_fixes
+from harness.drills.support import assert_close, case_generator, multiple_choice, with_fixes
 
 _INIT_SCALE = 2.0**10
 
 
-def _gen(case: Case, base: int) -> torch.Generator:
-    return torch.Generator().manual_seed(case.seeded(base))
-
-
 def _init_linear(layer: nn.Linear, case: Case, base: int) -> nn.Linear:
     """Weights drawn from the case (probe and judge draw the same)."""
-    gen = _gen(case, base)
+    gen = case_generator(case, base)
     with torch.no_grad():
         layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) * 0.3)
         layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen) * 0.1)
@@ -43,18 +39,18 @@ def _probe_model(case: Case, base: int) -> AutocastProbe:
 
 
 def _batch(case: Case, base: int, rows: int = 16, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = _gen(case, base)
+    gen = case_generator(case, base)
     x = torch.randn(rows, 8, generator=gen) * scale
     return x, x[:, :1] * 2.0 + torch.randn(rows, 1, generator=gen) * scale
 
 
-def _data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _regression_data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A small regression batch (kept for notebook 11's checks)."""
     return _batch(Case(seed=seed), 0)
 
 
-def _max_norm(case: Case, base: int = 50) -> float:
-    return round(0.5 + float(torch.rand((), generator=_gen(case, base))) * 1.5, 3)
+def _case_max_norm(case: Case, base: int = 50) -> float:
+    return round(0.5 + float(torch.rand((), generator=case_generator(case, base))) * 1.5, 3)
 
 
 def _amp_reference(params: list, batch: tuple[torch.Tensor, torch.Tensor], max_norm: float | None,
@@ -83,7 +79,7 @@ def _two_params(tensors: object) -> tuple[torch.Tensor, torch.Tensor]:
     return tensors[0].float(), tensors[1].float()
 
 
-def _steps(records: list) -> list[dict]:
+def _step_dicts(records: list) -> list[dict]:
     return [{"grads": r.grads, "params": r.params, "lrs": r.lrs} for r in records]
 
 
@@ -134,22 +130,22 @@ def _judge_clipped_gradient(step: object, batch: tuple[torch.Tensor, torch.Tenso
 def _probe_amp_step(answer: dict, *, case: Case) -> dict:
     amp_step = answer["amp_step"]
     model = _probe_model(case, 0)
-    gen = _gen(case, 9)
+    gen = case_generator(case, 9)
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=gen)  # what the previous step left behind
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = RecordingScaler()
     with StepRecorder(optimizer) as steps:
-        loss = amp_step(model, _batch(case, 1, scale=20.0), nn.MSELoss(), optimizer, scaler, _max_norm(case))
+        loss = amp_step(model, _batch(case, 1, scale=20.0), nn.MSELoss(), optimizer, scaler, _case_max_norm(case))
     # a step whose gradients are not finite must be skipped, and the scale must back off
     inf_model = _probe_model(case, 2)
     inf_model.linear.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     inf_optimizer = torch.optim.SGD(inf_model.parameters(), lr=0.05)
     inf_scaler = RecordingScaler()
     with StepRecorder(inf_optimizer) as inf_steps:
-        amp_step(inf_model, _batch(case, 3), nn.MSELoss(), inf_optimizer, inf_scaler, _max_norm(case))
+        amp_step(inf_model, _batch(case, 3), nn.MSELoss(), inf_optimizer, inf_scaler, _case_max_norm(case))
     return {"forward_autocast": model.forward_autocast, "backward_autocast": model.backward_autocast,
-            "fresh": model.fresh_at_backward, "calls": scaler.calls, "steps": _steps(steps.records), "loss": loss,
+            "fresh": model.fresh_at_backward, "calls": scaler.calls, "steps": _step_dicts(steps.records), "loss": loss,
             "inf_steps": len(inf_steps.records), "inf_weight": inf_model.linear.weight.detach(),
             "inf_scale": float(inf_scaler.get_scale())}
 
@@ -208,7 +204,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps for one call", expected="1",
              cause="scaler.step called more than once, or never", where="scaler.step(optimizer)")
-    batch, max_norm = _batch(case, 1, scale=20.0), _max_norm(case)
+    batch, max_norm = _batch(case, 1, scale=20.0), _case_max_norm(case)
     _judge_clipped_gradient(steps[0], batch, max_norm, where=_AMP_WHERE)
     _, want_loss = _amp_reference(list(_two_params(steps[0]["params"])), batch, None)
     loss = seen.get("loss")
@@ -295,8 +291,8 @@ def _probe_clip_under_amp(answer: dict, *, case: Case) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: only observe the gradients
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     with StepRecorder(optimizer) as steps:
-        amp_step(model, _batch(case, 5, scale=50.0), nn.MSELoss(), optimizer, scaler, _max_norm(case))
-    return {"steps": _steps(steps.records)}
+        amp_step(model, _batch(case, 5, scale=50.0), nn.MSELoss(), optimizer, scaler, _case_max_norm(case))
+    return {"steps": _step_dicts(steps.records)}
 
 
 def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
@@ -306,7 +302,7 @@ def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected="one step",
              cause="scaler.step missing, or called twice", where="scaler.step(optimizer)")
-    max_norm = _max_norm(case)
+    max_norm = _case_max_norm(case)
     _judge_clipped_gradient(steps[0], _batch(case, 5, scale=50.0), max_norm, where="unscale_, then clip")
     return f"the optimizer sees the unscaled gradient clipped to max_norm={max_norm}"
 
@@ -344,13 +340,13 @@ add(
 _ACC_SETTINGS = ((30.0, 1.0), (1.0, 1e6))  # (input scale, max_norm): clipping decides; the loss division decides
 
 
-def _micro_batches(case: Case, scale: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _clipping_micro_batches(case: Case, scale: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
     x, y = _batch(case, 6, rows=12)
     return list(zip((x * scale).split(4), (y * scale).split(4), strict=True))
 
 
 def _stale_grads(case: Case) -> list[torch.Tensor]:
-    gen = _gen(case, 7)
+    gen = case_generator(case, 7)
     return [torch.randn(1, 8, generator=gen) * 3, torch.randn(1, generator=gen) * 3]
 
 
@@ -363,8 +359,8 @@ def _probe_accumulate(answer: dict, *, case: Case) -> dict:
             p.grad = stale.clone()  # what the previous step left behind
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: only observe the gradients
         with StepRecorder(optimizer) as steps:
-            accumulate(model, _micro_batches(case, scale), nn.MSELoss(), optimizer, max_norm)
-        runs.append(_steps(steps.records))
+            accumulate(model, _clipping_micro_batches(case, scale), nn.MSELoss(), optimizer, max_norm)
+        runs.append(_step_dicts(steps.records))
     return {"runs": runs}
 
 
@@ -391,7 +387,7 @@ def _judge_accumulate(seen: dict, *, case: Case) -> str:
     if not isinstance(runs, list) or len(runs) != len(_ACC_SETTINGS):
         raise WireError("runs missing")
     for (scale, max_norm), steps in zip(_ACC_SETTINGS, runs, strict=True):
-        micro = _micro_batches(case, scale)
+        micro = _clipping_micro_batches(case, scale)
         if not isinstance(steps, list) or len(steps) != 1:
             fail("step-count", observed=f"{len(steps) if isinstance(steps, list) else steps} optimizer steps for one "
                  f"group of {len(micro)} micro-batches", expected="1", cause="stepping per micro-batch",
@@ -481,7 +477,7 @@ _SKIP_BATCHES = 8
 
 def _skip_plan(case: Case) -> list[bool]:
     """Which batches overflow once scaled (two of batches 2..7; 0 and 1 are fine, so the scale grows after them)."""
-    picks = torch.randperm(_SKIP_BATCHES - 2, generator=_gen(case, 20))[:2] + 2
+    picks = torch.randperm(_SKIP_BATCHES - 2, generator=case_generator(case, 20))[:2] + 2
     return [i in picks.tolist() for i in range(_SKIP_BATCHES)]
 
 
@@ -594,8 +590,8 @@ _SMOOTHING = 0.1
 _LOSS_BATCHES = 3  # three batches: a bf16 loss that lands near the float32 one by chance cannot do it three times
 
 
-def _classifier(case: Case, i: int) -> nn.Linear:
-    gen = _gen(case, 30 + 2 * i)
+def _fp32_loss_classifier(case: Case, i: int) -> nn.Linear:
+    gen = case_generator(case, 30 + 2 * i)
     layer = nn.Linear(16, 10)
     with torch.no_grad():
         layer.weight.copy_(torch.randn(10, 16, generator=gen))
@@ -604,14 +600,14 @@ def _classifier(case: Case, i: int) -> nn.Linear:
 
 
 def _class_batch(case: Case, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = _gen(case, 31 + 2 * i)
+    gen = case_generator(case, 31 + 2 * i)
     return torch.randn(64, 16, generator=gen), torch.randint(0, 10, (64,), generator=gen)
 
 
 def _probe_loss_fp32(answer: dict, *, case: Case) -> dict:
     losses, autocast = [], []
     for i in range(_LOSS_BATCHES):
-        model = _classifier(case, i)
+        model = _fp32_loss_classifier(case, i)
         x, y = _class_batch(case, i)
         with ForwardRecorder(model) as forwards:
             losses.append(answer["smoothed_loss"](model, x, y))
@@ -628,7 +624,7 @@ def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
              "torch.autocast('cpu', dtype=torch.bfloat16)", cause="the fix removed autocast altogether: the matmuls "
              "then run in float32 and lose the bf16 speed-up", where="keep model(x) inside the with block")
     for i, loss in enumerate(losses):
-        model, (x, y) = _classifier(case, i), _class_batch(case, i)
+        model, (x, y) = _fp32_loss_classifier(case, i), _class_batch(case, i)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(x)
         with torch.no_grad():
@@ -720,16 +716,16 @@ def _onecycle_lrs(total: int) -> list[float]:
     return lrs
 
 
-def _probe_loop(answer: dict, *, case: Case) -> dict:
+def _probe_amp_loop(answer: dict, *, case: Case) -> dict:
     model = _probe_model(case, 41)
     optimizer = torch.optim.SGD(model.parameters(), lr=_LOOP_MAX_LR, momentum=0.9)
     scheduler = _onecycle(optimizer, _LOOP_EPOCHS * _LOOP_BATCHES)
     scaler = RecordingScaler()
     with StepRecorder(optimizer) as steps:
         losses = answer["train"](model, _loop_batches(case), optimizer, scheduler, scaler, nn.MSELoss(),
-                                 _LOOP_EPOCHS, _max_norm(case))
+                                 _LOOP_EPOCHS, _case_max_norm(case))
     return {"forward_autocast": model.forward_autocast, "backward_autocast": model.backward_autocast,
-            "steps": _steps(steps.records), "losses": losses}
+            "steps": _step_dicts(steps.records), "losses": losses}
 
 
 def _judge_loop(seen: dict, *, case: Case) -> str:
@@ -741,7 +737,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected=f"{total} ({_LOOP_EPOCHS} epochs of "
              f"{_LOOP_BATCHES} batches; no gradient here is infinite)", cause="steps skipped or repeated",
              where="one scaler.step(optimizer) per batch")
-    batches, max_norm = _loop_batches(case), _max_norm(case)
+    batches, max_norm = _loop_batches(case), _case_max_norm(case)
     for i, step in enumerate(steps):
         _judge_clipped_gradient(step, batches[i % _LOOP_BATCHES], max_norm, where=_AMP_WHERE,
                                 label=f"step {i} (epoch {i // _LOOP_BATCHES}, batch {i % _LOOP_BATCHES})")
@@ -810,7 +806,7 @@ _BUG_SCHEDULER = ("            scaler.update()\n            losses.append(loss.d
                   "            losses.append(loss.detach())\n")
 
 
-def _fixed(*bugs: tuple[str, str]) -> str:
+def _amp_loop_fixed(*bugs: tuple[str, str]) -> str:
     return with_fixes(_LOOP_STARTER, *bugs)
 
 
@@ -830,18 +826,19 @@ add(
         "first problem it observes).",
         entry="train",
         starter=_LOOP_STARTER,
-        solution=_fixed(_BUG_BACKWARD, _BUG_CLIP, _BUG_SCHEDULER),
+        solution=_amp_loop_fixed(_BUG_BACKWARD, _BUG_CLIP, _BUG_SCHEDULER),
         hints=("One bug is about where backward runs, one about what clip_grad_norm_ sees, one about how often "
                "the scheduler steps.",
                "backward outside the with block; unscale_ before clip_grad_norm_; OneCycleLR's total_steps counts "
                "batches, so step it after every optimizer step."),
-        probe=_probe_loop,
+        probe=_probe_amp_loop,
         judge=_judge_loop,
         wrong_answers=(
-            (_fixed(_BUG_BACKWARD, _BUG_CLIP), "scheduler-per-epoch"),
-            (_fixed(_BUG_BACKWARD, _BUG_SCHEDULER), "clip-before-unscale"),
-            (_fixed(_BUG_CLIP, _BUG_SCHEDULER), "backward-inside-autocast"),
-            (_fixed(_BUG_BACKWARD, _BUG_SCHEDULER).replace(_BUG_CLIP[0], "            scaler.unscale_(optimizer)\n"),
+            (_amp_loop_fixed(_BUG_BACKWARD, _BUG_CLIP), "scheduler-per-epoch"),
+            (_amp_loop_fixed(_BUG_BACKWARD, _BUG_SCHEDULER), "clip-before-unscale"),
+            (_amp_loop_fixed(_BUG_CLIP, _BUG_SCHEDULER), "backward-inside-autocast"),
+            (_amp_loop_fixed(_BUG_BACKWARD, _BUG_SCHEDULER).replace(_BUG_CLIP[0],
+                                                                     "            scaler.unscale_(optimizer)\n"),
              "not-clipped"),
         ),
     )
@@ -854,21 +851,21 @@ add(
 
 def _norm_model(case: Case) -> nn.Sequential:
     model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
-    gen = _gen(case, 60)
+    gen = case_generator(case, 60)
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=gen) * 2
     return model
 
 
 def _probe_total_norm(answer: dict, *, case: Case) -> dict:
-    model, max_norm = _norm_model(case), _max_norm(case, 61)
+    model, max_norm = _norm_model(case), _case_max_norm(case, 61)
     with HostSyncCounter() as syncs:
         norm = answer["clip_and_norm"](model, max_norm)
     return {"norm": norm, "grads": [p.grad for p in model.parameters()], "syncs": syncs.calls}
 
 
 def _judge_total_norm(seen: dict, *, case: Case) -> str:
-    model, max_norm = _norm_model(case), _max_norm(case, 61)
+    model, max_norm = _norm_model(case), _case_max_norm(case, 61)
     grads = [p.grad.clone() for p in model.parameters()]
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     nn.utils.clip_grad_norm_(model.parameters(), max_norm)
@@ -952,16 +949,16 @@ add(
 # clipping-per-group
 
 
-def _group_model(case: Case) -> nn.Sequential:
+def _per_group_model(case: Case) -> nn.Sequential:
     model = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 2))
-    gen = _gen(case, 70)
+    gen = case_generator(case, 70)
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=gen) * 3
     return model
 
 
 def _group_optimizer(model: nn.Sequential, case: Case) -> torch.optim.Optimizer:
-    small = round(0.2 + float(torch.rand((), generator=_gen(case, 71))) * 0.5, 3)
+    small = round(0.2 + float(torch.rand((), generator=case_generator(case, 71))) * 0.5, 3)
     return torch.optim.SGD([
         {"params": list(model[0].parameters()), "lr": 0.01, "max_norm": small},
         {"params": list(model[2].parameters()), "lr": 0.1, "max_norm": small * 4},
@@ -969,7 +966,7 @@ def _group_optimizer(model: nn.Sequential, case: Case) -> torch.optim.Optimizer:
 
 
 def _probe_per_group(answer: dict, *, case: Case) -> dict:
-    model = _group_model(case)
+    model = _per_group_model(case)
     optimizer = _group_optimizer(model, case)
     norms = answer["clip_per_group"](optimizer)
     return {"norms": norms, "grads": [p.grad for p in model.parameters()]}
@@ -977,7 +974,7 @@ def _probe_per_group(answer: dict, *, case: Case) -> dict:
 
 def _judge_per_group(seen: dict, *, case: Case) -> str:
     def clipped(how: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        model = _group_model(case)
+        model = _per_group_model(case)
         groups = _group_optimizer(model, case).param_groups
         if how == "together":
             norms = [nn.utils.clip_grad_norm_(model.parameters(), groups[0]["max_norm"])]

@@ -18,16 +18,12 @@ from harness.contract.failure import fail
 from harness.contract.instruments import StepRecorder
 from harness.contract.wire import WireError
 from harness.drills.core import Drill, add
-from harness.drills.support import multiple_choice
-
-
-def _gen(case: Case, base: int) -> torch.Generator:
-    return torch.Generator().manual_seed(case.seeded(base))
+from harness.drills.support import case_generator, multiple_choice
 
 
 def _randint(case: Case, base: int, low: int, high: int) -> int:
     """An int in [low, high) drawn from the case."""
-    return int(torch.randint(low, high, (), generator=_gen(case, base)))
+    return int(torch.randint(low, high, (), generator=case_generator(case, base)))
 
 
 def _lrs(steps: object, groups: int = 1) -> list[list[float]]:
@@ -38,7 +34,7 @@ def _lrs(steps: object, groups: int = 1) -> list[list[float]]:
     return steps
 
 
-def _same(got: list[float], want: list[float]) -> bool:
+def _same_lrs(got: list[float], want: list[float]) -> bool:
     return len(got) == len(want) and all(math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-12)
                                          for g, w in zip(got, want, strict=True))
 
@@ -107,7 +103,7 @@ def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     warmup, total = _warmup_configs(case)[0]
     got = [lr[0] for lr in _lrs(seen.get("lrs"))]
     want = [0.1 * warmup_cosine_factor(s, warmup, total) for s in range(warmup + 3)]
-    if not _same(got, want):
+    if not _same_lrs(got, want):
         fail("wrong-lambdalr", observed=f"LambdaLR with your factor gave {_rounded(got)}", expected=f"{_rounded(want)}",
              cause="the factor depends on something other than its arguments", where="warmup_cosine")
     return "matches the closed form in warmup, decay and after the end, and plugs into LambdaLR"
@@ -153,12 +149,12 @@ add(
 
 
 def _regression_batches(case: Case, base: int, count: int, features: int = 4) -> list[tuple[torch.Tensor, ...]]:
-    gen = _gen(case, base)
+    gen = case_generator(case, base)
     return [(torch.randn(8, features, generator=gen), torch.randn(8, 1, generator=gen)) for _ in range(count)]
 
 
 def _small_linear(case: Case, base: int, features: int = 4) -> nn.Linear:
-    gen = _gen(case, base)
+    gen = case_generator(case, base)
     layer = nn.Linear(features, 1)
     with torch.no_grad():
         layer.weight.copy_(torch.randn(1, features, generator=gen) * 0.3)
@@ -170,7 +166,7 @@ _GRAN_EPOCHS = 4
 
 
 def _gran_setup(case: Case) -> tuple[float, int]:
-    return round(0.05 + float(torch.rand((), generator=_gen(case, 20))), 4), _randint(case, 21, 3, 7)
+    return round(0.05 + float(torch.rand((), generator=case_generator(case, 20))), 4), _randint(case, 21, 3, 7)
 
 
 def _probe_granularity(answer: dict, *, case: Case) -> dict:
@@ -191,7 +187,7 @@ def _judge_granularity(seen: dict, *, case: Case) -> str:
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)} ({_GRAN_EPOCHS} epochs of "
              f"{n_batches} batches)", cause="the batch loop was changed", where="one optimizer.step() per batch")
-    if not _same(got, want):
+    if not _same_lrs(got, want):
         first_epoch_decayed = any(v < lr * (1 - 1e-6) for v in got[:n_batches])
         fail("scheduler-per-batch" if first_epoch_decayed else "wrong-schedule",
              observed=f"learning rates per optimizer step ({n_batches} per epoch): {_rounded(got)}",
@@ -256,16 +252,16 @@ _PLATEAU_EPOCHS = 6
 
 
 def _plateau_data(case: Case) -> tuple[list, list]:
-    gen = _gen(case, 30)
+    gen = case_generator(case, 30)
     x = torch.randn(64, 16, generator=gen)
     train_batches = [(x[i:i + 16], torch.randn(16, 1, generator=gen)) for i in range(0, 64, 16)]
     val_batches = [(torch.randn(16, 16, generator=gen), torch.randn(16, 1, generator=gen)) for _ in range(2)]
     return train_batches, val_batches
 
 
-def _plateau_model(case: Case) -> nn.Sequential:
+def _plateau_metric_model(case: Case) -> nn.Sequential:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
-    gen = _gen(case, 31)
+    gen = case_generator(case, 31)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
@@ -290,7 +286,7 @@ def _plateau_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 
 
 def _probe_plateau(answer: dict, *, case: Case) -> dict:
-    model = _plateau_model(case)
+    model = _plateau_metric_model(case)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     scheduler = _RecordingPlateau(optimizer, model)
     train_batches, val_batches = _plateau_data(case)
@@ -300,7 +296,7 @@ def _probe_plateau(answer: dict, *, case: Case) -> dict:
 
 
 def _with_params(case: Case, params: object) -> nn.Sequential:
-    model = _plateau_model(case)
+    model = _plateau_metric_model(case)
     shapes = [p.shape for p in model.parameters()]
     if (not isinstance(params, list) or len(params) != len(shapes)
             or any(not isinstance(t, torch.Tensor) or t.shape != s for t, s in zip(params, shapes, strict=True))):
@@ -402,7 +398,7 @@ add(
 
 
 def _onecycle_setup(case: Case) -> tuple[float, int, int]:
-    return round(0.01 + float(torch.rand((), generator=_gen(case, 40))) * 0.1, 5), _randint(case, 41, 3, 6), 3
+    return round(0.01 + float(torch.rand((), generator=case_generator(case, 40))) * 0.1, 5), _randint(case, 41, 3, 6), 3
 
 
 def _onecycle_reference(max_lr: float, total: int) -> list[float]:
@@ -432,12 +428,12 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)}",
              cause="the batch loop was changed", where="one optimizer.step() per batch")
-    if not _same(got, want):
+    if not _same_lrs(got, want):
         per_epoch = [want[e] for e in range(epochs) for _ in range(n_batches)]
-        if _same(got, per_epoch):
+        if _same_lrs(got, per_epoch):
             code, cause = "scheduler-per-epoch", ("OneCycleLR's total_steps counts batches: stepped once per epoch "
                                                   "it never leaves its warm-up")
-        elif _same(got[:-1], want[1:]):
+        elif _same_lrs(got[:-1], want[1:]):
             code, cause = "lr-shifted", ("scheduler.step() before optimizer.step(): each batch runs with the next "
                                          "batch's learning rate, and the first value of the schedule is skipped")
         else:
@@ -494,14 +490,14 @@ add(
 
 
 def _accuracies(case: Case) -> list[float]:
-    gen = _gen(case, 50)
+    gen = case_generator(case, 50)
     rising = (0.5 + 0.05 * torch.arange(6) + torch.rand(6, generator=gen) * 0.01).tolist()
     flat = (rising[-1] - 0.001 - torch.rand(14, generator=gen) * 0.02).tolist()
     return [round(v, 5) for v in rising + flat]
 
 
 def _plateau_lr(case: Case) -> float:
-    return round(0.01 + float(torch.rand((), generator=_gen(case, 51))) * 0.1, 5)
+    return round(0.01 + float(torch.rand((), generator=case_generator(case, 51))) * 0.1, 5)
 
 
 def _plateau_run(scheduler_for: object, case: Case) -> list[float]:
@@ -525,7 +521,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         raise WireError("learning rates malformed")
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
     want = _plateau_run(lambda o: plateau(o, mode="max", factor=0.5, patience=2), case)
-    if _same(got, want):
+    if _same_lrs(got, want):
         return "halves the LR after 2 epochs without a better validation accuracy, and only then"
     for code, make, cause in (
         ("wrong-mode", lambda o: plateau(o, mode="min", factor=0.5, patience=2), "mode='min' (the default) treats a "
@@ -533,7 +529,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         ("wrong-patience", lambda o: plateau(o, mode="max", factor=0.5), "the default patience is 10 epochs"),
         ("wrong-factor", lambda o: plateau(o, mode="max", patience=2), "the default factor is 0.1, not 0.5"),
     ):
-        if _same(got, _plateau_run(make, case)):
+        if _same_lrs(got, _plateau_run(make, case)):
             fail(code, observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
                  cause=cause, where="ReduceLROnPlateau(optimizer, mode='max', factor=0.5, patience=2)")
     fail("wrong-schedule", observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
@@ -579,7 +575,7 @@ add(
 
 
 def _warmup_setup(case: Case) -> tuple[int, tuple[float, float]]:
-    gen = _gen(case, 60)
+    gen = case_generator(case, 60)
     lrs = (torch.rand(2, generator=gen) * 0.1 + 0.001).tolist()
     return _randint(case, 61, 2, 9), (round(lrs[0], 5), round(lrs[1], 5))
 
@@ -667,10 +663,10 @@ class _TwoPart(nn.Module):
 
 
 def _group_setup(case: Case) -> tuple[float, int]:
-    return round(1e-3 + float(torch.rand((), generator=_gen(case, 70))) * 1e-2, 6), _randint(case, 71, 2, 6)
+    return round(1e-3 + float(torch.rand((), generator=case_generator(case, 70))) * 1e-2, 6), _randint(case, 71, 2, 6)
 
 
-def _probe_param_groups(answer: dict, *, case: Case) -> dict:
+def _probe_param_group_lrs(answer: dict, *, case: Case) -> dict:
     lr, warmup = _group_setup(case)
     model = _TwoPart()
     names = {id(p): name for name, p in model.named_parameters()}
@@ -685,7 +681,7 @@ def _probe_param_groups(answer: dict, *, case: Case) -> dict:
     return {"groups": groups, "kind": type(optimizer).__name__, "lrs": [r.lrs for r in steps.records]}
 
 
-def _judge_param_groups(seen: dict, *, case: Case) -> str:
+def _judge_param_group_lrs(seen: dict, *, case: Case) -> str:
     lr, warmup = _group_setup(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
@@ -707,10 +703,10 @@ def _judge_param_groups(seen: dict, *, case: Case) -> str:
     for group, base in enumerate((lr / 10, lr)):
         series = [s[group] for s in got]
         want = [base * f for f in factors]
-        if _same(series, want):
+        if _same_lrs(series, want):
             continue
         name = ("backbone", "head")[group]
-        if group == 0 and _same(series[1:], [lr * f for f in factors[1:]]):
+        if group == 0 and _same_lrs(series[1:], [lr * f for f in factors[1:]]):
             code, cause = "base-lr-lost", ("the backbone's LR was changed after the scheduler was built: LambdaLR "
                                            "scales each group's initial_lr, recorded at construction, and overwrites "
                                            "the group's lr at every step")
@@ -750,8 +746,8 @@ add(
         solution=_GROUPS_SOLUTION,
         hints=("An optimizer takes a list of dicts, one per group, each with its own 'lr'.",
                "LambdaLR scales each group's own initial LR: build the groups first, then the scheduler."),
-        probe=_probe_param_groups,
-        judge=_judge_param_groups,
+        probe=_probe_param_group_lrs,
+        judge=_judge_param_group_lrs,
         wrong_answers=(
             ("import torch\n\ndef make_optimizer(model, lr, warmup):\n"
              "    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
@@ -844,8 +840,8 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
     want_lrs = ref_lrs[_RESUME_AT:]
     if len(got_lrs) != len(want_lrs):
         raise WireError("wrong number of recorded steps")
-    if not _same(got_lrs, want_lrs):
-        if _same(got_lrs, ref_lrs[_RESUME_AT + 1:] + [got_lrs[-1]]):
+    if not _same_lrs(got_lrs, want_lrs):
+        if _same_lrs(got_lrs, ref_lrs[_RESUME_AT + 1:] + [got_lrs[-1]]):
             code, cause = "schedule-shifted", ("the scheduler was stepped after loading its state: the resumed run is "
                                                "one step ahead of the schedule")
         elif not math.isclose(got_lrs[0], want_lrs[0], rel_tol=1e-6):
