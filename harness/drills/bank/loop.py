@@ -29,7 +29,7 @@ def _binary_task(seed: int, n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _batches(x: torch.Tensor, y: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _split_batches(x: torch.Tensor, y: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return list(zip(x.split(size), y.split(size), strict=True))
 
 
@@ -43,7 +43,7 @@ def _seeded(seed: int, build: Any) -> nn.Module:
 # --- Shared validation of observations (data only: a wrong type is a WireError, never a crash) -------------
 
 
-def _tensors(value: Any, n: int, what: str, *, none_ok: bool = False) -> list:
+def _checked_tensors(value: Any, n: int, what: str, *, none_ok: bool = False) -> list:
     if not isinstance(value, list) or len(value) != n:
         raise WireError(f"{what}: expected a list of {n} tensors")
     for item in value:
@@ -52,27 +52,27 @@ def _tensors(value: Any, n: int, what: str, *, none_ok: bool = False) -> list:
     return value
 
 
-def _steps(seen: dict, n_params: int) -> list[dict]:
+def _validated_steps(seen: dict, n_params: int) -> list[dict]:
     steps = seen.get("steps")
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise WireError("steps missing")
     for step in steps:
-        _tensors(step.get("grads"), n_params, "a step's gradients", none_ok=True)
-        _tensors(step.get("params"), n_params, "a step's parameters")
+        _checked_tensors(step.get("grads"), n_params, "a step's gradients", none_ok=True)
+        _checked_tensors(step.get("params"), n_params, "a step's parameters")
     return steps
 
 
-def _record_steps(steps: StepRecorder, limit: int | None = None) -> list[dict]:
+def _recorded_steps(steps: StepRecorder, limit: int | None = None) -> list[dict]:
     records = steps.records if limit is None else steps.records[:limit]
     return [{"grads": r.grads, "params": r.params} for r in records]
 
 
-def _same(got: list, want: list, atol: float = 1e-5) -> bool:
+def _same_tensors(got: list, want: list, atol: float = 1e-5) -> bool:
     return all(g.shape == w.shape and torch.allclose(g.double(), w.double(), atol=atol, rtol=1e-4)
                for g, w in zip(got, want, strict=True))
 
 
-def _as_float(value: Any, what: str) -> float:
+def _float_or_wire_error(value: Any, what: str) -> float:
     """A loss reported as a Python number or a one-element tensor."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value.detach().double())
@@ -89,7 +89,7 @@ def _check_step_gradient(k: int, got: list, want: list, where: str) -> None:
              expected=f"the gradient of batch {k}",
              cause="optimizer.step() ran before loss.backward() (or zero_grad ran between backward and step): "
              "the step had no gradient to use", where=where)
-    if any(g is None for g in got) or not _same(got, want, atol=1e-6):
+    if any(g is None for g in got) or not _same_tensors(got, want, atol=1e-6):
         fail("missing-zero-grad", observed=f"the gradient the optimizer used at step {k} is not the gradient of "
              f"batch {k} alone", expected=f"only batch {k}'s gradient at step {k}",
              cause=f"gradients accumulate in .grad: without zero_grad once per batch, step {k} uses the sum of "
@@ -102,7 +102,7 @@ def _check_step_gradient(k: int, got: list, want: list, where: str) -> None:
 def _train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
     model = _seeded(case.seeded(0), lambda: nn.Linear(8, 1))
     x, y = _binary_task(case.seeded(1), 96)
-    return model, torch.optim.SGD(model.parameters(), lr=0.1), _batches(x, y)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), _split_batches(x, y)
 
 
 def _probe_train_step(answer: dict, *, case: Case) -> dict:
@@ -112,14 +112,14 @@ def _probe_train_step(answer: dict, *, case: Case) -> dict:
     with StepRecorder(optimizer) as steps, HostSyncCounter() as syncs, ForwardRecorder(model) as forwards:
         for batch in batches:
             returned.append(answer["train_step"](model, batch, nn.BCEWithLogitsLoss(), optimizer))
-    return {"returned": returned, "steps": _record_steps(steps), "final": [p.detach() for p in model.parameters()],
+    return {"returned": returned, "steps": _recorded_steps(steps), "final": [p.detach() for p in model.parameters()],
             "syncs": syncs.calls, "training": [r.training for r in forwards.records]}
 
 
 def _judge_train_step(seen: dict, *, case: Case) -> str:
     model, optimizer, batches = _train_step_setup(case)
     n = len(list(model.parameters()))
-    steps = _steps(seen, n)
+    steps = _validated_steps(seen, n)
     if len(steps) != len(batches):
         fail("step-count", observed=f"{len(steps)} optimizer steps for {len(batches)} calls",
              expected="one step per call", cause="optimizer.step() missing or called twice",
@@ -127,7 +127,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
     loss_fn, losses = nn.BCEWithLogitsLoss(), []
     where = "call optimizer.zero_grad(set_to_none=True) before loss.backward(), then optimizer.step()"
     for k, ((x, y), step) in enumerate(zip(batches, steps, strict=True), start=1):
-        if not _same(step["params"], [p.detach() for p in model.parameters()], atol=1e-6):
+        if not _same_tensors(step["params"], [p.detach() for p in model.parameters()], atol=1e-6):
             fail("update-outside-step", observed=f"the weights at optimizer step {k} are not the ones "
                  + ("the model started with" if k == 1 else f"optimizer step {k - 1} left"),
                  expected="weights that change only through optimizer.step()",
@@ -138,7 +138,8 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
         _check_step_gradient(k, step["grads"], [p.grad for p in model.parameters()], where)
         optimizer.step()
         losses.append(loss.detach())
-    if not _same(_tensors(seen.get("final"), n, "final weights"), [p.detach() for p in model.parameters()]):
+    final = _checked_tensors(seen.get("final"), n, "final weights")
+    if not _same_tensors(final, [p.detach() for p in model.parameters()]):
         fail("wrong-update", observed="the weights after the steps differ from plain SGD's",
              expected="exactly one optimizer.step() per call, with the batch's gradient",
              cause="an extra update, or the weights changed outside the optimizer", where="train_step")
@@ -239,21 +240,21 @@ _STALLS_EPOCHS = 5
 def _stalls_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     x, y = _binary_task(case.seeded(3))
-    return model, torch.optim.SGD(model.parameters(), lr=0.2), _batches(x, y)
+    return model, torch.optim.SGD(model.parameters(), lr=0.2), _split_batches(x, y)
 
 
 def _probe_stalls(answer: dict, *, case: Case) -> dict:
     model, optimizer, batches = _stalls_setup(case)
     with StepRecorder(optimizer) as steps:
         answer["train"](model, batches, optimizer, nn.BCEWithLogitsLoss(), _STALLS_EPOCHS)
-    return {"count": len(steps.records), "steps": _record_steps(steps, 3),
+    return {"count": len(steps.records), "steps": _recorded_steps(steps, 3),
             "final": [p.detach() for p in model.parameters()]}
 
 
 def _judge_stalls(seen: dict, *, case: Case) -> str:
     model, optimizer, batches = _stalls_setup(case)
     n = len(list(model.parameters()))
-    steps, loss_fn = _steps(seen, n), nn.BCEWithLogitsLoss()
+    steps, loss_fn = _validated_steps(seen, n), nn.BCEWithLogitsLoss()
     where = "zero_grad(set_to_none=True) once per batch, before the forward pass; step() after backward()"
     for k, step in enumerate(steps, start=1):
         if all(g is None for g in step["grads"]):
@@ -277,8 +278,8 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
             optimizer.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             optimizer.step()
-    final = _tensors(seen.get("final"), n, "final weights")
-    if not _same(final, [p.detach() for p in model.parameters()], atol=1e-4):
+    final = _checked_tensors(seen.get("final"), n, "final weights")
+    if not _same_tensors(final, [p.detach() for p in model.parameters()], atol=1e-4):
         fail("still-stalls", observed="the weights after training differ from the reference loop's",
              expected="the weights of zero_grad -> forward -> backward -> step on every batch",
              cause="the loop still skips or repeats an update", where="the order zero_grad -> forward -> backward "
@@ -340,16 +341,16 @@ def evaluate(model, batches):
 '''
 
 
-def _eval_setup(case: Case) -> tuple[nn.Module, list]:
+def _eval_changes_setup(case: Case) -> tuple[nn.Module, list]:
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5),
                                                          nn.Linear(32, 3)))
     gen = torch.Generator().manual_seed(case.seeded(1))
     x, y = torch.randn(128, 8, generator=gen), torch.randint(0, 3, (128,), generator=gen)
-    return model, _batches(x, y)
+    return model, _split_batches(x, y)
 
 
 def _probe_eval(answer: dict, *, case: Case) -> dict:
-    model, batches = _eval_setup(case)
+    model, batches = _eval_changes_setup(case)
     model.train()
     with ForwardRecorder(model) as forwards:
         results = [answer["evaluate"](model, batches), answer["evaluate"](model, batches)]
@@ -370,7 +371,7 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
              expected="no autograd graph during evaluation (memory and time)",
              cause="no torch.no_grad()/torch.inference_mode() around evaluation",
              where="wrap the loop in `with torch.inference_mode():`")
-    model, batches = _eval_setup(case)
+    model, batches = _eval_changes_setup(case)
     model.eval()
     with torch.inference_mode():
         x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
@@ -379,7 +380,7 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
     if not isinstance(results, list) or len(results) != 2:
         raise WireError("results missing")
     for got in results:
-        value = _as_float(got, "evaluate's result")
+        value = _float_or_wire_error(got, "evaluate's result")
         if not abs(value - want) <= 1e-6:  # a nan is never close
             fail("wrong-accuracy", observed=f"evaluate returned {value:.4f}", expected=f"{want:.4f}, the fraction "
                  "of samples whose argmax is the label", cause="dividing by the number of batches instead of the "
@@ -568,7 +569,7 @@ def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
     if not isinstance(got, (list, tuple)):
         fail("not-a-list", observed=f"fit returned {describe(got)}", expected="the list of validation losses, "
              "one per epoch run", cause="returning the best loss only, or nothing", where="the return line")
-    got = [_as_float(v, "an entry of the returned history") for v in got]
+    got = [_float_or_wire_error(v, "an entry of the returned history") for v in got]
     if seen.get("trained") != len(got) or seen.get("validated") != len(got):
         fail("epoch-count", observed=f"{describe(seen.get('trained'))} calls of train_one_epoch and "
              f"{describe(seen.get('validated'))} of validate for {len(got)} history entries",
@@ -722,7 +723,7 @@ _FIX_MODE = ("    model.train()\n    for epoch in range(epochs):\n",
              "    for epoch in range(epochs):\n        model.train()\n")
 
 
-def _fixed(*fixes: tuple[str, str]) -> str:
+def _three_bugs_fixed(*fixes: tuple[str, str]) -> str:
     return with_fixes(_THREE_BUGS_STARTER, *fixes)
 
 
@@ -735,7 +736,7 @@ def _three_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list, li
     gen = torch.Generator().manual_seed(case.seeded(1))
     x = torch.randn(96, 6, generator=gen)
     y = x[:, :3].sum(1, keepdim=True) + 0.1 * torch.randn(96, 1, generator=gen)
-    batches = _batches(x, y, 16)
+    batches = _split_batches(x, y, 16)
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batches[:4], batches[4:]
 
 
@@ -743,7 +744,7 @@ def _probe_three_bugs(answer: dict, *, case: Case) -> dict:
     model, optimizer, train_batches, val_batches = _three_setup(case)
     with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards:
         history = answer["fit"](model, train_batches, val_batches, optimizer, nn.MSELoss(), _THREE_EPOCHS)
-    return {"history": history, "steps": _record_steps(steps),
+    return {"history": history, "steps": _recorded_steps(steps),
             "forwards": [{"training": r.training, "grad_enabled": r.grad_enabled} for r in forwards.records],
             "final": [t.detach() for t in model.state_dict().values()]}
 
@@ -751,7 +752,7 @@ def _probe_three_bugs(answer: dict, *, case: Case) -> dict:
 def _judge_three_bugs(seen: dict, *, case: Case) -> str:
     model, optimizer, train_batches, val_batches = _three_setup(case)
     loss_fn, n = nn.MSELoss(), len(list(model.parameters()))
-    steps = _steps(seen, n)
+    steps = _validated_steps(seen, n)
     forwards = seen.get("forwards")
     history = seen.get("history")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
@@ -800,7 +801,7 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
                  where="train_total += loss.detach()")
         for name, got, want in (("training", train_got, train_total / len(train_batches)), ("validation", val_got,
                                                                                            val)):
-            value = _as_float(got, f"epoch {epoch}'s mean {name} loss")
+            value = _float_or_wire_error(got, f"epoch {epoch}'s mean {name} loss")
             if not abs(value - float(want)) <= 1e-4 * max(1.0, abs(float(want))):
                 fail("wrong-history", observed=f"epoch {epoch}'s mean {name} loss is {value:.5f}",
                      expected=f"{float(want):.5f}", cause="a sum not divided by the number of batches, or the "
@@ -808,8 +809,8 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
     if len(history) != _THREE_EPOCHS:
         fail("wrong-history", observed=f"{len(history)} history entries", expected=f"{_THREE_EPOCHS}",
              cause="an entry per batch, or the append outside the loop", where="history.append(...)")
-    final = _tensors(seen.get("final"), len(model.state_dict()), "final state")
-    if not _same(final, [t.detach() for t in model.state_dict().values()], atol=1e-4):
+    final = _checked_tensors(seen.get("final"), len(model.state_dict()), "final state")
+    if not _same_tensors(final, [t.detach() for t in model.state_dict().values()], atol=1e-4):
         fail("wrong-weights", observed="the weights or BatchNorm statistics after training differ from the "
              "reference loop's", expected="the same state", cause="an extra update, or statistics updated "
              "during validation", where="the training and validation loops")
@@ -829,7 +830,7 @@ add(
         "has three bugs: fix all three (the check reports the first one it observes).",
         entry="fit",
         starter=_THREE_BUGS_STARTER,
-        solution=_fixed(_FIX_ZERO_GRAD, _FIX_DETACH, _FIX_MODE),
+        solution=_three_bugs_fixed(_FIX_ZERO_GRAD, _FIX_DETACH, _FIX_MODE),
         hints=("One bug per symptom: what makes gradients of earlier batches leak into a step? What keeps a "
                "graph alive after the step? What undoes model.eval()?",
                "optimizer.zero_grad(set_to_none=True) before each forward; train_total += loss.detach(); "
@@ -837,10 +838,10 @@ add(
         probe=_probe_three_bugs,
         judge=_judge_three_bugs,
         wrong_answers=(
-            (_fixed(_FIX_ZERO_GRAD), "loss-keeps-graph"),
-            (_fixed(_FIX_ZERO_GRAD, _FIX_DETACH), "eval-mode-training"),
-            (_fixed(_FIX_ZERO_GRAD, _FIX_MODE), "loss-keeps-graph"),
-            (_fixed(_FIX_DETACH, _FIX_MODE), "missing-zero-grad"),
+            (_three_bugs_fixed(_FIX_ZERO_GRAD), "loss-keeps-graph"),
+            (_three_bugs_fixed(_FIX_ZERO_GRAD, _FIX_DETACH), "eval-mode-training"),
+            (_three_bugs_fixed(_FIX_ZERO_GRAD, _FIX_MODE), "loss-keeps-graph"),
+            (_three_bugs_fixed(_FIX_DETACH, _FIX_MODE), "missing-zero-grad"),
         ),
     )
 )
@@ -977,7 +978,7 @@ def _restore_setup(case: Case) -> tuple[nn.Module, list]:
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3),
                                                          nn.Linear(32, 1)))
     x, y = _binary_task(case.seeded(1), 80)
-    return model, _batches(x, y, 24)
+    return model, _split_batches(x, y, 24)
 
 
 def _probe_restore(answer: dict, *, case: Case) -> dict:
@@ -1019,7 +1020,7 @@ def _judge_restore(seen: dict, *, case: Case) -> str:
     if not isinstance(results, list) or len(results) != 2:
         raise WireError("results missing")
     for got in results:
-        value = _as_float(got, "evaluate's result")
+        value = _float_or_wire_error(got, "evaluate's result")
         if not abs(value - float(want)) <= 1e-5:
             fail("wrong-loss", observed=f"evaluate returned {value:.5f}", expected=f"{float(want):.5f}",
                  cause="a mean of batch means (the last batch is smaller), or another reduction",
