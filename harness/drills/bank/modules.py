@@ -62,7 +62,7 @@ def _probe_mlp(answer: dict, *, case: Case) -> dict:
     return {"results": results}
 
 
-def _reference_mlp(params: list[torch.Tensor], sizes: list[int], x: torch.Tensor) -> torch.Tensor | None:
+def _reference_plain_list_mlp(params: list[torch.Tensor], sizes: list[int], x: torch.Tensor) -> torch.Tensor | None:
     """The MLP's output computed from its parameters: layers found by shape, in registration order."""
     weights = [p for p in params if p.dim() == 2]
     biases = [p for p in params if p.dim() == 1]
@@ -95,7 +95,7 @@ def _judge_mlp(seen: dict, *, case: Case) -> str:
             fail("unregistered-layers", observed=f"model.parameters() holds {got} numbers for sizes {sizes}",
                  expected=f"{expected}", cause="layers kept in a plain Python list are invisible to nn.Module: "
                  "the optimizer never sees them and .to(device) never moves them", where="use nn.ModuleList")
-        want = _reference_mlp(params, sizes, x)
+        want = _reference_plain_list_mlp(params, sizes, x)
         if want is None:
             fail("unregistered-layers", observed=f"the parameters' shapes {[tuple(p.shape) for p in params]}",
                  expected=f"one Linear per pair of consecutive sizes in {sizes}", cause="layers missing or "
@@ -147,7 +147,7 @@ def _groups_model(case: Case) -> nn.Module:
         nn.Linear(width, width), nn.BatchNorm1d(width), nn.Linear(width, 2, bias=bool(width % 2))))
 
 
-def _probe_param_groups(answer: dict, *, case: Case) -> dict:
+def _probe_module_param_groups(answer: dict, *, case: Case) -> dict:
     model = _groups_model(case)
     names = {id(p): name for name, p in model.named_parameters()}
     groups = answer["param_groups"](model, weight_decay=_groups_decay(case))
@@ -158,7 +158,7 @@ def _probe_param_groups(answer: dict, *, case: Case) -> dict:
                         "weight_decay": g.get("weight_decay")} for g in groups]}
 
 
-def _judge_param_groups(seen: dict, *, case: Case) -> str:
+def _judge_module_param_groups(seen: dict, *, case: Case) -> str:
     model = _groups_model(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
@@ -214,8 +214,8 @@ add(
         solution=_GROUPS_SOLUTION,
         hints=("Biases and norm scales are 1-D tensors; weight matrices and kernels are not.",
                "Split model.parameters() on p.ndim >= 2 into two dicts with their own weight_decay."),
-        probe=_probe_param_groups,
-        judge=_judge_param_groups,
+        probe=_probe_module_param_groups,
+        judge=_judge_module_param_groups,
         wrong_answers=(
             ("def param_groups(model, weight_decay):\n"
              "    return [{'params': list(model.parameters()), 'weight_decay': weight_decay}]\n", "wrong-decay-set"),
@@ -420,7 +420,7 @@ add(
 # --- modules-freeze-backbone (write) -------------------------------------------------------------------------
 
 
-class _Classifier(nn.Module):
+class _BackboneClassifier(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
         self.backbone = nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU())
@@ -434,7 +434,7 @@ def _freeze_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(case.seeded(0))
     width = 4 + int(torch.randint(0, 8, (1,), generator=gen))
     x, y = torch.randn(10, 6, generator=gen), torch.randint(0, 3, (10,), generator=gen)
-    return _seeded(case.seeded(1), lambda: _Classifier(width)), x, y
+    return _seeded(case.seeded(1), lambda: _BackboneClassifier(width)), x, y
 
 
 def _probe_freeze(answer: dict, *, case: Case) -> dict:
