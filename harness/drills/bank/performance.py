@@ -18,7 +18,7 @@ from harness.drills.support import multiple_choice, no_harness_shortcut, seeded_
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
-def _number(value: Any) -> float | None:
+def _one_number(value: Any) -> float | None:
     """A Python number or a one-element tensor as a float; None for anything else."""
     if isinstance(value, bool):
         return None
@@ -64,7 +64,7 @@ def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
             x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
             want_loss = float(F.cross_entropy(model(x), y))
             want_acc = float((model(x).argmax(1) == y).double().mean())
-        loss, accuracy = _number(result.get("loss")), _number(result.get("accuracy"))
+        loss, accuracy = _one_number(result.get("loss")), _one_number(result.get("accuracy"))
         if loss is None or accuracy is None:
             fail("wrong-value", observed=f"loss {describe(result.get('loss'))}, accuracy "
                  f"{describe(result.get('accuracy'))}", expected=f"two numbers: {want_loss:.5f} and {want_acc:.4f}",
@@ -205,7 +205,7 @@ def _judge_log_every(seen: dict, *, case: Case) -> str:
                  "step (gradients add up otherwise), cross_entropy, backward, step", where="the training loop")
     windows = [sum(losses[i:i + log_every]) / len(losses[i:i + log_every]) for i in range(0, len(losses), log_every)]
     logs = seen.get("logs")
-    numbers = [_number(v) for v in logs] if isinstance(logs, (list, tuple)) else None
+    numbers = [_one_number(v) for v in logs] if isinstance(logs, (list, tuple)) else None
     if numbers is None or len(numbers) != len(windows) or any(v is None for v in numbers):
         fail("wrong-value", observed=f"train_logged returned {describe(logs)}",
              expected=f"a list of {len(windows)} floats: one per window of {log_every} steps, the last window "
@@ -293,15 +293,15 @@ add(
 
 
 # ------------------------------------------------------------------------------------------------ loader settings
-def _loader_dataset(case: Case) -> tuple[torch.utils.data.TensorDataset, int]:
+def _loader_settings_dataset(case: Case) -> tuple[torch.utils.data.TensorDataset, int]:
     generator = torch.Generator().manual_seed(case.seeded(20))
     size = int(torch.randint(40, 80, (), generator=generator))
     batch_size = int(torch.randint(4, 17, (), generator=generator))
     return torch.utils.data.TensorDataset(torch.randn(size, 3, generator=generator)), batch_size
 
 
-def _probe_loader(answer: dict, *, case: Case) -> dict:
-    dataset, batch_size = _loader_dataset(case)
+def _probe_loader_settings(answer: dict, *, case: Case) -> dict:
+    dataset, batch_size = _loader_settings_dataset(case)
     seen = {}
     for device_type in ("cuda", "cpu"):
         loader = answer["make_loader"](dataset, batch_size, device_type)  # never iterated: no worker starts
@@ -315,8 +315,8 @@ def _probe_loader(answer: dict, *, case: Case) -> dict:
     return seen
 
 
-def _judge_loader(seen: dict, *, case: Case) -> str:
-    _, batch_size = _loader_dataset(case)
+def _judge_loader_settings(seen: dict, *, case: Case) -> str:
+    _, batch_size = _loader_settings_dataset(case)
     for device_type in ("cuda", "cpu"):
         got = seen.get(device_type)
         if not isinstance(got, dict):
@@ -382,8 +382,8 @@ add(
         solution=_LOADER_SOLUTION,
         hints=("Which DataLoader arguments start workers, keep them between epochs, and page-lock the batches?",
                "num_workers=2, persistent_workers=True, pin_memory=(device_type == 'cuda')."),
-        probe=_probe_loader,
-        judge=_judge_loader,
+        probe=_probe_loader_settings,
+        judge=_judge_loader_settings,
         wrong_answers=(
             (_LOADER_SOLUTION.replace("persistent_workers=True", "persistent_workers=False"), "workers-restarted"),
             (_LOADER_SOLUTION.replace('pin_memory=device_type == "cuda"', "pin_memory=True"), "pinned-on-cpu"),
