@@ -374,7 +374,7 @@ add(
 
 # --- portable state dicts ------------------------------------------------------------------------------------
 
-class _Net(nn.Module):
+class _PortableNet(nn.Module):
     """A model whose own key names contain 'module.' in the middle ('encoder.submodule.0.weight')."""
 
     def __init__(self, width: int) -> None:
@@ -388,7 +388,7 @@ def _strip_inputs(case: Case) -> tuple[dict[str, torch.Tensor], list[tuple[str, 
     """The plain state dict and the wrapped variants (probe and judge alike)."""
     torch.manual_seed(case.seeded(0))
     width = 3 + case.seeded(0) % 5
-    base = _Net(width).state_dict()
+    base = _PortableNet(width).state_dict()
     variants = [("plain", dict(base))]
     for name, prefix in (("DDP", "module."), ("compiled", "_orig_mod."), ("DDP of compiled", "module._orig_mod."),
                          ("compiled DDP", "_orig_mod.module.")):
@@ -515,7 +515,7 @@ add(
 
 # --- atomic save ---------------------------------------------------------------------------------------------
 
-def _atomic_states(case: Case) -> list[dict[str, torch.Tensor]]:
+def _atomic_save_states(case: Case) -> list[dict[str, torch.Tensor]]:
     gen = torch.Generator().manual_seed(case.seeded(0))
     return [{"weight": torch.randn(5, 4, generator=gen), "step": torch.tensor(case.seeded(k))} for k in range(3)]
 
@@ -573,7 +573,7 @@ class _SaveWatcher:
             setattr(os, name, self._real[name])
 
 
-def _read_back(path: Path) -> Any:
+def _read_back_file(path: Path) -> Any:
     if not path.exists():
         return "missing"
     try:
@@ -584,26 +584,26 @@ def _read_back(path: Path) -> Any:
 
 
 def _probe_atomic(answer: dict, *, case: Case) -> dict:
-    states = _atomic_states(case)
+    states = _atomic_save_states(case)
     with tempfile.TemporaryDirectory() as tmp, _SaveWatcher(answer) as watcher:
         path = Path(tmp) / "ckpt.pt"
         answer["save_atomic"](states[0], path)
-        first, listing = _read_back(path), sorted(os.listdir(tmp))
+        first, listing = _read_back_file(path), sorted(os.listdir(tmp))
         watcher.crash, raised = True, False
         try:
             answer["save_atomic"](states[1], path)
         except OSError:
             raised = True
         watcher.crash = False
-        after_crash = _read_back(path)
+        after_crash = _read_back_file(path)
         answer["save_atomic"](states[2], path)
-        third = _read_back(path)
+        third = _read_back_file(path)
         return {"first": first, "listing": listing, "after_crash": after_crash, "raised": raised, "third": third,
                 "events": watcher.events, "path": str(path)}
 
 
 def _judge_atomic(seen: dict, *, case: Case) -> str:
-    states = _atomic_states(case)
+    states = _atomic_save_states(case)
     path = seen["path"]
     if not isinstance(path, str) or not isinstance(seen["events"], list):
         raise WireError("malformed observation")
