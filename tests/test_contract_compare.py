@@ -146,6 +146,13 @@ def test_tensor_returns_the_tensor_itself_nan_included() -> None:
     assert compare.tensor(nan, "x") is nan
 
 
+def test_tensor_detaches_only_when_told() -> None:
+    leaf = torch.ones(2, requires_grad=True)
+    assert compare.tensor(leaf, "x").requires_grad
+    detached = compare.tensor(leaf, "x", detach=True)
+    assert not detached.requires_grad and torch.equal(detached, leaf)
+
+
 @pytest.mark.parametrize("value", [[WANT], [WANT, WANT[:2]], [WANT, WANT.double()], (WANT, WANT), [WANT, None], None])
 def test_tensor_list_refuses_other_lengths_shapes_dtypes_and_types(value: object) -> None:
     with pytest.raises(WireError, match="malformed observation: grads"):

@@ -229,14 +229,15 @@ def malformed(what: str) -> NoReturn:
     raise WireError(f"malformed observation: {what}")
 
 
-def tensor(value: Any, what: str) -> torch.Tensor:
-    """`value` when it is a tensor, as the probe recorded it; WireError for anything else.
+def tensor(value: Any, what: str, *, detach: bool = False) -> torch.Tensor:
+    """`value` when it is a tensor, as the probe recorded it (detached from any graph when `detach`); WireError
+    for anything else.
 
     For a leaf every probe writes as a tensor: a value of another type is not an observation of the probe.
     """
     if not isinstance(value, torch.Tensor):
         malformed(f"{what} is {type_name(value)}, not a tensor")
-    return value
+    return value.detach() if detach else value
 
 
 def tensor_list(value: Any, like: Sequence[torch.Tensor], what: str, *,

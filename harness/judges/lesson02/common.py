@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from harness.contract.failure import fail
-
-
-def _tensor(value: Any, what: str) -> torch.Tensor:
-    """`value` if it is a tensor; ValueError otherwise (an observation that is not the probe's)."""
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{what} is {type(value).__name__}, not a tensor")
-    return value.detach()
 
 
 def _no_exception(record: dict[str, Any], what: str) -> None:

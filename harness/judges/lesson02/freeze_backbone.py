@@ -12,10 +12,11 @@ import torch
 
 from harness.checks.lesson02.freeze_backbone import _backbone_settings, _BackboneModel
 from harness.contract.case import Case
+from harness.contract.compare import tensor
 from harness.contract.failure import fail
 from harness.contract.inputs import seeded
 from harness.contract.registry import judges
-from harness.judges.lesson02.common import _no_exception, _tensor
+from harness.judges.lesson02.common import _no_exception
 
 
 def _strings(value: Any, what: str) -> list[str]:
@@ -74,7 +75,7 @@ def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
                  cause="gradients put on the backbone's parameters by your function (p.grad set by hand, or a "
                        "backward run before freezing)", where="freeze before any backward; do not set .grad")
         before = dict(model.named_parameters())
-        unchanged = [torch.equal(before[n].detach(), _tensor(after[n], n)) for n in names]
+        unchanged = [torch.equal(before[n].detach(), tensor(after[n], n, detach=True)) for n in names]
         changed = [n for n, same in zip(names, unchanged, strict=True) if n.startswith("backbone.") and not same]
         if changed:
             fail("backbone-trainable", observed=f"your function changed backbone parameters {changed}",

@@ -13,9 +13,9 @@ from torch import nn
 from harness.checks.lesson02.common import _linears
 from harness.checks.lesson02.init_weights import _WEIGHT_SAMPLE, _init_model, _norm_parameters
 from harness.contract.case import Case
+from harness.contract.compare import tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson02.common import _tensor
 
 
 def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor]) -> None:
@@ -58,7 +58,7 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
     records = seen["linears"]
     if not isinstance(records, list) or len(records) != len(linears):
         raise ValueError("the recorded layers are not the model's")
-    weights = [_tensor(r["weight"], "a weight") for r in records]
+    weights = [tensor(r["weight"], "a weight", detach=True) for r in records]
     _judge_init_reached(model, seen, weights)
     for name, m, weight, record in zip(names, linears, weights, records, strict=True):
         fan_in, fan_out = m.in_features, m.out_features
@@ -82,7 +82,7 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
                  cause="a distribution shifted away from 0 (a mean argument, or an offset added)",
                  where="the initialiser")
         if m.bias is not None:
-            bias = _tensor(record["bias"], "a bias")
+            bias = tensor(record["bias"], "a bias", detach=True)
             if not torch.equal(bias, torch.zeros_like(m.bias)):
                 untouched = torch.equal(bias, m.bias.detach())
                 fail("bias-not-zero", observed=f"Linear {name}: bias has values up to {float(bias.abs().max()):.3g}",
@@ -90,7 +90,7 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
                      "the bias was set to other values than zero", where="nn.init.zeros_(m.bias)")
     norms = seen["norms"]
     for name, value in _norm_parameters(model).items():
-        if not torch.equal(_tensor(norms[name], name), value.detach()):
+        if not torch.equal(tensor(norms[name], name, detach=True), value.detach()):
             owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
             fail("norm-changed", observed=f"{owner} parameter {name} changed",
                  expected="normalisation weights stay 1 and biases 0",

@@ -13,10 +13,10 @@ import torch.nn.functional as F
 
 from harness.checks.lesson02.mlp import _mlp_configurations, _mlp_input
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled
+from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson02.common import _no_exception, _tensor
+from harness.judges.lesson02.common import _no_exception
 
 Layers = list[tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -27,8 +27,8 @@ def _as_layers(records: Any) -> Layers:
         raise ValueError("the layers are not a list")
     layers = []
     for record in records:
-        weight = _tensor(record["weight"], "a weight")
-        bias = None if record["bias"] is None else _tensor(record["bias"], "a bias")
+        weight = tensor(record["weight"], "a weight", detach=True)
+        bias = None if record["bias"] is None else tensor(record["bias"], "a bias", detach=True)
         if weight.ndim != 2 or (bias is not None and bias.shape != weight.shape[:1]):
             raise ValueError("a Linear layer with malformed weight or bias")
         layers.append((weight, bias))
@@ -45,7 +45,7 @@ def _reference_mlp(layers: Layers, x: torch.Tensor, *, final_relu: bool = False,
 
 def _judge_mlp_forward(record: dict[str, Any], layers: Layers, x: torch.Tensor) -> None:
     """The eval-mode outputs are Linear -> ReLU -> ... -> Linear of the recorded layers."""
-    out = _tensor(record["out"], "the output")
+    out = tensor(record["out"], "the output", detach=True)
     if close_scaled(out, _reference_mlp(layers, x), dtype=False):
         return
     if close_scaled(out, _reference_mlp(layers, x, final_relu=True), dtype=False):
@@ -64,7 +64,7 @@ def _judge_mlp_forward(record: dict[str, Any], layers: Layers, x: torch.Tensor) 
 
 def _judge_mlp_dropout_eval(record: dict[str, Any], x: torch.Tensor) -> None:
     """Dropout does nothing in eval mode."""
-    first, second = (_tensor(t, "a dropout output") for t in record["dropout_eval"])
+    first, second = (tensor(t, "a dropout output", detach=True) for t in record["dropout_eval"])
     reference = _reference_mlp(_as_layers(record["dropout_layers"]), x)
     if not (torch.equal(first, second) and close_scaled(first, reference, dtype=False)):
         fail("dropout-in-eval", observed="in eval mode, outputs are random or differ from the layers without dropout",
@@ -88,7 +88,7 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
     each hidden ReLU's output is dropped with probability p, survivors scaled by 1 / (1 - p)."""
     layers = _as_layers(record["dropout_layers"])
     train = record["dropout_train"]
-    inputs = [_tensor(t, "a layer's input") for t in train["inputs"]]
+    inputs = [tensor(t, "a layer's input", detach=True) for t in train["inputs"]]
     if len(inputs) != len(layers):
         fail("wrong-forward", observed=f"in one train-mode forward your {len(layers)} Linear layers ran "
              f"{len(inputs)} times", expected="each layer once", cause="a layer applied twice or skipped in forward",
@@ -97,7 +97,7 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
         fail("dropout-misplaced", observed="in train mode the first Linear does not receive the input x itself",
              expected="dropout only after hidden ReLUs", cause="dropout (or another operation) applied to the input "
              "before the first layer", where="forward: the first layer takes x")
-    if not close_scaled(_tensor(train["out"], "the output"), F.linear(inputs[-1], *layers[-1]), dtype=False):
+    if not close_scaled(tensor(train["out"], "the output"), F.linear(inputs[-1], *layers[-1]), dtype=False):
         fail("dropout-misplaced", observed="in train mode the output is not the last Linear's result",
              expected="raw scores from the last Linear, nothing applied after it",
              cause="dropout (or another operation active in train mode) applied after the last layer",
@@ -161,7 +161,7 @@ def judge_mlp(seen: dict, *, case: Case) -> str:
         _judge_mlp_forward(record, layers, x)
         _judge_mlp_dropout_eval(record, x)
         _judge_mlp_dropout_train(record, sizes, p, x)
-        stepped = [_tensor(t, "a stepped weight") for t in record["stepped"]]
+        stepped = [tensor(t, "a stepped weight", detach=True) for t in record["stepped"]]
         if [t.shape for t in stepped] != [before.shape for before, _ in layers]:
             raise ValueError("the stepped weights are not the layers' shapes")
         got_gradient = record["got_gradient"]

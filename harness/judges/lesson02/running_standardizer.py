@@ -12,10 +12,10 @@ from torch import nn
 
 from harness.checks.lesson02.running_standardizer import _eval_batch, _standardizer_setting, _training_batch
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled
+from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson02.common import _no_exception, _tensor
+from harness.judges.lesson02.common import _no_exception
 
 
 def _judge_standardizer_structure(seen: dict[str, Any], features: int) -> None:
@@ -37,7 +37,7 @@ def _judge_standardizer_structure(seen: dict[str, Any], features: int) -> None:
              expected="running_mean and running_var in the state_dict",
              cause="the buffers were registered with persistent=False (the only buffers state_dict leaves out)",
              where="register_buffer(name, tensor) with the default persistent=True")
-    mean, var = (_tensor(t, "an initial statistic") for t in seen["initial"])
+    mean, var = (tensor(t, "an initial statistic", detach=True) for t in seen["initial"])
     if not (torch.equal(mean, torch.zeros(features)) and torch.equal(var, torch.ones(features))):
         fail("wrong-initial-values", observed=f"running_mean {mean.tolist()}, running_var {var.tolist()}",
              expected="zeros and ones", cause="other initial values (or shapes) in __init__",
@@ -74,8 +74,8 @@ def _judge_standardizer_training(seen: dict[str, Any], case: Case, reference: nn
     for step, record in zip(range(batches), seen["steps"], strict=True):
         x = _training_batch(case, step, features)
         reference(x)
-        running_mean, running_var = record["running_mean"], _tensor(record["running_var"], "running_var")
-        if _tensor(running_mean, "running_mean") is not None and running_mean.requires_grad:
+        running_mean, running_var = record["running_mean"], tensor(record["running_var"], "running_var", detach=True)
+        if tensor(running_mean, "running_mean", detach=True) is not None and running_mean.requires_grad:
             fail("tracks-gradient", observed="running_mean requires grad after a training forward",
                  expected="buffers outside autograd", cause="the update was recorded by autograd; the graph of every "
                  "batch would then stay alive through the buffer", where="update the buffers under torch.no_grad()")
@@ -96,7 +96,7 @@ def _judge_standardizer_training(seen: dict[str, Any], case: Case, reference: nn
                  expected=f"{[round(v, 4) for v in reference.running_mean.tolist()]} and "
                  f"{[round(v, 4) for v in reference.running_var.tolist()]}", cause=cause,
                  where="the buffer update in forward (train mode)")
-        _judge_training_output(_tensor(record["out"], "an output"), x, eps, step)
+        _judge_training_output(tensor(record["out"], "an output", detach=True), x, eps, step)
 
 
 @judges("02-running-standardizer")
@@ -109,12 +109,12 @@ def judge_running_standardizer(seen: dict, *, case: Case) -> str:
     with torch.no_grad():
         _judge_standardizer_training(seen, case, reference.train())
         x = _eval_batch(case, features)
-        before, after = (_tensor(seen["eval"][key], "running_mean") for key in ("before", "after"))
+        before, after = (tensor(seen["eval"][key], "running_mean", detach=True) for key in ("before", "after"))
         if not torch.equal(after, before):
             fail("updates-in-eval", observed="running_mean changed during an eval-mode forward",
                  expected="the statistics frozen in eval mode", cause="the update does not depend on self.training",
                  where="update the buffers only when self.training is True")
-        out = _tensor(seen["eval"]["out"], "the eval output")
+        out = tensor(seen["eval"]["out"], "the eval output", detach=True)
         if not close_scaled(out, reference.eval()(x), tol=2e-3, dtype=False):
             batch_stats = close_scaled(out, (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps), tol=2e-3,
                                        dtype=False)
@@ -125,13 +125,13 @@ def judge_running_standardizer(seen: dict, *, case: Case) -> str:
                  expected="(x - running_mean) / sqrt(running_var + eps) in eval mode",
                  cause="the branch on self.training" if batch_stats else "another formula in eval mode",
                  where="forward, eval branch")
-    if not torch.equal(_tensor(seen["reloaded"], "the reloaded output"), out):
+    if not torch.equal(tensor(seen["reloaded"], "the reloaded output", detach=True), out):
         fail("state-dict-round-trip", observed="a fresh module loaded with the state_dict gives other outputs",
              expected="identical outputs", cause="forward uses state that state_dict does not hold (a plain "
              "attribute set during training, for example)", where="keep every statistic in a registered buffer")
     doubled = seen["doubled"]
-    buffer_dtype = _tensor(doubled["running_mean"], "running_mean").dtype
-    out_dtype = _tensor(doubled["out"], "the output").dtype
+    buffer_dtype = tensor(doubled["running_mean"], "running_mean", detach=True).dtype
+    out_dtype = tensor(doubled["out"], "the output", detach=True).dtype
     if buffer_dtype != torch.float64 or out_dtype != torch.float64:
         fail("does-not-move", observed=f"after .double(): running_mean is {buffer_dtype}, the output {out_dtype}",
              expected="both float64: buffers follow .to()/.double()",

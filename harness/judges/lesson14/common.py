@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from harness.contract.failure import fail
-from harness.contract.wire import WireError
-
-
-def _tensor(value: Any, what: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        raise WireError(f"malformed observation: {what} is {type(value).__name__}, not a tensor")
-    return value.detach()
 
 
 def _no_exception(record: dict[str, Any], what: str) -> None:

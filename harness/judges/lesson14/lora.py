@@ -13,11 +13,10 @@ from torch import nn
 
 from harness.checks.lesson14.lora import _lora_base, _lora_cases, _lora_inputs
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled
+from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson14.common import _tensor
 
 
 def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -39,8 +38,8 @@ def judge_lora(seen: dict, *, case: Case) -> str:
         what = f"LoRALinear(nn.Linear({fan_in}, {fan_out}, bias={bias}), r={r}, alpha={alpha:g})"
         _judge_lora_parameters(record, what, fan_in, fan_out, r, bias)
         x = inputs["x"]
-        start = _tensor(record["out_start"], "the first output")
-        a0, b0 = _tensor(record["A"], "lora_A"), _tensor(record["B"], "lora_B")
+        start = tensor(record["out_start"], "the first output", detach=True)
+        a0, b0 = tensor(record["A"], "lora_A", detach=True), tensor(record["B"], "lora_B", detach=True)
         with torch.no_grad():
             reference = base(x)
         if not close_scaled(start, reference, tol=1e-4, dtype=False):
@@ -66,7 +65,7 @@ def judge_lora(seen: dict, *, case: Case) -> str:
                  cause="forward does not use lora_B in a way autograd follows (.data, .detach(), torch.no_grad, a "
                        "copy made in __init__)", where="forward: use self.lora_A and self.lora_B directly")
         want = _expected(base, x, inputs["A"], inputs["B"], alpha / r)
-        got = _tensor(record["out"], "the output")
+        got = tensor(record["out"], "the output", detach=True)
         if not close_scaled(got, want, tol=1e-4, dtype=False):
             fail("wrong-forward", observed=f"with lora_A and lora_B set by the check, {what} on an input of shape "
                                            f"{tuple(shape)} gives other outputs",
@@ -76,13 +75,13 @@ def judge_lora(seen: dict, *, case: Case) -> str:
             fail("merge-differs", observed=f"merge() returned {record['merged_type']}",
                  expected="an nn.Linear", cause="another module (or nothing) is returned",
                  where="merge: build and return an nn.Linear(in_features, out_features)")
-        merged = _tensor(record["merged_out"], "the merged output")
+        merged = tensor(record["merged_out"], "the merged output", detach=True)
         if not close_scaled(merged, want, tol=1e-4, dtype=False):
             fail("merge-differs", observed="the merged nn.Linear gives other outputs than the LoRA layer",
                  expected="the same outputs: W + (alpha / r) * B @ A as its weight, and the base's bias",
                  cause=_merge_cause(merged, base, x, inputs, alpha, r),
                  where="merge: the merged weight and bias")
-        after = _tensor(record["out_after_merge"], "the output after merging")
+        after = tensor(record["out_after_merge"], "the output after merging", detach=True)
         if not close_scaled(after, want, tol=1e-4, dtype=False):
             fail("merge-modifies", observed="after merge(), the LoRA layer itself gives other outputs",
                  expected="the layer unchanged: merging builds a new layer",

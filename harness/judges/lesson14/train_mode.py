@@ -14,11 +14,11 @@ from torch import nn
 from harness.checks.lesson14.common import _BATCHNORMS
 from harness.checks.lesson14.train_mode import _mode_cases, _mode_input, _mode_model, _ModeNet, _seeded_forward
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled
+from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson14.common import _no_exception, _tensor
+from harness.judges.lesson14.common import _no_exception
 
 
 def _frozen_batchnorm(module: nn.Module) -> bool:
@@ -89,7 +89,7 @@ def _judge_seeded_forward(record: dict[str, Any], model: _ModeNet, case: Case, i
     own = dict(model.named_buffers())
     if not (isinstance(buffers, dict) and list(buffers) == list(own)):
         raise WireError("malformed observation: the buffers are not the model's")
-    moved = [f"{n}" for n in own if n.rpartition(".")[0] in frozen and not torch.equal(_tensor(buffers[n], n), own[n])]
+    moved = [f"{n}" for n in own if n.rpartition(".")[0] in frozen and not torch.equal(tensor(buffers[n], n), own[n])]
     if moved:
         fail("frozen-bn-training",
              observed=f"after one forward pass, the frozen BatchNorm statistics {moved[:3]} moved",
@@ -97,7 +97,7 @@ def _judge_seeded_forward(record: dict[str, Any], model: _ModeNet, case: Case, i
              cause="these layers still normalise with the batch's statistics and update their running ones (a "
                    "changed momentum or track_running_stats does not put a layer in eval mode)",
              where="m.eval() on each frozen BatchNorm layer, after model.train()")
-    if not close_scaled(_tensor(record["out"], "the output"), want, tol=1e-4, dtype=False):
+    if not close_scaled(tensor(record["out"], "the output", detach=True), want, tol=1e-4, dtype=False):
         fail("not-training", observed="the output of a forward pass differs from that of the model with the frozen "
                                       "BatchNorm layers in eval mode and everything else training",
              expected="the same output (the same dropout masks are drawn in both)",

@@ -10,11 +10,11 @@ from torch.nn import functional as F
 
 from harness.checks.lesson15.masked_loss import _loss_inputs
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import judged, tensor, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson15.common import _close, _tensor
+from harness.judges.lesson15.common import _close
 
 
 def _number(value: torch.Tensor) -> str:
@@ -38,7 +38,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
         if not isinstance(after, list) or len(after) != 3:
             raise WireError("malformed observation: the inputs after the call are missing")
         for name, before, now in zip(("logits", "targets", "mask"), (logits, targets, mask), after, strict=True):
-            now = _tensor(now, f"{name} after the call")
+            now = tensor(now, f"{name} after the call")
             if now.shape != before.shape or not torch.equal(now, before):
                 fail("inputs-modified", observed=f"{name} changed during the call ({description})",
                      expected="the inputs left as they were",
@@ -92,7 +92,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  expected="loss.backward() fills logits.grad",
                  cause="the graph was cut: .item(), float(), .detach(), numpy, or a new tensor made with "
                  "torch.tensor(...) from the value", where="the computation of the returned value")
-        if not _close(_tensor(grad, "grad"), leaf.grad):
+        if not _close(tensor(grad, "grad"), leaf.grad):
             fail("no-gradient", observed=f"logits.grad differs from the gradient of the masked mean ({description})",
                  expected="the gradient of the mean over real tokens (zero at padded positions)",
                  cause="part of the computation is detached, or a constant was computed from the values",

@@ -10,11 +10,11 @@ from torch.nn import functional as F
 
 from harness.checks.lesson15.smoothed_loss import _smoothed_calls
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import judged, tensor, type_name
 from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
-from harness.judges.lesson15.common import _close, _tensor
+from harness.judges.lesson15.common import _close
 
 _SMOOTHED_FORBIDDEN = {
     "cross_entropy": "the exercise asks you to write the loss from log_softmax (or logsumexp) yourself",
@@ -77,7 +77,7 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                  expected="loss.backward() fills logits.grad",
                  cause="the graph was cut: .item(), float(), .detach(), or a new tensor made with torch.tensor(...) "
                  "from the value", where="the computation of the returned value")
-        grad = _tensor(grad, "grad").double()
+        grad = tensor(grad, "grad").double()
         if not torch.isfinite(grad).all():
             fail("not-stable", observed=f"the gradient holds inf or NaN for {description}",
                  expected="a finite gradient",
