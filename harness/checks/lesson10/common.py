@@ -32,7 +32,7 @@ def reference_precision(device_type: str, precisions: dict[str, bool]) -> str:
     return "fp32"
 
 
-def _state(state: Any) -> dict[str, torch.Tensor] | None:
+def _state_as_data(state: Any) -> dict[str, torch.Tensor] | None:
     """A state_dict as data (its tensors, on the CPU), or None if it is not a dict of tensors."""
     if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
         return None

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson10.common import _rng_kept, _state, reference_precision
+from harness.checks.lesson10.common import _rng_kept, _state_as_data, reference_precision
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -124,5 +124,5 @@ def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> di
             path = Path(path)
             text = path.read_text()
             seen.update(text=text, files=_file_heads(text, path.parent), torch_version=torch.__version__,
-                        precisions=precisions, weights=_state(run["model"].state_dict()))
+                        precisions=precisions, weights=_state_as_data(run["model"].state_dict()))
     return seen

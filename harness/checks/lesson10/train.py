@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from harness import env
-from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state
+from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state_as_data
 from harness.contract.case import Case
 from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
@@ -78,13 +78,13 @@ def _run(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path, c
     return result, steps.count
 
 
-def _checkpoint(path: Path) -> dict[str, Any]:
+def _read_checkpoint(path: Path) -> dict[str, Any]:
     """What the checks read from a checkpoint fit wrote: its epoch, step, config, scheduler steps and weights."""
     saved = torch.load(path, map_location="cpu", weights_only=True)
     scheduler = saved.get("scheduler")
     return {"epoch": saved.get("epoch"), "global_step": saved.get("global_step"), "config": saved.get("config"),
             "scheduler_steps": scheduler.get("last_epoch") if isinstance(scheduler, dict) else None,
-            "model": _state(saved.get("model"))}
+            "model": _state_as_data(saved.get("model"))}
 
 
 class _FirstForward(Exception):
@@ -139,8 +139,8 @@ def _record_straight(result: Any, out: Path, steps: int) -> dict[str, Any]:
         "files": sorted(p.name for p in out.iterdir() if p.is_file()) if out.is_dir() else [], "steps": steps,
     }
     if record["is_run"] and {"last.pt", "best.pt"} <= set(record["files"]):
-        record.update(model=_state(model.state_dict()), last=_checkpoint(out / "last.pt"),
-                      best=_checkpoint(out / "best.pt"))
+        record.update(model=_state_as_data(model.state_dict()), last=_read_checkpoint(out / "last.pt"),
+                      best=_read_checkpoint(out / "best.pt"))
     return record
 
 
@@ -161,14 +161,14 @@ def _record_resume(train_capstone: Callable[..., Any], data: tuple[Any, Any], ro
     except FileExistsError as error:  # fit refuses to start a new run over the interrupted one
         record["refused"] = str(error)[:300]
         return record
-    record["resumed"] = _checkpoint(root / "resumed" / "last.pt")["model"]
-    if not _same(record["resumed"], straight["last"]["model"]):
+    record["resumed"] = _read_checkpoint(root / "resumed" / "last.pt")["model"]
+    if not _same_weights(record["resumed"], straight["last"]["model"]):
         _run(train_capstone, data, root / "again", config)
-        record["again"] = _checkpoint(root / "again" / "last.pt")["model"]
+        record["again"] = _read_checkpoint(root / "again" / "last.pt")["model"]
     return record
 
 
-def _same(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] | None) -> bool:
+def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] | None) -> bool:
     """Whether two state_dicts hold equal tensors (the probe's cue for a second fresh run; the judge compares)."""
     return a is not None and b is not None and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

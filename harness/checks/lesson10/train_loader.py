@@ -23,7 +23,7 @@ def _index_dataset(n: int) -> TensorDataset:
     return TensorDataset(torch.arange(n), torch.zeros(n, dtype=torch.long))
 
 
-def _epoch_batches(loader: DataLoader, epoch: int) -> list[list[int]]:
+def _batches_of_epoch(loader: DataLoader, epoch: int) -> list[list[int]]:
     set_epoch = getattr(loader.sampler, "set_epoch", None)
     if set_epoch is not None:
         set_epoch(epoch)
@@ -33,7 +33,7 @@ def _epoch_batches(loader: DataLoader, epoch: int) -> list[list[int]]:
 def _loader_worker(train_loader: Callable[..., DataLoader], n: int, batch_size: int,
                    seed: int) -> list[list[list[int]]]:
     loader = train_loader(_index_dataset(n), batch_size, seed=seed)
-    return [_epoch_batches(loader, epoch) for epoch in range(2)]
+    return [_batches_of_epoch(loader, epoch) for epoch in range(2)]
 
 
 def _on_two_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
@@ -54,17 +54,17 @@ def _record_single_process(train_loader: Callable[..., DataLoader], n: int, batc
     """The batches one process reads: epochs 0 and 1 of a loader, epoch 0 of a second loader built with the same
     seed from another global RNG state, and of a third built with seed + 1; and the loader's sampler."""
     loader = train_loader(_index_dataset(n), batch_size, seed=seed)
-    record: dict[str, Any] = {"first": _epoch_batches(loader, 0), "sampler": type(loader.sampler).__name__,
+    record: dict[str, Any] = {"first": _batches_of_epoch(loader, 0), "sampler": type(loader.sampler).__name__,
                               "has_set_epoch": getattr(loader.sampler, "set_epoch", None) is not None,
                               "workers": loader.num_workers}
-    record["second"] = _epoch_batches(loader, 1)
+    record["second"] = _batches_of_epoch(loader, 1)
     torch.default_generator.seed()  # a resumed run starts from some other global RNG state
-    record["again"] = _epoch_batches(train_loader(_index_dataset(n), batch_size, seed=seed), 0)
-    record["other"] = _epoch_batches(train_loader(_index_dataset(n), batch_size, seed=seed + 1), 0)
+    record["again"] = _batches_of_epoch(train_loader(_index_dataset(n), batch_size, seed=seed), 0)
+    record["other"] = _batches_of_epoch(train_loader(_index_dataset(n), batch_size, seed=seed + 1), 0)
     return record
 
 
-def _loader_settings(case: Case) -> list[tuple[int, int, int]]:
+def _train_loader_settings(case: Case) -> list[tuple[int, int, int]]:
     """(samples, batch_size, seed)."""
     settings = [(100, 16, 0)] if not case.hidden else [(75, 8, 5), (130, 32, 11)]
     return [(n, batch_size, case.seeded(seed)) for n, batch_size, seed in settings]
@@ -112,7 +112,7 @@ def probe_train_loader(train_loader: Callable[..., DataLoader], *, case: Case) -
     """Read the loader on 2 forked gloo ranks, then in this process; record the batches every reader got."""
     records = []
     with _rng_kept():
-        for n, batch_size, seed in _loader_settings(case):
+        for n, batch_size, seed in _train_loader_settings(case):
             records.append({"ranks": _on_two_ranks(_loader_worker, train_loader, n, batch_size, seed),
                             "single": _record_single_process(train_loader, n, batch_size, seed)})
     return {"settings": records}

@@ -26,7 +26,7 @@ def _same_layout(state: dict[str, torch.Tensor], reference: dict[str, torch.Tens
     )
 
 
-def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+def _state_max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     """The largest absolute difference between two state_dicts of the same layout."""
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in b)
 

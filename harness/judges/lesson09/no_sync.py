@@ -14,7 +14,7 @@ from harness.contract.case import Case
 from harness.contract.compare import close_state, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import TOLERANCE, _max_difference, _ranks, _same_layout
+from harness.judges.lesson09.common import TOLERANCE, _ranks, _same_layout, _state_max_difference
 
 
 def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) -> dict[str, torch.Tensor]:
@@ -55,13 +55,13 @@ def judge_no_sync(seen: dict, *, case: Case) -> str:
             malformed("the ranks' states are not the model's state_dict")
         if not close_state(states[0], states[1], rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("ranks-differ",
-                 observed=f"the ranks' parameters differ by {_max_difference(states[0], states[1]):.2e}",
+                 observed=f"the ranks' parameters differ by {_state_max_difference(states[0], states[1]):.2e}",
                  expected="identical parameters",
                  cause="an optimizer step happened on gradients that were not averaged",
                  where="step once, after the last (synchronised) backward")
         if not close_state(states[0], reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("wrong-update", observed="parameters differ from one process on the whole batch by "
-                 f"{_max_difference(states[0], reference):.2e}",
+                 f"{_state_max_difference(states[0], reference):.2e}",
                  expected=f"the same parameters within {TOLERANCE:g}",
                  cause="the accumulated gradient is not the whole batch's mean gradient: divide each micro-batch "
                  "loss by the number of micro-batches, step once per call, and clear the gradients after stepping",

@@ -65,7 +65,7 @@ def judge_save_rank0(seen: dict, *, case: Case) -> str:
              cause="something other than the model's current state_dict was saved",
              where="'model': model.module.state_dict()")
     epoch = _save_epoch(case)
-    if not _is_number(checkpoint["epoch"], epoch):
+    if not _holds_int(checkpoint["epoch"], epoch):
         fail("wrong-epoch", observed=f"epoch {checkpoint['epoch']!r}", expected=f"{epoch}",
              cause="the epoch passed in is not the one saved", where="'epoch': epoch")
     return "rank 0 alone writes a full checkpoint with the unwrapped model; the other ranks wait for it"
@@ -87,7 +87,7 @@ def _summary(value: Any, reference: dict[str, torch.Tensor]) -> str:
     return f"keys {sorted(value)[:6]}"
 
 
-def _is_number(value: Any, number: int) -> bool:
+def _holds_int(value: Any, number: int) -> bool:
     """Whether a saved value is `number`: an int, or a one-element tensor holding it."""
     if isinstance(value, torch.Tensor):
         return value.numel() == 1 and value.item() == number

@@ -15,7 +15,7 @@ from harness.contract.registry import judges
 from harness.judges.lesson09.common import _ranks
 
 
-def _batches(value: Any) -> list[list[int]]:
+def _shard_batches(value: Any) -> list[list[int]]:
     """A recorded list of batches of indices, validated."""
     if not isinstance(value, list):
         malformed("expected a list of batches")
@@ -26,7 +26,7 @@ def _batches(value: Any) -> list[list[int]]:
 def judge_shard_loader(seen: dict, *, case: Case) -> str:
     """Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle."""
     for (n, batch_size, world, seed), observed in zip(_loader_settings(case), seen["worlds"], strict=True):
-        epoch0 = [_batches(batches) for batches in _ranks(observed["epoch0"], world)]
+        epoch0 = [_shard_batches(batches) for batches in _ranks(observed["epoch0"], world)]
         shards = [sum(batches, []) for batches in epoch0]
         sizes = [len(batch) for batch in epoch0[0]]
         if sizes and sizes[0] != batch_size:
@@ -52,7 +52,7 @@ def judge_shard_loader(seen: dict, *, case: Case) -> str:
                  expected="a shuffled order", cause="shuffle=False in the sampler, or a shard taken from the "
                  "indices without a permutation",
                  where="DistributedSampler(..., shuffle=True)")
-        if sum(_batches(observed["reseeded"]), []) == shards[0]:
+        if sum(_shard_batches(observed["reseeded"]), []) == shards[0]:
             fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give rank 0 the same order",
                  expected="the seed to choose the permutation", cause="the seed argument is not passed to the sampler",
                  where="DistributedSampler(..., seed=seed)")
@@ -60,7 +60,7 @@ def judge_shard_loader(seen: dict, *, case: Case) -> str:
             fail("same-order-every-epoch", observed=f"the loader's sampler ({observed['sampler']}) has no set_epoch",
                  expected="a sampler whose set_epoch(epoch) reshuffles", cause="not a DistributedSampler",
                  where="DataLoader(dataset, batch_size=..., sampler=DistributedSampler(...))")
-        if sum(_batches(observed["epoch1"]), []) == shards[0]:
+        if sum(_shard_batches(observed["epoch1"]), []) == shards[0]:
             fail("same-order-every-epoch", observed="set_epoch(1) leaves rank 0's order unchanged",
                  expected="a new permutation each epoch", cause="the sampler ignores the epoch",
                  where="use torch.utils.data.DistributedSampler, whose set_epoch reseeds the shuffle")

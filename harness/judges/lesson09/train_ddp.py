@@ -14,7 +14,7 @@ from harness.contract.case import Case
 from harness.contract.compare import close_state, int_list, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import TOLERANCE, _max_difference, _ranks, _same_layout
+from harness.judges.lesson09.common import TOLERANCE, _ranks, _same_layout, _state_max_difference
 
 
 def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, batch_size: int, lr: float, seed: int,
@@ -61,7 +61,7 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
                      where="the return statement")
         if not close_state(states[0], states[1], rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("ranks-differ",
-                 observed=f"the ranks' parameters differ by up to {_max_difference(states[0], states[1]):.2e}",
+                 observed=f"the ranks' parameters differ by up to {_state_max_difference(states[0], states[1]):.2e}",
                  expected="identical parameters on every rank",
                  cause="gradients are not averaged across ranks: the model is not wrapped in DDP (each rank trains "
                  "its own copy on its own shard), or the optimizer was built on other parameters",
@@ -69,7 +69,7 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
         if not close_state(states[0], reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("not-ddp-equivalent",
                  observed=f"parameters differ from one process with batch {WORLD * config['batch_size']} by up to "
-                 f"{_max_difference(states[0], reference):.2e}",
+                 f"{_state_max_difference(states[0], reference):.2e}",
                  expected=f"the same parameters within {TOLERANCE:g}: DDP over {WORLD} ranks of batch "
                  f"{config['batch_size']} is one process with batch {WORLD * config['batch_size']}",
                  cause="the update differs: a rescaled loss or learning rate, a missing zero_grad, a different "

@@ -18,15 +18,15 @@ from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
 
 
-def _weights(state: Any) -> dict[str, torch.Tensor]:
+def _float_weights(state: Any) -> dict[str, torch.Tensor]:
     """The floating-point tensors of a recorded state_dict, validated."""
     if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
         raise ValueError("a recorded state_dict is not a dict of tensors")
     return {k: v.detach().float() for k, v in state.items() if v.is_floating_point()}
 
 
-def _max_difference(a: Any, b: Any) -> float:
-    a, b = _weights(a), _weights(b)
+def _weights_max_difference(a: Any, b: Any) -> float:
+    a, b = _float_weights(a), _float_weights(b)
     if a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a):
         return math.inf
     return max((float((a[k] - b[k]).abs().max()) for k in a if a[k].numel()), default=0.0)
@@ -149,10 +149,10 @@ def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_a
              f"{record['steps']} optimizer steps", expected=f"{remaining}: only the epochs left", cause="the run "
              "restarted from scratch: resume is not passed to fit, or out_dir is not the checkpoint folder",
              where="fit(..., checkpoint_dir=out_dir, resume=resume)")
-    difference = _max_difference(record["resumed"], straight_last["model"])
+    difference = _weights_max_difference(record["resumed"], straight_last["model"])
     if difference == 0:
         return
-    if _max_difference(record["again"], straight_last["model"]) > 0:
+    if _weights_max_difference(record["again"], straight_last["model"]) > 0:
         fail("not-seeded", observed="two fresh runs with the same config end with different weights",
              expected="identical runs: everything random is seeded from config['seed'] inside train_capstone",
              cause="the run is not seeded from config['seed'] before the model is built (no seed_everything, or "
@@ -173,11 +173,11 @@ def judge_train(seen: dict, *, case: Case) -> str:
     _check_settings(last, config, _support_of(seen["precisions"]))
     _check_steps(straight["steps"], config, n, "the run")
     best = straight["best"]
-    if _max_difference(straight["model"], best["model"]) > 0:
+    if _weights_max_difference(straight["model"], best["model"]) > 0:
         fail("not-best-weights", observed=f"the returned model does not hold best.pt's weights (epoch "
              f"{best['epoch']}); the run ended at epoch {last['epoch']}",
              expected="the best epoch's weights: the model to evaluate and deploy",
-             cause="the model is returned as the last epoch left it" if _max_difference(straight["model"],
+             cause="the model is returned as the last epoch left it" if _weights_max_difference(straight["model"],
              last["model"]) == 0 else "best.pt's weights are not loaded into the returned model",
              where="load_checkpoint(Path(out_dir) / 'best.pt', model=model) before returning")
     _check_resume(seen["resume"], config, n, stop_at, last)

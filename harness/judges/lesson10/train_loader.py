@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checks.lesson10.train_loader import _loader_settings
+from harness.checks.lesson10.train_loader import _train_loader_settings
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 
 
-def _batches(value: Any) -> list[list[int]]:
+def _index_batches(value: Any) -> list[list[int]]:
     """Recorded batches of sample indices, validated."""
     if not (isinstance(value, list) and all(isinstance(batch, list) and all(
             isinstance(i, int) and not isinstance(i, bool) for i in batch) for batch in value)):
@@ -22,7 +22,7 @@ def _batches(value: Any) -> list[list[int]]:
 
 
 def _check_batches(epochs: list[list[int]], batch_size: int, n: int, who: str) -> None:
-    sizes = sorted({len(batch) for batches in epochs for batch in _batches(batches)})
+    sizes = sorted({len(batch) for batches in epochs for batch in _index_batches(batches)})
     if sizes and max(sizes) != batch_size:
         fail("wrong-batch-size", observed=f"{who} batches of {max(sizes)} samples", expected=f"{batch_size} per rank",
              cause="batch_size is the per-rank batch: keep it as given", where="DataLoader(..., batch_size=batch_size)")
@@ -59,7 +59,7 @@ def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed:
              cause="num_workers set on the DataLoader: every rank (and every resumed run) would fork worker "
              "processes for in-memory tensors, which costs more than it saves",
              where="DataLoader(..., num_workers=0), the default")
-    first = _batches(record["first"])
+    first = _index_batches(record["first"])
     _check_batches([first], batch_size, n, "one process read")
     order = sum(first, [])
     if len(set(order)) != n // batch_size * batch_size:
@@ -77,17 +77,17 @@ def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed:
              expected="a DistributedSampler: fit calls sampler.set_epoch(epoch) to reshuffle each epoch",
              cause=f"a {record['sampler']} instead of a DistributedSampler",
              where="sampler=DistributedSampler(dataset, seed=seed)")
-    if sum(_batches(record["second"]), []) == order:
+    if sum(_index_batches(record["second"]), []) == order:
         fail("same-order-every-epoch", observed="set_epoch(1) gives the order of epoch 0",
              expected="a new order every epoch", cause="the sampler ignores its epoch",
              where="torch.utils.data.DistributedSampler seeds its shuffle with seed + epoch")
-    if sum(_batches(record["again"]), []) != order:
+    if sum(_index_batches(record["again"]), []) != order:
         fail("order-not-reproducible", observed="two loaders built with the same seed read epoch 0 in different orders",
              expected="the order a function of (seed, epoch) only",
              cause="the shuffle draws from the global RNG or an unsaved generator: a resumed run would read other "
              "batches than the run it continues", where="DistributedSampler(dataset, seed=seed): its order is "
              "fixed by seed and epoch, nothing to save in a checkpoint")
-    if sum(_batches(record["other"]), []) == order:
+    if sum(_index_batches(record["other"]), []) == order:
         fail("seed-ignored", observed=f"seeds {seed} and {seed + 1} give the same order",
              expected="the seed picks the order",
              cause="the seed argument is not passed on", where="DistributedSampler(dataset, seed=seed)")
@@ -96,7 +96,7 @@ def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed:
 @judges("10-train-loader")
 def judge_train_loader(seen: dict, *, case: Case) -> str:
     """Disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch."""
-    for (n, batch_size, seed), record in zip(_loader_settings(case), seen["settings"], strict=True):
+    for (n, batch_size, seed), record in zip(_train_loader_settings(case), seen["settings"], strict=True):
         _check_sharded(record["ranks"], n, batch_size)
         _check_single_process(record["single"], n, batch_size, seed)
     return "disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch"
