@@ -46,7 +46,7 @@ def _sync_calls(seen: dict) -> tuple[int, list[str]]:
     return _count(seen["syncs"], "syncs"), calls
 
 
-def _state(value: Any, like: dict[str, torch.Tensor], what: str) -> dict[str, torch.Tensor]:
+def _model_state(value: Any, like: dict[str, torch.Tensor], what: str) -> dict[str, torch.Tensor]:
     """A state dict with the keys, shapes and dtypes of `like`."""
     if not isinstance(value, dict) or set(value) != set(like):
         malformed(f"{what} is not a state dict of the check's model")
@@ -54,7 +54,7 @@ def _state(value: Any, like: dict[str, torch.Tensor], what: str) -> dict[str, to
     return value
 
 
-def _as_float(value: Any, what: str, where: str) -> float:
+def _scalar_or_fail(value: Any, what: str, where: str) -> float:
     """A returned number as a float; fails "not-a-scalar" for anything else."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -89,7 +89,7 @@ def _load(model: nn.Module, params: list[torch.Tensor]) -> None:
         p.copy_(value)
 
 
-def _reference_grads(
+def _reference_grads_and_loss(
     model: nn.Module, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module
 ) -> tuple[list[torch.Tensor], float]:
     """Gradients and loss of one train-mode batch with `model` (the judge's own) set to `params`."""

@@ -15,12 +15,12 @@ from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _as_float,
     _close,
     _copies,
     _flags,
+    _model_state,
     _reference_eval,
-    _state,
+    _scalar_or_fail,
     _sync_calls,
     _syncs,
 )
@@ -34,7 +34,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
     reference = _reference_eval(model, loader, nn.CrossEntropyLoss())
     n, batch = len(loader.dataset), loader.batch_size
     before = model.state_dict()
-    after = _state(seen["state_after"], before, "state_after")
+    after = _model_state(seen["state_after"], before, "state_after")
     where = "your evaluate"
 
     if any(_flags(seen["training"], "training")):
@@ -84,8 +84,8 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             cause="the return value has another shape",
             where="the return statement of evaluate",
         )
-    loss = _as_float(result["loss"], 'result["loss"]', where)
-    accuracy = _as_float(result["accuracy"], 'result["accuracy"]', where)
+    loss = _scalar_or_fail(result["loss"], 'result["loss"]', where)
+    accuracy = _scalar_or_fail(result["accuracy"], 'result["accuracy"]', where)
     if _close(loss, reference["sum"]):
         fail(
             "sum-not-mean",

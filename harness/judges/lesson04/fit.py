@@ -23,10 +23,10 @@ from harness.judges.lesson04.common import (
     _close,
     _copies,
     _count,
+    _model_state,
     _reference_eval,
-    _reference_grads,
+    _reference_grads_and_loss,
     _require_train_mode,
-    _state,
 )
 
 
@@ -128,7 +128,7 @@ def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model:
     train_losses = []
     for epoch in range(epochs):
         steps = zip(params[epoch * len(batches):(epoch + 1) * len(batches)], batches, strict=True)
-        losses = [(_reference_grads(model, p, x, y, loss_fn)[1], len(y)) for p, (x, y) in steps]
+        losses = [(_reference_grads_and_loss(model, p, x, y, loss_fn)[1], len(y)) for p, (x, y) in steps]
         train_losses.append(sum(loss * n for loss, n in losses) / len(train_loader.dataset))
     reported = _history_column(frame, "train_loss")
     if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, train_losses, strict=True)):
@@ -166,7 +166,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
     # the training data under no_grad is allowed and is not counted).
     training = [r["training"] for r in _forwards(run["forwards"]) if r["batch_size"] != _VAL_SIZE and r["grad_enabled"]]
     _require_train_mode(training, "the start of each epoch's training (train_step calls model.train())")
-    snapshots = [_state(state, like, "a validation snapshot") for state in run["snapshots"]]
+    snapshots = [_model_state(state, like, "a validation snapshot") for state in run["snapshots"]]
     epochs, steps = len(snapshots), len(training)
     if epochs == 0:
         fail(
@@ -234,7 +234,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             "given (ignored or hard-coded), the comparison is off by one, or the loop never breaks",
             where=where,
         )
-    final = _state(run["final"], like, "the final state")
+    final = _model_state(run["final"], like, "the final state")
     if any(not torch.equal(final[k], v) for k, v in snapshots[best_epoch].items()):
         fail(
             "best-weights-not-restored",

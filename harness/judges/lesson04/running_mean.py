@@ -15,7 +15,7 @@ from harness.contract.case import Case
 from harness.contract.compare import malformed
 from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
-from harness.judges.lesson04.common import _as_float, _close, _copies, _sync_calls
+from harness.judges.lesson04.common import _close, _copies, _scalar_or_fail, _sync_calls
 
 
 def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> None:
@@ -64,7 +64,7 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             "its activations), so memory grows with every step",
             where=where,
         )
-    observed = _as_float(result, "compute()", where)
+    observed = _scalar_or_fail(result, "compute()", where)
     if _close(observed, unweighted) and not _close(unweighted, expected):
         fail(
             "unweighted-mean",
@@ -82,7 +82,7 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             cause="the running sum or the running count is not accumulated as value * n and n",
             where=where,
         )
-    fresh = _as_float(seen["fresh"], "compute()", where)
+    fresh = _scalar_or_fail(seen["fresh"], "compute()", where)
     if not _close(fresh, 1.0):
         fail(
             "shared-state",

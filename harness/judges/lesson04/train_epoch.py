@@ -16,12 +16,12 @@ from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _as_float,
     _close,
     _copies,
     _flags,
-    _reference_grads,
+    _reference_grads_and_loss,
     _require_train_mode,
+    _scalar_or_fail,
     _sync_calls,
     _syncs,
 )
@@ -59,10 +59,11 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             "for the step to finish",
             where=where,
         )
-    batch_losses = [_reference_grads(model, p, bx, by, loss_fn)[1] for p, (bx, by) in zip(params, batches, strict=True)]
+    batch_losses = [_reference_grads_and_loss(model, p, bx, by, loss_fn)[1]
+                    for p, (bx, by) in zip(params, batches, strict=True)]
     sizes = [len(by) for _, by in batches]
     expected = sum(loss * size for loss, size in zip(batch_losses, sizes, strict=True)) / n
-    observed = _as_float(seen["result"], "train_epoch's result", where)
+    observed = _scalar_or_fail(seen["result"], "train_epoch's result", where)
     if not isinstance(seen["result"], torch.Tensor):
         fail(
             "not-a-tensor",

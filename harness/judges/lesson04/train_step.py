@@ -18,13 +18,13 @@ from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _as_float,
     _close,
     _copies,
     _count,
     _flags,
-    _reference_grads,
+    _reference_grads_and_loss,
     _require_train_mode,
+    _scalar_or_fail,
     _sync_calls,
 )
 
@@ -88,7 +88,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
             where=where,
         )
     _require_train_mode(_flags(seen["training"], "training"), "the start of train_step: call model.train() there")
-    references = [_reference_grads(model, params, x, y, loss_fn)
+    references = [_reference_grads_and_loss(model, params, x, y, loss_fn)
                   for (_, params), (x, y) in zip(records, batches, strict=True)]
     for i, ((grads, _), (reference, _), (_, y)) in enumerate(zip(records, references, batches, strict=True)):
         if _grads_close(grads, reference):
@@ -152,7 +152,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
                 "as the caller keeps the value",
                 where="the return statement of train_step",
             )
-        value = _as_float(loss, "train_step's loss", "the return statement of train_step")
+        value = _scalar_or_fail(loss, "train_step's loss", "the return statement of train_step")
         if not _close(value, ref_loss):
             fail(
                 "wrong-loss",
