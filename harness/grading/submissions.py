@@ -340,5 +340,5 @@ def collect(source: Path, assignment: str, workdir: Path | None = None) -> list[
             raise ValueError(f"{source} is neither a folder nor a .zip archive of submissions")
         workdir = workdir or Path(tempfile.mkdtemp(prefix="harness-submissions-"))
         source = extract_zip(source, workdir)
-    private = Path(tempfile.mkdtemp(prefix="harness-private-", dir=workdir))
-    return private_copies(collect_folder(source, assignment), private)
+    submissions = collect_folder(source, assignment)  # before the private folder exists: never a student of its own
+    return private_copies(submissions, Path(tempfile.mkdtemp(prefix="harness-private-", dir=workdir)))
