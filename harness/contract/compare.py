@@ -29,11 +29,6 @@ def type_name(value: Any) -> str:
     return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
-def is_number(value: Any) -> bool:
-    """A real, finite Python number (bool excluded), as a probe sends an int or a float."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def number(value: Any) -> float | None:
     """`value` as a float when it is a finite number or a one-element real tensor; None for anything else."""
     if isinstance(value, (bool, Opaque)):
@@ -68,22 +63,6 @@ def close_number(got: Any, want: float, *, rtol: float = 1e-6, atol: float = 1e-
     return value is not None and math.isfinite(want) and abs(value - want) <= atol + rtol * abs(want)
 
 
-def close_numbers(got: Any, want: Sequence[float], *, rtol: float = 1e-6, atol: float = 1e-12) -> bool:
-    """`got` is a list or tuple of `len(want)` numbers, each `close_number` to its counterpart."""
-    return (isinstance(got, (list, tuple)) and len(got) == len(want)
-            and all(close_number(g, w, rtol=rtol, atol=atol) for g, w in zip(got, want, strict=True)))
-
-
-def first_difference(got: Sequence[Any], want: Sequence[float], *, rtol: float = 1e-6,
-                     atol: float = 1e-12) -> int | None:
-    """The first index where `got` is not `close_number` to `want` (the shorter length when one ends early),
-    or None when they agree everywhere."""
-    for index, (g, w) in enumerate(zip(got, want, strict=False)):
-        if not close_number(g, w, rtol=rtol, atol=atol):
-            return index
-    return None if len(got) == len(want) else min(len(got), len(want))
-
-
 def isclose_number(got: Any, want: float, *, rel_tol: float = 1e-6, abs_tol: float = 1e-12,
                    expected_nan: bool = False) -> bool:
     """`got` is a real number (bool excluded) `math.isclose` to `want`: within `rel_tol` times the larger of the
@@ -103,12 +82,6 @@ def isclose_numbers(got: Any, want: Sequence[float], *, rel_tol: float = 1e-6, a
     """`got` is a list or tuple of `len(want)` numbers, each `isclose_number` to its counterpart."""
     return (isinstance(got, (list, tuple)) and len(got) == len(want)
             and all(isclose_number(g, w, rel_tol=rel_tol, abs_tol=abs_tol) for g, w in zip(got, want, strict=True)))
-
-
-def show_numbers(values: Sequence[Any], limit: int = 8) -> str:
-    """A short, readable list of numbers for a message ("[0.1, 0.2, ...]")."""
-    shown = ", ".join(f"{v:.4g}" if isinstance(v, (int, float)) else repr(v) for v in values[:limit])
-    return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
 # ---------------------------------------------------------------------------------------------- tensors
@@ -187,30 +160,6 @@ def close_state(got: Any, want: Mapping[str, torch.Tensor], **tolerance: Any) ->
     """A state dict with exactly `want`'s keys, each tensor `close_values` to its counterpart."""
     return (isinstance(got, dict) and got.keys() == want.keys()
             and all(close_values(got[key], want[key], **tolerance) for key in want))
-
-
-def close_data(got: Any, want: Any, *, rtol: float = 0.0, atol: float = 0.0, expected_nan: bool = False) -> bool:
-    """Nested data (dicts, lists, tuples, tensors, numbers, strings) equal within tolerances, leaf by leaf.
-
-    Tensors compare with `close_values` (dtype included), floats with `close_number`; everything else with
-    `==`. With the default tolerances it is exact equality. `expected_nan` lets a NaN match a NaN only where
-    the reference holds one.
-    """
-    if isinstance(want, torch.Tensor):
-        return close_values(got, want, rtol=rtol, atol=atol, expected_nan=expected_nan)
-    if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(
-            close_data(got[k], want[k], rtol=rtol, atol=atol, expected_nan=expected_nan) for k in want)
-    if isinstance(want, (list, tuple)):
-        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(
-            close_data(g, w, rtol=rtol, atol=atol, expected_nan=expected_nan) for g, w in zip(got, want, strict=True))
-    if isinstance(want, float) and not isinstance(got, bool):
-        if math.isnan(want):
-            return expected_nan and isinstance(got, float) and math.isnan(got)
-        if math.isinf(want):
-            return isinstance(got, float) and got == want
-        return close_number(got, want, rtol=rtol, atol=atol)
-    return type(got) is type(want) and got == want
 
 
 # ------------------------------------------------------------------------------------- observed structure
