@@ -15,6 +15,7 @@ jobs go to another runner instead of the local pool (`cluster`: a Dask cluster),
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -189,6 +190,12 @@ def cgroup_note() -> str:
             "size, processes, sized /tmp and /dev/shm); shared memory and CPU share are not bounded per student")
 
 
+@functools.cache
+def _note_limits() -> None:
+    """Print `cgroup_note()` once per process: `harness course` grades one batch per lesson."""
+    print(cgroup_note())
+
+
 def check_batch(submissions: list[Submission], workers: int, sandboxed: bool) -> None:
     """Refuse a batch that cannot run: no worker, two submissions of one student, no sandbox where one is asked.
 
@@ -295,7 +302,7 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
     """
     check_batch(submissions, workers, sandboxed)
     if sandboxed:
-        print(cgroup_note())
+        _note_limits()
     if secret is None:
         from harness.judge.secret import load_or_create
 
