@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson07.common import _LoopSetting, _probe_loop, _regression_loader
+from harness.checks.lesson07.common import LOOP_REQUIREMENTS, _LoopSetting, _probe_loop, _regression_loader
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -37,22 +37,7 @@ def _per_epoch_setting(case: Case) -> _LoopSetting:
         section="4. Per step or per epoch?",
     ),
     requires={
-        "steps-inconsistent": Requirement(
-            "each optimizer.step() uses the gradients of the current batch's loss only",
-            hint="Compare the gradients of two consecutive batches: what clears .grad before each backward?"),
-        "not-train-mode": Requirement(
-            "the loop puts the model in train mode (model.train())",
-            hint="The model may arrive in eval mode (after an evaluation): which call switches dropout and "
-            "batch norm back to training behaviour?"),
-        "wrong-step-count": Requirement(
-            "one optimizer.step() per batch, for exactly `epochs` epochs",
-            hint="Count your optimizer.step() calls: epochs x len(loader)?"),
-        "scheduler-not-stepped": Requirement(
-            "the scheduler is stepped",
-            hint="Print optimizer.param_groups[0]['lr'] after each epoch: does it ever change?"),
-        "scheduler-before-optimizer": Requirement(
-            "scheduler.step() comes after optimizer.step()",
-            hint="Which lr should the very first update use: the schedule's first value or its second?"),
+        **LOOP_REQUIREMENTS,
         "wrong-lr-trace": Requirement(
             "one scheduler.step() per epoch",
             hint="Count your scheduler.step() calls per epoch: exactly one, every epoch?"),
