@@ -61,7 +61,6 @@ DRIFTED: dict[str, tuple[str, ...]] = {
     "11-plain-list": ("missing-entry",),
     "11-warmup-cosine": ("missing-entry",),
     "11-amp-step": ("missing-entry", "backward-inside-autocast", "scaler-order"),
-    "11-epoch-metrics": ("missing-entry",),
     "11-exact-resume": ("missing-entry", "not-weights-only-loadable", "missing-optimizer-state",
                         "missing-scheduler-state", "missing-rng-state"),
     "15-masked-loss": ("no-gradient",),
