@@ -56,6 +56,51 @@ def init_loss_inference_mode(model, inputs, targets, num_classes):
     return measured, -math.log(1.0 / num_classes)
 
 
+class InitLossMeter:
+    """A callable class: nn.CrossEntropyLoss, torch.no_grad as a decorator, the mode restored in a finally."""
+
+    def __init__(self):
+        self.criterion = nn.CrossEntropyLoss()
+
+    @torch.no_grad()
+    def __call__(self, model, inputs, targets, num_classes):
+        was_training = model.training
+        model.eval()
+        try:
+            measured = self.criterion(model(inputs), targets)
+        finally:
+            model.train(was_training)
+        return [measured, torch.tensor(float(num_classes)).log()]
+
+
+def init_loss_nll_context(model, inputs, targets, num_classes):
+    """log_softmax then nll_loss, the modes set through a context manager, ln C as np.log."""
+    import contextlib
+
+    import numpy as np
+
+    @contextlib.contextmanager
+    def evaluating(module):
+        previous = module.training
+        module.eval()
+        yield module
+        module.train(previous)
+
+    with evaluating(model), torch.no_grad():
+        measured = F.nll_loss(F.log_softmax(model(inputs), dim=-1), targets)
+    return measured, float(np.log(num_classes))
+
+
+def init_loss_train_first(model, inputs, targets, num_classes):
+    """model.train() 'to be safe' before the measurement, the mode restored after."""
+    was_training = model.training
+    model.train()
+    with torch.no_grad():
+        measured = F.cross_entropy(model(inputs), targets)
+    model.train(was_training)
+    return measured, math.log(num_classes)
+
+
 # ---------------------------------------------------------------- 12-grad-norms
 def norms_solution(model):
     return {name: p.grad.detach().norm() for name, p in model.named_parameters() if p.grad is not None}
@@ -68,6 +113,35 @@ def norms_by_hand(model):
             continue
         out[name] = p.grad.detach().double().pow(2).sum().sqrt().float()
     return out
+
+
+def norms_foreach(model):
+    """torch._foreach_norm over the gradients, as clip_grad_norm_ computes them, zipped back to their names."""
+    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+    names, grads = zip(*named, strict=True)
+    return dict(zip(names, torch._foreach_norm(list(grads)), strict=True))
+
+
+def norms_einsum(model):
+    """The dot product of each flattened gradient with itself, by einsum, then its square root."""
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            g = p.grad.detach().reshape(-1)
+            out[name] = torch.einsum("i,i->", g, g).sqrt()
+    return out
+
+
+def norms_linalg_filter(model):
+    """torch.linalg.vector_norm over a filtered generator."""
+    with_grad = filter(lambda item: item[1].grad is not None, model.named_parameters())
+    return {name: torch.linalg.vector_norm(p.grad, ord=2) for name, p in with_grad}
+
+
+def norms_then_zero_grad(model):
+    norms = {name: p.grad.norm() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return norms
 
 
 def norms_as_list(model):
@@ -172,6 +246,31 @@ def locator_with_a_flag(model, inputs):
     return state["name"]
 
 
+class _Found(Exception):
+    pass
+
+
+def locator_stops_at_first(model, inputs):
+    """Hooks entered in an ExitStack (a handle is a context manager); the first non-finite output raises to stop."""
+    import contextlib
+
+    def hook_for(name):
+        def hook(_module, _args, out):
+            if not torch.isfinite(out).all():
+                raise _Found(name)
+        return hook
+
+    with contextlib.ExitStack() as stack:
+        for name, module in model.named_modules():
+            stack.enter_context(module.register_forward_hook(hook_for(name)))
+        try:
+            with torch.no_grad():
+                model(inputs)
+        except _Found as found:
+            return found.args[0]
+    return None
+
+
 def locator_from_harness(model, inputs):
     from harness.diagnose import first_nonfinite
 
@@ -256,6 +355,31 @@ def sweep_multiplicative(model, optimizer, loss_fn, batches, start_lr, end_lr, n
     return lrs, losses
 
 
+def sweep_logspace(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    """torch.logspace for the schedule, itertools.cycle for the batches, state restored through deepcopy."""
+    import itertools
+
+    saved = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    schedule = torch.logspace(math.log10(start_lr), math.log10(end_lr), num_steps, dtype=torch.float64).tolist()
+    lrs, losses = [], []
+    try:
+        for lr, (x, y) in zip(schedule, itertools.cycle(batches)):
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            lrs.append(lr)
+            losses.append(loss.item())
+            if not math.isfinite(losses[-1]) or losses[-1] > diverge * min(losses):
+                break
+    finally:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+    return lrs, losses
+
+
 # ---------------------------------------------------------------- 12-dead-units
 def dead_counter(*, reduce="units", combine="or", keys="relu", as_tensor=True, remove=True):
     """A dead_units with one thing changed."""
@@ -318,6 +442,33 @@ def dead_by_counting(model, batches):
     return {name: (c == 0).double().mean().float() for name, c in counts.items()}
 
 
+def dead_by_max(model, batches):
+    """The largest output of each unit over every example, kept with torch.maximum; hooks in an ExitStack."""
+    import contextlib
+
+    peaks = {}
+
+    def hook_for(name):
+        def hook(_module, _args, out):
+            peak = out.amax(dim=0)
+            peaks[name] = peak if name not in peaks else torch.maximum(peaks[name], peak)
+        return hook
+
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, nn.ReLU):
+                stack.enter_context(module.register_forward_hook(hook_for(name)))
+        for x in batches:
+            model(x)
+    return {name: (peak <= 0).float().mean() for name, peak in peaks.items()}
+
+
+def sweep_next_batch(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    """The solution with batches[(i + 1) % len(batches)]: each step trains on the next batch."""
+    shifted = batches[1:] + batches[:1]
+    return sweep()(model, optimizer, loss_fn, shifted, start_lr, end_lr, num_steps, diverge)
+
+
 MISTAKES = [
     # 12-init-loss
     Mistake("12-init-loss", "wrong-expected", "log10(C)", (init_loss(log=math.log10),),
@@ -334,6 +485,8 @@ MISTAKES = [
             story="F.nll_loss on raw logits"),
     Mistake("12-init-loss", "train-mode", "training mode", (init_loss(eval_mode=False),),
             story="measured in the mode the model came in, dropout on"),
+    Mistake("12-init-loss", "train-mode", "or model.train() was called", (init_loss_train_first,),
+            story="model.train() 'to be safe' before measuring"),
     Mistake("12-init-loss", "graph-built", "gradients enabled", (init_loss(no_grad=False),),
             story="no torch.no_grad around a measurement"),
     Mistake("12-init-loss", "mode-not-restored", "came back in eval mode", (init_loss(restore="none"),),
@@ -353,6 +506,8 @@ MISTAKES = [
     Mistake("12-grad-norms", "not-a-tensor", ".item()", (norms_item,), story=".item() per layer for printing"),
     Mistake("12-grad-norms", "grads-modified", "changed during the call", (norms_in_place,),
             story="pow_ squares the gradient in place"),
+    Mistake("12-grad-norms", "grads-modified", "was set to None", (norms_then_zero_grad,),
+            story="model.zero_grad() at the end 'to clean up'"),
     # 12-first-nonfinite
     Mistake("12-first-nonfinite", "wrong-module", "last non-finite", (locator(keep="last"),),
             story="found = name in the hook: each later module overwrites it"),
@@ -381,6 +536,8 @@ MISTAKES = [
     Mistake("12-lr-range", "missing-zero-grad", "previous step's", (sweep(zero_grad=False),),
             story="zero_grad forgotten in a hand-written sweep"),
     Mistake("12-lr-range", "wrong-batch", "same batch", (sweep(batch="first"),), story="always batches[0]"),
+    Mistake("12-lr-range", "wrong-batch", "took batches[1]", (sweep_next_batch,),
+            story="batches[(i + 1) % len(batches)], an index off by one"),
     Mistake("12-lr-range", "batches-not-cycled", "one per batch", (sweep(batch="no-cycle"),),
             story="for i, (x, y) in zip(range(num_steps), batches)"),
     Mistake("12-lr-range", "wrong-losses", "smoothed", (sweep(record="smoothed"),),
@@ -424,16 +581,24 @@ CORRECT = [
     Correct("12-init-loss", (init_loss(),), story="the solution"),
     Correct("12-init-loss", (init_loss_inference_mode,), story="inference_mode, log_softmax by hand, a float"),
     Correct("12-grad-norms", (norms_solution,), story="the solution"),
+    Correct("12-init-loss", (InitLossMeter(),), story="a callable class, no_grad as a decorator, a list back"),
+    Correct("12-init-loss", (init_loss_nll_context,), story="log_softmax + nll_loss, a context manager, np.log"),
     Correct("12-grad-norms", (norms_by_hand,), story="sqrt of the sum of squares in float64"),
+    Correct("12-grad-norms", (norms_foreach,), story="torch._foreach_norm, names zipped back"),
+    Correct("12-grad-norms", (norms_einsum,), story="einsum dot product, then sqrt"),
+    Correct("12-grad-norms", (norms_linalg_filter,), story="linalg.vector_norm over filter()"),
     Correct("12-first-nonfinite", (locator(),), story="the solution"),
     Correct("12-first-nonfinite", (locator_with_a_flag,), story="a flag, handles popped in a finally"),
     Correct("12-first-nonfinite", (locator_from_harness,), story="harness.diagnose.first_nonfinite"),
+    Correct("12-first-nonfinite", (locator_stops_at_first,), story="ExitStack of handles, raises at the first"),
     Correct("12-lr-range", (sweep(),), story="the solution"),
     Correct("12-lr-range", (sweep_with_harness,), story="harness.diagnose.lr_range_test"),
     Correct("12-lr-range", (sweep_multiplicative,), story="lr *= factor, parameters copied back by hand"),
+    Correct("12-lr-range", (sweep_logspace,), story="torch.logspace, itertools.cycle, restore in a finally"),
     Correct("12-dead-units", (dead_counter(),), story="the solution"),
     Correct("12-dead-units", (dead_from_one_big_batch,), story="one big batch through diagnose.capture_activations"),
     Correct("12-dead-units", (dead_by_counting,), story="counts positive outputs per unit, inference_mode"),
+    Correct("12-dead-units", (dead_by_max,), story="per-unit maximum with torch.maximum, ExitStack of hooks"),
 ]
 
 

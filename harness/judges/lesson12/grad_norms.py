@@ -30,10 +30,9 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
     for (name, before), now in zip(named, after, strict=False):
         if before is not None and not (isinstance(now, torch.Tensor) and now.shape == before.shape
                                        and torch.equal(now, before)):
-            fail("grads-modified", observed=f"the gradient of {name} changed during the call",
+            fail("grads-modified", observed=f"the gradient of {name} {_change(now, before)} during the call",
                  expected="gradients left as they were (the next step uses them)",
-                 cause="an in-place operation on p.grad (pow_, mul_, abs_, ...) or an assignment into it",
-                 where="the body of grad_norms_per_layer")
+                 cause=_change_cause(now, before), where="the body of grad_norms_per_layer")
     got = seen["returned"]
     want = {name: float(torch.linalg.vector_norm(g)) for name, g in named if g is not None}
     if not isinstance(got, dict):
@@ -45,7 +44,7 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
     if extra:
         fail("none-included", observed=f"keys for parameters without a gradient: {extra}",
              expected=f"only the parameters whose .grad is not None ({len(want)} of {len(named)})",
-             cause="every parameter was listed, with a placeholder where .grad is None",
+             cause="parameters whose .grad is None were listed too, with a placeholder value",
              where="the condition of your loop or comprehension (skip p.grad is None)")
     if set(got) != set(want):
         missing = [k for k in want if k not in got][:3]
@@ -80,3 +79,20 @@ def _shape_or_type(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     return type_name(value)
+
+
+def _change(now: Any, before: torch.Tensor) -> str:
+    """How a gradient changed: 'was set to None', 'was zeroed' or 'changed'."""
+    if now is None:
+        return "was set to None"
+    if isinstance(now, torch.Tensor) and now.shape == before.shape and not bool(now.any()) and bool(before.any()):
+        return "was zeroed"
+    return "changed"
+
+
+def _change_cause(now: Any, before: torch.Tensor) -> str:
+    """The calls that make the change `_change` names."""
+    return {"was set to None": "model.zero_grad() (or optimizer.zero_grad(), or p.grad = None) inside the function",
+            "was zeroed": "zero_grad(set_to_none=False) or p.grad.zero_() inside the function",
+            }.get(_change(now, before), "an in-place operation on p.grad (pow_, mul_, abs_, ...) or an assignment "
+                  "into it")

@@ -55,7 +55,9 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
         if any(training for training, _ in forwards):
             fail("train-mode", observed=f"the model's forward ran in training mode (C = {classes})",
                  expected="model.eval() before the forward: dropout makes a training-mode loss random",
-                 cause="the model is measured in the mode it was handed over in (train)",
+                 cause="no model.eval() before the forward: the model was measured in the train mode it was handed "
+                 "over in (or model.train() was called before the forward)" if item["training"] else
+                 "model.train() before the forward: the model was handed over in eval mode",
                  where="before the forward pass of loss_at_init")
         if measured is None or not isclose_number(measured, reference, rel_tol=1e-4, abs_tol=1e-6):
             candidates = {

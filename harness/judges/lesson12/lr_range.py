@@ -83,7 +83,8 @@ def _check_grads(i: int, grads: list[torch.Tensor], want: list[torch.Tensor], pr
     fail("wrong-batch", observed=f"the gradient of step {i} is not that of batches[{own}]"
          + (f" (it is that of batches[{others[0]}])" if others else ""),
          expected=f"step {i} trains on batches[{i} % len(batches)] = batches[{own}]",
-         cause="the same batch every step (a fresh iter(batches) or batches[0])" if others
+         cause=("the same batch every step (batches[0], or next(iter(batches)) at each step)" if others[0] == 0
+                else f"another index than i % len(batches): step {i} took batches[{others[0]}]") if others
          else "another loss or batch than loss_fn on batches[i % len(batches)]",
          where="the line that picks the step's batch")
 
