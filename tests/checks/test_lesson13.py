@@ -4,6 +4,7 @@ written differently from the solution (each must pass the visible, hidden and a 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import torch
@@ -63,9 +64,10 @@ def memory_from_state_dict(model, optimizer):
 
 # ------------------------------------------------------------------------------------------------ 13-activation-formula
 def activations_using(*, element=lambda dtype: torch.empty((), dtype=dtype).element_size(), twice=False,
-                      with_output=False, without_input=False, weights=False, cast=int):
+                      with_output=False, without_input=False, weights=False, cast=int, batch=True):
     def activation_formula(batch_size, widths, dtype):
         size = element(dtype)
+        batch_size = batch_size if batch else 1
         widths_saved = list(widths[:-1]) + (list(widths[1:-1]) if twice else []) + ([widths[-1]] if with_output else [])
         if without_input:
             widths_saved = widths_saved[1:]
@@ -80,6 +82,11 @@ def activations_by_layers(batch_size, widths, dtype):
     """Walks the layers and adds the input of each Linear: another correct answer."""
     size = torch.finfo(dtype).bits // 8
     return sum(batch_size * fan_in * size for fan_in in widths[:-1])
+
+
+def activations_by_itemsize(batch_size, widths, dtype):
+    """dtype.itemsize and a generator over the Linear inputs: another correct answer."""
+    return sum(batch_size * width * dtype.itemsize for width in widths[:-1])
 
 
 # ---------------------------------------------------------------------------------------------------- 13-accumulate
@@ -192,13 +199,51 @@ def checkpoint_wrapped(blocks, x):
     return nn.Sequential(*(Checkpointed(block) for block in blocks))(x)
 
 
-def checkpoint_pairs(blocks, x):
-    """Checkpoints the whole stack as one function: keeps only the input."""
+def checkpoint_whole_stack(blocks, x):
+    """Checkpoints the whole stack as one function: keeps only the input, but backward rebuilds every block's
+    activations at once (issue 29: this passed, with a message saying it kept each block's input)."""
     def run(h):
         for block in blocks:
             h = block(h)
         return h
     return checkpoint(run, x, use_reentrant=False)
+
+
+def checkpoint_detached(blocks, x):
+    """Detaches between blocks 'so that each checkpoint stands alone': the earlier blocks get no gradient
+    (issue 29: this was blamed on preserve_rng_state)."""
+    h = x
+    for block in blocks:
+        h = checkpoint(block, h.detach(), use_reentrant=False)
+    return h
+
+
+def checkpoint_late_binding(blocks, x):
+    """A lambda per block without binding the block: the recomputation in backward runs the last block."""
+    h = x
+    for block in blocks:
+        h = checkpoint(lambda t: block(t), h, use_reentrant=False)  # noqa: B023 (the planted late binding)
+    return h
+
+
+def checkpoint_sequential_default(blocks, x):
+    """checkpoint_sequential with one segment per block: it leaves the last segment unchecked."""
+    return torch.utils.checkpoint.checkpoint_sequential(nn.Sequential(*blocks), len(blocks), x, use_reentrant=False)
+
+
+def checkpoint_reduce(blocks, x):
+    """functools.reduce over the blocks: another correct answer."""
+    return functools.reduce(lambda h, block: checkpoint(block, h, use_reentrant=False, preserve_rng_state=True),
+                            blocks, x)
+
+
+def checkpoint_bound_lambda(blocks, x):
+    """A lambda per block with the block bound as a default argument, and a while loop: another correct answer."""
+    h, index = x, 0
+    while index < len(blocks):
+        h = checkpoint(lambda t, block=blocks[index]: block(t), h, use_reentrant=False)
+        index += 1
+    return h
 
 
 # ---------------------------------------------------------------------------------------------------- 13-deterministic
@@ -313,6 +358,9 @@ MISTAKES = [
             (activations_using(with_output=True),), story="counts the model's output too"),
     Mistake("13-activation-formula", "wrong-bytes", "first Linear's input was left out",
             (activations_using(without_input=True),), story="thinks the input batch is not the model's memory"),
+    Mistake("13-activation-formula", "missing-batch", "exactly 5 times too few, the batch size",
+            (activations_using(batch=False),), story="counts one example's activations (issue 29: this was blamed "
+            "on which layers were counted, and by the hidden check on 4-byte elements)"),
     Mistake("13-activation-formula", "not-an-int", "float", (activations_using(cast=float),),
             story="returns a float from a division"),
     # 13-accumulate
@@ -346,10 +394,18 @@ MISTAKES = [
             story="runs the forward under no_grad to save memory"),
     Mistake("13-checkpoint", "reentrant", "CheckpointFunction", (checkpoint_reentrant_with_grad_input,),
             story="makes the input require grad to get the reentrant variant working"),
-    Mistake("13-checkpoint", "wrong-grads", "preserve_rng_state=False", (checkpoint_using(preserve=False),),
-            story="turns off RNG preservation to save time"),
-    Mistake("13-checkpoint", "not-checkpointed", "runs outside checkpoint", (checkpoint_using(last_plain=True),),
-            story="leaves the last block out of the checkpoint loop"),
+    Mistake("13-checkpoint", "wrong-grads", "exactly those of a checkpointed forward with preserve_rng_state=False",
+            (checkpoint_using(preserve=False),), story="turns off RNG preservation to save time"),
+    Mistake("13-checkpoint", "wrong-grads", "ran block", (checkpoint_late_binding,),
+            story="a lambda in the loop that binds the block late"),
+    Mistake("13-checkpoint", "no-param-grads", "the graph is cut after block 2", (checkpoint_detached,),
+            story="detaches h between the checkpointed blocks"),
+    Mistake("13-checkpoint", "one-checkpoint", "blocks [0, 1, 2, 3] all ran again", (checkpoint_whole_stack,),
+            story="one checkpoint around the whole stack"),
+    Mistake("13-checkpoint", "not-checkpointed", "block(s) [3] run outside checkpoint",
+            (checkpoint_sequential_default,), story="checkpoint_sequential with a segment per block"),
+    Mistake("13-checkpoint", "not-checkpointed", "block(s) [3] run outside checkpoint",
+            (checkpoint_using(last_plain=True),), story="leaves the last block out of the checkpoint loop"),
     Mistake("13-checkpoint", "wrong-output", "block skipped", (checkpoint_using(skip_first=True),),
             story="starts the loop at blocks[1:] by an off-by-one"),
     Mistake("13-checkpoint", "wrong-output", "differs", (checkpoint_using(return_input=True),),
@@ -380,12 +436,14 @@ CORRECT = [
     Correct("13-memory-formula", (memory_by_nbytes,), story="Tensor.nbytes with an id set"),
     Correct("13-activation-formula", (activations_using(),), story="the solution"),
     Correct("13-activation-formula", (activations_by_layers,), story="a sum over layers with finfo bits"),
+    Correct("13-activation-formula", (activations_by_itemsize,), story="dtype.itemsize in a generator"),
     Correct("13-accumulate", (accum_using(),), story="the solution"),
     Correct("13-accumulate", (accum_sum_reduction,), story="sum reduction divided by the batch"),
     Correct("13-accumulate", (accum_zero_at_end,), story="zero_grad after the step"),
     Correct("13-checkpoint", (checkpoint_using(),), story="the solution"),
     Correct("13-checkpoint", (checkpoint_wrapped,), story="a wrapper module per block"),
-    Correct("13-checkpoint", (checkpoint_pairs,), story="one checkpoint around the whole stack"),
+    Correct("13-checkpoint", (checkpoint_reduce,), story="functools.reduce, preserve_rng_state=True spelled out"),
+    Correct("13-checkpoint", (checkpoint_bound_lambda,), story="a bound lambda per block in a while loop"),
     Correct("13-deterministic", (deterministic_using(),), story="the solution"),
     Correct("13-deterministic", (DeterministicClass,), story="a class with __enter__/__exit__"),
     Correct("13-deterministic", (deterministic_exit_stack,), story="an ExitStack callback"),

@@ -44,6 +44,10 @@ def _activation_cases(case: Case) -> list[tuple[int, list[int], torch.dtype]]:
         "counted-twice": Requirement(
             "counts a tensor saved by two operations once",
             hint="The ReLU's output and the next Linear's input: how many tensors is that?"),
+        "missing-batch": Requirement(
+            "counts every row of the batch: the bytes grow with batch_size",
+            hint="Call your formula with batch_size 1 and 2: does the result double? Every saved tensor has one row "
+            "per example."),
         "wrong-bytes": Requirement(
             "equals the bytes autograd saves for backward in one forward of the MLP, measured",
             hint="Measure one small case with harness.memory.saved_for_backward and print saved.shapes: which "

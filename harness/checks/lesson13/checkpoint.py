@@ -1,7 +1,9 @@
 """13-checkpoint, the probe.
 
 Run the student's forward under a seed; record the output, what was saved outside the checkpoints, the
-output's grad_fn and the parameters' gradients after a seeded backward.
+output's grad_fn, the parameters' gradients after a seeded backward, and the order in which the blocks ran
+and got their gradients (a block checkpointed on its own is run again in backward right before its
+gradient; one checkpoint around several blocks runs them all again before the first of their gradients).
 """
 
 from __future__ import annotations
@@ -69,15 +71,24 @@ def _checkpoint_inputs(seed: int, batch: int, width: int, depth: int) -> tuple[n
             "every block is checkpointed: autograd keeps only each block's input outside the checkpoints",
             hint="Count what is saved for backward with harness.memory.saved_for_backward: which block still "
             "keeps its activations?"),
+        "one-checkpoint": Requirement(
+            "each block in its own checkpoint call, so that backward recomputes one block at a time",
+            hint="Put a print in each block's forward (register_forward_pre_hook) and run backward: how many "
+            "blocks run again before the first gradient arrives?"),
     },
 )
 def probe_checkpoint(checkpointed_forward: Callable[[nn.ModuleList, torch.Tensor], torch.Tensor], *,
                      case: Case) -> dict:
     """Run the student's forward under a seed; record the output, what was saved outside the checkpoints, the
-    output's grad_fn and the parameters' gradients after a seeded backward."""
+    output's grad_fn, the parameters' gradients after a seeded backward, and the blocks' runs and gradients in
+    the order they happened."""
     def record(item: tuple[int, int, int, int]) -> dict:
         seed, batch, width, depth = item
         blocks, x, upstream = _checkpoint_inputs(seed, batch, width, depth)
+        events: list[list[str | int]] = []  # ["run", i]: block i's forward began; ["grad", i]: its weight's gradient
+        for index, block in enumerate(blocks):
+            block.register_forward_pre_hook(lambda module, args, index=index: events.append(["run", index]))
+            block[0].weight.register_hook(lambda grad, index=index: events.append(["grad", index]))
         saved: list[tuple[list[int], str]] = []
         excluded = {p.untyped_storage().data_ptr() for p in blocks.parameters()}
 
@@ -89,12 +100,13 @@ def probe_checkpoint(checkpointed_forward: Callable[[nn.ModuleList, torch.Tensor
         torch.manual_seed(seed)  # dropout draws from the global generator, as in training
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             out = checkpointed_forward(blocks, x)
-        grads = None
+        grads, forward_runs = None, len(events)
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.backward(upstream)
             grads = [None if p.grad is None else p.grad.clone() for p in blocks.parameters()]
         grad_fn = type(out.grad_fn).__name__ if isinstance(out, torch.Tensor) and out.grad_fn is not None else None
         return {"out": out.detach() if isinstance(out, torch.Tensor) else out, "saved": saved,
-                "grad_fn": grad_fn, "grads": grads}
+                "grad_fn": grad_fn, "grads": grads, "forward": events[:forward_runs],
+                "backward": events[forward_runs:]}
 
     return {"results": collect(_checkpoint_cases(case), record)}

@@ -35,6 +35,41 @@ def measured_activation_bytes(batch: int, widths: Sequence[int], dtype: torch.dt
     return saved.bytes
 
 
+def _activation_cause(got: int, want: int, batch: int, widths: Sequence[int], element: int,
+                      dtype: torch.dtype) -> tuple[str, str]:
+    """The failure code and cause of a wrong byte count: the known slips whose count equals `got` (each one
+    recomputed here), listed as candidates when several give the same number."""
+    rows, inputs = batch, sum(widths[:-1])
+    weights = sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True)) * element
+    later_weights = sum(a * b for a, b in zip(widths[1:-1], widths[2:], strict=True)) * element
+    slips = [
+        (want // rows if want % rows == 0 else None, "missing-batch",
+         f"exactly {rows} times too few, the batch size: the count is one example's bytes, the batch_size factor is "
+         "missing"),
+        (rows * inputs if element != 1 else None, "wrong-element-size", "elements were counted, not bytes"),
+        (rows * inputs * 4 if element != 4 else None, "wrong-element-size",
+         f"4 bytes were assumed per element; {dtype} takes {element}"),
+        (want + weights, "weights-counted", "the weights that Linear layers save were added: they are the parameters, "
+         "already in memory"),
+        (want + later_weights, "weights-counted", "the weights that Linear layers save were added: they are the "
+         "parameters, already in memory"),
+        (rows * (widths[0] + 2 * sum(widths[1:-1])) * element, "counted-twice",
+         "each ReLU output was counted twice: it is also the next Linear's input, one tensor"),
+        (rows * sum(widths) * element, "wrong-bytes",
+         "the last Linear's output was counted: the model does not save it (the loss's backward might)"),
+        (rows * sum(widths[1:-1]) * element, "wrong-bytes",
+         "the first Linear's input was left out: it is saved, to compute the weight's gradient"),
+    ]
+    matches = list(dict.fromkeys((code, cause) for value, code, cause in slips if value == got and value != want))
+    if not matches:
+        return "wrong-bytes", ("a different count: the first Linear's input left out, the last Linear's output "
+                               "counted (the model does not save it), or another layer's tensors")
+    if len(matches) == 1:
+        return matches[0]
+    return matches[0][0], "one of these slips, which give the same number here: " + "; or ".join(
+        cause for _, cause in matches)
+
+
 @judges("13-activation-formula")
 def judge_activation_formula(seen: dict, *, case: Case) -> str:
     """The formula equals the bytes measured on the MLP, in every case."""
@@ -48,24 +83,7 @@ def judge_activation_formula(seen: dict, *, case: Case) -> str:
         if got == want:
             continue
         element = torch.empty((), dtype=dtype).element_size()
-        rows, inputs = batch, sum(widths[:-1])
-        weights = sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True)) * element
-        later_weights = sum(a * b for a, b in zip(widths[1:-1], widths[2:], strict=True)) * element
-        code, cause = "wrong-bytes", ("a different count: the first Linear's input left out, the last Linear's "
-                                      "output counted (the model does not save it), or another layer's tensors")
-        if got in (rows * inputs, rows * inputs * 4) and element != (1 if got == rows * inputs else 4):
-            code, cause = "wrong-element-size", ("elements were counted, not bytes" if got == rows * inputs else
-                                                 f"4 bytes were assumed per element; {dtype} takes {element}")
-        elif got in (want + weights, want + later_weights):
-            code, cause = "weights-counted", ("the weights that Linear layers save were added: they are the "
-                                              "parameters, already in memory")
-        elif got == rows * (widths[0] + 2 * sum(widths[1:-1])) * element:
-            code, cause = "counted-twice", ("each ReLU output was counted twice: it is also the next Linear's "
-                                            "input, one tensor")
-        elif got == rows * sum(widths) * element:
-            cause = "the last Linear's output was counted: the model does not save it (the loss's backward might)"
-        elif got == rows * sum(widths[1:-1]) * element:
-            cause = "the first Linear's input was left out: it is saved, to compute the weight's gradient"
+        code, cause = _activation_cause(got, want, batch, widths, element, dtype)
         fail(code, observed=f"{got} bytes for {what}", expected=f"{want} bytes (measured with saved_tensors_hooks)",
              cause=cause, where="the sum in activation_formula")
     return "activation bytes of ReLU MLPs in float32, bfloat16 and float16, as measured"

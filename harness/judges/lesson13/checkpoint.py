@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from harness.checks.lesson13.checkpoint import _checkpoint_cases, _checkpoint_inputs
 from harness.contract.case import Case
@@ -49,25 +50,112 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
                  expected="the non-reentrant checkpoint", cause="use_reentrant=True, or use_reentrant not passed "
                  "(which means True, with a warning)", where="the checkpoint call: pass use_reentrant=False")
         want = [p.grad for p in blocks.parameters()]
-        got = [torch.zeros_like(w) if g is None else g for g, w in
-               zip(matching_list(grads, len(want)), want, strict=True)]
-        got = matching_tensors(got, want, "grads")
+        got_grads = matching_list(grads, len(want))
+        _judge_graph_reaches_every_block(got_grads, depth, what)
+        got = matching_tensors([torch.zeros_like(w) if g is None else g for g, w in zip(got_grads, want, strict=True)],
+                               want, "grads")
         if not close_norm(_flat(got), _flat(want), rel=1e-4, floor=1e-9):
+            fresh_masks = _unpreserved_grads(seed, batch, width, depth)
+            swapped = _rerun_in_place_of(result["backward"])
+            cause = ("the recomputation in backward does not repeat the forward: one of preserve_rng_state=False (new "
+                     "dropout masks), a block whose forward depends on state that changed between forward and "
+                     "backward, or a different random state")
+            if swapped:
+                cause = (f"in backward, the checkpoint of block {swapped[1]} ran block {swapped[0]} again: the "
+                         "function given to checkpoint finds its block when backward runs (a lambda or closure "
+                         "that reads the loop variable late), not the block it was made for; bind it: lambda t, "
+                         "block=block: block(t), or pass the block itself")
+            elif close_norm(_flat(got), _flat(fresh_masks), rel=1e-4, floor=1e-9):
+                cause = ("preserve_rng_state=False: the recomputation drew new dropout masks (your gradients are "
+                         "exactly those of a checkpointed forward with preserve_rng_state=False)")
             fail("wrong-grads", observed=f"the parameters' gradients differ from the plain forward's ({what})",
                  expected="the same gradients: checkpointing changes memory and time, never the result",
-                 cause="preserve_rng_state=False: the recomputation draws new dropout masks; or the blocks ran "
-                 "under a different random state", where="the checkpoint call's arguments")
+                 cause=cause, where="the checkpoint call's arguments")
         if not isinstance(saved, list) or not all(isinstance(s, list) and all(isinstance(d, int) for d in s)
                                                   for s in saved):
             raise WireError("malformed observation: saved shapes are not lists of ints")
         kept = sum(_numel(s) for s in saved)
         allowed = depth * batch * width
+        runs = _block_events(result["forward"], "forward") + _block_events(result["backward"], "backward")
+        rerun = {index for kind, index in _block_events(result["backward"], "backward") if kind == "run"}
         if kept > allowed:
+            plain = [index for index in range(depth) if index not in rerun]
             fail("not-checkpointed", observed=f"autograd kept {kept} values for backward outside checkpoints "
-                 f"({len(saved)} tensors)", expected=f"at most {allowed}: each block's input ({depth} x {batch} x "
-                 f"{width})", cause="a block (or part of one) runs outside checkpoint, so its activations are kept",
+                 f"({len(saved)} tensors)" + (f"; block(s) {plain} did not run again in backward" if plain and runs
+                                              else ""),
+                 expected=f"at most {allowed}: each block's input ({depth} x {batch} x {width})",
+                 cause=(f"block(s) {plain} run outside checkpoint, so their activations are kept" if plain and runs
+                        else "a block (or part of one) runs outside checkpoint, so its activations are kept"),
                  where="the loop over blocks: every block goes through checkpoint")
-    return "same output and gradients as the plain forward, with dropout, keeping only each block's input"
+        together = _recomputed_together(result["forward"], result["backward"], depth)
+        if together is not None and len(together) > 1:
+            fail("one-checkpoint", observed=f"in backward, blocks {together} all ran again before the first of their "
+                 f"gradients ({what}): one checkpoint spans {len(together)} blocks",
+                 expected="each block run again on its own, right before its gradient: one checkpoint per block",
+                 cause="one checkpoint around several blocks (a function that loops over the blocks, checkpointed "
+                 "once): it keeps only the first input, but backward rebuilds the activations of all those blocks "
+                 "at once, so the peak memory is the plain forward's", where="call checkpoint inside the loop, once "
+                 "per block: h = checkpoint(block, h, use_reentrant=False)")
+    return ("same output and gradients as the plain forward, with dropout, keeping only each block's input and "
+            "recomputing one block at a time")
+
+
+def _judge_graph_reaches_every_block(grads: list[Any], depth: int, what: str) -> None:
+    """Fail no-param-grads when some blocks' parameters got no gradient at all: the graph was cut before them."""
+    per_block = len(grads) // depth
+    cut = [index for index in range(depth) if all(g is None for g in grads[index * per_block:(index + 1) * per_block])]
+    if cut:
+        fail("no-param-grads", observed=f"after backward, the parameters of block(s) {cut} have no gradient ({what}); "
+             f"the later blocks have theirs", expected="a gradient for every block's parameters",
+             cause=f"the graph is cut after block {max(cut)}: a .detach() (or a torch.no_grad(), or .data) between "
+             "blocks stops backward there, so the earlier blocks never get a gradient",
+             where="the loop over blocks: pass h itself from one checkpoint to the next")
+
+
+def _unpreserved_grads(seed: int, batch: int, width: int, depth: int) -> list[torch.Tensor]:
+    """The gradients of a per-block checkpointed forward with preserve_rng_state=False: new dropout masks in the
+    recomputation, drawn from the global generator where the forward left it."""
+    blocks, x, upstream = _checkpoint_inputs(seed, batch, width, depth)
+    torch.manual_seed(seed)
+    h = x
+    for block in blocks:
+        h = checkpoint(block, h, use_reentrant=False, preserve_rng_state=False)
+    h.backward(upstream)
+    return [p.grad for p in blocks.parameters()]
+
+
+def _block_events(value: Any, what: str) -> list[tuple[str, int]]:
+    """The recorded events, validated: ("run", i) when block i's forward began, ("grad", i) at its gradient."""
+    if not isinstance(value, list) or not all(isinstance(e, list) and len(e) == 2 and e[0] in ("run", "grad")
+                                              and type(e[1]) is int for e in value):
+        raise WireError(f"malformed observation: the {what} events are not [kind, block] pairs")
+    return [(kind, index) for kind, index in value]
+
+
+def _rerun_in_place_of(backward: Any) -> tuple[int, int] | None:
+    """(block run, block whose gradient came next) for the first backward rerun followed by another block's
+    gradient; None when every rerun block got its own gradient next."""
+    events = _block_events(backward, "backward")
+    for (kind, index), (next_kind, next_index) in zip(events, events[1:], strict=False):
+        if kind == "run" and next_kind == "grad" and next_index != index:
+            return index, next_index
+    return None
+
+
+def _recomputed_together(forward: Any, backward: Any, depth: int) -> list[int] | None:
+    """The largest set of blocks run again in backward before any of their gradients arrived; None when the
+    forward did not run each block once, in order, through its module call (then the hooks saw too little to
+    judge)."""
+    if _block_events(forward, "forward") != [("run", index) for index in range(depth)]:
+        return None
+    largest: list[int] = []
+    pending: list[int] = []
+    for kind, index in _block_events(backward, "backward"):
+        if kind == "run":
+            pending.append(index)
+        else:
+            largest, pending = max(largest, pending, key=len), []
+    return max(largest, pending, key=len)
 
 
 def matching_list(value: Any, length: int) -> list[Any]:
