@@ -10,13 +10,14 @@ drill's judge gives, its hint a nudge about that mistake) and three levels of hi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges, register
-from harness.drills.choices import LETTERS, letter_of
+from harness.drills.choices import LETTERS, Choices, letter_of
 from harness.drills.core import Drill, get_drill
 from harness.drills.lesson import NOTEBOOK_DRILLS, SECTIONS, answer_name
 
@@ -69,6 +70,38 @@ def _register_drill(task_id: str, solution: str, requires: Mapping[str, Requirem
     judges(task_id)(judge)
 
 
+_MARKED = re.compile(r"\(?([a-d])\)\s*(.*)", re.IGNORECASE | re.DOTALL)  # "(b) text" or "b) text"
+
+
+def _plain(text: str) -> str:
+    """`text` compared loosely: case, runs of white space and a final full stop ignored."""
+    return " ".join(text.lower().split()).rstrip(".")
+
+
+def _chosen_letter(answer: str, choices: Choices) -> str | None:
+    """The letter `answer` chooses: a letter as `letter_of` reads it, or an option's text as the notebook prints
+    it, after its "(b) " marker (whose letter must be that option's) or without it; None for anything else."""
+    letter = letter_of(answer)
+    if letter is not None:
+        return letter
+    text = answer.strip().removeprefix("-").strip()  # a line of the notebook's list: "- (b) ..."
+    marked = _MARKED.fullmatch(text)
+    texts = [_plain(option.text) for option in choices.options]
+    if marked:
+        letter = marked.group(1).lower()
+        return letter if _plain(marked.group(2)) == texts[LETTERS.index(letter)] else None
+    return LETTERS[texts.index(_plain(text))] if _plain(text) in texts else None
+
+
+def _no_choice_cause(answer: object) -> str:
+    """Why `answer` chooses no option, from what it is."""
+    if not isinstance(answer, str):
+        return f"the answer is {type(answer).__name__}, not a string: the starter's answer was not replaced"
+    if _MARKED.fullmatch(answer.strip().removeprefix("-").strip()):
+        return "the text after the letter is not that option's text: write the letter alone"
+    return "more or less than one letter, and not an option's text"
+
+
 def _register_explain(task_id: str) -> None:
     """Register the explain drill of `task_id`: the notebook's answer variable read as one of the bank's letters."""
     drill = get_drill(_DRILL_OF[task_id])
@@ -82,14 +115,14 @@ def _register_explain(task_id: str) -> None:
         return {"answer": namespace.get("answer") if isinstance(namespace, dict) else None}
 
     def judge(seen: dict, *, case: Case) -> str:
-        """The bank's key and options, on the letter alone ("b", "B", "(b)" or "b)"; "ab" is no choice)."""
+        """The bank's key and options, on the letter ("b", "B", "(b)" or "b)"; "ab" is no choice) or on an option
+        copied as the notebook prints it ("(b) dropout stops dropping; ...", with or without its letter)."""
         answer = seen.get("answer")
-        letter = letter_of(answer) if isinstance(answer, str) else None
+        letter = _chosen_letter(answer, choices) if isinstance(answer, str) else None
         if letter is None:
-            fail("no-choice", observed=f"answer = {answer!r}",
+            fail("no-choice", observed=f"answer = {answer!r}"[:160],
                  expected=f"one letter: {', '.join(repr(c) for c in LETTERS)}",
-                 cause="the starter's answer was not replaced, or more or less than one letter",
-                 where=f"the line `{variable} = ...`")
+                 cause=_no_choice_cause(answer), where=f"the line `{variable} = ...`")
         chosen = LETTERS.index(letter)
         if chosen != choices.key:
             fail("wrong-choice", observed=f"you chose {answer!r}: {choices.options[chosen].text}",
@@ -179,10 +212,14 @@ _register_drill(
 
 _register_drill(
     "11-amp-step",
+    'model.train(); optimizer.zero_grad(set_to_none=True); '
     'with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x), y); '
     "scaler.scale(loss).backward(); scaler.unscale_(optimizer); "
     "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); scaler.update()",
     {
+        "not-train-mode": Requirement(
+            "the model is in training mode during the step",
+            hint="The model was handed over in eval mode: which call switches dropout and batch norm back on?"),
         "no-autocast": Requirement("the forward and the loss run under bf16 autocast on the CPU",
                                    hint="Which context makes the forward run in bfloat16, and what must it wrap?"),
         "backward-inside-autocast": Requirement(

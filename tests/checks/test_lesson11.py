@@ -147,6 +147,9 @@ MISTAKES = [
             story="leaves the starter's answer"),
     Mistake("11-why-eval", "no-choice", "one letter", _answer("11-why-eval", 'answer = "b) dropout off"'),
             story="copies the whole choice instead of its letter"),
+    Mistake("11-why-eval", "no-choice", "not that option's text",
+            _answer("11-why-eval", 'answer = "(b) it freezes the parameters, so that optimizer.step() skips every '
+                    'one of them"'), story="copies option (c)'s text after the letter it meant to choose"),
     # 11-warmup-cosine
     Mistake("11-warmup-cosine", "missing-entry", "defines no `warmup_cosine`",
             _answer("11-warmup-cosine", _solution_with(COSINE, "def warmup_cosine(", "def lr_lambda(")),
@@ -167,6 +170,9 @@ MISTAKES = [
     # 11-amp-step
     Mistake("11-amp-step", "missing-entry", "defines no `amp_step`",
             _answer("11-amp-step", _solution_with(AMP, "def amp_step(", "def train_step_amp(")), story="renames it"),
+    Mistake("11-amp-step", "not-train-mode", "eval mode",
+            _answer("11-amp-step", _solution_with(AMP, "    model.train()\n", "")),
+            story="relies on the mode the model is in: after an evaluation, dropout stays off"),
     Mistake("11-amp-step", "no-autocast", "without autocast",
             _answer("11-amp-step", _solution_with(AMP, AUTOCAST, "    loss = loss_fn(model(x), y)\n")),
             story="a GradScaler without autocast: believes the scaler makes it mixed precision"),
@@ -258,6 +264,19 @@ CORRECT = [
     Correct("11-train-step", _answer("11-train-step", _solution_with(
         STEP, "    optimizer.zero_grad(set_to_none=True)\n", "").replace(
         "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n")), story="zero_grad after step"),
+    Correct("11-train-step", _answer("11-train-step", "def train_step(model, batch, loss_fn, optimizer):\n"
+                                     "    inputs, targets = batch\n    model.train(mode=True)\n"
+                                     "    for p in model.parameters():\n        p.grad = None\n"
+                                     "    out = model(inputs)\n    loss = loss_fn(out, targets)\n"
+                                     "    loss.backward()\n    optimizer.step()\n    return loss.detach().clone()\n"),
+            story="grads set to None by hand, train(mode=True), a detached clone"),
+    Correct("11-train-step", _answer("11-train-step", "import torch\n\n\n"
+                                     "def train_step(model, batch, loss_fn, optimizer):\n    model.train()\n"
+                                     "    model.zero_grad()\n    with torch.enable_grad():\n"
+                                     "        loss = loss_fn(model(batch[0]), batch[1])\n"
+                                     "    loss.backward()\n    optimizer.step()\n"
+                                     "    return loss.detach()\n"),
+            story="model.zero_grad(), the batch indexed, enable_grad around the forward"),
     Correct("11-plain-list", _answer("11-plain-list", "from torch import nn\n\n\nclass MLP(nn.Module):\n"
                                      "    def __init__(self, sizes):\n        super().__init__()\n        layers = []\n"
                                      "        for a, b in zip(sizes[:-1], sizes[1:]):\n"
@@ -266,10 +285,68 @@ CORRECT = [
                                      "    def forward(self, x):\n        return self.net(x)\n"),
             story="one Sequential"),
     Correct("11-why-eval", _answer("11-why-eval", 'answer = "B"'), story="the letter in capitals"),
+    Correct("11-why-eval", _answer("11-why-eval", 'answer = "(b)"'), story="the letter as the notebook prints it"),
+    Correct("11-why-eval", _answer("11-why-eval", 'answer = "- (b) dropout stops dropping; batch norm uses its '
+                                   'running statistics"'), story="the option's whole line, copied from the list"),
+    Correct("11-why-eval", _answer("11-why-eval", 'answer = "Dropout stops dropping; batch norm uses its running '
+                                   'statistics."'), story="the option's text without its letter"),
     Correct("11-warmup-cosine", _answer("11-warmup-cosine", "import math\n\n\ndef warmup_cosine(step, warmup, total):\n"
                                         "    if step < warmup:\n        return (step + 1) / warmup\n"
                                         "    progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)\n"
                                         "    return (1 + math.cos(math.pi * progress)) / 2\n"), story="rewritten"),
+    Correct("11-plain-list", _answer("11-plain-list", "import torch\nfrom torch import nn\n\n\n"
+                                     "class MLP(nn.Module):\n    def __init__(self, sizes):\n"
+                                     "        super().__init__()\n"
+                                     "        self.hidden = nn.ModuleDict({f'fc{i}': nn.Linear(a, b) for i, (a, b) in "
+                                     "enumerate(zip(sizes[:-2], sizes[1:-1]))})\n"
+                                     "        self.out = nn.Linear(sizes[-2], sizes[-1])\n\n"
+                                     "    def forward(self, x):\n        for layer in self.hidden.values():\n"
+                                     "            x = torch.relu(layer(x))\n        return self.out(x)\n"),
+            story="nn.ModuleDict keyed by name"),
+    Correct("11-plain-list", _answer("11-plain-list", "import torch\nfrom torch import nn\n\n\n"
+                                     "class MLP(nn.Module):\n    def __init__(self, sizes):\n"
+                                     "        super().__init__()\n        self.depth = len(sizes) - 2\n"
+                                     "        for i, (a, b) in enumerate(zip(sizes[:-2], sizes[1:-1])):\n"
+                                     "            self.add_module(f'hidden{i}', nn.Linear(a, b))\n"
+                                     "        self.out = nn.Linear(sizes[-2], sizes[-1])\n\n"
+                                     "    def forward(self, x):\n        for i in range(self.depth):\n"
+                                     "            x = torch.relu(getattr(self, f'hidden{i}')(x))\n"
+                                     "        return self.out(x)\n"),
+            story="add_module in a loop, getattr in forward"),
+    Correct("11-warmup-cosine", _answer("11-warmup-cosine", "import numpy as np\n\n\n"
+                                        "def warmup_cosine(step, warmup, total):\n"
+                                        "    if step < warmup:\n        return (step + 1) / warmup\n"
+                                        "    p = np.clip((step - warmup) / max(total - warmup, 1), 0.0, 1.0)\n"
+                                        "    return float((1 + np.cos(np.pi * p)) / 2)\n"), story="numpy, np.clip"),
+    Correct("11-warmup-cosine", _answer("11-warmup-cosine", "import math\n\n\n"
+                                        "def warmup_cosine(step, warmup, total):\n"
+                                        "    if step > total:\n        return 0.0\n"
+                                        "    warm = lambda s: (s + 1) / warmup\n"
+                                        "    decay = lambda s: 0.5 * (1 + math.cos(math.pi * (s - warmup) / "
+                                        "max(1, total - warmup)))\n"
+                                        "    return warm(step) if step < warmup else decay(step)\n"),
+            story="an early return after total, two lambdas"),
+    Correct("11-amp-step", _answer("11-amp-step", "import torch\n\n\n"
+                                   "def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):\n"
+                                   "    model.train(True)\n    optimizer.zero_grad()\n    x, y = batch\n"
+                                   "    with torch.amp.autocast('cpu', dtype=torch.bfloat16):\n"
+                                   "        out = model(x)\n        loss = loss_fn(out, y)\n"
+                                   "    scaler.scale(loss).backward()\n    scaler.unscale_(optimizer)\n"
+                                   "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)\n"
+                                   "    scaler.step(optimizer)\n    scaler.update()\n    return loss.detach()\n"),
+            story="torch.amp.autocast, zero_grad's default, train(True)"),
+    Correct("11-amp-step", _answer("11-amp-step", "import torch\nfrom torch import autocast\n"
+                                   "from torch.nn.utils import clip_grad_norm_\n\n\n"
+                                   "def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):\n"
+                                   "    model.train()\n    params = list(model.parameters())\n"
+                                   "    for p in params:\n        p.grad = None\n"
+                                   "    with autocast(device_type='cpu', dtype=torch.bfloat16):\n"
+                                   "        loss = loss_fn(model(batch[0]), batch[1])\n"
+                                   "    scaled = scaler.scale(loss)\n    scaled.backward()\n"
+                                   "    scaler.unscale_(optimizer)\n"
+                                   "    clip_grad_norm_(params, max_norm, norm_type=2.0)\n"
+                                   "    scaler.step(optimizer)\n    scaler.update()\n    return loss.detach()\n"),
+            story="grads set to None by hand, names imported, the scaled loss kept in a variable"),
     Correct("11-amp-step", _answer("11-amp-step", _solution_with(AMP, 'torch.autocast("cpu", dtype=torch.bfloat16)',
                                                                  'torch.autocast(device_type="cpu")')),
             story="autocast's CPU default dtype is bfloat16"),
@@ -281,6 +358,55 @@ CORRECT = [
                                         "        loss = sum(loss_fn(o, y) * len(y) for o, y in outs) / n\n"
                                         "        acc = sum((o.argmax(1) == y).sum() for o, y in outs) / n\n"
                                         "    return loss, acc\n"), story="returns one-element tensors"),
+    Correct("11-epoch-metrics", _answer("11-epoch-metrics", "import torch\n\n\n"
+                                        "def epoch_metrics(model, batches, loss_fn):\n"
+                                        "    losses, hits, n = [], [], 0\n    with torch.no_grad():\n"
+                                        "        for x, y in batches:\n            out = model(x)\n"
+                                        "            losses.append(loss_fn(out, y) * len(y))\n"
+                                        "            hits.append((out.argmax(1) == y).sum())\n"
+                                        "            n += len(y)\n"
+                                        "    totals = torch.stack([torch.stack(losses).sum(), "
+                                        "torch.stack(hits).sum().float()])\n"
+                                        "    loss, acc = (totals / n).tolist()\n    return loss, acc\n"),
+            story="lists of tensors stacked, one .tolist() at the end"),
+    Correct("11-epoch-metrics", _answer("11-epoch-metrics", "import torch\n\n\n"
+                                        "def epoch_metrics(model, batches, loss_fn):\n"
+                                        "    totals, count = torch.zeros(2), 0\n"
+                                        "    with torch.inference_mode():\n        for x, y in batches:\n"
+                                        "            out = model(x)\n"
+                                        "            totals += torch.stack([loss_fn(out, y).mul(len(y)), "
+                                        "out.argmax(dim=-1).eq(y).sum().float()])\n"
+                                        "            count += y.shape[0]\n"
+                                        "    return (totals / count).tolist()\n"),
+            story="one running tensor of two sums, returned as a list"),
+    Correct("11-exact-resume", _answer("11-exact-resume", "import torch\n\n\n"
+                                       "def save_checkpoint(path, model, optimizer, scheduler, epoch):\n"
+                                       "    torch.save(dict(model=model.state_dict(), optim=optimizer.state_dict(), "
+                                       "sched=scheduler.state_dict(), epoch=epoch, "
+                                       "rng_state=torch.random.get_rng_state()), path)\n\n\n"
+                                       "def load_checkpoint(path, model, optimizer, scheduler):\n"
+                                       "    state = torch.load(path, map_location='cpu', weights_only=True)\n"
+                                       "    model.load_state_dict(state['model'])\n"
+                                       "    optimizer.load_state_dict(state['optim'])\n"
+                                       "    scheduler.load_state_dict(state['sched'])\n"
+                                       "    torch.random.set_rng_state(state['rng_state'])\n"
+                                       "    return state['epoch']\n"),
+            story="dict(...) with other keys, map_location, torch.random's RNG functions"),
+    Correct("11-exact-resume", _answer("11-exact-resume", "import os\n\nimport torch\n\n\n"
+                                       "def save_checkpoint(path, model, optimizer, scheduler, epoch):\n"
+                                       "    state = {'epoch': epoch, 'rng': torch.get_rng_state()}\n"
+                                       "    for name, part in (('model', model), ('optimizer', optimizer), "
+                                       "('scheduler', scheduler)):\n"
+                                       "        state[name] = part.state_dict()\n"
+                                       "    tmp = f'{path}.tmp'\n    torch.save(state, tmp)\n"
+                                       "    os.replace(tmp, path)\n\n\n"
+                                       "def load_checkpoint(path, model, optimizer, scheduler):\n"
+                                       "    state = torch.load(path, weights_only=True)\n"
+                                       "    for name, part in (('model', model), ('optimizer', optimizer), "
+                                       "('scheduler', scheduler)):\n"
+                                       "        part.load_state_dict(state[name])\n"
+                                       "    torch.set_rng_state(state['rng'])\n    return int(state['epoch'])\n"),
+            story="an atomic write (a temporary file, then os.replace), state dicts in a loop"),
     Correct("11-exact-resume", _answer("11-exact-resume", _solution_with(
         RESUME, '"rng": torch.get_rng_state(),', '"rng": torch.random.get_rng_state(), "extra": [1, 2.0, "x"],')),
         story="extra plain values in the checkpoint"),

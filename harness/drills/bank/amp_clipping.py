@@ -135,7 +135,8 @@ def _probe_amp_step(answer: dict, *, case: Case) -> dict:
         p.grad = torch.randn(p.shape, generator=gen)  # what the previous step left behind
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = RecordingScaler()
-    with StepRecorder(optimizer) as steps:
+    model.eval()  # as an evaluation between epochs leaves it: the step must switch training mode back on
+    with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards:
         loss = amp_step(model, _batch(case, 1, scale=20.0), nn.MSELoss(), optimizer, scaler, _case_max_norm(case))
     # a step whose gradients are not finite must be skipped, and the scale must back off
     inf_model = _probe_model(case, 2)
@@ -146,6 +147,7 @@ def _probe_amp_step(answer: dict, *, case: Case) -> dict:
         amp_step(inf_model, _batch(case, 3), nn.MSELoss(), inf_optimizer, inf_scaler, _case_max_norm(case))
     return {"forward_autocast": model.forward_autocast, "backward_autocast": model.backward_autocast,
             "fresh": model.fresh_at_backward, "calls": scaler.calls, "steps": _step_dicts(steps.records), "loss": loss,
+            "training": [r.training for r in forwards.records],
             "inf_steps": len(inf_steps.records), "inf_weight": inf_model.linear.weight.detach(),
             "inf_scale": float(inf_scaler.get_scale())}
 
@@ -224,7 +226,16 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     if not isinstance(scale, float) or not scale < _INIT_SCALE:
         fail("missing-update", observed=f"the scale stayed at {scale} after an inf gradient",
              expected=f"{_INIT_SCALE * 0.5:g}", cause="scaler.update() not called", where="after scaler.step")
-    return "autocast around forward+loss, backward outside, unscale_ then clip, scale/step/update, inf steps skipped"
+    training = seen.get("training")
+    if not isinstance(training, list) or not training:
+        raise WireError("forward modes missing")
+    if not all(mode is True for mode in training):
+        fail("not-train-mode", observed="the forward ran in eval mode (the model was handed over after an "
+             "evaluation)", expected="model.train() before the forward", cause="amp_step relies on the mode the "
+             "model happens to be in: after an evaluation, dropout stays off and batch norm uses its running "
+             "statistics", where="the first line of amp_step")
+    return ("training mode, autocast around forward+loss, backward outside, unscale_ then clip, scale/step/update, "
+            "inf steps skipped")
 
 
 _AMP_SOLUTION = '''import torch
@@ -232,6 +243,7 @@ _AMP_SOLUTION = '''import torch
 
 def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     x, y = batch
+    model.train()
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = loss_fn(model(x), y)
@@ -256,14 +268,15 @@ add(
         prompt="Write amp_step(model, batch, loss_fn, optimizer, scaler, max_norm): one training step with "
         "bf16 autocast on the CPU (torch.autocast('cpu', dtype=torch.bfloat16)), a GradScaler, and gradient "
         "clipping to max_norm. It must skip steps whose gradients are not finite, and return the loss as a "
-        "detached tensor. The model's .grad may still hold the previous step's gradients.",
+        "detached tensor. The model's .grad may still hold the previous step's gradients, and the model may "
+        "arrive in eval mode (after an evaluation): the step runs in training mode.",
         entry="amp_step",
         starter="import torch\n\n\ndef amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):\n"
         "    raise NotImplementedError\n",
         solution=_AMP_SOLUTION,
         hints=("Autocast covers forward and loss only; the scaler wraps backward, step and update.",
-               "zero_grad; autocast(forward, loss); scaler.scale(loss).backward(); scaler.unscale_(opt); "
-               "clip_grad_norm_; scaler.step(opt); scaler.update()"),
+               "model.train(); zero_grad; autocast(forward, loss); scaler.scale(loss).backward(); "
+               "scaler.unscale_(opt); clip_grad_norm_; scaler.step(opt); scaler.update()"),
         probe=_probe_amp_step,
         judge=_judge_amp_step,
         nonfinite=("inf_weight",),  # a step applied on infinite gradients leaves NaN weights: the judge names it
@@ -280,6 +293,7 @@ add(
             (_AMP_SOLUTION.replace('    with torch.autocast("cpu", dtype=torch.bfloat16):\n'
                                    "        loss = loss_fn(model(x), y)\n", "    loss = loss_fn(model(x), y)\n"),
              "no-autocast"),
+            (_AMP_SOLUTION.replace("    model.train()\n", ""), "not-train-mode"),
         ),
     )
 )

@@ -189,7 +189,8 @@ add(
         topics=("loop",),
         difficulty=1,
         prompt="Write train_step(model, batch, loss_fn, optimizer) that trains on one (x, y) batch and returns "
-        "the loss as a detached tensor (no .item(): that would sync the host every step).",
+        "the loss as a detached tensor (no .item(): that would sync the host every step). The model may arrive in "
+        "eval mode (after an evaluation): the step runs in training mode.",
         entry="train_step",
         starter="import torch\n\n\ndef train_step(model, batch, loss_fn, optimizer):\n    raise NotImplementedError\n",
         solution=(
@@ -197,8 +198,9 @@ add(
             "    x, y = batch\n    model.train()\n    optimizer.zero_grad(set_to_none=True)\n"
             "    loss = loss_fn(model(x), y)\n    loss.backward()\n    optimizer.step()\n    return loss.detach()\n"
         ),
-        hints=("Four calls in a fixed order, around the forward pass.",
-               "zero_grad(set_to_none=True) -> loss = loss_fn(model(x), y) -> loss.backward() -> optimizer.step()"),
+        hints=("Four calls in a fixed order, around the forward pass, with the model in training mode.",
+               "model.train() -> zero_grad(set_to_none=True) -> loss = loss_fn(model(x), y) -> loss.backward() -> "
+               "optimizer.step()"),
         probe=_probe_train_step,
         judge=_judge_train_step,
         wrong_answers=(
