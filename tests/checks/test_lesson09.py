@@ -8,8 +8,9 @@ no mistake here waits for the launch timeout (the one test that does shortens it
 
 from __future__ import annotations
 
+import os
 import threading
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import pytest
 import torch
@@ -36,6 +37,13 @@ def mean_gathered(value: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(value) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, value.contiguous())
     return torch.stack(parts).mean(dim=0)
+
+
+def mean_gathered_into_tensor(value: torch.Tensor) -> torch.Tensor:
+    world = dist.get_world_size()
+    flat = torch.empty(world * value.numel(), dtype=value.dtype)
+    dist.all_gather_into_tensor(flat, value.detach().reshape(-1).contiguous())
+    return flat.view(world, *value.shape).mean(dim=0)
 
 
 def mean_local_only(value: torch.Tensor) -> torch.Tensor:
@@ -104,6 +112,10 @@ def loader_with_sampler(dataset, batch_size, *, rank, world_size, seed):
 def loader_drop_last(dataset, batch_size, *, rank, world_size, seed):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed, drop_last=True)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=False)
+
+
+def loader_positional(dataset, batch_size, *, rank, world_size, seed):
+    return DataLoader(dataset, batch_size, sampler=DistributedSampler(dataset, world_size, rank, True, seed))
 
 
 def loader_plain_shuffle(dataset, batch_size, *, rank, world_size, seed):
@@ -190,6 +202,23 @@ def train_zero_grad_after(make_model, dataset, loss_fn, *, epochs, batch_size, l
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     return {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+
+def train_with_iterator(make_model, dataset, loss_fn, *, epochs, batch_size, lr, seed):
+    model = make_model()
+    ddp_model = DDP(model)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr)
+    loader = DataLoader(dataset, batch_size, sampler=DistributedSampler(dataset, shuffle=True, seed=seed))
+    epoch = 0
+    while epoch < epochs:
+        loader.sampler.set_epoch(epoch)
+        batches = iter(loader)
+        for inputs, targets in batches:
+            optimizer.zero_grad()
+            loss_fn(ddp_model(inputs), targets).backward()
+            optimizer.step()
+        epoch += 1
+    return {name: value.detach().clone() for name, value in ddp_model.module.state_dict().items()}
 
 
 def train_no_set_epoch(make_model, dataset, loss_fn, *, epochs, batch_size, lr, seed):
@@ -294,6 +323,32 @@ def save_with_helpers(model, optimizer, epoch, path):
     barrier()
 
 
+def save_atomic_in_finally(model, optimizer, epoch, path):
+    try:
+        if dist.get_rank() == 0:
+            partial = f"{path}.partial"
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                       partial)
+            os.replace(partial, path)  # atomic: a reader never sees half a file
+    finally:
+        dist.barrier()
+
+
+def save_all_reduce_as_barrier(model, optimizer, epoch, path):
+    rank = dist.get_rank()
+    if rank == 0:
+        checkpoint = {"epoch": epoch, "model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save(checkpoint, path)
+    done = torch.tensor([float(rank == 0)])
+    dist.all_reduce(done)  # every rank waits here for rank 0, who arrives only once the file is written
+
+
+def save_barrier_first(model, optimizer, epoch, path):
+    dist.barrier()  # "wait until everyone is here, then save"
+    if dist.get_rank() == 0:
+        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+
+
 def save_every_rank(model, optimizer, epoch, path):
     torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
     dist.barrier()
@@ -368,6 +423,18 @@ def accumulate_split(model, optimizer, micro_batches, loss_fn):
             (loss_fn(model(x), y) * scale).backward()
     (loss_fn(model(x_last), y_last) * scale).backward()
     optimizer.step()
+
+
+def accumulate_exit_stack(model, optimizer, micro_batches, loss_fn):
+    count = len(micro_batches)
+    for index, (x, y) in enumerate(micro_batches):
+        with ExitStack() as stack:
+            if index < count - 1:
+                stack.enter_context(model.no_sync())
+            loss = loss_fn(model(x), y).div(count)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
 
 
 def accumulate_always_sync(model, optimizer, micro_batches, loss_fn):
@@ -459,7 +526,11 @@ MISTAKES = [
     Mistake("09-train-ddp", "hang", WAITING, (train_barrier_on_rank0,), story="a barrier inside `if rank == 0:`"),
     Mistake("09-save-rank0", "saved-on-every-rank", "only rank 0 writes", (save_every_rank,),
             story="no guard: every rank saves"),
-    Mistake("09-save-rank0", "missing-barrier", "dist.barrier()", (save_without_barrier,), story="no barrier"),
+    Mistake("09-save-rank0", "missing-barrier", "without calling any collective", (save_without_barrier,),
+            story="no barrier"),
+    Mistake("09-save-rank0", "missing-barrier", "the barrier comes before the save", (save_barrier_first,),
+            story="the barrier before the save ('wait for everyone, then save'): passed 2 runs of 8 when the verdict "
+            "depended on which rank the scheduler ran first (issue 29)"),
     Mistake("09-save-rank0", "wrapped-state-dict", "module.", (save_wrapper_state,), story="saves the DDP wrapper"),
     Mistake("09-save-rank0", "incomplete-checkpoint", "'epoch'", (save_model_only,), story="saves the weights only"),
     Mistake("09-save-rank0", "not-saved-on-rank0", "ranks [1]", (save_on_last_rank,), story="guards on the last rank"),
@@ -486,14 +557,20 @@ MISTAKES = [
 CORRECT = [
     Correct("09-ddp-mean", (mean_clone_divide,), story="all_reduce a clone, divide"),
     Correct("09-ddp-mean", (mean_gathered,), story="all_gather and mean"),
+    Correct("09-ddp-mean", (mean_gathered_into_tensor,), story="all_gather_into_tensor of the flattened value"),
     Correct("09-shard-loader", (loader_with_sampler,), story="DistributedSampler"),
     Correct("09-shard-loader", (loader_drop_last,), story="DistributedSampler with drop_last"),
+    Correct("09-shard-loader", (loader_positional,), story="every argument positional"),
     Correct("09-train-ddp", (train_reference,), story="the lesson's loop"),
     Correct("09-train-ddp", (train_zero_grad_after,), story="zero_grad after step, sampler from the group"),
+    Correct("09-train-ddp", (train_with_iterator,), story="a while loop, loader.sampler, zero_grad(), cloned state"),
     Correct("09-save-rank0", (save_guarded,), story="guard and barrier"),
     Correct("09-save-rank0", (save_with_helpers,), story="harness.distributed helpers"),
+    Correct("09-save-rank0", (save_atomic_in_finally,), story="atomic save (os.replace), barrier in finally"),
+    Correct("09-save-rank0", (save_all_reduce_as_barrier,), story="an all_reduce as the barrier"),
     Correct("09-no-sync", (accumulate_nullcontext,), story="nullcontext on the last micro-batch"),
     Correct("09-no-sync", (accumulate_split,), story="no_sync around the early ones, zero_grad first"),
+    Correct("09-no-sync", (accumulate_exit_stack,), story="ExitStack entering no_sync on all but the last"),
 ]
 
 

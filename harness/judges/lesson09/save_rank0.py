@@ -38,9 +38,17 @@ def judge_save_rank0(seen: dict, *, case: Case) -> str:
         fail("not-saved-on-rank0", observed=f"rank 0 wrote {files[0]}, none of them at the path it was given",
              expected=f"the checkpoint at the path passed in ({CHECKPOINT_NAME!r})",
              cause="the file is saved under another name than `path`", where="torch.save(..., path)")
+    called = _string_list(seen["rank1_collectives"])
     if not all(existed is True for existed in _ranks(seen["file_existed_on_return"])):
-        fail("missing-barrier", observed="rank 1 returned before rank 0 had written the checkpoint",
-             expected="every rank returns only once the file exists",
+        if called:
+            fail("missing-barrier", observed=f"rank 1 called {', '.join(f'dist.{name}()' for name in called)} and "
+                 "still returned before rank 0 had written the checkpoint",
+                 expected="every rank returns only once the file exists",
+                 cause="the barrier comes before the save: it releases the ranks as soon as rank 0 reaches it, so rank "
+                 "1 goes on while rank 0 is still writing",
+                 where="move dist.barrier() after the guarded save (every rank calls it)")
+        fail("missing-barrier", observed="rank 1 returned before rank 0 had written the checkpoint, without calling "
+             "any collective", expected="every rank returns only once the file exists",
              cause="no barrier after the save: the other ranks race ahead (and may read a file that is not there yet)",
              where="dist.barrier() after the guarded save, on every rank")
     missing = [key for key in ("model", "optimizer", "epoch")
