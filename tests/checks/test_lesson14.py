@@ -7,6 +7,7 @@ goes wrong in practice (forum questions, the lesson's pitfalls).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -45,6 +46,18 @@ def load_strict_with_own_head(model, state_dict):
     merged = {**{k: v for k, v in state_dict.items() if not k.startswith("head.")}, **own_head}
     model.load_state_dict(merged, strict=True)
     return sorted(own_head)
+
+
+def load_by_key_sets(model, state_dict):
+    """Right, a third way: compare the key sets first (raising ValueError), then load the backbone strictly into
+    the backbone module with the prefix removed (removeprefix)."""
+    own = set(model.state_dict())
+    given = {k for k in state_dict if not k.startswith("head.")}
+    backbone = {k for k in own if k.startswith("backbone.")}
+    if given != backbone:
+        raise ValueError(f"missing {sorted(backbone - given)}, unexpected {sorted(given - backbone)}")
+    model.backbone.load_state_dict({k.removeprefix("backbone."): state_dict[k] for k in given})
+    return sorted(own - backbone)
 
 
 def load_into_backbone_module(model, state_dict):
@@ -133,13 +146,62 @@ def mode_by_class_name(model):
             module.train(False)
 
 
+def mode_by_apply(model):
+    """Right: model.apply with a function, the three BatchNorm classes named, all(...) over the parameters."""
+    def keep_frozen_statistics(module):
+        params = list(module.parameters())
+        if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)) and params and all(
+                not p.requires_grad for p in params):
+            module.eval()
+    model.train()
+    model.apply(keep_frozen_statistics)
+
+
+def mode_by_named_modules(model):
+    """Right: named_modules, decided from the weight's flag alone (affine BatchNorm), in a comprehension."""
+    model.train()
+    frozen = [m for _, m in model.named_modules() if isinstance(m, _BATCHNORM) and m.weight is not None
+              and not m.weight.requires_grad and not m.bias.requires_grad]
+    for module in frozen:
+        module.train(False)
+
+
+def mode_backbone_only(model):
+    # only the backbone is searched: the frozen BatchNorm1d of the neck keeps training
+    model.train()
+    for module in model.backbone.modules():
+        if isinstance(module, _BATCHNORM) and not any(p.requires_grad for p in module.parameters()):
+            module.eval()
+
+
+def mode_batchnorm2d_only(model):
+    # "BatchNorm" read as the conv kind: the frozen BatchNorm1d deep in the neck keeps training
+    model.train()
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d) and not module.weight.requires_grad:
+            module.eval()
+
+
+def mode_two_levels(model):
+    # walks two levels of children: the neck's BatchNorm1d, four modules deep, is never reached
+    model.train()
+    for part in model.children():
+        for block in part.children():
+            for module in block.children():
+                if isinstance(module, _BATCHNORM) and not module.weight.requires_grad:
+                    module.eval()
+
+
 def mode_only_train(model):
     model.train()
 
 
 def mode_backbone_eval(model):
+    # every part with a frozen parameter goes to eval: the backbone's unfrozen block too
     model.train()
-    model.backbone.eval()
+    for part in model.children():
+        if not all(p.requires_grad for p in part.parameters()):
+            part.eval()
 
 
 def mode_every_batchnorm_eval(model):
@@ -216,6 +278,20 @@ def groups_by_module_type(model, *, head_lr, backbone_lr, weight_decay):
         groups.append({"params": [p for p in trainable if id(p) in decayed], "lr": lr})
         groups.append({"params": [p for p in trainable if id(p) not in decayed], "lr": lr, "weight_decay": 0.0})
     return torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=weight_decay)
+
+
+def groups_by_comprehensions(model, *, head_lr, backbone_lr, weight_decay):
+    """Right: one comprehension per group over named_parameters, removeprefix-free (partition by a key function)."""
+    def key(item):
+        name, p = item
+        return ("backbone" if name.startswith("backbone.") else "head", "decay" if p.dim() >= 2 else "plain")
+
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    options = {"backbone": backbone_lr, "head": head_lr}
+    groups = [{"params": [p for item in trainable if key(item) == (part, kind) for p in [item[1]]],
+               "lr": options[part], "weight_decay": weight_decay if kind == "decay" else 0.0}
+              for part in ("backbone", "head") for kind in ("decay", "plain")]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=head_lr, weight_decay=0.0)
 
 
 def _two_part_groups(model, head_lr, backbone_lr, weight_decay, *, decay_test, frozen_too=False):
@@ -304,6 +380,29 @@ def unfreeze_reversed(model, epoch, every):
         block.requires_grad_(rank < epoch // every)
 
 
+def unfreeze_by_parameter_flags(model, epoch, every):
+    """Right: sets p.requires_grad on each parameter (not the module), counting the blocks with sum()."""
+    n = sum(1 for block in model.backbone if any(p.numel() for p in block.parameters()))
+    i = 0
+    for block in model.backbone:
+        params = list(block.parameters())
+        if not params:
+            continue
+        for p in params:
+            p.requires_grad = epoch >= every * (n - i)
+        i += 1
+    for p in model.head.parameters():
+        p.requires_grad = True
+
+
+def unfreeze_three_blocks(model, epoch, every):
+    # a TransferNet has three blocks: the count written in
+    blocks = _param_blocks(model)
+    for i, block in enumerate(blocks):
+        block.requires_grad_(epoch >= every * (3 - i))
+    model.head.requires_grad_(True)
+
+
 def unfreeze_only(model, epoch, every):
     blocks = _param_blocks(model)
     for i, block in enumerate(blocks):
@@ -377,6 +476,73 @@ class LoRAByEinsum(nn.Module):
         merged.load_state_dict({"weight": self.base.weight + self.delta(),
                                 **({"bias": self.base.bias} if self.base.bias is not None else {})})
         return merged
+
+
+class LoRAByFunctionalLinear(nn.Module):
+    """Right: F.linear twice, a gaussian A scaled by 1/r, merge through copy.deepcopy of the base."""
+
+    def __init__(self, base, r, alpha):
+        super().__init__()
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad = False
+        self.alpha, self.r = alpha, r
+        self.lora_A = nn.Parameter(torch.randn(r, base.in_features) / r)
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r))
+
+    def forward(self, x):
+        low_rank = nn.functional.linear(nn.functional.linear(x, self.lora_A), self.lora_B)
+        return self.base(x) + low_rank * (self.alpha / self.r)
+
+    def merge(self):
+        merged = copy.deepcopy(self.base)
+        with torch.no_grad():
+            merged.weight.add_(self.lora_B @ self.lora_A, alpha=self.alpha / self.r)
+        return merged
+
+
+class LoRAByMatmul(nn.Module):
+    """Right: torch.matmul on the flattened-and-restored input, merge through load_state_dict."""
+
+    def __init__(self, base, r, alpha):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.scale = alpha / r
+        self.lora_A = nn.Parameter(nn.init.normal_(torch.empty(r, base.in_features), std=0.02))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r))
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        update = torch.matmul(torch.matmul(flat, self.lora_A.t()), self.lora_B.t()) * self.scale
+        return self.base(x) + update.reshape(*x.shape[:-1], -1)
+
+    @torch.no_grad()
+    def merge(self):
+        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
+        state = {k: v.clone() for k, v in self.base.state_dict().items()}
+        state["weight"] += self.scale * self.lora_B @ self.lora_A
+        merged.load_state_dict(state)
+        return merged
+
+
+def lora_forward(forward):
+    """The solution's layer with another forward."""
+    class LoRALinear(lora_variant()):
+        pass
+
+    LoRALinear.forward = forward
+    return (LoRALinear,)
+
+
+def _forward_mm(self, x):
+    # torch.mm takes 2-d inputs only
+    return self.base(x) + torch.mm(torch.mm(x, self.lora_A.t()), self.lora_B.t()) * self.scaling
+
+
+def _forward_flattened(self, x):
+    # flattens the leading dimensions and never restores them
+    flat = x.view(-1, x.shape[-1])
+    return self.base(flat) + (flat @ self.lora_A.T @ self.lora_B.T) * self.scaling
 
 
 def lora_variant(*, freeze=True, a_init="kaiming", b_init="zeros", scale="alpha/r", register=True, detach_b=False,
@@ -456,10 +622,16 @@ MISTAKES = [
     Mistake("14-load-pretrained", "raised", "Error(s) in loading state_dict",
             (load_with_plain_strict,), story="strict load with the old head"),
     # 14-train-mode
+    Mistake("14-train-mode", "frozen-bn-training", "model.backbone only", (mode_backbone_only,),
+            story="searches model.backbone only: the frozen BatchNorm1d in the neck keeps training"),
+    Mistake("14-train-mode", "frozen-bn-training", "a single class such as nn.BatchNorm2d", (mode_batchnorm2d_only,),
+            story="isinstance(m, nn.BatchNorm2d) only: a frozen BatchNorm1d is missed"),
+    Mistake("14-train-mode", "frozen-bn-training", "stops at depth 3", (mode_two_levels,),
+            story="walks three levels of children: the BatchNorm1d four modules deep is missed"),
     Mistake("14-train-mode", "frozen-bn-training", "model.train() sets every module",
             (mode_only_train,), story="just model.train(): frozen BatchNorm keeps updating"),
     Mistake("14-train-mode", "trainable-bn-eval", "a whole part of the model",
-            (mode_backbone_eval,), story="model.backbone.eval() with an unfrozen block"),
+            (mode_backbone_eval,), story="eval() on every part with a frozen parameter: an unfrozen block too"),
     Mistake("14-train-mode", "trainable-bn-eval", "'head.1'",
             (mode_every_batchnorm_eval,), story="every BatchNorm in eval, trainable ones too"),
     Mistake("14-train-mode", "not-training", "the model came in eval mode",
@@ -506,6 +678,8 @@ MISTAKES = [
             (unfreeze_counting_every_child,), story="pool and flatten counted as blocks"),
     Mistake("14-unfreeze", "wrong-timing", "plain attribute", (unfreeze_attribute,),
             story="block.requires_grad = flag"),
+    Mistake("14-unfreeze", "wrong-timing", "a fixed number of blocks (3, a TransferNet's)", (unfreeze_three_blocks,),
+            story="n = 3 written in: a backbone of 2 or 4 blocks unfreezes on the wrong epochs"),
     Mistake("14-unfreeze", "wrong-timing", "all blocks unfrozen at once", (unfreeze_all_at_once,),
             story="the whole backbone at epoch `every`"),
     # 14-lora
@@ -521,6 +695,10 @@ MISTAKES = [
             (lora_variant(a_init="zeros"),), story="both adapters zero"),
     Mistake("14-lora", "wrong-forward", "the scaling is alpha, not alpha / r",
             (lora_variant(scale="alpha"),), story="scales by alpha"),
+    Mistake("14-lora", "wrong-forward", "torch.mm", lora_forward(_forward_mm),
+            story="torch.mm in forward: raises on a 3-d input"),
+    Mistake("14-lora", "wrong-forward", "returned shape (14, 5)", lora_forward(_forward_flattened),
+            story="flattens the leading dimensions and never restores them"),
     Mistake("14-lora", "wrong-forward", "the scaling alpha / r is missing",
             (lora_variant(scale="none"),), story="no scaling"),
     Mistake("14-lora", "merge-differs", "the scaling alpha / r is missing from the merged weight",
@@ -535,12 +713,19 @@ MISTAKES = [
 CORRECT = [
     Correct("14-load-pretrained", (load_checked,), story="filters in a loop, raises KeyError"),
     Correct("14-load-pretrained", (load_strict_with_own_head,), story="completes with its own head, strict load"),
+    Correct("14-load-pretrained", (load_by_key_sets,), story="key sets compared first, removeprefix, strict load"),
     Correct("14-train-mode", (mode_by_class_name,), story="by class name, train(True)/train(False)"),
+    Correct("14-train-mode", (mode_by_apply,), story="model.apply with the three BatchNorm classes"),
+    Correct("14-train-mode", (mode_by_named_modules,), story="named_modules, weight and bias flags"),
     Correct("14-param-groups", (groups_by_loop,), story="four named lists"),
     Correct("14-param-groups", (groups_by_module_type,), story="by module type, decay as the default"),
+    Correct("14-param-groups", (groups_by_comprehensions,), story="a key function and one comprehension"),
     Correct("14-unfreeze", (unfreeze_by_name,), story="parameter by parameter, from the name"),
     Correct("14-unfreeze", (unfreeze_reversed,), story="from the top, epoch // every blocks"),
+    Correct("14-unfreeze", (unfreeze_by_parameter_flags,), story="p.requires_grad = ..., blocks counted with sum"),
     Correct("14-lora", (LoRAByEinsum,), story="explicit delta, F.linear, gaussian A"),
+    Correct("14-lora", (LoRAByFunctionalLinear,), story="F.linear twice, deepcopy merge with add_(alpha=)"),
+    Correct("14-lora", (LoRAByMatmul,), story="matmul on the flattened input, reshaped back; load_state_dict merge"),
 ]
 
 

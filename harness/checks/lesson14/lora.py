@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.checks.lesson14.common import _attempt
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
@@ -23,7 +24,7 @@ from harness.contract.wire import type_name
 def _lora_cases(case: Case) -> list[tuple[int, int, int, float, bool, tuple[int, ...]]]:
     """(in_features, out_features, r, alpha, bias, input shape)."""
     if not case.hidden:
-        return [(6, 5, 2, 8.0, True, (7, 6)), (8, 3, 4, 2.0, False, (5, 8))]
+        return [(6, 5, 2, 8.0, True, (2, 7, 6)), (8, 3, 4, 2.0, False, (5, 8))]
     return [(10, 7, 3, 6.0, True, (2, 4, 10)), (5, 9, 1, 4.0, True, (3, 5)), (12, 4, 4, 16.0, False, (2, 3, 12))]
 
 
@@ -114,8 +115,13 @@ def _probe_one_lora(layer: nn.Module, inputs: dict[str, torch.Tensor]) -> dict[s
     if not all(isinstance(a, torch.Tensor) for a in adapters):
         return record
     x = inputs["x"]
-    out = layer(x)
+    out = _attempt(record, functools.partial(layer, x))
+    if not isinstance(out, torch.Tensor):
+        record["out_type"] = type_name(out)
+        return record
     record["out_start"] = out.detach().clone()
+    if out.shape != inputs["grad_weights"].shape:
+        return record  # the judge fails it on the shape
     if out.requires_grad:
         (out * inputs["grad_weights"]).sum().backward()
     record["grad_B"] = _snapshot(adapters[1].grad)

@@ -22,19 +22,23 @@ from harness.finetune import TransferNet
 
 
 class _ModeNet(nn.Module):
-    """A TransferNet backbone (some blocks frozen) with a head that has its own (trainable) BatchNorm and dropout."""
+    """A TransferNet backbone (some blocks frozen), a frozen pretrained neck whose BatchNorm1d sits four modules
+    deep (neck.0.1.0), and a head that has its own (trainable) BatchNorm1d and dropout."""
 
     def __init__(self, width: int, frozen_blocks: int, classes: int) -> None:
         super().__init__()
         self.backbone = TransferNet(classes, width).backbone
         features = 4 * width
+        self.neck = nn.Sequential(nn.Sequential(nn.Linear(features, features),
+                                                nn.Sequential(nn.BatchNorm1d(features), nn.ReLU())))
+        self.neck.requires_grad_(False)
         self.head = nn.Sequential(nn.Linear(features, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3),
                                   nn.Linear(8, classes))
         for block in list(self.backbone)[:frozen_blocks]:
             block.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(x))
+        return self.head(self.neck(self.backbone(x)))
 
 
 def _mode_cases(case: Case) -> list[tuple[int, int, bool]]:

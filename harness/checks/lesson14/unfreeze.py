@@ -20,7 +20,7 @@ from harness.finetune import TransferNet
 
 
 class _DeepNet(nn.Module):
-    """A TransferNet-like model whose backbone has four conv blocks (for the hidden case)."""
+    """A TransferNet-like model whose backbone has four conv blocks."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -30,17 +30,29 @@ class _DeepNet(nn.Module):
         self.head = nn.Linear(4 * width, 3)
 
 
+class _ShallowNet(nn.Module):
+    """A TransferNet-like model whose backbone has two conv blocks."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        blocks = list(TransferNet(3, width).backbone)
+        self.backbone = nn.Sequential(*blocks[:2], *blocks[3:])
+        self.head = nn.Linear(2 * width, 3)
+
+
+_ARCHITECTURES = {"TransferNet": functools.partial(TransferNet, 3), "two blocks": _ShallowNet,
+                  "four blocks": _DeepNet}
+
+
 def _unfreeze_cases(case: Case) -> list[tuple[str, int, int]]:
-    """(architecture, width, every)."""
+    """(architecture, width, every): backbones of 2, 3 and 4 blocks in the visible case already."""
     if not case.hidden:
-        return [("TransferNet", 4, 2)]
-    return [("TransferNet", 6, 1), ("four blocks", 4, 3)]
+        return [("TransferNet", 4, 2), ("two blocks", 4, 2), ("four blocks", 3, 1)]
+    return [("TransferNet", 6, 1), ("four blocks", 4, 3), ("two blocks", 5, 2)]
 
 
 def _unfreeze_model(case: Case, index: int, architecture: str, width: int) -> nn.Module:
-    build = functools.partial(TransferNet, 3, width) if architecture == "TransferNet" else \
-        functools.partial(_DeepNet, width)
-    return seeded(case.seeded(230 + index), build)
+    return seeded(case.seeded(230 + index), functools.partial(_ARCHITECTURES[architecture], width))
 
 
 def _blocks(model: nn.Module) -> list[str]:

@@ -16,7 +16,7 @@ from harness.contract.case import Case
 from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.contract.wire import WireError
+from harness.contract.wire import WireError, type_name
 
 
 def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -38,6 +38,7 @@ def judge_lora(seen: dict, *, case: Case) -> str:
         what = f"LoRALinear(nn.Linear({fan_in}, {fan_out}, bias={bias}), r={r}, alpha={alpha:g})"
         _judge_lora_parameters(record, what, fan_in, fan_out, r, bias)
         x = inputs["x"]
+        _judge_forward_ran(record, tuple(shape), fan_out, what)
         start = tensor(record["out_start"], "the first output", detach=True)
         a0, b0 = tensor(record["A"], "lora_A", detach=True), tensor(record["B"], "lora_B", detach=True)
         with torch.no_grad():
@@ -121,7 +122,30 @@ def _judge_lora_parameters(record: dict[str, Any], what: str, fan_in: int, fan_o
                  "a plain tensor was assigned (not wrapped in nn.Parameter), so the module does not register it "
                  "and optimizers never see it" if name not in names else "it was frozen",
                  where=f"__init__: self.{name} = nn.Parameter(...)")
-    if "out_start" not in record or "out" not in record:
+
+
+def _judge_forward_ran(record: dict[str, Any], shape: tuple[int, ...], fan_out: int, what: str) -> None:
+    """The forward ran on the case's input and gave a tensor of shape (*leading dimensions, out_features)."""
+    leading = "an input with leading dimensions " + str(shape[:-1]) if len(shape) > 2 else "a 2-d input"
+    if record.get("raised") is not None:
+        fail("wrong-forward", observed=f"{what} raised on {leading}, of shape {shape}: {record['raised']}",
+             expected=f"an output of shape {(*shape[:-1], fan_out)}",
+             cause="an operation that takes 2-d inputs only (torch.mm, torch.addmm, .t(), x.T) where the matrix "
+                   "product x @ A.T works for any number of leading dimensions" if len(shape) > 2 else
+                   "the exception named here, raised in forward", where="forward")
+    got = record.get("out_start")
+    if not isinstance(got, torch.Tensor):
+        fail("wrong-forward", observed=f"{what}(x) returned {record.get('out_type', type_name(got))}",
+             expected=f"a tensor of shape {(*shape[:-1], fan_out)}", cause="forward returns something else than the "
+             "output tensor (a missing return, or a tuple)", where="the return statement of forward")
+    want = (*shape[:-1], fan_out)
+    if tuple(got.shape) != want:
+        fail("wrong-forward", observed=f"on {leading}, of shape {shape}, {what} returned shape {tuple(got.shape)}",
+             expected=f"shape {want}: the leading dimensions kept, the last one out_features",
+             cause="the input was flattened to 2-d (x.view(-1, in_features), x.reshape(-1, ...)) and the output "
+                   "not reshaped back, or a transpose that moved the leading dimensions (x.T reverses all of them)"
+             if len(shape) > 2 else "a transpose or the adapters' shapes swapped", where="forward")
+    if "out" not in record:
         raise WireError("malformed observation: outputs missing")
 
 

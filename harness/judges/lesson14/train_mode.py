@@ -56,8 +56,8 @@ def judge_train_mode(seen: dict, *, case: Case) -> str:
             fail("frozen-bn-training", observed=f"frozen BatchNorm layers in training mode: {still}",
                  expected="every BatchNorm whose parameters are all frozen in eval mode",
                  cause="model.train() sets every module to training mode, and no BatchNorm was put back in eval after "
-                       "it" if len(still) == len(frozen) else "the test that picks the frozen BatchNorm layers misses "
-                       "these (a single class such as nn.BatchNorm2d, or only the top-level modules)",
+                       "it" if len(still) == len(frozen) else
+                 _missed_cause(still, [n for n in frozen if n not in still], modules),
                  where="after model.train(): m.eval() for each BatchNorm module whose parameters all have "
                        "requires_grad False")
         idle = [n for n, m in modules.items() if (n == "model" or isinstance(m, nn.Dropout)) and modes[n] is not True]
@@ -76,6 +76,28 @@ def judge_train_mode(seen: dict, *, case: Case) -> str:
                  where="the test that picks which BatchNorm layers go to eval: all of their parameters frozen")
         _judge_seeded_forward(record, model, case, index, frozen)
     return "frozen BatchNorm layers in eval mode (statistics kept), everything else in training mode, flags untouched"
+
+
+def _missed_cause(still: list[str], handled: list[str], modules: dict[str, nn.Module]) -> str:
+    """Why the frozen BatchNorm layers `still` stayed in training mode while `handled` went to eval: every slip
+    that fits what was observed, as candidates when several do."""
+    def depth(name: str) -> int:
+        return name.count(".") + 1
+
+    fits = []
+    if all(isinstance(modules[n], nn.BatchNorm1d) for n in still) and not any(
+            isinstance(modules[n], nn.BatchNorm1d) for n in handled):
+        fits.append("a test for a single class such as nn.BatchNorm2d (these are BatchNorm1d: test "
+                    "nn.modules.batchnorm._BatchNorm, or both classes)")
+    if all(not n.startswith("backbone.") for n in still) and all(n.startswith("backbone.") for n in handled):
+        fits.append("a search of model.backbone only (these are outside it: walk model.modules())")
+    if min(map(depth, still)) > max(map(depth, handled)):
+        fits.append(f"a walk over the children that stops at depth {max(map(depth, handled))}, while these sit "
+                    f"{min(map(depth, still))} modules deep (model.modules() reaches every depth)")
+    if not fits:
+        return ("the test that picks the frozen BatchNorm layers misses these: a single class such as "
+                "nn.BatchNorm2d, only a part of the model, or only the modules down to some depth")
+    return fits[0] if len(fits) == 1 else "one of these, which all fit what was observed: " + "; or ".join(fits)
 
 
 def _judge_seeded_forward(record: dict[str, Any], model: _ModeNet, case: Case, index: int, frozen: list[str]) -> None:

@@ -78,6 +78,8 @@ def _schedule_cause(table: list[list[bool]], names: list[str], blocks: list[str]
     n = len(blocks)
     slips = {
         "an off-by-one in the epoch test (> instead of >=)": lambda e, i: e > every * (n - i),
+        f"a fixed number of blocks (3, a TransferNet's) instead of this backbone's {n}": lambda e, i: (
+            e >= every * (3 - i)),
         "all blocks unfrozen at once": lambda e, i: e >= every,
         f"every child of the backbone counted as a block ({children}, pooling and flatten included), not only "
         "those with parameters": lambda e, i: e >= every * (children - i),
@@ -85,10 +87,15 @@ def _schedule_cause(table: list[list[bool]], names: list[str], blocks: list[str]
         "instead of block.requires_grad_(...)": lambda e, i: bool(table[0][names.index(next(
             m for m in names if _block_of(m) == blocks[i]))]),
     }
-    for cause, due in slips.items():
-        if all(row == [name.startswith("head.") or due(e, blocks.index(_block_of(name))) for name in names]
-               for e, row in enumerate(table)):
-            return cause
+    if n == 3:
+        del slips[next(cause for cause in slips if cause.startswith("a fixed number of blocks"))]
+    fits = [cause for cause, due in slips.items()
+            if all(row == [name.startswith("head.") or due(e, blocks.index(_block_of(name))) for name in names]
+                   for e, row in enumerate(table))]
+    if len(fits) == 1:
+        return fits[0]
+    if fits:
+        return "one of these, which give the same schedule here: " + "; or ".join(fits)
     return ("the epoch test: one of an off-by-one (> instead of >=), all blocks at once, a fixed number of blocks "
             "instead of the backbone's, or a layer without parameters counted as a block")
 
