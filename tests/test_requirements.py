@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from collections import Counter
 
 import nbformat
@@ -28,6 +29,7 @@ def lesson_tests(assignment: str):
     path = REPO_ROOT / "tests" / "checks" / f"test_lesson{assignment[:2]}.py"
     spec = importlib.util.spec_from_file_location(f"_requirements_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look a class's module up there
     spec.loader.exec_module(module)
     return module
 
