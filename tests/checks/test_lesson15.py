@@ -155,6 +155,15 @@ def loss_per_token(logits, targets, mask):
     return per_token(logits, targets) * mask
 
 
+def loss_ignore_zero(logits, targets, mask):
+    padded_as_pad = targets.masked_fill(~mask, 0)  # PAD is token 0 in this lesson
+    return F.cross_entropy(logits.flatten(0, 1), padded_as_pad.flatten(), ignore_index=0)
+
+
+def loss_ignore_zero_unmasked(logits, targets, mask):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=0)
+
+
 def loss_softmax_time(logits, targets, mask):
     log_probs = logits.log_softmax(dim=1)  # over time, not classes
     picked = -log_probs.gather(2, targets[..., None]).squeeze(2)
@@ -165,7 +174,7 @@ def loss_softmax_time(logits, targets, mask):
 # 15-attention
 # --------------------------------------------------------------------------------------------------
 def attention_using(*, scale="sqrt", softmax_dim=-1, use_mask=True, invert=False, causal_diagonal=1, fill="-inf",
-                    only_one=False, flip_causal=False, with_weights=False, sdpa=False):
+                    only_one=False, flip_causal=False, with_weights=False, sdpa=False, spread="keys"):
     def attention(q, k, v, mask=None, causal=False):
         if sdpa:
             allowed = None if mask is None else mask[:, None, None, :]
@@ -183,8 +192,9 @@ def attention_using(*, scale="sqrt", softmax_dim=-1, use_mask=True, invert=False
         blocked = blocked.expand(scores.shape)
         if mask is not None and use_mask and not (only_one and causal):
             padding = mask if invert else ~mask
-            blocked = blocked | padding[:, None, None, :]
-        scores = scores.masked_fill(blocked, float("-inf") if fill == "-inf" else 0.0)
+            blocked = blocked | {"keys": padding[:, None, None, :], "queries": padding[:, None, :, None],
+                                 "3-d": padding[:, None, :]}[spread]
+        scores = scores.masked_fill(blocked, {"-inf": float("-inf"), "zero": 0.0, "large": -1e9}[fill])
         weights = scores.softmax(dim=softmax_dim)
         out = weights @ v
         return (out, weights) if with_weights else out
@@ -228,6 +238,16 @@ def factor_min_max(step, warmup_steps, total_steps):
     ramp = (step + 1) / warmup_steps if warmup_steps else 1.0
     decay = (total_steps - step) / (total_steps - warmup_steps)
     return float(min(ramp, 1.0, max(decay, 0.0))) if step >= warmup_steps else float(ramp)
+
+
+class WarmupThenLinear:
+    """Right: a callable object, as LambdaLR accepts one, with the warm-up as a share of the ramp done."""
+
+    def __call__(self, step, warmup_steps, total_steps):
+        if warmup_steps and step < warmup_steps:
+            return float(step + 1) / float(warmup_steps)
+        remaining = total_steps - step
+        return remaining / (total_steps - warmup_steps) if remaining > 0 else 0.0
 
 
 def factor_from_zero(step, warmup_steps, total_steps):
@@ -399,8 +419,12 @@ MISTAKES = [
             story="sums the real tokens' losses"),
     Mistake("15-masked-loss", "wrong-value", "short sequence", (loss_sequence_means,),
             story="averages each sequence, then the sequences"),
-    Mistake("15-masked-loss", "wrong-value", "another quantity", (loss_softmax_time,),
+    Mistake("15-masked-loss", "wrong-value", "over the time axis", (loss_softmax_time,),
             story="log_softmax over the time axis of (batch, time, classes)"),
+    Mistake("15-masked-loss", "wrong-value", "class 0 were left out", (loss_ignore_zero,),
+            story="sets padded targets to PAD (0) and passes ignore_index=0: real tokens of class 0 vanish too"),
+    Mistake("15-masked-loss", "padding-counted", "ignore_index=0 without the mask", (loss_ignore_zero_unmasked,),
+            story="ignore_index=0 because PAD is 0, trusting the targets at padded positions to be 0"),
     Mistake("15-masked-loss", "no-gradient", "no gradient path", (loss_item,),
             story="torch.tensor(loss.item()) to make it a tensor again"),
     Mistake("15-masked-loss", "no-gradient", "no gradient path", (loss_new_leaf,),
@@ -426,6 +450,12 @@ MISTAKES = [
             story="treats mask as True = padding (nn.MultiheadAttention's convention)"),
     Mistake("15-attention", "padding-not-masked", "not -inf", (attention_using(fill="zero"),),
             story="masked_fill(..., 0): blocked keys keep weight"),
+    Mistake("15-attention", "padding-not-masked", "queries' axis", (attention_using(spread="queries"),),
+            story="mask[:, None, :, None]: blocks the padded queries' rows instead of the padded keys"),
+    Mistake("15-attention", "padding-not-masked", "queries' axis", (attention_using(spread="queries", fill="large"),),
+            story="the mask on the queries' axis with -1e9: no NaN, the padded rows just turn uniform"),
+    Mistake("15-attention", "padding-not-masked", "lines its batch axis up with the heads",
+            (attention_using(spread="3-d"),), story="mask[:, None, :], one None short: batch broadcast onto heads"),
     Mistake("15-attention", "padding-not-masked", "if/elif", (attention_using(only_one=True),),
             story="applies the causal mask or the padding mask, not both"),
     Mistake("15-attention", "causal-not-masked", "diagonal was blocked", (attention_using(causal_diagonal=0),),
@@ -484,6 +514,7 @@ CORRECT = [
     Correct("15-attention", (attention_large_negative,), story="-1e9 fill, q scaled first"),
     Correct("15-warmup", (factor_piecewise,), story="piecewise, one minus the share of the decay done"),
     Correct("15-warmup", (factor_min_max,), story="min of ramp and clamped decay"),
+    Correct("15-warmup", (WarmupThenLinear(),), story="a callable object, the decay's remaining steps"),
     Correct("15-smoothed-loss", (smoothed_solution,), story="log_softmax, gather and the uniform term"),
     Correct("15-smoothed-loss", (smoothed_distribution,), story="the smoothed distribution with logsumexp"),
     Correct("15-smoothed-loss", (smoothed_one_hot,), story="one_hot mixed with uniform, F.log_softmax"),

@@ -6,9 +6,12 @@ The export mistakes each run one real ONNX export (about a second each on a CPU)
 
 from __future__ import annotations
 
+import copy
+import io
 import json
 import os
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -51,6 +54,12 @@ def save_using(*, whole_module=False, namespace=False, state_only=False, suffix=
     return save_artefact
 
 
+def save_through_buffer(model, config, path):
+    buffer = io.BytesIO()
+    torch.save(dict(config=dict(**config), state_dict={k: v for k, v in model.state_dict().items()}), buffer)
+    Path(path).write_bytes(buffer.getvalue())
+
+
 # ---------------------------------------------------------------- 16-load-artefact
 def load_solution(path, build_model):
     artefact = torch.load(path, weights_only=True, map_location="cpu")
@@ -67,17 +76,26 @@ def load_default(path, build_model):
     return model
 
 
+def load_from_open_file(path, build_model):
+    with open(path, "rb") as file:
+        artefact = torch.load(file, map_location=lambda storage, location: storage, weights_only=True)
+    model = build_model(**artefact["config"]).eval()
+    incompatible = model.load_state_dict(artefact["state_dict"], strict=True)
+    assert not incompatible.missing_keys
+    return model
+
+
 def load_using(*, weights_only=True, fallback=False, swallow=False, strict=True, evaluate=True, load=True,
-               return_keys=False, return_artefact=False):
+               return_keys=False, return_artefact=False, map_location="cpu"):
     def load_artefact(path, build_model):
         try:
-            artefact = torch.load(path, weights_only=weights_only)
+            artefact = torch.load(path, weights_only=weights_only, map_location=map_location)
         except Exception:
             if swallow:
                 return None
             if not fallback:
                 raise
-            artefact = torch.load(path, weights_only=False)
+            artefact = torch.load(path, weights_only=False, map_location=map_location)
         if return_artefact:
             return artefact
         model = build_model(**artefact["config"])
@@ -115,7 +133,18 @@ def predict_split(model, inputs, batch_size):
     return torch.cat(chunks, dim=0)
 
 
-def predict_using(*, evaluate=True, context="inference", batching="batches", join="cat", head=None, restore=True):
+def predict_loader(model, inputs, batch_size):
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            return torch.cat([model(batch) for batch in torch.utils.data.DataLoader(inputs, batch_size=batch_size)])
+    finally:
+        model.train(was_training)
+
+
+def predict_using(*, evaluate=True, context="inference", batching="batches", join="cat", head=None, restore=True,
+                  back_to_train=False):
     def predict(model, inputs, batch_size):
         was_training = model.training
         if evaluate:
@@ -132,7 +161,9 @@ def predict_using(*, evaluate=True, context="inference", batching="batches", joi
             else torch.enable_grad()
         with block:
             outputs = [model(torch.stack(group)) for group in groups]
-        if restore:
+        if back_to_train:
+            model.train()
+        elif restore:
             model.train(was_training)
         if join == "list":
             return outputs
@@ -159,16 +190,25 @@ def export_through_torch_export(model, example, path):
     onnx_program.save(path)
 
 
-def export_using(*, evaluate=True, dynamic=True, names=True, save=True, wrap=None):
+def export_copy_saved(model, example, path):
+    program = torch.onnx.export(copy.deepcopy(model).eval(), (example,), dynamo=True, verbose=False,
+                                input_names=["features"], output_names=["logits"],
+                                dynamic_shapes={"x": {0: torch.export.Dim("rows", min=1, max=4096)}})
+    program.save(path)
+
+
+def export_using(*, evaluate=True, dynamic=True, names=True, save=True, wrap=None, dynamo=True):
     def export_onnx(model, example, path):
         if evaluate:
             model.eval()
         module = nn.Sequential(model, wrap) if wrap is not None else model
         extra = {"input_names": ["features"], "output_names": ["logits"]} if names else {}
-        if dynamic:
+        if dynamic and dynamo:
             extra["dynamic_shapes"] = ({0: torch.export.Dim("batch")},)
+        elif dynamic:
+            extra["dynamic_axes"] = {"features": {0: "batch"}, "logits": {0: "batch"}}
         if save:
-            torch.onnx.export(module, (example,), path, dynamo=True, verbose=False, **extra)
+            torch.onnx.export(module, (example,), path, dynamo=dynamo, verbose=False, **extra)
             return None
         return torch.onnx.export(module, (example,), dynamo=True, verbose=False, **extra)
 
@@ -186,6 +226,19 @@ def quantize_where(weight):
     scale = torch.where(largest > 0, largest / 127.0, torch.ones_like(largest))
     q = (weight / scale).round().to(torch.int8)
     return q, scale
+
+
+def quantize_inf_norm(weight):
+    scale = torch.linalg.vector_norm(weight, ord=float("inf"), dim=1, keepdim=True) / 127
+    scale = scale.masked_fill(scale == 0, 1.0)
+    return torch.clamp(torch.round(weight / scale), min=-127, max=127).to(dtype=torch.int8), scale
+
+
+def quantize_asymmetric(weight):
+    low, high = weight.amin(dim=1, keepdim=True), weight.amax(dim=1, keepdim=True)
+    scale = (high - low).clamp(min=1e-12) / 255
+    zero_point = torch.round(-low / scale) - 128
+    return torch.clamp(torch.round(weight / scale) + zero_point, -128, 127).to(torch.int8), scale
 
 
 def quantize_using(*, cast=True, per_row=True, expand=False, divisor=127.0, use_abs=True, rounding="round",
@@ -250,7 +303,7 @@ MISTAKES = [
     # 16-save-artefact
     Mistake("16-save-artefact", "not-weights-only", "the module itself", (save_using(whole_module=True),),
             story="torch.save(model, path): the tutorial one-liner, which pickles the class"),
-    Mistake("16-save-artefact", "not-weights-only", "Unsupported global", (save_using(namespace=True),),
+    Mistake("16-save-artefact", "not-weights-only", "of the class types.SimpleNamespace", (save_using(namespace=True),),
             story="keeps the config as a SimpleNamespace, an object of a class"),
     Mistake("16-save-artefact", "wrong-layout", "the state_dict alone", (save_using(state_only=True),),
             story="saves model.state_dict() alone, as most tutorials do, so the config is lost"),
@@ -281,6 +334,8 @@ MISTAKES = [
             story="catches every exception and returns None"),
     Mistake("16-load-artefact", "not-strict", "strict=False", (load_using(strict=False),),
             story="strict=False to get past a key error"),
+    Mistake("16-load-artefact", "no-map-location", "without map_location", (load_using(map_location=None),),
+            story="torch.load(path, weights_only=True): fine on the training machine, fails on a CPU server"),
     Mistake("16-load-artefact", "train-mode", "model.eval() is missing", (load_using(evaluate=False),),
             story="returns the freshly built model without eval()"),
     Mistake("16-load-artefact", "wrong-weights", "never loaded", (load_using(load=False),),
@@ -306,9 +361,13 @@ MISTAKES = [
             story="returns the predicted classes"),
     Mistake("16-predict", "flag-not-restored", "left in eval mode", (predict_using(restore=False),),
             story="switches to eval and never switches back"),
+    Mistake("16-predict", "flag-not-restored", "model.train() at the end", (predict_using(back_to_train=True),),
+            story="calls model.train() at the end, sure that every model arrives from training"),
     # 16-onnx-export
     Mistake("16-onnx-export", "train-mode", "training mode", (export_using(evaluate=False),),
             story="exports right after training, in training mode"),
+    Mistake("16-onnx-export", "torchscript-exporter", "traced by torch.jit",
+            (export_using(dynamo=False),), story="dynamo=False with dynamic_axes, from a pre-2.9 tutorial"),
     Mistake("16-onnx-export", "static-batch", "froze the example's batch size", (export_using(dynamic=False),),
             story="no dynamic_shapes: the batch size of the example is baked in"),
     Mistake("16-onnx-export", "wrong-names", "outputs ['linear_1']", (export_using(names=False),),
@@ -332,6 +391,8 @@ MISTAKES = [
             story=".to(torch.int8) straight away, which truncates toward zero"),
     Mistake("16-int8-weights", "zero-row", "give the scale a floor", (quantize_using(floor=0.0),),
             story="divides by max|w| / 127 even for a row of zeros"),
+    Mistake("16-int8-weights", "zero-point", "zero point", (quantize_asymmetric,),
+            story="asymmetric int8 (range / 255 and a zero point), as in the quantisation papers"),
     Mistake("16-int8-weights", "weight-modified", "weight changed", (quantize_using(in_place=True),),
             story="weight.div_(scale) to save memory"),
     # 16-top-k
@@ -350,13 +411,19 @@ MISTAKES = [
 CORRECT = [
     Correct("16-save-artefact", (save_solution,), story="the solution"),
     Correct("16-save-artefact", (save_copied,), story="CPU copies of each tensor, written through an open file"),
+    Correct("16-save-artefact", (save_through_buffer,), story="saved to a BytesIO, written with Path.write_bytes"),
     Correct("16-load-artefact", (load_solution,), story="the solution"),
     Correct("16-load-artefact", (load_default,), story="relies on the weights_only=True default, train(False)"),
+    Correct("16-load-artefact", (load_from_open_file,), story="an open file, a map_location function, eval first"),
     Correct("16-predict", (predict_solution,), story="the solution"),
     Correct("16-predict", (predict_split,), story="one stacked tensor split into batches"),
+    Correct("16-predict", (predict_loader,), story="a DataLoader over the requests, mode restored in finally"),
+    Correct("16-onnx-export", (export_solution,), story="the solution"),
     Correct("16-onnx-export", (export_through_torch_export,), story="torch.export first, then ONNX, mode restored"),
+    Correct("16-onnx-export", (export_copy_saved,), story="an eval copy exported, ONNXProgram.save, a bounded Dim"),
     Correct("16-int8-weights", (quantize_solution,), story="the solution"),
     Correct("16-int8-weights", (quantize_where,), story="scale 1 for zero rows, no clamp of q"),
+    Correct("16-int8-weights", (quantize_inf_norm,), story="the inf-norm of each row, masked_fill for zero rows"),
     Correct("16-top-k", solution_cell(TOP_K_NO_GRAD.source.replace("no_grad", "inference_mode"), "top_k"),
             story="the solution, without the planted bug"),
     Correct("16-top-k", (top_k_using(),), story="sorts every class, then keeps the first k"),

@@ -19,7 +19,8 @@ from harness.contract.registry import register
 
 def _loss_inputs(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(description, logits (B, T, V), targets (B, T), mask (B, T)) of each call; targets at padded positions
-    are arbitrary classes. Hidden: other shapes, and a batch where one row is all padding."""
+    are arbitrary classes, and class 0 (the pad token's id in this lesson) is the target of a real token too.
+    Hidden: other shapes, and a batch where one row is all padding."""
     generator = torch.Generator().manual_seed(case.seeded(153 if case.hidden else 152))
     shapes = [((4, 7, 5), [7, 3, 5, 1]), ((3, 6, 4), [2, 6, 0])] if case.hidden else [((3, 6, 5), [6, 2, 4])]
     calls = []
@@ -27,6 +28,7 @@ def _loss_inputs(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torc
         logits = torch.randn(batch, time, vocab, generator=generator) * 2
         targets = torch.randint(0, vocab, (batch, time), generator=generator)
         mask = torch.arange(time) < torch.tensor(lengths)[:, None]
+        targets[0, 0], targets[-1, -1] = 0, 0  # class 0 is a real token's target here, and a padded one's there
         calls.append((f"logits of shape {(batch, time, vocab)}, lengths {lengths}", logits, targets, mask))
     return calls
 
@@ -60,9 +62,9 @@ def _scrambled(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
             hint="Change the logits at the padded positions only and call your loss again: does the value move? "
             "What do you divide by?"),
         "wrong-value": Requirement(
-            "returns the mean cross-entropy over the real tokens of the whole batch",
+            "returns the mean cross-entropy over the real tokens of the whole batch, whatever their class (0 included)",
             hint="Compare with F.cross_entropy on the real tokens alone, taken out with logits[mask]: is yours a sum, "
-            "or a mean of per-sequence means?"),
+            "a mean of per-sequence means, or does it skip a class?"),
         "no-gradient": Requirement(
             "the result is differentiable: its gradient reaches the logits",
             hint="Does the result have a grad_fn? .item(), float(), numpy and torch.tensor(...) all cut the graph."),

@@ -51,6 +51,10 @@ def _weights(case: Case) -> torch.Tensor:
         "not-rounded": Requirement(
             "q = round(weight / scale): every weight within scale / 2 of q * scale",
             hint="What does .to(torch.int8) do with 2.7, and with -2.7? Which function rounds to the nearest?"),
+        "zero-point": Requirement(
+            "symmetric: no zero point, so a weight of 0 is q = 0 and weight ≈ q * scale",
+            hint="What does your q hold for a weight of exactly 0? Symmetric int8 adds no offset: the scale comes "
+            "from max |w| alone, not from the row's range max - min."),
         "zero-row": Requirement(
             "a row of zeros gets zeros and a finite scale > 0 (no division by zero)",
             hint="What is 0 / 0 in floating point, and what does it become as int8? Give the scale a floor."),

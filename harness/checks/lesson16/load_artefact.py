@@ -1,14 +1,16 @@
 """16-load-artefact, the probe.
 
-Call `load_artefact` on a good artefact, on one that runs code when unpickled, and on one with a renamed
-key; record the returned model's type, mode and state, and what each bad artefact did.
+Call `load_artefact` on a good artefact, on the same artefact saved as if from a GPU this machine lacks, on
+one that runs code when unpickled, and on one with a renamed key; record the returned model's type, mode and
+state, and what each other artefact did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -36,6 +38,32 @@ class _Trap:
         return (_spring, ())
 
 
+_TAGS: list[str] = []  # while not empty, torch.save tags every storage it writes with _TAGS[-1]
+
+
+def _tag(storage: Any) -> str | None:
+    """torch.serialization's tagger: the location to record for `storage`, or None to let the others decide."""
+    return _TAGS[-1] if _TAGS else None
+
+
+@contextlib.contextmanager
+def _saved_on(location: str) -> Iterator[None]:
+    """torch.save inside this block tags every tensor as saved on `location` ("cuda:0"), as a file written on
+    that GPU is: torch.load puts each storage back on its tagged device unless map_location says otherwise."""
+    if not any(tagger is _tag for _, tagger, _ in torch.serialization._package_registry):
+        torch.serialization.register_package(-16, _tag, lambda storage, location: None)  # loading is untouched
+    _TAGS.append(location)
+    try:
+        yield
+    finally:
+        _TAGS.clear()
+
+
+def another_device() -> str:
+    """A CUDA device this machine does not have: cuda:0 on a CPU machine, cuda:N beside N GPUs."""
+    return f"cuda:{torch.cuda.device_count()}"
+
+
 def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The state_dict with the head's weight under another name (an artefact of another version of the code)."""
     return {("classifier.weight" if k == "head.weight" else k): v for k, v in state.items()}
@@ -56,6 +84,10 @@ def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         section="1. What you ship: weights plus code",
     ),
     requires={
+        "no-map-location": Requirement(
+            'loads with map_location="cpu": a file saved on a GPU loads on a machine without that GPU',
+            hint="Where does torch.load put a tensor that was saved from cuda:0, and what does the machine you serve "
+            "on have? Which argument of torch.load decides?"),
         "not-a-module": Requirement(
             "returns the model (an nn.Module)",
             hint="Print type(load_artefact(path, build_model)): what does load_state_dict return?"),
@@ -77,14 +109,18 @@ def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     },
 )
 def probe_load_artefact(load_artefact: Callable[..., Any], *, case: Case) -> dict:
-    """Call `load_artefact` on a good artefact, on one that runs code when unpickled, and on one with a renamed
-    key; record the returned model's type, mode and state, and what each bad artefact did."""
+    """Call `load_artefact` on a good artefact, on it saved from a GPU this machine lacks, on one that runs code
+    when unpickled, and on one with a renamed key; record the returned model's type, mode and state, and what
+    each other artefact did."""
     model, config = case_model(case, salt=10), case_config(case)
     state = model.state_dict()
     seen: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="harness-16-") as folder:
-        good, trap, renamed = (os.path.join(folder, name) for name in ("good.pt", "trap.pt", "renamed.pt"))
+        good, gpu, trap, renamed = (os.path.join(folder, name)
+                                    for name in ("good.pt", "gpu.pt", "trap.pt", "renamed.pt"))
         torch.save({"config": dict(config), "state_dict": state}, good)
+        with _saved_on(another_device()):
+            torch.save({"config": dict(config), "state_dict": state}, gpu)
         torch.save({"config": dict(config), "state_dict": state, "note": _Trap()}, trap)
         torch.save({"config": dict(config), "state_dict": _renamed(state)}, renamed)
         loaded = load_artefact(good, build_classifier)
@@ -92,6 +128,12 @@ def probe_load_artefact(load_artefact: Callable[..., Any], *, case: Case) -> dic
         if isinstance(loaded, nn.Module):
             seen["training"] = loaded.training
             seen["state"] = _state(loaded)
+        seen["gpu_raised"], seen["gpu_state"] = None, None
+        try:
+            from_gpu = load_artefact(gpu, build_classifier)
+            seen["gpu_state"] = _state(from_gpu) if isinstance(from_gpu, nn.Module) else None
+        except Exception as error:  # what a loader without map_location does: data for the judge
+            seen["gpu_raised"] = f"{type(error).__name__}: {error}"[:300]
         for name, path in (("trap", trap), ("renamed", renamed)):
             _SPRUNG.clear()
             try:

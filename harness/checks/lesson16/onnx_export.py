@@ -45,6 +45,10 @@ def _onnx_batches(case: Case) -> list[int]:
             "writes the .onnx file to `path`",
             hint="What does torch.onnx.export(..., dynamo=True) return, and does it save anything when it is "
             "given no file?"),
+        "torchscript-exporter": Requirement(
+            "exports with torch.onnx.export(..., dynamo=True), the torch.export-based exporter",
+            hint="Which exporter runs when you pass dynamo=False (or an old torch's default)? The TorchScript one "
+            "traces with torch.jit and is deprecated."),
         "wrong-names": Requirement(
             'the input is named "features" and the output "logits"',
             hint="Print [i.name for i in session.get_inputs()] for your file: which exporter argument names them?"),
@@ -69,7 +73,13 @@ def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
 
     model = case_model(case, salt=30)
     modes: list[bool] = []
-    handle = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    jit: list[bool] = []  # whether each forward ran under torch.jit tracing (the TorchScript exporter)
+
+    def record(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        modes.append(module.training)
+        jit.append(torch.jit.is_tracing())
+
+    handle = model.register_forward_pre_hook(record)
     seen: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="harness-16-") as folder:
         path = os.path.join(folder, "classifier.onnx")
@@ -79,8 +89,9 @@ def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
                 returned = export_onnx(model, case_inputs(case, _EXPORT_ROWS, salt=99), path)
         finally:
             handle.remove()
-        seen.update(modes=modes, returned=type(returned).__name__, warnings=[str(w.message)[:200] for w in caught][:5],
-                    written=os.path.isfile(path), files=_files(folder))
+        seen.update(modes=modes, jit=jit, returned=type(returned).__name__,
+                    warnings=[str(w.message)[:200] for w in caught][:5], written=os.path.isfile(path),
+                    files=_files(folder))
         if not seen["written"]:
             return seen
         session = onnx_session(path)

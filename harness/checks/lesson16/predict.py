@@ -1,7 +1,7 @@
 """16-predict, the probe.
 
-Call `predict(model, inputs, batch_size)` on a model in training mode; record every forward's mode and
-rows (a forward pre-hook), what came back, and the model's mode after.
+Call `predict(model, inputs, batch_size)` on a model in training mode and on one in eval mode; record every
+forward's mode and rows (a forward pre-hook), what came back, and the model's mode after.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _predict_calls(case: Case) -> list[tuple[int, int]]:
-    """(number of requests, batch_size) of each call; hidden: fewer requests than a batch, and uneven splits."""
-    return [(7, 16), (33, 8)] if case.hidden else [(10, 4)]
+def _predict_calls(case: Case) -> list[tuple[int, int, bool]]:
+    """(number of requests, batch_size, whether the model arrives in training mode) of each call: one model as
+    after training, one already in eval mode. Hidden: fewer requests than a batch, and uneven splits."""
+    return [(7, 16, True), (33, 8, False)] if case.hidden else [(10, 4, True), (5, 2, False)]
 
 
 @register(
@@ -54,16 +55,17 @@ def _predict_calls(case: Case) -> list[tuple[int, int]]:
             "returns the model's outputs (the logits), row i for request i",
             hint="Compare your result with model(torch.stack(inputs)) in eval mode: is something applied on top?"),
         "flag-not-restored": Requirement(
-            "leaves the model in the mode it was in (training stays training)",
-            hint="Read model.training before switching to eval, and set it back at the end (model.train(flag))."),
+            "leaves the model in the mode it came in: training stays training, eval stays eval",
+            hint="Read model.training before switching to eval, and set it back at the end (model.train(flag)): "
+            "what does your function do to a model that arrives in eval mode?"),
     },
 )
 def probe_predict(predict: Callable[..., Any], *, case: Case) -> dict:
-    """Call `predict(model, inputs, batch_size)` on a model in training mode; record every forward's mode and
-    rows (a forward pre-hook), what came back, and the model's mode after."""
+    """Call `predict(model, inputs, batch_size)` on a model in training mode and on one in eval mode; record
+    every forward's mode and rows (a forward pre-hook), what came back, and the model's mode after."""
     results = []
-    for index, (count, batch_size) in enumerate(_predict_calls(case)):
-        model = case_model(case, salt=20)
+    for index, (count, batch_size, training) in enumerate(_predict_calls(case)):
+        model = case_model(case, salt=20).train(training)
         rows = case_inputs(case, count, salt=index)
         forwards: list[dict[str, Any]] = []
 

@@ -19,6 +19,15 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
+def _refusal(error: Exception) -> str:
+    """The sentence of a weights-only load's refusal that names the class it met ("Unsupported global: GLOBAL
+    types.SimpleNamespace was not an allowed global by default"), or the start of any other error."""
+    for line in str(error).splitlines():
+        if "Unsupported global" in line:
+            return line[line.index("Unsupported global"):].split(". Please use")[0][:300]
+    return f"{type(error).__name__}: {error}"[:300]
+
+
 @register(
     "16-save-artefact",
     hints=Hints(
@@ -70,5 +79,5 @@ def probe_save_artefact(save_artefact: Callable[..., Any], *, case: Case) -> dic
             try:
                 seen["loaded"] = torch.load(path, weights_only=True, map_location="cpu")
             except Exception as error:  # what torch says when it refuses: shown to the student
-                seen["refused"] = f"{type(error).__name__}: {error}"[:600]
+                seen["refused"] = _refusal(error)
     return seen

@@ -21,16 +21,52 @@ _ATTENTION_FORBIDDEN = {
 
 
 def _reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                         causal: bool, *, scale: float | None = None, diagonal: int = 1) -> torch.Tensor:
-    """softmax(q k^T * scale + masks) v in float64, with the usual wrong variants reachable by argument."""
+                         causal: bool, *, scale: float | None = None, diagonal: int = 1,
+                         padding: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + masks) v in float64, with the usual wrong variants reachable by argument
+    (`padding`: the allowed positions the padding mask becomes, broadcastable to the scores; by default
+    mask[:, None, None, :], over heads and queries)."""
     scores = q.double() @ k.double().transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
     allowed = torch.ones(scores.shape[-2:], dtype=torch.bool)
     if causal:
         allowed = ~torch.ones_like(allowed).triu(diagonal=diagonal)
     allowed = allowed.expand(scores.shape)
     if mask is not None:
-        allowed = allowed & mask[:, None, None, :]
+        allowed = allowed & (mask[:, None, None, :] if padding is None else padding)
     return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v.double()
+
+
+def _misplaced_padding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, causal: bool,
+                       got: torch.Tensor) -> str | None:
+    """How the padding mask was broadcast when `got` matches a misplaced one: over the keys (it blocked padded
+    queries' rows), or against the heads axis (mask[:, None, :] lines its batch up with the heads); else None."""
+    batch, heads, queries, keys = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if queries == keys:
+        on_queries = mask[:, None, :, None]
+        for fill in ("-inf", "large"):
+            want = _reference_attention(q, k, v, mask, causal, padding=on_queries) if fill == "-inf" else \
+                _large_negative(q, k, v, on_queries, causal)
+            if _close(got, want):
+                return ("the mask was put on the queries' axis (mask[:, None, :, None]): it blocks the rows of padded "
+                        "queries, not the columns of padded keys; a padding mask broadcasts over heads and queries as "
+                        "mask[:, None, None, :]")
+    if heads == batch:
+        on_heads = mask[None, :, None, :]  # (batch, keys) read as (heads, 1, keys) by broadcasting
+        if _close(got, _reference_attention(q, k, v, mask, causal, padding=on_heads)):
+            return ("the mask was broadcast as mask[:, None, :] (3-d): against the 4-d scores it lines its batch "
+                    "axis up with the heads, so head h of every sequence gets sequence h's mask; use "
+                    "mask[:, None, None, :]")
+    return None
+
+
+def _large_negative(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
+                    causal: bool) -> torch.Tensor:
+    """The output when blocked scores get -1e9 (not -inf): a fully blocked row becomes uniform, not NaN."""
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    keep = allowed.expand(scores.shape)
+    if causal:
+        keep = keep & ~torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+    return scores.masked_fill(~keep, -1e9).softmax(dim=-1) @ v.double()
 
 
 @judges("15-attention")
@@ -59,6 +95,8 @@ def judge_attention(seen: dict, *, case: Case) -> str:
         elif mask is not None and _close(got, _reference_attention(q, k, v, None, causal)):
             code, cause = "padding-not-masked", "the padding mask was not applied" + (
                 " (with causal=True too: only one of the two masks is applied, an if/elif?)" if causal else "")
+        elif mask is not None and (misplaced := _misplaced_padding(q, k, v, mask, causal, got)):
+            code, cause = "padding-not-masked", misplaced
         elif mask is not None and _close(got, _reference_attention(q, k, v, ~mask, causal)):
             code, cause = "padding-not-masked", "the mask is inverted: this lesson's mask is True at real keys " \
                 "(nn.MultiheadAttention's key_padding_mask is True at padding)"
@@ -77,8 +115,9 @@ def judge_attention(seen: dict, *, case: Case) -> str:
         elif _close(got, _softmax_over_queries(q, k, v, mask, causal)):
             code, cause = "wrong-value", "the softmax ran over the queries (dim=-2), not over the keys (dim=-1)"
         else:
-            code, cause = "wrong-value", "another computation: the softmax's axis, which operand is transposed, " \
-                "a mask applied after the softmax without renormalising, or v multiplied in another order"
+            code, cause = "wrong-value", "another computation than the ones the check recognises (the scale, each " \
+                "mask's placement, the softmax's axis): look for an operand transposed, a mask applied after the " \
+                "softmax without renormalising, or v multiplied in another order"
         fail(code, observed=f"the output differs from softmax(q k^T / sqrt(d)) v for {description}"
              + (" (it holds NaN)" if nan else ""),
              expected=f"the reference output, e.g. {[round(x, 4) for x in want[0, 0, -1, :3].tolist()]} at "

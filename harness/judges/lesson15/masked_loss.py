@@ -25,6 +25,12 @@ def _per_token(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
 
 
+def _softmax_over_time(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The masked mean when the log-softmax normalises over time (dim=1) instead of the classes."""
+    picked = -logits.double().log_softmax(dim=1).gather(2, targets[..., None]).squeeze(2)
+    return picked[mask].mean()
+
+
 def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _per_token(logits, targets)[mask].mean()
 
@@ -70,9 +76,22 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
             elif _close(value, sequence_means.mean()):
                 code, cause = "wrong-value", ("the mean of each sequence's mean: a short sequence's tokens then "
                                               "weigh more than a long one's")
+            elif _close(value, per_token[mask & (targets != 0)].mean()):
+                code, cause = "wrong-value", ("the real tokens whose target is class 0 were left out too: "
+                                              "ignore_index=0 skips every target equal to 0, and 0 is a real class "
+                                              "here; mark the padded targets with -100 (on a copy) or select with "
+                                              "the mask")
+            elif _close(value, per_token[targets != 0].mean()):
+                code, cause = "padding-counted", ("ignore_index=0 without the mask: it skips the targets equal to 0, "
+                                                  "real ones included, and counts every padded position whose target "
+                                                  "is another class; only the mask says which positions are real")
+            elif _close(value, _softmax_over_time(logits, targets, mask)):
+                code, cause = "wrong-value", ("the log-softmax ran over the time axis (dim=1) of (batch, time, "
+                                              "classes): the classes are the last axis")
             else:
-                code, cause = "wrong-value", "another quantity (log of a softmax taken over the wrong axis, " \
-                    "logits and targets paired in another order, a different reduction)"
+                code, cause = "wrong-value", "another quantity than the ones the check recognises (every position, " \
+                    "a sum, per-sequence means, a class skipped, the softmax's axis): look for logits and targets " \
+                    "paired in another order or another reduction"
             fail(code, observed=f"loss {float(value):.5g} for {description}",
                  expected=f"{float(want):.5g}, the mean cross-entropy over the {int(mask.sum())} real tokens",
                  cause=cause, where="the reduction in masked_cross_entropy")

@@ -10,6 +10,7 @@ import torch
 
 from harness.checks.lesson16.int8_weights import _weights
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -27,10 +28,19 @@ def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Te
              cause="max|w| / 127 is 0 for a row of zeros, and w / 0 is nan: give the scale a floor (clamp(min=...))",
              where="the scale computation of quantize_per_channel")
     if bool((q[zero] != 0).any()):
-        fail("zero-row", observed="the all-zero row was quantised to non-zero values",
-             expected="q = 0 for a row of zeros", cause="a division by a zero scale (nan turned into int8)",
-             where="the scale computation of quantize_per_channel")
+        values = sorted({int(v) for v in q[zero].unique().tolist()})[:4]
+        fail("zero-point", observed=f"the all-zero row was quantised to {values}, with a finite scale > 0",
+             expected="q = 0 for a weight of 0 (symmetric quantisation: w ≈ q * scale)",
+             cause="an offset (a zero point) was added to round(w / scale): that is asymmetric quantisation, "
+             "where 0 maps to the zero point; the exercise asks for the symmetric form, without one",
+             where="the line that computes q in quantize_per_channel")
     nonzero = ~zero
+    span = (weight.amax(dim=1, keepdim=True) - weight.amin(dim=1, keepdim=True)) / 255
+    if close_values(scale[nonzero], span[nonzero].float(), rtol=1e-5, atol=0.0):
+        fail("zero-point", observed="each row's scale is (max - min) / 255, the row's range over 255 steps",
+             expected="scale = max |w| of the row / 127 (symmetric)",
+             cause="the asymmetric scheme, whose scale spans the row's range and which needs a zero point; "
+             "symmetric int8 uses max |w| / 127 and no offset", where="the scale computation of quantize_per_channel")
     if bool(torch.allclose(scale[nonzero], scale[nonzero][0].expand_as(scale[nonzero]))):
         fail("per-tensor", observed=f"every row has the same scale {float(scale[nonzero][0, 0]):.3g}",
              expected="one scale per row, from that row's own largest |w| (rows here differ by 10^4 in size)",

@@ -1,7 +1,7 @@
 """16-load-artefact, the judge.
 
-The loader returns the model with the saved state in eval mode; it refuses a file that would run code and
-an artefact whose names do not match.
+The loader returns the model with the saved state in eval mode, also from a file saved on a GPU this machine
+lacks; it refuses a file that would run code and an artefact whose names do not match.
 """
 
 from __future__ import annotations
@@ -41,6 +41,18 @@ def judge_load_artefact(seen: dict, *, case: Case) -> str:
              "a deterministic answer that does not depend on the rest of the batch",
              cause="a freshly built module starts in training mode and model.eval() is missing",
              where="the end of load_artefact")
+    raised = seen.get("gpu_raised")
+    if isinstance(raised, str):
+        fail("no-map-location", observed=f"the same artefact saved on a GPU this machine lacks raised: {raised}",
+             expected="it loads onto the CPU, as on a serving machine without that GPU",
+             cause="torch.load without map_location puts each tensor back on the device it was saved from"
+             if "deserialize object on" in raised else "the loader fails on a file whose tensors are tagged for a "
+             "GPU (see the error it raised)",
+             where='the torch.load(...) line of load_artefact (map_location="cpu")')
+    if not _states_equal(seen.get("gpu_state"), want):
+        fail("wrong-weights", observed="the model loaded from the artefact saved on a GPU holds other weights",
+             expected="the saved weights and buffers, on the CPU",
+             cause="the tensors were loaded onto another device, or not into the model returned", where=where)
     if seen.get("sprung") is not False:
         fail("unsafe-load", observed="loading a file that holds a pickled object ran the code that object named",
              expected="torch.load(..., weights_only=True), which refuses the object (an UnpicklingError) before "
@@ -57,4 +69,4 @@ def judge_load_artefact(seen: dict, *, case: Case) -> str:
              "an error", expected="load_state_dict raises on a missing or unexpected key (strict loading)",
              cause="load_state_dict(..., strict=False): the unmatched layer keeps its random initialisation, "
              "silently", where="the load_state_dict(...) line of load_artefact")
-    return "the saved state, loaded strictly and safely (weights_only=True), in eval mode"
+    return "the saved state, loaded strictly and safely (weights_only=True) onto the CPU, in eval mode"

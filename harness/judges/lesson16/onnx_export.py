@@ -39,6 +39,15 @@ def judge_onnx_export(seen: dict, *, case: Case) -> str:
              expected="model.eval() before exporting: the graph keeps Dropout and BatchNorm as they ran",
              cause="the model arrives in training mode (as after training) and model.eval() is missing",
              where="before the export call in export_onnx")
+    jit = seen.get("jit")
+    if not isinstance(jit, list) or len(jit) != len(modes) or not all(isinstance(j, bool) for j in jit):
+        raise WireError("malformed observation: jit is not one flag per forward")
+    if any(jit):
+        fail("torchscript-exporter", observed="the model's forward was traced by torch.jit (the TorchScript exporter)"
+             + ("; torch warned: " + seen["warnings"][0][:120] if seen.get("warnings") else ""),
+             expected="torch.onnx.export(..., dynamo=True): torch.export traces the model, not torch.jit",
+             cause="dynamo=False selects the legacy TorchScript exporter (deprecated, and slated for removal)",
+             where=where)
     inputs, outputs = seen.get("inputs"), seen.get("outputs")
     if not (isinstance(inputs, list) and inputs and isinstance(outputs, list) and outputs
             and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[1], list) for i in inputs)):

@@ -26,8 +26,9 @@ def judge_predict(seen: dict, *, case: Case) -> str:
     calls, results = _predict_calls(case), seen.get("results")
     if not isinstance(results, list) or len(results) != len(calls):
         raise WireError("malformed observation: not one result per call")
-    for index, ((count, batch_size), result) in enumerate(zip(calls, results, strict=True)):
-        what = f"predict on {count} requests with batch_size={batch_size}"
+    for index, ((count, batch_size, training), result) in enumerate(zip(calls, results, strict=True)):
+        arrived = "training" if training else "eval"
+        what = f"predict on {count} requests with batch_size={batch_size} (model in {arrived} mode)"
         forwards = result.get("forwards")
         if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
             raise WireError("malformed observation: forwards is not a list of records")
@@ -70,8 +71,15 @@ def judge_predict(seen: dict, *, case: Case) -> str:
                  cause="a softmax was applied to the logits" if softmaxed else
                  "something was applied on top of the logits (argmax, softmax, a rounding), or rows were reordered",
                  where="what predict collects from each batch")
-        if result.get("training_after") is not True:
-            fail("flag-not-restored", observed=f"the model was left in eval mode by {what}",
-                 expected="the mode it arrived in (training): the caller may go on training",
-                 cause="model.eval() without setting the mode back", where="the end of predict")
+        after = result.get("training_after")
+        if not isinstance(after, bool):
+            raise WireError("malformed observation: training_after is not a flag")
+        if after is not training:
+            fail("flag-not-restored",
+                 observed=f"the model was left in {'training' if after else 'eval'} mode by {what}",
+                 expected=f"the mode it came in ({arrived}): "
+                 + ("the caller may go on training" if training else "a served model must stay in eval mode"),
+                 cause="model.eval() without setting the mode back" if training else
+                 "model.train() at the end, whatever the mode it came in: read model.training first and restore "
+                 "it with model.train(was_training)", where="the end of predict")
     return "eval mode under inference_mode, batches of batch_size in order, the logits as one tensor, mode restored"

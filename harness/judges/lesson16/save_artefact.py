@@ -5,6 +5,8 @@ The file loads with weights_only=True into {"config": config, "state_dict": the 
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from harness.checks.lesson16.common import _state, case_config, case_model
@@ -60,12 +62,15 @@ def judge_save_artefact(seen: dict, *, case: Case) -> str:
              else "nothing was saved (a missing torch.save, or it saved an object but not to a file)",
              where="the torch.save(...) line of save_artefact")
     if "refused" in seen:
+        refusal = str(seen["refused"])[:300]
+        named = re.search(r"GLOBAL (\S+)", refusal)
         fail("not-weights-only",
-             observed=f"torch.load(path, weights_only=True) refused the file: {str(seen['refused'])[:300]}",
+             observed=f"torch.load(path, weights_only=True) refused the file: {refusal}",
              expected="a file of tensors and plain values (dict, list, str, int, float) that loads with weights_only",
-             cause="the file holds an object of a class: the module itself (torch.save(model)), or a config "
-             "object (a dataclass, a namespace) instead of a dict; the 'Unsupported global' above names it",
-             where="what you pass to torch.save in save_artefact")
+             cause=(f"the file holds an object of the class {named.group(1)}" if named else
+                    "the file holds something a weights-only load refuses")
+             + ": the module itself (torch.save(model)), or a config object (a dataclass, a namespace) instead of "
+             "a dict", where="what you pass to torch.save in save_artefact")
     loaded = seen.get("loaded")
     if not isinstance(loaded, dict) or not {"config", "state_dict"} <= set(loaded):
         keys = sorted(loaded)[:6] if isinstance(loaded, dict) else None
