@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -122,6 +123,21 @@ def per_step_flat(model, loader, loss_fn, optimizer, scheduler, epochs):
         scheduler.step()
 
 
+def per_step_functional(model, loader, loss_fn, optimizer, scheduler, epochs):
+    """Gradients through torch.autograd.grad, written into .grad by hand; itertools.chain over the epochs."""
+    import itertools
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    for inputs, targets in itertools.chain.from_iterable(loader for _ in range(epochs)):
+        grads = torch.autograd.grad(loss_fn(model(inputs), targets), params)
+        for param, grad in zip(params, grads, strict=True):
+            param.grad = grad
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
 def per_step_before(model, loader, loss_fn, optimizer, scheduler, epochs):
     model.train()
     for _ in range(epochs):
@@ -154,6 +170,19 @@ def per_epoch_with_eval(model, loader, loss_fn, optimizer, scheduler, epochs):
         with torch.no_grad():
             sum(float(loss_fn(model(x), y)) for x, y in loader)
         scheduler.step()
+
+
+def per_epoch_enumerated(model, loader, loss_fn, optimizer, scheduler, epochs):
+    """model.train(True) under set_grad_enabled, enumerate, the scheduler stepped once the last batch is done."""
+    for _ in range(epochs):
+        model.train(True)
+        with torch.set_grad_enabled(True):
+            for index, (inputs, targets) in enumerate(loader):
+                optimizer.zero_grad()
+                loss_fn(model(inputs), targets).backward()
+                optimizer.step()
+                if index == len(loader) - 1:
+                    scheduler.step()
 
 
 def twice_per_step(model, loader, loss_fn, optimizer, scheduler, epochs):
@@ -260,6 +289,49 @@ def plateau_train_metric(model, train_loader, val_loader, loss_fn, optimizer, sc
     return history
 
 
+def _evaluate_with_accuracy(model, loader, loss_fn):
+    """(mean loss, accuracy), as the notebook's evaluate returns them."""
+    model.eval()
+    with torch.no_grad():
+        outputs, targets = zip(*[(model(inputs), targets) for inputs, targets in loader], strict=True)
+    outputs, targets = torch.cat(outputs), torch.cat(targets)
+    return float(loss_fn(outputs, targets)), float((outputs.argmax(1) == targets).float().mean())
+
+
+def plateau_val_accuracy(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history = []
+    for _ in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        val_loss, val_accuracy = _evaluate_with_accuracy(model, val_loader, loss_fn)
+        scheduler.step(val_accuracy)  # the metric people report, fed to a mode='min' scheduler
+        history.append(val_loss)
+    return history
+
+
+def plateau_evaluate_pair(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history = []
+    for _ in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        result = _evaluate_with_accuracy(model, val_loader, loss_fn)
+        scheduler.step(result)  # evaluate's (loss, accuracy) pair, passed whole
+        history.append(result[0])
+    return history
+
+
+def plateau_last_batch_live_loss(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history = []
+    for _ in range(epochs):
+        model.train()
+        for inputs, targets in train_loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+        history.append(_evaluate(model, val_loader, loss_fn))
+        scheduler.step(loss)  # the last training batch's loss, still attached to its graph
+    return history
+
+
 def plateau_per_batch(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
     history = []
     for _ in range(epochs):
@@ -363,6 +435,19 @@ def amp_step_scale(model, inputs, targets, loss_fn, optimizer, scaler, scheduler
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return stepped
+
+
+def amp_step_checks_grads(model, inputs, targets, loss_fn, optimizer, scaler, scheduler):
+    """Looks at the unscaled gradients itself: scaler.step skips exactly when one of them is not finite."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss_fn(model(inputs), targets)).backward()
+    scaler.unscale_(optimizer)
+    skipped = not all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    scaler.step(optimizer)
+    scaler.update()
+    if not skipped:
+        scheduler.step()
+    return not skipped
 
 
 def amp_step_hook(model, inputs, targets, loss_fn, optimizer, scaler, scheduler):
@@ -592,6 +677,12 @@ MISTAKES = [
             story="model.train() once before the loop, model.eval() for the per-epoch evaluation"),
     Mistake("07-plateau", "plateau-train-metric", "memorises random labels", (plateau_train_metric,),
             story="scheduler.step(train_loss): the lesson's own pitfall"),
+    Mistake("07-plateau", "plateau-wrong-metric", "validation accuracy", (plateau_val_accuracy,),
+            story="the accuracy people report, fed to a mode='min' scheduler (issue 29: was blamed on the train loss)"),
+    Mistake("07-plateau", "plateau-wrong-metric", "the pair (loss, accuracy)", (plateau_evaluate_pair,),
+            story="scheduler.step(evaluate(...)): the whole (loss, accuracy) pair"),
+    Mistake("07-plateau", "plateau-train-metric", "memorises random labels", (plateau_last_batch_live_loss,),
+            story="the last training batch's live loss tensor (issue 29: the check printed a UserWarning)"),
     Mistake("07-plateau", "plateau-per-batch", "inside the batch loop", (plateau_per_batch,),
             story="stepped per batch with the batch loss"),
     Mistake("07-plateau", "plateau-no-metric", "without a metric", (plateau_no_metric,),
@@ -637,13 +728,16 @@ CORRECT = [
     Correct("07-warmup-cosine", (warmup_cosine_product,), story="a clamped ramp times the cosine, no branch"),
     Correct("07-per-step", (per_step_correct,), story="nested loops"),
     Correct("07-per-step", (per_step_flat,), story="one flat loop over epochs x batches"),
+    Correct("07-per-step", (per_step_functional,), story="autograd.grad into .grad, itertools.chain, zero_grad after"),
     Correct("07-per-epoch", (per_epoch_correct,), story="step after the batch loop"),
     Correct("07-per-epoch", (per_epoch_with_eval,), story="with a per-epoch evaluation"),
+    Correct("07-per-epoch", (per_epoch_enumerated,), story="enumerate, stepped after the last batch, train(True)"),
     Correct("07-plateau", (plateau_correct,), story="evaluate then step"),
     Correct("07-plateau", (plateau_weighted,), story="sample-weighted mean, inference_mode, tensor metric"),
     Correct("07-plateau", (plateau_logs_train_loss,), story="also logs the training loss in eval mode"),
     Correct("07-amp-skip", (amp_step_scale,), story="compares the scale"),
     Correct("07-amp-skip", (amp_step_hook,), story="an optimizer step hook, clipping after unscale_"),
+    Correct("07-amp-skip", (amp_step_checks_grads,), story="isfinite on the unscaled grads, zero_grad first"),
 ]
 
 
@@ -672,6 +766,16 @@ def _course_factor(step: int, warmup: int, total: int) -> float:
 def _sequences_factor(step: int, warmup: int, total: int) -> float:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     return harness.sequences.warmup_cosine(optimizer, warmup, total).lr_lambdas[0](step)
+
+
+def test_live_loss_tensor_fails_without_a_warning(capsys):
+    """Issue 29: given a loss still attached to its graph, the check itself printed a UserWarning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_check_fails("07-plateau", plateau_last_batch_live_loss, code="plateau-train-metric",
+                           phrase="memorises random labels")
+    assert [str(w.message) for w in caught] == []
+    assert capsys.readouterr().err == ""
 
 
 def test_one_warmup_cosine_convention_course_wide():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,13 @@ def portable_removeprefix(state_dict):
         return key if shorter == key else strip(shorter)
 
     return type(state_dict)((strip(k), v) for k, v in state_dict.items())
+
+
+def portable_regex(state_dict):
+    import re
+
+    leading = re.compile(r"^(?:module\.|_orig_mod\.)+")
+    return {leading.sub("", key): value for key, value in state_dict.items()}
 
 
 def portable_once(state_dict):
@@ -143,6 +152,61 @@ class EarlyStoppingSigned:
         self.epoch, self.best_epoch, self._signed_best = state["epoch"], state["best_epoch"], state["signed_best"]
 
 
+class EarlyStoppingDifference:
+    """The comparison written as a difference, as harness/early_stopping.py writes it (issue 29: the visible case
+    decided on float rounding and failed this)."""
+
+    def __init__(self, patience, mode="min", min_delta=0.0):
+        self.patience, self.mode, self.min_delta = patience, mode, min_delta
+        self.best, self.bad_epochs = None, 0
+
+    def step(self, metric):
+        gain = None if self.best is None else (self.best - metric if self.mode == "min" else metric - self.best)
+        if gain is None or gain > self.min_delta:
+            self.best, self.bad_epochs = metric, 0
+        else:
+            self.bad_epochs += 1
+        return self.bad_epochs >= self.patience
+
+    def state_dict(self):
+        return dict(vars(self))
+
+    def load_state_dict(self, state):
+        vars(self).update(state)
+
+
+@dataclass
+class EarlyStoppingDataclass:
+    """A dataclass whose state_dict is dataclasses.asdict; best is read from the history of improvements."""
+
+    patience: int
+    mode: str = "min"
+    min_delta: float = 0.0
+    bad_epochs: int = 0
+    history: list = field(default_factory=list)
+
+    @property
+    def best(self):
+        if not self.history:
+            return None
+        return min(self.history) if self.mode == "min" else max(self.history)
+
+    def step(self, metric):
+        sign = 1.0 if self.mode == "min" else -1.0
+        improved = self.best is None or sign * metric < sign * self.best - self.min_delta
+        self.bad_epochs = 0 if improved else self.bad_epochs + 1
+        if improved:
+            self.history.append(float(metric))
+        return self.bad_epochs >= self.patience
+
+    def state_dict(self):
+        return asdict(self)
+
+    def load_state_dict(self, state):
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
 class EarlyStoppingForgetful(EarlyStoppingCounter):
     def state_dict(self):
         return {"best": self.best}
@@ -225,6 +289,22 @@ def atomic_save_mkstemp(obj, path):
         raise
 
 
+def atomic_save_named_temporary(obj, path):
+    """Another correct variant: a NamedTemporaryFile in the folder (delete=False), renamed when complete."""
+    import tempfile
+
+    folder = os.path.dirname(os.fspath(path)) or "."
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".saving-", delete=False) as file:
+        name = file.name
+        try:
+            torch.save(obj, file)
+        except BaseException:
+            file.close()
+            os.remove(name)
+            raise
+    os.replace(name, path)
+
+
 def save_in_place(obj, path):
     torch.save(obj, path)
 
@@ -270,13 +350,49 @@ def atomic_never_moves(obj, path):
 
 # ---------------------------------------------------------------------------------------------- best and last
 def best_returns_none(state, directory, metric, best_metric, mode="min"):
-    torch.save(state, Path(directory) / "last.pt")
+    atomic_save_suffix(state, Path(directory) / "last.pt")
     if best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric):
-        torch.save(state, Path(directory) / "best.pt")
+        atomic_save_suffix(state, Path(directory) / "best.pt")
         return metric
 
 
-def best_last_simple(state, directory, metric, best_metric, mode="min"):
+def best_last_atomic(state, directory, metric, best_metric, mode="min"):
+    directory = Path(directory)
+    atomic_save_suffix(state, directory / "last.pt")
+    improved = best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric)
+    if improved:
+        atomic_save_suffix(state, directory / "best.pt")
+        return metric
+    return best_metric
+
+
+def best_last_best_first(state, directory, metric, best_metric, mode="min"):
+    """Another correct order: best.pt first, with operator.lt / operator.gt for the mode, through mkstemp."""
+    import operator
+
+    better = {"min": operator.lt, "max": operator.gt}[mode]
+    directory = Path(directory)
+    if best_metric is None or better(metric, best_metric):
+        atomic_save_mkstemp(state, directory / "best.pt")
+        best_metric = metric
+    atomic_save_mkstemp(state, directory / "last.pt")
+    return best_metric
+
+
+def best_last_copies_last(state, directory, metric, best_metric, mode="min"):
+    """Another correct way: last.pt saved atomically, then copied to a temporary file and renamed onto best.pt."""
+    import shutil
+
+    directory = Path(directory)
+    atomic_save_suffix(state, directory / "last.pt")
+    if best_metric is not None and (metric >= best_metric if mode == "min" else metric <= best_metric):
+        return best_metric
+    shutil.copyfile(directory / "last.pt", directory / "best.pt.partial")
+    os.replace(directory / "best.pt.partial", directory / "best.pt")
+    return metric
+
+
+def best_last_torch_save(state, directory, metric, best_metric, mode="min"):
     directory = Path(directory)
     torch.save(state, directory / "last.pt")
     improved = best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric)
@@ -296,40 +412,40 @@ def best_last_signed(state, directory, metric, best_metric, mode="min"):
 
 
 def best_always(state, directory, metric, best_metric, mode="min"):
-    torch.save(state, Path(directory) / "last.pt")
-    torch.save(state, Path(directory) / "best.pt")
+    atomic_save_suffix(state, Path(directory) / "last.pt")
+    atomic_save_suffix(state, Path(directory) / "best.pt")
     return metric if best_metric is None else min(metric, best_metric)
 
 
 def best_only(state, directory, metric, best_metric, mode="min"):
     improved = best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric)
     if improved:
-        torch.save(state, Path(directory) / "best.pt")
-        torch.save(state, Path(directory) / "last.pt")
+        atomic_save_suffix(state, Path(directory) / "best.pt")
+        atomic_save_suffix(state, Path(directory) / "last.pt")
         return metric
     return best_metric
 
 
 def best_min_only(state, directory, metric, best_metric, mode="min"):
-    return best_last_simple(state, directory, metric, best_metric, mode="min")
+    return best_last_atomic(state, directory, metric, best_metric, mode="min")
 
 
 def best_ties_replace(state, directory, metric, best_metric, mode="min"):
-    torch.save(state, Path(directory) / "last.pt")
+    atomic_save_suffix(state, Path(directory) / "last.pt")
     if best_metric is None or (metric <= best_metric if mode == "min" else metric >= best_metric):
-        torch.save(state, Path(directory) / "best.pt")
+        atomic_save_suffix(state, Path(directory) / "best.pt")
         return metric
     return best_metric
 
 
 def best_returns_metric(state, directory, metric, best_metric, mode="min"):
-    best_last_simple(state, directory, metric, best_metric, mode)
+    best_last_atomic(state, directory, metric, best_metric, mode)
     return metric
 
 
 # ---------------------------------------------------------------------------------------------- resume
 def save_full(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
-    torch.save(
+    atomic_save_suffix(
         {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -342,6 +458,53 @@ def save_full(path, *, model, optimizer, scheduler, scaler, generator, epoch, be
         },
         path,
     )
+
+
+def save_straight_onto_path(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
+    """Every part, but torch.save straight onto the checkpoint: a crash mid-save destroys the previous one."""
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": capture_rng_state(),
+                "data_generator": generator.get_state(), "epoch": epoch, "best_metric": best_metric}, path)
+
+
+# Globals a notebook has by the time of exercise 5 (lesson 08 defines `path` in section 4 and `train()` in
+# section 8): names the students' functions also use as attributes (os.path, model.train) or parameters.
+path = Path(tempfile.gettempdir()) / "lesson08-checkpoint.pt"
+
+
+def train(epochs):
+    return [STATEFUL_PARTS] * epochs  # a global tuple: the check could not rebuild this in a fresh process
+
+
+def save_with_exit_stack(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
+    """Another correct variant: mkstemp in the folder, cleaned up by an ExitStack callback unless renamed."""
+    import contextlib
+
+    folder = os.path.dirname(os.path.abspath(path))
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "scaler": scaler.state_dict(), "rng": capture_rng_state(), "data_generator": generator.get_state(),
+             "epoch": epoch, "best_metric": best_metric}
+    with contextlib.ExitStack() as cleanup:
+        handle, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        cleanup.callback(lambda: os.path.exists(tmp) and os.unlink(tmp))
+        with os.fdopen(handle, "wb") as file:
+            torch.save(state, file)
+        os.replace(tmp, path)
+
+
+def load_checks_path_and_mode(path, *, model, optimizer, scheduler, scaler, generator):
+    """Uses os.path (an attribute named like the notebook's global `path`) and model.train() (like its `train`)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    checkpoint = torch.load(path, weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    model.train()
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    generator.set_state(checkpoint["data_generator"])
+    restore_rng_state(checkpoint["rng"])
+    return {"epoch": int(checkpoint["epoch"]), "best_metric": float(checkpoint["best_metric"])}
 
 
 def load_full(path, *, model, optimizer, scheduler, scaler, generator):
@@ -574,6 +737,8 @@ MISTAKES = [
             story="returns this epoch's metric"),
     Mistake("08-best-last", "wrong-best-metric", "did not improve", (best_returns_none,),
             story="returns only in the improvement branch"),
+    Mistake("08-best-last", "not-atomic", "torch.save straight onto the file", (best_last_torch_save,),
+            story="the exercise before was atomic_save, but this one writes both files with torch.save"),
     Mistake("08-resume", "optimizer-not-restored", "'optimizer'", (_save_without("optimizer"), load_full),
             story="the optimizer state left out: the most common checkpoint bug"),
     Mistake("08-resume", "scheduler-not-restored", "'scheduler'", (_save_without("scheduler"), load_full),
@@ -598,18 +763,28 @@ MISTAKES = [
             story="the keys of another tutorial ('model_state_dict')"),
     Mistake("08-resume", "weights-diverged", "draws random numbers", (save_then_sample, load_full),
             story="logs a prediction with dropout on after capturing the RNG"),
+    Mistake("08-resume", "not-atomic", "torch.save straight onto path", (save_straight_onto_path, load_full),
+            story="every part saved, but with torch.save onto the checkpoint instead of atomic_save"),
 ]
 
 CORRECT = [
     Correct("08-portable", (portable_loop,), story="while startswith: split once"),
     Correct("08-portable", (portable_removeprefix,), story="recursive removeprefix"),
+    Correct("08-portable", (portable_regex,), story="one anchored regular expression"),
     Correct("08-early-stopping", (EarlyStoppingCounter,), story="best and a counter"),
     Correct("08-early-stopping", (EarlyStoppingSigned,), story="signed best and the epoch of the best"),
+    Correct("08-early-stopping", (EarlyStoppingDifference,), story="best - metric > min_delta (issue 29), vars()"),
+    Correct("08-early-stopping", (EarlyStoppingDataclass,), story="a dataclass, asdict, best from a history"),
     Correct("08-atomic-save", (atomic_save_suffix,), story="path + '.tmp', os.replace"),
     Correct("08-atomic-save", (atomic_save_mkstemp,), story="mkstemp in the folder, fsync"),
-    Correct("08-best-last", (best_last_simple,), story="compare, then save"),
+    Correct("08-atomic-save", (atomic_save_named_temporary,), story="NamedTemporaryFile(delete=False), os.replace"),
+    Correct("08-best-last", (best_last_atomic,), story="compare, then atomic saves"),
+    Correct("08-best-last", (best_last_best_first,), story="best.pt first, operator.lt/gt, mkstemp"),
+    Correct("08-best-last", (best_last_copies_last,), story="last.pt copied to a temporary file, then renamed"),
     Correct("08-best-last", (best_last_signed,), story="a sign for the mode, atomic saves"),
     Correct("08-resume", (save_full, load_full), story="every part, capture_rng_state"),
+    Correct("08-resume", (save_with_exit_stack, load_checks_path_and_mode),
+            story="ExitStack cleanup; os.path.exists and model.train() in load (issue 29)"),
     Correct("08-resume", (save_atomic_torch_rng, load_with_helper), story="atomic, torch RNG only, a helper"),
 ]
 

@@ -63,11 +63,32 @@ class _PlateauSpy:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         metric = args[0] if args else kwargs.get("metrics")
-        weights = {k: v.detach().clone() for k, v in self._model.state_dict().items()}
-        self.calls.append({"metric": None if metric is None else float(metric), "weights": weights})
         if metric is None:  # ReduceLROnPlateau would raise a TypeError that hides the cause
             _no_metric_failure()
-        self._step(*args, **kwargs)
+        weights = {k: v.detach().clone() for k, v in self._model.state_dict().items()}
+        value = _as_metric(metric)
+        self.calls.append({"metric": value, "weights": weights})
+        self._step(value)  # the same number, as a float: a live tensor would make PyTorch warn on stderr
+
+
+def _as_metric(metric: Any) -> float:
+    """The metric passed to scheduler.step as a float (a live loss tensor detached first, so that converting
+    it prints no warning); a value that is not one number fails here, before ReduceLROnPlateau's TypeError."""
+    if isinstance(metric, torch.Tensor) and metric.numel() == 1 and not metric.is_complex():
+        return float(metric.detach())
+    if isinstance(metric, (int, float)) and not isinstance(metric, bool):
+        return float(metric)
+    try:
+        return float(metric)  # a numpy number
+    except (TypeError, ValueError):
+        fail(
+            "plateau-wrong-metric",
+            observed=f"scheduler.step received {type(metric).__name__} {metric!r:.80}",
+            expected="one number: the mean validation loss of this epoch",
+            cause="passing what evaluate returns, the pair (loss, accuracy), instead of its loss"
+            if isinstance(metric, tuple) and len(metric) == 2 else "passing something that is not one number",
+            where="the argument of scheduler.step: val_loss, _ = evaluate(...)",
+        )
 
 
 def _no_metric_failure() -> None:

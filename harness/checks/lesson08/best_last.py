@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.checks.lesson08.atomic_save import _CrashDuringSave
 from harness.checks.lesson08.common import _read_back
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
@@ -27,6 +28,20 @@ def _best_last_cases(case: Case) -> list[tuple[str, list[float]]]:
 
 def _best_last_state(epoch: int) -> dict[str, Any]:
     return {"epoch": epoch, "weights": torch.full((3,), float(epoch))}
+
+
+def _save_that_crashes(
+    save_best_and_last: Callable[..., Any], directory: Path, metrics: list[float], best_metric: Any, mode: str
+) -> dict[str, Any]:
+    """One more epoch, better than all before (so both files would be written), whose state's pickling raises
+    half way through torch.save; what both files hold afterwards."""
+    better = min(metrics) - 1.0 if mode == "min" else max(metrics) + 1.0
+    state = {**_best_last_state(len(metrics)), "crash": _CrashDuringSave()}
+    try:
+        save_best_and_last(state, directory, better, best_metric, mode=mode)
+    except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the files it leaves
+        pass
+    return {"last": _read_back(directory / "last.pt"), "best": _read_back(directory / "best.pt")}
 
 
 @register(
@@ -50,6 +65,11 @@ def _best_last_state(epoch: int) -> dict[str, Any]:
         "best-not-updated": Requirement(
             "best.pt is replaced on every improvement, in the direction mode says",
             hint="Run it with mode='max' on 0.2, 0.5: is 0.5 an improvement, and was best.pt written?"),
+        "not-atomic": Requirement(
+            "both files are saved atomically (with your atomic_save): a save that fails half way leaves the "
+            "previous last.pt and best.pt intact",
+            hint="What is left in last.pt when torch.save fails half way through writing into it? Which "
+            "function of this lesson writes a file atomically?"),
         "wrong-best-metric": Requirement(
             "returns the best metric after this epoch",
             hint="What does your function return when the metric did not improve?"),
@@ -70,5 +90,6 @@ def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> di
                     "best": _read_back(directory / "best.pt"),
                 })
                 best_metric = returned
-        runs.append(epochs)
+            crash = _save_that_crashes(save_best_and_last, directory, metrics, best_metric, mode)
+        runs.append({"epochs": epochs, "after_crash": crash})
     return {"runs": runs}

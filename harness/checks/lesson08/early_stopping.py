@@ -19,18 +19,26 @@ EarlyStoppingCase = tuple[list[float], int, str, float]
 
 def _early_stopping_cases(case: Case) -> list[EarlyStoppingCase]:
     """Fixed metric sequences (both modes, min_delta, ties, patience 1 to 3); the hidden ones add a seeded
-    random walk."""
+    random walk.
+
+    Every metric and min_delta is a multiple of a power of two (exact in binary), so `metric < best -
+    min_delta`, `best - metric > min_delta` and their 'max' mirrors agree on every value, the boundary
+    `best - metric == min_delta` (not an improvement) included: no verdict depends on float rounding.
+    """
     cases = [
         ([1.0, 0.8, 0.9, 0.85, 0.7, 0.75, 0.72, 0.71, 0.9], 2, "min", 0.0),
         ([0.5, 0.6, 0.6, 0.55, 0.7, 0.69, 0.68, 0.7], 2, "max", 0.0),
-        ([1.0, 0.95, 0.94, 0.93, 0.8, 0.79, 0.78, 0.6], 2, "min", 0.05),
-        ([0.1, 0.2, 0.21, 0.25, 0.5, 0.5, 0.49, 0.52, 0.4], 3, "max", 0.02),
+        # 0.875 and 0.5 sit exactly min_delta below best: not improvements
+        ([1.0, 0.875, 0.84375, 0.75, 0.625, 0.5625, 0.5, 0.25], 2, "min", 0.125),
+        # 0.3125 and 0.5625 sit exactly min_delta above best: not improvements
+        ([0.125, 0.25, 0.3125, 0.34375, 0.5, 0.5, 0.46875, 0.5625, 0.25], 3, "max", 0.0625),
         ([3.0, 3.0, 3.0, 2.0], 1, "min", 0.0),
     ]
     if case.hidden:
         generator = torch.Generator().manual_seed(case.seeded(6))
-        walk = (1.0 + torch.randn(10, generator=generator).mul(0.05).cumsum(0)).tolist()
-        cases.append((walk, 2, ("min", "max")[case.seed % 2], 0.01))
+        walk = 1.0 + torch.randn(10, generator=generator).mul(0.05).cumsum(0)
+        walk = (walk * 256).round() / 256  # multiples of 1/256: exact in binary, ties with min_delta possible
+        cases.append((walk.tolist(), 2, ("min", "max")[case.seed % 2], 1 / 64))
     return cases
 
 
@@ -82,7 +90,7 @@ def _probe_resumed_stopper(
             hint="Run it with mode='max' on 0.5, 0.6: does 0.6 count as an improvement?"),
         "min-delta-ignored": Requirement(
             "an improvement must beat best by more than min_delta",
-            hint="With min_delta=0.05, does 0.95 improve on 1.0?"),
+            hint="With min_delta=0.125, does 0.875 improve on 1.0? Does 0.84375?"),
         "wrong-stop": Requirement(
             "step() returns True once `patience` epochs in a row did not improve",
             hint="With patience 2: after two epochs without improvement, what does step() return? Is the "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import dis
 import inspect
 import os
 import pathlib
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from harness.checks.lesson08.atomic_save import _CrashDuringSave
 from harness.checks.lesson08.common import _as_data, _read_back
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
@@ -124,11 +126,15 @@ def _resume_in_child(
     torch.save(run.model.state_dict(), out)
 
 
-def _names_used(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names `code` (and the functions, lambdas and comprehensions inside it) reads, as Python
+    resolves them: LOAD_GLOBAL (LOAD_NAME at module level) only. Attribute names (`os.path`, `model.train`),
+    parameters and locals are not globals, even when the notebook has a global of the same name."""
+    names = {instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _names_used(const)
+            names |= _globals_read(const)
     return names
 
 
@@ -150,7 +156,7 @@ def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
             raise RuntimeError(
                 f"the check cannot read the source of {function.__name__} ({error}); define it in a cell with def"
             ) from error
-        for name in sorted(_names_used(function.__code__) - done):
+        for name in sorted(_globals_read(function.__code__) - done):
             if name not in function.__globals__ or hasattr(builtins, name):
                 continue
             value = function.__globals__[name]
@@ -205,6 +211,23 @@ def _unsafe_load_ran(
     except Exception:  # noqa: BLE001 -- weights_only=True refusing the file is the expected outcome
         pass
     return marker.exists()
+
+
+def _save_that_crashes(save_checkpoint: Callable[..., Any], run: _Run, path: Path, epoch: int) -> Any:
+    """Save the finished run over `path` while the model's state holds an entry whose pickling raises (a crash
+    in the middle of torch.save); what `path` holds afterwards, read back."""
+
+    def add_crash(module: nn.Module, state: dict[str, Any], prefix: str, metadata: Any) -> None:
+        state[prefix + "crash"] = _CrashDuringSave()
+
+    handle = run.model.register_state_dict_post_hook(add_crash)
+    try:
+        save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=0.0)
+    except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the file it leaves
+        pass
+    finally:
+        handle.remove()
+    return _read_back(path)
 
 
 def _run_child(
@@ -311,6 +334,10 @@ def _resume(
             "saving leaves the run untouched, and the resumed run ends with the weights of the run that never "
             "stopped",
             hint="Does anything in save_checkpoint or load_checkpoint draw random numbers or change an object?"),
+        "not-atomic": Requirement(
+            "save_checkpoint writes atomically: a save that fails half way leaves the previous checkpoint intact",
+            hint="What is left in path when torch.save fails half way through writing into it? Which function "
+            "of this lesson writes a file atomically?"),
         "cannot-rebuild": Requirement(
             "save_checkpoint and load_checkpoint are plain def functions, using modules and other such functions",
             hint="The check re-creates your functions in a fresh process: do they use a global value that is "
@@ -346,6 +373,8 @@ def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[
             # the visible test resumes in a fresh process; the hidden one (other seeds and epochs, same cell)
             # resumes here with freshly built objects and a scrambled RNG, which halves the cell's time
             seen |= _resume((save_checkpoint, load_checkpoint), directory, path, setting, fresh_process=not case.hidden)
+            # last, once the checkpoint has served the resume: a save of the finished run that crashes half way
+            seen["after_crash"] = _save_that_crashes(save_checkpoint, run, path, setting.epochs)
             return seen
     finally:
         torch.set_num_threads(threads)

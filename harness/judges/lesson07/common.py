@@ -126,5 +126,5 @@ def _as_float(value: Any) -> float | None:
     if _is_number(value):
         return float(value)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return float(value)
+        return float(value.detach())  # a live loss tensor: detached, so that converting it prints no warning
     return None

@@ -75,10 +75,44 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
 
 def _losses_at(weights: Any, setting: _PlateauSetting) -> tuple[float, float]:
     """The mean validation and training losses (eval mode) of the plateau model holding `weights`."""
+    model = _model_holding(weights)
+    return _mean_loss(model, setting.val_set), _mean_loss(model, setting.train_set)
+
+
+def _model_holding(weights: Any) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         model = _plateau_model()
     model.load_state_dict(weights, strict=True)
-    return _mean_loss(model, setting.val_set), _mean_loss(model, setting.train_set)
+    return model.eval()
+
+
+def _accuracies_at(weights: Any, setting: _PlateauSetting) -> dict[str, float]:
+    """The validation and training accuracies (eval mode) of the plateau model holding `weights`."""
+    model = _model_holding(weights)
+    with torch.no_grad():
+        return {name: float((model(inputs).argmax(1) == targets).float().mean())
+                for name, (inputs, targets) in (("validation", setting.val_set.tensors),
+                                                ("training", setting.train_set.tensors))}
+
+
+def _fed_an_accuracy(calls: list[dict[str, Any]], metrics: list[float], setting: _PlateauSetting) -> None:
+    """Fail when every metric the scheduler received is an accuracy of the model at that moment (a fraction or a
+    percentage): ReduceLROnPlateau(mode='min') then lowers the lr while the model gets better."""
+    accuracies = [_accuracies_at(call["weights"], setting) for call in calls]
+    for which in ("validation", "training"):
+        for scale, unit in ((1.0, "a fraction"), (100.0, "a percentage")):
+            wanted = [scale * accuracy[which] for accuracy in accuracies]
+            if isclose_numbers(metrics, wanted, rel_tol=1e-4, abs_tol=1e-6):
+                fail(
+                    "plateau-wrong-metric",
+                    observed=f"scheduler.step received {_fmt(metrics)}: the {which} accuracy at each epoch, as "
+                    f"{unit}",
+                    expected="the mean validation loss: the scheduler is ReduceLROnPlateau(mode='min'), so a "
+                    "rising accuracy reads as getting worse and the lr is cut while the model improves",
+                    cause=f"scheduler.step({which[:3]}_accuracy) instead of scheduler.step(val_loss) (an accuracy "
+                    "needs mode='max', and the exercise asks for the loss)",
+                    where="the argument of scheduler.step: the first value evaluate returns",
+                )
 
 
 @judges("07-plateau")
@@ -107,6 +141,8 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
     _check_eval_modes(seen["forwards"], setting.val_bs, setting.train_bs)
     metrics = [float(call["metric"]) for call in calls]
     losses = [_losses_at(call["weights"], setting) for call in calls]
+    if not isclose_numbers(metrics, [val for val, _ in losses], rel_tol=1e-4, abs_tol=1e-6):
+        _fed_an_accuracy(calls, metrics, setting)
     wrong = [
         (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses, strict=True))
         if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)

@@ -30,10 +30,31 @@ def _held_text(held: int | None) -> str:
     return "no file" if held is None else "an object that is not a saved state" if held < 0 else f"epoch {held}"
 
 
+def _judge_crash(after_crash: Any, mode: str, metrics: list[float], best_epoch: int | None) -> None:
+    """After an improving epoch whose save crashed half way, both files still hold the previous epochs."""
+    if not isinstance(after_crash, dict):
+        raise ValueError(f"the files after the crashed save are malformed: {describe(after_crash)}")
+    for name, want in (("last", len(metrics) - 1), ("best", best_epoch)):
+        content = after_crash.get(name)
+        held = _held_epoch(content)
+        if held != want:
+            fail(
+                "not-atomic",
+                observed=f"after the metrics {[round(m, 3) for m in metrics]} (mode={mode!r}), a next, better "
+                f"epoch whose save raised half way through left {name}.pt holding "
+                + ("something unreadable" if isinstance(content, str) else _held_text(held)),
+                expected=f"epoch {want}, intact: a new file replaces it only once it is complete",
+                cause="torch.save straight onto the file (it empties the old file before the new one is "
+                "complete), or an atomic_save that is not atomic (its own check, 08-atomic-save, tells which)",
+                where="save both files with your atomic_save",
+            )
+
+
 @judges("08-best-last")
 def judge_best_last(seen: dict, *, case: Case) -> str:
     """last.pt holds every epoch's state, best.pt the best one so far; the best metric is returned."""
-    for (mode, metrics), epochs in zip(_best_last_cases(case), seen["runs"], strict=True):
+    for (mode, metrics), run in zip(_best_last_cases(case), seen["runs"], strict=True):
+        epochs = run["epochs"]
         best_metric, best_epoch = None, None
         for epoch, (metric, observed) in enumerate(zip(metrics, epochs, strict=True)):
             if best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric):
@@ -71,4 +92,6 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     cause="returning this epoch's metric, or nothing when the metric did not improve",
                     where="the return statement",
                 )
-    return "last.pt follows every epoch, best.pt only improvements, in both modes"
+        _judge_crash(run["after_crash"], mode, metrics, best_epoch)
+    return ("last.pt follows every epoch, best.pt only improvements, in both modes; a save that crashed left "
+            "both files intact")

@@ -28,5 +28,5 @@ def _as_number(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return float(value)
+        return float(value.detach())  # a live tensor: detached, so that converting it prints no warning
     return None

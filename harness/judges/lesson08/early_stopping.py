@@ -49,8 +49,9 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
                 observed=f"best = {held} after {setting}",
                 expected=f"best = {best}",
                 cause={
-                    "min-delta-ignored": "the comparison ignores min_delta, or applies it the wrong way (an "
-                    "improvement beats best by more than min_delta)",
+                    "min-delta-ignored": "the comparison ignores min_delta, applies it the wrong way, or counts a "
+                    "change of exactly min_delta as an improvement (<= instead of <): an improvement beats best by "
+                    "more than min_delta",
                     "mode-ignored": "mode='max' compared like 'min' (lower taken as better)",
                     "wrong-best": "best replaced by a value that did not improve (every metric stored), or not "
                     "replaced when one did",

@@ -151,6 +151,22 @@ def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> flo
     return worst
 
 
+def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
+    """The checkpoint survived a later save that crashed half way: what the file holds is still the first save."""
+    if _same(after_crash, checkpoint):
+        return
+    fail(
+        "not-atomic",
+        observed="a later save_checkpoint that raised half way through writing left the checkpoint "
+        + ("unreadable" if isinstance(after_crash, str) else "missing" if after_crash is None
+           else "holding something else than the previous checkpoint"),
+        expected="the previous checkpoint, intact: the new file replaces it only once it is complete",
+        cause="torch.save straight onto path (it empties the old file before the new one is complete), or an "
+        "atomic_save that is not atomic (its own check, 08-atomic-save, tells which)",
+        where="save_checkpoint: write with your atomic_save (a temporary file, then os.replace)",
+    )
+
+
 @judges("08-resume")
 def judge_resume(seen: dict, *, case: Case) -> str:
     """The checkpoint holds the whole state, loading it is safe and restores it exactly, and the resumed run
@@ -197,4 +213,5 @@ def judge_resume(seen: dict, *, case: Case) -> str:
             cause="something that influences training is not in the checkpoint or not restored in the right order",
             where="save_checkpoint and load_checkpoint",
         )
+    _judge_atomic(seen["after_crash"], seen["checkpoint"])
     return f"stopped after epoch {stop_at} of {epochs}, resumed {where}: final weights identical to the continuous run"
