@@ -54,6 +54,22 @@ def memory_by_nbytes(model, optimizer):
     return {"total": params + grads + state, "optimizer": state, "grads": grads, "params": params}
 
 
+def memory_by_match(model, optimizer):
+    """A match statement for the optimizer, every parameter name (a tied weight under both) keyed by the tensor's
+    id, so each tensor counts once: another correct answer."""
+    unique = {id(p): p for _, p in model.named_parameters(remove_duplicate=False)}
+    params = sum(p.numel() * p.element_size() for p in unique.values())
+    grads = sum(p.numel() * p.element_size() for p in unique.values() if p.requires_grad)
+    match optimizer:
+        case "sgd":
+            state = 0
+        case "momentum":
+            state = grads
+        case "adam" | "adamw":
+            state = 2 * grads
+    return {"params": params, "grads": grads, "optimizer": state, "total": params + grads + state}
+
+
 def memory_from_state_dict(model, optimizer):
     """Counts the state_dict: a tied weight appears under both names."""
     params = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -434,6 +450,7 @@ MISTAKES = [
 CORRECT = [
     Correct("13-memory-formula", (memory_using(),), story="the solution"),
     Correct("13-memory-formula", (memory_by_nbytes,), story="Tensor.nbytes with an id set"),
+    Correct("13-memory-formula", (memory_by_match,), story="a match statement, named_parameters keyed by id"),
     Correct("13-activation-formula", (activations_using(),), story="the solution"),
     Correct("13-activation-formula", (activations_by_layers,), story="a sum over layers with finfo bits"),
     Correct("13-activation-formula", (activations_by_itemsize,), story="dtype.itemsize in a generator"),
