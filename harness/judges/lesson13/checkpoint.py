@@ -1,6 +1,9 @@
 """13-checkpoint, the judge.
 
-Output and gradients equal the plain forward's with the same dropout masks; only block inputs saved.
+Output and gradients equal the plain forward's with the same dropout masks; only block inputs saved; each
+block run again on its own in backward. A wrong gradient is traced to its cause by what was observed: blocks
+without any gradient (the graph cut between them), a block rerun in another one's place (a late-bound
+lambda), or gradients equal to those of a forward checkpointed with preserve_rng_state=False.
 """
 
 from __future__ import annotations
@@ -76,15 +79,14 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
             raise WireError("malformed observation: saved shapes are not lists of ints")
         kept = sum(_numel(s) for s in saved)
         allowed = depth * batch * width
-        runs = _block_events(result["forward"], "forward") + _block_events(result["backward"], "backward")
+        hooked = bool(_block_events(result["forward"], "forward"))  # the blocks ran through their module call
         rerun = {index for kind, index in _block_events(result["backward"], "backward") if kind == "run"}
         if kept > allowed:
-            plain = [index for index in range(depth) if index not in rerun]
+            plain = [index for index in range(depth) if index not in rerun] if hooked else []
             fail("not-checkpointed", observed=f"autograd kept {kept} values for backward outside checkpoints "
-                 f"({len(saved)} tensors)" + (f"; block(s) {plain} did not run again in backward" if plain and runs
-                                              else ""),
+                 f"({len(saved)} tensors)" + (f"; block(s) {plain} did not run again in backward" if plain else ""),
                  expected=f"at most {allowed}: each block's input ({depth} x {batch} x {width})",
-                 cause=(f"block(s) {plain} run outside checkpoint, so their activations are kept" if plain and runs
+                 cause=(f"block(s) {plain} run outside checkpoint, so their activations are kept" if plain
                         else "a block (or part of one) runs outside checkpoint, so its activations are kept"),
                  where="the loop over blocks: every block goes through checkpoint")
         together = _recomputed_together(result["forward"], result["backward"], depth)
@@ -105,8 +107,9 @@ def _judge_graph_reaches_every_block(grads: list[Any], depth: int, what: str) ->
     per_block = len(grads) // depth
     cut = [index for index in range(depth) if all(g is None for g in grads[index * per_block:(index + 1) * per_block])]
     if cut:
-        fail("no-param-grads", observed=f"after backward, the parameters of block(s) {cut} have no gradient ({what}); "
-             f"the later blocks have theirs", expected="a gradient for every block's parameters",
+        fail("no-param-grads", observed=f"after backward, the parameters of block(s) {cut} have no gradient ({what})"
+             + ("; the later blocks have theirs" if len(cut) < depth else ""),
+             expected="a gradient for every block's parameters",
              cause=f"the graph is cut after block {max(cut)}: a .detach() (or a torch.no_grad(), or .data) between "
              "blocks stops backward there, so the earlier blocks never get a gradient",
              where="the loop over blocks: pass h itself from one checkpoint to the next")
