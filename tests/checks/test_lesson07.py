@@ -10,13 +10,7 @@ import torch
 
 import harness.sequences
 import harness.showcase
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-    assert_correct,
-    assert_mistake,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake, solution_cell
 from harness.drills.bank.schedulers import warmup_cosine_factor
 from harness.judges.lesson07.common import warmup_cosine_reference
 from harness.judges.lesson15.warmup import reference_lr_factor
@@ -630,6 +624,62 @@ def amp_step_clip_scaled(model, inputs, targets, loss_fn, optimizer, scaler, sch
 
 
 # ---------------------------------------------------------------------------------------------- mutation set
+# ---------------------------------------------------------------------------------------------- one cycle
+# the planted bug, as a solution cell: total_steps counted in samples (issue 29: a class no check saw)
+ONE_CYCLE_IN_SAMPLES = solution_cell(
+    "def make_one_cycle(optimizer, loader, epochs, max_lr):\n"
+    "    steps = epochs * len(loader.dataset)\n"
+    "    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=steps)\n",
+    "make_one_cycle")
+
+
+def one_cycle_total_steps(optimizer, loader, epochs, max_lr):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=epochs * len(loader))
+
+
+def one_cycle_per_epoch_arguments(optimizer, loader, epochs, max_lr):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr, epochs=epochs, steps_per_epoch=len(loader))
+
+
+def one_cycle_ceil_division(optimizer, loader, epochs, max_lr):
+    batches = math.ceil(len(loader.dataset) / loader.batch_size)  # the partial last batch counts
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=[max_lr], total_steps=batches * epochs)
+
+
+def one_cycle_floor_division(optimizer, loader, epochs, max_lr):
+    steps = epochs * (len(loader.dataset) // loader.batch_size)
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=steps)
+
+
+def one_cycle_one_epoch(optimizer, loader, epochs, max_lr):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=len(loader))
+
+
+def one_cycle_one_extra_step(optimizer, loader, epochs, max_lr):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=epochs * len(loader) + 1)
+
+
+def one_cycle_base_lr_as_peak(optimizer, loader, epochs, max_lr):
+    peak = optimizer.param_groups[0]["lr"]
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=peak, total_steps=epochs * len(loader))
+
+
+def one_cycle_linear(optimizer, loader, epochs, max_lr):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=epochs * len(loader),
+                                               anneal_strategy="linear")
+
+
+def one_cycle_no_return(optimizer, loader, epochs, max_lr):
+    optimizer.scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr,
+                                                              total_steps=epochs * len(loader))
+
+
+def one_cycle_own_optimizer(optimizer, loader, epochs, max_lr):
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    fresh = torch.optim.SGD(params, lr=max_lr, momentum=0.9)
+    return torch.optim.lr_scheduler.OneCycleLR(fresh, max_lr=max_lr, total_steps=epochs * len(loader))
+
+
 MISTAKES = [
     Mistake("07-warmup-cosine", "warmup-starts-at-zero", "the ramp starts at 0: the first step trains with lr 0",
             (warmup_from_zero,), story="step / warmup_steps: the textbook ramp from 0, one step behind"),
@@ -719,6 +769,22 @@ MISTAKES = [
             story="believes scaler.step only unscales and calls optimizer.step() too"),
     Mistake("07-amp-skip", "steps-inconsistent", "clipped", (amp_step_clip_scaled,),
             story="clips before scaler.unscale_ (the AMP docs' pitfall)"),
+    Mistake("07-one-cycle", "sized-in-samples", "batch_size (8) times", ONE_CYCLE_IN_SAMPLES,
+            story="len(loader.dataset): the run counted in samples (issue 29)", planted=True),
+    Mistake("07-one-cycle", "too-few-steps", "partial last batch", (one_cycle_floor_division,),
+            story="len(dataset) // batch_size: the batches counted by hand, the last partial one forgotten"),
+    Mistake("07-one-cycle", "too-few-steps", "one epoch, not 3", (one_cycle_one_epoch,),
+            story="total_steps=len(loader): sized for one epoch"),
+    Mistake("07-one-cycle", "too-many-steps", "one step more than the run", (one_cycle_one_extra_step,),
+            story="+1 'to be safe', after OneCycleLR once raised past its end"),
+    Mistake("07-one-cycle", "wrong-max-lr", "the optimizer's lr", (one_cycle_base_lr_as_peak,),
+            story="max_lr read from the optimizer, as if the base lr were the peak"),
+    Mistake("07-one-cycle", "wrong-schedule", "anneal_strategy", (one_cycle_linear,),
+            story="anneal_strategy='linear', from a fast.ai-style recipe"),
+    Mistake("07-one-cycle", "not-a-scheduler", "missing return", (one_cycle_no_return,),
+            story="builds the scheduler and forgets to return it"),
+    Mistake("07-one-cycle", "not-a-scheduler", "another optimizer", (one_cycle_own_optimizer,),
+            story="builds its own optimizer for the scheduler"),
 ]
 
 CORRECT = [
@@ -738,6 +804,9 @@ CORRECT = [
     Correct("07-amp-skip", (amp_step_scale,), story="compares the scale"),
     Correct("07-amp-skip", (amp_step_hook,), story="an optimizer step hook, clipping after unscale_"),
     Correct("07-amp-skip", (amp_step_checks_grads,), story="isfinite on the unscaled grads, zero_grad first"),
+    Correct("07-one-cycle", (one_cycle_total_steps,), story="total_steps=epochs * len(loader)"),
+    Correct("07-one-cycle", (one_cycle_per_epoch_arguments,), story="epochs= and steps_per_epoch=len(loader)"),
+    Correct("07-one-cycle", (one_cycle_ceil_division,), story="math.ceil over the dataset, max_lr as a list"),
 ]
 
 

@@ -1,0 +1,109 @@
+"""07-one-cycle, the judge.
+
+The lr of every optimizer step of the run is that of OneCycleLR(max_lr, total_steps=epochs * len(loader));
+when it is not, the sizings people get wrong are replayed to name the one the observation matches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.checks.lesson07.one_cycle import (
+    BASE_LR,
+    _one_cycle_optimizer,
+    _one_cycle_setting,
+    _OneCycleSetting,
+    _step_through,
+)
+from harness.contract.case import Case
+from harness.contract.compare import isclose_numbers, numbers
+from harness.contract.failure import fail
+from harness.contract.registry import judges
+from harness.judges.lesson07.common import _fmt
+
+
+def _one_cycle_trace(setting: _OneCycleSetting, total_steps: int, max_lr: float) -> dict[str, Any]:
+    """What the probe records for OneCycleLR(max_lr, total_steps) stepped once per optimizer step of the run."""
+    optimizer = _one_cycle_optimizer()
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=total_steps)
+    return _step_through(scheduler, optimizer, setting.steps)
+
+
+def _sizings(setting: _OneCycleSetting) -> list[tuple[str, int, float, str]]:
+    """(code, total_steps, max_lr, cause) of the wrong sizings people write, in the order they are tried."""
+    run, full = setting.steps, setting.epochs * (setting.samples // setting.batch_size)
+    return [
+        ("sized-in-samples", setting.epochs * setting.samples, setting.max_lr,
+         f"total_steps = epochs * len(loader.dataset) = {setting.epochs * setting.samples}: samples, batch_size "
+         f"({setting.batch_size}) times the {run} optimizer steps, so the run ends early in the warmup and the lr "
+         "never anneals"),
+        ("too-few-steps", full, setting.max_lr,
+         f"total_steps = epochs * (len(dataset) // batch_size) = {full}: the partial last batch of every epoch is "
+         f"not counted (len(loader) = {setting.batches}, not {setting.batches - 1})"),
+        ("too-few-steps", setting.batches, setting.max_lr,
+         f"total_steps = len(loader) = {setting.batches}: one epoch, not {setting.epochs}"),
+        ("too-many-steps", run + 1, setting.max_lr,
+         f"total_steps = epochs * len(loader) + 1 = {run + 1}: one step more than the run takes, so the last "
+         "step does not reach the end of the cycle"),
+        ("wrong-max-lr", run, BASE_LR,
+         f"max_lr = the optimizer's lr ({BASE_LR}) instead of the max_lr passed in ({setting.max_lr})"),
+    ]
+
+
+@judges("07-one-cycle")
+def judge_one_cycle(seen: dict, *, case: Case) -> str:
+    """The lr of every optimizer step follows OneCycleLR(max_lr, total_steps=epochs * len(loader))."""
+    setting = _one_cycle_setting(case)
+    returned, run = seen["returned"], setting.steps
+    if returned != "OneCycleLR" or seen["bound"] is not True:
+        fail(
+            "not-a-scheduler",
+            observed=f"make_one_cycle returned a {returned}"
+            + (", built on another optimizer than the one passed in" if returned == "OneCycleLR" else ""),
+            expected="the OneCycleLR it built on the optimizer passed in (the training loop steps it)",
+            cause="a missing return statement, or a scheduler built on a new optimizer" if returned != "OneCycleLR"
+            else "a scheduler built on a new optimizer: the training loop's optimizer never sees its lr",
+            where="the return statement of make_one_cycle",
+        )
+    lrs = numbers(seen["lrs"])
+    if lrs is None or not isinstance(seen["stopped_at"], (int, type(None))):
+        raise ValueError("the observation of the schedule is malformed")
+    expected = _one_cycle_trace(setting, run, setting.max_lr)
+    if seen["stopped_at"] is None and isclose_numbers(lrs, expected["lrs"]):
+        return f"the lr of all {run} optimizer steps ({setting.epochs} epochs x {setting.batches} batches) follows " \
+               f"one cycle peaking at {setting.max_lr}"
+    for code, total_steps, max_lr, cause in _sizings(setting):
+        replay = _one_cycle_trace(setting, total_steps, max_lr)
+        if replay["stopped_at"] == seen["stopped_at"] and isclose_numbers(lrs, replay["lrs"]):
+            fail(
+                code,
+                observed=(f"stepping the scheduler raised at optimizer step {seen['stopped_at']} of {run}: "
+                          f"{seen['error']}" if seen["stopped_at"] is not None
+                          else f"the lr of the {run} optimizer steps was {_fmt(lrs)}, ending at {lrs[-1]:.4g}"),
+                expected=f"OneCycleLR(optimizer, max_lr={setting.max_lr}, total_steps={run}): {setting.epochs} "
+                f"epochs x len(loader) = {setting.batches} batches (the last one partial)",
+                cause=cause,
+                where="the total_steps (and max_lr) of the OneCycleLR",
+            )
+    if seen["stopped_at"] is not None:
+        fail(
+            "too-few-steps",
+            observed=f"stepping the scheduler raised at optimizer step {seen['stopped_at']} of {run}: "
+            f"{seen['error']}",
+            expected=f"a schedule that lasts the whole run: total_steps = epochs * len(loader) = {run}",
+            cause="total_steps smaller than the number of optimizer steps the run takes",
+            where="the total_steps of the OneCycleLR",
+        )
+    first = next(i for i, (a, b) in enumerate(zip(lrs, expected["lrs"], strict=False)) if not isclose_numbers([a], [b]))
+    fail(
+        "wrong-schedule",
+        observed=f"optimizer step {first} used lr {lrs[first]:.6g}; the schedule peaked at {max(lrs):.6g} and "
+        f"ended at {lrs[-1]:.6g}",
+        expected=f"{expected['lrs'][first]:.6g}: OneCycleLR(max_lr={setting.max_lr}, total_steps={run}) with its "
+        f"defaults, which peaks at {max(expected['lrs']):.4g} within this run and ends at {expected['lrs'][-1]:.3g}",
+        cause="OneCycleLR arguments other than the defaults (anneal_strategy, pct_start, div_factor, "
+        "final_div_factor), a max_lr other than the one passed in, or a total_steps other than epochs * len(loader)",
+        where="the arguments of the OneCycleLR",
+    )
