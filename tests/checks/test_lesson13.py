@@ -94,6 +94,11 @@ def activations_using(*, element=lambda dtype: torch.empty((), dtype=dtype).elem
     return activation_formula
 
 
+def activations_of_outputs(batch_size, widths, dtype):
+    """Counts what each Linear produces instead of what it takes."""
+    return batch_size * sum(widths[1:]) * torch.empty((), dtype=dtype).element_size()
+
+
 def activations_by_layers(batch_size, widths, dtype):
     """Walks the layers and adds the input of each Linear: another correct answer."""
     size = torch.finfo(dtype).bits // 8
@@ -377,6 +382,8 @@ MISTAKES = [
     Mistake("13-activation-formula", "missing-batch", "exactly 5 times too few, the batch size",
             (activations_using(batch=False),), story="counts one example's activations (issue 29: this was blamed "
             "on which layers were counted, and by the hidden check on 4-byte elements)"),
+    Mistake("13-activation-formula", "wrong-bytes", "output was counted instead of its input",
+            (activations_of_outputs,), story="counts each layer's output, as a diagram of the network suggests"),
     Mistake("13-activation-formula", "not-an-int", "float", (activations_using(cast=float),),
             story="returns a float from a division"),
     # 13-accumulate

@@ -57,6 +57,8 @@ def _activation_cause(got: int, want: int, batch: int, widths: Sequence[int], el
          "each ReLU output was counted twice: it is also the next Linear's input, one tensor"),
         (rows * sum(widths) * element, "wrong-bytes",
          "the last Linear's output was counted: the model does not save it (the loss's backward might)"),
+        (rows * sum(widths[1:]) * element, "wrong-bytes",
+         "each Linear's output was counted instead of its input: the first input is saved, the last output is not"),
         (rows * sum(widths[1:-1]) * element, "wrong-bytes",
          "the first Linear's input was left out: it is saved, to compute the weight's gradient"),
     ]
