@@ -164,6 +164,11 @@ def loss_ignore_zero_unmasked(logits, targets, mask):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=0)
 
 
+def loss_in_float64(logits, targets, mask):
+    per_position = F.cross_entropy(logits.double().flatten(0, 1), targets.flatten(), reduction="none")
+    return per_position[mask.flatten()].mean()  # float64: "more accurate"
+
+
 def loss_softmax_time(logits, targets, mask):
     log_probs = logits.log_softmax(dim=1)  # over time, not classes
     picked = -log_probs.gather(2, targets[..., None]).squeeze(2)
@@ -199,6 +204,12 @@ def attention_using(*, scale="sqrt", softmax_dim=-1, use_mask=True, invert=False
         out = weights @ v
         return (out, weights) if with_weights else out
     return attention
+
+
+def attention_float64(q, k, v, mask=None, causal=False):
+    """Wrong: scores in float64 "for accuracy", and the float64 result returned."""
+    out = attention_using()(q.double(), k.double(), v.double(), mask=mask, causal=causal)
+    return out
 
 
 def attention_additive(q, k, v, mask=None, causal=False):
@@ -361,6 +372,12 @@ def smoothed_no_max(logits, targets, smoothing):
     return ((1 - smoothing) * nll - smoothing * log_probs.mean(-1)).mean()
 
 
+def smoothed_float64(logits, targets, smoothing):
+    log_probs = logits.double().log_softmax(-1)  # float64 "for stability"
+    nll = -log_probs.gather(1, targets[:, None]).squeeze(1)
+    return ((1 - smoothing) * nll - smoothing * log_probs.mean(-1)).mean()
+
+
 def smoothed_per_example(logits, targets, smoothing):
     log_probs = logits.log_softmax(-1)
     nll = -log_probs.gather(1, targets[:, None]).squeeze(1)
@@ -425,6 +442,8 @@ MISTAKES = [
             story="sets padded targets to PAD (0) and passes ignore_index=0: real tokens of class 0 vanish too"),
     Mistake("15-masked-loss", "padding-counted", "ignore_index=0 without the mask", (loss_ignore_zero_unmasked,),
             story="ignore_index=0 because PAD is 0, trusting the targets at padded positions to be 0"),
+    Mistake("15-masked-loss", "wrong-dtype", "torch.float64 loss", (loss_in_float64,),
+            story="computes the cross-entropy in float64 and returns it so"),
     Mistake("15-masked-loss", "no-gradient", "no gradient path", (loss_item,),
             story="torch.tensor(loss.item()) to make it a tensor again"),
     Mistake("15-masked-loss", "no-gradient", "no gradient path", (loss_new_leaf,),
@@ -438,6 +457,8 @@ MISTAKES = [
             story="calls F.scaled_dot_product_attention"),
     Mistake("15-attention", "wrong-shape", "the attention weights too", (attention_using(with_weights=True),),
             story="returns (output, weights) like nn.MultiheadAttention"),
+    Mistake("15-attention", "wrong-dtype", "torch.float64 tensor", (attention_float64,),
+            story="upcasts q, k and v to float64 for accuracy and returns the float64 result"),
     Mistake("15-attention", "wrong-scale", "not scaled", (attention_using(scale="none"),),
             story="forgets the 1/sqrt(d)"),
     Mistake("15-attention", "wrong-scale", "not by its square root", (attention_using(scale="d"),),
@@ -494,6 +515,8 @@ MISTAKES = [
             story="softmax(...).log()"),
     Mistake("15-smoothed-loss", "not-stable", "log of a softmax", (smoothed_no_max,),
             story="logsumexp by hand without subtracting the max"),
+    Mistake("15-smoothed-loss", "wrong-dtype", "as F.cross_entropy returns", (smoothed_float64,),
+            story="log_softmax in float64 for stability, never cast back"),
     Mistake("15-smoothed-loss", "not-a-scalar", "without .mean()", (smoothed_per_example,),
             story="returns the per-example losses"),
     Mistake("15-smoothed-loss", "no-gradient", "no gradient path", (smoothed_item,),

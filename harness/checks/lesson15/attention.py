@@ -57,6 +57,9 @@ def _attention_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, 
             hint="Build it from @ (matmul), masked_fill and softmax; the reference is for comparing afterwards."),
         "wrong-shape": Requirement("returns one tensor of shape (batch, heads, queries, head_dim)",
                                    hint="Print the shape of what you return for q with 3 queries and k with 5 keys."),
+        "wrong-dtype": Requirement("returns the output in q's dtype",
+                                   hint="Print the dtype of what you return for float32 q, k and v: which operation "
+                                   "changed it?"),
         "wrong-scale": Requirement("scales the scores by 1/sqrt(head_dim)",
                                    hint="What do you divide q @ k^T by? The exercise says the square root of d."),
         "wrong-value": Requirement(

@@ -57,6 +57,9 @@ def _scrambled(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
     requires={
         "not-a-scalar": Requirement("returns a 0-dim tensor",
                                     hint="Print the .shape of what you return: it should be torch.Size([])."),
+        "wrong-dtype": Requirement("the loss has the logits' dtype",
+                                   hint="Print the dtype of what you return for float32 logits: which operation "
+                                   "changed it?"),
         "padding-counted": Requirement(
             "padded positions count for nothing: neither their logits and targets nor their number",
             hint="Change the logits at the padded positions only and call your loss again: does the value move? "

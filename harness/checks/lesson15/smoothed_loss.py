@@ -54,6 +54,9 @@ def _smoothed_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, f
             "afterwards."),
         "not-a-scalar": Requirement("returns a 0-dim tensor (the mean over the batch)",
                                     hint="Print the .shape of what you return; did you average over the batch?"),
+        "wrong-dtype": Requirement("the loss has the logits' dtype, as F.cross_entropy's does",
+                                   hint="Print the dtype of what you return for float32 logits: which operation "
+                                   "changed it?"),
         "wrong-value": Requirement(
             "equals F.cross_entropy(logits, targets, label_smoothing=smoothing)",
             hint="Check smoothing=0 first (plain cross-entropy), then the smoothing term: PyTorch spreads eps over "

@@ -46,7 +46,7 @@ def _weights(case: Case) -> torch.Tensor:
             "one scale per output row: scale has shape (out_features, 1)",
             hint="Print scale.shape: does each row of the weight get its own scale? amax takes a dim."),
         "wrong-scale": Requirement(
-            "scale of row r = max |weight[r]| / 127",
+            "scale of row r = max |weight[r]| / 127, in the weight's dtype",
             hint="Which value of the row must map to ±127, and what do you divide it by?"),
         "not-rounded": Requirement(
             "q = round(weight / scale): every weight within scale / 2 of q * scale",

@@ -12,7 +12,7 @@ from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
-from harness.judges.lesson15.common import _close
+from harness.judges.lesson15.common import matches
 
 _ATTENTION_FORBIDDEN = {
     "scaled_dot_product_attention": "the exercise asks you to write attention from matmul, softmax and masks",
@@ -46,13 +46,13 @@ def _misplaced_padding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
         for fill in ("-inf", "large"):
             want = _reference_attention(q, k, v, mask, causal, padding=on_queries) if fill == "-inf" else \
                 _large_negative(q, k, v, on_queries, causal)
-            if _close(got, want):
+            if matches(got, want):
                 return ("the mask was put on the queries' axis (mask[:, None, :, None]): it blocks the rows of padded "
                         "queries, not the columns of padded keys; a padding mask broadcasts over heads and queries as "
                         "mask[:, None, None, :]")
     if heads == batch:
         on_heads = mask[None, :, None, :]  # (batch, keys) read as (heads, 1, keys) by broadcasting
-        if _close(got, _reference_attention(q, k, v, mask, causal, padding=on_heads)):
+        if matches(got, _reference_attention(q, k, v, mask, causal, padding=on_heads)):
             return ("the mask was broadcast as mask[:, None, :] (3-d): against the 4-d scores it lines its batch "
                     "axis up with the heads, so head h of every sequence gets sequence h's mask; use "
                     "mask[:, None, None, :]")
@@ -83,36 +83,41 @@ def judge_attention(seen: dict, *, case: Case) -> str:
                  if isinstance(got, tuple) else "the wrong operands were multiplied or transposed (q^T k instead of "
                  "q k^T, weights times v on the wrong side), or a dimension was squeezed or added",
                  where="the return statement of attention")
+        if got.dtype != q.dtype:
+            fail("wrong-dtype", observed=f"attention returned a {got.dtype} tensor for {description}",
+                 expected=f"{q.dtype}, q's dtype", cause="the computation was moved to another dtype (.double(), "
+                 ".half(), a float64 tensor or mask in the formula) and not brought back",
+                 where="the scores line of attention, and what it returns")
         got = got.detach().double()
-        if _close(got, want):
+        if matches(got, want):
             continue
         d = q.shape[-1]
         nan = bool(torch.isnan(got).any())
-        if _close(got, _reference_attention(q, k, v, mask, causal, scale=1.0)):
+        if matches(got, _reference_attention(q, k, v, mask, causal, scale=1.0)):
             code, cause = "wrong-scale", "the scores were not scaled: divide q @ k^T by sqrt(head_dim)"
-        elif _close(got, _reference_attention(q, k, v, mask, causal, scale=1 / d)):
+        elif matches(got, _reference_attention(q, k, v, mask, causal, scale=1 / d)):
             code, cause = "wrong-scale", "the scores were divided by head_dim, not by its square root"
-        elif mask is not None and _close(got, _reference_attention(q, k, v, None, causal)):
+        elif mask is not None and matches(got, _reference_attention(q, k, v, None, causal)):
             code, cause = "padding-not-masked", "the padding mask was not applied" + (
                 " (with causal=True too: only one of the two masks is applied, an if/elif?)" if causal else "")
         elif mask is not None and (misplaced := _misplaced_padding(q, k, v, mask, causal, got)):
             code, cause = "padding-not-masked", misplaced
-        elif mask is not None and _close(got, _reference_attention(q, k, v, ~mask, causal)):
+        elif mask is not None and matches(got, _reference_attention(q, k, v, ~mask, causal)):
             code, cause = "padding-not-masked", "the mask is inverted: this lesson's mask is True at real keys " \
                 "(nn.MultiheadAttention's key_padding_mask is True at padding)"
-        elif causal and _close(got, _reference_attention(q, k, v, mask, False)):
+        elif causal and matches(got, _reference_attention(q, k, v, mask, False)):
             code, cause = "causal-not-masked", "the causal mask was not applied" + (
                 " (with a padding mask too: only one of the two masks is applied, an if/elif?)" if mask is not None
                 else "")
-        elif causal and (nan or _close(got, _reference_attention(q, k, v, mask, True, diagonal=0))):
+        elif causal and (nan or matches(got, _reference_attention(q, k, v, mask, True, diagonal=0))):
             code, cause = "causal-not-masked", "the diagonal was blocked too: query i must see key i " \
                 "(triu(diagonal=1) marks the future)" + (" (the first query then sees nothing: NaN)" if nan else "")
-        elif causal and _close(got, _future_only(q, k, v, mask)):
+        elif causal and matches(got, _future_only(q, k, v, mask)):
             code, cause = "causal-not-masked", "the mask is flipped: query i sees the future keys j >= i, not the past"
-        elif mask is not None and not causal and _close(got, _zero_filled(q, k, v, mask)):
+        elif mask is not None and not causal and matches(got, _zero_filled(q, k, v, mask)):
             code, cause = "padding-not-masked", "blocked scores were set to 0, not -inf: exp(0) = 1 still gives them " \
                 "weight"
-        elif _close(got, _softmax_over_queries(q, k, v, mask, causal)):
+        elif matches(got, _softmax_over_queries(q, k, v, mask, causal)):
             code, cause = "wrong-value", "the softmax ran over the queries (dim=-2), not over the keys (dim=-1)"
         else:
             code, cause = "wrong-value", "another computation than the ones the check recognises (the scale, each " \

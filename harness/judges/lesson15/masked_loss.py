@@ -14,7 +14,7 @@ from harness.contract.compare import judged, tensor, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson15.common import _close
+from harness.judges.lesson15.common import matches
 
 
 def _number(value: torch.Tensor) -> str:
@@ -45,7 +45,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
             raise WireError("malformed observation: the inputs after the call are missing")
         for name, before, now in zip(("logits", "targets", "mask"), (logits, targets, mask), after, strict=True):
             now = tensor(now, f"{name} after the call")
-            if now.shape != before.shape or not torch.equal(now, before):
+            if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
                 fail("inputs-modified", observed=f"{name} changed during the call ({description})",
                      expected="the inputs left as they were",
                      cause="an in-place write such as targets[~mask] = -100 or a method ending in _ (masked_fill_, "
@@ -61,31 +61,36 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  where="the return statement of masked_cross_entropy")
         per_token = _per_token(logits, targets)
         want = per_token[mask].mean()
+        if got.dtype != logits.dtype:
+            fail("wrong-dtype", observed=f"returned a {got.dtype} loss for {description}",
+                 expected=f"{logits.dtype}, the logits' dtype",
+                 cause="the computation was cast to another dtype (.double(), .half()) and not brought back",
+                 where="the computation of the returned value")
         value = got.detach().double()
-        if not _close(value, want):
+        if not matches(value, want):
             every = per_token.mean()
             zeroed = (per_token * mask).mean()
             sequence_means = torch.stack([row[m].mean() for row, m in zip(per_token, mask, strict=True) if m.any()])
-            if _close(value, every):
+            if matches(value, every):
                 code, cause = "padding-counted", "the mean over every position, padded ones included"
-            elif _close(value, zeroed):
+            elif matches(value, zeroed):
                 code, cause = "padding-counted", ("the padded losses were zeroed but still counted in the mean: "
                                                   "(loss * mask).mean() divides by batch * time, not by mask.sum()")
-            elif _close(value, per_token[mask].sum()):
+            elif matches(value, per_token[mask].sum()):
                 code, cause = "wrong-value", "the sum over real tokens, not their mean"
-            elif _close(value, sequence_means.mean()):
+            elif matches(value, sequence_means.mean()):
                 code, cause = "wrong-value", ("the mean of each sequence's mean: a short sequence's tokens then "
                                               "weigh more than a long one's")
-            elif _close(value, per_token[mask & (targets != 0)].mean()):
+            elif matches(value, per_token[mask & (targets != 0)].mean()):
                 code, cause = "wrong-value", ("the real tokens whose target is class 0 were left out too: "
                                               "ignore_index=0 skips every target equal to 0, and 0 is a real class "
                                               "here; mark the padded targets with -100 (on a copy) or select with "
                                               "the mask")
-            elif _close(value, per_token[targets != 0].mean()):
+            elif matches(value, per_token[targets != 0].mean()):
                 code, cause = "padding-counted", ("ignore_index=0 without the mask: it skips the targets equal to 0, "
                                                   "real ones included, and counts every padded position whose target "
                                                   "is another class; only the mask says which positions are real")
-            elif _close(value, _softmax_over_time(logits, targets, mask)):
+            elif matches(value, _softmax_over_time(logits, targets, mask)):
                 code, cause = "wrong-value", ("the log-softmax ran over the time axis (dim=1) of (batch, time, "
                                               "classes): the classes are the last axis")
             else:
@@ -96,7 +101,8 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  expected=f"{float(want):.5g}, the mean cross-entropy over the {int(mask.sum())} real tokens",
                  cause=cause, where="the reduction in masked_cross_entropy")
         again = result["again"]
-        if not isinstance(again, torch.Tensor) or again.numel() != 1 or not _close(again.detach().reshape(()), want):
+        if not isinstance(again, torch.Tensor) or again.numel() != 1 or again.dtype != logits.dtype \
+                or not matches(again.detach().reshape(()), want):
             fail("padding-counted",
                  observed=f"changing the logits and targets at padded positions only changed the loss to "
                  f"{_number(again) if isinstance(again, torch.Tensor) else type_name(again)} ({description})",
@@ -111,7 +117,10 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  expected="loss.backward() fills logits.grad",
                  cause="the graph was cut: .item(), float(), .detach(), numpy, or a new tensor made with "
                  "torch.tensor(...) from the value", where="the computation of the returned value")
-        if not _close(tensor(grad, "grad"), leaf.grad):
+        grad = tensor(grad, "grad")
+        if grad.dtype != leaf.grad.dtype:
+            raise WireError("malformed observation: the gradient's dtype is not the logits'")
+        if not matches(grad, leaf.grad):
             fail("no-gradient", observed=f"logits.grad differs from the gradient of the masked mean ({description})",
                  expected="the gradient of the mean over real tokens (zero at padded positions)",
                  cause="part of the computation is detached, or a constant was computed from the values",

@@ -10,11 +10,12 @@ from torch.nn import functional as F
 
 from harness.checks.lesson15.smoothed_loss import _smoothed_calls
 from harness.contract.case import Case
-from harness.contract.compare import judged, tensor, type_name
+from harness.contract.compare import close_values, judged, tensor, type_name
 from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
-from harness.judges.lesson15.common import _close
+from harness.contract.wire import WireError
+from harness.judges.lesson15.common import matches
 
 _SMOOTHED_FORBIDDEN = {
     "cross_entropy": "the exercise asks you to write the loss from log_softmax (or logsumexp) yourself",
@@ -47,6 +48,11 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
         loss = F.cross_entropy(leaf, targets, label_smoothing=smoothing)
         loss.backward()
         want = loss.detach()
+        if got.dtype != logits.dtype:
+            fail("wrong-dtype", observed=f"returned a {got.dtype} loss for {description}",
+                 expected=f"{logits.dtype}, the logits' dtype, as F.cross_entropy returns",
+                 cause="the computation was cast to another dtype (.double() for accuracy, .half()) and not brought "
+                 "back", where="the computation of the returned value")
         value = got.detach().double()
         if not torch.isfinite(value):
             fail("not-stable", observed=f"the loss is {float(value)} for {description}",
@@ -54,16 +60,16 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                  cause="log of a softmax that underflowed to 0 (softmax(...).log() gives -inf), or exp of a large "
                  "logit overflowing (exp(100) is inf in float32 without subtracting the max first)",
                  where="where the log-probabilities are computed")
-        if not _close(value, want):
+        if not matches(value, want):
             plain = F.cross_entropy(logits.double(), targets)
-            if smoothing and _close(value, plain):
+            if smoothing and matches(value, plain):
                 cause = "the smoothing is missing: this is the plain cross-entropy"
-            elif smoothing and _close(value, _smoothed_other_classes(logits, targets, smoothing)):
+            elif smoothing and matches(value, _smoothed_other_classes(logits, targets, smoothing)):
                 cause = "smoothing spread over the C - 1 other classes; PyTorch spreads eps / C over all C classes, " \
                         "the target's included: (1 - eps) * NLL + eps * mean over classes of -log p"
-            elif _close(value, want * len(targets)):
+            elif matches(value, want * len(targets)):
                 cause = "the sum over the batch, not the mean"
-            elif smoothing and _close(value, (1 - smoothing) * plain):
+            elif smoothing and matches(value, (1 - smoothing) * plain):
                 cause = "the smoothing term is missing: only (1 - eps) * NLL"
             else:
                 cause = "another formula: the sign of the log-probabilities, the weights of the two terms, or the " \
@@ -77,13 +83,16 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                  expected="loss.backward() fills logits.grad",
                  cause="the graph was cut: .item(), float(), .detach(), or a new tensor made with torch.tensor(...) "
                  "from the value", where="the computation of the returned value")
-        grad = tensor(grad, "grad").double()
+        grad = tensor(grad, "grad")
+        if grad.dtype != logits.dtype:
+            raise WireError("malformed observation: the gradient's dtype is not the logits'")
+        grad = grad.double()
         if not torch.isfinite(grad).all():
             fail("not-stable", observed=f"the gradient holds inf or NaN for {description}",
                  expected="a finite gradient",
                  cause="the log-probabilities went through log(0) or exp overflow on the way",
                  where="where the log-probabilities are computed")
-        if not _close(grad, leaf.grad, tol=1e-3):
+        if not close_values(grad, leaf.grad, rtol=1e-3, atol=1e-3, dtype=False):
             fail("no-gradient", observed=f"logits.grad differs from F.cross_entropy's ({description})",
                  expected="the gradient of F.cross_entropy(logits, targets, label_smoothing=smoothing)",
                  cause="part of the computation is detached (a .detach() or a value computed outside the graph)",

@@ -9,7 +9,7 @@ import math
 
 from harness.checks.lesson15.warmup import _schedule_cases
 from harness.contract.case import Case
-from harness.contract.compare import type_name
+from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -50,7 +50,8 @@ def judge_warmup(seen: dict, *, case: Case) -> str:
         if len(values) != steps:
             raise WireError("malformed observation: a schedule stops early without an exception")
         want = [reference_lr_factor(step, warmup, total) for step in range(steps)]
-        wrong = [step for step in range(steps) if abs(values[step] - want[step]) > 1e-6]
+        wrong = [step for step in range(steps)
+                 if not isclose_number(values[step], want[step], rel_tol=1e-6, abs_tol=1e-6)]
         if not wrong:
             continue
         step = wrong[0]

@@ -69,7 +69,7 @@ def judge_int8_weights(seen: dict, *, case: Case) -> str:
     after = seen.get("weight_after")
     if not isinstance(after, torch.Tensor) or after.shape != weight.shape:
         raise WireError("malformed observation: weight_after is not the case's weight")
-    if not torch.equal(after, weight):
+    if after.dtype != weight.dtype or not torch.equal(after, weight):
         fail("weight-modified", observed="the weight changed during the call", expected="the weight left as it was",
              cause="an in-place operation on weight (div_, abs_, clamp_, round_) or an assignment into it",
              where="the body of quantize_per_channel")
@@ -94,6 +94,10 @@ def judge_int8_weights(seen: dict, *, case: Case) -> str:
              cause="a single scale for the whole matrix (amax() without dim, or a Python number)"
              if shape in ((), (1,), (1, 1)) or shape is None else "keepdim=True is missing, or the wrong dim",
              where="the scale computation of quantize_per_channel")
-    _quantisation_failure(q, scale.float(), weight, (weight == 0).all(dim=1))
+    if scale.dtype != weight.dtype:
+        fail("wrong-scale", observed=f"scale is {scale.dtype}", expected=f"{weight.dtype}, the weight's dtype",
+             cause="the scale was computed in or converted to another dtype (.double(), .half(), a float64 constant)",
+             where="the scale computation of quantize_per_channel")
+    _quantisation_failure(q, scale, weight, (weight == 0).all(dim=1))
     return ("int8 q with one scale per row (max|w| / 127), every weight within half a step, zero rows safe, "
             "the weight unchanged")

@@ -11,6 +11,7 @@ import torch
 from harness.checks.lesson16.common import case_config, case_inputs, case_model
 from harness.checks.lesson16.onnx_export import _EXPORT_ROWS, _onnx_batches
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -75,11 +76,12 @@ def judge_onnx_export(seen: dict, *, case: Case) -> str:
             raise WireError("malformed observation: a run is not a record")
         want = _reference(model, case_inputs(case, rows, salt=40))
         got = run.get("output")
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.allclose(
-                got.float(), want, rtol=1e-3, atol=1e-4):
+        if not close_values(got, want, rtol=1e-3, atol=1e-4):
             observed = (f"ONNX Runtime raised at batch {rows}: {run.get('error', '')[:200]}" if "error" in run else
                         f"at batch {rows}, output of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)
                         and got.shape != want.shape else
+                        f"at batch {rows}, output of dtype {got.dtype}" if isinstance(got, torch.Tensor)
+                        and got.dtype != want.dtype else
                         f"at batch {rows}, largest difference {float((got.float() - want).abs().max()):.3g} from eager"
                         if isinstance(got, torch.Tensor) else f"at batch {rows}, {_type_name(got)}")
             fail("wrong-output", observed=observed, expected=f"eager's logits within atol 1e-4, rtol 1e-3, shape "
