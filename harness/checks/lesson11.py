@@ -240,11 +240,17 @@ _register_drill(
             hint="Compare the scaler calls the message lists with the order a scaled step needs."),
         "not-clipped": Requirement("the gradients are clipped to max_norm",
                                    hint="The step used gradients longer than max_norm: which call bounds their norm?"),
+        "clipped-by-value": Requirement(
+            "the gradient clipping bounds the gradients' norm to max_norm, not each element",
+            hint="Each element is below max_norm, yet the norm is not: which clipping function scales the whole "
+            "gradient?"),
         "clip-before-unscale": Requirement(
             "clipping sees the unscaled gradients",
             hint="At the moment of clipping, were the gradients still multiplied by the scale?"),
-        "wrong-loss": Requirement("returns the batch's unscaled loss as a tensor",
-                                  hint="What does amp_step return: the scaled loss, a number, or nothing?"),
+        "wrong-loss": Requirement("returns the loss as a detached tensor",
+                                  hint="What does amp_step return: a tensor, a number, or nothing?"),
+        "wrong-value": Requirement("the returned loss is the batch's unscaled loss",
+                                   hint="Which loss does amp_step return: loss_fn's, or the scaled one?"),
     },
 )
 

@@ -70,7 +70,7 @@ class InitLossMeter:
             measured = self.criterion(model(inputs), targets)
         finally:
             model.train(was_training)
-        return [measured, torch.tensor(float(num_classes)).log()]
+        return [measured, -math.log(1 / num_classes)]
 
 
 def init_loss_nll_context(model, inputs, targets, num_classes):
@@ -463,6 +463,12 @@ def dead_by_max(model, batches):
     return {name: (peak <= 0).float().mean() for name, peak in peaks.items()}
 
 
+def sweep_loss_tensors(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    """The solution recording each loss as a detached tensor instead of a float."""
+    lrs, losses = sweep()(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge)
+    return lrs, [torch.tensor(v) for v in losses]
+
+
 def sweep_next_batch(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
     """The solution with batches[(i + 1) % len(batches)]: each step trains on the next batch."""
     shifted = batches[1:] + batches[:1]
@@ -542,6 +548,8 @@ MISTAKES = [
             story="for i, (x, y) in zip(range(num_steps), batches)"),
     Mistake("12-lr-range", "wrong-losses", "smoothed", (sweep(record="smoothed"),),
             story="fastai's smoothed loss returned as the loss"),
+    Mistake("12-lr-range", "wrong-losses", "losses[0] is Tensor", (sweep_loss_tensors,),
+            story="losses.append(loss.detach()): tensors, not floats"),
     Mistake("12-lr-range", "wrong-losses", "after optimizer.step()", (sweep(record="after-step"),),
             story="re-evaluated after the step"),
     Mistake("12-lr-range", "no-divergence-stop", "no divergence test", (sweep(stop="never"),),

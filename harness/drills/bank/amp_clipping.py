@@ -213,7 +213,12 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         fail("wrong-loss", observed=f"amp_step returned {type(loss).__name__}", expected="the loss, as a 0-d tensor",
              cause="returning loss.item() (a host sync each step) or nothing", where="return loss.detach()")
-    assert_close("the returned loss", loss.detach().reshape(()).float(), want_loss, atol=1e-4, rtol=1e-3,
+    returned = loss.detach().reshape(()).float()
+    if math.isclose(float(returned), float(want_loss) * _INIT_SCALE, rel_tol=1e-3):
+        fail("wrong-value", observed=f"amp_step returned {float(returned):.6g}, exactly {_INIT_SCALE:g} (the scale) "
+             f"times the batch's loss {float(want_loss):.6g}", expected=f"{float(want_loss):.6g}, the unscaled loss",
+             cause="the scaled loss (scaler.scale(loss)) was returned", where="return loss.detach()")
+    assert_close("the returned loss", returned, want_loss, atol=1e-4, rtol=1e-3,
                  where="return loss.detach()", cause="the loss returned is not this batch's (unscaled) loss")
     init = _probe_model(case, 2).linear.weight.detach()
     weight = seen.get("inf_weight")
@@ -223,9 +228,11 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
         fail("inf-step-applied", observed="an optimizer step ran on infinite gradients", expected="the step skipped",
              cause="optimizer.step() called directly instead of scaler.step()", where="scaler.step(optimizer)")
     scale = seen.get("inf_scale")
-    if not isinstance(scale, float) or not scale < _INIT_SCALE:
-        fail("missing-update", observed=f"the scale stayed at {scale} after an inf gradient",
-             expected=f"{_INIT_SCALE * 0.5:g}", cause="scaler.update() not called", where="after scaler.step")
+    if not isinstance(scale, float) or scale != _INIT_SCALE * 0.5:  # one backoff by 0.5: exact in binary
+        fail("missing-update", observed=f"the scale stayed at {scale} after an inf gradient" if scale == _INIT_SCALE
+             else f"the scale is {scale!r} after one inf gradient", expected=f"{_INIT_SCALE * 0.5:g}",
+             cause="scaler.update() not called" if scale == _INIT_SCALE else "the scale was changed by other calls "
+             "than one scaler.update()", where="after scaler.step")
     training = seen.get("training")
     if not isinstance(training, list) or not training:
         raise WireError("forward modes missing")

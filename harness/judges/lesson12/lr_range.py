@@ -135,6 +135,13 @@ def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> Non
         fail("wrong-losses", observed=f"lr_range_test returned {type_name(got)}",
              expected="a pair of lists (lrs, losses)", cause="the return statement returns something else",
              where="the return statement")
+    other = next(((k, v) for k, v in enumerate(got[1]) if not isinstance(v, float)), None)
+    if other is not None:  # types before values
+        k, value = other
+        fail("wrong-losses", observed=f"losses[{k}] is {type_name(value)}", expected="a float per step (loss.item())",
+             cause="the loss tensor was recorded (loss or loss.detach()), not its value: a list of tensors keeps "
+             "them (and, without detach, their graphs) alive" if isinstance(value, torch.Tensor)
+             else "something other than the step's loss was recorded", where="what you append to losses")
     got_lrs, values = got[0], [_scalar(v) for v in got[1]]
     counts_match = len(got_lrs) == len(losses) == len(values)
     if not counts_match or any(v is None for v in values) or not all(
