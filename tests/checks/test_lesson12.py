@@ -246,6 +246,23 @@ def locator_with_a_flag(model, inputs):
     return state["name"]
 
 
+def locator_swallows_errors(model, inputs):
+    """The solution with an except clause that turns any error of the forward into 'nothing found'."""
+    found = []
+    handles = [m.register_forward_hook(lambda _m, _a, out, name=name: found.append(name)
+                                       if not found and not torch.isfinite(out).all() else None)
+               for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(inputs)
+    except Exception:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
 class _Found(Exception):
     pass
 
@@ -533,6 +550,8 @@ MISTAKES = [
             story="handles never removed: the model keeps the hooks"),
     Mistake("12-first-nonfinite", "hooks-left-on-error", "finally", (locator(remove="after"),),
             story="handles removed after the forward, skipped when it raises"),
+    Mistake("12-first-nonfinite", "error-swallowed", "returned normally", (locator_swallows_errors,),
+            story="except Exception: return None, so that a diagnostic never crashes"),
     # 12-lr-range
     Mistake("12-lr-range", "wrong-lrs", "linearly", (sweep(spacing="linear"),), story="torch.linspace thinking"),
     Mistake("12-lr-range", "wrong-lrs", "i / num_steps", (sweep(spacing="off-by-one"),),

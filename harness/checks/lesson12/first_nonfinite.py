@@ -140,6 +140,10 @@ def _scenario(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tenso
         "hooks-left-on-error": Requirement(
             "removes its hooks even when the forward pass raises",
             hint="If model(inputs) raises, is your remove loop still reached? Which statement guarantees it?"),
+        "error-swallowed": Requirement(
+            "lets the exception of the forward pass propagate to the caller",
+            hint="When model(inputs) raises inside your function, does the caller see the error? What does your "
+            "except clause do with it?"),
     },
 )
 def probe_first_nonfinite(first_nonfinite_module: Callable[[nn.Module, torch.Tensor], Any], *, case: Case) -> dict:

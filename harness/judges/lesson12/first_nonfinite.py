@@ -63,6 +63,17 @@ def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
                      "forward pass raised", expected="none: the hooks removed whatever happens",
                      cause="the removal runs after model(inputs) but not in a finally block, so the exception skips it",
                      where="wrap the forward in try: ... finally: for handle in handles: handle.remove()")
+            raised = call.get("raised")
+            if raised is not None and not isinstance(raised, str):
+                raise WireError("malformed observation: raised")
+            if raised != "RuntimeError":
+                fail("error-swallowed", observed="the model's forward pass raised RuntimeError inside "
+                     "first_nonfinite_module, and the call " + ("returned normally" if raised is None
+                                                               else f"raised {raised} instead"),
+                     expected="the RuntimeError, propagated to the caller",
+                     cause="an except clause around model(inputs) that does not re-raise" if raised is None
+                     else "the error was replaced by another one (a raise inside an except clause, or an error in "
+                     "the except clause itself)", where="use try: ... finally: ... without except (or re-raise)")
             continue
         model, inputs = _scenario(name, case, index)
         trace = _trace(model, inputs)
