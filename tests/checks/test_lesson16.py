@@ -301,7 +301,8 @@ def top_k_gathered(model, inputs, k):
 
 MISTAKES = [
     # 16-save-artefact
-    Mistake("16-save-artefact", "not-weights-only", "the module itself", (save_using(whole_module=True),),
+    Mistake("16-save-artefact", "not-weights-only", "common.Classifier, and weights_only",
+            (save_using(whole_module=True),),
             story="torch.save(model, path): the tutorial one-liner, which pickles the class"),
     Mistake("16-save-artefact", "not-weights-only", "of the class types.SimpleNamespace", (save_using(namespace=True),),
             story="keeps the config as a SimpleNamespace, an object of a class"),

@@ -123,12 +123,22 @@ def judge_attention(seen: dict, *, case: Case) -> str:
             code, cause = "wrong-value", "another computation than the ones the check recognises (the scale, each " \
                 "mask's placement, the softmax's axis): look for an operand transposed, a mask applied after the " \
                 "softmax without renormalising, or v multiplied in another order"
+        row = _worst_row(got, want)
+        shown = ", ".join(map(str, row))
         fail(code, observed=f"the output differs from softmax(q k^T / sqrt(d)) v for {description}"
-             + (" (it holds NaN)" if nan else ""),
-             expected=f"the reference output, e.g. {[round(x, 4) for x in want[0, 0, -1, :3].tolist()]} at "
-             "[0, 0, -1, :3]",
+             + (" (it holds NaN)" if nan else "")
+             + f"; at [{shown}, :3] it is {[round(x, 4) for x in got[row][:3].tolist()]}",
+             expected=f"the reference output, {[round(x, 4) for x in want[row][:3].tolist()]} at [{shown}, :3] "
+             "(batch, head, query)",
              cause=cause, where="the scores, masks and softmax lines of attention")
     return "softmax(q k^T / sqrt(d)) v by hand, with padding, causal and both masks"
+
+
+def _worst_row(got: torch.Tensor, want: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, head, query) of the output row that differs most from the reference (a NaN counts as the most)."""
+    difference = (got - want).abs().nan_to_num(float("inf")).amax(dim=-1)
+    batch, head, query = (int(i) for i in torch.unravel_index(difference.argmax(), difference.shape))
+    return batch, head, query
 
 
 def _future_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

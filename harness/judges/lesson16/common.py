@@ -7,18 +7,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.contract.wire import Opaque
-
 
 def _reference(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     """The eager output of `model` in eval mode (judge side)."""
     model.eval()
     with torch.inference_mode():
         return model(inputs)
-
-
-def _type_name(value: Any) -> str:
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
 
 
 def _states_equal(got: Any, want: dict[str, torch.Tensor]) -> bool:

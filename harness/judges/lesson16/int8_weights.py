@@ -10,11 +10,10 @@ import torch
 
 from harness.checks.lesson16.int8_weights import _weights
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson16.common import _type_name
 
 
 def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, zero: torch.Tensor) -> None:
@@ -75,12 +74,12 @@ def judge_int8_weights(seen: dict, *, case: Case) -> str:
              where="the body of quantize_per_channel")
     returned = seen.get("returned")
     if not (isinstance(returned, tuple) and len(returned) == 2):
-        fail("not-int8", observed=f"quantize_per_channel returned {_type_name(returned)}",
+        fail("not-int8", observed=f"quantize_per_channel returned {type_name(returned)}",
              expected="a pair (q, scale)", cause="one value is returned instead of the pair",
              where="the return statement of quantize_per_channel")
     q, scale = returned
     if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.shape != weight.shape:
-        fail("not-int8", observed=f"q is {_type_name(q)}" + (f" of dtype {q.dtype}, shape {tuple(q.shape)}"
+        fail("not-int8", observed=f"q is {type_name(q)}" + (f" of dtype {q.dtype}, shape {tuple(q.shape)}"
                                                           if isinstance(q, torch.Tensor) else ""),
              expected=f"an int8 tensor of shape {tuple(weight.shape)}",
              cause="the rounded values were kept as float (a missing .to(torch.int8))"
@@ -89,7 +88,7 @@ def judge_int8_weights(seen: dict, *, case: Case) -> str:
     if not isinstance(scale, torch.Tensor) or not scale.is_floating_point() or scale.shape != (weight.shape[0], 1):
         shape = tuple(scale.shape) if isinstance(scale, torch.Tensor) else None
         fail("per-tensor",
-             observed=f"scale is {_type_name(scale)}" + (f" of shape {shape}" if shape is not None else ""),
+             observed=f"scale is {type_name(scale)}" + (f" of shape {shape}" if shape is not None else ""),
              expected=f"a float tensor of shape ({weight.shape[0]}, 1): one scale per output row",
              cause="a single scale for the whole matrix (amax() without dim, or a Python number)"
              if shape in ((), (1,), (1, 1)) or shape is None else "keepdim=True is missing, or the wrong dim",

@@ -11,11 +11,23 @@ import torch
 from harness.checks.lesson16.common import case_config, case_inputs, case_model
 from harness.checks.lesson16.onnx_export import _EXPORT_ROWS, _onnx_batches
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson16.common import _reference, _type_name
+from harness.judges.lesson16.common import _reference
+
+
+def _warned(warnings: object) -> str:
+    """'; torch warned: "<its first sentence>"' for the first warning the export raised, when that sentence arrived
+    whole (the probe keeps 200 characters of each); '' otherwise."""
+    if not isinstance(warnings, list) or not warnings or not isinstance(warnings[0], str):
+        return ""
+    text = warnings[0]
+    sentence, end, _ = text.partition(". ")
+    if end:
+        return f'; torch warned: "{sentence}."'
+    return f'; torch warned: "{text}"' if len(text) < 200 else ""
 
 
 @judges("16-onnx-export")
@@ -36,7 +48,7 @@ def judge_onnx_export(seen: dict, *, case: Case) -> str:
         raise WireError("malformed observation: modes is not a list of flags")
     if any(modes):
         fail("train-mode", observed="the exporter traced the model in training mode"
-             + ("; torch warned: " + seen["warnings"][0][:120] if seen.get("warnings") else ""),
+             + _warned(seen.get("warnings")),
              expected="model.eval() before exporting: the graph keeps Dropout and BatchNorm as they ran",
              cause="the model arrives in training mode (as after training) and model.eval() is missing",
              where="before the export call in export_onnx")
@@ -45,7 +57,7 @@ def judge_onnx_export(seen: dict, *, case: Case) -> str:
         raise WireError("malformed observation: jit is not one flag per forward")
     if any(jit):
         fail("torchscript-exporter", observed="the model's forward was traced by torch.jit (the TorchScript exporter)"
-             + ("; torch warned: " + seen["warnings"][0][:120] if seen.get("warnings") else ""),
+             + _warned(seen.get("warnings")),
              expected="torch.onnx.export(..., dynamo=True): torch.export traces the model, not torch.jit",
              cause="dynamo=False selects the legacy TorchScript exporter (deprecated, and slated for removal)",
              where=where)
@@ -83,7 +95,7 @@ def judge_onnx_export(seen: dict, *, case: Case) -> str:
                         f"at batch {rows}, output of dtype {got.dtype}" if isinstance(got, torch.Tensor)
                         and got.dtype != want.dtype else
                         f"at batch {rows}, largest difference {float((got.float() - want).abs().max()):.3g} from eager"
-                        if isinstance(got, torch.Tensor) else f"at batch {rows}, {_type_name(got)}")
+                        if isinstance(got, torch.Tensor) else f"at batch {rows}, {type_name(got)}")
             fail("wrong-output", observed=observed, expected=f"eager's logits within atol 1e-4, rtol 1e-3, shape "
                  f"{tuple(want.shape)}",
                  cause="the exported computation is not the model's forward (a softmax or another function "

@@ -10,10 +10,11 @@ import torch
 from harness.checks.lesson16.common import case_inputs, case_model
 from harness.checks.lesson16.predict import _predict_calls
 from harness.contract.case import Case
+from harness.contract.compare import close_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson16.common import _reference, _type_name
+from harness.judges.lesson16.common import _reference
 
 
 def _expected_batches(count: int, batch_size: int) -> list[int]:
@@ -56,14 +57,13 @@ def judge_predict(seen: dict, *, case: Case) -> str:
                  expected=f"batches of {want_rows}", cause=cause, where="the loop over the requests in predict")
         got = result.get("returned")
         if not isinstance(got, torch.Tensor):
-            fail("not-a-tensor", observed=f"predict returned {_type_name(got)}",
+            fail("not-a-tensor", observed=f"predict returned {type_name(got)}",
                  expected=f"one tensor of shape ({count}, classes)",
                  cause="the batch outputs were returned as a list: join them with torch.cat" if isinstance(got, list)
                  else "something other than the outputs is returned", where="the return statement of predict")
         want = _reference(case_model(case, salt=20), case_inputs(case, count, salt=index))
-        if got.shape != want.shape or got.dtype != want.dtype or not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-            softmaxed = got.shape == want.shape and got.is_floating_point() and torch.allclose(
-                got, want.softmax(-1), rtol=1e-4, atol=1e-5)
+        if not close_values(got, want, rtol=1e-4, atol=1e-5):
+            softmaxed = close_values(got, want.softmax(-1), rtol=1e-4, atol=1e-5)
             fail("wrong-output", observed=f"the outputs differ from the model's logits in {what}"
                  + (f" (shape {tuple(got.shape)}, {got.dtype})" if got.shape != want.shape or got.dtype != want.dtype
                     else ""),

@@ -11,9 +11,10 @@ import torch
 
 from harness.checks.lesson16.common import _state, case_config, case_model
 from harness.contract.case import Case
+from harness.contract.compare import type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.judges.lesson16.common import _states_equal, _type_name
+from harness.judges.lesson16.common import _states_equal
 
 
 def _state_problem(saved: dict, want: dict[str, torch.Tensor]) -> tuple[str, str, str] | None:
@@ -30,7 +31,7 @@ def _state_problem(saved: dict, want: dict[str, torch.Tensor]) -> tuple[str, str
     for name, value in want.items():
         got = saved[name]
         if not isinstance(got, torch.Tensor) or got.shape != value.shape:
-            return ("wrong-weights", f"{name} is {_type_name(got)}" if not isinstance(got, torch.Tensor)
+            return ("wrong-weights", f"{name} is {type_name(got)}" if not isinstance(got, torch.Tensor)
                     else f"{name} has shape {tuple(got.shape)}", "something else than the model's tensor was saved")
         if got.dtype != value.dtype:
             return ("wrong-weights", f"{name} was saved as {got.dtype}, the model's is {value.dtype}",
@@ -69,13 +70,14 @@ def judge_save_artefact(seen: dict, *, case: Case) -> str:
              expected="a file of tensors and plain values (dict, list, str, int, float) that loads with weights_only",
              cause=(f"the file holds an object of the class {named.group(1)}" if named else
                     "the file holds something a weights-only load refuses")
-             + ": the module itself (torch.save(model)), or a config object (a dataclass, a namespace) instead of "
-             "a dict", where="what you pass to torch.save in save_artefact")
+             + ", and weights_only refuses every class: save model.state_dict(), not the module (torch.save(model)), "
+             "and the config as a dict, not as a dataclass or a namespace", where="what you pass to torch.save in "
+             "save_artefact")
     loaded = seen.get("loaded")
     if not isinstance(loaded, dict) or not {"config", "state_dict"} <= set(loaded):
         keys = sorted(loaded)[:6] if isinstance(loaded, dict) else None
         looks_like_state = keys is not None and all("." in k for k in keys)
-        fail("wrong-layout", observed=f"the file holds {_type_name(loaded)}" + (f" with keys {keys}" if keys else ""),
+        fail("wrong-layout", observed=f"the file holds {type_name(loaded)}" + (f" with keys {keys}" if keys else ""),
              expected='a dict with the keys "config" and "state_dict"',
              cause="the state_dict alone was saved: without its config, nobody can rebuild the model"
              if looks_like_state else "other key names, or another container than a dict",
@@ -84,12 +86,12 @@ def judge_save_artefact(seen: dict, *, case: Case) -> str:
     if not (isinstance(saved_config, dict) and set(saved_config) == set(config) and all(
             type(saved_config[k]) is type(v) and saved_config[k] == v for k, v in config.items())):
         fail("wrong-config",
-             observed=f'artefact["config"] is {_type_name(loaded["config"])}: {str(loaded["config"])[:120]}',
+             observed=f'artefact["config"] is {type_name(loaded["config"])}: {str(loaded["config"])[:120]}',
              expected=f"the config dict it was given: {config}",
              cause="the config was turned into something else (a JSON string, a list) or replaced",
              where='the "config" entry in save_artefact')
     if not isinstance(loaded["state_dict"], dict):
-        fail("wrong-layout", observed=f'artefact["state_dict"] is {_type_name(loaded["state_dict"])}',
+        fail("wrong-layout", observed=f'artefact["state_dict"] is {type_name(loaded["state_dict"])}',
              expected="model.state_dict(): a dict of names to tensors",
              cause="the parameters were saved as a list (list(model.parameters())) or another object",
              where='the "state_dict" entry in save_artefact')
