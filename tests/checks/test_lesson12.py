@@ -517,7 +517,7 @@ MISTAKES = [
     Mistake("12-init-loss", "mode-not-restored", "came back in train mode", (init_loss(restore="train"),),
             story="model.train() at the end whatever the mode was"),
     # 12-grad-norms
-    Mistake("12-grad-norms", "wrong-keys", "a dict", (norms_as_list,), story="a list of norms, names lost"),
+    Mistake("12-grad-norms", "wrong-keys", "the names are lost", (norms_as_list,), story="a list of norms, names lost"),
     Mistake("12-grad-norms", "wrong-keys", "named_parameters", (norms_by_module,),
             story="keyed by module name, weights only"),
     Mistake("12-grad-norms", "wrong-norm", "squared norm", (norms_squared,), story="sum of squares, no sqrt"),
@@ -596,7 +596,7 @@ MISTAKES = [
             story="out < 0 for 'inactive': a ReLU never outputs a negative"),
     Mistake("12-dead-units", "last-batch-only", "only the last batch", (dead_counter(combine="replace"),),
             story="the hook overwrites its record at each batch"),
-    Mistake("12-dead-units", "wrong-keys", "ReLU modules' names", (dead_counter(keys="linear"),),
+    Mistake("12-dead-units", "wrong-keys", "hooks went on nn.Linear", (dead_counter(keys="linear"),),
             story="hooks on the Linear layers, 'the layers with units'"),
     Mistake("12-dead-units", "not-a-tensor", ".item()", (dead_counter(as_tensor=False),),
             story=".item() per layer to print a table"),

@@ -58,7 +58,7 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
         fail("wrong-keys", observed=f"returned {type_name(got)}" + (f" with keys {sorted(got)}" if isinstance(got, dict)
                                                                      else ""),
              expected=f"a dict with the ReLU modules' names {sorted(want)}",
-             cause="keys of other modules (the Linear layers, every module) or indices instead of the ReLUs' names",
+             cause=_keys_cause(got, model, set(want)),
              where="the modules your hooks go on, and the keys you store")
     for name, value in want.items():
         number = _scalar(got[name])
@@ -93,3 +93,17 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
              expected="none", cause="the handles returned by register_forward_hook were not removed",
              where="after the forward passes: for handle in handles: handle.remove()")
     return f"the dead-unit fraction of each of the {len(want)} ReLUs over all batches, as tensors, hooks removed"
+
+
+def _keys_cause(got: object, model: nn.Module, want: set[str]) -> str:
+    """What the returned keys are, against the model's module names."""
+    if not isinstance(got, dict):
+        return f"a {type_name(got)} instead of a dict {{ReLU name: fraction}}"
+    linears = {name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    if set(got) == linears:
+        return "the keys are the Linear layers' names: the hooks went on nn.Linear, not on nn.ReLU"
+    if set(got) > want:
+        return "keys of other modules besides the ReLUs: hooks on every module"
+    if set(got) < want:
+        return f"ReLUs missing: {sorted(want - set(got))} (a hook on some ReLUs only, or a result overwritten)"
+    return "other keys than the ReLU modules' names (indices, or names of your own)"

@@ -37,8 +37,10 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
     want = {name: float(torch.linalg.vector_norm(g)) for name, g in named if g is not None}
     if not isinstance(got, dict):
         fail("wrong-keys", observed=f"grad_norms_per_layer returned {type_name(got)}",
-             expected="a dict {parameter name: norm}", cause="a list or another container was returned (a dict "
-             "with non-string keys arrives as an object)", where="the return statement")
+             expected="a dict {parameter name: norm}", cause="a dict whose keys are not strings (parameters or "
+             "modules as keys?)" if type_name(got) == "dict" else "a list or tuple of norms: the names are lost"
+             if type_name(got) in ("list", "tuple") else f"a {type_name(got)} instead of a dict",
+             where="the return statement")
     without = [name for name, g in named if g is None]
     extra = [k for k in got if k in without]
     if extra:
