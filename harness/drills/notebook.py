@@ -45,10 +45,12 @@ from harness.drills import get_drill"""
 
 RECAP = """## Recap
 
-- A training step has a fixed order: `zero_grad(set_to_none=True)` → forward and loss (under autocast for AMP)
-  → `backward` outside autocast → `unscale_` → clip → `step` (through the scaler) → `update` → scheduler.
-- Symptoms point at causes: a loss stuck at ln 2 means nothing moves; evaluations that disagree mean a module
-  is still in training mode; a resumed run that diverges means a checkpoint forgot some state.
+- A training step has a fixed order: `model.train()` (the model may come back from an evaluation) →
+  `zero_grad(set_to_none=True)` → forward and loss (under autocast for AMP) → `backward` outside autocast →
+  `unscale_` → clip → `step` (through the scaler) → `update` → scheduler.
+- Symptoms point at causes: only the output layer learning means layers nn.Module cannot see (a plain list);
+  two forwards that disagree mean dropout or batch norm is still in training mode; a resumed run that diverges
+  means a checkpoint forgot some state.
 - Keep metrics on the device and sync once per epoch.
 
 **Interview questions this prepares you for:** What happens if you forget `zero_grad`? Why `model.eval()`?
