@@ -165,6 +165,19 @@ def test_a_demonstration_prints_the_verdict_and_leaves_the_hints_alone(toy_check
     assert "Hint 2/3" in out and "(after [" not in out  # the demonstration was not the student's attempt
 
 
+def test_a_graded_kernel_shows_hints_and_skips_demonstrations_without_a_judge(toy_check, capsys, monkeypatch):
+    """In a graded kernel (no judges there) a lesson's own demonstration and hint cells run without an error."""
+    from harness.checks import core, demonstrate
+    from harness.contract import registry
+
+    monkeypatch.setattr(core, "graded_outside", True)
+    monkeypatch.setattr(registry._REGISTRY[toy_check], "judge", None)
+    assert demonstrate(toy_check, lambda x: x + 1) is None
+    hint(toy_check, level=1)
+    out = capsys.readouterr().out
+    assert "not while grading" in out and "Hint 1/3 for 99-double" in out
+
+
 def test_unknown_task_ids_are_clear_errors():
     with pytest.raises(KeyError, match="task ids start with the lesson number"):
         check("train-step", print)

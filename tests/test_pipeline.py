@@ -1,10 +1,12 @@
 """The nbgrader pipeline, for every assignment in solutions/ (lessons that land later are covered automatically).
 
-(a) the committed release is what GenerateAssignment makes; (b) nbgrader's Validator passes the solution and
-fails the release; (c) autograde gives the solution full marks and the release zero; (d) the planted bugs,
-together in one submission, lose exactly their exercises' points, each with its failure code; (e) hidden
-tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are graded as one
-parallel batch (2 workers).
+(a) the committed release is what GenerateAssignment makes; (b) every cell of the solution runs without an
+error under autograde (nbgrader's Validator, the same criterion as students run it, runs on the first lesson:
+running every lesson twice more would cost minutes and prove nothing new); (c) autograde gives the solution
+full marks and the release zero; (d) the planted bugs, together in one submission, lose exactly their
+exercises' points, each with its failure code; (e) hidden tests reach neither notebooks/ nor the feedback
+students get. Each assignment's submissions are graded as one parallel batch (2 workers), in an xdist group
+of its own (one worker grades it; the two workers share the lessons).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from harness.grading.submissions import Submission
 from tests.test_requirements import lesson_tests
 
 ASSIGNMENTS = discover_assignments()
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline"), pytest.mark.parametrize("assignment", ASSIGNMENTS)]
+pytestmark = pytest.mark.slow
+each_assignment = pytest.mark.parametrize(
+    "assignment", [pytest.param(a, marks=pytest.mark.xdist_group(f"pipeline-{a}")) for a in ASSIGNMENTS])
 
 
 def _planted_module(assignment: str):
@@ -86,17 +90,30 @@ def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[d
     return _cache[assignment]
 
 
+@each_assignment
 def test_release_is_generated_from_solutions(assignment):
     assert release_differences(assignment) == []
 
 
-def test_validator_passes_solution_and_fails_release(assignment, tmp_path, monkeypatch):
+@each_assignment
+def test_every_cell_of_the_solution_runs_without_an_error(assignment, graded):
+    _, out = graded
+    notebook = nbformat.read(out / "autograded" / "solution" / assignment / f"{assignment}.ipynb", as_version=4)
+    errors = [f"cell {index}: {output.get('ename')}: {output.get('evalue')}"
+              for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+              for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.xdist_group(f"pipeline-{ASSIGNMENTS[0]}")
+def test_validator_passes_solution_and_fails_release(tmp_path, monkeypatch):
     from nbgrader.validator import Validator
     from traitlets.config import Config
 
     config = Config()
     config.Execute.timeout = 300  # as in nbgrader_config.py; the Validator's own default is 30 s per cell
     monkeypatch.setenv("HARNESS_BUDGET", "grading")
+    assignment = ASSIGNMENTS[0]
     for kind in ("solutions", "notebooks"):  # copies: executing must never write into the repository
         shutil.copy(REPO_ROOT / kind / assignment / f"{assignment}.ipynb", tmp_path / f"{kind}.ipynb")
     solution = Validator(config=config).validate(str(tmp_path / "solutions.ipynb"))
@@ -105,6 +122,7 @@ def test_validator_passes_solution_and_fails_release(assignment, tmp_path, monke
     assert release.get("failed"), release
 
 
+@each_assignment
 def test_solution_full_marks_release_zero(assignment, graded):
     results, _ = graded
     solution, release = results["solution"], results["release"]
@@ -114,6 +132,7 @@ def test_solution_full_marks_release_zero(assignment, graded):
     assert all(score == 0 for score, _ in release["scores"].values()), release
 
 
+@each_assignment
 def test_each_planted_bug_loses_exactly_its_points(assignment, graded):
     results, _ = graded
     full = results["solution"]["scores"]
@@ -133,6 +152,7 @@ def _visible_text(page: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
+@each_assignment
 def test_hidden_tests_never_reach_students(assignment, graded):
     _, out = graded
     release_text = (REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text()

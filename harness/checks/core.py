@@ -61,8 +61,12 @@ def demonstrate(task_id: str, *objects: Any) -> CheckFailed | None:
     student's attempt: their hints for the task are left as they were.
 
     Returns:
-        The failure (for a demonstration of a bug), or None when the example passes.
+        The failure (for a demonstration of a bug), or None when the example passes or the notebook is being
+        graded (a graded kernel holds no judges: the demonstration is for the student's own runs).
     """
+    if graded_outside:
+        print(f"(a demonstration of {task_id}'s check: it runs in your own notebook, not while grading)")
+        return None
     try:
         verified = _run(task_id, objects, hidden=False)
     except CheckFailed as failure:
@@ -80,7 +84,7 @@ def hint(task_id: str, level: int | None = None) -> None:
         task_id: the exercise's id.
         level: show this level (1 to 3) without counting it as used: for a lesson's own demonstrations.
     """
-    entry = get(task_id)
+    entry = get(task_id, judged=False)  # hints live with the probe: a graded kernel can show them
     if level is None:
         level = min(_hints_shown.get(task_id, 0) + 1, 3)
         _hints_shown[task_id] = level
