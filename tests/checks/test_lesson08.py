@@ -21,6 +21,7 @@ from harness.checks.testing import (
     assert_check_fails,
     assert_correct,
     assert_mistake,
+    solution_cell,
 )
 from harness.repro import capture_rng_state, restore_rng_state
 
@@ -443,6 +444,26 @@ def best_returns_metric(state, directory, metric, best_metric, mode="min"):
     return metric
 
 
+# a notebook whose atomic_save is not atomic, and a save_best_and_last that rightly uses it: the failure is
+# 08-atomic-save's, and the message must say so (issue 29: one bug names its own exercise)
+BEST_LAST_OVER_BROKEN_HELPER = solution_cell(
+    "from pathlib import Path\n"
+    "\n"
+    "\n"
+    "def atomic_save(obj, path):\n"
+    "    torch.save(obj, path)\n"
+    "\n"
+    "\n"
+    "def save_best_and_last(state, directory, metric, best_metric, mode='min'):\n"
+    "    directory = Path(directory)\n"
+    "    atomic_save(state, directory / 'last.pt')\n"
+    "    if best_metric is not None and not (metric < best_metric if mode == 'min' else metric > best_metric):\n"
+    "        return best_metric\n"
+    "    atomic_save(state, directory / 'best.pt')\n"
+    "    return metric\n",
+    "save_best_and_last")
+
+
 # ---------------------------------------------------------------------------------------------- resume
 def save_full(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
     atomic_save_suffix(
@@ -737,6 +758,8 @@ MISTAKES = [
             story="returns this epoch's metric"),
     Mistake("08-best-last", "wrong-best-metric", "did not improve", (best_returns_none,),
             story="returns only in the improvement branch"),
+    Mistake("08-best-last", "not-atomic", "Fix atomic_save (08-atomic-save)", BEST_LAST_OVER_BROKEN_HELPER,
+            story="a right save_best_and_last over a notebook's atomic_save that is a plain torch.save"),
     Mistake("08-best-last", "not-atomic", "torch.save straight onto the file", (best_last_torch_save,),
             story="the exercise before was atomic_save, but this one writes both files with torch.save"),
     Mistake("08-resume", "optimizer-not-restored", "'optimizer'", (_save_without("optimizer"), load_full),

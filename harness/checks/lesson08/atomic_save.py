@@ -11,17 +11,10 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson08.common import _read_back
+from harness.checks.lesson08.common import _CrashDuringSave, _read_back
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
-
-
-class _CrashDuringSave:
-    """Pickling it raises: a crash in the middle of torch.save, after the file was opened."""
-
-    def __reduce__(self) -> Any:
-        raise RuntimeError("simulated crash in the middle of torch.save")
 
 
 def _listing(directory: Path) -> list[str]:

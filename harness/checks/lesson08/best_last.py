@@ -11,8 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson08.atomic_save import _CrashDuringSave
-from harness.checks.lesson08.common import _read_back
+from harness.checks.lesson08.common import _crash_through, _CrashDuringSave, _read_back
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -37,11 +36,15 @@ def _save_that_crashes(
     half way through torch.save; what both files hold afterwards."""
     better = min(metrics) - 1.0 if mode == "min" else max(metrics) + 1.0
     state = {**_best_last_state(len(metrics)), "crash": _CrashDuringSave()}
-    try:
-        save_best_and_last(state, directory, better, best_metric, mode=mode)
-    except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the files it leaves
-        pass
-    return {"last": _read_back(directory / "last.pt"), "best": _read_back(directory / "best.pt")}
+
+    def crash() -> None:
+        try:
+            save_best_and_last(state, directory, better, best_metric, mode=mode)
+        except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the files it leaves
+            pass
+
+    helper = _crash_through(save_best_and_last, crash, directory)
+    return {"last": _read_back(directory / "last.pt"), "best": _read_back(directory / "best.pt"), **helper}
 
 
 @register(

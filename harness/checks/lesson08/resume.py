@@ -25,8 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.lesson08.atomic_save import _CrashDuringSave
-from harness.checks.lesson08.common import _as_data, _read_back
+from harness.checks.lesson08.common import _as_data, _crash_through, _CrashDuringSave, _read_back
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import register
@@ -215,19 +214,23 @@ def _unsafe_load_ran(
 
 def _save_that_crashes(save_checkpoint: Callable[..., Any], run: _Run, path: Path, epoch: int) -> Any:
     """Save the finished run over `path` while the model's state holds an entry whose pickling raises (a crash
-    in the middle of torch.save); what `path` holds afterwards, read back."""
+    in the middle of torch.save); what `path` holds afterwards, read back, and what the notebook's atomic_save
+    did (`_crash_through`)."""
 
     def add_crash(module: nn.Module, state: dict[str, Any], prefix: str, metadata: Any) -> None:
         state[prefix + "crash"] = _CrashDuringSave()
 
-    handle = run.model.register_state_dict_post_hook(add_crash)
-    try:
-        save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=0.0)
-    except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the file it leaves
-        pass
-    finally:
-        handle.remove()
-    return _read_back(path)
+    def crash() -> None:
+        handle = run.model.register_state_dict_post_hook(add_crash)
+        try:
+            save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=0.0)
+        except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the file it leaves
+            pass
+        finally:
+            handle.remove()
+
+    helper = _crash_through(save_checkpoint, crash, path.parent)
+    return {"file": _read_back(path), **helper}
 
 
 def _run_child(

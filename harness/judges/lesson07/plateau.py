@@ -20,7 +20,7 @@ from harness.checks.lesson07.plateau import (
     _PlateauSetting,
 )
 from harness.contract.case import Case
-from harness.contract.compare import isclose_numbers
+from harness.contract.compare import isclose_numbers, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import _as_float, _fmt
@@ -80,9 +80,15 @@ def _losses_at(weights: Any, setting: _PlateauSetting) -> tuple[float, float]:
 
 
 def _model_holding(weights: Any) -> nn.Module:
+    """The plateau model holding recorded weights, refused unless each has the model's own shape and dtype."""
     with torch.random.fork_rng(devices=[]):
         model = _plateau_model()
-    model.load_state_dict(weights, strict=True)
+    recorded = tensor_dict(weights, "the recorded weights")
+    own = model.state_dict()
+    if recorded.keys() != own.keys() or any(
+            (recorded[k].shape, recorded[k].dtype) != (v.shape, v.dtype) for k, v in own.items()):
+        malformed("the recorded weights do not fit the model")
+    model.load_state_dict(recorded, strict=True)
     return model.eval()
 
 

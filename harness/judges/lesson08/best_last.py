@@ -13,7 +13,7 @@ from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
-from harness.judges.lesson08.common import _as_number, _same
+from harness.judges.lesson08.common import _as_number, _helper_note, _same
 
 
 def _held_epoch(content: Any) -> int | None:
@@ -44,9 +44,9 @@ def _judge_crash(after_crash: Any, mode: str, metrics: list[float], best_epoch: 
                 f"epoch whose save raised half way through left {name}.pt holding "
                 + ("something unreadable" if isinstance(content, str) else _held_text(held)),
                 expected=f"epoch {want}, intact: a new file replaces it only once it is complete",
-                cause="torch.save straight onto the file (it empties the old file before the new one is "
-                "complete), or an atomic_save that is not atomic (its own check, 08-atomic-save, tells which)",
-                where="save both files with your atomic_save",
+                cause=_helper_note(after_crash) or "torch.save straight onto the file (it empties the old file "
+                "before the new one is complete)",
+                where="atomic_save" if _helper_note(after_crash) else "save both files with your atomic_save",
             )
 
 

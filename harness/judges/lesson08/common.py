@@ -7,11 +7,14 @@ from typing import Any
 
 import torch
 
+from harness.checks.lesson08.common import PREVIOUS
+
 
 def _same(a: Any, b: Any) -> bool:
     """Deep equality of nested dicts, lists, tensors and numbers (NaN equals NaN)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool(
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.shape, a.dtype) == (
+            b.shape, b.dtype) and bool(
             torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
         )
     if isinstance(a, dict) and isinstance(b, dict):
@@ -30,3 +33,15 @@ def _as_number(value: Any) -> float | None:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
         return float(value.detach())  # a live tensor: detached, so that converting it prints no warning
     return None
+
+
+def _helper_note(seen: dict[str, Any]) -> str:
+    """When the crashed save went through the notebook's atomic_save and that function alone does not keep a file
+    through a crash, the cause to name: 08-atomic-save's failure, which this exercise inherits; else ''."""
+    calls, kept = seen.get("helper_calls"), seen.get("helper_kept")
+    if not isinstance(calls, int) or calls < 1 or _same(kept, PREVIOUS):
+        return ""
+    return (f"the save went through your atomic_save ({calls} call{'s' if calls > 1 else ''}), which is not "
+            "atomic itself: asked alone to overwrite a file with a save that crashes, it left the file "
+            + ("unreadable" if isinstance(kept, str) else "missing" if kept is None else "changed")
+            + ". Fix atomic_save (08-atomic-save); this exercise passes with it")

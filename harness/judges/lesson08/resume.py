@@ -17,7 +17,7 @@ from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
-from harness.judges.lesson08.common import _as_number, _same
+from harness.judges.lesson08.common import _as_number, _helper_note, _same
 
 
 def _reference_resume(setting: _ResumeSetting) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -153,17 +153,21 @@ def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> flo
 
 def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
     """The checkpoint survived a later save that crashed half way: what the file holds is still the first save."""
-    if _same(after_crash, checkpoint):
+    if not isinstance(after_crash, dict):
+        raise ValueError(f"the file after the crashed save is malformed: {describe(after_crash)}")
+    content = after_crash.get("file")
+    if _same(content, checkpoint):
         return
+    note = _helper_note(after_crash)
     fail(
         "not-atomic",
         observed="a later save_checkpoint that raised half way through writing left the checkpoint "
-        + ("unreadable" if isinstance(after_crash, str) else "missing" if after_crash is None
+        + ("unreadable" if isinstance(content, str) else "missing" if content is None
            else "holding something else than the previous checkpoint"),
         expected="the previous checkpoint, intact: the new file replaces it only once it is complete",
-        cause="torch.save straight onto path (it empties the old file before the new one is complete), or an "
-        "atomic_save that is not atomic (its own check, 08-atomic-save, tells which)",
-        where="save_checkpoint: write with your atomic_save (a temporary file, then os.replace)",
+        cause=note or "torch.save straight onto path (it empties the old file before the new one is complete)",
+        where="atomic_save" if note else "save_checkpoint: write with your atomic_save (a temporary file, then "
+        "os.replace)",
     )
 
 
