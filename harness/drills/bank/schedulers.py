@@ -62,9 +62,24 @@ def require_warmup_cosine_factor(got: float, step: int, warmup: int, total: int)
         phase, code = (("warmup", "wrong-warmup") if step < warmup else ("after the end", "not-clamped")
                        if step > total else ("cosine decay", "wrong-decay"))
         fail(code, observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
-             expected=f"{want:.6f}", cause="linear warmup reaches 1 at the last warmup step ((step+1)/warmup); "
-             "the cosine runs from 1 at step=warmup to 0 at step=total and stays 0 after",
+             expected=f"{want:.6f}", cause=_warmup_cosine_cause(got, step, warmup, total),
              where=f"the {phase} branch")
+
+
+def _warmup_cosine_cause(got: float, step: int, warmup: int, total: int) -> str:
+    """The slip whose formula gives `got` at (step, warmup, total), else the rule itself."""
+    p = (step - warmup) / max(1, total - warmup)
+    slips = {
+        "step / warmup during warmup: the first step gets a learning rate of 0 (the rule is (step + 1) / warmup)":
+            step / warmup if step < warmup else None,
+        "the 0.5 of the cosine is missing: the factor starts at 2": 1 + math.cos(math.pi * min(p, 1.0)),
+        "cos(pi * p / 2), a quarter period: the factor is not 0 at total": math.cos(math.pi * min(p, 1.0) / 2),
+        "p is not clamped to 1: after total the cosine climbs back up": 0.5 * (1 + math.cos(math.pi * p)),
+    }
+    named = [slip for slip, value in slips.items() if value is not None and math.isclose(got, value, rel_tol=1e-6,
+                                                                                         abs_tol=1e-9)]
+    return named[0] if named else ("linear warmup reaches 1 at the last warmup step ((step+1)/warmup); the cosine "
+                                   "runs from 1 at step=warmup to 0 at step=total and stays 0 after")
 
 
 def _warmup_configs(case: Case) -> list[tuple[int, int]]:
