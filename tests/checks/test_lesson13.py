@@ -20,13 +20,13 @@ COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 def memory_using(*, size=lambda p: p.numel() * p.element_size(), params=lambda m: list(m.parameters()),
                  frozen_params=True, frozen_grads=False, copies=COPIES, total=None, keys=("params", "grads",
                                                                                           "optimizer", "total"),
-                 cast=int):
+                 cast=int, state_on_all=False):
     def training_memory(model, optimizer):
         ps = params(model)
         all_params = ps if frozen_params else [p for p in ps if p.requires_grad]
         trained = ps if frozen_grads else [p for p in ps if p.requires_grad]
         sizes = [cast(sum(size(p) for p in all_params)), cast(sum(size(p) for p in trained))]
-        sizes.append(copies[optimizer] * sizes[1])
+        sizes.append(copies[optimizer] * (sizes[0] if state_on_all else sizes[1]))
         sizes.append(total(sizes) if total else sum(sizes))
         return dict(zip(keys, sizes, strict=True))
     return training_memory
@@ -119,7 +119,8 @@ def accum_using(*, train=True, split=True, zero="before", weight="share", step="
         if zero == "before":
             optimizer.zero_grad(set_to_none=True)
         size = micro_batch_size if split else len(inputs)
-        chunks = list(zip(inputs.split(size), targets.split(size), strict=True))
+        cut = (lambda t: t.chunk(size)) if split == "chunk" else (lambda t: t.split(size))
+        chunks = list(zip(cut(inputs), cut(targets), strict=True))
         total, losses = torch.zeros(()), []
         for x, y in chunks:
             if zero == "inside":
@@ -305,6 +306,18 @@ def restore_without_warn_only(before):
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[2], before[3]
 
 
+def read_after_setting():
+    """A reader that enables the flags first, so that what it 'saves' is the block's own settings."""
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+    return flags()
+
+
+def restore_swapped(before):
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[3], before[2]
+
+
 def restore_defaults(before):
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, False
@@ -358,6 +371,9 @@ MISTAKES = [
     Mistake("13-memory-formula", "wrong-optimizer-state", "'sgd'",
             (memory_using(copies={"sgd": 1, "momentum": 1, "adam": 2, "adamw": 2}),),
             story="gives plain SGD a buffer"),
+    Mistake("13-memory-formula", "wrong-optimizer-state", "state was counted for the frozen parameters",
+            (memory_using(copies={"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}, state_on_all=True),),
+            story="multiplies the copies by all the parameters' bytes"),
     Mistake("13-memory-formula", "wrong-total", "params + grads + optimizer",
             (memory_using(total=lambda s: s[0] + s[2]),), story="leaves the gradients out of the total"),
     Mistake("13-memory-formula", "not-an-int", "float", (memory_using(cast=float),),
@@ -391,6 +407,8 @@ MISTAKES = [
             (accum_using(weight="count"),), story="divides by k as with equal micro-batches (lesson 06)"),
     Mistake("13-accumulate", "wrong-weighting", "summed without weighting", (accum_using(weight="none"),),
             story="backpropagates each micro-batch loss undivided"),
+    Mistake("13-accumulate", "micro-batch-too-large", "x.chunk(micro_batch_size) cuts the batch",
+            (accum_using(split="chunk"),), story="chunk(micro_batch_size) taken for split(micro_batch_size)"),
     Mistake("13-accumulate", "micro-batch-too-large", "at once", (accum_using(split=False),),
             story="runs the whole batch in one forward"),
     Mistake("13-accumulate", "missing-zero-grad", "previous call", (accum_using(zero="never"),),
@@ -445,9 +463,13 @@ MISTAKES = [
     Mistake("13-deterministic", "not-restored", "warn_only=:",
             (deterministic_using(restore_fn=restore_without_warn_only),),
             story="restores the flag with use_deterministic_algorithms(previous), losing warn_only"),
-    Mistake("13-deterministic", "not-restored", "defaults were written back",
+    Mistake("13-deterministic", "not-restored", "defaults (all False) were written back",
             (deterministic_using(restore_fn=restore_defaults),),
             story="writes the defaults back instead of the old values"),
+    Mistake("13-deterministic", "not-restored", "read after they were changed",
+            (deterministic_using(read=read_after_setting),), story="saves the flags after setting them"),
+    Mistake("13-deterministic", "not-restored", "written back to the wrong flags",
+            (deterministic_using(restore_fn=restore_swapped),), story="unpacks benchmark and deterministic swapped"),
     Mistake("13-deterministic", "not-restored-on-error", "finally", (deterministic_using(finally_=False),),
             story="restores after the yield without try/finally"),
     Mistake("13-deterministic", "exception-swallowed", "did not come out", (deterministic_using(swallow=True),),

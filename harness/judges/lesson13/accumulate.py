@@ -50,7 +50,11 @@ def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], ba
     if any(s > micro for s in call["sizes"]):
         fail("micro-batch-too-large", observed=f"forwards on {call['sizes']} rows with micro_batch_size={micro}",
              expected=f"forwards of at most {micro} rows (the memory limit accumulation exists for)",
-             cause="the whole batch goes through the model at once, or the chunks are cut wrongly",
+             cause="the whole batch goes through the model at once" if call["sizes"] == [size] else
+             "x.chunk(micro_batch_size) cuts the batch into micro_batch_size pieces, not into pieces of "
+             "micro_batch_size rows (x.split(micro_batch_size) does that)"
+             if call["sizes"] == [len(piece) for piece in torch.arange(size).chunk(micro)] else
+             "the micro-batches are cut wrongly (their sizes are listed above)",
              where="the split of the batch into micro-batches")
     if not call["steps"]:
         fail("no-step", observed="optimizer.step() never ran", expected="one step per call",

@@ -28,6 +28,26 @@ def _valid_flags(value: Any) -> dict[str, bool]:
     return value
 
 
+DEFAULTS = {"deterministic": False, "warn_only": False, "benchmark": False, "cudnn_deterministic": False}
+
+
+def _restore_cause(prior: dict[str, bool], inside: dict[str, bool], after: dict[str, bool], changed: list[str]) -> str:
+    """Why the flags after the block differ from `prior`, from what they are: the slip whose result they equal."""
+    if changed == ["warn_only"]:
+        return "use_deterministic_algorithms(previous) without warn_only=: it resets warn_only to False"
+    if after == inside:
+        return ("the flags after the block are those set inside it: the 'old' values were read after they were "
+                "changed (read them first, before use_deterministic_algorithms(True))")
+    if after == DEFAULTS:
+        return "defaults (all False) were written back instead of the values read before the block"
+    if prior["benchmark"] != prior["cudnn_deterministic"] and after["benchmark"] == prior["cudnn_deterministic"] \
+            and after["cudnn_deterministic"] == prior["benchmark"]:
+        return ("the saved values were written back to the wrong flags: benchmark's old value went to "
+                "cudnn.deterministic and the other way round")
+    return ("one of: the old values read after changing them, defaults written back, or a saved value written to "
+            "another flag")
+
+
 @judges("13-deterministic")
 def judge_deterministic(seen: dict, *, case: Case) -> str:
     """Inside: deterministic, errors, no benchmark, cuDNN deterministic; after: the priors; exceptions propagate."""
@@ -55,9 +75,7 @@ def judge_deterministic(seen: dict, *, case: Case) -> str:
                  "or a return inside finally", where="the code around the yield")
         if after != prior:
             changed = [name for name in FLAGS if after[name] != prior[name]]
-            cause = "the old values were not read before changing them, or defaults were written back instead"
-            if changed == ["warn_only"]:
-                cause = "use_deterministic_algorithms(previous) without warn_only=: it resets warn_only to False"
+            cause = _restore_cause(prior, inside, after, changed)
             if raises:
                 fail("not-restored-on-error", observed=f"after a block that raised: {_flag_text(after)}",
                      expected=f"the flags from before: {_flag_text(prior)}",

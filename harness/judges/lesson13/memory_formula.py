@@ -72,11 +72,13 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
                  cause=cause, where="the line that computes grads (filter on p.requires_grad)")
         if got["optimizer"] != want["optimizer"]:
             copies = got["optimizer"] / want["grads"] if want["grads"] else float("nan")
+            frozen_state = got["optimizer"] == STATE_COPIES[name] * want["params"] != want["optimizer"]
             fail("wrong-optimizer-state", observed=f"optimizer = {got['optimizer']} for {description} "
                  f"({copies:.3g} times the trainable parameters' bytes)",
                  expected=f"{want['optimizer']} ({STATE_COPIES[name]} copies of the trainable parameters for "
-                 f"{name!r})", cause=f"the number of state tensors per parameter for {name!r} (SGD keeps none, "
-                 "momentum one buffer, Adam and AdamW two moments), or state counted for frozen parameters",
+                 f"{name!r})", cause="state was counted for the frozen parameters too: the optimizer only holds "
+                 "state for the parameters it trains" if frozen_state else f"the number of state tensors per "
+                 f"parameter for {name!r} (SGD keeps none, momentum one buffer, Adam and AdamW two moments)",
                  where="the optimizer's entry of your formula")
         if got["total"] != got["params"] + got["grads"] + got["optimizer"]:
             fail("wrong-total", observed=f"total = {got['total']} for {description}",
