@@ -122,9 +122,10 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
     steps = _validated_steps(seen, n)
     if len(steps) != len(batches):
         fail("step-count", observed=f"{len(steps)} optimizer steps for {len(batches)} calls",
-             expected="one step per call", cause="optimizer.step() missing or called twice",
-             where="the end of train_step")
-    loss_fn, losses = nn.BCEWithLogitsLoss(), []
+             expected="one step per call", cause="no optimizer.step() in train_step" if not steps else
+             "optimizer.step() runs more than once per call" if len(steps) > len(batches) else
+             "optimizer.step() is skipped in some calls", where="the end of train_step")
+    loss_fn, losses, after_step = nn.BCEWithLogitsLoss(), [], []
     where = "call optimizer.zero_grad(set_to_none=True) before loss.backward(), then optimizer.step()"
     for k, ((x, y), step) in enumerate(zip(batches, steps, strict=True), start=1):
         if not _same_tensors(step["params"], [p.detach() for p in model.parameters()], atol=1e-6):
@@ -138,6 +139,8 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
         _check_step_gradient(k, step["grads"], [p.grad for p in model.parameters()], where)
         optimizer.step()
         losses.append(loss.detach())
+        with torch.no_grad():
+            after_step.append(loss_fn(model(x), y))
     final = _checked_tensors(seen.get("final"), n, "final weights")
     if not _same_tensors(final, [p.detach() for p in model.parameters()]):
         fail("wrong-update", observed="the weights after the steps differ from plain SGD's",
@@ -153,7 +156,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
     returned = seen.get("returned")
     if not isinstance(returned, list) or len(returned) != len(batches):
         raise WireError("returned losses missing")
-    for k, (got, want) in enumerate(zip(returned, losses, strict=True), start=1):
+    for k, (got, want, after) in enumerate(zip(returned, losses, after_step, strict=True), start=1):
         if not isinstance(got, torch.Tensor) or got.numel() != 1:
             fail("not-a-tensor", observed=f"call {k} returned {describe(got)}", expected="the loss as a "
                  "one-element tensor", cause="no return statement (None), or the model's output",
@@ -164,8 +167,10 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
                  "the whole step's graph alive: memory grows step after step", where="return loss.detach()")
         if not abs(float(got) - float(want)) <= 1e-5:  # a nan is never close
             fail("wrong-loss", observed=f"call {k} returned {float(got):.6f}", expected=f"{float(want):.6f}, the "
-                 "loss of that batch at the weights the step started from", cause="the loss of another batch, or "
-                 "recomputed after step()", where="the return line")
+                 "loss of that batch at the weights the step started from",
+                 cause="the loss recomputed after optimizer.step(), at the updated weights"
+                 if abs(float(got) - float(after)) <= 1e-5 else "another value than the loss the step trained on "
+                 "(another batch's, or another computation)", where="the return line")
     training = seen.get("training")
     if not isinstance(training, list) or len(training) < len(batches):
         raise WireError("forward modes missing")
