@@ -18,6 +18,8 @@ from harness.checks.testing import (
     DRAWN_CASE,
     Correct,
     Mistake,
+    assert_check_fails,
+    assert_check_passes,
     assert_correct,
     assert_mistake,
 )
@@ -529,6 +531,39 @@ def make_fit(*, monitor="val_loss", restore="copy", compare=lambda waited, patie
     return fit
 
 
+FIT_CELL = """def fit(model, train_loader, val_loader, *, loss_fn, optimizer, max_epochs, patience, min_delta=0.0):
+    history, best_loss, best_state, waited = [], float("inf"), None, 0
+    for epoch in range(1, max_epochs + 1):
+        train_loss = float(train_epoch(model, train_loader, loss_fn, optimizer))
+        scores = evaluate(model, val_loader, loss_fn)
+        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": float(scores["loss"]),
+                        "val_accuracy": float(scores["accuracy"])})
+        if scores["loss"] < best_loss - min_delta:
+            best_loss, best_state, waited = scores["loss"], copy.deepcopy(model.state_dict()), 0
+        else:
+            waited += 1
+            if waited >= patience:
+                break
+    model.load_state_dict(best_state)
+    return history
+"""
+
+
+def fit_in_notebook(evaluate_fn):
+    """A correct fit defined as in the notebook: `train_epoch` and `evaluate` are the notebook's globals."""
+    namespace = {"copy": copy, "torch": torch, "nn": nn, "train_epoch": train_epoch, "evaluate": evaluate_fn}
+    exec(compile(FIT_CELL, "<solution cell of fit>", "exec"), namespace)
+    return namespace["fit"]
+
+
+def test_fit_is_judged_on_what_the_students_evaluate_returns(capsys):
+    """Issue 29: a missing model.eval() in the student's evaluate costs 04-evaluate its points, not a correct fit
+    that calls it (which lost 4 points to "val_loss is not evaluate(...)['loss']"); the tick says whose bug it is."""
+    assert_check_fails("04-evaluate", evaluate_in_train_mode, code="train-mode-in-eval", phrase="eval")
+    assert_check_passes("04-fit", fit_in_notebook(evaluate_in_train_mode), capsys=None)
+    assert "that bug is 04-evaluate's to fix" in capsys.readouterr().out
+
+
 def fit_with_early_stopping_object(model, train_loader, val_loader, *, loss_fn, optimizer, max_epochs, patience,
                                    min_delta=0.0):
     """Correct too: harness's EarlyStopping tracks the rule, the best state is kept as cloned tensors."""
@@ -701,6 +736,9 @@ MISTAKES = [
             story="logs the last batch's loss as the epoch's train_loss"),
     Mistake("04-fit", "no-validation", "never saw the validation batch", (fit_without_validation,),
             story="no validation at all"),
+    Mistake("04-fit", "wrong-history", "does not validate through an evaluate that sets eval mode",
+            (make_fit(evaluate_fn=evaluate_in_train_mode),),
+            story="validates with a loop of its own, without model.eval() (its evaluate is not the graded one)"),
 ]
 
 CORRECT = [
@@ -718,6 +756,8 @@ CORRECT = [
     Correct("04-fit", (fit_with_early_stopping_object,), story="harness EarlyStopping, 0-based epochs"),
     Correct("04-fit", (make_fit(row=numpy_row),), story="NumPy float32 values in the rows"),
     Correct("04-fit", (fit_returning_frame,), story="the history as a DataFrame"),
+    Correct("04-fit", lambda: (fit_in_notebook(evaluate_inference_mode),),
+            story="defined as in the notebook, calling the global evaluate (inference_mode, tensors returned)"),
 ]
 
 

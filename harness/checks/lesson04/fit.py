@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import dis
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -11,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson04.common import _loader, _model, _one_thread
+from harness.checks.lesson04.common import _data, _loader, _model, _one_thread
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import (
@@ -26,10 +28,12 @@ _VAL_SIZE = 96  # the whole validation set is one batch: a forward of this size 
 
 @dataclass
 class _ValSnapshots:
-    """Copies the model's state each time it sees the validation batch (the whole val set, one batch)."""
+    """Copies the model's state, and notes its mode, each time it sees the validation batch (the whole val set,
+    one batch)."""
 
     model: nn.Module
     states: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    modes: list[bool] = field(default_factory=list)
 
     def __enter__(self) -> "_ValSnapshots":
         self._handle = self.model.register_forward_pre_hook(self._record)
@@ -41,6 +45,37 @@ class _ValSnapshots:
     def _record(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() and inputs[0].shape[0] == _VAL_SIZE:
             self.states.append({k: v.detach().clone() for k, v in module.state_dict().items()})
+            self.modes.append(module.training)
+
+
+def _called_evaluate(fit: Callable) -> Callable | None:
+    """The `evaluate` fit calls, resolved as Python resolves it (a LOAD_GLOBAL of fit's code, looked up in fit's
+    globals, then the builtins); None when fit's own code names no global `evaluate`."""
+    code = getattr(fit, "__code__", None)
+    if code is None or not any(instruction.opname == "LOAD_GLOBAL" and instruction.argval == "evaluate"
+                               for instruction in dis.get_instructions(code)):
+        return None
+    found = fit.__globals__.get("evaluate", getattr(builtins, "evaluate", None))
+    return found if callable(found) else None
+
+
+def _evaluate_trains(fit: Callable) -> bool | None:
+    """Whether the evaluate fit calls runs a model handed over in training mode in training mode (04-evaluate's
+    bug, charged there); None when fit calls no global evaluate, or it raised or ran no forward."""
+    evaluate = _called_evaluate(fit)
+    if evaluate is None:
+        return None
+    model = _model(4, 2, seed=97).train()
+    modes: list[bool] = []
+    handle = model.register_forward_pre_hook(lambda module, inputs: modes.append(module.training))
+    x, y = _data(32, 4, 2, seed=97)
+    try:
+        evaluate(model, _loader(x, y, 32), nn.CrossEntropyLoss())
+    except Exception:  # noqa: BLE001 - 04-evaluate reports its own errors; here it is no evidence
+        return None
+    finally:
+        handle.remove()
+    return any(modes) if modes else None
 
 
 def _fit_problem(seed: int, features: int) -> tuple[nn.Module, DataLoader, DataLoader]:
@@ -99,6 +134,7 @@ def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_
         "forwards": [{"training": r.training, "grad_enabled": r.grad_enabled, "batch_size": r.batch_size}
                      for r in forwards.records],
         "syncs": syncs.count,
+        "val_modes": snapshots.modes,
         "step_params": [r.params for r in steps.records],
         "history": _history_data(history),
         "final": {k: v.detach().clone() for k, v in model.state_dict().items()},
@@ -151,4 +187,4 @@ def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_
 @_one_thread()
 def probe_fit(fit: Callable, *, case: Case) -> dict:
     """Run fit on each of the case's problems and record what each run did."""
-    return {"runs": [_observe_fit(fit, **run) for run in _fit_runs(case)]}
+    return {"runs": [_observe_fit(fit, **run) for run in _fit_runs(case)], "evaluate_trains": _evaluate_trains(fit)}

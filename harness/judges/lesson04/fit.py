@@ -23,6 +23,7 @@ from harness.judges.lesson04.common import (
     _close,
     _copies,
     _count,
+    _flags,
     _model_state,
     _reference_eval,
     _reference_grads_and_loss,
@@ -153,8 +154,25 @@ def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model:
     _history_column(frame, "epoch")
 
 
-def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta: float, max_epochs: int) -> str:
-    """Decide one fit run from its observation: the stop epoch, the history and the weights left in the model."""
+@torch.no_grad()
+def _validation_scores(model: nn.Module, val_loader: DataLoader, loss_fn: nn.Module,
+                       training: bool) -> dict[str, float]:
+    """The scores of an evaluation of `model` on the validation set (one batch), in eval mode, or in training mode
+    where the student's evaluate runs that way (BatchNorm then normalises with the batch's own statistics)."""
+    if not training:
+        return _reference_eval(model, val_loader, loss_fn)
+    model.train()
+    x, y = next(iter(val_loader))
+    outputs = model(x)
+    return {"loss": float(loss_fn(outputs, y)), "accuracy": float((outputs.argmax(1) == y).double().mean())}
+
+
+def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta: float, max_epochs: int,
+               evaluate_trains: bool = False) -> str:
+    """Decide one fit run from its observation: the stop epoch, the history and the weights left in the model.
+
+    With `evaluate_trains` (the student's evaluate runs the model in training mode: 04-evaluate's failure), the
+    epochs validated in training mode are judged against what that evaluate returns: a bug costs its own exercise."""
     model, train_loader, val_loader = _fit_problem(seed, features)
     loss_fn = nn.CrossEntropyLoss()
     like = model.state_dict()
@@ -186,10 +204,14 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             "every step",
             where="the training loop inside fit",
         )
-    scores = []
-    for state in snapshots:
+    modes = _flags(run["val_modes"], "val_modes")
+    if len(modes) != len(snapshots):
+        malformed("val_modes does not hold one mode per validation")
+    scores, validated = [], []  # validated: the state after each validation (a training-mode one moves BatchNorm)
+    for state, training in zip(snapshots, modes, strict=True):
         model.load_state_dict(state)
-        scores.append(_reference_eval(model, val_loader, loss_fn))
+        scores.append(_validation_scores(model, val_loader, loss_fn, training and evaluate_trains))
+        validated.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     val_losses = [score["loss"] for score in scores]
     if len(frame) != epochs:
         fail(
@@ -205,7 +227,9 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             "wrong-history",
             observed=f"val_loss in the history: {[round(v, 4) for v in reported]}",
             expected=f"the loss of the model on val_loader after each epoch: {[round(v, 4) for v in val_losses]}",
-            cause="val_loss is not evaluate(model, val_loader, loss_fn)['loss'] after the epoch's training",
+            cause="the validation ran with the model in training mode (BatchNorm on the batch's own statistics): fit "
+            "does not validate through an evaluate that sets eval mode" if any(modes) and not evaluate_trains
+            else "val_loss is not evaluate(model, val_loader, loss_fn)['loss'] after the epoch's training",
             where="the history your fit returns",
         )
     expected_epochs, best_epoch, stopped = _early_stop_epochs(val_losses, patience, min_delta)
@@ -235,7 +259,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             where=where,
         )
     final = _model_state(run["final"], like, "the final state")
-    if any(not torch.equal(final[k], v) for k, v in snapshots[best_epoch].items()):
+    if any(not torch.equal(final[k], v) for k, v in validated[best_epoch].items()):
         fail(
             "best-weights-not-restored",
             observed=f"after fit the model does not hold the weights of its best epoch ({best_epoch + 1})",
@@ -257,4 +281,12 @@ def judge_fit(seen: dict, *, case: Case) -> str:
     runs = _fit_runs(case)
     if not isinstance(seen["runs"], list):
         malformed("runs is not a list")
-    return "; ".join(_judge_fit(run, **settings) for run, settings in zip(seen["runs"], runs, strict=True))
+    evaluate_trains = seen["evaluate_trains"]
+    if evaluate_trains is not None and not isinstance(evaluate_trains, bool):
+        malformed("evaluate_trains is not a flag")
+    verdict = "; ".join(_judge_fit(run, **settings, evaluate_trains=evaluate_trains is True)
+                        for run, settings in zip(seen["runs"], runs, strict=True))
+    if evaluate_trains is True and any(True in run["val_modes"] for run in seen["runs"]):
+        verdict += (" (judged on what your evaluate returns, which runs the model in training mode: that bug is "
+                    "04-evaluate's to fix)")
+    return verdict
