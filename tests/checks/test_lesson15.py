@@ -94,6 +94,11 @@ def collate_long_mask(sequences, pad_value):
     return padded, mask.long()
 
 
+def collate_swapped(sequences, pad_value):
+    padded, mask = collate_solution(sequences, pad_value)
+    return mask, padded
+
+
 def collate_lengths(sequences, pad_value):
     padded, _ = collate_solution(sequences, pad_value)
     return padded, torch.tensor([len(s) for s in sequences])
@@ -169,6 +174,10 @@ def loss_in_float64(logits, targets, mask):
     return per_position[mask.flatten()].mean()  # float64: "more accurate"
 
 
+def loss_per_sequence_sum(logits, targets, mask):
+    return (per_token(logits, targets) * mask).sum() / logits.shape[0]  # summed per sequence, averaged over batch
+
+
 def loss_softmax_time(logits, targets, mask):
     log_probs = logits.log_softmax(dim=1)  # over time, not classes
     picked = -log_probs.gather(2, targets[..., None]).squeeze(2)
@@ -210,6 +219,22 @@ def attention_float64(q, k, v, mask=None, causal=False):
     """Wrong: scores in float64 "for accuracy", and the float64 result returned."""
     out = attention_using()(q.double(), k.double(), v.double(), mask=mask, causal=causal)
     return out
+
+
+def attention_scaled_by_keys(q, k, v, mask=None, causal=False):
+    """Wrong: the square root of the number of keys (shape[-2]) instead of head_dim."""
+    return attention_using()(q * math.sqrt(q.shape[-1]) / math.sqrt(k.shape[-2]), k, v, mask=mask, causal=causal)
+
+
+def attention_mask_after_softmax(q, k, v, mask=None, causal=False):
+    """Wrong: the padding mask multiplies the weights after the softmax."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    weights = scores.softmax(-1)
+    if mask is not None:
+        weights = weights * mask[:, None, None, :]
+    return weights @ v
 
 
 def attention_additive(q, k, v, mask=None, causal=False):
@@ -297,6 +322,10 @@ def factor_divides_always(step, warmup_steps, total_steps):
     return min(ramp, max(0.0, (total_steps - step) / (total_steps - warmup_steps)))
 
 
+def factor_no_decay(step, warmup_steps, total_steps):
+    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
+
+
 def factor_tensor(step, warmup_steps, total_steps):
     return torch.tensor(factor_piecewise(step, warmup_steps, total_steps))
 
@@ -378,6 +407,13 @@ def smoothed_float64(logits, targets, smoothing):
     return ((1 - smoothing) * nll - smoothing * log_probs.mean(-1)).mean()
 
 
+def smoothed_target_share_missing(logits, targets, smoothing):
+    log_probs = logits.log_softmax(-1)
+    weights = torch.full_like(logits, smoothing / logits.shape[1])
+    weights[torch.arange(len(targets)), targets] = 1 - smoothing  # = instead of +=: loses the target's eps / C
+    return -(weights * log_probs).sum(-1).mean()
+
+
 def smoothed_per_example(logits, targets, smoothing):
     log_probs = logits.log_softmax(-1)
     nll = -log_probs.gather(1, targets[:, None]).squeeze(1)
@@ -399,6 +435,8 @@ MISTAKES = [
     Mistake("15-pad-collate", "not-a-pair", "pair (padded, mask)",
             (lambda sequences, pad_value: collate_solution(sequences, pad_value)[0],),
             story="returns the padded tensor alone, forgetting the mask"),
+    Mistake("15-pad-collate", "not-a-pair", "other order", (collate_swapped,),
+            story="returns (mask, padded)"),
     Mistake("15-pad-collate", "not-a-pair", "pair (padded, mask)",
             (lambda sequences, pad_value: (*collate_solution(sequences, pad_value), [len(s) for s in sequences]),),
             story="returns padded, mask and the lengths"),
@@ -434,6 +472,8 @@ MISTAKES = [
             story="(loss * mask).mean(): zeroed, but still divided by batch * time"),
     Mistake("15-masked-loss", "wrong-value", "sum over real tokens", (loss_sum,),
             story="sums the real tokens' losses"),
+    Mistake("15-masked-loss", "wrong-value", "divided by the batch size (3)", (loss_per_sequence_sum,),
+            story="sums each sequence's loss and averages over the batch, as seq2seq code often does"),
     Mistake("15-masked-loss", "wrong-value", "short sequence", (loss_sequence_means,),
             story="averages each sequence, then the sequences"),
     Mistake("15-masked-loss", "wrong-value", "over the time axis", (loss_softmax_time,),
@@ -461,6 +501,10 @@ MISTAKES = [
             story="upcasts q, k and v to float64 for accuracy and returns the float64 result"),
     Mistake("15-attention", "wrong-scale", "not scaled", (attention_using(scale="none"),),
             story="forgets the 1/sqrt(d)"),
+    Mistake("15-attention", "wrong-scale", "number of keys", (attention_scaled_by_keys,),
+            story="math.sqrt(k.shape[-2]): the sequence length instead of the head dimension"),
+    Mistake("15-attention", "padding-not-masked", "after the softmax", (attention_mask_after_softmax,),
+            story="multiplies the attention weights by the mask after the softmax"),
     Mistake("15-attention", "wrong-scale", "not by its square root", (attention_using(scale="d"),),
             story="divides by d"),
     Mistake("15-attention", "wrong-value", "over the queries", (attention_using(softmax_dim=-2),),
@@ -494,6 +538,8 @@ MISTAKES = [
             story="copies the cosine schedule from a tutorial"),
     Mistake("15-warmup", "wrong-decay", "counts from step 0", (factor_decay_over_total,),
             story="decays over total_steps, ignoring the warm-up offset"),
+    Mistake("15-warmup", "wrong-decay", "stays at 1", (factor_no_decay,),
+            story="warm-up only: forgets the decay after it"),
     Mistake("15-warmup", "negative-after-end", "clamp it at 0", (factor_unclamped,),
             story="no max(0, ...): negative learning rates after total_steps"),
     Mistake("15-warmup", "no-warmup-case", "ZeroDivisionError", (factor_divides_always,),
@@ -507,6 +553,8 @@ MISTAKES = [
             story="computes the loss in numpy after .detach()"),
     Mistake("15-smoothed-loss", "wrong-value", "C - 1 other classes", (smoothed_other_classes,),
             story="spreads eps over the other classes (the paper's wording, not PyTorch's)"),
+    Mistake("15-smoothed-loss", "wrong-value", "target's own share", (smoothed_target_share_missing,),
+            story="sets the target's weight to 1 - eps instead of adding it to eps / C"),
     Mistake("15-smoothed-loss", "wrong-value", "smoothing is missing", (smoothed_no_smoothing,),
             story="ignores smoothing"),
     Mistake("15-smoothed-loss", "wrong-value", "sum over the batch", (smoothed_sum,),

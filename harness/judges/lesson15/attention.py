@@ -97,6 +97,9 @@ def judge_attention(seen: dict, *, case: Case) -> str:
             code, cause = "wrong-scale", "the scores were not scaled: divide q @ k^T by sqrt(head_dim)"
         elif matches(got, _reference_attention(q, k, v, mask, causal, scale=1 / d)):
             code, cause = "wrong-scale", "the scores were divided by head_dim, not by its square root"
+        elif matches(got, _reference_attention(q, k, v, mask, causal, scale=1 / math.sqrt(k.shape[-2]))):
+            code, cause = "wrong-scale", "the scores were divided by the square root of the number of keys " \
+                "(shape[-2]), not of head_dim (shape[-1])"
         elif mask is not None and matches(got, _reference_attention(q, k, v, None, causal)):
             code, cause = "padding-not-masked", "the padding mask was not applied" + (
                 " (with causal=True too: only one of the two masks is applied, an if/elif?)" if causal else "")
@@ -114,6 +117,9 @@ def judge_attention(seen: dict, *, case: Case) -> str:
                 "(triu(diagonal=1) marks the future)" + (" (the first query then sees nothing: NaN)" if nan else "")
         elif causal and matches(got, _future_only(q, k, v, mask)):
             code, cause = "causal-not-masked", "the mask is flipped: query i sees the future keys j >= i, not the past"
+        elif mask is not None and matches(got, _masked_after_softmax(q, k, v, mask, causal)):
+            code, cause = "padding-not-masked", "the padding mask was applied after the softmax: the padded keys' " \
+                "weights are zeroed, but the other weights no longer sum to 1; put -inf on the scores before it"
         elif mask is not None and not causal and matches(got, _zero_filled(q, k, v, mask)):
             code, cause = "padding-not-masked", "blocked scores were set to 0, not -inf: exp(0) = 1 still gives them " \
                 "weight"
@@ -149,6 +155,15 @@ def _future_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     if mask is not None:
         allowed = allowed & mask[:, None, None, :]
     return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1).nan_to_num(0.0) @ v.double()
+
+
+def _masked_after_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                          causal: bool) -> torch.Tensor:
+    """The output when the padding mask multiplies the weights after the softmax (no renormalisation)."""
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return (scores.softmax(dim=-1) * mask[:, None, None, :]) @ v.double()
 
 
 def _zero_filled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -78,6 +78,9 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                                                   "(loss * mask).mean() divides by batch * time, not by mask.sum()")
             elif matches(value, per_token[mask].sum()):
                 code, cause = "wrong-value", "the sum over real tokens, not their mean"
+            elif matches(value, per_token[mask].sum() / len(mask)):
+                code, cause = "wrong-value", (f"the sum over real tokens divided by the batch size ({len(mask)}), not "
+                                              f"by the number of real tokens ({int(mask.sum())})")
             elif matches(value, sequence_means.mean()):
                 code, cause = "wrong-value", ("the mean of each sequence's mean: a short sequence's tokens then "
                                               "weigh more than a long one's")

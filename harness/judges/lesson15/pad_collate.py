@@ -36,6 +36,11 @@ def judge_pad_collate(seen: dict, *, case: Case) -> str:
                  cause="only the padded tensor is returned, or the lengths instead of a mask, or something extra",
                  where="the return statement of pad_collate")
         padded, mask = returned
+        if padded.dtype == torch.bool and mask.dtype != torch.bool and want.dtype != torch.bool:
+            fail("not-a-pair", observed=f"the first tensor returned is bool, the second {mask.dtype} "
+                 f"({description})", expected="the pair in the order (padded, mask)",
+                 cause="the pair is returned in the other order: (mask, padded)",
+                 where="the return statement of pad_collate")
         batch, longest = want.shape
         if padded.shape != want.shape:
             cause = ("time first: pad_sequence without batch_first=True gives (longest, batch)"

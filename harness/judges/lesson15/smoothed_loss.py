@@ -32,6 +32,13 @@ def _smoothed_other_classes(logits: torch.Tensor, targets: torch.Tensor, smoothi
     return -(weights * logits.double().log_softmax(-1)).sum(-1).mean()
 
 
+def _target_share_missing(logits: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The convention that gives the target 1 - eps and every other class eps / C (the weights sum to 1 - eps / C)."""
+    weights = torch.full(logits.shape, smoothing / logits.shape[-1], dtype=torch.float64)
+    weights.scatter_(1, targets[:, None], 1 - smoothing)
+    return -(weights * logits.double().log_softmax(-1)).sum(-1).mean()
+
+
 @judges("15-smoothed-loss")
 def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
     """The value and gradient of F.cross_entropy(label_smoothing=...), finite for huge logits, no forbidden call."""
@@ -69,6 +76,9 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                         "the target's included: (1 - eps) * NLL + eps * mean over classes of -log p"
             elif matches(value, want * len(targets)):
                 cause = "the sum over the batch, not the mean"
+            elif smoothing and matches(value, _target_share_missing(logits, targets, smoothing)):
+                cause = "the target's own share eps / C is missing: PyTorch gives the target 1 - eps + eps / C and " \
+                    "every other class eps / C"
             elif smoothing and matches(value, (1 - smoothing) * plain):
                 cause = "the smoothing term is missing: only (1 - eps) * NLL"
             else:

@@ -45,7 +45,9 @@ def judge_warmup(seen: dict, *, case: Case) -> str:
             if isinstance(got, bool) or not isinstance(got, (int, float)):
                 fail("not-a-number", observed=f"{what} returned {type_name(got)} at step {step}",
                      expected="a Python float (or int)",
-                     cause="a tensor was built (torch.tensor, torch.cos) or a branch has no return (None)",
+                     cause="a branch has no return statement" if got is None else
+                     "a tensor was built (torch.tensor, torch.cos, a tensor step): convert with float(...) or use math"
+                     if type_name(got) == "Tensor" else "another type than a number: convert it with float(...)",
                      where="the return statements of lr_factor")
         if len(values) != steps:
             raise WireError("malformed observation: a schedule stops early without an exception")
@@ -68,6 +70,8 @@ def judge_warmup(seen: dict, *, case: Case) -> str:
         elif warmup == 0 and step == 0 and abs(values[0]) < 1e-12:
             code, cause = "no-warmup-case", "with warmup_steps = 0 the first step got factor 0: without warm-up the " \
                 "schedule starts at 1"
+        elif step >= warmup and all(isclose_number(values[s], 1.0) for s in range(warmup, min(steps, total))):
+            code, cause = "wrong-decay", "no decay: the factor stays at 1 after the warm-up"
         else:
             cosine = 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) if step < total else 0.0
             over_total = max(0.0, (total - step) / total)
