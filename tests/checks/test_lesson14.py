@@ -447,6 +447,15 @@ def unfreeze_attribute(model, epoch, every):
     model.head.requires_grad_(True)
 
 
+def unfreeze_direct_parameters(model, epoch, every):
+    # parameters(recurse=False) of a block: its parameters belong to its layers, so none is set
+    blocks = _param_blocks(model)
+    for i, block in enumerate(blocks):
+        for p in block.parameters(recurse=False):
+            p.requires_grad_(epoch >= every * (len(blocks) - i))
+    model.head.requires_grad_(True)
+
+
 def unfreeze_all_at_once(model, epoch, every):
     model.backbone.requires_grad_(epoch >= every)
     model.head.requires_grad_(True)
@@ -553,7 +562,9 @@ def lora_variant(*, freeze=True, a_init="kaiming", b_init="zeros", scale="alpha/
         def __init__(self, base, r, alpha):
             super().__init__()
             self.base = base
-            if freeze:
+            if freeze == "weight":
+                base.weight.requires_grad_(False)
+            elif freeze:
                 base.requires_grad_(False)
             else:
                 base.eval()  # "frozen"
@@ -680,9 +691,13 @@ MISTAKES = [
             story="block.requires_grad = flag"),
     Mistake("14-unfreeze", "wrong-timing", "a fixed number of blocks (3, a TransferNet's)", (unfreeze_three_blocks,),
             story="n = 3 written in: a backbone of 2 or 4 blocks unfreezes on the wrong epochs"),
+    Mistake("14-unfreeze", "wrong-timing", "parameters(recurse=False)", (unfreeze_direct_parameters,),
+            story="loops over each block's direct parameters"),
     Mistake("14-unfreeze", "wrong-timing", "all blocks unfrozen at once", (unfreeze_all_at_once,),
             story="the whole backbone at epoch `every`"),
     # 14-lora
+    Mistake("14-lora", "base-trainable", "only the base weight was frozen", (lora_variant(freeze="weight"),),
+            story="base.weight.requires_grad_(False): the bias still trains"),
     Mistake("14-lora", "base-trainable", "base.weight",
             (lora_variant(freeze=False),), story="base.eval() taken for freezing"),
     Mistake("14-lora", "wrong-adapter", "not wrapped in nn.Parameter",

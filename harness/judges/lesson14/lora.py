@@ -106,7 +106,9 @@ def _judge_lora_parameters(record: dict[str, Any], what: str, fan_in: int, fan_o
     if extra:
         fail("base-trainable", observed=f"{what} has trainable parameters {extra} besides the adapters",
              expected="only lora_A and lora_B trainable: the pretrained weight stays frozen",
-             cause="the base layer was not frozen (eval() changes the mode, not requires_grad)",
+             cause="only the base weight was frozen: its bias still trains (requires_grad_(False) on the layer "
+                   "freezes both)" if extra == ["base.bias"] else
+                   "the base layer was not frozen (eval() changes the mode, not requires_grad)",
              where="__init__: self.base.requires_grad_(False)")
     shapes = {"lora_A": (r, fan_in), "lora_B": (fan_out, r)}
     for name, shape in shapes.items():

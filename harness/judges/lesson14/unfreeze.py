@@ -84,8 +84,9 @@ def _schedule_cause(table: list[list[bool]], names: list[str], blocks: list[str]
         f"every child of the backbone counted as a block ({children}, pooling and flatten included), not only "
         "those with parameters": lambda e, i: e >= every * (children - i),
         "no block's flag ever changes: a plain attribute `block.requires_grad = ...` (which sets no parameter) "
-        "instead of block.requires_grad_(...)": lambda e, i: bool(table[0][names.index(next(
-            m for m in names if _block_of(m) == blocks[i]))]),
+        "instead of block.requires_grad_(...), or a loop over the block's direct parameters only "
+        "(parameters(recurse=False): a block's parameters sit in its layers)": lambda e, i: bool(
+            table[0][names.index(next(m for m in names if _block_of(m) == blocks[i]))]),
     }
     if n == 3:
         del slips[next(cause for cause in slips if cause.startswith("a fixed number of blocks"))]
