@@ -7,8 +7,9 @@ uneven micro-batches, activation checkpointing, and a determinism context manage
   size of every forward's batch, the model's mode and the gradients and parameters the optimizer saw; the
   judge recomputes the full-batch gradient at those parameters.
 - 13-checkpoint: the probe runs the student's forward on seeded blocks with dropout, records the output,
-  the shapes of what autograd saved outside the checkpoints, and the gradients after a seeded backward; the
-  judge recomputes the plain forward and backward with the same dropout masks.
+  the shapes of what autograd saved outside the checkpoints, the gradients after a seeded backward, and the
+  order in which the blocks ran and got their gradients (one block recomputed at a time); the judge
+  recomputes the plain forward and backward with the same dropout masks.
 - 13-deterministic: the probe sets the global flags to the case's prior values, enters the student's
   context manager (normally and with an exception inside), records the flags inside and after, and restores
   the flags itself; the judge compares with the case's priors.
