@@ -237,10 +237,13 @@ MISTAKES = [
     Mistake("11-epoch-metrics", "wrong-value", "two numbers",
             _answer("11-epoch-metrics", "import torch\n\n\ndef epoch_metrics(model, batches, loss_fn):\n"
                     "    return 'loss', 'accuracy'\n"), story="returns placeholders"),
-    Mistake("11-epoch-metrics", "wrong-value", "accuracy 15.",
+    Mistake("11-epoch-metrics", "wrong-value", "the accuracy is in percent",
             _answer("11-epoch-metrics", _solution_with(METRICS, "(correct / count).item()",
                                                        "100 * (correct / count).item()")),
             story="reports the accuracy in percent"),
+    Mistake("11-epoch-metrics", "wrong-value", "summed over the samples",
+            _answer("11-epoch-metrics", _solution_with(METRICS, "(total_loss / count).item()", "total_loss.item()")),
+            story="returns the running sum of the loss, forgetting to divide"),
     # 11-exact-resume
     Mistake("11-exact-resume", "missing-entry", "defines no `load_checkpoint`",
             _answer("11-exact-resume", _solution_with(RESUME, "def load_checkpoint(", "def load(")),

@@ -72,9 +72,8 @@ def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
         if not (abs(loss - want_loss) <= 1e-5 and abs(accuracy - want_acc) <= 1e-6):
             fail("wrong-value", observed=f"loss {loss:.5f}, accuracy {accuracy:.4f} over {len(batches)} batches",
                  expected=f"{want_loss:.5f} and {want_acc:.4f} (the last batch holds {len(batches[-1][1])} samples, "
-                 "the others 8)", cause="the means are not over all samples: a mean of batch means lets the short "
-                 "last batch weigh as much as a full one", where="sum loss * batch size and correct counts; divide by "
-                 "the number of samples")
+                 "the others 8)", cause=_metrics_cause(model, batches, loss, accuracy, want_loss, want_acc),
+                 where="sum loss * batch size and correct counts; divide by the number of samples")
         if result["syncs"] > 2:
             fail("sync-per-step", observed=f"{result['syncs']} host syncs for {len(batches)} batches",
                  expected="at most 2 (the two final values)", cause=".item() or float() inside the loop makes the "
@@ -83,6 +82,27 @@ def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
     syncs = max(result["syncs"] for result in results)
     return (f"exact epoch metrics with {syncs} host sync{'' if syncs == 1 else 's'} per epoch at most, "
             "whatever the number of batches")
+
+
+def _metrics_cause(model: nn.Module, batches: list, loss: float, accuracy: float, want_loss: float,
+                   want_acc: float) -> str:
+    """The slips whose numbers match the returned loss and accuracy (each one judged on its own)."""
+    with torch.no_grad():
+        outs = [(model(x), y) for x, y in batches]
+    n = sum(len(y) for _, y in outs)
+    loss_slips = {"the loss is a mean of batch means: the short last batch weighs as much as a full one":
+                  sum(float(F.cross_entropy(o, y)) for o, y in outs) / len(outs),
+                  "the loss is summed over the samples, not divided by their number": want_loss * n}
+    acc_slips = {"the accuracy is in percent, not a fraction": want_acc * 100,
+                 "the accuracy is the count of correct predictions, not divided by the number of samples": want_acc * n,
+                 "the accuracy is a mean of batch accuracies: the short last batch weighs as much as a full one":
+                 sum(float((o.argmax(1) == y).double().mean()) for o, y in outs) / len(outs)}
+    causes = []
+    for got, want, slips, what in ((loss, want_loss, loss_slips, "loss"), (accuracy, want_acc, acc_slips, "accuracy")):
+        if abs(got - want) > (1e-5 if what == "loss" else 1e-6):
+            named = [slip for slip, value in slips.items() if abs(got - value) <= 1e-5 * max(1.0, abs(value))]
+            causes.append(named[0] if named else f"the {what} is not the mean over all the epoch's samples")
+    return "; ".join(causes)
 
 
 # two literals only to keep this file within 120 columns: the starter's docstring is a single line
