@@ -53,6 +53,16 @@ def precision_from_table(device_type, precisions):
         (precisions["bf16_autocast"], fp16_ok), "fp32")
 
 
+def precision_match(device_type, precisions):
+    match device_type, precisions:
+        case _, {"bf16_autocast": True}:
+            return "bf16"
+        case "cuda", {"fp16_autocast": True, "grad_scaler": True}:
+            return "fp16"
+        case _:
+            return "fp32"
+
+
 def precision_dtype(device_type, precisions):
     return torch.bfloat16 if precisions["bf16_autocast"] else torch.float32
 
@@ -127,6 +137,28 @@ def optimizer_by_name(model, *, lr, weight_decay, warmup_steps, total_steps):
         return 0.5 * (1 + math.cos(math.pi * done / max(1, total_steps - warmup_steps)))
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class WarmupCosine:
+    """The factor as a callable object (its state is saved with the scheduler's)."""
+
+    def __init__(self, warmup_steps, total_steps):
+        self.warmup_steps, self.total_steps = warmup_steps, total_steps
+
+    def __call__(self, step):
+        if step >= self.total_steps:
+            return 0.0
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        return 0.5 * (1 + math.cos(math.pi * (step - self.warmup_steps) / (self.total_steps - self.warmup_steps)))
+
+
+def optimizer_with_callable_factor(model, *, lr, weight_decay, warmup_steps, total_steps):
+    trainable = list(filter(lambda p: p.requires_grad, model.parameters()))
+    optimizer = torch.optim.AdamW([{"params": [p for p in trainable if p.dim() > 1]},
+                                   {"params": [p for p in trainable if p.dim() <= 1], "weight_decay": 0.0}],
+                                  lr=lr, weight_decay=weight_decay)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=WarmupCosine(warmup_steps, total_steps))
 
 
 def optimizer_only(model, *, lr, weight_decay, warmup_steps, total_steps):
@@ -222,6 +254,11 @@ def loader_from_dist(dataset, batch_size, *, seed):
     return DataLoader(dataset, batch_size, sampler=DistributedSampler(dataset, world, rank, seed=seed), drop_last=True)
 
 
+def loader_positional(dataset, batch_size, *, seed):
+    sampler = DistributedSampler(dataset, get_world_size(), get_rank(), True, seed)
+    return DataLoader(dataset, batch_size, False, sampler, num_workers=0, drop_last=True)
+
+
 def loader_plain_shuffle(dataset, batch_size, *, seed):
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
                       generator=torch.Generator().manual_seed(seed))
@@ -292,8 +329,8 @@ def capstone_training(train_set, val_set, out_dir, config, *, resume=False, devi
     device = select_device(None if bug == "default-device" else device)
     if bug != "no-seed":
         seed_everything(config["seed"])
-    norm, cnn = Standardize(*normalization_stats(train_set.tensors[0])), capstone_cnn(len(train_set.classes),
-                                                                                      config["width"])
+    seen = torch.cat([train_set.tensors[0], val_set.tensors[0]]) if bug == "stats-with-val" else train_set.tensors[0]
+    norm, cnn = Standardize(*normalization_stats(seen)), capstone_cnn(len(train_set.classes), config["width"])
     if bug == "not-moved":
         model = nn.Sequential(norm, cnn)
     elif bug == "cnn-moved":
@@ -352,6 +389,35 @@ def capstone_training_own_steps(train_set, val_set, out_dir, config, *, resume=F
     return {"model": model, "history": history, "precision": precision, "checkpoint_dir": Path(out_dir)}
 
 
+def capstone_training_named(train_set, val_set, out_dir, config, *, resume=False, device=None, on_epoch_end=None,
+                            progress=False):
+    """A third composition: named layers (OrderedDict), the settings gathered in a dict, the best checkpoint loaded
+    through load_checkpoint after reading the folder as a Path."""
+    from collections import OrderedDict
+
+    device = select_device(device)
+    seed_everything(config["seed"])
+    out_dir = Path(out_dir)
+    model = nn.Sequential(OrderedDict(
+        standardize=Standardize(*normalization_stats(train_set.tensors[0])),
+        cnn=capstone_cnn(len(train_set.classes), config["width"]),
+    )).to(device)
+    loader = loader_positional(train_set, config["batch_size"], seed=config["seed"])
+    steps = config["epochs"] * len(loader)
+    optimizer, scheduler = optimizer_with_callable_factor(
+        model, lr=config["lr"], weight_decay=config["weight_decay"],
+        warmup_steps=round(steps * config["warmup_fraction"]), total_steps=steps)
+    precision = precision_match(device.type, supported_precisions(device))
+    settings = {"epochs": config["epochs"], "precision": precision, "max_grad_norm": config["max_grad_norm"],
+                "scheduler": scheduler, "scheduler_interval": "step", "metrics": {"accuracy": accuracy},
+                "early_stopping": EarlyStopping(metric="val_accuracy", mode="max", patience=config["patience"]),
+                "checkpoint_dir": out_dir, "resume": resume, "on_epoch_end": on_epoch_end, "progress": progress}
+    history = fit(model, loader, distributed_loader(val_set, 256, shuffle=False), loss_fn=nn.CrossEntropyLoss(),
+                  optimizer=optimizer, **settings)
+    load_checkpoint(out_dir / "best.pt", model=model)
+    return {"model": model, "history": history, "precision": precision, "checkpoint_dir": out_dir}
+
+
 # ---------------------------------------------------------------------------------------------- 10-held-out
 @functools.cache
 def trained_run() -> dict:
@@ -359,7 +425,35 @@ def trained_run() -> dict:
     config = dict(epochs=5, batch_size=32, lr=1e-2, weight_decay=0.05, warmup_fraction=0.1, max_grad_norm=1.0,
                   patience=5, width=8, seed=0)
     out = Path(tempfile.mkdtemp(prefix="test-lesson10-held-out-"))
-    return capstone_training(shapes(2000, seed=0), shapes(200, seed=1), out, config, device="cpu")
+    return capstone_training(shapes(2000, seed=0), shapes(500, seed=1), out, config, device="cpu")  # the notebook's
+
+
+def validated_on_test_run() -> dict:
+    """A short real run that validates on the notebook's test set (shapes seed 2) instead of its validation set."""
+    config = dict(epochs=2, batch_size=32, lr=1e-2, weight_decay=0.05, warmup_fraction=0.1, max_grad_norm=1.0,
+                  patience=2, width=4, seed=0)
+    out = Path(tempfile.mkdtemp(prefix="test-lesson10-leak-"))
+    return capstone_training(shapes(256, seed=0), shapes(1000, seed=2), out, config, device="cpu")
+
+
+def test_the_held_out_cell_runs_twice(tmp_path):
+    """Re-running the exercise's cell to tune CONFIG trains a new run each time (issue 29: the second run raised
+    FileExistsError and left the first one in `run` for the test cell to grade)."""
+    import json
+
+    cells = json.loads((Path(__file__).parents[2] / "solutions/10_capstone/10_capstone.ipynb").read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "10-held-out-code")
+    given = source.split("### END SOLUTION", 1)[1]
+    namespace = {"train_capstone": functools.partial(capstone_training, device="cpu"), "Path": Path,
+                 "tempfile": tempfile, "plot_history": plot_history, "is_grading": lambda: True, "workdir": tmp_path,
+                 "train_set": shapes(64, seed=0, size=16), "val_set": shapes(32, seed=1, size=16),
+                 "CONFIG": dict(epochs=1, batch_size=32, lr=1e-2, weight_decay=0.05, warmup_fraction=0.1,
+                                max_grad_norm=1.0, patience=1, width=4, seed=0)}
+    exec(given, namespace)
+    first = namespace["run"]
+    exec(given, namespace)
+    assert namespace["run"] is not first and namespace["run"]["checkpoint_dir"] != first["checkpoint_dir"]
 
 
 def untrained_run(history: pd.DataFrame | None = None) -> dict:
@@ -391,7 +485,7 @@ def report_writer(run, test_set, out_dir, *, bug=None, batch_size=256, curves_na
     loader = DataLoader(test_set, batch_size=batch_size)
     scores = evaluate(model, loader, loss_fn=loss_fn, metrics={"accuracy": accuracy}, precision=precision)
     if bug == "validation-as-test":
-        scores = {"loss": float(history["val_loss"].iloc[-1]), "accuracy": float(history["val_accuracy"].iloc[-1]) / 2}
+        scores = {"loss": float(history["val_loss"].iloc[-1]), "accuracy": float(history["val_accuracy"].iloc[-1])}
     curves = out_dir / curves_name
     plot_history(history, curves)
     images, labels = next(iter(loader))
@@ -416,9 +510,39 @@ def report_in_subfolder(run, test_set, out_dir):
     return report_writer(run, test_set, out_dir, batch_size=64, curves_name="figures/curves.png")
 
 
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def report_own_loop(run, test_set, out_dir, *, bug=None):
+    """The test metrics from a hand-written loop (sums over every batch); `bug` plants one mistake."""
+    out_dir = Path(out_dir)
+    model, history, precision = run["model"], run["history"], run["precision"]
+    loader = DataLoader(test_set, batch_size=128)
+    if bug != "train-mode":
+        model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=AUTOCAST.get(precision), enabled=precision in AUTOCAST):
+        for images, labels in loader:
+            logits = model(images).float()
+            total_loss += nn.functional.cross_entropy(logits, labels, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == labels).sum().item()
+            count += len(labels)
+            if bug == "first-batch":
+                break  # "one batch is enough to see how it does"
+    first_images, first_labels = test_set[:16]
+    op_dtypes = observe_op_dtypes(model, first_images, precision=precision, targets=first_labels,
+                                  loss_fn=nn.CrossEntropyLoss())
+    plot_history(history, out_dir / "curves.png")
+    accuracy_reported = 100 * correct / count if bug == "percent" else correct / count
+    return write_run_report(out_dir / "report.md", history, test_metrics={"loss": total_loss / count,
+                                                                          "accuracy": accuracy_reported},
+                            best_checkpoint=run["checkpoint_dir"] / "best.pt", op_dtypes=op_dtypes,
+                            environment=environment_report(torch.device("cpu")), curves=out_dir / "curves.png")
+
+
 def test_report_names_what_a_wrong_number_is():
-    message = assert_check_fails("10-report", functools.partial(report_writer, bug="validation-as-test"),
-                                 code="wrong-test-metrics", phrase="test accuracy")
+    message = assert_check_fails("10-report", functools.partial(report_own_loop, bug="percent"),
+                                 code="wrong-test-metrics", phrase="100 times the accuracy")
     assert re.search(r"expected:\s+accuracy 0\.\d+", message, re.IGNORECASE)
 
 
@@ -535,6 +659,9 @@ MISTAKES = [
     Mistake("10-train", "resume-ignored", "which fit refused", train_bug("no-resume"),
             story="resume not passed to fit: a restarted run trains from scratch"),
     Mistake("10-train", "not-seeded", "two fresh runs", train_bug("no-seed"), story="no seed_everything"),
+    Mistake("10-train", "leaky-normalisation", "training and validation images together", train_bug("stats-with-val"),
+            story="normalisation statistics over train and validation together, 'more data, better estimates' "
+            "(issue 29: leakage)"),
     Mistake("10-train", "resume-not-exact", "differ from the uninterrupted run", train_bug("changed-on-resume"),
             story="something built differently when resuming (label smoothing)"),
     Mistake("10-train", "ignores-device", "select_device() called without it", train_bug("default-device"),
@@ -551,6 +678,8 @@ MISTAKES = [
             story="validation looked fine, but the model returned is not the validated one"),
     Mistake("10-held-out", "below-threshold", "normalisation done on the data", lambda: (normalised_outside(),),
             story="normalises the data instead of putting Standardize inside the model"),
+    Mistake("10-held-out", "validated-on-test", "scores on the notebook's test set", lambda: (validated_on_test_run(),),
+            story="validates on test_set to 'see the real score' while tuning (issue 29: leakage)"),
     Mistake("10-held-out", "wrong-output-shape", "(N, 5)", ({"model": capstone_cnn(10, 4)},),
             story="the CIFAR-10 model (10 classes) checked on shapes"),
     Mistake("10-held-out", "not-a-run", "received Sequential", (capstone_cnn(5, 4),),
@@ -570,8 +699,14 @@ MISTAKES = [
             story="curves plotted in the notebook, never given to the report"),
     Mistake("10-report", "missing-test-metrics", "held-out test metrics", report_bug("no-test-metrics"),
             story="test scores printed, never given to the report"),
-    Mistake("10-report", "wrong-test-metrics", "on the whole test set given", report_bug("validation-as-test"),
-            story="reports the last validation scores as test scores"),
+    Mistake("10-report", "wrong-test-metrics", "validation scores of epoch 2", report_bug("validation-as-test"),
+            story="reports the last validation scores as test scores (passed the visible check before issue 29)"),
+    Mistake("10-report", "train-mode-evaluation", "ran in training mode",
+            (functools.partial(report_own_loop, bug="train-mode"),),
+            story="a hand-written evaluation loop without model.eval() (issue 29)"),
+    Mistake("10-report", "partial-test-set", "the first 128, one batch",
+            (functools.partial(report_own_loop, bug="first-batch"),),
+            story="scores the first test batch only: 'one batch is enough' (issue 29)"),
     Mistake("10-report", "missing-precision", "observe_op_dtypes", report_bug("no-precision"),
             story="no op_dtypes: the precision section is missing"),
     Mistake("10-report", "missing-best-checkpoint", "best_checkpoint=", report_bug("no-best"),
@@ -581,17 +716,25 @@ MISTAKES = [
 CORRECT = [
     Correct("10-precision", (precision_in_order,), story="the three tests in order"),
     Correct("10-precision", (precision_from_table,), story="a lookup table"),
+    Correct("10-precision", (precision_match,), story="structural pattern matching on the dict"),
     Correct("10-optimizer", (optimizer_reference,), story="split by ndim, functools.partial factor"),
     Correct("10-optimizer", (optimizer_by_name,), story="split by name and dim, lr per group, clamped by min"),
+    Correct("10-optimizer", (optimizer_with_callable_factor,),
+            story="filter(), default weight_decay on the first group, a callable factor object"),
     Correct("10-train-loader", (loader_reference,), story="DistributedSampler from harness.distributed"),
     Correct("10-train-loader", (loader_from_dist,), story="world and rank from torch.distributed"),
+    Correct("10-train-loader", (loader_positional,), story="every argument positional, num_workers=0 spelt out"),
     Correct("10-train", (capstone_training,), story="the lesson's solution"),
     Correct("10-train", (capstone_training_own_steps,), story="torch.device, own factor, best loaded by hand"),
+    Correct("10-train", (capstone_training_named,), story="named layers, settings in a dict, callable factor"),
     Correct("10-held-out", lambda: (trained_run(),), story="a trained run"),
     Correct("10-held-out", lambda: ({"model": nn.Sequential(*trained_run()["model"]).train(), "history": None},),
             story="the same weights unrolled, in training mode, without history"),
+    Correct("10-held-out", lambda: ({**trained_run(), "config": {"lr": 1e-2}, "precision": "fp32"},),
+            story="the run with a key more and another precision named (the validation check then sees no match)"),
     Correct("10-report", (report_writer,), story="the lesson's solution"),
     Correct("10-report", (report_in_subfolder,), story="smaller batches, curves in a subfolder"),
+    Correct("10-report", (report_own_loop,), story="a hand-written loop in eval mode and autocast, summed metrics"),
 ]
 
 

@@ -65,8 +65,10 @@ PLANTED = {
         "CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-5, weight_decay=0.05,\n"
         "              warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0)\n"
         "\n"
-        "run = train_capstone(train_set, val_set, workdir / 'run', CONFIG, progress=not is_grading())\n"
-        "plot_history(run['history'], workdir / 'run' / 'curves.png')\n",
+        "run = None\n"
+        "run_dir = Path(tempfile.mkdtemp(prefix='run-', dir=workdir))\n"
+        "run = train_capstone(train_set, val_set, run_dir, CONFIG, progress=not is_grading())\n"
+        "plot_history(run['history'], run_dir / 'curves.png')\n",
         "below-threshold",
     ),
     "10-report": (

@@ -6,6 +6,7 @@ validation accuracies of the run's history.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pandas as pd
@@ -23,6 +24,17 @@ HELD_OUT = {False: (1000, 10_007), True: (1000, 20_011)}  # hidden -> (images, s
 
 _CHUNK = 250  # held-out images per forward pass
 
+# The notebook's validation and test sets (capstone_data("shapes", ..., 500, 1000): seeds 1 and 2): the best
+# epoch's scores in the run's history show which of the two it validated on.
+NOTEBOOK_SETS = {"validation": (500, 1), "test": (1000, 2)}
+
+
+@functools.cache
+def notebook_set(name: str) -> LabeledTensorDataset:
+    """The notebook's validation or test set, as capstone_data draws it."""
+    count, seed = NOTEBOOK_SETS[name]
+    return shapes(count, seed=seed)
+
 
 def _held_out(case: Case) -> LabeledTensorDataset:
     """The grader's held-out images: shapes drawn from seeds the lesson never uses for training or validation."""
@@ -31,13 +43,14 @@ def _held_out(case: Case) -> LabeledTensorDataset:
 
 
 def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
-    """The model's outputs on `images`, chunk by chunk, in eval mode (its mode restored afterwards)."""
+    """The model's float32 outputs on `images`, chunk by chunk, in eval mode (its mode restored afterwards)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            return [model(images[start : start + _CHUNK].to(device)).cpu() for start in range(0, len(images), _CHUNK)]
+            return [model(images[start : start + _CHUNK].to(device)).float().cpu()
+                    for start in range(0, len(images), _CHUNK)]
     finally:
         model.train(was_training)
 
@@ -59,6 +72,10 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
         "wrong-output-shape": Requirement(
             "the model maps N images to (N, 5) logits",
             hint="How many classes does the shapes data set have, and how many outputs does your model give?"),
+        "validated-on-test": Requirement(
+            "the run validated on val_set, never on the test set",
+            hint="Which data set did the run validate on, to choose its best epoch? The test set must stay unseen "
+            "until the report."),
         "below-threshold": Requirement(
             "at least 0.75 accuracy on the grader's held-out shapes",
             hint="Compare your run's best validation accuracy with the threshold: too low means train more or "
@@ -66,13 +83,18 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
     },
 )
 def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
-    """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
-    validation accuracies of the run's history."""
+    """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), the
+    validation scores of the run's history, and (with those, in the visible case) the model's outputs on the
+    notebook's validation and test sets."""
     model = run.get("model") if isinstance(run, dict) else None
     if not isinstance(model, nn.Module):
         return {"received": type(run).__name__, "model": False}
     history = run.get("history")
     has_column = isinstance(history, pd.DataFrame) and "val_accuracy" in history
     validated = history["val_accuracy"].tolist() if has_column else None
-    return {"received": type(run).__name__, "model": True, "outputs": _outputs(model, _held_out(case).tensors[0]),
+    seen = {"received": type(run).__name__, "model": True, "outputs": _outputs(model, _held_out(case).tensors[0]),
             "val_accuracy": validated}
+    if has_column and "val_loss" in history and not case.hidden:  # the visible case decides it; hidden adds seeds
+        seen["val_loss"] = history["val_loss"].tolist()
+        seen["notebook_outputs"] = {name: _outputs(model, notebook_set(name).tensors[0]) for name in NOTEBOOK_SETS}
+    return seen

@@ -25,10 +25,43 @@ from harness.env import supported_precisions
 
 
 def _report_sets(case: Case) -> tuple[int, int, list[LabeledTensorDataset]]:
-    """The report run's seed, epochs, and its train, validation and test sets."""
+    """The report run's seed, epochs, and its train, validation and test sets. The test set is larger than the
+    batch a report usually evaluates in (256), so that one batch of it is not all of it."""
     seed, epochs = (case.seeded(21), 3) if case.hidden else (case.seeded(7), 2)
-    sizes = ((0, 96), (1, 48), (2, 60 if case.hidden else 40))
+    sizes = ((0, 96), (1, 48), (2, 320 if case.hidden else 300))
     return seed, epochs, [shapes(n, seed=seed + k, size=16) for k, n in sizes]
+
+
+_RECORDED_IMAGES = 4096  # at most this many images of the model's forwards are recorded (a few MB)
+
+
+class _ForwardRecorder:
+    """Record the images that reach a model's first convolution (any copy of it too) while active: the mode the
+    model was in, and in eval mode the images themselves."""
+
+    def __enter__(self) -> _ForwardRecorder:
+        self.training: list[bool] = []
+        self.images: list[torch.Tensor] = []
+        self._count = 0
+        self._handle = nn.modules.module.register_module_forward_pre_hook(self._record)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+    def _record(self, module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        if not (isinstance(module, nn.Conv2d) and module.in_channels == 3 and inputs
+                and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() == 4):
+            return
+        self.training.append(module.training)
+        if not module.training and self._count < _RECORDED_IMAGES:
+            kept = inputs[0].detach()[: _RECORDED_IMAGES - self._count].float().cpu().clone()
+            self.images.append(kept)
+            self._count += len(kept)
+
+    def observed(self) -> dict[str, Any]:
+        """The modes of the forwards and the eval-mode images (None when no forward ran in eval mode)."""
+        return {"forward_training": self.training, "eval_images": torch.cat(self.images) if self.images else None}
 
 
 def _report_model() -> nn.Module:
@@ -53,6 +86,7 @@ def _report_run(root: Path, case: Case, precision: str) -> tuple[dict[str, Any],
                   early_stopping=EarlyStopping("val_accuracy", mode="max", patience=epochs),
                   checkpoint_dir=root / "checkpoints", progress=False)
     load_checkpoint(root / "checkpoints" / "best.pt", model=model)
+    model.train()  # handed over in training mode, as a model can be: evaluating it is what sets eval mode
     run = {"model": model, "history": history, "precision": precision, "checkpoint_dir": root / "checkpoints"}
     return run, test
 
@@ -103,6 +137,13 @@ def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
         "wrong-test-metrics": Requirement(
             "the test metrics of run['model'] on the whole test set, in the run's precision",
             hint="Which data set and which model did you evaluate? The test set, whole, with run['model']."),
+        "train-mode-evaluation": Requirement(
+            "the model evaluated in eval mode",
+            hint="Which mode was the model in when the test images went through it? Dropout and BatchNorm behave "
+            "differently in training mode, and BatchNorm's running statistics move."),
+        "partial-test-set": Requirement(
+            "every image of the test set evaluated, not one batch",
+            hint="How many test images went through the model? Loop over the whole loader, not next(iter(...))."),
         "missing-precision": Requirement(
             "the precision section (which operations autocast ran in fp32)",
             hint="Which harness.report function observes the dtype of each operation, and which argument takes it?"),
@@ -118,11 +159,14 @@ def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> di
         root = Path(tmp)
         precisions = supported_precisions(torch.device("cpu"))
         run, test = _report_run(root / "run", case, reference_precision("cpu", precisions))
-        path = write_capstone_report(run, test, root / "report")
+        weights = _state_as_data(run["model"].state_dict())  # the model as handed over, before the report ran
+        validation = run["history"][["val_loss", "val_accuracy"]].astype(float).values.tolist()
+        with _ForwardRecorder() as forwards:
+            path = write_capstone_report(run, test, root / "report")
         seen: dict[str, Any] = {"returned": repr(path)[:200], "written": path is not None and Path(path).is_file()}
         if seen["written"]:
             path = Path(path)
             text = path.read_text()
             seen.update(text=text, files=_file_heads(text, path.parent), torch_version=torch.__version__,
-                        precisions=precisions, weights=_state_as_data(run["model"].state_dict()))
+                        precisions=precisions, weights=weights, validation=validation, **forwards.observed())
     return seen

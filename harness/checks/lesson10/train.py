@@ -212,6 +212,10 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
         "wrong-early-stopping": Requirement(
             "early stopping on val_accuracy, mode='max', patience=config['patience']",
             hint="best.pt is the most accurate epoch: which metric, and which direction, must EarlyStopping watch?"),
+        "leaky-normalisation": Requirement(
+            "Standardize's statistics from the training set alone",
+            hint="Which images did normalization_stats see? Statistics that include validation images leak them into "
+            "the model that is chosen on them."),
         "wrong-epochs": Requirement("config['epochs'] epochs", hint="Where does fit's epochs come from?"),
         "wrong-step-count": Requirement(
             "config['batch_size'] per batch, and training stops when early stopping says so",

@@ -2,15 +2,56 @@
 
 from __future__ import annotations
 
-import torch
+from typing import Any
 
-from harness.checks.lesson10.held_out import _CHUNK, _held_out
+import torch
+import torch.nn.functional as F
+
+from harness.checks.lesson10.held_out import _CHUNK, NOTEBOOK_SETS, _held_out, notebook_set
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number, numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.data import SHAPE_CLASSES
 
 ACCURACY_THRESHOLD = 0.75  # chance is 0.2; a correct run clears 0.85 even at the grading budget
+
+
+def _scores(outputs: Any, labels: torch.Tensor) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of recorded logits chunks against `labels`."""
+    if not (isinstance(outputs, list) and all(isinstance(chunk, torch.Tensor) and chunk.dim() == 2
+                                              for chunk in outputs)):
+        raise ValueError("the recorded outputs are not chunks of logits")
+    logits = torch.cat(outputs).double() if outputs else torch.empty(0, len(SHAPE_CLASSES), dtype=torch.float64)
+    if tuple(logits.shape) != (len(labels), len(SHAPE_CLASSES)):
+        raise ValueError("the recorded outputs do not cover the set")
+    return float(F.cross_entropy(logits, labels)), float((logits.argmax(1) == labels).double().mean())
+
+
+def _check_validation_set(seen: dict) -> None:
+    """The run's best validation scores are those of the notebook's validation set, not of its test set.
+
+    The history was computed in the run's precision, the outputs here in float32: they agree to about 2e-4 in the
+    loss. Decided only when the best row matches the test set (loss within 1e-3, accuracy within 3 images) and is
+    far from the validation set (loss off by more than 5e-3): a run validated on other data shows neither."""
+    if "notebook_outputs" not in seen:
+        return
+    losses, accuracies = seen["val_loss"], seen["val_accuracy"]
+    if not (numbers(losses) and numbers(accuracies) and len(losses) == len(accuracies)):
+        raise ValueError("the recorded validation scores are not numbers, one per epoch")
+    best = max(range(len(accuracies)), key=lambda epoch: (accuracies[epoch], -epoch))
+    scores = {name: _scores(seen["notebook_outputs"][name], notebook_set(name).tensors[1]) for name in NOTEBOOK_SETS}
+    test_loss, test_accuracy = scores["test"]
+    on_test = (isclose_number(float(losses[best]), test_loss, rel_tol=1e-3)
+               and abs(float(accuracies[best]) - test_accuracy) <= 3 / len(notebook_set("test")))
+    near_validation = isclose_number(float(losses[best]), scores["validation"][0], rel_tol=5e-3)
+    if on_test and not near_validation:
+        fail("validated-on-test", observed=f"the best epoch's validation scores (loss {losses[best]:.4g}, accuracy "
+             f"{accuracies[best]:.4g}) are the returned model's scores on the notebook's test set",
+             expected="validation on val_set: the scores of the validation set",
+             cause="the test set was given to the run as its validation set: it chose the best epoch and when to "
+             "stop, so the test score in the report is no longer a measure on unseen data",
+             where="train_capstone(train_set, val_set, ...): validate on val_set, keep test_set for the report")
 
 
 @judges("10-held-out")
@@ -34,6 +75,7 @@ def judge_held_out(seen: dict, *, case: Case) -> str:
                  where="capstone_cnn(len(train_set.classes), ...)")
         correct += int((outputs.float().argmax(1) == labels[start : start + _CHUNK]).sum())
     accuracy = correct / len(labels)
+    _check_validation_set(seen)
     if accuracy < ACCURACY_THRESHOLD:
         history = seen["val_accuracy"]
         numbers = isinstance(history, list) and history and all(isinstance(v, (int, float)) for v in history)

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from harness.checks.lesson10.common import reference_precision
 from harness.checks.lesson10.report import _LINK, _report_model, _report_sets
 from harness.contract.case import Case
+from harness.contract.compare import numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
@@ -52,6 +53,55 @@ def _reported_number(text: str, name: str) -> float | None:
 _PNG = b"\x89PNG\r\n\x1a\n"
 
 
+def _validation_epoch(reported: dict[str, float | None], validation: Any) -> int | None:
+    """The epoch (from 1) whose validation loss and accuracy, as the report prints them, are the reported test
+    metrics; None when no epoch's are."""
+    if not (isinstance(validation, list) and all(numbers(row) is not None and len(row) == 2 for row in validation)):
+        raise ValueError("the recorded validation scores are not [loss, accuracy] rows")
+    for epoch, (loss, accuracy) in enumerate(validation, start=1):
+        if reported["accuracy"] == float(f"{accuracy:.4g}") and reported["loss"] == float(f"{loss:.4g}"):
+            return epoch
+    return None
+
+
+def _check_evaluation(seen: dict[str, Any], reported: dict[str, float | None], test_images: torch.Tensor) -> None:
+    """The test metrics come from an evaluation of every test image in eval mode, not from the history."""
+    epoch = _validation_epoch(reported, seen["validation"])
+    if epoch is not None:
+        fail("wrong-test-metrics", observed=f"the report's test accuracy {reported['accuracy']} and loss "
+             f"{reported['loss']} are the validation scores of epoch {epoch} in the history",
+             expected="the scores of run['model'] on the test set given",
+             cause="the validation scores were reported as test scores: the validation set chose the best epoch, so "
+             "its scores are optimistic; only data never used to choose measures the model",
+             where="test_metrics=evaluate(run['model'], DataLoader(test_set, ...), ...)")
+    modes = seen["forward_training"]
+    if not (isinstance(modes, list) and all(isinstance(mode, bool) for mode in modes)):
+        raise ValueError("the recorded forward modes are not a list of bools")
+    if any(modes):
+        fail("train-mode-evaluation", observed=f"{sum(modes)} of the model's {len(modes)} forward passes during the "
+             "report ran in training mode",
+             expected="every forward in eval mode", cause="the model is not put in eval mode before evaluating: "
+             "BatchNorm normalises with each batch's statistics and moves its running statistics (dropout would "
+             "drop units)", where="model.eval() before the evaluation loop, or harness.train.evaluate, which does it")
+    images = seen["eval_images"]
+    if images is None:
+        images = torch.empty(0, *test_images.shape[1:])
+    if not (isinstance(images, torch.Tensor) and images.dim() == 4 and images.shape[1:] == test_images.shape[1:]):
+        raise ValueError("the recorded images are not a batch of test-sized images")
+    seen_rows = {row.numpy().tobytes() for row in images.float().contiguous()}
+    evaluated = [row.numpy().tobytes() in seen_rows for row in test_images.contiguous()]
+    if not all(evaluated):
+        count, first = sum(evaluated), evaluated.index(False)
+        one_batch = count > 0 and first == count
+        fail("partial-test-set", observed=f"{count} of the {len(evaluated)} test images went through the model"
+             + (f": the first {count}, one batch" if one_batch else ""),
+             expected="all of them: the test metrics are over the whole test set",
+             cause="only one batch of the test set was evaluated: the metrics come from that batch "
+             "(next(iter(loader))) or from another data set" if one_batch
+             else "the metrics were not computed on the test set given (another data set, or part of it)",
+             where="evaluate(model, DataLoader(test_set, batch_size=...), ...): every batch of the loader")
+
+
 def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size: int) -> None:
     text, device, version = seen["text"], "cpu", seen["torch_version"]
     if not (isinstance(text, str) and isinstance(version, str) and isinstance(seen["files"], dict)):
@@ -70,17 +120,23 @@ def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size:
     reported = {name: _reported_number(text, name) for name in ("accuracy", "loss")}
     if reported["accuracy"] is None or "not evaluated" in text:
         _missing("missing-test-metrics", "held-out test metrics", "test_metrics=evaluate(model, test_loader, ...)")
+    _check_evaluation(seen, reported, _report_sets(case)[2][2].tensors[0])
     precision = reference_precision("cpu", _support_of(seen["precisions"]))
     scores = _test_scores(case, seen["weights"], precision)
     accuracy_ok = abs(reported["accuracy"] - scores["accuracy"]) <= 2 / test_size + 1e-3
     loss_ok = reported["loss"] is None or math.isclose(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
     if not (accuracy_ok and loss_ok):
+        percent = loss_ok and abs(reported["accuracy"] - 100 * scores["accuracy"]) <= 100 * (2 / test_size + 1e-3)
         fail("wrong-test-metrics",
-             observed=f"the report gives test accuracy {reported['accuracy']}, loss {reported['loss']}",
+             observed=f"the report gives test accuracy {reported['accuracy']}, loss {reported['loss']}"
+             + (": 100 times the accuracy, a percentage" if percent else ""),
              expected=f"accuracy {scores['accuracy']:.4g}, loss {scores['loss']:.4g}: the model evaluated on the whole "
-             "test set given, in the run's precision", cause="metrics of another data set, of part of the test set, "
-             "or of another model", where="evaluate(run['model'], DataLoader(test_set, ...), ..., "
-             "precision=run['precision'])")
+             "test set given, in the run's precision",
+             cause="the accuracy is given as a percentage; the report (and every metric of the course) uses a "
+             "fraction in [0, 1]" if percent else "metrics of another model, in another precision, or computed "
+             "another way than the mean over every test image",
+             where="test_metrics=evaluate(...)'s dict, as it returns it" if percent else "evaluate(run['model'], "
+             "DataLoader(test_set, ...), ..., precision=run['precision'])")
     if "## Precision" not in text or "fp32:" not in text:
         _missing("missing-precision", "precision section (which operations ran in fp32 under autocast)",
                  "op_dtypes=observe_op_dtypes(model, images, precision=..., targets=..., loss_fn=...)")

@@ -13,6 +13,7 @@ import torch
 from harness.checks.lesson10.common import reference_precision
 from harness.checks.lesson10.train import _train_config
 from harness.contract.case import Case
+from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
@@ -164,6 +165,33 @@ def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_a
          "it continues", where="build everything from config alone, the same way whether resuming or not")
 
 
+def _check_statistics(model: Any, config: dict[str, Any], n: int) -> None:
+    """Standardize's buffers (the model's entries named mean and std, shaped like per-channel statistics) hold the
+    statistics of the training images alone."""
+    from harness.checks.lesson10.train import _constant_accuracy_val
+    from harness.data import normalization_stats, shapes
+
+    images = shapes(n, seed=config["seed"] + 40, size=16).tensors[0]
+    wanted = dict(zip(("mean", "std"), normalization_stats(images), strict=True))
+    found = {key: value for key, value in _float_weights(model).items()
+             if key.rsplit(".", 1)[-1] in wanted and value.shape == wanted["mean"].shape}
+    wrong = sorted(key for key, value in found.items()
+                   if not close_values(value, wanted[key.rsplit(".", 1)[-1]], rtol=1e-4, atol=1e-5, dtype=False))
+    if not wrong:
+        return
+    both = torch.cat([images, _constant_accuracy_val().tensors[0]])
+    leaked = dict(zip(("mean", "std"), normalization_stats(both), strict=True))
+    with_val = all(close_values(found[key], leaked[key.rsplit(".", 1)[-1]], rtol=1e-4, atol=1e-5, dtype=False)
+                   for key in wrong)
+    fail("leaky-normalisation",
+         observed=f"{', '.join(wrong)} hold the statistics of the training and validation images together" if with_val
+         else f"{', '.join(wrong)} differ from the statistics of the training images",
+         expected="normalization_stats(train_set.tensors[0]): the training set's statistics alone",
+         cause="validation images were pooled with the training images: the model that is chosen on the validation "
+         "set has seen it" if with_val else "statistics computed on other images than the training set's",
+         where="Standardize(*normalization_stats(train_set.tensors[0]))")
+
+
 @judges("10-train")
 def judge_train(seen: dict, *, case: Case) -> str:
     """Settings, files, best weights, exact resume: from the checkpoints, weights and step counts recorded."""
@@ -172,6 +200,7 @@ def judge_train(seen: dict, *, case: Case) -> str:
     last = _check_result(straight, "straight")
     _check_settings(last, config, _support_of(seen["precisions"]))
     _check_steps(straight["steps"], config, n, "the run")
+    _check_statistics(straight["model"], config, n)
     best = straight["best"]
     if _weights_max_difference(straight["model"], best["model"]) > 0:
         fail("not-best-weights", observed=f"the returned model does not hold best.pt's weights (epoch "
