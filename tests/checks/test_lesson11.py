@@ -125,7 +125,7 @@ MISTAKES = [
             _answer("11-plain-list", get_drill(MLP).starter), story="the bug itself: layers in a Python list"),
     Mistake("11-plain-list", "unregistered-layers", "holds", _answer("11-plain-list", _wrong(MLP, 0)),
             story="a Sequential that keeps only the first hidden layer"),
-    Mistake("11-plain-list", "unregistered-layers", "invisible to nn.Module",
+    Mistake("11-plain-list", "unregistered-layers", "nn.Module cannot see",
             _answer("11-plain-list", _solution_with(MLP, "nn.ModuleList([nn.Linear(a, b) for a, b in "
                                                     "zip(sizes[:-2], sizes[1:-1])])",
                                                     "{str(i): nn.Linear(a, b) for i, (a, b) in "

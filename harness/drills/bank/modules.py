@@ -93,8 +93,12 @@ def _judge_mlp(seen: dict, *, case: Case) -> str:
         got = sum(p.numel() for p in params)
         if got != expected:
             fail("unregistered-layers", observed=f"model.parameters() holds {got} numbers for sizes {sizes}",
-                 expected=f"{expected}", cause="layers kept in a plain Python list are invisible to nn.Module: "
-                 "the optimizer never sees them and .to(device) never moves them", where="use nn.ModuleList")
+                 expected=f"{expected}", cause=f"{(expected - got) if got < expected else 'extra'} numbers "
+                 + ("missing: layers never created, or kept in a plain Python list, tuple or dict, which "
+                    "nn.Module cannot see (the optimizer never sees them, .to(device) never moves them)"
+                    if got < expected else
+                    "registered: a layer registered twice, or one the forward does not use"),
+                 where="use nn.ModuleList" if got < expected else "__init__")
         want = _reference_plain_list_mlp(params, sizes, x)
         if want is None:
             fail("unregistered-layers", observed=f"the parameters' shapes {[tuple(p.shape) for p in params]}",
