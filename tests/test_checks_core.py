@@ -1,6 +1,7 @@
 """The checks registry, failure messages and hints (harness.checks.core)."""
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -171,7 +172,7 @@ def test_a_graded_kernel_shows_hints_and_skips_demonstrations_without_a_judge(to
     from harness.contract import registry
 
     monkeypatch.setattr(core, "graded_outside", True)
-    monkeypatch.setattr(registry._REGISTRY[toy_check], "judge", None)
+    monkeypatch.setitem(registry._REGISTRY, toy_check, replace(registry._REGISTRY[toy_check], judge=None))
     assert demonstrate(toy_check, lambda x: x + 1) is None
     hint(toy_check, level=1)
     out = capsys.readouterr().out

@@ -22,7 +22,7 @@ import re
 import runpy
 import shutil
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -30,6 +30,7 @@ import pytest
 
 from harness.checks import core
 from harness.cli import main
+from harness.contract import registry
 from harness.grading.layout import REPO_ROOT
 from harness.grading.lms import CANVAS_COLUMNS, MOODLE_COLUMNS
 from harness.grading.release import answered_release
@@ -203,13 +204,14 @@ def test_a_regrade_rejudges_only_the_changed_check_and_names_who_moved(graded, t
         return wrapper
 
     for task in ("00-make-batch", "00-count-params"):
-        monkeypatch.setattr(core.get(task), "judge", counted(task, core.get(task).judge))
+        entry = core.get(task)
+        monkeypatch.setitem(registry._REGISTRY, task, replace(entry, judge=counted(task, entry.judge)))
 
     def lenient_accuracy(seen, *, case):  # a changed check: accepts any accuracy
         called["00-accuracy"] += 1
         return "any accuracy accepted"
 
-    monkeypatch.setattr(core.get("00-accuracy"), "judge", lenient_accuracy)
+    monkeypatch.setitem(registry._REGISTRY, "00-accuracy", replace(core.get("00-accuracy"), judge=lenient_accuracy))
     status = main(["grade", "--regrade", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed

@@ -94,7 +94,8 @@ def test_the_makefile_does_what_the_readme_says(tree):
     assert first_install.endswith("torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cpu")
     plain = subprocess.run(["make", "-n", "setup"], cwd=tree, capture_output=True, text=True, check=True).stdout
     assert "download.pytorch.org" not in plain and "pip install --quiet --no-deps -e ." in plain
-    lab = subprocess.run(["make", "--no-print-directory", "-n", "lab"], cwd=tree, capture_output=True, text=True, check=True).stdout
+    lab = subprocess.run(["make", "--no-print-directory", "-n", "lab"], cwd=tree, capture_output=True, text=True,
+                         check=True).stdout
     assert lab.strip().splitlines()[-1].endswith("--allow-root") == (os.getuid() == 0)
     shown = subprocess.run(["make", "-p", "-n", "lab"], cwd=tree, capture_output=True, text=True).stdout
     assert f"JUPYTER_CONFIG_DIR := {tree}/.jupyter" in shown

@@ -11,33 +11,22 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from harness.contract.failure import Hints, Requirement
-
-Probe = Callable[..., dict[str, Any]]
-Judge = Callable[..., str]
+from harness.contract.judged import Judge, Judged, Probe
 
 
-@dataclass
-class Check:
-    """One task's check: `probe(*objects, case=...)` -> observation, `judge(observation, case=...)` -> verdict.
-
-    `requires` is the exercise's requirement table: failure code -> the requirement its violation breaks.
-    `nonfinite` lists the observation's leaves (paths such as "losses/*" or "steps/*/grads") whose NaN or
-    infinity is part of the expected behaviour; any other non-finite leaf fails `[not-finite]` before the
-    judge runs. `unjudged` lists leaves the judge reads for its messages only (the judge fuzz test does not
-    expect a change there to fail).
+@dataclass(frozen=True, kw_only=True)
+class Check(Judged):
+    """One task's check: `probe(*objects, case=...)` -> observation, `judge(observation, case=...)` -> verdict
+    (`Judged`, the record drills share), with the exercise's hints and its requirement table: failure code ->
+    the requirement its violation breaks.
     """
 
     task_id: str
-    probe: Probe
     hints: Hints
     requires: Mapping[str, Requirement] = field(default_factory=dict)
-    judge: Judge | None = None
-    nonfinite: tuple[str, ...] = ()
-    unjudged: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[str, Check] = {}
@@ -63,7 +52,8 @@ def register(task_id: str, *, hints: Hints, requires: Mapping[str, Requirement],
         if task_id in _REGISTRY and _REGISTRY[task_id].probe.__qualname__ != probe.__qualname__:
             raise ValueError(f"two checks registered for task {task_id!r}")
         judge = _REGISTRY[task_id].judge if task_id in _REGISTRY else None
-        _REGISTRY[task_id] = Check(task_id, probe, hints, dict(requires), judge, tuple(nonfinite), tuple(unjudged))
+        _REGISTRY[task_id] = Check(task_id=task_id, probe=probe, hints=hints, requires=dict(requires), judge=judge,
+                                   nonfinite=tuple(nonfinite), unjudged=tuple(unjudged))
         return probe
 
     return decorate
@@ -79,7 +69,7 @@ def judges(task_id: str) -> Callable[[Judge], Judge]:
     def decorate(judge: Judge) -> Judge:
         if task_id not in _REGISTRY:
             raise ValueError(f"register the probe of {task_id!r} before its judge")
-        _REGISTRY[task_id].judge = judge
+        _REGISTRY[task_id] = replace(_REGISTRY[task_id], judge=judge)
         return judge
 
     return decorate

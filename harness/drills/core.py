@@ -12,21 +12,21 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
+from harness.contract.judged import Judged
 from harness.drills.topics import TOPICS
 
 if TYPE_CHECKING:
     from harness.drills.choices import Choices
 
 Kind = Literal["write", "bughunt", "explain"]
-Probe = Callable[..., dict[str, Any]]  # probe(answer, *, case): the contract's keyword signature, as checks use
-Judge = Callable[..., str]  # judge(seen, *, case)
 
 
 @dataclass(frozen=True)
-class Drill:
-    """One drill.
+class Drill(Judged):
+    """One drill: the contract's probe and judge (`Judged`, the record course checks share) with a prompt, a
+    starter and a reference solution.
 
     The candidate's answer is Python source that defines `entry` (a function or a class; for "explain" drills
     the line `answer = "<letter>"`). `wrong_answers` are plausible mistakes (at least two) that the tests prove
@@ -45,17 +45,11 @@ class Drill:
     solution: str
     hints: tuple[str, ...]
     wrong_answers: tuple[tuple[str, str], ...]
-    probe: Probe | None = None
-    judge: Judge | None = None
     choices: Choices | None = None
     experiment: Callable[[], None] | None = field(default=None, compare=False)
-    # Leaves of the probe's observation where NaN or infinity is expected (`harness.contract.protocol.refuse_nonfinite`)
-    nonfinite: tuple[str, ...] = ()
     # The drill's point is a measurement only the answer's own process makes (host syncs, call records) and no
     # output shows: its prompt says so, and its pass does not count in a mock interview's score
     self_check: bool = False
-    # Leaves the judge reads only for a message (the judge fuzz test does not expect a change there to fail)
-    unjudged: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.topics) - set(TOPICS)

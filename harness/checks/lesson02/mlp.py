@@ -70,7 +70,7 @@ def _run_mlp(mlp_class: type, model: nn.Module, record: dict[str, Any], sizes: l
 
 
 @register(
-    "02-mlp",
+    "02-mlp", unjudged=("configurations/*/stepped/*",),  # compared with the weights before the step only
     hints=Hints(
         nudge="Build one nn.Linear per consecutive pair of sizes, keep them where nn.Module can see them, and in "
               "forward put ReLU and dropout between layers, never after the last.",

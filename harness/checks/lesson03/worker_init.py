@@ -64,7 +64,7 @@ def _noise_by_index(worker_init_fn: Callable, *, case: Case, epochs: int) -> lis
 
 
 @register(
-    "03-worker-init",
+    "03-worker-init", unjudged=("epochs/1/*",),  # the second epoch is only compared with the first
     hints=Hints(
         nudge="Inside a worker, torch.utils.data.get_worker_info() gives this worker's copy of the dataset and a "
         "seed that differs per worker and per epoch and follows the loader's generator. Replace the dataset's rng "

@@ -95,7 +95,7 @@ def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> 
 
 
 @register(
-    "05-amp-step", nonfinite=('runs/[02468]/params/*',),
+    "05-amp-step", nonfinite=('runs/[02468]/params/*',), unjudged=('runs/*/stale/*',),  # for the message
     hints=Hints(
         nudge="The order is: training mode; zero the gradients; forward and loss inside torch.autocast; backward on "
         "the scaled loss outside autocast; let the scaler step the optimizer; update the scale.",

@@ -15,7 +15,7 @@ from harness.contract.case import Case
 from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.contract.wire import type_name
+from harness.contract.wire import describe, type_name
 
 
 def _label_value(label: Any) -> int | None:
@@ -95,6 +95,17 @@ def judge_dataset(seen: dict, *, case: Case) -> str:
             observed=f"a DataLoader batch of 4 has shapes {', '.join(map(str, shapes))}",
             expected=f"{(4, *features.shape[1:])} and (4,)",
             cause="__getitem__ returns extra dimensions or a nested structure",
+            where=f"{name}.__getitem__",
+        )
+    inputs, targets = batch
+    if inputs.device.type == "meta" or not (inputs.is_floating_point() and torch.equal(
+            inputs.to(features.dtype), features[:4]) and targets.tolist() == labels[:4].tolist()):
+        fail(
+            "wrong-item",
+            observed=f"the first DataLoader batch (in order) is not (features[:4], labels[:4]): inputs "
+                     f"{describe(inputs)}, labels {targets.tolist()}",
+            expected=f"features[:4] and labels {labels[:4].tolist()}",
+            cause="__getitem__ returns other values than features[i] and labels[i] (changed, or another index)",
             where=f"{name}.__getitem__",
         )
     _judge_mismatch(seen["mismatch"], n, name)

@@ -90,7 +90,7 @@ def _judge_amp_clip_skip(run: dict, seed: int) -> None:
         raise WireError("malformed observation: steps_taken or scale")
     after = matching_tensors(run["params"], start, "params")
     unchanged = all(torch.equal(a, b) for a, b in zip(after, start, strict=True))
-    if steps_taken or not unchanged or not scale < _AMP_SCALE:
+    if steps_taken or not unchanged or not scale == _AMP_SCALE / 2:
         fail(
             "inf-step-not-skipped",
             observed=f"with an inf gradient: {steps_taken} optimizer step(s), parameters "
