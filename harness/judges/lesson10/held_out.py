@@ -66,8 +66,10 @@ def judge_held_out(seen: dict, *, case: Case) -> str:
     for start, outputs in zip(chunks, seen["outputs"], strict=True):
         outputs = outputs.detach() if isinstance(outputs, torch.Tensor) else outputs
         expected_shape = (len(labels[start : start + _CHUNK]), len(SHAPE_CLASSES))
-        if not isinstance(outputs, torch.Tensor) or tuple(outputs.shape) != expected_shape:
-            shape = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+        if not (isinstance(outputs, torch.Tensor) and outputs.is_floating_point()
+                and tuple(outputs.shape) == expected_shape):
+            shape = (f"{outputs.dtype} values of shape {tuple(outputs.shape)}" if isinstance(outputs, torch.Tensor)
+                     else type(outputs).__name__)
             fail("wrong-output-shape", observed=f"the model maps {tuple(images[:_CHUNK].shape)} images to {shape}",
                  expected=f"(N, {len(SHAPE_CLASSES)}) logits",
                  cause="the model was built for another number of classes, or returns something other than one row of "
