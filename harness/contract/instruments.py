@@ -32,35 +32,50 @@ class StepRecord:
 
 @dataclass
 class StepRecorder:
-    """Records every `optimizer.step()` through a step pre-hook (skipped GradScaler steps never call it).
+    """Records every `optimizer.step()` through step hooks (skipped GradScaler steps never call them).
 
-    Use as a context manager: `with StepRecorder(optimizer) as steps: ...; steps.records`.
+    The parameters are recorded before the step; the gradients it applies before it too, or, for
+    `optimizer.step(closure)` (LBFGS, or a loop written with a closure), after it: the closure computes them
+    inside the step. Use as a context manager: `with StepRecorder(optimizer) as steps: ...; steps.records`.
     """
 
     optimizer: torch.optim.Optimizer
     records: list[StepRecord] = field(default_factory=list)
 
     def __enter__(self) -> "StepRecorder":
-        self._handle = self.optimizer.register_step_pre_hook(self._record)
+        self._pending: StepRecord | None = None
+        self._handles = [self.optimizer.register_step_pre_hook(self._before),
+                         self.optimizer.register_step_post_hook(self._after)]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
 
-    def _record(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    @staticmethod
+    def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def _before(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        record = StepRecord(grad_norm=0.0, grads=[], params=[p.detach().clone() for p in self._params(optimizer)],
+                            lrs=[float(group["lr"]) for group in optimizer.param_groups])
+        if (args and args[0] is not None) or kwargs.get("closure") is not None:
+            self._pending = record  # the closure computes the gradients inside the step
+            return
+        self._with_grads(record, optimizer)
+
+    def _after(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        if self._pending is not None:
+            record, self._pending = self._pending, None
+            self._with_grads(record, optimizer)
+
+    def _with_grads(self, record: StepRecord, optimizer: torch.optim.Optimizer) -> None:
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in self._params(optimizer)]
         present = [g.float() for g in grads if g is not None]
         norm = (torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in present])) if present
                 else torch.tensor(0.0))
-        self.records.append(
-            StepRecord(
-                grad_norm=float(norm),
-                grads=grads,
-                params=[p.detach().clone() for p in params],
-                lrs=[float(group["lr"]) for group in optimizer.param_groups],
-            )
-        )
+        record.grads, record.grad_norm = grads, float(norm)
+        self.records.append(record)
 
 
 @dataclass

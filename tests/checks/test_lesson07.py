@@ -105,6 +105,20 @@ def per_step_correct(model, loader, loss_fn, optimizer, scheduler, epochs):
             scheduler.step()
 
 
+def per_step_closure(model, loader, loss_fn, optimizer, scheduler, epochs):
+    model.train()
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            def closure(inputs=inputs, targets=targets):
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(inputs), targets)
+                loss.backward()
+                return loss
+
+            optimizer.step(closure)
+            scheduler.step()
+
+
 def per_step_flat(model, loader, loss_fn, optimizer, scheduler, epochs):
     batches = [batch for batch in loader]
     model.train()
@@ -794,6 +808,7 @@ CORRECT = [
     Correct("07-warmup-cosine", (warmup_cosine_product,), story="a clamped ramp times the cosine, no branch"),
     Correct("07-per-step", (per_step_correct,), story="nested loops"),
     Correct("07-per-step", (per_step_flat,), story="one flat loop over epochs x batches"),
+    Correct("07-per-step", (per_step_closure,), story="optimizer.step(closure), as LBFGS needs"),
     Correct("07-per-step", (per_step_functional,), story="autograd.grad into .grad, itertools.chain, zero_grad after"),
     Correct("07-per-epoch", (per_epoch_correct,), story="step after the batch loop"),
     Correct("07-per-epoch", (per_epoch_with_eval,), story="with a per-epoch evaluation"),

@@ -50,6 +50,11 @@ def judge_lora(seen: dict, *, case: Case) -> str:
                  cause="lora_B does not start at zero, so the added term B @ A x is not zero" if b0.abs().sum() > 0
                  else "the base layer's weight or bias was changed in __init__, or forward adds something else",
                  where="__init__: nn.Parameter(torch.zeros(out_features, r)) for lora_B; leave base's values alone")
+        if not (a0.is_floating_point() and b0.is_floating_point()):
+            fail("wrong-init", observed=f"a new {what} has lora_A of dtype {a0.dtype} and lora_B of dtype {b0.dtype}",
+                 expected="floating-point adapters, in the base layer's dtype",
+                 cause="an adapter was built from integers (torch.zeros(..., dtype=torch.long), randint)",
+                 where="__init__: nn.Parameter(torch.zeros(out_features, r)) and a random floating lora_A")
         if b0.abs().sum() > 0 or a0.abs().sum() == 0:
             fail("wrong-init", observed=f"a new {what} has |lora_A| sum {float(a0.abs().sum()):.3g} and |lora_B| sum "
                                        f"{float(b0.abs().sum()):.3g}",
