@@ -16,7 +16,7 @@ from torch import nn
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.instruments import AutocastProbe, ForwardRecorder, HostSyncCounter, RecordingScaler, StepRecorder
-from harness.contract.wire import WireError
+from harness.contract.wire import WireError, describe
 from harness.drills.core import Drill, add
 from harness.drills.support import assert_close, case_generator, multiple_choice, with_fixes
 
@@ -210,8 +210,8 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     _judge_clipped_gradient(steps[0], batch, max_norm, where=_AMP_WHERE)
     _, want_loss = _amp_reference(list(_two_params(steps[0]["params"])), batch, None)
     loss = seen.get("loss")
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        fail("wrong-loss", observed=f"amp_step returned {type(loss).__name__}", expected="the loss, as a 0-d tensor",
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        fail("wrong-loss", observed=f"amp_step returned {describe(loss)}", expected="the loss, as a 0-d float tensor",
              cause="returning loss.item() (a host sync each step) or nothing", where="return loss.detach()")
     returned = loss.detach().reshape(()).float()
     if math.isclose(float(returned), float(want_loss) * _INIT_SCALE, rel_tol=1e-3):
