@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 LEAVES = 4
+NONFINITE = ("nan", "inf", "-inf")
 Path = tuple[Any, ...]
 
 
@@ -45,6 +46,12 @@ def mutations(leaf: Any) -> Iterator[tuple[str, Any]]:
         yield name, torch.full_like(leaf, number) if isinstance(leaf, torch.Tensor) else number
     if isinstance(leaf, torch.Tensor):
         yield "empty", torch.empty(0, dtype=leaf.dtype)
+        if not torch.equal(leaf, leaf.trunc()):  # an integer tensor where a float one was expected
+            yield "dtype", leaf.to(torch.int64)
+        yield "meta", leaf.to("meta")
+    zeros = torch.zeros_like(leaf) if isinstance(leaf, torch.Tensor) else 0.0
+    if not (torch.as_tensor(leaf).abs() <= 1e-6).all():
+        yield "zeros", zeros
 
 
 def sampled(observation: dict[str, Any]) -> list[tuple[Path, Any]]:

@@ -1,9 +1,10 @@
 """The judge fuzz test (issue 27): a right answer's observation, broken one leaf at a time, never passes.
 
 For every graded task, the observation of a correct answer on a drawn hidden case is decoded; then one leaf at
-a time is replaced by NaN, +inf, -inf, or (for a tensor) an empty tensor of its dtype, re-encoded as the wire
+a time is replaced by NaN, +inf, -inf, zeros (where it is not already about zero), or, for a tensor, an empty
+tensor of its dtype, an integer tensor (where truncating changes it) and a meta tensor; re-encoded as the wire
 sends it, and judged. A NaN or an infinity in a leaf the task does not declare expected must fail `[not-finite]`
-(the contract's gate, before any judge); in a declared leaf, and for an empty tensor, the judge must refuse it
+(the contract's gate, before any judge); in a declared leaf, and for the other mutations, the judge must refuse it
 (any failure: a check failure, or the refusal of an observation it cannot use, as `harness.judge.verdict` does),
 unless the task declares the leaf unjudged (`Check.unjudged`: read for messages or dtypes only).
 Every drill's reference observation gets the same treatment through the checker's judge.
@@ -24,7 +25,7 @@ from harness.contract.failure import NOT_FINITE, CheckFailed
 from harness.contract.protocol import decide, observe
 from harness.contract.registry import get
 from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
-from tests.fuzzing import declared, mutations, replaced, sampled
+from tests.fuzzing import NONFINITE, declared, mutations, replaced, sampled
 from tests.test_requirements import lesson_tests
 
 
@@ -59,11 +60,10 @@ def test_a_broken_leaf_never_passes(task, correct):
     passed = []
     for path, leaf in sampled(honest):
         for name, broken in mutations(leaf):
-            data = wire.encode(replaced(honest, path, broken))
             try:
-                decide(task, data, case)
+                decide(task, wire.encode(replaced(honest, path, broken)), case)
             except CheckFailed as failure:
-                nonfinite = name != "empty" and not declared(get(task).nonfinite, path)
+                nonfinite = name in NONFINITE and not declared(get(task).nonfinite, path)
                 if nonfinite and failure.code != NOT_FINITE:
                     passed.append(f"{name} at {path}: [{failure.code}], not [{NOT_FINITE}]")
                 continue

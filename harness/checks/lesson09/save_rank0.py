@@ -135,7 +135,7 @@ def _save_worker(save_checkpoint_ddp: Callable[..., None], rank_dirs: list[str],
 
 
 @register(
-    "09-save-rank0",
+    "09-save-rank0", unjudged=("checkpoint/optimizer/*",),  # only its presence is checked
     hints=Hints(
         nudge="Only one process should write the file, and the others must not go on before it exists.",
         concept="rank 0 does the once-only work; a dist.barrier() that every rank calls after it holds the others "

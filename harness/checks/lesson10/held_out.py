@@ -56,7 +56,7 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
 
 
 @register(
-    "10-held-out",
+    "10-held-out", unjudged=("val_accuracy/*",),  # the visible case only, to tell a test-set validation
     hints=Hints(
         nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
         "shapes passes. Look at your curves: did validation accuracy still climb at the end (train longer, or a "

@@ -72,7 +72,7 @@ def _record_optimizer(model: nn.Module, result: Any, total: int) -> dict[str, An
 
 
 @register(
-    "10-optimizer",
+    "10-optimizer", unjudged=("settings/*/groups/*/lr",),  # the schedule's lr at every step is judged instead
     hints=Hints(
         nudge="Two groups of the trainable parameters: matrices and kernels (p.ndim >= 2) with weight decay, biases "
         "and normalisation weights (ndim < 2) without. Then a LambdaLR whose factor is lesson 07's "

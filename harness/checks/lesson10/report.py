@@ -104,7 +104,7 @@ def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
 
 
 @register(
-    "10-report",
+    "10-report", unjudged=("weights/*",),  # judged through the reported score, which a weak model can share
     hints=Hints(
         nudge="harness.report.write_run_report writes every section it is given: give it the held-out test metrics, "
         "the saved curves, the operations autocast ran in fp32, the environment and best.pt.",

@@ -331,6 +331,7 @@ def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
 add(
     Drill(
         id="clipping-under-amp",
+        unjudged=("steps/*/params/*",),  # the weights the judge recomputes the gradients from
         title="Bug hunt: clipping under AMP has no effect on the threshold you asked for",
         kind="bughunt",
         topics=("clipping", "amp"),
