@@ -21,6 +21,8 @@ from harness.contract.failure import Hints, Requirement
 from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
 
 ASSIGNMENTS = discover_assignments()
+# Lessons 07 on were audited with three correct variants per exercise (issue 29); 00-06 have one or two each
+THREE_VARIANTS_FROM = "07"
 GENERIC_CODES = {"raised"}  # the student's code raised: no requirement of its own, every exercise has it
 
 
@@ -62,10 +64,11 @@ def test_every_exercise_has_a_requirement_table_and_hints_that_follow_it(assignm
     assert not problems, "\n".join(problems)
 
 
-def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Correct]) -> list[str]:
-    """What the mutation set of `tasks` lacks: five mistakes per task, a planted bug per requirement, a
-    correct variant per task, and no mistake expecting a code outside its task's table."""
+def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Correct], variants: int = 1) -> list[str]:
+    """What the mutation set of `tasks` lacks: five mistakes per task, a planted bug per requirement, `variants`
+    correct variants per task, and no mistake expecting a code outside its task's table."""
     per_task = Counter(m.task for m in mistakes)
+    written = Counter(c.task for c in correct)
     problems = [f"{m}: not a task of this lesson" for m in [*mistakes, *correct] if m.task not in tasks]
     for task in tasks:
         requires = registry.get(task).requires
@@ -75,8 +78,11 @@ def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Co
         problems += [f"{task}: requirement [{code}] has no planted bug" for code in requires if code not in covered]
         problems += [f"{task}: a mistake expects [{code}], which is not in its requirement table"
                      for code in sorted(covered - set(requires) - GENERIC_CODES)]
-        if not any(c.task == task for c in correct):
+        if not written[task]:
             problems.append(f"{task}: no correct variant in CORRECT")
+        elif written[task] < variants:
+            problems.append(f"{task}: {written[task]} correct variants in CORRECT, at least {variants} wanted "
+                            "(written in other styles than the solution)")
     return problems
 
 
@@ -84,7 +90,8 @@ def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Co
 def test_every_requirement_has_a_planted_bug_and_every_exercise_five(assignment):
     module = lesson_tests(assignment)
     problems = mistake_problems(graded_tasks(REPO_ROOT / "solutions" / assignment),
-                                getattr(module, "MISTAKES", []), getattr(module, "CORRECT", []))
+                                getattr(module, "MISTAKES", []), getattr(module, "CORRECT", []),
+                                variants=3 if assignment >= THREE_VARIANTS_FROM else 1)
     assert not problems, "\n".join(problems)
 
 
@@ -113,6 +120,8 @@ def test_the_guards_of_this_test_can_fail():
                             "98-toy: a mistake expects [made-up], which is not in its requirement table",
                             "98-toy: no correct variant in CORRECT"]
         assert "4 planted" in "\n".join(mistake_problems(["98-toy"], mistakes[:4], [])), "too few is reported"
+        one = [Correct("98-toy", (), "one variant")]
+        assert "1 correct variants in CORRECT, at least 3" in "\n".join(mistake_problems(["98-toy"], [], one, 3))
         with pytest.raises(TypeError, match="Requirement"):
             registry.register("98-other", hints=Hints("n", "c", "s", section="x"), requires={})
     finally:
