@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -77,10 +76,10 @@ def _scalar_or_fail(value: Any, what: str, where: str) -> float:
     )
 
 
-def _close(a: float, b: float, rtol: float = 1e-4) -> bool:
-    if math.isnan(a) or math.isnan(b):  # a diverged run reports NaN: equal only to NaN
-        return math.isnan(a) and math.isnan(b)
-    return abs(a - b) <= rtol * max(1.0, abs(b))
+# How close a returned number must be to the reference (isclose_number's options): a diverged run's NaN matches
+# only a NaN. SAME_LOGGED, for a history's values, allows a float32 sum in another order.
+SAME = {"rel_tol": 1e-4, "abs_tol": 1e-4, "expected_nan": True}
+SAME_LOGGED = {"rel_tol": 1e-3, "abs_tol": 1e-3, "expected_nan": True}
 
 
 @torch.no_grad()

@@ -11,11 +11,12 @@ from torch import nn
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.evaluate import _evaluate_inputs
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _close,
+    SAME,
     _copies,
     _flags,
     _model_state,
@@ -86,7 +87,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
         )
     loss = _scalar_or_fail(result["loss"], 'result["loss"]', where)
     accuracy = _scalar_or_fail(result["accuracy"], 'result["accuracy"]', where)
-    if _close(loss, reference["sum"]):
+    if isclose_number(loss, reference["sum"], **SAME):
         fail(
             "sum-not-mean",
             observed=f"loss = {loss:.3f}, the sum of the per-sample losses",
@@ -94,7 +95,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             cause="the accumulated `loss * len(y)` is never divided by the number of samples",
             where=where,
         )
-    if _close(loss, reference["batch_mean"]) and not _close(loss, reference["loss"]):
+    if isclose_number(loss, reference["batch_mean"], **SAME) and not isclose_number(loss, reference["loss"], **SAME):
         fail(
             "unweighted-mean",
             observed=f"loss = {loss:.5f}, the plain mean of the batch losses",
@@ -102,7 +103,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             cause="averaging batch means over-weights the smaller last batch",
             where=where,
         )
-    if not _close(loss, reference["loss"]):
+    if not isclose_number(loss, reference["loss"], **SAME):
         fail(
             "wrong-loss",
             observed=f"loss = {loss:.5f}",
@@ -110,7 +111,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             cause="the loss is accumulated or averaged differently",
             where=where,
         )
-    if _close(accuracy, reference["correct"]) and reference["correct"] != reference["accuracy"]:
+    if isclose_number(accuracy, reference["correct"], **SAME) and reference["correct"] != reference["accuracy"]:
         fail(
             "count-not-fraction",
             observed=f"accuracy = {accuracy:.0f}, the number of correct predictions",
@@ -118,7 +119,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             cause="the count of correct predictions is never divided by the number of samples",
             where=where,
         )
-    if not _close(accuracy, reference["accuracy"]):
+    if not isclose_number(accuracy, reference["accuracy"], **SAME):
         fail(
             "wrong-accuracy",
             observed=f"accuracy = {accuracy:.4f}",

@@ -15,12 +15,12 @@ from torch.utils.data import DataLoader
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.fit import _VAL_SIZE, _fit_problem, _fit_runs
 from harness.contract.case import Case
-from harness.contract.compare import malformed, tensor_list
+from harness.contract.compare import isclose_number, malformed, tensor_list
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _close,
+    SAME_LOGGED,
     _copies,
     _count,
     _flags,
@@ -132,7 +132,7 @@ def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model:
         losses = [(_reference_grads_and_loss(model, p, x, y, loss_fn)[1], len(y)) for p, (x, y) in steps]
         train_losses.append(sum(loss * n for loss, n in losses) / len(train_loader.dataset))
     reported = _history_column(frame, "train_loss")
-    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, train_losses, strict=True)):
+    if not all(isclose_number(a, b, **SAME_LOGGED) for a, b in zip(reported, train_losses, strict=True)):
         fail(
             "wrong-history",
             observed=f"train_loss in the history: {[round(v, 4) for v in reported]}",
@@ -143,7 +143,7 @@ def _require_history_of_the_epochs(frame: pd.DataFrame, step_params: Any, model:
             where="the history your fit returns",
         )
     reported = _history_column(frame, "val_accuracy")
-    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, accuracies, strict=True)):
+    if not all(isclose_number(a, b, **SAME_LOGGED) for a, b in zip(reported, accuracies, strict=True)):
         fail(
             "wrong-history",
             observed=f"val_accuracy in the history: {[round(v, 4) for v in reported]}",
@@ -222,7 +222,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             where="the history your fit returns",
         )
     reported = _history_column(frame, "val_loss")
-    if not all(_close(a, b, rtol=1e-3) for a, b in zip(reported, val_losses, strict=True)):
+    if not all(isclose_number(a, b, **SAME_LOGGED) for a, b in zip(reported, val_losses, strict=True)):
         fail(
             "wrong-history",
             observed=f"val_loss in the history: {[round(v, 4) for v in reported]}",

@@ -12,10 +12,10 @@ import torch
 from harness.checks.lesson04.common import _META, _one_thread
 from harness.checks.lesson04.running_mean import _running_mean_inputs
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import isclose_number, malformed
 from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
-from harness.judges.lesson04.common import _close, _copies, _scalar_or_fail, _sync_calls
+from harness.judges.lesson04.common import SAME, _copies, _scalar_or_fail, _sync_calls
 
 
 def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> None:
@@ -65,7 +65,7 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             where=where,
         )
     observed = _scalar_or_fail(result, "compute()", where)
-    if _close(observed, unweighted) and not _close(unweighted, expected):
+    if isclose_number(observed, unweighted, **SAME) and not isclose_number(unweighted, expected, **SAME):
         fail(
             "unweighted-mean",
             observed=f"compute() = {observed:.5f}, the plain mean of the batch values",
@@ -74,7 +74,7 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             cause="averaging batch means ignores that the last batch is often smaller",
             where=where,
         )
-    if not _close(observed, expected):
+    if not isclose_number(observed, expected, **SAME):
         fail(
             "wrong-mean",
             observed=f"compute() = {observed:.5f} after updates with counts {counts}",
@@ -83,7 +83,7 @@ def judge_running_mean(seen: dict, *, case: Case) -> str:
             where=where,
         )
     fresh = _scalar_or_fail(seen["fresh"], "compute()", where)
-    if not _close(fresh, 1.0):
+    if not isclose_number(fresh, 1.0, **SAME):
         fail(
             "shared-state",
             observed=f"a new RunningMean that saw one update of 1.0 reports {fresh:.4f}",

@@ -11,12 +11,12 @@ from torch import nn
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.train_epoch import _train_epoch_inputs
 from harness.contract.case import Case
-from harness.contract.compare import malformed, tensor_list
+from harness.contract.compare import isclose_number, malformed, tensor_list
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _close,
+    SAME,
     _copies,
     _flags,
     _reference_grads_and_loss,
@@ -73,7 +73,8 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             "Python number",
             where="the return statement of train_epoch",
         )
-    if _close(observed, sum(batch_losses) / len(batch_losses)) and not _close(observed, expected):
+    unweighted = sum(batch_losses) / len(batch_losses)
+    if isclose_number(observed, unweighted, **SAME) and not isclose_number(observed, expected, **SAME):
         fail(
             "unweighted-mean",
             observed=f"{observed:.5f}, the plain mean of the batch losses",
@@ -81,7 +82,7 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             cause="averaging batch means over-weights the smaller last batch",
             where=where,
         )
-    if _close(observed, expected * n):
+    if isclose_number(observed, expected * n, **SAME):
         fail(
             "sum-not-mean",
             observed=f"{observed:.3f}, the sum of the per-sample losses",
@@ -89,7 +90,7 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             cause="the total is never divided by the number of samples",
             where=where,
         )
-    if not _close(observed, expected):
+    if not isclose_number(observed, expected, **SAME):
         fail(
             "wrong-loss",
             observed=f"train_epoch returned {observed:.5f}",

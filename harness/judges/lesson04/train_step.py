@@ -13,12 +13,12 @@ from torch import nn
 from harness.checks.lesson04.common import _META, _one_thread
 from harness.checks.lesson04.train_step import _train_step_inputs
 from harness.contract.case import Case
-from harness.contract.compare import malformed, tensor_list
+from harness.contract.compare import isclose_number, malformed, tensor_list
 from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
-    _close,
+    SAME,
     _copies,
     _count,
     _flags,
@@ -153,7 +153,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
                 where="the return statement of train_step",
             )
         value = _scalar_or_fail(loss, "train_step's loss", "the return statement of train_step")
-        if not _close(value, ref_loss):
+        if not isclose_number(value, ref_loss, **SAME):
             fail(
                 "wrong-loss",
                 observed=f"train_step returned {value:.5f} at call {call}",
