@@ -20,10 +20,11 @@ course: $(STAMP) bubblewrap
 	$(PY) -m harness course --out build/course
 
 ## test: the linter (ruff, rules in pyproject.toml), then the full test suite (what CI runs). One intra-op thread
-## per process: xdist workers and notebook kernels share the cores, and more threads than cores spin-wait.
+## per process: xdist workers and notebook kernels share the cores, and more threads than cores spin-wait. The 30
+## slowest tests are listed at the end (where the 30-minute budget goes).
 test: $(STAMP) chromium bubblewrap
 	$(VENV)/bin/ruff check .
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup --durations=30
 
 ## chromium: Debian's Chromium for the browser test (tests/test_browser.py drives JupyterLab in it). Installed
 ## with apt-get when missing, as root or with password-less sudo on Debian/Ubuntu; elsewhere the browser test is skipped (CI fails it).
