@@ -32,6 +32,7 @@ import psutil
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO_ROOT / "build" / "browser"
@@ -319,9 +320,16 @@ class LabPage:
 
     def menu(self, menu: str, item: str) -> None:
         """Click `item` in the main menu `menu` (e.g. "Run", "Run All Cells")."""
+        label = self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$"))
         with self.waiting_for(f"menu {menu} > {item}"):
-            self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(menu)}$")).click()
-            self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
+            for _ in range(3):  # a click while the menu bar still closes another menu can leave this one shut
+                self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(menu)}$")).click()
+                try:
+                    label.wait_for(state="visible", timeout=10_000)
+                    break
+                except PlaywrightTimeoutError:
+                    continue
+            label.click()
 
     def run_all_cells(self) -> None:
         """Run > Run All Cells, then wait until every code cell ran or one failed and the run stopped."""
