@@ -1,6 +1,11 @@
-"""Test-wide settings: headless plots, one torch thread per xdist worker, GPU tests skipped without a GPU."""
+"""Test-wide settings: headless plots, one torch thread per xdist worker, GPU tests skipped without a GPU; and
+`--cpu-profile FOLDER`, which writes each test's CPU seconds (its own and its finished child processes') and wall
+seconds to FOLDER/<pid>.tsv: where the suite's time goes, measured even on a loaded machine."""
 
 import os
+import resource
+import time
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # Notebook kernels and torchrun ranks are separate processes: two threads each on two shared cores thrash.
@@ -20,3 +25,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip_gpu)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-profile", metavar="FOLDER", default=None,
+                     help="write each test's CPU and wall seconds to FOLDER/<pid>.tsv (the suite's budget)")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    folder = item.config.getoption("--cpu-profile")
+    if folder is None:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(Path(folder) / f"{os.getpid()}.tsv", "a") as out:
+        out.write(f"{item.nodeid}\t{_cpu_seconds() - cpu:.2f}\t{time.monotonic() - wall:.2f}\n")
