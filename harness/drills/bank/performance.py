@@ -99,7 +99,7 @@ def _metrics_cause(model: nn.Module, batches: list, loss: float, accuracy: float
                  sum(float((o.argmax(1) == y).double().mean()) for o, y in outs) / len(outs)}
     causes = []
     for got, want, slips, what in ((loss, want_loss, loss_slips, "loss"), (accuracy, want_acc, acc_slips, "accuracy")):
-        if abs(got - want) > (1e-5 if what == "loss" else 1e-6):
+        if not abs(got - want) <= (1e-5 if what == "loss" else 1e-6):  # a NaN names a cause too
             named = [slip for slip, value in slips.items() if abs(got - value) <= 1e-5 * max(1.0, abs(value))]
             causes.append(named[0] if named else f"the {what} is not the mean over all the epoch's samples")
     return "; ".join(causes)
