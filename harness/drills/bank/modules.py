@@ -44,20 +44,33 @@ class MLP(nn.Module):
 
 
 def _mlp_cases(case: Case) -> list[tuple[list[int], torch.Tensor]]:
-    """Layer sizes (2 to 4 layers, random widths) and an input batch for each."""
+    """Layer sizes (2 to 4 layers, random widths) and an input batch for each: 64 rows, so that no hidden unit
+    is dead on every row and each parameter moves the output."""
     cases = []
     for base in range(3):
         gen = torch.Generator().manual_seed(case.seeded(base))
         depth = 2 + base
-        sizes = [int(s) for s in torch.randint(2, 9, (depth + 1,), generator=gen)]
-        cases.append((sizes, torch.randn(3, sizes[0], generator=gen)))
+        sizes = [int(s) for s in torch.randint(4, 9, (depth + 1,), generator=gen)]
+        cases.append((sizes, torch.randn(64, sizes[0], generator=gen)))
     return cases
+
+
+def _set_alive(model: nn.Module, gen: torch.Generator) -> None:
+    """Overwrite the registered parameters: unit-variance weights and biases in [0.5, 1], so that no layer is
+    dead on every row (a dead layer would hide its inputs' weights from the forward check)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+            else:
+                p.copy_(0.5 + 0.5 * torch.rand(p.shape, generator=gen))
 
 
 def _probe_mlp(answer: dict, *, case: Case) -> dict:
     results = []
-    for sizes, x in _mlp_cases(case):
+    for base, (sizes, x) in enumerate(_mlp_cases(case)):
         model = answer["MLP"](list(sizes))
+        _set_alive(model, torch.Generator().manual_seed(case.seeded(10 + base)))
         results.append({"params": [p.detach() for p in model.parameters()], "out": model(x)})
     return {"results": results}
 
