@@ -4,6 +4,7 @@ installed, the export extra included; and lesson 16's clear message when that ex
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pandas as pd
 import pytest
@@ -58,3 +59,22 @@ def test_a_constant_learning_rate_is_drawn_from_zero() -> None:
     lr_ax = plot_history(history).axes[-1]
     bottom, top = lr_ax.get_ylim()
     assert bottom == 0 and top == pytest.approx(0.003 * 1.15)
+
+
+@pytest.mark.parametrize("kind", ["solutions", "notebooks"])
+def test_every_notebook_asks_a_hosted_runtime_for_the_accelerator_its_lesson_uses(kind) -> None:
+    """Colab and Kaggle read the accelerator from the notebook: a GPU for the lessons measured on the device
+    (05, 10, 12, 13), none for the rest; Kaggle's internet on for all (install.py needs it)."""
+    from harness.grading.layout import REPO_ROOT, discover_assignments
+    from harness.hosted import hosted_metadata
+
+    wrong = []
+    for lesson in discover_assignments():
+        metadata = json.loads((REPO_ROOT / kind / lesson / f"{lesson}.ipynb").read_text())["metadata"]
+        seen = {key: metadata.get(key) for key in ("colab", "kaggle", "accelerator")}
+        expected = hosted_metadata(lesson)
+        if {key: value for key, value in seen.items() if value is not None} != expected:
+            wrong.append(f"{lesson}: {seen}, expected {expected}")
+    assert not wrong, "\n".join(wrong)
+    assert hosted_metadata("05_mixed_precision")["accelerator"] == "GPU"
+    assert "accelerator" not in hosted_metadata("02_nn_module")
