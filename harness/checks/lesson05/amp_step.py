@@ -72,7 +72,7 @@ def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> d
     trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
     handle.remove()
     fail_on_trace(trace)
-    return {"steps_taken": trace.steps_taken, "params": snapshot(model), "scale": float(scaler.get_scale())}
+    return {"steps_taken": trace.steps_taken, "params_after_inf": snapshot(model), "scale": float(scaler.get_scale())}
 
 
 def _probe_two_steps(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
@@ -95,7 +95,7 @@ def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> 
 
 
 @register(
-    "05-amp-step", nonfinite=('runs/[02468]/params/*',), unjudged=('runs/*/stale/*',),  # for the message
+    "05-amp-step", nonfinite=('runs/*/params_after_inf/*',), unjudged=('runs/*/stale/*',),  # for the message
     hints=Hints(
         nudge="The order is: training mode; zero the gradients; forward and loss inside torch.autocast; backward on "
         "the scaled loss outside autocast; let the scaler step the optimizer; update the scale.",

@@ -55,7 +55,7 @@ def _amp_clip_setup(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, Record
 
 
 @register(
-    "06-amp-clip", nonfinite=('runs/[13579]/params/*',),
+    "06-amp-clip", nonfinite=('runs/*/params_after_inf/*',),
     hints=Hints(
         nudge="The gradients after scaler.scale(loss).backward() are multiplied by the scale (thousands). Bring "
         "them back to their true size before measuring or clipping them, then let the scaler step.",
@@ -128,4 +128,4 @@ def _probe_amp_clip_skip(amp_clip_step: Callable[..., torch.Tensor], seed: int, 
     handle.remove()
     if trace.error is not None:
         raise trace.error
-    return {"steps_taken": len(steps.records), "params": snapshot(model), "scale": float(scaler.get_scale())}
+    return {"steps_taken": len(steps.records), "params_after_inf": snapshot(model), "scale": float(scaler.get_scale())}

@@ -57,7 +57,7 @@ def _judge_skip(skip: dict, start: list[torch.Tensor]) -> None:
     steps_taken, scale = skip["steps_taken"], skip["scale"]
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
-    skipped = matching_tensors(skip["params"], start, "params")
+    skipped = matching_tensors(skip["params_after_inf"], start, "params_after_inf")
     unchanged = all(torch.equal(a, b) for a, b in zip(start, skipped, strict=True))
     if steps_taken or not unchanged:
         fail(

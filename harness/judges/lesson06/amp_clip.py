@@ -88,7 +88,7 @@ def _judge_amp_clip_skip(run: dict, seed: int) -> None:
     steps_taken, scale = run["steps_taken"], run["scale"]
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
-    after = matching_tensors(run["params"], start, "params")
+    after = matching_tensors(run["params_after_inf"], start, "params_after_inf")
     unchanged = all(torch.equal(a, b) for a, b in zip(after, start, strict=True))
     if steps_taken or not unchanged or not scale == _AMP_SCALE / 2:
         fail(
