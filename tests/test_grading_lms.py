@@ -35,7 +35,7 @@ from harness.grading.layout import REPO_ROOT
 from harness.grading.lms import CANVAS_COLUMNS, MOODLE_COLUMNS
 from harness.grading.release import answered_release
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lms")]  # one worker grades the class once
 ASSIGNMENT = "00_welcome"
 SECRET = bytes(range(32))
 PLANTED = runpy.run_path(str(REPO_ROOT / "tests" / "planted" / f"{ASSIGNMENT}.py"))["PLANTED"]

@@ -35,7 +35,7 @@ from harness.grading.shards import (
 from harness.grading.submissions import Submission, collect
 from harness.grading.summary import write_summary
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shards")]  # one worker grades the class once
 ASSIGNMENT = "00_welcome"
 SECRET = bytes(range(32))
 COUNT = 3

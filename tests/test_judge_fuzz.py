@@ -51,7 +51,9 @@ def test_every_task_is_fuzzed():
     assert tasks == {task for task, _ in TASKS}, "a task without a correct variant in tests/checks"
 
 
-@pytest.mark.parametrize("task,correct", TASKS, ids=[task for task, _ in TASKS])
+@pytest.mark.parametrize("task,correct", [
+    pytest.param(task, correct, id=task, marks=[pytest.mark.xdist_group("lesson10")] if task.startswith("10-") else [])
+    for task, correct in TASKS])  # lesson 10's with tests/checks/test_lesson10.py: its trained run is made once
 def test_a_broken_leaf_never_passes(task, correct):
     case = DRAWN_CASE
     honest = wire.decode(observe(task, _built(correct.objects), case))

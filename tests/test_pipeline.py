@@ -3,10 +3,13 @@
 (a) the committed release is what GenerateAssignment makes; (b) every cell of the solution runs without an
 error under autograde (nbgrader's Validator, the same criterion as students run it, runs on the first lesson:
 running every lesson twice more would cost minutes and prove nothing new); (c) autograde gives the solution
-full marks and the release zero; (d) the planted bugs, together in one submission, lose exactly their
-exercises' points, each with its failure code; (e) hidden tests reach neither notebooks/ nor the feedback
-students get. Each assignment's submissions are graded as one parallel batch (2 workers), in an xdist group
-of its own (one worker grades it; the two workers share the lessons).
+full marks and the release zero (every solution cell of every release is nbgrader's stub, which raises; the
+release is graded where its stubs differ in kind: the first lesson, whose functions raise, and a lesson whose
+cells are a bare stub, as lesson 11's; grading the others would repeat that at a minute of CPU each); (d) the
+planted bugs, together in one submission, lose exactly their exercises' points, each with its failure code;
+(e) hidden tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are
+graded as one parallel batch (2 workers), in an xdist group of its own (one worker grades it; the two workers
+share the lessons).
 """
 
 from __future__ import annotations
@@ -65,6 +68,23 @@ def planted_submissions(assignment: str) -> dict[str, set[str]]:
     return ({"planted-together": set(together)} if together else {}) | {f"planted-{task}": {task} for task in alone}
 
 
+def _release(assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def _stubs(assignment: str) -> list[str]:
+    """The code of each solution cell of the release."""
+    return [cell.source for cell in _release(assignment).cells
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")]
+
+
+def _bare(stub: str) -> bool:
+    """Whether a solution cell is nothing but nbgrader's stub (no function around it)."""
+    return all(line.strip().startswith("#") or "raise NotImplementedError" in line
+               for line in stub.splitlines() if line.strip())
+
+
+RELEASE_GRADED = {ASSIGNMENTS[0]} | {a for a in ASSIGNMENTS if any(_bare(stub) for stub in _stubs(a))}
 _cache: dict[str, tuple[dict, Path]] = {}
 
 
@@ -73,9 +93,9 @@ def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[d
     """Results of the assignment's batch: solution, untouched release and one submission per planted bug."""
     if assignment not in _cache:
         root = tmp_path_factory.mktemp(f"pipeline-{assignment}")
-        notebooks = {"solution": answered_release(assignment),
-                     "release": nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb",
-                                              as_version=4)}
+        notebooks = {"solution": answered_release(assignment)}
+        if assignment in RELEASE_GRADED:
+            notebooks["release"] = _release(assignment)
         bugs = planted(assignment)
         notebooks |= {student: answered_release(assignment, {task: bugs[task][0] for task in tasks})
                       for student, tasks in planted_submissions(assignment).items()}
@@ -125,11 +145,15 @@ def test_validator_passes_solution_and_fails_release(tmp_path, monkeypatch):
 @each_assignment
 def test_solution_full_marks_release_zero(assignment, graded):
     results, _ = graded
-    solution, release = results["solution"], results["release"]
+    solution = results["solution"]
     assert solution["status"] == "ok", solution["reasons"]
     assert solution["scores"] and all(score == maximum for score, maximum in solution["scores"].values()), solution
-    assert release["scores"].keys() == solution["scores"].keys()
-    assert all(score == 0 for score, _ in release["scores"].values()), release
+    stubs = _stubs(assignment)
+    assert stubs and all("raise NotImplementedError()" in stub for stub in stubs), "a solution cell without the stub"
+    if assignment in RELEASE_GRADED:
+        release = results["release"]
+        assert release["scores"].keys() == solution["scores"].keys()
+        assert all(score == 0 for score, _ in release["scores"].values()), release
 
 
 @each_assignment
@@ -158,7 +182,7 @@ def test_hidden_tests_never_reach_students(assignment, graded):
     release_text = (REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text()
     assert "HIDDEN TESTS" not in release_text and "hidden=True" not in release_text
     pages = sorted((out / "feedback").glob(f"*/{assignment}/*.html"))
-    assert len(pages) == 2 + len(planted_submissions(assignment))
+    assert len(pages) == 1 + (assignment in RELEASE_GRADED) + len(planted_submissions(assignment))
     source = nbformat.read(REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     hidden_lines = {line.strip() for cell in source.cells
                     for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S)

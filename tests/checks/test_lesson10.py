@@ -37,6 +37,10 @@ from harness.report import observe_op_dtypes, write_run_report
 from harness.repro import seed_everything
 from harness.train import EarlyStopping, evaluate, fit
 
+# One worker runs this module and lesson 10's fuzz cases: `trained_run` (a real capstone run, cached per
+# process) is then trained once, not once per worker.
+pytestmark = pytest.mark.xdist_group("lesson10")
+
 
 # ---------------------------------------------------------------------------------------------- 10-precision
 def precision_in_order(device_type, precisions):
