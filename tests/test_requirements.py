@@ -11,6 +11,7 @@ import importlib.util
 import re
 import sys
 from collections import Counter
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -27,9 +28,16 @@ GENERIC_CODES = {"raised"}  # the student's code raised: no requirement of its o
 
 
 def lesson_tests(assignment: str):
-    """tests/checks/test_lessonNN.py of `assignment`, imported (defining its mistakes runs nothing)."""
+    """tests/checks/test_lessonNN.py of `assignment`, imported (defining its mistakes runs nothing).
+
+    The module pytest collected is reused (under the name pytest gives it), so that what it caches, as lesson
+    10's trained run, is made once per process.
+    """
     path = REPO_ROOT / "tests" / "checks" / f"test_lesson{assignment[:2]}.py"
-    spec = importlib.util.spec_from_file_location(f"_requirements_{path.stem}", path)
+    loaded = sys.modules.get(path.stem)
+    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path.resolve():
+        return loaded
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and pickling look a class's module up there
     spec.loader.exec_module(module)
