@@ -223,3 +223,22 @@ def test_feedback_index_names_exercises_and_messages_wrap():
     assert '<a href="#00-accuracy">Exercise 3 \u2014 accuracy (<code>00-accuracy</code>)</a>' in html
     assert "white-space: pre-wrap; overflow-wrap: anywhere" in html
     assert polish_feedback(html, titles) == html
+
+
+def test_the_known_alembic_head_is_the_one_alembic_reports_for_the_installed_nbgrader():
+    """harness.grading.alembic_head spares each new gradebook a 2-second `alembic heads` subprocess: its answer
+    for the installed nbgrader must be alembic's own (asked here as nbgrader asks), and the pinned nbgrader must
+    be listed."""
+    import nbgrader
+    import nbgrader.api
+    from nbgrader.dbutil import _temp_alembic_ini
+
+    from harness.grading.alembic_head import KNOWN_HEADS, use_known_alembic_head
+    from harness.grading.layout import put_environment_tools_on_path
+
+    put_environment_tools_on_path()  # the `alembic` command of this environment
+    with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as alembic_ini:
+        reported = subprocess.check_output(["alembic", "-c", alembic_ini, "heads"], text=True).split()[0]
+    assert KNOWN_HEADS.get(nbgrader.__version__) == reported, f"nbgrader {nbgrader.__version__}: its head is {reported}"
+    use_known_alembic_head()
+    assert nbgrader.api.get_alembic_version() == reported

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from harness.grading.alembic_head import use_known_alembic_head
 from harness.grading.layout import (
     REPO_ROOT,
     check_assignment,
@@ -35,6 +36,7 @@ def build_course(course_root: Path, assignments: list[str], repo_root: Path = RE
     from nbgrader.apps import NbGraderAPI
 
     put_environment_tools_on_path()
+    use_known_alembic_head()
     for assignment in assignments:
         shutil.copytree(repo_root / "solutions" / assignment, course_root / "solutions" / assignment,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
