@@ -156,9 +156,10 @@ def test_feedback_exists_for_graded_submissions_only(batch):
     assert not {"missing", "invalid-json"} & students
 
 
-def test_nan_training_gets_an_explained_result_and_spares_the_batch(tmp_path):
-    """A lesson-04 submission whose training step produces NaN is graded (its exercise fails with a code),
-    while the correct submission graded beside it keeps full marks."""
+def test_nan_training_gets_an_explained_result(tmp_path):
+    """A lesson-04 submission whose training step produces NaN is graded: its exercise fails with a code, the
+    others keep their points. (That one submission spares those graded beside it is the main batch's test: its
+    good notebooks keep full marks beside every attack; lesson 04's solution gets full marks in the pipeline.)"""
     from harness.grading.release import answered_release
     from harness.grading.submissions import Submission
 
@@ -166,18 +167,12 @@ def test_nan_training_gets_an_explained_result_and_spares_the_batch(tmp_path):
     nan_step = ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    model.train()\n"
                 "    optimizer.zero_grad(set_to_none=True)\n    loss = loss_fn(model(x), y) * float('nan')\n"
                 "    loss.backward()\n    optimizer.step()\n    return loss.detach()\n")
-    submissions = []
-    for student, notebook in (("correct", answered_release(assignment)),
-                              ("nan", answered_release(assignment, {"04-train-step": nan_step}))):
-        path = tmp_path / "in" / student / f"{assignment}.ipynb"
-        path.parent.mkdir(parents=True)
-        nbformat.write(notebook, path)
-        submissions.append(Submission(student, path))
-    results = {r["student"]: r for r in grade_batch(submissions, assignment, tmp_path / "out", workers=2,
-                                                    limits=Limits(cell_timeout=120, submission_seconds=600),
-                                                    secret=SECRET)}
-    correct, nan = results["correct"], results["nan"]
-    assert correct["status"] == "ok" and all(s == m for s, m in correct["scores"].values()), correct
+    path = tmp_path / "in" / "nan" / f"{assignment}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(answered_release(assignment, {"04-train-step": nan_step}), path)
+    [nan] = grade_batch([Submission("nan", path)], assignment, tmp_path / "out", workers=1,
+                        limits=Limits(cell_timeout=120, submission_seconds=600), secret=SECRET)
     assert nan["status"] == "ok", nan["reasons"]
     assert nan["scores"]["04-train-step"][0] == 0 and nan["failures"].get("04-train-step"), nan
-    assert sum(s for s, _ in nan["scores"].values()) < sum(m for _, m in nan["scores"].values())
+    kept = {task for task, (score, maximum) in nan["scores"].items() if score == maximum}
+    assert kept and "04-train-step" not in kept, nan
