@@ -2,11 +2,21 @@
 
 import json
 
-from harness.drills.index import INDEX_PATH, build
+from harness.drills.index import ANSWERS_PATH, INDEX_PATH, build
 
 
-def test_the_shipped_index_matches_the_bank():
-    assert json.loads(INDEX_PATH.read_text()) == build(), "stale: run `python -m harness.drills.index`"
+def test_the_shipped_index_and_answers_match_the_bank():
+    index, answers = build()
+    assert json.loads(INDEX_PATH.read_text()) == index, "stale: run `python -m harness.drills.index`"
+    assert json.loads(ANSWERS_PATH.read_text()) == answers, "stale: run `python -m harness.drills.index`"
+
+
+def test_the_index_holds_no_answer():
+    """The index sits beside the bank's probe side, which a graded kernel mounts: solutions and keys are apart."""
+    text = INDEX_PATH.read_text()
+    assert '"solution"' not in text and '"key"' not in text
+    for drill_id, answer in json.loads(ANSWERS_PATH.read_text()).items():
+        assert answer["solution"].strip() not in text, drill_id
 
 
 def test_a_self_check_drill_says_so_in_its_prompt():

@@ -4,6 +4,7 @@ and the sandbox's refusal to grade where it cannot be made."""
 from __future__ import annotations
 
 import base64
+import json
 import stat
 import subprocess
 import sys
@@ -90,6 +91,32 @@ def test_grading_refuses_without_the_sandbox_and_says_what_to_install(tmp_path, 
                           env={"PATH": str(tmp_path), "HOME": str(tmp_path)})
     assert done.returncode == 2 and "bubblewrap" in done.stdout, done.stdout + done.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason="bubblewrap cannot run here")
+def test_a_graded_kernel_holds_no_drill_answer(tmp_path):
+    """Lesson 11 is graded from the drill bank: in the sandbox every drill has its probe side and nothing that
+    answers it (no solution, judge, planted wrong answer or explain key, in memory or in any file)."""
+    from harness.drills.core import all_drills
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    spec = sandbox.Spec(memory_mb=0, threads=1, sandboxed=True, runtime_dir=str(runtime),
+                        data_dir=str(tmp_path / "data"))
+    solutions = [d.solution for d in all_drills() if d.kind != "explain"]
+    code = ("import json, sys\nfrom pathlib import Path\n"
+            "from harness.contract.registry import get\nfrom harness.drills.core import all_drills\n"
+            "drills = all_drills()\n"
+            "print(len(drills), sum(d.answered or d.judge is not None or d.choices is not None for d in drills),"
+            " sum((d.probe or d.experiment) is not None for d in drills))\n"
+            "print([get(t, judged=False).judge is None for t in ('11-train-step', '11-why-eval')])\n"
+            f"texts = [p.read_text(errors='replace') for p in Path({str(sandbox.REPO_ROOT / 'harness')!r}).rglob('*')"
+            " if p.is_file()]\n"
+            "print(sum(any(s in t for t in texts) for s in json.load(sys.stdin)), len(texts) > 100)\n")
+    done = subprocess.run(sandbox.bwrap_command(spec, [sys.executable, "-c", code]), capture_output=True, text=True,
+                          timeout=120, input=json.dumps(solutions))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{len(all_drills())} 0 {len(all_drills())}", "[True, True]", "0 True"]
 
 
 @pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason="bubblewrap cannot run here")

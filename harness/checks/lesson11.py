@@ -1,23 +1,24 @@
-"""Checks of lesson 11 (interview drills): the drill bank's own checks, registered under the notebook's task ids.
+"""Probes of lesson 11 (interview drills): the drill bank's own checks, registered under the notebook's task ids.
 
 Each task is a drill of the bank (`harness.drills.lesson.NOTEBOOK_DRILLS`). A test cell passes the cell's
 namespace (`check("11-train-step", globals())`, or `{"answer": ...}` for an explain drill). A write or bughunt
 task's probe hands that namespace to the drill's probe, which reads the answer's entry from it as it does in
-`harness drill check`, and its judge is the drill's judge: the notebook and the terminal grade with one check.
-What lesson 11 adds is the teaching of a graded exercise: a requirement table (one row per failure code the
-drill's judge gives, its hint a nudge about that mistake) and three levels of hints.
+`harness drill check`, and its judge (`harness.judges.lesson11`) is the drill's judge: the notebook and the
+terminal grade with one check. What lesson 11 adds is the teaching of a graded exercise: a requirement table
+(one row per failure code the drill's judge gives, its hint a nudge about that mistake) and three levels of
+hints. Nothing here answers a drill: the bank's solutions, judges and explain keys are in `harness.judges`,
+which a graded kernel never mounts.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
-from harness.contract.registry import judges, register
-from harness.drills.choices import LETTERS, Choices, letter_of
+from harness.contract.registry import register
+from harness.drills.choices import LETTERS
 from harness.drills.core import Drill, get_drill
 from harness.drills.lesson import NOTEBOOK_DRILLS, SECTIONS, answer_name
 
@@ -41,7 +42,7 @@ def _hints(drill: Drill, task_id: str, solution: str) -> Hints:
 
 
 def _register_drill(task_id: str, solution: str, requires: Mapping[str, Requirement]) -> None:
-    """Register the write or bughunt drill of `task_id`: its probe reads the test cell's namespace, its judge decides.
+    """Register the probe of the write or bughunt drill of `task_id`, which reads the test cell's namespace.
 
     Args:
         task_id: the notebook's task id.
@@ -62,73 +63,20 @@ def _register_drill(task_id: str, solution: str, requires: Mapping[str, Requirem
                  where="the test cell")
         return drill.probe(_Answer(namespace), case=case)  # type: ignore[misc]
 
-    def judge(seen: dict, *, case: Case) -> str:
-        """The drill's judge."""
-        return drill.judge(seen, case=case)  # type: ignore[misc]
-
     register(task_id, hints=_hints(drill, task_id, solution), requires=table, nonfinite=drill.nonfinite)(probe)
-    judges(task_id)(judge)
-
-
-_MARKED = re.compile(r"\(?([a-d])\)\s*(.*)", re.IGNORECASE | re.DOTALL)  # "(b) text" or "b) text"
-
-
-def _plain(text: str) -> str:
-    """`text` compared loosely: case, runs of white space and a final full stop ignored."""
-    return " ".join(text.lower().split()).rstrip(".")
-
-
-def _chosen_letter(answer: str, choices: Choices) -> str | None:
-    """The letter `answer` chooses: a letter as `letter_of` reads it, or an option's text as the notebook prints
-    it, after its "(b) " marker (whose letter must be that option's) or without it; None for anything else."""
-    letter = letter_of(answer)
-    if letter is not None:
-        return letter
-    text = answer.strip().removeprefix("-").strip()  # a line of the notebook's list: "- (b) ..."
-    marked = _MARKED.fullmatch(text)
-    texts = [_plain(option.text) for option in choices.options]
-    if marked:
-        letter = marked.group(1).lower()
-        return letter if _plain(marked.group(2)) == texts[LETTERS.index(letter)] else None
-    return LETTERS[texts.index(_plain(text))] if _plain(text) in texts else None
-
-
-def _no_choice_cause(answer: object) -> str:
-    """Why `answer` chooses no option, from what it is."""
-    if not isinstance(answer, str):
-        return f"the answer is {type(answer).__name__}, not a string: the starter's answer was not replaced"
-    if _MARKED.fullmatch(answer.strip().removeprefix("-").strip()):
-        return "the text after the letter is not that option's text: write the letter alone"
-    return "more or less than one letter, and not an option's text"
 
 
 def _register_explain(task_id: str) -> None:
-    """Register the explain drill of `task_id`: the notebook's answer variable read as one of the bank's letters."""
+    """Register the probe of the explain drill of `task_id`: the notebook's answer variable, as written. Its last
+    hint sends the student to the experiment and the terminal: the key is the judge side's."""
     drill = get_drill(_DRILL_OF[task_id])
-    choices = drill.choices
-    assert choices is not None  # an explain drill has them (Drill checks it)
     variable = answer_name(task_id)
-    solution = f"{variable} = {LETTERS[choices.key]!r}"
+    solution = (f"Run the experiment below the test cell: the option that says what it prints is the answer "
+                f"(`harness drill solution {drill.id}` in a terminal shows it).")
 
     def probe(namespace: dict, *, case: Case) -> dict:
         """Record the chosen letter as written."""
         return {"answer": namespace.get("answer") if isinstance(namespace, dict) else None}
-
-    def judge(seen: dict, *, case: Case) -> str:
-        """The bank's key and options, on the letter ("b", "B", "(b)" or "b)"; "ab" is no choice) or on an option
-        copied as the notebook prints it ("(b) dropout stops dropping; ...", with or without its letter)."""
-        answer = seen.get("answer")
-        letter = _chosen_letter(answer, choices) if isinstance(answer, str) else None
-        if letter is None:
-            fail("no-choice", observed=f"answer = {answer!r}"[:160],
-                 expected=f"one letter: {', '.join(repr(c) for c in LETTERS)}",
-                 cause=_no_choice_cause(answer), where=f"the line `{variable} = ...`")
-        chosen = LETTERS.index(letter)
-        if chosen != choices.key:
-            fail("wrong-choice", observed=f"you chose {answer!r}: {choices.options[chosen].text}",
-                 expected="another choice", cause=choices.options[chosen].why,
-                 where="the experiment below the test cell, and what it prints")
-        return choices.options[choices.key].why
 
     register(task_id, hints=_hints(drill, task_id, solution), requires={
         "no-choice": Requirement(f'the answer is one letter of the choices: {variable} = "<letter>"',
@@ -137,7 +85,6 @@ def _register_explain(task_id: str) -> None:
             "the answer is the right choice",
             hint="Run the experiment below the test cell: what does it show, and which choice says that?"),
     })(probe)
-    judges(task_id)(judge)
 
 
 # The names a drill's probe reads from the answer, where there are several (otherwise the drill's entry).

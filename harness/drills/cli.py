@@ -255,6 +255,9 @@ def _hint(drill: Drill, mock: int | None = None) -> str:
 
 def _solution(drill: Drill) -> str:
     """The reference solution; for an explain drill, the right letter in the order the options were shown."""
+    if drill.solution is None:
+        raise SystemExit("the drills' answers are not installed here (harness/judges/drills/answers.json is missing): "
+                         "reinstall the course's harness package")
     if drill.choices is None:
         return drill.solution
     from harness.drills.choices import LETTERS

@@ -5,16 +5,22 @@ check"): `probe(answer, *, case)` runs in a child process next to the candidate'
 (`harness.contract.wire`); `judge(seen, *, case)` runs in the checker's own process, rebuilds the inputs from the
 case, recomputes every expected value and decides. An "explain" drill is never run: its answer is read as a
 string (`harness.drills.choices`).
+
+A drill lives in two modules, as a course check does. `harness.drills.bank.<topic>` holds what may run beside an
+answer: the prompt, the starter, the hints, the probe and the experiment. `harness.judges.drills.<topic>` holds
+what answers or decides: the reference solution, the planted wrong answers, the judge and the references it
+recomputes, an explain drill's options and key (`Answers`). A graded kernel never mounts `harness.judges`, so
+there a drill has no answer side; everywhere else `get_drill` joins the two.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Literal
 
-from harness.contract.judged import Judged
+from harness.contract.judged import Judge, Judged
 from harness.drills.topics import TOPICS
 
 if TYPE_CHECKING:
@@ -29,9 +35,9 @@ class Drill(Judged):
     starter and a reference solution.
 
     The candidate's answer is Python source that defines `entry` (a function or a class; for "explain" drills
-    the line `answer = "<letter>"`). `wrong_answers` are plausible mistakes (at least two) that the tests prove
-    the check rejects, each with the failure code it must get: `(source, code)`. `experiment`, for "explain"
-    drills, runs and prints the evidence.
+    the line `answer = "<letter>"`). `experiment`, for "explain" drills, runs and prints the evidence. The
+    judge side (`judge`, `solution`, `wrong_answers`, `choices`) is joined from the drill's `Answers` where
+    `harness.judges` is installed, and absent in a graded kernel (`answered` is False there).
     """
 
     id: str
@@ -42,14 +48,20 @@ class Drill(Judged):
     prompt: str
     entry: str
     starter: str
-    solution: str
     hints: tuple[str, ...]
-    wrong_answers: tuple[tuple[str, str], ...]
-    choices: Choices | None = None
     experiment: Callable[[], None] | None = field(default=None, compare=False)
     # The drill's point is a measurement only the answer's own process makes (host syncs, call records) and no
     # output shows: its prompt says so, and its pass does not count in a mock interview's score
     self_check: bool = False
+    # The judge side, from `Answers` (see the class's docstring)
+    solution: str | None = None
+    wrong_answers: tuple[tuple[str, str], ...] = ()
+    choices: Choices | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether the drill's judge side is joined (False in a graded kernel, which never mounts it)."""
+        return self.solution is not None
 
     def __post_init__(self) -> None:
         unknown = set(self.topics) - set(TOPICS)
@@ -59,14 +71,34 @@ class Drill(Judged):
             raise ValueError(f"drill {self.id}: give at least two levels of hints")
         if self.difficulty not in (1, 2, 3):
             raise ValueError(f"drill {self.id}: difficulty is 1, 2 or 3")
+        if self.kind == "explain" and self.experiment is None:
+            raise ValueError(f"drill {self.id}: an explain drill needs an experiment that shows the answer")
+        if self.kind != "explain" and self.probe is None:
+            raise ValueError(f"drill {self.id}: a {self.kind} drill needs a probe")
+        if not self.answered:
+            return
         if len(self.wrong_answers) < 2 or not all(isinstance(w, tuple) and len(w) == 2 for w in self.wrong_answers):
             raise ValueError(f"drill {self.id}: give at least two plausible wrong answers as (source, code)")
-        if self.kind == "explain":
-            if self.choices is None or self.experiment is None:
-                raise ValueError(f"drill {self.id}: an explain drill needs choices and an experiment that shows "
-                                 "the answer")
-        elif self.probe is None or self.judge is None:
-            raise ValueError(f"drill {self.id}: a {self.kind} drill needs a probe and a judge")
+        if self.kind == "explain" and self.choices is None:
+            raise ValueError(f"drill {self.id}: an explain drill's answers need its choices")
+        if self.kind != "explain" and self.judge is None:
+            raise ValueError(f"drill {self.id}: a {self.kind} drill's answers need its judge")
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A drill's judge side, kept in `harness.judges.drills.<topic>`: what answers it and what decides.
+
+    `solution` is the reference answer, `wrong_answers` the plausible mistakes (at least two) the tests prove the
+    check rejects, each with the failure code it must get: `(source, code)`. A write or bughunt drill has its
+    `judge`; an explain drill its `choices` (`harness.drills.choices.choice_answers` writes all of them).
+    """
+
+    drill_id: str
+    solution: str
+    wrong_answers: tuple[tuple[str, str], ...]
+    judge: Judge | None = None
+    choices: Choices | None = None
 
 
 _BANK: dict[str, Drill] = {}
@@ -80,12 +112,30 @@ def add(*drills: Drill) -> None:
         _BANK[drill.id] = drill
 
 
+def add_answers(*answers: Answers) -> None:
+    """Join each drill's judge side to its drill (`harness.judges.drills` modules call this at import)."""
+    for answer in answers:
+        drill = _BANK.get(answer.drill_id)
+        if drill is None:
+            raise ValueError(f"answers for {answer.drill_id!r}, which the bank does not hold")
+        if drill.answered:
+            raise ValueError(f"two sets of answers for {answer.drill_id!r}")
+        _BANK[answer.drill_id] = replace(drill, solution=answer.solution, wrong_answers=answer.wrong_answers,
+                                         judge=answer.judge, choices=answer.choices)
+
+
 def _load_bank() -> None:
-    """Import every bank module once (importing one module directly registers only its own drills)."""
+    """Import every bank module once (importing one module directly registers only its own drills), then its
+    judge side where it is installed (a graded kernel has none)."""
     import harness.drills.bank as bank
 
     for module in pkgutil.iter_modules(bank.__path__):
         importlib.import_module(f"{bank.__name__}.{module.name}")
+        try:
+            importlib.import_module(f"harness.judges.drills.{module.name}")
+        except ModuleNotFoundError as error:
+            if error.name not in (f"harness.judges.drills.{module.name}", "harness.judges.drills", "harness.judges"):
+                raise
 
 
 def all_drills() -> list[Drill]:

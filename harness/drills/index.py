@@ -1,9 +1,10 @@
 """The bank's metadata without the bank: what `list`, `daily`, `stats`, `start`, `hint` and `solution` need.
 
 The bank's modules import torch (seconds); these commands must answer in a fraction of one. `index.json`, shipped
-in the package, holds every drill's id, title, kind, topics, difficulty, prompt, starter, solution, hints and,
-for explain drills, the options' texts and the key. `python -m harness.drills.index` rewrites it from the bank;
-`tests/test_drills_index.py` fails when it no longer matches.
+in the package, holds every drill's id, title, kind, topics, difficulty, prompt, starter, hints and, for explain
+drills, the options' texts. What answers a drill (the solution, an explain drill's key) is in the judge side's
+`harness/judges/drills/answers.json`, which a graded kernel never mounts. `python -m harness.drills.index`
+rewrites both from the bank; `tests/test_drills_index.py` fails when they no longer match.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from harness.drills.choices import Choices, Option
 
 INDEX_PATH = Path(__file__).with_name("index.json")
+ANSWERS_PATH = Path(__file__).parents[1] / "judges" / "drills" / "answers.json"
 
 
 @dataclass(frozen=True)
@@ -29,33 +31,34 @@ class Entry:
     difficulty: int
     prompt: str
     starter: str
-    solution: str
     hints: tuple[str, ...]
     options: tuple[str, ...] = ()  # explain drills: the options' texts, in the bank's order
-    key: int = -1  # explain drills: the index of the right option
     self_check: bool = False  # a pass that does not count in a mock interview (`Drill.self_check`)
+    solution: str | None = None  # from answers.json (None where the judge side is not installed)
+    key: int = -1  # explain drills, from answers.json: the index of the right option
 
     @property
     def choices(self) -> Choices | None:
-        """The options (their texts; the why of each is in the bank) for an explain drill, else None."""
+        """The options (their texts; the why of each is on the judge side) for an explain drill, else None."""
         if not self.options:
             return None
         return Choices(tuple(Option(text, "") for text in self.options), self.key)
 
 
-def build() -> list[dict]:
-    """The index, from the bank (imports torch)."""
+def build() -> tuple[list[dict], dict[str, dict]]:
+    """The index and the answers (solution, key) by drill id, from the bank (imports torch)."""
     from harness.drills.core import all_drills
 
-    entries = []
+    index, answers = [], {}
     for drill in all_drills():
         choices = drill.choices
-        entries.append(asdict(Entry(
+        entry = asdict(Entry(
             id=drill.id, title=drill.title, kind=drill.kind, topics=drill.topics, difficulty=drill.difficulty,
-            prompt=drill.prompt, starter=drill.starter, solution=drill.solution, hints=drill.hints,
-            options=tuple(o.text for o in choices.options) if choices else (), key=choices.key if choices else -1,
-            self_check=drill.self_check)))
-    return json.loads(json.dumps(entries))
+            prompt=drill.prompt, starter=drill.starter, hints=drill.hints,
+            options=tuple(o.text for o in choices.options) if choices else (), self_check=drill.self_check))
+        index.append({name: value for name, value in entry.items() if name not in ("solution", "key")})
+        answers[drill.id] = {"solution": drill.solution, "key": choices.key if choices else -1}
+    return json.loads(json.dumps(index)), answers
 
 
 @functools.cache
@@ -66,8 +69,9 @@ def entries() -> tuple[Entry, ...]:
     except (OSError, ValueError) as error:
         raise SystemExit(f"the drill index {INDEX_PATH} cannot be read ({error}): rebuild it with "
                          "`python -m harness.drills.index`") from None
+    answers = json.loads(ANSWERS_PATH.read_text()) if ANSWERS_PATH.is_file() else {}
     return tuple(Entry(**{**e, "topics": tuple(e["topics"]), "hints": tuple(e["hints"]),
-                          "options": tuple(e["options"])}) for e in raw)
+                          "options": tuple(e["options"]), **answers.get(e["id"], {})}) for e in raw)
 
 
 def get(drill_id: str) -> Entry:
@@ -80,5 +84,7 @@ def get(drill_id: str) -> Entry:
 
 
 if __name__ == "__main__":
-    INDEX_PATH.write_text(json.dumps(build(), indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {INDEX_PATH}")
+    built_index, built_answers = build()
+    INDEX_PATH.write_text(json.dumps(built_index, indent=1, ensure_ascii=False) + "\n")
+    ANSWERS_PATH.write_text(json.dumps(built_answers, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {INDEX_PATH} and {ANSWERS_PATH}")

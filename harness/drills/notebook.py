@@ -15,6 +15,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from harness.drills.choices import bank_order, render
 from harness.drills.core import Drill, get_drill
 from harness.drills.lesson import NOTEBOOK_DRILLS, SECTIONS, answer_name
+from harness.hosted import hosted_metadata
 
 NOTEBOOK = Path("solutions/11_interview_drills/11_interview_drills.ipynb")
 
@@ -116,6 +117,7 @@ def build() -> nbformat.NotebookNode:
     notebook = new_notebook(cells=cells, metadata={
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
+        **hosted_metadata("11"),
     })
     for index, cell in enumerate(notebook.cells):
         cell["id"] = f"drill-cell-{index:02d}"  # stable ids: rebuilding changes nothing

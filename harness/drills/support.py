@@ -129,22 +129,11 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
                 process.kill()
 
 
-def multiple_choice(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, question: str,
-                    options: tuple[tuple[str, str], ...], key: str, hints: tuple[str, ...],
-                    experiment: Callable[[], None]) -> Drill:
-    """An "explain" drill: four `(text, why it is right or wrong)` options in the bank's order, `key` the letter
-    of the right one there (the bank's keys are balanced: a test checks it), and the experiment that proves it.
-    Each attempt shows the options in a new order; the three other letters are the planted wrong answers."""
-    from harness.drills.choices import LETTERS, Choices, Option
+def explain(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, question: str,
+            hints: tuple[str, ...], experiment: Callable[[], None]) -> Drill:
+    """An "explain" drill's probe side: the question, its hints and the experiment that proves the answer. Its
+    four options and key are its judge side (`harness.drills.choices.choice_answers`)."""
     from harness.drills.core import Drill
 
-    return Drill(
-        id=id, title=title, kind="explain", topics=topics, difficulty=difficulty, prompt=question,
-        entry="answer",
-        starter='answer = None  # "a", "b", "c" or "d"\n',
-        solution=f'answer = "{key}"\n',
-        hints=hints,
-        wrong_answers=tuple((f'answer = "{letter}"\n', "wrong-choice") for letter in LETTERS if letter != key),
-        choices=Choices(tuple(Option(text, why) for text, why in options), LETTERS.index(key)),
-        experiment=experiment,
-    )
+    return Drill(id=id, title=title, kind="explain", topics=topics, difficulty=difficulty, prompt=question,
+                 entry="answer", starter='answer = None  # "a", "b", "c" or "d"\n', hints=hints, experiment=experiment)

@@ -10,8 +10,8 @@ A finding names what was found and where (cell, line); `autograde` fails that ex
   subscripted by a built name;
 - private torch: `torch._C`, `DisableTorchFunction`, any `torch._*` (or `torch.x._y`) name, imported or used;
 - harness modules outside the lesson's allowlist: `DEFAULT_ALLOWED` plus every harness module the lesson's
-  released notebook imports in its given cells (the judge side, the check machinery and the drill bank's
-  solutions are never on it).
+  released notebook imports in its given cells (the judge side, drills' answers included, the check machinery
+  and the drill bank's probes are never on it).
 
 Cells that are not the student's (given code, tests) are not read: they are the release's, restored.
 """

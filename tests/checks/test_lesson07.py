@@ -11,7 +11,7 @@ import torch
 import harness.sequences
 import harness.showcase
 from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake, solution_cell
-from harness.drills.bank.schedulers import warmup_cosine_factor
+from harness.judges.drills.schedulers import warmup_cosine_factor
 from harness.judges.lesson07.common import warmup_cosine_reference
 from harness.judges.lesson15.warmup import reference_lr_factor
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import torch
 
 from harness.contract.case import Case
-from harness.contract.failure import fail
-from harness.contract.forbidden import CallRecorder, forbid
-from harness.contract.wire import WireError, describe
+from harness.contract.forbidden import CallRecorder
 from harness.drills.core import Drill, add
-from harness.drills.support import assert_close, multiple_choice
+from harness.drills.support import explain
 
 
 def _logsumexp_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
@@ -23,39 +21,10 @@ def _logsumexp_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     return inputs
 
 
-_OUTSIDE_TORCH = "computing outside torch (NumPy, SciPy, Python numbers) leaves autograd and the GPU behind"
-_LOGSUMEXP_FORBIDDEN = {
-    "logsumexp": "the drill asks you to build it from amax, exp, sum and log",
-    "special_logsumexp": "torch.special.logsumexp is torch.logsumexp under another name",
-    "log_softmax": "log_softmax computes logsumexp inside: x - log_softmax(x) is the forbidden call in disguise",
-    "numpy": _OUTSIDE_TORCH, "__array__": _OUTSIDE_TORCH, "tolist": _OUTSIDE_TORCH, "item": _OUTSIDE_TORCH,
-}
-
-
 def _probe_logsumexp(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["logsumexp"](x, dim) for x, dim in _logsumexp_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
-
-
-def _judge_logsumexp(seen: dict, *, case: Case) -> str:
-    forbid(seen["calls"], _LOGSUMEXP_FORBIDDEN, where="the drill's prompt")
-    inputs, outputs = _logsumexp_inputs(case), seen["outputs"]
-    if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        raise WireError("logsumexp outputs missing")
-    for (x, dim), got in list(zip(inputs, outputs, strict=True))[:4]:
-        assert_close("logsumexp(x, dim)", got, torch.logsumexp(x, dim), atol=1e-5, rtol=1e-5,
-                     where="logsumexp", cause="the reduction or the max subtraction is off")
-    (extreme, dim), got = inputs[4], outputs[4]
-    assert_close("logsumexp of ±1000", got, torch.logsumexp(extreme, dim), atol=1e-4, rtol=1e-5,
-                 where="logsumexp", cause="exp(1000) overflows: subtract the max before exp and add it back after")
-    (inf_row, dim), got = inputs[5], outputs[5]
-    if not isinstance(got, torch.Tensor) or not torch.equal(got, torch.logsumexp(inf_row, dim)):
-        shown = got.tolist() if isinstance(got, torch.Tensor) else describe(got)
-        fail("all-inf-row", observed=f"logsumexp of a row of -inf gave {shown}", expected="[-inf, 0.0]",
-             cause="max is -inf, and -inf - (-inf) is nan: replace a non-finite max by 0 before subtracting",
-             where="the max you subtract")
-    return "matches torch.logsumexp on random and extreme inputs, -inf rows included, without calling it"
 
 
 add(
@@ -71,27 +40,9 @@ add(
         entry="logsumexp",
         starter="import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n"
         "    raise NotImplementedError\n",
-        solution=(
-            "import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n"
-            "    m = x.amax(dim=dim, keepdim=True)\n"
-            "    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))\n"
-            "    return (x - m).exp().sum(dim=dim).log() + m.squeeze(dim)\n"
-        ),
         hints=("exp overflows for x > 88 in float32. What can you subtract from every element first?",
                "Subtract m = max along dim, compute log(sum(exp(x - m))) and add m back; guard m = -inf."),
         probe=_probe_logsumexp,
-        judge=_judge_logsumexp,
-        wrong_answers=(
-            ("import torch\n\ndef logsumexp(x, dim):\n    return x.exp().sum(dim).log()\n", "not-finite"),
-            ("import torch\n\ndef logsumexp(x, dim):\n    m = x.amax(dim, keepdim=True)\n"
-             "    return (x - m).exp().sum(dim).log() + m.squeeze(dim)\n", "all-inf-row"),
-            ("import torch\n\ndef logsumexp(x, dim):\n    return torch.logsumexp(x, dim)\n", "forbidden-call"),
-            ("import torch\n\ndef logsumexp(x, dim):\n    return torch.special.logsumexp(x, dim)\n", "forbidden-call"),
-            ("import numpy as np\nimport torch\n\ndef logsumexp(x, dim):\n    a = x.numpy()\n"
-             "    m = np.max(a, axis=dim, keepdims=True)\n    m = np.where(np.isfinite(m), m, 0)\n"
-             "    return torch.from_numpy(np.asarray(np.log(np.exp(a - m).sum(axis=dim)) + m.squeeze(dim)))\n",
-             "forbidden-call"),
-        ),
     )
 )
 
@@ -116,22 +67,6 @@ def _probe_pairwise(answer: dict, *, case: Case) -> dict:
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_pairwise(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _pairwise_inputs(case), seen.get("outputs"), seen.get("counts")
-    if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
-            or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
-        raise WireError("pairwise outputs missing")
-    for (a, b), got, count in zip(inputs, outputs, counts, strict=True):
-        assert_close("pairwise_sq_dists(a, b)", got, torch.cdist(a, b) ** 2, atol=1e-4, rtol=1e-4,
-                     where="pairwise_sq_dists", cause="broadcast a to (n, 1, d) and b to (1, m, d)")
-        if count > 30:
-            fail("python-loop", observed=f"{count} torch calls for a ({len(a)}, {a.shape[1]}) by ({len(b)}, "
-                 f"{b.shape[1]}) input", expected="a few broadcast calls, whatever n and m",
-                 cause="a Python loop over the rows of a (or b): one call per row", where="broadcast instead: "
-                 "a[:, None, :] - b[None, :, :]")
-    return "matches cdist² for several (n, m, d), with no Python loop"
-
-
 add(
     Drill(
         id="tensors-pairwise-distances",
@@ -144,17 +79,9 @@ add(
         entry="pairwise_sq_dists",
         starter="import torch\n\n\ndef pairwise_sq_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
         "    raise NotImplementedError\n",
-        solution="import torch\n\n\ndef pairwise_sq_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
-        "    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)\n",
         hints=("Make the shapes (n, 1, d) and (1, m, d); their difference broadcasts to (n, m, d).",
                "((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)"),
         probe=_probe_pairwise,
-        judge=_judge_pairwise,
-        wrong_answers=(("import torch\n\ndef pairwise_sq_dists(a, b):\n    return ((a - b) ** 2).sum(-1)\n", "raised"),
-                       ("import torch\n\ndef pairwise_sq_dists(a, b):\n"
-                        "    return ((a[:, None] - b[None]) ** 2).sum(0)\n", "wrong-shape"),
-                       ("import torch\n\ndef pairwise_sq_dists(a, b):\n"
-                        "    return torch.stack([((row - b) ** 2).sum(-1) for row in a])\n", "python-loop")),
     )
 )
 
@@ -165,20 +92,12 @@ def _broadcast_experiment() -> None:
 
 
 add(
-    multiple_choice(
+    explain(
         id="tensors-broadcast-shape",
         title="Predict a broadcast shape",
         topics=("tensors",),
         difficulty=1,
         question="x has shape (3, 1) and y has shape (4,). What is the shape of x + y?",
-        options=(
-            ("an error: the shapes differ", "broadcasting allows different shapes when each pair of sizes, aligned "
-             "from the right, is equal or 1"),
-            ("(3, 1)", "the result takes the larger size in each dimension: the 1 stretches to 4"),
-            ("(4, 3)", "shapes align from the right, so y's 4 meets x's last dimension (1), not its first"),
-            ("(3, 4)", "(3, 1) + (4,) aligns as (3, 1) + (1, 4); each size-1 dimension stretches: (3, 4)"),
-        ),
-        key="d",
         hints=("Align the shapes from the right: (3, 1) against (_, 4).",
                "A size-1 dimension stretches to match; a missing leading dimension is treated as 1."),
         experiment=_broadcast_experiment,
@@ -202,20 +121,12 @@ def _view_or_copy_experiment() -> None:
 
 
 add(
-    multiple_choice(
+    explain(
         id="tensors-view-or-copy",
         title="Views and copies: which line changes x?",
         topics=("tensors",),
         difficulty=2,
         question="x = torch.zeros(3, 4). Each line below is followed by y += 1. After which one does x change?",
-        options=(
-            ("y = x[x >= 0]", "boolean-mask indexing gathers the selected elements into a new tensor: a copy"),
-            ("y = x.reshape(4, 3).clone()", "reshape of a contiguous tensor is a view, but clone() then copies it"),
-            ("y = x[[0, 2]]", "indexing with a list of integers (advanced indexing) always copies"),
-            ("y = x.t()[1:]", "transpose and basic slicing only change strides and offset: y is a view of x's "
-             "storage, so y += 1 writes into x"),
-        ),
-        key="d",
         hints=("Which indexing operations can be expressed as a new (offset, shape, strides) over the same storage?",
                "Basic slicing, t(), view() give views; masks and integer lists gather elements into a copy."),
         experiment=_view_or_copy_experiment,
@@ -251,33 +162,6 @@ def _probe_uint8(answer: dict, *, case: Case) -> dict:
     return {"outputs": [answer["center"](x) for x in images], "inputs_after": images}
 
 
-def _judge_uint8(seen: dict, *, case: Case) -> str:
-    images, outputs, after = _uint8_images(case), seen.get("outputs"), seen.get("inputs_after")
-    if not isinstance(outputs, list) or not isinstance(after, list) or len(outputs) != len(images) \
-            or len(after) != len(images):
-        raise WireError("outputs missing")
-    for x, got, x_after in zip(images, outputs, after, strict=True):
-        if not isinstance(x_after, torch.Tensor) or not torch.equal(x_after, x):
-            fail("input-modified", observed="the caller's uint8 images changed", expected="the input left as it was",
-                 cause="an in-place operation (images -= 128, images.sub_(...)) on the caller's tensor",
-                 where="compute a new tensor")
-        want = (x.float() - 128) / 128
-        if isinstance(got, torch.Tensor) and got.dtype != torch.float32:
-            fail("wrong-dtype", observed=f"the result's dtype is {got.dtype}", expected="torch.float32",
-                 cause="float64 doubles the memory of every batch and mismatches float32 weights; an integer dtype "
-                 "cannot hold the fractions", where="images.float()")
-        wrapped = ((x.to(torch.int64) - 128) % 256).float() / 128
-        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, wrapped) \
-                and not torch.allclose(got, want):
-            fail("uint8-wraparound", observed="pixel 0 maps to +1.0 (and every pixel below 128 to a positive value)",
-                 expected="pixel 0 -> -1.0", cause="images - 128 is computed in uint8, which wraps around modulo 256 "
-                 "(0 - 128 = 128) before anything turns it into a float: convert first", where="images.float() - 128")
-        assert_close("center(images)", got, want, atol=1e-6, rtol=1e-6, where="center",
-                     cause="the operations are not (pixel - 128) / 128 in float32: check the parentheses (/ binds "
-                     "tighter than -)")
-    return "float32, black is -1, white is 127/128, and the caller's images untouched"
-
-
 add(
     Drill(
         id="tensors-uint8-wraparound",
@@ -289,16 +173,9 @@ add(
         "out near +1 instead of -1. Fix it.",
         entry="center",
         starter=_UINT8_STARTER,
-        solution=_UINT8_STARTER.replace("(images - 128) / 128\n", "(images.float() - 128) / 128\n"),
         hints=("What dtype does images - 128 have, and what does that dtype do with 0 - 128?",
                "uint8 arithmetic wraps modulo 256: convert to float32 before subtracting."),
         probe=_probe_uint8,
-        judge=_judge_uint8,
-        wrong_answers=(
-            (_UINT8_STARTER.replace("(images - 128) / 128\n", "(images - 128).float() / 128\n"), "uint8-wraparound"),
-            (_UINT8_STARTER.replace("(images - 128) / 128\n", "(images.double() - 128) / 128\n"), "wrong-dtype"),
-            (_UINT8_STARTER.replace("(images - 128) / 128\n", "images.float() - 128 / 128\n"), "wrong-value"),
-        ),
     )
 )
 
@@ -323,50 +200,6 @@ def _probe_sgd(answer: dict, *, case: Case) -> dict:
                         "is_leaf": p.is_leaf} for p in params]}
 
 
-def _judge_sgd(seen: dict, *, case: Case) -> str:
-    lr, values, grads = _sgd_case(case)
-    params = seen.get("params")
-    if not isinstance(params, list) or len(params) != len(values) or not all(isinstance(p, dict) for p in params):
-        raise WireError("parameters missing")
-    for p, v, g in zip(params, values, grads, strict=True):
-        if p.get("is_leaf") is not True:
-            fail("update-recorded", observed="after the update a parameter is no longer a leaf tensor",
-                 expected="the same leaf tensors, updated outside autograd", cause="the update was recorded by "
-                 "autograd (it ran with grad mode on, through an out-of-place op assigned back): the optimizer's "
-                 "tensor now has a history", where="with torch.no_grad(): p -= lr * p.grad")
-        if p.get("requires_grad") is not True:
-            fail("requires-grad-lost", observed="a parameter no longer requires grad", expected="requires_grad=True "
-                 "after the update", cause="requires_grad_(False) to get around the leaf error: the next forward "
-                 "computes no gradient for it", where="torch.no_grad() instead")
-        value = p.get("value")
-        if not isinstance(value, torch.Tensor) or value.shape != v.shape:
-            raise WireError("a parameter's value is missing")
-        if torch.allclose(value, v):
-            fail("not-in-place", observed="the parameters are unchanged after sgd_update_",
-                 expected="p - lr * p.grad, written into the same tensors", cause="p = p - lr * p.grad rebinds the "
-                 "loop variable to a new tensor: the caller's parameter (and the optimizer's and module's "
-                 "reference to it) never changes", where="p -= lr * p.grad (or p.sub_(lr * p.grad)) under no_grad")
-        if torch.allclose(value, v + lr * g, atol=1e-6):
-            fail("wrong-sign", observed="the parameters moved up the gradient", expected="p - lr * p.grad",
-                 cause="add_ instead of sub_ (or alpha=lr instead of alpha=-lr)", where="the update line")
-        assert_close("the updated parameter", value, v - lr * g, atol=1e-6, rtol=1e-6, where="the update line",
-                     cause="the step is not lr times the gradient")
-        if p.get("grad") is not None:
-            fail("grad-not-cleared", observed="p.grad is still set after the update", expected="p.grad = None",
-                 cause="the next backward would add into this gradient", where="p.grad = None after the update")
-    return "each parameter updated in place, still a leaf that requires grad, with its gradient cleared"
-
-
-_SGD_SOLUTION = '''import torch
-
-
-def sgd_update_(params, lr):
-    with torch.no_grad():
-        for p in params:
-            p -= lr * p.grad
-            p.grad = None
-'''
-
 add(
     Drill(
         id="tensors-sgd-in-place",
@@ -379,21 +212,10 @@ add(
         "tensor objects (a module and an optimizer hold them), still leaves, still requiring grad.",
         entry="sgd_update_",
         starter="import torch\n\n\ndef sgd_update_(params, lr):\n    raise NotImplementedError\n",
-        solution=_SGD_SOLUTION,
         hints=("p -= ... on a leaf that requires grad raises: what tells autograd not to record an operation? And "
                "does `p = p - ...` change the caller's tensor?",
                "with torch.no_grad(): for p in params: p -= lr * p.grad; p.grad = None"),
         probe=_probe_sgd,
-        judge=_judge_sgd,
-        wrong_answers=(
-            (_SGD_SOLUTION.replace("p -= lr * p.grad", "p = p - lr * p.grad"), "not-in-place"),
-            (_SGD_SOLUTION.replace("            p.grad = None\n", ""), "grad-not-cleared"),
-            (_SGD_SOLUTION.replace("p -= lr * p.grad", "p.add_(p.grad, alpha=lr)"), "wrong-sign"),
-            ("import torch\n\ndef sgd_update_(params, lr):\n    for p in params:\n        p.requires_grad_(False)\n"
-             "        p -= lr * p.grad\n        p.grad = None\n", "requires-grad-lost"),
-            ("import torch\n\ndef sgd_update_(params, lr):\n    for p in params:\n        p -= lr * p.grad\n",
-             "raised"),
-        ),
     )
 )
 
@@ -420,47 +242,6 @@ def _probe_attention_scores(answer: dict, *, case: Case) -> dict:
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_attention_scores(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _attention_scores_inputs(case), seen.get("outputs"), seen.get("counts")
-    if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
-            or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
-        raise WireError("outputs missing")
-    for (q, k), got, count in zip(inputs, outputs, counts, strict=True):
-        b, h, t, d = q.shape
-        s = k.shape[2]
-        want = q @ k.transpose(-2, -1) / d ** 0.5
-        if isinstance(got, torch.Tensor) and got.shape == want.shape:
-            if torch.allclose(got, q @ k.reshape(b, h, d, s) / d ** 0.5, atol=1e-5):
-                fail("reshape-not-transpose", observed="the scores equal q @ k.reshape(B, H, D, S) / sqrt(D)",
-                     expected="q @ k.transpose(-2, -1) / sqrt(D)", cause="reshape (or view) keeps the elements in "
-                     "memory order and only regroups them: the shape is right but each 'column' mixes several keys. "
-                     "Swapping two axes is transpose", where="k.transpose(-2, -1)")
-            if torch.allclose(got, want * d ** 0.5, atol=1e-4):
-                fail("missing-scale", observed="the scores are the raw dot products", expected="dot products divided "
-                     "by sqrt(D)", cause="without the 1/sqrt(D) scale the scores grow with D and softmax saturates",
-                     where="divide by math.sqrt(q.shape[-1])")
-            if torch.allclose(got, want / d ** 0.5, atol=1e-5):
-                fail("wrong-scale", observed="the scores are divided by D", expected="divided by sqrt(D)",
-                     cause="the scale is 1/sqrt(D), the standard deviation of a sum of D unit-variance products",
-                     where="the division")
-        assert_close("attention_scores(q, k)", got, want, atol=1e-5, rtol=1e-5, where="attention_scores",
-                     cause="contract over D, the last axis of both q and k, keeping T and S apart")
-        if count > 20:
-            fail("python-loop", observed=f"{count} torch calls for one call with B*H = {b * h}",
-                 expected="a few batched calls", cause="a Python loop over the batch or the heads: one "
-                 "batched matmul does all of them at once", where="q @ k.transpose(-2, -1)")
-    return "q·kᵀ/sqrt(D) for every batch and head, batched, with T ≠ S"
-
-
-_ATTENTION_SOLUTION = '''import math
-
-import torch
-
-
-def attention_scores(q, k):
-    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-'''
-
 add(
     Drill(
         id="tensors-attention-scores",
@@ -472,21 +253,9 @@ add(
         "tensor of scaled dot products q[b, h, t] · k[b, h, s] / sqrt(D), batched over B and H (no Python loops).",
         entry="attention_scores",
         starter="import torch\n\n\ndef attention_scores(q, k):\n    raise NotImplementedError\n",
-        solution=_ATTENTION_SOLUTION,
         hints=("matmul batches over all leading axes; you need k's last two axes swapped.",
                "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) (or torch.einsum('bhtd,bhsd->bhts', q, k))."),
         probe=_probe_attention_scores,
-        judge=_judge_attention_scores,
-        wrong_answers=(
-            (_ATTENTION_SOLUTION.replace("k.transpose(-2, -1)", "k.reshape(*k.shape[:2], k.shape[3], k.shape[2])"),
-             "reshape-not-transpose"),
-            (_ATTENTION_SOLUTION.replace("math.sqrt(q.shape[-1])", "q.shape[-1]"), "wrong-scale"),
-            ("import torch\n\ndef attention_scores(q, k):\n    return torch.einsum('bhtd,bhsd->bhts', q, k)\n",
-             "missing-scale"),
-            ("import math\nimport torch\n\ndef attention_scores(q, k):\n    b, h = q.shape[:2]\n"
-             "    return torch.stack([torch.stack([q[i, j] @ k[i, j].T for j in range(h)]) for i in range(b)])"
-             " / math.sqrt(q.shape[-1])\n", "python-loop"),
-        ),
     )
 )
 
@@ -518,52 +287,6 @@ def _probe_masked_mean(answer: dict, *, case: Case) -> dict:
     return {"outputs": outputs, "counts": counts}
 
 
-def _judge_masked_mean(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _masked_mean_inputs(case), seen.get("outputs"), seen.get("counts")
-    if not isinstance(outputs, list) or len(outputs) != len(inputs) or not isinstance(counts, list) \
-            or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
-        raise WireError("outputs missing")
-    for (x, lengths), got, count in zip(inputs, outputs, counts, strict=True):
-        t = x.shape[1]
-        valid = torch.arange(t)[None, :, None] < lengths[:, None, None]
-        want = torch.where(valid, x, 0.0).sum(1) / lengths[:, None]
-        if isinstance(got, torch.Tensor) and got.shape == want.shape:
-            if torch.isnan(got).any() and torch.isnan(x).any():
-                fail("padding-nan-leaks", observed="nan in the result when the padding holds nan",
-                     expected="the mean of the valid positions only", cause="x * mask keeps nan (0 * nan = nan): "
-                     "select with torch.where(mask, x, 0) or x.masked_fill(~mask, 0) instead of multiplying",
-                     where="how the padding is zeroed")
-            off_by_one = torch.arange(t)[None, :, None] <= lengths[:, None, None]
-            if torch.allclose(got, torch.where(off_by_one, x, 0.0).sum(1) / lengths[:, None], atol=1e-4):
-                fail("off-by-one-mask", observed="the first padding position is included", expected="positions "
-                     "t < length only", cause="arange(T) <= lengths keeps position `length`, the first pad",
-                     where="the mask comparison")
-            if torch.allclose(got, torch.where(valid, x, 0.0).sum(1) / t, atol=1e-5):
-                fail("wrong-denominator", observed="the valid positions are summed but divided by T",
-                     expected="divided by each sequence's length", cause="a mean over the padded axis",
-                     where="divide by lengths[:, None]")
-            if not torch.isnan(x).any() and torch.allclose(got, x.mean(1), atol=1e-4):
-                fail("padding-counted", observed="the result is the mean over all T positions, padding included",
-                     expected="the mean of the valid positions only", cause="x.mean(1) averages the padding in",
-                     where="build a (B, T) mask from lengths")
-        assert_close("masked_mean(x, lengths)", got, want, atol=1e-5, rtol=1e-5, where="masked_mean",
-                     cause="the padding enters the sum, or the count is not each sequence's length")
-        if count > 40:
-            fail("python-loop", observed=f"{count} torch calls for a batch of {len(x)} sequences",
-                 expected="a few batched calls", cause="a Python loop over the sequences (x[b, :lengths[b]]): "
-                 "one call per sequence instead of one mask for the batch", where="build the (B, T) mask once")
-    return "mean over valid positions only, with finite or nan garbage in the padding"
-
-
-_MASKED_SOLUTION = '''import torch
-
-
-def masked_mean(x, lengths):
-    mask = torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
-    total = x.masked_fill(~mask[:, :, None], 0.0).sum(1)
-    return total / lengths[:, None].to(x.dtype)
-'''
-
 add(
     Drill(
         id="tensors-masked-mean", nonfinite=('outputs/*',),
@@ -577,22 +300,10 @@ add(
         "loops.",
         entry="masked_mean",
         starter="import torch\n\n\ndef masked_mean(x, lengths):\n    raise NotImplementedError\n",
-        solution=_MASKED_SOLUTION,
         hints=("Build a (B, T) boolean mask by comparing arange(T) with lengths, broadcast. How do you zero the "
                "padding when it may hold nan?",
                "mask = arange(T)[None, :] < lengths[:, None]; x.masked_fill(~mask[..., None], 0).sum(1) / lengths"),
         probe=_probe_masked_mean,
-        judge=_judge_masked_mean,
-        wrong_answers=(
-            ("import torch\n\ndef masked_mean(x, lengths):\n    return x.mean(1)\n", "padding-counted"),
-            ("import torch\n\ndef masked_mean(x, lengths):\n"
-             "    mask = (torch.arange(x.shape[1])[None, :] < lengths[:, None]).float()\n"
-             "    return (x * mask[:, :, None]).sum(1) / lengths[:, None]\n", "padding-nan-leaks"),
-            (_MASKED_SOLUTION.replace("[None, :] < lengths", "[None, :] <= lengths"), "off-by-one-mask"),
-            (_MASKED_SOLUTION.replace("lengths[:, None].to(x.dtype)", "x.shape[1]"), "wrong-denominator"),
-            ("import torch\n\ndef masked_mean(x, lengths):\n"
-             "    return torch.stack([x[b, :lengths[b]].mean(0) for b in range(x.shape[0])])\n", "python-loop"),
-        ),
     )
 )
 
@@ -619,38 +330,6 @@ def _probe_gather_log_probs(answer: dict, *, case: Case) -> dict:
     return {"outputs": outputs, "calls": calls.seen}
 
 
-def _judge_gather_log_probs(seen: dict, *, case: Case) -> str:
-    forbid(seen.get("calls"), {name: "the drill asks you to pick the log-probabilities yourself" for name in
-                               ("cross_entropy", "nll_loss")}, where="the drill's prompt")
-    inputs, outputs = _gather_inputs(case), seen.get("outputs")
-    if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        raise WireError("outputs missing")
-    for (logits, targets), got in zip(inputs, outputs, strict=True):
-        log_probs = torch.log_softmax(logits, 1)
-        want = log_probs.gather(1, targets[:, None]).squeeze(1)
-        if isinstance(got, torch.Tensor) and got.shape == want.shape:
-            if torch.isinf(got[0]) and torch.isfinite(got[1:]).all():
-                fail("log-of-softmax", observed=f"the log-probability of a target 200 below its row's best logit "
-                     f"is {got[0].item()}", expected=f"{want[0].item():.2f}", cause="softmax underflows to 0 in "
-                     "float32 and log(0) = -inf: log_softmax computes x - logsumexp(x) without forming the "
-                     "probabilities", where="torch.log_softmax(logits, dim=1)")
-            if torch.allclose(got, log_probs.gather(0, targets[:, None]).squeeze(1), atol=1e-5):
-                fail("gather-wrong-dim", observed="row n holds log_probs[targets[n], 0]", expected="log_probs[n, "
-                     "targets[n]]", cause="gather(0, ...) indexes rows with the targets: the class axis is dim 1",
-                     where="log_probs.gather(1, targets[:, None]).squeeze(1)")
-        assert_close("target_log_probs(logits, targets)", got, want, atol=1e-5, rtol=1e-5,
-                     where="target_log_probs", cause="logits[:, targets] picks every target for every row (an "
-                     "(N, N) block); pick one entry per row with gather or logits[torch.arange(N), targets]")
-    return "one log-probability per row, finite even where softmax underflows, without cross_entropy"
-
-
-_GATHER_SOLUTION = '''import torch
-
-
-def target_log_probs(logits, targets):
-    return torch.log_softmax(logits, dim=1).gather(1, targets[:, None]).squeeze(1)
-'''
-
 add(
     Drill(
         id="tensors-gather-log-probs", nonfinite=('outputs/*',),
@@ -663,20 +342,9 @@ add(
         "loops. Do not call F.cross_entropy or F.nll_loss.",
         entry="target_log_probs",
         starter="import torch\n\n\ndef target_log_probs(logits, targets):\n    raise NotImplementedError\n",
-        solution=_GATHER_SOLUTION,
         hints=("Which function gives log-probabilities without computing probabilities first? Then pick one entry "
                "per row: which axis holds the classes?",
                "torch.log_softmax(logits, 1).gather(1, targets[:, None]).squeeze(1)"),
         probe=_probe_gather_log_probs,
-        judge=_judge_gather_log_probs,
-        wrong_answers=(
-            (_GATHER_SOLUTION.replace("torch.log_softmax(logits, dim=1)", "torch.softmax(logits, dim=1).log()"),
-             "log-of-softmax"),
-            (_GATHER_SOLUTION.replace(".gather(1, targets[:, None])", ".gather(0, targets[:, None])"),
-             "gather-wrong-dim"),
-            (_GATHER_SOLUTION.replace(".gather(1, targets[:, None]).squeeze(1)", "[:, targets]"), "wrong-shape"),
-            ("import torch\nimport torch.nn.functional as F\n\ndef target_log_probs(logits, targets):\n"
-             "    return -F.cross_entropy(logits, targets, reduction='none')\n", "forbidden-call"),
-        ),
     )
 )
