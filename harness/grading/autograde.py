@@ -24,19 +24,21 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from harness.contract.case import Case
-from harness.grading import sandbox
+from harness.grading import cgroup, sandbox
 from harness.grading.decoy import Decoy
 from harness.grading.execute import error_output
 from harness.grading.feedback import polish_feedback
 from harness.grading.jobs import GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
+from harness.grading.runtime_folder import filled, runtime_folder
 from harness.grading.scan import FORBIDDEN_CODE, Finding, allowed_modules, scan_notebook
 from harness.judge.verdict import Verdict, judge_task
 
@@ -227,7 +229,11 @@ def grade(job: GradeJob) -> GradeResult:
                            reasons=[job.problem["reason"], *job.notes])
     put_environment_tools_on_path()
     # in the batch's folder: if the parent has to kill this worker, the batch's end still removes the copy
-    with tempfile.TemporaryDirectory(prefix="harness-grade-", dir=job.scratch or None) as tmp:
+    bounds = cgroup.Bounds(memory_mb=job.memory_mb and job.memory_mb + sandbox.Spec.tmp_mb + sandbox.Spec.shm_mb,
+                           processes=sandbox.PROCESSES + 64)  # the bound of RLIMIT_NPROC, plus the launchers
+    with tempfile.TemporaryDirectory(prefix="harness-grade-", dir=job.scratch or None) as tmp, \
+            cgroup.kernel_group(bounds) if job.sandboxed else nullcontext() as group, \
+            runtime_folder(Path(tmp) / "runtime", on_tmpfs=job.private_mounts) as runtime:
         course = Path(tmp)
         template = Path(job.template)
         shutil.copy(template / "gradebook.db", course / "gradebook.db")
@@ -247,12 +253,10 @@ def grade(job: GradeJob) -> GradeResult:
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)
         report = course / "execution.json"
-        runtime = course / "runtime"
-        runtime.mkdir()
         decoy = Decoy(course / "decoy", job.assignment, release_dir / notebook_name)
         spec = sandbox.Spec(memory_mb=job.memory_mb, threads=job.threads, sandboxed=job.sandboxed,
                             runtime_dir=str(runtime), data_dir=job.data_dir,
-                            decoy_dir=str(decoy.folder) if job.sandboxed else "")
+                            decoy_dir=str(decoy.folder) if job.sandboxed else "", cgroup=group.folders if group else ())
         sandbox.write_kernelspec(course / "jupyter", spec)
         os.environ["JUPYTER_PATH"] = str(course / "jupyter")
         nonce = secrets.token_hex(16)
@@ -263,16 +267,18 @@ def grade(job: GradeJob) -> GradeResult:
         decoy.watch()
         outcome = api.autograde(job.assignment, job.student, force=True, create=True)
         looked = decoy.opened()
+        limits_hit = [*(group.hits() if group else []), *filter(None, [filled(runtime)])]
         if not outcome["success"]:
             print(outcome["error"])  # the whole text, for the log
-            return GradeResult(job.student, job.assignment, "error", reasons=[failure_cause(outcome["error"])],
+            return GradeResult(job.student, job.assignment, "error",
+                               reasons=[failure_cause(outcome["error"]), *limits_hit],
                                seconds=time.perf_counter() - started)
         execution = json.loads(report.read_text()) if report.exists() else {}
         observed = observations(execution, job, nonce)
         verdicts = forbid(_verdicts(observed), findings)
         _record_verdicts(course, job, verdicts)
         feedback = api.generate_feedback(job.assignment, job.student, force=True)
-        reasons = repairs + _reasons(execution, nonce) + job.notes
+        reasons = repairs + _reasons(execution, nonce) + limits_hit + job.notes
         reasons += [f"forbidden code: {finding.sentence()}" for finding in findings]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if job.cases and len(untouched) == len(job.cases):

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.data.vision import data_root
-from harness.grading import sandbox
+from harness.grading import cgroup, sandbox
 from harness.grading.jobs import GradeJob, GradeResult, write_atomically
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
+from harness.grading.runtime_folder import private_mounts_available, worker_prefix
 from harness.grading.submissions import Submission
 from harness.judge.cases import draw_cases
 from harness.launch import end_process_tree
@@ -82,7 +83,8 @@ def run_job(job: GradeJob, workdir: Path, limit_seconds: int) -> GradeResult:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with log_path.open("w") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "harness.grading.autograde", str(job_file), str(result_file)],
+        command = [sys.executable, "-m", "harness.grading.autograde", str(job_file), str(result_file)]
+        worker = subprocess.Popen([*worker_prefix(job.private_mounts), *command],
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
         stopped = False
         try:
@@ -118,12 +120,13 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
     threads = max(1, (os.cpu_count() or 1) // workers)
     tasks = graded_tasks(template / "solutions" / assignment)
     data = str(data_root().resolve())
+    private_mounts = sandboxed and private_mounts_available()
     return [GradeJob(student=s.student, assignment=assignment, notebook=str(s.notebook) if s.notebook else None,
                      problem=s.problem, notes=list(s.notes), template=str(template), out=str(out),
                      timeout=limits.cell_timeout, submission_seconds=limits.submission_seconds,
                      memory_mb=limits.memory_mb, threads=threads, max_output_bytes=limits.max_output_bytes,
-                     sandboxed=sandboxed, data_dir=data, lms=s.lms.to_dict() if s.lms else {},
-                     cases={task: [{"hidden": c.hidden, "seed": c.seed}
+                     sandboxed=sandboxed, private_mounts=private_mounts, data_dir=data,
+                     lms=s.lms.to_dict() if s.lms else {}, cases={task: [{"hidden": c.hidden, "seed": c.seed}
                                    for c in draw_cases(secret, assignment, s.student, task)]
                             for task in tasks})
             for s in submissions]
@@ -176,18 +179,14 @@ def _merge(db_path: Path, results: list[dict[str, Any]]) -> None:
 
 
 def cgroup_note() -> str:
-    """The one line `harness grade` prints about per-sandbox limits: the grader does not make a cgroup per
-    sandbox yet, so the per-process limits apply, which bound neither shared memory nor CPU share."""
-    cgroup_root = Path("/sys/fs/cgroup")
-    controllers = (cgroup_root / "cgroup.controllers").read_text().split() \
-        if (cgroup_root / "cgroup.controllers").is_file() else []
-    if {"memory", "pids", "cpu"} <= set(controllers):
-        return ("note: this machine offers cgroup v2 (memory, pids, cpu) but the grader does not make one per sandbox "
-                "yet: each kernel has per-process limits (private memory, file size, processes, sized /tmp and "
-                "/dev/shm); shared memory and CPU share are not bounded per student")
-    return ("note: no cgroup v2 with memory, pids and cpu controllers can be made here (/sys/fs/cgroup offers "
-            f"{' '.join(controllers) or 'none'}): each kernel has per-process limits instead (private memory, file "
-            "size, processes, sized /tmp and /dev/shm); shared memory and CPU share are not bounded per student")
+    """The one line `harness grade` prints about per-kernel limits: a cgroup per kernel, or why there is none."""
+    reason = cgroup.unavailable_reason()
+    if reason is None:
+        return ("note: each kernel runs in a cgroup of its own: its memory (shared memory and /tmp included) and "
+                "processes bounded, and one kernel's share of the CPU however many processes it starts")
+    return (f"note: no cgroup per kernel can be made here ({reason}): each kernel has per-process limits instead "
+            "(private memory, file size, processes, sized /tmp and /dev/shm); anonymous shared memory and CPU share "
+            "are not bounded per student")
 
 
 @functools.cache

@@ -82,6 +82,7 @@ class GradeJob:
     data_dir: str
     cases: dict[str, list[dict[str, Any]]]  # task -> [{"hidden": bool, "seed": int}]
     scratch: str = ""  # a folder for the worker's private course copy (the batch removes it)
+    private_mounts: bool = False  # the worker runs in a mount namespace of its own (`grading.runtime_folder`)
     lms: dict[str, Any] = field(default_factory=dict)  # who the LMS says submitted it (`submissions.LmsIdentity`)
     version: int = CONTRACT_VERSION
 

@@ -28,7 +28,8 @@ kernel, which inherits them (so do its DataLoader workers and DDP ranks). RLIMIT
 torch maps over 3 GB of shared libraries, which RLIMIT_AS counts and RLIMIT_DATA does not. Neither counts
 shared memory or tmpfs pages: the sized /tmp and /dev/shm bound files there (a fuller one fails with
 ENOSPC, or SIGBUS through a mapping), and what the sandbox still runs and holds at the end is reported
-(`execute`). Anonymous MAP_SHARED memory and the CPU share stay unbounded until a cgroup per sandbox exists.
+(`execute`). Anonymous MAP_SHARED memory and the CPU share are bounded by the kernel's cgroup
+(`harness.grading.cgroup`), which the launcher joins before it execs bubblewrap, where one can be made.
 With `sandboxed=False` (`harness grade --no-sandbox`) only the limits apply.
 """
 
@@ -77,6 +78,7 @@ class Spec:
     shm_mb: int = 256  # size of its /dev/shm (DataLoader workers pass batches through it)
     etc_dir: str = ""  # the stub passwd and group (written by `write_kernelspec`)
     host_uid: int = SANDBOX_UID  # the real uid the kernel runs as when the grader is root
+    cgroup: tuple[str, ...] = ()  # the kernel's cgroup folders (`harness.grading.cgroup`), joined before bubblewrap
 
 
 def host_uid_for(key: str) -> int:
@@ -256,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
         spec = Spec(**json.loads(args.spec.read_text()))
         inner = _kernel_command(spec, rest[0])
         hand_over(spec, rest[0])
+        from harness.grading import cgroup  # here, in the worker: the kernel's sandbox does not hold it
+
+        cgroup.join(spec.cgroup)
         command = bwrap_command(spec, inner) if spec.sandboxed else inner
         os.execvp(command[0], command)
     apply_limits(args.memory_mb, processes=args.processes)
