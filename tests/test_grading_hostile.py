@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -176,3 +181,68 @@ def test_nan_training_gets_an_explained_result(tmp_path):
     assert nan["scores"]["04-train-step"][0] == 0 and nan["failures"].get("04-train-step"), nan
     kept = {task for task, (score, maximum) in nan["scores"].items() if score == maximum}
     assert kept and "04-train-step" not in kept, nan
+
+
+# Attacks whose outcome could hang on who the grader is: a clean notebook, a root-only read, a fork bomb, the sandbox
+# escape and the tmpfs hog. The main batch grades them as root (as CI does); here an unprivileged user does.
+UNPRIVILEGED = ("perfect", "root-read", "fork-bomb", "escape", "tmpfs-hog")
+
+
+def _reachable_python(tmp_path: Path) -> list[str]:
+    """A command prefix under which another user can run this Python: where it lives below a folder closed to
+    others (a pyenv under /root), a private mount namespace shows that folder open, holding only the way to it."""
+    closed = next((p for p in reversed(Path(sys.base_prefix).parents) if p.stat().st_mode & 0o001 == 0), None)
+    if closed is None:
+        return []
+    inside = Path(sys.base_prefix).relative_to(closed).parts[0]
+    view = tmp_path / "view"
+    (view / inside).mkdir(parents=True)
+    view.chmod(0o711)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount --bind "{closed / inside}" "{view / inside}" && mount --rbind "{view}" "{closed}" && exec "$@"',
+            "sh"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("unshare") is None,
+                    reason="the unprivileged grader is made with useradd, which needs root")
+def test_an_unprivileged_grader_gets_the_same_results(tmp_path):
+    """`harness grade` run by an ordinary user: its sandbox maps the kernel in a user namespace (no setpriv, no
+    cgroup, no runtime tmpfs), and each attack still earns nothing unearned and is explained as under root."""
+    import pwd
+
+    subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", "harnessgrader"], capture_output=True, check=False)
+    grader = pwd.getpwnam("harnessgrader")
+    tmp_path.chmod(0o755)
+    for folder in tmp_path.parents:  # pytest's temporary folders are 0700: let the grader through to its own
+        if folder.stat().st_uid == 0 and folder.stat().st_mode & 0o077 == 0 and str(folder).startswith("/tmp/"):
+            folder.chmod(0o711)
+    root = tmp_path / "batch"
+    root.mkdir()
+    release = nbformat.read(REPO_ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    solution = nbformat.read(REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    hostile.write_submissions(root, release, solution, names=list(UNPRIVILEGED), repo=REPO_ROOT)
+    home = tmp_path / "home"
+    home.mkdir()
+    for path in [root, home, *root.rglob("*"), *home.rglob("*")]:
+        os.chown(path, grader.pw_uid, grader.pw_gid)
+    code = ("import json, sys\nfrom pathlib import Path\nfrom harness.grading.batch import Limits, grade_batch\n"
+            "from harness.grading.submissions import collect\n"
+            f"root = Path({str(root)!r})\n"
+            f"results = grade_batch(collect(root / 'in', {ASSIGNMENT!r}), {ASSIGNMENT!r}, root / 'out', workers=2,\n"
+            "                      limits=Limits(cell_timeout=10, submission_seconds=240, memory_mb=1536,\n"
+            f"                                    max_output_bytes=100_000), secret={SECRET!r})\n"
+            "print(json.dumps(results))\n")
+    as_grader = ["setpriv", f"--reuid={grader.pw_uid}", f"--regid={grader.pw_gid}", "--clear-groups", "env", "-i",
+                 f"PATH={os.environ['PATH']}", f"HOME={home}", "OMP_NUM_THREADS=1", sys.executable, "-c", code]
+    done = subprocess.run([*_reachable_python(tmp_path), *as_grader], capture_output=True, text=True, timeout=600,
+                          cwd=home)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "no cgroup per kernel can be made here" in done.stdout  # said once, then per-process limits
+    results = {r["student"]: r for r in json.loads(done.stdout.splitlines()[-1])}
+    for name in UNPRIVILEGED:
+        _, _, status, total, phrases = hostile.SUBMISSIONS[name]
+        reasons = " | ".join(results[name]["reasons"])
+        assert results[name]["status"] == status, (name, reasons)
+        assert sum(score for score, _ in results[name]["scores"].values()) == total, (name, results[name])
+        assert all(phrase in reasons for phrase in phrases), (name, reasons)
+    assert "root:" not in " ".join(p.read_text() for p in (root / "out" / "feedback").rglob("*.html"))

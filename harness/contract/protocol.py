@@ -86,7 +86,7 @@ def emit(task_id: str, objects: Callable[[], list[Any]], cases: list[dict[str, A
     from IPython.display import display
 
     for index, fields in enumerate(cases):
-        case = Case(hidden=bool(fields["hidden"]), seed=int(fields["seed"]))
+        case = Case(hidden=bool(fields["hidden"]), seed=int(fields["seed"]), inputs=str(fields.get("inputs", "")))
         try:
             data = observe(task_id, tuple(objects()), case)
         except Exception as error:  # the objects could not even be named

@@ -12,6 +12,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from harness.contract.failure import Hints, Requirement
 from harness.contract.judged import Judge, Judged, Probe
@@ -27,19 +28,24 @@ class Check(Judged):
     task_id: str
     hints: Hints
     requires: Mapping[str, Requirement] = field(default_factory=dict)
+    # A task whose targets must stay secret: builds a hidden case's inputs, which a graded kernel gets as data
+    inputs_as_data: Callable[[Any], Any] | None = None
 
 
 _REGISTRY: dict[str, Check] = {}
 
 
 def register(task_id: str, *, hints: Hints, requires: Mapping[str, Requirement], nonfinite: tuple[str, ...] = (),
-             unjudged: tuple[str, ...] = ()) -> Callable[[Probe], Probe]:
+             unjudged: tuple[str, ...] = (), inputs_as_data: Callable[[Any], Any] | None = None
+             ) -> Callable[[Probe], Probe]:
     """Register the decorated function as the probe of `task_id`, with its hints and requirement table.
 
     The probe takes the student's objects and a keyword `case`, and returns an observation (a dict of
     data). Attach its judge with `@judges(task_id)`. `requires` maps each failure code the judge can give
     to the requirement of the exercise's text that it enforces (tests/checks plant a bug for each).
-    `nonfinite` and `unjudged` are described on `Check`.
+    `nonfinite` and `unjudged` are described on `Check`. `inputs_as_data(case)`, for a task whose targets must
+    stay secret (held-out labels), builds a hidden case's inputs: graded, the kernel receives them as a file and
+    never the seed that rebuilds the targets (`Case.inputs`); the probe reads `case.inputs` when it is set.
     """
     if not isinstance(hints, Hints):
         raise TypeError(f"{task_id}: hints are Hints(nudge, concept, solution, section)")
@@ -53,7 +59,7 @@ def register(task_id: str, *, hints: Hints, requires: Mapping[str, Requirement],
             raise ValueError(f"two checks registered for task {task_id!r}")
         judge = _REGISTRY[task_id].judge if task_id in _REGISTRY else None
         _REGISTRY[task_id] = Check(task_id=task_id, probe=probe, hints=hints, requires=dict(requires), judge=judge,
-                                   nonfinite=tuple(nonfinite), unjudged=tuple(unjudged))
+                                   nonfinite=tuple(nonfinite), unjudged=tuple(unjudged), inputs_as_data=inputs_as_data)
         return probe
 
     return decorate

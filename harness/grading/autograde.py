@@ -40,13 +40,14 @@ from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, pu
 from harness.grading.restore import restore_cells
 from harness.grading.runtime_folder import filled, runtime_folder
 from harness.grading.scan import FORBIDDEN_CODE, Finding, allowed_modules, scan_notebook
+from harness.grading.sealed import Cases, seal_cases
 from harness.judge.verdict import Verdict, judge_task
 
 # The folder of the output where each student's observations are kept (`observations`), for regrades.
 OBSERVATIONS = "observations"
 
 
-def _config(course: Path, job: GradeJob, report: Path, nonce: str, deadline: float) -> Any:
+def _config(course: Path, job: GradeJob, cases: Cases, report: Path, nonce: str, deadline: float) -> Any:
     """nbgrader's configuration for this job: the repository's, with the grading pipeline swapped in.
 
     `deadline` (time.monotonic()) is when the whole-submission limit stops execution.
@@ -77,7 +78,7 @@ def _config(course: Path, job: GradeJob, report: Path, nonce: str, deadline: flo
                           "submission_seconds": job.submission_seconds,
                           "report_path": str(report), "max_output_bytes": job.max_output_bytes,
                           "runtime_dir": str(course / "runtime")},
-        InjectGuard={"lesson_module": lesson if has_checks else "", "nonce": nonce, "cases": json.dumps(job.cases)},
+        InjectGuard={"lesson_module": lesson if has_checks else "", "nonce": nonce, "cases": json.dumps(cases)},
         StripGuard={"report_path": str(report)},
         LimitOutput={"max_lines": 1000},
     )
@@ -125,18 +126,20 @@ def _reasons(execution: dict[str, Any], nonce: str) -> list[str]:
     return reasons
 
 
-def observations(execution: dict[str, Any], job: GradeJob, nonce: str) -> dict[str, Any]:
-    """What the judge decides from, as data: the run's nonce, and per task its cases and what its probe cell
-    displayed. Kept beside the grades (`OBSERVATIONS`), so a regrade re-runs judges without running a kernel."""
+def observations(execution: dict[str, Any], cases: Cases, nonce: str) -> dict[str, Any]:
+    """What the judge decides from, as data: the run's nonce, and per task its cases (the judge's, `sealed`) and
+    what its probe cell displayed. Kept beside the grades (`OBSERVATIONS`), so a regrade re-runs judges without
+    running a kernel."""
     probes = execution.get("probes", {})
     return {"nonce": nonce, "tasks": {
         task: {"cases": fields, **probes.get(task, {"bundles": [], "error": "the probe cell was not run"})}
-        for task, fields in job.cases.items()}}
+        for task, fields in cases.items()}}
 
 
 def judge_observed(task: str, observed: dict[str, Any], nonce: str) -> Verdict:
     """The judge's verdict on one task from its stored observation (`observations`)."""
-    cases = [Case(hidden=bool(f["hidden"]), seed=int(f["seed"])) for f in observed["cases"]]
+    cases = [Case(hidden=bool(f["hidden"]), seed=int(f["seed"]), inputs=str(f.get("inputs", "")))
+             for f in observed["cases"]]
     return judge_task(task, cases, observed["bundles"], nonce, observed["error"])
 
 
@@ -202,6 +205,7 @@ def _record_verdicts(course: Path, job: GradeJob, verdicts: dict[str, Verdict]) 
                 grade.needs_manual_grade = False
         gradebook.db.commit()
     for path in (course / "autograded" / job.student / job.assignment).glob("*.ipynb"):
+        path.chmod(0o644)  # nbgrader leaves it read-only: only a root grader could write it otherwise
         notebook = nbformat.read(path, as_version=4)
         for cell in notebook.cells:
             verdict = verdicts.get(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
@@ -254,8 +258,11 @@ def grade(job: GradeJob) -> GradeResult:
         nbformat.write(restored, target)
         report = course / "execution.json"
         decoy = Decoy(course / "decoy", job.assignment, release_dir / notebook_name)
+        inputs = course / "inputs"
+        inputs.mkdir(mode=0o755)
+        kernel_cases, judge_cases = seal_cases(job.cases, inputs)
         spec = sandbox.Spec(memory_mb=job.memory_mb, threads=job.threads, sandboxed=job.sandboxed,
-                            runtime_dir=str(runtime), data_dir=job.data_dir,
+                            runtime_dir=str(runtime), data_dir=job.data_dir, inputs_dir=str(inputs),
                             decoy_dir=str(decoy.folder) if job.sandboxed else "", cgroup=group.folders if group else ())
         sandbox.write_kernelspec(course / "jupyter", spec)
         os.environ["JUPYTER_PATH"] = str(course / "jupyter")
@@ -263,7 +270,7 @@ def grade(job: GradeJob) -> GradeResult:
         from nbgrader.apps import NbGraderAPI
 
         deadline = time.monotonic() - (time.perf_counter() - started) + job.submission_seconds
-        api = NbGraderAPI(config=_config(course, job, report, nonce, deadline))
+        api = NbGraderAPI(config=_config(course, job, kernel_cases, report, nonce, deadline))
         decoy.watch()
         outcome = api.autograde(job.assignment, job.student, force=True, create=True)
         looked = decoy.opened()
@@ -274,7 +281,7 @@ def grade(job: GradeJob) -> GradeResult:
                                reasons=[failure_cause(outcome["error"]), *limits_hit],
                                seconds=time.perf_counter() - started)
         execution = json.loads(report.read_text()) if report.exists() else {}
-        observed = observations(execution, job, nonce)
+        observed = observations(execution, judge_cases, nonce)
         verdicts = forbid(_verdicts(observed), findings)
         _record_verdicts(course, job, verdicts)
         feedback = api.generate_feedback(job.assignment, job.student, force=True)
@@ -290,6 +297,7 @@ def grade(job: GradeJob) -> GradeResult:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
         titles = exercise_titles(release)
         for page in (course / "feedback" / job.student / job.assignment).glob("*.html"):
+            page.chmod(0o644)  # as the autograded notebook
             page.write_text(polish_feedback(page.read_text(encoding="utf-8"), titles), encoding="utf-8")
         failures = {task: v.code for task, v in verdicts.items() if not v.passed}
         scores = _scores(course, job)

@@ -73,6 +73,7 @@ class Spec:
     sandboxed: bool
     runtime_dir: str  # holds the connection file and the kernel's sockets: the one folder shared with the worker
     data_dir: str  # the course's data folder (HARNESS_DATA_DIR), bound read-only when it exists
+    inputs_dir: str = ""  # the hidden inputs of tasks whose targets stay secret (`grading.sealed`), read-only
     decoy_dir: str = ""  # mounted read-only where the repository's solutions/ would be (harness.grading.decoy)
     tmp_mb: int = 512  # size of the kernel's /tmp (a tmpfs)
     shm_mb: int = 256  # size of its /dev/shm (DataLoader workers pass batches through it)
@@ -158,7 +159,7 @@ def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
     """The bubblewrap command line that runs `inner` in the sandbox."""
     harness = REPO_ROOT / "harness"
     targets = ["/etc/passwd", *_python_prefixes(), str(harness), spec.data_dir, spec.runtime_dir,
-               str(REPO_ROOT / "solutions")]
+               str(REPO_ROOT / "solutions"), *([spec.inputs_dir] if spec.inputs_dir else [])]
     # The sized /tmp first: binds made after it stay visible even when they live under /tmp (a clone in /tmp)
     args = ["bwrap", *_namespaces(), "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(spec.shm_mb * 2**20), "--tmpfs", "/dev/shm",
@@ -166,6 +167,8 @@ def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
             "--perms", "1777", "--dir", WORKDIR, "--perms", "1777", "--dir", "/tmp/home", *_open_parents(targets),
             *_system_binds(spec), *_harness_binds()]
     args += ["--ro-bind-try", spec.data_dir, spec.data_dir]
+    if spec.inputs_dir:
+        args += ["--ro-bind", spec.inputs_dir, spec.inputs_dir]
     if spec.decoy_dir:
         args += ["--ro-bind", spec.decoy_dir, str(REPO_ROOT / "solutions")]
     args += ["--bind", spec.runtime_dir, spec.runtime_dir, "--chdir", WORKDIR, "--clearenv"]

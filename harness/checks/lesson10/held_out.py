@@ -1,7 +1,8 @@
 """10-held-out, the probe.
 
 Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
-validation accuracies of the run's history.
+validation accuracies of the run's history. Graded, a hidden case's images arrive as data (`Case.inputs`), never
+with the seed that would rebuild their labels in the kernel.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def _held_out(case: Case) -> LabeledTensorDataset:
     return shapes(count, seed=case.seeded(seed), size=32)
 
 
+def held_out_images(case: Case) -> torch.Tensor:
+    """The held-out images alone: what a graded kernel receives as data for a hidden case (`Case.inputs`)."""
+    return _held_out(case).tensors[0]
+
+
 def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
     """The model's float32 outputs on `images`, chunk by chunk, in eval mode (its mode restored afterwards)."""
     device = next(model.parameters()).device
@@ -57,6 +63,7 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
 
 @register(
     "10-held-out", unjudged=("val_accuracy/*",),  # the visible case only, to tell a test-set validation
+    inputs_as_data=held_out_images,  # graded, a hidden case's images come as data: its seed would rebuild the labels
     hints=Hints(
         nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
         "shapes passes. Look at your curves: did validation accuracy still climb at the end (train longer, or a "
@@ -92,7 +99,8 @@ def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
     history = run.get("history")
     has_column = isinstance(history, pd.DataFrame) and "val_accuracy" in history
     validated = history["val_accuracy"].tolist() if has_column else None
-    seen = {"received": type(run).__name__, "model": True, "outputs": _outputs(model, _held_out(case).tensors[0]),
+    images = torch.load(case.inputs, weights_only=True) if case.inputs else held_out_images(case)
+    seen = {"received": type(run).__name__, "model": True, "outputs": _outputs(model, images),
             "val_accuracy": validated}
     if has_column and "val_loss" in history and not case.hidden:  # the visible case decides it; hidden adds seeds
         seen["val_loss"] = history["val_loss"].tolist()
