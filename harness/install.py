@@ -146,6 +146,13 @@ def pip(arguments: list[str]) -> None:
         raise RuntimeError(f"pip install {' '.join(arguments)} failed:\n{done.stdout}{done.stderr}")
 
 
+def builds_wheels_offline(installed: Callable[[str], str | None] = installed_version) -> bool:
+    """Whether this interpreter's setuptools can build the harness's wheel without a downloaded build environment:
+    setuptools 70.1 and later carry `bdist_wheel`; older ones (a fresh venv's) need the `wheel` package too."""
+    setuptools = installed("setuptools")
+    return setuptools is not None and (release(setuptools) >= (70, 1) or installed("wheel") is not None)
+
+
 def install(root: Path = ROOT, *, target: Path | None = None) -> Plan:
     """Install what `make_plan` lists, then the harness from `root` as an ordinary package, into this interpreter
     (or into `target`, a folder on sys.path); afterwards `import harness` works in this process.
@@ -162,8 +169,7 @@ def install(root: Path = ROOT, *, target: Path | None = None) -> Plan:
         constraints.write_text("\n".join(plan.constraints) + "\n")
         if plan.install:
             pip([*where, "--constraint", str(constraints), *plan.install])
-        # setuptools present: build offline, without downloading a build environment.
-        isolation = [] if installed_version("setuptools") is None else ["--no-build-isolation"]
+        isolation = ["--no-build-isolation"] if builds_wheels_offline() else []
         pip([*where, "--no-deps", "--upgrade", *isolation, str(root)])
     importlib.invalidate_caches()
     sys.modules.pop("harness", None)

@@ -183,9 +183,10 @@ def test_nan_training_gets_an_explained_result(tmp_path):
     assert kept and "04-train-step" not in kept, nan
 
 
-# Attacks whose outcome could hang on who the grader is: a clean notebook, a root-only read, a fork bomb, the sandbox
-# escape and the tmpfs hog. The main batch grades them as root (as CI does); here an unprivileged user does.
-UNPRIVILEGED = ("perfect", "root-read", "fork-bomb", "escape", "tmpfs-hog")
+# Attacks whose outcome could hang on who the grader is (the uid the kernel runs as, the process cap it counts
+# against, where it can write): a clean notebook, a root-only read, a fork bomb and the sandbox escape. The main
+# batch grades them as root (as CI does); here an ordinary user does.
+UNPRIVILEGED = ("perfect", "root-read", "fork-bomb", "escape")
 
 
 def _reachable_python(tmp_path: Path) -> list[str]:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.export import require_export_extra
-from harness.install import make_plan, parse_requirement, read_requirements, release
+from harness.install import builds_wheels_offline, make_plan, parse_requirement, read_requirements, release
 from harness.plots import plot_history
 
 COLAB = {"torch": "2.11.0+cu126", "torchvision": "0.26.0+cu126", "numpy": "2.0.2", "pandas": "2.2.2",
@@ -37,6 +37,15 @@ def test_a_runtime_with_a_supported_torch_keeps_it_and_gets_only_what_is_missing
 def test_a_missing_torchvision_is_paired_with_the_runtime_torch() -> None:
     plan = make_plan(read_requirements(), {**COLAB, "torchvision": None}.get)
     assert "torchvision>=0.26,<0.27" in plan.install and not any(s.startswith("torch>") for s in plan.install)
+
+
+def test_the_harness_is_built_offline_only_where_setuptools_can_build_a_wheel() -> None:
+    """A fresh Python 3.11 venv has setuptools 65 and no `wheel`: building there without isolation fails with
+    "invalid command 'bdist_wheel'" (seen in CI's student-tree step), so pip gets its own build environment."""
+    assert builds_wheels_offline({"setuptools": "80.9.0"}.get)  # Colab, Kaggle: bdist_wheel built in
+    assert builds_wheels_offline({"setuptools": "65.5.0", "wheel": "0.45.1"}.get)
+    assert not builds_wheels_offline({"setuptools": "65.5.0"}.get)  # `python3.11 -m venv`
+    assert not builds_wheels_offline({}.get)
 
 
 def test_an_old_torch_is_named_and_replaced() -> None:
