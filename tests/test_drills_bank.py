@@ -27,6 +27,7 @@ SELECTED = [name for name in os.environ.get("DRILL_MODULES", "").split(",") if n
 if SELECTED:
     for name in SELECTED:
         importlib.import_module(f"harness.drills.bank.{name}")
+        importlib.import_module(f"harness.judges.drills.{name}")  # the answers: solutions, wrong answers, judges
     DRILLS = sorted(_BANK.values(), key=lambda d: d.id)
 else:
     DRILLS = all_drills()

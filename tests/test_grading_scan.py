@@ -32,6 +32,13 @@ def test_every_solution_notebook_scans_clean(lesson):
     ("import harness.contract.registry as r", 1, "imports harness.contract.registry"),
     ("from harness.judges.lesson04 import reference", 1, "imports harness.judges.lesson04.reference"),
     ("from harness.diagnose import find_bug", 1, "imports harness.diagnose.find_bug"),
+    # library functions that are an exercise's answer: allowed only by name, where the lesson's cells import them
+    ("from harness.metrics import accuracy", 1, "imports harness.metrics.accuracy"),  # 00-accuracy
+    ("from harness.repro import seed_worker", 1, "imports harness.repro.seed_worker"),  # 03-worker-init
+    ("import harness\nstep = harness.train.train_one_epoch", 2, "uses harness.train.train_one_epoch"),
+    ("from harness import train as t\nt.train_one_epoch(model)", 1, "imports harness.train"),
+    ("import harness.repro as r\nworker = r.seed_worker", 2, "uses harness.repro.seed_worker"),
+    ("import harness\nf = getattr(harness.data, 'split_indices')", 2, "uses harness.data.split_indices"),
 ])
 def test_each_forbidden_reach_is_found_with_its_line(source, line, found):
     hits = scan_source(source, DEFAULT_ALLOWED)
@@ -39,7 +46,18 @@ def test_each_forbidden_reach_is_found_with_its_line(source, line, found):
 
 
 def test_literal_names_magics_and_allowed_modules_are_not_flagged():
-    source = ("%matplotlib inline\n!ls\nfrom harness.checks import check, hint\nfrom harness.data import loaders\n"
-              "w = getattr(model, 'weight')\nz = eval('1 + 1')\nx = torch.zeros(3).__len__()\n")
+    source = ("%matplotlib inline\n!ls\nfrom harness.checks import check, hint\nfrom harness.data import shapes\n"
+              "w = getattr(model, 'weight')\nz = eval('1 + 1')\nx = torch.zeros(3).__len__()\n"
+              "import harness.plots\nharness.plots.plot_history(history)\nharness.repro.seed_everything(0)\n")
     assert scan_source(source, DEFAULT_ALLOWED) == []
     assert scan_source("from harness.diagnose import find_bug", (*DEFAULT_ALLOWED, "harness.diagnose")) == []
+
+
+def test_a_name_the_lessons_cells_import_is_allowed_there_and_nowhere_else():
+    """Lesson 04's given cells import harness.train's fit (a demonstration after the exercises): its answers may
+    call that name, not the module's other functions (train_one_epoch answers 04-train-epoch)."""
+    release = nbformat.read(REPO_ROOT / "notebooks" / "04_training_loop" / "04_training_loop.ipynb", as_version=4)
+    allowed = allowed_modules(release)
+    assert scan_source("from harness.train import fit", allowed) == []
+    assert scan_source("from harness.train import train_one_epoch", allowed)
+    assert scan_source("from harness.train import fit", DEFAULT_ALLOWED)  # lesson 00 imports no fit

@@ -24,9 +24,14 @@ from dataclasses import dataclass
 from nbformat.notebooknode import NotebookNode
 
 FORBIDDEN_CODE = "forbidden-code"
-# Harness modules any answer may import (with their submodules), before the lesson's own imports are added.
-DEFAULT_ALLOWED = ("harness.checks", "harness.data", "harness.train", "harness.plots", "harness.env", "harness.repro",
-                   "harness.metrics", "harness.models", "harness.budget")
+# Harness modules (with all they hold) and names any answer may use, before the names the lesson's own given cells
+# import are added. Nothing here answers an exercise: `harness.metrics.accuracy` would answer 00-accuracy,
+# `harness.repro.seed_worker` 03-worker-init, `harness.train.train_one_epoch` 04-train-epoch, so those modules are
+# allowed only by name, in the lessons whose given cells import them.
+DEFAULT_ALLOWED = ("harness.checks", "harness.plots", "harness.env", "harness.budget", "harness.repro.seed_everything",
+                   "harness.data.LabeledTensorDataset", "harness.data.SHAPE_CLASSES", "harness.data.shapes",
+                   "harness.data.digits", "harness.data.two_moons", "harness.data.spirals", "harness.data.binary_toy",
+                   "harness.data.adding_problem")
 # Never allowed, even when a release imports a parent package (`import harness`).
 WITHHELD = ("harness.contract.registry", "harness.contract.protocol", "harness.grading", "harness.judge",
             "harness.judges", "harness.drills.bank")
@@ -63,7 +68,12 @@ def allowed_modules(release: NotebookNode) -> tuple[str, ...]:
 
 
 def scan_notebook(notebook: NotebookNode, allowed: tuple[str, ...]) -> list[Finding]:
-    """The forbidden reaches in `notebook`'s solution cells (IPython magics and shell lines are skipped)."""
+    """The forbidden reaches in `notebook`'s solution cells (IPython magics and shell lines are skipped). A name
+    bound to a harness module in any cell (`import harness`) is followed into every solution cell that uses it."""
+    bound: dict[str, str] = {}
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and (tree := _parsed(cell.source)) is not None:
+            bound.update(_harness_bindings(tree))
     findings = []
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "code" or not _is_solution(cell):
@@ -71,23 +81,67 @@ def scan_notebook(notebook: NotebookNode, allowed: tuple[str, ...]) -> list[Find
         grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
         label = f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
         task = grade_id.removesuffix("-code") if grade_id.endswith("-code") else None
-        for line, what in scan_source(cell.source, allowed):
+        for line, what in scan_source(cell.source, allowed, bound):
             findings.append(Finding(task, label, line, what))
     return findings
 
 
-def scan_source(source: str, allowed: tuple[str, ...]) -> list[tuple[int, str]]:
-    """(line, what) for each forbidden reach in one cell's source; a cell that does not parse is reported."""
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+def scan_source(source: str, allowed: tuple[str, ...], bound: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """(line, what) for each forbidden reach in one cell's source; a cell that does not parse is reported.
+    `bound` maps names other cells bound to harness modules (this cell's own imports are added)."""
     try:
-        tree = ast.parse("\n".join(lines))
+        tree = ast.parse(_code_lines(source))
     except SyntaxError as error:
         return [(error.lineno or 1, "the cell is not valid Python, so it cannot be checked")]
     found = [(node.lineno, f"imports {name}, which answers may not use") for name, node in _imports(tree)
              if _forbidden_module(name, allowed)]
+    bound = {**(bound or {}), **_harness_bindings(tree)}
     for node in ast.walk(tree):
         found += [(node.lineno, what) for what in _node_reaches(node)]
+        used = _harness_use(node, bound)
+        if used and used != "harness" and _forbidden_module(used, allowed):
+            found.append((node.lineno, f"uses {used}, which answers may not use"))
     return sorted(set(found))
+
+
+def _code_lines(source: str) -> str:
+    """The cell's source with IPython magics and shell lines blanked."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def _parsed(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(_code_lines(source))
+    except SyntaxError:
+        return None
+
+
+def _harness_bindings(tree: ast.AST) -> dict[str, str]:
+    """The names an import binds to harness modules or names: `import harness.x` binds `harness`, `import
+    harness.x as y` binds y to harness.x, `from harness.x import z` binds z to harness.x.z."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "harness":
+                    bound[alias.asname or "harness"] = alias.name if alias.asname else "harness"
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                and node.module.split(".")[0] == "harness":
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def _harness_use(node: ast.AST, bound: dict[str, str]) -> str:
+    """The harness name an attribute chain (`harness.train.fit`, `t.fit` with t bound to harness.train) or a
+    `getattr(t, "fit")` reaches; '' for anything else."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+            and len(node.args) >= 2 and _literal(node.args[1]):
+        base = _harness_use(node.args[0], bound) or bound.get(_dotted(node.args[0]), "")
+        return f"{base}.{node.args[1].value}" if base else ""
+    dotted = _dotted(node) if isinstance(node, ast.Attribute) else ""
+    head, _, rest = dotted.partition(".")
+    return f"{bound[head]}.{rest}" if head in bound and rest else ""
 
 
 def _is_solution(cell: NotebookNode) -> bool:
