@@ -39,7 +39,7 @@ from harness.grading.jobs import GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
 from harness.grading.runtime_folder import filled, runtime_folder
-from harness.grading.scan import FORBIDDEN_CODE, Finding, allowed_modules, scan_notebook
+from harness.grading.scan import FORBIDDEN_CODE, Finding, scan_notebook
 from harness.grading.sealed import Cases, seal_cases
 from harness.judge.verdict import Verdict, judge_task
 
@@ -251,7 +251,7 @@ def grade(job: GradeJob) -> GradeResult:
                                seconds=time.perf_counter() - started)
         release = nbformat.read(release_dir / notebook_name, as_version=4)
         restored, repairs = restore_cells(submitted, release)
-        findings = scan_notebook(restored, allowed_modules(release))
+        findings = scan_notebook(restored)
         untouched = [task for task in untouched_tasks(restored, release) if task in job.cases]
         target = course / "submitted" / job.student / job.assignment / notebook_name
         target.parent.mkdir(parents=True)

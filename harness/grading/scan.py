@@ -9,9 +9,9 @@ A finding names what was found and where (cell, line); `autograde` fails that ex
   `getattr`/`setattr`/`delattr` with a name that is not a literal, `sys.modules`, `globals()`/`vars()`
   subscripted by a built name;
 - private torch: `torch._C`, `DisableTorchFunction`, any `torch._*` (or `torch.x._y`) name, imported or used;
-- harness modules outside the lesson's allowlist: `DEFAULT_ALLOWED` plus every harness module the lesson's
-  released notebook imports in its given cells (the judge side, drills' answers included, the check machinery
-  and the drill bank's probes are never on it).
+- harness names outside the allowlist of the cell: `DEFAULT_ALLOWED` plus every harness name the given cells
+  above it import (the judge side, drills' answers included, the check machinery and the drill bank's probes
+  are never on it), followed through `import harness`, aliases and literal `getattr`.
 
 Cells that are not the student's (given code, tests) are not read: they are the release's, restored.
 """
@@ -53,30 +53,23 @@ class Finding:
         return f"{self.cell}, line {self.line}: {self.what}"
 
 
-def allowed_modules(release: NotebookNode) -> tuple[str, ...]:
-    """`DEFAULT_ALLOWED` plus the harness modules the released notebook's given cells import."""
-    found = list(DEFAULT_ALLOWED)
-    for cell in release.cells:
-        if cell.cell_type != "code" or _is_solution(cell):
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        found += [name for name, _ in _imports(tree) if name.startswith("harness.") and not _withheld(name)]
-    return tuple(dict.fromkeys(found))
+def scan_notebook(notebook: NotebookNode) -> list[Finding]:
+    """The forbidden reaches in `notebook`'s solution cells (IPython magics and shell lines are skipped).
 
-
-def scan_notebook(notebook: NotebookNode, allowed: tuple[str, ...]) -> list[Finding]:
-    """The forbidden reaches in `notebook`'s solution cells (IPython magics and shell lines are skipped). A name
-    bound to a harness module in any cell (`import harness`) is followed into every solution cell that uses it."""
-    bound: dict[str, str] = {}
-    for cell in notebook.cells:
-        if cell.cell_type == "code" and (tree := _parsed(cell.source)) is not None:
-            bound.update(_harness_bindings(tree))
-    findings = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or not _is_solution(cell):
+    A solution cell may use `DEFAULT_ALLOWED` and the harness names the given cells above it import (the
+    release's own cells, restored before the scan): lesson 04 imports `harness.train.fit` after its exercises,
+    so its 04-fit answer may not call it. A name bound to a harness module in any cell (`import harness`) is
+    followed into every solution cell that uses it.
+    """
+    trees = [_parsed(cell.source) if cell.cell_type == "code" else None for cell in notebook.cells]
+    bound = {name: target for tree in trees if tree is not None for name, target in _harness_bindings(tree).items()}
+    allowed, findings = DEFAULT_ALLOWED, []
+    for index, (cell, tree) in enumerate(zip(notebook.cells, trees, strict=True)):
+        if cell.cell_type != "code":
+            continue
+        if not _is_solution(cell):
+            imported = _imports(tree) if tree is not None else []
+            allowed += tuple(name for name, _ in imported if name.startswith("harness.") and not _withheld(name))
             continue
         grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
         label = f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
