@@ -2,7 +2,9 @@
 
 One parallel batch (2 workers) grades every fixture of tests/fixtures/submissions/hostile.py with small limits
 (10 s per cell, 1.5 GiB per kernel, 100 kB of output per cell); the tests read its results, CSV, summary and
-gradebook.
+gradebook. A smaller batch of the attacks is graded again by an ordinary user. Elsewhere: a kernel reading the
+drill bank's answers (`test_judge.py`), a regenerated held-out set (`test_grading_sealed.py`), a cgroup's bounds
+(`test_grading_cgroup.py`).
 """
 
 from __future__ import annotations
