@@ -67,3 +67,6 @@ def test_a_name_the_lessons_cells_import_is_allowed_below_them_only():
     assert finding.task == "04-fit" and "harness.train.fit" in finding.what and finding.line == 1
     assert not _answered("10_capstone", "10-train", "from harness.train import fit\ntrain = fit")
     assert _answered("10_capstone", "10-train", "import harness\nstep = harness.train.train_one_epoch")
+    # a student's own `accuracy` beside the accuracy lesson 04 imports below: a value, not harness.metrics
+    assert not _answered("04_training_loop", "04-evaluate", "def evaluate(model, loader, loss_fn, device):\n"
+                         "    accuracy = torch.tensor(1.0)\n    return 0.0, accuracy.item()")

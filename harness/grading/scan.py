@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode
 
@@ -36,6 +37,7 @@ DEFAULT_ALLOWED = ("harness.checks", "harness.plots", "harness.env", "harness.bu
 WITHHELD = ("harness.contract.registry", "harness.contract.protocol", "harness.grading", "harness.judge",
             "harness.judges", "harness.drills.bank")
 DYNAMIC_CALLS = ("exec", "eval", "compile")
+PACKAGE = Path(__file__).resolve().parents[1]  # the harness package
 NAME_CALLS = ("getattr", "setattr", "delattr")
 
 
@@ -58,24 +60,22 @@ def scan_notebook(notebook: NotebookNode) -> list[Finding]:
 
     A solution cell may use `DEFAULT_ALLOWED` and the harness names the given cells above it import (the
     release's own cells, restored before the scan): lesson 04 imports `harness.train.fit` after its exercises,
-    so its 04-fit answer may not call it. A name bound to a harness module in any cell (`import harness`) is
-    followed into every solution cell that uses it.
+    so its 04-fit answer may not call it. A name bound to a harness module in a cell above (`import harness`)
+    is followed into the solution cells that use it.
     """
-    trees = [_parsed(cell.source) if cell.cell_type == "code" else None for cell in notebook.cells]
-    bound = {name: target for tree in trees if tree is not None for name, target in _harness_bindings(tree).items()}
-    allowed, findings = DEFAULT_ALLOWED, []
-    for index, (cell, tree) in enumerate(zip(notebook.cells, trees, strict=True)):
-        if cell.cell_type != "code":
-            continue
-        if not _is_solution(cell):
-            imported = _imports(tree) if tree is not None else []
-            allowed += tuple(name for name, _ in imported if name.startswith("harness.") and not _withheld(name))
-            continue
-        grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
-        label = f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
-        task = grade_id.removesuffix("-code") if grade_id.endswith("-code") else None
-        for line, what in scan_source(cell.source, allowed, bound):
-            findings.append(Finding(task, label, line, what))
+    allowed, bound, findings = DEFAULT_ALLOWED, {}, []
+    for index, cell in enumerate(notebook.cells):
+        tree = _parsed(cell.source) if cell.cell_type == "code" else None
+        if tree is not None and not _is_solution(cell):
+            allowed += tuple(name for name, _ in _imports(tree) if name.startswith("harness.") and not _withheld(name))
+        elif cell.cell_type == "code" and _is_solution(cell):
+            grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
+            label = f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
+            task = grade_id.removesuffix("-code") if grade_id.endswith("-code") else None
+            for line, what in scan_source(cell.source, allowed, bound):
+                findings.append(Finding(task, label, line, what))
+        if tree is not None:
+            bound.update(_harness_bindings(tree))
     return findings
 
 
@@ -110,8 +110,9 @@ def _parsed(source: str) -> ast.Module | None:
 
 
 def _harness_bindings(tree: ast.AST) -> dict[str, str]:
-    """The names an import binds to harness modules or names: `import harness.x` binds `harness`, `import
-    harness.x as y` binds y to harness.x, `from harness.x import z` binds z to harness.x.z."""
+    """The names an import binds to harness modules: `import harness.x` binds `harness`, `import harness.x as y`
+    binds y to harness.x, `from harness.x import z` binds z to harness.x.z where that is a module (a function or
+    a class reaches no other harness name through its attributes; the scan flags `__globals__`)."""
     bound = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -121,8 +122,15 @@ def _harness_bindings(tree: ast.AST) -> dict[str, str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
                 and node.module.split(".")[0] == "harness":
             for alias in node.names:
-                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                if _is_module(f"{node.module}.{alias.name}"):
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     return bound
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether `dotted` (harness.x.y) names a module or package of the harness, from its files."""
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _harness_use(node: ast.AST, bound: dict[str, str]) -> str:
