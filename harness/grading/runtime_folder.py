@@ -51,4 +51,4 @@ def filled(folder: Path) -> str | None:
     if usage.used <= usage.total // 2:
         return None
     return (f"the kernel wrote {usage.used >> 20} MiB into its runtime folder (a {RUNTIME_MB} MiB tmpfs of its own, "
-            "for its connection file and sockets): refused past that, nothing reached the grader's disk")
+            "which only its connection file and sockets need); none of it reached the grader's disk")
