@@ -74,3 +74,17 @@ def test_the_group_is_gone_after_the_kernel(tmp_path):
         folders = group.folders
         assert all(os.path.isdir(f) for f in folders)
     assert not any(os.path.exists(f) for f in folders)
+
+
+def test_a_killed_workers_group_is_removed_by_the_next_batch_and_a_live_ones_is_not():
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    bounds = cgroup.Bounds(memory_mb=100, processes=8)
+    stale = cgroup.create(f"harness-kernel-{int(gone.stdout)}-0badc0de", bounds)  # its worker was killed
+    live = cgroup.create(f"harness-kernel-{os.getpid()}-600dc0de", bounds)  # made by a running batch, not yet joined
+    try:
+        assert cgroup.remove_stale() >= 1
+        assert not any(os.path.exists(f) for f in stale.folders)
+        assert all(os.path.isdir(f) for f in live.folders)
+    finally:
+        live.remove()
+        stale.remove()

@@ -191,8 +191,10 @@ def cgroup_note() -> str:
 
 @functools.cache
 def _note_limits() -> None:
-    """Print `cgroup_note()` once per process: `harness course` grades one batch per lesson."""
+    """Print `cgroup_note()` once per process (`harness course` grades one batch per lesson), and remove the groups
+    that killed workers of earlier batches left behind."""
     print(cgroup_note())
+    cgroup.remove_stale()
 
 
 def check_batch(submissions: list[Submission], workers: int, sandboxed: bool) -> None:

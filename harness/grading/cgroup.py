@@ -6,7 +6,8 @@ page its processes hold, and each kernel's group has the same CPU weight, so a k
 processes gets one kernel's share of a busy machine, not six (an idle CPU is still used: there is no quota).
 The worker makes one per kernel (`create`), the launcher moves itself into it before it execs bubblewrap
 (`join`: the kernel and every process it starts are in it), and after the kernel ends the worker reads what it
-hit (`Group.hits`) and removes it (`Group.remove`).
+hit (`Group.hits`) and removes it (`Group.remove`). A worker killed before that leaves its empty group behind:
+the next batch removes it (`remove_stale`), knowing it by the dead worker's pid in its name.
 
 It is made in cgroup v2 where the grader's own cgroup delegates memory, pids and cpu to its children, else in the
 v1 memory, pids and cpu hierarchies where they can be written (a root grader, in most containers). Where neither
@@ -16,6 +17,7 @@ can be made, `unavailable_reason` says why and grading keeps the per-process lim
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import time
@@ -26,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")  # cpu: each group has the default weight, one kernel's share
+OURS = re.compile(r"harness-(?:kernel|probe)-(\d+)(?:-[0-9a-f]+)?")  # the pid is the worker's (the group's maker)
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,40 @@ def join(folders: tuple[str, ...] | list[str]) -> None:
     """Move this process into the group's folders (the launcher, before it execs bubblewrap)."""
     for folder in folders:
         (Path(folder) / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def remove_stale() -> int:
+    """Remove the groups left by workers that are gone (killed before they removed them); returns how many.
+
+    A group is stale when the pid in its name is no longer a process and nothing is in it: a group that a running
+    worker has made but not yet joined (another batch on this machine) has a live pid, and is left alone.
+    """
+    try:
+        _, parents = _parents()
+    except OSError:
+        return 0
+    removed = 0
+    for parent in parents:
+        for folder in parent.glob("harness-*"):
+            match = OURS.fullmatch(folder.name)
+            if not match or _alive(int(match.group(1))) or _read(folder / "cgroup.procs").split():
+                continue
+            try:
+                folder.rmdir()
+                removed += 1
+            except OSError:  # a process joined it meanwhile, or it was removed by another sweep
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def unavailable_reason() -> str | None:
