@@ -37,13 +37,16 @@ def main(paths: list[str]) -> int:
     import torchvision
 
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}")
-    failed = []
+    failed, passed = [], 0
     for path in map(Path, paths):
         started = time.perf_counter()
         found = problems(path)
         print(f"{path.name}: {'ok' if not found else 'FAILED'} ({time.perf_counter() - started:.0f} s)")
         failed += found
-    print("\n".join(failed))
+        passed += not found
+    if failed:
+        print("\n".join(failed))
+    print(f"notebooks: {passed} passed, {len(paths) - passed} failed")
     return 1 if failed else 0
 
 
