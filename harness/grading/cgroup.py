@@ -184,7 +184,7 @@ def join(folders: tuple[str, ...] | list[str]) -> None:
 
 
 def remove_stale() -> int:
-    """Remove the groups left by workers that are gone (killed before they removed them); returns how many.
+    """Remove the groups left by workers that are gone (killed before they removed them); returns how many folders.
 
     A group is stale when the pid in its name is no longer a process and nothing is in it: a group that a running
     worker has made but not yet joined (another batch on this machine) has a live pid, and is left alone.
