@@ -257,6 +257,34 @@ def test_several_two_rank_groups_started_at_once_all_form(tmp_path):
     assert all(output.strip().endswith("ok") for output in outputs), outputs
 
 
+LATE_GROUP = """
+import sys, time
+from pathlib import Path
+import harness.launch.rendezvous as rendezvous
+from harness.drills.support import run_on_two_ranks
+
+tried, join = Path(sys.argv[1]), rendezvous.join_group
+
+def late_once(port, rank, world_size, timeout):
+    if rank == 1 and not tried.exists():  # the first group does not form in time, as on a loaded machine
+        tried.write_text("late")
+        time.sleep(timeout.total_seconds() + 1)
+        raise TimeoutError("the store did not answer in time")
+    join(port, rank, world_size, timeout)
+
+rendezvous.join_group = late_once
+print(run_on_two_ranks(lambda rank: rank * 10, timeout_s=3))
+"""
+
+
+def test_a_group_that_does_not_form_in_time_is_started_again(tmp_path):
+    script = tmp_path / "late.py"
+    script.write_text(LATE_GROUP)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "tried")], env=_env(), capture_output=True,
+                          text=True, timeout=STARTUP_S)
+    assert done.returncode == 0 and done.stdout.strip().endswith("[0, 10]"), done.stdout + done.stderr
+    assert (tmp_path / "tried").read_text() == "late"
+
 STRAGGLER_SCRIPT = """
 import time
 from harness.distributed import barrier, get_rank, init_distributed

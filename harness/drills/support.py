@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -120,8 +121,10 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
     processes = [context.Process(target=target, args=(rank,)) for rank in (0, 1)]
     for process in processes:
         process.start()
+    deadline = time.monotonic() + timeout_s + 15  # past the ranks' own timeout: a rank that timed out still reports
     try:
-        return {rank: (stage, value) for rank, stage, value in (results.get(timeout=timeout_s) for _ in processes)}
+        return {rank: (stage, value) for rank, stage, value in
+                (results.get(timeout=max(0.0, deadline - time.monotonic())) for _ in processes)}
     finally:
         for process in processes:
             process.join(timeout=5)
