@@ -191,10 +191,8 @@ def cgroup_note() -> str:
 
 @functools.cache
 def _note_limits() -> None:
-    """Print `cgroup_note()` once per process (`harness course` grades one batch per lesson), and remove the groups
-    that killed workers of earlier batches left behind."""
+    """Print `cgroup_note()` once per process: `harness course` grades one batch per lesson."""
     print(cgroup_note())
-    cgroup.remove_stale()
 
 
 def check_batch(submissions: list[Submission], workers: int, sandboxed: bool) -> None:
@@ -304,6 +302,7 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
     check_batch(submissions, workers, sandboxed)
     if sandboxed:
         _note_limits()
+        cgroup.remove_stale()  # the groups that killed workers of earlier batches left behind
     if secret is None:
         from harness.judge.secret import load_or_create
 
