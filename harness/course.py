@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import nbformat
 
@@ -36,7 +36,7 @@ def grade_lesson(out: Path, assignment: str, secret: bytes) -> dict[str, Any]:
 
     Returns:
         The batch grader's result ("status", "scores" {task: [points, max]}, "failures", "reasons") plus
-        "wall_seconds" and "figures" (PNG files the graded notebook drew, under `out`/figures).
+        "wall_seconds" and "figures" (`SavedFigure`s: what the graded notebook drew, under `out`/figures).
     """
     from harness.grading.batch import Limits, grade_batch
     from harness.grading.submissions import Submission
@@ -106,18 +106,29 @@ def status_text(result: dict[str, Any]) -> str:
     return shown if result["status"] in (shown, "error") else f"{shown} ({html.escape(result['status'])})"
 
 
-def save_figures(notebook: Path, folder: Path, prefix: str) -> list[Path]:
-    """Write every PNG output of an executed notebook to `folder`/`prefix`-N.png; their paths in order."""
+class SavedFigure(NamedTuple):
+    """A figure of a graded notebook, written to a PNG file, and its text alternative."""
+
+    path: Path
+    alt: str
+
+
+def save_figures(notebook: Path, folder: Path, prefix: str) -> list[SavedFigure]:
+    """Write every PNG output of an executed notebook to `folder`/`prefix`-N.png; the figures in order.
+
+    Each figure's alt text is the one the kernel gave it (`harness.figures`: the output's metadata
+    `{"text/html": {"alt": ...}}`); an output without one says so in its alt text.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     cells = [cell for cell in nbformat.read(notebook, as_version=4).cells if cell.cell_type == "code"]
-    images = [output["data"]["image/png"] for cell in cells for output in cell.get("outputs", [])
-              if "image/png" in output.get("data", {})]
-    paths = []
-    for number, image in enumerate(images, start=1):
+    outputs = [output for cell in cells for output in cell.get("outputs", []) if "image/png" in output.get("data", {})]
+    figures = []
+    for number, output in enumerate(outputs, start=1):
         path = folder / f"{prefix}-{number}.png"
-        path.write_bytes(base64.b64decode(image))
-        paths.append(path)
-    return paths
+        path.write_bytes(base64.b64decode(output["data"]["image/png"]))
+        alt = output.get("metadata", {}).get("text/html", {}).get("alt")
+        figures.append(SavedFigure(path, alt or f"{prefix}, figure {number}: drawn without a text description"))
+    return figures
 
 
 def run_showcase_safely(out: Path) -> dict[str, Any]:
@@ -139,12 +150,16 @@ def write_html(out: Path, report: dict[str, Any], results: list[dict[str, Any]],
     def link(path: Path) -> str:
         return html.escape(str(Path(path).resolve().relative_to(out.resolve())))
 
-    def row(cells: list[Any], tag: str = "td") -> str:
-        return "<tr>" + "".join(f"<{tag}>{html.escape(str(cell))}</{tag}>" for cell in cells) + "</tr>"
+    def row(cells: list[Any], *, header: bool = False) -> str:
+        opening, closing = ('<th scope="col">', "</th>") if header else ("<td>", "</td>")
+        return "<tr>" + "".join(f"{opening}{html.escape(str(cell))}{closing}" for cell in cells) + "</tr>"
+
+    def image(path: Path, alt: str) -> str:
+        return f'<img src="{link(path)}" alt="{html.escape(alt)}">'
 
     ok = sum(verdict(r) == "ok" for r in results)
     parts = [f"<h1>PyTorch Training Lab: course run</h1><p>{ok} of {len(results)} lessons at full marks.</p>",
-             "<h2>Lessons</h2><table>", row(["lesson", "score", "status", "run time (s)", "problems"], "th")]
+             "<h2>Lessons</h2><table>", row(["lesson", "score", "status", "run time (s)", "problems"], header=True)]
     for r in results:
         points, maximum = totals(r)
         problems = list(r.get("reasons", [])) + [f"{task}: {message}" for task, message in r["failures"].items()]
@@ -154,7 +169,7 @@ def write_html(out: Path, report: dict[str, Any], results: list[dict[str, Any]],
     parts.append("</table>")
     for r in results:
         parts.append(f'<h3 id="{r["assignment"]}">{r["assignment"]}</h3>')
-        figures = [f'<img src="{link(p)}" alt="{r["assignment"]} figure">' for p in r["figures"]]
+        figures = [image(figure.path, figure.alt) for figure in r["figures"]]
         parts += figures or ["<p>No figures.</p>"]
     parts.append("<h2>Showcase</h2>")
     if showcase is None:
@@ -166,14 +181,15 @@ def write_html(out: Path, report: dict[str, Any], results: list[dict[str, Any]],
         parts.append(f"<p>Test accuracy {accuracy:.3f} in {showcase['seconds']:.0f} s on {showcase['device']}: "
                      f'<a href="{link(showcase["report"])}">run report</a>, '
                      f'<a href="{link(showcase["history"])}">history (CSV)</a>.</p>'
-                     f'<img src="{link(showcase["curves"])}" alt="showcase curves">')
-    parts += ["<h2>Environment</h2><table>", *[row([key, value]) for key, value in report.items()], "</table>"]
+                     + image(showcase["curves"], showcase["curves_alt"]))
+    parts += ["<h2>Environment</h2><table>", row(["setting", "value"], header=True),
+              *[row([key, value]) for key, value in report.items()], "</table>"]
     style = ("body{font-family:sans-serif;max-width:70em;margin:auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}img{max-width:32em;margin:.3em}"
              ".ok td:nth-child(3){color:green}.FAILED,.FAILED td:nth-child(3),.error td:nth-child(3){color:#b00}")
     path = out / "index.html"
-    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>Course run</title>"
-                    f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+    path.write_text(f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Course run</title>"
+                    f"<style>{style}</style></head><body><main>{''.join(parts)}</main></body></html>\n")
     return path
 
 

@@ -6,7 +6,6 @@ pyplot's global figure list and no GUI backend is needed; Jupyter displays a ret
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,16 +15,25 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from harness.describe import best_epoch, describe_history, describe_lr_schedule
+from harness.figures import png_bytes
+
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
 
 class InlineFigure(Figure):
-    """A Figure that Jupyter shows as a PNG even when pyplot (and its inline backend) was never imported."""
+    """A Figure that Jupyter shows as a PNG even when pyplot (and its inline backend) was never imported.
+
+    Its `alt_text` says in words what it draws (`harness.describe`): the notebook shows it as the image's
+    alt text (`harness.figures`), and `harness course`'s report as its `<img>`'s.
+    """
+
+    def __init__(self, *args: Any, alt_text: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, dpi=90, **kwargs)
+        self.alt_text = alt_text
 
     def _repr_png_(self) -> bytes:
-        buffer = io.BytesIO()
-        self.savefig(buffer, format="png", dpi=90)
-        return buffer.getvalue()
+        return png_bytes(self)
 
 
 def plot_history(history: pd.DataFrame, path: str | Path | None = None, *, monitor: str | None = None) -> Figure:
@@ -38,16 +46,17 @@ def plot_history(history: pd.DataFrame, path: str | Path | None = None, *, monit
             else val_loss, else train_loss.
 
     Returns:
-        The figure.
+        The figure; its `alt_text` is `describe_history(history, monitor)`.
     """
     if history.empty:
         raise ValueError("plot_history got an empty history: train at least one epoch first.")
     metric_columns = [c for c in history.columns if c.startswith("val_") and c != "val_loss"]
     panels = 2 + bool(metric_columns)
-    figure = InlineFigure(figsize=(4.2 * panels, 3.4), layout="constrained")
+    figure = InlineFigure(figsize=(4.2 * panels, 3.4), layout="constrained",
+                          alt_text=describe_history(history, monitor))
     axes = figure.subplots(1, panels)
     epochs = history["epoch"]
-    best = _best_epoch(history, monitor)
+    best = best_epoch(history, monitor)
 
     loss_ax = axes[0]
     loss_ax.plot(epochs, history["train_loss"], marker="o", label="train")
@@ -94,9 +103,12 @@ def lr_schedule(scheduler_factory: SchedulerFactory, steps: int, *, lr: float = 
 def plot_lr_schedule(
     scheduler_factory: SchedulerFactory, steps: int, path: str | Path | None = None, *, lr: float = 1.0
 ) -> Figure:
-    """Plot `lr_schedule(scheduler_factory, steps, lr=lr)`: preview a scheduler without training."""
+    """Plot `lr_schedule(scheduler_factory, steps, lr=lr)`: preview a scheduler without training.
+
+    The figure's `alt_text` is `describe_lr_schedule` of the rates plotted.
+    """
     rates = lr_schedule(scheduler_factory, steps, lr=lr)
-    figure = InlineFigure(figsize=(5, 3.2), layout="constrained")
+    figure = InlineFigure(figsize=(5, 3.2), layout="constrained", alt_text=describe_lr_schedule(rates))
     ax = figure.subplots()
     ax.plot(range(steps), rates)
     ax.set_xlabel("scheduler step")
@@ -132,16 +144,6 @@ class LivePlot:
         if force or now - self._last_draw >= self.min_interval:
             self._handle.update(plot_history(history))
             self._last_draw = now
-
-
-def _best_epoch(history: pd.DataFrame, monitor: str | None) -> int | None:
-    config = history.attrs.get("config", {})
-    monitor = monitor or config.get("monitor") or ("val_loss" if "val_loss" in history else "train_loss")
-    if monitor not in history or history[monitor].isna().all():
-        return None
-    column = history[monitor]
-    index = column.idxmax() if config.get("monitor_mode") == "max" else column.idxmin()
-    return int(history.loc[index, "epoch"])
 
 
 def _decorate(ax: Any, title: str, best: int | None) -> None:

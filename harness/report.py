@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from harness.amp import autocast
+from harness.describe import describe_history
 
 # Operations that move or reshape data without arithmetic: their dtype says nothing about precision.
 _DATA_MOVEMENT = {
@@ -106,7 +107,7 @@ def write_run_report(
         op_dtypes: `observe_op_dtypes(...)` under the run's precision.
         environment: `harness.env.environment_report()` (computed here when None).
         curves: the curves image (`harness.plots.plot_history(history, curves)`), shown in the report
-            through a link relative to the report's folder.
+            through a link relative to the report's folder, with `describe_history(history)` as its alt text.
 
     Returns:
         The path written.
@@ -125,7 +126,7 @@ def write_run_report(
     ]
     if curves is not None:
         link = Path(os.path.relpath(Path(curves).resolve(), path.parent.resolve())).as_posix()
-        sections.append(f"## Curves\n\n![training curves]({link})")
+        sections.append(f"## Curves\n\n![{describe_history(history)}]({link})")
     if op_dtypes is not None:
         sections.append(_precision_section(config.get("precision", "fp32"), op_dtypes))
     sections.append("## Configuration\n\n" + "\n".join(f"- {k}: `{v}`" for k, v in config.items()))

@@ -68,7 +68,8 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
         progress: show tqdm bars (a line of results per epoch is printed either way).
 
     Returns:
-        Paths ("report", "curves", "history", "best_checkpoint") and "test_metrics", "seconds", "device".
+        Paths ("report", "curves", "history", "best_checkpoint"), "curves_alt" (the curves in words) and
+        "test_metrics", "seconds", "device".
     """
     started = time.perf_counter()
     out_dir = Path(out_dir)
@@ -98,11 +99,12 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
     op_dtypes = observe_op_dtypes(model, sample_inputs, precision=precision, targets=sample_targets,
                                   loss_fn=nn.CrossEntropyLoss())
     curves = out_dir / "curves.png"
-    plot_history(history, curves)
+    curves_alt = plot_history(history, curves).alt_text
     report = write_run_report(out_dir / "report.md", history, test_metrics=test_metrics, best_checkpoint=best_path,
                               op_dtypes=op_dtypes, environment=environment_report(device), curves=curves,
                               title="Showcase: a small CNN on procedural shapes")
-    return {"report": report, "curves": curves, "history": out_dir / "checkpoints" / "history.csv",
+    return {"report": report, "curves": curves, "curves_alt": curves_alt,
+            "history": out_dir / "checkpoints" / "history.csv",
             "best_checkpoint": best_path, "test_metrics": test_metrics,
             "seconds": time.perf_counter() - started, "device": str(device)}
 

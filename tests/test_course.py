@@ -35,23 +35,33 @@ def test_course_grades_lessons_reports_failures_and_writes_html(tmp_path, capsys
     assert figures[0].read_bytes().startswith(b"\x89PNG")
 
 
-def test_save_figures_writes_each_png_output(tmp_path):
+def test_save_figures_writes_each_png_output_with_its_alt_text_into_the_report(tmp_path):
     figure = plt.figure()
     plt.plot([1, 2, 3])
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     plt.close(figure)
     png = base64.b64encode(buffer.getvalue()).decode()
-    cell = nbformat.v4.new_code_cell("plot()", outputs=[
-        nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+    described = nbformat.v4.new_code_cell("plot()", outputs=[  # as harness.figures shows a figure
+        nbformat.v4.new_output("display_data", data={"image/png": png, "text/html": "<img>", "text/plain": "<Figure>"},
+                               metadata={"text/html": {"alt": "loss falls from 2 to 1 by epoch 3"}}),
         nbformat.v4.new_output("stream", text="done\n")])
+    bare = nbformat.v4.new_code_cell("plot()", outputs=[
+        nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"})])
     notebook = tmp_path / "nb.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# hi"), cell, cell]), notebook)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# hi"), described, bare]), notebook)
 
-    paths = course.save_figures(notebook, tmp_path / "figures", "lesson")
+    figures = course.save_figures(notebook, tmp_path / "figures", "lesson")
 
-    assert [p.name for p in paths] == ["lesson-1.png", "lesson-2.png"]
-    assert paths[0].read_bytes() == buffer.getvalue()
+    assert [figure.path.name for figure in figures] == ["lesson-1.png", "lesson-2.png"]
+    assert figures[0].path.read_bytes() == buffer.getvalue()
+    assert [figure.alt for figure in figures] == ["loss falls from 2 to 1 by epoch 3",
+                                                  "lesson, figure 2: drawn without a text description"]
+    page = course.write_html(tmp_path, {"python": "3.11"}, [{
+        "assignment": "lesson", "status": "ok", "scores": {"t": [1, 1]}, "failures": {}, "wall_seconds": 1.0,
+        "figures": figures}], None).read_text()
+    assert page.startswith("<!doctype html><html lang='en'>")
+    assert '<img src="figures/lesson-1.png" alt="loss falls from 2 to 1 by epoch 3">' in page
 
 
 @pytest.mark.parametrize(("scores", "status", "expected", "shown"), [

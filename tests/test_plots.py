@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from harness.describe import describe_figure, describe_history, describe_lr_schedule, describe_series
+from harness.figures import figure_html
 from harness.plots import lr_schedule, plot_history, plot_lr_schedule
 from harness.train import fit
 
@@ -28,6 +30,79 @@ def test_plot_history_draws_losses_metrics_and_lr_and_marks_the_best_epoch(tmp_p
     assert [line.get_label() for line in loss_ax.get_lines()] == ["train", "validation", "best (epoch 2)"]
     assert [line.get_label() for line in metric_ax.get_lines()] == ["accuracy", "best (epoch 2)"]
     assert list(lr_ax.get_lines()[0].get_ydata()) == [0.1, 0.1, 0.05, 0.05]
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ([2.1, 1.4, 0.9, 0.61, 0.42], "validation loss falls from 2.1 to 0.42 by epoch 5"),
+    ([2.1, 1.2, 0.8, 0.6, 0.5, 0.45, 0.42, 0.47, 0.55],
+     "validation loss falls from 2.1 to 0.42 by epoch 7, then rises to 0.55 by epoch 9"),
+    ([0.5, 0.7, 0.72, 0.71], "validation loss rises from 0.5 to 0.72 by epoch 3, then falls to 0.71 by epoch 4"),
+    ([1.0, 0.7, NAN, 0.4], "validation loss falls from 1 to 0.4 by epoch 4 (not finite at epoch 3)"),
+    ([NAN, 0.7, float("inf"), 0.4],
+     "validation loss falls from 0.7 to 0.4 by epoch 4 (not finite at epochs 1 and 3)"),
+    ([0.52], "validation loss is 0.52 at epoch 1"),
+    ([0.25, 0.25, 0.25], "validation loss stays at 0.25 from epoch 1 to epoch 3"),
+    ([0.69315, 0.69309, 0.69312], "validation loss stays at 0.693 from epoch 1 to epoch 3"),  # flat as read off
+    ([0.1, 0.1, 0.05, 0.05], "validation loss falls from 0.1 to 0.05 by epoch 3, then stays at 0.05 until epoch 4"),
+    ([NAN, NAN], "validation loss has no finite value"),
+])
+def test_a_curve_is_told_by_its_ends_and_extremes(values, expected):
+    assert describe_series("validation loss", list(range(1, len(values) + 1)), values) == expected
+
+
+def test_the_history_plot_carries_its_data_in_words():
+    frame = history()
+    expected = (
+        "Training curves over epochs 1 to 4. Train loss falls from 1 to 0.4 by epoch 4. Validation loss falls "
+        "from 1.1 to 0.8 by epoch 2, then rises to 1 by epoch 4. Validation accuracy rises from 0.5 to 0.72 by "
+        "epoch 3, then falls to 0.71 by epoch 4. Learning rate falls from 0.1 to 0.05 by epoch 3, then stays at "
+        "0.05 until epoch 4. Best epoch: 2, with the lowest validation loss (0.8).")
+    assert describe_history(frame) == expected
+    assert plot_history(frame).alt_text == expected
+    frame.attrs["config"] = {"monitor": "val_accuracy", "monitor_mode": "max"}
+    assert describe_history(frame).endswith(" Best epoch: 3, with the highest validation accuracy (0.72).")
+
+
+def test_a_history_of_one_epoch_with_a_nan_loss_is_told_as_it_is():
+    frame = pd.DataFrame({"epoch": [1], "train_loss": [NAN], "val_loss": [NAN], "lr": [0.01]})
+    assert describe_history(frame) == (
+        "Training curves over one epoch (epoch 1). Train loss has no finite value. "
+        "Validation loss has no finite value. Learning rate is 0.01 at epoch 1. "
+        "No best epoch: the monitored column has no value.")
+
+
+def test_the_lr_preview_and_any_figure_are_told_from_what_they_draw():
+    def factory(optimizer):
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+
+    text = ("Learning-rate schedule over 6 scheduler steps: the learning rate falls from 1 to 0.5 by step 3, then "
+            "stays at 0.5 until step 5.")
+    assert describe_lr_schedule(lr_schedule(factory, 6)) == text
+    assert plot_lr_schedule(factory, 6).alt_text == text
+
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2)
+    left.semilogy([1, 2, 3], [1.0, 0.1, 0.01], label="sigmoid")
+    left.axhline(0.5, label="threshold")
+    left.set(title="Gradient norms", xlabel="layer", ylabel="norm")
+    right.imshow([[0.0, 1.0], [2.0, 3.0]])
+    right.bar(["a", "b"], [2, 5])
+    plt.close(figure)
+    assert describe_figure(figure) == (
+        "A figure with 2 panels. Gradient norms (norm against layer, log scale): sigmoid falls from 1 to 0.01 by "
+        "layer 3; threshold: a horizontal line at 0.5. Panel 2: an image of 2 by 2 values from 0 to 3; "
+        "2 bars from 2 to 5 high.")
+
+
+def test_a_figure_is_shown_as_an_image_with_its_alt_text():
+    figure = plot_history(history())
+    html, metadata = figure_html(figure)
+    assert metadata == {"alt": figure.alt_text}
+    assert html.startswith('<img src="data:image/png;base64,') and html.endswith(f'alt="{figure.alt_text}">')
 
 
 def test_plot_history_follows_a_max_mode_monitor():
@@ -109,4 +184,8 @@ history = fit(model, loader, loader, loss_fn=nn.CrossEntropyLoss(),
     # the live plot is one display slot whose content each update replaced: one PNG, not one per epoch
     plots = [o for o in outputs if o["output_type"] == "display_data" and "image/png" in o.get("data", {})]
     assert len(plots) == 1
+    # shown with its text alternative (harness.figures): JupyterLab renders the text/html, an <img> with alt
+    alt = plots[0]["metadata"]["text/html"]["alt"]
+    assert alt.startswith("Training curves over epochs 1 to 3. Train loss ") and "Best epoch: " in alt
+    assert plots[0]["data"]["text/html"].startswith('<img src="data:image/png;base64,')
     assert any(o.get("name") == "stdout" and "epoch 3/3" in o.get("text", "") for o in outputs)

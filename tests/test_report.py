@@ -59,6 +59,7 @@ def test_report_says_when_no_test_set_was_evaluated(tmp_path):
 
 
 def test_report_links_the_curves_relative_to_its_folder(tmp_path):
+    from harness.describe import describe_history
     from harness.plots import plot_history
 
     net = model()
@@ -68,7 +69,8 @@ def test_report_links_the_curves_relative_to_its_folder(tmp_path):
     curves = tmp_path / "figures" / "curves.png"
     plot_history(history, curves)
     report = write_run_report(tmp_path / "report" / "report.md", history, curves=curves)
-    assert "## Curves\n\n![training curves](../figures/curves.png)" in report.read_text()
+    # the image's alt text is the curves in words (harness.describe), the same as the notebook shows
+    assert f"## Curves\n\n![{describe_history(history)}](../figures/curves.png)" in report.read_text()
     assert (report.parent / "../figures/curves.png").is_file()
     assert "## Curves" not in write_run_report(tmp_path / "plain.md", history).read_text()
 
