@@ -45,7 +45,15 @@ from harness.airbench import (
 )
 from harness.data import LabeledTensorDataset, normalization_stats, shapes
 from harness.env import select_device
-from harness.fast import DeviceResidentLoader, LapTimer, fast_fit, random_flip, random_translate, to_device
+from harness.fast import (
+    DeviceResidentLoader,
+    LapTimer,
+    fast_fit,
+    fast_precision,
+    random_flip,
+    random_translate,
+    to_device,
+)
 from harness.models import capstone_cnn
 from harness.speed import machine_record, quartiles, report_results
 
@@ -275,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
     args = parse_args(argv)
     device = select_device(args.device)
     args.compile = device.type == "cuda" if args.compile is None else args.compile
-    args.precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    args.precision = fast_precision(device)  # bf16 where native (not a T4's emulation), else fp32
     hyp = AirbenchHyperparameters(epochs=args.epochs)
     if args.quick:
         hyp = replace(hyp, batch_size=64, widths=(16, 32, 32))

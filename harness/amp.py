@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from harness.env import bf16_supported
+from harness.env import bf16_supported, no_bf16_reason
 
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -30,9 +30,8 @@ def validate_precision(precision: str, device: torch.device) -> None:
     if not torch.amp.is_autocast_available(device.type):
         raise ValueError(f"precision={precision!r} needs autocast, which torch lacks on {device.type}: use fp32.")
     if precision == "bf16" and not bf16_supported(device):
-        name = torch.cuda.get_device_name(device)
-        raise ValueError(f"{name} has no native bf16 (it would emulate it, slower than fp32): use precision='fp16' "
-                         "(with its GradScaler). `harness doctor` lists what this machine runs natively.")
+        raise ValueError(f"{no_bf16_reason(device)}: use precision='fp16' (with its GradScaler). "
+                         "`harness doctor` lists what this machine runs natively.")
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:

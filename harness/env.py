@@ -24,6 +24,7 @@ import psutil
 import torch
 
 DEVICE_ENV_VAR = "HARNESS_DEVICE"
+NO_BF16_ENV_VAR = "HARNESS_NO_BF16"  # 1: every CUDA GPU is treated as one without native bf16 (`bf16_supported`)
 KNOWN_DEVICE_TYPES = ("cuda", "mps", "cpu")
 COLAB_DRIVE = Path("/content/drive/MyDrive")  # where Colab mounts Google Drive
 KAGGLE_WORKING = Path("/kaggle/working")  # the folder a saved Kaggle version keeps
@@ -137,13 +138,43 @@ def bf16_supported(device: torch.device) -> bool:
     """Whether `device` computes bf16 natively: the course's one definition of "bf16 is supported".
 
     On CUDA that is compute capability 8.0 and above (Ampere on); older GPUs such as a T4 emulate bf16, which
-    runs but is slower than fp32, so it is no training option there (fp16 with a GradScaler is). CPU and MPS
-    autocast compute bf16 themselves. `harness.amp`, `supported_precisions` and `harness doctor` all ask here.
+    runs but is slower than fp32, so it is no training option there (fp16 with a GradScaler is). torch's
+    `torch.cuda.is_bf16_supported()` says True on a T4, because it counts emulation: ask here instead. CPU and
+    MPS autocast compute bf16 themselves. Every precision choice asks here: `harness.amp`, `supported_precisions`
+    (so `recommended_precision`, `harness doctor` and the lessons), `harness.fast`'s "auto" and the benchmarks.
+
+    HARNESS_NO_BF16=1 refuses bf16 on every CUDA GPU, as a T4 does: on a newer GPU, a run then takes the T4's
+    path (fp16 with a GradScaler), so that path can be verified without a T4. CPU and MPS are unaffected.
+
+    Raises:
+        ValueError: HARNESS_NO_BF16 holds something other than 1, 0 or nothing.
     """
     if device.type != "cuda":
         return True
+    if _bf16_refused_by_environment():
+        return False
     with torch.cuda.device(device):
         return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def _bf16_refused_by_environment() -> bool:
+    """Whether HARNESS_NO_BF16=1 asks the course to treat every CUDA GPU as one without native bf16 (a T4).
+
+    Raises:
+        ValueError: the variable holds something other than 1, 0 or nothing.
+    """
+    value = os.environ.get(NO_BF16_ENV_VAR, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{NO_BF16_ENV_VAR}={value!r}: set it to 1 to refuse bf16 on CUDA GPUs (as on a T4, "
+                         "where the course trains in fp16 with a GradScaler), or to 0 or nothing to allow it.")
+    return value == "1"
+
+
+def no_bf16_reason(device: torch.device) -> str:
+    """Why `bf16_supported(device)` is False, in words a message can start with."""
+    if _bf16_refused_by_environment():
+        return f"bf16 is refused on {device_name(device)} by {NO_BF16_ENV_VAR}=1 (as on a GPU without native bf16)"
+    return f"{device_name(device)} has no native bf16 (it would emulate it, slower than fp32)"
 
 
 def supported_precisions(device: torch.device) -> dict[str, bool]:
@@ -154,8 +185,8 @@ def supported_precisions(device: torch.device) -> dict[str, bool]:
     """
     return {
         "fp32": True,
-        "bf16_autocast": _autocast_works(device, torch.bfloat16),
-        "fp16_autocast": _autocast_works(device, torch.float16),
+        "bf16_autocast": bf16_supported(device) and _autocast_runs(device, torch.bfloat16),  # a T4 emulates it
+        "fp16_autocast": _autocast_runs(device, torch.float16),
         "grad_scaler": _grad_scaler_works(device),
     }
 
@@ -171,15 +202,14 @@ def recommended_precision(device: torch.device, precisions: dict[str, bool]) -> 
     if precisions["bf16_autocast"]:
         return "bf16", "bf16 is native here: fp32's range, no GradScaler needed"
     if precisions["fp16_autocast"] and precisions["grad_scaler"]:
-        return "fp16", "no native bf16 (it would be emulated, slower than fp32): fp16 with a GradScaler"
+        why = no_bf16_reason(device) if not bf16_supported(device) else "bf16 autocast does not run here"
+        return "fp16", f"{why}: fp16 with a GradScaler"
     return "fp32", "neither bf16 nor fp16 autocast runs natively here"
 
 
-def _autocast_works(device: torch.device, dtype: torch.dtype) -> bool:
+def _autocast_runs(device: torch.device, dtype: torch.dtype) -> bool:
     """True when a matmul under autocast on `device` really computes in `dtype` (torch would warn and fall
     back to fp32 otherwise, so any warning counts as unsupported)."""
-    if dtype == torch.bfloat16 and not bf16_supported(device):
-        return False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -28,13 +28,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.amp import autocast, validate_precision
+from harness.env import bf16_supported
 from harness.evaluation import batch_to_device, evaluation_sums
 from harness.fit_options import check_training, resolve_device
 from harness.history import history_frame
 from harness.metrics import accuracy
 from harness.train import NonFiniteLossError
 
-__all__ = ["DeviceResidentLoader", "LapTimer", "fast_fit", "random_flip", "random_translate", "to_device"]
+__all__ = ["DeviceResidentLoader", "LapTimer", "fast_fit", "fast_precision", "random_flip", "random_translate",
+           "to_device"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -184,8 +186,8 @@ def fast_fit(
         optimizer: built on the model's parameters after the model was moved (ideally `fused=True`).
         epochs: number of epochs.
         scheduler: stepped after every optimizer step (e.g. a LambdaLR over steps); None: constant rate.
-        precision: "bf16" (autocast, no scaler needed), "fp32", or "auto": bf16 on a CUDA device that
-            supports it, fp32 otherwise.
+        precision: "bf16" (autocast, no scaler needed), "fp32", or "auto": `fast_precision(device)`, bf16 on
+            a CUDA GPU with native bf16, fp32 otherwise.
         compile: run the model through `torch.compile` (the first epoch then includes the compilation).
         channels_last: convert image batches to channels_last (a no-op for a DeviceResidentLoader's).
 
@@ -285,9 +287,19 @@ class LapTimer:
         return [end - start for start, end in pairs]
 
 
+def fast_precision(device: torch.device) -> str:
+    """The precision `fast_fit(precision="auto")` trains in on `device`: "bf16" on a CUDA GPU with native bf16
+    (`harness.env.bf16_supported`, which refuses a T4's emulated bf16 and honours HARNESS_NO_BF16), else "fp32".
+
+    fast_fit has no GradScaler, so where bf16 is not native it stays in fp32; `harness.train.fit` trains in fp16
+    with a scaler there.
+    """
+    return "bf16" if device.type == "cuda" and bf16_supported(device) else "fp32"
+
+
 def _resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        return fast_precision(device)
     if precision not in ("bf16", "fp32"):
         raise ValueError(f"fast_fit runs precision 'bf16' or 'fp32' (or 'auto'), not {precision!r}: fp16 needs a "
                          "GradScaler, which harness.train.fit provides.")
