@@ -1,15 +1,27 @@
 """Install the harness from this course folder into the running Python: the set-up of a hosted runtime.
 
-Colab, Kaggle or a JupyterHub kernel brings its own torch and most of the course's packages. From a lesson's
-folder, one cell installs the rest (lesson 00's first cell does it when `harness` is not importable):
+Colab, Kaggle or a JupyterHub kernel brings its own torch and most of the course's packages. Every lesson's first
+code cell runs this file from the lesson's folder when `harness` is not importable (`INSTALL_CELL` in
+harness/hosted.py), and Run all goes on in the same kernel:
 
-    %run ../../harness/install.py
+    try:
+        import harness
+    except ModuleNotFoundError:
+        %run ../../harness/install.py
 
-or, in a terminal, `python harness/install.py` from the course folder. It keeps the runtime's torch (and its
-torchvision) when torch is within the range pyproject.toml declares, and says so when it is not; installs only
-the requirements that are missing or too old, the export extra (lesson 16) included; and installs the harness
-itself as an ordinary package (not editable), into the interpreter's own site-packages, so the kernel that ran
-it imports it at once, with no restart. It uses the standard library only: it runs before anything is installed.
+or, in a terminal (a hub), `python3 harness/install.py` from the course folder. It installs what the lessons import:
+pyproject.toml's dependencies and its export extra (lesson 16), only those missing or too old, keeping the runtime's
+torch (and its torchvision) when torch is within the declared range and saying so when it is not. The `lab` extra
+(nbgrader, for JupyterLab's Validate button and Assignment List, which brings JupyterLab, notebook and
+jupyter_server) only on a JupyterHub (`JUPYTERHUB_USER` set), whose JupyterLab is the student's: Colab and Kaggle
+serve notebooks with their own pinned server packages, which nbgrader's would clash with, and have no Validate
+button. A laptop's `make setup` installs the pinned requirements.txt, the lab's packages included, instead.
+
+pip's own output names each package as it downloads and installs it, then the total time is printed. The harness
+itself is installed as an ordinary package (not editable) into the interpreter's own site-packages, so the kernel
+that ran it imports it at once, with no restart. From a terminal it ends with the device doctor's report; in a
+notebook it does not (lesson 00 prints that report in its own cell: once). It uses the standard library only: it
+runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -17,16 +29,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("export",)  # lesson 16's ONNX packages; never `cluster` (the instructor's Dask grading)
+HUB_EXTRAS = ("lab",)  # nbgrader (Validate, Assignment List) and the Jupyter server packages it brings: hubs only
 # torchvision's minor version follows torch's: 2.11 pairs with 0.26, 2.14 with 0.29.
 TORCHVISION_OFFSET = 15
 
@@ -90,15 +106,21 @@ def parse_requirement(line: str) -> Requirement:
                        release(bounds["<"]) if "<" in bounds else None)
 
 
-def read_requirements(root: Path = ROOT) -> list[Requirement]:
-    """The harness's dependencies and its EXTRAS, from the course's pyproject.toml."""
+def extras_for(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The extras of pyproject.toml this runtime gets: EXTRAS everywhere, HUB_EXTRAS on a JupyterHub."""
+    environ = os.environ if environ is None else environ
+    return EXTRAS + (HUB_EXTRAS if environ.get("JUPYTERHUB_USER") else ())
+
+
+def read_requirements(root: Path = ROOT, extras: tuple[str, ...] = EXTRAS) -> list[Requirement]:
+    """The harness's dependencies and the `extras` named, from the course's pyproject.toml."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10: pip vendors the same parser
         from pip._vendor import tomli as tomllib
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     lines = list(project["dependencies"])
-    for extra in EXTRAS:
+    for extra in extras:
         lines += project["optional-dependencies"][extra]
     return [parse_requirement(line) for line in lines]
 
@@ -139,11 +161,25 @@ def make_plan(requirements: list[Requirement], installed: Callable[[str], str | 
 
 
 def pip(arguments: list[str]) -> None:
-    """Run this interpreter's pip quietly; on failure, raise with pip's own output."""
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                           *arguments], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip install {' '.join(arguments)} failed:\n{done.stdout}{done.stderr}")
+    """Run this interpreter's `pip install` with its progress shown: in a terminal as pip draws it; elsewhere (a
+    notebook, whose cell shows only what this process prints) each line as pip writes it, its stderr merged into
+    stdout, so that a notebook shows nothing on stderr.
+
+    Raises:
+        RuntimeError: pip failed (its last lines are in the message).
+    """
+    command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *arguments]
+    if sys.stdout.isatty():
+        if subprocess.run(command).returncode != 0:
+            raise RuntimeError(f"pip install {' '.join(arguments)} failed: its output is above")
+        return
+    last = deque(maxlen=40)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as process:
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            last.append(line)
+    if process.returncode != 0:
+        raise RuntimeError(f"pip install {' '.join(arguments)} failed; its last lines:\n{''.join(last)}")
 
 
 def builds_wheels_offline(installed: Callable[[str], str | None] = installed_version) -> bool:
@@ -154,15 +190,20 @@ def builds_wheels_offline(installed: Callable[[str], str | None] = installed_ver
 
 
 def install(root: Path = ROOT, *, target: Path | None = None) -> Plan:
-    """Install what `make_plan` lists, then the harness from `root` as an ordinary package, into this interpreter
-    (or into `target`, a folder on sys.path); afterwards `import harness` works in this process.
+    """Install what `make_plan` lists for this runtime's extras (`extras_for`), then the harness from `root` as an
+    ordinary package, into this interpreter (or into `target`, a folder on sys.path); afterwards `import harness`
+    works in this process.
 
     Raises:
         RuntimeError: pip failed (its output is in the message).
     """
-    plan = make_plan(read_requirements(root))
+    extras = extras_for()
+    plan = make_plan(read_requirements(root, extras))
+    if not set(HUB_EXTRAS) <= set(extras):
+        plan.notes.append("not installing nbgrader and the Jupyter server packages it brings (Validate, on a laptop "
+                          "or a hub): this runtime serves its own notebooks")
     for note in plan.notes:
-        print(note)
+        print(note, flush=True)
     where = ["--target", str(target)] if target else []
     with tempfile.TemporaryDirectory() as scratch:
         constraints = Path(scratch) / "constraints.txt"
@@ -178,17 +219,29 @@ def install(root: Path = ROOT, *, target: Path | None = None) -> Plan:
     return plan
 
 
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (`%run` from a lesson's cell) rather than in a terminal."""
+    return "ipykernel" in sys.modules
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python harness/install.py [--target DIR]`: install, then print the device doctor's report."""
+    """`python harness/install.py [--target DIR]`: install, print the time it took, then (from a terminal) the device
+    doctor's report."""
     parser = argparse.ArgumentParser(prog="harness/install.py", description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    started = time.monotonic()
     try:
         install(target=args.target)
     except RuntimeError as error:
         print(f"harness install: error: {error}", file=sys.stderr)
         return 1
-    importlib.import_module("harness.doctor").doctor()
+    minutes, seconds = divmod(round(time.monotonic() - started), 60)
+    print(f"harness install: done in {minutes} min {seconds} s", flush=True)
+    if in_notebook():
+        print("the device doctor's report: lesson 00 prints it, or run `from harness.doctor import doctor; doctor()`")
+    else:
+        importlib.import_module("harness.doctor").doctor()
     return 0
 
 

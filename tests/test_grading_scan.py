@@ -70,3 +70,14 @@ def test_a_name_the_lessons_cells_import_is_allowed_below_them_only():
     # a student's own `accuracy` beside the accuracy lesson 04 imports below: a value, not harness.metrics
     assert not _answered("04_training_loop", "04-evaluate", "def evaluate(model, loader, loss_fn, device):\n"
                          "    accuracy = torch.tensor(1.0)\n    return 0.0, accuracy.item()")
+
+
+def test_the_install_cells_import_is_followed_into_the_answers():
+    """Every lesson's first cell binds `harness` (`import harness` in a `try` whose `except` is a `%run` line): the
+    magic reads as `pass`, so the cell parses, and an answer that reaches a withheld name through that binding,
+    without an import of its own, is found."""
+    findings = _answered("04_training_loop", "04-fit", "fit = harness.train.fit")
+    assert {(finding.task, finding.line) for finding in findings} == {("04-fit", 1)}, findings
+    assert any("uses harness.train.fit" in finding.what for finding in findings), findings
+    assert scan_source("try:\n    import harness\nexcept ModuleNotFoundError:\n    %run ../../harness/install.py\n"
+                       "step = harness.train.train_one_epoch", DEFAULT_ALLOWED)

@@ -15,7 +15,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from harness.drills.choices import bank_order, render
 from harness.drills.core import Drill, get_drill
 from harness.drills.lesson import NOTEBOOK_DRILLS, SECTIONS, answer_name
-from harness.hosted import hosted_metadata
+from harness.hosted import INSTALL_CELL, INSTALL_CELL_ID, hosted_metadata
 
 NOTEBOOK = Path("solutions/11_interview_drills/11_interview_drills.ipynb")
 
@@ -31,14 +31,16 @@ matches your text, so any correct answer passes. In the terminal the options of 
 shuffled for every attempt, and your answer runs in a process of its own, judged by another.
 
 The same bank (100+ drills) is in your terminal, with hints, a daily set, spaced repetition and timed mock
-interviews:
+interviews; from the course's folder on your laptop:
 
 ```
-harness drill list --topic amp
-harness drill start loop-loss-stalls
-harness drill check loop-loss-stalls
-harness drill mock --count 5 --minutes 30
+make drill ARGS="list --topic amp"
+make drill ARGS="start loop-loss-stalls"
+make drill ARGS="check loop-loss-stalls"
+make drill ARGS="mock --count 5 --minutes 30"
 ```
+
+On a hub or in Colab, `python3 -m harness drill list` (and so on) does the same.
 """
 
 SETUP = """from harness.checks import check, hint
@@ -56,7 +58,7 @@ RECAP = """## Recap
 
 **Interview questions this prepares you for:** What happens if you forget `zero_grad`? Why `model.eval()`?
 Why does fp16 need a GradScaler and bf16 not? What must a checkpoint hold to resume exactly? Why is
-`.item()` in the loop slow on a GPU? Practise more with `harness drill daily`.
+`.item()` in the loop slow on a GPU? Practise more with `make drill ARGS=daily`.
 """
 
 
@@ -106,7 +108,7 @@ def _drill_cells(number: int, task_id: str, drill: Drill) -> list:
 
 def build() -> nbformat.NotebookNode:
     """The solution notebook of lesson 11, built from the drill bank."""
-    cells = [new_markdown_cell(INTRO), new_code_cell(SETUP)]
+    cells = [new_markdown_cell(INTRO), new_code_cell(INSTALL_CELL, id=INSTALL_CELL_ID), new_code_cell(SETUP)]
     section = None
     for number, (task_id, drill_id) in enumerate(NOTEBOOK_DRILLS, 1):
         if SECTIONS[task_id] != section:  # the heading each task's hints send the student back to
@@ -119,7 +121,8 @@ def build() -> nbformat.NotebookNode:
         "language_info": {"name": "python"},
         **hosted_metadata("11"),
     })
-    for index, cell in enumerate(notebook.cells):
+    numbered = (cell for cell in notebook.cells if cell.id != INSTALL_CELL_ID)  # every lesson's install cell
+    for index, cell in enumerate(numbered):
         cell["id"] = f"drill-cell-{index:02d}"  # stable ids: rebuilding changes nothing
     return notebook
 

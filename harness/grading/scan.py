@@ -98,8 +98,10 @@ def scan_source(source: str, allowed: tuple[str, ...], bound: dict[str, str] | N
 
 
 def _code_lines(source: str) -> str:
-    """The cell's source with IPython magics and shell lines blanked."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    """The cell's source with each IPython magic or shell line made a `pass` at its indentation: a block whose body
+    is a magic (every lesson's install cell: `except ModuleNotFoundError:` then `%run ...`) still parses."""
+    return "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+                     for line in source.splitlines())
 
 
 def _parsed(source: str) -> ast.Module | None:
