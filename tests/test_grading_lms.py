@@ -1,6 +1,6 @@
 """The instructor's week, graded for real: a synthetic class of lesson 00 in a known mix of the course's planted
 mistakes, as a Canvas download (user ids, a LATE file, a blank notebook), graded once through `harness grade`
-with a roster, then regraded after one task's check changed.
+with a roster, then regraded after one task's check changed, and graded again after one student fixed a notebook.
 
 The mix (tests/planted/00_welcome.py, plus an exception and an untouched release):
 
@@ -211,15 +211,23 @@ def test_a_regrade_rejudges_only_the_changed_check_and_names_who_moved(graded, t
         called["00-accuracy"] += 1
         return "any accuracy accepted"
 
+    assert main(["grade", "--regrade", str(out)]) == 0  # nothing changed: nothing judged, no notebook run
+    printed = capsys.readouterr().out
+    assert "nothing to regrade" in printed and "no notebook in" in printed and sum(called.values()) == 0, printed
+    assert not (out / "regrade.md").exists()
     monkeypatch.setitem(registry._REGISTRY, "00-accuracy", replace(core.get("00-accuracy"), judge=lenient_accuracy))
     status = main(["grade", "--regrade", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
-    assert "re-judged 00-accuracy for 6 students" in printed, printed
+    assert "judged again from the stored observations (their check changed): 00-accuracy" in printed, printed
+    assert "graded again" not in printed and "a line as each one ends" not in printed
     assert called["00-make-batch"] == called["00-count-params"] == 0 and called["00-accuracy"] > 0
     changed = [line.strip() for line in printed.splitlines() if line.startswith("  ") and " points" in line]
-    assert changed == ["benbrown: 3 -> 5 points; 00-accuracy: wrong-accuracy -> passed",
-                       "carlcole: 3 -> 5 points; 00-accuracy: wrong-accuracy -> passed"], printed
+    assert changed == ["benbrown: 3 -> 5 points (check changed); 00-accuracy: wrong-accuracy -> passed",
+                       "carlcole: 3 -> 5 points (check changed); 00-accuracy: wrong-accuracy -> passed"], printed
+    report = (out / "regrade.md").read_text()
+    assert "| benbrown | 3 | 5 | check changed | 00-accuracy: wrong-accuracy -> passed |" in report, report
+    assert "| carlcole | 3 | 5 | check changed |" in report and "adaamos" not in report
     assert (out / "results" / "adaamos.json").read_text() == before
     assert "feedback keeps" not in printed and "first grading's verdicts" not in printed
     for student in ("benbrown", "carlcole"):  # the new verdict and points, hidden tests still removed
@@ -236,3 +244,28 @@ def test_a_regrade_rejudges_only_the_changed_check_and_names_who_moved(graded, t
     assert generic["benbrown"][6] == "5" and generic["adaamos"][6] == "3"
     assert main(["grade", "--regrade", str(out)]) == 0
     assert "nothing to regrade" in capsys.readouterr().out
+    assert (out / "regrade.md").read_text() == report
+
+
+def test_grading_again_into_the_folder_grades_only_the_fixed_notebook(graded, tmp_path, capsys):
+    out = Path(shutil.copytree(graded.out, tmp_path / "out"))
+    source = Path(shutil.copytree(graded.source, tmp_path / "in"))
+    nbformat.write(answered_release(ASSIGNMENT, {}), source / f"carlcole_1003_5003_{ASSIGNMENT}.ipynb")  # fixed
+    kept = {path.name: path.read_bytes() for path in (out / "results").glob("*.json") if path.stem != "carlcole"}
+    status = main(["grade", str(source), "--assignment", ASSIGNMENT, "--out", str(out), "--secret-file",
+                   str(graded.secret_file), "--timeout", "60", "--submission-limit", "300", "--memory-mb", "3072"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert f"{out} already holds a grading of {ASSIGNMENT}: regrading it by content" in printed, printed
+    assert "graded again: carlcole (resubmitted)" in printed and "graded 1/1: carlcole ok 5.0/5" in printed, printed
+    assert [line.strip() for line in printed.splitlines() if line.startswith("  ") and " points" in line] == [
+        "carlcole: 3 -> 5 points (resubmitted); 00-accuracy: wrong-accuracy -> passed"], printed
+    assert {path.name: path.read_bytes() for path in (out / "results").glob("*.json") if path.stem != "carlcole"} \
+        == kept
+    report = (out / "regrade.md").read_text()
+    assert "| carlcole | 3 | 5 | resubmitted | 00-accuracy: wrong-accuracy -> passed |" in report, report
+    assert {row[0]: row[3] for row in _rows(out / "grades.csv")[1:]}["carlcole"] == "5.0"
+    assert main(["grade", "--regrade", str(out)]) == 0  # from the folder it was graded from: nothing new
+    assert "nothing to regrade" in capsys.readouterr().out
+    assert main(["grade", "--regrade", str(out), "--student", "nobody"]) == 2
+    assert "no submission of nobody" in capsys.readouterr().out

@@ -134,8 +134,18 @@ def test_a_shard_run_again_grades_nothing_new(graded, tmp_path, capsys):
     status = main(["grade", str(graded.source), "--assignment", ASSIGNMENT, "--shard", f"0/{COUNT}",
                    "--out", str(graded.shards[0]), "--secret-file", str(secret_file)])
     out = capsys.readouterr().out
-    assert status == 0 and "0 graded" in out and "2 already graded (skipped)" in out, out
+    assert status == 0 and "0 graded" in out and "2 already graded with the same notebook (skipped)" in out, out
     assert {p: p.stat().st_mtime_ns for p in sorted((graded.shards[0] / RESULTS).glob("*.json"))} == before
+
+
+def test_a_shard_run_again_grades_a_changed_notebook_again(graded, tmp_path):
+    source, shard = Path(shutil.copytree(graded.source, tmp_path / "in")), _copy(graded.shards[0], tmp_path)
+    (source / "cat" / f"{ASSIGNMENT}.ipynb").write_text("not a notebook any more")  # no kernel starts for it
+    again, skipped = grade_shard(collect(source, ASSIGNMENT), ASSIGNMENT, shard, (0, COUNT), secret=SECRET,
+                                 limits=LIMITS)
+    assert [(r.student, r.status) for r in again] == [("cat", "invalid")] and skipped == ["王芳"]
+    assert again[0].notebook_sha256 not in ("", graded.results["cat"].notebook_sha256)
+    assert GradeResult.from_json((shard / RESULTS / "cat.json").read_text()).status == "invalid"
 
 
 def test_a_merge_over_a_missing_shard_names_the_missing_students(graded, tmp_path, capsys):

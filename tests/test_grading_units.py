@@ -242,3 +242,19 @@ def test_the_known_alembic_head_is_the_one_alembic_reports_for_the_installed_nbg
     assert KNOWN_HEADS.get(nbgrader.__version__) == reported, f"nbgrader {nbgrader.__version__}: its head is {reported}"
     use_known_alembic_head()
     assert nbgrader.api.get_alembic_version() == reported
+
+
+def test_a_regrade_grades_again_the_new_and_changed_notebooks_or_the_students_asked_for(tmp_path):
+    from harness.grading.jobs import GradeResult
+    from harness.grading.regrade import ASKED, NEW, RESUBMITTED, reruns
+    from harness.grading.submissions import Submission, notebook_sha256
+
+    for name, text in (("same", "{}"), ("fixed", "{ }"), ("new", "{}")):
+        (tmp_path / f"{name}.ipynb").write_text(text)
+    submissions = [Submission(name, tmp_path / f"{name}.ipynb") for name in ("same", "fixed", "new")]
+    submissions.append(Submission("absent", None, {"status": "missing", "reason": "no notebook"}))
+    digest = notebook_sha256(submissions[0])
+    graded = {name: GradeResult(name, "00_welcome", "ok", notebook_sha256=digest) for name in ("same", "fixed")}
+    graded["absent"] = GradeResult("absent", "00_welcome", "missing")
+    assert reruns(graded, submissions, set()) == {"fixed": RESUBMITTED, "new": NEW}
+    assert reruns(graded, submissions, {"same"}) == {"same": ASKED}

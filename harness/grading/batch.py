@@ -38,7 +38,7 @@ from harness.grading.jobs import GradeJob, GradeResult, write_atomically
 from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.runtime_folder import private_mounts_available, worker_prefix
-from harness.grading.submissions import Submission
+from harness.grading.submissions import Submission, notebook_sha256
 from harness.judge.cases import draw_cases
 from harness.launch import end_process_tree
 
@@ -95,10 +95,10 @@ def run_job(job: GradeJob, workdir: Path, limit_seconds: int) -> GradeResult:
             worker.wait()
     seconds = time.perf_counter() - started
     if result_file.is_file():
-        return replace(GradeResult.from_json(result_file.read_text(encoding="utf-8")), lms=job.lms)
-    return GradeResult(name, job.assignment, "error", reasons=[worker_failure(worker.returncode, stopped, seconds,
-                                                                               log_path)], seconds=seconds,
-                       lms=job.lms)
+        return job.stamp(GradeResult.from_json(result_file.read_text(encoding="utf-8")))
+    return job.stamp(GradeResult(name, job.assignment, "error", reasons=[worker_failure(worker.returncode, stopped,
+                                                                                        seconds, log_path)],
+                                 seconds=seconds))
 
 
 def worker_failure(returncode: int, stopped: bool, seconds: float, log_path: Path) -> str:
@@ -126,7 +126,8 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
                      timeout=limits.cell_timeout, submission_seconds=limits.submission_seconds,
                      memory_mb=limits.memory_mb, threads=threads, max_output_bytes=limits.max_output_bytes,
                      sandboxed=sandboxed, private_mounts=private_mounts, data_dir=data,
-                     lms=s.lms.to_dict() if s.lms else {}, cases={task: [{"hidden": c.hidden, "seed": c.seed}
+                     lms=s.lms.to_dict() if s.lms else {}, notebook_sha256=notebook_sha256(s),
+                     cases={task: [{"hidden": c.hidden, "seed": c.seed}
                                    for c in draw_cases(secret, assignment, s.student, task)]
                             for task in tasks})
             for s in submissions]
@@ -260,8 +261,8 @@ def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds:
         try:
             result = run_job(job, workdir, limit_seconds)
         except Exception as error:  # one student's failure is that student's error row; the batch goes on
-            result = GradeResult(job.student, job.assignment, "error", lms=job.lms, reasons=[
-                f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"])
+            result = job.stamp(GradeResult(job.student, job.assignment, "error", reasons=[
+                f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"]))
         if on_result is not None:
             on_result(result)
         return result

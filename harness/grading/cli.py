@@ -6,7 +6,9 @@ the time left (`progress`); the end says where everything is: grades, the mistak
 (`lms`: Canvas and Moodle imports, feedback archives; `--roster` to match students against a class list).
 `--shard i/N` grades one slice of the class into its own folder (`shards`); `harness grade merge OUT...`
 joins shard folders into one grading (`merge`); `--dask ADDRESS` (or `local:N`) grades on a Dask cluster
-(`cluster`), alone or with `--shard`; `--regrade OUT` re-judges the tasks whose check changed (`regrade`).
+(`cluster`), alone or with `--shard`; `--regrade OUT` regrades by content (`regrade`: the tasks whose check
+changed are judged again, the new or changed notebooks graded again, `--student ID` one student's), and grading
+into a folder graded for the same assignment does the same.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from harness.grading.layout import check_assignment
 
 if TYPE_CHECKING:
     from harness.grading.batch import Limits
+    from harness.grading.jobs import GradeResult
+    from harness.grading.regrade import Regrade
     from harness.grading.submissions import Submission
 
 DEFAULT_OUT = Path("build/grades")
@@ -47,11 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--canvas-assignment-id", default="",
                         help="Canvas's id of the assignment: the gradebook column becomes 'TITLE (ID)'")
     parser.add_argument("--regrade", type=Path, default=None, metavar="OUT",
-                        help="re-judge, in the grading at OUT, only the tasks whose check changed since (from the "
-                        "stored observations: no notebook runs) and report every student whose result moved")
+                        help="regrade the grading at OUT by content: re-judge only the tasks whose check changed "
+                        "(from the stored observations), grade again only the new or changed notebooks (of "
+                        "SUBMISSIONS, default: the folder OUT was graded from); print and add to OUT/regrade.md who "
+                        "moved and why")
+    parser.add_argument("--student", action="append", default=None, metavar="ID",
+                        help="with --regrade: grade this student's notebook again, changed or not, and no other "
+                        "notebook (repeat for several)")
     parser.add_argument("--shard", default=None, metavar="i/N",
                         help="grade only slice i (0 to N-1) of the class into --out, skipping students already "
-                        "graded there; join the N folders with `harness grade merge`")
+                        "graded there with the same notebook; join the N folders with `harness grade merge`")
     parser.add_argument("--dask", default=None, metavar="ADDRESS",
                         help="grade on a Dask cluster: its scheduler's address (tcp://host:8786; the submissions, "
                         "--out and this repository at the same paths on every worker), or local:N for N local worker "
@@ -97,11 +106,10 @@ def refuse_other_assignment(out: Path, assignment: str, force: bool) -> str | No
 
 def run_grade(args: argparse.Namespace) -> int:
     """Grade, write the summary (or the shard's results), print where everything is."""
-    from harness.grading import sandbox
-    from harness.grading.batch import Limits
+    from harness.grading.batch import RESULTS, Limits
+    from harness.grading.regrade import read_record
     from harness.grading.shards import parse_shard
     from harness.grading.submissions import collect
-    from harness.judge.secret import load_or_create
 
     try:  # bad input: the message alone, before anything is created
         if not args.submissions:
@@ -125,17 +133,20 @@ def run_grade(args: argparse.Namespace) -> int:
         out = args.out or (DEFAULT_OUT / assignment / (f"shard-{shard[0]}-of-{shard[1]}" if shard else ""))
         if refusal := refuse_other_assignment(out, assignment, args.force):
             raise ValueError(refusal)
+        if args.student:
+            raise ValueError(f"--student regrades a student of a graded folder: harness grade --regrade OUT --student "
+                             f"{args.student[0]}")
     except ValueError as error:
         print(f"cannot grade: {error}")
         return 2
-    if args.no_sandbox:
-        print("WARNING: grading without the sandbox (--no-sandbox): each submission's kernel runs as you, with your "
-              "files and network; the judge still decides every point.")
-    elif reason := sandbox.unavailable_reason():
-        print(f"cannot grade: the kernel sandbox cannot be made here: {reason}")
+    if not shard and (record := read_record(out)) and record["assignment"] == assignment and (out / RESULTS).is_dir():
+        print(f"{out} already holds a grading of {assignment}: regrading it by content (changed checks judged again, "
+              "new or changed notebooks graded again, nobody else); to grade everyone again, grade into an empty "
+              "folder")
+        return regrade_by_content(args, out.resolve(), record, source)
+    secret = ready_to_grade(args)
+    if secret is None:
         return 2
-    secret, where = load_or_create(args.secret_file)
-    print(where)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="harness-extract-") as tmp:
         try:
@@ -149,6 +160,23 @@ def run_grade(args: argparse.Namespace) -> int:
         limits = Limits(args.timeout, args.submission_limit, args.memory_mb, args.max_output_kb * 1024)
         with backend(args.dask, out):
             return _grade(args, submissions, assignment, out, shard, secret, limits, started)
+
+
+def ready_to_grade(args: argparse.Namespace) -> bytes | None:
+    """The instructor's secret, once the sandbox is known to work here (or `--no-sandbox` was asked for, with a
+    warning); None, after saying why, when it cannot be made."""
+    from harness.grading import sandbox
+    from harness.judge.secret import load_or_create
+
+    if args.no_sandbox:
+        print("WARNING: grading without the sandbox (--no-sandbox): each submission's kernel runs as you, with your "
+              "files and network; the judge still decides every point.")
+    elif reason := sandbox.unavailable_reason():
+        print(f"cannot grade: the kernel sandbox cannot be made here: {reason}")
+        return None
+    secret, where = load_or_create(args.secret_file)
+    print(where)
+    return secret
 
 
 def dask_check(address: str | None) -> None:
@@ -194,7 +222,7 @@ def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: 
         _print_results([r.to_dict() for r in graded])
         print(f"\nshard {shard[0]}/{shard[1]}: {len(graded) + len(skipped)} of {len(submissions)} students; "
               f"{len(graded)} graded in {time.perf_counter() - started:.0f} s, {len(skipped)} already graded "
-              f"(skipped).\n{'results':>18}: {out / 'results'}\nWhen every shard is done: "
+              f"with the same notebook (skipped).\n{'results':>18}: {out / 'results'}\nWhen every shard is done: "
               f"harness grade merge OUT_0 ... OUT_{shard[1] - 1} --out {DEFAULT_OUT}")
         return 0
     results = grade_batch(submissions, assignment, out, workers=args.workers, limits=limits, secret=secret,
@@ -202,12 +230,14 @@ def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: 
     _print_results(results)
     print(f"\n{len(results)} submissions graded in {time.perf_counter() - started:.0f} s "
           f"{f'on Dask ({args.dask})' if args.dask else f'with {args.workers} workers'}.")
-    return publish(results, out.resolve(), assignment, args)
+    return publish(results, out.resolve(), assignment, args, Path(args.submissions[0]))
 
 
-def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: argparse.Namespace) -> int:
-    """Write the summary, mistake report, grading record and LMS files of `results` into `out`; print where
-    they are and how the students matched the roster. 2 when the roster cannot be read, else 0."""
+def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: argparse.Namespace,
+            source: Path | None) -> int:
+    """Write the summary, mistake report, grading record (with the submissions' `source`, None when unknown) and
+    LMS files of `results` into `out`; print where they are and how the students matched the roster. 2 when the
+    roster cannot be read, else 0."""
     from harness.grading.lms import Gradebooks, match_roster, read_roster, write_feedback_archives, write_gradebooks
     from harness.grading.regrade import write_record
     from harness.grading.summary import max_points, task_ids, write_summary
@@ -218,7 +248,7 @@ def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: arg
         print(f"cannot read the roster: {error}")
         return 2
     paths = write_summary(results, out, assignment)
-    write_record(out, assignment, task_ids(results))
+    write_record(out, assignment, task_ids(results), source)
     matching = match_roster(results, roster)
     if roster is not None:
         print("\n".join(matching.report()))
@@ -252,7 +282,7 @@ def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -
     print(f"\n{len(results)} students of {merged.manifest.assignment} merged from {len(folders)} shard folders.")
     if merged.duplicates:
         print(f"graded in two shards with the same result, merged once: {', '.join(merged.duplicates)}")
-    if status := publish(results, out.resolve(), assignment, args):
+    if status := publish(results, out.resolve(), assignment, args, None):
         return status
     if merged.missing:
         print(f"\nMISSING: {sum(map(len, merged.missing.values()))} students have no result yet:")
@@ -264,37 +294,107 @@ def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -
 
 
 def run_regrade(args: argparse.Namespace) -> int:
-    """Re-judge the tasks whose check changed in the grading at `args.regrade`; report who moved."""
-    from harness.grading.batch import course_template, merge_into_gradebook
-    from harness.grading.regrade import refresh_feedback, regrade
+    """`--regrade OUT`: regrade the grading at OUT by content, from SUBMISSIONS if given, else from the folder it
+    was graded from."""
+    from harness.grading.batch import RESULTS
+    from harness.grading.regrade import read_record
 
     out = args.regrade.resolve()
-    try:
-        regraded = regrade(out)
-    except (OSError, ValueError) as error:
-        print(f"cannot regrade: {error}")
+    record = read_record(out)
+    if record is None or not (out / RESULTS).is_dir():
+        print(f"cannot regrade: {out} holds no grading to regrade (no grading.json or {RESULTS}/): grade into it first "
+              "with harness grade")
         return 2
-    if not regraded.rejudged:
-        print(f"no check of {regraded.assignment} changed since {out} was graded: nothing to regrade")
-        return 0
-    print(f"re-judged {', '.join(regraded.rejudged)} for {len(regraded.results)} students from the stored "
-          "observations (no notebook ran)")
-    if regraded.no_observations:
-        print(f"no stored observations (graded before they were kept), left as they were: "
-              f"{', '.join(regraded.no_observations)}")
-    results = [r.to_dict() for r in regraded.results]
+    recorded = record.get("source")
+    source = Path(args.submissions[0]) if args.submissions else Path(recorded) if recorded else None
+    return regrade_by_content(args, out, record, source)
+
+
+def regrade_by_content(args: argparse.Namespace, out: Path, record: dict[str, Any], source: Path | None) -> int:
+    """Judge again the tasks whose check changed and grade again the new or changed notebooks of `source` (or the
+    `--student`s) in the grading at `out`; print who moved and why, add it to regrade.md, publish the class."""
+    from harness.grading.regrade import Change, Regrade, changed_tasks, rejudge, reruns
+    from harness.grading.shards import read_results
+    from harness.grading.submissions import collect
+
+    assignment, asked = record["assignment"], set(args.student or [])
+    graded, tasks = read_results(out), changed_tasks(record)
+    done = [f"judged again from the stored observations (their check changed): {', '.join(tasks)}" if tasks else
+            f"no check of {assignment} changed"]
+    with tempfile.TemporaryDirectory(prefix="harness-extract-") as tmp:
+        submissions = []
+        if source is not None and source.exists():
+            try:
+                submissions = collect(source, assignment, Path(tmp))
+            except (OSError, ValueError) as error:
+                print(f"cannot regrade: {error}")
+                return 2
+        else:
+            where = f"{source} does not exist" if source else "no folder of submissions is recorded"
+            done.append(f"resubmissions not looked for: {where} (give it: harness grade SUBMISSIONS --regrade {out})")
+        rerun = reruns(graded, submissions, asked)
+        if missing := sorted(asked - rerun.keys()):
+            print(f"cannot regrade: no submission of {', '.join(missing)} in {source}")
+            return 2
+        if not tasks and not rerun:
+            print(f"nothing to regrade in {out}: {'; '.join(done)}"
+                  f"{f', and no notebook in {source} is new or changed' if submissions else ''}")
+            return 0
+        secret = ready_to_grade(args) if rerun else b""
+        if secret is None:
+            return 2
+        rejudged = rejudge(out, {student: r for student, r in graded.items() if student not in rerun}, tasks)
+        changes = list(rejudged.changes)
+        if rerun:
+            done.append("graded again: " + ", ".join(f"{student} ({why})" for student, why in rerun.items()))
+            again = _grade_again([s for s in submissions if s.student in rerun], assignment, out, secret, args)
+            changes += [Change(r.student, graded.get(r.student), r, rerun[r.student]) for r in again]
+    if rejudged.no_observations:
+        done.append(f"no stored observations (graded before they were kept), left as they were: "
+                    f"{', '.join(rejudged.no_observations)}")
+    if unsubmitted := sorted(graded.keys() - {s.student for s in submissions}) if submissions else []:
+        done.append(f"kept as graded, not in {source}: {', '.join(unsubmitted)}")
+    results = graded | {change.student: change.after for change in changes}
+    return _report_regrade(args, out, Regrade(assignment, source, results, changes, done))
+
+
+def _grade_again(submissions: list[Submission], assignment: str, out: Path, secret: bytes,
+                 args: argparse.Namespace) -> list[GradeResult]:
+    """Grade `submissions` of `assignment` again into `out`, with the limits of `args`; their `GradeResult`s."""
+    from harness.grading.batch import Limits, grade_batch
+    from harness.grading.jobs import GradeResult
+    from harness.grading.progress import Progress
+
+    print(f"grading again {len(submissions)} of the class's submissions: a line as each one ends")
+    limits = Limits(args.timeout, args.submission_limit, args.memory_mb, args.max_output_kb * 1024)
+    with backend(args.dask, out):
+        results = grade_batch(submissions, assignment, out, workers=args.workers, limits=limits, secret=secret,
+                              sandboxed=not args.no_sandbox, progress=Progress)
+    return [GradeResult(**result) for result in results]
+
+
+def _report_regrade(args: argparse.Namespace, out: Path, regrade: Regrade) -> int:
+    """Record the re-judged points in the gradebook and their feedback, print and add to regrade.md who moved
+    (old -> new points, why), then publish the whole class (`publish`)."""
+    from harness.grading.batch import course_template, merge_into_gradebook
+    from harness.grading.regrade import CHECK_CHANGED, refresh_feedback, write_report
+
+    rejudged = [change for change in regrade.changes if change.why == CHECK_CHANGED]
     problems = []
-    if regraded.changes:
-        with course_template(regraded.assignment) as (template, _):
-            merge_into_gradebook(out / "gradebook.db", template, results)
-            problems = refresh_feedback(out, template, regraded)
-    print(f"{len(regraded.changes)} students' results changed (their feedback shows the new verdicts):"
-          if regraded.changes else "no student's result changed")
-    for change in regraded.changes:
+    if rejudged:
+        with course_template(regrade.assignment) as (template, _):
+            merge_into_gradebook(out / "gradebook.db", template, [change.after.to_dict() for change in rejudged])
+            problems = refresh_feedback(out, template, regrade.assignment, rejudged)
+    print("\n".join(regrade.done))
+    print(f"{len(regrade.changes)} students' results redone (points before -> after, and why):" if regrade.changes
+          else "no student's result moved")
+    for change in regrade.changes:
         print(f"  {change.line()}")
     for problem in problems:
         print(f"{problem}: send this student the line above with the new grade")
-    return publish(results, out, regraded.assignment, args)
+    print(f"{'regrade diff':>18}: {write_report(out, regrade.changes, regrade.done)}")
+    results = [regrade.results[student].to_dict() for student in sorted(regrade.results)]
+    return publish(results, out, regrade.assignment, args, regrade.source)
 
 
 def _print_results(results: list[dict[str, Any]]) -> None:

@@ -82,9 +82,9 @@ class DaskRunner:
             try:
                 result = GradeResult.from_json(future.result())
             except Exception as error:  # failed after its retries, or its workers kept dying (KilledWorker)
-                result = GradeResult(job.student, job.assignment, "error",
-                                     reasons=[f"the Dask task failed after {self.retries} retries: "
-                                              f"{type(error).__name__}: {error}"])
+                result = job.stamp(GradeResult(job.student, job.assignment, "error",
+                                               reasons=[f"the Dask task failed after {self.retries} retries: "
+                                                        f"{type(error).__name__}: {error}"]))
             results[job.student] = result
             if on_result is not None:
                 on_result(result)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,6 +84,7 @@ class GradeJob:
     scratch: str = ""  # a folder for the worker's private course copy (the batch removes it)
     private_mounts: bool = False  # the worker runs in a mount namespace of its own (`grading.runtime_folder`)
     lms: dict[str, Any] = field(default_factory=dict)  # who the LMS says submitted it (`submissions.LmsIdentity`)
+    notebook_sha256: str = ""  # the submitted notebook's digest ("" without one): a regrade re-runs it if it changes
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:
@@ -94,6 +95,10 @@ class GradeJob:
     def from_json(cls, text: str) -> GradeJob:
         """The record in `text`; ContractError if it is of another version or has other fields."""
         return record_from_json(cls, text)
+
+    def stamp(self, result: GradeResult) -> GradeResult:
+        """`result` with what the parent knows of this job: the LMS identity and the notebook's digest."""
+        return replace(result, lms=self.lms, notebook_sha256=self.notebook_sha256)
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class GradeResult:
     seconds: float = 0.0
     untouched: list[str] = field(default_factory=list)  # tasks whose solution cell is as released: not attempted
     lms: dict[str, Any] = field(default_factory=dict)  # the job's LMS identity, copied back for the gradebooks
+    notebook_sha256: str = ""  # the graded notebook's digest (`GradeJob.notebook_sha256`), copied back likewise
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:

@@ -1,23 +1,27 @@
-"""Regrading after a check changed: `harness grade --regrade OUT` re-judges only the tasks whose check changed.
+"""Regrading by content: re-judge the tasks whose check changed, re-run the notebooks that changed, nothing else.
 
-A grading records, with its grades, a fingerprint of each task's check (`grading.json`): a hash of the
-source of the task's probe and judge, of every function and class of the check modules they use (followed
-through the names their code refers to, so a helper such as `_inputs` counts, wherever the check modules
-are reorganised later), and of the requirement table and hints. Each student's observations (what the
-probe cells displayed, decided on outside the sandbox: `autograde.observations`) are kept in
-`observations/`, so a regrade runs no kernel: the changed tasks' judges run again on the stored
-observations, with the stored cases and nonce. Every student whose points or failure codes moved is
-reported, from what to what, and their feedback is generated again with the new verdicts (`refresh_feedback`);
-every other task, student and file stays as it was. A task failed for forbidden code (the source scan, which
-no check change affects) stays failed.
+A grading records, with its grades, which assignment it holds, where its submissions came from and each
+task's fingerprint (`grading.json`; `fingerprint`: a digest of the source of every module that decides the
+task). Each result keeps its notebook's SHA-256 (`GradeResult.notebook_sha256`) and each student's
+observations (what the probe cells displayed, decided on outside the sandbox: `autograde.observations`) are
+kept in `observations/`. A regrade then does two things, and says why for every student it touched:
+
+- a task whose fingerprint changed is judged again on the stored observations, with the stored cases and
+  nonce (no kernel runs), for every student; a task failed for forbidden code (the source scan, which no check
+  change affects) stays failed. Those whose points or failure codes moved get their feedback generated again
+  (`refresh_feedback`);
+- a submission that is new, or whose notebook's digest differs from the graded one (`reruns`), is graded
+  again from its notebook, as is one asked for by name.
+
+Every student whose result was redone is reported, from what to what and why (`Change`), on the console and in
+`regrade.md` beside the grades (`write_report`, a section per regrade); every other student, task and file
+stays as it was.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
-import types
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,75 +29,25 @@ from typing import Any
 from harness.grading.autograde import OBSERVATIONS, judge_observed
 from harness.grading.batch import RESULTS
 from harness.grading.feedback import regenerate_feedback
+from harness.grading.fingerprint import fingerprints
 from harness.grading.jobs import GradeResult, write_atomically
 from harness.grading.scan import FORBIDDEN_CODE
+from harness.grading.submissions import Submission, notebook_sha256
 from harness.judge.verdict import Verdict
 
 RECORD = "grading.json"
-# modules whose functions count towards a check's fingerprint: the checks and the contract they judge with
-CHECK_MODULES = ("harness.checks", "harness.contract")
+REPORT = "regrade.md"
+CHECK_CHANGED = "check changed"
+RESUBMITTED = "resubmitted"
+NEW = "new submission"
+ASKED = "regraded on request"
 
 
-def _referenced(code: types.CodeType) -> set[str]:
-    """The global names `code` and the functions nested in it refer to."""
-    names = set(code.co_names)
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names |= _referenced(constant)
-    return names
-
-
-def _sources(function: Any, seen: dict[str, str], top: bool = False) -> None:
-    """Add the source of `function` (a probe or judge: `top`) and of every check-module function or class it
-    uses to `seen`."""
-    function = inspect.unwrap(function)
-    key = f"{function.__module__}.{function.__qualname__}"
-    if key in seen or not (top or str(function.__module__).startswith(CHECK_MODULES)):
-        return
-    try:
-        seen[key] = inspect.getsource(function)
-    except (OSError, TypeError):
-        seen[key] = repr(function)
-    code = getattr(function, "__code__", None)
-    if code is None:  # a class: its methods
-        for member in vars(function).values():
-            if inspect.isfunction(member):
-                _sources(member, seen)
-        return
-    module = inspect.getmodule(function)
-    for name in sorted(_referenced(code)):
-        used = getattr(module, name, None)
-        if inspect.isfunction(used) or inspect.isclass(used):
-            _sources(used, seen)
-        elif used is not None and not inspect.ismodule(used) and isinstance(used, (int, float, str, tuple, frozenset)):
-            seen[f"{function.__module__}.{name}"] = repr(used)
-
-
-def fingerprint(task: str) -> str:
-    """A hash of everything that decides `task`'s verdict: its probe, judge, their helpers, requirements, hints."""
-    from harness.checks.core import get
-
-    check = get(task)
-    seen: dict[str, str] = {}
-    _sources(check.probe, seen, top=True)
-    _sources(check.judge, seen, top=True)
-    digest = hashlib.sha256()
-    for key in sorted(seen):
-        digest.update(key.encode() + b"\0" + seen[key].encode() + b"\0")
-    digest.update(repr(sorted((code, r.states, r.hint) for code, r in check.requires.items())).encode())
-    digest.update(repr(check.hints).encode())
-    return digest.hexdigest()[:16]
-
-
-def fingerprints(tasks: list[str]) -> dict[str, str]:
-    """Each task's `fingerprint`."""
-    return {task: fingerprint(task) for task in tasks}
-
-
-def write_record(out: Path, assignment: str, tasks: list[str]) -> None:
-    """Record which assignment `out` holds and the fingerprint of each task's check (`grading.json`)."""
-    write_atomically(out / RECORD, json.dumps({"assignment": assignment, "fingerprints": fingerprints(tasks)},
-                                              indent=1))
+def write_record(out: Path, assignment: str, tasks: list[str], source: Path | None) -> None:
+    """Record which assignment `out` holds, where its submissions came from (None: unknown) and the fingerprint of
+    each task's check (`grading.json`)."""
+    write_atomically(out / RECORD, json.dumps({"assignment": assignment, "fingerprints": fingerprints(tasks),
+                                               "source": str(source.resolve()) if source else None}, indent=1))
 
 
 def read_record(out: Path) -> dict[str, Any] | None:
@@ -102,40 +56,55 @@ def read_record(out: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def changed_tasks(record: dict[str, Any]) -> list[str]:
+    """The tasks of `record` whose fingerprint differs from their check's now."""
+    now = fingerprints(list(record["fingerprints"]))
+    return [task for task, recorded in record["fingerprints"].items() if now[task] != recorded]
+
+
+def points(result: GradeResult) -> float:
+    """The points of `result`, all tasks together."""
+    return sum(score for score, _ in result.scores.values())
+
+
 @dataclass(frozen=True)
 class Change:
-    """One student's result that a regrade moved."""
+    """One student's result that a regrade redid: before (None for a first grading), after and why."""
 
     student: str
-    before: dict[str, Any]  # {"points": total, "failures": {task: code}}
-    after: dict[str, Any]
+    before: GradeResult | None
+    after: GradeResult
+    why: str  # CHECK_CHANGED, RESUBMITTED, NEW or ASKED
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # the re-judged tasks' new verdicts
 
+    def moves(self) -> list[str]:
+        """`task: before -> after` for each task whose outcome changed (a new student's failures)."""
+        before = self.before.failures if self.before else {}
+        after = self.after.failures
+        return [f"{task}: {before.get(task, 'passed')} -> {after.get(task, 'passed')}"
+                for task in sorted(before.keys() | after.keys()) if before.get(task) != after.get(task)]
+
+    def scores(self) -> tuple[str, str]:
+        """The total before ('none' for a first grading) and after."""
+        return (f"{points(self.before):g}" if self.before else "none"), f"{points(self.after):g}"
+
     def line(self) -> str:
-        """`alice: 5 -> 3 points; 00-accuracy: passed -> wrong-accuracy`."""
-        parts = [f"{self.before['points']:g} -> {self.after['points']:g} points"]
-        before, after = self.before["failures"], self.after["failures"]
-        parts += [f"{task}: {before.get(task, 'passed')} -> {after.get(task, 'passed')}"
-                  for task in sorted(before.keys() | after.keys()) if before.get(task) != after.get(task)]
-        return f"{self.student}: {'; '.join(parts)}"
+        """`carla: 11 -> 14 points (resubmitted); 00-accuracy: wrong-accuracy -> passed`."""
+        before, after = self.scores()
+        return "; ".join([f"{self.student}: {before} -> {after} points ({self.why})", *self.moves()])
 
 
-@dataclass
-class Regraded:
-    """What a regrade did: the tasks re-judged, the new results, and the students whose results moved."""
-
-    assignment: str
-    rejudged: list[str]
-    results: list[GradeResult]
-    changes: list[Change] = field(default_factory=list)
-    no_observations: list[str] = field(default_factory=list)  # graded students without stored observations
+def reruns(graded: dict[str, GradeResult], submissions: list[Submission], asked: set[str]) -> dict[str, str]:
+    """Student -> why, for each submission to grade again: the students `asked` for (when any), else each new
+    student and each whose notebook's digest differs from the one graded."""
+    if asked:
+        return {s.student: ASKED for s in submissions if s.student in asked}
+    return {s.student: NEW if s.student not in graded else RESUBMITTED for s in submissions
+            if s.student not in graded or graded[s.student].notebook_sha256 != notebook_sha256(s)}
 
 
-def _summary(result: GradeResult) -> dict[str, Any]:
-    return {"points": sum(score for score, _ in result.scores.values()), "failures": dict(result.failures)}
-
-
-def _rejudge(result: GradeResult, observed: dict[str, Any], tasks: list[str]) -> tuple[GradeResult, dict[str, Verdict]]:
+def _rejudged(result: GradeResult, observed: dict[str, Any], tasks: list[str]) -> tuple[GradeResult,
+                                                                                       dict[str, Verdict]]:
     """`result` with `tasks` judged again on the stored observations, and their new verdicts."""
     scores, failures = dict(result.scores), dict(result.failures)
     verdicts = {}
@@ -151,42 +120,70 @@ def _rejudge(result: GradeResult, observed: dict[str, Any], tasks: list[str]) ->
     return replace(result, scores=scores, failures={task: failures[task] for task in order}), verdicts
 
 
-def regrade(out: Path) -> Regraded:
-    """Re-judge, in the grading at `out`, the tasks whose check changed since; write the results back.
+@dataclass
+class Rejudged:
+    """What judging changed tasks again did: the results that moved, and who had no stored observations."""
 
-    Raises:
-        FileNotFoundError: `out` holds no grading with results (graded before regrades were possible, or not
-            a grading folder).
-    """
-    record = read_record(out)
-    if record is None or not (out / RESULTS).is_dir():
-        raise FileNotFoundError(f"{out} holds no grading to regrade (no {RECORD} or {RESULTS}/): grade into it "
-                                "first with harness grade")
-    now = fingerprints(list(record["fingerprints"]))
-    changed = [task for task, print_ in record["fingerprints"].items() if now[task] != print_]
-    regraded = Regraded(record["assignment"], changed, [])
-    for path in sorted((out / RESULTS).glob("*.json")):
-        result = GradeResult.from_json(path.read_text(encoding="utf-8"))
-        observed_path = out / OBSERVATIONS / f"{result.student}.json"
-        verdicts: dict[str, Verdict] = {}
-        if changed and result.scores and observed_path.is_file():
-            new, verdicts = _rejudge(result, json.loads(observed_path.read_text(encoding="utf-8")), changed)
-        else:
-            new = result
-            if changed and result.scores:
-                regraded.no_observations.append(result.student)
-        if (_summary(new)) != _summary(result):
-            regraded.changes.append(Change(result.student, _summary(result), _summary(new), verdicts))
-            write_atomically(path, new.to_json())
-        regraded.results.append(new)
-    return regraded
+    changes: list[Change] = field(default_factory=list)
+    no_observations: list[str] = field(default_factory=list)
 
 
-def refresh_feedback(out: Path, template: Path, regraded: Regraded) -> list[str]:
-    """Generate again the feedback of every student whose results `regraded` moved (`regenerate_feedback`);
+def rejudge(out: Path, graded: dict[str, GradeResult], tasks: list[str]) -> Rejudged:
+    """Judge `tasks` again, from the observations stored in `out`, for each of the `graded` results; write back
+    (`out`/results) those whose points or failure codes moved."""
+    rejudged = Rejudged()
+    for student, result in graded.items() if tasks else ():
+        observed_path = out / OBSERVATIONS / f"{student}.json"
+        if not result.scores:  # nothing was judged: missing, invalid, error
+            continue
+        if not observed_path.is_file():
+            rejudged.no_observations.append(student)
+            continue
+        new, verdicts = _rejudged(result, json.loads(observed_path.read_text(encoding="utf-8")), tasks)
+        if (points(new), new.failures) != (points(result), result.failures):
+            rejudged.changes.append(Change(student, result, new, CHECK_CHANGED, verdicts))
+            write_atomically(out / RESULTS / f"{student}.json", new.to_json())
+    return rejudged
+
+
+@dataclass
+class Regrade:
+    """A regrade's outcome: every student's result after it, the results redone, and what was done (sentences)."""
+
+    assignment: str
+    source: Path | None  # the submissions looked at (None: none recorded)
+    results: dict[str, GradeResult]
+    changes: list[Change]
+    done: list[str]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def write_report(out: Path, changes: list[Change], done: list[str]) -> Path:
+    """Add this regrade's section to `out`/regrade.md: what was done (`done`, sentences), then a row per student
+    whose result was redone: points before and after, why, and which tasks moved."""
+    path = out / REPORT
+    lines = [] if path.is_file() else ["# Regrades", "", "Each regrade adds a section: the students whose result "
+                                       "was redone, their points before and after, and why.", ""]
+    lines += [f"## {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", "", *(f"- {line}" for line in done), ""]
+    if changes:
+        lines += ["| student | before | after | why | tasks that moved |", "|---|---|---|---|---|"]
+        lines += [f"| {_cell(c.student)} | {c.scores()[0]} | {c.scores()[1]} | {c.why} | "
+                  f"{_cell('; '.join(c.moves())) or 'none'} |" for c in changes]
+    else:
+        lines.append("No student's result moved.")
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n\n")
+    return path
+
+
+def refresh_feedback(out: Path, template: Path, assignment: str, changes: list[Change]) -> list[str]:
+    """Generate again the feedback of every student whose result re-judging moved (`regenerate_feedback`);
     `out`/gradebook.db must already hold the new points. Returns why a student's feedback could not be."""
     problems = []
-    for change in regraded.changes:
-        if problem := regenerate_feedback(out, template, regraded.assignment, change.student, change.verdicts):
+    for change in changes:
+        if problem := regenerate_feedback(out, template, assignment, change.student, change.verdicts):
             problems.append(problem)
     return problems

@@ -7,8 +7,9 @@ holds:
 
 - `shard.json`, its `ShardManifest`: the assignment, the source version (a hash of `solutions/<assignment>`
   and the grading code), the secret's fingerprint (a hash, never the secret), i/N, the class and the slice;
-- `results/<student>.json`, each student's `GradeResult`, written atomically as soon as it is graded; a
-  re-run skips the students who have one, so a run after a crash grades only what is missing;
+- `results/<student>.json`, each student's `GradeResult`, written atomically as soon as it is graded, with its
+  notebook's digest; a re-run skips the students who have one for the same notebook, so a run after a crash
+  grades only what is missing, and a notebook that changed since (a resubmission) is graded again;
 - `feedback/`, `autograded/` and `logs/`, as a whole batch writes them.
 
 `merge` joins shard folders into one gradebook.
@@ -24,7 +25,7 @@ from pathlib import Path
 from harness.grading.batch import RESULTS, Limits, absolute, check_batch, course_template, grade_jobs, make_jobs
 from harness.grading.jobs import CONTRACT_VERSION, GradeResult, record_from_json, record_to_json, write_atomically
 from harness.grading.layout import REPO_ROOT
-from harness.grading.submissions import Submission
+from harness.grading.submissions import Submission, notebook_sha256
 
 MANIFEST = "shard.json"
 # the code that decides a grade besides the assignment's source: a change in any of it changes the version
@@ -124,7 +125,7 @@ def read_manifest(folder: Path) -> ShardManifest:
 
 
 def read_results(folder: Path) -> dict[str, GradeResult]:
-    """The results recorded in the shard folder `folder`, by student id (the file's name)."""
+    """The results recorded in `folder` (a shard's or a whole grading's), by student id (the file's name)."""
     return {path.name.removesuffix(".json"): GradeResult.from_json(path.read_text(encoding="utf-8"))
             for path in sorted((folder / RESULTS).glob("*.json"))}
 
@@ -136,8 +137,8 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     """Grade the slice `shard` = (i, N) of `submissions` into the shard folder `out`, skipping finished students.
 
     Returns the results graded now (in slice order) and the students skipped because `out` already had
-    their result. `progress`, given the number to grade, returns what to call with each result as it ends
-    (`progress.Progress`).
+    their result for the same notebook (`notebook_sha256`); one whose notebook changed is graded again.
+    `progress`, given the number to grade, returns what to call with each result as it ends (`progress.Progress`).
 
     Raises:
         ShardMismatch: `out` holds a shard of another grading or slice (the message names what differs).
@@ -160,7 +161,7 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     (out / RESULTS).mkdir(parents=True, exist_ok=True)
     write_atomically(out / MANIFEST, manifest.to_json())
     done = read_results(out)
-    todo = [s for s in mine if s.student not in done]
+    todo = [s for s in mine if s.student not in done or done[s.student].notebook_sha256 != notebook_sha256(s)]
     if not todo:
         return [], [s.student for s in mine]
 
@@ -174,4 +175,5 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     with course_template(assignment, repo_root) as (template, workdir):
         jobs = make_jobs(absolute(todo), assignment, template, out, secret, limits, workers, sandboxed)
         graded = grade_jobs(jobs, workdir, workers, limits.submission_seconds, on_result=record)
-    return graded, [s.student for s in mine if s.student in done]
+    regraded = {s.student for s in todo}
+    return graded, [s.student for s in mine if s.student not in regraded]

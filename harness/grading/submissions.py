@@ -122,6 +122,11 @@ class Submission:
     lms: LmsIdentity | None = None
 
 
+def notebook_sha256(submission: Submission) -> str:
+    """The SHA-256 of `submission`'s notebook file ("" when it has none): a regrade compares it with the graded one."""
+    return hashlib.sha256(submission.notebook.read_bytes()).hexdigest() if submission.notebook else ""
+
+
 def student_id(name: str) -> str:
     """A student id nbgrader and file systems accept, from a folder or file-name prefix.
 
