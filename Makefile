@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium bubblewrap lab lab-instructor release new-exercise student-tree grade bench bench-gpu clean
+.PHONY: course test chromium bubblewrap lab lab-instructor release new-exercise student-tree grade bench bench-gpu gpu-carry clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -88,6 +88,17 @@ bench: $(STAMP)
 bench-gpu:
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_precision.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_speedrun.py
+
+## gpu-carry: what benchmarks/gpu_verify.py needs on the device tool's GPU machine beyond its image, into .whl/ (git-ignored):
+## the wheels in benchmarks/gpu_wheels.txt (Python 3.12, x86-64) and Debian's bubblewrap for the grading step.
+## benchmarks/README.md, "GPU verification", gives the one device command that installs them and runs the script.
+gpu-carry:
+	rm -rf .whl && mkdir -p .whl
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux1_x86_64 --platform any -d .whl -r benchmarks/gpu_wheels.txt
+	cd .whl && apt-get download bubblewrap > /dev/null
+	du -sh .whl
 
 clean:
 	rm -rf build runs
