@@ -189,7 +189,7 @@ def _describe_panel(ax: Any, fallback: str) -> str:
         head += f" ({y_label} against {x_label or 'x'}{log})"
     elif x_label:
         head += f" (against {x_label}{log})"
-    unit = x_label or "x"
+    unit = x_label or "x ="  # "by epoch 7", or "by x = 7" on an axis without a label
     drawn = [_describe_line(line, unit, number_) for number_, line in enumerate(ax.get_lines(), start=1)]
     for image in ax.images:
         values = image.get_array()

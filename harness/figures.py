@@ -54,8 +54,11 @@ def figure_html(figure: Any) -> tuple[str, dict[str, str]] | None:
 def show_figures_with_text() -> bool:
     """Inside IPython, give every matplotlib figure displayed a `text/html` output with alt text.
 
-    Registered by the figure's type name, so matplotlib is not imported here; a kernel that never draws
-    never imports it. Does nothing outside IPython (IPython not imported, or no shell running).
+    Registered by the type's name, so matplotlib is not imported here (a kernel that never draws never
+    imports it), and for `FigureBase`, the class `Figure` derives from: matplotlib's inline backend removes
+    every formatter's entry for `Figure` whenever it is set up (`%matplotlib inline`, the first
+    `import matplotlib.pyplot`), which may come after `import harness`. Does nothing outside IPython
+    (IPython not imported, or no shell running).
 
     Returns:
         Whether the formatter is registered.
@@ -65,7 +68,7 @@ def show_figures_with_text() -> bool:
     shell = sys.modules["IPython"].get_ipython()
     if shell is None:
         return False
-    shell.display_formatter.formatters["text/html"].for_type_by_name("matplotlib.figure", "Figure", figure_html)
+    shell.display_formatter.formatters["text/html"].for_type_by_name("matplotlib.figure", "FigureBase", figure_html)
     return True
 
 

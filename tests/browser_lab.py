@@ -4,7 +4,7 @@
 nbgrader_config.py) and releases one lesson to a temporary nbgrader exchange; `running_lab` serves it with
 JupyterLab on a free localhost port and always stops it, kernels included; `LabPage` does what a student
 does in JupyterLab (menus, Run All) and reads what they see. `expected_feedback` runs a lesson's exercises
-and checks in this process: the exact text the page must show.
+and checks in this process: the exact text the page must show. `serious_violations` runs axe-core on a page.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Iterator, NoReturn
 import nbformat
 import psutil
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
@@ -45,6 +46,8 @@ START_TIMEOUT_S = 60
 UI_TIMEOUT_MS = 60_000
 RUN_TIMEOUT_MS = 120_000
 STDERR_MIME = "application/vnd.jupyter.stderr"  # JupyterLab renders errors and stderr streams with it
+# What a notebook puts on a JupyterLab page: its cells' outputs and rendered Markdown (the rest is JupyterLab's).
+NOTEBOOK_CONTENT = [".jp-NotebookPanel .jp-OutputArea-output", ".jp-NotebookPanel .jp-MarkdownOutput"]
 
 
 def chromium_executable() -> str:
@@ -87,11 +90,12 @@ def course_workspace(root: Path, exchange: Path, assignment: str) -> None:
 
 @dataclass(frozen=True)
 class Lab:
-    """A running JupyterLab: its base URL (ending in /), token and server log."""
+    """A running JupyterLab: its base URL (ending in /), token, server log and the folder it serves."""
 
     url: str
     token: str
     log: Path
+    root: Path
 
     def page_url(self, workspace: str, path: str = "") -> str:
         """URL of JupyterLab in the workspace `workspace` (new: every test names its own), opening `path`.
@@ -174,7 +178,7 @@ def running_lab(root: Path, home: Path, exchange: Path) -> Iterator[Lab]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"JupyterLab did not start (exit code {process.poll()}):\n{log.read_text()[-4000:]}")
             time.sleep(0.25)
-        yield Lab(url, token, log)
+        yield Lab(url, token, log, root)
     finally:
         _stop(process)
 
@@ -227,6 +231,29 @@ def code_cell_ids(notebook: nbformat.NotebookNode) -> list[str]:
 def lines(text: str) -> str:
     """`text` with trailing spaces dropped from every line: JupyterLab may or may not render them."""
     return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+# ----------------------------------------------------------------------------------------------------
+# Accessibility: axe-core, the engine of the browsers' accessibility checkers.
+
+
+def serious_violations(page: Page, include: list[str] | None = None) -> list[str]:
+    """axe-core's serious and critical violations on `page`, one line each: rule, impact, help and element.
+
+    Args:
+        page: the page, loaded.
+        include: CSS selectors of the parts to check (axe's context: what they match, and what is inside
+            it); None checks the whole page.
+
+    Returns:
+        "image-alt (critical): Images must have alternative text: ['img']", one line per element; empty
+        when axe finds nothing serious. Minor and moderate findings are left out.
+    """
+    results = Axe().run(page, context={"include": include} if include else None,
+                        options={"resultTypes": ["violations"]})
+    return [f"{rule['id']} ({node['impact']}): {rule['help']}: {node['target']}"
+            for rule in results.response["violations"] for node in rule["nodes"]
+            if node["impact"] in ("serious", "critical")]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -358,6 +385,11 @@ class LabPage:
         """Text of every error or stderr output of the notebook."""
         return self.page.locator(f'.jp-NotebookPanel [data-mime-type="{STDERR_MIME}"]').evaluate_all(
             "outputs => outputs.map(o => o.textContent)")
+
+    def image_alts(self, index: int) -> list[str | None]:
+        """The alt attribute of each image in the outputs of code cell `index` (None where it has none)."""
+        return self.code_cells().nth(index).locator(".jp-OutputArea-output img").evaluate_all(
+            "images => images.map(image => image.getAttribute('alt'))")
 
     def png_widths(self, index: int) -> list[int]:
         """Natural width of each PNG image (a data: URL) in the outputs of code cell `index`, once decoded."""

@@ -7,6 +7,14 @@ nbgrader's Validate button; a student fetches the untouched release from nbgrade
 sees the first check explain what is missing; an instructor finds the Nbgrader menu and the formgrader,
 which lists the released lesson.
 
+Accessibility, with axe-core (`serious_violations`), in the same browser: the answered lesson's page and
+the course report (`harness course`'s index.html) built from the figures that page drew must have no
+serious or critical violation, and the training curves must carry their text alternative as alt text.
+JupyterLab's own interface (menus, toolbars, side panels) is not this project's: on the lesson page axe
+checks only what the notebook puts there, its cells' outputs and rendered Markdown (`NOTEBOOK_CONTENT`,
+given to axe as the part of the page to check); the course report is all ours and is checked whole. A
+report with a planted violation shows the check fails when it should.
+
 Needs Chromium (`apt-get install chromium`): skipped without it, failed without it when
 HARNESS_REQUIRE_BROWSER=1 (CI). Screenshots go to build/browser/.
 """
@@ -14,12 +22,15 @@ HARNESS_REQUIRE_BROWSER=1 (CI). Screenshots go to build/browser/.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Iterator
 
 import nbformat
+import pandas as pd
 import pytest
 from browser_lab import (
     CHROMIUM_ARGS,
+    NOTEBOOK_CONTENT,
     REPO_ROOT,
     RUN_TIMEOUT_MS,
     UI_TIMEOUT_MS,
@@ -31,10 +42,13 @@ from browser_lab import (
     expected_feedback,
     lines,
     running_lab,
+    serious_violations,
 )
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from harness.course import SavedFigure, save_figures, write_html
 from harness.grading.release import answered_release
+from harness.plots import plot_history
 
 ASSIGNMENT = "04_training_loop"  # quick under the grading budget, and it plots training curves
 COURSE_ID = "pytorch-training-lab"  # nbgrader_config.py
@@ -72,7 +86,8 @@ def lab_page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) -> Iter
     context.close()
 
 
-def test_answered_lesson_shows_every_check_passing_the_training_curves_and_validates(lab_page: LabPage) -> None:
+def test_answered_lesson_shows_every_check_passing_the_training_curves_and_validates(
+        lab_page: LabPage, tmp_path: Path) -> None:
     notebook = answered_release(ASSIGNMENT)
     expected = expected_feedback(notebook)
     lab_page.open(f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb")
@@ -88,8 +103,13 @@ def test_answered_lesson_shows_every_check_passing_the_training_curves_and_valid
         assert text.startswith(f"\u2714 {task}: "), f"the check of {task} fails outside the browser: {text}"
         shown = lab_page.output_text(ids.index(task))
         assert lines(shown) == lines(text), f"{task}: the page shows {shown!r}, the check prints {text!r} ({shot})"
-    curves = lab_page.png_widths(_code_cell_index(notebook, "plot_history(history)"))
+    curves_cell = _code_cell_index(notebook, "plot_history(history)")
+    curves = lab_page.png_widths(curves_cell)
     assert curves and all(width > 0 for width in curves), f"no rendered training-curve PNG ({shot})"
+    [curves_alt] = lab_page.image_alts(curves_cell)
+    assert re.match(r"Training curves over epochs 1 to \d+\. Train loss ", curves_alt or ""), curves_alt
+    violations = serious_violations(lab_page.page, NOTEBOOK_CONTENT)
+    assert violations == [], f"axe, in the notebook's outputs and Markdown ({shot}):\n" + "\n".join(violations)
 
     # nbgrader's Validate button saves the notebook and runs it as the graders will.
     validate = lab_page.page.locator(".jp-NotebookPanel-toolbar .validate-button")
@@ -100,6 +120,47 @@ def test_answered_lesson_shows_every_check_passing_the_training_curves_and_valid
         expect(dialog).to_contain_text("Validation Results", timeout=RUN_TIMEOUT_MS)
         expect(dialog).to_contain_text("Success! Your notebook passes all the tests.")
     lab_page.screenshot("validated")
+
+    # Validate saved the notebook: the course report of the figures it drew, read by axe in the same browser.
+    saved = lab_page.lab.root / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    report = _course_report(tmp_path, save_figures(saved, tmp_path / "figures", ASSIGNMENT))
+    lab_page.page.goto(report.as_uri())
+    violations = serious_violations(lab_page.page)
+    assert violations == [], f"axe, in the course report {report}:\n" + "\n".join(violations)
+    assert curves_alt in _image_alts(lab_page.page), "the report's curves lack the alt text the notebook showed"
+
+
+def test_axe_finds_a_violation_planted_in_the_course_report(browser: Browser, tmp_path: Path) -> None:
+    history = pd.DataFrame({"epoch": [1, 2], "train_loss": [1.0, 0.5], "val_loss": [1.2, 0.9], "lr": [0.1, 0.1]})
+    figure = plot_history(history, tmp_path / "figures" / "curves.png")
+    report = _course_report(tmp_path, [SavedFigure(tmp_path / "figures" / "curves.png", figure.alt_text)])
+    planted = tmp_path / "planted.html"  # the same report without its language and its image's alt text
+    planted.write_text(re.sub(r' alt="[^"]*"', "", report.read_text().replace(" lang='en'", "", 1), count=1))
+    page = browser.new_page()
+    try:
+        page.goto(report.as_uri())
+        assert serious_violations(page) == [] and _image_alts(page) == [figure.alt_text]
+        page.goto(planted.as_uri())
+        found = {violation.split(" ")[0] for violation in serious_violations(page)}
+    finally:
+        page.close()
+    assert found == {"image-alt", "html-has-lang"}, found
+
+
+def _course_report(out: Path, figures: list[SavedFigure]) -> Path:
+    """`harness course`'s index.html in `out`, for a lesson at full marks with `figures` and one that failed."""
+    passed = {"assignment": ASSIGNMENT, "status": "ok", "scores": {"04-train-step": [2.0, 2.0]}, "failures": {},
+              "wall_seconds": 31.0, "figures": figures}
+    failed = {"assignment": "05_mixed_precision", "status": "error", "scores": {}, "failures": {},
+              "reasons": ["could not be graded: TimeoutError: the cell ran past 300 s"], "wall_seconds": 300.0,
+              "figures": []}
+    return write_html(out, {"python": "3.11.2", "torch": "2.14.1"}, [passed, failed],
+                      {"error": "RuntimeError: the showcase ran out of memory"})
+
+
+def _image_alts(page: Page) -> list[str | None]:
+    """The alt attribute of every image on `page`."""
+    return page.locator("img").evaluate_all("images => images.map(image => image.getAttribute('alt'))")
 
 
 def _code_cell_index(notebook: nbformat.NotebookNode, source_start: str) -> int:

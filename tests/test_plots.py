@@ -166,11 +166,13 @@ def test_in_a_notebook_the_live_plot_updates_in_place_and_nothing_reaches_stderr
     import nbformat
     from nbclient import NotebookClient
 
+    # harness imported before the inline backend is set up, as in a lesson (which clears Figure's formatters)
     source = """
+from harness.train import fit
+%matplotlib inline
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from harness.train import fit
 torch.manual_seed(0)
 model = nn.Linear(3, 2)
 loader = DataLoader(TensorDataset(torch.randn(32, 3), torch.randint(0, 2, (32,))), batch_size=8)
