@@ -1,20 +1,26 @@
 """The student course (`harness release --student`): built from an allowlist, it holds no solution, hidden test,
-judge or grading secret, and its lessons run from it with its own harness."""
+judge or grading secret, its README's commands run as written, its set-up fits the machine, and its lessons run
+from it with its own harness."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
+from traitlets.config.loader import PyFileConfigLoader
 
 from harness.grading.layout import REPO_ROOT, discover_assignments
 from harness.grading.release import answered_release
+from harness.laptop import CPU_INDEX, index_unreachable, python_verdict, torch_source
 
 pytestmark = pytest.mark.xdist_group("student-tree")
 SECRET = "5e" * 32
@@ -63,8 +69,16 @@ def test_the_tree_holds_only_what_students_need(tree):
     assert sorted(p.name for p in (tree / "notebooks").iterdir()) == discover_assignments()
     requirements = (tree / "requirements.txt").read_text()
     assert "torch==" in requirements and "nbgrader==" in requirements and "onnxscript==" in requirements
-    for tool in ("pytest", "ruff", "dask", "distributed", "playwright"):
+    for tool in ("pytest", "ruff", "dask", "distributed", "playwright", "hypothesis"):
         assert tool not in requirements, tool
+    pyproject = tomllib.loads((tree / "pyproject.toml").read_text())
+    instructors = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert set(pyproject["tool"]) == {"setuptools"}, "no linter or test-suite settings for a tests/ folder it lacks"
+    assert set(pyproject["project"]["optional-dependencies"]) == {"lab", "export"}
+    assert pyproject["project"]["dependencies"] == instructors["project"]["dependencies"]
+    assert pyproject["project"]["scripts"] == {"harness": "harness.cli:main"}
+    assert "cluster" not in (tree / "pyproject.toml").read_text().lower()
+    assert "solutions" not in (tree / "nbgrader_config.py").read_text()
     licence = (tree / "LICENSE").read_text()
     assert "MIT License" in licence and "CC BY 4.0" in licence
     assert "*.egg-info/" in (tree / ".gitignore").read_text().splitlines()
@@ -76,8 +90,8 @@ def test_the_readme_covers_every_machine_the_lessons_submitting_drills_and_troub
         assert machine in readme, machine
     for lesson in discover_assignments():
         assert f"| {lesson[:2]} |" in readme, lesson
-    for words in ("check(", "hint(", "**Validate**", "Submit", "harness drill check", "harness doctor",
-                  "MIT", "CC BY 4.0", "OMP_NUM_THREADS=1", "--allow-root",
+    for words in ("check(", "hint(", "**Validate**", "Submit", 'make drill ARGS="check', "make doctor",
+                  "MIT", "CC BY 4.0", "OMP_NUM_THREADS=1", "--allow-root", "Ctrl+C twice", "File > Shut Down",
                   "--index-url https://download.pytorch.org/whl/cpu",
                   "%run ../../harness/install.py", "python3 harness/install.py"):
         assert words in readme, words
@@ -86,19 +100,119 @@ def test_the_readme_covers_every_machine_the_lessons_submitting_drills_and_troub
     assert f"torch=={pinned['torch']} torchvision=={pinned['torchvision']} --index-url" in readme
 
 
+def _make(tree: Path, *arguments: str, threads: str | None = None, prefix: tuple[str, ...] = ()) -> str:
+    """What `make -n` (with `arguments`) would run in `tree`: the commands, or its database with -p; OMP_NUM_THREADS
+    is `threads` (None: unset)."""
+    environ = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    done = subprocess.run([*prefix, "make", "--no-print-directory", "-n", *arguments], cwd=tree, capture_output=True,
+                          text=True, env=environ | ({"OMP_NUM_THREADS": threads} if threads else {}))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_the_makefile_does_what_the_readme_says(tree):
-    """`make -n` prints the commands the README promises: the CPU-only pair first, --allow-root as root, the
-    course's JupyterLab settings."""
-    setup = subprocess.run(["make", "-n", "setup", "CPU=1"], cwd=tree, capture_output=True, text=True, check=True)
-    first_install = [line for line in setup.stdout.splitlines() if "pip install" in line][0]
-    assert first_install.endswith("torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cpu")
-    plain = subprocess.run(["make", "-n", "setup"], cwd=tree, capture_output=True, text=True, check=True).stdout
-    assert "download.pytorch.org" not in plain and "pip install --quiet --no-deps -e ." in plain
-    lab = subprocess.run(["make", "--no-print-directory", "-n", "lab"], cwd=tree, capture_output=True, text=True,
-                         check=True).stdout
-    assert lab.strip().splitlines()[-1].endswith("--allow-root") == (os.getuid() == 0)
-    shown = subprocess.run(["make", "-p", "-n", "lab"], cwd=tree, capture_output=True, text=True).stdout
-    assert f"JUPYTER_CONFIG_DIR := {tree}/.jupyter" in shown
+    """`make -n` prints the commands the README promises: the Python checked first, torch built for the machine
+    (CPU=1 insists on the CPU-only build) before the rest, pip's progress shown, --allow-root as root, the course's
+    JupyterLab settings, and the doctor's thread count on two cores or fewer."""
+    setup = _make(tree, "setup").splitlines()
+    assert setup[0] == "python3 harness/laptop.py check-python"
+    assert setup.index(".venv/bin/python harness/laptop.py torch ") < next(
+        i for i, line in enumerate(setup) if "-r requirements.txt" in line)
+    assert not [line for line in setup if "--quiet" in line or "-q " in line], setup
+    assert ".venv/bin/python harness/laptop.py torch --cpu" in _make(tree, "setup", "CPU=1").splitlines()
+    assert _make(tree, "setup", "PYTHON=python3.12").splitlines()[0] == "python3.12 harness/laptop.py check-python"
+    lab = _make(tree, "lab").strip().splitlines()[-1]
+    assert lab.startswith(".venv/bin/jupyter lab --notebook-dir=notebooks")
+    assert lab.endswith("--allow-root") == (os.getuid() == 0)
+    assert f"JUPYTER_CONFIG_DIR := {tree}/.jupyter" in _make(tree, "-p", "lab")
+    if shutil.which("taskset"):  # one core, as the doctor counts them (the process's affinity)
+        one_core = _make(tree, "-p", "lab", prefix=("taskset", "-c", "0"))
+        assert re.search(r"^OMP_NUM_THREADS = 1$", one_core, re.M)
+        own = _make(tree, "-p", "lab", threads="3", prefix=("taskset", "-c", "0"))
+        assert re.search(r"^OMP_NUM_THREADS = 3$", own, re.M), "a thread count of the student's own is kept"
+
+
+def _readme_commands(readme: str) -> list[str]:
+    """Every `make ...` command the README shows, inline or in a code block, without its comment."""
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, re.S)
+    code = blocks + re.findall(r"`([^`\n]+)`", re.sub(r"```[a-z]*\n.*?```", "", readme, flags=re.S))
+    lines = [line.split("  #")[0].strip() for block in code for line in block.splitlines()]
+    return sorted({line for line in lines if re.match(r"make( |$)", line)})
+
+
+def test_every_command_of_the_readme_runs_as_written(tree, tmp_path):
+    """Each `make X` the student README shows is a target of the tree's Makefile that `make -n` accepts with the
+    README's variables; what `make doctor` and the drill commands run (`.venv/bin/harness ...`) runs with the tree's
+    own harness (`check` only parsed: it starts the drill checker); each path the README names is in the tree."""
+    readme = (tree / "README.md").read_text()
+    commands = _readme_commands(readme)
+    targets = {line.split(":")[0] for line in (tree / "Makefile").read_text().splitlines()
+               if re.match(r"[a-z][\w-]*:", line)}
+    assert {"make setup", "make lab", "make doctor", 'make drill ARGS="check loop-loss-stalls"'} <= set(commands)
+    for command in commands:
+        words = shlex.split(command)[1:]
+        assert not words or words[0] in targets, f"{command}: no such target in the student Makefile"
+        runs = _make(tree, *words).strip().splitlines()[-1] if words else ""
+        if words and words[0] in ("doctor", "drill"):
+            argv = shlex.split(runs)
+            assert argv[0] == ".venv/bin/harness", runs
+            if argv[1:3] == ["drill", "check"]:
+                argv[1:] = ["drill", "check", "--help"]
+            done = subprocess.run([sys.executable, "-c", WITHOUT_THE_REPOSITORY + "from harness.cli import main\n"
+                                   f"raise SystemExit(main({argv[1:]!r}))"], cwd=tmp_path, capture_output=True,
+                                  text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tree),
+                                                               "HARNESS_HOME": str(tmp_path / "home")})
+            assert done.returncode == 0, f"{command}: {done.stdout[-1000:]}{done.stderr[-1000:]}"
+    named = set(re.findall(r"`((?:notebooks|harness)/[\w./]+|requirements\.txt|LICENSE|\.jupyter)`", readme))
+    named |= set(re.findall(r"\]\(([\w./]+)\)", readme))
+    assert {"notebooks/00_welcome/00_welcome.ipynb", "harness/install.py", "LICENSE"} <= named
+    missing = [path for path in named if "NN_name" not in path and not (tree / path).exists()]
+    for lesson in discover_assignments():  # a lesson's first cell and the README: `%run ../../harness/install.py`
+        missing += [] if (tree / "notebooks" / lesson / "../../harness/install.py").is_file() else [lesson]
+    assert not missing, missing
+
+
+def test_the_student_nbgrader_config_runs_validate_as_grading_does(tree):
+    """The tree's nbgrader_config.py (what Validate reads) holds the instructor's execution settings, nothing of
+    the instructor's folders."""
+    student = PyFileConfigLoader("nbgrader_config.py", path=str(tree)).load_config()
+    instructor = PyFileConfigLoader("nbgrader_config.py", path=str(REPO_ROOT)).load_config()
+    for section in ("Execute", "ExecutePreprocessor", "IgnorePattern"):
+        assert student[section] == instructor[section], section
+    assert student.CourseDirectory.course_id == instructor.CourseDirectory.course_id
+    assert set(student.CourseDirectory) == {"course_id"} and "ClearSolutions" not in student
+
+
+def test_setup_refuses_a_python_the_pins_cannot_install_and_warns_past_the_newest_tried():
+    ok, line = python_verdict((3, 10, 13))
+    assert not ok and "Python 3.10.13 is older" in line and "make setup PYTHON=python3.12" in line
+    assert python_verdict((3, 11, 7)) == (True, "Python 3.11.7: supported (3.11 to 3.13)")
+    ok, line = python_verdict((3, 14, 0))
+    assert ok and "newer than the course was tried with" in line
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "harness" / "laptop.py"), "check-python"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "supported" in done.stdout, done.stdout + done.stderr
+
+
+def test_setup_takes_the_cpu_only_torch_without_a_gpu_and_says_why_when_it_cannot():
+    def answers() -> None:
+        return None
+
+    def unreachable() -> str:
+        return "Temporary failure in name resolution"
+
+    def never() -> str:
+        raise AssertionError("the CPU index is asked only where there is no NVIDIA GPU")
+
+    assert torch_source(False, answers, system="Linux")[0] == ["--index-url", CPU_INDEX]
+    index, line = torch_source(False, unreachable, system="Linux")
+    assert index == [] and "no NVIDIA GPU here (no nvidia-smi)" in line and "did not answer" in line
+    assert "Temporary failure in name resolution" in line and "GB" in line and "make setup CPU=1" in line
+    assert torch_source(True, never, system="Linux") == ([], "torch: the CUDA build from PyPI (nvidia-smi found an "
+                                                           "NVIDIA GPU)")
+    assert torch_source(True, never, force_cpu=True, system="Linux")[0] == ["--index-url", CPU_INDEX]
+    assert torch_source(False, never, system="Darwin")[0] == []
+    assert "refused" in index_unreachable("http://127.0.0.1:9", timeout=5).lower()  # nothing listens on port 9
 
 
 @pytest.mark.slow
@@ -155,7 +269,8 @@ check("00-make-batch", lambda n, device: torch.zeros(n, 3, 8, 8, device=device))
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "keeping this runtime's torch" in done.stdout and "every requirement is already installed" in done.stdout
-    assert "no restart needed" in done.stdout and "test kernel ok" in done.stdout
+    assert "no restart needed" in done.stdout and "harness install: done in" in done.stdout
+    assert done.stdout.count("test kernel ok") == 1, "the doctor's report, once, from a terminal"
     assert "\u2714" in done.stdout, done.stdout
     assert not list(target.glob("*.egg-link")) and not list(target.glob("__editable__*")), "not an editable install"
 

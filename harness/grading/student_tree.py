@@ -3,29 +3,54 @@
 The repository (solutions, hidden tests, the judge, the grading pipeline, the test suite) is the
 instructor's and stays private. `write_student_tree` copies only what a student needs to run the lessons:
 the released notebooks, the `harness` package without `harness/judge` (hidden cases, grading secret,
-verdicts) and `harness/grading` (the instructor's pipeline), a student README, the requirements a student
-needs, the packaging files to install the harness (`harness/install.py` for hosted runtimes), the course's
-LICENSE and the student JupyterLab's settings (`.jupyter/`: no Formgrader, Create Assignment or Course List).
-Hand it out by git, a zip, nbgitpuller or nbgrader's exchange.
+verdicts) and `harness/grading` (the instructor's pipeline), a student README and Makefile, the requirements a
+student needs, pyproject.toml without the instructor's tools (`harness/install.py` for hosted runtimes), the
+student's nbgrader configuration (what Validate runs), the course's LICENSE and the student JupyterLab's settings
+(`.jupyter/`: no Formgrader, Create Assignment or Course List). Hand it out by git, a zip, nbgitpuller or nbgrader's
+exchange.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 from harness.grading.layout import REPO_ROOT
 
 # Top-level files and folders of the repository a student gets, as they are.
-ALLOWED = ("notebooks", "harness", "pyproject.toml", "nbgrader_config.py", "LICENSE")
+ALLOWED = ("notebooks", "harness", "LICENSE")
 # Inside them, what stays with the instructor.
 WITHHELD = ("harness/judge", "harness/grading", "harness/course.py", "harness/kit.py", "harness/checks/testing.py",
             "harness/drills/notebook.py")
-# Requirements only the instructor needs (tests, the browser test).
-INSTRUCTOR_ONLY = ("pytest", "pytest-xdist", "pytest-timeout", "playwright", "ruff", "dask", "distributed")
+# Requirements only the instructor needs (tests, the browser test, grading on a cluster).
+INSTRUCTOR_ONLY = ("pytest", "pytest-xdist", "pytest-timeout", "hypothesis", "playwright", "axe-playwright-python",
+                   "ruff", "dask", "distributed")
+# pyproject.toml's tables and extras only the instructor's tree uses: the linter's and the test suite's settings
+# (for a tests/ folder students do not get), grading on a Dask cluster.
+INSTRUCTOR_TABLES = ("tool.ruff", "tool.pytest")
+INSTRUCTOR_EXTRAS = ("cluster",)
 
-# The files only the student tree has (README, Makefile, .gitignore, JupyterLab settings), as they are copied.
+# The files only the student tree has (README, Makefile, nbgrader_config.py, .gitignore, JupyterLab settings), as
+# they are copied.
 TEMPLATE = Path(__file__).with_name("student_template")
+
+
+def student_pyproject(text: str) -> str:
+    """The instructor's pyproject.toml without INSTRUCTOR_TABLES and INSTRUCTOR_EXTRAS (an extra is one line), each
+    with the comment lines right above it."""
+    kept: list[str] = []
+    dropping = False
+    for line in text.splitlines():
+        header = re.match(r"\[([^\]]+)\]\s*$", line)
+        dropping = header[1].startswith(INSTRUCTOR_TABLES) if header else dropping
+        extra = re.match(r"([A-Za-z0-9_-]+)\s*=", line)
+        starts = (header is not None and dropping) or (extra is not None and extra[1] in INSTRUCTOR_EXTRAS)
+        while starts and kept and kept[-1].startswith("#"):
+            kept.pop()
+        if not (dropping or starts):
+            kept.append(line)
+    return "\n".join(kept).rstrip() + "\n"
 
 def student_requirements(text: str) -> str:
     """The instructor's requirements.txt without the packages only the instructor needs."""
@@ -58,4 +83,5 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT) -> list[Path]:
     shutil.copytree(TEMPLATE, target, dirs_exist_ok=True, ignore=ignore)
     (target / "gitignore").rename(target / ".gitignore")  # a dot-file template would be hidden from packaging tools
     (target / "requirements.txt").write_text(student_requirements((repo_root / "requirements.txt").read_text()))
+    (target / "pyproject.toml").write_text(student_pyproject((repo_root / "pyproject.toml").read_text()))
     return sorted(p for p in target.rglob("*") if p.is_file())
