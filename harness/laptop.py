@@ -7,8 +7,9 @@ found and how to use another; a Python newer than the course was tried with gets
 `.venv/bin/python harness/laptop.py torch [--cpu]` installs requirements.txt's torch pair built for this machine,
 with pip's progress: with an NVIDIA GPU (`nvidia-smi` on PATH) the default build from PyPI, which carries CUDA;
 without one, the CPU-only build from PyTorch's CPU index (about 200 MB) when that index answers, else PyPI's CUDA
-build with a line that says why and how big it is (`--cpu` insists on the CPU index). The rest of requirements.txt,
-installed next, finds torch there. It uses the standard library only.
+build with a line that says why and how big it is (`--cpu` insists on the CPU index, and stops with what to do
+when it does not answer). The rest of requirements.txt, installed next, finds torch there. It uses the standard
+library only.
 """
 
 from __future__ import annotations
@@ -65,16 +66,23 @@ def index_unreachable(url: str = CPU_INDEX, timeout: float = 10) -> str | None:
 
 
 def torch_source(has_nvidia_gpu: bool, unreachable: Callable[[], str | None], *, force_cpu: bool = False,
-                 system: str = platform.system()) -> tuple[list[str], str]:
-    """pip's index arguments for the torch pair on this machine, and the line that says which build and why.
+                 system: str = platform.system()) -> tuple[list[str] | None, str]:
+    """pip's index arguments for the torch pair on this machine (None: install nothing), and the line that says
+    which build and why, or why not.
 
     Args:
         has_nvidia_gpu: whether `nvidia-smi` is on PATH.
         unreachable: called only where the CPU index matters; None when it answers, else why not.
-        force_cpu: the CPU-only build whatever the machine (`make setup CPU=1`).
+        force_cpu: the CPU-only build whatever the machine (`make setup CPU=1`): refused while its index is
+            unreachable.
         system: `platform.system()`; PyPI's torch for macOS has no CUDA, so the CPU index adds nothing there.
     """
     if force_cpu:
+        why = unreachable()
+        if why is not None:
+            return None, (f"torch: CPU=1 asks for the CPU-only build, but {CPU_INDEX} did not answer ({why}): run "
+                          f"`make setup CPU=1` again once it is reachable, or `make setup` for PyPI's CUDA build "
+                          f"({CUDA_SIZE})")
         return ["--index-url", CPU_INDEX], f"torch: the CPU-only build from {CPU_INDEX} (asked for with CPU=1)"
     if has_nvidia_gpu:
         return [], "torch: the CUDA build from PyPI (nvidia-smi found an NVIDIA GPU)"
@@ -102,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make setup: {line}", file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
     index, line = torch_source(shutil.which("nvidia-smi") is not None, index_unreachable, force_cpu=args.cpu)
-    print(f"make setup: {line}", flush=True)
+    print(f"make setup: {line}", file=sys.stdout if index is not None else sys.stderr, flush=True)
+    if index is None:
+        return 1
     command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *torch_pair(), *index]
     return subprocess.run(command).returncode
 

@@ -210,7 +210,9 @@ def test_setup_takes_the_cpu_only_torch_without_a_gpu_and_says_why_when_it_canno
     assert "Temporary failure in name resolution" in line and "GB" in line and "make setup CPU=1" in line
     assert torch_source(True, never, system="Linux") == ([], "torch: the CUDA build from PyPI (nvidia-smi found an "
                                                            "NVIDIA GPU)")
-    assert torch_source(True, never, force_cpu=True, system="Linux")[0] == ["--index-url", CPU_INDEX]
+    assert torch_source(True, answers, force_cpu=True, system="Linux")[0] == ["--index-url", CPU_INDEX]
+    refused, line = torch_source(True, unreachable, force_cpu=True, system="Linux")
+    assert refused is None and "CPU=1 asks for the CPU-only build" in line and "`make setup` for PyPI's" in line
     assert torch_source(False, never, system="Darwin")[0] == []
     assert "refused" in index_unreachable("http://127.0.0.1:9", timeout=5).lower()  # nothing listens on port 9
 
