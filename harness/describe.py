@@ -15,9 +15,6 @@ from typing import Any
 
 import pandas as pd
 
-# The columns `fit` writes that are not curves of the history plot.
-_NOT_CURVES = ("epoch", "lr", "train_loss", "val_loss")
-
 
 def number(value: float) -> str:
     """`value` with 3 significant digits: 2.1, 0.42, 0.000125, 1e-06."""
@@ -74,7 +71,7 @@ def describe_history(history: pd.DataFrame, monitor: str | None = None) -> str:
     epochs = history["epoch"].tolist()
     span = f"epochs {epochs[0]} to {epochs[-1]}" if len(epochs) > 1 else f"one epoch (epoch {epochs[0]})"
     columns = [c for c in ("train_loss", "val_loss") if c in history]
-    columns += [c for c in history.columns if c.startswith("val_") and c not in _NOT_CURVES]
+    columns += [c for c in history.columns if c.startswith("val_") and c != "val_loss"]  # the metrics panel
     columns += ["lr"] if "lr" in history else []
     sentences = [f"Training curves over {span}."]
     sentences += [_sentence(describe_series(column_name(c), epochs, history[c].tolist())) for c in columns]
@@ -115,7 +112,7 @@ def describe_figure(figure: Any) -> str:
         Sentences, one per panel.
     """
     panels = [ax for ax in figure.axes if ax.get_label() != "<colorbar>"]
-    title = figure._suptitle.get_text() if getattr(figure, "_suptitle", None) else ""
+    title = figure.get_suptitle()
     sentences = [f"{title}." if title else f"A figure with {len(panels)} panel{'s' * (len(panels) != 1)}."]
     for index, ax in enumerate(panels, start=1):
         sentences.append(_sentence(_describe_panel(ax, f"panel {index}" if len(panels) > 1 else "the plot")))
@@ -190,7 +187,7 @@ def _describe_panel(ax: Any, fallback: str) -> str:
     elif x_label:
         head += f" (against {x_label}{log})"
     unit = x_label or "x ="  # "by epoch 7", or "by x = 7" on an axis without a label
-    drawn = [_describe_line(line, unit, number_) for number_, line in enumerate(ax.get_lines(), start=1)]
+    drawn = [_describe_line(line, unit, index) for index, line in enumerate(ax.get_lines(), start=1)]
     for image in ax.images:
         values = image.get_array()
         drawn.append(f"an image of {values.shape[0]} by {values.shape[1]} values from {number(values.min())} "

@@ -30,10 +30,10 @@ def alt_text(figure: Any) -> str:
     return describe_figure(figure)
 
 
-def png_bytes(figure: Any, dpi: float = 90) -> bytes:
-    """The figure as PNG bytes, cropped to what it draws (as the notebook's inline backend crops it)."""
+def png_bytes(figure: Any) -> bytes:
+    """The figure as PNG bytes at its own dpi, cropped to what it draws (as the inline backend draws it)."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    figure.savefig(buffer, format="png", dpi=figure.dpi, bbox_inches="tight")
     return buffer.getvalue()
 
 
