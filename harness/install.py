@@ -200,8 +200,8 @@ def install(root: Path = ROOT, *, target: Path | None = None) -> Plan:
     extras = extras_for()
     plan = make_plan(read_requirements(root, extras))
     if not set(HUB_EXTRAS) <= set(extras):
-        plan.notes.append("not installing nbgrader and the Jupyter server packages it brings (Validate, on a laptop "
-                          "or a hub): this runtime serves its own notebooks")
+        plan.notes.insert(-1, "leaving out nbgrader (JupyterLab's Validate button, on a laptop or a hub) and the "
+                              "Jupyter server packages it brings: this runtime serves its own notebooks")
     for note in plan.notes:
         print(note, flush=True)
     where = ["--target", str(target)] if target else []
