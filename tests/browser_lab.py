@@ -243,7 +243,7 @@ def serious_violations(page: Page, include: list[str] | None = None) -> list[str
     Args:
         page: the page, loaded.
         include: CSS selectors of the parts to check (axe's context: what they match, and what is inside
-            it); None checks the whole page.
+            it); None checks the whole page. axe raises when they match nothing: an empty scope never passes.
 
     Returns:
         "image-alt (critical): Images must have alternative text: ['img']", one line per element; empty
