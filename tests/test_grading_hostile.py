@@ -159,19 +159,21 @@ def test_a_garbage_gradebook_in_the_output_folder_is_kept_aside_not_fatal(tmp_pa
 def test_summary_reports_pass_rates_distribution_and_flags(batch):
     results, out = batch
     rates = {row["task"]: float(row["passed_share"]) for row in csv.DictReader((out / "pass_rates.csv").open())}
-    passed = sum(r["scores"].get("00-count-params", [0, 2])[0] == 2 for r in results.values())
-    assert rates["00-count-params"] == pytest.approx(round(passed / len(results), 3))
+    judged = [r for r in results.values() if r["status"] in ("ok", "flagged")]  # blank, missing, invalid left out
+    passed = sum(r["scores"]["00-count-params"][0] == 2 for r in judged)
+    assert rates["00-count-params"] == pytest.approx(round(passed / len(judged), 3))
     assert (out / "distribution.png").stat().st_size > 1000
     summary = (out / "summary.md").read_text()
     assert "**hung** (flagged)" in summary and "**invalid-json** (invalid)" in summary
     assert "**perfect**" not in summary
 
 
-def test_feedback_exists_for_graded_submissions_only(batch):
+def test_every_student_gets_feedback_the_unjudged_a_page_saying_what_to_do(batch):
     _, out = batch
     students = {p.parts[-3] for p in (out / "feedback").glob(f"*/{ASSIGNMENT}/*.html")}
-    assert {"perfect", "hung", "os-exit", "resources-tamper"} <= students
-    assert not {"missing", "invalid-json"} & students
+    assert {"perfect", "hung", "os-exit", "resources-tamper", "missing", "invalid-json", "untouched"} <= students
+    page = (out / "feedback" / "invalid-json" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "not valid notebook JSON" in page and "What to do" in page and "Score: 0 / 5" in page
 
 
 def test_nan_training_gets_an_explained_result(tmp_path):

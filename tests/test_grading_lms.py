@@ -10,7 +10,7 @@ The mix (tests/planted/00_welcome.py, plus an exception and an untouched release
 | benbrown LATE | 1002 | accuracy planted | wrong-accuracy |
 | carlcole | 1003 (roster row without id) | accuracy planted | wrong-accuracy |
 | dinadoe | 1004 | make-batch raises, count-params planted | error, counts-frozen |
-| evaeast | 1005 | the release untouched | not attempted x 3 |
+| evaeast | 1005 | the release untouched | not attempted (never run) |
 | zedzorn | 1099 (not on the roster) | the solution | passes |
 """
 
@@ -117,8 +117,9 @@ def test_progress_is_a_line_per_submission_with_the_time_left(graded):
     assert graded.status == 0, graded.printed
     lines = [line for line in graded.printed.splitlines() if " | graded " in line]
     assert len(lines) == len(CLASS), graded.printed
-    assert all(re.match(r"took \d+ s, (about .+ left|all graded) \| graded \d/6: \S+ \w+ [\d.]+/5$", line)
+    assert all(re.match(r"took \d+ s, (about .+ left|all graded) \| graded \d/6: \S+ \w+( \w+)? [\d.]+/5$", line)
                for line in lines), lines
+    assert any(line.endswith(": evaeast not attempted 0.0/5") for line in lines), lines
     assert lines[-1].startswith("took ") and "all graded | graded 6/6: " in lines[-1]
     assert "canvas_grades.csv (Canvas: Grades > Import)" in graded.printed
 
@@ -139,8 +140,24 @@ def test_the_mistake_report_counts_the_mix_exactly(graded):
     reteach = summary.split("Reteach first", 1)[1].split("Item analysis", 1)[0]
     assert reteach.count("\n1. ") == 1 and "`counts-frozen`, 2 students" in reteach and "`wrong-accuracy`" in reteach
     assert "| discrimination |" in summary
-    [eva] = [line for line in summary.splitlines() if line.startswith("- **evaeast** (flagged): ")]
-    assert "not attempted: every solution cell is as released" in eva
+    [eva] = [line for line in summary.splitlines() if line.startswith("- **evaeast** (not attempted): ")]
+    assert "not attempted: every solution cell is as released (a blank notebook); it was not run" in eva
+    # the instructor's report names the students under each cause, in plurals that agree, numbered once
+    assert "| `wrong-accuracy` | 2 students (33%): benbrown, carlcole |" in report, report
+    assert "| `not attempted` | 1 student (17%): evaeast |" in report and " 1 students" not in report + summary
+    assert not re.search(r"^\d+\. \*\*\d", report + summary, re.M), report
+    # the blank notebook is left out of the pass rates and item statistics, which say so
+    assert "Over the 5 judged notebooks (left out: 1 not attempted)." in report
+    assert "Passed: the share of the 5 judged notebooks with the task's full points (left out: 1 not attempted)." \
+        in summary
+
+
+def test_a_blank_notebook_is_not_run_and_its_student_is_told_what_to_do(graded):
+    assert not (graded.out / "autograded" / "evaeast").exists()  # nbgrader's autograde never ran for it
+    page = (graded.out / "feedback" / "evaeast" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "Score: 0 / 5" in page and "it was not run" in page and "Write your answers in those cells" in page
+    moodle = {row[1]: row for row in _rows(graded.out / "moodle_grades.csv")[1:]}
+    assert moodle["East, Eva"][4:6] == ["0", "5"] and moodle["East, Eva"][9].startswith("0/5 points")
 
 
 def test_canvas_and_moodle_files_have_the_columns_they_import(graded):

@@ -146,6 +146,12 @@ def test_a_shard_run_again_grades_a_changed_notebook_again(graded, tmp_path):
     assert [(r.student, r.status) for r in again] == [("cat", "invalid")] and skipped == ["王芳"]
     assert again[0].notebook_sha256 not in ("", graded.results["cat"].notebook_sha256)
     assert GradeResult.from_json((shard / RESULTS / "cat.json").read_text()).status == "invalid"
+    # one score everywhere: 0 of the assignment's points; and a page telling the student what was wrong
+    assert sum(top for _, top in again[0].scores.values()) == 5 and not any(s for s, _ in again[0].scores.values())
+    page = (shard / "feedback" / "cat" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "Score: 0 / 5" in page and "not valid notebook JSON" in page and "submit the notebook file itself" in page
+    missing = (graded.whole / "feedback" / "ben" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "Score: 0 / 5" in missing and "no notebook submitted" in missing
 
 
 def test_a_merge_over_a_missing_shard_names_the_missing_students(graded, tmp_path, capsys):

@@ -202,14 +202,17 @@ def test_roster_matching_by_id_then_name_reports_ambiguity(tmp_path):
 def test_item_analysis_discrimination_is_the_correlation_with_the_rest():
     from harness.grading.mistakes import item_analysis
 
-    def result(a, b, c):
-        return {"scores": {"t-a": [a, 1.0], "t-b": [b, 1.0], "t-c": [c, 1.0]}}
+    def result(a, b, c, status="ok"):
+        return {"status": status, "scores": {"t-a": [a, 1.0], "t-b": [b, 1.0], "t-c": [c, 1.0]}}
 
-    results = [result(1, 1, 1), result(1, 1, 0), result(0, 0, 1), result(0, 0, 0)]
-    items = {i.task: i for i in item_analysis(results, ["t-a", "t-b", "t-c"], {"t-a": 1, "t-b": 1, "t-c": 1})}
+    results = [result(1, 1, 1), result(1, 1, 0), result(0, 0, 1, "flagged"), result(0, 0, 0)]
+    blank = [result(0, 0, 0, status) for status in ("not attempted", "invalid", "missing", "error")]  # left out
+    items = {i.task: i for i in item_analysis(results + blank, ["t-a", "t-b", "t-c"],
+                                              {"t-a": 1, "t-b": 1, "t-c": 1})}
     assert items["t-a"].pass_rate == 0.5 and items["t-a"].discrimination == pytest.approx(2 / (2 * 2 ** 0.5 * 1))
     assert items["t-c"].discrimination == pytest.approx(0.0)
-    constant = item_analysis([result(1, 0, 0), result(1, 1, 0)], ["t-a"], {"t-a": 1})
+    constant = item_analysis([result(1, 0, 0), result(1, 1, 0), result(0, 0, 0, "not attempted")], ["t-a"],
+                             {"t-a": 1})
     assert constant[0].discrimination is None
 
 

@@ -5,7 +5,8 @@ error under autograde (nbgrader's Validator, the same criterion as students run 
 running every lesson twice more would cost minutes and prove nothing new); (c) autograde gives the solution
 full marks and the release zero (every solution cell of every release is nbgrader's stub, which raises; the
 release is graded where its stubs differ in kind: the first lesson, whose functions raise, and a lesson whose
-cells are a bare stub, as lesson 11's; grading the others would repeat that at a minute of CPU each); (d) the
+cells are a bare stub, as lesson 11's; grading the others would repeat that at a minute of CPU each; each
+solution cell gets a comment line, or the untouched release would be a blank notebook, never run); (d) the
 planted bugs, together in one submission, lose exactly their exercises' points, each with its failure code;
 (e) hidden tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are
 graded as one parallel batch (2 workers), in an xdist group of its own (one worker grades it; the two workers
@@ -72,6 +73,15 @@ def _release(assignment: str) -> nbformat.NotebookNode:
     return nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
 
 
+def _attempted(release: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """`release` with a comment added to each solution cell: its stubs run, as a student's who wrote nothing that
+    works (an untouched release is a blank notebook, which is never run)."""
+    for cell in release.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source += "\n# tried"
+    return release
+
+
 def _stubs(assignment: str) -> list[str]:
     """The code of each solution cell of the release."""
     return [cell.source for cell in _release(assignment).cells
@@ -95,7 +105,7 @@ def graded(assignment: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[d
         root = tmp_path_factory.mktemp(f"pipeline-{assignment}")
         notebooks = {"solution": answered_release(assignment)}
         if assignment in RELEASE_GRADED:
-            notebooks["release"] = _release(assignment)
+            notebooks["release"] = _attempted(_release(assignment))
         bugs = planted(assignment)
         notebooks |= {student: answered_release(assignment, {task: bugs[task][0] for task in tasks})
                       for student, tasks in planted_submissions(assignment).items()}

@@ -8,7 +8,9 @@ the submission's cells (`restore`), runs nbgrader's real Autograde with the kern
 (`sandbox`), the grader's cells (`execute`: the tamper guard and a probe cell after every test cell) and
 `SandboxedExecute`, then hands each task's observations to the judge (`harness.judge.verdict`), which alone
 decides the points: they replace nbgrader's in this job's private gradebook, and the judge's messages
-replace the test cells' outputs before the feedback (hidden tests removed) is generated. The result (a
+replace the test cells' outputs before the feedback (hidden tests removed) is generated. A notebook that cannot
+be read, or whose solution cells are all as released (a blank notebook: status "not attempted"), is never
+run: its result scores 0 of the assignment's points and its feedback page says why and what to do. The result (a
 `GradeResult` record, JSON): per-task points, failure codes, status and reasons. Nothing it does touches
 another submission or the shared gradebook; the parent merges results. The worker reads nothing the
 kernel could have written: the kernel's outputs arrive as messages, and the kernel's filesystem is its own.
@@ -34,8 +36,8 @@ from harness.contract.case import Case
 from harness.grading import cgroup, sandbox
 from harness.grading.decoy import Decoy
 from harness.grading.execute import error_output
-from harness.grading.feedback import polish_feedback
-from harness.grading.jobs import GradeJob, GradeResult
+from harness.grading.feedback import polish_feedback, write_unjudged_feedback
+from harness.grading.jobs import NOT_ATTEMPTED, GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
 from harness.grading.runtime_folder import filled, runtime_folder
@@ -225,12 +227,20 @@ def _scores(course: Path, job: GradeJob) -> dict[str, list[float]]:
                 for notebook in submission.notebooks for grade in notebook.grades}
 
 
+def unjudged(job: GradeJob, status: str, reason: str, untouched: list[str] | None = None) -> GradeResult:
+    """The result of a submission nothing is judged for (no kernel runs): 0 of the assignment's points, and its
+    feedback page saying `reason` and what to do (`feedback.write_unjudged_feedback`)."""
+    result = job.stamp(GradeResult(job.student, job.assignment, status, reasons=[reason, *job.notes],
+                                   untouched=untouched or []))
+    write_unjudged_feedback(Path(job.out), result, reason)
+    return result
+
+
 def grade(job: GradeJob) -> GradeResult:
     """Grade the job's submission; return its result (never raises for a bad submission)."""
     started = time.perf_counter()
     if job.problem:
-        return GradeResult(job.student, job.assignment, job.problem["status"],
-                           reasons=[job.problem["reason"], *job.notes])
+        return unjudged(job, job.problem["status"], job.problem["reason"])
     put_environment_tools_on_path()
     # in the batch's folder: if the parent has to kill this worker, the batch's end still removes the copy
     bounds = cgroup.Bounds(memory_mb=job.memory_mb and job.memory_mb + sandbox.Spec.tmp_mb + sandbox.Spec.shm_mb,
@@ -247,12 +257,14 @@ def grade(job: GradeJob) -> GradeResult:
         try:
             submitted = _read_submission(Path(job.notebook))
         except ValueError as error:
-            return GradeResult(job.student, job.assignment, "invalid", reasons=[str(error), *job.notes],
-                               seconds=time.perf_counter() - started)
+            return unjudged(job, "invalid", str(error))
         release = nbformat.read(release_dir / notebook_name, as_version=4)
         restored, repairs = restore_cells(submitted, release)
-        findings = scan_notebook(restored)
         untouched = [task for task in untouched_tasks(restored, release) if task in job.cases]
+        if job.cases and len(untouched) == len(job.cases):  # a blank notebook: no kernel starts for it
+            return unjudged(job, NOT_ATTEMPTED, "not attempted: every solution cell is as released (a blank "
+                            "notebook); it was not run", untouched)
+        findings = scan_notebook(restored)
         target = course / "submitted" / job.student / job.assignment / notebook_name
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)
@@ -288,8 +300,6 @@ def grade(job: GradeJob) -> GradeResult:
         reasons = repairs + _reasons(execution, nonce) + limits_hit + job.notes
         reasons += [f"forbidden code: {finding.sentence()}" for finding in findings]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
-        if job.cases and len(untouched) == len(job.cases):
-            reasons.append("not attempted: every solution cell is as released (a blank notebook)")
         if looked:
             reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's "
                            "solutions would be")

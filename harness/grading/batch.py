@@ -35,7 +35,7 @@ from typing import Any
 from harness.data.vision import data_root
 from harness.grading import cgroup, sandbox
 from harness.grading.jobs import GradeJob, GradeResult, write_atomically
-from harness.grading.layout import REPO_ROOT, graded_tasks, put_environment_tools_on_path
+from harness.grading.layout import REPO_ROOT, graded_points, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.runtime_folder import private_mounts_available, worker_prefix
 from harness.grading.submissions import Submission, notebook_sha256
@@ -118,7 +118,7 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
               limits: Limits, workers: int, sandboxed: bool) -> list[GradeJob]:
     """The worker jobs of a batch: each carries its cases, never the secret."""
     threads = max(1, (os.cpu_count() or 1) // workers)
-    tasks = graded_tasks(template / "solutions" / assignment)
+    points = graded_points(template / "solutions" / assignment)
     data = str(data_root().resolve())
     private_mounts = sandboxed and private_mounts_available()
     return [GradeJob(student=s.student, assignment=assignment, notebook=str(s.notebook) if s.notebook else None,
@@ -126,10 +126,10 @@ def make_jobs(submissions: list[Submission], assignment: str, template: Path, ou
                      timeout=limits.cell_timeout, submission_seconds=limits.submission_seconds,
                      memory_mb=limits.memory_mb, threads=threads, max_output_bytes=limits.max_output_bytes,
                      sandboxed=sandboxed, private_mounts=private_mounts, data_dir=data,
-                     lms=s.lms.to_dict() if s.lms else {}, notebook_sha256=notebook_sha256(s),
+                     lms=s.lms.to_dict() if s.lms else {}, notebook_sha256=notebook_sha256(s), points=points,
                      cases={task: [{"hidden": c.hidden, "seed": c.seed}
                                    for c in draw_cases(secret, assignment, s.student, task)]
-                            for task in tasks})
+                            for task in points})
             for s in submissions]
 
 

@@ -9,10 +9,13 @@ that names the failure code without the hidden inputs; a visible failure keeps i
 each test cell by its exercise and task id instead of "Test cell" five times. After a regrade,
 `regenerate_feedback` writes a student's new verdicts into the autograded notebook and runs the same
 GenerateFeedback again, from the grading's gradebook, so the feedback shows the new points and messages.
+A submission nothing was judged for (no notebook, a file that is not a notebook, a blank notebook) gets a
+page of its own instead (`write_unjudged_feedback`): what was wrong with it, its score and what to do.
 """
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import tempfile
@@ -27,6 +30,7 @@ from harness.grading.execute import error_output
 from harness.grading.layout import course_config, exercise_titles
 
 if TYPE_CHECKING:
+    from harness.grading.jobs import GradeResult
     from harness.judge.verdict import Verdict
 
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
@@ -143,3 +147,34 @@ def regenerate_feedback(out: Path, template: Path, assignment: str, student: str
             page.write_text(polish_feedback(page.read_text(encoding="utf-8"), titles), encoding="utf-8")
         shutil.copytree(pages, out / "feedback" / student / assignment, dirs_exist_ok=True)
     return None
+
+
+# what a student whose submission was not judged should do, by status
+WHAT_TO_DO = {
+    "invalid": "Open your notebook in JupyterLab to check that it opens, save it, then submit the notebook file "
+               "itself, {notebook}, as JupyterLab saves it (File > Download): not renamed to another format, not "
+               "zipped, not a link or a shortcut. Tell your instructor when you have submitted it again.",
+    "missing": "Submit the notebook file itself, {notebook}, as JupyterLab saves it (File > Download), not renamed. "
+               "Tell your instructor when you have submitted it again.",
+    "not attempted": "Every exercise's solution cell is still as it was handed out (`# YOUR CODE HERE`), so your "
+                     "notebook was not run. Write your answers in those cells, run each exercise's `check(...)` "
+                     "cell, save, and submit the notebook again.",
+}
+
+
+def unjudged_page(result: GradeResult, reason: str) -> str:
+    """The feedback page of a submission nothing was judged for: `reason`, its score and what to do."""
+    maximum = sum(top for _, top in result.scores.values())
+    todo = WHAT_TO_DO.get(result.status, "Ask your instructor.").format(notebook=f"{result.assignment}.ipynb")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{result.assignment}: "
+            f"feedback</title></head>\n<body><main><h1>{result.assignment}: your submission was not graded</h1>\n"
+            f"<p><strong>Score: 0 / {maximum:g}</strong></p>\n<h2>What was wrong</h2>\n<p>{html.escape(reason)}</p>\n"
+            f"<h2>What to do</h2>\n<p>{html.escape(todo)}</p></main></body></html>\n")
+
+
+def write_unjudged_feedback(out: Path, result: GradeResult, reason: str) -> Path:
+    """Write `unjudged_page` where nbgrader puts a student's feedback: `out`/feedback/<student>/<assignment>/."""
+    page = out / "feedback" / result.student / result.assignment / f"{result.assignment}.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(unjudged_page(result, reason), encoding="utf-8")
+    return page

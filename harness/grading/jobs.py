@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 CONTRACT_VERSION = 1
+NOT_ATTEMPTED = "not attempted"  # the status of a blank notebook (every solution cell as released): never run
 
 Record = TypeVar("Record")
 
@@ -85,6 +86,7 @@ class GradeJob:
     private_mounts: bool = False  # the worker runs in a mount namespace of its own (`grading.runtime_folder`)
     lms: dict[str, Any] = field(default_factory=dict)  # who the LMS says submitted it (`submissions.LmsIdentity`)
     notebook_sha256: str = ""  # the submitted notebook's digest ("" without one): a regrade re-runs it if it changes
+    points: dict[str, float] = field(default_factory=dict)  # each graded task's points, in order
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:
@@ -97,8 +99,11 @@ class GradeJob:
         return record_from_json(cls, text)
 
     def stamp(self, result: GradeResult) -> GradeResult:
-        """`result` with what the parent knows of this job: the LMS identity and the notebook's digest."""
-        return replace(result, lms=self.lms, notebook_sha256=self.notebook_sha256)
+        """`result` with what the parent knows of this job: the LMS identity, the notebook's digest, and for a
+        result with no points (nothing judged: missing, invalid, not attempted, error) 0 of each task's points,
+        so its total is out of the assignment's points everywhere."""
+        scores = result.scores or {task: [0.0, top] for task, top in self.points.items()}
+        return replace(result, lms=self.lms, notebook_sha256=self.notebook_sha256, scores=scores)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class GradeResult:
 
     student: str
     assignment: str
-    status: str  # ok, flagged, invalid, missing, error (summary.STATUS_MEANING)
+    status: str  # ok, flagged, not attempted, invalid, missing, error (summary.STATUS_MEANING)
     scores: dict[str, list[float]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)

@@ -45,15 +45,20 @@ def notebook_names(assignment: str, root: Path = REPO_ROOT) -> list[str]:
 
 def graded_tasks(assignment_dir: Path) -> list[str]:
     """The grade ids of the graded test cells of the notebooks in `assignment_dir`, in order."""
+    return list(graded_points(assignment_dir))
+
+
+def graded_points(assignment_dir: Path) -> dict[str, float]:
+    """Grade id -> points of the graded test cells of the notebooks in `assignment_dir`, in order."""
     import nbformat
 
-    tasks = []
+    points = {}
     for path in sorted(assignment_dir.glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             nbgrader = cell.get("metadata", {}).get("nbgrader", {})
             if cell.cell_type == "code" and nbgrader.get("grade") and not nbgrader.get("solution"):
-                tasks.append(nbgrader["grade_id"])
-    return tasks
+                points[nbgrader["grade_id"]] = float(nbgrader.get("points", 0))
+    return points
 
 
 def exercise_titles(notebook: Any) -> dict[str, str]:

@@ -7,22 +7,29 @@ student's code raised, or the probe sent nothing the judge could use) or "no not
 or the grader failed: the status says which). `mistakes.md` and `mistakes.csv` count the students per
 exercise and outcome, most common first; the reteach list is the class's three most common causes.
 
+`mistakes.md` is the instructor's: it names the students under each cause.
+
 The item analysis gives each exercise's pass rate and its discrimination: the correlation, over the
 students, of the exercise's score with the rest of the assignment's score (high: the exercise separates
-students who learnt the material from those who did not; near zero or negative: look at the exercise).
+students who learnt the material from those who did not; near zero or negative: look at the exercise). Both,
+and the class summary's pass rates, are over the notebooks that were run and judged (`judged`): a blank
+notebook, a missing or invalid one and a grader's error are left out, and the reports say how many.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-NOT_ATTEMPTED = "not attempted"
+from harness.grading.jobs import NOT_ATTEMPTED
+
 ERROR = "error"
+JUDGED = ("ok", "flagged")  # the statuses of a notebook that was run and judged
 NO_NOTEBOOK = "no notebook"
 # failure codes that say the code could not be judged, not which requirement it broke
 ERROR_CODES = frozenset({"raised", "no-observation", "forged-observation"})
@@ -42,6 +49,7 @@ class Mistake:
     requirement: str
     hint: str
     section: str
+    names: tuple[str, ...] = ()  # the students, sorted
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,22 @@ class Item:
     task: str
     pass_rate: float
     discrimination: float | None  # None when the exercise or the rest has the same score for every student
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 student`, `2 students`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def judged(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results of notebooks that were run and judged: what pass rates and item statistics are over."""
+    return [r for r in results if r["status"] in JUDGED]
+
+
+def left_out(results: list[dict[str, Any]]) -> str:
+    """Which results `judged` leaves out, by status (`1 not attempted, 2 invalid`), or '' when none."""
+    counts = Counter(r["status"] for r in results if r["status"] not in JUDGED)
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
 def outcome(result: dict[str, Any], task: str) -> str | None:
@@ -87,9 +111,13 @@ def mistakes(results: list[dict[str, Any]], tasks: list[str]) -> list[Mistake]:
     """Every (exercise, cause) with at least one student, exercise by exercise, most common first."""
     rows = []
     for task in tasks:
-        counts = Counter(cause for r in results if (cause := outcome(r, task)) is not None)
-        for cause, students in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            rows.append(Mistake(task, cause, students, students / max(len(results), 1), *_explained(task, cause)))
+        names: dict[str, list[str]] = {}
+        for r in results:
+            if (cause := outcome(r, task)) is not None:
+                names.setdefault(cause, []).append(r["student"])
+        for cause, who in sorted(names.items(), key=lambda item: (-len(item[1]), item[0])):
+            rows.append(Mistake(task, cause, len(who), len(who) / max(len(results), 1), *_explained(task, cause),
+                                names=tuple(sorted(who))))
     return rows
 
 
@@ -109,7 +137,8 @@ def _correlation(xs: list[float], ys: list[float]) -> float | None:
 
 
 def item_analysis(results: list[dict[str, Any]], tasks: list[str], maxima: dict[str, float]) -> list[Item]:
-    """Pass rate and discrimination of each exercise (every student counts, a missing notebook as 0)."""
+    """Pass rate and discrimination of each exercise, over the `judged` notebooks."""
+    results = judged(results)
     if not results:
         return [Item(task, 0.0, None) for task in tasks]
     scores = [[r["scores"].get(t, [0.0])[0] for t in tasks] for r in results]
@@ -141,13 +170,22 @@ def reteach_lines(rows: list[Mistake], titles: dict[str, str]) -> list[str]:
     top = reteach(rows)
     if not top:
         return ["Nothing to reteach: no requirement was missed."]
-    return [f"{i}. **{row.section or titles.get(row.task, row.task)}**: {row.requirement} (`{row.task}` "
-            f"`{row.cause}`, {row.students} students, {row.share:.0%})" for i, row in enumerate(top, 1)]
+    return [f"{i}. **{_unnumbered(row.section) or titles.get(row.task, row.task)}**: {row.requirement} "
+            f"(`{row.task}` `{row.cause}`, {plural(row.students, 'student')}, {row.share:.0%})"
+            for i, row in enumerate(top, 1)]
 
 
-def item_lines(items: list[Item], titles: dict[str, str]) -> list[str]:
-    """The item analysis as a markdown table."""
-    lines = ["| exercise | passed | discrimination |", "|---|---|---|"]
+def _unnumbered(section: str) -> str:
+    """A section's title without its number ("3. Exercises" -> "Exercises"): a numbered list item numbers it."""
+    return re.sub(r"^\d+(\.\d+)*\.?\s+", "", section)
+
+
+def item_lines(items: list[Item], titles: dict[str, str], results: list[dict[str, Any]]) -> list[str]:
+    """The item analysis as a markdown table, after a line saying over which notebooks it is."""
+    apart = left_out(results)
+    lines = [f"Over the {plural(len(judged(results)), 'judged notebook')}"
+             f"{f' (left out: {apart})' if apart else ''}.", "", "| exercise | passed | discrimination |",
+             "|---|---|---|"]
     for item in items:
         value = "n/a (same score for everyone)" if item.discrimination is None else f"{item.discrimination:+.2f}"
         lines.append(f"| {_cell(titles.get(item.task, item.task))} (`{item.task}`) | {item.pass_rate:.0%} | {value} |")
@@ -165,7 +203,8 @@ def mistake_lines(rows: list[Mistake], tasks: list[str], titles: dict[str, str])
             continue
         lines += ["| cause | students | requirement | hint the student got | section to reteach |",
                   "|---|---|---|---|---|"]
-        lines += [f"| `{row.cause}` | {row.students} ({row.share:.0%}) | {_cell(row.requirement)} | {_cell(row.hint)} "
+        lines += [f"| `{row.cause}` | {plural(row.students, 'student')} ({row.share:.0%}): "
+                  f"{_cell(', '.join(row.names))} | {_cell(row.requirement)} | {_cell(row.hint)} "
                   f"| {_cell(row.section)} |" for row in mine]
     return lines
 
@@ -176,12 +215,13 @@ def write_mistakes(results: list[dict[str, Any]], out: Path, assignment: str, ta
     rows = mistakes(results, tasks)
     write_mistakes_csv(rows, out / "mistakes.csv")
     items = item_analysis(results, tasks, maxima)
-    report = [f"# Mistakes: {assignment}", "", f"{len(results)} students. Per exercise, every cause of lost points "
-              "with the number of students, most common first; not attempted, errors and missing notebooks are "
-              "counted apart.", "", "## Reteach", "", *reteach_lines(rows, titles), "", "## Items", "",
-              *item_lines(items, titles), "", "## By exercise", *mistake_lines(rows, tasks, titles)]
+    report = [f"# Mistakes: {assignment}", "", f"{plural(len(results), 'student')}. Per exercise, every cause of "
+              "lost points with the students who lost them, most common first; not attempted, errors and missing "
+              "notebooks are counted apart. The instructor's file: it names students.", "", "## Reteach", "",
+              *reteach_lines(rows, titles), "", "## Items", "", *item_lines(items, titles, results), "",
+              "## By exercise", *mistake_lines(rows, tasks, titles)]
     (out / "mistakes.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     return ["## Mistakes", "", "Reteach first (the class's most common causes; per exercise: "
             "[mistakes.md](mistakes.md), [mistakes.csv](mistakes.csv)):", "", *reteach_lines(rows, titles), "",
             "Item analysis (discrimination: the correlation of the exercise's score with the rest of the "
-            "assignment):", "", *item_lines(items, titles)]
+            "assignment):", "", *item_lines(items, titles, results)]

@@ -31,6 +31,7 @@ from harness.grading.batch import RESULTS
 from harness.grading.feedback import regenerate_feedback
 from harness.grading.fingerprint import fingerprints
 from harness.grading.jobs import GradeResult, write_atomically
+from harness.grading.mistakes import JUDGED
 from harness.grading.scan import FORBIDDEN_CODE
 from harness.grading.submissions import Submission, notebook_sha256
 from harness.judge.verdict import Verdict
@@ -134,7 +135,7 @@ def rejudge(out: Path, graded: dict[str, GradeResult], tasks: list[str]) -> Reju
     rejudged = Rejudged()
     for student, result in graded.items() if tasks else ():
         observed_path = out / OBSERVATIONS / f"{student}.json"
-        if not result.scores:  # nothing was judged: missing, invalid, error
+        if result.status not in JUDGED:  # nothing was judged: not attempted, missing, invalid, error
             continue
         if not observed_path.is_file():
             rejudged.no_observations.append(student)

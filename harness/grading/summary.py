@@ -1,8 +1,9 @@
 """What an instructor reads after grading: the grades CSV and the class summary.
 
 `grades.csv`: one row per student (student, assignment, status, total, max, points per task, failure
-codes, reasons). `pass_rates.csv` / `summary.md`: per task, the share of students who got its full points
-(every student counts, a missing or invalid submission as a fail), the grade distribution
+codes, reasons). `pass_rates.csv` / `summary.md`: per task, the share of students who got its full points,
+over the notebooks that were run and judged (`mistakes.judged`: blank, missing and invalid notebooks and the
+grader's errors are left out, and the summary says how many), the grade distribution
 (`distribution.png`), the mistake report (`mistakes`: causes per exercise, a reteach list, item analysis)
 and the flagged submissions with why.
 """
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.grading.layout import assignment_titles
-from harness.grading.mistakes import write_mistakes
+from harness.grading.mistakes import judged, left_out, plural, write_mistakes
 
 STATUS_MEANING = {
     "ok": "graded, nothing unusual",
     "flagged": "graded, with repairs, limits hit or tampering: review the reasons",
+    "not attempted": "every solution cell as released (a blank notebook): not run, 0 points",
     "invalid": "not a readable notebook: 0 points",
     "missing": "no notebook found: 0 points",
     "error": "the grader failed or the submission overran its time limit: 0 points, grade by hand",
@@ -52,7 +54,8 @@ def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str]
 
 
 def pass_rates(results: list[dict[str, Any]], tasks: list[str], maxima: dict[str, float]) -> dict[str, float]:
-    """Share of students with full points on each task."""
+    """Share of the `judged` notebooks with full points on each task."""
+    results = judged(results)
     return {t: sum(r["scores"].get(t, [0.0])[0] >= maxima[t] for r in results) / max(len(results), 1) for t in tasks}
 
 
@@ -87,9 +90,12 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> 
         writer.writerows([t, maxima[t], round(rates[t], 3)] for t in tasks)
     totals = [sum(r["scores"].get(t, [0.0])[0] for t in tasks) for r in results]
     plot_distribution(totals, sum(maxima.values()), paths["distribution.png"])
-    lines = [f"# Grades: {assignment}", "", f"{len(results)} submissions; mean "
+    apart = left_out(results)
+    lines = [f"# Grades: {assignment}", "", f"{plural(len(results), 'submission')}; mean "
              f"{sum(totals) / max(len(totals), 1):.2f} of {sum(maxima.values()):g} points.", "",
-             "![distribution](distribution.png)", "", "| task | points | passed |", "|---|---|---|"]
+             "![distribution](distribution.png)", "", f"Passed: the share of the "
+             f"{plural(len(judged(results)), 'judged notebook')} with the task's full points"
+             f"{f' (left out: {apart})' if apart else ''}.", "", "| task | points | passed |", "|---|---|---|"]
     lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
     lines += ["", *write_mistakes(results, out, assignment, tasks, maxima, assignment_titles(assignment))]
     counts = {s: sum(r["status"] == s for r in results) for s in STATUS_MEANING}
