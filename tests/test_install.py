@@ -26,7 +26,7 @@ from harness.plots import plot_history
 
 COLAB = {"torch": "2.11.0+cu126", "torchvision": "0.26.0+cu126", "numpy": "2.0.2", "pandas": "2.2.2",
          "matplotlib": "3.10.0", "scikit-learn": "1.6.1", "tqdm": "4.67.1", "psutil": "5.9.5",
-         "safetensors": "0.5.3", "nbformat": "5.10.4"}
+         "safetensors": "0.5.3", "nbformat": "5.10.4", "ipywidgets": "7.7.1"}
 
 
 def test_versions_and_requirements_parse() -> None:
