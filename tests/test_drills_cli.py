@@ -13,7 +13,7 @@ from harness.drills import get_drill
 
 @pytest.fixture
 def run(tmp_path):
-    env = {**os.environ, "HARNESS_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "HARNESS_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
     env.pop("EDITOR", None)
     env.pop("XDG_RUNTIME_DIR", None)
     env.pop("HARNESS_DRILL_CHECKER", None)
@@ -26,6 +26,10 @@ def run(tmp_path):
     run.env = env
     yield run
     run("stop-checker")
+
+
+GLOO_NOISE = ("[W1129 04:22:14.406703018 socket.cpp:207] [c10d] The hostname of the client socket cannot be "
+              "retrieved. err=-3")
 
 
 def _record(run, drill_id):
@@ -48,10 +52,14 @@ def test_start_check_wrong_then_right_hint_solution_and_stats(run):
     assert answer.read_text() == drill.starter
 
     source, code = drill.wrong_answers[0]
-    answer.write_text(source + '\nprint("PASSED: trust me")\n')
+    answer.write_text(source + f"\nimport sys\nprint(('x' * 99 + '\\n') * 53_000, end='')\nsys.stdout.flush()\n"
+                      f"print({GLOO_NOISE!r}, file=sys.stderr)\nprint('PASSED: trust me')\n")  # 5 MiB, noise
     wrong = run("check", drill.id)
     assert wrong.returncode == 1 and f"[{code}]" in wrong.stdout and wrong.stdout.startswith("NOT YET")
-    assert "Your answer printed (never part of the verdict):\nPASSED: trust me" in wrong.stdout
+    printed = wrong.stdout.split("Your answer printed (never part of the verdict):\n")[1]
+    assert printed.startswith("(the first ") and printed.endswith("xxx\nPASSED: trust me\n"), printed[-300:]
+    assert len(printed) < 70_000 and "c10d" not in printed  # the last 64 KiB, cut at 80 columns; no noise
+    assert max(map(len, wrong.stdout.splitlines())) <= 80
 
     assert "Hint 1/2" in run("hint", drill.id).stdout
     answer.write_text(drill.solution)
@@ -96,6 +104,7 @@ def test_explain_options_are_shuffled_per_attempt_and_debriefed(run):
     (run.home / "answers" / "tensors_broadcast_shape.py").write_text(f'answer = "{wrong}"\n')
     failed = run("check", drill.id)
     assert failed.returncode == 1 and "[wrong-choice]" in failed.stdout and "Why each option" in failed.stdout
+    assert max(map(len, failed.stdout.splitlines())) <= 80, failed.stdout
     assert "The experiment that proves it" in failed.stdout and "<id>" not in failed.stdout
     (run.home / "answers" / "tensors_broadcast_shape.py").write_text(f'answer = "{letter}"\n')
     assert run("check", drill.id).returncode == 0

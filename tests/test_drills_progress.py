@@ -78,11 +78,15 @@ def test_the_first_progress_format_still_loads(tmp_path):
     assert Progress.load(path).records["d"].attempts == 5
 
 
-def test_a_file_that_is_not_progress_is_refused_with_what_to_do(tmp_path):
+def test_a_file_that_is_not_progress_is_reported_and_set_aside_at_the_next_save(tmp_path):
     path = tmp_path / "progress.json"
     path.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="move it away to start afresh"):
-        Progress.load(path)
+    progress = Progress.load(path)
+    assert "cannot be read as drill progress" in progress.problem and "starts afresh" in progress.problem
+    progress.hint("d", 2)
+    progress.save()
+    assert [p.read_text() for p in tmp_path.glob("progress.json.damaged-*")] == ["[1, 2]"]
+    assert Progress.load(path).history[0]["event"] == "hint"
 
 
 def _mock(tmp_path, minutes):
@@ -96,7 +100,7 @@ def test_a_mock_check_after_time_is_up_does_not_count(tmp_path):
     from harness.drills.progress import record_verdict
 
     number = _mock(tmp_path, minutes=0)
-    note = record_verdict("d", {"passed": True, "code": "passed"}, mock=number, path=tmp_path / "progress.json")
+    note = record_verdict("d", {"passed": True, "code": "passed"}, mock=number, path=tmp_path / "progress.json").note
     progress = Progress.load(tmp_path / "progress.json")
     assert note.startswith("time is up") and progress.mocks[0]["passed"] == [] and "d" not in progress.records
 
@@ -107,7 +111,7 @@ def test_a_mock_pass_after_the_debrief_does_not_count(tmp_path):
     number = _mock(tmp_path, minutes=30)
     path = tmp_path / "progress.json"
     record_verdict("d", {"passed": False, "code": "wrong-choice", "debrief": "why"}, mock=number, path=path)
-    note = record_verdict("d", {"passed": True, "code": "passed", "debrief": "why"}, mock=number, path=path)
+    note = record_verdict("d", {"passed": True, "code": "passed", "debrief": "why"}, mock=number, path=path).note
     progress = Progress.load(path)
     assert "debrief" in note and progress.mocks[0]["passed"] == [] and progress.records["d"].box == 0
 
@@ -132,9 +136,9 @@ def test_a_self_check_drills_pass_does_not_count_in_a_mock_score(tmp_path):
     progress = Progress.load(path)
     number = progress.start_mock(["debugging-grad-norms", "loop-train-step"], 30)
     progress.save()
-    note = record_verdict("debugging-grad-norms", {"passed": True, "code": "passed"}, mock=number, path=path)
+    note = record_verdict("debugging-grad-norms", {"passed": True, "code": "passed"}, mock=number, path=path).note
     assert "self-check" in note
-    assert record_verdict("loop-train-step", {"passed": True, "code": "passed"}, mock=number, path=path) == ""
+    assert record_verdict("loop-train-step", {"passed": True, "code": "passed"}, mock=number, path=path).note == ""
     progress = Progress.load(path)
     assert progress.mocks[0]["passed"] == ["loop-train-step"]
     assert progress.records["debugging-grad-norms"].box == 1  # still practice: the record counts the pass

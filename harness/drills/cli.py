@@ -3,7 +3,9 @@
 Only `experiment` (and `check` with HARNESS_DRILL_CHECKER=inline) imports torch and the bank: `check` asks the
 warm checker (`harness.drills.server`), which also records the verdict; `list`, `daily`, `stats`, `start`,
 `hint` and `solution` read the bank's metadata index (`harness.drills.index`), so they answer at once.
-Tables fit the terminal's width (80 columns at least).
+Everything fits the terminal's width (80 columns at least, `harness.drills.layout`): `list` shows one line per
+drill, grouped by topic; prose wraps at words with a hanging indent, code breaks where Python allows. Output
+piped into a command that stops reading (`| head`) ends quietly.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import json
 import os
 import random
 import shlex
-import shutil
 import subprocess
+import sys
 import textwrap
 import time
 from collections import Counter
@@ -23,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.drills.index import Entry, entries, get
+from harness.drills.layout import clip, fit_code, fit_output, fit_prose, width
 from harness.drills.progress import Progress, home, self_checked
+from harness.drills.store import UnsafeHome
 from harness.drills.topics import KINDS, TOPICS
 
 Drill = Entry  # what the quick commands handle: a drill's metadata
@@ -101,6 +105,18 @@ def _shown_order(drill_id: str) -> list[int] | None:
     return order if sorted(order) == [0, 1, 2, 3] else None
 
 
+def _load() -> Progress:
+    """The progress, read-only; what was wrong with its file, if anything, told on stderr."""
+    return _tell(Progress.load())
+
+
+def _tell(progress: Progress) -> Progress:
+    """Say on stderr what was wrong with the progress file, if anything (the backup was used); `progress`."""
+    if progress.problem:
+        print(fit_prose(f"Note: {progress.problem}"), file=sys.stderr)
+    return progress
+
+
 def _status(progress: Progress, drill_id: str, today: dt.date) -> str:
     """A drill's state in one short word: new, due, box N (next review date), with ? when unverified."""
     record = progress.records.get(drill_id)
@@ -112,27 +128,33 @@ def _status(progress: Progress, drill_id: str, today: dt.date) -> str:
     return f"b{record.box} {record.due[5:]}{mark}"  # box 3, next review on 12-01
 
 
-def _wrap(text: str) -> str:
-    """Text that fits the terminal: long prose lines wrapped at words; indented (code) lines kept as they are."""
-    width = max(80, shutil.get_terminal_size((80, 24)).columns)
-    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) if len(line) > width and
-                     not line.startswith(" ") else line for line in text.splitlines())
+def _row(drill: Drill, progress: Progress, id_width: int, lead: str = "") -> str:
+    """One drill in one line: id, kind and difficulty (w2), status, and as much of the title as fits."""
+    line = (f"{lead}{drill.id:{id_width}s} {drill.kind[0]}{drill.difficulty} "
+            f"{_status(progress, drill.id, _today()):9s} {drill.title}")
+    return clip(line, width())
+
+
+_LEGEND = "KD: w write, b bug hunt, e explain, difficulty 1-3; STATUS: new, due, bBOX MM-DD"
 
 
 def _table(drills: list[Drill], progress: Progress) -> str:
-    """Drills as a table that fits the terminal (80 columns at least): id, kind (w, b, e), difficulty, status
-    and the title, wrapped at word boundaries in its column."""
-    today = _today()
-    width = max(80, shutil.get_terminal_size((80, 24)).columns)
+    """Drills as a table, one line per drill, that fits the terminal (80 columns at least)."""
     id_width = max(len(d.id) for d in drills)
-    lead = id_width + 16
-    lines = [f"{'DRILL':{id_width}s} K DIF STATUS   TITLE", "(K: w write, b bughunt, e explain; STATUS: new, due, "
-             "box+next review)"]
+    return "\n".join([f"{'DRILL':{id_width}s} KD STATUS    TITLE", fit_prose(_LEGEND)]
+                     + [_row(drill, progress, id_width) for drill in drills])
+
+
+def _listing(drills: list[Drill], progress: Progress) -> str:
+    """Drills grouped by their first topic (the bank's order), one line per drill under each topic's name."""
+    topics: dict[str, list[Drill]] = {}
     for drill in drills:
-        title = textwrap.wrap(drill.title, max(20, width - lead), break_on_hyphens=False) or [""]
-        lines.append(f"{drill.id:{id_width}s} {drill.kind[0]} {'*' * drill.difficulty:3s} "
-                     f"{_status(progress, drill.id, today):8s} {title[0]}")
-        lines += [" " * lead + more for more in title[1:]]
+        topics.setdefault(drill.topics[0], []).append(drill)
+    lines = [fit_prose(_LEGEND)]
+    for topic, group in topics.items():
+        id_width = max(len(d.id) for d in group)
+        lines.append(f"{topic} ({len(group)})")
+        lines += [_row(drill, progress, id_width, lead="  ") for drill in group]
     return "\n".join(lines)
 
 
@@ -150,7 +172,7 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
     order); an answer in progress is kept. An old answer is set aside, never deleted."""
     path = answer_path(drill.id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = Progress.load().records.get(drill.id)
+    record = _load().records.get(drill.id)
     new_review = fresh or drill.kind == "explain" or (record is not None and record.last_result in ("pass", "revealed"))
     if path.exists() and new_review and path.read_text() != drill.starter:
         print(f"(your previous answer is kept in {_set_aside(path)})")
@@ -164,7 +186,7 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
         _order_path(drill.id).parent.mkdir(parents=True, exist_ok=True)
         _order_path(drill.id).write_text(json.dumps({"order": order}))
         prompt = render(drill.prompt, drill.choices, order)
-    print(_wrap(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n"))
+    print(fit_prose(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n"))
     print(f"Your answer file:\n  {path}\nCheck it with: harness drill check {drill.id}"
           + ("\n(in this mock interview: type answer <letter>)" if drill.choices is not None and fresh else ""))
     editor = os.environ.get("EDITOR")
@@ -190,22 +212,25 @@ def run_check(drill_id: str, path: Path, mock: int | None = None) -> dict[str, A
         except KeyError as error:
             return {"error": str(error.args[0])}
         result = check_file(drill, path, order=tuple(order) if order else None).as_dict()
-        result["note"] = record_verdict(drill_id, result, mock=mock)
-        return result
+        recorded = record_verdict(drill_id, result, mock=mock)
+        return {**result, "note": recorded.note, "problem": recorded.problem}
     from harness.drills.server import request_check
 
     return request_check(drill_id, path, order, mock)
 
 
 def _report(drill_id: str, result: dict[str, Any]) -> None:
-    """Print the verdict, what the answer printed, an explain drill's debrief, and why it did not count."""
-    print(("PASSED: " if result["passed"] else "NOT YET: ") + result["message"].replace("<id>", drill_id))
+    """Print the verdict, what the answer printed, an explain drill's debrief, why it did not count, and what
+    went wrong with the progress file."""
+    print(fit_prose(("PASSED: " if result["passed"] else "NOT YET: ") + result["message"].replace("<id>", drill_id)))
     if result.get("output", "").strip():
-        print(f"\nYour answer printed (never part of the verdict):\n{result['output'].rstrip()}")
+        print(f"\nYour answer printed (never part of the verdict):\n{fit_output(result['output'].rstrip())}")
     if result.get("debrief"):
-        print("\n" + result["debrief"].replace("<id>", drill_id))
+        print("\n" + fit_prose(result["debrief"].replace("<id>", drill_id)))
     if result.get("note"):
-        print(f"\n(Not counted: {result['note']}.)")
+        print(fit_prose(f"\n(Not counted: {result['note']}.)"))
+    if result.get("problem"):
+        print(fit_prose(f"Note: {result['problem']}"), file=sys.stderr)
 
 
 def _untouched(drill_id: str, path: Path) -> bool:
@@ -220,7 +245,7 @@ def _check(drill_id: str, path: Path, mock: int | None = None) -> dict[str, Any]
     """Check and report; None (with the reason printed) when the drill does not exist or was not started."""
     if _untouched(drill_id, path):
         drill = get(drill_id)
-        print(_wrap(f"Not started yet: your answer file is still the starter:\n  {path}\nThe drill again:\n\n"
+        print(fit_prose(f"Not started yet: your answer file is still the starter:\n  {path}\nThe drill again:\n\n"
                     f"{_prompt(drill)}"))
         return None
     try:
@@ -246,10 +271,10 @@ def _prompt(drill: Drill) -> str:
 
 
 def _hint(drill: Drill, mock: int | None = None) -> str:
-    progress = Progress.load()
-    level = progress.hint(drill.id, len(drill.hints), mock=mock)
-    progress.save()
-    return _wrap(f"Hint {level}/{len(drill.hints)} (a pass after a hint keeps the drill in its box): "
+    with Progress.update() as progress:
+        level = progress.hint(drill.id, len(drill.hints), mock=mock)
+    _tell(progress)
+    return fit_prose(f"Hint {level}/{len(drill.hints)} (a pass after a hint keeps the drill in its box): "
                  f"{drill.hints[level - 1]}")
 
 
@@ -259,16 +284,16 @@ def _solution(drill: Drill) -> str:
         raise SystemExit("the drills' answers are not installed here (harness/judges/drills/answers.json is missing): "
                          "reinstall the course's harness package")
     if drill.choices is None:
-        return drill.solution
+        return fit_code(drill.solution)
     from harness.drills.choices import LETTERS
 
     order = _shown_order(drill.id) or list(range(len(LETTERS)))
     right = drill.choices.options[drill.choices.key]
-    return f'answer = "{LETTERS[order.index(drill.choices.key)]}"  # {right.text}\n'
+    return fit_code(f'answer = "{LETTERS[order.index(drill.choices.key)]}"  # {right.text}\n')
 
 
 def _daily(count: int) -> list[Drill]:
-    progress, today = Progress.load(), _today()
+    progress, today = _load(), _today()
     drills = list(entries())
     due = [d for d in drills if progress.is_due(d.id, today)]
     new = [d for d in drills if d.id not in progress.records]
@@ -279,13 +304,13 @@ def _daily(count: int) -> list[Drill]:
 def _mock(args: argparse.Namespace) -> int:
     pool = _filtered(args)
     drills = random.Random(args.seed).sample(pool, min(args.count, len(pool)))
-    progress = Progress.load()
-    number = progress.start_mock([d.id for d in drills], args.minutes)
-    progress.save()
+    with Progress.update() as progress:
+        number = progress.start_mock([d.id for d in drills], args.minutes)
+    _tell(progress)
     deadline = time.monotonic() + args.minutes * 60
     seconds: dict[str, float] = {}
-    print(f"Mock interview {number}: {len(drills)} drills in {args.minutes:g} minutes. "
-          "Commands: check, answer <letter> (multiple choice), hint, skip, quit.")
+    print(fit_prose(f"Mock interview {number}: {len(drills)} drills in {args.minutes:g} minutes. "
+                    "Commands: check, answer <letter> (multiple choice), hint, skip, quit."))
     ended = "done"
     for index, drill in enumerate(drills, 1):
         print(f"\n--- Drill {index}/{len(drills)}")
@@ -296,9 +321,8 @@ def _mock(args: argparse.Namespace) -> int:
         if ended != "next":
             break
     ended = "done" if ended == "next" else ended
-    progress = Progress.load()
-    progress.end_mock(number, seconds, ended)
-    progress.save()
+    with Progress.update() as progress:
+        progress.end_mock(number, seconds, ended)
     print(_mock_summary(progress, number))
     return 0
 
@@ -354,17 +378,20 @@ def _mock_summary(progress: Progress, number: int) -> str:
         hints = sum(e["drill"] == drill_id and e["event"] == "hint" for e in events)
         spent = mock["seconds"].get(drill_id)
         status = "self" if drill_id not in scored else "PASS" if drill_id in passed else "----"
-        lines.append(f"  {status}  {drill_id:34s} "
-                     f"{len(checks)} attempt(s)" + (f" (failed: {', '.join(failed)})" if failed else "")
-                     + f", {hints} hint(s)" + (f", {spent:.0f} s" if spent is not None else ", not reached")
-                     + (f", {late} after time (not counted)" if late else ""))
+        line = (f"  {status}  {drill_id:34s} "
+                f"{len(checks)} attempt(s)" + (f" (failed: {', '.join(failed)})" if failed else "")
+                + f", {hints} hint(s)" + (f", {spent:.0f} s" if spent is not None else ", not reached")
+                + (f", {late} after time (not counted)" if late else ""))
+        lines += textwrap.wrap(line, width(), subsequent_indent=" " * 8, break_long_words=False,
+                               break_on_hyphens=False)
     if len(scored) < len(mock["drills"]):
-        lines.append("  self: a self-check drill (measured inside the answer's own process), left out of the score")
-    return "\n".join(lines)
+        lines.append("  self: a self-check drill (measured inside the answer's own process), left out of the "
+                     "score")
+    return "\n".join(fit_prose(line) if not line.startswith("  ") else line for line in lines)
 
 
 def _stats() -> str:
-    progress, today = Progress.load(), _today()
+    progress, today = _load(), _today()
     drills = list(entries())
     seen = [d for d in drills if d.id in progress.records and progress.records[d.id].attempts]
     passed = [d for d in seen if progress.records[d.id].passes]
@@ -387,6 +414,7 @@ def _stats() -> str:
     if progress.unverified:
         lines.append(f"? {len(progress.unverified)} record(s) cannot be verified (not written by the harness "
                      "checker, or edited since): they are marked ? and may not be what you achieved.")
+    lines = [fit_prose(line) if not line.startswith(" ") else line for line in lines]
     if progress.mocks:
         lines.append(f"Mock interviews: {len(progress.mocks)}")
         lines += [_mock_summary(progress, mock["number"]) for mock in progress.mocks[-5:]]
@@ -394,7 +422,21 @@ def _stats() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one drill action."""
+    """Run one drill action; its exit status. A closed pipe (`| head`) ends it quietly; a drills home that is
+    not the user's alone is refused with a message."""
+    try:
+        status = _run(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to write to it
+        return 0
+    except UnsafeHome as error:
+        print(fit_prose(str(error)), file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.action == "check":  # the fast path: no torch, no bank in this process
         return 0 if (_check(args.drill, args.file or answer_path(args.drill)) or {}).get("passed") else 1
     if args.action == "stop-checker":
@@ -408,15 +450,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"stopped the warm checker (process {pid})" if pid else "no warm checker was running")
         return 0
     if args.action == "list":
-        progress, today = Progress.load(), _today()
+        progress, today = _load(), _today()
         shown = [d for d in _filtered(args) if not args.due or progress.is_due(d.id, today)]
-        print(_table(shown, progress) if shown else "no drill is due")
+        print(_listing(shown, progress) if shown else "no drill is due")
         return 0
     if args.action == "start":
         if args.drill:
             drill = get(args.drill)
         else:
-            due = [d for d in _filtered(args) if Progress.load().is_due(d.id, _today())]
+            due = [d for d in _filtered(args) if _load().is_due(d.id, _today())]
             drill = random.choice(due or _filtered(args))
         _start(drill, edit=args.edit)
         return 0
@@ -425,9 +467,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "solution":
         drill = get(args.drill)
-        progress = Progress.load()
-        progress.reveal(drill.id, _today())
-        progress.save()
+        with Progress.update() as progress:
+            progress.reveal(drill.id, _today())
+        _tell(progress)
         print(_solution(drill))
         return 0
     if args.action == "experiment":
@@ -441,7 +483,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "daily":
         drills = _daily(args.count)
         print(f"Today's set ({_today().isoformat()}): {len(drills)} drills, due ones first\n"
-              + _table(drills, Progress.load()) if drills else "Nothing due and nothing new: well done.")
+              + _table(drills, _load()) if drills else "Nothing due and nothing new: well done.")
         return 0
     if args.action == "mock":
         return _mock(args)

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from harness.contract import wire
 from harness.contract.case import Case
 from harness.drills.fresh import python_command
+from harness.drills.printed import collect, shown
 from harness.drills.runner import LENGTH, MAX_JOB_BYTES, PR_SET_CHILD_SUBREAPER, end_descendants, prctl
 
 START_TIMEOUT_S = 180.0
@@ -60,7 +61,7 @@ class Job:
 @dataclass(frozen=True)
 class Report:
     """What came back from the answer's process: the observation bytes (None when none came), why none came
-    ("timeout", "no-report"), and what the answer printed."""
+    ("timeout", "no-report"), and what the answer printed (its last 64 KiB, `harness.drills.printed`)."""
 
     frame: bytes | None
     how: str
@@ -148,24 +149,24 @@ class Runner:
         if len(message) > MAX_JOB_BYTES:
             return Report(None, "too-large", "")
         read_end, write_end = os.pipe()
-        with tempfile.TemporaryFile() as output:
+        output_read, output_write = os.pipe()  # drained as the answer runs: only the last 64 KiB is kept
+        try:
             try:
-                socket.send_fds(self.control, [message], [write_end, output.fileno()])
+                socket.send_fds(self.control, [message], [write_end, output_write])
             except OSError:
-                os.close(read_end)
                 self.close()
                 return Report(None, "no-report", "")
             finally:
                 os.close(write_end)
-            try:
-                data, timed_out = read_all(read_end, timeout_s)
-            finally:
-                os.close(read_end)
-            sound = not timed_out and _receive(self.control, 30.0) == b"done"
-            if timed_out or not sound or self.uses <= 0:
-                self.close()
-            output.seek(0)
-            printed = output.read()[-2000:].decode(errors="replace")
+                os.close(output_write)
+            data, timed_out, tail = collect(read_end, output_read, timeout_s, wire.MAX_BYTES + 64)
+        finally:
+            os.close(read_end)
+            os.close(output_read)
+        sound = not timed_out and _receive(self.control, 30.0) == b"done"
+        if timed_out or not sound or self.uses <= 0:
+            self.close()
+        printed = shown(tail)
         if timed_out:
             return Report(None, "timeout", printed)
         if len(data) < len(nonce) + LENGTH.size or not secrets.compare_digest(data[:len(nonce)], nonce):

@@ -10,17 +10,22 @@ A drill is graded by its first pass of the day: passing it again that day change
 file never moves a drill more than one box a day.
 Every check, hint and revealed solution is appended to the history, with the mock interview it belonged to;
 mock interviews are recorded with their drills, time and result. Stored as JSON under $HARNESS_HOME (default
-~/.harness)/drills/progress.json; the format of earlier versions (records only) is read as well.
+~/.harness)/drills/progress.json; the format of earlier versions (records only) is read as well. Every change is
+a locked read-modify-write (`Progress.update`) written whole or not at all, with the last good file kept as a
+backup (`harness.drills.store`): two terminals never lose each other's events, and a damaged file falls back
+to the backup with a message.
 
 Verdicts are recorded by the checker (`record_verdict`, called by the warm checker or the inline CLI after the
 judge decided), never from what an answer or a client claims. A mock check after the interview's time is up,
 or a pass after the debrief showed the answer, does not count. Every record, event and mock is signed with an
 HMAC whose key (`progress.key`, 0600) sits next to the file, out of the sandboxed answer's sight; `stats`
-marks whatever does not verify (edited by hand, or written by something that is not the harness).
+marks whatever does not verify (edited by hand, or written by something that is not the harness), and a save
+never signs it again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import hmac
@@ -28,20 +33,19 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.drills import store
 from harness.drills.index import get
+from harness.drills.store import home
 
 INTERVAL_DAYS = (0, 1, 2, 4, 8, 16)
 FORMAT = 3
 _SIGNED_FORMATS = (3,)
-
-
-def home() -> Path:
-    """The drills workspace: answers, progress and the warm checker's files."""
-    return Path(os.environ.get("HARNESS_HOME", Path.home() / ".harness")) / "drills"
+UNVERIFIED = "unverified"  # the signature saved with what did not verify: it never verifies
 
 
 @dataclass
@@ -60,21 +64,50 @@ class Record:
 
 @dataclass
 class Progress:
-    """Every drill's record, the history of attempts and the mock interviews, loaded from and saved to `path`."""
+    """Every drill's record, the history of attempts and the mock interviews, loaded from and saved to `path`.
+
+    Change it inside `Progress.update()` (locked: no other process's update is lost). A file that cannot be read
+    as progress (torn, malformed) is never fatal: the last good copy (`progress.json.bak`) is used instead, and
+    `problem` says what happened and what was kept.
+    """
 
     path: Path
     records: dict[str, Record] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     mocks: list[dict[str, Any]] = field(default_factory=list)
     unverified: set[str] = field(default_factory=set)  # "record:<id>", "event:<index>", "mock:<number>"
+    problem: str = ""  # why the file on disk was not used, and what was used instead ("" when it was)
+    damaged: bool = False  # the file on disk is damaged: set aside at the next save, never made the backup
 
     @classmethod
     def load(cls, path: Path | None = None) -> "Progress":
+        """The progress at `path` (default: the drills home's), the backup's when the file is damaged."""
         path = path or home() / "progress.json"
-        if not path.exists():
+        data = store.read(path)
+        if data is None:
             return cls(path)
         try:
-            raw = json.loads(path.read_text())
+            return cls._parse(path, data)
+        except ValueError as error:
+            damage = str(error)
+        backup = path.with_name(path.name + store.BACKUP_SUFFIX)
+        try:
+            saved = store.read(backup)
+            progress = cls._parse(path, saved) if saved is not None else cls(path)
+            used = f"the last good copy ({backup.name}) is used instead" if saved is not None else \
+                "there is no good copy: your progress starts afresh"
+        except ValueError:
+            progress, used = cls(path), f"its copy {backup.name} is damaged too: your progress starts afresh"
+        progress.problem = (f"{path} cannot be read as drill progress ({damage}): {used}; the damaged file is "
+                            f"kept beside it as {path.name}.damaged-<time> when progress is next saved.")
+        progress.damaged = True
+        return progress
+
+    @classmethod
+    def _parse(cls, path: Path, data: bytes) -> "Progress":
+        """The progress the bytes `data` hold; ValueError (saying why) when they are not drill progress."""
+        try:
+            raw = json.loads(data)
             if raw.get("format") in (2, *_SIGNED_FORMATS):
                 progress = cls(path)
                 signed = raw["format"] in _SIGNED_FORMATS
@@ -92,32 +125,51 @@ class Progress:
             progress = cls(path, {k: Record(**v) for k, v in raw.items()})  # the first format: records only
             progress.unverified = {f"record:{k}" for k in progress.records}
             return progress
-        except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as error:
-            raise ValueError(f"{path} is not a drill progress file ({error}); move it away to start afresh") from error
+        except (ValueError, TypeError, KeyError, AttributeError) as error:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{type(error).__name__}: {str(error)[:120]}") from error
+
+    @classmethod
+    @contextlib.contextmanager
+    def update(cls, path: Path | None = None) -> Iterator["Progress"]:
+        """The progress, loaded under the store's lock and saved before the lock is released: a
+        read-modify-write no other harness process can interleave with."""
+        path = path or home() / "progress.json"
+        with store.locked(path):
+            progress = cls.load(path)
+            yield progress
+            progress.save()
 
     def save(self) -> None:
-        """Write atomically, so an interrupted save never loses the history."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        records = {k: {**asdict(v), "sig": self._sign(f"record:{k}", asdict(v))} for k, v in self.records.items()}
-        history = [{**e, "sig": self._sign(f"event:{i}", e)} for i, e in enumerate(self.history)]
-        mocks = [{**m, "sig": self._sign(f"mock:{m.get('number')}", m)} for m in self.mocks]
-        tmp.write_text(json.dumps({"format": FORMAT, "records": records, "history": history, "mocks": mocks},
-                                  indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        """Write atomically and durably, keeping the replaced file as the backup (a damaged one is set aside
+        instead). What did not verify when loaded stays unverified: it is saved without a valid signature."""
+        if self.damaged and self.path.is_file() and not self.path.is_symlink():
+            store.set_aside(self.path)
+        records = {k: {**asdict(v), "sig": self._seal(f"record:{k}", asdict(v))} for k, v in self.records.items()}
+        history = [{**e, "sig": self._seal(f"event:{i}", e)} for i, e in enumerate(self.history)]
+        mocks = [{**m, "sig": self._seal(f"mock:{m.get('number')}", m)} for m in self.mocks]
+        data = json.dumps({"format": FORMAT, "records": records, "history": history, "mocks": mocks},
+                          indent=1, sort_keys=True).encode()
+        store.write(self.path, data, backup=not self.damaged)
+        self.damaged = False
+
+    def _seal(self, label: str, body: dict[str, Any]) -> str:
+        """The signature saved with `label`: a valid one only for what verified (a hand-edited record is never
+        re-signed by the next save)."""
+        return UNVERIFIED if label in self.unverified else self._sign(label, body)
 
     def _key(self) -> bytes:
         """The signing key next to the progress file (made on first use, readable by the user alone)."""
         path = self.path.parent / "progress.key"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                return path.read_bytes()
-            with os.fdopen(fd, "wb") as key:
-                key.write(secrets.token_bytes(32))
-        return path.read_bytes()
+        key = store.read(path)
+        if key is not None:
+            return key
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return store.read(path) or b""
+        with os.fdopen(fd, "wb") as file:
+            file.write(secrets.token_bytes(32))
+        return store.read(path) or b""
 
     def _sign(self, label: str, body: dict[str, Any]) -> str:
         message = json.dumps([label, body], sort_keys=True).encode()
@@ -195,12 +247,31 @@ def self_checked(drill_id: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What recording a verdict has to tell the candidate: why it did not count ("" when it did), and what went
+    wrong with the progress file ("" when nothing did). The verdict itself is never lost."""
+
+    note: str = ""
+    problem: str = ""
+
+
 def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = None,
-                   today: dt.date | None = None, path: Path | None = None) -> str:
-    """Record the checker's verdict on one attempt (the checker's job, never the client's); a note for the
-    candidate when it did not count in a mock interview ("" otherwise)."""
-    progress = Progress.load(path)
-    today = today or dt.date.today()
+                   today: dt.date | None = None, path: Path | None = None) -> Recorded:
+    """Record the checker's verdict on one attempt (the checker's job, never the client's), under the store's
+    lock. A damaged progress file, or one that cannot be written, is reported in `problem`, never raised."""
+    try:
+        with Progress.update(path) as progress:
+            note = _apply_verdict(progress, drill_id, result, mock, today or dt.date.today())
+        return Recorded(note, progress.problem)
+    except (OSError, store.UnsafeHome) as error:
+        return Recorded("", f"this verdict could not be saved in your progress ({error}): it is shown here, but "
+                            "not counted; fix the cause and check again")
+
+
+def _apply_verdict(progress: Progress, drill_id: str, result: dict[str, Any], mock: int | None,
+                   today: dt.date) -> str:
+    """Apply one verdict to `progress`; the note for the candidate when it did not count in a mock interview."""
     note = ""
     interview = progress.mocks[mock - 1] if mock is not None and 0 < mock <= len(progress.mocks) else None
     if mock is not None and (interview is None or drill_id not in interview["drills"]
@@ -209,7 +280,6 @@ def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = 
         mock = None
     if interview is not None and time.time() > float(interview.get("deadline", 0)):
         progress._log(drill_id, "check", mock, passed=result["passed"], code=result["code"], late=True)
-        progress.save()
         return "time is up: this check came after the interview's end and does not count"
     debriefed = interview is not None and any(
         e["event"] == "check" and e["drill"] == drill_id and e["mock"] == mock and e.get("debriefed")
@@ -226,5 +296,4 @@ def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = 
                     "not count in the mock interview's score")
         elif drill_id not in interview["passed"]:
             interview["passed"].append(drill_id)
-    progress.save()
     return note

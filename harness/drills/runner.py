@@ -5,7 +5,7 @@ compiled from source), in a new session, with no descriptor but the control sock
 bubblewrap where that works. The runner itself never runs an answer and never computes with torch: for each
 job it forks a child, and the child
 
-- closes the control socket and every other descriptor but the report pipe and the output file it was sent,
+- closes the control socket and every other descriptor but the report pipe and the output pipe it was sent,
   starts a new session, runs the answer and the drill's probe, writes the observation (data only,
   `harness.contract.wire`) to the report pipe behind the job's nonce, and exits;
 - while the runner, a child subreaper (PR_SET_CHILD_SUBREAPER) and not ptrace-able (PR_SET_DUMPABLE 0), waits
@@ -13,7 +13,7 @@ job it forks a child, and the child
   process group and session included, is reparented to the runner and ends with it.
 
 The runner dies with the checker (PR_SET_PDEATHSIG). Jobs arrive as one message each on a SOCK_SEQPACKET
-socket, with the report pipe's write end and the output file passed as descriptors (SCM_RIGHTS).
+socket, with the write ends of the report pipe and the output pipe passed as descriptors (SCM_RIGHTS).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def end_descendants(keep: frozenset[int] = frozenset()) -> None:
 
 
 def _answer_child(job: dict[str, Any], report_fd: int, output_fd: int) -> None:
-    """In the forked child: keep only the report pipe and the output file, run the answer, report. Never
+    """In the forked child: keep only the report pipe and the output pipe, run the answer, report. Never
     returns."""
     try:
         os.setsid()
@@ -115,7 +115,7 @@ def _run_job(job: dict[str, Any], report: int) -> None:
         observation = {"failed": failure.code, "message": str(failure)}
     except BaseException as error:  # the answer raised (or exited): reported as data
         observation = {"raised": explain(error)[:2000]}
-    for stream in (sys.stdout, sys.stderr):  # what the answer printed reaches the output file first
+    for stream in (sys.stdout, sys.stderr):  # what the answer printed reaches the output pipe first
         try:
             stream.flush()
         except BaseException:  # noqa: S110

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.drills.fresh import python_command
-from harness.drills.progress import home
+from harness.drills.store import home
 
 IDLE_S = 900.0
 START_TIMEOUT_S = 120.0
@@ -214,8 +214,8 @@ def _answer(request: dict[str, Any], started: str) -> tuple[dict[str, Any], bool
     order = request.get("order")
     result = check_file(drill, path, order=tuple(order) if order else None).as_dict()
     mock = request.get("mock")
-    result["note"] = record_verdict(drill.id, result, mock=mock if isinstance(mock, int) else None)
-    return result, False
+    recorded = record_verdict(drill.id, result, mock=mock if isinstance(mock, int) else None)
+    return {**result, "note": recorded.note, "problem": recorded.problem}, False
 
 
 def serve(idle_s: float = IDLE_S) -> None:
