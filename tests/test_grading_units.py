@@ -249,15 +249,30 @@ def test_the_known_alembic_head_is_the_one_alembic_reports_for_the_installed_nbg
 
 def test_a_regrade_grades_again_the_new_and_changed_notebooks_or_the_students_asked_for(tmp_path):
     from harness.grading.jobs import GradeResult
-    from harness.grading.regrade import ASKED, NEW, RESUBMITTED, reruns
+    from harness.grading.regrade import ASKED, NEW, RESUBMITTED, UNRECORDED, reruns
     from harness.grading.submissions import Submission, notebook_sha256
 
-    for name, text in (("same", "{}"), ("fixed", "{ }"), ("new", "{}")):
-        (tmp_path / f"{name}.ipynb").write_text(text)
-    submissions = [Submission(name, tmp_path / f"{name}.ipynb") for name in ("same", "fixed", "new")]
+    names = ("same", "fixed", "new", "old", "late")
+    for name in names:
+        (tmp_path / f"{name}.ipynb").write_text("{ }" if name == "fixed" else "{}")
+    submissions = [Submission(name, tmp_path / f"{name}.ipynb") for name in names]
     submissions.append(Submission("absent", None, {"status": "missing", "reason": "no notebook"}))
     digest = notebook_sha256(submissions[0])
     graded = {name: GradeResult(name, "00_welcome", "ok", notebook_sha256=digest) for name in ("same", "fixed")}
     graded["absent"] = GradeResult("absent", "00_welcome", "missing")
-    assert reruns(graded, submissions, set()) == {"fixed": RESUBMITTED, "new": NEW}
+    graded["late"] = GradeResult("late", "00_welcome", "missing")  # had no notebook, now has one
+    graded["old"] = GradeResult("old", "00_welcome", "ok")  # graded before digests were kept
+    assert reruns(graded, submissions, set()) == {"fixed": RESUBMITTED, "new": NEW, "old": UNRECORDED,
+                                                  "late": RESUBMITTED}
     assert reruns(graded, submissions, {"same"}) == {"same": ASKED}
+
+
+def test_an_unjudged_submission_gets_a_page_with_what_was_wrong_its_score_and_what_to_do(tmp_path):
+    from harness.grading.feedback import write_unjudged_feedback
+    from harness.grading.jobs import GradeResult
+
+    result = GradeResult("ann", "00_welcome", "invalid", scores={"00-a": [0.0, 2.0], "00-b": [0.0, 3.0]})
+    page = write_unjudged_feedback(tmp_path, result, "not JSON near <script>alert(1)</script>").read_text()
+    assert page.count("<script>") == 0 and "&lt;script&gt;" in page  # the reason is text, never markup
+    assert "Score: 0 / 5" in page and "submit the notebook file itself, 00_welcome.ipynb" in page
+    assert (tmp_path / "feedback" / "ann" / "00_welcome" / "00_welcome.html").is_file()

@@ -334,7 +334,8 @@ def regrade_by_content(args: argparse.Namespace, out: Path, record: dict[str, An
             done.append(f"resubmissions not looked for: {where} (give it: harness grade SUBMISSIONS --regrade {out})")
         rerun = reruns(graded, submissions, asked)
         if missing := sorted(asked - rerun.keys()):
-            print(f"cannot regrade: no submission of {', '.join(missing)} in {source}")
+            print(f"cannot regrade: no submission of {', '.join(missing)} in "
+                  f"{source or 'the submissions (none recorded: give them, harness grade SUBMISSIONS --regrade OUT)'}")
             return 2
         if not tasks and not rerun:
             print(f"nothing to regrade in {out}: {'; '.join(done)}"
@@ -377,6 +378,7 @@ def _report_regrade(args: argparse.Namespace, out: Path, regrade: Regrade) -> in
     """Record the re-judged points in the gradebook and their feedback, print and add to regrade.md who moved
     (old -> new points, why), then publish the whole class (`publish`)."""
     from harness.grading.batch import course_template, merge_into_gradebook
+    from harness.grading.mistakes import plural
     from harness.grading.regrade import CHECK_CHANGED, refresh_feedback, write_report
 
     rejudged = [change for change in regrade.changes if change.why == CHECK_CHANGED]
@@ -386,7 +388,7 @@ def _report_regrade(args: argparse.Namespace, out: Path, regrade: Regrade) -> in
             merge_into_gradebook(out / "gradebook.db", template, [change.after.to_dict() for change in rejudged])
             problems = refresh_feedback(out, template, regrade.assignment, rejudged)
     print("\n".join(regrade.done))
-    print(f"{len(regrade.changes)} students' results redone (points before -> after, and why):" if regrade.changes
+    print(f"{plural(len(regrade.changes), 'student')} redone (points before -> after, and why):" if regrade.changes
           else "no student's result moved")
     for change in regrade.changes:
         print(f"  {change.line()}")

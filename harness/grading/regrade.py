@@ -41,6 +41,7 @@ REPORT = "regrade.md"
 CHECK_CHANGED = "check changed"
 RESUBMITTED = "resubmitted"
 NEW = "new submission"
+UNRECORDED = "graded before notebook digests were kept"
 ASKED = "regraded on request"
 
 
@@ -75,7 +76,7 @@ class Change:
     student: str
     before: GradeResult | None
     after: GradeResult
-    why: str  # CHECK_CHANGED, RESUBMITTED, NEW or ASKED
+    why: str  # CHECK_CHANGED, RESUBMITTED, NEW, UNRECORDED or ASKED
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # the re-judged tasks' new verdicts
 
     def moves(self) -> list[str]:
@@ -97,11 +98,18 @@ class Change:
 
 def reruns(graded: dict[str, GradeResult], submissions: list[Submission], asked: set[str]) -> dict[str, str]:
     """Student -> why, for each submission to grade again: the students `asked` for (when any), else each new
-    student and each whose notebook's digest differs from the one graded."""
+    student and each whose notebook's digest differs from the one graded (or was not kept)."""
     if asked:
         return {s.student: ASKED for s in submissions if s.student in asked}
-    return {s.student: NEW if s.student not in graded else RESUBMITTED for s in submissions
-            if s.student not in graded or graded[s.student].notebook_sha256 != notebook_sha256(s)}
+    why = {}
+    for submission in submissions:
+        before = graded.get(submission.student)
+        if before is None:
+            why[submission.student] = NEW
+        elif before.notebook_sha256 != notebook_sha256(submission):
+            why[submission.student] = RESUBMITTED if before.notebook_sha256 or before.status == "missing" else \
+                UNRECORDED
+    return why
 
 
 def _rejudged(result: GradeResult, observed: dict[str, Any], tasks: list[str]) -> tuple[GradeResult,
