@@ -173,7 +173,7 @@ def pip(arguments: list[str]) -> None:
         if subprocess.run(command).returncode != 0:
             raise RuntimeError(f"pip install {' '.join(arguments)} failed: its output is above")
         return
-    last = deque(maxlen=40)
+    last: deque[str] = deque(maxlen=40)  # what the error message quotes
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as process:
         for line in process.stdout:
             print(line, end="", flush=True)
