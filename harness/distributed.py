@@ -18,6 +18,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 BACKENDS = ("gloo", "nccl")
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+STEP_TIMEOUT_VARIABLE = "HARNESS_LAUNCH_STEP_TIMEOUT"  # the step deadline `harness.launch` gives its gloo ranks
+JOIN_TIMEOUT_S = 300.0  # how long a new group waits for its slowest rank to start (imports, a busy machine)
 
 
 def is_distributed() -> bool:
@@ -103,7 +105,7 @@ def check_backend(backend: str) -> None:
         )
 
 
-def init_distributed(backend: str | None = None, timeout_s: float = 300.0) -> torch.device:
+def init_distributed(backend: str | None = None, timeout_s: float | None = None) -> torch.device:
     """Join the process group torchrun describes in the environment, and return this rank's device once
     every rank has joined (`settle_group`).
 
@@ -113,8 +115,11 @@ def init_distributed(backend: str | None = None, timeout_s: float = 300.0) -> to
     Args:
         backend: "gloo" or "nccl"; None takes the one `harness.launch` was asked for (HARNESS_LAUNCH_BACKEND),
             else NCCL when CUDA is available, else gloo.
-        timeout_s: how long a collective may wait for the other ranks before failing (instead of
-            hanging forever when one rank died or took another code path).
+        timeout_s: the step deadline: how long a collective (DDP's gradient all-reduce in every step
+            included) may wait for the other ranks before it fails, instead of hanging forever when a rank died,
+            hangs in its step or took another code path. None: the deadline `harness.launch` gives its ranks
+            (HARNESS_LAUNCH_STEP_TIMEOUT), else 300 s. Joining the group may take up to 300 s whatever it is:
+            a rank still starting is not late.
 
     Returns:
         cuda:LOCAL_RANK under NCCL (that device is also made current), cpu under gloo.
@@ -138,9 +143,20 @@ def init_distributed(backend: str | None = None, timeout_s: float = 300.0) -> to
         device = torch.device("cuda", get_local_rank())
         torch.cuda.set_device(device)
     if not is_distributed():
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        if timeout_s is None:
+            timeout_s = float(os.environ.get(STEP_TIMEOUT_VARIABLE, JOIN_TIMEOUT_S))
+        dist.init_process_group(backend, timeout=timedelta(seconds=max(timeout_s, JOIN_TIMEOUT_S)))
         settle_group()
+        if timeout_s < JOIN_TIMEOUT_S:  # every rank has joined: from here on a collective waits timeout_s at most
+            _set_group_timeout(timedelta(seconds=timeout_s))
     return device
+
+
+def _set_group_timeout(timeout: timedelta) -> None:
+    """Give every later collective of the default group `timeout` (newer torch names this `dist.set_timeout`;
+    torch 2.11, the oldest the course supports, `_set_pg_timeout`)."""
+    set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+    set_timeout(timeout)
 
 
 def settle_group() -> None:

@@ -123,12 +123,14 @@ def check_equal_batch_counts(train_loader: Any) -> None:
     """
     counts = all_gather_int(len(train_loader))
     if len(set(counts)) > 1:
-        listing = ", ".join(f"rank {rank}: {count}" for rank, count in enumerate(counts))
+        first, *others = (f"rank {rank} has {count}" for rank, count in enumerate(counts))
+        listing = ", ".join([f"{first} batches per epoch", *others])  # rank 0 has 13 batches per epoch, rank 1 has 12
         raise ValueError(
-            f"under DDP every rank must train on the same number of batches per epoch, but the train loaders have "
-            f"{listing}. Every optimizer step all-reduces the gradients of all ranks: the ranks with more batches "
-            "would wait forever for those that ran out. Give each rank a DistributedSampler over the same dataset, "
-            "with the same batch_size and drop_last (harness.distributed.distributed_loader does).")
+            f"under DDP every rank must train on the same number of batches per epoch, but {listing}: DDP would "
+            "hang at the first step one rank does not take (every step all-reduces the gradients of all ranks). "
+            "Give each rank a DistributedSampler over the same whole dataset, with the same batch_size: it pads the "
+            "shards to one size (or drops the tail with drop_last=True), so every rank gets the same count "
+            "(harness.distributed.distributed_loader does).")
 
 
 def check_schedule_length(scheduler: Any, interval: str | None, epochs: int, batches: int,

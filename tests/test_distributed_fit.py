@@ -2,8 +2,9 @@
 
 Three launches, shared by the assertions (each costs several seconds): an uninterrupted 4-epoch run,
 a run killed after epoch 2, and its resume. The model has dropout and the optimizer momentum, so an
-exact resume needs every rank's RNG state and the optimizer state, not just the weights. Two more launches
-are refused before the first step: ranks with unequal batch counts, and a folder a live process holds.
+exact resume needs every rank's RNG state and the optimizer state, not just the weights. Three more launches
+are refused before the first step: ranks with unequal batch counts (twice: unequal datasets, and one dataset
+sliced by hand), and a folder a live process holds.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import pandas as pd
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-from harness.launch import LaunchError, launch
+from harness.distributed import get_rank
+from harness.launch import LaunchError, launch, launch_forked
+from harness.train import fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun")]  # serialized where xdist honours groups
 
@@ -140,8 +144,37 @@ def test_ranks_with_unequal_batch_counts_are_refused_before_the_first_step(tmp_p
     with pytest.raises(LaunchError) as refused:
         launch(ddp_fit, 2, args=(str(tmp_path / "run"), None, False, None, 192), quiet=True, timeout_s=120)
     assert "every rank must train on the same number of batches per epoch" in str(refused.value)
-    assert "rank 0: 8, rank 1: 6" in str(refused.value)
+    assert "rank 0 has 8 batches per epoch, rank 1 has 6: DDP would hang" in str(refused.value)
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def fit_on_data_split_by_hand(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                              targets: torch.Tensor, rank0_samples: int) -> None:
+    """One rank of a DDP fit on its own slice of the data, cut by hand instead of by a DistributedSampler (forked
+    ranks: the arguments are this process's objects, copied by the fork)."""
+    mine = slice(0, rank0_samples) if get_rank() == 0 else slice(rank0_samples, None)
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        print("a step ran")
+        return nn.functional.cross_entropy(logits, labels)
+
+    fit(model, DataLoader(TensorDataset(inputs[mine], targets[mine]), batch_size=4), loss_fn=loss_fn,
+        optimizer=optimizer, epochs=1, progress=False)
+
+
+def test_ranks_given_unequal_slices_by_hand_are_refused_with_each_ranks_count():
+    """100 samples cut 52 + 48, in batches of 4: 13 and 12 batches, refused on every rank before any step."""
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = torch.randn(100, 2), torch.randint(0, 2, (100,))
+    with pytest.raises(LaunchError) as refused:
+        launch_forked(fit_on_data_split_by_hand, 2, args=(model, optimizer, inputs, targets, 52), timeout_s=60)
+    message = str(refused.value)
+    assert refused.value.rank in (0, 1), message
+    assert ("under DDP every rank must train on the same number of batches per epoch, but rank 0 has 13 batches "
+            "per epoch, rank 1 has 12: DDP would hang at the first step one rank does not take") in message, message
+    assert "DistributedSampler over the same whole dataset" in message
+    assert "a step ran" not in refused.value.log
 
 
 def test_a_folder_held_by_a_live_process_is_refused_under_ddp_naming_the_holder(tmp_path):

@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness.launch import LaunchError, function_script, launch, launch_forked, max_world_size
+from harness.launch import LaunchError, function_script, hangs, launch, launch_forked, max_world_size
+from harness.launch.outcome import blame
 
 SCALE = 3
 
@@ -94,7 +95,7 @@ def test_launch_reports_the_crashing_rank_and_ends_the_others():
 @pytest.mark.xdist_group("torchrun")
 def test_launch_timeout_ends_every_process():
     with pytest.raises(LaunchError, match="did not finish within 12 s"):
-        launch(hangs_forever, 2, timeout_s=12, quiet=True)
+        launch(hangs_forever, 2, timeout_s=12, step_timeout_s=60, quiet=True)  # the launch's timeout comes first
     assert_no_children_left()
 
 
@@ -246,6 +247,39 @@ def test_arguments_that_cannot_travel_are_refused():
 def test_a_missing_script_is_refused(tmp_path):
     with pytest.raises(ValueError, match="is not a file"):
         launch(tmp_path / "missing.py", 2)
+
+
+# ------------------------------------------------------------------------------------ reports on timeouts
+
+DUMP_WHILE_REPORTING_ITS_OWN_TIMEOUT = """Current thread 0x00007f0000000001 (most recent call first):
+  File "{harness}/launch/hangs.py", line 66 in ask_for_stacks
+  File "{harness}/launch/hangs.py", line 160 in note_timeout
+  File "{harness}/launch/rank.py", line 75 in run_rank
+  File "/tmp/harness-launch-x/rank_main.py", line 30 in <module>
+"""
+
+
+def test_ranks_whose_own_collectives_timed_out_are_reported_waiting_not_late(tmp_path):
+    """Ranks that took different paths (rank 0 one batch more: DDP's all-reduce in backward; rank 1 a barrier)
+    both time out. Rank 1 was reporting its own timeout when rank 0 asked for its stack: it waited, it was not late."""
+    harness = os.path.dirname(os.path.dirname(hangs.__file__))
+    assert hangs.where(DUMP_WHILE_REPORTING_ITS_OWN_TIMEOUT.format(harness=harness)) == (
+        "waiting in a collective that timed out there too")
+    rank0 = tmp_path / "timeout_0.txt"
+    rank0.write_text("  rank 0: timed out waiting in backward, where DDP all-reduces the gradients (called at "
+                     "loop.py line 9 in train: loss.backward())\n  rank 1: waiting in a collective that timed out "
+                     "there too")
+    rank1 = tmp_path / "timeout_1.txt"
+    rank1.write_text("  rank 1: timed out waiting in barrier (called at loop.py line 12 in train: dist.barrier())\n"
+                     "  rank 0: did not arrive: at loop.py line 30 in <module>: run_rank(train)")
+    os.utime(rank1, ns=(rank0.stat().st_mtime_ns + 1000, rank0.stat().st_mtime_ns + 1000))  # rank 0's came first
+    rank, message = blame(tmp_path, {0: 1, 1: 1}, "[rank0] one batch more\n")
+    assert rank == 0, message
+    assert message.startswith("a collective timed out: rank 0 waited in it past its timeout (the step deadline), "
+                              "and the launch was ended. Where each rank was:\n"
+                              "  rank 0: timed out waiting in backward, where DDP all-reduces the gradients"), message
+    assert "\n  rank 1: timed out waiting in barrier (called at loop.py line 12 in train: dist.barrier())\n" in message
+    assert "did not arrive" not in message and "one batch more" in message.split("Its last output lines:")[1]
 
 
 # ---------------------------------------------------------------------------------------------- forked

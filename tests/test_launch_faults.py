@@ -304,6 +304,62 @@ def test_a_collective_that_times_out_names_the_rank_that_did_not_arrive(tmp_path
     done = subprocess.run([sys.executable, "-m", "harness", "launch", "--nproc", "2", str(script)],
                           capture_output=True, text=True, timeout=STARTUP_S + 60, env=_env())
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "a collective timed out: rank 0 waited in it for ranks that did not arrive" in done.stdout, done.stdout
+    assert ("rank 1 did not arrive at a collective: rank 0 waited in it past its timeout (the step deadline)"
+            in done.stdout), done.stdout
+    assert "rank 0: timed out waiting in barrier (called at train.py line 9 in <module>: barrier())" in done.stdout
     assert "rank 1: did not arrive: at train.py line 8 in <module>: time.sleep(600)" in done.stdout, done.stdout
     assert "rank 1 reads one batch more" in done.stdout.split("Its last output lines:")[1]
+
+
+HANGS_IN_ITS_STEP_SCRIPT = """
+import os
+import time
+
+import torch
+from torch import nn
+
+from harness.distributed import distributed_loader, get_rank, init_distributed
+from harness.train import fit
+
+if os.environ["RANK"] == "1":
+    time.sleep(4.5)  # starts later than the step deadline: joining the group is not a step
+init_distributed()  # the step deadline harness.launch gives its ranks
+batches = 0
+
+
+def loss_fn(logits, targets):
+    global batches
+    batches += 1
+    if get_rank() == 1 and batches == 3:
+        print("rank 1 reads a batch from a share that never answers", flush=True)
+        time.sleep(600)
+    return nn.functional.cross_entropy(logits, targets)
+
+
+torch.manual_seed(0)
+model = nn.Linear(2, 2)
+data = torch.utils.data.TensorDataset(torch.randn(128, 2), torch.randint(0, 2, (128,)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+fit(model, distributed_loader(data, batch_size=16), loss_fn=loss_fn, optimizer=optimizer, epochs=1, progress=False)
+"""
+
+
+@pytest.mark.xdist_group("torchrun")
+def test_a_rank_that_hangs_in_its_step_is_named_at_the_step_deadline(tmp_path):
+    """fit under DDP, rank 1 asleep in its third step: rank 0 waits in backward (DDP's all-reduce) until the step
+    deadline, and the launch names rank 1, where it was and its last lines, long before the launch's timeout. The
+    late start and the two steps before are not refused."""
+    script = tmp_path / "moons.py"
+    script.write_text(HANGS_IN_ITS_STEP_SCRIPT)
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as failure:
+        launch(script, 2, step_timeout_s=3, timeout_s=STARTUP_S, quiet=True)
+    message = str(failure.value)
+    assert failure.value.rank == 1, message
+    assert message.startswith("rank 1 did not arrive at a collective: rank 0 waited in it past its timeout (the step "
+                              "deadline), and the launch was ended. Where each rank was:"), message
+    assert ("rank 0: timed out waiting in backward, where DDP all-reduces the gradients (called at train.py line"
+            in message), message
+    assert "rank 1: did not arrive: at moons.py line 22 in loss_fn: time.sleep(600)" in message, message
+    assert "rank 1 reads a batch from a share that never answers" in message.split("Its last output lines:")[1]
+    assert time.monotonic() - started < STARTUP_S

@@ -9,8 +9,9 @@ after CUDA was initialised crashes. Sending source through torchrun is what also
 
 Failures are reported, never hung on: the rank that caused a failure is named, with its exception's
 traceback or the signal that killed it, and its last output lines, and the other ranks are ended; a hang
-names the ranks that did not arrive and where each one was; no process is left behind, even when the
-launching process is killed.
+names the ranks that did not arrive and where each one was (under gloo at the step deadline, `step_timeout_s`:
+a collective that waits past it fails in the rank that waited, which asks the others where they are); no
+process is left behind, even when the launching process is killed.
 
 `launch_forked` is the fast variant the checks use (no interpreter start, ~0.2 s instead of ~3 s per
 rank): CPU and gloo only, refused once CUDA is initialised in this process.

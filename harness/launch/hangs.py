@@ -4,7 +4,8 @@ A rank arms the dump when it starts (`arm_stack_dump`: `faulthandler`, which wri
 handler, so a rank blocked in a C++ collective still answers). Before a hung launch is ended, the launcher
 asks each rank for its stack (`ask_for_stacks`) and `where_ranks` tells for each one the collective it waits
 in (it arrived) or the line it is at (it did not arrive). A rank whose collective times out first (gloo's
-"Timed out waiting") asks the others itself (`note_timeout`), before the launcher ends them.
+"Timed out waiting", at the step deadline `harness.launch` gives its ranks) asks the others itself and writes
+where it waited (`where_raised`) and where they were (`note_timeout`), before the launcher ends them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 import signal
 import sysconfig
 import time
+import traceback
 from pathlib import Path
 from typing import IO
 
@@ -78,15 +80,36 @@ _STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 def _is_library(file: str) -> bool:
-    """Frames that are not the launched code: torch, the launcher, Python's standard library."""
+    """Frames that are not the launched code: torch, the launcher, the collectives' wrappers of
+    `harness.distributed` (the caller's line says more), Python's standard library."""
     return file.startswith((_STDLIB, "<frozen")) or any(
-        part in file for part in (f"{os.sep}torch{os.sep}", f"harness{os.sep}launch{os.sep}"))
+        part in file for part in (f"{os.sep}torch{os.sep}", f"harness{os.sep}launch{os.sep}",
+                                  f"harness{os.sep}distributed.py"))
 
 
 def where(dump: str) -> str:
     """Where a stack dump shows the rank: "waiting in barrier, called at FILE line N: CODE" when it waits in a
     collective, "at FILE line N in FUNCTION: CODE" otherwise; "" when the dump shows no frame."""
     frames = _main_thread_frames(dump)
+    if any(function == note_timeout.__name__ for _, _, function in frames):  # it was reporting its own timeout
+        return "waiting in a collective that timed out there too"
+    return _place(frames)
+
+
+def where_raised(error: BaseException) -> str:
+    """Where the launched code was when `error` was raised in it, as `where` says it; a collective that timed out
+    inside backward is DDP's gradient all-reduce ("waiting in backward, where DDP all-reduces the gradients")."""
+    frames = [(frame.filename, frame.lineno or 0, frame.name) for frame in traceback.extract_tb(error.__traceback__)]
+    frames.reverse()  # innermost first, as in a dump
+    place = _place(frames)
+    in_backward = any(f"{os.sep}torch{os.sep}autograd{os.sep}" in file for file, _, _ in frames)
+    if place.startswith("at ") and in_backward:
+        return f"waiting in backward, where DDP all-reduces the gradients (called {place})"
+    return place
+
+
+def _place(frames: list[tuple[str, int, str]]) -> str:
+    """`where` for frames (file, line, function), innermost first."""
     users = [i for i, (file, _, _) in enumerate(frames) if not _is_library(file)]
     if not users:
         return ""
@@ -116,9 +139,11 @@ def where_ranks(work: Path, ranks: list[int], last_lines: dict[int, str]) -> str
 
 def note_timeout(work: Path, rank: int, error: BaseException) -> None:
     """In a rank whose collective timed out (`error`): have the other ranks dump their stacks, and write where
-    they were to work/timeout_RANK.txt for the launcher's report. Any other error is left alone."""
+    this rank waited and where they were to work/timeout_RANK.txt for the launcher's report. Any other error is
+    left alone."""
     if "timed out" not in str(error).lower():
         return
     others = sorted(set(rank_pids(work)) - {rank})
     ask_for_stacks(work, others)
-    (work / f"timeout_{rank}.txt").write_text(where_ranks(work, others, {}))
+    waited = f"  rank {rank}: timed out {where_raised(error) or 'in a collective'}\n"
+    (work / f"timeout_{rank}.txt").write_text(waited + where_ranks(work, others, {}))

@@ -119,6 +119,28 @@ def hang_report(what: str, work: Path, nproc: int, log: str) -> str:
             "cause: look at what the ranks that did not arrive were doing instead.")
 
 
+def _timed_out(timeouts: list[Path], log: str) -> tuple[int, str]:
+    """The rank to blame when collectives timed out (past the step deadline) and the report: each rank whose own
+    collective timed out wrote a `timeout_RANK.txt` (`note_timeout`: where it waited, then where the others
+    were), the first one written says where the others were. A rank that did not arrive is named first."""
+    waited = int(timeouts[0].stem.split("_")[1])
+    places = {int(rank): line for rank, line in re.findall(r"(?m)^\s*rank (\d+): (.*)$", timeouts[0].read_text())}
+    for path in timeouts[1:]:  # a rank that timed out itself was waiting, whatever its stack showed the first
+        places[int(path.stem.split("_")[1])] = path.read_text().splitlines()[0].split(": ", 1)[1]
+    late = [rank for rank, line in sorted(places.items()) if line.startswith("did not arrive")]
+    waited_in_it = f"rank {waited} waited in it past its timeout (the step deadline)"
+    head = f"a collective timed out: {waited_in_it}"
+    if late:
+        ranks = f"rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}"
+        head = f"{ranks} did not arrive at a collective: {waited_in_it}"
+    listing = "\n".join(f"  rank {rank}: {line}" for rank, line in sorted(places.items()))
+    rank = late[0] if late else waited
+    return rank, (f"{head}, and the launch was ended. Where each rank was:\n{listing}\nA rank that hangs in its step "
+                  "(a sleep, a lock or a loader that never returns), or ranks that take different paths (one rank "
+                  "with more batches than another, a condition on the rank) and so wait in different collectives, "
+                  "is the usual cause." + _last_lines(log, rank))
+
+
 def blame(work: Path, ended: dict[int, int], log: str) -> tuple[int, str] | None:
     """The rank to blame for a failed launch and the report on it (None when no rank failed).
 
@@ -140,14 +162,7 @@ def blame(work: Path, ended: dict[int, int], log: str) -> tuple[int, str] | None
                       + (f"\nIt was {site}." if site else "") + _last_lines(log, rank))
     timeouts = sorted(work.glob("timeout_*.txt"), key=lambda path: path.stat().st_mtime_ns)
     if timeouts:
-        waited = int(timeouts[0].stem.split("_")[1])
-        places = timeouts[0].read_text()
-        late = [int(rank) for rank in re.findall(r"rank (\d+): did not arrive", places)]
-        rank = late[0] if late else waited
-        return rank, (f"a collective timed out: rank {waited} waited in it for ranks that did not arrive, and the "
-                      f"launch was ended. Where the other ranks were:\n{places}\nA rank that takes another path "
-                      "(an extra batch, a condition on the rank) and never reaches the collective is the usual "
-                      "cause." + _last_lines(log, rank))
+        return _timed_out(timeouts, log)
     first = first_error(work, log)
     if first is not None:
         return first

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import psutil
 import torch
 
-from harness.distributed import check_backend
+from harness.distributed import JOIN_TIMEOUT_S, STEP_TIMEOUT_VARIABLE, check_backend
 from harness.launch.hangs import ask_for_stacks
 from harness.launch.lifeline import process_start, work_folder
 from harness.launch.limits import check_port, check_world_size
@@ -43,6 +43,7 @@ def launch(
     backend: str | None = None,
     port: int | None = None,
     timeout_s: float = 120.0,
+    step_timeout_s: float | None = None,
     quiet: bool = False,
 ) -> LaunchResult:
     """Run `target` on `nproc` processes with torchrun, stream their output, and return their results.
@@ -58,23 +59,35 @@ def launch(
         port: the rendezvous port; None has torchrun serve its rendezvous on a port the kernel picks, reserved
             for this launch (concurrent launches never meet).
         timeout_s: end every process and raise after this many seconds.
+        step_timeout_s: the step deadline (gloo): how long a rank may wait in a collective for the others (DDP
+            all-reduces the gradients in every step) before that wait fails and the launch names the rank that
+            did not arrive, with where it was and its last lines. None: a third of `timeout_s`, at most 300 s,
+            so the rank is named before the launch times out. Under NCCL, whose watchdog would end the rank
+            that waited, a hang is reported at `timeout_s`.
         quiet: collect the output without printing it.
 
     Returns:
         A LaunchResult: every rank's return value (function targets), the log and the wall time.
 
     Raises:
-        ValueError: nproc beyond the machine, a port in use, or a script that does not exist.
+        ValueError: nproc beyond the machine, a port in use, a step_timeout_s not above 0, or a script that does
+            not exist.
         RuntimeError: NCCL without GPUs.
         TypeError: a function, global or argument that cannot be sent to other processes.
         LaunchError: a rank failed (the rank that caused it is named, with its signal or traceback and its
-            last output lines) or the launch timed out (where each rank was is named).
+            last output lines), a rank did not reach a collective by the step deadline (named, with where each
+            rank was and its last lines) or the launch timed out (where each rank was is named).
     """
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     check_backend(backend)
     check_world_size(nproc, backend)
     if port is not None:
         check_port(port)
+    if step_timeout_s is None:
+        step_timeout_s = min(timeout_s / 3, JOIN_TIMEOUT_S)
+    if step_timeout_s <= 0:
+        raise ValueError(f"step_timeout_s={step_timeout_s!r}: use a number of seconds above 0, or None for a third "
+                         "of timeout_s.")
     with work_folder("harness-launch-") as work:
         entry = _prepare(target, work, args, kwargs or {}, script_args)
         me = os.getpid()
@@ -84,8 +97,8 @@ def launch(
                     else ["--nnodes=1", "--master-addr=127.0.0.1", f"--master-port={port}"])
         command.append(str(entry))
         started = time.perf_counter()
-        returncode, rank_lines, runner_lines = _run_torchrun(command, _launch_env(backend), timeout_s, quiet, work,
-                                                             nproc)
+        env = _launch_env(backend, step_timeout_s)
+        returncode, rank_lines, runner_lines = _run_torchrun(command, env, timeout_s, quiet, work, nproc)
         seconds = time.perf_counter() - started
         log = "".join(rank_lines)
         if returncode is None:
@@ -123,10 +136,13 @@ def _prepare(target: Any, work: Path, args: Sequence[Any], kwargs: dict[str, Any
     return entry
 
 
-def _launch_env(backend: str) -> dict[str, str]:
+def _launch_env(backend: str, step_timeout_s: float) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)  # the ranks use the store torchrun reserved
     env["HARNESS_LAUNCH_BACKEND"] = backend
+    env.pop(STEP_TIMEOUT_VARIABLE, None)  # an outer launch's deadline is not this one's
+    if backend == "gloo":  # a gloo collective past it raises in the rank that waited (`note_timeout` names the late)
+        env[STEP_TIMEOUT_VARIABLE] = repr(float(step_timeout_s))
     # The ranks import what this process imports: functions of its modules are sent by reference.
     paths = [os.path.abspath(path or os.curdir) for path in sys.path]
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
