@@ -286,3 +286,10 @@ def test_grading_again_into_the_folder_grades_only_the_fixed_notebook(graded, tm
     assert "nothing to regrade" in capsys.readouterr().out
     assert main(["grade", "--regrade", str(out), "--student", "nobody"]) == 2
     assert "no submission of nobody" in capsys.readouterr().out
+    kept = {path.name: path.read_bytes() for path in (out / "results").glob("*.json") if path.stem != "evaeast"}
+    assert main(["grade", "--regrade", str(out), "--student", "evaeast"]) == 0  # one student, changed or not
+    printed = capsys.readouterr().out
+    assert "graded again: evaeast (regraded on request)" in printed, printed
+    assert "  evaeast: 0 -> 0 points (regraded on request)" in printed, printed
+    assert {path.name: path.read_bytes() for path in (out / "results").glob("*.json") if path.stem != "evaeast"} \
+        == kept
