@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ from harness.contract.case import Case
 from harness.grading import cgroup, sandbox
 from harness.grading.decoy import Decoy
 from harness.grading.execute import error_output
-from harness.grading.feedback import polish_feedback, write_unjudged_feedback
+from harness.grading.feedback import feedback_sections, polish_feedback, write_unjudged_feedback
+from harness.grading.instructor_text import capped
 from harness.grading.jobs import NOT_ATTEMPTED, GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
 from harness.grading.restore import restore_cells
@@ -47,6 +49,7 @@ from harness.judge.verdict import Verdict, judge_task
 
 # The folder of the output where each student's observations are kept (`observations`), for regrades.
 OBSERVATIONS = "observations"
+MAX_REASONS = 100  # a result's reasons, each capped: a result stays well under a few MB
 
 
 def _config(course: Path, job: GradeJob, cases: Cases, report: Path, nonce: str, deadline: float) -> Any:
@@ -54,18 +57,16 @@ def _config(course: Path, job: GradeJob, cases: Cases, report: Path, nonce: str,
 
     `deadline` (time.monotonic()) is when the whole-submission limit stops execution.
     """
-    from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,
         CheckCellMetadata,
-        GetGrades,
         IgnorePattern,
         LimitOutput,
         SaveAutoGrades,
     )
 
     from harness.grading.execute import InjectGuard, SandboxedExecute, StripGuard
-    from harness.grading.feedback import StripHiddenTests
 
     lesson = f"harness.checks.lesson{job.assignment[:2]}"
     checks = REPO_ROOT / "harness" / "checks" / f"lesson{job.assignment[:2]}"
@@ -75,7 +76,7 @@ def _config(course: Path, job: GradeJob, cases: Cases, report: Path, nonce: str,
         Autograde={"autograde_preprocessors": [InjectGuard, SandboxedExecute, StripGuard, IgnorePattern,
                                                ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                                AssignLatePenalties, CheckCellMetadata]},
-        GenerateFeedback={"preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]},
+        **feedback_sections(),
         SandboxedExecute={"timeout": job.timeout, "kernel_name": sandbox.KERNEL_NAME, "deadline": deadline,
                           "submission_seconds": job.submission_seconds,
                           "report_path": str(report), "max_output_bytes": job.max_output_bytes,
@@ -335,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         result = GradeResult(job.student, job.assignment, "error",
                              reasons=[f"the grader failed on this submission ({type(error).__name__}: "
                                       f"{str(error)[:160]}); see logs/{job.student}.log"])
-    Path(result_path).write_text(result.to_json(), encoding="utf-8")
+    bounded = replace(result, reasons=[capped(reason) for reason in result.reasons[:MAX_REASONS]])
+    Path(result_path).write_text(bounded.to_json(), encoding="utf-8")
     return 0
 
 

@@ -5,8 +5,10 @@ test cell, with their printed results and tracebacks (IPython's tracebacks quote
 failing one). `StripHiddenTests` runs first in GenerateFeedback: each test cell gets its release source
 back, lines printed by hidden checks go, and an error raised by a hidden check becomes a short message
 that names the failure code without the hidden inputs; a visible failure keeps its teaching message.
+`OutputsAsText` and nbconvert's sanitising (`feedback_html`) keep everything the student wrote inert.
 `polish_feedback` then makes the HTML read well: long messages wrap inside their box, and the index names
-each test cell by its exercise and task id instead of "Test cell" five times. After a regrade,
+each test cell by its exercise and task id instead of "Test cell" five times; last, the page gets its
+content security policy (`feedback_html.with_policy`). After a regrade,
 `regenerate_feedback` writes a student's new verdicts into the autograded notebook and runs the same
 GenerateFeedback again, from the grading's gradebook, so the feedback shows the new points and messages.
 A submission nothing was judged for (no notebook, a file that is not a notebook, a blank notebook) gets a
@@ -27,6 +29,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from harness.grading.execute import error_output
+from harness.grading.feedback_html import EXPORTER, OutputsAsText, with_policy
 from harness.grading.layout import course_config, exercise_titles
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ def polish_feedback(html: str, titles: dict[str, str]) -> str:
         return f'<a href="#{task}">{name}</a>'
 
     html = INDEX_ENTRY.sub(entry, html)
-    return html.replace("</head>", WRAP_CSS + "\n</head>", 1) if WRAP_CSS not in html else html
+    return with_policy(html.replace("</head>", WRAP_CSS + "\n</head>", 1) if WRAP_CSS not in html else html)
 
 
 def without_hidden_tests(source: str) -> str:
@@ -96,6 +99,17 @@ class StripHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
+def feedback_sections() -> dict[str, dict[str, Any]]:
+    """nbgrader's GenerateFeedback configuration, the same at grading and regrading: hidden tests stripped,
+    displayed outputs as text, Markdown and HTML sanitised (`feedback_html`)."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import GetGrades
+
+    return {"GenerateFeedback": {"preprocessors": [StripHiddenTests, OutputsAsText, GetGrades,
+                                                   CSSHTMLHeaderPreprocessor]},
+            "HTMLExporter": EXPORTER}
+
+
 def verdict_outputs(verdict: Verdict) -> list[NotebookNode]:
     """A test cell's outputs for the judge's `verdict`: its message printed, or raised as a CheckFailed."""
     if verdict.passed:
@@ -118,9 +132,7 @@ def regenerate_feedback(out: Path, template: Path, assignment: str, student: str
     Returns:
         None, or why the feedback could not be generated (the old pages are then kept).
     """
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.apps import NbGraderAPI
-    from nbgrader.preprocessors import GetGrades
 
     graded = out / "autograded" / student / assignment
     for path in graded.glob("*.ipynb"):
@@ -135,9 +147,7 @@ def regenerate_feedback(out: Path, template: Path, assignment: str, student: str
         course = Path(tmp)
         shutil.copy(out / "gradebook.db", course / "gradebook.db")
         shutil.copytree(graded, course / "autograded" / student / assignment)
-        # the preprocessors of the first grading's GenerateFeedback (autograde._config)
-        api = NbGraderAPI(config=course_config(course, GenerateFeedback={
-            "preprocessors": [StripHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]}))
+        api = NbGraderAPI(config=course_config(course, **feedback_sections()))  # as the first grading's
         outcome = api.generate_feedback(assignment, student, force=True)
         if not outcome["success"]:
             return f"feedback not regenerated for {student}: {outcome['error'][-200:]}"
@@ -166,7 +176,7 @@ def unjudged_page(result: GradeResult, reason: str) -> str:
     """The feedback page of a submission nothing was judged for: `reason`, its score and what to do."""
     maximum = sum(top for _, top in result.scores.values())
     todo = WHAT_TO_DO.get(result.status, "Ask your instructor.").format(notebook=f"{result.assignment}.ipynb")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{result.assignment}: "
+    return with_policy(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{result.assignment}: "
             f"feedback</title></head>\n<body><main><h1>{result.assignment}: your submission was not graded</h1>\n"
             f"<p><strong>Score: 0 / {maximum:g}</strong></p>\n<h2>What was wrong</h2>\n<p>{html.escape(reason)}</p>\n"
             f"<h2>What to do</h2>\n<p>{html.escape(todo)}</p></main></body></html>\n")

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.grading.instructor_text import csv_writer
+
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
                   "Grade can be changed", "Last modified (submission)", "Last modified (grade)", "Feedback comments")
@@ -174,21 +176,21 @@ def write_gradebooks(results: list[dict[str, Any]], out: Path, matching: Matchin
     column = f"{names.title or names.assignment}" + (f" ({names.canvas_id})" if names.canvas_id else "")
     rows = [(r, matching.entries[r["student"]], *_points(r)) for r in results]
     with paths["canvas"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+        writer = csv_writer(handle)
         writer.writerow([*CANVAS_COLUMNS, column])
         writer.writerow(["Points Possible", "", "", "", "", f"{maximum:g}"])
         for _, entry, points, _ in rows:
             writer.writerow([entry.name, entry.user_id, entry.sis_user_id, entry.sis_login_id, entry.section,
                              f"{points:g}"])
     with paths["moodle"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+        writer = csv_writer(handle)
         writer.writerow(MOODLE_COLUMNS)
         for result, entry, points, top in rows:
             identifier = f"Participant {entry.user_id}" if entry.user_id else ""
             writer.writerow([identifier, entry.name, entry.email, "Submitted for grading", f"{points:g}",
                              f"{maximum:g}", "Yes", "", "", _comment(result, points, top)])
     with paths["generic"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+        writer = csv_writer(handle)
         writer.writerow(GENERIC_COLUMNS)
         for result, entry, points, _ in rows:
             lms = result.get("lms") or {}

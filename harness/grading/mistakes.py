@@ -18,7 +18,6 @@ notebook, a missing or invalid one and a grader's error are left out, and the re
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from collections import Counter
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.grading.instructor_text import csv_writer, markdown_code, markdown_text
 from harness.grading.jobs import NOT_ATTEMPTED
 
 ERROR = "error"
@@ -155,7 +155,7 @@ def item_analysis(results: list[dict[str, Any]], tasks: list[str], maxima: dict[
 def write_mistakes_csv(rows: list[Mistake], path: Path) -> None:
     """`mistakes.csv`: one row per exercise and cause."""
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+        writer = csv_writer(handle)
         writer.writerow(["task", "cause", "students", "share", "requirement", "hint", "section"])
         writer.writerows([r.task, r.cause, r.students, round(r.share, 3), r.requirement, r.hint, r.section]
                          for r in rows)
@@ -171,7 +171,7 @@ def reteach_lines(rows: list[Mistake], titles: dict[str, str]) -> list[str]:
     if not top:
         return ["Nothing to reteach: no requirement was missed."]
     return [f"{i}. **{_unnumbered(row.section) or titles.get(row.task, row.task)}**: {row.requirement} "
-            f"(`{row.task}` `{row.cause}`, {plural(row.students, 'student')}, {row.share:.0%})"
+            f"(`{row.task}` {markdown_code(row.cause)}, {plural(row.students, 'student')}, {row.share:.0%})"
             for i, row in enumerate(top, 1)]
 
 
@@ -203,8 +203,8 @@ def mistake_lines(rows: list[Mistake], tasks: list[str], titles: dict[str, str])
             continue
         lines += ["| cause | students | requirement | hint the student got | section to reteach |",
                   "|---|---|---|---|---|"]
-        lines += [f"| `{row.cause}` | {plural(row.students, 'student')} ({row.share:.0%}): "
-                  f"{_cell(', '.join(row.names))} | {_cell(row.requirement)} | {_cell(row.hint)} "
+        lines += [f"| {markdown_code(row.cause)} | {plural(row.students, 'student')} ({row.share:.0%}): "
+                  f"{markdown_text(', '.join(row.names))} | {_cell(row.requirement)} | {_cell(row.hint)} "
                   f"| {_cell(row.section)} |" for row in mine]
     return lines
 

@@ -10,7 +10,8 @@ What the LMS's naming says about the student is kept (`LmsIdentity`, `lms_identi
 feedback go back to the right account: Canvas `name[_LATE]_<user id>_<submission id>_<file>`; Moodle
 `Full Name_<participant id>_assignsubmission_file_[<file>]` (a folder per student or flat files); Blackboard
 `<assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>[_<file>]`; Gradescope's `submission_<id>/` folders
-with their `submission_metadata.yml`.
+with their `submission_metadata.yml`. A name there that does not read as a person's name (`person_name`: a
+formula, markup) is never used as one.
 
 The notebook picked in a student's files is the one named like the assignment's, else the only notebook;
 other files are reported as ignored, and a student with no notebook gets a "missing" result. When an LMS
@@ -51,6 +52,8 @@ CANVAS = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<id>\d+)_(?P<submissio
 MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_(?P<file>.*)$")
 BLACKBOARD = re.compile(r"^(?P<assignment>.+)_(?P<id>[^_]+)_attempt_(?P<when>\d{4}(?:-\d\d){5})(?:_(?P<file>.+))?$")
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$")
+# A person's name as an LMS writes it: a letter of any script first, then letters, digits, spaces and . , ' ’ -
+PERSON = re.compile(r"[^\W\d_][\w .,'\u2019-]{0,119}")
 MAX_ID_BYTES = 64  # a student id's longest UTF-8 form: it names folders and files (255 bytes at most each)
 MAX_NOTEBOOK_BYTES = 64 * 2**20  # a submitted notebook larger than this is refused unread
 # Common Cyrillic and Greek lookalikes of Latin letters (after NFKC), for the "reads the same" warning.
@@ -77,16 +80,23 @@ class LmsIdentity:
         return asdict(self)
 
 
+def person_name(text: str) -> str:
+    """`text` when it reads as a person's name (`PERSON`), else "": a file name holding a formula, markup or
+    anything else is never used as a name (the student's id stands in for it in the LMS files)."""
+    text = unicodedata.normalize("NFKC", text).strip()
+    return text if PERSON.fullmatch(text) else ""
+
+
 def lms_identity(name: str) -> LmsIdentity | None:
     """The LMS identity in a file or folder name of an export, or None for a name no LMS wrote."""
     if match := MOODLE.match(name):
         prefix = f"{match['name']}_{match['id']}_assignsubmission_file_"
-        return LmsIdentity("moodle", match["id"], match["name"], prefix=prefix)
+        return LmsIdentity("moodle", match["id"], person_name(match["name"]), prefix=prefix)
     if match := CANVAS.match(name):
         prefix = name[: match.start("file")].rstrip("_")
-        return LmsIdentity("canvas", match["id"], match["name"], bool(match["late"]), prefix)
+        return LmsIdentity("canvas", match["id"], person_name(match["name"]), bool(match["late"]), prefix)
     if match := BLACKBOARD.match(name):
-        return LmsIdentity("blackboard", match["id"], match["id"], prefix=name[: match.end("when")])
+        return LmsIdentity("blackboard", match["id"], person_name(match["id"]), prefix=name[: match.end("when")])
     return None
 
 
@@ -104,7 +114,8 @@ def gradescope_identities(folder: Path) -> dict[str, LmsIdentity]:
         if not line.startswith((" ", "-")) and line.rstrip().endswith(":"):
             if current and fields.get("name"):
                 found[current] = LmsIdentity("gradescope", fields.get("sid") or current.removeprefix("submission_"),
-                                             fields["name"], prefix=current, email=fields.get("email", ""))
+                                             person_name(fields["name"]), prefix=current,
+                                             email=fields.get("email", ""))
             current, fields = line.strip().rstrip(":").strip("'\""), {}
         elif match := re.match(r"^[\s-]*:(name|sid|email):\s*(.*)$", line):
             fields.setdefault(match[1], match[2].strip().strip("'\""))
@@ -281,12 +292,14 @@ def collect_folder(folder: Path, assignment: str) -> list[Submission]:
         mode = entry.lstat().st_mode
         refused: list[str] = []
         if stat.S_ISDIR(mode):
-            name = identity.name if identity and identity.system in ("moodle", "gradescope") else entry.name
+            name = identity.name if identity and identity.name and identity.system in ("moodle", "gradescope") \
+                else entry.name
             nested = entry / assignment if (entry / assignment).is_dir() and not (entry / assignment).is_symlink() \
                 else entry
             files, refused = _plain_files(nested)
         else:
-            name = identity.name if identity else entry.name.split("_")[0] if "_" in entry.name else entry.stem
+            name = identity.name if identity and identity.name else entry.name.split("_")[0] if "_" in entry.name \
+                else entry.stem
             problem = plain_file_problem(entry)
             files, refused = ([], [problem]) if problem else ([entry], [])
         student = _unique_id(name, named_by, notes)

@@ -10,10 +10,10 @@ and the flagged submissions with why.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
+from harness.grading.instructor_text import csv_writer, markdown_text
 from harness.grading.layout import assignment_titles
 from harness.grading.mistakes import judged, left_out, plural, write_mistakes
 
@@ -43,7 +43,7 @@ def max_points(results: list[dict[str, Any]]) -> dict[str, float]:
 def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str], maxima: dict[str, float]) -> None:
     """One row per student, with points per task and the reasons behind the status."""
     with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv_writer(handle)
         writer.writerow(["student", "assignment", "status", "total", "max_total", *tasks,
                          "failures", "reasons", "seconds"])
         for r in results:
@@ -85,7 +85,7 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> 
     write_grades_csv(results, paths["grades.csv"], tasks, maxima)
     rates = pass_rates(results, tasks, maxima)
     with paths["pass_rates.csv"].open("w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv_writer(handle)
         writer.writerow(["task", "points", "passed_share"])
         writer.writerows([t, maxima[t], round(rates[t], 3)] for t in tasks)
     totals = [sum(r["scores"].get(t, [0.0])[0] for t in tasks) for r in results]
@@ -102,7 +102,8 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> 
     lines += ["", "| status | submissions | meaning |", "|---|---|---|"]
     lines += [f"| {s} | {n} | {STATUS_MEANING[s]} |" for s, n in counts.items() if n]
     review = [r for r in results if r["status"] != "ok"]
-    lines += ["", "## Needs review", ""] + ([f"- **{r['student']}** ({r['status']}): {'; '.join(r['reasons'])}"
+    lines += ["", "## Needs review", ""] + ([f"- **{markdown_text(r['student'])}** ({r['status']}): "
+                                             f"{markdown_text('; '.join(r['reasons']))}"
                                              for r in review] or ["Nothing: every submission graded cleanly."])
     paths["summary.md"].write_text("\n".join(lines) + "\n")
     return paths

@@ -6,6 +6,10 @@ task and the case index, decodes as data (`harness.contract.wire`) and echoes th
 the task's judge (`harness.contract.protocol.decide`) compares it with the reference it computes itself. A task
 earns its points only when every case passes. What the student may read (`message`) never contains a
 hidden case's inputs or expected values; `detail` (for the instructor's log) does.
+
+The judge owns every string it reports: a failure's code is one of the task's requirement table (or one every
+task has: `raised`, `not-finite`); any other code, which only a student's code raising `CheckFailed` can
+give, becomes `failed` and its text is not copied. Messages are capped (`instructor_text.MESSAGE_CHARS`).
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from typing import Any
 
 from harness.contract import wire
 from harness.contract.case import Case
-from harness.contract.failure import CheckFailed
+from harness.contract.failure import NOT_FINITE, RAISED, CheckFailed
 from harness.contract.protocol import decide
+from harness.contract.registry import get
+from harness.grading.instructor_text import capped
+
+UNKNOWN_FAILURE = "failed"  # the code of a failure whose code is not the task's: its text is not shown
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,17 @@ def _hidden_message(task: str, code: str) -> str:
             "same check on other inputs (seeds, shapes, edge cases)")
 
 
+def owned_failure(task: str, failure: CheckFailed) -> tuple[str, str]:
+    """The code and message the judge reports for `failure` of `task`: a code of the task's requirement table
+    (or `raised`, `not-finite`) with its message capped; any other code `UNKNOWN_FAILURE`, with a message of the
+    judge's own."""
+    if failure.code in {*get(task).requires, RAISED, NOT_FINITE}:
+        return failure.code, capped(str(failure))
+    return UNKNOWN_FAILURE, (f"{task} failed [{UNKNOWN_FAILURE}]: the check reported a failure that is none of "
+                             "this exercise's requirements (your code may raise CheckFailed itself); its text is "
+                             "not shown: remove any `raise CheckFailed` from your code and run the check again")
+
+
 def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonce: str,
                cell_error: str = "") -> Verdict:
     """Decide `task` from the bundles its probe cell displayed, one per case in order.
@@ -72,9 +91,10 @@ def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonc
             verified = decide(task, _payload(bundle, task, index, nonce), case)
             details.append(f"case {index} ({'hidden' if case.hidden else 'visible'}): {verified}")
         except CheckFailed as failure:
-            message = str(failure) if not case.hidden else _hidden_message(task, failure.code)
-            details.append(f"case {index} ({'hidden' if case.hidden else 'visible'}, seed {case.seed}): {failure}")
-            return Verdict(task, False, failure.code, message, "\n".join(details))
+            code, text = owned_failure(task, failure)
+            message = text if not case.hidden else _hidden_message(task, code)
+            details.append(f"case {index} ({'hidden' if case.hidden else 'visible'}, seed {case.seed}): {text}")
+            return Verdict(task, False, code, message, "\n".join(details))
         except wire.WireError as error:
             why = f"forged or corrupted observation: {error}"
             return Verdict(task, False, "forged-observation", f"{task}: not graded: {why}: 0 points",
@@ -83,5 +103,5 @@ def judge_task(task: str, cases: list[Case], bundles: list[dict[str, Any]], nonc
             why = f"an observation the judge cannot use ({type(error).__name__}: {str(error)[:200]})"
             return Verdict(task, False, "forged-observation", f"{task}: not graded: {why}: 0 points",
                            "\n".join(details + [why]), tamper=why)
-    visible = details[0].split(": ", 1)[-1] if details else ""
-    return Verdict(task, True, None, f"\u2714 {task}: {visible}", "\n".join(details))
+    visible = capped(details[0].split(": ", 1)[-1]) if details else ""
+    return Verdict(task, True, None, f"\u2714 {task}: {visible}", capped("\n".join(details)))
