@@ -79,6 +79,14 @@ def test_start_check_wrong_then_right_hint_solution_and_stats(run):
     kept = list((run.home / "answers" / "previous").glob("loop_train_step-*.py"))
     assert [p.read_text() for p in kept] == [drill.solution] and "previous answer is kept" in restarted.stdout
 
+    progress = run.home / "progress.json"
+    attempts = _record(run, drill.id)["attempts"]  # the backup, one save (the reveal) behind, counts as many
+    progress.write_text(progress.read_text()[:200])  # a write cut short
+    answer.write_text(drill.solution)
+    torn = run("check", drill.id)  # the warm checker records the verdict anyway, and says what it did
+    assert torn.returncode == 0 and "cannot be read as drill progress" in " ".join(torn.stderr.split()), torn.stderr
+    assert _record(run, drill.id)["attempts"] == attempts + 1 and "Traceback" not in torn.stderr
+
 
 def test_an_answer_in_progress_is_kept_by_start(run):
     drill = get_drill("tensors-logsumexp")
@@ -199,7 +207,8 @@ def test_a_relative_file_is_read_from_the_callers_folder_and_a_missing_one_is_re
     wrong = check_in(second)  # the same checker: the client sends second/answer.py as an absolute path
     assert wrong.returncode == 1 and f"[{drill.wrong_answers[1][1]}]" in wrong.stdout, wrong.stdout
     missing = check_in(empty)
-    assert missing.returncode == 1 and f"no answer file at {empty / 'answer.py'}" in missing.stdout, missing.stdout
+    said = " ".join(missing.stdout.split())  # wrapped at 80 columns
+    assert missing.returncode == 1 and f"no answer file at {empty / 'answer.py'}" in said, missing.stdout
     assert (run.home / "checker.log").read_text().count("listening") == 1
 
 

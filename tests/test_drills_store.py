@@ -66,6 +66,13 @@ def test_a_torn_file_gives_a_message_not_a_traceback_in_the_command(tmp_path):
     assert "cannot be read as drill progress" in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
 
 
+def test_a_readable_file_with_a_mangled_mock_gives_a_message_not_an_exception(tmp_path):
+    path = tmp_path / "progress.json"
+    path.write_text(json.dumps({"format": 3, "records": {}, "history": [], "mocks": [{"number": 1}]}))
+    recorded = record_verdict("d", {"passed": True, "code": "passed"}, mock=1, path=path)
+    assert "the harness did not write (KeyError" in recorded.problem
+
+
 def test_a_hand_edited_record_stays_marked_after_the_next_save(tmp_path):
     path = tmp_path / "progress.json"
     record_verdict("d", {"passed": False, "code": "wrong-value"}, path=path)

@@ -141,7 +141,7 @@ _LEGEND = "KD: w write, b bug hunt, e explain, difficulty 1-3; STATUS: new, due,
 def _table(drills: list[Drill], progress: Progress) -> str:
     """Drills as a table, one line per drill, that fits the terminal (80 columns at least)."""
     id_width = max(len(d.id) for d in drills)
-    return "\n".join([f"{'DRILL':{id_width}s} KD STATUS    TITLE", fit_prose(_LEGEND)]
+    return "\n".join([f"{'DRILL':{id_width}s} KD STATUS    TITLE", _LEGEND]
                      + [_row(drill, progress, id_width) for drill in drills])
 
 
@@ -150,7 +150,7 @@ def _listing(drills: list[Drill], progress: Progress) -> str:
     topics: dict[str, list[Drill]] = {}
     for drill in drills:
         topics.setdefault(drill.topics[0], []).append(drill)
-    lines = [fit_prose(_LEGEND)]
+    lines = [_LEGEND]
     for topic, group in topics.items():
         id_width = max(len(d.id) for d in group)
         lines.append(f"{topic} ({len(group)})")

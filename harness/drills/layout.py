@@ -2,7 +2,8 @@
 
 - `fit_prose`: prompts, options, hints, failure messages and debriefs. A long line is wrapped at words with a
   hanging indent: under the text of an option (`  (a) `), of a message's field (`  Observed:      `) or of a
-  list item; an indented line with no such label is code, broken as `fit_code` breaks it.
+  list item; an indented line with no such label is code, broken as `fit_code` breaks it, and wrapped at
+  spaces as text where no such break can shorten it (code shown for reading, as an experiment's).
 - `fit_code`: solutions and experiments. A long line is broken where Python allows it (inside brackets, with a
   backslash elsewhere, inside a comment or a triple-quoted string), and the result must parse as the original
   did: a line no such break can shorten is left as it is.
@@ -41,16 +42,27 @@ def fit_prose(text: str, columns: int | None = None) -> str:
             code.append(line)
             continue
         if code:
-            lines += fit_code("\n".join(code), columns).splitlines()
+            lines += _wrapped_code(code, columns)
             code = []
         if len(line) <= columns:
             lines.append(line)
             continue
         hang = " " * len(label.group(0)) if label else ""
-        lines += textwrap.wrap(line, columns, subsequent_indent=hang, break_on_hyphens=False) or [line]
+        lines += textwrap.wrap(line, columns, subsequent_indent=hang, break_long_words=False,
+                               break_on_hyphens=False) or [line]
     if code:
-        lines += fit_code("\n".join(code), columns).splitlines()
+        lines += _wrapped_code(code, columns)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def _wrapped_code(code: list[str], columns: int) -> list[str]:
+    """Code lines broken as `fit_code` breaks them, then any still too long wrapped at spaces (for reading)."""
+    lines = []
+    for line in fit_code("\n".join(code), columns).splitlines():
+        hang = " " * (len(line) - len(line.lstrip()) + 8)
+        lines += textwrap.wrap(line, columns, subsequent_indent=hang, break_on_hyphens=False) \
+            if len(line) > columns else [line]
+    return lines
 
 
 def fit_output(text: str, columns: int | None = None) -> str:
@@ -80,14 +92,18 @@ def fit_code(source: str, columns: int | None = None) -> str:
     margin = len(lines[0]) - len(dedented.splitlines()[0]) if lines and dedented else 0
     try:
         ast.parse(dedented)
-        breaks = _break_points(dedented)
+        breaks, leads = _break_points(dedented)
     except (SyntaxError, tokenize.TokenError, IndentationError):
         return "\n".join(textwrap.fill(line, columns, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 8),
                                        break_on_hyphens=False) if len(line) > columns
                          else line for line in lines) + ("\n" if source.endswith("\n") else "")
     out: list[str] = []
     for number, line in enumerate(dedented.splitlines(), 1):
-        pieces = _split(line, breaks.get(number, []), columns - margin) if len(line) + margin > columns else [line]
+        points = breaks.get(number, [])
+        shift = len(line) - len(line.lstrip()) - leads.get(number, len(line))
+        if len(line) + margin > columns and shift > 0:  # a continuation line indented far right: brought back
+            line, points = line[shift:], [(column - shift, kind, prefix) for column, kind, prefix in points]
+        pieces = _split(line, points, columns - margin) if len(line) + margin > columns else [line]
         out += [" " * margin + piece if piece else piece for piece in pieces]
     fitted = "\n".join(out) + ("\n" if source.endswith("\n") else "")
     try:
@@ -107,19 +123,23 @@ def _meaning(source: str) -> str:
     return ast.dump(tree)
 
 
-def _break_points(source: str) -> dict[int, list[tuple[int, str, str]]]:
+def _break_points(source: str) -> tuple[dict[int, list[tuple[int, str, str]]], dict[int, int]]:
     """Per line number, where a line may be broken: (column the next piece starts at, kind, the next piece's
     prefix). Kinds: "open" (inside brackets), "string" (a triple-quoted string), "comment", "joined" (needs a
-    backslash)."""
+    backslash). And per line that starts inside brackets, the indent it may have instead of its own (its
+    statement's first line's, plus 8)."""
     lines = source.splitlines()
     points: dict[int, list[tuple[int, str, str]]] = {}
-    depth, previous, previous_text = 0, (0, 0), ""
+    leads: dict[int, int] = {}
+    depth, previous, previous_text, statement = 0, (0, 0), "", 0
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         kind, text, (row, col), end = token.type, token.string, token.start, token.end
         if kind in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
             previous, previous_text = end, ""
             continue
         indent = " " * (len(lines[row - 1]) - len(lines[row - 1].lstrip()) + 8)
+        if depth and previous[0] != row:
+            leads[row] = len(lines[statement - 1]) - len(lines[statement - 1].lstrip()) + 8
         spaced = previous[0] == row and col > previous[1]
         joinable = previous[0] == row and (previous_text in ("(", "[", "{", ",") or text == ".")
         if spaced or (depth and joinable):
@@ -139,11 +159,12 @@ def _break_points(source: str) -> dict[int, list[tuple[int, str, str]]]:
         elif kind == tokenize.STRING and depth and "\n" not in text:
             points.setdefault(row, []).extend(_literal_points(text, col, indent))
         elif kind == tokenize.OP and text in "([{":
+            statement = statement if depth else row
             depth += 1
         elif kind == tokenize.OP and text in ")]}":
             depth -= 1
         previous, previous_text = end, text
-    return points
+    return points, leads
 
 
 def _literal_points(text: str, col: int, indent: str) -> list[tuple[int, str, str]]:
@@ -157,15 +178,18 @@ def _literal_points(text: str, col: int, indent: str) -> list[tuple[int, str, st
         fields += (char == "{") - (char == "}") if "f" in opening.group(0).lower() else 0
         if char == " " and not fields and text[i - 1] != "\\":
             points.append((col + i + 1, f"literal{quote}", indent + opening.group(0)))
+        elif char == "{" and fields == 1 and i > len(opening.group(0)):  # before a replacement field
+            points.append((col + i, f"literal{quote}", indent + opening.group(0)))
     return points
 
 
 def _fits(line: str, point: tuple[int, str, str], start: int, prefix: str, columns: int) -> bool:
     """Whether the piece of `line` from `start` to `point` (with its prefix and closing) fits in `columns`."""
     column, kind, _ = point
-    closing = 2 if kind == "joined" else 1 if kind.startswith("literal") else 0
-    return (column > start and bool(line[start:column].strip())
-            and len(prefix) + len(line[start:column].rstrip()) + closing <= columns)
+    literal = kind.startswith("literal")
+    piece = line[start:column] if literal else line[start:column].rstrip()
+    closing = 2 if kind == "joined" else 1 if literal else 0
+    return column > start and bool(piece.strip()) and len(prefix) + len(piece) + closing <= columns
 
 
 def _split(line: str, points: list[tuple[int, str, str]], columns: int) -> list[str]:

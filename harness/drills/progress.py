@@ -267,6 +267,10 @@ def record_verdict(drill_id: str, result: dict[str, Any], *, mock: int | None = 
     except (OSError, store.UnsafeHome) as error:
         return Recorded("", f"this verdict could not be saved in your progress ({error}): it is shown here, but "
                             "not counted; fix the cause and check again")
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # a readable file with a mangled mock
+        return Recorded("", f"this verdict could not be saved: your progress file holds a mock interview or an "
+                            f"event the harness did not write ({type(error).__name__}: {error}); move the file away to "
+                            "start afresh (its last good copy is progress.json.bak)")
 
 
 def _apply_verdict(progress: Progress, drill_id: str, result: dict[str, Any], mock: int | None,
