@@ -62,6 +62,11 @@ def test_solutions_hints_and_stats_fit(drill):
     drill("daily", "--count", "20")
 
 
+def test_experiments_print_within_80_columns(drill):
+    for drill_id in ("tensors-view-after-transpose", "autograd-inference-mode", "modules-why-eval"):
+        assert drill("experiment", drill_id).strip()  # each printed lines over 80 columns before
+
+
 def test_explain_failures_and_debriefs_fit(capsys, monkeypatch):
     from harness.drills.checker import check_source
     from harness.drills.cli import _report

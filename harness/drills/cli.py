@@ -11,7 +11,9 @@ piped into a command that stops reading (`| head`) ends quietly.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
 import os
 import random
@@ -478,7 +480,10 @@ def _run(args: argparse.Namespace) -> int:
         drill = get_drill(args.drill)
         if drill.experiment is None:
             raise SystemExit(f"{drill.id} is a {drill.kind} drill: only explain drills have an experiment")
-        drill.experiment()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):  # its lines are prose of the bank's: wrapped to fit
+            drill.experiment()
+        print(fit_prose(printed.getvalue()), end="")
         return 0
     if args.action == "daily":
         drills = _daily(args.count)
