@@ -5,6 +5,8 @@ PLANTED = {
     "10-precision": (
         # bf16 on every GPU: a T4 or V100 has no native bf16 (it should get fp16 with a GradScaler)
         "def choose_precision(device_type, precisions):\n"
+        "    if device_type == 'cpu':\n"
+        "        return 'fp32'\n"
         "    if device_type == 'cuda' or precisions['bf16_autocast']:\n"
         "        return 'bf16'\n"
         "    return 'fp32'\n",
@@ -48,7 +50,7 @@ PLANTED = {
         "    optimizer, scheduler = make_optimizer(model, lr=config['lr'], weight_decay=config['weight_decay'],\n"
         "                                          warmup_steps=round(config['warmup_fraction'] * total_steps),\n"
         "                                          total_steps=total_steps)\n"
-        "    precision = choose_precision(device.type, supported_precisions(device))\n"
+        "    precision = config['precision']\n"
         "    history = fit(model, loader, distributed_loader(val_set, 256, shuffle=False), "
         "loss_fn=nn.CrossEntropyLoss(),\n"
         "                  optimizer=optimizer, epochs=config['epochs'], precision=precision,\n"
@@ -63,7 +65,8 @@ PLANTED = {
     "10-held-out": (
         # a learning rate a thousand times too small: the run never leaves chance level
         "CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-5, weight_decay=0.05,\n"
-        "              warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0)\n"
+        "              warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0,\n"
+        "              precision=precision)\n"
         "\n"
         "run = None\n"
         "run_dir = Path(tempfile.mkdtemp(prefix='run-', dir=workdir))\n"

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson10.common import _rng_kept, _state_as_data, reference_precision
+from harness.checks.lesson10.common import _rng_kept, _state_as_data, mixed_precision_on_cpu
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -158,7 +158,7 @@ def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> di
     with tempfile.TemporaryDirectory(prefix="check-10-report-") as tmp, _rng_kept():
         root = Path(tmp)
         precisions = supported_precisions(torch.device("cpu"))
-        run, test = _report_run(root / "run", case, reference_precision("cpu", precisions))
+        run, test = _report_run(root / "run", case, mixed_precision_on_cpu(precisions))
         weights = _state_as_data(run["model"].state_dict())  # the model as handed over, before the report ran
         validation = run["history"][["val_loss", "val_accuracy"]].astype(float).values.tolist()
         with _ForwardRecorder() as forwards:

@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from harness import env
-from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state_as_data
+from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state_as_data, mixed_precision_on_cpu
 from harness.contract.case import Case
 from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
@@ -60,13 +60,16 @@ def _interrupt_after(epoch: int) -> Callable[[int, dict[str, Any]], None]:
     return on_epoch_end
 
 
-def _train_config(case: Case) -> tuple[dict[str, Any], int, int]:
-    """The config, the number of samples and the epoch after which the run is interrupted."""
+def _train_config(case: Case, precisions: dict[str, bool]) -> tuple[dict[str, Any], int, int]:
+    """The config, the number of samples and the epoch after which the run is interrupted. Its precision is bf16
+    where the CPU's autocast runs it (`mixed_precision_on_cpu`): a run that ignores config['precision'] trains in
+    fit's default, fp32, and last.pt says so."""
+    precision = mixed_precision_on_cpu(precisions)
     if case.hidden:
         return dict(epochs=3, batch_size=16, lr=5e-3, weight_decay=0.1, warmup_fraction=0.2, max_grad_norm=0.5,
-                    patience=1, width=4, seed=case.seeded(11)), 80, 1
+                    patience=1, width=4, seed=case.seeded(11), precision=precision), 80, 1
     return dict(epochs=4, batch_size=16, lr=3e-3, weight_decay=0.05, warmup_fraction=0.25, max_grad_norm=1.0,
-                patience=2, width=4, seed=case.seeded(3)), 96, 2
+                patience=2, width=4, seed=case.seeded(3), precision=precision), 96, 2
 
 
 def _run(train_capstone: Callable[..., Any], data: tuple[Any, Any], out: Path, config: dict[str, Any],
@@ -177,15 +180,15 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
     "10-train",
     hints=Hints(
         nudge="Compose, do not rewrite: seed, build the model (Standardize then capstone_cnn) on its device, "
-        "make_optimizer with total_steps = epochs * len(train loader), the loaders, choose_precision, then one "
-        "call to fit with every option, and load best.pt's weights before returning.",
+        "make_optimizer with total_steps = epochs * len(train loader), the loaders, then one call to fit with "
+        "every option (the precision is config['precision']), and load best.pt's weights before returning.",
         concept="fit does the loop; your function decides what it is given. A run resumes exactly only if it is "
         "rebuilt identically from config alone (seeded first) and fit gets checkpoint_dir and resume; the "
         "schedule counts optimizer steps, and best.pt (the most accurate epoch) is the model to return.",
         solution="seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats("
         "train_set.tensors[0])), capstone_cnn(len(train_set.classes), config['width'])).to(device); loader = "
         "train_loader(train_set, config['batch_size'], seed=config['seed']); fit(model, loader, val_loader, "
-        "loss_fn=nn.CrossEntropyLoss(), optimizer=..., epochs=config['epochs'], precision=..., "
+        "loss_fn=nn.CrossEntropyLoss(), optimizer=..., epochs=config['epochs'], precision=config['precision'], "
         "max_grad_norm=config['max_grad_norm'], scheduler=scheduler, scheduler_interval='step', "
         "metrics={'accuracy': accuracy}, early_stopping=EarlyStopping('val_accuracy', mode='max', "
         "patience=config['patience']), checkpoint_dir=out_dir, resume=resume, on_epoch_end=on_epoch_end, "
@@ -200,8 +203,9 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
             "checkpoints (last.pt, best.pt) and the history written into out_dir",
             hint="fit writes every file itself when it is told where: which of its arguments names the folder?"),
         "wrong-precision": Requirement(
-            "trains in choose_precision(device.type, supported_precisions(device))",
-            hint="Which precision did fit receive? Without the argument it trains in fp32."),
+            "trains in the precision config['precision'] names (the caller's choose_precision)",
+            hint="Which precision did fit receive? Without the argument it trains in fp32; the check's config asks "
+            "for another one."),
         "no-clipping": Requirement("gradients clipped at config['max_grad_norm']",
                                    hint="Which fit argument clips gradients, and where is its value in config?"),
         "no-scheduler": Requirement("the make_optimizer scheduler given to fit",
@@ -245,11 +249,12 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
 )
 def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) -> dict:
     """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped."""
-    config, n, stop_at = _train_config(case)
+    precisions = supported_precisions(torch.device("cpu"))
+    config, n, stop_at = _train_config(case, precisions)
     data = (shapes(n, seed=config["seed"] + 40, size=16), _constant_accuracy_val())
     with tempfile.TemporaryDirectory(prefix="check-10-train-") as tmp, _rng_kept():
         root = Path(tmp)
-        seen: dict[str, Any] = {"precisions": supported_precisions(torch.device("cpu"))}
+        seen: dict[str, Any] = {"precisions": precisions}
         result, steps = _run(train_capstone, data, root / "straight", config)
         seen["straight"] = _record_straight(result, root / "straight", steps)
         seen["device"] = _record_device(train_capstone, data, root / "device", config)

@@ -18,6 +18,11 @@ def _precision_failure(got: Any, expected: str, device_type: str, precisions: di
         fail("not-a-precision", observed=seen,
              expected=f"one of the strings {PRECISIONS} that fit(precision=...) takes",
              cause="returning a dtype (torch.bfloat16) or another name", where="the return values of choose_precision")
+    if got == "bf16" and device_type == "cpu" and precisions["bf16_autocast"]:
+        fail("bf16-on-cpu", observed=seen, expected="'fp32': on a CPU, as `harness env` recommends",
+             cause="bf16 chosen because the CPU's autocast runs it: unless the processor has bf16 instructions it is "
+             "emulated there, several times slower than fp32 (section 10 measures it on yours)",
+             where="test device_type == 'cpu' first, and return 'fp32'")
     if got == "bf16":
         fail("bf16-unsupported", observed=seen, expected=f"{expected!r}: bf16_autocast is False on this device",
              cause="bf16 chosen without asking the device; where it is not supported torch emulates it (slower than "

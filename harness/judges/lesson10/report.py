@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson10.common import reference_precision
+from harness.checks.lesson10.common import mixed_precision_on_cpu
 from harness.checks.lesson10.report import _LINK, _report_model, _report_sets
 from harness.contract.case import Case
 from harness.contract.compare import numbers
@@ -121,7 +121,7 @@ def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size:
     if reported["accuracy"] is None or "not evaluated" in text:
         _missing("missing-test-metrics", "held-out test metrics", "test_metrics=evaluate(model, test_loader, ...)")
     _check_evaluation(seen, reported, _report_sets(case)[2][2].tensors[0])
-    precision = reference_precision("cpu", _support_of(seen["precisions"]))
+    precision = mixed_precision_on_cpu(_support_of(seen["precisions"]))
     scores = _test_scores(case, seen["weights"], precision)
     accuracy_ok = abs(reported["accuracy"] - scores["accuracy"]) <= 2 / test_size + 1e-3
     loss_ok = reported["loss"] is None or math.isclose(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)

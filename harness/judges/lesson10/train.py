@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson10.common import reference_precision
 from harness.checks.lesson10.train import _train_config
 from harness.contract.case import Case
 from harness.contract.compare import close_values
@@ -77,18 +76,18 @@ def _check_result(record: dict[str, Any], out: str) -> dict[str, Any]:
     return record["last"]
 
 
-def _check_settings(last: dict[str, Any], config: dict[str, Any], precisions: dict[str, bool]) -> None:
+def _check_settings(last: dict[str, Any], config: dict[str, Any]) -> None:
     """What fit recorded about the run in last.pt: precision, clipping, schedule, early stopping."""
     saved = last["config"]
     if not isinstance(saved, dict):
         raise ValueError("last.pt's config is not a dict")
-    expected_precision = reference_precision("cpu", precisions)
-    if saved.get("precision") != expected_precision:
-        fail("wrong-precision", observed=f"the run trained in {saved.get('precision')!r} on the CPU",
-             expected=f"{expected_precision!r}, what choose_precision picks for this device",
-             cause="the precision is not passed to fit (its default is fp32), or it is not "
-             "choose_precision(device.type, supported_precisions(device))",
-             where="fit(..., precision=choose_precision(device.type, supported_precisions(device)))")
+    if saved.get("precision") != config["precision"]:
+        fail("wrong-precision", observed=f"the run trained in {saved.get('precision')!r} (last.pt's config) although "
+             f"config['precision'] was {config['precision']!r}",
+             expected=f"{config['precision']!r}: the precision the caller chose and put in config",
+             cause="config['precision'] is not passed to fit: fit's default is fp32, and a precision chosen inside "
+             "train_capstone (choose_precision gives fp32 on a CPU) overrides the caller's",
+             where="fit(..., precision=config['precision']), and the same in the returned dict")
     if saved.get("max_grad_norm") != config["max_grad_norm"]:
         fail("no-clipping", observed=f"fit ran with max_grad_norm={saved.get('max_grad_norm')!r}",
              expected=f"{config['max_grad_norm']} (config['max_grad_norm'])",
@@ -195,10 +194,10 @@ def _check_statistics(model: Any, config: dict[str, Any], n: int) -> None:
 @judges("10-train")
 def judge_train(seen: dict, *, case: Case) -> str:
     """Settings, files, best weights, exact resume: from the checkpoints, weights and step counts recorded."""
-    config, n, stop_at = _train_config(case)
+    config, n, stop_at = _train_config(case, _support_of(seen["precisions"]))
     straight = seen["straight"]
     last = _check_result(straight, "straight")
-    _check_settings(last, config, _support_of(seen["precisions"]))
+    _check_settings(last, config)
     _check_steps(straight["steps"], config, n, "the run")
     _check_statistics(straight["model"], config, n)
     best = straight["best"]
