@@ -25,6 +25,7 @@ import pytest
 
 from harness.grading.batch import Limits, grade_batch
 from harness.grading.layout import REPO_ROOT
+from harness.grading.runtime_folder import private_mounts_available
 from harness.grading.submissions import collect
 from harness.grading.summary import write_summary
 
@@ -75,6 +76,9 @@ def test_each_submission_gets_an_explained_result(batch, name):
     assert result["status"] == status, (result["status"], reasons)
     assert sum(score for score, _ in result["scores"].values()) == total, result
     for phrase in phrases:
+        if phrase in hostile.ROOT_GRADER_PHRASES and (UNPRIVILEGED_GRADER or not private_mounts_available()):
+            assert phrase not in reasons, f"{name}: {phrase!r} in {reasons}, though no process could be named"
+            continue
         assert phrase in reasons, f"{name}: {phrase!r} not in {reasons}"
     for task, code in hostile.expected_failures().get(name, {}).items():
         assert result["failures"].get(task) == code, result["failures"]

@@ -35,7 +35,7 @@ import nbformat
 
 from harness.contract.case import Case
 from harness.grading import cgroup, sandbox
-from harness.grading.decoy import Decoy
+from harness.grading.decoy import decoy_folder
 from harness.grading.execute import error_output
 from harness.grading.feedback import feedback_sections, polish_feedback, write_unjudged_feedback
 from harness.grading.instructor_text import capped
@@ -246,15 +246,16 @@ def grade(job: GradeJob) -> GradeResult:
     # in the batch's folder: if the parent has to kill this worker, the batch's end still removes the copy
     bounds = cgroup.Bounds(memory_mb=job.memory_mb and job.memory_mb + sandbox.Spec.tmp_mb + sandbox.Spec.shm_mb,
                            processes=sandbox.PROCESSES + 64)  # the bound of RLIMIT_NPROC, plus the launchers
+    template = Path(job.template)
+    release_dir = template / "notebooks" / job.assignment
+    notebook_name = next(release_dir.glob("*.ipynb")).name
     with tempfile.TemporaryDirectory(prefix="harness-grade-", dir=job.scratch or None) as tmp, \
             cgroup.kernel_group(bounds) if job.sandboxed else nullcontext() as group, \
-            runtime_folder(Path(tmp) / "runtime", on_tmpfs=job.private_mounts) as runtime:
+            runtime_folder(Path(tmp) / "runtime", on_tmpfs=job.private_mounts) as runtime, \
+            decoy_folder(Path(tmp) / "decoy", job.assignment, release_dir / notebook_name, job.private_mounts) as decoy:
         course = Path(tmp)
-        template = Path(job.template)
         shutil.copy(template / "gradebook.db", course / "gradebook.db")
         shutil.copytree(template / "solutions" / job.assignment, course / "solutions" / job.assignment)
-        release_dir = template / "notebooks" / job.assignment
-        notebook_name = next(release_dir.glob("*.ipynb")).name
         try:
             submitted = _read_submission(Path(job.notebook))
         except ValueError as error:
@@ -270,7 +271,6 @@ def grade(job: GradeJob) -> GradeResult:
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)
         report = course / "execution.json"
-        decoy = Decoy(course / "decoy", job.assignment, release_dir / notebook_name)
         inputs = course / "inputs"
         inputs.mkdir(mode=0o755)
         kernel_cases, judge_cases = seal_cases(job.cases, inputs)
@@ -302,8 +302,8 @@ def grade(job: GradeJob) -> GradeResult:
         reasons += [f"forbidden code: {finding.sentence()}" for finding in findings]
         reasons += [f"{task}: {v.tamper}" for task, v in verdicts.items() if v.tamper]
         if looked:
-            reasons.append("the notebook opened the decoy solutions/ folder placed where the instructor's "
-                           "solutions would be")
+            reasons.append("the kernel opened the decoy solutions/ folder placed where the instructor's "
+                           "solutions would be (a folder no other process on the machine can see)")
         if not feedback["success"]:
             reasons.append(f"feedback not generated: {feedback['error'][-200:]}")
         titles = exercise_titles(release)
