@@ -68,9 +68,11 @@ student-tree:
 	$$(test -x $(PY) && echo $(PY) || echo $(PYTHON)) -m harness release --student build/student
 
 ## grade: autograde a folder or LMS zip of submissions into build/grades/ASSIGNMENT:
-## make grade SUBMISSIONS=path ASSIGNMENT=00_welcome [ROSTER=roster.csv]
+## make grade SUBMISSIONS=path ASSIGNMENT=00_welcome [ROSTER=roster.csv] [LMS_TITLE='title in the LMS'] [CANVAS_ID=id]
+## (the Canvas file fills the assignment's own column: from a Canvas gradebook export as ROSTER, or CANVAS_ID)
 grade: $(STAMP) bubblewrap
-	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) $(if $(ROSTER),--roster $(ROSTER))
+	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) $(if $(ROSTER),--roster $(ROSTER)) \
+	  $(if $(LMS_TITLE),--lms-title '$(LMS_TITLE)') $(if $(CANVAS_ID),--canvas-assignment-id $(CANVAS_ID))
 
 ## bench: the CPU benchmarks in benchmarks/ (not part of the tests): each prints a table and writes a CSV and the
 ## machine record into build/bench; benchmarks/README.md keeps the results. Lightning, the engine benchmark's

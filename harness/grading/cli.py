@@ -238,23 +238,25 @@ def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: arg
     """Write the summary, mistake report, grading record (with the submissions' `source`, None when unknown) and
     LMS files of `results` into `out`; print where they are and how the students matched the roster. 2 when the
     roster cannot be read, else 0."""
-    from harness.grading.lms import Gradebooks, match_roster, read_roster, write_feedback_archives, write_gradebooks
+    from harness.grading import lms
     from harness.grading.regrade import write_record
     from harness.grading.summary import max_points, task_ids, write_summary
 
     try:
-        roster = read_roster(args.roster) if args.roster else None
+        roster = lms.read_roster(args.roster) if args.roster else None
+        columns = lms.assignment_columns(args.roster) if args.roster else None
     except (OSError, ValueError) as error:
         print(f"cannot read the roster: {error}")
         return 2
     paths = write_summary(results, out, assignment)
     write_record(out, assignment, task_ids(results), source)
-    matching = match_roster(results, roster)
+    matching = lms.match_roster(results, roster)
     if roster is not None:
         print("\n".join(matching.report()))
-    names = Gradebooks(assignment, args.lms_title, args.canvas_assignment_id)
-    lms_paths = write_gradebooks(results, out, matching, names, sum(max_points(results).values()))
-    archives = write_feedback_archives(results, out, assignment)
+    names, said = lms.canvas_target(lms.Gradebooks(assignment, args.lms_title, args.canvas_assignment_id), columns)
+    print(said)
+    lms_paths = lms.write_gradebooks(results, out, matching, names, sum(max_points(results).values()))
+    archives = lms.write_feedback_archives(results, out, assignment)
     _print_paths(paths, out)
     print(f"{'to upload':>18}: {lms_paths['canvas']} (Canvas: Grades > Import), {lms_paths['moodle']} (Moodle: "
           f"Upload grading worksheet), {lms_paths['generic']} (any other)")

@@ -10,7 +10,9 @@ roster's students without a submission.
 Written into the output folder:
 
 - `canvas_grades.csv`: Canvas's gradebook import (Student, ID, SIS User ID, SIS Login ID, Section, then the
-  assignment's column "Name (assignment id)", and the "Points Possible" row);
+  assignment's column "Name (assignment id)", and the "Points Possible" row); the column is the one a Canvas
+  gradebook export given as the roster holds for the assignment, or named by its id (`canvas_target`), so the
+  import updates it; without either the bare name would make a new column, and the console says so;
 - `moodle_grades.csv`: Moodle's offline grading worksheet (Identifier "Participant N", Full name, Email
   address, Status, Grade, Maximum Grade, Grade can be changed, Last modified (submission), Last modified
   (grade), Feedback comments);
@@ -26,7 +28,7 @@ import csv
 import re
 import unicodedata
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ GENERIC_COLUMNS = ("student", "lms", "user_id", "name", "email", "section", "poi
 ROSTER_FIELDS = {"name": ("student", "full name", "name"), "user_id": ("id", "identifier", "user id", "user_id"),
                  "sis_user_id": ("sis user id",), "sis_login_id": ("sis login id", "username", "login"),
                  "section": ("section",), "email": ("email address", "email")}
+CANVAS_COLUMN = re.compile(r"(?P<title>.+) \((?P<id>\d+)\)")  # a gradebook export's assignment column
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,41 @@ class Gradebooks:
     title: str = ""  # the assignment's name in the LMS (default: the assignment's folder name)
     canvas_id: str = ""  # Canvas's assignment id: the column is "Title (id)" so the import updates that column
 
+    def canvas_header(self) -> str:
+        """The assignment's column in `canvas_grades.csv`: "Title (id)", or the bare title without an id."""
+        return f"{self.title or self.assignment}" + (f" ({self.canvas_id})" if self.canvas_id else "")
+
+
+def assignment_columns(path: Path) -> list[tuple[str, str]]:
+    """(title, id) of each assignment column of a Canvas gradebook export (`Title (id)`); [] for another CSV."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = next(csv.reader(handle), [])
+    return [(match["title"], match["id"]) for name in header if (match := CANVAS_COLUMN.fullmatch(name.strip()))]
+
+
+def canvas_target(names: Gradebooks, columns: list[tuple[str, str]] | None) -> tuple[Gradebooks, str]:
+    """`names` with the Canvas column the import will update, and a sentence for the console saying which.
+
+    With `--canvas-assignment-id`, that column; else, from a roster's assignment `columns` (None: no roster),
+    the one titled `--lms-title` or the assignment's folder name (case aside), or the only one there is. When
+    none is found the bare title is kept, and the sentence says Canvas will create a new column and how not to.
+    """
+    title = names.title or names.assignment
+    if names.canvas_id:
+        return names, f"Canvas column: {names.canvas_header()} (the assignment id given)"
+    columns = columns or []
+    matching = [column for column in columns if column[0].casefold() == title.casefold()]
+    chosen = matching if len(matching) == 1 else columns if not matching and len(columns) == 1 else []
+    if chosen:
+        found = replace(names, title=chosen[0][0], canvas_id=chosen[0][1])
+        why = "its title" if matching else f"the roster's only assignment column, though not titled {title}"
+        return found, f"Canvas column: {found.canvas_header()} (from the roster: {why})"
+    offered = f" (the roster's assignment columns: {', '.join(f'{t} ({i})' for t, i in columns)})" if columns else ""
+    return names, (f"Canvas column: {title}, with no assignment id: Canvas's import will create a NEW column{offered}. "
+                   "To fill the assignment's own column, give a Canvas gradebook export (Grades > Export) as --roster "
+                   "with --lms-title TITLE, or --canvas-assignment-id ID (make grade ... ROSTER=export.csv "
+                   "LMS_TITLE=... or CANVAS_ID=...)")
+
 
 def _points(result: dict[str, Any]) -> tuple[float, float]:
     return (sum(score for score, _ in result["scores"].values()),
@@ -173,7 +211,7 @@ def write_gradebooks(results: list[dict[str, Any]], out: Path, matching: Matchin
     """Write the Canvas, Moodle and generic CSVs into `out`; return their paths."""
     paths = {"canvas": out / "canvas_grades.csv", "moodle": out / "moodle_grades.csv",
              "generic": out / "lms_grades.csv"}
-    column = f"{names.title or names.assignment}" + (f" ({names.canvas_id})" if names.canvas_id else "")
+    column = names.canvas_header()
     rows = [(r, matching.entries[r["student"]], *_points(r)) for r in results]
     with paths["canvas"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv_writer(handle)
