@@ -1,12 +1,14 @@
-"""Drill text that fits the terminal (80 columns at least), never broken inside a word that fits on a line.
+"""Drill text that fits the terminal (80 columns at least), never broken inside a word (a path longer than a line
+keeps a line of its own).
 
 - `fit_prose`: prompts, options, hints, failure messages and debriefs. A long line is wrapped at words with a
   hanging indent: under the text of an option (`  (a) `), of a message's field (`  Observed:      `) or of a
   list item; an indented line with no such label is code, broken as `fit_code` breaks it, and wrapped at
   spaces as text where no such break can shorten it (code shown for reading, as an experiment's).
-- `fit_code`: solutions and experiments. A long line is broken where Python allows it (inside brackets, with a
-  backslash elsewhere, inside a comment or a triple-quoted string), and the result must parse as the original
-  did: a line no such break can shorten is left as it is.
+- `fit_code`: solutions. A long line is broken where Python allows it (between tokens inside brackets, a string
+  inside brackets cut in two adjacent literals, a continuation line brought back left, inside a comment or a
+  triple-quoted string, with a backslash elsewhere), and the result must parse to the same code (a docstring's
+  line breaks aside): a line no such break can shorten is left as it is.
 - `fit_output`: what an answer printed, cut at the width (it is not ours to reflow).
 - `clip`: one line of a table, cut at a word with an ellipsis.
 """
@@ -57,12 +59,16 @@ def fit_prose(text: str, columns: int | None = None) -> str:
 
 def _wrapped_code(code: list[str], columns: int) -> list[str]:
     """Code lines broken as `fit_code` breaks them, then any still too long wrapped at spaces (for reading)."""
-    lines = []
-    for line in fit_code("\n".join(code), columns).splitlines():
-        hang = " " * (len(line) - len(line.lstrip()) + 8)
-        lines += textwrap.wrap(line, columns, subsequent_indent=hang, break_on_hyphens=False) \
-            if len(line) > columns else [line]
-    return lines
+    return [piece for line in fit_code("\n".join(code), columns).splitlines() for piece in _as_text(line, columns)]
+
+
+def _as_text(line: str, columns: int) -> list[str]:
+    """An indented line wrapped at spaces with an 8-space hanging indent; one word alone (a path) is kept whole."""
+    indent = " " * (len(line) - len(line.lstrip()))
+    if len(line) <= columns or " " not in line.strip():
+        return [line]
+    return textwrap.wrap(line.lstrip(), columns, initial_indent=indent, subsequent_indent=indent + " " * 8,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def fit_output(text: str, columns: int | None = None) -> str:
@@ -94,9 +100,8 @@ def fit_code(source: str, columns: int | None = None) -> str:
         ast.parse(dedented)
         breaks, leads = _break_points(dedented)
     except (SyntaxError, tokenize.TokenError, IndentationError):
-        return "\n".join(textwrap.fill(line, columns, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 8),
-                                       break_on_hyphens=False) if len(line) > columns
-                         else line for line in lines) + ("\n" if source.endswith("\n") else "")
+        return "\n".join(piece for line in lines for piece in _as_text(line, columns)) + \
+            ("\n" if source.endswith("\n") else "")
     out: list[str] = []
     for number, line in enumerate(dedented.splitlines(), 1):
         points = breaks.get(number, [])
