@@ -71,7 +71,7 @@ def test_a_code_of_the_table_raised_by_the_student_keeps_its_code_and_a_capped_m
 
 
 def _result(student: str, failures: dict[str, str], reasons: list[str], lms: dict | None = None) -> dict:
-    scores = {"00-make-batch": [1.0, 1.0], "00-count-params": [2.0, 2.0], TASK: [0.0, 2.0]}
+    scores = {"00-make-batch": [1.0, 1.0], "00-count-params": [2.0, 2.0], TASK: [0.0 if failures else 2.0, 2.0]}
     status = "flagged" if reasons else "ok"
     return GradeResult(student, "00_welcome", status, scores, failures, reasons, 1.0, [], lms or {}).to_dict()
 
@@ -88,6 +88,7 @@ def test_formulas_markup_and_fake_rows_stay_inert_in_every_class_file(tmp_path):
         _result("@bob", {TASK: f"{FORMULA}`|<b>"}, [f"{FORMULA}", f"tab\t{NOTE}", evil],
                 lms={"system": "moodle", "user_id": "+7", "name": FORMULA, "prefix": "x"}),
         _result(evil, {TASK: "wrong-accuracy"}, ["\r=1+1"]),
+        _result("cyd", {TASK: UNKNOWN_FAILURE}, []),  # raised a CheckFailed of its own: counted with the errors
     ]
     write_summary(results, tmp_path, "00_welcome")
     write_gradebooks(results, tmp_path, match_roster(results, None), Gradebooks("00_welcome"), 5.0)
@@ -103,6 +104,8 @@ def test_formulas_markup_and_fake_rows_stay_inert_in_every_class_file(tmp_path):
         for table in re.findall(r"(?:^\|.*\|$\n?)+", text, re.M):
             rows = [re.split(r"(?<!\\)\|", line) for line in table.splitlines()]
             assert len({len(row) for row in rows}) == 1, table
+    causes = {row["cause"]: row["students"] for row in csv.DictReader((tmp_path / "mistakes.csv").open())}
+    assert causes["error"] == "1" and UNKNOWN_FAILURE not in causes
     review = (tmp_path / "summary.md").read_text(encoding="utf-8").split("## Needs review", 1)[1]
     assert len([line for line in review.splitlines() if line.startswith("- ")]) == 2
 

@@ -31,8 +31,9 @@ from harness.grading.jobs import NOT_ATTEMPTED
 ERROR = "error"
 JUDGED = ("ok", "flagged")  # the statuses of a notebook that was run and judged
 NO_NOTEBOOK = "no notebook"
-# failure codes that say the code could not be judged, not which requirement it broke
-ERROR_CODES = frozenset({"raised", "no-observation", "forged-observation"})
+# failure codes that say the code could not be judged, not which requirement it broke ("failed": the student's code
+# raised a CheckFailed of its own, `harness.judge.verdict.UNKNOWN_FAILURE`)
+ERROR_CODES = frozenset({"raised", "no-observation", "forged-observation", "failed"})
 APART = {NOT_ATTEMPTED: "the solution cell is as released",
          ERROR: "the code raised, or the probe sent nothing the judge could use",
          NO_NOTEBOOK: "no gradable notebook (missing, unreadable, or the grader failed)"}
