@@ -439,8 +439,8 @@ def capstone_training_named(train_set, val_set, out_dir, config, *, resume=False
 def trained_run() -> dict:
     """A real capstone run, small enough for a test (about 8 s, once): it clears the threshold with margin.
 
-    In fp32, what choose_precision gives a CPU (bf16 autocast is emulated there, five times slower on the course's
-    machine); neither 10-held-out nor 10-report depends on the run's precision.
+    In fp32, what choose_precision gives a CPU (where the CPU has no bf16 instructions, bf16 autocast is emulated:
+    five times slower on such a machine); neither 10-held-out nor 10-report depends on the run's precision.
     """
     config = dict(epochs=5, batch_size=32, lr=1e-2, weight_decay=0.05, warmup_fraction=0.1, max_grad_norm=1.0,
                   patience=5, width=8, seed=0, precision="fp32")

@@ -21,7 +21,7 @@ def _precision_failure(got: Any, expected: str, device_type: str, precisions: di
     if got == "bf16" and device_type == "cpu" and precisions["bf16_autocast"]:
         fail("bf16-on-cpu", observed=seen, expected="'fp32': on a CPU, as `harness env` recommends",
              cause="bf16 chosen because the CPU's autocast runs it: unless the processor has bf16 instructions it is "
-             "emulated there, several times slower than fp32 (section 10 measures it on yours)",
+             "emulated there, and can be several times slower than fp32 (section 10 measures both on yours)",
              where="test device_type == 'cpu' first, and return 'fp32'")
     if got == "bf16":
         fail("bf16-unsupported", observed=seen, expected=f"{expected!r}: bf16_autocast is False on this device",
