@@ -26,6 +26,8 @@ from harness.grading.layout import check_assignment
 if TYPE_CHECKING:
     from harness.grading.batch import Limits
     from harness.grading.jobs import GradeResult
+    from harness.grading.late import Course, Late
+    from harness.grading.lms import RosterEntry
     from harness.grading.regrade import Regrade
     from harness.grading.submissions import Submission
 
@@ -50,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lms-title", default="", help="the assignment's name in the LMS (default: ASSIGNMENT)")
     parser.add_argument("--canvas-assignment-id", default="",
                         help="Canvas's id of the assignment: the gradebook column becomes 'TITLE (ID)'")
+    parser.add_argument("--course", type=Path, default=None, metavar="FILE",
+                        help="the course file: due dates, extensions and the late policy, applied to the published "
+                        "points (default: course.toml here, when present; see docs/course.example.toml)")
     parser.add_argument("--regrade", type=Path, default=None, metavar="OUT",
                         help="regrade the grading at OUT by content: re-judge only the tasks whose check changed "
                         "(from the stored observations), grade again only the new or changed notebooks (of "
@@ -236,9 +241,11 @@ def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: 
 def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: argparse.Namespace,
             source: Path | None) -> int:
     """Write the summary, mistake report, grading record (with the submissions' `source`, None when unknown) and
-    LMS files of `results` into `out`; print where they are and how the students matched the roster. 2 when the
-    roster cannot be read, else 0."""
-    from harness.grading import lms
+    LMS files of `results` into `out`, the points there after the course file's late penalties (`late`); print
+    where they are, how the students matched the roster, who was late and whose penalty moved since the last
+    publish. 2 when the roster or the course file cannot be used, else 0."""
+    from harness.grading import late, lms
+    from harness.grading.feedback import write_late_notes
     from harness.grading.regrade import write_record
     from harness.grading.summary import max_points, task_ids, write_summary
 
@@ -248,21 +255,51 @@ def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: arg
     except (OSError, ValueError) as error:
         print(f"cannot read the roster: {error}")
         return 2
-    paths = write_summary(results, out, assignment)
+    try:
+        course = late.course_file(args.course)
+        lates = late.assess(results, course, assignment, _known_ids(results, roster))
+    except ValueError as error:
+        print(f"cannot use the course file: {error}")
+        return 2
+    paths = write_summary(results, out, assignment, late.summary_section(lates, course))
     write_record(out, assignment, task_ids(results), source)
     matching = lms.match_roster(results, roster)
     if roster is not None:
         print("\n".join(matching.report()))
     names, said = lms.canvas_target(lms.Gradebooks(assignment, args.lms_title, args.canvas_assignment_id), columns)
     print(said)
-    lms_paths = lms.write_gradebooks(results, out, matching, names, sum(max_points(results).values()))
+    maximum = sum(max_points(results).values())
+    lms_paths = lms.write_gradebooks(results, out, matching, names, maximum, lates)
+    write_late_notes(out, assignment, {student: item.note(maximum) for student, item in lates.items()})
     archives = lms.write_feedback_archives(results, out, assignment)
+    _print_late(lates, course, late.moved(out, lates))
+    late.record(out, lates)
     _print_paths(paths, out)
     print(f"{'to upload':>18}: {lms_paths['canvas']} (Canvas: Grades > Import), {lms_paths['moodle']} (Moodle: "
           f"Upload grading worksheet), {lms_paths['generic']} (any other)")
     for archive in archives:
         print(f"{'feedback to upload':>18}: {archive}")
     return 0
+
+
+def _known_ids(results: list[dict[str, Any]], roster: list[RosterEntry] | None) -> set[str]:
+    """Every id a student of `results` or the `roster` has (student id, LMS user id, SIS ids)."""
+    ids = {r["student"] for r in results} | {(r.get("lms") or {}).get("user_id", "") for r in results}
+    ids |= {i for e in roster or [] for i in (e.user_id, e.sis_user_id, e.sis_login_id)}
+    return ids - {""}
+
+
+def _print_late(lates: dict[str, Late], course: Course, moved: list[str]) -> None:
+    """A line per late or flagged student, the policy, and whose published points the policy moved."""
+    flagged = [item.line() for item in lates.values() if item.days or item.flagged]
+    if flagged or course.path:
+        print(f"late policy ({course.path or 'no course file: lateness shown, not penalised'}): "
+              f"{course.policy.describe()}")
+    for line in flagged:
+        print(f"  late: {line}")
+    if moved:
+        print("points moved by the late policy since the last publish (the course file changed):")
+        print("\n".join(f"  {line}" for line in moved))
 
 
 def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -> int:
@@ -340,9 +377,12 @@ def regrade_by_content(args: argparse.Namespace, out: Path, record: dict[str, An
                   f"{source or 'the submissions (none recorded: give them, harness grade SUBMISSIONS --regrade OUT)'}")
             return 2
         if not tasks and not rerun:
-            print(f"nothing to regrade in {out}: {'; '.join(done)}"
-                  f"{f', and no notebook in {source} is new or changed' if submissions else ''}")
-            return 0
+            unchanged = f"{'; '.join(done)}{f', and no notebook in {source} is new or changed' if submissions else ''}"
+            if not _late_moved(args, out, graded, assignment):
+                print(f"nothing to regrade in {out}: {unchanged}")
+                return 0
+            print(f"nothing to grade or judge again in {out} ({unchanged}); the late penalties changed: publishing")
+            return publish([graded[student].to_dict() for student in sorted(graded)], out, assignment, args, source)
         secret = ready_to_grade(args) if rerun else b""
         if secret is None:
             return 2
@@ -359,6 +399,23 @@ def regrade_by_content(args: argparse.Namespace, out: Path, record: dict[str, An
         done.append(f"kept as graded, not in {source}: {', '.join(unsubmitted)}")
     results = graded | {change.student: change.after for change in changes}
     return _report_regrade(args, out, Regrade(assignment, source, results, changes, done))
+
+
+def _late_moved(args: argparse.Namespace, out: Path, graded: dict[str, GradeResult], assignment: str) -> bool:
+    """Whether publishing `graded` again would move someone's points by the late policy (the course file changed
+    since `out` was last published); True when the course file or the roster cannot be used, for `publish` to say
+    why."""
+    from harness.grading import late
+    from harness.grading.lms import read_roster
+
+    results = [result.to_dict() for result in graded.values()]
+    try:
+        roster = read_roster(args.roster) if args.roster else None
+        lates = late.assess(results, late.course_file(args.course), assignment, _known_ids(results, roster))
+    except (OSError, ValueError):
+        return True
+    first = not (out / late.RECORD).is_file()  # published before penalties were: any penalty is a move
+    return bool(late.moved(out, lates)) or (first and any(item.percent for item in lates.values()))
 
 
 def _grade_again(submissions: list[Submission], assignment: str, out: Path, secret: bytes,

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
 FAILURE_CODE = re.compile(r"failed \[([a-z0-9-]+)\]")
 INDEX_ENTRY = re.compile(r'<a href="#([^"]+)">Test cell</a>')
+LATE_NOTE = re.compile(r"\n<!-- harness:late -->.*?<!-- /harness:late -->", re.S)  # what `with_late_note` adds
+BODY = re.compile(r"<body\b[^>]*>", re.I)
 WRAP_CSS = ("<style>/* harness: messages wrap inside their box */ pre, .output_text pre, .output_error pre "
             "{ white-space: pre-wrap; overflow-wrap: anywhere; word-break: normal; }</style>")
 
@@ -188,3 +190,23 @@ def write_unjudged_feedback(out: Path, result: GradeResult, reason: str) -> Path
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(unjudged_page(result, reason), encoding="utf-8")
     return page
+
+
+def with_late_note(page: str, note: str) -> str:
+    """`page` with `note` (plain text: escaped here) first in its body, in place of the note an earlier publish
+    added; an empty `note` only removes that one."""
+    page = LATE_NOTE.sub("", page, count=1)
+    match = BODY.search(page)
+    if not note or match is None:
+        return page
+    block = f"\n<!-- harness:late --><p><strong>{html.escape(note)}</strong></p><!-- /harness:late -->"
+    return page[:match.end()] + block + page[match.end():]
+
+
+def write_late_notes(out: Path, assignment: str, notes: dict[str, str]) -> None:
+    """Put each student's late note (`late.Late.note`; "" for none) on their feedback pages in `out`."""
+    for student, note in notes.items():
+        for page in (out / "feedback" / student / assignment).glob("*.html"):
+            text = page.read_text(encoding="utf-8")
+            if (new := with_late_note(text, note)) != text:
+                page.write_text(new, encoding="utf-8")

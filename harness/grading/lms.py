@@ -16,7 +16,9 @@ Written into the output folder:
 - `moodle_grades.csv`: Moodle's offline grading worksheet (Identifier "Participant N", Full name, Email
   address, Status, Grade, Maximum Grade, Grade can be changed, Last modified (submission), Last modified
   (grade), Feedback comments);
-- `lms_grades.csv`: a generic CSV (id, name, points, percent, late, status, how the student was matched);
+- `lms_grades.csv`: a generic CSV (id, name, points, percent, late, status, how the student was matched, and the
+  points before the late penalty, the days late and the penalty); every file's points are after the penalty
+  (`late`: the course file's policy), Moodle's comment says it;
 - `feedback_<lms>.zip`: each student's feedback HTML named as that LMS's bulk upload expects: the name the
   student's submission had in the download (Canvas `name[_LATE]_<user id>_<submission id>_...`, Moodle
   `Full Name_<id>_assignsubmission_file_...`), and `feedback_other.zip` by student id for the rest.
@@ -33,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.grading.instructor_text import csv_writer
+from harness.grading.late import Late
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
                   "Grade can be changed", "Last modified (submission)", "Last modified (grade)", "Feedback comments")
 GENERIC_COLUMNS = ("student", "lms", "user_id", "name", "email", "section", "points", "max_points", "percent",
-                   "late", "status", "matched")
+                   "late", "status", "matched", "points_before_penalty", "late_days", "penalty")
 # roster column names accepted for each field, lower case (Canvas export, Moodle worksheet, a plain CSV)
 ROSTER_FIELDS = {"name": ("student", "full name", "name"), "user_id": ("id", "identifier", "user id", "user_id"),
                  "sis_user_id": ("sis user id",), "sis_login_id": ("sis login id", "username", "login"),
@@ -200,42 +203,48 @@ def _points(result: dict[str, Any]) -> tuple[float, float]:
             sum(top for _, top in result["scores"].values()))
 
 
-def _comment(result: dict[str, Any], points: float, top: float) -> str:
+def _comment(result: dict[str, Any], points: float, top: float, late: Late | None) -> str:
     failed = "; ".join(f"{task} [{code}]" for task, code in result["failures"].items())
     failed = f"; not passed: {failed}" if failed else ""
-    return f"{points:g}/{top:g} points{failed}; details in the feedback file"
+    penalty = f"; late {late.days} day(s), {late.percent:g}% off: {late.final:g}/{top:g}" if late and late.percent \
+        else ""
+    return f"{points:g}/{top:g} points{failed}{penalty}; details in the feedback file"
 
 
 def write_gradebooks(results: list[dict[str, Any]], out: Path, matching: Matching, names: Gradebooks,
-                     maximum: float) -> dict[str, Path]:
-    """Write the Canvas, Moodle and generic CSVs into `out`; return their paths."""
+                     maximum: float, lates: dict[str, Late] | None = None) -> dict[str, Path]:
+    """Write the Canvas, Moodle and generic CSVs into `out`; return their paths. With `lates` (`late.assess`), each
+    file carries the points after the late penalty; Moodle's comment and the generic file also the points before."""
     paths = {"canvas": out / "canvas_grades.csv", "moodle": out / "moodle_grades.csv",
              "generic": out / "lms_grades.csv"}
     column = names.canvas_header()
-    rows = [(r, matching.entries[r["student"]], *_points(r)) for r in results]
+    lates = lates or {}
+    rows = [(r, matching.entries[r["student"]], *_points(r), lates.get(r["student"])) for r in results]
     with paths["canvas"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv_writer(handle)
         writer.writerow([*CANVAS_COLUMNS, column])
         writer.writerow(["Points Possible", "", "", "", "", f"{maximum:g}"])
-        for _, entry, points, _ in rows:
+        for _, entry, points, _, late in rows:
             writer.writerow([entry.name, entry.user_id, entry.sis_user_id, entry.sis_login_id, entry.section,
-                             f"{points:g}"])
+                             f"{late.final if late else points:g}"])
     with paths["moodle"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv_writer(handle)
         writer.writerow(MOODLE_COLUMNS)
-        for result, entry, points, top in rows:
+        for result, entry, points, top, late in rows:
             identifier = f"Participant {entry.user_id}" if entry.user_id else ""
-            writer.writerow([identifier, entry.name, entry.email, "Submitted for grading", f"{points:g}",
-                             f"{maximum:g}", "Yes", "", "", _comment(result, points, top)])
+            writer.writerow([identifier, entry.name, entry.email, "Submitted for grading",
+                             f"{late.final if late else points:g}", f"{maximum:g}", "Yes", "", "",
+                             _comment(result, points, top, late)])
     with paths["generic"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv_writer(handle)
         writer.writerow(GENERIC_COLUMNS)
-        for result, entry, points, _ in rows:
-            lms = result.get("lms") or {}
+        for result, entry, earned, _, late in rows:
+            lms, points = result.get("lms") or {}, late.final if late else earned
             writer.writerow([result["student"], lms.get("system", ""), entry.user_id, entry.name, entry.email,
                              entry.section, f"{points:g}", f"{maximum:g}",
                              round(100 * points / maximum, 1) if maximum else 0.0, "yes" if lms.get("late") else "",
-                             result["status"], matching.how[result["student"]]])
+                             result["status"], matching.how[result["student"]], f"{earned:g}",
+                             late.days if late else 0, f"{late.percent:g}%" if late else "0%"])
     return paths
 
 

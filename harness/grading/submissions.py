@@ -74,6 +74,7 @@ class LmsIdentity:
     late: bool = False  # Canvas marks a submission after the due date LATE
     prefix: str = ""
     email: str = ""
+    submitted: str = ""  # when it was submitted, ISO 8601, where the export says (Blackboard: local time, no zone)
 
     def to_dict(self) -> dict[str, Any]:
         """The identity as plain data (a job's and a result's `lms` field)."""
@@ -96,7 +97,9 @@ def lms_identity(name: str) -> LmsIdentity | None:
         prefix = name[: match.start("file")].rstrip("_")
         return LmsIdentity("canvas", match["id"], person_name(match["name"]), bool(match["late"]), prefix)
     if match := BLACKBOARD.match(name):
-        return LmsIdentity("blackboard", match["id"], person_name(match["id"]), prefix=name[: match.end("when")])
+        day, time = match["when"][:10], match["when"][11:].replace("-", ":")
+        return LmsIdentity("blackboard", match["id"], person_name(match["id"]), prefix=name[: match.end("when")],
+                           submitted=f"{day}T{time}")
     return None
 
 
@@ -115,11 +118,18 @@ def gradescope_identities(folder: Path) -> dict[str, LmsIdentity]:
             if current and fields.get("name"):
                 found[current] = LmsIdentity("gradescope", fields.get("sid") or current.removeprefix("submission_"),
                                              person_name(fields["name"]), prefix=current,
-                                             email=fields.get("email", ""))
+                                             email=fields.get("email", ""),
+                                             submitted=gradescope_time(fields.get("created_at", "")))
             current, fields = line.strip().rstrip(":").strip("'\""), {}
-        elif match := re.match(r"^[\s-]*:(name|sid|email):\s*(.*)$", line):
+        elif match := re.match(r"^[\s-]*:(name|sid|email|created_at):\s*(.*)$", line):
             fields.setdefault(match[1], match[2].strip().strip("'\""))
     return found
+
+
+def gradescope_time(text: str) -> str:
+    """Gradescope's `created_at` (`2026-03-03 10:15:07.811011000 -05:00`) in ISO 8601; "" when it is not one."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.\d+)? ?([+-]\d\d:?\d\d|Z)", text.strip())
+    return f"{match[1]}T{match[2]}{match[3]}" if match else ""
 
 
 @dataclass
@@ -342,10 +352,11 @@ def _warn_lookalikes(students: list[str], notes: dict[str, list[str]]) -> None:
 
 
 def _latest(known: LmsIdentity | None, found: LmsIdentity) -> LmsIdentity:
-    """One student's identity over several files: the same account, late if any file is late."""
+    """One student's identity over several files: the same account, late if any file is late, submitted when the
+    last one was."""
     if known is None:
         return found
-    return replace(known, late=known.late or found.late)
+    return replace(known, late=known.late or found.late, submitted=max(known.submitted, found.submitted))
 
 
 def collect(source: Path, assignment: str, workdir: Path | None = None) -> list[Submission]:

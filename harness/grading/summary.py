@@ -77,9 +77,10 @@ def plot_distribution(totals: list[float], maximum: float, path: Path) -> None:
     plt.close(figure)
 
 
-def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> dict[str, Path]:
+def write_summary(results: list[dict[str, Any]], out: Path, assignment: str,
+                  late: list[str] | None = None) -> dict[str, Path]:
     """Write grades.csv, pass_rates.csv, distribution.png, mistakes.md/.csv and summary.md into `out`; return
-    their paths."""
+    their paths. `late`: the summary's section on late submissions (`late.summary_section`), if any."""
     tasks, maxima = task_ids(results), max_points(results)
     paths = {name: out / name for name in SUMMARY_FILES}
     write_grades_csv(results, paths["grades.csv"], tasks, maxima)
@@ -98,6 +99,7 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str) -> 
              f"{f' (left out: {apart})' if apart else ''}.", "", "| task | points | passed |", "|---|---|---|"]
     lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
     lines += ["", *write_mistakes(results, out, assignment, tasks, maxima, assignment_titles(assignment))]
+    lines += ["", *late] if late else []
     counts = {s: sum(r["status"] == s for r in results) for s in STATUS_MEANING}
     lines += ["", "| status | submissions | meaning |", "|---|---|---|"]
     lines += [f"| {s} | {n} | {STATUS_MEANING[s]} |" for s, n in counts.items() if n]
