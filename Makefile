@@ -69,10 +69,13 @@ student-tree:
 
 ## grade: autograde a folder or LMS zip of submissions into build/grades/ASSIGNMENT:
 ## make grade SUBMISSIONS=path ASSIGNMENT=00_welcome [ROSTER=roster.csv] [LMS_TITLE='title in the LMS'] [CANVAS_ID=id]
-## (the Canvas file fills the assignment's own column: from a Canvas gradebook export as ROSTER, or CANVAS_ID)
+##   [COURSE=course.toml]
+## (the Canvas file fills the assignment's own column: from a Canvas gradebook export as ROSTER, or CANVAS_ID;
+## COURSE: due dates, extensions and the late policy, default ./course.toml when present, docs/course.example.toml)
 grade: $(STAMP) bubblewrap
 	$(PY) -m harness grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --workers $(WORKERS) $(if $(ROSTER),--roster $(ROSTER)) \
-	  $(if $(LMS_TITLE),--lms-title '$(LMS_TITLE)') $(if $(CANVAS_ID),--canvas-assignment-id $(CANVAS_ID))
+	  $(if $(LMS_TITLE),--lms-title '$(LMS_TITLE)') $(if $(CANVAS_ID),--canvas-assignment-id $(CANVAS_ID)) \
+	  $(if $(COURSE),--course $(COURSE))
 
 ## bench: the CPU benchmarks in benchmarks/ (not part of the tests): each prints a table and writes a CSV and the
 ## machine record into build/bench; benchmarks/README.md keeps the results. Lightning, the engine benchmark's

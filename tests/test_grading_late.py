@@ -16,7 +16,7 @@ from harness.cli import main
 from harness.grading.batch import RESULTS
 from harness.grading.cli import add_arguments, publish
 from harness.grading.jobs import GradeResult
-from harness.grading.late import Course, CourseFileError, Deadline, Policy, assess, read_course
+from harness.grading.late import DAY, Course, CourseFileError, Deadline, Policy, assess, read_course
 from harness.grading.submissions import gradescope_time, lms_identity
 
 ASSIGNMENT = "00_welcome"
@@ -159,7 +159,10 @@ def test_an_extension_for_an_unknown_student_is_refused_with_what_to_write(tmp_p
     printed = capsys.readouterr().out
     assert "cannot use the course file:" in printed and "has the id benbrwn: write the student id of grades.csv " \
         "or the LMS user id" in printed, printed
-    assert main(["grade", "x", "--assignment", ASSIGNMENT, "--course", str(tmp_path / "none.toml")]) != 0
+    course.write_text("[assignments.00_welcome]\ndue = 2026-03-02T23:59:00\n")  # refused before any grading
+    assert main(["grade", str(out), "--assignment", ASSIGNMENT, "--out", str(tmp_path / "new"), "--course",
+                 str(course)]) == 2
+    assert "cannot grade: " in (printed := capsys.readouterr().out) and "has no time zone" in printed, printed
 
 
 def test_a_regrade_after_editing_the_course_file_republishes_only_the_moved_penalty(tmp_path, capsys):
@@ -178,3 +181,11 @@ def test_a_regrade_after_editing_the_course_file_republishes_only_the_moved_pena
         "  benbrown: 2.7 -> 3 points (Canvas's LATE flag, with an extension to 2026-03-04 12:00-05:00: counted on "
         "time, the download gives no time)"], printed
     assert _rows(out / "lms_grades.csv")["benbrown"]["points"] == "3"
+
+
+def test_the_documented_example_reads_as_it_says():
+    course = read_course(Path(__file__).parents[1] / "docs" / "course.example.toml")
+    assert course.policy == Policy("per-day", 10.0, 50.0, 0)
+    loop = course.deadlines["04_training_loop"]
+    assert loop.due == datetime(2026, 3, 2, 23, 59, tzinfo=EST) and loop.extensions["1002"] == loop.due + 2 * DAY
+    assert course.deadlines["05_optimizers"].due == datetime(2026, 3, 9, 23, 59, tzinfo=timezone.utc)

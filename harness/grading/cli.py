@@ -8,7 +8,9 @@ the time left (`progress`); the end says where everything is: grades, the mistak
 joins shard folders into one grading (`merge`); `--dask ADDRESS` (or `local:N`) grades on a Dask cluster
 (`cluster`), alone or with `--shard`; `--regrade OUT` regrades by content (`regrade`: the tasks whose check
 changed are judged again, the new or changed notebooks graded again, `--student ID` one student's), and grading
-into a folder graded for the same assignment does the same.
+into a folder graded for the same assignment does the same. The course file (`--course`, default `course.toml`:
+due dates, extensions, the late policy; `late`) is applied when the files are written (`publish`), from the stored
+results: a regrade after editing it republishes and names whose points moved.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ def refuse_other_assignment(out: Path, assignment: str, force: bool) -> str | No
 def run_grade(args: argparse.Namespace) -> int:
     """Grade, write the summary (or the shard's results), print where everything is."""
     from harness.grading.batch import RESULTS, Limits
+    from harness.grading.late import course_file
     from harness.grading.regrade import read_record
     from harness.grading.shards import parse_shard
     from harness.grading.submissions import collect
@@ -135,6 +138,7 @@ def run_grade(args: argparse.Namespace) -> int:
         dask_check(args.dask)
         if args.roster is not None and not args.roster.is_file():
             raise ValueError(f"--roster {args.roster} does not exist: give the class list as a CSV")
+        course_file(args.course)  # a malformed course file stops here, not after the class is graded
         out = args.out or (DEFAULT_OUT / assignment / (f"shard-{shard[0]}-of-{shard[1]}" if shard else ""))
         if refusal := refuse_other_assignment(out, assignment, args.force):
             raise ValueError(refusal)
