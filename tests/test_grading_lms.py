@@ -176,6 +176,12 @@ def test_canvas_and_moodle_files_have_the_columns_they_import(graded):
     assert moodle[1][:2] == ["Participant 1001", "Amos, Ada"] and moodle[1][4:6] == ["3", "5"]
     generic = {row[0]: row for row in _rows(graded.out / "lms_grades.csv")[1:]}
     assert generic["benbrown"][9] == "yes" and generic["adaamos"][9] == ""  # Canvas's LATE flag kept
+    # no course file: lateness is shown (1 day: Canvas's names carry no time), never penalised
+    assert generic["benbrown"][12:] == ["3", "1", "0%"] and generic["adaamos"][12:] == ["3", "0", "0%"]
+    assert "  late: benbrown: 1 day late (Canvas's LATE flag: the download gives no time, counted as 1 day): no " \
+        "penalty" in graded.printed, graded.printed
+    page = (graded.out / "feedback" / "benbrown" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert page.count("<!-- harness:late --><p><strong>Submission 1 day late (Canvas&#x27;s LATE flag") == 1
     assert generic["adaamos"][11] == "lms id" and generic["carlcole"][11] == "name"
     assert generic["zedzorn"][11] == "unmatched"
 

@@ -13,6 +13,7 @@ content security policy (`feedback_html.with_policy`). After a regrade,
 GenerateFeedback again, from the grading's gradebook, so the feedback shows the new points and messages.
 A submission nothing was judged for (no notebook, a file that is not a notebook, a blank notebook) gets a
 page of its own instead (`write_unjudged_feedback`): what was wrong with it, its score and what to do.
+A late submission's pages get a note first in their body, written again at every publish (`write_late_notes`).
 """
 
 from __future__ import annotations
