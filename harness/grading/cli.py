@@ -287,10 +287,9 @@ def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: arg
 
 
 def _known_ids(results: list[dict[str, Any]], roster: list[RosterEntry] | None) -> set[str]:
-    """Every id a student of `results` or the `roster` has (student id, LMS user id, SIS ids)."""
+    """Every id an extension may name: the student ids and LMS user ids of `results`, the `roster`'s user ids."""
     ids = {r["student"] for r in results} | {(r.get("lms") or {}).get("user_id", "") for r in results}
-    ids |= {i for e in roster or [] for i in (e.user_id, e.sis_user_id, e.sis_login_id)}
-    return ids - {""}
+    return (ids | {entry.user_id for entry in roster or []}) - {""}
 
 
 def _print_late(lates: dict[str, Late], course: Course, moved: list[str]) -> None:

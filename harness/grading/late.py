@@ -37,6 +37,7 @@ from typing import Any
 import tomllib
 
 from harness.grading.instructor_text import markdown_text
+from harness.grading.jobs import write_atomically
 
 DEFAULT_COURSE_FILE = Path("course.toml")
 POLICIES = ("none", "per-day", "cutoff")
@@ -192,20 +193,23 @@ class Late:
         """The points after the penalty."""
         return round(self.points * (1 - self.percent / 100), 2)
 
+    @property
+    def when(self) -> str:
+        """`2 days late`, `1 day late` or `on time`."""
+        return f"{self.days} day{'s' if self.days != 1 else ''} late" if self.days else "on time"
+
     def note(self, top: float) -> str:
         """What the student's feedback page says of it ("" when on time and not flagged)."""
         if not (self.days or self.flagged):
             return ""
-        late = f"{self.days} day{'s' if self.days != 1 else ''} late" if self.days else "on time"
         cost = (f"late penalty {self.percent:g}%: {self.points:g} points become {self.final:g} of {top:g}"
                 if self.percent else "no late penalty")
-        return f"Submission {late} ({self.how}): {cost}."
+        return f"Submission {self.when} ({self.how}): {cost}."
 
     def line(self) -> str:
         """`benbrown: 1 day late (Canvas's LATE flag ...): -10%, 3 -> 2.7 points`."""
-        late = f"{self.days} day{'s' if self.days != 1 else ''} late" if self.days else "on time"
         cost = f"-{self.percent:g}%, {self.points:g} -> {self.final:g} points" if self.percent else "no penalty"
-        return f"{self.student}: {late} ({self.how}): {cost}"
+        return f"{self.student}: {self.when} ({self.how}): {cost}"
 
 
 def _submitted(text: str | None) -> datetime | None:
@@ -259,8 +263,9 @@ def assess(results: list[dict[str, Any]], course: Course, assignment: str, known
 
 
 def moved(out: Path, lates: dict[str, Late]) -> list[str]:
-    """`student: before -> after points` for each student whose published points differ from those `out`'s last
-    publish recorded (`late.json`); nothing on a first publish."""
+    """`student: before -> after points` for each student whose points earned are those `out`'s last publish
+    recorded (`late.json`) but whose penalised points are not: the course file moved them. Nothing on a first
+    publish; a student whose points earned moved is reported by the regrade itself."""
     path = out / RECORD
     if not path.is_file():
         return []
@@ -274,7 +279,7 @@ def record(out: Path, lates: dict[str, Late]) -> None:
     """Write the published penalties into `out`/late.json, for the next publish's `moved`."""
     data = {student: {"points": late.points, "days": late.days, "percent": late.percent, "final": late.final}
             for student, late in lates.items()}
-    (out / RECORD).write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    write_atomically(out / RECORD, json.dumps(data, indent=1, sort_keys=True))
 
 
 def summary_section(lates: dict[str, Late], course: Course) -> list[str]:
