@@ -79,7 +79,8 @@ def test_the_policy_rounds_started_days_up_and_stops_at_its_cap_or_cutoff():
     results = [_result(s).to_dict() for s in ("adaamos", "benbrown", "carlcole")]
     results[0]["lms"]["submitted"] = (DUE + timedelta(hours=25)).isoformat()  # a started second day: 2 days
     results[2]["lms"]["submitted"] = "2026-03-04T12:00:00"  # Blackboard's local time: read in the due date's zone
-    lates = assess(results, course, ASSIGNMENT, {"1003"})
+    lates = assess(results, course, ASSIGNMENT, {r["student"]: {r["student"], r["lms"]["user_id"]} for r in results},
+                   {"1003"})
     assert (lates["adaamos"].days, lates["adaamos"].percent, lates["adaamos"].final) == (2, 20, 2.4)
     assert (lates["benbrown"].days, lates["benbrown"].final) == (1, 2.7) and "LATE flag" in lates["benbrown"].how
     assert (lates["carlcole"].days, lates["carlcole"].final) == (0, 3)  # within the extension
@@ -159,6 +160,12 @@ def test_an_extension_for_an_unknown_student_is_refused_with_what_to_write(tmp_p
     printed = capsys.readouterr().out
     assert "cannot use the course file:" in printed and "has the id benbrwn: write the student id of grades.csv " \
         "or the LMS user id" in printed, printed
+    roster = tmp_path / "roster.csv"  # a student who has not submitted is known from the roster
+    roster.write_text("name,id\n\"Green, Gus\",1007\n")
+    course.write_text(COURSE.format(extensions="[assignments.00_welcome.extensions]\n\"1007\" = 2\n"))
+    args = _args(course)
+    args.roster = roster
+    assert publish(results, out, ASSIGNMENT, args, None) == 0, capsys.readouterr().out
     course.write_text("[assignments.00_welcome]\ndue = 2026-03-02T23:59:00\n")  # refused before any grading
     assert main(["grade", str(out), "--assignment", ASSIGNMENT, "--out", str(tmp_path / "new"), "--course",
                  str(course)]) == 2

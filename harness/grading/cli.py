@@ -261,7 +261,7 @@ def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: arg
         return 2
     try:
         course = late.course_file(args.course)
-        lates = late.assess(results, course, assignment, _known_ids(results, roster))
+        lates = late.assess(results, course, assignment, *_class_ids(results, roster))
     except ValueError as error:
         print(f"cannot use the course file: {error}")
         return 2
@@ -286,10 +286,16 @@ def publish(results: list[dict[str, Any]], out: Path, assignment: str, args: arg
     return 0
 
 
-def _known_ids(results: list[dict[str, Any]], roster: list[RosterEntry] | None) -> set[str]:
-    """Every id an extension may name: the student ids and LMS user ids of `results`, the `roster`'s user ids."""
-    ids = {r["student"] for r in results} | {(r.get("lms") or {}).get("user_id", "") for r in results}
-    return (ids | {entry.user_id for entry in roster or []}) - {""}
+def _class_ids(results: list[dict[str, Any]], roster: list[RosterEntry] | None) -> tuple[dict[str, set[str]],
+                                                                                          set[str]]:
+    """The ids an extension may name: each student's (student id, LMS user id, their roster entry's user id),
+    and all of the class's (those and the `roster`'s user ids)."""
+    from harness.grading.lms import match_roster
+
+    entries = match_roster(results, roster).entries
+    ids = {r["student"]: {r["student"], (r.get("lms") or {}).get("user_id", ""), entries[r["student"]].user_id} - {""}
+           for r in results}
+    return ids, set().union(*ids.values(), {entry.user_id for entry in roster or []}) - {""}
 
 
 def _print_late(lates: dict[str, Late], course: Course, moved: list[str]) -> None:
@@ -414,7 +420,7 @@ def _late_moved(args: argparse.Namespace, out: Path, graded: dict[str, GradeResu
     results = [result.to_dict() for result in graded.values()]
     try:
         roster = read_roster(args.roster) if args.roster else None
-        lates = late.assess(results, late.course_file(args.course), assignment, _known_ids(results, roster))
+        lates = late.assess(results, late.course_file(args.course), assignment, *_class_ids(results, roster))
     except (OSError, ValueError):
         return True
     first = not (out / late.RECORD).is_file()  # published before penalties were: any penalty is a move

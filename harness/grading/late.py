@@ -220,11 +220,10 @@ def _submitted(text: str | None) -> datetime | None:
         return None
 
 
-def _lateness(result: dict[str, Any], deadline: Deadline | None) -> tuple[int, str]:
-    """(whole days late, how that was found) for one result."""
+def _lateness(result: dict[str, Any], ids: set[str], deadline: Deadline | None) -> tuple[int, str]:
+    """(whole days late, how that was found) for one result, whose student has the `ids`."""
     lms = result.get("lms") or {}
-    own = next((deadline.extensions[key] for key in (result["student"], lms.get("user_id"))
-                if deadline and key in deadline.extensions), None)
+    own = next((deadline.extensions[key] for key in sorted(ids) if deadline and key in deadline.extensions), None)
     due = own or (deadline.due if deadline else None)
     if due is not None and (submitted := _submitted(lms.get("submitted"))):
         submitted = submitted if submitted.tzinfo else submitted.replace(tzinfo=due.tzinfo)  # the LMS's local time
@@ -238,12 +237,13 @@ def _lateness(result: dict[str, Any], deadline: Deadline | None) -> tuple[int, s
     return 0, "on time" if due is not None else "no due date"
 
 
-def assess(results: list[dict[str, Any]], course: Course, assignment: str, known: set[str]) -> dict[str, Late]:
+def assess(results: list[dict[str, Any]], course: Course, assignment: str, ids: dict[str, set[str]],
+           known: set[str]) -> dict[str, Late]:
     """Each result's `Late`, under `course`'s policy and `assignment`'s deadline.
 
     Args:
-        known: every id a student of this class may have (student ids, LMS user ids, the roster's ids): an
-            extension for another id is an error.
+        ids: each student's ids an extension may name (student id, LMS user id, the matched roster entry's id).
+        known: every id of the class (`ids`' and the roster's): an extension for another id is an error.
 
     Raises:
         CourseFileError: an extension names a student this grading and its roster do not know.
@@ -255,7 +255,7 @@ def assess(results: list[dict[str, Any]], course: Course, assignment: str, known
                               "the LMS user id (a student who has not submitted: give the roster, --roster)")
     lates = {}
     for result in results:
-        days, how = _lateness(result, deadline)
+        days, how = _lateness(result, ids.get(result["student"], {result["student"]}), deadline)
         points = sum(score for score, _ in result["scores"].values())
         lates[result["student"]] = Late(result["student"], points, days, how, course.policy.percent(days),
                                         bool((result.get("lms") or {}).get("late")))
