@@ -101,3 +101,71 @@ def test_an_infinite_loop_times_out_and_leaves_no_process(tmp_path):
     left = [p for p in psutil.Process().children(recursive=True)
             if p.pid not in before and p.pid not in spare and not spare & {a.pid for a in p.parents()}]
     assert left == []
+
+
+# "Do not use X" seen below __torch_function__ (issues 38 and 41): each forbidden thing, hidden from a
+# TorchFunctionMode, still fails with the call that made it.
+BELOW_TORCH_FUNCTION = [
+    ("modules-layer-norm-from-scratch", "F.layer_norm, in layer_norm, line 7",
+     "import torch\nimport torch.nn.functional as F\n\n\n"
+     "def layer_norm(x, normalized_shape, weight, bias, eps=1e-5):\n"
+     "    with torch._C.DisableTorchFunction():\n"
+     "        return F.layer_norm(x, normalized_shape, weight, bias, eps)\n"),
+    ("tensors-logsumexp", "aten::logcumsumexp, in logsumexp, line 5",
+     "import torch\n\n\ndef logsumexp(x, dim):\n    return torch.logcumsumexp(x, dim).select(dim, -1)\n"),
+    ("sequences-label-smoothing", "F.cross_entropy, in smoothed_cross_entropy",
+     "import torch\nimport torch.nn.functional as F\n\n\n"
+     "def smoothed_cross_entropy(logits, targets, eps, ignore_index):\n"
+     "    with torch._C.DisableTorchFunction():\n"
+     "        return F.cross_entropy(logits, targets, label_smoothing=eps, ignore_index=ignore_index)\n"),
+    ("loop-adamw-from-scratch", "torch.optim.adamw.adamw, in adamw_step",
+     "import torch\nfrom torch.optim.adamw import adamw\n\n\n@torch.no_grad()\n"
+     "def adamw_step(params, states, step, lr, betas, eps, weight_decay):\n"
+     "    adamw(\n"
+     "        params, [p.grad for p in params], [s['exp_avg'] for s in states], [s['exp_avg_sq'] for s in states],\n"
+     "        [], [torch.tensor(float(step)) for _ in params], foreach=False, amsgrad=False, beta1=betas[0],\n"
+     "        beta2=betas[1], lr=lr, weight_decay=weight_decay, eps=eps, maximize=False)\n"),
+    ("loop-adamw-from-scratch", "aten::_fused_adamw_, in adamw_step",
+     "import torch\n\n\n@torch.no_grad()\ndef adamw_step(params, states, step, lr, betas, eps, weight_decay):\n"
+     "    torch._fused_adamw_(\n"
+     "        params, [p.grad for p in params], [s['exp_avg'] for s in states], [s['exp_avg_sq'] for s in states],\n"
+     "        [], [torch.tensor(float(step)) for _ in params], lr=lr, beta1=betas[0], beta2=betas[1],\n"
+     "        weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)\n"),
+]
+
+
+@pytest.mark.parametrize(("drill_id", "named", "source"), BELOW_TORCH_FUNCTION,
+                         ids=["layer-norm-torch-function-off", "logcumsumexp-synonym",
+                              "cross-entropy-torch-function-off", "functional-adamw", "fused-adamw-kernel"])
+def test_a_forbidden_call_hidden_from_torch_function_fails_naming_it(drill_id, named, source, tmp_path):
+    answer = tmp_path / "answer.py"  # as `harness drill check` runs it: from the candidate's file
+    answer.write_text(source)
+    result = check_source(get_drill(drill_id), source, filename=str(answer), case=Case(seed=11))
+    assert (result.passed, result.code) == (False, "forbidden-call"), result.message
+    assert named in result.message, result.message
+
+
+LEGIT_BELOW_TORCH_FUNCTION = [
+    ("loop-adamw-from-scratch",  # torch._foreach_* ops are tensor operations, not torch.optim
+     "import torch\n\n\n@torch.no_grad()\ndef adamw_step(params, states, step, lr, betas, eps, weight_decay):\n"
+     "    b1, b2 = betas\n    grads = [p.grad for p in params]\n"
+     "    m, v = [s['exp_avg'] for s in states], [s['exp_avg_sq'] for s in states]\n"
+     "    torch._foreach_mul_(params, 1 - lr * weight_decay)\n"
+     "    torch._foreach_lerp_(m, grads, 1 - b1)\n"
+     "    torch._foreach_mul_(v, b2)\n    torch._foreach_addcmul_(v, grads, grads, 1 - b2)\n"
+     "    denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(v), (1 - b2 ** step) ** 0.5), eps)\n"
+     "    torch._foreach_addcdiv_(params, m, denom, -lr / (1 - b1 ** step))\n"),
+    ("modules-layer-norm-from-scratch",
+     "import torch\n\n\ndef layer_norm(x, normalized_shape, weight, bias, eps=1e-5):\n"
+     "    dims = tuple(range(-len(normalized_shape), 0))\n"
+     "    var, mean = torch.var_mean(x, dim=dims, correction=0, keepdim=True)\n"
+     "    return (x - mean) * torch.rsqrt(var + eps) * weight + bias\n"),
+]
+
+
+@pytest.mark.parametrize(("drill_id", "source"), LEGIT_BELOW_TORCH_FUNCTION, ids=["foreach-adamw", "var-mean-rsqrt"])
+def test_a_correct_answer_written_with_other_kernels_passes(drill_id, source, tmp_path):
+    answer = tmp_path / "answer.py"
+    answer.write_text(source)
+    result = check_source(get_drill(drill_id), source, filename=str(answer), case=Case(seed=11))
+    assert result.passed, result.message

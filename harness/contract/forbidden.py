@@ -9,6 +9,12 @@ recorded call are not recorded (the mode is off while a call runs), so `F.cross_
 A function and the tensor method of the same name are one name: `torch.logsumexp(x, 1)` and
 `x.logsumexp(1)` are both `logsumexp`.
 
+Below `__torch_function__` (which `torch._C.DisableTorchFunction()` switches off) the recorder also keeps what
+`harness.contract.kernels` observes: the student's own calls by name (a profile hook), every call into
+torch.optim (`torch.optim`), and every aten operator run (`aten::<name>`). A rule's name also matches the aten
+operators that only it produces (`kernels.KERNELS`: `logsumexp` is also `aten::logsumexp` and
+`aten::logcumsumexp`).
+
 The judge side is `forbid`, which fails with [forbidden-call] on the recorded calls (data only).
 """
 
@@ -21,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from harness.contract.errors import caller_line
 from harness.contract.failure import fail
+from harness.contract.kernels import KERNELS, CallProfile, KernelRecorder, kernel_key
 from harness.contract.wire import WireError
 
 
@@ -49,14 +56,27 @@ class CallRecorder(TorchFunctionMode):
     """Records the torch calls made in a block: `with CallRecorder() as calls: ...; calls.seen`.
 
     `seen` maps each call's name (`call_name`) to how it was written and the student's line of its first
-    call: `{"logsumexp": "Tensor.logsumexp, in lse, line 3: return x.logsumexp(dim)"}`. It travels in an
-    observation as it is (strings only). `count` is the number of calls in all (a Python loop multiplies it).
+    call: `{"logsumexp": "Tensor.logsumexp, in lse, line 3: return x.logsumexp(dim)"}`, and holds what the
+    observers below `__torch_function__` saw (`aten::logsumexp`, `torch.optim`). It travels in an
+    observation as it is (strings only). `count` is the number of `__torch_function__` calls in all (a Python
+    loop multiplies it).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: dict[str, str] = {}
         self.count = 0
+        self._below = (CallProfile(self.seen, written_as), KernelRecorder(self.seen))
+
+    def __enter__(self) -> CallRecorder:
+        for observer in self._below:
+            observer.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        for observer in reversed(self._below):
+            observer.__exit__(*exc)
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
@@ -69,7 +89,8 @@ class CallRecorder(TorchFunctionMode):
 
 
 def forbid(seen: Any, forbidden: Mapping[str, str], *, where: str) -> None:
-    """Fail with [forbidden-call] when the recorded calls `seen` (`CallRecorder.seen`) include a forbidden name.
+    """Fail with [forbidden-call] when the recorded calls `seen` (`CallRecorder.seen`) include a forbidden name
+    or an aten operator that only a forbidden name produces (`kernels.KERNELS`).
 
     Args:
         seen: the recorded calls, from the observation.
@@ -82,13 +103,16 @@ def forbid(seen: Any, forbidden: Mapping[str, str], *, where: str) -> None:
     """
     if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
         raise WireError("malformed observation: the recorded calls are not a dict of strings")
-    used = [name for name in forbidden if name in seen]
+    # The calls first, so that a call is named as it was written; then the kernels only forbidden names run.
+    used = [(name, name) for name in forbidden if name in seen] + [
+        (name, kernel_key(op)) for name in forbidden for op in KERNELS.get(name, ()) if kernel_key(op) in seen]
     if used:
-        name = used[0]
+        name, key = used[0]
+        verb = "ran the kernel" if key.startswith(kernel_key("")) else "called"
         fail(
             "forbidden-call",
-            observed=f"your code called {seen[name]}",
+            observed=f"your code {verb} {seen[key]}",
             expected=f"no call of {name}: {forbidden[name]}",
             cause=f"{name} is what the exercise asks you to write yourself ({where} forbids it)",
-            where=seen[name].split(", ", 1)[-1] if ", " in seen[name] else "your function",
+            where=seen[key].split(", ", 1)[-1] if ", " in seen[key] else "your function",
         )

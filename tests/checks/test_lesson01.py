@@ -168,6 +168,15 @@ def lse_special(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.special.logsumexp(x, dim)
 
 
+def lse_torch_function_disabled(x: torch.Tensor, dim: int) -> torch.Tensor:
+    with torch._C.DisableTorchFunction():
+        return torch.logsumexp(x, dim)
+
+
+def lse_logcumsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.logcumsumexp(x, dim).select(dim, -1)
+
+
 def lse_from_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     m = x.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -443,6 +452,10 @@ MISTAKES = [
             story="calls the forbidden op as a tensor method (the issue's hole)"),
     Mistake("01-logsumexp", "forbidden-call", "special_logsumexp", (lse_special,),
             story="torch.special.logsumexp: the same op under another name"),
+    Mistake("01-logsumexp", "forbidden-call", "return torch.logsumexp(x, dim)", (lse_torch_function_disabled,),
+            story="calls torch.logsumexp under torch._C.DisableTorchFunction(), where __torch_function__ sees nothing"),
+    Mistake("01-logsumexp", "forbidden-call", "aten::logcumsumexp", (lse_logcumsumexp,),
+            story="a public synonym: the last entry of torch.logcumsumexp"),
     Mistake("01-logsumexp", "forbidden-call", "torch.softmax", (lse_from_softmax,),
             story="derives logsumexp from torch.softmax"),
 

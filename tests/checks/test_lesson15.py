@@ -359,6 +359,11 @@ def smoothed_calls_cross_entropy(logits, targets, smoothing):
     return F.cross_entropy(logits, targets, label_smoothing=smoothing)
 
 
+def smoothed_cross_entropy_unseen(logits, targets, smoothing):
+    with torch._C.DisableTorchFunction():
+        return F.cross_entropy(logits, targets, label_smoothing=smoothing)
+
+
 def smoothed_nll(logits, targets, smoothing):
     log_probs = logits.log_softmax(-1)
     return (1 - smoothing) * F.nll_loss(log_probs, targets) - smoothing * log_probs.mean(-1).mean()
@@ -547,6 +552,8 @@ MISTAKES = [
     # 15-smoothed-loss
     Mistake("15-smoothed-loss", "forbidden-call", "cross_entropy", (smoothed_calls_cross_entropy,),
             story="calls F.cross_entropy(label_smoothing=...)"),
+    Mistake("15-smoothed-loss", "forbidden-call", "F.cross_entropy", (smoothed_cross_entropy_unseen,),
+            story="calls F.cross_entropy(label_smoothing=...) under torch._C.DisableTorchFunction()"),
     Mistake("15-smoothed-loss", "forbidden-call", "nll_loss", (smoothed_nll,),
             story="uses F.nll_loss for the target term"),
     Mistake("15-smoothed-loss", "forbidden-call", "numpy", (smoothed_numpy,),

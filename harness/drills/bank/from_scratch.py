@@ -99,16 +99,18 @@ def _probe_adamw(answer: dict, *, case: Case) -> dict:
     states = [{"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)} for p in params]
     optimizer_steps = []
     handle = register_optimizer_step_pre_hook(lambda *_: optimizer_steps.append(1))
-    trace = []
+    trace, calls_seen = [], {}
     try:
         for step, step_grads in enumerate(grads, start=1):
             for p, g in zip(params, step_grads, strict=True):
                 p.grad = g.clone()
-            answer["adamw_step"](params, states, step, lr, _BETAS, _EPS, weight_decay)
+            with CallRecorder() as calls:  # torch.optim's functional adamw and fused kernels run no optimizer step
+                answer["adamw_step"](params, states, step, lr, _BETAS, _EPS, weight_decay)
+            calls_seen.update(calls.seen)
             trace.append([p.detach().clone() for p in params])
     finally:
         handle.remove()
-    return {"trace": trace, "optimizer_steps": len(optimizer_steps)}
+    return {"trace": trace, "optimizer_steps": len(optimizer_steps), "calls": calls_seen}
 
 
 _ADAMW_STARTER = (

@@ -169,6 +169,9 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
         fail("used-torch-optim", observed=f"{steps} torch.optim optimizer steps ran inside adamw_step",
              expected="the update written with tensor operations", cause="torch.optim computes the update for you: "
              "the drill asks you to write it", where="adamw_step: no torch.optim optimizer")
+    forbid(seen.get("calls"), {"torch.optim": "the drill asks you to write the update with tensor operations, "
+                                              "not torch.optim's functional adamw or fused kernels"},
+           where="the drill's prompt")
     want = _adamw_reference(case)
     trace = seen.get("trace")
     if not (isinstance(trace, list) and len(trace) == len(want) and all(

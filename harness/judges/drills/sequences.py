@@ -391,7 +391,8 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
                  "must leave the sum and the count", where=where)
         assert_close("the loss", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="(1 - eps) * nll + eps * mean_c(-log p_c), averaged over non-ignored rows")
-    return "equal to F.cross_entropy(label_smoothing=eps, ignore_index=...) without calling it"
+    return ("equal to F.cross_entropy(label_smoothing=eps, ignore_index=...); no cross_entropy or nll_loss call or "
+            "kernel was seen while it ran")
 
 
 _SMOOTHING_SOLUTION = '''import torch
