@@ -215,6 +215,19 @@ def attention_using(*, scale="sqrt", softmax_dim=-1, use_mask=True, invert=False
     return attention
 
 
+def attention_unseen(q, k, v, mask=None, causal=False):
+    with torch._C.DisableTorchFunction():
+        return attention_using(sdpa=True)(q, k, v, mask, causal)
+
+
+def attention_math(q, k, v, mask=None, causal=False):
+    allowed = None if mask is None else mask[:, None, None, :]
+    if causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        allowed = future if allowed is None else allowed & future
+    return torch._scaled_dot_product_attention_math(q, k, v, attn_mask=allowed)[0]
+
+
 def attention_float64(q, k, v, mask=None, causal=False):
     """Wrong: scores in float64 "for accuracy", and the float64 result returned."""
     out = attention_using()(q.double(), k.double(), v.double(), mask=mask, causal=causal)
@@ -500,6 +513,10 @@ MISTAKES = [
     # 15-attention
     Mistake("15-attention", "forbidden-call", "scaled_dot_product_attention", (attention_using(sdpa=True),),
             story="calls F.scaled_dot_product_attention"),
+    Mistake("15-attention", "forbidden-call", "return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)",
+            (attention_unseen,), story="calls F.scaled_dot_product_attention under torch._C.DisableTorchFunction()"),
+    Mistake("15-attention", "forbidden-call", "torch._scaled_dot_product_attention_math", (attention_math,),
+            story="calls the math fallback of scaled_dot_product_attention, a private name for the same thing"),
     Mistake("15-attention", "wrong-shape", "the attention weights too", (attention_using(with_weights=True),),
             story="returns (output, weights) like nn.MultiheadAttention"),
     Mistake("15-attention", "wrong-dtype", "torch.float64 tensor", (attention_float64,),

@@ -16,6 +16,7 @@ from harness.judges.lesson15.common import matches
 
 _ATTENTION_FORBIDDEN = {
     "scaled_dot_product_attention": "the exercise asks you to write attention from matmul, softmax and masks",
+    "_scaled_dot_product_attention_math": "scaled_dot_product_attention's math fallback is the same call",
     "multi_head_attention_forward": "nn.MultiheadAttention computes attention for you; the exercise asks you to",
 }
 
