@@ -403,6 +403,14 @@ class SiLUCallsTorch(SiLUSaveInput):
         return torch.nn.functional.silu(x)
 
 
+class SiLUCallsTorchUnseen(SiLUSaveInput):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        with torch._C.DisableTorchFunction():
+            return torch.nn.functional.silu(x)
+
+
 class SiLUReturnsList(SiLUSaveInput):
     @staticmethod
     def forward(ctx, x):
@@ -503,6 +511,8 @@ MISTAKES = [
             story="forward returns .tolist()"),
     Mistake("01-silu-function", "forbidden-call", "F.silu", (SiLUCallsTorch,),
             story="forward calls F.silu, which the text forbids"),
+    Mistake("01-silu-function", "forbidden-call", "return torch.nn.functional.silu(x)", (SiLUCallsTorchUnseen,),
+            story="forward calls F.silu under torch._C.DisableTorchFunction()"),
 ]
 
 CORRECT = [
