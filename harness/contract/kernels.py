@@ -50,8 +50,16 @@ KERNELS: Mapping[str, tuple[str, ...]] = {
 }
 
 OPTIM = "torch.optim"
-_OPTIM_FOLDER = str(Path(torch.optim.__file__).resolve().parent) + "/"
-_TORCH_FOLDER = str(Path(torch.__file__).resolve().parent) + "/"
+
+
+def _folders(package: types.ModuleType) -> tuple[str, ...]:
+    """A package's folder as code objects may name it: as imported and with links resolved."""
+    folder = Path(package.__file__ or "").parent
+    return tuple({f"{folder}/", f"{folder.resolve()}/"})
+
+
+_OPTIM_FOLDERS = _folders(torch.optim)
+_TORCH_FOLDERS = _folders(torch)
 
 
 def kernel_key(name: str) -> str:
@@ -113,10 +121,10 @@ class CallProfile:
     def _hook(self, frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "call":
             filename = frame.f_code.co_filename
-            if filename.startswith(_OPTIM_FOLDER):
+            if filename.startswith(_OPTIM_FOLDERS):
                 module = frame.f_globals.get("__name__", "torch.optim")
                 _noted(self.seen, OPTIM, f"{module}.{frame.f_code.co_qualname}")
-            elif (filename.startswith(_TORCH_FOLDER) and frame.f_back is not None
+            elif (filename.startswith(_TORCH_FOLDERS) and frame.f_back is not None
                   and _students(frame.f_back.f_code.co_filename)):
                 module = frame.f_globals.get("__name__", "torch")
                 if "._" in module:  # torch's machinery (a dispatch mode's rules), not a function the student calls
