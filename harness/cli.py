@@ -20,8 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "regenerate notebooks/ from solutions/ with nbgrader (--check: compare only)"),
     "grade": ("harness.grading.cli",
               "autograde a folder or LMS zip of submissions in parallel: grades, feedback, summary"),
-    "showcase": ("harness.showcase", "train the engine showcase (small CNN on shapes, bf16, clipping, warmup-cosine, "
-                 "early stopping) and write curves, history and report"),
+    "showcase": ("harness.showcase", "train the engine showcase (small CNN on shapes, the recommended precision, "
+                 "clipping, warmup-cosine, early stopping) and write curves, history and report"),
     "launch": ("harness.launch.cli",
                "run a training script on N processes with torchrun (rank-prefixed logs, timeout)"),
     "course": ("harness.course",

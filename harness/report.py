@@ -182,7 +182,8 @@ def _results_section(history: pd.DataFrame, config: dict[str, Any], test_metrics
 def _precision_section(precision: str, op_dtypes: dict[str, list[str]]) -> str:
     fp32 = fp32_operations(op_dtypes)
     low = [name for name, dtypes in op_dtypes.items() if any(d in ("bfloat16", "float16") for d in dtypes)]
-    text = [f"## Precision\n\nObserved in one forward pass under {precision} autocast (aten operations):",
+    how = "in fp32 (no autocast)" if precision == "fp32" else f"under {precision} autocast"
+    text = [f"## Precision\n\nObserved in one forward pass {how} (aten operations):",
             f"- in reduced precision: {', '.join(f'`{n}`' for n in low) or 'none'}",
             f"- in fp32: {', '.join(f'`{n}`' for n in fp32) or 'none'}"]
     return "\n".join(text)
