@@ -248,3 +248,22 @@ def test_a_daemon_an_answer_starts_cannot_take_over_the_checkers_socket(run):
     answer.write_text(drill.solution)
     assert run("check", drill.id).stdout.startswith("PASSED")
     assert "forged" not in wrong.stdout + attack.stdout
+
+
+def test_the_check_command_printed_runs_as_written_without_an_activated_venv(tmp_path, monkeypatch):
+    """A student tree's shell has no `harness` on PATH unless .venv is activated: `drill start` must print a
+    command that runs there as written (this Python's `-m harness`), and plain `harness` where it is on PATH."""
+    import shlex
+    import subprocess
+
+    from harness.drills.cli import harness_command
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no harness here
+    command = harness_command()
+    assert command.endswith(" -m harness"), command
+    done = subprocess.run([*shlex.split(command), "drill", "--help"], capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(tmp_path)})
+    assert done.returncode == 0 and "drill" in done.stdout, done.stderr
+    (tmp_path / "harness").write_text("#!/bin/sh\n")
+    (tmp_path / "harness").chmod(0o755)
+    assert harness_command() == "harness"

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -160,6 +161,17 @@ def _listing(drills: list[Drill], progress: Progress) -> str:
     return "\n".join(lines)
 
 
+def harness_command() -> str:
+    """How this shell runs `harness`, as written: `harness` where it is on PATH (an activated .venv), else this
+    Python's `-m harness` (a relative path where it lies below the current folder: `.venv/bin/python -m harness`)."""
+    if shutil.which("harness"):
+        return "harness"
+    python = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        python = python.relative_to(Path.cwd())
+    return f"{shlex.quote(str(python))} -m harness"
+
+
 def _set_aside(path: Path) -> Path:
     """Move an old answer to answers/previous/ (kept, never overwritten); where it went."""
     kept = path.parent / "previous" / f"{path.stem}-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.py"
@@ -189,7 +201,7 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
         _order_path(drill.id).write_text(json.dumps({"order": order}))
         prompt = render(drill.prompt, drill.choices, order)
     print(fit_prose(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n"))
-    print(f"Your answer file:\n  {path}\nCheck it with: harness drill check {drill.id}"
+    print(f"Your answer file:\n  {path}\nCheck it with: {harness_command()} drill check {drill.id}"
           + ("\n(in this mock interview: type answer <letter>)" if drill.choices is not None and fresh else ""))
     editor = os.environ.get("EDITOR")
     if edit and editor:
