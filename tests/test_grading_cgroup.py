@@ -88,3 +88,12 @@ def test_a_killed_workers_group_is_removed_by_the_next_batch_and_a_live_ones_is_
     finally:
         live.remove()
         stale.remove()
+
+
+def test_the_availability_probe_is_not_fooled_by_a_group_of_the_same_pid():
+    # a process of another PID namespace (a sandbox, a container) or a killed one can have left this pid's name
+    leftover = cgroup.create(f"harness-probe-{os.getpid()}", cgroup.Bounds(memory_mb=64, processes=8))
+    try:
+        assert cgroup.unavailable_reason() is None
+    finally:
+        leftover.remove()

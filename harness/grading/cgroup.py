@@ -220,7 +220,7 @@ def _alive(pid: int) -> bool:
 def unavailable_reason() -> str | None:
     """Why a cgroup per kernel cannot be made on this machine (None when it can)."""
     try:
-        create(f"harness-probe-{os.getpid()}", Bounds(memory_mb=64, processes=8)).remove()
+        create(f"harness-probe-{os.getpid()}-{secrets.token_hex(4)}", Bounds(memory_mb=64, processes=8)).remove()
     except OSError as error:
         return str(error)
     return None
