@@ -231,7 +231,9 @@ def _grade_as_ordinary_user(root: Path) -> list[dict]:
     subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", "harnessgrader"], capture_output=True, check=False)
     grader = pwd.getpwnam("harnessgrader")
     root.chmod(0o755)
-    for folder in root.parents:  # pytest's temporary folders are 0700: let the grader through to its own
+    # pytest's temporary folders are 0700, and so is a clone made with mktemp -d: let the grader through to its own
+    # folder and to this environment's Python
+    for folder in [*root.parents, *Path(sys.prefix).parents]:
         if folder.stat().st_uid == 0 and folder.stat().st_mode & 0o077 == 0 and str(folder).startswith("/tmp/"):
             folder.chmod(0o711)
     home = root / "home"
