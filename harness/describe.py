@@ -119,6 +119,30 @@ def describe_figure(figure: Any) -> str:
     return " ".join(sentences)
 
 
+def describe_distribution(totals: Sequence[float], maximum: float) -> str:
+    """The grade histogram in words: how many students, the range, the median and the most common total.
+
+    Example: "Grade distribution of 6 students: totals from 0 to 5 of 5 points, median 3.5; the most common
+    total is 5 (3 students)."
+    """
+    if not totals:
+        return f"Grade distribution: no students (out of {number(maximum)} points)."
+    ordered = sorted(float(t) for t in totals)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    counts = {total: ordered.count(total) for total in ordered}
+    common = max(counts.values())
+    modes = [total for total, count in counts.items() if count == common]
+    if len(ordered) == 1:
+        return f"Grade distribution of 1 student: a total of {number(ordered[0])} of {number(maximum)} points."
+    text = (f"Grade distribution of {len(ordered)} students: totals from {number(ordered[0])} to "
+            f"{number(ordered[-1])} of {number(maximum)} points, median {number(median)}")
+    if common > 1:
+        text += (f"; the most common total{'s are' if len(modes) > 1 else ' is'} "
+                 f"{_listed([number(m) for m in modes])} ({common} students{' each' if len(modes) > 1 else ''})")
+    return text + "."
+
+
 def best_epoch(history: pd.DataFrame, monitor: str | None = None) -> int | None:
     """The epoch with the best value of the monitored column; None when that column has no value.
 
@@ -234,5 +258,5 @@ def _sentence(clause: str) -> str:
     return clause[:1].upper() + clause[1:] + "."
 
 
-__all__ = ["best_epoch", "column_name", "describe_figure", "describe_history", "describe_lr_schedule",
-           "describe_series", "number"]
+__all__ = ["best_epoch", "column_name", "describe_distribution", "describe_figure", "describe_history",
+           "describe_lr_schedule", "describe_series", "number"]

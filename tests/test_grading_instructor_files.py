@@ -92,6 +92,9 @@ def test_formulas_markup_and_fake_rows_stay_inert_in_every_class_file(tmp_path):
     ]
     write_summary(results, tmp_path, "00_welcome")
     write_gradebooks(results, tmp_path, match_roster(results, None), Gradebooks("00_welcome"), 5.0)
+    # the histogram's text alternative is written from the totals, never from student text
+    assert ("![Grade distribution of 4 students: totals from 3 to 5 of 5 points, median 3; the most common total is 3 "
+            "(3 students).](distribution.png)") in (tmp_path / "summary.md").read_text(encoding="utf-8")
     cells = _cells(tmp_path)
     assert {"grades.csv", "pass_rates.csv", "mistakes.csv", "canvas_grades.csv", "moodle_grades.csv",
             "lms_grades.csv"} <= {p.name for p in tmp_path.glob("*.csv")}

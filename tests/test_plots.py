@@ -8,7 +8,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.describe import describe_figure, describe_history, describe_lr_schedule, describe_series
+from harness.describe import (
+    describe_distribution,
+    describe_figure,
+    describe_history,
+    describe_lr_schedule,
+    describe_series,
+)
 from harness.figures import figure_html
 from harness.plots import lr_schedule, plot_history, plot_lr_schedule
 from harness.train import fit
@@ -191,3 +197,16 @@ history = fit(model, loader, loader, loss_fn=nn.CrossEntropyLoss(),
     assert alt.startswith("Training curves over epochs 1 to 3. Train loss ") and "Best epoch: " in alt
     assert plots[0]["data"]["text/html"].startswith('<img src="data:image/png;base64,')
     assert any(o.get("name") == "stdout" and "epoch 3/3" in o.get("text", "") for o in outputs)
+
+
+def test_the_grade_distribution_is_described_from_its_totals():
+    assert describe_distribution([0, 3, 5, 5, 5, 4], 5) == (
+        "Grade distribution of 6 students: totals from 0 to 5 of 5 points, median 4.5; the most common total is 5 "
+        "(3 students).")
+    assert describe_distribution([1, 4, 1, 4], 5) == (
+        "Grade distribution of 4 students: totals from 1 to 4 of 5 points, median 2.5; the most common totals are "
+        "1 and 4 (2 students each).")
+    assert describe_distribution([1, 2, 3], 14) == (
+        "Grade distribution of 3 students: totals from 1 to 3 of 14 points, median 2.")
+    assert describe_distribution([2.5], 5) == "Grade distribution of 1 student: a total of 2.5 of 5 points."
+    assert describe_distribution([], 5) == "Grade distribution: no students (out of 5 points)."

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.describe import describe_distribution
 from harness.grading.instructor_text import csv_writer, markdown_text
 from harness.grading.layout import assignment_titles
 from harness.grading.mistakes import judged, left_out, plural, write_mistakes
@@ -94,7 +95,8 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str,
     apart = left_out(results)
     lines = [f"# Grades: {assignment}", "", f"{plural(len(results), 'submission')}; mean "
              f"{sum(totals) / max(len(totals), 1):.2f} of {sum(maxima.values()):g} points.", "",
-             "![distribution](distribution.png)", "", f"Passed: the share of the "
+             f"![{describe_distribution(totals, sum(maxima.values()))}](distribution.png)", "",
+             f"Passed: the share of the "
              f"{plural(len(judged(results)), 'judged notebook')} with the task's full points"
              f"{f' (left out: {apart})' if apart else ''}.", "", "| task | points | passed |", "|---|---|---|"]
     lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
