@@ -330,3 +330,39 @@ print(len(ticks))
                               env=environment, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     listed = commands.stdout.split("{")[1].split("}")[0].split(",")
     assert commands.returncode == 0 and "drill" in listed and not {"grade", "course"} & set(listed), commands.stdout
+
+
+@pytest.mark.slow
+def test_a_drill_check_in_the_tree_imports_nothing_the_tree_withholds(tree, tmp_path):
+    """The tree's harness checks a drill (a correct answer passes, in the sandbox where bubblewrap works, a wrong one
+    fails) with only the tree on sys.path: harness.grading and the rest of WITHHELD are absent, so a drill module
+    that imported one would fail here."""
+    from harness.drills.core import get_drill
+    from harness.grading.student_tree import WITHHELD
+
+    withheld = [name.removesuffix(".py").replace("/", ".") for name in WITHHELD]
+    solution = get_drill("tensors-logsumexp").solution
+    code = f"""
+{WITHOUT_THE_REPOSITORY}
+import sys
+import harness
+assert harness.__file__.startswith({str(tree)!r}), harness.__file__
+from harness.drills.checker import check_source
+from harness.drills.core import get_drill
+from harness.drills.pool import sandbox_reason
+drill = get_drill("tensors-logsumexp")
+right = check_source(drill, {solution!r})
+wrong = check_source(drill, {solution!r}.replace("+ m.squeeze(dim)", ""))
+loaded = sorted(m for m in sys.modules for w in {withheld!r} if m == w or m.startswith(w + "."))
+print(right.passed, right.code, wrong.passed, ",".join(loaded) or "-", sandbox_reason() is None)
+"""
+    environment = {**os.environ, "PYTHONPATH": str(tree), "HARNESS_HOME": str(tmp_path / "home"),
+                   "OMP_NUM_THREADS": "1"}
+    environment.pop("HARNESS_DRILL_SANDBOX", None)
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    right, code_, wrong, loaded, sandboxed = done.stdout.split()[-5:]
+    assert (right, code_, wrong) == ("True", "passed", "False"), done.stdout
+    assert loaded == "-", f"the drill check imported withheld modules: {done.stdout}"
+    assert sandboxed == str(shutil.which("bwrap") is not None), done.stdout

@@ -3,7 +3,7 @@
 Each runner is a fresh interpreter (`harness.drills.fresh`: the harness compiled from source, no bytecode), in a
 new session, started with `close_fds` and only its end of a control socket passed (`pass_fds`), so the answer
 inherits no descriptor of the checker's (no client connection, no socket, no log), and shares no memory with
-it. Where bubblewrap works, the runner runs in the grading sandbox (`harness.grading.sandbox.bwrap_command`):
+it. Where bubblewrap works, the runner runs in the grading sandbox (`harness.sandbox.bwrap_command`):
 its own PID, network (loopback only), IPC and UTS namespaces, as an unprivileged user, the system and the
 `harness` package read-only, a private `/tmp`, no variable of the user's environment, no view of the drills
 home (progress, the checker's socket and key); killing it ends its PID namespace, so every process the
@@ -84,7 +84,7 @@ def sandbox_reason() -> str | None:
     """Why answers run without the sandbox (None when they run in it)."""
     if os.environ.get("HARNESS_DRILL_SANDBOX", "auto") == "off":
         return "HARNESS_DRILL_SANDBOX=off"
-    from harness.grading.sandbox import unavailable_reason
+    from harness.sandbox import unavailable_reason
 
     return unavailable_reason()
 
@@ -114,7 +114,7 @@ class Runner:
         self.log = tempfile.TemporaryFile()
         command = python_command("harness.drills.runner", str(theirs.fileno()), str(uses))
         if sandbox_reason() is None:
-            from harness.grading.sandbox import Spec, bwrap_command
+            from harness.sandbox import Spec, bwrap_command
 
             spec = Spec(memory_mb=0, threads=_threads(), sandboxed=True, runtime_dir=self.folder,
                         data_dir=os.path.join(self.folder, "no-data"))
