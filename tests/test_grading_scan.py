@@ -1,4 +1,5 @@
-"""The grader's source scan: every lesson's solution scans clean, each forbidden reach is found with its line."""
+"""The grader's source scan: every lesson's solution scans clean, each forbidden reach is found with its line, in a
+solution cell and in a cell the student added, and only the release's own cells widen the allowlist."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import nbformat
 import pytest
 
 from harness.grading.layout import REPO_ROOT
+from harness.grading.release import answered_release
 from harness.grading.scan import DEFAULT_ALLOWED, scan_notebook, scan_source
 
 LESSONS = sorted(p.name for p in (REPO_ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
@@ -14,7 +16,7 @@ LESSONS = sorted(p.name for p in (REPO_ROOT / "solutions").iterdir() if (p / f"{
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_solution_notebook_scans_clean(lesson):
     solution = nbformat.read(REPO_ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-    assert scan_notebook(solution) == []
+    assert scan_notebook(solution, _release(lesson)) == []
 
 
 @pytest.mark.parametrize(("source", "line", "found"), [
@@ -52,19 +54,31 @@ def test_literal_names_magics_and_allowed_modules_are_not_flagged():
     assert scan_source("from harness.diagnose import find_bug", (*DEFAULT_ALLOWED, "harness.diagnose")) == []
 
 
-def _answered(lesson: str, task: str, source: str) -> list:
-    """The scan's findings on `lesson`'s release with `task`'s solution cell replaced by `source`."""
-    release = nbformat.read(REPO_ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
-    [cell] = [c for c in release.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"{task}-code"]
-    cell.source = source
-    return scan_notebook(release)
+def _release(lesson: str) -> nbformat.NotebookNode:
+    return nbformat.read(REPO_ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def _grade_id(cell: nbformat.NotebookNode) -> str:
+    return cell.metadata.get("nbgrader", {}).get("grade_id", "")
+
+
+def _answered(lesson: str, task: str, source: str, own: str | None = None) -> list:
+    """The scan's findings on `lesson`'s release with `task`'s solution cell replaced by `source`, and `own` (a
+    student's own code cell) added right above it."""
+    submitted = _release(lesson)
+    [at] = [i for i, c in enumerate(submitted.cells) if _grade_id(c) == f"{task}-code"]
+    submitted.cells[at].source = source
+    if own is not None:
+        submitted.cells.insert(at, nbformat.v4.new_code_cell(own))
+    return scan_notebook(submitted, _release(lesson))
 
 
 def test_a_name_the_lessons_cells_import_is_allowed_below_them_only():
     """Lesson 04 imports harness.train's fit in a demonstration after its exercises: its 04-fit answer may not call
     it. Lesson 10 imports fit before its exercises: 10-train may (the capstone trains with the course's loop)."""
-    [finding] = _answered("04_training_loop", "04-fit", "from harness.train import fit as shipped\nfit = shipped")
-    assert finding.task == "04-fit" and "harness.train.fit" in finding.what and finding.line == 1
+    findings = _answered("04_training_loop", "04-fit", "from harness.train import fit as shipped\nfit = shipped")
+    assert {(f.task, f.line) for f in findings} == {("04-fit", 1), ("04-fit", 2)}, findings  # the import, its alias
+    assert all("harness.train.fit" in f.what for f in findings), findings
     assert not _answered("10_capstone", "10-train", "from harness.train import fit\ntrain = fit")
     assert _answered("10_capstone", "10-train", "import harness\nstep = harness.train.train_one_epoch")
     # a student's own `accuracy` beside the accuracy lesson 04 imports below: a value, not harness.metrics
@@ -81,3 +95,76 @@ def test_the_install_cells_import_is_followed_into_the_answers():
     assert any("uses harness.train.fit" in finding.what for finding in findings), findings
     assert scan_source("try:\n    import harness\nexcept ModuleNotFoundError:\n    %run ../../harness/install.py\n"
                        "step = harness.train.train_one_epoch", DEFAULT_ALLOWED)
+
+
+# The round-4 routes to a name an answer may not use, written as a student would. Each reaches harness.train.fit
+# (which 04-fit may not call) or the judge side, or private torch.
+DYNAMIC_ROUTES = {
+    "getattr-builtins": 'import builtins\nload = getattr(builtins, "__import__")\nfit = load("harness.train").fit',
+    "getattr-dunder-builtins": 'load = getattr(__builtins__, "__import__")\nfit = load("harness.train").train.fit',
+    "vars-builtins": 'import builtins\nload = vars(builtins)["__import__"]\nfit = load("harness.train").train.fit',
+    "pkgutil": 'import pkgutil\nfit = pkgutil.resolve_name("harness.train:fit")',
+    "pydoc": 'import pydoc\nfit = pydoc.locate("harness.train.fit")',
+    "runpy": 'import runpy\nfit = runpy.run_module("harness.train")["fit"]',
+    "checks-core": 'from harness.checks import core\nreference = core.get("04-fit").judge',
+    "checks-chain": 'reference = harness.checks.core.get("04-fit")',
+    "checks-importlib": 'import harness.checks.core as c\nfit = c.importlib.import_module("harness.train").fit',
+    "allowed-module-globals": 'import harness.env\nfit = harness.env.importlib.import_module("harness.train").fit',
+    "allowed-module-sys": 'import harness.env\nfit = harness.env.sys.modules["harness.train"].fit',
+    "check-globals": 'from harness.checks import check\nfit = check.__globals__["get"]',
+    "torch-alias": "import torch as T\nwith T._C.DisableTorchFunction():\n    pass",
+    "torch-assigned-alias": "t = torch\nguard = t._C.DisableTorchFunction",
+    "torch-from-alias": "from torch import nn\nreduce = nn._reduction.get_enum",
+    "torch-getattr-alias": 'import torch as T\nC = getattr(T, "_C")',
+}
+
+
+@pytest.mark.parametrize("route", DYNAMIC_ROUTES)
+def test_each_dynamic_route_is_found_in_a_solution_cell(route):
+    findings = _answered("04_training_loop", "04-fit", DYNAMIC_ROUTES[route] + "\n")
+    assert findings and {f.task for f in findings} == {"04-fit"}, findings
+
+
+@pytest.mark.parametrize("route", DYNAMIC_ROUTES)
+def test_each_dynamic_route_is_found_in_the_students_own_cell(route):
+    """The route in a cell the student added above 04-fit, and an answer that only uses what it bound: the finding
+    costs 04-fit (and every exercise after it), never nothing."""
+    findings = _answered("04_training_loop", "04-fit", "def fit(*args, **kwargs):\n    return found(*args, **kwargs)\n",
+                         own=DYNAMIC_ROUTES[route] + "\nfound = locals()\n")
+    assert "04-fit" in {f.task for f in findings}, findings
+    assert all("your own cell" in f.cell for f in findings), findings
+
+
+def test_an_own_cell_never_widens_the_allowlist():
+    """A copy, above 04-fit, of the import lesson 04 gives after its exercises is the student's cell: it is read
+    (and found), and the answer that calls what it imported is found too."""
+    findings = _answered("04_training_loop", "04-fit", "train = fit\n", own="from harness.train import fit\n")
+    assert {(f.task, f.line) for f in findings} >= {("04-fit", 1)}, findings
+    assert any("your own cell" in f.cell and "harness.train.fit" in f.what for f in findings), findings
+    assert any(f.cell.endswith("(04-fit-code)") and "harness.train.fit" in f.what for f in findings), findings
+
+
+@pytest.mark.parametrize("own", [
+    "print(model)\n",
+    "import math\nscale = math.sqrt(2.0)\n",
+    "def clipped(values, low=0.0, high=1.0):\n    \"\"\"My helper.\"\"\"\n"
+    "    return [min(max(v, low), high) for v in values]\n",
+    "import torch.nn.functional as F\nfrom torch import nn\nlayer = nn.Linear(2, 2)\nout = F.relu(torch.ones(2))\n",
+    "%time x = 1\nfrom harness.checks import check, hint\nhint('04-fit')\n",
+])
+def test_ordinary_own_cells_are_not_flagged(own):
+    submitted = answered_release("04_training_loop")
+    [at] = [i for i, c in enumerate(submitted.cells) if _grade_id(c) == "04-fit-code"]
+    submitted.cells.insert(at, nbformat.v4.new_code_cell(own))
+    submitted.cells.append(nbformat.v4.new_code_cell(own))
+    assert scan_notebook(submitted, _release("04_training_loop")) == []
+
+
+def test_an_edited_release_cell_is_the_students_and_is_read():
+    """A release cell without nbgrader metadata that the student edited is kept as theirs: it is read, and what it
+    imports widens nothing."""
+    submitted = _release("04_training_loop")
+    first_code = next(c for c in submitted.cells if c.cell_type == "code" and "nbgrader" not in c.metadata)
+    first_code.source += "\nimport pydoc\n"
+    findings = scan_notebook(submitted, _release("04_training_loop"))
+    assert findings and all("pydoc" in f.what and "your own cell" in f.cell for f in findings), findings

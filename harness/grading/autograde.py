@@ -266,7 +266,7 @@ def grade(job: GradeJob) -> GradeResult:
         if job.cases and len(untouched) == len(job.cases):  # a blank notebook: no kernel starts for it
             return unjudged(job, NOT_ATTEMPTED, "not attempted: every solution cell is as released (a blank "
                             "notebook); it was not run", untouched)
-        findings = scan_notebook(restored)
+        findings = scan_notebook(restored, release)
         target = course / "submitted" / job.student / job.assignment / notebook_name
         target.parent.mkdir(parents=True)
         nbformat.write(restored, target)

@@ -1,24 +1,35 @@
-"""Read every student-editable cell's source in the grader's process, before any kernel runs, for reaches
-an answer may not make: dynamic code, the judge side and the check machinery, private torch.
+"""Read every cell of a submission that differs from the release, in the grader's process, before any kernel runs,
+for reaches an answer may not make: dynamic code and imports, the judge side and the check machinery, private torch.
 
 Nothing in the kernel can interfere with this: it reads the submitted source with `ast`, never runs it.
-A finding names what was found and where (cell, line); `autograde` fails that exercise
+A finding names what was found and where (cell, line); `autograde` fails the exercise it costs
 (`FORBIDDEN_CODE`) and flags the submission. What is looked for:
 
-- dynamic code: `__import__`, `importlib`, `exec`/`eval`/`compile` of anything but a literal string,
-  `getattr`/`setattr`/`delattr` with a name that is not a literal, `sys.modules`, `globals()`/`vars()`
-  subscripted by a built name;
-- private torch: `torch._C`, `DisableTorchFunction`, any `torch._*` (or `torch.x._y`) name, imported or used;
-- harness names outside the allowlist of the cell: `DEFAULT_ALLOWED` plus every harness name the given cells
-  above it import (the judge side, drills' answers included, the check machinery and the drill bank's probes
-  are never on it), followed through `import harness`, aliases and literal `getattr`.
+- dynamic code and imports: `__import__`, the modules that import or reach objects by name (`importlib`, `pkgutil`,
+  `pydoc`, `runpy`, `builtins`, `inspect`, `gc`, `ctypes`, ...), `pickle.loads` and the like, `exec`/`eval`/`compile`
+  of anything but a literal string, `getattr`/`setattr`/`delattr` with a name that is not a literal or that names a
+  dunder that reaches code or namespaces (`getattr(builtins, "__import__")`), `sys.modules` and the frame hooks,
+  `globals()`/`vars()`/`locals()` subscripted by a built name, `vars()` of a module, and literal strings naming
+  those dunders or a withheld module (`vars(builtins)["__import__"]`, `pydoc.locate("harness.judges...")`);
+- private torch: `torch._C`, `DisableTorchFunction`, any `torch._*` (or `torch.x._y`) name, imported or used, under
+  any alias (`import torch as T; T._C`, `from torch import nn; nn._reduction`, `t = torch; t._C`);
+- harness names outside the allowlist of the cell: `DEFAULT_ALLOWED` plus every harness name the release's own
+  cells above it import (the judge side, drills' answers included, the check machinery and the drill bank's probes
+  are never on it), followed through `import harness`, aliases and literal `getattr`; a chain that leaves an
+  allowed module through a module it imports (`harness.env.importlib`, `harness.checks.core.get`) is not allowed.
 
-Cells that are not the student's (given code, tests) are not read: they are the release's, restored.
+Which cells are read: every code cell that is not an unchanged copy of one of the release's own cells, that is the
+solution cells and every cell the student added or edited. Only the release's own cells widen the allowlist; a
+finding in a solution cell costs its exercise, one in the student's own cell every exercise whose solution cell
+comes after it (what that cell defines or changes reaches all of them).
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
+import importlib
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,15 +39,33 @@ FORBIDDEN_CODE = "forbidden-code"
 # Harness modules (with all they hold) and names any answer may use, before the names the lesson's own given cells
 # import are added. Nothing here answers an exercise: `harness.metrics.accuracy` would answer 00-accuracy,
 # `harness.repro.seed_worker` 03-worker-init, `harness.train.train_one_epoch` 04-train-epoch, so those modules are
-# allowed only by name, in the lessons whose given cells import them.
-DEFAULT_ALLOWED = ("harness.checks", "harness.plots", "harness.env", "harness.budget", "harness.repro.seed_everything",
-                   "harness.data.LabeledTensorDataset", "harness.data.SHAPE_CLASSES", "harness.data.shapes",
-                   "harness.data.digits", "harness.data.two_moons", "harness.data.spirals", "harness.data.binary_toy",
-                   "harness.data.adding_problem")
+# allowed only by name, in the lessons whose given cells import them. `harness.checks` is allowed by its four
+# notebook names only: its modules hold the registry, the probes and the protocol.
+DEFAULT_ALLOWED = ("harness.checks.check", "harness.checks.hint", "harness.checks.demonstrate",
+                   "harness.checks.CheckFailed", "harness.plots", "harness.env", "harness.budget",
+                   "harness.repro.seed_everything", "harness.data.LabeledTensorDataset", "harness.data.SHAPE_CLASSES",
+                   "harness.data.shapes", "harness.data.digits", "harness.data.two_moons", "harness.data.spirals",
+                   "harness.data.binary_toy", "harness.data.adding_problem")
 # Never allowed, even when a release imports a parent package (`import harness`).
 WITHHELD = ("harness.contract.registry", "harness.contract.protocol", "harness.grading", "harness.judge",
             "harness.judges", "harness.drills.bank")
+# Modules whose use reaches code or objects by name (imports, frames, the object graph, raw memory, the REPL).
+DYNAMIC_MODULES = ("importlib", "pkgutil", "pydoc", "runpy", "imp", "zipimport", "builtins", "inspect", "gc", "ctypes",
+                   "code", "codeop", "marshal", "__main__")
+# Names that run or import code named by data, in modules an answer may otherwise use.
+DYNAMIC_NAMES = ("pickle.loads", "pickle.load", "pickle.Unpickler", "sys.modules", "sys._getframe", "sys.meta_path",
+                 "sys.path_hooks", "sys.path_importer_cache", "sys.settrace", "sys.setprofile", "sys._current_frames",
+                 "operator.attrgetter", "operator.methodcaller")
 DYNAMIC_CALLS = ("exec", "eval", "compile")
+# Attributes (and attribute names given to getattr, or written in strings) that reach code, namespaces or frames.
+REACHING_DUNDERS = ("__import__", "__builtins__", "__globals__", "__code__", "__closure__", "__subclasses__",
+                    "__bases__", "__base__", "__mro__", "__dict__", "__loader__", "__spec__", "__func__", "__self__",
+                    "__getattribute__", "__reduce__", "__reduce_ex__", "__wrapped__", "f_globals", "f_locals",
+                    "f_builtins", "f_back", "tb_frame", "gi_frame", "cr_frame", "ag_frame")
+# Private torch classes that code checks types against (`isinstance(m, nn.modules.batchnorm._BatchNorm)`): nothing
+# past them is.
+TYPE_BASES = ("torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase",
+              "torch.nn.modules.conv._ConvNd", "torch.nn.modules.loss._Loss", "torch.optim.lr_scheduler._LRScheduler")
 PACKAGE = Path(__file__).resolve().parents[1]  # the harness package
 NAME_CALLS = ("getattr", "setattr", "delattr")
 
@@ -55,45 +84,88 @@ class Finding:
         return f"{self.cell}, line {self.line}: {self.what}"
 
 
-def scan_notebook(notebook: NotebookNode) -> list[Finding]:
-    """The forbidden reaches in `notebook`'s solution cells (IPython magics and shell lines are skipped).
+def scan_notebook(notebook: NotebookNode, release: NotebookNode) -> list[Finding]:
+    """The forbidden reaches in every cell of `notebook` that is not an unchanged copy of one of `release`'s own
+    cells (IPython magics and shell lines are skipped).
 
-    A solution cell may use `DEFAULT_ALLOWED` and the harness names the given cells above it import (the
-    release's own cells, restored before the scan): lesson 04 imports `harness.train.fit` after its exercises,
-    so its 04-fit answer may not call it. A name bound to a harness module in a cell above (`import harness`)
-    is followed into the solution cells that use it.
+    A cell may use `DEFAULT_ALLOWED` and the harness names the release's own cells above it import: lesson 04 imports
+    `harness.train.fit` after its exercises, so its 04-fit answer may not call it, and a student's copy of that
+    import above the exercise is the student's cell, which widens nothing. A name bound to a module in any cell above
+    (`import harness`, `import torch as T`) is followed into the cells that use it.
+
+    Args:
+        notebook: the submission, restored on the release (`restore.restore_cells`).
+        release: the notebook the student received.
     """
+    given = _given_cells(notebook, release)
+    tasks_after = _tasks_after(notebook)
     allowed, bound, findings = DEFAULT_ALLOWED, {}, []
     for index, cell in enumerate(notebook.cells):
-        tree = _parsed(cell.source) if cell.cell_type == "code" else None
-        if tree is not None and not _is_solution(cell):
-            allowed += tuple(name for name, _ in _imports(tree) if name.startswith("harness.") and not _withheld(name))
-        elif cell.cell_type == "code" and _is_solution(cell):
-            grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
-            label = f"cell {index} ({grade_id})" if grade_id else f"cell {index}"
-            task = grade_id.removesuffix("-code") if grade_id.endswith("-code") else None
-            for line, what in scan_source(cell.source, allowed, bound):
-                findings.append(Finding(task, label, line, what))
+        if cell.cell_type != "code":
+            continue
+        tree = _parsed(cell.source)
+        if index in given:
+            if tree is not None:
+                allowed += tuple(name for name, _ in _imports(tree)
+                                 if name.startswith("harness.") and not _withheld(name))
+        else:
+            grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", "")) if _is_solution(cell) else ""
+            label = f"cell {index} ({grade_id})" if grade_id else f"cell {index} (your own cell)"
+            costs = [grade_id.removesuffix("-code") if grade_id.endswith("-code") else None] if grade_id \
+                else tasks_after[index] or [None]
+            findings += [Finding(task, label, line, what) for line, what in scan_source(cell.source, allowed, bound)
+                         for task in costs]
         if tree is not None:
-            bound.update(_harness_bindings(tree))
+            bound.update(_bindings(tree, bound))
     return findings
+
+
+def _key(cell: NotebookNode) -> str:
+    """What identifies a cell when a submission is aligned on its release: a solution cell by its grade id (its
+    source is the student's), any other by its type and source."""
+    if _is_solution(cell):
+        return f"solution:{cell.metadata['nbgrader'].get('grade_id', '')}"
+    return f"{cell.cell_type}:{cell.source}"
+
+
+def _given_cells(notebook: NotebookNode, release: NotebookNode) -> set[int]:
+    """The indexes of `notebook`'s code cells that are the release's own non-solution cells, unchanged and in the
+    release's order (a student's duplicate of a release cell elsewhere is the student's own cell)."""
+    ours, theirs = [_key(c) for c in notebook.cells], [_key(c) for c in release.cells]
+    matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
+    matched = [block.a + offset for block in matcher.get_matching_blocks() for offset in range(block.size)]
+    return {i for i in matched if notebook.cells[i].cell_type == "code" and not _is_solution(notebook.cells[i])}
+
+
+def _tasks_after(notebook: NotebookNode) -> list[list[str]]:
+    """For each cell, the exercises whose solution cell (`<task>-code`) comes after it."""
+    tasks: list[str] = []
+    after: list[list[str]] = []
+    for cell in reversed(notebook.cells):
+        after.append(list(reversed(tasks)))
+        grade_id = str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
+        if _is_solution(cell) and grade_id.endswith("-code"):
+            tasks.append(grade_id.removesuffix("-code"))
+    return list(reversed(after))
 
 
 def scan_source(source: str, allowed: tuple[str, ...], bound: dict[str, str] | None = None) -> list[tuple[int, str]]:
     """(line, what) for each forbidden reach in one cell's source; a cell that does not parse is reported.
-    `bound` maps names other cells bound to harness modules (this cell's own imports are added)."""
+    `bound` maps names other cells bound to modules (this cell's own imports and aliases are added)."""
     try:
         tree = ast.parse(_code_lines(source))
     except SyntaxError as error:
         return [(error.lineno or 1, "the cell is not valid Python, so it cannot be checked")]
     found = [(node.lineno, f"imports {name}, which answers may not use") for name, node in _imports(tree)
              if _forbidden_module(name, allowed)]
-    bound = {**(bound or {}), **_harness_bindings(tree)}
+    bound = {**(bound or {}), **_bindings(tree, bound or {})}
     for node in ast.walk(tree):
-        found += [(node.lineno, what) for what in _node_reaches(node)]
-        used = _harness_use(node, bound)
-        if used and used != "harness" and _forbidden_module(used, allowed):
+        found += [(node.lineno, what) for what in _node_reaches(node, bound)]
+        used = _resolved(node, bound)
+        if used.startswith("harness.") and _forbidden_module(used, allowed):
             found.append((node.lineno, f"uses {used}, which answers may not use"))
+        elif used and not used.startswith("harness") and _forbidden_module(used, allowed):
+            found.append((node.lineno, f"uses {used}"))
     return sorted(set(found))
 
 
@@ -111,40 +183,37 @@ def _parsed(source: str) -> ast.Module | None:
         return None
 
 
-def _harness_bindings(tree: ast.AST) -> dict[str, str]:
-    """The names an import binds to harness modules: `import harness.x` binds `harness`, `import harness.x as y`
-    binds y to harness.x, `from harness.x import z` binds z to harness.x.z where that is a module (a function or
-    a class reaches no other harness name through its attributes; the scan flags `__globals__`)."""
-    bound = {}
+def _bindings(tree: ast.AST, bound: dict[str, str]) -> dict[str, str]:
+    """The names a cell binds to modules and module attributes: `import a.b` binds `a`, `import a.b as c` binds c to
+    a.b, `from a import b` binds b to a.b, and `t = torch.nn` (a plain alias of a bound name) binds t to torch.nn."""
+    found: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "harness":
-                    bound[alias.asname or "harness"] = alias.name if alias.asname else "harness"
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                and node.module.split(".")[0] == "harness":
+                head = alias.name.split(".")[0]
+                found[alias.asname or head] = alias.name if alias.asname else head
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
-                if _is_module(f"{node.module}.{alias.name}"):
-                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return bound
+                found[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target = _resolved(node.value, {**bound, **found})
+            if target:
+                found[node.targets[0].id] = target
+    return found
 
 
-def _is_module(dotted: str) -> bool:
-    """Whether `dotted` (harness.x.y) names a module or package of the harness, from its files."""
-    path = PACKAGE.parent.joinpath(*dotted.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
-
-
-def _harness_use(node: ast.AST, bound: dict[str, str]) -> str:
-    """The harness name an attribute chain (`harness.train.fit`, `t.fit` with t bound to harness.train) or a
-    `getattr(t, "fit")` reaches; '' for anything else."""
+def _resolved(node: ast.AST, bound: dict[str, str]) -> str:
+    """The full dotted name an attribute chain on a module-bound name (`T._C` with T bound to torch), a name bound to
+    one, or a literal `getattr(t, "fit")` reaches; '' for anything else."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
             and len(node.args) >= 2 and _literal(node.args[1]):
-        base = _harness_use(node.args[0], bound) or bound.get(_dotted(node.args[0]), "")
+        base = _resolved(node.args[0], bound)
         return f"{base}.{node.args[1].value}" if base else ""
-    dotted = _dotted(node) if isinstance(node, ast.Attribute) else ""
+    dotted = _dotted(node) if isinstance(node, (ast.Attribute, ast.Name)) else ""
     head, _, rest = dotted.partition(".")
-    return f"{bound[head]}.{rest}" if head in bound and rest else ""
+    if head not in bound:
+        return ""
+    return f"{bound[head]}.{rest}" if rest else bound[head]
 
 
 def _is_solution(cell: NotebookNode) -> bool:
@@ -167,19 +236,56 @@ def _withheld(name: str) -> bool:
 
 
 def _forbidden_module(name: str, allowed: tuple[str, ...]) -> bool:
-    """Whether importing `name` (`a.b` for `from a import b`) reaches past what an answer may use."""
+    """Whether importing or using `name` (`a.b` for `from a import b`) reaches past what an answer may use."""
     parts = name.split(".")
-    if parts[0] == "importlib":
+    if parts[0] in DYNAMIC_MODULES or any(name == d or name.startswith(f"{d}.") for d in DYNAMIC_NAMES):
+        return True
+    if any(part in REACHING_DUNDERS for part in parts[1:]):
         return True
     if parts[0] == "torch":
-        return any(part.startswith("_") for part in parts[1:]) or "DisableTorchFunction" in parts
-    if parts[0] == "sys" and parts[1:2] == ["modules"]:
-        return True
+        if name in TYPE_BASES:
+            return False
+        return any(part.startswith("_") and not part.startswith("__") for part in parts[1:]) \
+            or "DisableTorchFunction" in parts
     if parts[0] != "harness" or name == "harness":
         return False
     if _withheld(name):
         return True
-    return not any(name == a or name.startswith(f"{a}.") or a.startswith(f"{name}.") for a in allowed)
+    if any(name == a or a.startswith(f"{name}.") for a in allowed):
+        return False
+    within = [a for a in allowed if name.startswith(f"{a}.")]
+    return not within or _leaves_module(name, max(within, key=len))
+
+
+def _leaves_module(name: str, allowed: str) -> bool:
+    """Whether `name`, under the allowed `allowed`, goes on through a private name or a module the allowed one
+    imports (`harness.env.importlib`, `harness.plots.torch._C`): such a chain reaches what its own name would not."""
+    parts = name.split(".")
+    depth = len(allowed.split("."))
+    module_parts = depth
+    while module_parts < len(parts) and _is_module(".".join(parts[:module_parts + 1])):
+        module_parts += 1
+    if module_parts > depth:
+        return True  # a submodule of an allowed name: allowed only by its own name
+    if not _is_module(allowed):
+        return False  # an allowed function or class: its attributes are its own (dunders are flagged apart)
+    try:
+        value: object = importlib.import_module(allowed)
+    except ImportError:
+        return True
+    for part in parts[depth:]:
+        if part.startswith("_") or not hasattr(value, part):
+            return part.startswith("_")
+        value = getattr(value, part)
+        if isinstance(value, types.ModuleType):
+            return True
+    return False
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether `dotted` (harness.x.y) names a module or package of the harness, from its files."""
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _dotted(node: ast.AST) -> str:
@@ -195,17 +301,35 @@ def _literal(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
-def _node_reaches(node: ast.AST) -> list[str]:
-    """What one AST node reaches that an answer may not."""
-    if isinstance(node, ast.Name) and node.id in ("__import__", "importlib", "DisableTorchFunction"):
+def _named_in_text(text: str) -> str:
+    """What a literal string names that an answer may not reach by name ('' for nothing)."""
+    for dunder in REACHING_DUNDERS:
+        if dunder in text and dunder.startswith("__"):
+            return dunder
+    for module in WITHHELD:
+        if module in text:
+            return module
+    stripped = text.strip()
+    if stripped == "_C" or stripped.startswith(("torch._", "torch:_")):
+        return stripped
+    return ""
+
+
+def _node_reaches(node: ast.AST, bound: dict[str, str]) -> list[str]:
+    """What one AST node reaches that an answer may not (names resolved through `bound`)."""
+    if isinstance(node, ast.Name) and node.id in ("__import__", "__builtins__", "importlib", "DisableTorchFunction"):
         return [f"uses {node.id}"]
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+        named = _named_in_text(node.value if isinstance(node.value, str) else node.value.decode("latin-1"))
+        return [f"writes {named!r} in a string, a name answers may not reach"] if named else []
     if isinstance(node, ast.Attribute):
         dotted = _dotted(node)
         if node.attr == "DisableTorchFunction" or dotted == "sys.modules" or dotted.startswith("torch._C"):
             return [f"uses {dotted or node.attr}"]
-        if dotted.startswith("torch.") and node.attr.startswith("_") and not node.attr.startswith("__"):
+        if dotted.startswith("torch.") and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and dotted not in TYPE_BASES:
             return [f"uses the private torch name {dotted}"]
-        if node.attr in ("__import__", "__builtins__", "__globals__", "__code__", "__subclasses__"):
+        if node.attr in REACHING_DUNDERS:
             return [f"uses {node.attr}"]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         name, args = node.func.id, node.args
@@ -213,6 +337,8 @@ def _node_reaches(node: ast.AST) -> list[str]:
             return [f"calls {name} on code that is not a literal string"]
         if name in NAME_CALLS and (len(args) < 2 or not _literal(args[1])):
             return [f"calls {name} with a name that is not a literal string"]
+        if name == "vars" and args and _resolved(args[0], bound):
+            return [f"calls vars() on the module {_resolved(args[0], bound)}"]
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
             and node.value.func.id in ("globals", "vars", "locals") and not _literal(node.slice):
         return [f"indexes {node.value.func.id}() with a name that is not a literal string"]
