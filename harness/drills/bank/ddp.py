@@ -244,15 +244,24 @@ def _accum_model(case: Case) -> nn.Module:
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
+def _allreduce_factors(case: Case) -> list[float]:
+    """The factor the check's all-reduce hook multiplies its k-th result by: 1 + a case-drawn 2 to 20 %, so the
+    number of all-reduces, and which micro-batches made them, shows in the weights the judge recomputes."""
+    gen = torch.Generator().manual_seed(case.seeded(3))
+    return (1 + 0.02 + 0.18 * torch.rand(2 * _ACCUM_EPOCHS * _MICRO_PER_EPOCH, generator=gen, dtype=torch.float64)
+            ).tolist()
+
+
 def _probe_ddp_accumulation(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
         dataset, seed = _accum_data(case)
         model = DDP(_accum_model(case))
-        syncs = [0]
+        syncs, factors = [0], _allreduce_factors(case)
 
         def counting_hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
+            factor = factors[min(syncs[0], len(factors) - 1)]
             syncs[0] += 1
-            return allreduce_hook(None, bucket)
+            return allreduce_hook(None, bucket).then(lambda future: future.value().mul_(factor))
 
         model.register_comm_hook(None, counting_hook)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -27,6 +27,7 @@ from harness.drills.bank.ddp import (
     _accum_data,
     _accum_model,
     _accuracy_counts,
+    _allreduce_factors,
     _barrier_model,
     _eval_loss_setup,
     _set_epoch_inputs,
@@ -183,18 +184,26 @@ def evaluate(model, loader):
 '''
 
 
-def _accum_reference(case: Case, epochs: list[int], scale: float) -> list[torch.Tensor]:
+def _accum_reference(case: Case, epochs: list[int], scale: float, *, every_micro_batch: bool = False
+                     ) -> list[torch.Tensor]:
     """The weights two ranks reach when their averaged gradients are accumulated over `_ACCUM_STEPS` micro-batches,
-    with the sampler's epoch set to `epochs` and each micro-batch's loss multiplied by `scale`."""
+    with the sampler's epoch set to `epochs` and each micro-batch's loss multiplied by `scale`; the accumulated
+    gradient is multiplied by the probe's next all-reduce factor once per step (`_allreduce_factors`), or after
+    every micro-batch when `every_micro_batch` (DDP all-reduces the accumulated .grad at each synced backward)."""
     dataset, seed = _accum_data(case)
     model = _accum_model(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    factors = iter(_allreduce_factors(case))
     for epoch in epochs:
         shards = _sampler_orders(dataset, seed, [epoch], 0)[0], _sampler_orders(dataset, seed, [epoch], 1)[0]
         for i in range(_MICRO_PER_EPOCH):
             for shard in shards:
                 x, y = dataset[shard[i * _MICRO_BATCH:(i + 1) * _MICRO_BATCH]]
                 (F.mse_loss(model(x), y) * scale / 2).backward()  # DDP averages over the two ranks
+            if every_micro_batch or (i + 1) % _ACCUM_STEPS == 0:
+                factor = next(factors)
+                for p in model.parameters():
+                    p.grad.mul_(factor)
             if (i + 1) % _ACCUM_STEPS == 0:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -232,6 +241,13 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
     want = _accum_reference(case, want_epochs, 1 / _ACCUM_STEPS)
     if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, want, strict=True)):
         return "one all-reduce per optimizer step, averaged micro-batch losses, a new shard each epoch"
+    if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(
+            case, want_epochs, 1 / _ACCUM_STEPS, every_micro_batch=True), strict=True)):
+        fail("syncs-every-micro-step", observed="the weights show an all-reduce after every micro-batch (the check's "
+             "all-reduce scales its result by a known factor, so each one shows in the weights)",
+             expected=f"{steps}: one all-reduce per optimizer step", cause="every backward under DDP all-reduces the "
+             "gradients; during accumulation that is wasted communication, since only the last micro-batch's sum "
+             "is used", where="with ddp_model.no_sync(): forward and backward on the micro-batches that do not step")
     if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(case, want_epochs, 1.0),
                                                                         strict=True)):
         fail("loss-not-scaled", observed="the weights match steps on the SUM of the micro-batches' gradients",
