@@ -47,7 +47,10 @@ def _recorded_steps(steps: StepRecorder, limit: int | None = None) -> list[dict]
 
 
 def _train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
-    model = _seeded(case.seeded(0), lambda: nn.Linear(8, 1))
+    # Batch norm makes the mode show in values: in eval mode it normalises with its running statistics, so the
+    # gradients and the losses differ from the reference's, whatever the probe's mode records say
+    model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU(),
+                                                          nn.Linear(8, 1)))
     x, y = _binary_task(case.seeded(1), 96)
     return model, torch.optim.SGD(model.parameters(), lr=0.1), _split_batches(x, y)
 

@@ -6,6 +6,7 @@ A graded kernel never mounts this package (`harness.judges`).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -84,6 +85,21 @@ def _check_step_gradient(k: int, got: list, want: list, where: str) -> None:
              "the earlier batches' gradients too", where=where)
 
 
+def _check_train_mode(k: int, model: nn.Module, batch: tuple, got: list) -> None:
+    """Fail [not-train-mode] when the gradient of step k (1-based) is the one a forward in eval mode gives: the
+    model's batch norm then used its running statistics (values, whatever the recorded modes say)."""
+    if any(g is None for g in got):
+        return
+    evaluated = copy.deepcopy(model).eval()
+    x, y = batch
+    nn.BCEWithLogitsLoss()(evaluated(x), y).backward()
+    if _same_tensors(got, [p.grad for p in evaluated.parameters()], atol=1e-6):
+        fail("not-train-mode", observed=f"the gradient of optimizer step {k} is the one a forward in eval mode gives "
+             "(batch norm normalised with its running statistics)", expected="model.train() before the forward",
+             cause="train_step relies on the mode the model happens to be in: after an evaluation, dropout stays "
+             "off and batch norm uses its running statistics", where="the first line of train_step")
+
+
 def _judge_train_step(seen: dict, *, case: Case) -> str:
     model, optimizer, batches = _train_step_setup(case)
     n = len(list(model.parameters()))
@@ -101,6 +117,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
                  + ("the model started with" if k == 1 else f"optimizer step {k - 1} left"),
                  expected="weights that change only through optimizer.step()",
                  cause="the weights were re-initialised or updated by hand inside train_step", where="train_step")
+        _check_train_mode(k, model, (x, y), step["grads"])
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -150,7 +167,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
     return "one step per batch with that batch's gradient; the loss comes back detached, with no host sync"
 
 
-_TRAIN_STEP_WRONG_BODY = ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n"
+_TRAIN_STEP_WRONG_BODY = ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    model.train()\n"
                           "    optimizer.zero_grad(set_to_none=True)\n    loss = loss_fn(model(x), y)\n"
                           "    loss.backward()\n    optimizer.step()\n")
 
@@ -456,7 +473,7 @@ add_answers(
             "    loss = loss_fn(model(x), y)\n    loss.backward()\n    optimizer.step()\n    return loss.detach()\n"
         ),
         wrong_answers=(
-            ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n"
+            ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    model.train()\n"
              "    loss = loss_fn(model(x), y)\n    loss.backward()\n    optimizer.step()\n    return loss.detach()\n",
              "missing-zero-grad"),
             ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    optimizer.zero_grad()\n"
@@ -466,7 +483,7 @@ add_answers(
              "host-sync"),
             (_TRAIN_STEP_WRONG_BODY + "    return loss\n",
              "loss-not-detached"),
-            (_TRAIN_STEP_WRONG_BODY + "    return loss.detach()\n",
+            (_TRAIN_STEP_WRONG_BODY.replace("    model.train()\n", "") + "    return loss.detach()\n",
              "not-train-mode"),
         ),
         judge=_judge_train_step,
