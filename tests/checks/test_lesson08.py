@@ -6,6 +6,7 @@ process, exactly as it does for functions defined in a notebook.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import tempfile
@@ -335,6 +336,85 @@ def atomic_copy(obj, path):
     shutil.copyfile(tmp, path)
 
 
+def atomic_copy_then_remove(obj, path):
+    import shutil
+
+    tmp = str(path) + ".tmp"
+    try:
+        torch.save(obj, tmp)
+        shutil.copyfile(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_replace_inside_with(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as file:
+            torch.save(obj, file)
+            os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_move_aside(obj, path):
+    backup = str(path) + ".bak"
+    if os.path.exists(path):
+        os.replace(path, backup)
+    try:
+        torch.save(obj, path)
+    except BaseException:
+        if os.path.exists(backup):
+            os.replace(backup, path)
+        raise
+    if os.path.exists(backup):
+        os.remove(backup)
+
+
+def atomic_copy_then_self_replace(obj, path):
+    import shutil
+
+    tmp = str(path) + ".tmp"
+    try:
+        torch.save(obj, tmp)
+        shutil.copyfile(tmp, path)
+        os.replace(path, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_path_replace(obj, path):
+    """Another correct variant: pathlib throughout, Path.replace."""
+    path = Path(path)
+    partial = path.parent / f".{path.name}.partial"
+    try:
+        torch.save(obj, partial)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def atomic_rename_posix(obj, path):
+    """Another correct variant: os.rename (atomic over an existing file on POSIX), mkstemp and fsync."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, name = tempfile.mkstemp(dir=folder)
+    try:
+        with open(fd, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.rename(name, path)
+    except BaseException:
+        os.unlink(name)
+        raise
+
+
 def atomic_path_only(obj, path):
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -399,6 +479,17 @@ def best_last_torch_save(state, directory, metric, best_metric, mode="min"):
     improved = best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric)
     if improved:
         torch.save(state, directory / "best.pt")
+        return metric
+    return best_metric
+
+
+def best_copies_last_onto_best(state, directory, metric, best_metric, mode="min"):
+    import shutil
+
+    directory = Path(directory)
+    atomic_save_suffix(state, directory / "last.pt")
+    if best_metric is None or (metric < best_metric if mode == "min" else metric > best_metric):
+        shutil.copyfile(directory / "last.pt", directory / "best.pt")
         return metric
     return best_metric
 
@@ -494,7 +585,7 @@ path = Path(tempfile.gettempdir()) / "lesson08-checkpoint.pt"
 
 
 def train(epochs):
-    return [STATEFUL_PARTS] * epochs  # a global tuple: the check could not rebuild this in a fresh process
+    return [STATEFUL_PARTS] * epochs  # a notebook global named like model.train, which load functions call
 
 
 def save_with_exit_stack(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
@@ -666,6 +757,44 @@ def load_over_global_tuple(path, *, model, optimizer, scheduler, scaler, generat
     return {"epoch": checkpoint["epoch"], "best_metric": checkpoint["best_metric"]}
 
 
+# a module-level partial of torch.load (issue 43, item 5: the visible check could not rebuild it)
+load_on_cpu = functools.partial(torch.load, map_location=torch.device("cpu"), weights_only=True)
+
+
+def load_through_partial(path, *, model, optimizer, scheduler, scaler, generator):
+    """Another correct variant: torch.load through a module-level functools.partial."""
+    checkpoint = load_on_cpu(path)
+    for name, obj in _stateful(model, optimizer, scheduler, scaler).items():
+        obj.load_state_dict(checkpoint[name])
+    restore_rng_state(checkpoint["rng"])
+    generator.set_state(checkpoint["data_generator"])
+    return {"epoch": checkpoint["epoch"], "best_metric": checkpoint["best_metric"]}
+
+
+# the classic map_location idiom, kept as a global lambda in an earlier cell: a lambda has no source of its own
+# the check could re-run in a fresh process
+cpu_storage = lambda storage, location: storage  # noqa: E731
+
+
+def load_through_global_lambda(path, *, model, optimizer, scheduler, scaler, generator):
+    checkpoint = torch.load(path, map_location=cpu_storage, weights_only=True)
+    for name, obj in _stateful(model, optimizer, scheduler, scaler).items():
+        obj.load_state_dict(checkpoint[name])
+    restore_rng_state(checkpoint["rng"])
+    generator.set_state(checkpoint["data_generator"])
+    return {"epoch": checkpoint["epoch"], "best_metric": checkpoint["best_metric"]}
+
+
+def save_copied_onto_path(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):
+    import shutil
+
+    tmp = f"{path}.tmp"
+    save_full(tmp, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, generator=generator,
+              epoch=epoch, best_metric=best_metric)
+    shutil.copyfile(tmp, path)
+    os.remove(tmp)
+
+
 def load_other_tutorials_keys(path, *, model, optimizer, scheduler, scaler, generator):
     """Keys of another tutorial's checkpoints: 'model_state_dict', 'optimizer_state_dict'."""
     checkpoint = torch.load(path, weights_only=True)
@@ -744,6 +873,14 @@ MISTAKES = [
             story="shutil.copyfile instead of a rename"),
     Mistake("08-atomic-save", "wrong-content", "os.replace", (atomic_never_moves,),
             story="writes the temporary file and forgets the rename"),
+    Mistake("08-atomic-save", "not-atomic", "shutil.copyfile wrote the finished file", (atomic_copy_then_remove,),
+            story="a temporary file, then shutil.copyfile onto the path (and the temporary removed)"),
+    Mistake("08-atomic-save", "not-atomic", "inside the `with open(...)` block", (atomic_replace_inside_with,),
+            story="os.replace indented into the with block that writes the temporary file"),
+    Mistake("08-atomic-save", "not-atomic", "moved aside", (atomic_move_aside,),
+            story="the old file moved to .bak, torch.save onto the path, .bak put back if it raises"),
+    Mistake("08-atomic-save", "not-atomic", "os.replace(path, path)", (atomic_copy_then_self_replace,),
+            story="copies the temporary file onto the path, then os.replace(path, path) 'to make it atomic'"),
     Mistake("08-atomic-save", "raised", "has no attribute 'with_name'", (atomic_path_only,),
             story="path.with_name(...) on a str path: Path-only code"),
     Mistake("08-best-last", "best-overwritten", "without comparing", (best_always,),
@@ -760,6 +897,8 @@ MISTAKES = [
             story="returns only in the improvement branch"),
     Mistake("08-best-last", "not-atomic", "Fix atomic_save (08-atomic-save)", BEST_LAST_OVER_BROKEN_HELPER,
             story="a right save_best_and_last over a notebook's atomic_save that is a plain torch.save"),
+    Mistake("08-best-last", "not-atomic", "by copying last.pt onto it", (best_copies_last_onto_best,),
+            story="last.pt saved atomically, then best.pt made with shutil.copyfile(last.pt, best.pt)"),
     Mistake("08-best-last", "not-atomic", "torch.save straight onto the file", (best_last_torch_save,),
             story="the exercise before was atomic_save, but this one writes both files with torch.save"),
     Mistake("08-resume", "optimizer-not-restored", "'optimizer'", (_save_without("optimizer"), load_full),
@@ -780,8 +919,10 @@ MISTAKES = [
             story="saves the generator object itself"),
     Mistake("08-resume", "unsafe-load", "weights_only=True", (save_full, load_unsafe),
             story="torch.load(..., weights_only=False), as in older tutorials"),
-    Mistake("08-resume", "cannot-rebuild", "STATEFUL_PARTS", (save_full, load_over_global_tuple),
-            story="loops over a tuple defined in another cell"),
+    Mistake("08-resume", "cannot-rebuild", "'cpu_storage' (function)", (save_full, load_through_global_lambda),
+            story="map_location=cpu_storage, a global lambda from an earlier cell"),
+    Mistake("08-resume", "not-atomic", "shutil.copyfile wrote the finished file", (save_copied_onto_path, load_full),
+            story="saved to path.tmp, then shutil.copyfile onto the checkpoint"),
     Mistake("08-resume", "resume-crashed", "KeyError", (save_full, load_other_tutorials_keys),
             story="the keys of another tutorial ('model_state_dict')"),
     Mistake("08-resume", "weights-diverged", "draws random numbers", (save_then_sample, load_full),
@@ -801,6 +942,8 @@ CORRECT = [
     Correct("08-atomic-save", (atomic_save_suffix,), story="path + '.tmp', os.replace"),
     Correct("08-atomic-save", (atomic_save_mkstemp,), story="mkstemp in the folder, fsync"),
     Correct("08-atomic-save", (atomic_save_named_temporary,), story="NamedTemporaryFile(delete=False), os.replace"),
+    Correct("08-atomic-save", (atomic_path_replace,), story="pathlib, a hidden .partial name, Path.replace"),
+    Correct("08-atomic-save", (atomic_rename_posix,), story="mkstemp, open(fd), fsync, os.rename"),
     Correct("08-best-last", (best_last_atomic,), story="compare, then atomic saves"),
     Correct("08-best-last", (best_last_best_first,), story="best.pt first, operator.lt/gt, mkstemp"),
     Correct("08-best-last", (best_last_copies_last,), story="last.pt copied to a temporary file, then renamed"),
@@ -809,6 +952,9 @@ CORRECT = [
     Correct("08-resume", (save_with_exit_stack, load_checks_path_and_mode),
             story="ExitStack cleanup; os.path.exists and model.train() in load (issue 29)"),
     Correct("08-resume", (save_atomic_torch_rng, load_with_helper), story="atomic, torch RNG only, a helper"),
+    Correct("08-resume", (save_full, load_over_global_tuple), story="loops over a global tuple of names"),
+    Correct("08-resume", (save_full, load_through_partial),
+            story="a module-level functools.partial(torch.load, map_location=torch.device('cpu'), ...)"),
 ]
 
 

@@ -1,6 +1,7 @@
 """08-atomic-save, the probe.
 
-Save twice, then a save that crashes; read the file back and list the folder after each.
+Save twice, then a save that crashes; read the file back and list the folder after each, and watch how each
+save writes the file (`harness.checks.lesson08.writes`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from harness.checks.lesson08.common import _CrashDuringSave, _read_back
+from harness.checks.lesson08.writes import watching
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -48,14 +50,16 @@ def _atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
             hint="List the folder after a save, and after a save that raised: is a temporary file still there?"),
         "not-atomic": Requirement(
             "a save that fails half way leaves the previous file intact",
-            hint="What is in path while torch.save is still writing into it?"),
+            hint="What is in path while torch.save is still writing into it, and if the process is killed "
+            "right then?"),
         "swallowed-error": Requirement(
             "a failed save re-raises its exception",
             hint="When the save fails, how does the training loop find out?"),
     },
 )
 def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> dict:
-    """Save twice, then a save that crashes; read the file back and list the folder after each."""
+    """Save twice, then a save that crashes; read the file back and list the folder after each, and record how
+    each save wrote the file."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         path = directory / "last.pt"
@@ -64,11 +68,14 @@ def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> 
         saves = []
         # two good saves to the first two targets; the last target is the crashing save's, below
         for state, target in zip(_atomic_states(case), targets, strict=False):
-            atomic_save(state, target)
-            saves.append({"content": _read_back(path), "listing": _listing(directory)})
+            with watching([path]) as writes:
+                atomic_save(state, target)
+            saves.append({"content": _read_back(path), "listing": _listing(directory), "writes": writes})
         crashed = False
-        try:
-            atomic_save({"weights": saves[-1]["content"], "crash": _CrashDuringSave()}, targets[-1])
-        except Exception:  # noqa: BLE001 -- the simulated crash; anything raised counts as reported
-            crashed = True
-        return {"saves": saves, "crashed": crashed, "survived": _read_back(path), "listing": _listing(directory)}
+        with watching([path]) as writes:
+            try:
+                atomic_save({"weights": saves[-1]["content"], "crash": _CrashDuringSave()}, targets[-1])
+            except Exception:  # noqa: BLE001 -- the simulated crash; anything raised counts as reported
+                crashed = True
+        return {"saves": saves, "crashed": crashed, "survived": _read_back(path), "listing": _listing(directory),
+                "crash_writes": writes}

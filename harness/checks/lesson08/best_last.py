@@ -1,6 +1,7 @@
 """08-best-last, the probe.
 
-Replay each metric sequence, passing back what the student returned; read both files after every epoch.
+Replay each metric sequence, passing back what the student returned; read both files after every epoch and
+watch how each call writes them (`harness.checks.lesson08.writes`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from harness.checks.lesson08.common import _crash_through, _CrashDuringSave, _read_back
+from harness.checks.lesson08.writes import watching
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -37,14 +39,19 @@ def _save_that_crashes(
     better = min(metrics) - 1.0 if mode == "min" else max(metrics) + 1.0
     state = {**_best_last_state(len(metrics)), "crash": _CrashDuringSave()}
 
+    writes: dict[str, Any] = {}
+
     def crash() -> None:
-        try:
-            save_best_and_last(state, directory, better, best_metric, mode=mode)
-        except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the files it leaves
-            pass
+        with watching([directory / "last.pt", directory / "best.pt"]) as seen:
+            try:
+                save_best_and_last(state, directory, better, best_metric, mode=mode)
+            except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the files it leaves
+                pass
+        writes.update(seen)
 
     helper = _crash_through(save_best_and_last, crash, directory)
-    return {"last": _read_back(directory / "last.pt"), "best": _read_back(directory / "best.pt"), **helper}
+    return {"last": _read_back(directory / "last.pt"), "best": _read_back(directory / "best.pt"), **helper,
+            "writes": writes}
 
 
 @register(
@@ -79,18 +86,21 @@ def _save_that_crashes(
     },
 )
 def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> dict:
-    """Replay each metric sequence, passing back what the student returned; read both files after every epoch."""
+    """Replay each metric sequence, passing back what the student returned; read both files after every epoch
+    and record how each call wrote them."""
     runs = []
     for mode, metrics in _best_last_cases(case):
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             best_metric, epochs = None, []
             for epoch, metric in enumerate(metrics):
-                returned = save_best_and_last(_best_last_state(epoch), directory, metric, best_metric, mode=mode)
+                with watching([directory / "last.pt", directory / "best.pt"]) as writes:
+                    returned = save_best_and_last(_best_last_state(epoch), directory, metric, best_metric, mode=mode)
                 epochs.append({
                     "returned": returned,
                     "last": _read_back(directory / "last.pt"),
                     "best": _read_back(directory / "best.pt"),
+                    "writes": writes,
                 })
                 best_metric = returned
             crash = _save_that_crashes(save_best_and_last, directory, metrics, best_metric, mode)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import builtins
 import copy
 import dis
+import functools
 import inspect
+import math
 import os
 import pathlib
 import subprocess
@@ -26,6 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.lesson08.common import _as_data, _crash_through, _CrashDuringSave, _read_back
+from harness.checks.lesson08.writes import watching
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import register
@@ -137,10 +140,61 @@ def _globals_read(code: types.CodeType) -> set[str]:
     return names
 
 
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _rebuilt(value: Any, home: str, queue: list[Callable[..., Any]]) -> str | None:
+    """A Python expression that re-creates `value` in a fresh process (where `importlib` is imported and the
+    notebook's functions are defined), adding the notebook functions it needs to `queue`; None when it cannot
+    be re-created: an object built at run time (a model, a tensor, an open file, an instance of a notebook
+    class, a lambda) has no source the check can re-run, only its current state."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    if isinstance(value, (torch.dtype, torch.device)):
+        if isinstance(value, torch.dtype):
+            return f"getattr(importlib.import_module('torch'), {str(value).removeprefix('torch.')!r})"
+        return f"importlib.import_module('torch').device({str(value)!r})"
+    if isinstance(value, (tuple, list)):
+        items = [_rebuilt(item, home, queue) for item in value]
+        if any(item is None for item in items):
+            return None
+        return ("(" + "".join(f"{item}, " for item in items) + ")") if isinstance(value, tuple) else (
+            "[" + ", ".join(items) + "]")  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        pairs = [(_rebuilt(key, home, queue), _rebuilt(item, home, queue)) for key, item in value.items()]
+        if any(key is None or item is None for key, item in pairs):
+            return None
+        return "{" + ", ".join(f"{key}: {item}" for key, item in pairs) + "}"
+    if isinstance(value, types.ModuleType):
+        return f"importlib.import_module({value.__name__!r})"
+    if isinstance(value, functools.partial):
+        parts = [_rebuilt(value.func, home, queue)] + [_rebuilt(arg, home, queue) for arg in value.args]
+        keywords = {key: _rebuilt(item, home, queue) for key, item in value.keywords.items()}
+        if any(part is None for part in parts) or any(item is None for item in keywords.values()):
+            return None
+        arguments = [*parts, *(f"{key}={item}" for key, item in keywords.items())]
+        return f"importlib.import_module('functools').partial({', '.join(arguments)})"  # type: ignore[arg-type]
+    if isinstance(value, types.FunctionType) and value.__module__ == home and "<" not in value.__qualname__:
+        queue.append(value)
+        return value.__name__
+    bound = getattr(value, "__self__", None)  # a bound method carries its object: not importable by name
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", "<")
+    importable = isinstance(module, str) and module != home and isinstance(qualname, str) and "<" not in qualname
+    if importable and (bound is None or isinstance(bound, types.ModuleType)):
+        return f"importlib.import_module({module!r}).{qualname}"
+    return None
+
+
 def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
-    """Python source that defines `functions` (and the same-module functions they call) in a new process."""
+    """Python source that defines `functions` (and the same-module functions they call) in a new process:
+    the globals they read that are modules, importable functions and classes, plain constants (and tuples,
+    lists and dicts of them), dtypes, devices and `functools.partial` of these; any other global is an object
+    built at run time, which cannot be re-created from source (see `_rebuilt`)."""
     home = functions[0].__module__
-    lines: list[str] = []
+    lines: list[str] = ["import importlib"]
+    after: list[str] = []  # the globals that use notebook functions: assigned once those are defined
     sources: list[str] = []
     done: set[str] = set()
     queue = list(functions)
@@ -159,22 +213,22 @@ def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
             if name not in function.__globals__ or hasattr(builtins, name):
                 continue
             value = function.__globals__[name]
-            if isinstance(value, types.ModuleType):
-                lines.append(f"import {value.__name__} as {name}")
-            elif isinstance(value, types.FunctionType) and value.__module__ == home:
+            if isinstance(value, types.FunctionType) and value.__module__ == home and value.__name__ == name:
                 queue.append(value)
-            elif getattr(value, "__module__", None) not in (None, home) and "<" not in getattr(
-                value, "__qualname__", "<"
-            ):
-                lines.append(f"from {value.__module__} import {value.__qualname__} as {name}")
-            elif isinstance(value, (int, float, str, bool, type(None))):
-                lines.append(f"{name} = {value!r}")
-            else:
+                continue
+            waiting = len(queue)
+            expression = _rebuilt(value, home, queue)
+            if expression is None:
                 raise RuntimeError(
                     f"{function.__name__} uses {name!r} ({type(value).__name__}), which the check cannot rebuild in a "
-                    f"fresh process: use it inside the function or pass it as an argument"
+                    "fresh process: it is an object built at run time (a model, a tensor, an instance, a lambda), "
+                    "and only modules, importable functions and classes, other notebook functions, plain "
+                    "constants (numbers, strings, and tuples, lists and dicts of them) and functools.partial of "
+                    "these can be re-created from source. Create it inside the function or pass it as an argument"
                 )
-    return "\n".join(dict.fromkeys(lines)) + "\n\n" + "\n\n".join(reversed(sources))
+            (after if len(queue) > waiting else lines).append(f"{name} = {expression}")
+    return "\n".join(dict.fromkeys(lines)) + "\n\n" + "\n\n".join(reversed(sources)) + "\n\n" + "\n".join(
+        dict.fromkeys(after))
 
 
 class _UnsafePayload:
@@ -220,17 +274,21 @@ def _save_that_crashes(save_checkpoint: Callable[..., Any], run: _Run, path: Pat
     def add_crash(module: nn.Module, state: dict[str, Any], prefix: str, metadata: Any) -> None:
         state[prefix + "crash"] = _CrashDuringSave()
 
+    writes: dict[str, Any] = {}
+
     def crash() -> None:
         handle = run.model.register_state_dict_post_hook(add_crash)
         try:
-            save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=0.0)
+            with watching([path]) as seen:
+                save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=0.0)
         except Exception:  # noqa: BLE001 -- the simulated crash: what matters is the file it leaves
             pass
         finally:
             handle.remove()
+            writes.update(seen)
 
     helper = _crash_through(save_checkpoint, crash, path.parent)
-    return {"file": _read_back(path), **helper}
+    return {"file": _read_back(path), **helper, "writes": writes}
 
 
 def _run_child(
@@ -361,8 +419,9 @@ def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[
             for epoch in range(1, setting.epochs + 1):
                 _train_epoch(run)
                 if epoch == setting.stop_at:
-                    save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=setting.best_metric)
-            seen: dict[str, Any] = {"continuous": _as_data(run.model.state_dict())}
+                    with watching([path]) as writes:
+                        save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=setting.best_metric)
+            seen: dict[str, Any] = {"continuous": _as_data(run.model.state_dict()), "writes": writes}
             try:
                 checkpoint = torch.load(path, weights_only=True)
             except Exception as error:  # noqa: BLE001 -- the refusal is the observation

@@ -10,6 +10,7 @@ from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson08.common import _same
+from harness.judges.lesson08.writes import judge_writes
 
 
 @judges("08-atomic-save")
@@ -35,6 +36,9 @@ def judge_atomic_save(seen: dict, *, case: Case) -> str:
                 "file is written next to the checkpoint",
                 where="move the temporary file with os.replace",
             )
+    for number, save in enumerate(seen["saves"], start=1):
+        judge_writes(save.get("writes"), during=f"save {number}")
+    judge_writes(seen.get("crash_writes"), during="a save that crashed half way")
     survived = seen["survived"]
     if not _same(survived, states[-1]):
         fail(

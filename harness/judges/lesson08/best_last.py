@@ -14,6 +14,7 @@ from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
 from harness.judges.lesson08.common import _as_number, _helper_note, _same
+from harness.judges.lesson08.writes import judge_writes
 
 
 def _held_epoch(content: Any) -> int | None:
@@ -48,6 +49,7 @@ def _judge_crash(after_crash: Any, mode: str, metrics: list[float], best_epoch: 
                 "before the new one is complete)",
                 where="atomic_save" if _helper_note(after_crash) else "save both files with your atomic_save",
             )
+    judge_writes(after_crash.get("writes"), during=f"a next, better epoch whose save raised half way (mode={mode!r})")
 
 
 @judges("08-best-last")
@@ -93,5 +95,8 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     where="the return statement",
                 )
         _judge_crash(run["after_crash"], mode, metrics, best_epoch)
+        # a write that survives the Python exception above (an except that repairs it) but not a kill
+        for epoch, observed in enumerate(epochs):
+            judge_writes(observed.get("writes"), during=f"epoch {epoch} (mode={mode!r})")
     return ("last.pt follows every epoch, best.pt only improvements, in both modes; a save that crashed left "
             "both files intact")

@@ -18,6 +18,7 @@ from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
 from harness.judges.lesson08.common import _as_number, _helper_note, _same
+from harness.judges.lesson08.writes import judge_writes
 
 
 def _reference_resume(setting: _ResumeSetting) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -157,6 +158,8 @@ def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
         raise ValueError(f"the file after the crashed save is malformed: {describe(after_crash)}")
     content = after_crash.get("file")
     if _same(content, checkpoint):
+        # a write that survives the Python exception (an except that repairs it) but not a kill
+        judge_writes(after_crash.get("writes"), during="a later save_checkpoint that raised half way")
         return
     note = _helper_note(after_crash)
     fail(
@@ -217,5 +220,6 @@ def judge_resume(seen: dict, *, case: Case) -> str:
             cause="something that influences training is not in the checkpoint or not restored in the right order",
             where="save_checkpoint and load_checkpoint",
         )
+    judge_writes(seen.get("writes"), during=f"save_checkpoint after epoch {stop_at}")
     _judge_atomic(seen["after_crash"], seen["checkpoint"])
     return f"stopped after epoch {stop_at} of {epochs}, resumed {where}: final weights identical to the continuous run"
