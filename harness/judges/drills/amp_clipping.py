@@ -742,7 +742,7 @@ add_answers(
     choice_answers(
         "clipping-why-rnn",
         options=(
-            ("to save memory: clipped gradients take fewer bytes",
+            ("to save memory: clipped gradients take fewer bytes to store",
              "clipping rescales values in place; a tensor's size does not depend on its values"),
             ("to make training deterministic from run to run",
              "determinism comes from seeds and deterministic kernels; clipping changes no source of randomness"),

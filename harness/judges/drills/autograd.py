@@ -257,7 +257,7 @@ add_answers(
              "detach cuts the encoder out of both graphs: the error goes away because the encoder gets no gradient"),
             ("call optimizer.zero_grad() between the two backward calls",
              "zero_grad does not bring back the freed saved tensors, and it would erase loss1's gradient"),
-            ("wrap the second backward call in a torch.no_grad() block",
+            ("wrap the second backward call in torch.no_grad(), as it needs no new graph",
              "no_grad controls what the forward records; the backward through freed buffers still raises"),
         ),
         key="a",

@@ -425,11 +425,11 @@ add_answers(
     choice_answers(
         "checkpointing-weights-only",
         options=(
-            ("it loads faster, because it skips unpickling Python objects",
+            ("it loads faster, because it skips unpickling the Python objects in the file",
              "speed is not the point: it still unpickles, with an unpickler restricted to safe types"),
-            ("it leaves out the optimizer state and keeps only the weights",
+            ("it leaves out the optimizer state and the epoch, and keeps only the model's weights",
              "it loads everything made of tensors and plain containers, optimizer state dicts included"),
-            ("loading a pickle can run any code; this only rebuilds tensors and plain types",
+            ("unpickling can run any code; this allows only tensors and plain types",
              "a pickle's __reduce__ can call any function when loaded; weights_only refuses every global that is "
              "not on its allowlist, so a malicious or stale file fails loudly instead"),
             ("it maps every tensor onto the GPU the weights were saved from",

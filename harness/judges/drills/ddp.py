@@ -458,7 +458,7 @@ add_answers(
              "each rank runs its own forward and backward on its own batch; nothing is gathered on rank 0"),
             ("nothing until the end of the epoch, when it averages the models",
              "that is periodic model averaging (local SGD), not DDP: DDP communicates in every backward"),
-            ("it all-reduces the gradients in buckets during backward, overlapping with compute",
+            ("gradient all-reduces, in buckets, overlapped with backward",
              "gradient hooks launch an all-reduce (average) per bucket as soon as its gradients are ready, so "
              "communication overlaps the rest of backward"),
         ),

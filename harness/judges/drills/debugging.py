@@ -600,10 +600,10 @@ add_answers(
              "over 10 classes, not ten times that"),
             ("logits far too large: confidently wrong", "a near-uniform softmax costs ln(10) = 2.3; 23 means large "
              "logits at init (a badly scaled last layer, unnormalised inputs)"),
-            ("the learning rate is set too low", "no step has been taken at step 0: the learning rate cannot "
-             "change the first loss"),
-            ("the dataset is too small to learn", "the size of the data does not change the loss of an untrained "
-             "model on one batch"),
+            ("the learning rate is set too low for this model",
+             "no step has been taken at step 0: the learning rate cannot change the first loss"),
+            ("the dataset is too small for the model to learn",
+             "the size of the data does not change the loss of an untrained model on one batch"),
         ),
         key="b",
     )

@@ -339,6 +339,9 @@ def _judge_fold(seen: dict, *, case: Case) -> str:
         without_eps = (linear(x) - bn.running_mean) * scale_no_eps + bn.bias
         scale = bn.weight / (bn.running_var + bn.eps).sqrt()
         without_bias = (x @ linear.weight.T - bn.running_mean) * scale + bn.bias
+        eps_outside = (linear(x) - bn.running_mean) * bn.weight / (bn.running_var.sqrt() + bn.eps) + bn.bias
+        shift_unscaled = x @ linear.weight.T * scale + linear.bias - bn.running_mean + bn.bias
+        bias_unscaled = x @ linear.weight.T * scale + linear.bias - bn.running_mean * scale + bn.bias
     got = seen.get("out")
     if not close_values(got, want, atol=1e-5, rtol=1e-4):
         if close_values(got, without_eps, atol=1e-5, rtol=1e-4):
@@ -349,6 +352,21 @@ def _judge_fold(seen: dict, *, case: Case) -> str:
             fail("bias-dropped", observed="the folded layer ignores the Linear's own bias",
                  expected="b' = (b - running_mean) * gamma / sqrt(var + eps) + beta",
                  cause="the Linear's bias passes through the normalisation too", where=where)
+        if close_values(got, eps_outside, atol=1e-5, rtol=1e-4):
+            fail("eps-outside-sqrt", observed="the folded layer divides by sqrt(running_var) + eps",
+                 expected="division by sqrt(running_var + eps)", cause="eps was added to the standard deviation: "
+                 "BatchNorm adds it to the variance, inside the square root, and with these small variances the "
+                 "two differ", where=where)
+        if close_values(got, shift_unscaled, atol=1e-5, rtol=1e-4):
+            fail("bias-not-scaled", observed="the folded bias is b - running_mean + beta: the weight is scaled "
+                 "but the bias is not", expected="b' = (b - running_mean) * s + beta with s = gamma / "
+                 "sqrt(var + eps)", cause="BatchNorm scales the whole centred output, (W x + b - mean) * s, so "
+                 "the shift b - mean is scaled by s as the weight is", where=where)
+        if close_values(got, bias_unscaled, atol=1e-5, rtol=1e-4):
+            fail("bias-not-scaled", observed="the folded bias adds the Linear's bias b unscaled (the mean is "
+                 "scaled)", expected="b' = (b - running_mean) * s + beta with s = gamma / sqrt(var + eps)",
+                 cause="BatchNorm scales the whole centred output, (W x + b - mean) * s, so b is scaled by s "
+                 "too", where=where)
         assert_close("the folded layer's output", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="W' = W * s[:, None], b' = (b - mean) * s + beta with s = gamma / sqrt(var + eps)")
     return "one Linear equal to Linear then BatchNorm in eval mode, eps included, the original untouched"
@@ -587,6 +605,10 @@ add_answers(
              "eps-ignored"),
             (_FOLD_SOLUTION.replace("(linear.bias - bn.running_mean) * scale", "-bn.running_mean * scale"),
              "bias-dropped"),
+            (_FOLD_SOLUTION.replace("torch.sqrt(bn.running_var + bn.eps)", "(torch.sqrt(bn.running_var) + bn.eps)"),
+             "eps-outside-sqrt"),
+            (_FOLD_SOLUTION.replace("(linear.bias - bn.running_mean) * scale + bn.bias",
+                                    "linear.bias - bn.running_mean + bn.bias"), "bias-not-scaled"),
             (_FOLD_SOLUTION.replace("torch.sqrt(bn.running_var + bn.eps)", "(bn.running_var + bn.eps)"),
              "wrong-value"),
             (_FOLD_SOLUTION.replace("    fused = nn.Linear(linear.in_features, linear.out_features)\n",

@@ -677,7 +677,7 @@ add_answers(
             ("BatchNorm statistics drift: put the backbone in eval, keep the LR",
              "BatchNorm drift can hurt, but it does not explain features being overwritten by large steps; the "
              "weights themselves move far from the pretrained ones"),
-            ("Steps too large overwrite the features: lower the LR 10-100x, warm up",
+            ("Large steps overwrite the features: cut the LR 10-100x, warm up",
              "at the pretraining LR each step moves the weights as far as pretraining did, so what was learned is "
              "overwritten; a small LR (and a warm-up while the new head is random) adapts it instead"),
             ("Training is too short: keep the same LR and train for more epochs",

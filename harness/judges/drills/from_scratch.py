@@ -29,9 +29,11 @@ from harness.drills.core import Answers, add_answers
 
 def _ln_variant(x: torch.Tensor, normalized: tuple[int, ...], weight: torch.Tensor, bias: torch.Tensor, eps: float,
                 *, unbiased: bool = False, eps_outside: bool = False, last_dim_only: bool = False,
-                detached: bool = False) -> torch.Tensor:
+                leading_dims: bool = False, all_dims: bool = False, detached: bool = False) -> torch.Tensor:
     """LayerNorm written with one of the candidates' usual mistakes (all False: the right formula)."""
     dims = (-1,) if last_dim_only else tuple(range(-len(normalized), 0))
+    if leading_dims or all_dims:
+        dims = tuple(range(x.dim() if all_dims else len(normalized)))
     mean = x.mean(dim=dims, keepdim=True)
     var = x.var(dim=dims, keepdim=True, correction=1 if unbiased else 0)
     if detached:
@@ -55,6 +57,12 @@ _LN_MISTAKES = (
     ("wrong-dims", {"last_dim_only": True}, "the statistics were taken over the last dimension only: LayerNorm "
      "normalizes over all the trailing dimensions that normalized_shape names", "dims = the last "
      "len(normalized_shape) dimensions"),
+    ("leading-dims", {"leading_dims": True}, "the output equals a LayerNorm whose mean and variance run over x's "
+     "first len(normalized_shape) dimensions (the batch ones), so samples are mixed: LayerNorm normalizes each "
+     "sample over its last dimensions", "dims = tuple(range(-len(normalized_shape), 0))"),
+    ("all-dims", {"all_dims": True}, "the output equals a LayerNorm whose mean and variance run over every "
+     "dimension of x (one mean for the whole batch): LayerNorm normalizes each sample over the last "
+     "len(normalized_shape) dimensions only", "dims = tuple(range(-len(normalized_shape), 0))"),
 )
 
 
@@ -86,7 +94,9 @@ def _judge_layer_norm(seen: dict, *, case: Case) -> str:
                          expected="F.layer_norm's values", cause=cause, where=f"{where}: {fix}")
             fail("wrong-value", observed=f"output differs from F.layer_norm by up to {max_difference(y, want):.3g}",
                  expected="(x - mean) / sqrt(var + eps) * weight + bias over the normalized dimensions",
-                 cause="weight and bias swapped or misplaced, or another normalization", where=where)
+                 cause="the output matches none of the mistakes this check recognizes (the variance divided by "
+                 "n - 1, eps outside the square root, the wrong dimensions): compare your formula with the "
+                 "expected one term by term", where=where)
         got_grads = result["grads"]
         for name, got, ref in zip(("x", "weight", "bias"), got_grads, want_grads, strict=True):
             if close_values(got, ref, rtol=1e-4, atol=1e-5):
@@ -111,7 +121,7 @@ _LN_SOLUTION = _LN_STARTER.replace(
 
 
 def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool = True, decay_lr: bool = True,
-                   eps_inside: bool = False) -> list[list[torch.Tensor]]:
+                   eps_inside: bool = False, decay_after: bool = False) -> list[list[torch.Tensor]]:
     """The parameters after each step of AdamW written with one of the usual mistakes."""
     params, grads, lr, weight_decay = _adamw_setup(case)
     params = [p.clone() for p in params]
@@ -123,7 +133,7 @@ def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool =
         for i, (p, g) in enumerate(zip(params, step_grads, strict=True)):
             if coupled:
                 g = g + weight_decay * p
-            else:
+            elif not decay_after:
                 p.mul_(1 - (lr if decay_lr else 1.0) * weight_decay)
             m[i] = beta1 * m[i] + (1 - beta1) * g
             v[i] = beta2 * v[i] + (1 - beta2) * g * g
@@ -131,6 +141,8 @@ def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool =
             v_hat = v[i] / (1 - beta2 ** step) if bias_correction else v[i]
             denom = (v_hat + _EPS).sqrt() if eps_inside else v_hat.sqrt() + _EPS
             p.sub_(lr * m_hat / denom)
+            if decay_after:
+                p.mul_(1 - lr * weight_decay)
         trace.append([p.clone() for p in params])
     return trace
 
@@ -158,6 +170,9 @@ _ADAMW_MISTAKES = (
      "learning rate, p *= 1 - lr * weight_decay", "the decay line"),
     ("eps-inside-sqrt", {"eps_inside": True}, "eps inside the square root: torch adds it to sqrt(v_hat), which "
      "matters for weights whose gradients are tiny", "denominator: v_hat.sqrt() + eps"),
+    ("decay-after-update", {"decay_after": True}, "the parameters equal AdamW's with the decay applied after the "
+     "Adam step, so the step itself is shrunk too: torch decays the weights as they were before the update",
+     "p.mul_(1 - lr * weight_decay) before p.sub_(...)"),
 )
 
 
@@ -197,8 +212,10 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
     step = next(s for s in range(_ADAMW_STEPS) if not matches(want, s + 1))
     worst = max(max_difference(g, w) for g, w in zip(trace[step], want[step], strict=True))
     fail("wrong-value", observed=f"after step {step + 1} the parameters differ from torch.optim.AdamW's by up to "
-         f"{worst:.3g}", expected="torch.optim.AdamW's parameters", cause="the moments are not kept between "
-         "steps, or the update rule differs", where="adamw_step")
+         f"{worst:.3g}", expected="torch.optim.AdamW's parameters", cause="the parameters match none of the "
+         "mistakes this check recognizes (coupled decay, no bias correction, decay not scaled by lr or applied "
+         "after the step, eps inside the square root): compare each line with AdamW's update",
+         where="adamw_step")
 
 
 _ADAMW_SOLUTION = _ADAMW_STARTER.replace(
@@ -225,6 +242,10 @@ add_answers(
             (_LN_SOLUTION.replace("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)"), "eps-outside-sqrt"),
             (_LN_SOLUTION.replace("    dims = tuple(range(-len(normalized_shape), 0))\n", "    dims = (-1,)\n"),
              "wrong-dims"),
+            (_LN_SOLUTION.replace("    dims = tuple(range(-len(normalized_shape), 0))\n",
+                                  "    dims = tuple(range(len(normalized_shape)))\n"), "leading-dims"),
+            (_LN_SOLUTION.replace("x.mean(dim=dims, keepdim=True)", "x.mean()").replace(
+                "((x - mean) ** 2).mean(dim=dims, keepdim=True)", "((x - mean) ** 2).mean()"), "all-dims"),
             (_LN_SOLUTION.replace("keepdim=True)\n    var", "keepdim=True).detach()\n    var").replace(
                 "keepdim=True)\n    return", "keepdim=True).detach()\n    return"), "wrong-gradient"),
             ("import torch.nn.functional as F\n\n\ndef layer_norm(x, normalized_shape, weight, bias, eps=1e-5):\n"
@@ -247,6 +268,10 @@ add_answers(
             (_ADAMW_SOLUTION.replace("p.mul_(1 - lr * weight_decay)", "p.mul_(1 - weight_decay)"),
              "decay-not-scaled-by-lr"),
             (_ADAMW_SOLUTION.replace("(v_hat.sqrt() + eps)", "(v_hat + eps).sqrt()"), "eps-inside-sqrt"),
+            (_ADAMW_SOLUTION.replace("        p.mul_(1 - lr * weight_decay)\n", "").replace(
+                "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n",
+                "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n        p.mul_(1 - lr * weight_decay)\n"),
+             "decay-after-update"),
             (_ADAMW_STARTER.replace(
                 "    raise NotImplementedError\n",
                 "    opt = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)\n"
@@ -273,7 +298,7 @@ add_answers(
             ("Adam moves each by about lr per step; AdamW scales each by (1 - lr * 0.1)",
              "Adam's decay term 0.1 * p is normalized by sqrt(v) like a gradient, so its step is about lr whatever "
              "p's size; AdamW's decoupled decay multiplies the weight"),
-            ("Adam scales each by (1 - lr * 0.1); AdamW leaves them, having no gradient",
+            ("Adam scales each by (1 - lr * 0.1); AdamW leaves them, as they have no gradient",
              "reversed: AdamW decays every weight each step; it is Adam whose decay is mixed into the gradient"),
         ),
         key="c",

@@ -616,12 +616,12 @@ add_answers(
     choice_answers(
         "loop-overfitting-remedy",
         options=(
-            ("raise the learning rate so the model escapes the sharp minimum",
+            ("raise the learning rate, so that the model escapes the sharp minimum it sits in",
              "a larger step makes training noisier; it does not stop the model fitting the noise of its training "
              "set, which is what the widening gap shows"),
-            ("train for more epochs: validation loss catches up later on",
+            ("train for more epochs: validation loss catches up with training loss later",
              "the gap has widened for 22 epochs: more epochs fit the training noise further"),
-            ("regularise (weight decay, dropout, augmentation); keep the best-val weights",
+            ("regularise (decay, dropout, augmentation); keep the best-val weights",
              "the model is overfitting: regularisation limits how well it can fit noise, and early stopping "
              "keeps the epoch-8 weights instead of the last ones"),
             ("make the network wider and deeper, so it has the capacity to fit the validation set too",

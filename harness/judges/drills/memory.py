@@ -415,8 +415,8 @@ add_answers(
              "block's forward runs again to rebuild its activations: about one extra forward pass"),
             ("accuracy: the gradients become approximate", "the recomputed activations are the same values (the RNG "
              "state is replayed for dropout): the gradients are exact"),
-            ("parameter memory: the weights are copied", "checkpointing touches only activations; the weights, their "
-             "gradients and the optimizer state are unchanged"),
+            ("parameter memory: the weights are copied per block", "checkpointing touches only activations; the "
+             "weights, their gradients and the optimizer state are unchanged"),
             ("nothing: activations move to CPU memory", "that is offloading, another technique; checkpointing drops "
              "the activations and recomputes them"),
         ),

@@ -319,7 +319,7 @@ add_answers(
              "that read it"),
             ("it freezes the parameters, so that optimizer.step() skips every one of them",
              "requires_grad is untouched: a step after eval() still updates every parameter"),
-            ("nothing, unless the model lives on a GPU",
+            ("nothing on a CPU: the mode only changes which GPU kernels run",
              "the mode flag works the same on every device"),
         ),
         key="b",

@@ -343,7 +343,7 @@ add_answers(
              "sequence; orders derived from seed + epoch need only the epoch"),
             ("nothing: seeding a fresh generator with the same seed replays epoch 4's order",
              "a freshly seeded generator starts at epoch 1's order, not epoch 4's"),
-            ("the dataset object, so that every sample keeps its position in the order",
+            ("the dataset object itself, so that every sample keeps its position in the order",
              "the dataset does not change; the order comes from the sampler's generator"),
             ("the batch size and the number of workers, which together fix the order",
              "neither draws the permutation: the sampler's generator does"),

@@ -559,11 +559,11 @@ add_answers(
         options=(
             ("PyTorch warns, and the schedule's first value is skipped",
              "right: the scheduler advances the LR before the optimizer ever used it, and torch warns about the order"),
-            ("nothing: the two calls are independent of each other",
+            ("nothing: the two calls are independent, so their order does not matter",
              "the scheduler writes the LR the next optimizer.step() uses: calling it first shifts the whole schedule"),
             ("an exception: the scheduler checks the optimizer has stepped",
              "torch only warns (UserWarning); the training goes on with a shifted schedule"),
-            ("the scheduler call is ignored until the optimizer steps",
+            ("the scheduler call is ignored until the optimizer has stepped once",
              "it is not ignored: it advances the LR right away, which is exactly the problem"),
         ),
         key="a",

@@ -190,6 +190,11 @@ def _judge_attention_mask(seen: dict, *, case: Case) -> str:
                  cause="masking padded queries leaves padded keys visible to real queries, and gives padded "
                  "queries rows with nothing to attend (softmax of all -inf is nan)",
                  where="index lengths on the keys axis")
+        if torch.equal(got, want & ~torch.eye(steps, dtype=torch.bool)):
+            fail("diagonal-masked", observed="mask[b, 0, i, i] is False: no query may attend its own key, and the "
+                 "first query may attend no key at all", expected="key j <= query i: each token sees itself and "
+                 "the tokens before it", cause="the causal part is strict (j < i): attention's causal mask keeps "
+                 "the diagonal, and a row with every key masked gives nan after the softmax", where=where)
         fail("wrong-value", observed="the mask differs from causal AND key-padding", expected="mask[b, 0, i, j] = "
              "j <= i and j < lengths[b]", cause="one of the two parts is wrong", where=where)
     return "causal AND key-padding, as a (batch, 1, queries, keys) bool mask"
@@ -604,6 +609,7 @@ add_answers(
                                     "    return ~(causal[None, None, :, :] & keys[:, None, None, :])\n"),
              "inverted-mask"),
             (_MASK_SOLUTION.replace(".tril()", ".triu()"), "future-visible"),
+            (_MASK_SOLUTION.replace(".tril()", ".tril(diagonal=-1)"), "diagonal-masked"),
             (_MASK_SOLUTION.replace("    return causal[None, None, :, :] & keys[:, None, None, :]\n",
                                     "    return causal[None, None, :, :] & keys[:, None, :]\n"), "wrong-shape"),
         ),
@@ -721,7 +727,7 @@ add_answers(
         options=(
             ("The data loader needs the warm-up steps to fill its prefetch queue",
              "data loading affects throughput, never the optimisation: the same batches arrive either way"),
-            ("Adam's first variance estimates are noisy: its early steps are too big",
+            ("Adam's first variance estimates are noisy: early steps are too big",
              "with one or a few gradients, v is a poor estimate and every coordinate moves by about lr: at full lr "
              "that jolts attention logits and LayerNorm-ed layers; warm-up keeps the early steps small"),
             ("Positional encodings must be learned before attention weights can train",

@@ -131,6 +131,16 @@ def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
                      expected="rank 0's shard, then rank 1's", cause="the output list holds one tensor twice "
                      "([torch.empty_like(shard)] * world): all_gather writes every rank's shard into it, and the "
                      "last write wins", where=f"{where}: one new tensor per rank, in a list comprehension")
+        size, flat = shards[0].numel(), torch.cat([t.reshape(-1) for t in tensors])
+        own, other = (flat[r * size:(r + 1) * size] for r in (rank, 1 - rank))
+        if close_values(own, shards[rank][:own.numel()]) and not any(
+                close_values(other, shard[:other.numel()]) for shard in shards):
+            contents = "zeros" if not other.any() else "values that are in no rank's shard"
+            fail("unfilled-buffer", observed=f"rank {rank} returned its own shard in place, but rank "
+                 f"{1 - rank}'s piece holds {contents}", expected="every rank's shard, filled in by all_gather",
+                 cause=f"the slot for rank {1 - rank} was never written: a buffer made with torch.empty or "
+                 "torch.zeros keeps what it held until a collective fills it", where=f"{where}: the all_gather "
+                 "call and the list it fills")
         strided = torch.stack(shards, dim=1).reshape(-1)
         if all(close_values(g, w) for g, w in zip(tensors, _unflatten(strided, shapes), strict=True)):
             fail("strided-order", observed=f"rank {rank} interleaved the shards element by element",
@@ -292,6 +302,8 @@ add_answers(
         wrong_answers=(
             (_GATHER_SOLUTION.replace("[torch.empty_like(shard) for _ in range(dist.get_world_size())]",
                                       "[torch.empty_like(shard)] * dist.get_world_size()"), "aliased-buffers"),
+            (_GATHER_SOLUTION.replace("    dist.all_gather(gathered, shard)\n",
+                                      "    gathered[dist.get_rank()] = shard\n"), "unfilled-buffer"),
             (_GATHER_SOLUTION.replace("torch.cat(gathered)", "torch.stack(gathered, dim=1).reshape(-1)"),
              "strided-order"),
         ),
