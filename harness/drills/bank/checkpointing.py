@@ -391,14 +391,17 @@ class _SaveWatcher:
             setattr(os, name, self._real[name])
 
 
-def _read_back_file(path: Path) -> Any:
-    if not path.exists():
-        return "missing"
+def _read_back_bytes(data: bytes) -> Any:
+    """The weight and step of a checkpoint held in `data`, or why it cannot be read."""
     try:
-        state = torch.load(path, weights_only=True)
+        state = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:
         return f"unreadable ({type(error).__name__})"
     return [state.get("weight"), state.get("step")] if isinstance(state, dict) else describe(state)
+
+
+def _read_back_file(path: Path) -> Any:
+    return _read_back_bytes(path.read_bytes()) if path.exists() else "missing"
 
 
 def _probe_atomic(answer: dict, *, case: Case) -> dict:
@@ -414,10 +417,12 @@ def _probe_atomic(answer: dict, *, case: Case) -> dict:
             raised = True
         watcher.crash = False
         after_crash = _read_back_file(path)
-        answer["save_atomic"](states[2], path)
+        with open(path, "rb") as reader:  # a loader that had the checkpoint open: a rename leaves it the old file
+            answer["save_atomic"](states[2], path)
+            held = _read_back_bytes(reader.read())
         third = _read_back_file(path)
         return {"first": first, "listing": listing, "after_crash": after_crash, "raised": raised, "third": third,
-                "events": watcher.events, "path": str(path)}
+                "held": held, "events": watcher.events, "path": str(path)}
 
 
 add(
@@ -429,7 +434,9 @@ add(
         difficulty=2,
         prompt="Write save_atomic(obj, path): save obj with torch.save so that a crash half-way through the write "
         "(disk full, a preempted job) never leaves path holding a partial file: until the new checkpoint is "
-        "complete, path keeps the previous one. The failure must still reach the caller.",
+        "complete, path keeps the previous one. The failure must still reach the caller. (A self-check: what a "
+        "save does to the disk is read back inside your answer's own process, so its pass does not count in a "
+        "mock interview.)",
         entry="save_atomic",
         starter="import os\nimport tempfile\nfrom pathlib import Path\n\nimport torch\n\n\n"
         "def save_atomic(obj, path):\n    raise NotImplementedError\n",
@@ -439,6 +446,7 @@ add(
                "tempfile.mkstemp(dir=path.parent), torch.save into it, os.replace; on an exception remove the "
                "temporary file and re-raise."),
         probe=_probe_atomic,
+        self_check=True,
     )
 )
 

@@ -215,7 +215,14 @@ def _judge_atomic(seen: dict, *, case: Case) -> str:
              expected="one os.replace(tmp, path), which swaps the files atomically",
              cause="remove-then-rename leaves a moment with no checkpoint at all (a crash there loses both)",
              where="os.replace(tmp, path) replaces an existing file in one step; drop the remove")
-    renames = [e for e in seen["events"] if e[:1] in (["replace"], ["rename"]) and len(e) == 3 and e[2] == path]
+    renames = [e for e in seen["events"] if e[:1] in (["replace"], ["rename"]) and len(e) == 3 and e[2] == path
+               and e[1] != path]  # os.replace(path, path) moves nothing
+    if not holds(seen["held"], 0):
+        fail("no-atomic-rename", observed="a reader that had path open before the save read "
+             + (f"{seen['held']}" if isinstance(seen["held"], str) else "the new bytes") + ": the file was "
+             "rewritten in place", expected="the reader keeps the old file: a rename puts a new file at path",
+             cause="copying (shutil.copy) or rewriting the file is not atomic: a crash mid-copy tears it too",
+             where="os.replace(tmp, path) (or Path(tmp).replace(path))")
     if not renames:
         fail("no-atomic-rename", observed="no os.replace / os.rename onto path was called",
              expected="the finished temporary file renamed onto path",
@@ -239,7 +246,8 @@ def _judge_atomic(seen: dict, *, case: Case) -> str:
         fail("temp-left-behind", observed=f"after a successful save the folder holds {seen['listing']}",
              expected=f"only {os.path.basename(path)}", cause="the temporary file was copied, not moved, or a second "
              "file written", where="os.replace moves the temporary file; nothing else should remain")
-    return "a crash mid-write leaves the previous checkpoint intact; each save lands in one atomic rename"
+    return ("a crash mid-write leaves the previous checkpoint intact; each save lands in one atomic rename "
+            "(self-checked: the files were read back inside your answer's own process)")
 
 
 _ATOMIC_SOLUTION = '''import contextlib
