@@ -296,6 +296,29 @@ def test_no_solution_hidden_test_judge_or_secret_reaches_students(tree):
             assert not leaked, f"a solution of {assignment} is in {leaked}"
 
 
+def test_no_solution_line_reaches_students_and_hint_3_says_who_releases_it(tree, tmp_path):
+    """Without a course file releasing them, the tree carries no level-3 hint (solution line) of any lesson, and
+    hint(task, 3) there says who releases it and when. The drill bank's answers (`harness/judges/drills`, lesson 11's
+    drills and some that answer another lesson's exercise: 16-save-artefact's line is the export drill's answer) ship
+    for self-study until issue 38 item 1 moves them: they are not the hints' to withhold."""
+    from harness.contract.registry import get
+    from harness.grading.layout import graded_tasks
+
+    lines = {task: get(task, judged=False).hints.solution for assignment in discover_assignments()
+             if not assignment.startswith("11_") for task in graded_tasks(REPO_ROOT / "solutions" / assignment)}
+    bank = tree / "harness" / "judges" / "drills"
+    texts = {path: text for path, text in _texts(tree).items() if not path.is_relative_to(bank)}
+    leaked = {task: str(path) for task, line in lines.items() for path, text in texts.items() if line in text}
+    assert not leaked, leaked
+    assert json.loads((tree / "harness" / "checks" / "released_hints.json").read_text()) == {}
+    code = WITHOUT_THE_REPOSITORY + "from harness.checks import hint\nhint('04-fit', 3)\n"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Hint 3/3 for 04-fit: the solution line of a graded exercise is withheld" in done.stdout, done.stdout
+    assert lines["04-fit"] not in done.stdout
+
+
 @pytest.mark.slow
 def test_a_lesson_runs_and_checks_from_the_tree_with_its_own_harness(tree, tmp_path):
     """The answered lesson 00 executes in a kernel that imports the tree's harness (not the repository's)."""

@@ -9,6 +9,8 @@ drawn from the instructor's secret, and the judge decides every point outside it
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from harness.contract.case import Case
@@ -16,6 +18,9 @@ from harness.contract.failure import CheckFailed
 from harness.contract.protocol import decide, preserved_state, run_probe, seal
 from harness.contract.registry import get
 
+RELEASED = Path(__file__).with_name("released_hints.json")
+WITHHELD = ("the solution line of a graded exercise is withheld: your instructor releases it after the due date "
+            "(or for practice), in the course's next update. Hints 1 and 2 and the lesson's sections are yours now.")
 _hints_shown: dict[str, int] = {}
 _last_failure: dict[str, str] = {}
 # Set by the grader's first cell in a graded notebook: the test cells then leave checking to the judge.
@@ -94,7 +99,16 @@ def hint(task_id: str, level: int | None = None) -> None:
     after = entry.requires.get(code) if code else None
     text = {1: after.hint if after else hints.nudge,
             2: f"{hints.concept} (Reread the section \"{hints.section}\".)",
-            3: hints.solution}[level]
+            3: "" if graded_outside else hints.solution or _released_solution(task_id)}[level] or WITHHELD
     about = f" (after [{code}])" if level == 1 and after else ""
     more = " Call hint() again for a more explicit one." if level < 3 else ""
-    print(f"Hint {level}/3 for {task_id}{about}: {text}{more}")
+    print(f"Hint {level}/3 for {task_id}{about}: {text}{more}")  # the line is also the record of hints used
+
+
+def _released_solution(task_id: str) -> str:
+    """The solution line the course released for `task_id` (`released_hints.json`, written into the student tree by
+    `harness release --student`), or ''."""
+    try:
+        return str(json.loads(RELEASED.read_text(encoding="utf-8")).get(task_id, ""))
+    except (OSError, ValueError, AttributeError):
+        return ""

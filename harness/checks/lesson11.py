@@ -92,9 +92,9 @@ _ENTRIES = {"11-exact-resume": ("save_checkpoint", "load_checkpoint")}
 
 _register_drill(
     "11-train-step",
-    "model.train(); optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); loss.backward(); "
+    solution="model.train(); optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); loss.backward(); "
     "optimizer.step(); return loss.detach()",
-    {
+    requires={
         "not-train-mode": Requirement(
             "the model is in training mode during the step",
             hint="The model was handed over in eval mode: which call switches dropout and batch norm back on?"),
@@ -126,8 +126,8 @@ _register_drill(
 
 _register_drill(
     "11-plain-list",
-    "self.hidden = nn.ModuleList([nn.Linear(a, b) for a, b in zip(sizes[:-2], sizes[1:-1])])",
-    {
+    solution="self.hidden = nn.ModuleList([nn.Linear(a, b) for a, b in zip(sizes[:-2], sizes[1:-1])])",
+    requires={
         "unregistered-layers": Requirement(
             "every layer's weights are registered (the optimizer and .to() see them)",
             hint="Count model.parameters(): some layers are missing. How does nn.Module find its submodules?"),
@@ -146,9 +146,9 @@ _register_explain("11-why-eval")
 
 _register_drill(
     "11-warmup-cosine",
-    "return (step + 1) / warmup if step < warmup else "
+    solution="return (step + 1) / warmup if step < warmup else "
     "0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(1, total - warmup), 1.0)))",
-    {
+    requires={
         "wrong-warmup": Requirement("(step + 1) / warmup during warmup, reaching 1 at the last warmup step",
                                     hint="The message names the step: compute the warmup factor there by hand."),
         "wrong-decay": Requirement("then 0.5 * (1 + cos(pi * p)), from 1 at step = warmup to 0 at total",
@@ -159,11 +159,11 @@ _register_drill(
 
 _register_drill(
     "11-amp-step",
-    'model.train(); optimizer.zero_grad(set_to_none=True); '
+    solution='model.train(); optimizer.zero_grad(set_to_none=True); '
     'with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x), y); '
     "scaler.scale(loss).backward(); scaler.unscale_(optimizer); "
     "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); scaler.update()",
-    {
+    requires={
         "not-train-mode": Requirement(
             "the model is in training mode during the step",
             hint="The model was handed over in eval mode: which call switches dropout and batch norm back on?"),
@@ -203,9 +203,9 @@ _register_drill(
 
 _register_drill(
     "11-epoch-metrics",
-    "total_loss += loss_fn(out, y) * len(y); correct += (out.argmax(1) == y).sum(); "
+    solution="total_loss += loss_fn(out, y) * len(y); correct += (out.argmax(1) == y).sum(); "
     "return (total_loss / count).item(), (correct / count).item()",
-    {
+    requires={
         "wrong-value": Requirement(
             "returns the same numbers: the mean loss and accuracy over all samples of the epoch",
             hint="The numbers changed: is each batch weighted by its size, and are both returned as numbers?"),
@@ -217,9 +217,9 @@ _register_drill(
 
 _register_drill(
     "11-exact-resume",
-    'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), '
+    solution='torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), '
     '"scheduler": scheduler.state_dict(), "epoch": epoch, "rng": torch.get_rng_state()}, path)',
-    {
+    requires={
         "not-weights-only-loadable": Requirement(
             "the checkpoint loads with weights_only=True (state dicts, tensors, plain values)",
             hint="torch.load(weights_only=True) refuses pickled objects: what did you save that is not a state_dict?"),

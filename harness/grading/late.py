@@ -10,6 +10,7 @@ The course file (read with `tomllib`; `docs/course.example.toml` is a full examp
 
     [assignments.04_training_loop]
     due = 2026-03-02T23:59:00-05:00               # ISO 8601 with a time zone
+    solution_hints = "after_due"                  # level-3 hints: "after_due" (default), "always" or "never"
 
     [assignments.04_training_loop.extensions]    # by student id (as in grades.csv) or LMS user id
     "1002" = 2                                   # extra days
@@ -41,6 +42,7 @@ from harness.grading.jobs import write_atomically
 
 DEFAULT_COURSE_FILE = Path("course.toml")
 POLICIES = ("none", "per-day", "cutoff")
+SOLUTION_HINTS = ("after_due", "always", "never")  # when an assignment's solution lines (level-3 hints) are released
 RECORD = "late.json"  # the penalties last published: what the next publish's moves are measured against
 DAY = timedelta(days=1)
 
@@ -82,6 +84,7 @@ class Deadline:
 
     due: datetime
     extensions: dict[str, datetime] = field(default_factory=dict)
+    solution_hints: str = "after_due"  # when the level-3 hints go to students (`harness.grading.solution_hints`)
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,12 @@ def _policy(table: dict[str, Any], where: str) -> Policy:
 def _deadline(table: Any, where: str) -> Deadline:
     if not isinstance(table, dict) or "due" not in table:
         raise CourseFileError(f"{where}: give the assignment's due date, due = 2026-03-02T23:59:00-05:00")
-    _unknown(table, ("due", "extensions"), where)
+    _unknown(table, ("due", "extensions", "solution_hints"), where)
     due = _when(table["due"], f"{where}.due")
+    hints = table.get("solution_hints", "after_due")
+    if hints not in SOLUTION_HINTS:
+        raise CourseFileError(f"{where}.solution_hints = {hints!r}: give one of "
+                              f"{', '.join(repr(h) for h in SOLUTION_HINTS)}")
     extensions = {}
     for student, value in table.get("extensions", {}).items():
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -146,7 +153,7 @@ def _deadline(table: Any, where: str) -> Deadline:
             extensions[student] = due + value * DAY
         else:
             extensions[student] = _when(value, f"{where}.extensions.{student}")
-    return Deadline(due, extensions)
+    return Deadline(due, extensions, hints)
 
 
 def read_course(path: Path) -> Course:

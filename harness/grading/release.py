@@ -11,6 +11,7 @@ import argparse
 import json
 import shutil
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.grading.alembic_head import use_known_alembic_head
@@ -128,17 +129,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--student", type=Path, metavar="DIR",
                         help="write the student course (released notebooks, harness without the judge, README) into "
                         "DIR, a new folder, instead of regenerating notebooks/")
+    parser.add_argument("--course", type=Path, metavar="FILE",
+                        help="with --student: the course file whose solution_hints and due dates say which level-3 "
+                        "hints (solution lines) the tree carries (default ./course.toml when present)")
+    parser.add_argument("--practice", action="store_true",
+                        help="with --student: a practice release, carrying every level-3 hint (solution line)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Regenerate notebooks/ from solutions/ (or, with --check, compare them; with --student, write the
     student tree)."""
     if args.student:
+        from harness.grading.late import course_file
+        from harness.grading.solution_hints import released_lines
         from harness.grading.student_tree import write_student_tree
 
-        files = write_student_tree(args.student)
+        assignments = discover_assignments()
+        lines = released_lines(assignments, course_file(args.course), datetime.now(UTC), args.practice)
+        files = write_student_tree(args.student, solution_lines=lines)
+        opened = sorted({task[:2] for task in lines})
         print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
-              "nbgitpuller or nbgrader's exchange; it holds no solution, hidden test or judge")
+              "nbgitpuller or nbgrader's exchange; it holds no solution, hidden test or judge, and the level-3 hints "
+              f"(solution lines) of {'lessons ' + ', '.join(opened) if opened else 'no lesson'} (the course file's "
+              "solution_hints, or --practice)")
         return 0
     assignments = [check_assignment(a) for a in args.assignments] or discover_assignments()
     if args.check:

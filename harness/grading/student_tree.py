@@ -3,7 +3,8 @@
 The repository (solutions, hidden tests, the judge, the grading pipeline, the test suite) is the
 instructor's and stays private. `write_student_tree` copies only what a student needs to run the lessons:
 the released notebooks, the `harness` package without `harness/judge` (hidden cases, grading secret,
-verdicts) and `harness/grading` (the instructor's pipeline), a student README and Makefile, the requirements a
+verdicts) and `harness/grading` (the instructor's pipeline), the probes' solution lines (level-3 hints) but those the
+course file releases, a student README and Makefile, the requirements a
 student needs, pyproject.toml without the instructor's tools (`harness/install.py` for hosted runtimes), the
 student's nbgrader configuration (what Validate runs), the course's LICENSE and the student JupyterLab's settings
 (`.jupyter/`: no Formgrader, Create Assignment or Course List). Hand it out by git, a zip, nbgitpuller or nbgrader's
@@ -17,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from harness.grading.layout import REPO_ROOT
+from harness.grading.solution_hints import strip_solution_lines, write_released
 
 # Top-level files and folders of the repository a student gets, as they are.
 ALLOWED = ("notebooks", "harness", "LICENSE")
@@ -25,7 +27,7 @@ WITHHELD = ("harness/judge", "harness/grading", "harness/course.py", "harness/ki
             "harness/drills/notebook.py")
 # Requirements only the instructor needs (tests, the browser test, grading on a cluster).
 INSTRUCTOR_ONLY = ("pytest", "pytest-xdist", "pytest-timeout", "hypothesis", "playwright", "axe-playwright-python",
-                   "ruff", "dask", "distributed")
+                   "ruff", "dask", "distributed", "jupyterhub")
 # pyproject.toml's tables and extras only the instructor's tree uses: the linter's and the test suite's settings
 # (for a tests/ folder students do not get), grading on a Dask cluster.
 INSTRUCTOR_TABLES = ("tool.ruff", "tool.pytest")
@@ -60,8 +62,13 @@ def student_requirements(text: str) -> str:
             + "\n".join(line for line in kept if line.strip()) + "\n")
 
 
-def write_student_tree(target: Path, repo_root: Path = REPO_ROOT) -> list[Path]:
-    """Write the student course into `target` (which must not exist, or be empty); return the files written."""
+def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines: dict[str, str] | None = None
+                       ) -> list[Path]:
+    """Write the student course into `target` (which must not exist, or be empty); return the files written.
+
+    The probes' solution lines (level-3 hints) are blanked; `solution_lines` (task id -> line, what the course file
+    releases: `solution_hints.released_lines`) is written beside them for `hint()`.
+    """
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target} is not empty: give a new folder for the student tree")
     target.mkdir(parents=True, exist_ok=True)
@@ -78,6 +85,9 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT) -> list[Path]:
             shutil.rmtree(withheld)
         elif withheld.exists():
             withheld.unlink()
+    for probe in (target / "harness" / "checks").rglob("*.py"):
+        probe.write_text(strip_solution_lines(probe.read_text(encoding="utf-8")), encoding="utf-8")
+    write_released(target, solution_lines or {})
     if not (repo_root / "LICENSE").is_file():
         raise FileNotFoundError(f"{repo_root / 'LICENSE'} is missing: the student tree must carry the course's licence")
     shutil.copytree(TEMPLATE, target, dirs_exist_ok=True, ignore=ignore)
