@@ -1,0 +1,41 @@
+"""The hints a student asked for are read back from the notebook they saved: from their own cells' outputs, for
+the assignment's tasks, the highest level per task; a lesson's demonstration is not theirs (issue 38, item 2)."""
+
+from __future__ import annotations
+
+import nbformat
+
+from harness.checks import core
+from harness.grading.hints_used import hints_cell, hints_used
+from harness.grading.layout import REPO_ROOT, graded_tasks
+
+LESSON = "00_welcome"
+
+
+def _printed(capsys, *calls: tuple) -> list:
+    """The stream output a cell running `hint(*call)` for each call keeps, printed by the real hint()."""
+    for call in calls:
+        core.hint(*call)
+    return [nbformat.v4.new_output("stream", name="stdout", text=capsys.readouterr().out)]
+
+
+def test_the_hints_asked_in_own_cells_are_read_and_the_lessons_demonstration_is_not(capsys, monkeypatch):
+    monkeypatch.setattr(core, "_hints_shown", {})
+    release = nbformat.read(REPO_ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    submitted = nbformat.read(REPO_ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    demo = next(c for c in submitted.cells if c.cell_type == "code" and "level=1" in c.source)
+    demo.outputs = _printed(capsys, ("00-make-batch", 1))  # the lesson's own demonstration, run by the student
+    own = nbformat.v4.new_code_cell('hint("00-accuracy")\nhint("00-accuracy")\nhint("00-count-params", 3)')
+    own.outputs = _printed(capsys, ("00-accuracy",), ("00-accuracy",), ("00-count-params", 3))
+    other = nbformat.v4.new_code_cell('print("Hint 3/3 for 99-elsewhere: not this lesson")')
+    other.outputs = [nbformat.v4.new_output("stream", name="stdout", text="Hint 3/3 for 99-elsewhere: x\n")]
+    submitted.cells += [own, other]
+    used = hints_used(submitted, release, graded_tasks(REPO_ROOT / "solutions" / LESSON))
+    assert used == {"00-accuracy": 2, "00-count-params": 3}
+    assert hints_cell(used) == "00-accuracy: 2; 00-count-params: 3"
+
+
+def test_a_notebook_without_hints_records_none():
+    release = nbformat.read(REPO_ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    assert hints_used(release, release, graded_tasks(REPO_ROOT / "solutions" / LESSON)) == {}
+    assert hints_cell({}) == ""
