@@ -4,6 +4,7 @@ themselves, anomaly mode, dead units, non-finite activations, and the loss at in
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 import torch.nn.functional as F
@@ -140,12 +141,14 @@ add(
         difficulty=2,
         prompt="relu_means collects the mean output of every ReLU with forward hooks. It works, until the "
         "model's forward raises: then its hooks stay on the model for good. Make it remove its hooks "
-        "whatever happens (and let the exception propagate).",
+        "whatever happens (and let the exception propagate). (A self-check: the hooks left on a model are "
+        "counted inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="relu_means",
         starter=_MEANS_STARTER,
         hints=("Which statements run when model(x) raises?",
                "Put the forward in try: and the removal loop in finally:."),
         probe=_probe_relu_means,
+        self_check=True,
     )
 )
 
@@ -316,21 +319,33 @@ class _Exp(nn.Module):
 
 
 class _Tower(nn.Module):
-    """Modules defined in another order than the forward runs them: named_modules() order is not run order."""
+    """A body, an exp that overflows on large activations, a norm and a head, under names and in a definition
+    order drawn from the case (the head always first): named_modules() order is never run order, and no list of
+    names learnt from one case answers another."""
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random) -> None:
         super().__init__()
-        self.head = nn.Linear(8, 3)
-        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8))
-        self.sharpen = _Exp()
-        self.norm = nn.LayerNorm(8)
+        self.names = [rng.choice(pool) for pool in _TOWER_NAMES]
+        hidden = [layer for _ in range(rng.randint(1, 2)) for layer in (nn.ReLU(), nn.Linear(8, 8))]
+        modules = [nn.Sequential(nn.Linear(4, 8), *hidden), _Exp(), nn.LayerNorm(8)]
+        order = [0, 1, 2]
+        rng.shuffle(order)
+        self.add_module(self.names[3], nn.Linear(8, 3))
+        for k in order:
+            self.add_module(self.names[k], modules[k])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(self.sharpen(self.body(x))))
+        body, sharpen, norm, head = (getattr(self, name) for name in self.names)
+        return head(norm(sharpen(body(x))))
+
+
+# Names for the body, the exp, the norm and the head, one drawn from each pool per case
+_TOWER_NAMES = (("body", "trunk", "stem", "encoder"), ("sharpen", "gate", "excite", "boost"),
+                ("norm", "ln", "post_norm", "scale"), ("head", "out", "classifier", "proj"))
 
 
 def _tower_inputs(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
-    model = seeded_init(_Tower(), case.seeded(40))
+    model = seeded_init(_Tower(random.Random(case.seeded(42))), case.seeded(40))
     generator = torch.Generator().manual_seed(case.seeded(41))
     x = torch.randn(6, 4, generator=generator)
     with_inf = x.clone()

@@ -172,7 +172,8 @@ def _judge_relu_means(seen: dict, *, case: Case) -> str:
         fail("hooks-left-on-error", observed=f"{seen.get('hooks_on_error')} hooks left after the forward raised",
              expected="none: remove them in a finally block", cause="the removal is skipped by the exception",
              where="try: model(x) finally: remove every handle")
-    return "the mean of each ReLU's output, hooks removed also when the forward raises"
+    return ("the mean of each ReLU's output; hooks removed also when the forward raises (self-checked: counted "
+            "inside your answer's own process)")
 
 
 _MEANS_SOLUTION = '''import torch
@@ -294,7 +295,8 @@ def _judge_first_nonfinite(seen: dict, *, case: Case) -> str:
              expected="none: remove them in a finally block", cause="the removal is skipped by the exception, and "
              "a model that just produced a nan is the one most likely to raise next", where="try: model(x) finally: "
              "remove every handle")
-    return "the first non-finite activation in run order, None when all are finite, no hook left behind"
+    return ("the first non-finite activation in run order, None when all are finite; no hook left behind "
+            "(self-checked: counted inside your answer's own process)")
 
 
 _NONFINITE_SOLUTION = '''import torch
