@@ -116,6 +116,7 @@ DYNAMIC_ROUTES = {
     "torch-assigned-alias": "t = torch\nguard = t._C.DisableTorchFunction",
     "torch-from-alias": "from torch import nn\nreduce = nn._reduction.get_enum",
     "torch-getattr-alias": 'import torch as T\nC = getattr(T, "_C")',
+    "timeit-runs-a-string": 'import timeit\ntimeit.timeit("from harness.train import fit as f", number=1)',
 }
 
 
@@ -133,6 +134,7 @@ def test_each_dynamic_route_is_found_in_the_students_own_cell(route):
                          own=DYNAMIC_ROUTES[route] + "\nfound = locals()\n")
     assert "04-fit" in {f.task for f in findings}, findings
     assert all("your own cell" in f.cell for f in findings), findings
+    assert any(f.sentence().endswith("(it costs 04-fit)") for f in findings), findings
 
 
 def test_an_own_cell_never_widens_the_allowlist():

@@ -50,8 +50,9 @@ DEFAULT_ALLOWED = ("harness.checks.check", "harness.checks.hint", "harness.check
 WITHHELD = ("harness.contract.registry", "harness.contract.protocol", "harness.grading", "harness.judge",
             "harness.judges", "harness.drills.bank")
 # Modules whose use reaches code or objects by name (imports, frames, the object graph, raw memory, the REPL).
+# (`timeit`, `pdb`, `cProfile`, `profile` and `trace` run code given as a string, like exec.)
 DYNAMIC_MODULES = ("importlib", "pkgutil", "pydoc", "runpy", "imp", "zipimport", "builtins", "inspect", "gc", "ctypes",
-                   "code", "codeop", "marshal", "__main__")
+                   "code", "codeop", "marshal", "__main__", "timeit", "pdb", "bdb", "cProfile", "profile", "trace")
 # Names that run or import code named by data, in modules an answer may otherwise use.
 DYNAMIC_NAMES = ("pickle.loads", "pickle.load", "pickle.Unpickler", "sys.modules", "sys._getframe", "sys.meta_path",
                  "sys.path_hooks", "sys.path_importer_cache", "sys.settrace", "sys.setprofile", "sys._current_frames",
@@ -80,8 +81,9 @@ class Finding:
     what: str
 
     def sentence(self) -> str:
-        """The finding for the grades CSV."""
-        return f"{self.cell}, line {self.line}: {self.what}"
+        """The finding for the grades CSV (a student's own cell costs every exercise after it: each is named)."""
+        costs = f" (it costs {self.task})" if self.task and not self.cell.endswith("-code)") else ""
+        return f"{self.cell}, line {self.line}: {self.what}{costs}"
 
 
 def scan_notebook(notebook: NotebookNode, release: NotebookNode) -> list[Finding]:
