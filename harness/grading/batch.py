@@ -38,6 +38,7 @@ from harness.grading.jobs import GradeJob, GradeResult, write_atomically
 from harness.grading.layout import REPO_ROOT, graded_points, put_environment_tools_on_path
 from harness.grading.release import build_course
 from harness.grading.runtime_folder import private_mounts_available, worker_prefix
+from harness.grading.similarity import save_answers
 from harness.grading.submissions import Submission, notebook_sha256
 from harness.judge.cases import draw_cases
 from harness.launch import end_process_tree
@@ -311,6 +312,7 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
         print(where)
     out = out.resolve()
     (out / RESULTS).mkdir(parents=True, exist_ok=True)
+    save_answers(submissions, assignment, out, repo_root)  # answer cells from the files, for similarity flags
     report = progress(len(submissions)) if progress else None
 
     def record(result: GradeResult) -> None:

@@ -5,7 +5,8 @@ and class; a difference is refused, naming it and the folders). A student found 
 same result is merged once, with different results refused; students of the class with no result (a shard
 not merged, or not finished) are reported by shard. The merged results are written as a whole batch
 writes them: `gradebook.db` (through `batch.merge_into_gradebook`), `grades.csv` and the class summary
-(`summary`), `results/`, and the `feedback/`, `autograded/`, `logs/` and `observations/` trees.
+(`summary`, with the similarity flags over the whole class), `results/`, and the `feedback/`, `autograded/`,
+`logs/`, `observations/` and `answers/` trees.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from harness.grading.layout import REPO_ROOT
 from harness.grading.shards import ShardManifest, ShardMismatch, read_manifest, read_results, shard_of
 from harness.grading.summary import write_summary
 
-TREES = ("feedback", "autograded", "logs", "observations")
+TREES = ("feedback", "autograded", "logs", "observations", "answers")
 
 
 @dataclass(frozen=True)

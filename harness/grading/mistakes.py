@@ -211,8 +211,9 @@ def mistake_lines(rows: list[Mistake], tasks: list[str], titles: dict[str, str])
 
 
 def write_mistakes(results: list[dict[str, Any]], out: Path, assignment: str, tasks: list[str],
-                   maxima: dict[str, float], titles: dict[str, str]) -> list[str]:
-    """Write `mistakes.md` and `mistakes.csv` into `out`; return the summary's section (reteach list, items)."""
+                   maxima: dict[str, float], titles: dict[str, str], similar: list[str] | None = None) -> list[str]:
+    """Write `mistakes.md` and `mistakes.csv` into `out`; return the summary's section (reteach list, items).
+    `similar`: mistakes.md's last section, the similar answer cells (`similarity.section_lines`)."""
     rows = mistakes(results, tasks)
     write_mistakes_csv(rows, out / "mistakes.csv")
     items = item_analysis(results, tasks, maxima)
@@ -220,7 +221,7 @@ def write_mistakes(results: list[dict[str, Any]], out: Path, assignment: str, ta
               "lost points with the students who lost them, most common first; not attempted, errors and missing "
               "notebooks are counted apart. The instructor's file: it names students.", "", "## Reteach", "",
               *reteach_lines(rows, titles), "", "## Items", "", *item_lines(items, titles, results), "",
-              "## By exercise", *mistake_lines(rows, tasks, titles)]
+              "## By exercise", *mistake_lines(rows, tasks, titles), *(["", *similar] if similar else [])]
     (out / "mistakes.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     return ["## Mistakes", "", "Reteach first (the class's most common causes; per exercise: "
             "[mistakes.md](mistakes.md), [mistakes.csv](mistakes.csv)):", "", *reteach_lines(rows, titles), "",

@@ -10,6 +10,7 @@ holds:
 - `results/<student>.json`, each student's `GradeResult`, written atomically as soon as it is graded, with its
   notebook's digest; a re-run skips the students who have one for the same notebook, so a run after a crash
   grades only what is missing, and a notebook that changed since (a resubmission) is graded again;
+- `answers/<student>.json`, each graded notebook's answer cells for the merge's similarity flags (`similarity`);
 - `feedback/`, `autograded/` and `logs/`, as a whole batch writes them.
 
 `merge` joins shard folders into one gradebook.
@@ -25,6 +26,7 @@ from pathlib import Path
 from harness.grading.batch import RESULTS, Limits, absolute, check_batch, course_template, grade_jobs, make_jobs
 from harness.grading.jobs import CONTRACT_VERSION, GradeResult, record_from_json, record_to_json, write_atomically
 from harness.grading.layout import REPO_ROOT
+from harness.grading.similarity import save_answers
 from harness.grading.submissions import Submission, notebook_sha256
 
 MANIFEST = "shard.json"
@@ -165,6 +167,7 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     if not todo:
         return [], [s.student for s in mine]
 
+    save_answers(todo, assignment, out, repo_root)
     report = progress(len(todo)) if progress else None
 
     def record(result: GradeResult) -> None:

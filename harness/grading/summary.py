@@ -5,7 +5,8 @@ codes, reasons). `pass_rates.csv` / `summary.md`: per task, the share of student
 over the notebooks that were run and judged (`mistakes.judged`: blank, missing and invalid notebooks and the
 grader's errors are left out, and the summary says how many), the grade distribution
 (`distribution.png`), the mistake report (`mistakes`: causes per exercise, a reteach list, item analysis)
-and the flagged submissions with why.
+the flagged submissions with why, and the answer cells similar to shipped code or a classmate's (`similarity`:
+a `similar` column and a section, for review; no points change).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from harness.describe import describe_distribution
 from harness.grading.instructor_text import csv_writer, markdown_text
 from harness.grading.layout import assignment_titles
 from harness.grading.mistakes import judged, left_out, plural, write_mistakes
+from harness.grading.similarity import grades_column, section_lines, similarity_flags
 
 STATUS_MEANING = {
     "ok": "graded, nothing unusual",
@@ -41,17 +43,21 @@ def max_points(results: list[dict[str, Any]]) -> dict[str, float]:
     return {task: score[1] for r in results for task, score in r["scores"].items()}
 
 
-def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str], maxima: dict[str, float]) -> None:
-    """One row per student, with points per task and the reasons behind the status."""
+def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str], maxima: dict[str, float],
+                     similar: dict[str, str] | None = None) -> None:
+    """One row per student, with points per task, the reasons behind the status and the cells flagged as similar
+    to shipped code or a classmate's (`similar`, student -> `similarity.grades_column`'s text; for review)."""
+    similar = similar or {}
     with path.open("w", newline="") as handle:
         writer = csv_writer(handle)
         writer.writerow(["student", "assignment", "status", "total", "max_total", *tasks,
-                         "failures", "reasons", "seconds"])
+                         "failures", "reasons", "similar", "seconds"])
         for r in results:
             points = [r["scores"].get(t, [0.0])[0] for t in tasks]
             failures = "; ".join(f"{t}: {code}" for t, code in r["failures"].items())
             writer.writerow([r["student"], r["assignment"], r["status"], sum(points), sum(maxima.values()), *points,
-                             failures, " | ".join(r["reasons"]), round(r.get("seconds", 0.0), 1)])
+                             failures, " | ".join(r["reasons"]), similar.get(r["student"], ""),
+                             round(r.get("seconds", 0.0), 1)])
 
 
 def pass_rates(results: list[dict[str, Any]], tasks: list[str], maxima: dict[str, float]) -> dict[str, float]:
@@ -84,7 +90,8 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str,
     their paths. `late`: the summary's section on late submissions (`late.summary_section`), if any."""
     tasks, maxima = task_ids(results), max_points(results)
     paths = {name: out / name for name in SUMMARY_FILES}
-    write_grades_csv(results, paths["grades.csv"], tasks, maxima)
+    flags = similarity_flags(out, assignment, [r["student"] for r in results])
+    write_grades_csv(results, paths["grades.csv"], tasks, maxima, grades_column(flags))
     rates = pass_rates(results, tasks, maxima)
     with paths["pass_rates.csv"].open("w", newline="") as handle:
         writer = csv_writer(handle)
@@ -100,7 +107,9 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str,
              f"{plural(len(judged(results)), 'judged notebook')} with the task's full points"
              f"{f' (left out: {apart})' if apart else ''}.", "", "| task | points | passed |", "|---|---|---|"]
     lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
-    lines += ["", *write_mistakes(results, out, assignment, tasks, maxima, assignment_titles(assignment))]
+    similar = section_lines(flags)
+    lines += ["", *write_mistakes(results, out, assignment, tasks, maxima, assignment_titles(assignment), similar)]
+    lines += ["", *similar]
     lines += ["", *late] if late else []
     counts = {s: sum(r["status"] == s for r in results) for s in STATUS_MEANING}
     lines += ["", "| status | submissions | meaning |", "|---|---|---|"]
