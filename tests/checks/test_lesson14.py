@@ -568,7 +568,7 @@ def lora_variant(*, freeze=True, a_init="kaiming", b_init="zeros", scale="alpha/
                 base.requires_grad_(False)
             else:
                 base.eval()  # "frozen"
-            self.scaling = {"alpha/r": alpha / r, "alpha": alpha, "none": 1.0}[scale]
+            self.scaling = {"alpha/r": alpha / r, "alpha": alpha, "none": 1.0, "alpha//r": alpha // r}[scale]
             a = torch.empty(r, base.in_features)
             nn.init.kaiming_uniform_(a, a=5 ** 0.5) if a_init == "kaiming" else nn.init.zeros_(a)
             b = torch.randn(base.out_features, r) * 0.1 if b_init == "random" else torch.zeros(base.out_features, r)
@@ -710,6 +710,8 @@ MISTAKES = [
             (lora_variant(a_init="zeros"),), story="both adapters zero"),
     Mistake("14-lora", "wrong-forward", "the scaling is alpha, not alpha / r",
             (lora_variant(scale="alpha"),), story="scales by alpha"),
+    Mistake("14-lora", "wrong-forward", "alpha // r, a floor division", (lora_variant(scale="alpha//r"),),
+            story="self.scaling = alpha // r: integer division of the ints the paper's configs use"),
     Mistake("14-lora", "wrong-forward", "torch.mm", lora_forward(_forward_mm),
             story="torch.mm in forward: raises on a 3-d input"),
     Mistake("14-lora", "wrong-forward", "returned shape (14, 5)", lora_forward(_forward_flattened),

@@ -16,7 +16,9 @@ def _activation_cases(case: Case) -> list[tuple[int, list[int], torch.dtype]]:
     """(batch size, widths, dtype) of each call."""
     if case.hidden:
         generator = torch.Generator().manual_seed(case.seeded(160))
-        batch, hidden = (int(v) for v in torch.randint(2, 12, (2,), generator=generator))
+        # batches of 3 or more: with a batch of 2, a missing batch factor and float64 taken for 4 bytes give the
+        # same number, and the check could not tell which slip it saw
+        batch, hidden = (int(v) for v in torch.randint(3, 12, (2,), generator=generator))
         return [(batch, [4, hidden, hidden + 3, 2], torch.float64), (3, [3, 5], torch.float32),
                 (hidden, [7, 9, 9, 9, 9, 1], torch.bfloat16)]
     return [(5, [8, 16, 4], torch.float32), (7, [8, 16, 32, 4], torch.bfloat16), (3, [6, 10, 10, 10, 2], torch.float16)]

@@ -48,7 +48,7 @@ def _priors(case: Case) -> list[tuple[dict[str, bool], bool]]:
         bits = torch.randint(0, 2, (3,), generator=generator).tolist()
         drawn.append(({"deterministic": bool(bits[0]), "warn_only": bool(bits[0] and bits[1]),
                        "benchmark": bool(bits[2]), "cudnn_deterministic": bool(bits[1])}, raises))
-    return [(warned, True), *drawn]
+    return [(speed, False), (warned, False), (warned, True), *drawn]  # the visible priors, then others
 
 
 @register(

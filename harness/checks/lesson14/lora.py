@@ -24,8 +24,9 @@ from harness.contract.wire import type_name
 def _lora_cases(case: Case) -> list[tuple[int, int, int, float, bool, tuple[int, ...]]]:
     """(in_features, out_features, r, alpha, bias, input shape)."""
     if not case.hidden:
-        return [(6, 5, 2, 8.0, True, (2, 7, 6)), (8, 3, 4, 2.0, False, (5, 8))]
-    return [(10, 7, 3, 6.0, True, (2, 4, 10)), (5, 9, 1, 4.0, True, (3, 5)), (12, 4, 4, 16.0, False, (2, 3, 12))]
+        # alpha / r = 2.5 in the second layer: alpha // r (2.0) differs from it, and from 1 and alpha
+        return [(6, 5, 2, 8.0, True, (2, 7, 6)), (8, 3, 4, 10.0, False, (5, 8))]
+    return [(10, 7, 3, 8.0, True, (2, 4, 10)), (5, 9, 1, 4.0, True, (3, 5)), (12, 4, 4, 16.0, False, (2, 3, 12))]
 
 
 def _lora_base(case: Case, index: int, fan_in: int, fan_out: int, bias: bool) -> nn.Linear:

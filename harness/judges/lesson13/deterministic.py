@@ -51,7 +51,14 @@ def _restore_cause(prior: dict[str, bool], inside: dict[str, bool], after: dict[
 @judges("13-deterministic")
 def judge_deterministic(seen: dict, *, case: Case) -> str:
     """Inside: deterministic, errors, no benchmark, cuDNN deterministic; after: the priors; exceptions propagate."""
-    for (prior, raises), result in judged(_priors(case), seen["results"]):
+    # the uses whose block returned first: a wrong restore shows there as itself, where after a block that
+    # raised it would look like a restore skipped by the exception
+    uses, stop = [], None
+    try:
+        uses.extend(judged(_priors(case), seen["results"]))
+    except Exception as error:  # noqa: BLE001 -- a recorded stop: raised once the uses before it are judged
+        stop = error
+    for (prior, raises), result in sorted(uses, key=lambda use: use[0][1]):
         inside, after = _valid_flags(result["inside"]), _valid_flags(result["after"])
         if not isinstance(result["propagated"], bool):
             raise WireError("malformed observation: propagated is not a bool")
@@ -84,4 +91,6 @@ def judge_deterministic(seen: dict, *, case: Case) -> str:
             fail("not-restored", observed=f"after the block: {', '.join(f'{n}={after[n]}' for n in changed)}",
                  expected=f"the flags from before: {_flag_text(prior)}", cause=cause,
                  where="the code after the yield")
+    if stop is not None:
+        raise stop
     return "flags set inside, restored after (warn_only too), also when the block raises"

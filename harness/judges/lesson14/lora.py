@@ -158,7 +158,8 @@ def _judge_forward_ran(record: dict[str, Any], shape: tuple[int, ...], fan_out: 
 
 def _forward_cause(got: torch.Tensor, base: nn.Linear, x: torch.Tensor, inputs: dict[str, torch.Tensor],
                    alpha: float, r: int) -> str:
-    for scale, cause in ((alpha, "the scaling is alpha, not alpha / r"), (1.0, "the scaling alpha / r is missing"),
+    for scale, cause in ((alpha // r, "the scaling is alpha // r, a floor division: alpha / r keeps the fraction"),
+                         (alpha, "the scaling is alpha, not alpha / r"), (1.0, "the scaling alpha / r is missing"),
                          (r / alpha, "the scaling is r / alpha, upside down"),
                          (0.0, "the low-rank term is not added (or not scaled by a number)")):
         if close_scaled(got, _expected(base, x, inputs["A"], inputs["B"], scale), tol=1e-4, dtype=False):
@@ -172,7 +173,9 @@ def _merge_cause(merged: torch.Tensor, base: nn.Linear, x: torch.Tensor, inputs:
         no_bias = x @ base.weight.T + (alpha / r) * (x @ inputs["A"].T @ inputs["B"].T)
     if base.bias is not None and close_scaled(merged, no_bias, tol=1e-4, dtype=False):
         return "the base layer's bias was not copied into the merged layer"
-    for scale, cause in ((1.0, "the scaling alpha / r is missing from the merged weight"),
+    for scale, cause in ((alpha // r, "the merged weight is scaled by alpha // r, a floor division: alpha / r "
+                          "keeps the fraction"),
+                         (1.0, "the scaling alpha / r is missing from the merged weight"),
                          (alpha, "the merged weight is scaled by alpha, not alpha / r"),
                          (0.0, "the merged weight is the base weight alone")):
         if close_scaled(merged, _expected(base, x, inputs["A"], inputs["B"], scale), tol=1e-4, dtype=False):

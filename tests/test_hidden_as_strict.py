@@ -1,0 +1,38 @@
+"""The hidden checks are at least as strict as the visible ones (issue 43, item 5): every mistake of every
+lesson's mutation set (tests/checks/test_lessonNN.py's MISTAKES, which the visible check fails with a code) fails
+the hidden check too, with the same code.
+
+The hidden cases add seeds, shapes and edge cases, never a requirement of their own (CONTRIBUTING, "A check"),
+so a mistake the visible case catches and the hidden one lets through is a gap in the hidden case's data: the
+grade (which counts the hidden case) would reward an answer the student was told is wrong. Lesson 11's
+exercises are drills, checked by tests/test_drill_*.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checks.core import check
+from harness.checks.testing import Mistake
+from harness.contract.failure import CheckFailed
+from harness.grading.layout import discover_assignments
+from tests.test_requirements import lesson_tests
+
+LESSONS = [assignment for assignment in discover_assignments() if not assignment.startswith("11")]
+
+
+def _mistakes() -> list[Mistake]:
+    return [mistake for assignment in LESSONS for mistake in getattr(lesson_tests(assignment), "MISTAKES", [])]
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [pytest.param(mistake, id=str(mistake),
+                  marks=[pytest.mark.xdist_group("lesson10")] if mistake.task.startswith("10-") else [])
+     for mistake in _mistakes()])
+def test_the_hidden_check_fails_each_visible_mistake_with_its_code(mistake):
+    objects = mistake.objects() if callable(mistake.objects) else mistake.objects
+    with pytest.raises(CheckFailed) as failure:
+        check(mistake.task, *objects, hidden=True)
+    assert failure.value.code == mistake.code, (
+        f"the visible check fails {mistake} with [{mistake.code}], the hidden one with:\n{failure.value}")
