@@ -30,6 +30,10 @@ from harness.contract.failure import fail
 from harness.contract.kernels import KERNELS, CallProfile, KernelRecorder, kernel_key
 from harness.contract.wire import WireError
 
+# How a PASS line qualifies what it says of the calls: they were recorded inside the answer's own process, which
+# can rewrite the record (the README's "What a drill verdict rests on"), so it is never a claim of fact
+SELF_CHECKED = "self-checked: the calls were recorded inside your answer's own process"
+
 
 def call_name(func: Callable[..., Any]) -> str:
     """The name a rule matches: `logsumexp` for torch.logsumexp and Tensor.logsumexp alike, `__add__` for `+`,

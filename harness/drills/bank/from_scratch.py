@@ -65,13 +65,15 @@ add(
         prompt="Write layer_norm(x, normalized_shape, weight, bias, eps) with the values and gradients of "
         "F.layer_norm: normalize over the last len(normalized_shape) dimensions, then scale by weight and shift by "
         "bias (both of shape normalized_shape). Use torch operations that autograd differentiates; do not call "
-        "F.layer_norm, nn.LayerNorm or group_norm.",
+        "F.layer_norm, nn.LayerNorm or group_norm. (A self-check: the calls are "
+        "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="layer_norm",
         starter=_LN_STARTER,
         hints=("Which dimensions, which variance (divided by n or by n - 1), and where does eps go?",
                "dims = the last len(normalized_shape) dims; mean and the biased variance over them with "
                "keepdim=True; (x - mean) / sqrt(var + eps) * weight + bias."),
         probe=_probe_layer_norm,
+        self_check=True,
     )
 )
 
@@ -131,7 +133,8 @@ add(
         prompt="Write adamw_step(params, states, step, lr, betas, eps, weight_decay): one step of AdamW, with "
         "torch.optim.AdamW's results. Each parameter's .grad holds its gradient; states[i] is a dict with the "
         "tensors \"exp_avg\" and \"exp_avg_sq\" (zeros before the first step) that you keep up to date; step "
-        "counts from 1. Update the parameters in place. Do not use torch.optim.",
+        "counts from 1. Update the parameters in place. Do not use torch.optim. (A self-check: the calls are "
+        "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="adamw_step",
         starter=_ADAMW_STARTER,
         hints=("Three things distinguish AdamW: the moments' bias correction, where eps goes, and a weight decay "
@@ -139,6 +142,7 @@ add(
                "p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g²; p -= lr * m / (1 - b1^t) / "
                "(sqrt(v / (1 - b2^t)) + eps)."),
         probe=_probe_adamw,
+        self_check=True,
     )
 )
 

@@ -179,13 +179,16 @@ add(
         difficulty=2,
         prompt="attention(q, k, v, mask=None) with q (B, H, Tq, d), k and v (B, H, Tk, d) and an optional bool mask "
         "broadcastable to (B, H, Tq, Tk) (True = may attend) must equal F.scaled_dot_product_attention(q, k, v, "
-        "attn_mask=mask). Write it with matmul and softmax; do not call scaled_dot_product_attention.",
+        "attn_mask=mask). Write it with matmul and softmax; do not call scaled_dot_product_attention. "
+        "(A self-check: the calls are recorded inside your answer's own process, so its pass does not count in "
+        "a mock interview.)",
         entry="attention",
         starter="import torch\n\n\ndef attention(q, k, v, mask=None):\n    raise NotImplementedError\n",
         hints=("scores = q @ k^T, scaled, masked, softmaxed over one axis, times v. Which scale, which fill value, "
                "which axis?",
                "scores / sqrt(d); masked_fill(~mask, -inf); softmax(dim=-1)."),
         probe=_probe_sdpa_by_hand,
+        self_check=True,
     )
 )
 
@@ -305,7 +308,8 @@ add(
         prompt="smoothed_cross_entropy(logits, targets, eps, ignore_index) for logits (N, C) must equal "
         "F.cross_entropy(logits, targets, label_smoothing=eps, ignore_index=ignore_index): the target distribution "
         "is (1 - eps) on the right class plus eps/C on every class, rows whose target is ignore_index are left out. "
-        "Build it from log_softmax; do not call cross_entropy or nll_loss.",
+        "Build it from log_softmax; do not call cross_entropy or nll_loss. (A self-check: the calls are "
+        "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="smoothed_cross_entropy",
         starter="import torch\n\n\ndef smoothed_cross_entropy(logits, targets, eps, ignore_index):\n"
         "    raise NotImplementedError\n",
@@ -314,6 +318,7 @@ add(
                "logp = log_softmax; nll = -logp[target]; smooth = -logp.mean(-1); average over rows != ignore_index "
                "(clamp the ignored targets before gather)."),
         probe=_probe_smoothing,
+        self_check=True,
     )
 )
 

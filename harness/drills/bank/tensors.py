@@ -36,13 +36,15 @@ add(
         difficulty=2,
         prompt="Write logsumexp(x, dim) = log(sum(exp(x), dim)) without overflow for inputs like 1000, and "
         "correct for rows of -inf. Do not call torch.logsumexp (nor torch.special.logsumexp or log_softmax, which "
-        "compute it for you), and stay in torch.",
+        "compute it for you), and stay in torch. (A self-check: the calls are "
+        "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="logsumexp",
         starter="import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n"
         "    raise NotImplementedError\n",
         hints=("exp overflows for x > 88 in float32. What can you subtract from every element first?",
                "Subtract m = max along dim, compute log(sum(exp(x - m))) and add m back; guard m = -inf."),
         probe=_probe_logsumexp,
+        self_check=True,
     )
 )
 
@@ -339,12 +341,14 @@ add(
         difficulty=1,
         prompt="Write target_log_probs(logits, targets): logits is (N, C), targets (N,) int64 class indices. Return "
         "the (N,) tensor of log p(targets[n] | row n) under softmax, stable for logits far apart, with no Python "
-        "loops. Do not call F.cross_entropy or F.nll_loss.",
+        "loops. Do not call F.cross_entropy or F.nll_loss. (A self-check: the calls are "
+        "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="target_log_probs",
         starter="import torch\n\n\ndef target_log_probs(logits, targets):\n    raise NotImplementedError\n",
         hints=("Which function gives log-probabilities without computing probabilities first? Then pick one entry "
                "per row: which axis holds the classes?",
                "torch.log_softmax(logits, 1).gather(1, targets[:, None]).squeeze(1)"),
         probe=_probe_gather_log_probs,
+        self_check=True,
     )
 )

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from harness.contract.case import Case
 from harness.contract.compare import close_values, max_difference
 from harness.contract.failure import fail
-from harness.contract.forbidden import forbid
+from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.from_scratch import (
     _ADAMW_STARTER,
@@ -109,7 +109,8 @@ def _judge_layer_norm(seen: dict, *, case: Case) -> str:
             shown = "None" if got is None else f"up to {max_difference(got, ref):.3g} off"
             fail("wrong-gradient", observed=f"the gradient of {name} is {shown}",
                  expected=f"the gradient of {name} through F.layer_norm", cause=cause, where=where)
-    return "values and gradients of x, weight and bias match F.layer_norm, over one and two normalized dimensions"
+    return ("values and gradients of x, weight and bias match F.layer_norm, over one and two normalized dimensions; "
+            f"no layer_norm call or kernel was seen ({SELF_CHECKED})")
 
 
 _LN_SOLUTION = _LN_STARTER.replace(
@@ -198,7 +199,8 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
                    zip(trace[:upto], reference[:upto], strict=True) for g, w in zip(got_step, want_step, strict=True))
 
     if matches(want):
-        return "the parameters match torch.optim.AdamW over four steps, tiny gradients included"
+        return ("the parameters match torch.optim.AdamW over four steps, tiny gradients included; no call into "
+                f"torch.optim was seen ({SELF_CHECKED})")
     initial = _adamw_setup(case)[0]
     if all(close_values(g, w, rtol=0, atol=0) for g, w in zip(trace[0], initial, strict=True)):
         fail("not-in-place", observed="the parameters did not change after a step",

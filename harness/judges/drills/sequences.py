@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from harness.contract.case import Case
 from harness.contract.compare import close_values
 from harness.contract.failure import fail
-from harness.contract.forbidden import forbid
+from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.sequences import (
     _LOGCOSH_STARTER,
@@ -252,7 +252,8 @@ def _judge_sdpa_by_hand(seen: dict, *, case: Case) -> str:
                  cause="masked_fill(mask, -inf) instead of masked_fill(~mask, -inf)", where=where)
         assert_close("attention(q, k, v, mask)", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="softmax(q @ k^T / sqrt(d), masked with -inf) @ v")
-    return "matches F.scaled_dot_product_attention with no mask, a causal mask and a key-padding mask"
+    return ("matches F.scaled_dot_product_attention with no mask, a causal mask and a key-padding mask; no "
+            f"scaled_dot_product_attention call or kernel was seen ({SELF_CHECKED})")
 
 
 _ATTENTION_SOLUTION = '''import math
@@ -397,7 +398,7 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
         assert_close("the loss", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="(1 - eps) * nll + eps * mean_c(-log p_c), averaged over non-ignored rows")
     return ("equal to F.cross_entropy(label_smoothing=eps, ignore_index=...); no cross_entropy or nll_loss call or "
-            "kernel was seen while it ran")
+            f"kernel was seen while it ran ({SELF_CHECKED})")
 
 
 _SMOOTHING_SOLUTION = '''import torch

@@ -10,7 +10,7 @@ import torch
 
 from harness.contract.case import Case
 from harness.contract.failure import fail
-from harness.contract.forbidden import forbid
+from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.tensors import (
     _UINT8_STARTER,
@@ -53,7 +53,7 @@ def _judge_logsumexp(seen: dict, *, case: Case) -> str:
              cause="max is -inf, and -inf - (-inf) is nan: replace a non-finite max by 0 before subtracting",
              where="the max you subtract")
     return ("matches torch.logsumexp on random and extreme inputs, -inf rows included; no logsumexp call or kernel "
-            "was seen while it ran")
+            f"was seen while it ran ({SELF_CHECKED})")
 
 
 def _judge_pairwise(seen: dict, *, case: Case) -> str:
@@ -69,7 +69,7 @@ def _judge_pairwise(seen: dict, *, case: Case) -> str:
                  f"{b.shape[1]}) input", expected="a few broadcast calls, whatever n and m",
                  cause="a Python loop over the rows of a (or b): one call per row", where="broadcast instead: "
                  "a[:, None, :] - b[None, :, :]")
-    return "matches cdist² for several (n, m, d), with no Python loop"
+    return f"matches cdist² for several (n, m, d); no Python loop was seen ({SELF_CHECKED})"
 
 
 def _judge_uint8(seen: dict, *, case: Case) -> str:
@@ -173,7 +173,7 @@ def _judge_attention_scores(seen: dict, *, case: Case) -> str:
             fail("python-loop", observed=f"{count} torch calls for one call with B*H = {b * h}",
                  expected="a few batched calls", cause="a Python loop over the batch or the heads: one "
                  "batched matmul does all of them at once", where="q @ k.transpose(-2, -1)")
-    return "q·kᵀ/sqrt(D) for every batch and head, batched, with T ≠ S"
+    return f"q·kᵀ/sqrt(D) for every batch and head, with T ≠ S; a few batched calls were seen ({SELF_CHECKED})"
 
 
 _ATTENTION_SOLUTION = '''import math
@@ -255,7 +255,8 @@ def _judge_gather_log_probs(seen: dict, *, case: Case) -> str:
         assert_close("target_log_probs(logits, targets)", got, want, atol=1e-5, rtol=1e-5,
                      where="target_log_probs", cause="logits[:, targets] picks every target for every row (an "
                      "(N, N) block); pick one entry per row with gather or logits[torch.arange(N), targets]")
-    return "one log-probability per row, finite even where softmax underflows, without cross_entropy"
+    return ("one log-probability per row, finite even where softmax underflows; no cross_entropy call was seen "
+            f"({SELF_CHECKED})")
 
 
 _GATHER_SOLUTION = '''import torch
