@@ -56,6 +56,7 @@ class Spec:
     etc_dir: str = ""  # the stub passwd and group (written by `write_kernelspec`)
     host_uid: int = SANDBOX_UID  # the real uid the kernel runs as when the grader is root
     cgroup: tuple[str, ...] = ()  # the kernel's cgroup folders (`harness.grading.cgroup`), joined before bubblewrap
+    probes_dir: str = ""  # a copy of harness/checks without the solution lines (level-3 hints), bound over it
 
 
 def unavailable_reason() -> str | None:
@@ -113,10 +114,13 @@ def _system_binds(spec: Spec) -> list[str]:
     return args
 
 
-def _harness_binds() -> list[str]:
-    """The course's package read-only, the judge side and the grader hidden (tmpfs over them, if present)."""
+def _harness_binds(spec: Spec) -> list[str]:
+    """The course's package read-only, the judge side and the grader hidden (tmpfs over them, if present), the
+    probes without their solution lines where the spec has them."""
     harness = REPO_ROOT / "harness"
     args = ["--ro-bind", str(harness), str(harness)]
+    if spec.probes_dir:
+        args += ["--ro-bind", spec.probes_dir, str(harness / "checks")]
     for name in WITHHELD:
         if (harness / name).is_dir():
             args += ["--tmpfs", str(harness / name)]
@@ -137,7 +141,7 @@ def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
             "--perms", "1777", "--size", str(spec.shm_mb * 2**20), "--tmpfs", "/dev/shm",
             "--perms", "1777", "--size", str(spec.tmp_mb * 2**20), "--tmpfs", "/tmp",
             "--perms", "1777", "--dir", WORKDIR, "--perms", "1777", "--dir", "/tmp/home", *_open_parents(targets),
-            *_system_binds(spec), *_harness_binds()]
+            *_system_binds(spec), *_harness_binds(spec)]
     args += ["--ro-bind-try", spec.data_dir, spec.data_dir]
     if spec.inputs_dir:
         args += ["--ro-bind", spec.inputs_dir, spec.inputs_dir]

@@ -4,6 +4,9 @@ graded kernel never shows one, and the hints a student asked for are on record."
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,9 +16,10 @@ import pytest
 from harness.checks import core
 from harness.contract import registry
 from harness.contract.registry import registered
+from harness.grading import sandbox
 from harness.grading.late import CourseFileError, read_course
 from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
-from harness.grading.solution_hints import released, released_lines, strip_solution_lines
+from harness.grading.solution_hints import released, released_lines, strip_solution_lines, write_probes
 
 DUE = datetime(2026, 3, 2, 23, 59, tzinfo=UTC)
 
@@ -111,3 +115,27 @@ def test_a_graded_kernel_never_shows_a_solution_line_even_the_instructors(monkey
     core.hint("04-fit", 3)
     out = capsys.readouterr().out
     assert "withheld" in out and core.get("04-fit", judged=False).hints.solution not in out
+
+
+@pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason="bubblewrap cannot run here")
+def test_a_graded_kernels_sandbox_holds_no_solution_line_and_its_probes_still_run(tmp_path):
+    """The sandbox binds the stripped probes over harness/checks: no registered solution line is in any file a kernel
+    can read (the drill bank's answers aside, issue 38 item 1), the registry's is empty, and a check still probes."""
+    for assignment in discover_assignments():
+        for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
+            core.get(task, judged=False)
+    lines = sorted({e.hints.solution for t, e in registered().items() if e.hints.solution and t[:2] != "11"})
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    spec = sandbox.Spec(memory_mb=0, threads=1, sandboxed=True, runtime_dir=str(runtime),
+                        data_dir=str(tmp_path / "data"), probes_dir=str(write_probes(tmp_path / "probes")))
+    code = ("import json, sys\nfrom pathlib import Path\nfrom harness.contract.registry import get\n"
+            f"harness = Path({str(sandbox.REPO_ROOT / 'harness')!r})\n"
+            "texts = {p: p.read_text(errors='replace') for p in harness.rglob('*') if p.is_file()\n"
+            "         and not p.is_relative_to(harness / 'judges')}\n"
+            "print(sorted({str(p) for s in json.load(sys.stdin) for p, t in texts.items() if s in t}))\n"
+            "entry = get('04-fit', judged=False)\nprint(repr(entry.hints.solution), entry.hints.nudge != '')\n")
+    done = subprocess.run(sandbox.bwrap_command(spec, [sys.executable, "-c", code]), capture_output=True, text=True,
+                          timeout=120, input=json.dumps(lines))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "'' True"], done.stdout

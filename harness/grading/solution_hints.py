@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 from datetime import datetime
 from pathlib import Path
 
 from harness.grading.late import Course
 
+PROBES = Path(__file__).resolve().parents[1] / "checks"  # the instructor's probes, with their solution lines
 RELEASED_FILE = Path("harness") / "checks" / "released_hints.json"  # in the student tree; read by hint()
 
 
@@ -34,6 +36,15 @@ def strip_solution_lines(source: str) -> str:
         end = starts[value.end_lineno - 1] + value.end_col_offset
         data = data[:begin] + b'""' + data[end:]
     return data.decode()
+
+
+def write_probes(target: Path, checks: Path = PROBES) -> Path:
+    """Write a copy of the probes (`harness/checks`) without their solution lines into `target` (a new folder), for
+    a graded kernel's sandbox to bind over the package's own (`harness.sandbox.Spec.probes_dir`); return it."""
+    shutil.copytree(checks, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "released_hints.json"))
+    for probe in target.rglob("*.py"):
+        probe.write_text(strip_solution_lines(probe.read_text(encoding="utf-8")), encoding="utf-8")
+    return target
 
 
 def released(assignment: str, course: Course, now: datetime, practice: bool = False) -> bool:
