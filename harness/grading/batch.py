@@ -2,8 +2,10 @@
 
 The parent builds one template course directory (GenerateAssignment, once), draws every submission's
 hidden cases from the instructor's secret (`harness.judge`), then runs up to `workers`
-`harness.grading.autograde` processes at a time, each grading one submission in a private course
-directory with a private gradebook and its kernel in the sandbox. A worker stops executing the notebook at
+`harness.grading.autograde` workers at a time, each grading one submission in a private course
+directory with a private gradebook and its kernel in the sandbox. The workers are forked by one fork server per
+batch that imported the grader once (`forkserver`); where it cannot start, or dies, they are fresh processes,
+and the batch says so. A worker stops executing the notebook at
 the whole-submission limit and keeps the points of the cells that ran; one still running a grace period
 later is killed with every process under it (the sandbox's PID namespace dies with it); a worker that
 crashes or is killed gets an "error" result that says what was observed; the batch goes on either way.
@@ -34,6 +36,7 @@ from typing import Any
 
 from harness.data.vision import data_root
 from harness.grading import cgroup, sandbox
+from harness.grading.forkserver import ForkServer, ServerGone, ServerUnavailable, WorkerCall
 from harness.grading.jobs import GradeJob, GradeResult, write_atomically
 from harness.grading.layout import REPO_ROOT, graded_points, put_environment_tools_on_path
 from harness.grading.release import build_course
@@ -71,35 +74,49 @@ class SandboxUnavailable(RuntimeError):
     """The kernel sandbox cannot be made on this machine; the message says why and what to install."""
 
 
-def run_job(job: GradeJob, workdir: Path, limit_seconds: int) -> GradeResult:
-    """Run one worker process for `job`; always returns a result.
+def run_job(job: GradeJob, workdir: Path, limit_seconds: int, server: ForkServer | None = None) -> GradeResult:
+    """Run one worker for `job` (forked by `server`, else a fresh process); always returns a result.
 
     The worker stops executing the notebook at `limit_seconds` itself and keeps the points of the cells that
-    ran; it is killed only if judging and feedback then take more than `GRACE_SECONDS` on top.
+    ran; it is killed only if judging and feedback then take more than `GRACE_SECONDS` on top. A server that
+    ends before the worker's end is known (`ServerGone`) has the job graded again in a fresh process.
     """
     name = job.student
-    job_file, result_file = workdir / f"{name}.job.json", workdir / f"{name}.result.json"
-    job_file.write_text(replace(job, scratch=str(workdir)).to_json(), encoding="utf-8")
-    log_path = Path(job.out) / "logs" / f"{name}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with log_path.open("w") as log:
-        command = [sys.executable, "-m", "harness.grading.autograde", str(job_file), str(result_file)]
-        worker = subprocess.Popen([*worker_prefix(job.private_mounts), *command],
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
-        stopped = False
+    call = WorkerCall(job_file=workdir / f"{name}.job.json", result_file=workdir / f"{name}.result.json",
+                      log_path=Path(job.out) / "logs" / f"{name}.log", cwd=workdir,
+                      private_mounts=job.private_mounts)
+    call.job_file.write_text(replace(job, scratch=str(workdir)).to_json(), encoding="utf-8")
+    call.log_path.parent.mkdir(parents=True, exist_ok=True)
+    started, timeout = time.perf_counter(), limit_seconds + GRACE_SECONDS
+    if server is None:
+        returncode, stopped = run_fresh(call, timeout)
+    else:
         try:
-            worker.wait(timeout=limit_seconds + GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            stopped = True
-            end_process_tree(worker.pid, grace_s=0.0)
-            worker.wait()
+            returncode, stopped = server.run(call, timeout)
+        except ServerGone as gone:
+            returncode, stopped = run_fresh(call, timeout, preface=str(gone))
     seconds = time.perf_counter() - started
-    if result_file.is_file():
-        return job.stamp(GradeResult.from_json(result_file.read_text(encoding="utf-8")))
-    return job.stamp(GradeResult(name, job.assignment, "error", reasons=[worker_failure(worker.returncode, stopped,
-                                                                                        seconds, log_path)],
+    if call.result_file.is_file():
+        return job.stamp(GradeResult.from_json(call.result_file.read_text(encoding="utf-8")))
+    return job.stamp(GradeResult(name, job.assignment, "error", reasons=[worker_failure(returncode, stopped,
+                                                                                        seconds, call.log_path)],
                                  seconds=seconds))
+
+
+def run_fresh(call: WorkerCall, timeout: float, preface: str = "") -> tuple[int, bool]:
+    """Run the worker of `call` as a fresh process (`python -m harness.grading.autograde`), its process tree
+    killed after `timeout` seconds; its return code and whether it was stopped. `preface` opens its log."""
+    with call.log_path.open("w") as log:
+        if preface:
+            print(f"{preface}: this submission is graded in a fresh process", file=log, flush=True)
+        command = [sys.executable, "-m", "harness.grading.autograde", str(call.job_file), str(call.result_file)]
+        worker = subprocess.Popen([*worker_prefix(call.private_mounts), *command],
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=call.cwd)
+        try:
+            return worker.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            end_process_tree(worker.pid, grace_s=0.0)
+            return worker.wait(), True
 
 
 def worker_failure(returncode: int, stopped: bool, seconds: float, log_path: Path) -> str:
@@ -249,27 +266,49 @@ def jobs_run_by(runner: JobRunner, scratch: Path | None = None) -> Iterator[None
         _SCRATCH.reset(tokens[1])
 
 
+@contextmanager
+def fork_server(workdir: Path, wanted: bool = True) -> Iterator[ForkServer | None]:
+    """The batch's grading fork server (`forkserver`), or None: not `wanted`, or it could not start (said so)."""
+    if not wanted:
+        yield None
+        return
+    try:
+        server = ForkServer(workdir / "forkserver.log", workdir)
+    except ServerUnavailable as error:
+        print(f"note: the grading fork server could not start ({error}): each submission is graded in a fresh "
+              "process instead, which imports the grader again (about 5 s more per submission)", flush=True)
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds: int,
-               on_result: Callable[[GradeResult], None] | None = None) -> list[GradeResult]:
+               on_result: Callable[[GradeResult], None] | None = None, *,
+               forked: bool = True) -> list[GradeResult]:
     """Run `jobs` over `workers` worker processes (or the runner of `jobs_run_by`); results in job order.
 
-    `on_result` is called with each result as soon as its worker ends (from the pool's threads).
+    `on_result` is called with each result as soon as its worker ends (from the pool's threads). With `forked`,
+    the workers are forked by one fork server for the batch (`forkserver`), else each is a fresh process.
     """
     if (runner := _RUNNER.get()) is not None:
         return runner(jobs, workdir, limit_seconds, on_result)
 
-    def run(job: GradeJob) -> GradeResult:
-        try:
-            result = run_job(job, workdir, limit_seconds)
-        except Exception as error:  # one student's failure is that student's error row; the batch goes on
-            result = job.stamp(GradeResult(job.student, job.assignment, "error", reasons=[
-                f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"]))
-        if on_result is not None:
-            on_result(result)
-        return result
+    with fork_server(workdir, forked) as server:
+        def run(job: GradeJob) -> GradeResult:
+            try:
+                result = run_job(job, workdir, limit_seconds, server)
+            except Exception as error:  # one student's failure is that student's error row; the batch goes on
+                result = job.stamp(GradeResult(job.student, job.assignment, "error", reasons=[
+                    f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"]))
+            if on_result is not None:
+                on_result(result)
+            return result
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run, jobs))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(run, jobs))
 
 
 def absolute(submissions: list[Submission]) -> list[Submission]:
@@ -281,8 +320,8 @@ def absolute(submissions: list[Submission]) -> list[Submission]:
 
 def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, workers: int = 2,
                 limits: Limits = Limits(), secret: bytes | None = None, sandboxed: bool = True,
-                repo_root: Path = REPO_ROOT, progress: Callable[[int], Callable[[GradeResult], None]] | None = None
-                ) -> list[dict[str, Any]]:
+                repo_root: Path = REPO_ROOT, progress: Callable[[int], Callable[[GradeResult], None]] | None = None,
+                forked: bool = True) -> list[dict[str, Any]]:
     """Grade `submissions` of `assignment` over `workers` processes; results in submission order.
 
     Writes `out`/gradebook.db, `out`/feedback/<student>/<assignment>/ (hidden tests stripped),
@@ -297,6 +336,8 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
             explicit `--no-sandbox`.
         progress: given the number of submissions, returns what to call with each result as it ends
             (`progress.Progress`: a line per submission with the time left).
+        forked: fork the workers from one fork server that imported the grader once (`forkserver`); False:
+            each worker is a fresh process (`benchmarks/grading_overhead.py` compares the two).
 
     Raises:
         SandboxUnavailable: `sandboxed` and the sandbox cannot be made here (the message says what to install).
@@ -322,7 +363,8 @@ def grade_batch(submissions: list[Submission], assignment: str, out: Path, *, wo
 
     with course_template(assignment, repo_root) as (template, workdir):
         jobs = make_jobs(absolute(submissions), assignment, template, out, secret, limits, workers, sandboxed)
-        results = [r.to_dict() for r in grade_jobs(jobs, workdir, workers, limits.submission_seconds, record)]
+        results = [r.to_dict() for r in grade_jobs(jobs, workdir, workers, limits.submission_seconds, record,
+                                                 forked=forked)]
         with _NBGRADER_IN_PROCESS:
             note = merge_into_gradebook(out / "gradebook.db", template, results)
         if note:
