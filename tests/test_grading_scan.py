@@ -117,6 +117,9 @@ DYNAMIC_ROUTES = {
     "torch-from-alias": "from torch import nn\nreduce = nn._reduction.get_enum",
     "torch-getattr-alias": 'import torch as T\nC = getattr(T, "_C")',
     "timeit-runs-a-string": 'import timeit\ntimeit.timeit("from harness.train import fit as f", number=1)',
+    "exec-of-a-literal": 'exec("from harness.train import fit")',
+    "inspect-frames": "import inspect\nnames = inspect.stack()[1].frame.f_globals",
+    "gc-object-graph": "import gc\nmodules = [m for m in gc.get_objects() if type(m).__name__ == 'module']",
 }
 
 
@@ -153,6 +156,8 @@ def test_an_own_cell_never_widens_the_allowlist():
     "    return [min(max(v, low), high) for v in values]\n",
     "import torch.nn.functional as F\nfrom torch import nn\nlayer = nn.Linear(2, 2)\nout = F.relu(torch.ones(2))\n",
     "%time x = 1\nfrom harness.checks import check, hint\nhint('04-fit')\n",
+    "import gc\ngc.collect()\nimport inspect\nprint(inspect.signature(print))\nimport pdb\n# pdb.set_trace()\n",
+    "exec('total = 1 + 1')\nimport pickle\nblob = pickle.dumps([1, 2])\n",
 ])
 def test_ordinary_own_cells_are_not_flagged(own):
     submitted = answered_release("04_training_loop")

@@ -6,9 +6,10 @@ A finding names what was found and where (cell, line); `autograde` fails the exe
 (`FORBIDDEN_CODE`) and flags the submission. What is looked for:
 
 - dynamic code and imports: `__import__`, the modules that import or reach objects by name (`importlib`, `pkgutil`,
-  `pydoc`, `runpy`, `builtins`, `inspect`, `gc`, `ctypes`, ...), `pickle.loads` and the like, `exec`/`eval`/`compile`
-  of anything but a literal string, `getattr`/`setattr`/`delattr` with a name that is not a literal or that names a
-  dunder that reaches code or namespaces (`getattr(builtins, "__import__")`), `sys.modules` and the frame hooks,
+  `pydoc`, `runpy`, `builtins`, `ctypes`, `timeit`, ..., and `inspect`, `gc` and `pdb` but for their harmless names),
+  `pickle.loads` and the like, `exec`/`eval`/`compile` of anything but a literal string (a literal is read as code),
+  `getattr`/`setattr`/`delattr` with a name that is not a literal or that names a dunder that reaches code or
+  namespaces (`getattr(builtins, "__import__")`), `sys.modules` and the frame hooks,
   `globals()`/`vars()`/`locals()` subscripted by a built name, `vars()` of a module, and literal strings naming
   those dunders or a withheld module (`vars(builtins)["__import__"]`, `pydoc.locate("harness.judges...")`);
 - private torch: `torch._C`, `DisableTorchFunction`, any `torch._*` (or `torch.x._y`) name, imported or used, under
@@ -50,9 +51,16 @@ DEFAULT_ALLOWED = ("harness.checks.check", "harness.checks.hint", "harness.check
 WITHHELD = ("harness.contract.registry", "harness.contract.protocol", "harness.grading", "harness.judge",
             "harness.judges", "harness.drills.bank")
 # Modules whose use reaches code or objects by name (imports, frames, the object graph, raw memory, the REPL).
-# (`timeit`, `pdb`, `cProfile`, `profile` and `trace` run code given as a string, like exec.)
-DYNAMIC_MODULES = ("importlib", "pkgutil", "pydoc", "runpy", "imp", "zipimport", "builtins", "inspect", "gc", "ctypes",
-                   "code", "codeop", "marshal", "__main__", "timeit", "pdb", "bdb", "cProfile", "profile", "trace")
+# (`timeit`, `bdb`, `cProfile`, `profile` and `trace` run code given as a string, like exec.)
+DYNAMIC_MODULES = ("importlib", "pkgutil", "pydoc", "runpy", "imp", "zipimport", "builtins", "ctypes", "code", "codeop",
+                   "marshal", "__main__", "timeit", "bdb", "cProfile", "profile", "trace")
+# Modules ordinary code uses for something harmless (`gc.collect()`, `inspect.signature`, a leftover `pdb.set_trace()`):
+# these names of theirs only; the rest reaches frames, the object graph or runs code given as a string.
+HARMLESS_NAMES = {"gc": ("collect", "disable", "enable", "isenabled", "get_count", "get_threshold", "set_threshold",
+                         "freeze", "unfreeze"),
+                  "inspect": ("signature", "Signature", "Parameter", "isclass", "isfunction", "ismethod", "isgenerator",
+                              "isgeneratorfunction", "iscoroutinefunction", "getdoc", "cleandoc", "getsource"),
+                  "pdb": ("set_trace", "post_mortem", "pm")}
 # Names that run or import code named by data, in modules an answer may otherwise use.
 DYNAMIC_NAMES = ("pickle.loads", "pickle.load", "pickle.Unpickler", "sys.modules", "sys._getframe", "sys.meta_path",
                  "sys.path_hooks", "sys.path_importer_cache", "sys.settrace", "sys.setprofile", "sys._current_frames",
@@ -163,6 +171,10 @@ def scan_source(source: str, allowed: tuple[str, ...], bound: dict[str, str] | N
     bound = {**(bound or {}), **_bindings(tree, bound or {})}
     for node in ast.walk(tree):
         found += [(node.lineno, what) for what in _node_reaches(node, bound)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_CALLS \
+                and node.args and _literal(node.args[0]):
+            found += [(node.lineno, f"runs code that {what}") for _, what in scan_source(node.args[0].value, allowed,
+                                                                                       bound)]
         used = _resolved(node, bound)
         if used.startswith("harness.") and _forbidden_module(used, allowed):
             found.append((node.lineno, f"uses {used}, which answers may not use"))
@@ -242,6 +254,8 @@ def _forbidden_module(name: str, allowed: tuple[str, ...]) -> bool:
     parts = name.split(".")
     if parts[0] in DYNAMIC_MODULES or any(name == d or name.startswith(f"{d}.") for d in DYNAMIC_NAMES):
         return True
+    if parts[0] in HARMLESS_NAMES:
+        return len(parts) > 1 and parts[1] not in HARMLESS_NAMES[parts[0]]
     if any(part in REACHING_DUNDERS for part in parts[1:]):
         return True
     if parts[0] == "torch":
