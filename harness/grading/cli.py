@@ -224,7 +224,8 @@ def _grade(args: argparse.Namespace, submissions: list[Submission], assignment: 
     if shard:
         try:
             graded, skipped = grade_shard(submissions, assignment, out, shard, secret=secret, limits=limits,
-                                          workers=args.workers, sandboxed=not args.no_sandbox, progress=Progress)
+                                          workers=args.workers, sandboxed=not args.no_sandbox, progress=Progress,
+                                          source=Path(args.submissions[0]))
         except ValueError as error:  # the folder holds another grading's shard (ShardMismatch, ContractError)
             print(f"cannot grade: {error}")
             return 2
@@ -314,6 +315,7 @@ def _print_late(lates: dict[str, Late], course: Course, moved: list[str]) -> Non
 def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -> int:
     """Join shard folders into `out`; 1 when students are missing, 2 when the shards cannot be merged."""
     from harness.grading.merge import merge_shards
+    from harness.grading.regrade import read_record
     from harness.grading.shards import read_manifest
 
     try:
@@ -330,8 +332,17 @@ def run_merge(folders: list[Path], out: Path | None, args: argparse.Namespace) -
     print(f"\n{len(results)} students of {merged.manifest.assignment} merged from {len(folders)} shard folders.")
     if merged.duplicates:
         print(f"graded in two shards with the same result, merged once: {', '.join(merged.duplicates)}")
-    if status := publish(results, out.resolve(), assignment, args, None):
+    if merged.fresher:
+        print(f"graded in two shards for different notebooks, the current notebook's result kept: "
+              f"{', '.join(merged.fresher)}")
+    if status := publish(results, out.resolve(), assignment, args, Path(merged.source) if merged.source else None):
         return status
+    if merged.stale:
+        print(f"notebook changed in {merged.source} since its shard graded it, grading again: "
+              f"{', '.join(merged.stale)}")
+        again = argparse.Namespace(**{**vars(args), "student": merged.stale})
+        if status := regrade_by_content(again, out.resolve(), read_record(out.resolve()), Path(merged.source)):
+            return status
     if merged.missing:
         print(f"\nMISSING: {sum(map(len, merged.missing.values()))} students have no result yet:")
         for shard, students in merged.missing.items():

@@ -9,7 +9,9 @@ holds:
   and the grading code), the secret's fingerprint (a hash, never the secret), i/N, the class and the slice;
 - `results/<student>.json`, each student's `GradeResult`, written atomically as soon as it is graded, with its
   notebook's digest; a re-run skips the students who have one for the same notebook, so a run after a crash
-  grades only what is missing, and a notebook that changed since (a resubmission) is graded again;
+  grades only what is missing, and a notebook that changed since (a resubmission) is graded again, saying so;
+  the manifest keeps where the submissions were (`source`), so a merge can find the notebooks that changed
+  after their shard graded them;
 - `answers/<student>.json`, each graded notebook's answer cells for the merge's similarity flags (`similarity`);
 - `feedback/`, `autograded/` and `logs/`, as a whole batch writes them.
 
@@ -49,6 +51,7 @@ class ShardManifest:
     count: int
     students: list[str]  # this shard's slice, sorted
     roster: list[str] = field(default_factory=list)  # every student of the class, sorted
+    source: str = ""  # the submissions graded, as given on the grading machine ("" unknown): a merge re-reads them
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:
@@ -134,12 +137,13 @@ def read_results(folder: Path) -> dict[str, GradeResult]:
 
 def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard: tuple[int, int], *,
                 secret: bytes, limits: Limits, workers: int = 2, sandboxed: bool = True,
-                repo_root: Path = REPO_ROOT, progress: Callable[[int], Callable[[GradeResult], None]] | None = None
-                ) -> tuple[list[GradeResult], list[str]]:
+                repo_root: Path = REPO_ROOT, progress: Callable[[int], Callable[[GradeResult], None]] | None = None,
+                source: Path | None = None) -> tuple[list[GradeResult], list[str]]:
     """Grade the slice `shard` = (i, N) of `submissions` into the shard folder `out`, skipping finished students.
 
     Returns the results graded now (in slice order) and the students skipped because `out` already had
-    their result for the same notebook (`notebook_sha256`); one whose notebook changed is graded again.
+    their result for the same notebook (`notebook_sha256`); one whose notebook changed is graded again, and a
+    line says who. `source`: where `submissions` were collected from, kept in the manifest for `merge`.
     `progress`, given the number to grade, returns what to call with each result as it ends (`progress.Progress`).
 
     Raises:
@@ -150,7 +154,8 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     check_batch(submissions, workers, sandboxed)
     mine = [s for s in submissions if shard_of(s.student, count) == index]
     manifest = ShardManifest(assignment, source_version(assignment, repo_root), secret_fingerprint(secret), index,
-                             count, sorted(s.student for s in mine), sorted(s.student for s in submissions))
+                             count, sorted(s.student for s in mine), sorted(s.student for s in submissions),
+                             str(source.resolve()) if source else "")
     out = out.resolve()
     if (out / MANIFEST).is_file():
         before = read_manifest(out)
@@ -166,6 +171,9 @@ def grade_shard(submissions: list[Submission], assignment: str, out: Path, shard
     todo = [s for s in mine if s.student not in done or done[s.student].notebook_sha256 != notebook_sha256(s)]
     if not todo:
         return [], [s.student for s in mine]
+    if changed := [s.student for s in todo if s.student in done]:
+        print(f"shard {index}/{count}: graded again, their notebook changed since their result here: "
+              f"{', '.join(changed)}")
 
     save_answers(todo, assignment, out, repo_root)
     report = progress(len(todo)) if progress else None
