@@ -17,7 +17,15 @@ import pytest
 
 from harness.grading.jobs import GradeResult
 from harness.grading.release import answered_release
-from harness.grading.similarity import ANSWERS, OWN_CELLS, find_similar, read_answers, save_answers, tokens
+from harness.grading.similarity import (
+    ANSWERS,
+    OWN_CELLS,
+    common_count,
+    find_similar,
+    read_answers,
+    save_answers,
+    tokens,
+)
 from harness.grading.submissions import collect
 from harness.grading.summary import write_summary
 
@@ -174,6 +182,16 @@ def test_a_classmates_answer_copied_with_renames_is_flagged_naming_both():
     flags = find_similar(answers, "00_welcome")
     assert _texts(flags) == [("ann", ACCURACY, "bob"), ("bob", ACCURACY, "ann")], flags
     assert flags[0].share > 0.9 and "the same cell of classmate bob" in flags[0].text()
+
+
+def test_a_copy_passed_to_several_classmates_flags_every_pair_of_them():
+    """Up to `common_count` holders a shared passage is a copy, not the class's common way of writing it."""
+    ring = {"ann": OWN, "bob": COPIED, "cy": COPIED.replace("winner", "argbest"), "di": OWN.replace("hits", "n")}
+    assert len(ring) < common_count(len(ring) + len(HONEST_ACCURACY))
+    answers = {**{student: {ACCURACY: code} for student, code in ring.items()},
+               **{f"honest{i}": {ACCURACY: code} for i, code in enumerate(HONEST_ACCURACY)}}
+    flags = find_similar(answers, "00_welcome")
+    assert _texts(flags) == sorted((one, ACCURACY, other) for one in ring for other in ring if one != other), flags
 
 
 @pytest.mark.parametrize(("assignment", "cell", "answers"), [

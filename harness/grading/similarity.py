@@ -345,8 +345,9 @@ def against_shipped(student: str, cell: str, answer: Answer, repo_root: Path = R
 
 
 def common_count(answers: int) -> int:
-    """In how many answers of a cell a k-gram must be to be the class's common way of writing it."""
-    return max(3, math.ceil(0.1 * answers))
+    """In how many answers of a cell a k-gram must be to be the class's common way of writing it: a quarter of
+    the class, and never fewer than 5 (a copy passed around up to 4 students, or 7 of 30, is still flagged)."""
+    return max(5, math.ceil(0.25 * answers))
 
 
 def between_classmates(cell: str, answers: dict[str, Answer]) -> list[Flag]:
