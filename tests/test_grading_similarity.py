@@ -259,6 +259,8 @@ def test_flags_reach_grades_csv_and_mistakes_md_with_no_point_moved(tmp_path):
     assert "| ann | `00-accuracy-code` | classmate bob | " in section and "| bob |" not in section, section
     assert "honest" not in section and "mallory" not in section
     assert "## Similar code" in (out / "summary.md").read_text()
+    assert "The answer cells of 8 of 9 notebooks (1 with no readable notebook, or graded before answers were kept)" \
+        in section, section
 
 
 def test_a_class_with_nothing_similar_says_so(tmp_path):

@@ -390,12 +390,6 @@ def find_similar(answers: dict[str, dict[str, str]], assignment: str, repo_root:
     return sorted(flags, key=lambda f: (f.student, f.cell, f.classmate, f.source))
 
 
-def similarity_flags(out: Path, assignment: str, students: Iterable[str], repo_root: Path = REPO_ROOT
-                     ) -> list[Flag]:
-    """`find_similar` over the answers saved in `out` for `students`."""
-    return find_similar(read_answers(out, students), assignment, repo_root)
-
-
 def grades_column(flags: list[Flag]) -> dict[str, str]:
     """Student -> the `similar` cell of grades.csv (each flag's `text`, `; `-joined)."""
     column: dict[str, list[str]] = defaultdict(list)
@@ -404,14 +398,18 @@ def grades_column(flags: list[Flag]) -> dict[str, str]:
     return {student: "; ".join(texts) for student, texts in column.items()}
 
 
-def section_lines(flags: list[Flag]) -> list[str]:
-    """The `## Similar code` section of mistakes.md and summary.md: each flag (a classmate pair once) with its
-    source and the share that matched, or a sentence saying nothing matched."""
+def section_lines(flags: list[Flag], compared: int, students: int) -> list[str]:
+    """The `## Similar code` section of mistakes.md and summary.md: over how many of the `students` notebooks
+    (`compared`: those with saved answers), then each flag (a classmate pair once) with its source and the
+    share that matched, or a sentence saying nothing matched."""
+    apart = students - compared
     lines = ["## Similar code (for review: no points changed)", "",
-             "Each answer cell, as read from the submitted notebook, compared with the code the student tree ships "
-             "and with classmates' same cell; the release's code and the model solution do not count. A flag is a "
-             f"reason to read both side by side, not a finding: it needs {MIN_TOKENS} matching tokens or more, "
-             f"at least {MIN_SHARE:.0%} of the cell's own code (names ignored).", ""]
+             f"The answer cells of {compared} of {students} notebooks"
+             f"{f' ({apart} with no readable notebook, or graded before answers were kept)' if apart else ''}, "
+             "as read from the submitted files, compared with the code the student tree ships and with classmates' "
+             "same cell; the release's code and the model solution do not count. A flag is a reason to read both "
+             f"side by side, not a finding: it needs {MIN_TOKENS} matching tokens or more, at least "
+             f"{MIN_SHARE:.0%} of the cell's own code (names ignored).", ""]
     shown = [f for f in flags if not f.classmate or f.student < f.source]
     if not shown:
         return [*lines, "Nothing flagged: no answer cell matched shipped code or a classmate's."]

@@ -18,7 +18,7 @@ from harness.describe import describe_distribution
 from harness.grading.instructor_text import csv_writer, markdown_text
 from harness.grading.layout import assignment_titles
 from harness.grading.mistakes import judged, left_out, plural, write_mistakes
-from harness.grading.similarity import grades_column, section_lines, similarity_flags
+from harness.grading.similarity import find_similar, grades_column, read_answers, section_lines
 
 STATUS_MEANING = {
     "ok": "graded, nothing unusual",
@@ -90,7 +90,8 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str,
     their paths. `late`: the summary's section on late submissions (`late.summary_section`), if any."""
     tasks, maxima = task_ids(results), max_points(results)
     paths = {name: out / name for name in SUMMARY_FILES}
-    flags = similarity_flags(out, assignment, [r["student"] for r in results])
+    answers = read_answers(out, [r["student"] for r in results])
+    flags = find_similar(answers, assignment)
     write_grades_csv(results, paths["grades.csv"], tasks, maxima, grades_column(flags))
     rates = pass_rates(results, tasks, maxima)
     with paths["pass_rates.csv"].open("w", newline="") as handle:
@@ -107,7 +108,7 @@ def write_summary(results: list[dict[str, Any]], out: Path, assignment: str,
              f"{plural(len(judged(results)), 'judged notebook')} with the task's full points"
              f"{f' (left out: {apart})' if apart else ''}.", "", "| task | points | passed |", "|---|---|---|"]
     lines += [f"| {t} | {maxima[t]:g} | {rates[t]:.0%} |" for t in tasks]
-    similar = section_lines(flags)
+    similar = section_lines(flags, len(answers), len(results))
     lines += ["", *write_mistakes(results, out, assignment, tasks, maxima, assignment_titles(assignment), similar)]
     lines += ["", *similar]
     lines += ["", *late] if late else []
