@@ -175,3 +175,20 @@ def test_an_edited_release_cell_is_the_students_and_is_read():
     first_code.source += "\nimport pydoc\n"
     findings = scan_notebook(submitted, _release("04_training_loop"))
     assert findings and all("pydoc" in f.what and "your own cell" in f.cell for f in findings), findings
+
+
+def test_an_edited_release_cell_keeps_what_it_imported_there_and_only_there():
+    """A student who changes the demonstration that imports harness.train.fit (fewer epochs) is not flagged; adding
+    another harness name to it is; and what the edited cell imports still widens nothing for the cells below it."""
+    def edited(change: str, after: str = "") -> list:
+        submitted = _release("04_training_loop")
+        [demo] = [c for c in submitted.cells if c.cell_type == "code" and "import fit as harness_fit" in c.source]
+        demo.source = demo.source.replace("lr=3e-3", "lr=1e-3") + change
+        if after:
+            submitted.cells.append(nbformat.v4.new_code_cell(after))
+        return scan_notebook(submitted, _release("04_training_loop"))
+
+    assert edited("\nprint(harness_fit)\n") == []
+    [finding] = edited("\nfrom harness.train import train_one_epoch\n")
+    assert "harness.train.train_one_epoch" in finding.what and "your own cell" in finding.cell
+    assert edited("", after="from harness.train import fit as again\n")  # unedited, the demo would allow it

@@ -107,7 +107,7 @@ def scan_notebook(notebook: NotebookNode, release: NotebookNode) -> list[Finding
         notebook: the submission, restored on the release (`restore.restore_cells`).
         release: the notebook the student received.
     """
-    given = _given_cells(notebook, release)
+    given, edited = _aligned(notebook, release)
     tasks_after = _tasks_after(notebook)
     allowed, bound, findings = DEFAULT_ALLOWED, {}, []
     for index, cell in enumerate(notebook.cells):
@@ -115,15 +115,16 @@ def scan_notebook(notebook: NotebookNode, release: NotebookNode) -> list[Finding
             continue
         tree = _parsed(cell.source)
         if index in given:
-            if tree is not None:
-                allowed += tuple(name for name, _ in _imports(tree)
-                                 if name.startswith("harness.") and not _withheld(name))
+            allowed += _allowed_imports(tree)
         else:
             grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", "")) if _is_solution(cell) else ""
             label = f"cell {index} ({grade_id})" if grade_id else f"cell {index} (your own cell)"
             costs = [grade_id.removesuffix("-code") if grade_id.endswith("-code") else None] if grade_id \
                 else tasks_after[index] or [None]
-            findings += [Finding(task, label, line, what) for line, what in scan_source(cell.source, allowed, bound)
+            # an edited release cell may keep what the release's cell imported there (a changed epoch count in a
+            # demonstration that imports harness.train.fit is not a reach), and widens nothing below it
+            own = allowed + (_allowed_imports(_parsed(release.cells[edited[index]].source)) if index in edited else ())
+            findings += [Finding(task, label, line, what) for line, what in scan_source(cell.source, own, bound)
                          for task in costs]
         if tree is not None:
             bound.update(_bindings(tree, bound))
@@ -138,13 +139,31 @@ def _key(cell: NotebookNode) -> str:
     return f"{cell.cell_type}:{cell.source}"
 
 
-def _given_cells(notebook: NotebookNode, release: NotebookNode) -> set[int]:
-    """The indexes of `notebook`'s code cells that are the release's own non-solution cells, unchanged and in the
-    release's order (a student's duplicate of a release cell elsewhere is the student's own cell)."""
+def _aligned(notebook: NotebookNode, release: NotebookNode) -> tuple[set[int], dict[int, int]]:
+    """`notebook` aligned on `release`: the indexes of its code cells that are the release's own non-solution cells,
+    unchanged and in the release's order (a student's duplicate of a release cell elsewhere is the student's own
+    cell), and, for each cell that takes the place of one such release cell, edited, that cell's index there."""
     ours, theirs = [_key(c) for c in notebook.cells], [_key(c) for c in release.cells]
     matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
-    matched = [block.a + offset for block in matcher.get_matching_blocks() for offset in range(block.size)]
-    return {i for i in matched if notebook.cells[i].cell_type == "code" and not _is_solution(notebook.cells[i])}
+    given, edited = set(), {}
+    for op, a1, a2, b1, b2 in matcher.get_opcodes():
+        for offset in range(a2 - a1):
+            cell = notebook.cells[a1 + offset]
+            if cell.cell_type != "code" or _is_solution(cell):
+                continue
+            if op == "equal":
+                given.add(a1 + offset)
+            elif op == "replace" and a2 - a1 == b2 - b1 and release.cells[b1 + offset].cell_type == "code" \
+                    and not _is_solution(release.cells[b1 + offset]):
+                edited[a1 + offset] = b1 + offset
+    return given, edited
+
+
+def _allowed_imports(tree: ast.Module | None) -> tuple[str, ...]:
+    """The harness names a release cell imports, which answers below it may use (never a withheld one)."""
+    if tree is None:
+        return ()
+    return tuple(name for name, _ in _imports(tree) if name.startswith("harness.") and not _withheld(name))
 
 
 def _tasks_after(notebook: NotebookNode) -> list[list[str]]:
