@@ -38,6 +38,7 @@ from harness.grading import cgroup, sandbox
 from harness.grading.decoy import decoy_folder
 from harness.grading.execute import error_output
 from harness.grading.feedback import feedback_sections, polish_feedback, write_unjudged_feedback
+from harness.grading.hints_used import hints_used
 from harness.grading.instructor_text import capped
 from harness.grading.jobs import NOT_ATTEMPTED, GradeJob, GradeResult
 from harness.grading.layout import REPO_ROOT, course_config, exercise_titles, put_environment_tools_on_path
@@ -322,7 +323,7 @@ def grade(job: GradeJob) -> GradeResult:
             if source.exists():
                 shutil.copytree(source, out / kind / job.student / job.assignment, dirs_exist_ok=True)
     return GradeResult(job.student, job.assignment, "flagged" if reasons else "ok", scores, failures, reasons,
-                       time.perf_counter() - started, untouched)
+                       time.perf_counter() - started, untouched, hints=hints_used(submitted, release, job.cases))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,6 +120,9 @@ class GradeResult:
     untouched: list[str] = field(default_factory=list)  # tasks whose solution cell is as released: not attempted
     lms: dict[str, Any] = field(default_factory=dict)  # the job's LMS identity, copied back for the gradebooks
     notebook_sha256: str = ""  # the graded notebook's digest (`GradeJob.notebook_sha256`), copied back likewise
+    # the hints the student's saved outputs show they asked for (task -> highest level, `hints_used`): for the
+    # instructor's information, never part of a grade
+    hints: dict[str, int] = field(default_factory=dict)
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:
