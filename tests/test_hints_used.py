@@ -3,6 +3,8 @@ the assignment's tasks, the highest level per task; a lesson's demonstration is 
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 
 from harness.checks import core
@@ -39,3 +41,13 @@ def test_a_notebook_without_hints_records_none():
     release = nbformat.read(REPO_ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert hints_used(release, release, graded_tasks(REPO_ROOT / "solutions" / LESSON)) == {}
     assert hints_cell({}) == ""
+
+
+def test_the_record_travels_in_the_result_and_an_older_result_still_loads():
+    from harness.grading.jobs import GradeResult
+
+    result = GradeResult("ada", LESSON, "ok", hints={"00-accuracy": 3})
+    assert GradeResult.from_json(result.to_json()).hints == {"00-accuracy": 3}
+    older = json.loads(result.to_json())
+    del older["hints"]
+    assert GradeResult.from_json(json.dumps(older)).hints == {}

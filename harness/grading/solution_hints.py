@@ -2,7 +2,8 @@
 
 The probes' hint tables (`Hints.solution`, in `harness/checks`) are the instructor's copy. The student tree ships
 them blank (`strip_solution_lines`) and carries the lines the course file releases (`released_lines`) in
-`harness/checks/released_hints.json`, which `hint(task, 3)` reads; a graded kernel never shows one. Per assignment,
+`harness/checks/released_hints.json`, which `hint(task, 3)` reads; a graded kernel's sandbox binds a blanked copy
+over `harness/checks` (`write_probes`), and its `hint(task, 3)` never shows one. Per assignment,
 the course file's `solution_hints` says when: "after_due" (the default: once the due date has passed, at the next
 `harness release --student`), "always" (a practice assignment) or "never". `--practice` releases every line.
 """
