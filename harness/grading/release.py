@@ -139,6 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Regenerate notebooks/ from solutions/ (or, with --check, compare them; with --student, write the
     student tree)."""
+    if (args.course or args.practice) and not args.student:
+        print("--course and --practice choose the level-3 hints a student tree carries: give them with --student DIR")
+        return 2
     if args.student:
         from harness.grading.late import course_file
         from harness.grading.solution_hints import released_lines
@@ -149,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
         files = write_student_tree(args.student, solution_lines=lines)
         opened = sorted({task[:2] for task in lines})
         print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
-              "nbgitpuller or nbgrader's exchange; it holds no solution, hidden test or judge, and the level-3 hints "
-              f"(solution lines) of {'lessons ' + ', '.join(opened) if opened else 'no lesson'} (the course file's "
+              "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, and "
+              f"the level-3 hints (solution lines) of {'lessons ' + ', '.join(opened) if opened else 'no lesson'} (the course file's "
               "solution_hints, or --practice)")
         return 0
     assignments = [check_assignment(a) for a in args.assignments] or discover_assignments()
