@@ -60,6 +60,24 @@ def test_planted_wrong_answer_fails_with_its_code(drill, wrong):
     assert (result.passed, result.code) == (False, code), f"{result.message}\n{result.output}"
     if drill.kind != "explain" and code not in ("raised", "timeout", "no-report"):
         assert "Observed:" in result.message and "Likely cause:" in result.message, result.message
+    if drill.kind == "bughunt":  # the fix comes with the hints, never with the failure
+        stated = [line for line in fixed_lines(drill) if line in result.message]
+        assert stated == [], f"the failure states the fix {stated}:\n{result.message}"
+
+
+def fixed_lines(drill) -> list[str]:
+    """The lines a bug hunt's solution adds to its starter (comments dropped; a line of under 8 characters, such
+    as `try:`, says too little to count)."""
+    starter = {line.strip() for line in drill.starter.splitlines()}
+    lines = (line.split("  #")[0].strip() for line in drill.solution.splitlines())
+    return [line for line in lines if len(line) >= 8 and not line.startswith("#") and line not in starter]
+
+
+def test_fixed_lines_are_what_the_solution_adds():
+    drill = next((d for d in DRILLS if d.id == "loop-eval-changes"), None)
+    if drill is None:
+        pytest.skip("the loop module is not loaded")
+    assert "model.eval()" in fixed_lines(drill) and "return correct / total" not in fixed_lines(drill)
 
 
 @pytest.mark.parametrize("drill", EXPLAIN, ids=lambda d: d.id)

@@ -1,5 +1,6 @@
 """What the drills teach with, read from the bank's index (no torch, no answer run): an explain drill's key is
-not given away by its length, and every drill's solution says why it is right (issue 41, item 5).
+not given away by its length, and every drill's solution says why it is right, as `solution` shows it (issue 41,
+item 5).
 
 The failure messages themselves are checked where the planted wrong answers run (tests/test_drills_bank.py): a
 specific code per mistake, and a bug hunt's message that names what was observed without stating the fix.
@@ -8,7 +9,12 @@ specific code per mistake, and a bug hunt's message that names what was observed
 import math
 from collections import Counter
 
+import pytest
+
+from harness.cli import main
+from harness.drills.core import Answers
 from harness.drills.index import Entry, entries
+from harness.judges.drills.whys import add_answers, why_of
 
 EXPLAIN = [e for e in entries() if e.kind == "explain"]
 
@@ -38,3 +44,23 @@ def test_the_length_rank_counts_ties_against_the_key():
                   hints=("", ""), options=("aa", "bbb", "bbb", "c"), key=1)
     assert length_rank(entry) == 0
     assert length_rank(Entry(**{**entry.__dict__, "key": 3})) == 3
+
+
+def test_every_solution_says_why():
+    thin = [e.id for e in entries() if len(why_of(e.solution or "").split()) < 8]
+    assert thin == [], f"solutions without a why of a sentence or more: {thin}"
+
+
+@pytest.mark.parametrize("kind", ["write", "bughunt", "explain"])
+def test_the_solution_command_shows_the_why(kind, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("HARNESS_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "80")
+    entry = next(e for e in entries() if e.kind == kind)
+    assert main(["drill", "solution", entry.id]) == 0
+    shown = capsys.readouterr().out
+    assert why_of(shown) == why_of(entry.solution) != ""
+
+
+def test_a_solution_without_a_why_is_refused():
+    with pytest.raises(ValueError, match="needs a why"):
+        add_answers(Answers(drill_id="no-such-drill", solution="x = 1\n", wrong_answers=()))

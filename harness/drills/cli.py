@@ -303,7 +303,8 @@ def _solution(drill: Drill) -> str:
 
     order = _shown_order(drill.id) or list(range(len(LETTERS)))
     right = drill.choices.options[drill.choices.key]
-    return fit_code(f'answer = "{LETTERS[order.index(drill.choices.key)]}"  # {right.text}\n')
+    why = "".join(f"{line}\n" for line in drill.solution.splitlines() if line.startswith("#"))  # the key's reason
+    return fit_code(f'answer = "{LETTERS[order.index(drill.choices.key)]}"  # {right.text}\n{why}')
 
 
 def _daily(count: int) -> list[Drill]:

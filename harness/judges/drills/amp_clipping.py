@@ -38,8 +38,9 @@ from harness.drills.bank.amp_clipping import (
     _stale_grads,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close, with_fixes
+from harness.judges.drills.whys import add_answers
 
 _INIT_SCALE = 2.0**10
 
@@ -228,9 +229,10 @@ def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
         raise WireError("steps missing")
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected="one step",
-             cause="scaler.step missing, or called twice", where="scaler.step(optimizer)")
+             cause="the step ran a number of times other than once", where="the scaler.step calls")
     max_norm = _case_max_norm(case)
-    _judge_clipped_gradient(steps[0], _batch(case, 5, scale=50.0), max_norm, where="unscale_, then clip")
+    _judge_clipped_gradient(steps[0], _batch(case, 5, scale=50.0), max_norm,
+                            where="the lines between backward and scaler.step")
     return f"the optimizer sees the unscaled gradient clipped to max_norm={max_norm}"
 
 
@@ -365,7 +367,7 @@ def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
     if not autocast or not all(a is True for a in autocast):
         fail("no-autocast", observed="the model's forward ran outside autocast", expected="the forward under "
              "torch.autocast('cpu', dtype=torch.bfloat16)", cause="the fix removed autocast altogether: the matmuls "
-             "then run in float32 and lose the bf16 speed-up", where="keep model(x) inside the with block")
+             "then run in float32 and lose the bf16 speed-up", where="the autocast block around model(x)")
     for i, loss in enumerate(losses):
         model, (x, y) = _fp32_loss_classifier(case, i), _class_batch(case, i)
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -379,12 +381,12 @@ def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
         if loss.dtype != torch.float32:
             fail("loss-not-fp32", observed=f"the loss is {loss.dtype}", expected="torch.float32",
                  cause="log_softmax, exp and sum run in the dtype of their input under CPU autocast: on bf16 logits "
-                 "they keep 8 significant bits", where="compute the loss from logits.float(), outside autocast")
+                 "they keep 8 significant bits", where="the loss: the dtype it is computed in")
         if not torch.allclose(loss.reshape(()).double(), want.double(), rtol=2e-5, atol=1e-6):
             fail("loss-computed-in-bf16", observed=f"batch {i}: loss {float(loss):.6f}", expected=f"{float(want):.6f} "
                  "(the smoothed cross-entropy of the bf16 logits, computed in float32)",
                  cause="the loss was computed in bf16 and only its result converted (.float() at the end): the "
-                 "rounding already happened in log_softmax", where="upcast the logits, not the loss")
+                 "rounding already happened in log_softmax", where="the loss: where .float() is applied")
     return "forward in bf16, loss computed in float32 from the upcast logits"
 
 
@@ -415,7 +417,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
     if len(steps) != total:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected=f"{total} ({_LOOP_EPOCHS} epochs of "
              f"{_LOOP_BATCHES} batches; no gradient here is infinite)", cause="steps skipped or repeated",
-             where="one scaler.step(optimizer) per batch")
+             where="the scaler.step calls in the batch loop")
     batches, max_norm = _loop_batches(case), _case_max_norm(case)
     for i, step in enumerate(steps):
         _judge_clipped_gradient(step, batches[i % _LOOP_BATCHES], max_norm, where=_AMP_WHERE,
@@ -432,7 +434,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
              expected=f"{[round(v, 5) for v in want]}",
              cause="OneCycleLR was built with total_steps = epochs * len(batches): it expects one step per batch; "
              "stepped once per epoch, it stays in its warm-up for the whole run",
-             where="scheduler.step() right after scaler.step(optimizer), inside the batch loop")
+             where="where scheduler.step() is called")
     losses = seen.get("losses")
     if not isinstance(losses, torch.Tensor) or losses.shape != (total,):
         fail("wrong-losses", observed=f"train returned {type(losses).__name__} "

@@ -21,8 +21,9 @@ from harness.drills.bank.autograd import (
     _saliency_setup,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close
+from harness.judges.drills.whys import add_answers
 
 
 def _tensor_or_none(value: Any, what: str) -> torch.Tensor | None:
@@ -86,14 +87,14 @@ def _judge_inplace(seen: dict, *, case: Case) -> str:
         if got is None:
             fail("graph-cut", observed="loss.backward() left w.grad = None", expected="a gradient for w",
                  cause="the ×2 was applied to a detached tensor (or under no_grad): the loss has no graph back to w",
-                 where="h = h * 2")
+                 where="gated: what happens to h after sigmoid")
         if got.shape != w.shape or not torch.allclose(got, w.grad, atol=1e-5, rtol=1e-4):
             fail("wrong-gradient", observed=f"w.grad differs from the true gradient by up to "
                  f"{(got - w.grad).abs().max().item() if got.shape == w.shape else float('nan'):.3g}",
                  expected="the gradient of sum(2·sigmoid(x @ w))", cause="h.data.mul_(2) (or an in-place change "
                  "under no_grad on .data) hides the change from autograd's version counter: no error, but "
                  "sigmoid's backward then uses the doubled output and computes a wrong gradient",
-                 where="use the out-of-place h = h * 2")
+                 where="gated: what happens to h after sigmoid")
     return "backward works, the value is still 2·sigmoid(x @ w) summed, and w.grad is right"
 
 

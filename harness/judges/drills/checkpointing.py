@@ -25,7 +25,8 @@ from harness.drills.bank.checkpointing import (
     _strip_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 _CKPT_SOLUTION = '''import torch
 
@@ -114,36 +115,39 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
         want = _observe(reference)
         if seen["epoch"] != 3 or isinstance(seen["epoch"], bool):
             fail("wrong-epoch", observed=f"load_checkpoint returned {seen['epoch']!r}", expected="3, the epoch saved",
-                 cause="the epoch counter was not saved, or not returned", where="save the epoch and return it")
+                 cause="the epoch counter was not saved, or not returned",
+                 where="the epoch in the checkpoint, and what load_checkpoint returns")
         if not close_tensors(seen["after_load"], at_save, atol=1e-6, rtol=1e-5):
             fail("weights-not-restored", observed="right after load_checkpoint the model still has its fresh weights",
                  expected="the weights saved at epoch 3", cause="model.load_state_dict was not called (or on "
-                 "another object)", where="model.load_state_dict(checkpoint['model'])")
+                 "another object)", where="what load_checkpoint does with the model's state")
         if seen["opt_step"] != want["opt_step"]:
             fail("missing-optimizer-state", observed=f"after resuming, the optimizer has taken {seen['opt_step']} "
                  f"steps in all", expected=f"{want['opt_step']} (3 before the checkpoint and 3 after)",
                  cause="the optimizer state (momentum buffers, Adam's moments and step count) was not "
-                 "saved/restored: it starts again from zero", where="optimizer.state_dict() / load_state_dict")
+                 "saved/restored: it starts again from zero",
+                 where="what the checkpoint holds for the optimizer, and what is restored")
         if seen["sched_epoch"] != want["sched_epoch"]:
             fail("missing-scheduler-state", observed=f"the scheduler ends at epoch {seen['sched_epoch']}",
                  expected=f"epoch {want['sched_epoch']}", cause="the scheduler state was not saved/restored: the "
-                 "learning-rate schedule restarts from its first epoch", where="scheduler.state_dict() / "
-                 "load_state_dict")
+                 "learning-rate schedule restarts from its first epoch",
+                 where="what the checkpoint holds for the scheduler, and what is restored")
         if full and seen["scale"] != want["scale"]:
             fail("missing-scaler-state", observed=f"the GradScaler's scale after resuming is {seen['scale']:g}",
                  expected=f"{want['scale']:g}, as in the run that never stopped",
                  cause="the scaler state was not saved/restored: it restarts from init_scale (with fp16, its "
-                 "first steps overflow and are skipped)", where="scaler.state_dict() / scaler.load_state_dict")
+                 "first steps overflow and are skipped)",
+                 where="what the checkpoint holds for the scaler, and what is restored")
         if full and not torch.equal(seen["data_rng"], want["data_rng"]):
             fail("missing-generator-state", observed="the data generator's state after resuming differs from the "
                  "uninterrupted run's", expected="the same batches as the run that never stopped",
                  cause="only torch's global RNG was saved: the data comes from its own torch.Generator, which "
-                 "restarts from its seed", where="generator.get_state() / generator.set_state()")
+                 "restarts from its seed", where="what the checkpoint holds for the data generator")
         if not torch.equal(seen["rng"], want["rng"]):
             fail("missing-rng-state", observed="torch's global RNG state after resuming differs from the "
                  "uninterrupted run's", expected="the same random draws as the run that never stopped",
                  cause="the global RNG state was not saved/restored: the resumed run draws other "
-                 + ("dropout masks" if full else "data"), where="torch.get_rng_state() / torch.set_rng_state()")
+                 + ("dropout masks" if full else "data"), where="what the checkpoint holds for torch's global RNG")
         if not close_tensors(seen["params"], want["params"], atol=1e-6, rtol=1e-5):
             fail("resume-diverges", observed="the resumed run's weights differ from the uninterrupted run's",
                  expected="identical weights after resuming", cause="some state is restored wrongly",

@@ -13,7 +13,8 @@ from harness.contract.failure import fail
 from harness.contract.wire import WireError
 from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _judge_pad_collate(seen: dict, *, case: Case) -> str:
@@ -65,7 +66,7 @@ def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
             raise WireError(f"{key} malformed")
         runs.append(run)
     first, again = runs
-    where = "worker_init_fn: replace the worker's dataset.rng, seeded from torch.initial_seed()"
+    where = "worker_init_fn: what it does to the worker's dataset.rng"
     if torch.equal(first[0][0], first[0][1]):
         fail("duplicate-augmentations", observed="both workers drew identical NumPy random numbers",
              expected="different numbers in each worker",
@@ -74,7 +75,8 @@ def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
     if not all(torch.equal(a, b) for e, f in zip(first, again, strict=True) for a, b in zip(e, f, strict=True)):
         fail("not-reproducible", observed="the same loader seed gave different augmentations",
              expected="reproducible augmentations for a seeded DataLoader generator",
-             cause="seeding from time or os.urandom instead of torch.initial_seed()", where=where)
+             cause="the workers' seeds do not follow the loader's generator: they come from a source the "
+             "loader's seed does not fix (the clock, os.urandom)", where=where)
     if torch.equal(torch.stack(first[0]), torch.stack(first[1])):
         fail("same-every-epoch", observed="epoch 2 drew exactly the augmentations of epoch 1",
              expected="new augmentations every epoch",

@@ -34,7 +34,8 @@ from harness.drills.bank.ddp import (
     _shard_configs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _two_floats(got: Any, what: str) -> list[float]:
@@ -111,24 +112,24 @@ def _judge_set_epoch(seen: dict, *, case: Case) -> str:
                  where="the sampler's seed")
         return "a new shuffle each epoch, set before the epoch starts, reproducible and disjoint across ranks"
     variants = {
-        "missing-set-epoch": ([0] * _EPOCHS, "the sampler shuffles with seed + epoch, and its epoch stays 0 unless "
-                              "you call sampler.set_epoch(epoch)"),
-        "set-epoch-too-late": ([0, *range(_EPOCHS - 1)], "set_epoch(epoch) after the epoch's loop: epoch 0 and "
-                               "epoch 1 both shuffle with epoch 0, every later epoch is one behind"),
+        "missing-set-epoch": ([0] * _EPOCHS, "the sampler shuffles with seed + epoch, and its epoch stayed 0: "
+                              "every epoch repeats epoch 0's order"),
+        "set-epoch-too-late": ([0, *range(_EPOCHS - 1)], "the sampler's epoch moved on only after each epoch's "
+                               "loop: epochs 0 and 1 both shuffle with epoch 0, every later epoch is one behind"),
     }
     for code, (epochs, cause) in variants.items():
         if ranks == [_sampler_orders(dataset, seed, epochs, rank) for rank in (0, 1)]:
             fail(code, observed=f"the sampler's epoch was {epochs} in epochs {list(range(_EPOCHS))}"
                  + (": epochs 0 and 1 see the same order" if epochs[0] == epochs[1] else ""),
                  expected=f"epochs {list(range(_EPOCHS))}: a new order each epoch", cause=cause,
-                 where="sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader")
+                 where="the start of each epoch, before the loader is iterated")
     if ranks == [_sampler_orders(dataset, 0, list(range(_EPOCHS)), rank) for rank in (0, 1)] and seed != 0:
         fail("seed-ignored", observed="the orders are those of seed 0", expected=f"those of seed={seed}",
-             cause="the seed argument is not passed to the sampler", where="DistributedSampler(..., seed=seed)")
+             cause="the seed argument is not passed to the sampler", where="the sampler's construction")
     fail("wrong-order", observed=f"rank 0's first epoch starts {ranks[0][0][:6]}",
          expected=f"{want[0][0][:6]} (DistributedSampler with seed={seed}, epoch 0)",
          cause="the sampler is configured differently, or its epoch is set to other values",
-         where="sampler.set_epoch(epoch) with the loop's epoch")
+         where="the value passed to set_epoch")
 
 
 def _judge_eval_loss(seen: dict, *, case: Case) -> str:
@@ -147,7 +148,7 @@ def _judge_eval_loss(seen: dict, *, case: Case) -> str:
     if not close_number(got[0], got[1], rtol=1e-6, atol=1e-6):
         fail("ranks-disagree", observed=f"rank 0 reports {got[0]:.5f}, rank 1 reports {got[1]:.5f}",
              expected=f"both report {want:.5f}", cause="the loss was not reduced across ranks",
-             where="all_reduce the sums and counts")
+             where="what each rank combines with the others")
     if close_number(got[0], want, rtol=1e-6, atol=1e-6):
         return "the exact mean over every sample of every rank, in eval mode"
     all_batches = batch_means[0] + batch_means[1]
@@ -156,14 +157,14 @@ def _judge_eval_loss(seen: dict, *, case: Case) -> str:
     if any(close_number(got[0], value, rtol=1e-6, atol=1e-6) for value in mean_of_batch_means):
         fail("mean-of-batch-means", observed=f"validation loss {got[0]:.5f}", expected=f"{want:.5f}, the mean over "
              f"all {sum(counts)} samples", cause="averaging batch means weights the smaller last batch like a full "
-             "one", where="accumulate the sum of per-sample losses (reduction='sum') and the number of samples")
+             "one", where="how the local losses and counts are accumulated")
     if close_number(got[0], (sums[0] / counts[0] + sums[1] / counts[1]) / 2, rtol=1e-6, atol=1e-6):
         fail("mean-of-rank-means", observed=f"validation loss {got[0]:.5f}", expected=f"{want:.5f}",
              cause=f"each rank's mean was averaged across ranks: rank 0 has {counts[0]} samples, rank 1 "
-             f"{counts[1]}, yet they weigh the same", where="all_reduce the sum and the count, divide after")
+             f"{counts[1]}, yet they weigh the same", where="the all_reduce calls and the division")
     fail("wrong-value", observed=f"validation loss {got[0]:.5f}", expected=f"{want:.5f}",
          cause="dropout still active (model.eval() missing), or the losses summed wrongly",
-         where="model.eval(), then the sums and counts")
+         where="the start of evaluate, then the sums and counts")
 
 
 _EVAL_SOLUTION = '''import torch
@@ -219,10 +220,10 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
         late = [0, *range(_ACCUM_EPOCHS - 1)]
         fail("missing-set-epoch" if epochs == [0] * _ACCUM_EPOCHS else "set-epoch-too-late" if epochs == late
              else "wrong-set-epoch", observed=f"the sampler's epoch when each epoch started: {epochs}",
-             expected=f"{want_epochs}", cause="without sampler.set_epoch(epoch) before the epoch's loop, every epoch "
-             "shuffles (and shards) the data exactly like epoch 0" if epochs != late else "set_epoch after the "
-             "epoch's loop: epochs 0 and 1 see the same order", where="sampler.set_epoch(epoch) first thing in each "
-             "epoch")
+             expected=f"{want_epochs}", cause="the sampler's epoch did not follow the loop's: an epoch whose sampler "
+             "epoch repeats shuffles (and shards) the data as an earlier one did" if epochs != late else "the "
+             "sampler's epoch moved on only after each epoch's loop: epochs 0 and 1 see the same order",
+             where="the start of each epoch, before the loader is iterated")
     first, second = ranks[0]["params"], ranks[1]["params"]
     if not (isinstance(first, list) and isinstance(second, list) and len(first) == len(second)):
         raise WireError("malformed parameters")

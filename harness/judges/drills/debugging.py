@@ -37,8 +37,9 @@ from harness.drills.bank.debugging import (
     _tower_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import with_fixes
+from harness.judges.drills.whys import add_answers
 
 
 def _tensors_like(value: Any, like: list[torch.Tensor], what: str) -> list[torch.Tensor]:
@@ -167,11 +168,11 @@ def _judge_relu_means(seen: dict, *, case: Case) -> str:
     if seen.get("propagated") is not True:
         fail("swallowed-error", observed="relu_means returned normally although the model's forward raised",
              expected="the RuntimeError reaches the caller", cause="an except clause swallows the error: the caller "
-             "never learns that the forward failed", where="use try/finally, not try/except")
+             "never learns that the forward failed", where="what removes the handles when the forward raises")
     if seen.get("hooks_on_error") != 0:
         fail("hooks-left-on-error", observed=f"{seen.get('hooks_on_error')} hooks left after the forward raised",
              expected="none: remove them in a finally block", cause="the removal is skipped by the exception",
-             where="try: model(x) finally: remove every handle")
+             where="what happens to the handles when the forward raises")
     return ("the mean of each ReLU's output; hooks removed also when the forward raises (self-checked: counted "
             "inside your answer's own process)")
 
@@ -394,8 +395,8 @@ def _judge_training_script(seen: dict, *, case: Case) -> str:
              expected=f"{len(_script_batches(case))} SGD steps, one per mini-batch",
              cause="the batch loop never ran: if the nan was 'fixed' by dropping the rows that hold one, every row "
              "holds one (a constant feature has std 0, and (x - mean) / std is 0 / 0 in that column of every row), so "
-             "no row is left; otherwise the optimizer.step() call is missing", where="x.std(0): keep every row and "
-             "clamp the std away from 0")
+             "no row is left; otherwise the optimizer.step() call is missing", where="the normalization of x and "
+             "the rows it keeps")
     steps = _judge_sgd_steps(
         seen, model, _script_batches(case), _SCRIPT_LR, where="the training script",
         mismatch=("wrong-batch", "the script trains on other inputs or labels than the standardised, shuffled "

@@ -27,8 +27,9 @@ from harness.drills.bank.export import (
     _trained,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close
+from harness.judges.drills.whys import add_answers
 
 
 def _reference_probs(case: Case, base: int = 501) -> torch.Tensor:
@@ -276,7 +277,7 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
              expected="every tensor of the checkpoint in the model",
              cause="the checkpoint was saved from DDP: its keys start with 'module.', so nothing matched, and "
              "strict=False turned that into silence (random weights serve predictions)",
-             where="strip the prefix (k.removeprefix('module.')) and load with strict=True")
+             where="the state dict's keys and the load_state_dict call")
     forwards = seen.get("forwards")
     if not isinstance(forwards, list) or not forwards:
         raise WireError("forward records missing")
@@ -284,8 +285,8 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
                        if isinstance(f, dict) and f.get("training") is not False})
     if training:
         fail("train-mode", observed=f"modules ran in train mode: {', '.join(training[:4])}",
-             expected="model.eval() before serving", cause="Dropout drops features at random and BatchNorm uses "
-             "batch statistics: each request gets a different answer", where="model.eval()")
+             expected="eval mode while serving", cause="Dropout drops features at random and BatchNorm uses "
+             "batch statistics: each request gets a different answer", where="the model's mode before serving")
     if seen.get("requires_grad") is True:
         fail("grad-tracked", observed="the returned probabilities require grad", expected="inference without autograd",
              cause="the forward ran outside torch.inference_mode()", where=where)

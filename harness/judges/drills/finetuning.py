@@ -36,8 +36,9 @@ from harness.drills.bank.finetuning import (
     _state_copy,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close, with_fixes
+from harness.judges.drills.whys import add_answers
 
 
 def _checked_tensor_dict(value: Any, what: str) -> dict[str, torch.Tensor]:
@@ -452,9 +453,9 @@ def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
     if drifted:
         fail("bn-stats-changed", observed="the frozen backbone's BatchNorm running statistics moved",
              expected="the pretrained statistics untouched",
-             cause="model.train() after model.backbone.eval() switches the BatchNorm back to train mode: it "
-             "normalises with batch statistics and overwrites the pretrained ones",
-             where="the order of model.train() and model.backbone.eval()")
+             cause="the backbone's BatchNorm ran in train mode during training: it normalised with batch "
+             "statistics and overwrote the pretrained ones",
+             where="the calls that set each module's mode before the loop")
     steps = _counted_steps(seen, _SCRIPT_BATCHES, where)
     previous = None
     batches = _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES)
@@ -474,17 +475,17 @@ def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
         if all(g is None or (isinstance(g, torch.Tensor) and g.abs().sum() == 0) for g in got):
             fail("gradients-cleared", observed=f"at step {i} the optimizer saw no gradient (None or zeros)",
                  expected="the gradient of this batch's loss", cause="zero_grad() ran between backward() and step()",
-                 where="zero_grad goes before the forward pass (or right after step)")
+                 where="where zero_grad sits in the loop")
         if previous is not None and close_values(got[0], want["head.weight"] + previous[0], atol=1e-5, rtol=1e-4):
             fail("missing-zero-grad", observed=f"at step {i} the gradient is this batch's plus the previous one's",
                  expected="this batch's gradient only", cause="gradients accumulate in .grad until zeroed",
-                 where="optimizer.zero_grad(set_to_none=True) at the top of the loop")
+                 where="the loop: what happens to .grad between steps")
         softmaxed = _head_grads(case, params, x, y, softmax_first=True)
         if close_values(got[0], softmaxed["head.weight"], atol=1e-5, rtol=1e-4):
             fail("double-softmax", observed=f"at step {i} the gradient is that of cross_entropy(softmax(logits))",
                  expected="the gradient of cross_entropy(logits)",
                  cause="F.cross_entropy applies log_softmax itself: a softmax before it squashes the logits into "
-                 "[0, 1] and shrinks every gradient", where="pass the raw logits to F.cross_entropy")
+                 "[0, 1] and shrinks every gradient", where="what F.cross_entropy receives")
         fail("wrong-gradient", observed=f"at step {i} the optimizer saw a gradient unlike cross_entropy's",
              expected="the gradient of F.cross_entropy(model(x), y) for this batch",
              cause="the loss or the forward pass differs from the prompt's", where=where)

@@ -24,7 +24,8 @@ from harness.drills.bank.from_scratch import (
     _ln_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _ln_variant(x: torch.Tensor, normalized: tuple[int, ...], weight: torch.Tensor, bias: torch.Tensor, eps: float,

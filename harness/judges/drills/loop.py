@@ -31,8 +31,9 @@ from harness.drills.bank.loop import (
     _train_step_setup,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import with_fixes
+from harness.judges.drills.whys import add_answers
 
 # --- Shared validation of observations (data only: a wrong type is a WireError, never a crash) -------------
 
@@ -176,13 +177,13 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
     model, optimizer, batches = _stalls_setup(case)
     n = len(list(model.parameters()))
     steps, loss_fn = _validated_steps(seen, n), nn.BCEWithLogitsLoss()
-    where = "zero_grad(set_to_none=True) once per batch, before the forward pass; step() after backward()"
+    where = "the order of the calls in the batch loop"
     for k, step in enumerate(steps, start=1):
         if all(g is None for g in step["grads"]):
             fail("grads-cleared-before-step", observed=f"optimizer.step() number {k} saw .grad = None everywhere",
                  expected="the gradient of the batch at each step",
                  cause="zero_grad runs between backward() and step(), erasing the gradient: the model never moves "
-                 "and the loss stays at ln 2", where="move zero_grad before the forward pass")
+                 "and the loss stays at ln 2", where="the lines between loss.backward() and optimizer.step()")
         x, y = batches[(k - 1) % len(batches)]
         optimizer.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
@@ -192,7 +193,7 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
     if seen.get("count") != expected_steps:
         fail("step-count", observed=f"{describe(seen.get('count'))} optimizer steps", expected=f"{expected_steps} "
              f"({_STALLS_EPOCHS} epochs of {len(batches)} batches)", cause="step() missing, or called twice per "
-             "batch", where="one optimizer.step() per batch")
+             "batch", where="the optimizer.step() calls in the batch loop")
     model, optimizer, batches = _stalls_setup(case)
     for _ in range(_STALLS_EPOCHS):
         for x, y in batches:
@@ -203,8 +204,7 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
     if not _same_tensors(final, [p.detach() for p in model.parameters()], atol=1e-4):
         fail("still-stalls", observed="the weights after training differ from the reference loop's",
              expected="the weights of zero_grad -> forward -> backward -> step on every batch",
-             cause="the loop still skips or repeats an update", where="the order zero_grad -> forward -> backward "
-             "-> step")
+             cause="the loop still skips or repeats an update", where="the batch loop")
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
     with torch.no_grad():
@@ -219,13 +219,13 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
         raise WireError("forwards missing")
     if any(f.get("training") is not False for f in forwards):
         fail("train-mode-eval", observed="forward passes ran with model.training = True (dropout active)",
-             expected="evaluation in eval mode", cause="model.eval() is never called",
-             where="call model.eval() at the start of evaluate")
+             expected="evaluation in eval mode", cause="the model stays in training mode, so dropout drops different "
+             "units in each evaluation", where="evaluate, before the loop")
     if any(f.get("grad_enabled") is not False for f in forwards):
         fail("eval-builds-graph", observed="forward passes ran with gradients enabled",
              expected="no autograd graph during evaluation (memory and time)",
-             cause="no torch.no_grad()/torch.inference_mode() around evaluation",
-             where="wrap the loop in `with torch.inference_mode():`")
+             cause="autograd records every evaluation forward: the graphs keep the activations alive",
+             where="evaluate: the loop over batches")
     model, batches = _eval_changes_setup(case)
     model.eval()
     with torch.inference_mode():
@@ -377,8 +377,7 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
     if len(steps) != expected_steps or len(training_forwards) != expected_steps:
         fail("step-count", observed=f"{len(steps)} optimizer steps and {len(training_forwards)} forwards with "
              "gradients enabled", expected=f"{expected_steps} of each", cause="a batch skipped or trained twice, "
-             "or validation run with gradients enabled", where="the training loop, and torch.no_grad() around "
-             "validation")
+             "or validation run with gradients enabled", where="the training loop and the validation loop")
     k = 0
     for epoch in range(1, _THREE_EPOCHS + 1):
         model.train()
@@ -387,15 +386,15 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
             if training_forwards[k].get("training") is not True:
                 fail("eval-mode-training", observed=f"epoch {epoch}'s training forwards ran with model.training = "
                      "False", expected="training mode for every training batch",
-                     cause="model.eval() for validation is never undone: model.train() runs once, before the "
-                     "epoch loop, so from epoch 2 on BatchNorm normalises with its running statistics (and dropout "
-                     "would be off)", where="call model.train() at the start of every epoch")
+                     cause="validation's model.eval() is still in force when the next epoch trains: from epoch 2 "
+                     "on BatchNorm normalises with its running statistics (and dropout would be off)",
+                     where="the start of each epoch's training loop")
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()
             k += 1
             _check_step_gradient(k, steps[k - 1]["grads"], [p.grad for p in model.parameters()],
-                                 where="optimizer.zero_grad(set_to_none=True) before each forward pass")
+                                 where="the training loop: what happens to .grad between steps")
             optimizer.step()
             train_total += loss.detach()
         model.eval()
@@ -410,7 +409,7 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
             fail("loss-keeps-graph", observed=f"epoch {epoch}'s mean training loss still requires grad",
                  expected="a detached number", cause="train_total += loss keeps every step's autograd graph "
                  "alive (the sum is part of the graph): memory grows with every batch",
-                 where="train_total += loss.detach()")
+                 where="the line that adds to train_total")
         for name, got, want in (("training", train_got, train_total / len(train_batches)), ("validation", val_got,
                                                                                            val)):
             value = _float_or_wire_error(got, f"epoch {epoch}'s mean {name} loss")
@@ -443,12 +442,12 @@ def _judge_restore(seen: dict, *, case: Case) -> str:
         fail("left-in-eval-mode", observed="a model in training mode comes back from evaluate in eval mode",
              expected="the mode it had before the call", cause="model.eval() is never undone: the training "
              "epochs after the first validation run without dropout (and BatchNorm would stop updating)",
-             where="remember was_training = model.training; restore it with model.train(was_training)")
+             where="evaluate: the model's mode on the way out")
     if modes[1].get("model") is not False or modes[1].get("dropout") is not False:
         fail("forced-train-mode", observed="a model in eval mode comes back from evaluate in training mode",
-             expected="the mode it had before the call", cause="model.train() at the end forces training mode "
-             "even when the caller was in eval mode (evaluating a model for inference)",
-             where="model.train(was_training), not model.train()")
+             expected="the mode it had before the call", cause="evaluate hands back a training-mode model whatever "
+             "mode the caller's model was in (a model evaluated for inference comes back training)",
+             where="evaluate: the model's mode on the way out")
     model.eval()
     with torch.no_grad():
         want = sum(nn.BCEWithLogitsLoss()(model(x), y) * len(y) for x, y in batches) / sum(len(y) for _, y in batches)

@@ -26,8 +26,9 @@ from harness.drills.bank.memory import (
     _uneven_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close, with_fixes
+from harness.judges.drills.whys import add_answers
 from harness.memory import saved_for_backward
 
 # ------------------------------------------------------------------------------------------------ shared helpers
@@ -130,7 +131,7 @@ def _judge_checkpointed(seen: dict, *, case: Case) -> str:
     if seen.get("requires_grad") is not True:
         fail("no-grads", observed="the output does not require grad", expected="gradients for every parameter",
              cause="the reentrant checkpoint (use_reentrant=True) with an input that does not require grad: it "
-             "returns an output cut off from the parameters", where="the checkpoint call: use_reentrant=False")
+             "returns an output cut off from the parameters", where="the checkpoint call's arguments")
     grads = seen.get("grads")
     want = [p.grad for p in blocks.parameters()]
     if not isinstance(grads, list) or len(grads) != len(want) or not close_tensors(grads, want, **_TOLERANCE):
@@ -178,8 +179,8 @@ def _judge_uneven(seen: dict, *, case: Case) -> str:
     want = sum(n / len(x) * g for n, g in zip(sizes, chunks, strict=True))
     assert_close("the accumulated gradient", got, want, atol=1e-6, rtol=1e-5,
                  where="the factor on each micro-batch's loss",
-                 cause=f"each micro-batch must weigh by its share of the rows: {len(x)} rows in micro-batches of "
-                 f"{sizes}. Multiply each micro-batch's mean loss by len(xb) / len(x)")
+                 cause=f"the micro-batches are not weighed by their share of the rows: {len(x)} rows in "
+                 f"micro-batches of {sizes}")
     return "the full batch's gradient from uneven micro-batches"
 
 
@@ -193,7 +194,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
     if len(records) != len(groups):
         fail("wrong-step-count", observed=f"{len(records)} optimizer steps for {len(micro)} micro-batches",
              expected=f"{len(groups)}: one step per {accum} micro-batches", cause="a step at every micro-batch, or "
-             "none at the end of a group", where="if (i + 1) % accum_steps == 0: step, then zero_grad")
+             "none at the end of a group", where="the step condition")
     losses = []
     for step, (record, group) in enumerate(zip(records, groups, strict=True)):
         got_params, got_grads = record.get("params"), record.get("grads")
@@ -214,7 +215,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
         if len(got_grads) != len(params) or any(g is None for g in got_grads):
             fail("no-gradient", observed=f"step {step} ran with parameters that have no gradient",
                  expected="the group's accumulated gradient", cause="the gradients were cleared before step()",
-                 where="zero_grad right after step(), not before it")
+                 where="where zero_grad sits relative to step()")
         if close_tensors(got_grads, want, **_TOLERANCE):
             pass
         elif close_tensors(got_grads, [g * accum for g in want], **_TOLERANCE):
@@ -222,12 +223,12 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
                  f"the group's {accum} micro-batches", expected="the gradient of the mean loss over the group, as one "
                  f"batch {accum} times larger would give", cause="each micro-batch's loss is backpropagated whole: "
                  "the gradients add up to a sum, so the effective learning rate grows with accum_steps",
-                 where="divide each micro-batch's loss by accum_steps before backward()")
+                 where="the loss each micro-batch backpropagates")
         elif (close_tensors(got_grads, [g / accum for g in per_micro[-1]], **_TOLERANCE)
               or close_tensors(got_grads, per_micro[-1], **_TOLERANCE)):
             fail("lost-micro-batches", observed=f"at step {step} the gradient holds only the group's last "
                  "micro-batch", expected=f"the {accum} micro-batches' gradients added up", cause="zero_grad() at "
-                 "every micro-batch wipes what the earlier ones accumulated", where="zero_grad only after step()")
+                 "every micro-batch wipes what the earlier ones accumulated", where="where zero_grad sits in the loop")
         else:
             fail("wrong-gradient", observed=f"the gradient at step {step} is not the group's mean gradient",
                  expected=f"the mean over the group's {accum} micro-batches", cause="the loss or its scaling differs",
@@ -245,7 +246,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
         fail("graph-kept", observed="train_accumulated returned a tensor that requires grad",
              expected="a Python float", cause="`total += loss` adds the live loss: the result holds the autograd "
              "graph of every micro-batch, and a caller that keeps a history of these values keeps them all",
-             where="total += loss.detach(), and return total.item() / count")
+             where="the running total and the return line")
     want_mean = sum(losses) / len(losses)
     if not isinstance(mean_loss, (int, float)) or isinstance(mean_loss, bool) or not abs(mean_loss - want_mean) <= 1e-5:
         fail("wrong-value", observed=f"returned {describe(mean_loss)}",

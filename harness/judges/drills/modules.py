@@ -24,8 +24,9 @@ from harness.drills.bank.modules import (
     _mlp_cases,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close
+from harness.judges.drills.whys import add_answers
 
 
 def _str_list(value: Any, what: str) -> list[str]:
@@ -70,7 +71,7 @@ def _judge_mlp(seen: dict, *, case: Case) -> str:
                     "nn.Module cannot see (the optimizer never sees them, .to(device) never moves them)"
                     if got < expected else
                     "registered: a layer registered twice, or one the forward does not use"),
-                 where="use nn.ModuleList" if got < expected else "__init__")
+                 where="__init__: how the hidden layers are kept")
         want = _reference_plain_list_mlp(params, sizes, x)
         if want is None:
             fail("unregistered-layers", observed=f"the parameters' shapes {[tuple(p.shape) for p in params]}",

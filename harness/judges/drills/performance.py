@@ -23,7 +23,8 @@ from harness.drills.bank.performance import (
     _metrics_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 # ------------------------------------------------------------------------------------------------ shared helpers
@@ -59,12 +60,12 @@ def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
             fail("wrong-value", observed=f"loss {loss:.5f}, accuracy {accuracy:.4f} over {len(batches)} batches",
                  expected=f"{want_loss:.5f} and {want_acc:.4f} (the last batch holds {len(batches[-1][1])} samples, "
                  "the others 8)", cause=_metrics_cause(model, batches, loss, accuracy, want_loss, want_acc),
-                 where="sum loss * batch size and correct counts; divide by the number of samples")
+                 where="how the loss and the correct count are summed and divided")
         if result["syncs"] > 2:
             fail("sync-per-step", observed=f"{result['syncs']} host syncs for {len(batches)} batches",
                  expected="at most 2 (the two final values)", cause=".item() or float() inside the loop makes the "
-                 "host wait for the device at every batch", where="accumulate tensors on the device; convert once "
-                 "at the end")
+                 "host wait for the device at every batch", where="the conversions inside the batch "
+                 "loop")
     syncs = max(result["syncs"] for result in results)
     return (f"exact epoch metrics with {syncs} host sync{'' if syncs == 1 else 's'} per epoch at most, "
             "whatever the number of batches")
@@ -208,7 +209,7 @@ def _judge_loader_settings(seen: dict, *, case: Case) -> str:
                  observed=f"{call}: pin_memory={got.get('pin_memory')}", expected=f"pin_memory={want_pin}",
                  cause="page-locked batches make the copy to a CUDA device faster and asynchronous "
                  "(.to(device, non_blocking=True)); with no CUDA device pinning only costs memory and warns",
-                 where="pin_memory=(device_type == 'cuda')")
+                 where="the DataLoader's pin_memory")
     return "shuffled batches from persistent workers, pinned only for a CUDA device"
 
 

@@ -28,7 +28,8 @@ from harness.drills.bank.repro import (
     _worker_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _int_list(value: Any) -> bool:
@@ -80,27 +81,27 @@ def _judge_generator_loader(seen: dict, *, case: Case) -> str:
                 fail("wrong-samples", observed=f"an epoch yielded {len(order)} samples, {len(set(order))} distinct",
                      expected=f"each of the {len(dataset)} samples once per epoch", cause="a sampler with "
                      "replacement, or drop_last",
-                     where="DataLoader(dataset, batch_size=4, shuffle=True, generator=...)")
+                     where="the DataLoader's arguments")
     if orders[0][0] == sorted(orders[0][0]) and orders[0][1] == sorted(orders[0][1]):
         fail("not-shuffled", observed="the samples come in their stored order", expected="a shuffled order",
              cause="shuffle=False: a fixed order is reproducible but trains on the same sequence every epoch",
-             where="shuffle=True with a seeded generator")
+             where="the DataLoader's shuffle argument")
     if orders[0] != orders[1]:
         fail("global-rng-shuffle", observed="the same seed gave different orders after unrelated random draws",
              expected="orders fixed by the seed alone", cause="shuffle=True draws from torch's global RNG",
-             where="DataLoader(..., generator=torch.Generator().manual_seed(seed))")
+             where="make_loader: where the loader's randomness comes from")
     if seen["touched"] is not False:
         fail("reseeds-global-rng", observed="building or iterating the loader changed torch's global RNG",
              expected="the loader's randomness kept apart from everything else", cause="torch.manual_seed inside "
              "make_loader resets every other random stream too (dropout, initialisation, augmentation)",
-             where="DataLoader(..., generator=torch.Generator().manual_seed(seed))")
+             where="make_loader: where the loader's randomness comes from")
     if orders[0][0] == orders[0][1]:
         fail("same-order-every-epoch", observed="epochs 1 and 2 share one order", expected="a new order each epoch",
-             cause="the generator is re-seeded each epoch", where="create the generator once, with the loader")
+             cause="the generator is re-seeded each epoch", where="where the generator is created")
     if seen["other_seed"] == orders[0][0]:
         fail("seed-ignored", observed="another seed gives the same order", expected="the order set by the seed",
              cause="the seed is not used: an unseeded torch.Generator() always starts from the same default seed",
-             where="torch.Generator().manual_seed(seed)")
+             where="what the seed argument reaches")
     return "the order depends on the seed alone, changes between epochs, and the global RNG is left alone"
 
 
@@ -206,26 +207,26 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
             fail("model-init-changed", observed=f"hidden={hidden}: the model's initial weights changed",
                  expected="the initialisation the experiment had: torch.manual_seed(seed), then the model",
                  cause="the split now draws from the global RNG before the model is built: every weight shifts, and "
-                 "the split still depends on what runs before it", where="keep the model where it was; give "
-                 "random_split its own generator")
+                 "the split still depends on what runs before it", where="the random draws between building the model "
+                 "and the split")
         run["rng_expected"] = rng_after
     if runs[0]["val"] != runs[1]["val"]:
         fail("split-moves-with-model", observed=f"hidden={_WIDTHS[0]} and hidden={_WIDTHS[1]} validate on "
              "different samples", expected="the same validation set whatever the model",
              cause="random_split draws from the global RNG after the model's initialisation, which consumes a "
-             "number of random values that depends on the width", where="random_split(..., "
-             "generator=torch.Generator().manual_seed(seed))")
+             "number of random values that depends on the width", where="the randomness random_split "
+             "draws from")
     for hidden, run in zip(_WIDTHS, runs, strict=True):
         if not isinstance(run["rng"], torch.Tensor) or not torch.equal(run["rng"], run["rng_expected"]):
             fail("uses-global-rng", observed=f"hidden={hidden}: torch's global RNG after prepare() is not where the "
                  "model's initialisation left it", expected="the split drawn without touching the global RNG",
                  cause="torch.manual_seed(seed) again before random_split: the split is stable, but dropout and "
-                 "augmentation now replay the same stream as the initialisation", where="random_split(..., "
-                 "generator=torch.Generator().manual_seed(seed))")
+                 "augmentation now replay the same stream as the initialisation", where="the randomness random_split "
+                 "draws from")
     if seen["other_seed"] == runs[0]["val"]:
         fail("seed-ignored", observed="another seed gives the same validation set", expected="a split set by the seed",
              cause="an unseeded torch.Generator() always starts from the same default seed",
-             where="torch.Generator().manual_seed(seed)")
+             where="what the seed argument reaches")
     return "the validation set is fixed by the seed alone, and the model's initialisation is untouched"
 
 

@@ -37,7 +37,8 @@ from harness.drills.bank.schedulers import (
     _warmup_setup,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _lrs(steps: object, groups: int = 1) -> list[list[float]]:
@@ -133,7 +134,7 @@ def _judge_granularity(seen: dict, *, case: Case) -> str:
              expected=f"{_rounded(want)}",
              cause="a per-epoch scheduler stepped once per batch decays len(batches) times too fast"
              if first_epoch_decayed else "the scheduler steps at the start of the epoch: each epoch gets the next "
-             "epoch's learning rate", where="call scheduler.step() once per epoch, after the batch loop")
+             "epoch's learning rate", where="where scheduler.step() is called")
     return "a per-epoch scheduler stepped once per epoch, after the epoch's optimizer steps"
 
 
@@ -186,8 +187,8 @@ def _judge_plateau(seen: dict, *, case: Case) -> str:
             else:
                 code, cause = "wrong-metric", "the number given to the scheduler is not the epoch's validation loss"
             fail(code, observed=f"epoch {epoch}: scheduler.step({metric:.5f})",
-                 expected=f"scheduler.step(val_loss) with val_loss = {val:.5f}", cause=cause,
-                 where="scheduler.step(val_loss), after the validation loop")
+                 expected=f"the epoch's validation loss, {val:.5f}", cause=cause,
+                 where="the scheduler.step call and what it receives")
     return "ReduceLROnPlateau follows the validation loss, once per epoch"
 
 
@@ -219,7 +220,7 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
         else:
             code, cause = "wrong-schedule", "the scheduler is not stepped exactly once after each optimizer step"
         fail(code, observed=f"learning rate at each step: {_rounded(got)}", expected=f"{_rounded(want)}",
-             cause=cause, where="scheduler.step() right after optimizer.step(), inside the batch loop")
+             cause=cause, where="where scheduler.step() is called")
     return "OneCycleLR stepped once per batch, after the optimizer"
 
 
@@ -368,7 +369,7 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
              expected=f"the weights of step {_RESUME_AT}, when the snapshot was taken",
              cause="state_dict() returns references to the live tensors: training after the snapshot changes it "
              "in place" if later else "the model's state is not saved or not loaded",
-             where="copy.deepcopy the state dicts you keep in memory (or torch.save them)")
+             where="the checkpoint dict save_checkpoint returns")
     got_lrs = [v[0] for v in _lrs(seen.get("lrs"))]
     want_lrs = ref_lrs[_RESUME_AT:]
     if len(got_lrs) != len(want_lrs):
@@ -386,7 +387,7 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
             code, cause = "scheduler-state-lost", ("the scheduler's state (its step count) is not restored: a fresh "
                                                    "StepLR counts from 0, so the next decay comes at the wrong step")
         fail(code, observed=f"learning rates after resuming: {_rounded(got_lrs)}", expected=f"{_rounded(want_lrs)}",
-             cause=cause, where="save and load model, optimizer and scheduler state_dicts; step nothing on load")
+             cause=cause, where="save_checkpoint and load_checkpoint")
     steps = seen.get("params")
     if not isinstance(steps, list) or len(steps) != len(want_lrs):
         raise WireError("recorded steps malformed")
@@ -396,7 +397,7 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
                  f"at step {_RESUME_AT + i}", expected="the same trajectory as without the interruption",
                  cause="Adam's moments (exp_avg, exp_avg_sq) and step counts are not restored, or were restored from "
                  "a snapshot that kept changing (optimizer.state_dict() references the live state tensors)",
-                 where="save copy.deepcopy(optimizer.state_dict()); optimizer.load_state_dict() on resume")
+                 where="what the checkpoint holds for the optimizer, and what load_checkpoint restores")
     return "the snapshot is a copy; model, optimizer and scheduler resume exactly where it was taken"
 
 

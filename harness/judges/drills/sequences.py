@@ -33,8 +33,9 @@ from harness.drills.bank.sequences import (
     _valid,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close
+from harness.judges.drills.whys import add_answers
 
 
 def _close_tensor(got: Any, want: torch.Tensor, atol: float = 1e-5) -> bool:
@@ -337,8 +338,8 @@ def _judge_logcosh(seen: dict, *, case: Case) -> str:
         got = result.get("loss")
         if isinstance(got, torch.Tensor) and got.dim() == 0 and not torch.isfinite(got):
             fail("not-finite", observed=f"the loss is {got.item()} for differences of about 100",
-                 expected=f"{want.item():.4f}", cause="cosh(100) overflows float32 (max 3.4e38): use the identity "
-                 "log(cosh(x)) = |x| + softplus(-2|x|) - log(2)", where=where)
+                 expected=f"{want.item():.4f}", cause="cosh(100) overflows float32 (max 3.4e38), so log(cosh(x)) is "
+                 "inf before the log can bring it back", where=where)
         assert_close("the loss", got if isinstance(got, torch.Tensor) else describe(got), want.float(), atol=1e-4,
                      rtol=1e-4, where=where, cause="mean of log(cosh(pred - target)) over every element")
         grad = result.get("grad")
@@ -346,8 +347,8 @@ def _judge_logcosh(seen: dict, *, case: Case) -> str:
             fail("no-gradient", observed="after loss.backward(), pred.grad is None",
                  expected="the gradient tanh(pred - target) / N",
                  cause="numpy (or .item(), or torch.tensor(value)) builds a new leaf: autograd never sees how the "
-                 "loss depends on pred, so training silently does nothing", where="compute the loss with torch ops "
-                 "on pred itself, no .detach() / .numpy()")
+                 "loss depends on pred, so training silently does nothing", where="how the loss is computed from "
+                 "pred")
         assert_close("the gradient wrt pred", grad, (torch.tanh(diff) / diff.numel()).float(), atol=1e-5, rtol=1e-4,
                      where=where, cause="the loss is not the mean of log(cosh(pred - target))")
     return "the right value and gradient, and finite for differences of 100"
@@ -478,12 +479,12 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
                 fail("pad-token-pooled", observed=f"at step {i} the pooled vector includes the first padding token",
                      expected="the mean of the real tokens' embeddings (t < length)",
                      cause="`<=` in the mask: position lengths[b] is the first PAD, not the last real token",
-                     where="torch.arange(T)[None, :] < lengths[:, None]")
+                     where="the padding mask's comparison")
             if _close_tensor(got_loss, _pooled_loss(params, tokens, lengths, labels, by_steps=True)):
                 fail("divides-by-padded-length", observed=f"at step {i} the sum of real embeddings is divided by T",
                      expected="divided by each sequence's length",
                      cause="dividing by the padded length shrinks short sequences' vectors toward 0: the prediction "
-                     "depends on how much padding the batch had", where="/ lengths[:, None]")
+                     "depends on how much padding the batch had", where="the division of the pooled sum")
             assert_close(f"the loss returned at step {i}", got_loss if isinstance(got_loss, torch.Tensor)
                          else describe(got_loss), want.detach(), atol=1e-5, rtol=1e-4, where=where,
                          cause="cross_entropy of the classifier on the masked mean of the embeddings")
@@ -495,14 +496,14 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
                for n in params):
             fail("gradients-cleared", observed=f"at step {i} the optimizer saw no gradient (None or zeros)",
                  expected="the gradient of this step's loss", cause="zero_grad() between backward() and step() "
-                 "erases the gradient just computed", where="zero_grad at the top of the step")
+                 "erases the gradient just computed", where="what happens to .grad between steps")
         summed = {n: p.grad + earlier[n] for n, p in params.items()} if earlier else None
         if summed and not all(close_values(grads.get(n), p.grad, atol=1e-5, rtol=1e-4) for n, p in params.items()) \
                 and all(close_values(grads.get(n), summed[n], atol=1e-5, rtol=1e-4) for n in params):
             fail("stale-gradients", observed=f"at step {i} the optimizer saw the sum of this step's gradient and "
                  "every earlier step's", expected="the gradient of this step's loss alone",
-                 cause="nothing clears .grad between steps: backward() adds into it", where="optimizer.zero_grad("
-                 "set_to_none=True) at the top of the step")
+                 cause="nothing clears .grad between steps: backward() adds into it", where="what happens to .grad "
+                 "between steps")
         for name, p in params.items():
             assert_close(f"the gradient of {name} at step {i}", grads.get(name), p.grad, atol=1e-5, rtol=1e-4,
                          where=where, cause="the gradient of another loss than the prompt's")

@@ -28,7 +28,8 @@ from harness.drills.bank.shapes import (
     _heads_inputs,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _judge_heads(seen: dict, *, case: Case) -> str:
@@ -36,19 +37,17 @@ def _judge_heads(seen: dict, *, case: Case) -> str:
     checks = (
         ("split", "split_heads(x, heads)", tokens.view(_B, _T, _H, _D).transpose(1, 2), (
             ("split-mixes-tokens", tokens.view(_B, _H, _T, _D), "x.view(B, heads, T, D) cuts the memory of (B, T, "
-             "H * D) in the wrong order: a 'token' of a head is made of features of several tokens",
-             "x.view(B, T, heads, D).transpose(1, 2)"),
+             "H * D) in the wrong order: a 'token' of a head is made of features of several tokens"),
             ("split-interleaves-features", tokens.view(_B, _T, _D, _H).permute(0, 3, 1, 2), "the features were "
-             "dealt out to the heads one by one (head h gets features h, h + H, ...), not in blocks of D",
-             "view(B, T, heads, D): the heads' dimension comes before D"),
+             "dealt out to the heads one by one (head h gets features h, h + H, ...), not in blocks of D"),
         )),
         ("merge", "merge_heads(x)", per_head.transpose(1, 2).reshape(_B, _T, _H * _D), (
             ("merge-mixes-tokens", per_head.reshape(_B, _T, _H * _D), "reshape without moving the heads' dimension "
              "first: the rows of (B, H, T, D) are read in memory order, so one output token holds pieces of "
-             "several tokens", "x.transpose(1, 2) first, then reshape (or .contiguous().view)"),
+             "several tokens"),
             ("merge-interleaves-features", per_head.permute(0, 2, 3, 1).reshape(_B, _T, _H * _D), "the heads' "
              "features were interleaved (D before H): the output projection expects head 0's D features, then "
-             "head 1's", "transpose(1, 2) gives (B, T, H, D): H before D"),
+             "head 1's"),
         )),
     )
     for key, call, want, variants in checks:
@@ -58,11 +57,11 @@ def _judge_heads(seen: dict, *, case: Case) -> str:
                  cause="the dimensions were not moved where the docstring puts them", where=call)
         if close_values(got, want):
             continue
-        for code, variant, cause, fix in variants:
+        for code, variant, cause in variants:
             if close_values(got, variant):
                 fail(code, observed=f"{call} has the right shape, but its entries sit at other tokens or heads",
                      expected=f"shape {tuple(want.shape)} with each token's features kept together", cause=cause,
-                     where=f"{call}: {fix}")
+                     where=call)
         fail("wrong-value", observed=f"{call} differs from the reference by up to {max_difference(got, want):.3g}",
              expected="each token's features kept together", cause="another order of the dimensions",
              where=call)
@@ -95,7 +94,7 @@ def _judge_loss(seen: dict, *, case: Case) -> str:
             fail("no-graph", observed=f"regression_loss returned {describe(loss)}",
                  expected="a one-element tensor that backward() can differentiate",
                  cause="a Python number (.item()) or a detached tensor: the optimizer gets no gradient",
-                 where=f"{where}: return the loss tensor itself")
+                 where=where)
         variants = _loss_variants(model, x, y)
         want = variants["reference"]
         got = torch.tensor(number(loss))
@@ -105,7 +104,7 @@ def _judge_loss(seen: dict, *, case: Case) -> str:
                      f"(prediction i, target j)", expected=f"{float(want):.5g}, the mean over the {batch} samples",
                      cause=f"predictions of shape ({batch},) against targets of shape ({batch}, 1) broadcast to "
                      f"({batch}, {batch}): the loss is smallest when every prediction is the mean target",
-                     where=f"{where}: give both the same shape (keep (B, 1), or squeeze both)")
+                     where=where)
             if close_values(got, variants["wrong-reduction"], rtol=1e-5, atol=1e-7, dtype=False):
                 fail("wrong-reduction", observed=f"loss {float(got):.5g}, the sum over the batch",
                      expected=f"{float(want):.5g}, the mean", cause="reduction='sum': the loss and the gradients grow "

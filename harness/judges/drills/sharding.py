@@ -27,7 +27,8 @@ from harness.drills.bank.sharding import (
     _zero_grads,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
+from harness.judges.drills.whys import add_answers
 
 
 def _strided(flat: torch.Tensor, rank: int, world: int) -> torch.Tensor:

@@ -23,8 +23,9 @@ from harness.drills.bank.tensors import (
     _uint8_images,
 )
 from harness.drills.choices import choice_answers
-from harness.drills.core import Answers, add_answers
+from harness.drills.core import Answers
 from harness.drills.support import assert_close
+from harness.judges.drills.whys import add_answers
 
 _OUTSIDE_TORCH = "computing outside torch (NumPy, SciPy, Python numbers) leaves autograd and the GPU behind"
 _LOGSUMEXP_FORBIDDEN = {
@@ -81,18 +82,18 @@ def _judge_uint8(seen: dict, *, case: Case) -> str:
         if not isinstance(x_after, torch.Tensor) or not torch.equal(x_after, x):
             fail("input-modified", observed="the caller's uint8 images changed", expected="the input left as it was",
                  cause="an in-place operation (images -= 128, images.sub_(...)) on the caller's tensor",
-                 where="compute a new tensor")
+                 where="center: what it does to images")
         want = (x.float() - 128) / 128
         if isinstance(got, torch.Tensor) and got.dtype != torch.float32:
             fail("wrong-dtype", observed=f"the result's dtype is {got.dtype}", expected="torch.float32",
                  cause="float64 doubles the memory of every batch and mismatches float32 weights; an integer dtype "
-                 "cannot hold the fractions", where="images.float()")
+                 "cannot hold the fractions", where="center: the dtype of what it returns")
         wrapped = ((x.to(torch.int64) - 128) % 256).float() / 128
         if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, wrapped) \
                 and not torch.allclose(got, want):
             fail("uint8-wraparound", observed="pixel 0 maps to +1.0 (and every pixel below 128 to a positive value)",
                  expected="pixel 0 -> -1.0", cause="images - 128 is computed in uint8, which wraps around modulo 256 "
-                 "(0 - 128 = 128) before anything turns it into a float: convert first", where="images.float() - 128")
+                 "(0 - 128 = 128) before anything turns it into a float", where="center: the subtraction and its dtype")
         assert_close("center(images)", got, want, atol=1e-6, rtol=1e-6, where="center",
                      cause="the operations are not (pixel - 128) / 128 in float32: check the parentheses (/ binds "
                      "tighter than -)")
