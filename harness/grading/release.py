@@ -150,11 +150,10 @@ def run(args: argparse.Namespace) -> int:
         assignments = discover_assignments()
         lines = released_lines(assignments, course_file(args.course), datetime.now(UTC), args.practice)
         files = write_student_tree(args.student, solution_lines=lines)
-        opened = sorted({task[:2] for task in lines})
+        opened = f"lessons {', '.join(sorted({task[:2] for task in lines}))}" if lines else "no lesson"
         print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
               "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, and "
-              f"the level-3 hints (solution lines) of {'lessons ' + ', '.join(opened) if opened else 'no lesson'} (the course file's "
-              "solution_hints, or --practice)")
+              f"the level-3 hints (solution lines) of {opened} (the course file's solution_hints, or --practice)")
         return 0
     assignments = [check_assignment(a) for a in args.assignments] or discover_assignments()
     if args.check:
