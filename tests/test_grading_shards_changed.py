@@ -10,6 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.grading.batch import Limits
 from harness.grading.jobs import GradeResult
@@ -17,6 +19,7 @@ from harness.grading.merge import collect_shards
 from harness.grading.shards import RESULTS, grade_shard, read_manifest
 from harness.grading.submissions import collect, notebook_sha256
 
+pytestmark = pytest.mark.slow  # grading workers run (no kernel starts)
 ASSIGNMENT = "00_welcome"
 SECRET = bytes(range(32))
 LIMITS = Limits(cell_timeout=60, submission_seconds=300, memory_mb=3072, max_output_bytes=100_000)
