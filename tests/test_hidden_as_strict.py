@@ -20,6 +20,23 @@ from tests.test_requirements import lesson_tests
 
 LESSONS = [assignment for assignment in discover_assignments() if not assignment.startswith("11")]
 
+# Gaps this test found in lessons whose checks this change did not own (issue 43, item 5), each with what the
+# hidden check does instead: strict xfails, so that fixing one makes its entry fail here until it is removed.
+KNOWN_GAPS = {
+    "06-grad-norm:generator-consumed:peeks at next(iter(parameters)) for the ": "the hidden check passes it",
+    "06-clip-step:missing-zero-grad:forgets zero_grad: gradients accumulate ": "hidden: [wrong-direction]",
+    "06-clip-step:value-not-norm:uses clip_grad_value_ where clipping by ": "hidden: [clipped-below-threshold]",
+    "10-held-out:validated-on-test:validates on test_set to 'see the real s": "hidden: [below-threshold]",
+    "15-masked-loss:wrong-value:averages each sequence, then the sequenc": "hidden: [not-finite], an empty sequence",
+    "15-attention:padding-not-masked:masked_fill(..., 0): blocked keys keep w": "hidden: [wrong-value]",
+    "16-predict:wrong-batches:range(0, len(inputs) - batch_size, batch": "hidden: [raised], torch.cat of nothing",
+    "16-top-k:train-mode:forgets model.eval()": "hidden: [raised], BatchNorm on a batch of one in training mode",
+}
+
+
+def test_every_known_gap_is_a_mistake():
+    assert set(KNOWN_GAPS) <= {str(mistake) for mistake in _mistakes()}
+
 
 def _mistakes() -> list[Mistake]:
     return [mistake for assignment in LESSONS for mistake in getattr(lesson_tests(assignment), "MISTAKES", [])]
@@ -28,7 +45,9 @@ def _mistakes() -> list[Mistake]:
 @pytest.mark.parametrize(
     "mistake",
     [pytest.param(mistake, id=str(mistake),
-                  marks=[pytest.mark.xdist_group("lesson10")] if mistake.task.startswith("10-") else [])
+                  marks=([pytest.mark.xdist_group("lesson10")] if mistake.task.startswith("10-") else [])
+                  + ([pytest.mark.xfail(reason=KNOWN_GAPS[str(mistake)], strict=True)] if str(mistake) in KNOWN_GAPS
+                     else []))
      for mistake in _mistakes()])
 def test_the_hidden_check_fails_each_visible_mistake_with_its_code(mistake):
     objects = mistake.objects() if callable(mistake.objects) else mistake.objects

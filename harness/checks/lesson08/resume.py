@@ -291,22 +291,29 @@ def _save_that_crashes(save_checkpoint: Callable[..., Any], run: _Run, path: Pat
     return {"file": _read_back(path), **helper, "writes": writes}
 
 
+def _rebuilt_or_fail(functions: tuple[Callable[..., Any], Callable[..., Any]]) -> str:
+    """The source that re-creates save_checkpoint and load_checkpoint in a fresh process; `cannot-rebuild` when
+    they use a global that cannot be re-created from source."""
+    try:
+        return _rebuild_source([functions[1], functions[0]])
+    except RuntimeError as error:
+        fail(
+            "cannot-rebuild",
+            observed=str(error),
+            expected="functions defined with def in the notebook, using modules, other notebook functions and "
+            "constants",
+            cause="the check re-creates your functions in a fresh Python process from their source",
+            where="load_checkpoint and the helpers it calls",
+        )
+
+
 def _run_child(
     functions: tuple[Callable[..., Any], Callable[..., Any]], directory: Path, checkpoint: Path, out: Path,
     setting: _ResumeSetting,
 ) -> subprocess.CompletedProcess:
     """Run `_resume_in_child` in a fresh Python process, with the student's functions rebuilt from source."""
     save_checkpoint, load_checkpoint = functions
-    try:
-        source = _rebuild_source([load_checkpoint, save_checkpoint])
-    except RuntimeError as error:
-        fail(
-            "cannot-rebuild",
-            observed=str(error),
-            expected="functions defined with def in the notebook, using modules and other notebook functions",
-            cause="the check re-creates your functions in a fresh Python process from their source",
-            where="load_checkpoint and the helpers it calls",
-        )
+    source = _rebuilt_or_fail(functions)
     script = (
         # annotations stay strings: a type named in a signature need not be importable in the child
         "from __future__ import annotations\nimport torch\ntorch.set_num_threads(1)\n"
@@ -339,6 +346,7 @@ def _resume(
         if done.returncode != 0:
             error = (done.stderr.strip().splitlines()[-1:] or ["(no message)"])[0][:300]
     else:
+        _rebuilt_or_fail(functions)  # resumed here, but held to what a fresh process (the visible case) needs
         try:
             _resume_in_child(functions[1], str(checkpoint), str(out), setting.seed, setting.data_seed, setting.epochs)
         except Exception as raised:  # noqa: BLE001 -- the student's load crashed: the judge reports it
@@ -401,8 +409,8 @@ def _resume(
             "of this lesson writes a file atomically?"),
         "cannot-rebuild": Requirement(
             "save_checkpoint and load_checkpoint are plain def functions, using modules and other such functions",
-            hint="The check re-creates your functions in a fresh process: do they use a global value that is "
-            "not a module, a function or a plain constant?"),
+            hint="The check re-creates your functions in a fresh process from their source: do they use a global "
+            "built at run time (a model, a tensor, a lambda, an instance), which has no source to re-run?"),
     },
 )
 def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[..., Any], *, case: Case) -> dict:
