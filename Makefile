@@ -85,6 +85,7 @@ bench: $(STAMP)
 	PYTHONPATH=build/bench-site $(PY) benchmarks/engine_overhead.py
 	$(PY) benchmarks/dataloader_settings.py
 	$(PY) benchmarks/grading_throughput.py
+	$(PY) benchmarks/grading_overhead.py
 	$(PY) benchmarks/drill_check_overhead.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/lesson_times.py
 

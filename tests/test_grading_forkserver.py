@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import psutil
 
 from harness.grading.batch import fork_server, grade_jobs
@@ -114,3 +117,13 @@ def test_a_server_that_cannot_start_is_said_and_the_batch_uses_fresh_processes(t
     with fork_server(tmp_path / "no-such-folder") as server:
         assert server is None
     assert "the grading fork server could not start" in capsys.readouterr().out
+
+
+def test_the_overhead_benchmarks_dry_run_grades_blank_notebooks_both_ways_into_its_csv(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "grading_overhead.py"
+    run = subprocess.run([sys.executable, str(script), "--dry", "--submissions", "1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    table = pd.read_csv(tmp_path / "grading_overhead.csv")
+    assert list(table["mode"]) == ["fresh process", "fork server"]
+    assert set(table["statuses"]) == {"not attempted"} and (table["kernel_seconds"] == 0).all()
