@@ -64,3 +64,38 @@ def test_the_solution_command_shows_the_why(kind, monkeypatch, tmp_path, capsys)
 def test_a_solution_without_a_why_is_refused():
     with pytest.raises(ValueError, match="needs a why"):
         add_answers(Answers(drill_id="no-such-drill", solution="x = 1\n", wrong_answers=()))
+
+
+# The six mistakes a held-out round of wrong answers got a generic or wrong cause for: each planted wrong answer
+# (by its code) and what its message must name, the thing the judge observed
+SPECIFIC = (
+    ("modules-layer-norm-from-scratch", "leading-dims", "over x's first len(normalized_shape) dimensions"),
+    ("modules-layer-norm-from-scratch", "all-dims", "over every dimension of x"),
+    ("ddp-gather-full-params", "unfilled-buffer", "returned its own shard in place, but rank"),
+    ("export-fold-batchnorm", "bias-not-scaled", "the folded bias is b - running_mean + beta"),
+    ("export-fold-batchnorm", "eps-outside-sqrt", "divides by sqrt(running_var) + eps"),
+    ("loop-adamw-from-scratch", "decay-after-update", "with the decay applied after the Adam step"),
+    ("sequences-causal-padding-mask", "diagonal-masked", "mask[b, 0, i, i] is False"),
+)
+
+
+@pytest.fixture(scope="module")
+def one_runner():
+    """Each answer still runs in its own forked child; one runner takes them in turn (as in test_drills_bank)."""
+    from harness.drills.pool import set_uses
+
+    set_uses(10_000)
+
+
+@pytest.mark.usefixtures("one_runner")
+@pytest.mark.parametrize(("drill_id", "code", "named"), SPECIFIC, ids=[f"{d}-{c}" for d, c, _ in SPECIFIC])
+def test_a_specific_mistake_gets_its_own_cause(drill_id, code, named):
+    from harness.contract.case import Case
+    from harness.drills.checker import check_source
+    from harness.drills.core import get_drill
+
+    drill = get_drill(drill_id)
+    source = next(source for source, wanted in drill.wrong_answers if wanted == code)
+    result = check_source(drill, source, case=Case(seed=424_242))
+    assert (result.passed, result.code) == (False, code), result.message
+    assert named in " ".join(result.message.split()), result.message
