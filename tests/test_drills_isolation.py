@@ -177,3 +177,38 @@ def test_another_user_cannot_squat_the_checker_directory():
         assert not (home / "drills" / "progress.json").exists()  # no checker ran, nothing recorded
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+LEAVER = '''import os
+here = os.getcwd()
+print("left:", sorted(p for p in {paths!r} if os.path.exists(p)))
+os.makedirs(os.path.join(here, "nested", "deeper"), exist_ok=True)
+for path in {paths!r}:
+    open(path, "w").write("an earlier answer was here")
+def logsumexp(x, dim):
+    return x.exp().sum(dim).log()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sandbox", "fallback"])
+def test_answers_forked_from_one_warm_runner_find_nothing_an_earlier_one_left(mode, request):
+    if mode == "fallback":
+        request.getfixturevalue("no_sandbox")
+        paths = ["left-behind", "nested/deeper/file"]
+    elif pool.sandbox_reason() is not None:
+        pytest.skip(f"no sandbox here: {pool.sandbox_reason()}")
+    else:
+        paths = ["left-behind", "/tmp/left-behind", "/tmp/home/left-behind", "/dev/shm/left-behind",
+                 "nested/deeper/file"]
+    pool.set_uses(pool.DEFAULT_USES)
+    try:
+        answer = LEAVER.format(paths=paths)
+        first = check_source(get_drill("tensors-logsumexp"), answer, case=Case(seed=6))
+        runner = pool._POOL.active
+        second = check_source(get_drill("tensors-logsumexp"), answer, case=Case(seed=7))
+        assert runner is not None and pool._POOL.active is runner and runner.alive  # one warm runner, two answers
+    finally:
+        pool.set_uses(1)
+    assert "left: []" in first.output, first.output
+    assert "left: []" in second.output, f"the second answer found what the first left: {second.output}"

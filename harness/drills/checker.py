@@ -1,9 +1,10 @@
 """Check one answer: a verdict the answer cannot forge.
 
-For a "write" or "bughunt" drill the answer runs in a fresh process of its own (`harness.drills.pool`, which
-starts `harness.drills.runner`): not a fork of the checker, with no descriptor of the checker's, in a new
-session, in the grading sandbox where bubblewrap works; everything it starts ends with it. It executes the
-answer's source and the drill's probe, and sends the probe's observation (data only, `harness.contract.wire`)
+For a "write" or "bughunt" drill the answer runs in a process of its own (`harness.drills.pool`: a child forked
+from a warm `harness.drills.runner` that never ran answer code): not a fork of the checker, with no descriptor of
+the checker's, in a new session, in the bubblewrap sandbox where it works; everything it starts ends with it. It
+executes the answer's source and the drill's probe, and sends the probe's observation (data only,
+`harness.contract.wire`)
 back on a pipe behind a nonce. A forked child of the checker, which never ran any of the answer's code,
 decodes that data and runs the drill's judge, which rebuilds the inputs from the case and recomputes every
 expected value with torch functions the answer never had a chance to patch. Whatever the answer prints,
@@ -34,7 +35,7 @@ from harness.contract.failure import CheckFailed
 from harness.contract.protocol import refuse_nonfinite
 from harness.drills.choices import Choices, bank_order, debrief, judge_choice
 from harness.drills.core import Drill
-from harness.drills.pool import Job, read_all, run_answer
+from harness.drills.pool import Job, read_all, run_answer, unsandboxed_label
 
 CHECK_TIMEOUT_S = 120.0
 JUDGE_TIMEOUT_S = 60.0
@@ -49,6 +50,7 @@ class Result:
     message: str
     output: str = ""  # what the answer printed (never part of the verdict)
     debrief: str = ""  # explain drills: why each option is right or wrong
+    unsandboxed: str = ""  # why the answer ran without the bubblewrap sandbox ("" when it ran in it, or never ran)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,9 +79,14 @@ def check_source(drill: Drill, source: str, *, filename: str = "<answer>", order
     case = case or draw_case()
     report = run_answer(Job(drill.id, source, filename, case), timeout_s)
     if report.frame is None:
-        return Result(False, report.how, how_message(report.how, drill, timeout_s), report.output)
-    verdict = _run_judge(drill, report.frame, case)
-    return Result(verdict["passed"], verdict["code"], verdict["message"], report.output)
+        passed, code, message = False, report.how, how_message(report.how, drill, timeout_s)
+    else:
+        verdict = _run_judge(drill, report.frame, case)
+        passed, code, message = verdict["passed"], verdict["code"], verdict["message"]
+    unsandboxed = unsandboxed_label()
+    if unsandboxed:  # the candidate reads it with the verdict, and the progress record keeps it
+        message = f"{message}\n[unsandboxed] {unsandboxed}"
+    return Result(passed, code, message, report.output, unsandboxed=unsandboxed)
 
 
 def how_message(code: str, drill: Drill, timeout_s: float) -> str:

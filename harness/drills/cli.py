@@ -1,8 +1,8 @@
 """`harness drill`: list, start, check, hint, reveal, daily sets, timed mock interviews, stats.
 
-Only `experiment` (and `check` with HARNESS_DRILL_CHECKER=inline) imports torch and the bank: `check` asks the
-warm checker (`harness.drills.server`), which also records the verdict; `list`, `daily`, `stats`, `start`,
-`hint` and `solution` read the bank's metadata index (`harness.drills.index`), so they answer at once.
+Only `experiment` imports torch and the bank: `check` asks the warm checker (`harness.drills.server`), which
+also records the verdict; `list`, `daily`, `stats`, `start`, `hint` and `solution` read the bank's metadata
+index (`harness.drills.index`), so they answer at once.
 Everything fits the terminal's width (80 columns at least, `harness.drills.layout`): `list` shows one line per
 drill, grouped by topic; prose wraps at words with a hanging indent, code breaks where Python allows. Output
 piped into a command that stops reading (`| head`) ends quietly.
@@ -211,26 +211,13 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
 
 def run_check(drill_id: str, path: Path, mock: int | None = None) -> dict[str, Any]:
     """The verdict on the answer file `path` to `drill_id`, recorded by the checker that decided it: the warm
-    checker, or this process when HARNESS_DRILL_CHECKER=inline."""
+    checker, or one started for this check alone when HARNESS_DRILL_CHECKER=inline."""
     order = _shown_order(drill_id)
     path = Path(path).resolve()  # the checker runs elsewhere: it gets an absolute path
-    if os.environ.get("HARNESS_DRILL_CHECKER") == "inline":
-        from harness.drills.checker import check_file
-        from harness.drills.core import get_drill
-        from harness.drills.pool import enable_subreaper
-        from harness.drills.progress import record_verdict
+    from harness.drills.server import check_once, request_check
 
-        enable_subreaper()
-        try:
-            drill = get_drill(drill_id)
-        except KeyError as error:
-            return {"error": str(error.args[0])}
-        result = check_file(drill, path, order=tuple(order) if order else None).as_dict()
-        recorded = record_verdict(drill_id, result, mock=mock)
-        return {**result, "note": recorded.note, "problem": recorded.problem}
-    from harness.drills.server import request_check
-
-    return request_check(drill_id, path, order, mock)
+    ask = check_once if os.environ.get("HARNESS_DRILL_CHECKER") == "inline" else request_check
+    return ask(drill_id, path, order, mock)
 
 
 def _report(drill_id: str, result: dict[str, Any]) -> None:

@@ -17,9 +17,14 @@ inline CLI) kills every orphan that was reparented to it. What the fallback cann
 uses the user's own rights against the user's files (rewriting the harness, reading the progress key):
 install bubblewrap for that.
 
-Starting a runner costs a torch import (seconds); the pool keeps one started ahead, so the next check finds
-it ready. A runner takes `uses` answers (1 for the CLI: each runner sees one answer; the test suite raises it
-to check the bank fast), each in its own forked child.
+Starting a runner costs a torch import (seconds, half a minute on a loaded 2-core machine); forking one costs
+milliseconds. So a runner is a warm template: it imports torch and the bank once, then takes up to `uses`
+answers, each in a child forked from it that gets the isolation a fresh runner had (the sandbox the runner
+sits in, no descriptor but its two pipes, its own session, everything it started killed after it, its
+output capped by the checker), and between answers the runner empties the scratch folders the answer could
+write (`harness.drills.runner.scrub`), so no answer sees what an earlier one left. A runner that timed out,
+did not report as it should or used up its answers is killed; the warm checker keeps a spare started ahead
+(`warm`), so the next answer never waits for an import.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -43,8 +49,11 @@ from harness.contract.case import Case
 from harness.drills.fresh import python_command
 from harness.drills.printed import collect, shown
 from harness.drills.runner import LENGTH, MAX_JOB_BYTES, PR_SET_CHILD_SUBREAPER, end_descendants, prctl
+from harness.drills.server import runtime_dir
+from harness.drills.store import home
 
 START_TIMEOUT_S = 180.0
+DEFAULT_USES = 200  # answers per runner before a new one takes over
 _SUBREAPER = False
 
 
@@ -89,12 +98,39 @@ def sandbox_reason() -> str | None:
     return unavailable_reason()
 
 
+@functools.cache
+def namespaces() -> tuple[str, ...]:
+    """Without the sandbox: the `unshare` command line that gives the runner its own PID, network, IPC, UTS and
+    mount namespaces, where this platform allows it (util-linux's `unshare`, root or user namespaces); () where
+    it does not (macOS, or no namespaces)."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return ()
+    flags = ("--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts", "--mount", "--mount-proc")
+    if os.geteuid() != 0:
+        flags = ("--user", "--map-root-user", *flags)
+    try:
+        trial = subprocess.run(["unshare", *flags, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return ("unshare", *flags) if trial.returncode == 0 else ()
+
+
 def isolation() -> str:
     """How answers are isolated here, in one line."""
+    if sandbox_reason() is None:
+        return "answers run in a bubblewrap sandbox (own PID and network namespaces, read-only harness)"
+    return f"answers run without the sandbox: {unsandboxed_label()}"
+
+
+def unsandboxed_label() -> str:
+    """Why and how answers run without the bubblewrap sandbox, for the candidate ("" when they run in it)."""
     reason = sandbox_reason()
     if reason is None:
-        return "answers run in a bubblewrap sandbox (own PID and network namespaces, read-only harness)"
-    return f"answers run without the sandbox ({reason.split(':')[0]}): a fresh process in its own session only"
+        return ""
+    where = ("in its own PID, network and mount namespaces (unshare), your drills folder hidden from it"
+             if namespaces() else "in a process and session of its own only")
+    return (f"checked without the bubblewrap sandbox ({reason.split(':')[0]}): your answer ran as you, {where}, "
+            "and could read or change your files")
 
 
 def _threads() -> int:
@@ -112,8 +148,12 @@ class Runner:
         self.folder = tempfile.mkdtemp(prefix="harness-drill-runner-")
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
-        command = python_command("harness.drills.runner", str(theirs.fileno()), str(uses))
-        if sandbox_reason() is None:
+        scratch = "sandbox" if sandbox_reason() is None else "folder"  # what the runner empties between answers
+        hidden = (str(home()), str(runtime_dir())) if sandbox_reason() is not None and namespaces() else ()
+        command = python_command("harness.drills.runner", str(theirs.fileno()), str(uses), scratch, *hidden)
+        if sandbox_reason() is not None:
+            command = [*namespaces(), *command]
+        else:
             from harness.sandbox import Spec, bwrap_command
 
             spec = Spec(memory_mb=0, threads=_threads(), sandboxed=True, runtime_dir=self.folder,
@@ -223,37 +263,46 @@ def read_all(fd: int, timeout_s: float) -> tuple[bytes, bool]:
 
 
 class Pool:
-    """Runners started ahead of need: `run` uses the one waiting and starts the next."""
+    """The runner that takes the next answer, and (once `warm` was called) a spare started ahead of need."""
 
     def __init__(self) -> None:
-        self.uses = int(os.environ.get("HARNESS_DRILL_RUNNER_USES", "1"))
+        self.uses = int(os.environ.get("HARNESS_DRILL_RUNNER_USES", str(DEFAULT_USES)))
+        self.active: Runner | None = None
         self.spare: Runner | None = None
+        self.keep_spare = False
 
     def pids(self) -> list[int]:
-        return [self.spare.process.pid] if self.spare is not None else []
+        return [runner.process.pid for runner in (self.active, self.spare) if runner is not None]
 
     def warm(self) -> None:
-        """Start a runner now, if none is waiting."""
-        if self.spare is None or not self.spare.alive:
+        """Start the runners now: the one for the next answer and, from now on, a spare."""
+        self.keep_spare = True
+        self._fill()
+
+    def _fill(self) -> None:
+        if self.active is None or not self.active.alive:
+            self.active, self.spare = (self.spare, None) if self.spare is not None and self.spare.alive else (
+                Runner(self.uses), self.spare)
+        if self.keep_spare and (self.spare is None or not self.spare.alive):
             self.spare = Runner(self.uses)
 
     def run(self, job: Job, timeout_s: float) -> Report:
-        """Check one answer on a waiting runner; another is started to wait for the next."""
-        self.warm()
-        runner = self.spare
+        """Check one answer on the active runner (a fork of it); a runner that retires is replaced by the spare."""
+        self._fill()
+        runner = self.active
         assert runner is not None
-        if runner.uses <= 1:
-            self.spare = None
         report = runner.run(job, timeout_s)
         if not runner.alive:
-            self.spare = None if self.spare is runner else self.spare
-        self.warm()
+            self.active = None
+            if self.keep_spare:
+                self._fill()
         return report
 
     def close(self) -> None:
-        if self.spare is not None:
-            spare, self.spare = self.spare, None
-            spare.close()
+        for runner in (self.active, self.spare):
+            if runner is not None:
+                runner.close()
+        self.active = self.spare = None
 
 
 _POOL = Pool()
@@ -261,16 +310,17 @@ atexit.register(_POOL.close)
 
 
 def warm() -> None:
-    """Start the module pool's first runner now (the warm checker does, so the first check finds it ready)."""
+    """Start the module pool's runner and its spare now (the warm checker does, so no check waits for an
+    import)."""
     _POOL.warm()
 
 
 def run_answer(job: Job, timeout_s: float) -> Report:
-    """Run `job` in a fresh runner (the module's pool)."""
+    """Run `job` in a child of the module pool's runner."""
     return _POOL.run(job, timeout_s)
 
 
 def set_uses(uses: int) -> None:
-    """How many answers each new runner takes (the test suite raises it; the CLI keeps 1)."""
+    """How many answers each new runner takes (`DEFAULT_USES` unless told; 1 gives every answer a new runner)."""
     _POOL.close()
     _POOL.uses = uses

@@ -289,6 +289,8 @@ def _apply_verdict(progress: Progress, drill_id: str, result: dict[str, Any], mo
         e["event"] == "check" and e["drill"] == drill_id and e["mock"] == mock and e.get("debriefed")
         for e in progress.history)
     record = progress.record(drill_id, result["passed"], today, code=result["code"], mock=mock)
+    if result.get("unsandboxed"):  # checked without the bubblewrap sandbox: the record says so
+        progress.history[-1]["unsandboxed"] = result["unsandboxed"]
     if result.get("debrief") and not result["passed"]:
         record.revealed = True  # the debrief showed the right option: the next pass is graded as a revealed one
         progress.history[-1]["debriefed"] = True

@@ -12,15 +12,20 @@ job it forks a child, and the child
   for it and then kills every process left below it: whatever the answer started, a daemon that left its
   process group and session included, is reparented to the runner and ends with it.
 
-The runner dies with the checker (PR_SET_PDEATHSIG). Jobs arrive as one message each on a SOCK_SEQPACKET
-socket, with the write ends of the report pipe and the output pipe passed as descriptors (SCM_RIGHTS).
+Between answers the runner also empties the folders an answer could write (`scrub`: the sandbox's /tmp and
+/dev/shm, or the private working folder without the sandbox), back to what they held when the runner became
+ready, so no answer finds what an earlier one left. The runner dies with the checker (PR_SET_PDEATHSIG). Jobs
+arrive as one message each on a SOCK_SEQPACKET socket, with the write ends of the report pipe and the output
+pipe passed as descriptors (SCM_RIGHTS).
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -32,6 +37,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 LENGTH = struct.Struct("<Q")
 MAX_JOB_BYTES = 1 << 20
+SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
 
 
 def prctl(option: int, value: int) -> bool:
@@ -44,9 +50,9 @@ def prctl(option: int, value: int) -> bool:
 
 
 def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (from /proc)."""
+    """The processes whose parent is `pid` (from /proc; none found where there is no /proc, as on macOS)."""
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat", "rb") as stat:
@@ -75,6 +81,48 @@ def end_descendants(keep: frozenset[int] = frozenset()) -> None:
                 pass
         if not left:
             return
+
+
+SCRATCH = {"sandbox": ("/tmp", "/dev/shm"), "folder": (".",)}  # what an answer can write, by where it runs
+
+
+def _mount_points() -> frozenset[str]:
+    try:
+        with open("/proc/self/mountinfo") as info:
+            return frozenset(line.split()[4] for line in info)
+    except OSError:
+        return frozenset()
+
+
+def snapshot(roots: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Every path under `roots` (mounts not entered) with its size and modification time."""
+    mounts = _mount_points()
+    found = {}
+    for root in roots:
+        for folder, dirs, files in os.walk(os.path.abspath(root)):
+            dirs[:] = [d for d in dirs if os.path.join(folder, d) not in mounts]
+            for name in dirs + files:
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                found[path] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def scrub(roots: tuple[str, ...], before: dict[str, tuple[int, int]]) -> None:
+    """Remove what appeared under `roots` since `before` was taken, and files changed since (mounts left alone)."""
+    for path, stamp in sorted(snapshot(roots).items(), key=lambda item: -item[0].count("/")):
+        if path in before and (before[path] == stamp or os.path.isdir(path)):
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _answer_child(job: dict[str, Any], report_fd: int, output_fd: int) -> None:
@@ -129,8 +177,9 @@ def _run_job(job: dict[str, Any], report: int) -> None:
         view = view[os.write(report, view):]
 
 
-def serve(control: socket.socket, uses: int) -> None:
-    """Run up to `uses` jobs, one forked child each, then leave."""
+def serve(control: socket.socket, uses: int, scratch: tuple[str, ...] = ()) -> None:
+    """Run up to `uses` jobs, one forked child each, emptying `scratch` after each; then leave."""
+    clean = snapshot(scratch)
     for _ in range(uses):
         try:
             message, fds, _, _ = socket.recv_fds(control, MAX_JOB_BYTES, 2)
@@ -150,18 +199,40 @@ def serve(control: socket.socket, uses: int) -> None:
         except ChildProcessError:
             pass
         end_descendants()
+        scrub(scratch, clean)
         try:
             control.sendall(b"done")
         except OSError:
             return
 
 
+def hide(paths: list[str]) -> None:
+    """Mount an empty tmpfs over each of `paths` that exists (in the runner's own mount namespace: without the
+    sandbox, `unshare` made one), so no answer sees what they hold."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path in paths:
+        if os.path.isdir(path) and libc.mount(b"none", path.encode(), b"tmpfs", 0, b"mode=0700") != 0:
+            raise OSError(ctypes.get_errno(), f"cannot hide {path} from the answers")
+
+
+def loopback_up() -> None:
+    """Bring `lo` up (a new network namespace starts with it down; DDP drills' ranks talk over it)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
+    except OSError:  # already up (the sandbox's), or not ours to change
+        pass
+
+
 def main(argv: list[str]) -> None:
-    """`runner CONTROL_FD USES`: import, say ready, serve."""
+    """`runner CONTROL_FD USES SCRATCH [HIDDEN...]` (SCRATCH: a key of `SCRATCH`; HIDDEN: folders to hide, in a
+    mount namespace of its own): import, say ready, serve."""
     parent = os.getppid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the checker died before the line above
         os._exit(1)
+    hide(argv[3:])
+    loopback_up()
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # DDP drills' ranks talk over loopback (no network here)
@@ -172,7 +243,7 @@ def main(argv: list[str]) -> None:
 
     all_drills()
     control.sendall(b"ready")
-    serve(control, int(argv[1]))
+    serve(control, int(argv[1]), SCRATCH[argv[2]])
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ refused with a message. Both ends check the other's credentials (SO_PEERCRED): t
 process of its own user, the checker answers only its own user, and `stop-checker` ends the process it
 verified. The client resolves the answer's path itself and sends it absolute.
 
-Each answer runs in a fresh runner process (`harness.drills.pool`); the judge is forked from the checker
+Each answer runs in a child forked from a warm runner process that imported torch and the bank ahead
+(`harness.drills.pool`; a spare runner waits to take over); the judge is forked from the checker
 (`harness.drills.checker`). The checker records the verdict in the progress file itself, signed
 (`harness.drills.progress`): the CLI only prints it. It serves one request at a time, leaves after `IDLE_S`
 seconds without one, and leaves at once when the harness's code changed since it started (the client sends
 a fingerprint of it, `__pycache__` included; the checker compiles the harness from source anyway:
-`harness.drills.fresh`). `HARNESS_DRILL_CHECKER=inline` checks in the calling process instead.
+`harness.drills.fresh`). `HARNESS_DRILL_CHECKER=inline` (`check_once`) starts the same checker, compiled from
+source the same way, for one check and no longer: one path, whichever way the command is asked.
 
 This module's client half imports neither torch nor the bank: it is what keeps a check fast.
 """
@@ -175,6 +177,32 @@ def request_check(drill_id: str, path: Path, order: list[int] | None, mock: int 
     raise RuntimeError("could not reach the drill checker; retry, or set HARNESS_DRILL_CHECKER=inline")
 
 
+def check_once(drill_id: str, path: Path, order: list[int] | None, mock: int | None = None) -> dict[str, Any]:
+    """`request_check`'s reply from a checker started for this one check (HARNESS_DRILL_CHECKER=inline): it pays
+    the imports every time, and leaves no process behind."""
+    request = {"drill": drill_id, "path": str(Path(path).resolve()), "order": order, "mock": mock,
+               "fingerprint": fingerprint()}
+    done = subprocess.run(python_command("harness.drills.server", "once"), input=json.dumps(request),
+                          capture_output=True, text=True, timeout=START_TIMEOUT_S + REPLY_TIMEOUT_S)
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"the one-check drill checker stopped without a verdict (exit {done.returncode}): "
+                           f"{done.stderr[-1500:]}") from None
+
+
+def _serve_once() -> None:
+    """`server once`: answer the one request on stdin, write the reply on stdout (nothing else goes there)."""
+    from harness.drills.pool import enable_subreaper
+
+    enable_subreaper()
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)  # whatever the checker's libraries print goes to stderr, never into the reply
+    reply, _ = _answer(json.loads(sys.stdin.read()), fingerprint())
+    with os.fdopen(reply_fd, "w") as out:
+        out.write(json.dumps(reply))
+
+
 def stop() -> int | None:
     """Ask this home's checker to leave; the pid of the (verified) process that left, None when none ran."""
     try:
@@ -267,4 +295,4 @@ def _remove_own_socket(inode: int) -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    _serve_once() if sys.argv[1:] == ["once"] else serve()
