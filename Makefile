@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: course test chromium bubblewrap lab lab-instructor release new-exercise student-tree grade bench bench-gpu gpu-carry clean
+.PHONY: course test chromium bubblewrap hub lab lab-instructor release new-exercise student-tree grade bench bench-gpu gpu-carry clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ course: $(STAMP) bubblewrap
 ## test: the linter (ruff, rules in pyproject.toml), then the full test suite (what CI runs). One intra-op thread
 ## per process: xdist workers and notebook kernels share the cores, and more threads than cores spin-wait. The 30
 ## slowest tests are listed at the end (where the 30-minute budget goes).
-test: $(STAMP) chromium bubblewrap
+test: $(STAMP) chromium bubblewrap hub
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadgroup --durations=30
 
@@ -43,6 +43,19 @@ bubblewrap:
 	    $$SUDO apt-get update -qq && \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap > /dev/null; } || \
 	  echo "bubblewrap is not installed and could not be: install it (apt-get install bubblewrap) to grade"
+
+## hub: configurable-http-proxy for the JupyterHub classroom (hub/jupyterhub_config.py), pinned in hub/package-lock.json:
+## `npm ci` when missing or the lock changed. Installs Debian's nodejs and npm with apt-get when npm is missing, as root
+## or with password-less sudo on Debian/Ubuntu; elsewhere the hub test is skipped (CI fails it).
+hub: hub/node_modules/.package-lock.json
+
+hub/node_modules/.package-lock.json: hub/package.json hub/package-lock.json
+	@command -v npm > /dev/null || \
+	  { command -v apt-get > /dev/null && SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo -n) && \
+	    $$SUDO apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm > /dev/null; } || \
+	  echo "npm is not installed and could not be: the hub test will be skipped (install Debian's nodejs and npm)"
+	@! command -v npm > /dev/null || (cd hub && npm ci --no-audit --no-fund --loglevel=error)
 
 ## lab: JupyterLab on the student notebooks
 lab: $(STAMP)
