@@ -212,14 +212,25 @@ def ended(returncode: int) -> str:
 
 
 def _warm() -> None:
-    """Import everything a worker uses, once: the grader, nbgrader's apps, the feedback's HTML exporter."""
+    """Import everything a worker uses, once (the grader, nbgrader's apps and gradebook, the HTML exporter), and
+    do once what every worker's first feedback page and gradebook write would: one HTML export of a small notebook
+    (the Markdown, highlighting and sanitising regexes and lexers it compiles stay in every fork) and SQLAlchemy's
+    mapper configuration. Neither starts a thread (`serve` checks)."""
     import jupyter_client.manager  # noqa: F401
-    import nbconvert.exporters.html  # noqa: F401
+    import nbformat
+    import nbgrader.api  # noqa: F401
     import nbgrader.apps  # noqa: F401
+    from nbconvert.exporters import HTMLExporter
+    from sqlalchemy.orm import configure_mappers
 
     import harness.grading.autograde  # noqa: F401
     import harness.grading.execute  # noqa: F401
     import harness.launch  # noqa: F401
+
+    configure_mappers()
+    HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# A title\n*Some* `code`, a [link](https://example.org)"),
+        nbformat.v4.new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])]))
 
 
 def _threads() -> int:
