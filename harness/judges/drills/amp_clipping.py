@@ -439,11 +439,11 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
     if not isinstance(losses, torch.Tensor) or losses.shape != (total,):
         fail("wrong-losses", observed=f"train returned {type(losses).__name__} "
              f"{tuple(losses.shape) if isinstance(losses, torch.Tensor) else ''}", expected=f"a tensor of {total} "
-             "losses", cause="the losses are not collected per step", where="losses.append(loss.detach())")
+             "losses", cause="the losses are not collected per step", where="what losses.append receives")
     for i, step in enumerate(steps):
         _, want_loss = _amp_reference(list(_two_params(step["params"])), batches[i % _LOOP_BATCHES], None)
         assert_close(f"the loss of step {i}", losses[i].detach().float(), want_loss, atol=1e-4, rtol=1e-3,
-                     where="losses.append(loss.detach())", cause="the recorded loss is not the step's batch loss")
+                     where="what losses.append receives", cause="the recorded loss is not the step's batch loss")
     return "backward outside autocast, unscale_ before clipping, OneCycleLR stepped per batch"
 
 

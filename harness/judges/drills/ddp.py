@@ -231,14 +231,14 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
         fail("ranks-diverge", observed="after training, rank 0 and rank 1 hold different weights",
              expected="identical weights on every rank", cause="the optimizer stepped on gradients that were never "
              "all-reduced: no_sync() was active on the micro-batch before the step (the condition is inverted)",
-             where="no_sync() on the micro-batches that do NOT step; a plain backward on the one that does")
+             where="which micro-batches run under no_sync()")
     steps = _ACCUM_EPOCHS * _MICRO_PER_EPOCH // _ACCUM_STEPS
     if ranks[0]["syncs"] != steps:
         fail("syncs-every-micro-step" if ranks[0]["syncs"] == _ACCUM_EPOCHS * _MICRO_PER_EPOCH else "wrong-sync-count",
              observed=f"{ranks[0]['syncs']} gradient all-reduces for {steps} optimizer steps",
              expected=f"{steps}: one per optimizer step", cause="every backward under DDP all-reduces the gradients; "
              "during accumulation that is wasted communication, since only the last micro-batch's sum is used",
-             where="with ddp_model.no_sync(): forward and backward on the micro-batches that do not step")
+             where="which micro-batches run under no_sync()")
     want = _accum_reference(case, want_epochs, 1 / _ACCUM_STEPS)
     if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, want, strict=True)):
         return "one all-reduce per optimizer step, averaged micro-batch losses, a new shard each epoch"
@@ -248,13 +248,13 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
              "all-reduce scales its result by a known factor, so each one shows in the weights)",
              expected=f"{steps}: one all-reduce per optimizer step", cause="every backward under DDP all-reduces the "
              "gradients; during accumulation that is wasted communication, since only the last micro-batch's sum "
-             "is used", where="with ddp_model.no_sync(): forward and backward on the micro-batches that do not step")
+             "is used", where="which micro-batches run under no_sync()")
     if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(case, want_epochs, 1.0),
                                                                         strict=True)):
         fail("loss-not-scaled", observed="the weights match steps on the SUM of the micro-batches' gradients",
              expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS})",
              cause="accumulating unscaled losses multiplies the effective learning rate by accum_steps",
-             where="loss = loss_fn(...) / accum_steps before backward")
+             where="the loss each micro-batch backpropagates")
     for scale, what in ((1 / (_ACCUM_STEPS * 2), "divided by accum_steps and by the world size"),
                         (1 / 2, "divided by the world size instead of accum_steps")):
         if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(
@@ -262,8 +262,8 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
             fail("loss-divided-by-world-size", observed=f"the weights match steps on micro-batch losses {what}",
                  expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS} only)",
                  cause="DDP already averages the gradients over the ranks in its all-reduce: dividing the loss by "
-                 "world_size as well scales every step by 1 / world_size", where="loss = loss_fn(...) / accum_steps; "
-                 "no division by the world size")
+                 "world_size as well scales every step by 1 / world_size", where="the loss each micro-batch "
+                 "backpropagates")
     fail("wrong-update", observed="the final weights differ from the reference run's",
          expected="SGD steps on gradients averaged over ranks and micro-batches",
          cause="steps at the wrong micro-batches, or gradients not zeroed after a step",

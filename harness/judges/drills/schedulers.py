@@ -126,7 +126,8 @@ def _judge_granularity(seen: dict, *, case: Case) -> str:
     want = [lr * 0.1 ** (epoch // 2) for epoch in range(_GRAN_EPOCHS) for _ in range(n_batches)]
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)} ({_GRAN_EPOCHS} epochs of "
-             f"{n_batches} batches)", cause="the batch loop was changed", where="one optimizer.step() per batch")
+             f"{n_batches} batches)", cause="the batch loop was changed",
+             where="the optimizer.step() calls in the batch loop")
     if not _same_lrs(got, want):
         first_epoch_decayed = any(v < lr * (1 - 1e-6) for v in got[:n_batches])
         fail("scheduler-per-batch" if first_epoch_decayed else "wrong-schedule",
@@ -166,7 +167,7 @@ def _judge_plateau(seen: dict, *, case: Case) -> str:
              "`patience` count batches", where="after the validation loop")
     if len(before_steps) != _PLATEAU_EPOCHS * n_train:
         fail("step-count", observed=f"{len(before_steps)} optimizer steps", expected=f"{_PLATEAU_EPOCHS * n_train}",
-             cause="the training loop was changed", where="one optimizer.step() per training batch")
+             cause="the training loop was changed", where="the optimizer.step() calls in the training loop")
     with torch.no_grad():
         for epoch, record in enumerate(records):
             if not isinstance(record, dict) or not isinstance(record.get("metric"), (int, float)):
@@ -208,7 +209,7 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
     got, want = [v[0] for v in _lrs(seen.get("lrs"))], _onecycle_reference(max_lr, epochs * n_batches)
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)}",
-             cause="the batch loop was changed", where="one optimizer.step() per batch")
+             cause="the batch loop was changed", where="the optimizer.step() calls in the batch loop")
     if not _same_lrs(got, want):
         per_epoch = [want[e] for e in range(epochs) for _ in range(n_batches)]
         if _same_lrs(got, per_epoch):

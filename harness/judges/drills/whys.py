@@ -45,7 +45,8 @@ def add_answers(*answers: core.Answers) -> None:
     joined = []
     for answer in answers:
         if answer.choices is not None:
-            solution = answer.solution + why_comment(answer.choices.options[answer.choices.key].why)
+            reason = answer.choices.options[answer.choices.key].why.removeprefix("right: ")
+            solution = answer.solution + why_comment(reason)
         elif answer.drill_id in WHYS:
             solution = why_comment(WHYS[answer.drill_id]) + answer.solution
         else:
