@@ -100,6 +100,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/grading_throughput.py
 	$(PY) benchmarks/grading_overhead.py
 	$(PY) benchmarks/drill_check_overhead.py
+	$(PY) benchmarks/drill_recheck.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/lesson_times.py
 
 ## bench-gpu: the GPU benchmarks, on a machine with a CUDA GPU. They run with that machine's own python3 and
