@@ -81,6 +81,9 @@ def _assemble_shard(folder: Path, index: int, submissions: list[Submission], who
         for tree in ("feedback", "autograded"):
             if (whole / tree / student).is_dir():
                 shutil.copytree(whole / tree / student, folder / tree / student)
+        if (whole / "answers" / f"{student}.json").is_file():  # the answer cells the merge's similarity reads
+            (folder / "answers").mkdir(exist_ok=True)
+            shutil.copy(whole / "answers" / f"{student}.json", folder / "answers")
 
 
 @pytest.fixture(scope="module")
