@@ -781,7 +781,7 @@ add_answers(
     choice_answers(
         "amp-bf16-master-weights",
         options=(
-            ("about 1.1, the same as in float32",
+            ("about 1.1: bf16 adds each 1e-3 just as float32 does",
              "that needs a spacing smaller than 1e-3 near 1.0; bf16's is 2^-7 = 0.0078"),
             ("infinite: bf16 overflows after repeated additions",
              "bf16 has fp32's exponent range (max ~3e38); 1.1 is nowhere near it"),

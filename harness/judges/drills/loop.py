@@ -620,7 +620,7 @@ add_answers(
              "set, which is what the widening gap shows"),
             ("train for more epochs: validation loss catches up with training loss later",
              "the gap has widened for 22 epochs: more epochs fit the training noise further"),
-            ("regularise (decay, dropout, augmentation); keep the best-val weights",
+            ("regularise (weight decay, dropout, augmentation); keep the best-val weights",
              "the model is overfitting: regularisation limits how well it can fit noise, and early stopping "
              "keeps the epoch-8 weights instead of the last ones"),
             ("make the network wider and deeper, so it has the capacity to fit the validation set too",

@@ -418,8 +418,8 @@ add_answers(
              "state is replayed for dropout): the gradients are exact"),
             ("parameter memory: the weights are copied per block", "checkpointing touches only activations; the "
              "weights, their gradients and the optimizer state are unchanged"),
-            ("nothing: activations move to CPU memory", "that is offloading, another technique; checkpointing drops "
-             "the activations and recomputes them"),
+            ("nothing: the activations are moved to CPU memory", "that is offloading, another technique; checkpointing "
+             "drops the activations and recomputes them"),
         ),
         key="a",
     )
