@@ -25,6 +25,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -89,7 +90,8 @@ SCRATCH = {"sandbox": ("/tmp", "/dev/shm"), "folder": (".",)}  # what an answer 
 def _mount_points() -> frozenset[str]:
     try:
         with open("/proc/self/mountinfo") as info:
-            return frozenset(line.split()[4] for line in info)
+            # mountinfo writes a space, tab, newline or backslash in a path as an octal escape (\040)
+            return frozenset(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4]) for line in info)
     except OSError:
         return frozenset()
 
