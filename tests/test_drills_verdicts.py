@@ -151,7 +151,6 @@ PROCESS_STATE = {
     ("tensors-sgd-in-place", "requires-grad-lost"), ("performance-loader-settings", "workers-restarted"),
 }
 CONSTANT_ANSWERS = {
-    ("checkpointing-portable-state-dict", "over-stripping"), ("checkpointing-portable-state-dict", "prefix-left"),
     ("checkpointing-rank0-save", "module-prefix"), ("finetuning-gradual-unfreeze", "head-frozen"),
     ("finetuning-gradual-unfreeze", "still-frozen"), ("finetuning-gradual-unfreeze", "unfrozen-too-early"),
     ("finetuning-param-groups", "wrong-optimizer"), ("performance-loader-settings", "pinned-on-cpu"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -252,20 +253,29 @@ add(
 # --- portable state dicts ------------------------------------------------------------------------------------
 
 class _PortableNet(nn.Module):
-    """A model whose own key names contain 'module.' in the middle ('encoder.submodule.0.weight')."""
+    """A model whose own key names contain 'module.' in the middle ('encoder.submodule.0.weight'), under names
+    drawn from the case (`names`: the outer block, the inner one, the head), so no list of keys answers two cases."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, names: tuple[str, str, str]) -> None:
         super().__init__()
-        self.encoder = nn.Module()
-        self.encoder.submodule = nn.Sequential(nn.Linear(3, width), nn.BatchNorm1d(width))
-        self.head = nn.Linear(width, 2)
+        outer, inner, head = names
+        self.add_module(outer, nn.Module())
+        getattr(self, outer).add_module(inner, nn.Sequential(nn.Linear(3, width), nn.BatchNorm1d(width)))
+        self.add_module(head, nn.Linear(width, 2))
+
+
+# The names _PortableNet's blocks are drawn from: every inner one ends in 'module', so 'module.' is in its keys
+_PORTABLE_NAMES = (("encoder", "backbone", "trunk", "stem"),
+                   ("submodule", "main_module", "inner_module", "core_module"), ("head", "classifier", "out"))
 
 
 def _strip_inputs(case: Case) -> tuple[dict[str, torch.Tensor], list[tuple[str, dict[str, torch.Tensor]]]]:
     """The plain state dict and the wrapped variants (probe and judge alike)."""
+    rng = random.Random(case.seeded(5))
+    names = tuple(rng.choice(pool) for pool in _PORTABLE_NAMES)
     torch.manual_seed(case.seeded(0))
     width = 3 + case.seeded(0) % 5
-    base = _PortableNet(width).state_dict()
+    base = _PortableNet(width, names).state_dict()  # type: ignore[arg-type]
     variants = [("plain", dict(base))]
     for name, prefix in (("DDP", "module."), ("compiled", "_orig_mod."), ("DDP of compiled", "module._orig_mod."),
                          ("compiled DDP", "_orig_mod.module.")):
