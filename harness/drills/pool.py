@@ -148,9 +148,12 @@ class Runner:
         self.folder = tempfile.mkdtemp(prefix="harness-drill-runner-")
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
-        scratch = "sandbox" if sandbox_reason() is None else "folder"  # what the runner empties between answers
+        # what an answer can write, emptied by the runner after each: the sandbox's /tmp and /dev/shm and the folder
+        # bound into it, or (without the sandbox) the runner's working folder
+        scratch = ["/tmp", "/dev/shm", self.folder] if sandbox_reason() is None else [self.folder]
         hidden = (str(home()), str(runtime_dir())) if sandbox_reason() is not None and namespaces() else ()
-        command = python_command("harness.drills.runner", str(theirs.fileno()), str(uses), scratch, *hidden)
+        command = python_command("harness.drills.runner", str(theirs.fileno()), str(uses), json.dumps(scratch),
+                                 *hidden)
         if sandbox_reason() is not None:
             command = [*namespaces(), *command]
         else:

@@ -84,9 +84,6 @@ def end_descendants(keep: frozenset[int] = frozenset()) -> None:
             return
 
 
-SCRATCH = {"sandbox": ("/tmp", "/dev/shm"), "folder": (".",)}  # what an answer can write, by where it runs
-
-
 def _mount_points() -> frozenset[str]:
     try:
         with open("/proc/self/mountinfo") as info:
@@ -227,8 +224,8 @@ def loopback_up() -> None:
 
 
 def main(argv: list[str]) -> None:
-    """`runner CONTROL_FD USES SCRATCH [HIDDEN...]` (SCRATCH: a key of `SCRATCH`; HIDDEN: folders to hide, in a
-    mount namespace of its own): import, say ready, serve."""
+    """`runner CONTROL_FD USES SCRATCH [HIDDEN...]` (SCRATCH: the folders an answer can write, a JSON list; HIDDEN:
+    folders to hide, in a mount namespace of its own): import, say ready, serve."""
     parent = os.getppid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the checker died before the line above
@@ -245,7 +242,7 @@ def main(argv: list[str]) -> None:
 
     all_drills()
     control.sendall(b"ready")
-    serve(control, int(argv[1]), SCRATCH[argv[2]])
+    serve(control, int(argv[1]), tuple(json.loads(argv[2])))
 
 
 if __name__ == "__main__":
