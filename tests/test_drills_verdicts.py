@@ -151,7 +151,7 @@ PROCESS_STATE = {
     ("tensors-sgd-in-place", "requires-grad-lost"), ("performance-loader-settings", "workers-restarted"),
 }
 CONSTANT_ANSWERS = {
-    ("checkpointing-rank0-save", "module-prefix"), ("finetuning-gradual-unfreeze", "head-frozen"),
+    ("finetuning-gradual-unfreeze", "head-frozen"),
     ("finetuning-gradual-unfreeze", "still-frozen"), ("finetuning-gradual-unfreeze", "unfrozen-too-early"),
     ("finetuning-param-groups", "wrong-optimizer"), ("performance-loader-settings", "pinned-on-cpu"),
     ("performance-loader-settings", "wrong-batches"),
