@@ -82,6 +82,18 @@ def test_an_lms_re_upload_is_graded_instead_of_the_first_and_said(tmp_path):
     assert "extra files ignored" in submission.notes[1]
 
 
+def test_nbgrader_exchange_records_are_not_a_students_extra_files(tmp_path):
+    """`nbgrader collect` writes timestamp.txt and submission_secret.txt beside each submission (a hub's
+    submitted/ folder): its records, not files the student handed in, so no note; a student's own extra file is."""
+    for name in (f"{ASSIGNMENT}.ipynb", "timestamp.txt", "submission_secret.txt"):
+        _touch(tmp_path / "submitted" / "ada" / ASSIGNMENT / name)
+    _touch(tmp_path / "submitted" / "ben" / ASSIGNMENT / "notes.txt")
+    _touch(tmp_path / "submitted" / "ben" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    found = {s.student: s for s in collect(tmp_path / "submitted", ASSIGNMENT)}
+    assert found["ada"].notes == [] and found["ada"].notebook is not None
+    assert found["ben"].notes == ["extra files ignored: notes.txt"]
+
+
 @pytest.mark.slow
 def test_unicode_students_are_graded_under_their_names(tmp_path):
     solution = nbformat.writes(answered_release(ASSIGNMENT))  # the release, answered as the solution

@@ -47,6 +47,9 @@ from typing import Any
 
 _UNSAFE = re.compile(r"[^\w.-]+")  # \w is Unicode: letters and digits of every script are kept
 _UPLOAD = re.compile(r"-(\d+)$")  # Canvas's suffix on a student's later upload of the same file name
+# What nbgrader's exchange writes beside every collected submission (`nbgrader collect`): its own records, not the
+# student's files, so never "extra files".
+NBGRADER_RECORDS = ("timestamp.txt", "submission_secret.txt")
 # What an LMS's submission names say: Canvas files, Moodle files or folders, Blackboard files, Gradescope folders.
 CANVAS = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<id>\d+)_(?P<submission>\d+)_(?P<file>.+)$")
 MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_(?P<file>.*)$")
@@ -262,7 +265,8 @@ def _choose(student: str, files: list[Path], assignment: str, refused: list[str]
     if len(named) > 1:
         notes.append(f"{len(named)} uploads of {assignment}.ipynb: graded the newest, {chosen.name} (an LMS numbers "
                      "later uploads -1, -2...)")
-    others = sorted(f.name for f in files if f != chosen and ".ipynb_checkpoints" not in f.parts)
+    others = sorted(f.name for f in files if f != chosen and ".ipynb_checkpoints" not in f.parts
+                    and f.name not in NBGRADER_RECORDS)
     if others:
         notes.append(f"extra files ignored: {', '.join(others)}")
     notes += refused
