@@ -3,13 +3,16 @@ the assignment's tasks, the highest level per task; a lesson's demonstration is 
 
 from __future__ import annotations
 
+import csv
 import json
 
 import nbformat
 
 from harness.checks import core
 from harness.grading.hints_used import hints_cell, hints_used
+from harness.grading.jobs import GradeResult
 from harness.grading.layout import REPO_ROOT, graded_tasks
+from harness.grading.summary import write_grades_csv
 
 LESSON = "00_welcome"
 
@@ -44,10 +47,16 @@ def test_a_notebook_without_hints_records_none():
 
 
 def test_the_record_travels_in_the_result_and_an_older_result_still_loads():
-    from harness.grading.jobs import GradeResult
 
     result = GradeResult("ada", LESSON, "ok", hints={"00-accuracy": 3})
     assert GradeResult.from_json(result.to_json()).hints == {"00-accuracy": 3}
     older = json.loads(result.to_json())
     del older["hints"]
     assert GradeResult.from_json(json.dumps(older)).hints == {}
+
+
+def test_hints_used_reach_grades_csv_as_a_column(tmp_path):
+    result = GradeResult("ada", LESSON, "ok", {"00-accuracy": [2.0, 2.0]}, hints={"00-accuracy": 3})
+    write_grades_csv([json.loads(result.to_json())], tmp_path / "grades.csv", ["00-accuracy"], {"00-accuracy": 2.0})
+    [row] = csv.DictReader((tmp_path / "grades.csv").open())
+    assert row["hints"] == "00-accuracy: 3" and row["total"] == "2.0"

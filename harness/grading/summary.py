@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.describe import describe_distribution
+from harness.grading.hints_used import hints_cell
 from harness.grading.instructor_text import csv_writer, markdown_text
 from harness.grading.layout import assignment_titles
 from harness.grading.mistakes import judged, left_out, plural, write_mistakes
@@ -45,19 +46,20 @@ def max_points(results: list[dict[str, Any]]) -> dict[str, float]:
 
 def write_grades_csv(results: list[dict[str, Any]], path: Path, tasks: list[str], maxima: dict[str, float],
                      similar: dict[str, str] | None = None) -> None:
-    """One row per student, with points per task, the reasons behind the status and the cells flagged as similar
-    to shipped code or a classmate's (`similar`, student -> `similarity.grades_column`'s text; for review)."""
+    """One row per student, with points per task, the reasons behind the status, the cells flagged as similar
+    to shipped code or a classmate's (`similar`, student -> `similarity.grades_column`'s text; for review) and the
+    hints the student's saved outputs show (`hints`: task and highest level; information, never a grade)."""
     similar = similar or {}
     with path.open("w", newline="") as handle:
         writer = csv_writer(handle)
         writer.writerow(["student", "assignment", "status", "total", "max_total", *tasks,
-                         "failures", "reasons", "similar", "seconds"])
+                         "failures", "reasons", "similar", "hints", "seconds"])
         for r in results:
             points = [r["scores"].get(t, [0.0])[0] for t in tasks]
             failures = "; ".join(f"{t}: {code}" for t, code in r["failures"].items())
             writer.writerow([r["student"], r["assignment"], r["status"], sum(points), sum(maxima.values()), *points,
                              failures, " | ".join(r["reasons"]), similar.get(r["student"], ""),
-                             round(r.get("seconds", 0.0), 1)])
+                             hints_cell(r.get("hints") or {}), round(r.get("seconds", 0.0), 1)])
 
 
 def pass_rates(results: list[dict[str, Any]], tasks: list[str], maxima: dict[str, float]) -> dict[str, float]:
