@@ -201,7 +201,7 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
         _order_path(drill.id).write_text(json.dumps({"order": order}))
         prompt = render(drill.prompt, drill.choices, order)
     print(fit_prose(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n"))
-    print(f"Your answer file:\n  {path}\nCheck it with: {harness_command()} drill check {drill.id}"
+    print(f"Your answer file:\n  {path}\nCheck it with:\n  {harness_command()} drill check {drill.id}"
           + ("\n(in this mock interview: type answer <letter>)" if drill.choices is not None and fresh else ""))
     editor = os.environ.get("EDITOR")
     if edit and editor:
