@@ -8,8 +8,10 @@ executes the answer's source and the drill's probe, and sends the probe's observ
 back on a pipe behind a nonce. A forked child of the checker, which never ran any of the answer's code,
 decodes that data and runs the drill's judge, which rebuilds the inputs from the case and recomputes every
 expected value with torch functions the answer never had a chance to patch. Whatever the answer prints,
-patches or returns, it only reaches the judge as data; a measurement only the answer's process can make (host
-syncs, recorded calls) can fail a drill, never pass one on its own.
+patches or returns, it only reaches the judge as data. A measurement only the answer's process can make (host
+syncs, recorded calls, what a save did to the disk) can be rewritten by the answer: where a mistake can show in
+values the judge recomputes, the drill makes it show there; where it cannot, the drill is a self-check
+(`harness.contract.forbidden.SELF_CHECKED`): its PASS line says so and a mock interview does not score it.
 
 The process that forks the judge (the inline CLI, or the warm checker of `harness.drills.server`) imports
 torch and the bank and never computes with them itself: forking a process that has run torch's parallel CPU
