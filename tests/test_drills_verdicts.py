@@ -127,8 +127,9 @@ def test_a_memorised_first_nonfinite_answer_fails_on_most_cases():
 # constant. The sweep below writes those leaves into each planted wrong answer's observation, as the prelude
 # above can (it is applied here in the test's process, for speed), and the judge must still fail it.
 #
-# Still forgeable, named by what the verdict rests on. Process state: a mode, a grad or autocast flag, a flag the
-# answer sets, what a load or a hook ran; no value the judge recomputes shows it (a self-check in all but name).
+# Still forgeable, named by what the verdict rests on, so their drills are self-checks (their prompt and pass say
+# so, a mock interview does not score them) until the mistake shows in values. Process state: a mode, a grad or
+# autocast flag, a flag the answer sets, what a load or a hook ran; no value the judge recomputes shows it.
 # Constant answers: the right answer (key names, flags per epoch, a loader's settings) is the same on every
 # case, so it can be memorised; the fix is to draw it from the case.
 PROCESS_STATE = {
@@ -157,6 +158,20 @@ CONSTANT_ANSWERS = {
     ("performance-loader-settings", "wrong-batches"),
 }
 STILL_FORGEABLE = PROCESS_STATE | CONSTANT_ANSWERS
+
+
+@pytest.mark.parametrize(("drill_id", "code"), sorted(STILL_FORGEABLE))
+def test_a_still_forgeable_wrong_answer_is_in_a_self_check_drill(drill_id, code):
+    drill = get_drill(drill_id)
+    assert code in {c for _, c in drill.wrong_answers}, f"{drill_id} has no wrong answer [{code}]"
+    assert drill.self_check and "self-check" in drill.prompt, f"{drill_id} scores a pass a prelude can forge"
+
+
+def test_a_self_check_drills_pass_says_it_is_one_and_a_scored_drills_does_not():
+    passed = check_source(get_drill("amp-train-step"), get_drill("amp-train-step").solution, case=Case(seed=7))
+    assert passed.passed and "[self-check]" in passed.message, passed.message
+    scored = check_source(get_drill("loop-train-step"), get_drill("loop-train-step").solution, case=Case(seed=7))
+    assert scored.passed and "self-check" not in scored.message, scored.message
 
 
 def _observed(drill, source: str, case: Case):
@@ -228,7 +243,7 @@ def test_constant_leaves_forged_into_a_wrong_answer_do_not_pass_it(drill):
         value, on_other[path])]
     forged = []
     for source, code in drill.wrong_answers:
-        if code in SELF_CHECKED_CODES or (drill.id, code) in STILL_FORGEABLE:
+        if code in SELF_CHECKED_CODES:
             continue
         seen = _observed(drill, source, first)
         if seen is not None:

@@ -36,7 +36,7 @@ from harness.contract.case import Case
 from harness.contract.failure import CheckFailed
 from harness.contract.protocol import refuse_nonfinite
 from harness.drills.choices import Choices, bank_order, debrief, judge_choice
-from harness.drills.core import Drill
+from harness.drills.core import SELF_CHECK_NOTE, Drill
 from harness.drills.pool import Job, read_all, run_answer, unsandboxed_label
 
 CHECK_TIMEOUT_S = 120.0
@@ -85,6 +85,8 @@ def check_source(drill: Drill, source: str, *, filename: str = "<answer>", order
     else:
         verdict = _run_judge(drill, report.frame, case)
         passed, code, message = verdict["passed"], verdict["code"], verdict["message"]
+    if passed and drill.self_check and "self-check" not in message:
+        message = f"{message}\n[self-check] {SELF_CHECK_NOTE}"
     unsandboxed = unsandboxed_label()
     if unsandboxed:  # the candidate reads it with the verdict, and the progress record keeps it
         message = f"{message}\n[unsandboxed] {unsandboxed}"

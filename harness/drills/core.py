@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from harness.drills.choices import Choices
 
 Kind = Literal["write", "bughunt", "explain"]
+# What a self-check drill's prompt and pass say (`Drill.self_check`), where its own text does not already.
+SELF_CHECK_NOTE = ("This is a self-check: part of what it checks is measured inside your answer's own process, "
+                   "which your code could rewrite, so a pass does not count in a mock interview.")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Drill(Judged):
         return self.solution is not None
 
     def __post_init__(self) -> None:
+        if self.self_check and "self-check" not in self.prompt:  # the candidate reads it before answering
+            object.__setattr__(self, "prompt", f"{self.prompt} {SELF_CHECK_NOTE}")
         unknown = set(self.topics) - set(TOPICS)
         if unknown or not self.topics:
             raise ValueError(f"drill {self.id}: topics must be among {TOPICS}, got {self.topics}")

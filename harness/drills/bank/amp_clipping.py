@@ -95,6 +95,7 @@ def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
 add(
     Drill(
         id="amp-train-step",
+        self_check=True,
         title="An AMP training step with a GradScaler and clipping",
         kind="write",
         topics=("amp", "clipping"),
@@ -376,6 +377,7 @@ def train(model, batches, optimizer, scheduler, scaler, loss_fn, epochs, max_nor
 add(
     Drill(
         id="amp-loop-three-bugs",
+        self_check=True,
         title="Bug hunt: an AMP training loop with three bugs",
         kind="bughunt",
         topics=("amp", "clipping", "schedulers"),

@@ -43,6 +43,7 @@ def _probe_silu(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="autograd-custom-function",
+        self_check=True,
         title="A custom autograd.Function checked with gradcheck",
         kind="write",
         topics=("autograd",),
@@ -128,6 +129,7 @@ def _probe_detach(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="autograd-detach-target",
+        self_check=True,
         title="Stop gradients into a target network",
         kind="write",
         topics=("autograd",),
@@ -204,6 +206,7 @@ def _probe_saliency(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="autograd-input-gradients",
+        self_check=True,
         title="Input gradients of a non-scalar output, leaving .grad alone",
         kind="write",
         topics=("autograd",),

@@ -170,6 +170,7 @@ def load_checkpoint(path, model, optimizer, scheduler):
 add(
     Drill(
         id="checkpointing-exact-resume",
+        self_check=True,
         title="A complete checkpoint for exact resume",
         kind="write",
         topics=("checkpointing", "repro"),
@@ -231,6 +232,7 @@ def load_checkpoint(path, model, optimizer, scheduler, scaler, generator):
 add(
     Drill(
         id="checkpointing-full-training-state",
+        self_check=True,
         title="Bug hunt: three things the checkpoint forgets",
         kind="bughunt",
         topics=("checkpointing", "amp", "repro"),
@@ -511,6 +513,7 @@ def _probe_rank0(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="checkpointing-rank0-save",
+        self_check=True,
         title="Saving a DDP model: rank 0, unwrapped",
         kind="write",
         topics=("checkpointing", "ddp"),
@@ -587,6 +590,7 @@ def _probe_legacy(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="checkpointing-safe-legacy-load",
+        self_check=True,
         title="Loading an old checkpoint without weights_only=False",
         kind="write",
         topics=("checkpointing",),

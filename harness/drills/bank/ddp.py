@@ -349,6 +349,7 @@ def _probe_barrier(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="ddp-barrier-checkpoint",
+        self_check=True,
         title="Reading rank 0's checkpoint: wait for it",
         kind="write",
         topics=("ddp", "checkpointing"),
@@ -410,6 +411,7 @@ def _shard_results(shard: Any, n: int, world: int, seed: int, as_list: Any) -> d
 add(
     Drill(
         id="ddp-disjoint-shards",
+        self_check=True,
         title="Shards for every rank: disjoint, complete, equal",
         kind="write",
         topics=("ddp", "data"),

@@ -293,6 +293,7 @@ def nan_backward_op(model, x, y):
 add(
     Drill(
         id="debugging-detect-anomaly",
+        self_check=True,
         title="Find the op whose backward made a nan",
         kind="write",
         topics=("debugging", "autograd"),
@@ -635,6 +636,7 @@ def init_output_bias_(layer, labels, classes):
 add(
     Drill(
         id="debugging-init-output-bias",
+        self_check=True,
         title="Start the loss at the entropy of the labels",
         kind="write",
         topics=("debugging", "modules"),

@@ -116,6 +116,7 @@ def _probe_save_load(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="export-state-dict-config",
+        self_check=True,
         title="A checkpoint that loads safely: state_dict + config, weights_only",
         kind="write",
         topics=("export", "checkpointing"),
@@ -157,6 +158,7 @@ def _probe_predict(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="export-predict-inference-mode",
+        self_check=True,
         title="Inference done right: eval() and inference_mode",
         kind="write",
         topics=("export", "modules"),
@@ -367,6 +369,7 @@ def load_and_predict(path, build, x):
 add(
     Drill(
         id="export-serving-three-bugs",
+        self_check=True,
         title="Bug hunt: a serving script with three bugs",
         kind="bughunt",
         topics=("export", "checkpointing", "debugging"),
@@ -553,6 +556,7 @@ def _probe_fold(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="export-fold-batchnorm",
+        self_check=True,
         title="Fold a BatchNorm into the Linear before it",
         kind="write",
         topics=("export", "performance"),

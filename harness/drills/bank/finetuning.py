@@ -118,6 +118,7 @@ def _probe_linear_probe(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="finetuning-freeze-backbone", unjudged=('steps/*/*/head.*',),
+        self_check=True,
         title="Train only the head of a pretrained model (a linear probe)",
         kind="write",
         topics=("finetuning", "modules"),
@@ -173,6 +174,7 @@ def _probe_finetuning_param_groups(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="finetuning-param-groups",
+        self_check=True,
         title="Parameter groups: a smaller LR for the backbone, no weight decay on norms and biases",
         kind="write",
         topics=("finetuning",),
@@ -336,6 +338,7 @@ def _probe_unfreeze(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="finetuning-gradual-unfreeze",
+        self_check=True,
         title="Gradual unfreezing, from the head down",
         kind="write",
         topics=("finetuning",),

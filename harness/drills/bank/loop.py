@@ -171,6 +171,7 @@ def _probe_eval(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="loop-eval-changes",
+        self_check=True,
         title="Bug hunt: validation accuracy changes between two identical evaluations",
         kind="bughunt",
         topics=("loop", "modules"),
@@ -516,6 +517,7 @@ def _probe_restore(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="loop-eval-restores-mode",
+        self_check=True,
         title="Bug hunt: validation switches dropout off for the rest of training",
         kind="bughunt",
         topics=("loop", "modules"),

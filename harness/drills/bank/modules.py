@@ -112,6 +112,7 @@ def _probe_module_param_groups(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="modules-param-groups",
+        self_check=True,
         title="Parameter groups: no weight decay on biases and norms",
         kind="write",
         topics=("modules",),
@@ -256,6 +257,7 @@ def _probe_freeze(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="modules-freeze-backbone",
+        self_check=True,
         title="Freeze a backbone, train the head",
         kind="write",
         topics=("modules", "finetuning"),

@@ -171,6 +171,7 @@ def make_loader(dataset, batch_size, device_type):
 add(
     Drill(
         id="performance-loader-settings",
+        self_check=True,
         title="Bug hunt: a DataLoader that starves the GPU",
         kind="bughunt",
         topics=("performance", "data"),

@@ -48,6 +48,7 @@ def _probe_split(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="repro-seeded-split",
+        self_check=True,
         title="A reproducible split that leaves the global RNG alone",
         kind="write",
         topics=("repro", "data"),

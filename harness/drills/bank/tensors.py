@@ -205,6 +205,7 @@ def _probe_sgd(answer: dict, *, case: Case) -> dict:
 add(
     Drill(
         id="tensors-sgd-in-place",
+        self_check=True,
         title="An SGD step in place on leaf tensors",
         kind="write",
         topics=("tensors", "autograd"),
