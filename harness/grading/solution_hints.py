@@ -11,6 +11,7 @@ the course file's `solution_hints` says when: "after_due" (the default: once the
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import shutil
 from datetime import datetime
@@ -42,10 +43,19 @@ def strip_solution_lines(source: str) -> str:
 def write_probes(target: Path, checks: Path = PROBES) -> Path:
     """Write a copy of the probes (`harness/checks`) without their solution lines into `target` (a new folder), for
     a graded kernel's sandbox to bind over the package's own (`harness.sandbox.Spec.probes_dir`); return it."""
-    shutil.copytree(checks, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "released_hints.json"))
-    for probe in target.rglob("*.py"):
-        probe.write_text(strip_solution_lines(probe.read_text(encoding="utf-8")), encoding="utf-8")
+    shutil.copytree(checks, target, ignore=shutil.ignore_patterns("__pycache__", "*.py", "*.pyc",
+                                                                  "released_hints.json"))
+    for relative, text in stripped_probes(checks).items():
+        (target / relative).write_text(text, encoding="utf-8")
     return target
+
+
+@functools.cache
+def stripped_probes(checks: Path = PROBES) -> dict[str, str]:
+    """Each probe module under `checks` (path relative to it -> its source without solution lines), parsed once per
+    process: a grading fork server computes it before it forks, so its workers only write the files."""
+    return {str(probe.relative_to(checks)): strip_solution_lines(probe.read_text(encoding="utf-8"))
+            for probe in sorted(checks.rglob("*.py")) if "__pycache__" not in probe.parts}
 
 
 def released(assignment: str, course: Course, now: datetime, practice: bool = False) -> bool:
