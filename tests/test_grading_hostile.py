@@ -135,7 +135,8 @@ def test_attacks_leave_other_submissions_the_grades_and_the_course_untouched(bat
 
 def test_the_student_feedback_holds_the_judges_messages_and_no_hidden_case(batch):
     _, out = batch
-    html = (out / "feedback" / "stack" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    # root-read answers 00-accuracy with a constant, and nothing the scan forbids: the judge's message is its feedback
+    html = (out / "feedback" / "root-read" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
     assert "wrong-accuracy" in html and "Observed" in html  # the visible case's teaching message
     assert "check(&quot;00-accuracy&quot;, accuracy, hidden=True)" not in html and "hidden=True" not in html
 

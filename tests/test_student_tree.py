@@ -306,8 +306,8 @@ def test_no_solution_line_reaches_students_and_hint_3_says_who_releases_it(tree,
 
     lines = {task: get(task, judged=False).hints.solution for assignment in discover_assignments()
              if not assignment.startswith("11_") for task in graded_tasks(REPO_ROOT / "solutions" / assignment)}
-    bank = tree / "harness" / "judges" / "drills"
-    texts = {path: text for path, text in _texts(tree).items() if not path.is_relative_to(bank)}
+    texts = {path: text for path, text in _texts(tree).items()  # an install's build/lib copy of the bank too
+             if "harness/judges/drills/" not in path.relative_to(tree).as_posix()}
     leaked = {task: str(path) for task, line in lines.items() for path, text in texts.items() if line in text}
     assert not leaked, leaked
     assert json.loads((tree / "harness" / "checks" / "released_hints.json").read_text()) == {}

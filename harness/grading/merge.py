@@ -94,9 +94,9 @@ def collect_shards(folders: list[Path]) -> Merged:
                 found[student] = (folder, result)
             elif found[student][1].same_grade(result):
                 duplicates.append(student)
-            elif current := [one for one in (found[student], (folder, result))
-                             if student in now and one[1].notebook_sha256 == now[student]]:
-                found[student] = current[0]
+            elif len(current := [one for one in (found[student], (folder, result))
+                                 if student in now and one[1].notebook_sha256 == now[student]]) == 1:
+                found[student] = current[0]  # the other is of an older notebook; two of this one that differ: refused
                 fresher.append(student)
             else:
                 raise ShardMismatch(f"{student} was graded in {found[student][0]} and in {folder} with different "

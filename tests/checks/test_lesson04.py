@@ -98,16 +98,22 @@ class UpdatesCountMean(RunningMean):
         self.count += 1
 
 
-class SharedMean:
-    total = torch.zeros(())
-    count = 0
+def shared_mean() -> type:
+    """A running mean whose state is class attributes, a new class per call: the state every instance shares must
+    not outlive one check (a run on the meta device leaves meta tensors in it)."""
 
-    def update(self, value, n):
-        SharedMean.total = SharedMean.total + value.detach() * n
-        SharedMean.count += n
+    class SharedMean:
+        total = torch.zeros(())
+        count = 0
 
-    def compute(self):
-        return SharedMean.total / SharedMean.count
+        def update(self, value, n):
+            SharedMean.total = SharedMean.total + value.detach() * n
+            SharedMean.count += n
+
+        def compute(self):
+            return SharedMean.total / SharedMean.count
+
+    return SharedMean
 
 
 class UnsummedListMean(ListMean):
@@ -627,7 +633,7 @@ MISTAKES = [
             story="averages batch means, ignoring the smaller last batch (the lesson's pitfall)"),
     Mistake("04-running-mean", "wrong-mean", "sum(value * n) / sum(n)", (UpdatesCountMean,),
             story="weights the values by n but counts updates instead of samples"),
-    Mistake("04-running-mean", "shared-state", "class attributes", (SharedMean,),
+    Mistake("04-running-mean", "shared-state", "class attributes", lambda: (shared_mean(),),
             story="state as class attributes: every instance adds into the same total"),
     Mistake("04-running-mean", "not-a-scalar", "single number", (UnsummedListMean,),
             story="keeps the weighted values in a list and forgets to sum them in compute()"),

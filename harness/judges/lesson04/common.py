@@ -56,6 +56,15 @@ def _model_state(value: Any, like: dict[str, torch.Tensor], what: str) -> dict[s
 def _scalar_or_fail(value: Any, what: str, where: str) -> float:
     """A returned number as a float; fails "not-a-scalar" for anything else."""
     if isinstance(value, torch.Tensor):
+        if value.is_meta:  # no data: state kept from a run on the meta device, or made there
+            fail(
+                "not-a-scalar",
+                observed=f"{what} is a tensor on the meta device, which holds no value",
+                expected=f"{what} is a single number on the device of this run's inputs",
+                cause="the value did not come from this run's inputs, which hold data: state kept from an earlier "
+                      "run on another device, for example",
+                where=where,
+            )
         if value.numel() != 1:
             fail(
                 "not-a-scalar",
