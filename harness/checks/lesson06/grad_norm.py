@@ -30,8 +30,8 @@ def _norm_cases(case: Case) -> list[tuple[str, list[nn.Parameter], bool]]:
     generator = torch.Generator().manual_seed(case.seeded(61 if case.hidden else 60))
     shapes = [(4, 3), (3,), (2, 5), (7,)] if case.hidden else [(4, 3), (3,), (2, 2)]
     params = [nn.Parameter(torch.randn(s, generator=generator)) for s in shapes]
-    for i, p in enumerate(params):
-        p.grad = torch.randn(p.shape, generator=generator) * (10.0**i)
+    for i, p in enumerate(params):  # hidden: the largest gradient first, so losing the first parameter shows
+        p.grad = torch.randn(p.shape, generator=generator) * (2.0 ** (len(params) - 1 - i) if case.hidden else 10.0**i)
     holey = [nn.Parameter(torch.zeros(3)), *params, nn.Parameter(torch.zeros(2, 2))]
     return [("a list of parameters", params, False),
             ("model.parameters() (a generator: it can be read only once)", params, True),
