@@ -27,29 +27,16 @@ from pathlib import Path
 
 import nbformat
 import pandas as pd
+from grading_throughput import write_submissions  # a sibling script: benchmarks/ is on sys.path
 
 from harness.grading.batch import Limits, absolute, course_template, grade_jobs, make_jobs
 from harness.grading.execute import KERNEL_SECONDS
 from harness.grading.jobs import GradeResult
 from harness.grading.layout import REPO_ROOT
-from harness.grading.release import answered_release
 from harness.grading.submissions import Submission
 from harness.speed import machine_record, report_results
 
 MODES = {"fresh process": False, "fork server": True}  # mode -> `grade_jobs(forked=...)`
-
-
-def write_submissions(assignment: str, count: int, folder: Path, blank: bool) -> list[Submission]:
-    """`count` copies of the solution's answers (or of the blank release), one folder per student."""
-    notebook = (nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
-                if blank else answered_release(assignment))
-    submissions = []
-    for index in range(count):
-        path = folder / f"student{index:03d}" / f"{assignment}.ipynb"
-        path.parent.mkdir(parents=True)
-        nbformat.write(notebook, path)
-        submissions.append(Submission(f"student{index:03d}", path))
-    return submissions
 
 
 def kernel_seconds(log: Path) -> float:
@@ -83,7 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
-        submissions = write_submissions(args.assignment, args.submissions, Path(tmp) / "in", blank=args.dry)
+        blank = nbformat.read(REPO_ROOT / "notebooks" / args.assignment / f"{args.assignment}.ipynb", as_version=4)
+        submissions = write_submissions(args.assignment, args.submissions, Path(tmp) / "in",
+                                        notebook=blank if args.dry else None)
         for mode, forked in MODES.items():
             measured = grade_once(submissions, args.assignment, forked, Path(tmp) / mode.replace(" ", "-"))
             rows.append({"mode": mode, "assignment": args.assignment, "jobs": args.submissions,

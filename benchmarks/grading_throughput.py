@@ -43,9 +43,10 @@ from harness.grading.submissions import Submission
 from harness.speed import machine_record, report_results
 
 
-def write_submissions(assignment: str, count: int, folder: Path) -> list[Submission]:
-    """`count` copies of the solution's answers, one folder per student."""
-    notebook = answered_release(assignment)
+def write_submissions(assignment: str, count: int, folder: Path,
+                      notebook: nbformat.NotebookNode | None = None) -> list[Submission]:
+    """`count` copies of `notebook` (default: the solution's answers), one folder per student."""
+    notebook = notebook if notebook is not None else answered_release(assignment)
     submissions = []
     for index in range(count):
         path = folder / f"student{index:03d}" / f"{assignment}.ipynb"
