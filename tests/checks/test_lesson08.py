@@ -352,8 +352,8 @@ def atomic_replace_inside_with(obj, path):
     tmp = str(path) + ".tmp"
     try:
         with open(tmp, "wb") as file:
+            os.replace(tmp, path)  # the name is taken as soon as the file is open; the bytes follow
             torch.save(obj, file)
-            os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -382,6 +382,20 @@ def atomic_copy_then_self_replace(obj, path):
         torch.save(obj, tmp)
         shutil.copyfile(tmp, path)
         os.replace(path, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_replace_after_fsync(obj, path):
+    """Another correct variant: os.replace inside the with block, once the data is flushed and fsynced."""
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())
+            os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -876,7 +890,7 @@ MISTAKES = [
     Mistake("08-atomic-save", "not-atomic", "shutil.copyfile wrote the finished file", (atomic_copy_then_remove,),
             story="a temporary file, then shutil.copyfile onto the path (and the temporary removed)"),
     Mistake("08-atomic-save", "not-atomic", "inside the `with open(...)` block", (atomic_replace_inside_with,),
-            story="os.replace indented into the with block that writes the temporary file"),
+            story="os.replace inside the with block, before torch.save writes into the open file"),
     Mistake("08-atomic-save", "not-atomic", "moved aside", (atomic_move_aside,),
             story="the old file moved to .bak, torch.save onto the path, .bak put back if it raises"),
     Mistake("08-atomic-save", "not-atomic", "os.replace(path, path)", (atomic_copy_then_self_replace,),
@@ -943,6 +957,8 @@ CORRECT = [
     Correct("08-atomic-save", (atomic_save_mkstemp,), story="mkstemp in the folder, fsync"),
     Correct("08-atomic-save", (atomic_save_named_temporary,), story="NamedTemporaryFile(delete=False), os.replace"),
     Correct("08-atomic-save", (atomic_path_replace,), story="pathlib, a hidden .partial name, Path.replace"),
+    Correct("08-atomic-save", (atomic_replace_after_fsync,),
+            story="os.replace inside the with block, after flush() and os.fsync(): every byte is in the file first"),
     Correct("08-atomic-save", (atomic_rename_posix,), story="mkstemp, open(fd), fsync, os.rename"),
     Correct("08-best-last", (best_last_atomic,), story="compare, then atomic saves"),
     Correct("08-best-last", (best_last_best_first,), story="best.pt first, operator.lt/gt, mkstemp"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,6 +30,8 @@ class _Watch:
 
     targets: dict[str, str]
     events: list[list[str]] = field(default_factory=list)
+    # target name -> the size on disk of the file renamed onto it while still open for writing, at the rename
+    sizes_at_rename: dict[str, int] = field(default_factory=dict)
 
 
 _WATCHES: list[_Watch] = []
@@ -90,6 +92,8 @@ def _record(watch: _Watch, event: str, args: tuple[Any, ...]) -> None:
             watch.events.append(["moved-aside", names[source], Path(target or "").name])
         elif target in names and source is not None and _open_for_writing(os.path.realpath(source)):
             watch.events.append(["renamed-while-open", names[target], Path(source).name])
+            with suppress(OSError):
+                watch.sizes_at_rename[names[target]] = os.stat(source).st_size
     elif event == "os.remove" and args:
         path = _absolute(args[0])
         if path in names:
@@ -119,13 +123,14 @@ def _identity(path: Path) -> tuple[int, str] | None:
 @contextmanager
 def watching(paths: list[Path]) -> Iterator[dict[str, Any]]:
     """Record what the block does to `paths`; the dict it yields is filled in when the block ends:
-    {"events": [[kind, name, other], ...], "in_place": [names whose inode stayed while their bytes changed]}."""
+    {"events": [[kind, name, other], ...], "in_place": [names whose inode stayed while their bytes changed],
+    "renamed_sizes": {name: [size of the file renamed onto it while open, at the rename; its size at the end]}}."""
     if not _STATE["installed"]:
         sys.addaudithook(_hook)
         _STATE["installed"] = True
     before = {path.name: _identity(path) for path in paths}
     watch = _Watch({os.path.abspath(path): path.name for path in paths})
-    observed: dict[str, Any] = {"events": watch.events, "in_place": []}
+    observed: dict[str, Any] = {"events": watch.events, "in_place": [], "renamed_sizes": {}}
     _WATCHES.append(watch)
     try:
         yield observed
@@ -135,3 +140,6 @@ def watching(paths: list[Path]) -> Iterator[dict[str, Any]]:
             old, new = before[path.name], _identity(path)
             if old is not None and new is not None and old[0] == new[0] and old != new:
                 observed["in_place"].append(path.name)
+            if path.name in watch.sizes_at_rename:
+                with suppress(OSError):
+                    observed["renamed_sizes"][path.name] = [watch.sizes_at_rename[path.name], os.stat(path).st_size]

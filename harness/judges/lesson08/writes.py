@@ -79,15 +79,27 @@ def _events(seen: Any) -> list[tuple[str, str, str]]:
             seen.get("in_place"), list):
         raise ValueError(f"the observed writes are malformed: {describe(seen)}")
     events = []
+    sizes = seen.get("renamed_sizes", {})
+    if not isinstance(sizes, dict):
+        raise ValueError(f"the observed rename sizes are malformed: {describe(sizes)}")
     for event in seen["events"]:
         if not (isinstance(event, (list, tuple)) and len(event) == 3 and all(isinstance(e, str) for e in event)):
             raise ValueError(f"an observed write is malformed: {describe(event)}")
+        if event[0] == "renamed-while-open" and _complete_at_rename(sizes.get(event[1])):
+            continue  # flushed before the rename: every byte was in the file that became the target
         events.append((event[0], event[1], event[2]))
     for name in seen["in_place"]:
         if not isinstance(name, str):
             raise ValueError(f"an in-place write is malformed: {describe(name)}")
         events.append(("in-place", name, ""))
     return events
+
+
+def _complete_at_rename(sizes: Any) -> bool:
+    """Whether a file renamed onto a target while still open already held all its bytes on disk then (its size at
+    the rename is its size at the end: nothing written or flushed after), as after `flush()` and `os.fsync()`."""
+    return (isinstance(sizes, list) and len(sizes) == 2 and all(type(size) is int for size in sizes)
+            and sizes[0] == sizes[1] and sizes[0] > 0)
 
 
 def judge_writes(seen: Any, *, during: str, code: str = "not-atomic") -> None:
