@@ -136,22 +136,25 @@ def _serving_url(runtime_dir: Path, pid: int, token: str) -> str | None:
         return None
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """Stop the server's process group and anything it started (kernels run in process groups of their own)."""
+def stop_process_group(process: subprocess.Popen, grace_s: float = 20) -> None:
+    """Stop a server started in a process group of its own, and anything it started (JupyterLab's kernels and
+    JupyterHub's user servers run in process groups of their own): SIGTERM to its group (each server shuts down
+    what it started on SIGTERM), SIGKILL after `grace_s`, then whatever of its children is still running."""
     started = []
     with contextlib.suppress(psutil.NoSuchProcess):
         started = psutil.Process(process.pid).children(recursive=True)
     try:
-        os.killpg(process.pid, signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
-        process.wait(timeout=20)
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_s)
     except ProcessLookupError:
         pass
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    _, alive = psutil.wait_procs(started, timeout=5)
+    _, alive = psutil.wait_procs(started, timeout=10)
     for child in alive:
-        child.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 @contextlib.contextmanager
@@ -180,7 +183,7 @@ def running_lab(root: Path, home: Path, exchange: Path) -> Iterator[Lab]:
             time.sleep(0.25)
         yield Lab(url, token, log, root)
     finally:
-        _stop(process)
+        stop_process_group(process)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Iterator
 
 import psutil
 import pytest
+from browser_lab import stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HUB_DIR = REPO_ROOT / "hub"
@@ -155,25 +155,6 @@ def _answering(url: str) -> bool:
         return False
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """Stop the hub (it stops the users' servers and the proxy on SIGTERM), then anything of it still running."""
-    started = []
-    with contextlib.suppress(psutil.NoSuchProcess):
-        started = psutil.Process(process.pid).children(recursive=True)
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    _, alive = psutil.wait_procs(started, timeout=10)
-    for child in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
-
-
 @contextlib.contextmanager
 def running_hub(state: Path, instructors: list[str], students: list[str], exchange: Path,
                 prefix: list[str]) -> Iterator[Hub]:
@@ -200,4 +181,4 @@ def running_hub(state: Path, instructors: list[str], students: list[str], exchan
             time.sleep(0.5)
         yield Hub(url, log)
     finally:
-        _stop(process)
+        stop_process_group(process, grace_s=30)
