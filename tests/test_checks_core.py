@@ -34,6 +34,9 @@ def toy_check():
     def judge_double(seen: dict, *, case: Case) -> str:
         forbid(seen["calls"], {"mul": "the exercise asks for the product written with *"}, where="exercise 1")
         for x, value in zip(_inputs(case), seen["values"], strict=True):
+            if value == x + 2 != 2 * x:
+                fail("wrong-value", observed=f"double({x}) = {value}", expected=f"{2 * x}",
+                     cause="the function adds two", where="your double()", hint="Doubling multiplies, adding does not.")
             if value != 2 * x:
                 fail("wrong-value", observed=f"double({x}) = {value}", expected=f"{2 * x}",
                      cause="the function does not double", where="your double()")
@@ -151,6 +154,23 @@ def test_hints_follow_the_last_failure_and_demos_use_none(toy_check, capsys):
         check(toy_check, lambda x: int(torch.mul(torch.tensor(x), 2)))
     hint(toy_check)
     assert "(after [forbidden-call]): Write the product yourself." in capsys.readouterr().out
+
+
+def test_the_first_hint_follows_the_cause_the_judge_found(toy_check, capsys):
+    """A failure with a cause narrower than its code (`fail(..., hint=...)`) gets that cause's hint first, and
+    another cause under the same code starts the hints again."""
+    with pytest.raises(CheckFailed) as info:
+        check(toy_check, lambda x: x + 2)
+    assert info.value.code == "wrong-value" and info.value.hint == "Doubling multiplies, adding does not."
+    hint(toy_check)
+    hint(toy_check)
+    with pytest.raises(CheckFailed):  # the same code, the requirement's own hint
+        check(toy_check, lambda x: x + 1)
+    hint(toy_check)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Hint 1/3 for 99-double (after [wrong-value]): Doubling multiplies, adding does not.")
+    assert lines[1].startswith("Hint 2/3")
+    assert lines[2].startswith("Hint 1/3 for 99-double (after [wrong-value]): Compare double(3) with 3 + 3.")
 
 
 def test_a_demonstration_prints_the_verdict_and_leaves_the_hints_alone(toy_check, capsys):

@@ -22,7 +22,7 @@ RELEASED = Path(__file__).with_name("released_hints.json")
 WITHHELD = ("the solution line of a graded exercise is withheld: your instructor releases it after the due date "
             "(or for practice), in the course's next update. Hints 1 and 2 and the lesson's sections are yours now.")
 _hints_shown: dict[str, int] = {}
-_last_failure: dict[str, str] = {}
+_last_failure: dict[str, tuple[str, str | None]] = {}  # task id -> (failure code, the cause's own hint or None)
 # Set by the grader's first cell in a graded notebook: the test cells then leave checking to the judge.
 graded_outside = False
 
@@ -46,9 +46,9 @@ def check(task_id: str, *objects: Any, hidden: bool = False) -> None:
     try:
         verified = _run(task_id, objects, hidden)
     except CheckFailed as failure:
-        if _last_failure.get(task_id) != failure.code:
+        if _last_failure.get(task_id) != (failure.code, failure.hint):
             _hints_shown.pop(task_id, None)  # a new mistake: the next hint starts again, about it
-        _last_failure[task_id] = failure.code
+        _last_failure[task_id] = (failure.code, failure.hint)
         raise
     _last_failure.pop(task_id, None)
     print(f"\u2714 {task_id}{' (hidden tests)' if hidden else ''}: {verified}")
@@ -95,12 +95,12 @@ def hint(task_id: str, level: int | None = None) -> None:
         _hints_shown[task_id] = level
     elif not 1 <= level <= 3:
         raise ValueError(f"{task_id} has hint levels 1 to 3")
-    hints, code = entry.hints, _last_failure.get(task_id)
+    hints, (code, cause_hint) = entry.hints, _last_failure.get(task_id, (None, None))
     after = entry.requires.get(code) if code else None
-    text = {1: after.hint if after else hints.nudge,
+    text = {1: cause_hint or (after.hint if after else hints.nudge),
             2: f"{hints.concept} (Reread the section \"{hints.section}\".)",
             3: "" if graded_outside else hints.solution or _released_solution(task_id)}[level] or WITHHELD
-    about = f" (after [{code}])" if level == 1 and after else ""
+    about = f" (after [{code}])" if level == 1 and (after or cause_hint) else ""
     more = " Call hint() again for a more explicit one." if level < 3 else ""
     print(f"Hint {level}/3 for {task_id}{about}: {text}{more}")  # the line is also the record of hints used
 

@@ -10,12 +10,15 @@ class CheckFailed(AssertionError):
     """A check observed behaviour that differs from the reference.
 
     `code` is a stable identifier of the failure (for example "missing-zero-grad"); the message teaches.
-    It subclasses AssertionError so that nbgrader marks the test cell as failed.
+    It subclasses AssertionError so that nbgrader marks the test cell as failed. `hint`, when the check found
+    a more specific cause than the code names, is the first hint for that cause (`hint()` shows it in place of
+    the requirement's own hint).
     """
 
-    def __init__(self, message: str, code: str = "failed") -> None:
+    def __init__(self, message: str, code: str = "failed", hint: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.hint = hint
 
     def _render_traceback_(self) -> list[str]:
         """How IPython shows it: the teaching message alone, without the check's own frames (the message
@@ -51,8 +54,12 @@ NOT_FINITE = "not-finite"
 RAISED = "raised"
 
 
-def fail(code: str, *, observed: str, expected: str, cause: str, where: str) -> NoReturn:
-    """Raise CheckFailed with the course's four-part teaching message."""
+def fail(code: str, *, observed: str, expected: str, cause: str, where: str, hint: str | None = None) -> NoReturn:
+    """Raise CheckFailed with the course's four-part teaching message.
+
+    `hint`: the first hint for the cause this failure observed, when it is narrower than the requirement's hint
+    (a tie counted as an improvement, where the requirement's hint speaks of the counter): a nudge, never the solution.
+    """
     __tracebackhide__ = True
     raise CheckFailed(
         f"[{code}]\n"
@@ -61,6 +68,7 @@ def fail(code: str, *, observed: str, expected: str, cause: str, where: str) -> 
         f"  Likely cause:  {cause}\n"
         f"  Where to look: {where}",
         code=code,
+        hint=hint,
     )
 
 

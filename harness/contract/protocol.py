@@ -54,7 +54,7 @@ def run_probe(entry: Check, objects: tuple[Any, ...], case: Case) -> Any:
     try:
         return entry.probe(*objects, case=case)
     except CheckFailed as failure:
-        return {"__failed__": failure.code, "__message__": str(failure)}
+        return {"__failed__": failure.code, "__message__": str(failure), "__hint__": failure.hint or ""}
     except Exception as error:  # the student's code raised: the judge says so
         return {"__raised__": explain(error)[:2000]}
 
@@ -147,10 +147,10 @@ def decide(task_id: str, data: bytes, case: Case) -> str:
     if "__raised__" in seen:
         raise raised_failure(task_id, str(seen["__raised__"]))
     if "__failed__" in seen:
-        message = str(seen.get("__message__", ""))
-        raise CheckFailed(f"{task_id} failed {message}", code=str(seen["__failed__"]))
+        message, hint = str(seen.get("__message__", "")), str(seen.get("__hint__", ""))[:500]
+        raise CheckFailed(f"{task_id} failed {message}", code=str(seen["__failed__"]), hint=hint or None)
     try:
         refuse_nonfinite(seen, entry.nonfinite)
         return entry.judge(seen, case=case)
     except CheckFailed as failure:
-        raise CheckFailed(f"{task_id} failed {failure}", code=failure.code) from None
+        raise CheckFailed(f"{task_id} failed {failure}", code=failure.code, hint=failure.hint) from None
