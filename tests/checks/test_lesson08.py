@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.checks import CheckFailed, check
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -84,6 +85,18 @@ def portable_split_on_module(state_dict):
     return clean
 
 
+def portable_twice(state_dict):
+    def strip(key):
+        for _ in range(2):  # "DDP and compile: at most two wrappers"
+            for prefix in ("module.", "_orig_mod."):
+                if key.startswith(prefix):
+                    key = key[len(prefix):]
+                    break
+        return key
+
+    return {strip(k): v for k, v in state_dict.items()}
+
+
 def portable_items(state_dict):
     return [(portable_loop({k: None}).popitem()[0], v) for k, v in state_dict.items()]
 
@@ -100,6 +113,7 @@ def test_wrapper_prefixes_name_keys_like_the_real_wrappers():
     real = [
         net, torch.nn.DataParallel(net), torch.compile(net), torch.compile(torch.nn.DataParallel(net)),
         torch.nn.DataParallel(torch.compile(net)), torch.nn.DataParallel(torch.nn.DataParallel(net)),
+        torch.nn.DataParallel(torch.compile(torch.nn.DataParallel(net))),
     ]
     for wrapper, (_, prefix) in zip(real, _WRAPPERS, strict=True):
         assert list(wrapper.state_dict()) == [prefix + key for key in net.state_dict()]
@@ -229,6 +243,13 @@ class EarlyStoppingNoReset(EarlyStoppingCounter):
         else:
             self.bad_epochs += 1
         return self.bad_epochs >= self.patience
+
+
+class EarlyStoppingTieImproves(EarlyStoppingCounter):
+    def _improves(self, value):
+        if self.best is None:
+            return True
+        return value <= self.best - self.min_delta if self.mode == "min" else value >= self.best + self.min_delta
 
 
 class EarlyStoppingMinOnly(EarlyStoppingCounter):
@@ -843,12 +864,28 @@ def test_hidden_resume_names_the_same_part(save, load, code, phrase):
     assert_check_fails("08-resume", save, load, code=code, phrase=phrase, hidden=True)
 
 
+def test_a_tie_and_a_counter_never_reset_get_their_own_cause_and_hint():
+    """Issue 43: both fail [wrong-stop]; the judge names the mistake whose replay makes the same decisions."""
+    failures = {}
+    for stopper in (EarlyStoppingTieImproves, EarlyStoppingNoReset, EarlyStoppingStrict):
+        with pytest.raises(CheckFailed) as failure:
+            check("08-early-stopping", stopper)
+        assert failure.value.code == "wrong-stop"
+        failures[stopper] = failure.value
+    assert "a tie" not in str(failures[EarlyStoppingNoReset]) and "not reset" not in str(
+        failures[EarlyStoppingTieImproves])
+    hints = [failure.hint for failure in failures.values()]
+    assert all(hints) and len(set(hints)) == 3, hints
+
+
 # ---------------------------------------------------------------------------------------------- mutation set
 MISTAKES = [
     Mistake("08-portable", "prefix-left", "stack in any order", (portable_once,),
             story="removes each prefix once: compile around DDP keeps 'module.'"),
     Mistake("08-portable", "prefix-left", "stack in any order", (portable_fixed_order,),
             story="strips _orig_mod. then module.: DDP around compile keeps '_orig_mod.'"),
+    Mistake("08-portable", "prefix-left", "2 of the 3 stacked prefixes removed", (portable_twice,),
+            story="strips at most two prefixes: 'DDP and compile, that is two wrappers'"),
     Mistake("08-portable", "over-stripped", "str.replace", (portable_replace,),
             story="str.replace('module.', ''): the forum's one-liner"),
     Mistake("08-portable", "over-stripped", "str.lstrip", (portable_lstrip,),
@@ -867,6 +904,8 @@ MISTAKES = [
             story="state_dict returns the object itself"),
     Mistake("08-early-stopping", "wrong-stop", "not reset on improvement", (EarlyStoppingNoReset,),
             story="never resets the counter"),
+    Mistake("08-early-stopping", "wrong-stop", "equal to best counted as an improvement", (EarlyStoppingTieImproves,),
+            story="<= / >= in the comparison: a tie resets the counter"),
     Mistake("08-early-stopping", "wrong-stop", "> instead of >=", (EarlyStoppingStrict,),
             story="stops one epoch late (counter > patience)"),
     Mistake("08-early-stopping", "mode-ignored", "lower taken as better", (EarlyStoppingMinOnly,),

@@ -27,8 +27,9 @@ class _Net(nn.Module):
 
 
 # DataParallel and DDP name their model's keys 'module.' + key, torch.compile '_orig_mod.' + key, and the
-# prefixes stack, in either order (the tests compare these with the real wrappers' state dicts). Visible and
-# hidden cases use them all; the hidden ones hold other weights.
+# prefixes stack, in either order and three deep (the text says "however many": a stripper that stops after two
+# fails); the tests compare these with the real wrappers' state dicts. Visible and hidden cases use them all; the
+# hidden ones hold other weights.
 _WRAPPERS = (
     ("a plain model", ""),
     ("nn.DataParallel(model)", "module."),
@@ -36,6 +37,7 @@ _WRAPPERS = (
     ("torch.compile(DataParallel(model))", "_orig_mod.module."),
     ("DataParallel(torch.compile(model))", "module._orig_mod."),
     ("DataParallel(DataParallel(model))", "module.module."),
+    ("DataParallel(torch.compile(DataParallel(model)))", "module._orig_mod.module."),
 )
 
 

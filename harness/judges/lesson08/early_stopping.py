@@ -27,14 +27,51 @@ def _as_flag(value: Any) -> bool | None:
 
 
 def _early_stopping_reference(
-    metrics: list[float], patience: int, mode: str, min_delta: float
+    metrics: list[float], patience: int, mode: str, min_delta: float, *, slip: str = ""
 ) -> list[tuple[bool, float]]:
+    """(step()'s return, best) after each metric; `slip` replays one known mistake instead: 'tie' (a metric
+    equal to best + or - min_delta improves), 'no-reset' (the counter is never reset), 'late' (> patience)."""
     best, bad, out = None, 0, []
     for value in metrics:
-        better = best is None or (value < best - min_delta if mode == "min" else value > best + min_delta)
-        best, bad = (value, 0) if better else (best, bad + 1)
-        out.append((bad >= patience, best))
+        edge = None if best is None else (best - min_delta if mode == "min" else best + min_delta)
+        better = edge is None or (value < edge if mode == "min" else value > edge) or (slip == "tie" and value == edge)
+        best, bad = (value, 0 if slip != "no-reset" else bad) if better else (best, bad + 1)
+        out.append((bad > patience if slip == "late" else bad >= patience, best))
     return out
+
+
+# What the decisions show when they match a known mistake's replay: (cause, hint 1 for that cause).
+_STOP_SLIPS = {
+    "tie": (
+        "a metric equal to best counted as an improvement and reset the counter (<= or >= where the text says "
+        "strictly better): only a metric that beats best by more than min_delta is an improvement",
+        "With mode='max' and patience 2, step through 0.5, 0.6, 0.6, 0.55: is the second 0.6 better than best, "
+        "or only equal to it? What should the counter hold after 0.55?",
+    ),
+    "no-reset": (
+        "the counter of bad epochs is not reset on improvement: it counts every bad epoch since the start, so a "
+        "run that improved still stops",
+        "Print bad_epochs after each step of 1.0, 0.8, 0.9, 0.85, 0.7 with patience 2: what should it hold "
+        "right after the improvement to 0.7?",
+    ),
+    "late": (
+        "step() returns True one epoch late: the counter is compared with > instead of >= patience",
+        "With patience 2, after exactly two epochs in a row without improvement, what does your comparison of "
+        "the counter with patience give?",
+    ),
+}
+
+
+def _stop_slip(decisions: list[bool | None], metrics: list[float], patience: int, mode: str,
+               min_delta: float) -> tuple[str, str | None]:
+    """The cause (and hint 1) of decisions that went wrong at their last epoch: a known mistake when its replay
+    makes exactly these decisions, else what the decisions alone show."""
+    for slip, (cause, hint) in _STOP_SLIPS.items():
+        replay = _early_stopping_reference(metrics, patience, mode, min_delta, slip=slip)
+        if [stop for stop, _ in replay[: len(decisions)]] == decisions:
+            return cause, hint
+    return ("the counter of bad epochs is not reset on improvement, grows on improvement too, or is compared with "
+            "> instead of >=", None)
 
 
 def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode: str, min_delta: float) -> None:
@@ -59,13 +96,15 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
                 where="the comparison in step()",
             )
         if _as_flag(said) != stop:
+            cause, hint = _stop_slip([_as_flag(s) for s, _ in steps[: epoch + 1]], metrics, patience, mode,
+                                     min_delta)
             fail(
                 "wrong-stop",
                 observed=f"step() returned {said} after {setting}",
                 expected=f"{stop}: stop once {patience} epochs in a row did not improve",
-                cause="the counter of bad epochs is not reset on improvement, grows on improvement too, or is "
-                "compared with > instead of >=",
+                cause=cause,
                 where="bad_epochs in step()",
+                hint=hint,
             )
 
 

@@ -11,6 +11,14 @@ from harness.contract.registry import judges
 from harness.contract.wire import describe
 
 
+def _prefix_count(key: str) -> int:
+    """How many wrapper prefixes ('module.', '_orig_mod.') stand at the start of `key`."""
+    count = 0
+    while key.startswith(("module.", "_orig_mod.")):
+        key, count = key.split(".", 1)[1], count + 1
+    return count
+
+
 @judges("08-portable")
 def judge_portable(seen: dict, *, case: Case) -> str:
     """The result must load strictly into the plain model, with every value untouched."""
@@ -36,13 +44,18 @@ def judge_portable(seen: dict, *, case: Case) -> str:
             )
         left = [k for k in result if k.startswith(("module.", "_orig_mod."))]
         if left:
+            stacked, kept = _prefix_count(next(iter(state))), _prefix_count(left[0])
             fail(
                 "prefix-left",
-                observed=f"for {name} the result still has keys like {left[0]!r}",
+                observed=f"for {name} the result still has keys like {left[0]!r}"
+                + (f": {stacked - kept} of the {stacked} stacked prefixes removed" if stacked > kept else ""),
                 expected=f"the plain model's keys: {sorted(reference)[:3]}...",
-                cause="only one prefix removed, or the prefixes removed in one fixed order, while wrappers can "
-                "stack in any order (compile around DDP, DDP around compile, DDP twice)",
+                cause="the stripping stops after a fixed number of prefixes, or removes them in one fixed order, "
+                "while wrappers stack in any order and however deep (compile around DDP, DDP around compile, "
+                "DDP twice, DDP around compile around DDP)",
                 where="repeat the stripping until no wrapper prefix is left",
+                hint="Try your function on {'module._orig_mod.module.w': 0}: how many prefixes does it remove? "
+                "'However many' has no limit: loop until none is left." if stacked - kept >= 2 else None,
             )
         if set(result) != set(reference):
             odd = sorted(set(result) - set(reference))
