@@ -279,6 +279,25 @@ def accum_backward_after(model, micro_batches, loss_fn, optimizer, max_norm):
     return norm
 
 
+def accum_by_micro_batch_size(model, micro_batches, loss_fn, optimizer, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(inputs)).backward()  # the batch size, not the number of batches
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def accum_weighted_by_samples(model, micro_batches, loss_fn, optimizer, max_norm):
+    total = sum(len(targets) for _, targets in micro_batches)
+    optimizer.zero_grad(set_to_none=True)
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) * (len(targets) / total)).backward()
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
 def accum_sum_then_scale(model, micro_batches, loss_fn, optimizer, max_norm):
     for x, y in micro_batches:
         loss_fn(model(x), y).backward()
@@ -390,6 +409,9 @@ MISTAKES = [
             story="backward dedented out of the loop: only the last loss is backpropagated"),
     Mistake("06-accum-clip", "loss-not-averaged", "len(micro_batches)", (accum_using(average=False),),
             story="backpropagates each micro-batch loss undivided"),
+    Mistake("06-accum-clip", "loss-not-averaged", "the number of samples in a micro-batch",
+            (accum_by_micro_batch_size,),
+            story="divides each loss by the micro-batch size (issue 43: passed when size and count were equal)"),
     Mistake("06-accum-clip", "clipped-per-micro-batch", "inside the micro-batch loop",
             (accum_using(clip_inside=True),), story="clips after every micro-batch's backward"),
     Mistake("06-accum-clip", "clipped-below-threshold", "always rescaled", (accum_using(clip_always),),
@@ -418,6 +440,7 @@ CORRECT = [
     Correct("06-amp-clip", (amp_clip_using(),), story="the solution"),
     Correct("06-amp-clip", (amp_clip_scaled_threshold,), story="clips the scaled gradients at max_norm * scale"),
     Correct("06-accum-clip", (accum_using(),), story="the solution"),
+    Correct("06-accum-clip", (accum_weighted_by_samples,), story="weights each micro-batch by its sample share"),
     Correct("06-accum-clip", (accum_sum_then_scale,), story="sums, divides .grad after the loop, zero_grad at the end"),
 ]
 

@@ -90,6 +90,7 @@ def _accum_failures(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tenso
             cause="each micro-batch loss is backpropagated as is; divide it by len(micro_batches) first",
             where="the backward line inside the micro-batch loop",
         )
+    _divided_by_size(seen, raw, batches, max_norm, returned)
     per_micro = _clipped_in_loop(model, batches, max_norm)
     clipped_once = _clip_to(raw, max_norm)
     if (float(raw.norm()) > max_norm and close_norm(seen, per_micro, rel=2e-3, floor=1e-7)
@@ -104,3 +105,28 @@ def _accum_failures(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tenso
             where="move the clipping after the loop, right before optimizer.step()",
         )
     _check_clipped(seen, raw, max_norm, "accumulate_clip_step")
+
+
+def _divided_by_size(seen: torch.Tensor, raw: torch.Tensor, batches: Sequence[Batch], max_norm: float,
+                     returned: Any) -> None:
+    """Fail when each micro-batch loss was divided by the micro-batch size instead of the number of micro-batches:
+    the pre-clip norm (returned, or seen by the optimizer when nothing was clipped) is count / size times the
+    right one. The case's micro-batches hold another number of samples than there are micro-batches."""
+    count, size = len(batches), len(batches[0][0])
+    if size == count:
+        return
+    wrong = raw * (count / size)
+    wrong_norm = float(wrong.norm())
+    returned_wrong = (isinstance(returned, torch.Tensor) and returned.numel() == 1
+                      and abs(float(returned.detach()) - wrong_norm) <= 2e-3 * wrong_norm)
+    if returned_wrong or (wrong_norm <= max_norm and close_norm(seen, wrong, rel=2e-3, floor=1e-7)):
+        fail(
+            "loss-not-averaged",
+            observed=f"the pre-clip gradient was {count}/{size} of the mean gradient: each micro-batch loss was "
+            f"divided by {size}, the number of samples in a micro-batch, not by the {count} micro-batches",
+            expected="the gradient of the mean loss over the micro-batches (as one big batch would give)",
+            cause="the loss is divided by the micro-batch size (len(inputs)) instead of the number of "
+            "micro-batches; loss_fn already averages within a micro-batch",
+            where="the backward line inside the micro-batch loop: loss / len(micro_batches)",
+            hint="loss_fn already takes the mean over a micro-batch's samples. What is left to average over?",
+        )

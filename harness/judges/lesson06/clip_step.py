@@ -17,6 +17,7 @@ from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson06.common import (
     _check_clipped,
+    _clip_to,
     _fail_stale,
     _only_step,
     _returned_norm,
@@ -57,7 +58,8 @@ def judge_clip_step(seen: dict, *, case: Case) -> str:
         _same_input(call["max_norm"], max_norm)
         _judge_training(call["training"], "clip_train_step")
         grads = _only_step(call["steps"], model, "clip_train_step")
-        if _stale_added(grads, raw, previous) and not close_norm(grads, raw, rel=2e-3, floor=1e-7):
+        if _stale_added(grads, raw, previous, max_norm) and not close_norm(
+                grads, _clip_to(raw, max_norm), rel=2e-3, floor=1e-7):
             _fail_stale("clip_train_step")
         _check_clipped(grads, raw, max_norm, "clip_train_step")
         _returned_norm(call["returned"], float(raw.norm()), max_norm, "clip_train_step")

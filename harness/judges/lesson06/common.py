@@ -106,11 +106,28 @@ def _clamp_bound(seen: torch.Tensor, raw: torch.Tensor) -> float | None:
     return None
 
 
+def _fail_if_clamped(seen: torch.Tensor, raw: torch.Tensor, what: str) -> None:
+    """Fail [value-not-norm] when the optimizer saw the raw gradient with every entry clamped to one bound: the
+    mark of clipping by value, whether or not the gradient was longer than max_norm."""
+    bound = _clamp_bound(seen, raw)
+    if bound is not None:
+        fail(
+            "value-not-norm",
+            observed=f"every gradient entry was cut to at most {bound:.3g} in absolute value, the others kept "
+            f"(cosine {_cosine(seen, raw):.4f} with the raw gradient)",
+            expected="the same direction, shorter, and only when the total norm exceeds max_norm: clip_grad_norm_ "
+            "multiplies every gradient by one factor",
+            cause="clipping by value (clip_grad_value_, or a clamp of each entry), which changes the direction",
+            where=f"use torch.nn.utils.clip_grad_norm_ in {what}",
+        )
+
+
 def _check_clipped(seen: torch.Tensor, raw: torch.Tensor, max_norm: float, what: str) -> None:
     """`seen` must be `raw` rescaled to norm max_norm when raw is longer, and `raw` itself otherwise."""
     raw_norm, seen_norm = float(raw.norm()), float(seen.norm())
     if raw_norm <= max_norm:
         if not close_norm(seen, raw, rel=2e-3, floor=1e-7):
+            _fail_if_clamped(seen, raw, what)
             fail(
                 "clipped-below-threshold",
                 observed=f"gradient norm {raw_norm:.4g} is below max_norm={max_norm:g}, yet the optimizer saw norm "
@@ -134,16 +151,7 @@ def _check_clipped(seen: torch.Tensor, raw: torch.Tensor, max_norm: float, what:
         )
     cosine = _cosine(seen, raw)
     if not cosine >= 0.9999:
-        bound = _clamp_bound(seen, raw)
-        if bound is not None:
-            fail(
-                "value-not-norm",
-                observed=f"every gradient entry was cut to at most {bound:.3g} in absolute value, the others kept "
-                f"(cosine {cosine:.4f} with the raw gradient)",
-                expected="the same direction, shorter: clip_grad_norm_ multiplies every gradient by one factor",
-                cause="clipping by value (clip_grad_value_, or a clamp of each entry), which changes the direction",
-                where=f"use torch.nn.utils.clip_grad_norm_ in {what}",
-            )
+        _fail_if_clamped(seen, raw, what)
         fail(
             "wrong-direction",
             observed=f"the clipped gradient points in another direction (cosine {cosine:.4f} with the raw one)",
@@ -162,8 +170,15 @@ def _check_clipped(seen: torch.Tensor, raw: torch.Tensor, max_norm: float, what:
         )
 
 
-def _stale_added(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tensor | None) -> bool:
-    return previous is not None and close_norm(seen, raw + previous, rel=2e-3, floor=1e-7)
+def _stale_added(seen: torch.Tensor, raw: torch.Tensor, previous: torch.Tensor | None,
+                 max_norm: float | None = None) -> bool:
+    """Whether the optimizer saw this batch's gradient plus the previous step's (left in .grad), as it is or,
+    given `max_norm`, clipped by total norm to it."""
+    if previous is None:
+        return False
+    stale = raw + previous
+    return close_norm(seen, stale, rel=2e-3, floor=1e-7) or (
+        max_norm is not None and close_norm(seen, _clip_to(stale, max_norm), rel=2e-3, floor=1e-7))
 
 
 def _fail_stale(what: str) -> None:
