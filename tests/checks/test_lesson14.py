@@ -327,6 +327,29 @@ def groups_default_decay(model, *, head_lr, backbone_lr, weight_decay):
     return torch.optim.AdamW(groups)
 
 
+def groups_names_from_state_dict(model, *, head_lr, backbone_lr, weight_decay):
+    # names from state_dict() zipped with parameters(): the BatchNorm buffers shift every later name
+    groups = {}
+    for name, p in zip(model.state_dict(), model.parameters()):  # noqa: B905 (as a student writes it)
+        if p.requires_grad:
+            groups.setdefault((name.startswith("backbone."), p.ndim >= 2), []).append(p)
+    return torch.optim.AdamW([{"params": ps, "lr": backbone_lr if backbone else head_lr,
+                               "weight_decay": weight_decay if decay else 0.0}
+                              for (backbone, decay), ps in groups.items()])
+
+
+def groups_names_from_state_dict_keep_vars(model, *, head_lr, backbone_lr, weight_decay):
+    """Right: names and tensors from state_dict(keep_vars=True), buffers skipped (they are not parameters)."""
+    trainable = [(n, t) for n, t in model.state_dict(keep_vars=True).items()
+                 if isinstance(t, nn.Parameter) and t.requires_grad]
+    groups = {}
+    for name, p in trainable:
+        groups.setdefault((name.startswith("backbone."), p.ndim >= 2), []).append(p)
+    return torch.optim.AdamW([{"params": ps, "lr": backbone_lr if backbone else head_lr,
+                               "weight_decay": weight_decay if decay else 0.0}
+                              for (backbone, decay), ps in groups.items()])
+
+
 def groups_lr_swapped(model, *, head_lr, backbone_lr, weight_decay):
     return torch.optim.AdamW(_two_part_groups(model, backbone_lr, head_lr, weight_decay,
                                               decay_test=lambda n, p: p.ndim >= 2))
@@ -447,6 +470,23 @@ def unfreeze_attribute(model, epoch, every):
     model.head.requires_grad_(True)
 
 
+def unfreeze_head_attribute(model, epoch, every):
+    blocks = _param_blocks(model)
+    for i, block in enumerate(blocks):
+        block.requires_grad_(epoch >= every * (len(blocks) - i))
+    model.head.requires_grad = True  # an attribute of the module object: a head that came in frozen stays frozen
+
+
+def unfreeze_setattr_and_method(model, epoch, every):
+    """Right: requires_grad_() on each block, with a (harmless) attribute of the same name set beside it."""
+    blocks = _param_blocks(model)
+    for i, block in enumerate(blocks):
+        due = epoch >= every * (len(blocks) - i)
+        block.requires_grad = due
+        block.requires_grad_(due)
+    model.head.requires_grad_(True)
+
+
 def unfreeze_direct_parameters(model, epoch, every):
     # parameters(recurse=False) of a block: its parameters belong to its layers, so none is set
     blocks = _param_blocks(model)
@@ -564,6 +604,8 @@ def lora_variant(*, freeze=True, a_init="kaiming", b_init="zeros", scale="alpha/
             self.base = base
             if freeze == "weight":
                 base.weight.requires_grad_(False)
+            elif freeze == "attribute":
+                base.requires_grad = False  # an attribute of the module object: the parameters still train
             elif freeze:
                 base.requires_grad_(False)
             else:
@@ -666,6 +708,8 @@ MISTAKES = [
             (groups_matrices_only,), story="p.ndim == 2 misses conv kernels"),
     Mistake("14-param-groups", "no-decay-on-weights", "AdamW's default",
             (groups_default_decay,), story="leaves weight_decay to AdamW's default"),
+    Mistake("14-param-groups", "wrong-lr", "zipped with model.parameters()", (groups_names_from_state_dict,),
+            story="names from model.state_dict() zipped with model.parameters()"),
     Mistake("14-param-groups", "wrong-lr", "swapped",
             (groups_lr_swapped,), story="head_lr and backbone_lr swapped"),
     Mistake("14-param-groups", "wrong-lr", "one learning rate for every group",
@@ -687,8 +731,10 @@ MISTAKES = [
             story="model.requires_grad_(False), head never unfrozen"),
     Mistake("14-unfreeze", "wrong-timing", "pooling and flatten included",
             (unfreeze_counting_every_child,), story="pool and flatten counted as blocks"),
-    Mistake("14-unfreeze", "wrong-timing", "plain attribute", (unfreeze_attribute,),
-            story="block.requires_grad = flag"),
+    Mistake("14-unfreeze", "wrong-timing", "assigned to the module object (backbone.0, backbone.1, backbone.2)",
+            (unfreeze_attribute,), story="block.requires_grad = flag"),
+    Mistake("14-unfreeze", "head-frozen", "assigned to the module object (head)", (unfreeze_head_attribute,),
+            story="model.head.requires_grad = True"),
     Mistake("14-unfreeze", "wrong-timing", "a fixed number of blocks (3, a TransferNet's)", (unfreeze_three_blocks,),
             story="n = 3 written in: a backbone of 2 or 4 blocks unfreezes on the wrong epochs"),
     Mistake("14-unfreeze", "wrong-timing", "parameters(recurse=False)", (unfreeze_direct_parameters,),
@@ -696,6 +742,8 @@ MISTAKES = [
     Mistake("14-unfreeze", "wrong-timing", "all blocks unfrozen at once", (unfreeze_all_at_once,),
             story="the whole backbone at epoch `every`"),
     # 14-lora
+    Mistake("14-lora", "base-trainable", "assigned to the module object (base)", (lora_variant(freeze="attribute"),),
+            story="self.base.requires_grad = False"),
     Mistake("14-lora", "base-trainable", "only the base weight was frozen", (lora_variant(freeze="weight"),),
             story="base.weight.requires_grad_(False): the bias still trains"),
     Mistake("14-lora", "base-trainable", "base.weight",
@@ -737,9 +785,12 @@ CORRECT = [
     Correct("14-param-groups", (groups_by_loop,), story="four named lists"),
     Correct("14-param-groups", (groups_by_module_type,), story="by module type, decay as the default"),
     Correct("14-param-groups", (groups_by_comprehensions,), story="a key function and one comprehension"),
+    Correct("14-param-groups", (groups_names_from_state_dict_keep_vars,),
+            story="state_dict(keep_vars=True), buffers skipped"),
     Correct("14-unfreeze", (unfreeze_by_name,), story="parameter by parameter, from the name"),
     Correct("14-unfreeze", (unfreeze_reversed,), story="from the top, epoch // every blocks"),
     Correct("14-unfreeze", (unfreeze_by_parameter_flags,), story="p.requires_grad = ..., blocks counted with sum"),
+    Correct("14-unfreeze", (unfreeze_setattr_and_method,), story="block.requires_grad = flag beside requires_grad_"),
     Correct("14-lora", (LoRAByEinsum,), story="explicit delta, F.linear, gaussian A"),
     Correct("14-lora", (LoRAByFunctionalLinear,), story="F.linear twice, deepcopy merge with add_(alpha=)"),
     Correct("14-lora", (LoRAByMatmul,), story="matmul on the flattened input, reshaped back; load_state_dict merge"),

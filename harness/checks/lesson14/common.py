@@ -38,3 +38,10 @@ def _attempt(record: dict[str, Any], run: Callable[[], Any]) -> Any:
     except Exception as error:  # the student's code raised
         record["raised"] = explain(error)[:2000]
         return None
+
+
+def module_attributes(model: nn.Module) -> list[str]:
+    """The names of `model`'s modules ("" for the model itself) that hold a plain `requires_grad` attribute: one
+    set by `module.requires_grad = flag`, which lands in the module's __dict__ and changes none of its
+    parameters (nn.Module has no such attribute of its own; requires_grad_() sets the parameters')."""
+    return sorted(name for name, module in model.named_modules() if "requires_grad" in vars(module))

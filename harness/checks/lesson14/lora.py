@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson14.common import _attempt
+from harness.checks.lesson14.common import _attempt, module_attributes
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
@@ -109,7 +109,7 @@ def probe_lora(lora_linear: Callable[..., nn.Module], *, case: Case) -> dict:
 def _probe_one_lora(layer: nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
     named = dict(layer.named_parameters())
     record: dict[str, Any] = {"trainable": [n for n, p in named.items() if p.requires_grad],
-                              "parameters": list(named),
+                              "parameters": list(named), "attributes": module_attributes(layer),
                               "A": _snapshot(getattr(layer, "lora_A", None)),
                               "B": _snapshot(getattr(layer, "lora_B", None))}
     adapters = [getattr(layer, "lora_A", None), getattr(layer, "lora_B", None)]

@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import nn
 
+from harness.checks.lesson14.common import module_attributes
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
@@ -93,8 +94,9 @@ def _blocks(model: nn.Module) -> list[str]:
 )
 def probe_unfreeze(gradual_unfreeze: Callable[..., Any], *, case: Case) -> dict:
     """Call the student's function epoch after epoch on a model that came in trainable, then on one that came in
-    frozen; record every parameter's flag after each call."""
-    runs = []
+    frozen; record every parameter's flag after each call, and the modules that got a plain `requires_grad`
+    attribute (set on the module object, which changes none of its parameters)."""
+    runs, attributes = [], []
     for index, (architecture, width, every) in enumerate(_unfreeze_cases(case)):
         for came_frozen in (False, True):
             model = _unfreeze_model(case, index, architecture, width)
@@ -105,4 +107,5 @@ def probe_unfreeze(gradual_unfreeze: Callable[..., Any], *, case: Case) -> dict:
                 gradual_unfreeze(model, epoch, every)
                 flags.append([p.requires_grad for p in model.parameters()])
             runs.append(flags)
-    return {"runs": runs}
+            attributes.append(module_attributes(model))
+    return {"runs": runs, "attributes": attributes}

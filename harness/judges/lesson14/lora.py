@@ -17,6 +17,7 @@ from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError, type_name
+from harness.judges.lesson14.common import ATTRIBUTE_HINT, attribute_cause, attribute_names
 
 
 def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -108,6 +109,11 @@ def _judge_lora_parameters(record: dict[str, Any], what: str, fan_in: int, fan_o
              cause="the base layer is stored under another name, or its weight copied into a plain tensor",
              where="__init__: self.base = base, then self.base.requires_grad_(False)")
     extra = [n for n in trainable if n not in ("lora_A", "lora_B")]
+    assigned = [a for a in attribute_names(record["attributes"]) if a in ("", "base")]
+    if extra and assigned and set(base) <= set(extra):
+        fail("base-trainable", observed=f"{what} has trainable parameters {extra} besides the adapters",
+             expected="only lora_A and lora_B trainable: the pretrained weight stays frozen",
+             cause=attribute_cause(assigned), where="__init__: self.base.requires_grad_(False)", hint=ATTRIBUTE_HINT)
     if extra:
         fail("base-trainable", observed=f"{what} has trainable parameters {extra} besides the adapters",
              expected="only lora_A and lora_B trainable: the pretrained weight stays frozen",

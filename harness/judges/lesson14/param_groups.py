@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from torch import nn
+
 from harness.checks.lesson14.param_groups import _group_model, _group_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
@@ -40,6 +42,7 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
         except ValueError as error:
             raise WireError(f"malformed observation: {error}") from None
         lrs = {name: group_lr(group, name) for name, group in holders.items()}
+        _fail_names_from_state_dict(model, lrs, head_lr, backbone_lr)
         for name, group in holders.items():
             check_weight_decay(model, name, group, weight_decay, default=_ADAMW_DEFAULT_WEIGHT_DECAY,
                                default_is="AdamW's default")
@@ -56,6 +59,30 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
     if len(records) != len(settings):
         raise WireError("malformed observation: optimizers missing")
     return "AdamW with every trainable parameter once, decay on kernels and matrices only, backbone at its own lr"
+
+
+def _fail_names_from_state_dict(model: nn.Module, lrs: dict[str, float], head_lr: float, backbone_lr: float) -> None:
+    """Fail with wrong-lr when the learning rates follow the names of state_dict() zipped with parameters(): the
+    state dict also holds buffers (BatchNorm's running statistics), so from the first buffer on every name belongs
+    to another tensor."""
+    params = [name for name, _ in model.named_parameters()]
+    given = dict(zip(params, model.state_dict(), strict=False))
+
+    def follows(names: dict[str, str]) -> bool:
+        return all(math.isclose(lr, backbone_lr if names[name].startswith("backbone.") else head_lr)
+                   for name, lr in lrs.items())
+
+    if follows(given) and not follows({name: name for name in params}):
+        wrong = next(name for name in lrs if given[name].startswith("backbone.") != name.startswith("backbone."))
+        fail("wrong-lr", observed=f"{wrong} has lr {lrs[wrong]:g}, the learning rate of the name {given[wrong]!r}: "
+             "each parameter got the lr of the state_dict() key at its position in parameters()",
+             expected=f"{backbone_lr if wrong.startswith('backbone.') else head_lr:g} for {wrong}",
+             cause="the names were taken from model.state_dict() and zipped with model.parameters(): the state dict "
+                   "also holds buffers (BatchNorm's running_mean, running_var, num_batches_tracked), so from the first "
+                   "buffer on each name belongs to another tensor",
+             where="for name, p in model.named_parameters(): the name and the parameter come as a pair",
+             hint="Print the pairs your loop makes, name beside p.shape: do the shapes match the layers the names "
+                  "say?")
 
 
 def _lr_cause(lrs: dict[str, float], head_lr: float, backbone_lr: float) -> str:

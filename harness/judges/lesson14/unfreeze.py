@@ -13,6 +13,7 @@ from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
+from harness.judges.lesson14.common import ATTRIBUTE_HINT, attribute_cause, attribute_names
 
 
 def _block_of(name: str) -> str:
@@ -23,9 +24,9 @@ def _block_of(name: str) -> str:
 def judge_unfreeze(seen: dict, *, case: Case) -> str:
     """The head always trainable; block i of n trainable exactly from epoch every * (n - i), whatever the flags
     were before the call."""
-    runs = seen["runs"]
+    runs, attributes = seen["runs"], seen["attributes"]
     cases = _unfreeze_cases(case)
-    if not isinstance(runs, list) or len(runs) != 2 * len(cases):
+    if not (isinstance(runs, list) and isinstance(attributes, list) and len(runs) == len(attributes) == 2 * len(cases)):
         raise WireError("malformed observation: not two runs per model")
     for index, (architecture, width, every) in enumerate(cases):
         model = _unfreeze_model(case, index, architecture, width)
@@ -33,13 +34,19 @@ def judge_unfreeze(seen: dict, *, case: Case) -> str:
         blocks = _blocks(model)
         epochs = every * len(blocks) + 2
         came_trainable, came_frozen = (_flag_table(runs[2 * index + k], names, epochs) for k in (0, 1))
+        assigned = [attribute_names(attributes[2 * index + k]) for k in (0, 1)]
         want = [[_due(name, epoch, every, blocks) for name in names] for epoch in range(epochs)]
         what = f"a backbone of {len(blocks)} blocks, every={every}"
-        for table, came in ((came_frozen, "frozen"), (came_trainable, "trainable")):
+        for table, came, attrs in ((came_frozen, "frozen", assigned[1]), (came_trainable, "trainable", assigned[0])):
             for epoch, (got, expected) in enumerate(zip(table, want, strict=True)):
                 if got == expected:
                     continue
                 head = [n for n, flag in zip(names, got, strict=True) if n.startswith("head.") and not flag]
+                if head and "head" in _unchanged_assigned(table, names, attrs, ["head"]):
+                    fail("head-frozen", observed=f"the model came in {came}; after the call at epoch {epoch} ({what}), "
+                         f"{head} do not require grad", expected="the head trainable at every epoch",
+                         cause=attribute_cause(["head"]), where="model.head.requires_grad_(True) in every call",
+                         hint=ATTRIBUTE_HINT)
                 if head:
                     fail("head-frozen", observed=f"after the call at epoch {epoch} ({what}), {head} do not require "
                          "grad", expected="the head trainable at every epoch",
@@ -54,8 +61,33 @@ def judge_unfreeze(seen: dict, *, case: Case) -> str:
                          cause="the function only unfreezes (sets requires_grad True when a block is due) and never "
                                "freezes the blocks that are not due yet",
                          where="set each block's flag both ways: block.requires_grad_(epoch >= ...)")
+                unchanged = _unchanged_assigned(table, names, attrs, blocks)
+                if unchanged:
+                    fail("wrong-timing", observed=f"the model came in {came}; at epoch {epoch} ({what}) the trainable "
+                         f"blocks are {_trainable_blocks(table[epoch], names, blocks)}, and the flags of {unchanged} "
+                         "are the same at every epoch", expected="block i of n trainable from epoch every * (n - i) on",
+                         cause=attribute_cause(unchanged),
+                         where="block.requires_grad_(epoch >= every * (n - i)), the method with the underscore",
+                         hint=ATTRIBUTE_HINT)
                 _fail_schedule(table, names, blocks, every, epoch, what, len(list(model.backbone.children())))
     return "head always trainable, blocks unfrozen from the top down at every * (n - i), whatever came in"
+
+
+def _unchanged_assigned(table: list[list[bool]], names: list[str], attrs: list[str], parts: list[str]) -> list[str]:
+    """Those of `parts` (blocks, or the head) that got a plain requires_grad attribute, on themselves or on a module
+    above them, and whose parameters' flags are the same at every epoch."""
+    def covered(part: str) -> bool:
+        return any(part == a or part.startswith(a + ".") or not a for a in attrs)
+
+    def constant(part: str) -> bool:
+        columns = [i for i, name in enumerate(names) if name == part or name.startswith(part + ".")]
+        return len({tuple(row[i] for i in columns) for row in table}) == 1
+
+    return [part for part in parts if covered(part) and constant(part)]
+
+
+def _trainable_blocks(row: list[bool], names: list[str], blocks: list[str]) -> list[str]:
+    return [b for b in blocks if all(flag for n, flag in zip(names, row, strict=True) if _block_of(n) == b)]
 
 
 def _due(name: str, epoch: int, every: int, blocks: list[str]) -> bool:
@@ -83,8 +115,7 @@ def _schedule_cause(table: list[list[bool]], names: list[str], blocks: list[str]
         "all blocks unfrozen at once": lambda e, i: e >= every,
         f"every child of the backbone counted as a block ({children}, pooling and flatten included), not only "
         "those with parameters": lambda e, i: e >= every * (children - i),
-        "no block's flag ever changes: a plain attribute `block.requires_grad = ...` (which sets no parameter) "
-        "instead of block.requires_grad_(...), or a loop over the block's direct parameters only "
+        "no block's flag ever changes: for example a loop over the block's direct parameters only "
         "(parameters(recurse=False): a block's parameters sit in its layers)": lambda e, i: bool(
             table[0][names.index(next(m for m in names if _block_of(m) == blocks[i]))]),
     }
@@ -105,7 +136,7 @@ def _fail_schedule(table: list[list[bool]], names: list[str], blocks: list[str],
                    what: str, children: int) -> None:
     """Fail with wrong-order when the blocks unfreeze bottom-up at the right epochs, else with wrong-timing."""
     def trainable_blocks(row: list[bool]) -> list[str]:
-        return [b for b in blocks if all(flag for n, flag in zip(names, row, strict=True) if _block_of(n) == b)]
+        return _trainable_blocks(row, names, blocks)
 
     partial = [b for b in blocks if len({flag for n, flag in zip(names, table[epoch], strict=True)
                                           if _block_of(n) == b}) > 1]
