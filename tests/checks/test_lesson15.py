@@ -250,6 +250,17 @@ def attention_mask_after_softmax(q, k, v, mask=None, causal=False):
     return weights @ v
 
 
+def attention_sees_next(q, k, v, mask=None, causal=False):
+    """Wrong: the allowed keys built with tril(diagonal=1), so each position also sees the next one."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(diagonal=1)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
 def attention_additive(q, k, v, mask=None, causal=False):
     """Right: an additive float mask built with torch.where, einsum for the products."""
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
@@ -547,6 +558,8 @@ MISTAKES = [
             story="applies the causal mask or the padding mask, not both"),
     Mistake("15-attention", "causal-not-masked", "diagonal was blocked", (attention_using(causal_diagonal=0),),
             story="triu(diagonal=0): a query cannot see itself"),
+    Mistake("15-attention", "causal-not-masked", "lets query i attend to key i + 1", (attention_sees_next,),
+            story="tril(diagonal=1) for the allowed keys: each position sees the next one too"),
     Mistake("15-attention", "causal-not-masked", "mask is flipped", (attention_using(flip_causal=True),),
             story="tril instead of triu: queries see the future"),
     # 15-warmup

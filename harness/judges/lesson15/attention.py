@@ -116,14 +116,18 @@ def judge_attention(seen: dict, *, case: Case) -> str:
         elif causal and (nan or matches(got, _reference_attention(q, k, v, mask, True, diagonal=0))):
             code, cause = "causal-not-masked", "the diagonal was blocked too: query i must see key i " \
                 "(triu(diagonal=1) marks the future)" + (" (the first query then sees nothing: NaN)" if nan else "")
+        elif causal and matches(got, _reference_attention(q, k, v, mask, True, diagonal=2)):
+            code, cause = "causal-not-masked", "the causal mask lets query i attend to key i + 1 as well (the next " \
+                "position): tril(diagonal=1) keeps one diagonal above the main one; the keys query i may see are " \
+                "tril(diagonal=0), the blocked ones triu(diagonal=1)"
         elif causal and matches(got, _future_only(q, k, v, mask)):
             code, cause = "causal-not-masked", "the mask is flipped: query i sees the future keys j >= i, not the past"
         elif mask is not None and matches(got, _masked_after_softmax(q, k, v, mask, causal)):
             code, cause = "padding-not-masked", "the padding mask was applied after the softmax: the padded keys' " \
                 "weights are zeroed, but the other weights no longer sum to 1; put -inf on the scores before it"
-        elif mask is not None and not causal and matches(got, _zero_filled(q, k, v, mask)):
-            code, cause = "padding-not-masked", "blocked scores were set to 0, not -inf: exp(0) = 1 still gives them " \
-                "weight"
+        elif (mask is not None or causal) and matches(got, _zero_filled(q, k, v, mask, causal)):
+            code = "padding-not-masked" if mask is not None else "causal-not-masked"
+            cause = "blocked scores were set to 0, not -inf: exp(0) = 1 still gives them weight"
         elif matches(got, _softmax_over_queries(q, k, v, mask, causal)):
             code, cause = "wrong-value", "the softmax ran over the queries (dim=-2), not over the keys (dim=-1)"
         else:
@@ -167,9 +171,16 @@ def _masked_after_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     return (scores.softmax(dim=-1) * mask[:, None, None, :]) @ v.double()
 
 
-def _zero_filled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _zero_filled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                 causal: bool) -> torch.Tensor:
+    """The output when every blocked score (padding and causal) is set to 0 instead of -inf."""
     scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
-    return scores.masked_fill(~mask[:, None, None, :], 0.0).softmax(dim=-1) @ v.double()
+    blocked = torch.zeros(scores.shape, dtype=torch.bool)
+    if causal:
+        blocked = blocked | torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+    if mask is not None:
+        blocked = blocked | ~mask[:, None, None, :]
+    return scores.masked_fill(blocked, 0.0).softmax(dim=-1) @ v.double()
 
 
 def _softmax_over_queries(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
