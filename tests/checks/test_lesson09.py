@@ -118,6 +118,10 @@ def loader_positional(dataset, batch_size, *, rank, world_size, seed):
     return DataLoader(dataset, batch_size, sampler=DistributedSampler(dataset, world_size, rank, True, seed))
 
 
+def loader_swapped_positional(dataset, batch_size, *, rank, world_size, seed):
+    return DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, rank, world_size, seed=seed))
+
+
 def loader_plain_shuffle(dataset, batch_size, *, rank, world_size, seed):
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
 
@@ -244,6 +248,19 @@ def train_without_ddp(make_model, dataset, loss_fn, *, epochs, batch_size, lr, s
             loss_fn(model(x), y).backward()
             optimizer.step()
     return model.state_dict()
+
+
+def train_through_module(make_model, dataset, loss_fn, *, epochs, batch_size, lr, seed):
+    loader = _loader(dataset, batch_size, seed)
+    model = DDP(make_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model.module(x), y).backward()  # "the real model is model.module"
+            optimizer.step()
+    return model.module.state_dict()
 
 
 def train_unsharded(make_model, dataset, loss_fn, *, epochs, batch_size, lr, seed):
@@ -502,6 +519,8 @@ MISTAKES = [
     Mistake("09-shard-loader", "wrong-batch-size", "per-rank batch", (loader_divided_batch,),
             story="divides the batch size by the world size"),
     Mistake("09-shard-loader", "seed-ignored", "seed argument", (loader_seed_ignored,), story="forgets seed="),
+    Mistake("09-shard-loader", "overlapping-shards", "num_replicas before rank", (loader_swapped_positional,),
+            story="DistributedSampler(dataset, rank, world_size): rank first, by position"),
     Mistake("09-shard-loader", "overlapping-shards", "differs per rank", (loader_rank_seeded,),
             story="seed + rank, as for data augmentation"),
     Mistake("09-shard-loader", "not-shuffled", "shuffle=False", (loader_unshuffled,), story="shuffle=False"),
@@ -512,6 +531,8 @@ MISTAKES = [
     Mistake("09-train-ddp", "missing-set-epoch", "set_epoch(epoch)", (train_no_set_epoch,),
             story="forgets set_epoch: the most common DistributedSampler bug"),
     Mistake("09-train-ddp", "ranks-differ", "not wrapped in DDP", (train_without_ddp,), story="never wraps in DDP"),
+    Mistake("09-train-ddp", "ranks-differ", "the forward went through .module", (train_through_module,),
+            story="wraps in DDP, then calls model.module(x) in the loop"),
     Mistake("09-train-ddp", "not-sharded", "DistributedSampler", (train_unsharded,), story="a plain shuffled loader"),
     Mistake("09-train-ddp", "wrapped-state-dict", "model.module.state_dict()", (train_wrapped_state,),
             story="returns the wrapper's state_dict"),

@@ -1,11 +1,13 @@
 """09-shard-loader, the probe.
 
 Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
-seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started.
+seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started. Where
+DistributedSampler itself refuses its arguments, the refusal is recorded (and the worlds after it are not built).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -32,6 +34,19 @@ def _loader_indices(loader: DataLoader, epoch: int) -> list[list[int]] | None:
     elif epoch > 0:
         return None
     return [batch[0].reshape(-1).tolist() for batch in loader]
+
+
+def _sampler_refusal(error: ValueError) -> str | None:
+    """The message of a ValueError raised by DistributedSampler's own check of its arguments; None for any other."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None or not frame.tb_frame.f_code.co_filename.endswith(_SAMPLER_FILE):
+        return None
+    return str(error)[:200]
+
+
+_SAMPLER_FILE = str(Path("torch", "utils", "data", "distributed.py"))
 
 
 @register(
@@ -65,7 +80,16 @@ def probe_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, case: Case
     worlds = []
     for n, batch_size, world, seed in _loader_settings(case):
         dataset = TensorDataset(torch.arange(n))
-        loaders = [make_ddp_loader(dataset, batch_size, rank=r, world_size=world, seed=seed) for r in range(world)]
+        loaders = []
+        for rank in range(world):
+            try:
+                loaders.append(make_ddp_loader(dataset, batch_size, rank=rank, world_size=world, seed=seed))
+            except ValueError as error:
+                refusal = _sampler_refusal(error)
+                if refusal is None:
+                    raise
+                worlds.append({"refused": refusal, "rank": rank})
+                return {"worlds": worlds}
         workers = getattr(loaders[0], "num_workers", 0)
         if workers:
             fail("uses-workers", observed=f"a DataLoader with num_workers={workers}", expected="num_workers=0",

@@ -6,10 +6,13 @@ Train on 2 ranks; record each rank's returned state_dict and the dataset indices
 from __future__ import annotations
 
 import functools
+import sys
+from collections import Counter
 from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, TensorDataset
 
 from harness.checks.lesson09.common import MODEL_SEED, _hang_row, _run_ranks, make_model
@@ -57,17 +60,43 @@ def _train_arguments(config: dict[str, Any]) -> dict[str, Any]:
     return {key: config[key] for key in ("epochs", "batch_size", "lr", "seed")}
 
 
+def _forward_path(module: nn.Module) -> str:
+    """How this forward of `module` was reached, read from the calling frames: 'ddp' through
+    DistributedDataParallel's forward; 'bypassed' around it, while a caller holds a DDP that wraps `module` (a
+    forward through ddp.module); 'plain' otherwise."""
+    frame, wrapped = sys._getframe(1), False
+    while frame is not None:
+        if frame.f_code is _DDP_FORWARD:
+            return "ddp"
+        wrapped = wrapped or any(isinstance(value, DistributedDataParallel) and value.module is module
+                                 for value in frame.f_locals.values())
+        frame = frame.f_back
+    return "bypassed" if wrapped else "plain"
+
+
+_DDP_FORWARD = DistributedDataParallel.forward.__code__
+
+
+def _watched_model(model_seed: int, paths: Counter[str]) -> nn.Module:
+    """make_model(model_seed), counting in `paths` how each of its forwards was reached (_forward_path)."""
+    model = make_model(model_seed)
+    model.register_forward_pre_hook(lambda module, args: paths.update([_forward_path(module)]))
+    return model
+
+
 def _train_worker(
     train_ddp: Callable[..., Any], model_seed: int, dataset: Dataset, arguments: dict[str, Any]
 ) -> dict[str, Any]:
-    """In a rank: train with train_ddp; the state_dict it returned and the dataset indices this rank loaded."""
-    recorder = IndexRecorder(dataset)
-    state = train_ddp(functools.partial(make_model, model_seed), recorder, nn.functional.mse_loss, **arguments)
+    """In a rank: train with train_ddp; the state_dict it returned, the dataset indices this rank loaded and how
+    the model's forwards were reached."""
+    recorder, paths = IndexRecorder(dataset), Counter[str]()
+    state = train_ddp(functools.partial(_watched_model, model_seed, paths), recorder, nn.functional.mse_loss,
+                      **arguments)
     if not isinstance(state, dict):
-        return {"state": type_name(state), "seen": recorder.seen}
+        return {"state": type_name(state), "seen": recorder.seen, "forwards": dict(paths)}
     # a value that is no tensor (a nested dict: a checkpoint instead of a state_dict) travels as its type's name
     sent = {str(k): v.detach().clone() if isinstance(v, torch.Tensor) else type_name(v) for k, v in state.items()}
-    return {"state": sent, "seen": recorder.seen}
+    return {"state": sent, "seen": recorder.seen, "forwards": dict(paths)}
 
 
 @register(

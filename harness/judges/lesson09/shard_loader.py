@@ -5,7 +5,8 @@ Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, 
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, NoReturn
 
 from harness.checks.lesson09.shard_loader import _loader_settings
 from harness.contract.case import Case
@@ -22,10 +23,43 @@ def _shard_batches(value: Any) -> list[list[int]]:
     return [int_list(batch, "a batch's indices") for batch in value]
 
 
+_INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")
+
+
+def _judge_refusal(refused: dict[str, Any], world: int) -> NoReturn:
+    """Fail on DistributedSampler's refusal of the arguments it got for rank `refused['rank']` of `world`: named as
+    swapped when the sampler saw rank=world_size and num_replicas=rank, else quoted."""
+    rank, message = refused["rank"], refused["refused"]
+    if not isinstance(rank, int) or isinstance(rank, bool) or not isinstance(message, str):
+        malformed("a refusal names the rank and the sampler's message")
+    match = _INVALID_RANK.fullmatch(message)
+    if match and (int(match[1]), int(match[2])) == (world, rank - 1):
+        fail("overlapping-shards",
+             observed=f"for rank={rank}, world_size={world}, DistributedSampler raised ValueError: {message}: "
+             f"it received num_replicas={rank} and rank={world}",
+             expected="num_replicas=world_size and rank=rank",
+             cause="rank and world_size passed by position in the wrong order: DistributedSampler's signature is "
+             "(dataset, num_replicas, rank, ...), num_replicas before rank",
+             where="name them: DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
+             hint="Read DistributedSampler's signature: which comes second, num_replicas or rank? Pass them by "
+             "name and the order cannot go wrong.")
+    fail("overlapping-shards",
+         observed=f"for rank={rank}, world_size={world}, DistributedSampler raised ValueError: {message}",
+         expected="a sampler for rank of world_size ranks",
+         cause="DistributedSampler refused the num_replicas and rank it received: not the ones passed in",
+         where="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)")
+
+
 @judges("09-shard-loader")
 def judge_shard_loader(seen: dict, *, case: Case) -> str:
     """Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle."""
-    for (n, batch_size, world, seed), observed in zip(_loader_settings(case), seen["worlds"], strict=True):
+    settings, worlds = _loader_settings(case), seen["worlds"]
+    if not isinstance(worlds, list) or len(worlds) > len(settings) or (
+            len(worlds) < len(settings) and not (worlds and "refused" in worlds[-1])):
+        malformed("one record per world, or a record cut short by the sampler's refusal")
+    for (n, batch_size, world, seed), observed in zip(settings, worlds, strict=False):  # cut short: refused
+        if "refused" in observed:
+            _judge_refusal(observed, world)
         epoch0 = [_shard_batches(batches) for batches in _ranks(observed["epoch0"], world)]
         shards = [sum(batches, []) for batches in epoch0]
         sizes = [len(batch) for batch in epoch0[0]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -60,12 +60,8 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
                      cause="something other than the trained model's state_dict was returned",
                      where="the return statement")
         if not close_state(states[0], states[1], rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
-            fail("ranks-differ",
-                 observed=f"the ranks' parameters differ by up to {_state_max_difference(states[0], states[1]):.2e}",
-                 expected="identical parameters on every rank",
-                 cause="gradients are not averaged across ranks: the model is not wrapped in DDP (each rank trains "
-                 "its own copy on its own shard), or the optimizer was built on other parameters",
-                 where="model = DDP(make_model()) before building the optimizer from model.parameters()")
+            _fail_ranks_differ(_forwards(results[0].get("forwards")),
+                               _state_max_difference(states[0], states[1]))
         if not close_state(states[0], reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
             fail("not-ddp-equivalent",
                  observed=f"parameters differ from one process with batch {WORLD * config['batch_size']} by up to "
@@ -76,6 +72,41 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
                  "optimizer, or extra steps",
                  where="the inner loop: zero_grad, loss_fn(model(x), y).backward(), step, with plain SGD(lr)")
     return f"DDP on {WORLD} ranks matches one process at twice the batch; ranks identical; set_epoch reshuffles"
+
+
+def _forwards(value: Any) -> dict[str, int]:
+    """How a rank's model forwards were reached ('ddp', 'bypassed', 'plain' -> count), validated."""
+    if not isinstance(value, dict) or not set(value) <= {"ddp", "bypassed", "plain"} or not all(
+            isinstance(count, int) and not isinstance(count, bool) and count > 0 for count in value.values()):
+        malformed("the forwards' paths are counts by 'ddp', 'bypassed' and 'plain'")
+    return value
+
+
+def _fail_ranks_differ(forwards: dict[str, int], difference: float) -> NoReturn:
+    """The ranks ended apart: name the cause the forwards' paths show (through ddp.module, or no DDP at all)."""
+    bypassed, plain, through = (forwards.get(key, 0) for key in ("bypassed", "plain", "ddp"))
+    if bypassed and not through:
+        cause = ("the forward went through .module (the model inside DDP) instead of the DDP wrapper, so DDP's "
+                 "gradient all-reduce never ran: each rank stepped on its own gradients")
+        where, hint = ("call the wrapper: loss_fn(ddp_model(x), y), and keep .module for the state_dict at the end",
+                       "Which object does your loop call on a batch: the DDP wrapper, or the model inside it? Only "
+                       "the wrapper's forward prepares the all-reduce that backward runs.")
+    elif plain and not through:
+        cause, hint = ("the model is not wrapped in DDP: no forward went through a DistributedDataParallel, so each "
+                       "rank trains its own copy on its own shard"), None
+        where = "model = DDP(make_model()) before building the optimizer from model.parameters()"
+    elif through:
+        cause, hint = ("gradients are not averaged across ranks although the forwards went through DDP: the "
+                       "optimizer was built on other parameters, or the gradients changed after backward"), None
+        where = "model = DDP(make_model()) before building the optimizer from model.parameters()"
+    else:
+        cause, hint = ("gradients are not averaged across ranks: the model is not wrapped in DDP, or the optimizer "
+                       "was built on other parameters"), None
+        where = "model = DDP(make_model()) before building the optimizer from model.parameters()"
+    seen = (f"; rank 0's model ran {bypassed} forward{'s' if bypassed > 1 else ''} called directly while a DDP "
+            "wrapper held it, none through the wrapper" if bypassed and not through else "")
+    fail("ranks-differ", observed=f"the ranks' parameters differ by up to {difference:.2e}{seen}",
+         expected="identical parameters on every rank", cause=cause, where=where, hint=hint)
 
 
 def _judge_state_kind(state: Any) -> None:
