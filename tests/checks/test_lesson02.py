@@ -592,6 +592,23 @@ def groups_without_lr_for_head(model, *, lr, weight_decay, backbone_lr):
     return groups
 
 
+def groups_zipped_state_dict(model, *, lr, weight_decay, backbone_lr):
+    groups = []
+    for name, param in zip(model.state_dict(), model.parameters()):  # noqa: B905  (state_dict holds buffers too)
+        if param.requires_grad:
+            groups.append({"params": [param], "lr": backbone_lr if name.startswith("backbone.") else lr,
+                           "weight_decay": weight_decay if param.ndim >= 2 else 0.0})
+    return groups
+
+
+def groups_by_identity(model, *, lr, weight_decay, backbone_lr):
+    """Correct too: backbone membership by identity, every parameter its own group."""
+    backbone = {id(p) for p in model.backbone.parameters()}
+    return [{"params": [p], "lr": backbone_lr if id(p) in backbone else lr,
+             "weight_decay": weight_decay if p.ndim >= 2 else 0.0}
+            for p in model.parameters() if p.requires_grad]
+
+
 # ------------------------------------------------------------------------------------------------ mutation set
 MISTAKES = [
     # 02-mlp
@@ -730,6 +747,9 @@ MISTAKES = [
     Mistake("02-param-groups", "wrong-lr", "swapped", (groups_swapped_lr,), story="lr and backbone_lr swapped"),
     Mistake("02-param-groups", "wrong-lr", "sets no lr", (groups_without_lr_for_head,),
             story="leaves lr out of the head's groups"),
+    Mistake("02-param-groups", "wrong-lr", "paired with model.parameters() (zip)", (groups_zipped_state_dict,),
+            story="names from zip(model.state_dict(), model.parameters()) (issue 43: passed without a buffer in the "
+            "backbone)"),
 ]
 
 CORRECT = [
@@ -750,6 +770,7 @@ CORRECT = [
     Correct("02-init-weights", (init_normal_by_hand,), story="normal_ under no_grad"),
     Correct("02-param-groups", (groups_by_key,), story="groups keyed by (backbone, decay)"),
     Correct("02-param-groups", (groups_four_lists,), story="four lists, some possibly empty"),
+    Correct("02-param-groups", (groups_by_identity,), story="one group per parameter, backbone told by identity"),
 ]
 
 

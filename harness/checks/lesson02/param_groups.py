@@ -23,7 +23,9 @@ from harness.contract.registry import register
 class _GroupModel(nn.Module):
     def __init__(self, freeze_first: bool) -> None:
         super().__init__()
-        self.backbone = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 8), nn.LayerNorm(8),
+        # a BatchNorm's buffers before backbone parameters: names zipped from state_dict() with parameters()
+        # shift by three and give head parameters backbone names
+        self.backbone = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 8), nn.LayerNorm(8), nn.BatchNorm1d(8),
                                       nn.Linear(8, 8, bias=False))
         self.head = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
         if freeze_first:
