@@ -363,6 +363,16 @@ def smoothed_solution(logits, targets, smoothing):
     return ((1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)).mean()
 
 
+def smoothed_upcast(logits, targets, smoothing):
+    # computed in float32 "for stability" and returned as it is: a bfloat16 model gets a float32 loss
+    return smoothed_solution(logits.float(), targets, smoothing)
+
+
+def smoothed_upcast_cast_back(logits, targets, smoothing):
+    """Right: computed in float32, cast back to the logits' dtype at the end (as autocast's losses are)."""
+    return smoothed_solution(logits.float(), targets, smoothing).to(logits.dtype)
+
+
 def smoothed_distribution(logits, targets, smoothing):
     """Right: the smoothed target distribution, written out, with logsumexp."""
     classes = logits.shape[1]
@@ -602,6 +612,8 @@ MISTAKES = [
             story="logsumexp by hand without subtracting the max"),
     Mistake("15-smoothed-loss", "wrong-dtype", "as F.cross_entropy returns", (smoothed_float64,),
             story="log_softmax in float64 for stability, never cast back"),
+    Mistake("15-smoothed-loss", "wrong-dtype", "computed in float32 (an upcast", (smoothed_upcast,),
+            story="logits.float() for a stable loss, the float32 result returned for bfloat16 logits"),
     Mistake("15-smoothed-loss", "not-a-scalar", "without .mean()", (smoothed_per_example,),
             story="returns the per-example losses"),
     Mistake("15-smoothed-loss", "no-gradient", "no gradient path", (smoothed_item,),
@@ -626,6 +638,7 @@ CORRECT = [
     Correct("15-smoothed-loss", (smoothed_solution,), story="log_softmax, gather and the uniform term"),
     Correct("15-smoothed-loss", (smoothed_distribution,), story="the smoothed distribution with logsumexp"),
     Correct("15-smoothed-loss", (smoothed_one_hot,), story="one_hot mixed with uniform, F.log_softmax"),
+    Correct("15-smoothed-loss", (smoothed_upcast_cast_back,), story="float32 inside, cast back to the logits' dtype"),
 ]
 
 

@@ -43,7 +43,7 @@ def _scrambled(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
 
 
 @register(
-    "15-masked-loss",
+    "15-masked-loss", nonfinite=("results/*",),  # refused by the judge call by call, in the order of the calls
     hints=Hints(
         nudge="Compute the cross-entropy of every position (reduction='none'), keep the real ones with the mask, "
         "and average over those only.",

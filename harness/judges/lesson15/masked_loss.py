@@ -12,6 +12,7 @@ from harness.checks.lesson15.masked_loss import _loss_inputs
 from harness.contract.case import Case
 from harness.contract.compare import judged, tensor, type_name
 from harness.contract.failure import fail
+from harness.contract.protocol import refuse_nonfinite
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson15.common import matches
@@ -38,7 +39,11 @@ def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.T
 @judges("15-masked-loss")
 def judge_masked_loss(seen: dict, *, case: Case) -> str:
     """The mean cross-entropy over real tokens, as a differentiable 0-dim tensor; padding and inputs untouched."""
-    for (description, logits, targets, mask), result in judged(_loss_inputs(case), seen["results"]):
+    for index, ((description, logits, targets, mask), result) in enumerate(judged(_loss_inputs(case),
+                                                                                 seen["results"])):
+        # a NaN is refused here, call by call, so that an earlier call's own failure (the mean of sequence means)
+        # comes first: the hidden case's all-padding row makes that mistake's later call NaN
+        refuse_nonfinite({f"results/{index}": result})
         got = result["returned"]
         after = result["after"]
         if not isinstance(after, list) or len(after) != 3:

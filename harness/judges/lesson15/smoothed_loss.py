@@ -15,7 +15,7 @@ from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson15.common import matches
+from harness.judges.lesson15.common import LOW_PRECISION, dtype_cause, dtype_hint, matches_for
 
 _SMOOTHED_FORBIDDEN = {
     "cross_entropy": "the exercise asks you to write the loss from log_softmax (or logsumexp) yourself",
@@ -58,8 +58,9 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
         if got.dtype != logits.dtype:
             fail("wrong-dtype", observed=f"returned a {got.dtype} loss for {description}",
                  expected=f"{logits.dtype}, the logits' dtype, as F.cross_entropy returns",
-                 cause="the computation was cast to another dtype (.double() for accuracy, .half()) and not brought "
-                 "back", where="the computation of the returned value")
+                 cause=dtype_cause(got.dtype, logits.dtype), where="the computation of the returned value",
+                 hint=dtype_hint(logits.dtype))
+        close = matches_for(logits.dtype)
         value = got.detach().double()
         if not torch.isfinite(value):
             fail("not-stable", observed=f"the loss is {float(value)} for {description}",
@@ -67,19 +68,19 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                  cause="log of a softmax that underflowed to 0 (softmax(...).log() gives -inf), or exp of a large "
                  "logit overflowing (exp(100) is inf in float32 without subtracting the max first)",
                  where="where the log-probabilities are computed")
-        if not matches(value, want):
+        if not close(value, want):
             plain = F.cross_entropy(logits.double(), targets)
-            if smoothing and matches(value, plain):
+            if smoothing and close(value, plain):
                 cause = "the smoothing is missing: this is the plain cross-entropy"
-            elif smoothing and matches(value, _smoothed_other_classes(logits, targets, smoothing)):
+            elif smoothing and close(value, _smoothed_other_classes(logits, targets, smoothing)):
                 cause = "smoothing spread over the C - 1 other classes; PyTorch spreads eps / C over all C classes, " \
                         "the target's included: (1 - eps) * NLL + eps * mean over classes of -log p"
-            elif matches(value, want * len(targets)):
+            elif close(value, want * len(targets)):
                 cause = "the sum over the batch, not the mean"
-            elif smoothing and matches(value, _target_share_missing(logits, targets, smoothing)):
+            elif smoothing and close(value, _target_share_missing(logits, targets, smoothing)):
                 cause = "the target's own share eps / C is missing: PyTorch gives the target 1 - eps + eps / C and " \
                     "every other class eps / C"
-            elif smoothing and matches(value, (1 - smoothing) * plain):
+            elif smoothing and close(value, (1 - smoothing) * plain):
                 cause = "the smoothing term is missing: only (1 - eps) * NLL"
             else:
                 cause = "another formula: the sign of the log-probabilities, the weights of the two terms, or the " \
@@ -102,7 +103,8 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                  expected="a finite gradient",
                  cause="the log-probabilities went through log(0) or exp overflow on the way",
                  where="where the log-probabilities are computed")
-        if not close_values(grad, leaf.grad, rtol=1e-3, atol=1e-3, dtype=False):
+        tolerance = 2e-2 if logits.dtype in LOW_PRECISION else 1e-3
+        if not close_values(grad, leaf.grad, rtol=tolerance, atol=tolerance, dtype=False):
             fail("no-gradient", observed=f"logits.grad differs from F.cross_entropy's ({description})",
                  expected="the gradient of F.cross_entropy(logits, targets, label_smoothing=smoothing)",
                  cause="part of the computation is detached (a .detach() or a value computed outside the graph)",
