@@ -818,3 +818,16 @@ def test_checks_leave_the_students_random_stream_alone(task: str, solution: Any,
     torch.manual_seed(7)
     check(task, solution, hidden=True)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_attribute_on_the_module_gets_its_own_first_hint():
+    """Issue 43: `block.requires_grad = flag` is told that the attribute went on the module, not its parameters, and
+    hint 1 follows that cause (another backbone-trainable cause keeps the requirement's own hint)."""
+    with pytest.raises(CheckFailed) as failure:
+        check("02-freeze-backbone", freeze_attribute)
+    assert failure.value.code == "backbone-trainable"
+    assert "set on the module backbone itself" in str(failure.value)
+    assert "only adds an attribute to the module" in failure.value.hint
+    with pytest.raises(CheckFailed) as failure:
+        check("02-freeze-backbone", freeze_eval)
+    assert failure.value.hint is None

@@ -25,10 +25,15 @@ def _strings(value: Any, what: str) -> list[str]:
     return value
 
 
+def _attribute_set(record: dict[str, Any]) -> list[str]:
+    """The backbone modules (the backbone or one inside it) on which a `requires_grad` attribute was set."""
+    return [m for m in _strings(record["attribute_set"], "the modules with an attribute")
+            if m == "backbone" or m.startswith("backbone.")]
+
+
 def _backbone_cause(trainable: list[str], names: list[str], record: dict[str, Any]) -> str:
     """What the recorded state says about why `trainable` backbone parameters still require grad."""
-    attribute = [m for m in _strings(record["attribute_set"], "the modules with an attribute")
-                 if m == "backbone" or m.startswith("backbone.")]
+    attribute = _attribute_set(record)
     in_eval = "backbone" in _strings(record["eval_mode"], "the modules in eval mode")
     if attribute:
         return (f"`requires_grad = False` set on the module {attribute[0]} itself: a plain attribute (no underscore, "
@@ -55,7 +60,9 @@ def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
                  expected="requires_grad False on every backbone parameter, nested ones included",
                  cause=_backbone_cause(trainable_backbone, names, record),
                  where="model.backbone.requires_grad_(False), or p.requires_grad_(False) for each of "
-                       "model.backbone.parameters()")
+                       "model.backbone.parameters()",
+                 hint="`module.requires_grad = False` only adds an attribute to the module. Which method, with an "
+                      "underscore, sets the flag on every parameter it holds?" if _attribute_set(record) else None)
         frozen_head = [n for n in names if n.startswith("head.") and flags[n] is not True]
         if frozen_head:
             fail("head-frozen", observed=f"head parameters do not require grad: {frozen_head}"
