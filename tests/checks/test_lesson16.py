@@ -289,6 +289,14 @@ def top_k_using(*, evaluate=True, context=torch.inference_mode, dim=-1, softmax=
     return top_k
 
 
+def top_k_renormalised(model, inputs, k):
+    # topk on the logits, then softmax over the kept k: the probabilities sum to 1 over the top k only
+    model.eval()
+    with torch.inference_mode():
+        values, classes = model(inputs).topk(k, dim=-1)
+    return classes, values.softmax(dim=-1)
+
+
 def top_k_gathered(model, inputs, k):
     was_training = model.training
     model.eval()
@@ -404,6 +412,8 @@ MISTAKES = [
     Mistake("16-top-k", "train-mode", "training mode", (top_k_using(evaluate=False),), story="forgets model.eval()"),
     Mistake("16-top-k", "not-probabilities", "over the batch", (top_k_using(dim=0),),
             story="softmax(dim=0): the probabilities of each class across the batch"),
+    Mistake("16-top-k", "not-probabilities", "a softmax over the 2 kept logits only", (top_k_renormalised,),
+            story="topk on the logits, then softmax over the kept k"),
     Mistake("16-top-k", "not-probabilities", "the logits", (top_k_using(softmax=False),),
             story="ranks the logits and returns them as the scores"),
     Mistake("16-top-k", "wrong-classes", "ascending", (top_k_using(descending=False),),

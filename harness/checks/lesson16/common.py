@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.errors import explain
+from harness.contract.failure import CheckFailed
 
 
 class Classifier(nn.Module):
@@ -53,6 +56,17 @@ def case_inputs(case: Case, rows: int, salt: int) -> torch.Tensor:
     """`rows` seeded input rows for the case's classifier."""
     generator = torch.Generator().manual_seed(case.seeded(1700 + salt + rows))
     return torch.randn(rows, case_config(case)["features"], generator=generator)
+
+
+def attempt(call: Callable[[], Any]) -> tuple[Any, str | None]:
+    """(what the student's `call` returned, None), or (None, the exception explained) when it raised: recorded
+    per call, so that the judge sees what the calls before it did, and what this call ran before it raised."""
+    try:
+        return call(), None
+    except CheckFailed:
+        raise
+    except Exception as error:  # the student's code raised
+        return None, explain(error)[:2000]
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -6,13 +6,14 @@ and what came back.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from harness.checks.lesson16.common import case_inputs, case_model
+from harness.checks.lesson16.common import attempt, case_inputs, case_model
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -53,7 +54,8 @@ def top_k_calls(case: Case) -> list[tuple[int, int]]:
     },
 )
 def probe_top_k(top_k: Callable[..., Any], *, case: Case) -> dict:
-    """Call `top_k(model, inputs, k)` on a model in training mode; record every forward's mode and the result."""
+    """Call `top_k(model, inputs, k)` on a model in training mode; record every forward's mode and the result (or
+    the exception it raised)."""
     results = []
     for index, (rows, k) in enumerate(top_k_calls(case)):
         model, forwards = case_model(case, salt=60), []
@@ -63,9 +65,9 @@ def probe_top_k(top_k: Callable[..., Any], *, case: Case) -> dict:
 
         handle = model.register_forward_pre_hook(record)
         try:
-            returned = top_k(model, case_inputs(case, rows, salt=60 + index), k)
+            returned, raised = attempt(functools.partial(top_k, model, case_inputs(case, rows, salt=60 + index), k))
         finally:
             handle.remove()
         results.append({"forwards": forwards, "returned": tuple(returned) if isinstance(returned, (tuple, list))
-                        else returned})
+                        else returned, "raised": raised})
     return {"results": results}

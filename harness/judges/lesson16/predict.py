@@ -14,7 +14,7 @@ from harness.contract.compare import close_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson16.common import _reference
+from harness.judges.lesson16.common import _reference, fail_if_raised
 
 
 def _expected_batches(count: int, batch_size: int) -> list[int]:
@@ -33,6 +33,8 @@ def judge_predict(seen: dict, *, case: Case) -> str:
         forwards = result.get("forwards")
         if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
             raise WireError("malformed observation: forwards is not a list of records")
+        if not forwards:
+            fail_if_raised(result, what)  # before any forward: nothing else to judge
         if any(f.get("training") is not False for f in forwards):
             fail("train-mode", observed=f"the model ran in training mode in {what}",
                  expected="eval mode: Dropout off and BatchNorm's running statistics, so a request's answer does "
@@ -55,6 +57,7 @@ def judge_predict(seen: dict, *, case: Case) -> str:
                      "the slicing drops or repeats requests (check the range step and the last, smaller batch)")
             fail("wrong-batches", observed=f"the model was called on batches of {rows[:12]} rows in {what}",
                  expected=f"batches of {want_rows}", cause=cause, where="the loop over the requests in predict")
+        fail_if_raised(result, what)
         got = result.get("returned")
         if not isinstance(got, torch.Tensor):
             fail("not-a-tensor", observed=f"predict returned {type_name(got)}",

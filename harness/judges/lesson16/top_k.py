@@ -15,7 +15,7 @@ from harness.contract.compare import close_values, is_tensor_like, same_values, 
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson16.common import _reference
+from harness.judges.lesson16.common import _reference, fail_if_raised
 
 
 @judges("16-top-k")
@@ -26,7 +26,10 @@ def judge_top_k(seen: dict, *, case: Case) -> str:
         raise WireError("malformed observation: not one result per call")
     for index, ((rows, k), result) in enumerate(zip(calls, results, strict=True)):
         what, forwards = f"top_k on {rows} rows with k={k}", result.get("forwards")
-        if not isinstance(forwards, list) or not forwards or not all(isinstance(f, dict) for f in forwards):
+        if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
+            raise WireError("malformed observation: no forward recorded")
+        if not forwards:
+            fail_if_raised(result, what)
             raise WireError("malformed observation: no forward recorded")
         if any(f.get("training") is not False for f in forwards):
             fail("train-mode", observed=f"the model ran in training mode in {what}",
@@ -36,7 +39,9 @@ def judge_top_k(seen: dict, *, case: Case) -> str:
             fail("no-inference-mode", observed=f"a forward ran outside torch.inference_mode() in {what}",
                  expected="the forward under torch.inference_mode()",
                  cause="torch.no_grad() (the older habit) or no context at all", where="the block around the forward")
-        probabilities = _reference(case_model(case, salt=60), case_inputs(case, rows, salt=60 + index)).softmax(-1)
+        fail_if_raised(result, what)
+        logits = _reference(case_model(case, salt=60), case_inputs(case, rows, salt=60 + index))
+        probabilities = logits.softmax(-1)
         want_p, want_c = probabilities.topk(k, dim=-1)
         got = result.get("returned")
         got_c, got_p = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
@@ -51,7 +56,7 @@ def judge_top_k(seen: dict, *, case: Case) -> str:
         if not (in_range and close_values(got_p, probabilities.gather(-1, got_c), rtol=1e-4, atol=1e-6)):
             fail("not-probabilities", observed=f"in {what}, the probabilities are not the softmax of each row's "
                  "logits at the classes returned", expected="softmax over the classes (dim=-1): each row sums to 1",
-                 cause="a softmax over the batch (dim=0), the logits themselves, or log-probabilities",
+                 cause=_probability_cause(logits, got_c, got_p) if in_range else "class ids outside the classes",
                  where="the softmax in top_k")
         if not same_values(got_c, want_c):
             fail("wrong-classes", observed=f"in {what}, classes {got_c[0].tolist()} for the first row",
@@ -59,3 +64,23 @@ def judge_top_k(seen: dict, *, case: Case) -> str:
                  cause="an ascending sort (the least probable first), or topk over the wrong dimension",
                  where="the topk (or sort) in top_k")
     return "eval mode under inference_mode; int64 classes, float32 softmax probabilities, the top k in order"
+
+
+def _probability_cause(logits: torch.Tensor, classes: torch.Tensor, got: torch.Tensor) -> str:
+    """What the returned probabilities are, among the usual slips, at the classes returned; the candidates when
+    they are none of them."""
+    k = classes.shape[-1]
+    candidates = {
+        f"a softmax over the {k} kept logits only (topk first, then softmax): the probabilities are renormalised to "
+        f"sum to 1 over the top {k}, not over all {logits.shape[-1]} classes; softmax over every class first, then "
+        "topk": logits.gather(-1, classes).softmax(-1),
+        "a softmax over the batch (dim=0): each class's column sums to 1, not each row": logits.softmax(0).gather(
+            -1, classes),
+        "the logits themselves, without a softmax": logits.gather(-1, classes),
+        "log-probabilities (log_softmax), not probabilities": logits.log_softmax(-1).gather(-1, classes),
+    }
+    for cause, value in candidates.items():
+        if close_values(got, value, rtol=1e-4, atol=1e-6):
+            return cause
+    return ("none of a softmax over the batch (dim=0), over the kept top k only, the logits or log-probabilities: "
+            "print a row of what you return next to model(inputs).softmax(-1) of that row")
