@@ -233,8 +233,8 @@ def per_epoch_twice(model, loader, loss_fn, optimizer, scheduler, epochs):
 def _evaluate(model, loader, loss_fn):
     model.eval()
     with torch.no_grad():
-        losses = [loss_fn(model(inputs), targets) for inputs, targets in loader]
-    return float(torch.stack(losses).mean())
+        losses = [loss_fn(model(inputs), targets) * len(targets) for inputs, targets in loader]
+    return float(torch.stack(losses).sum() / len(loader.dataset))
 
 
 def _train_epoch(model, loader, loss_fn, optimizer):
@@ -367,6 +367,32 @@ def plateau_stale(model, train_loader, val_loader, loss_fn, optimizer, scheduler
         scheduler.step(previous)
         previous = _evaluate(model, val_loader, loss_fn)
         history.append(previous)
+    return history
+
+
+def _evaluate_batch_means(model, loader, loss_fn):
+    model.eval()
+    with torch.no_grad():
+        return float(torch.stack([loss_fn(model(x), y) for x, y in loader]).mean())
+
+
+def plateau_batch_means(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history = []
+    for _ in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        val_loss = _evaluate_batch_means(model, val_loader, loss_fn)
+        scheduler.step(val_loss)
+        history.append(val_loss)
+    return history
+
+
+def plateau_step_at_top(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history, val_loss = [], _evaluate(model, val_loader, loss_fn)
+    for _ in range(epochs):
+        scheduler.step(val_loss)  # the previous epoch's loss, though consistent with the weights at the call
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        val_loss = _evaluate(model, val_loader, loss_fn)
+        history.append(val_loss)
     return history
 
 
@@ -755,8 +781,13 @@ MISTAKES = [
             story="skips the first epoch: 'nothing to compare with yet'"),
     Mistake("07-plateau", "no-validation", "never ran on a validation batch", (plateau_validates_on_train,),
             story="evaluates on train_loader (copy-paste)"),
-    Mistake("07-plateau", "plateau-wrong-metric", "stale", (plateau_stale,),
+    Mistake("07-plateau", "plateau-wrong-metric", "the previous epoch's validation loss", (plateau_stale,),
             story="passes last epoch's validation loss"),
+    Mistake("07-plateau", "plateau-wrong-metric", "before the epoch's training", (plateau_step_at_top,),
+            story="steps at the top of the epoch with the loss evaluated at the end of the last one (issue 43: "
+            "passed, consistent with the weights at the call)"),
+    Mistake("07-plateau", "plateau-wrong-metric", "plain mean of the validation batches", (plateau_batch_means,),
+            story="averages the batch means (issue 43: passed, no partial validation batch)"),
     Mistake("07-plateau", "plateau-wrong-metric", "sum instead of a mean", (plateau_sum,),
             story="sums the batch losses"),
     Mistake("07-plateau", "val-in-train-mode", "model.eval()", (plateau_train_mode,),

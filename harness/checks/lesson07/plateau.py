@@ -35,7 +35,8 @@ def _plateau_setting(case: Case) -> _PlateauSetting:
 
     The two losses move in opposite directions, so the metric a plateau scheduler is fed is observable.
     """
-    seed, epochs, train_n, val_n, train_bs, val_bs = (21, 7, 40, 60, 10, 20) if case.hidden else (8, 6, 32, 48, 8, 16)
+    # a partial last validation batch (2 of 16, 6 of 20), so that a mean of batch means differs from the mean
+    seed, epochs, train_n, val_n, train_bs, val_bs = (21, 7, 40, 66, 10, 20) if case.hidden else (8, 6, 32, 50, 8, 16)
     generator = torch.Generator().manual_seed(case.seeded(seed))
     sets = [
         TensorDataset(torch.randn(n, 10, generator=generator), torch.randint(0, 2, (n,), generator=generator))
@@ -53,12 +54,14 @@ def _plateau_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_sched
 
 
 class _PlateauSpy:
-    """Wraps a ReduceLROnPlateau's `step` to record the metric it receives and the model's weights then."""
+    """Wraps a ReduceLROnPlateau's `step` to record the metric it receives, the model's weights then and how many
+    forward passes the model had made (which tells the judge how much of the epoch's training came before)."""
 
-    def __init__(self, scheduler: Any, model: nn.Module) -> None:
+    def __init__(self, scheduler: Any, model: nn.Module, forwards: ForwardRecorder) -> None:
         self.calls: list[dict[str, Any]] = []
         self._step = scheduler.step
         self._model = model
+        self._forwards = forwards
         scheduler.step = self  # an instance attribute shadows the method: the student's calls land here
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
@@ -67,7 +70,7 @@ class _PlateauSpy:
             _no_metric_failure()
         weights = {k: v.detach().clone() for k, v in self._model.state_dict().items()}
         value = _as_metric(metric)
-        self.calls.append({"metric": value, "weights": weights})
+        self.calls.append({"metric": value, "weights": weights, "forwards_before": len(self._forwards.records)})
         self._step(value)  # the same number, as a float: a live tensor would make PyTorch warn on stderr
 
 
@@ -155,13 +158,14 @@ def probe_plateau(train_with_plateau: Callable[..., Any], *, case: Case) -> dict
         model = _plateau_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
         scheduler = _plateau_scheduler(optimizer)
-        spy = _PlateauSpy(scheduler, model)
+        forwards = ForwardRecorder(model)
+        spy = _PlateauSpy(scheduler, model, forwards)
         train_loader = DataLoader(
             setting.train_set, batch_size=setting.train_bs, shuffle=True,
             generator=torch.Generator().manual_seed(setting.seed),
         )
         val_loader = DataLoader(setting.val_set, batch_size=setting.val_bs)
-        with ForwardRecorder(model) as forwards:
+        with forwards:
             returned = train_with_plateau(
                 model, train_loader, val_loader, nn.CrossEntropyLoss(), optimizer, scheduler, setting.epochs
             )

@@ -121,6 +121,70 @@ def _fed_an_accuracy(calls: list[dict[str, Any]], metrics: list[float], setting:
                 )
 
 
+def _check_stepped_after_training(calls: list[dict[str, Any]], records: Any, setting: _PlateauSetting) -> None:
+    """Fail when a scheduler.step call came before its epoch's training batches: the metric it received, even if
+    it is the validation loss of the weights at that moment, is the previous epoch's."""
+    if not isinstance(records, list):
+        malformed("the recorded forward passes are not a list")
+    per_epoch = math.ceil(len(setting.train_set) / setting.train_bs)
+    for epoch, call in enumerate(calls):
+        before = call.get("forwards_before")
+        if not isinstance(before, int) or isinstance(before, bool) or not 0 <= before <= len(records):
+            malformed("the number of forward passes before a scheduler.step is not a count of the recorded ones")
+        trained = sum(1 for _, grad, size in records[:before] if grad and size == setting.train_bs)
+        if trained < (epoch + 1) * per_epoch:
+            fail(
+                "plateau-wrong-metric",
+                observed=f"epoch {epoch}: scheduler.step ran after {trained} training batches; this epoch's "
+                f"training ends after {(epoch + 1) * per_epoch}",
+                expected="scheduler.step(val_loss) at the end of each epoch, after its training and its validation",
+                cause="the scheduler is stepped before the epoch's training (at the top of the epoch loop), so it "
+                "receives a validation loss from before that training: the previous epoch's (at epoch 0, the "
+                "untrained model's)",
+                where="move scheduler.step(val_loss) after this epoch's evaluation",
+                hint="When your scheduler.step runs, which epoch's training has the validation loss you pass seen?",
+            )
+
+
+def _batch_mean_loss(weights: Any, setting: _PlateauSetting) -> float:
+    """The plain mean of the validation batches' mean losses (eval mode) of the plateau model holding `weights`."""
+    model = _model_holding(weights)
+    inputs, targets = setting.val_set.tensors
+    with torch.no_grad():
+        return sum(float(nn.functional.cross_entropy(model(x), y))
+                   for x, y in zip(inputs.split(setting.val_bs), targets.split(setting.val_bs), strict=True)
+                   ) / math.ceil(len(inputs) / setting.val_bs)
+
+
+def _fail_stale_or_unweighted(wrong: list[tuple[int, float, float, float]], metrics: list[float],
+                              calls: list[dict[str, Any]], losses: list[tuple[float, float]],
+                              setting: _PlateauSetting) -> None:
+    """Name the cause when the metrics are the previous epoch's validation losses, or means of batch means."""
+    epoch, metric, val_loss, _ = wrong[-1]
+    if len(metrics) > 1 and isclose_numbers(metrics[1:], [val for val, _ in losses[:-1]], rel_tol=1e-4, abs_tol=1e-6):
+        fail(
+            "plateau-wrong-metric",
+            observed=f"epoch {epoch}: scheduler.step received {metric:.4f}, the validation loss of epoch "
+            f"{epoch - 1}; this epoch's was {val_loss:.4f}",
+            expected="the mean validation loss of the model after this epoch's training",
+            cause="the value passed was computed before this epoch's training: the previous epoch's validation loss",
+            where="evaluate after the epoch's training, then pass that value to scheduler.step",
+            hint="When was the value you pass to scheduler.step computed: before or after this epoch's training?",
+        )
+    batch_means = [_batch_mean_loss(call["weights"], setting) for call in calls]
+    if isclose_numbers(metrics, batch_means, rel_tol=1e-4, abs_tol=1e-6):
+        last = len(setting.val_set) % setting.val_bs
+        fail(
+            "plateau-wrong-metric",
+            observed=f"epoch {epoch}: scheduler.step received {metric:.4f}, the plain mean of the validation "
+            f"batches' losses; the mean over samples was {val_loss:.4f}",
+            expected=f"the mean validation loss over samples (the last batch holds {last} of {setting.val_bs})",
+            cause="averaging batch means over-weights the smaller last batch",
+            where="weight each batch's loss by its number of samples, and divide by the total",
+            hint="The last validation batch is smaller. Is your validation loss a mean of batch means?",
+        )
+
+
 @judges("07-plateau")
 def judge_plateau(seen: dict, *, case: Case) -> str:
     """The scheduler must receive, once per epoch, the validation loss of the model at that moment."""
@@ -145,6 +209,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
             where="the end of the epoch loop: scheduler.step(val_loss)",
         )
     _check_eval_modes(seen["forwards"], setting.val_bs, setting.train_bs)
+    _check_stepped_after_training(calls, seen["forwards"], setting)
     metrics = [float(call["metric"]) for call in calls]
     losses = [_losses_at(call["weights"], setting) for call in calls]
     if not isclose_numbers(metrics, [val for val, _ in losses], rel_tol=1e-4, abs_tol=1e-6):
@@ -166,6 +231,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
             where="the argument of scheduler.step at the end of the epoch",
         )
     if wrong:
+        _fail_stale_or_unweighted(wrong, metrics, calls, losses, setting)
         epoch, metric, val_loss, _ = wrong[0]
         fail(
             "plateau-wrong-metric",
