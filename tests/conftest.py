@@ -18,13 +18,25 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering, which this keeps within each module
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = slow_modules_first(items)
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip_gpu)
+
+
+def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with the modules that hold a `slow` test first, each module's tests together and in their order.
+
+    xdist's `--dist loadgroup` hands out the xdist groups first (most tests first), then single tests in this
+    order: the seconds-long ones start early and the quick ones fill the end, so the two workers finish
+    together instead of one waiting on the other's last notebook."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    return sorted(items, key=lambda item: item.path not in slow)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
