@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -138,6 +139,18 @@ def norms_linalg_filter(model):
     return {name: torch.linalg.vector_norm(p.grad, ord=2) for name, p in with_grad}
 
 
+def norms_state_dict_names(model):
+    """Names from state_dict() zipped with parameters(): a buffer registered first shifts every name."""
+    names = list(model.state_dict().keys())
+    return {name: p.grad.norm() for name, p in zip(names, model.parameters(), strict=False) if p.grad is not None}
+
+
+def norms_state_dict_parameters(model):
+    """state_dict(keep_vars=True) filtered to the parameters with a gradient: the same names, another way."""
+    return {name: value.grad.norm() for name, value in model.state_dict(keep_vars=True).items()
+            if isinstance(value, nn.Parameter) and value.grad is not None}
+
+
 def norms_then_zero_grad(model):
     norms = {name: p.grad.norm() for name, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
@@ -182,10 +195,12 @@ def locator(*, modules="all", keep="first", test="isfinite", remove="finally", o
     """A first_nonfinite_module with one thing changed."""
     def first_nonfinite_module(model, inputs):
         found = []
-        chosen = {"all": model.named_modules, "children": model.named_children}[modules if modules != "leaves"
-                                                                                else "all"]()
+        chosen = {"all": model.named_modules, "children": model.named_children}[
+            modules if modules not in ("leaves", "not-root") else "all"]()
         if modules == "leaves":
             chosen = [(n, m) for n, m in chosen if not list(m.children())]
+        if modules == "not-root":  # "if name:" skips the entry named "", the model itself
+            chosen = [(n, m) for n, m in chosen if n]
 
         def make_hook(name):
             def hook(module, args, output):
@@ -288,6 +303,24 @@ def locator_stops_at_first(model, inputs):
     return None
 
 
+def locator_global_hook(model, inputs):
+    """One global forward hook (register_module_forward_hook) and a name looked up by module identity."""
+    names = {id(module): name for name, module in model.named_modules()}
+    found = []
+
+    def hook(module, _args, out):
+        if not found and id(module) in names and not torch.isfinite(out).all():
+            found.append(names[id(module)])
+
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        handle.remove()
+    return found[0] if found else None
+
+
 def locator_from_harness(model, inputs):
     from harness.diagnose import first_nonfinite
 
@@ -328,9 +361,12 @@ def sweep(*, spacing="exp", groups="all", zero_grad=True, batch="cycle", record=
             lrs.append(lr)
             losses.append(running if record == "smoothed" else value)
             reference = {"best": min(best, value), "first": losses[0], "previous": losses[-2] if i else value,
-                         "before-record": min(best, value)}.get(stop)
+                         "before-record": min(best, value), "ratio-only": min(best, value)}.get(stop)
             best = min(best, value)
-            if stop != "never" and (not math.isfinite(value) or value > diverge * reference):
+            if stop == "ratio-only":  # no test for NaN or inf: NaN > anything is False
+                if value > diverge * reference:
+                    break
+            elif stop != "never" and (not math.isfinite(value) or value > diverge * reference):
                 break
         if restore in ("deep", "shallow-model", "shallow-optimizer", "model-only"):
             model.load_state_dict(saved_model)
@@ -369,6 +405,30 @@ def sweep_multiplicative(model, optimizer, loss_fn, batches, start_lr, end_lr, n
         for p, saved in zip(model.parameters(), params, strict=False):
             p.copy_(saved)
     optimizer.load_state_dict(state)
+    return lrs, losses
+
+
+def sweep_not_below(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    """The stop test written as 'not (loss <= diverge * best)', which is also true for NaN; no restore in a
+    finally, the states copied with copy.deepcopy into one dict."""
+    saved = {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
+    lrs, losses, best = [], [], math.inf
+    for i in range(num_steps):
+        lr = start_lr * (end_lr / start_lr) ** (i / (num_steps - 1))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = batches[i % len(batches)]
+        optimizer.zero_grad()
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        lrs.append(lr)
+        losses.append(loss.item())
+        best = min(best, losses[-1])
+        if not losses[-1] <= diverge * best:
+            break
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
     return lrs, losses
 
 
@@ -498,6 +558,9 @@ MISTAKES = [
             story="math.log10 taken for 'the log' of the cross-entropy"),
     Mistake("12-init-loss", "wrong-expected", "1/C", (init_loss(log=lambda c: 1 / c),),
             story="the chance accuracy 1/C reported as the chance loss"),
+    Mistake("12-init-loss", "wrong-expected", "0-dim tensor",
+            (init_loss(log=lambda c: torch.log(torch.tensor(float(c)))),),
+            story="torch.log(torch.tensor(C)) for the expected loss, as the measured one is a tensor"),
     Mistake("12-init-loss", "wrong-loss", "summed",
             (init_loss(loss=lambda z, y: F.cross_entropy(z, y, reduction="sum")),),
             story="reduction='sum' copied from a loop that divides later"),
@@ -520,6 +583,8 @@ MISTAKES = [
     Mistake("12-grad-norms", "wrong-keys", "the names are lost", (norms_as_list,), story="a list of norms, names lost"),
     Mistake("12-grad-norms", "wrong-keys", "named_parameters", (norms_by_module,),
             story="keyed by module name, weights only"),
+    Mistake("12-grad-norms", "wrong-keys", "zipped with model.parameters()", (norms_state_dict_names,),
+            story="names from list(model.state_dict()), zipped with model.parameters()"),
     Mistake("12-grad-norms", "wrong-norm", "squared norm", (norms_squared,), story="sum of squares, no sqrt"),
     Mistake("12-grad-norms", "wrong-norm", "mean absolute", (norms_mean_abs,), story="mean |g| as the 'size'"),
     Mistake("12-grad-norms", "wrong-norm", "norm of the parameter itself", (norms_of_weights,),
@@ -540,6 +605,8 @@ MISTAKES = [
             story="model.named_children() instead of named_modules()"),
     Mistake("12-first-nonfinite", "wrong-module", "definition order", (locator(order="definition"),),
             story="scans named_modules() for the first flagged name"),
+    Mistake("12-first-nonfinite", "wrong-module", "no hook on the model itself", (locator(modules="not-root"),),
+            story="'if name:' in the loop over named_modules() skips the model itself, whose name is ''"),
     Mistake("12-first-nonfinite", "missed-inf", "misses inf", (locator(test="isnan"),),
             story="torch.isnan only: an overflow to inf goes unseen"),
     Mistake("12-first-nonfinite", "false-alarm", "None", (locator(test="typo"),),
@@ -573,6 +640,8 @@ MISTAKES = [
             story="re-evaluated after the step"),
     Mistake("12-lr-range", "no-divergence-stop", "no divergence test", (sweep(stop="never"),),
             story="the sweep always runs to end_lr"),
+    Mistake("12-lr-range", "no-divergence-stop", "every comparison with NaN is False", (sweep(stop="ratio-only"),),
+            story="if loss > diverge * best: break, without a test for NaN"),
     Mistake("12-lr-range", "wrong-stop", "another reference", (sweep(stop="first"),),
             story="diverge * the first loss instead of the best"),
     Mistake("12-lr-range", "wrong-stop", "another reference", (sweep(stop="previous"),),
@@ -614,14 +683,18 @@ CORRECT = [
     Correct("12-grad-norms", (norms_foreach,), story="torch._foreach_norm, names zipped back"),
     Correct("12-grad-norms", (norms_einsum,), story="einsum dot product, then sqrt"),
     Correct("12-grad-norms", (norms_linalg_filter,), story="linalg.vector_norm over filter()"),
+    Correct("12-grad-norms", (norms_state_dict_parameters,), story="state_dict(keep_vars=True), parameters only"),
     Correct("12-first-nonfinite", (locator(),), story="the solution"),
     Correct("12-first-nonfinite", (locator_with_a_flag,), story="a flag, handles popped in a finally"),
     Correct("12-first-nonfinite", (locator_from_harness,), story="harness.diagnose.first_nonfinite"),
+    Correct("12-first-nonfinite", (locator_global_hook,), story="one global module hook, names by identity"),
     Correct("12-first-nonfinite", (locator_stops_at_first,), story="ExitStack of handles, raises at the first"),
     Correct("12-lr-range", (sweep(),), story="the solution"),
     Correct("12-lr-range", (sweep_with_harness,), story="harness.diagnose.lr_range_test"),
     Correct("12-lr-range", (sweep_multiplicative,), story="lr *= factor, parameters copied back by hand"),
     Correct("12-lr-range", (sweep_logspace,), story="torch.logspace, itertools.cycle, restore in a finally"),
+    Correct("12-lr-range", (sweep_not_below,), story="stops on not (loss <= diverge * best), true for NaN too"),
+    Correct("12-init-loss", (init_loss(log=np.log),), story="np.log(C): a numpy float64, a float subclass"),
     Correct("12-dead-units", (dead_counter(),), story="the solution"),
     Correct("12-dead-units", (dead_from_one_big_batch,), story="one big batch through diagnose.capture_activations"),
     Correct("12-dead-units", (dead_by_counting,), story="counts positive outputs per unit, inference_mode"),
@@ -655,3 +728,55 @@ def test_stubs_report_the_exception(task):
                          ids=str)
 def test_judges_refuse_shortened_observations(correct):
     assert_forgeries_refused(correct.task, *correct.objects, case=DRAWN_CASE)
+
+
+# The first hint after a failure follows the cause the judge found, where the requirement's own hint does not fit it.
+CAUSE_HINTS = [
+    ("12-first-nonfinite", locator(modules="not-root"), "wrong-module", "is the model itself among the modules"),
+    ("12-first-nonfinite", locator(modules="leaves"), "wrong-module", "Which modules carry your hooks?"),
+    ("12-first-nonfinite", locator(modules="children"), "wrong-module", "only the model's direct children?"),
+    ("12-grad-norms", norms_state_dict_names, "wrong-keys", "list(model.state_dict())[:3]"),
+    ("12-grad-norms", norms_of_weights, "wrong-norm", "the parameter, or the gradient stored on it?"),
+    ("12-grad-norms", norms_then_zero_grad, "grads-modified", "clear the gradients"),
+    ("12-lr-range", sweep(stop="ratio-only"), "no-divergence-stop", "float('nan') > 4.0 * 1.5"),
+    ("12-lr-range", sweep_loss_tensors, "wrong-losses", "into a Python float"),
+    ("12-init-loss", init_loss(log=lambda c: torch.log(torch.tensor(float(c)))), "wrong-expected", "math module"),
+    ("12-dead-units", dead_counter(reduce="negative"), "wrong-fraction", "a negative number, or 0?"),
+]
+
+
+@pytest.mark.parametrize(("task", "answer", "code", "phrase"), CAUSE_HINTS, ids=[f"{t}:{c}:{p[:20]}" for t, _, c, p
+                                                                                   in CAUSE_HINTS])
+def test_the_first_hint_follows_the_cause(task, answer, code, phrase):
+    from harness.checks import check
+    from harness.contract.failure import CheckFailed
+    from harness.contract.registry import get
+
+    with pytest.raises(CheckFailed) as failure:
+        check(task, answer)
+    assert failure.value.code == code, str(failure.value)
+    assert failure.value.hint and phrase in failure.value.hint, failure.value.hint
+    assert failure.value.hint != get(task).requires[code].hint
+
+
+def test_the_visible_cases_separate_each_stated_mistake():
+    """The visible case holds the input each of issue 43's misses needs: a model whose root makes the first NaN,
+    a sweep whose loss turns NaN while it is far below diverge x best, a buffer registered before a parameter."""
+    from harness.checks.lesson12.first_nonfinite import _SCENARIOS, _scenario
+    from harness.checks.lesson12.grad_norms import _grad_model
+    from harness.checks.lesson12.lr_range import _sweep_setup, _sweeps
+    from harness.contract.case import Case
+    from harness.diagnose import first_nonfinite
+
+    for case in (Case(hidden=False), Case(hidden=True)):
+        roots = [first_nonfinite(*_scenario(name, case, i)) for i, name in enumerate(_SCENARIOS) if name != "error"]
+        assert any(found is not None and found.module == "" for found in roots)
+        poisoned = [item for item in _sweeps(case) if item["poisoned"] is not None]
+        assert poisoned
+        for item in poisoned:
+            model, optimizer, batches = _sweep_setup(item)
+            _, losses = sweep()(model, optimizer, F.cross_entropy, batches, item["start_lr"], item["end_lr"],
+                                item["num_steps"], item["diverge"])
+            assert math.isnan(losses[-1]) and max(losses[:-1]) <= item["diverge"] * min(losses[:-1])
+        model, _ = _grad_model(case)
+        assert next(iter(model.state_dict())) in dict(model.named_buffers())

@@ -126,7 +126,8 @@ def accum_using(*, train=True, split=True, zero="before", weight="share", step="
             if zero == "inside":
                 optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
-            factor = {"share": len(x) / len(inputs), "count": 1 / len(chunks), "none": 1.0}[weight]
+            factor = {"share": len(x) / len(inputs), "count": 1 / len(chunks), "none": 1.0,
+                      "size": 1 / micro_batch_size}[weight]
             (loss * factor).backward()
             total = total + (loss * len(x) / len(inputs)).detach()
             losses.append(loss.detach())
@@ -153,6 +154,21 @@ def accum_sum_reduction(model, batch, loss_fn, optimizer, micro_batch_size):
     for start in range(0, len(inputs), micro_batch_size):
         x, y = inputs[start:start + micro_batch_size], targets[start:start + micro_batch_size]
         loss = nn.functional.mse_loss(model(x), y, reduction="sum") / targets.numel()
+        loss.backward()
+        total += loss.detach()
+    optimizer.step()
+    return total
+
+
+def accum_tensor_split(model, batch, loss_fn, optimizer, micro_batch_size):
+    """tensor_split at the multiples of micro_batch_size, each loss scaled by its rows over the batch's rows."""
+    model.train()
+    inputs, targets = batch
+    optimizer.zero_grad()
+    cuts = list(range(micro_batch_size, len(inputs), micro_batch_size))
+    total = torch.zeros(())
+    for x, y in zip(inputs.tensor_split(cuts), targets.tensor_split(cuts), strict=True):
+        loss = loss_fn(model(x), y) * x.size(0) / inputs.size(0)
         loss.backward()
         total += loss.detach()
     optimizer.step()
@@ -405,6 +421,8 @@ MISTAKES = [
     # 13-accumulate
     Mistake("13-accumulate", "wrong-weighting", "divided by the number of micro-batches",
             (accum_using(weight="count"),), story="divides by k as with equal micro-batches (lesson 06)"),
+    Mistake("13-accumulate", "wrong-weighting", "divided by micro_batch_size (4)", (accum_using(weight="size"),),
+            story="divides each micro-batch's loss by micro_batch_size, the rows of a full micro-batch"),
     Mistake("13-accumulate", "wrong-weighting", "summed without weighting", (accum_using(weight="none"),),
             story="backpropagates each micro-batch loss undivided"),
     Mistake("13-accumulate", "micro-batch-too-large", "x.chunk(micro_batch_size) cuts the batch",
@@ -486,6 +504,7 @@ CORRECT = [
     Correct("13-accumulate", (accum_using(),), story="the solution"),
     Correct("13-accumulate", (accum_sum_reduction,), story="sum reduction divided by the batch"),
     Correct("13-accumulate", (accum_zero_at_end,), story="zero_grad after the step"),
+    Correct("13-accumulate", (accum_tensor_split,), story="tensor_split at multiples of micro_batch_size"),
     Correct("13-checkpoint", (checkpoint_using(),), story="the solution"),
     Correct("13-checkpoint", (checkpoint_wrapped,), story="a wrapper module per block"),
     Correct("13-checkpoint", (checkpoint_reduce,), story="functools.reduce, preserve_rng_state=True spelled out"),
@@ -526,3 +545,53 @@ def test_the_check_leaves_the_global_flags_as_it_found_them():
         assert flags() == (True, True, True, False)
     finally:
         restore(before)
+
+
+# The first hint after a failure follows the cause the judge found, where the requirement's own hint does not fit it.
+CAUSE_HINTS = [
+    ("13-checkpoint", checkpoint_late_binding, "wrong-grads", "after the loop has ended"),
+    ("13-checkpoint", checkpoint_detached, "no-param-grads", "Which blocks got no gradient?"),
+    ("13-accumulate", accum_using(weight="size"), "wrong-weighting", "do they make 1?"),
+    ("13-accumulate", accum_using(weight="none"), "wrong-weighting", "already a mean over its rows"),
+    ("13-accumulate", accum_using(split="chunk"), "micro-batch-too-large", "chunk(4)] and the same with .split(4)"),
+    ("13-accumulate", accum_using(detach=False), "wrong-return", "requires_grad"),
+    ("13-memory-formula", memory_by_modules, "wrong-params", "how many times does your loop meet it?"),
+    ("13-memory-formula", memory_using(size=lambda p: p.numel()), "wrong-params", "numel() counts values"),
+    ("13-memory-formula", memory_using(frozen_params=False), "wrong-params", "Does a frozen parameter still sit"),
+    ("13-memory-formula", memory_using(state_on_all=True), "wrong-optimizer-state", "never updates?"),
+    ("13-deterministic", deterministic_using(warn_only=True), "not-deterministic", "warn_only=True turn"),
+    ("13-deterministic", deterministic_using(restore_fn=restore_without_warn_only), "not-restored",
+     "when you leave it out?"),
+    ("13-deterministic", deterministic_using(read=read_after_setting), "not-restored", "before or after it changes"),
+    ("13-deterministic", deterministic_using(restore_fn=restore_defaults), "not-restored", "or fixed ones?"),
+    ("13-deterministic", deterministic_using(restore_fn=restore_swapped), "not-restored", "does each go home?"),
+]
+
+
+@pytest.mark.parametrize(("task", "answer", "code", "phrase"), CAUSE_HINTS,
+                         ids=[f"{t}:{c}:{p[:20]}" for t, _, c, p in CAUSE_HINTS])
+def test_the_first_hint_follows_the_cause(task, answer, code, phrase):
+    from harness.checks import check
+    from harness.contract.failure import CheckFailed
+    from harness.contract.registry import get
+
+    before = flags()
+    try:
+        with pytest.raises(CheckFailed) as failure:
+            check(task, answer)
+    finally:
+        restore(before)
+    assert failure.value.code == code, str(failure.value)
+    assert failure.value.hint and phrase in failure.value.hint, failure.value.hint
+    assert failure.value.hint != get(task).requires[code].hint
+
+
+def test_the_visible_accumulation_separates_the_divisors():
+    """In every visible run the micro-batch size differs from the number of micro-batches and the last
+    micro-batch is smaller, so dividing by either instead of weighting by the rows fails, each with its cause."""
+    from harness.checks.lesson13.accumulate import _accum_cases
+    from harness.contract.case import Case
+
+    for _, size, micro in _accum_cases(Case(hidden=False)):
+        count = -(-size // micro)
+        assert count != micro and size % micro != 0

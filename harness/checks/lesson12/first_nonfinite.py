@@ -61,6 +61,19 @@ class Reordered(nn.Module):
         return self.late(self.early(x))
 
 
+class RootLog(nn.Module):
+    """A model whose own forward (not any of its modules) produces the first NaN: log of its head's output."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.stem = nn.Linear(width, width)
+        self.body = nn.Sequential(OrderedDict(fc=nn.Linear(width, width), act=nn.Tanh()))
+        self.head = nn.Linear(width, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(self.head(self.body(self.stem(x))))
+
+
 class Fails(nn.Module):
     """A module that raises, as a bug in a forward would."""
 
@@ -79,7 +92,8 @@ def _net(width: int, middle: nn.Module, nan_in: str | None = None) -> nn.Sequent
     return model
 
 
-_SCENARIOS = ("finite", "nan-weight", "functional-log", "inf", "reordered", "error")
+# "root" last: the model itself (named "" by named_modules()) makes the first NaN, its modules are all finite
+_SCENARIOS = ("finite", "nan-weight", "functional-log", "inf", "reordered", "error", "root")
 
 
 def _scenario(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tensor]:
@@ -103,6 +117,8 @@ def _scenario(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tenso
         return model, inputs
     if name == "finite":
         return _net(width, nn.Tanh()), inputs
+    if name == "root":
+        return RootLog(width), inputs
     return _net(width, Fails()), inputs
 
 

@@ -19,15 +19,17 @@ from harness.contract.registry import register
 
 
 class _WithUnused(nn.Module):
-    """A network plus a registered head it never calls (its parameters' .grad stays None)."""
+    """A network plus a registered head it never calls (its parameters' .grad stays None), and an input scale
+    buffer registered before any parameter: state_dict() lists it first, named_parameters() not at all."""
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: nn.Module, features: int) -> None:
         super().__init__()
+        self.register_buffer("input_scale", torch.linspace(0.5, 1.5, features))
         self.net = net
         self.unused = nn.Linear(2, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(x * self.input_scale)
 
 
 def _grad_model(case: Case) -> tuple[nn.Module, Batch]:
@@ -39,7 +41,7 @@ def _grad_model(case: Case) -> tuple[nn.Module, Batch]:
     for i, (a, b) in enumerate(zip(widths, widths[1:], strict=False)):
         layers[f"fc{i}"] = nn.Linear(a, b)
         layers[f"act{i}"] = nn.Tanh()
-    model = _WithUnused(nn.Sequential(layers))
+    model = _WithUnused(nn.Sequential(layers), widths[0])
     model.net.fc0.bias.requires_grad_(False)  # frozen
     generator = torch.Generator().manual_seed(seed + 1)
     inputs = torch.randn(24, widths[0], generator=generator) * (3.0 if case.hidden else 1.0)

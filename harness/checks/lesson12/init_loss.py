@@ -52,7 +52,7 @@ def _init_inputs(item: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.T
     ),
     requires={
         "wrong-expected": Requirement(
-            "returns the expected loss ln(num_classes) as the second value",
+            "returns the expected loss ln(num_classes) as the second value, a float",
             hint="Which logarithm does cross-entropy use? Compute -log(1/C) for C = 10 with math.log and compare."),
         "wrong-loss": Requirement(
             "returns the mean cross-entropy of the model's logits against the targets as the first value",

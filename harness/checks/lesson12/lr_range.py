@@ -5,6 +5,7 @@ Run the student's sweep on each case; record every optimizer step, what it retur
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -21,13 +22,16 @@ _BASE_LR, _MOMENTUM = 0.05, 0.9
 
 
 def _sweeps(case: Case) -> list[dict[str, Any]]:
-    """(seed, batches, start_lr, end_lr, num_steps, diverge) of each sweep: one that diverges, one that does not."""
+    """(seed, batches, start_lr, end_lr, num_steps, diverge, poisoned) of each sweep: one that diverges, one that
+    does not, and one whose batch `poisoned` holds an inf (as a division by a zero std leaves one): the loss of
+    that step is NaN while every loss before it is far below diverge times the best, so only a test for
+    non-finite losses stops there (NaN > anything is False)."""
     if case.hidden:
-        plan = [(3, 1e-3, 40.0, 28, 4.0), (3, 1e-4, 3e-3, 6, 3.0)]
+        plan = [(3, 1e-3, 40.0, 28, 4.0, None), (3, 1e-4, 3e-3, 6, 3.0, None), (4, 1e-4, 1e-2, 12, 4.0, 3)]
     else:
-        plan = [(4, 1e-3, 30.0, 30, 4.0), (3, 1e-4, 1e-2, 8, 4.0)]
+        plan = [(4, 1e-3, 30.0, 30, 4.0, None), (3, 1e-4, 1e-2, 8, 4.0, None), (3, 1e-4, 1e-2, 8, 4.0, 2)]
     return [{"seed": case.seeded((1250 if case.hidden else 1240) + i), "batches": b, "start_lr": s, "end_lr": e,
-             "num_steps": n, "diverge": d} for i, (b, s, e, n, d) in enumerate(plan)]
+             "num_steps": n, "diverge": d, "poisoned": p} for i, (b, s, e, n, d, p) in enumerate(plan)]
 
 
 def _sweep_setup(item: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer, list[Batch]]:
@@ -50,6 +54,8 @@ def _sweep_setup(item: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer
     nn.functional.cross_entropy(model(warm_x), warm_y).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if item["poisoned"] is not None:
+        batches[item["poisoned"]][0][0, 0] = math.inf
     return model, optimizer, batches
 
 
@@ -59,6 +65,9 @@ def _buffers(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.T
 
 @register(
     "12-lr-range",
+    # the poisoned sweep's NaN loss, and the NaN gradients and weights of the steps from there on (a sweep that
+    # does not stop, or does not restore): the judge compares them with its own replay, NaN where it has NaN
+    nonfinite=("calls/*/returned/1/*", "calls/*/steps/*", "calls/*/params_after/*", "calls/*/buffers_after/*"),
     hints=Hints(
         nudge="Save deep copies of model.state_dict() and optimizer.state_dict() first; then for each step set "
         "the learning rate of every param group, train one step on the next batch, record lr and loss, and stop "

@@ -82,10 +82,13 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
                   "units zero on at least one example, instead of on every example": any_zero,
                   "the fraction of negative outputs (a ReLU's output is never negative)": 0.0}
         named = [c for c, v in causes.items() if isclose_number(number, v, rel_tol=1e-5, abs_tol=1e-6)]
+        negative = bool(named) and named[0].startswith("the fraction of negative")
         fail("wrong-fraction", observed=f"{name}: {number if number is not None else type_name(got[name])}",
              expected=f"{value:.4f}, the fraction of its {stacked.shape[1]} units that output 0 for every example",
              cause=f"your value is {named[0]}" if named else "another quantity than the dead-unit fraction",
-             where="how your hook reduces the output, and the final fraction")
+             where="how your hook reduces the output, and the final fraction",
+             hint="What does a ReLU output for an input it does not let through: a negative number, or 0?"
+             if negative else None)
     if not isinstance(seen["hooks_left"], int):
         raise WireError("malformed observation: hooks_left")
     if seen["hooks_left"]:

@@ -33,20 +33,32 @@ def _trace(model: nn.Module, inputs: torch.Tensor) -> list[tuple[str, bool, bool
     return seen
 
 
-def _wrong_module_causes(got: Any, trace: list[tuple[str, bool, bool]], model: nn.Module) -> list[str]:
-    """Which mistaken rule gives `got` on this model (the judge replays each on its own trace)."""
+_CONTAINER_HINT = ("Which modules carry your hooks? A container's own forward (a torch.log inside it) can make the "
+                   "value, and its hook fires after its children's.")
+
+
+def _wrong_module_causes(got: Any, trace: list[tuple[str, bool, bool]],
+                         model: nn.Module) -> list[tuple[str, str | None]]:
+    """Which mistaken rule gives `got` on this model (the judge replays each on its own trace), with the hint
+    for it (None where the requirement's own hint fits)."""
     bad = [name for name, finite, _ in trace if not finite]
     order = [name for name, _ in model.named_modules()]
     leaves = {name for name, m in model.named_modules() if not list(m.children())}
+    if bad and bad[0] == "" and got is None:  # the model itself made it: no rule with a hook on the root sees it
+        return [("no hook on the model itself (named '' by named_modules(), its first entry): the model's own "
+                 "forward made the NaN (a torch.log in it) and every module inside it is finite",
+                 "Print list(model.named_modules())[0]: is the model itself among the modules you hook, and do "
+                 "you keep a name that is the empty string?")]
     rules = {
-        "the last non-finite module was kept (every module after the first is non-finite too): keep the first":
-            bad[-1] if bad else None,
-        "the modules were scanned in definition order (named_modules()), not in the order they ran":
+        ("the last non-finite module was kept (every module after the first is non-finite too): keep the first",
+         None): bad[-1] if bad else None,
+        ("the modules were scanned in definition order (named_modules()), not in the order they ran", None):
             min(bad, key=order.index) if bad else None,
-        "hooks only on leaf modules: a container's own forward can produce the value (torch.log in its forward)":
-            next((n for n in bad if n in leaves), None),
-        "hooks only on the model's direct children (named_children()): the name of a container, not of the module "
-        "inside it": next((n for n in bad if n and "." not in n), None),
+        ("hooks only on leaf modules: a container's own forward can produce the value (torch.log in its forward)",
+         _CONTAINER_HINT): next((n for n in bad if n in leaves), None),
+        ("hooks only on the model's direct children (named_children()): the name of a container, not of the module "
+         "inside it", "Print the names your hooks go on: do they include the modules inside a container (such as "
+         "body.fc), or only the model's direct children?"): next((n for n in bad if n and "." not in n), None),
     }
     return [cause for cause, answer in rules.items() if answer == got and answer != (bad[0] if bad else None)]
 
@@ -96,10 +108,12 @@ def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
                      where="use torch.isfinite(output).all() in your hook")
             causes = _wrong_module_causes(got, trace, model)
             fail("wrong-module", observed=f"returned {got!r} for the {name} model",
-                 expected=f"{want!r}, the first module (in execution order) whose output is not finite",
-                 cause=causes[0] if len(causes) == 1 else "one of: " + "; ".join(causes) if causes else
-                 "a module other than the first non-finite one was kept (check the order your hooks fire in and "
-                 "the name you store)", where="your hook and what it stores")
+                 expected=f"{want!r}" + (" (the model itself)" if want == "" else "") + ", the first module (in "
+                 "execution order) whose output is not finite",
+                 cause=causes[0][0] if len(causes) == 1 else "one of: " + "; ".join(c for c, _ in causes) if causes
+                 else "a module other than the first non-finite one was kept (check the order your hooks fire in "
+                 "and the name you store)", where="your hook and what it stores",
+                 hint=causes[0][1] if len(causes) == 1 else None)
         if call["hooks_left"]:
             fail("hooks-left", observed=f"{call['hooks_left']} hooks still on the model after the call",
                  expected="none: a diagnostic leaves the model as it found it",

@@ -32,7 +32,9 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
                                        and torch.equal(now, before)):
             fail("grads-modified", observed=f"the gradient of {name} {_change(now, before)} during the call",
                  expected="gradients left as they were (the next step uses them)",
-                 cause=_change_cause(now, before), where="the body of grad_norms_per_layer")
+                 cause=_change_cause(now, before), where="the body of grad_norms_per_layer",
+                 hint="Does your function clear the gradients (zero_grad, or p.grad = None) after reading them? "
+                 "Who still needs them after your call?" if _change(now, before) != "changed" else None)
     got = seen["returned"]
     want = {name: float(torch.linalg.vector_norm(g)) for name, g in named if g is not None}
     if not isinstance(got, dict):
@@ -41,6 +43,7 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
              "modules as keys?)" if type_name(got) == "dict" else "a list or tuple of norms: the names are lost"
              if type_name(got) in ("list", "tuple") else f"a {type_name(got)} instead of a dict",
              where="the return statement")
+    _judge_buffer_names(got, model)
     without = [name for name, g in named if g is None]
     extra = [k for k in got if k in without]
     if extra:
@@ -70,11 +73,34 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
                           "the norm of the parameter itself, not of its gradient":
                               float(dict(model.named_parameters())[name].detach().norm())}
             causes = [c for c, v in candidates.items() if isclose_number(number, v, rel_tol=1e-4, abs_tol=1e-6)]
+            of_parameter = bool(causes) and causes[0].startswith("the norm of the parameter")
             fail("wrong-norm", observed=f"{name}: {number if number is not None else _shape_or_type(norm)}",
                  expected=f"the L2 norm of its gradient, {value:.6g}",
                  cause=f"your value is {causes[0]}" if causes else "another quantity than the L2 norm of p.grad",
-                 where="the expression that computes each value")
+                 where="the expression that computes each value",
+                 hint="Which tensor does your norm read: the parameter, or the gradient stored on it?"
+                 if of_parameter else None)
     return f"the gradient norm of each of the {len(want)} parameters with a gradient, as tensors, gradients kept"
+
+
+def _judge_buffer_names(got: dict, model: torch.nn.Module) -> None:
+    """Fail wrong-keys when a buffer's name is a key: names from state_dict() (which lists buffers too) zipped
+    with model.parameters() shift by one at each buffer, so later norms get another parameter's name."""
+    buffers = [name for name, _ in model.named_buffers()]
+    keyed = [k for k in got if k in buffers]
+    if not keyed:
+        return
+    names, params = list(model.state_dict()), list(model.parameters())
+    zipped = [name for name, p in zip(names, params, strict=False) if p.grad is not None]
+    fail("wrong-keys", observed=f"the buffer {keyed[0]!r} is a key of your dict (keys {sorted(got)[:4]}...)",
+         expected="only parameters' names, as model.named_parameters() gives them",
+         cause=("the names come from model.state_dict(), zipped with model.parameters(): state_dict() lists "
+                f"buffers too ({keyed[0]!r} is registered before the first parameter), so from there on each "
+                "norm is stored under the name of the entry before it") if set(got) == set(zipped) else
+         "buffers' names among the keys (model.state_dict() or named_buffers() lists them): buffers have no "
+         "gradient", where="where your names come from: model.named_parameters() gives each name with its parameter",
+         hint="Print list(model.state_dict())[:3] next to [n for n, _ in model.named_parameters()][:3]: do they "
+         "line up?")
 
 
 def _shape_or_type(value: Any) -> str:

@@ -29,6 +29,14 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  cause="the return statement does not return two values", where="the return statement")
         measured, expected = _scalar(got[0]), _scalar(got[1])
         want = math.log(classes)
+        if isinstance(got[1], torch.Tensor):
+            fail("wrong-expected", observed="the second value is a " + (
+                 f"tensor of shape {tuple(got[1].shape)}" if got[1].dim() else "0-dim tensor") + f" for C = {classes}",
+                 expected=f"a float, ln({classes}) = {want:.5f} (a number known before any forward pass)",
+                 cause="the expected loss was computed with torch (torch.log(torch.tensor(C)) or similar) "
+                 "instead of math.log(C)", where="the second value of your return statement",
+                 hint="The expected loss depends only on num_classes: which function of the math module gives "
+                 "ln(C) as a float?")
         if expected is None or not isclose_number(expected, want, rel_tol=1e-6, abs_tol=1e-6):
             alternatives = {"log10(C)": math.log10(classes), "log2(C)": math.log2(classes), "1/C": 1 / classes,
                             "ln(C - 1)": math.log(classes - 1) if classes > 1 else math.nan, "C": float(classes)}
@@ -47,7 +55,9 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
             fail("wrong-loss", observed="the model was never called as model(inputs) (its forward hooks never ran)",
                  expected="the loss of model(inputs), measured through the module call",
                  cause="model.forward(inputs) called directly (it skips the module's hooks), or no forward pass",
-                 where="the forward pass of loss_at_init")
+                 where="the forward pass of loss_at_init",
+                 hint="How do you call the model: model(inputs), or model.forward(inputs)? What does the second "
+                 "skip?")
         with torch.no_grad():
             model.eval()
             logits = model(inputs)

@@ -141,11 +141,14 @@ def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> Non
         fail("wrong-losses", observed=f"losses[{k}] is {type_name(value)}", expected="a float per step (loss.item())",
              cause="the loss tensor was recorded (loss or loss.detach()), not its value: a list of tensors keeps "
              "them (and, without detach, their graphs) alive" if isinstance(value, torch.Tensor)
-             else "something other than the step's loss was recorded", where="what you append to losses")
+             else "something other than the step's loss was recorded", where="what you append to losses",
+             hint="Print type(losses[0]): which call turns a 0-dim loss tensor into a Python float?"
+             if isinstance(value, torch.Tensor) else None)
     got_lrs, values = got[0], [_scalar(v) for v in got[1]]
     counts_match = len(got_lrs) == len(losses) == len(values)
     if not counts_match or any(v is None for v in values) or not all(
-            isclose_number(a, b, rel_tol=1e-4, abs_tol=1e-6) for a, b in zip(values, losses, strict=True)):
+            isclose_number(a, b, rel_tol=1e-4, abs_tol=1e-6, expected_nan=True)
+            for a, b in zip(values, losses, strict=True)):
         if not counts_match:
             cause = "a different number of values than steps taken"
         elif all(isclose_number(v, s, rel_tol=1e-4, abs_tol=1e-6)
@@ -169,7 +172,16 @@ def _check_stop(item: dict[str, Any], losses: list[float], batch_count: int) -> 
     stop = next((i for i, v in enumerate(losses) if not math.isfinite(v) or v > diverge * min(losses[:i + 1])), None)
     if stop is not None and stop < len(losses) - 1:
         rule = f"the loss of step {stop}, {losses[stop]:.4g}, was above {diverge:g} x the best " \
-            f"{min(losses[:stop + 1]):.4g}"
+            f"{min(losses[:stop + 1]):.4g}" if math.isfinite(losses[stop]) else \
+            f"the loss of step {stop} was {losses[stop]} (not finite)"
+        if len(losses) == n and math.isnan(losses[stop]):
+            fail("no-divergence-stop", observed=f"all {n} steps ran; {rule}, the first non-finite loss, after "
+                 f"losses no higher than {max(losses[:stop], default=math.nan):.4g}",
+                 expected=f"the sweep stops after step {stop}: a loss that is not finite ends it",
+                 cause="the stop test only compares the loss with diverge * best, and every comparison with NaN "
+                 "is False, so a NaN loss never stops the sweep",
+                 where="your stop test: test math.isfinite(loss) as well as the ratio",
+                 hint="What is float('nan') > 4.0 * 1.5? Which test is true for NaN and inf alike?")
         if len(losses) == n:
             fail("no-divergence-stop", observed=f"all {n} steps ran; {rule}",
                  expected=f"the sweep stops after step {stop}",

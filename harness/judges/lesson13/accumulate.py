@@ -55,7 +55,10 @@ def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], ba
              "micro_batch_size rows (x.split(micro_batch_size) does that)"
              if call["sizes"] == [len(piece) for piece in torch.arange(size).chunk(micro)] else
              "the micro-batches are cut wrongly (their sizes are listed above)",
-             where="the split of the batch into micro-batches")
+             where="the split of the batch into micro-batches",
+             hint="Print [len(piece) for piece in torch.arange(10).chunk(4)] and the same with .split(4): which one "
+             "gives pieces of 4 rows?" if call["sizes"] == [len(piece) for piece in torch.arange(size).chunk(micro)]
+             and call["sizes"] != [size] else None)
     if not call["steps"]:
         fail("no-step", observed="optimizer.step() never ran", expected="one step per call",
              cause="the optimizer step is missing", where="after the micro-batch loop")
@@ -89,16 +92,25 @@ def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], ba
         fail("only-last-micro-batch", observed=observed + ": it is the last micro-batch's alone",
              expected="the sum over every micro-batch", cause="zero_grad inside the micro-batch loop clears the "
              "earlier micro-batches' gradients", where="the position of zero_grad")
-    if len(chunks) > 1 and close_norm(got, _grad_at(model, start, chunks, [1.0 / len(chunks)] * len(chunks)),
-                                      floor=1e-9):
-        cause = "each micro-batch's loss was divided by the number of micro-batches: the last, smaller one weighs " \
-            "as much as a full one. Weight it by its share of the rows, len(chunk) / len(batch)"
-    elif close_norm(got, _grad_at(model, start, chunks, [1.0] * len(chunks)), floor=1e-9):
+    count = len(chunks)
+    hint = None
+    if count > 1 and close_norm(got, _grad_at(model, start, chunks, [1.0 / count] * count), floor=1e-9):
+        cause = f"each micro-batch's loss was divided by the number of micro-batches ({count}): the last, smaller " \
+            "one weighs as much as a full one. Weight it by its share of the rows, len(chunk) / len(batch)"
+    elif count != micro and close_norm(got, _grad_at(model, start, chunks, [1.0 / micro] * count), floor=1e-9):
+        cause = f"each micro-batch's loss was divided by micro_batch_size ({micro}), not weighted by its share " \
+            f"of the rows: with {count} micro-batches of {micro} rows or fewer the weights add up to " \
+            f"{count / micro:.3g}, not 1"
+        hint = f"Add up the factors your {count} micro-batches are multiplied by: do they make 1? Which number " \
+            "of rows should each one's loss be divided by?"
+    elif close_norm(got, _grad_at(model, start, chunks, [1.0] * count), floor=1e-9):
         cause = "the micro-batch losses were summed without weighting: the gradient is about k times too large"
+        hint = "Each micro-batch's loss is already a mean over its rows: what does adding k such means give, " \
+            "against the mean over the whole batch?"
     else:
         cause = "another weighting of the micro-batch losses (or a micro-batch left out or used twice)"
     fail("wrong-weighting", observed=observed, expected="the gradient of the mean loss over all rows",
-         cause=cause, where="the factor each micro-batch's loss is multiplied by before backward")
+         cause=cause, where="the factor each micro-batch's loss is multiplied by before backward", hint=hint)
 
 
 def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], batch: Batch) -> None:
@@ -108,11 +120,15 @@ def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], b
             p.copy_(value)
         want = float(nn.functional.mse_loss(twin(batch[0]), batch[1]))
     if not isinstance(got, torch.Tensor) or got.dim() != 0 or got.requires_grad:
+        attached = isinstance(got, torch.Tensor) and got.dim() == 0
         fail("wrong-return", observed=f"returned {type_name(got)}" + (
             f" of shape {tuple(got.shape)}, requires_grad={got.requires_grad}" if isinstance(got, torch.Tensor)
-            else ""), expected="a detached 0-dim tensor", cause="a Python number (.item(), float()), a list of "
-             "micro-batch losses, or a loss still attached to the graph (add .detach())",
-             where="the return statement of accumulation_step")
+            else ""), expected="a detached 0-dim tensor", cause="a loss still attached to the graph: it keeps the "
+             "graph of every micro-batch alive (add .detach() to what you add up)" if attached else
+             "a Python number (.item(), float())" if isinstance(got, (int, float)) else "a list of micro-batch "
+             "losses, or a tensor that is not 0-dim", where="the return statement of accumulation_step",
+             hint="Print the requires_grad of what you return: which call cuts it from the graph?" if attached
+             else None)
     if abs(float(got) - want) > 1e-4 * abs(want) + 1e-7:
         fail("wrong-return", observed=f"returned {float(got):.6g}", expected=f"the mean loss over the batch, "
              f"{want:.6g}", cause="the last micro-batch's loss, an unweighted sum or mean of micro-batch losses",

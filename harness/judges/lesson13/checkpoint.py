@@ -63,17 +63,20 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
             cause = ("the recomputation in backward does not repeat the forward: one of preserve_rng_state=False (new "
                      "dropout masks), a block whose forward depends on state that changed between forward and "
                      "backward, or a different random state")
+            hint = None
             if swapped:
                 cause = (f"in backward, the checkpoint of block {swapped[1]} ran block {swapped[0]} again: the "
                          "function given to checkpoint finds its block when backward runs (a lambda or closure "
                          "that reads the loop variable late), not the block it was made for; bind it: lambda t, "
                          "block=block: block(t), or pass the block itself")
+                hint = ("Backward calls your function again after the loop has ended: which block does the name "
+                        "inside your lambda refer to by then?")
             elif close_norm(_flat(got), _flat(fresh_masks), rel=1e-4, floor=1e-9):
                 cause = ("preserve_rng_state=False: the recomputation drew new dropout masks (your gradients are "
                          "exactly those of a checkpointed forward with preserve_rng_state=False)")
             fail("wrong-grads", observed=f"the parameters' gradients differ from the plain forward's ({what})",
                  expected="the same gradients: checkpointing changes memory and time, never the result",
-                 cause=cause, where="the checkpoint call's arguments")
+                 cause=cause, where="the checkpoint call's arguments", hint=hint)
         if not isinstance(saved, list) or not all(isinstance(s, list) and all(isinstance(d, int) for d in s)
                                                   for s in saved):
             raise WireError("malformed observation: saved shapes are not lists of ints")
@@ -112,7 +115,9 @@ def _judge_graph_reaches_every_block(grads: list[Any], depth: int, what: str) ->
              expected="a gradient for every block's parameters",
              cause=f"the graph is cut after block {max(cut)}: a .detach() (or a torch.no_grad(), or .data) between "
              "blocks stops backward there, so the earlier blocks never get a gradient",
-             where="the loop over blocks: pass h itself from one checkpoint to the next")
+             where="the loop over blocks: pass h itself from one checkpoint to the next",
+             hint="Which blocks got no gradient? Look at what you pass from one block to the next: what stops "
+             "backward on its way to the earlier blocks?")
 
 
 def _unpreserved_grads(seed: int, batch: int, width: int, depth: int) -> list[torch.Tensor]:

@@ -31,21 +31,27 @@ def _valid_flags(value: Any) -> dict[str, bool]:
 DEFAULTS = {"deterministic": False, "warn_only": False, "benchmark": False, "cudnn_deterministic": False}
 
 
-def _restore_cause(prior: dict[str, bool], inside: dict[str, bool], after: dict[str, bool], changed: list[str]) -> str:
-    """Why the flags after the block differ from `prior`, from what they are: the slip whose result they equal."""
+def _restore_cause(prior: dict[str, bool], inside: dict[str, bool], after: dict[str, bool],
+                   changed: list[str]) -> tuple[str, str | None]:
+    """Why the flags after the block differ from `prior`, from what they are: the slip whose result they equal,
+    and its own hint (None when none of the slips fits)."""
     if changed == ["warn_only"]:
-        return "use_deterministic_algorithms(previous) without warn_only=: it resets warn_only to False"
+        return ("use_deterministic_algorithms(previous) without warn_only=: it resets warn_only to False",
+                "What does torch.use_deterministic_algorithms(flag) set warn_only to when you leave it out?")
     if after == inside:
         return ("the flags after the block are those set inside it: the 'old' values were read after they were "
-                "changed (read them first, before use_deterministic_algorithms(True))")
+                "changed (read them first, before use_deterministic_algorithms(True))",
+                "When does your code read the values it writes back: before or after it changes the flags?")
     if after == DEFAULTS:
-        return "defaults (all False) were written back instead of the values read before the block"
+        return ("defaults (all False) were written back instead of the values read before the block",
+                "Do you write back the values you read before the block, or fixed ones?")
     if prior["benchmark"] != prior["cudnn_deterministic"] and after["benchmark"] == prior["cudnn_deterministic"] \
             and after["cudnn_deterministic"] == prior["benchmark"]:
         return ("the saved values were written back to the wrong flags: benchmark's old value went to "
-                "cudnn.deterministic and the other way round")
+                "cudnn.deterministic and the other way round",
+                "Print what you saved and the flag each saved value is written back to: does each go home?")
     return ("one of: the old values read after changing them, defaults written back, or a saved value written to "
-            "another flag")
+            "another flag", None)
 
 
 @judges("13-deterministic")
@@ -64,10 +70,15 @@ def judge_deterministic(seen: dict, *, case: Case) -> str:
             raise WireError("malformed observation: propagated is not a bool")
         before = f"(flags before the block: {_flag_text(prior)})"
         if not inside["deterministic"] or inside["warn_only"]:
+            warned = inside["deterministic"] and inside["warn_only"]
             fail("not-deterministic", observed=f"inside the block: deterministic={inside['deterministic']}, "
                  f"warn_only={inside['warn_only']} {before}", expected="deterministic=True, warn_only=False",
-                 cause="use_deterministic_algorithms(True) is missing, or warn_only=True was passed or kept from "
-                 "before", where="the setup before the yield")
+                 cause="deterministic algorithms are on but only warn (warn_only=True passed, or kept from before): "
+                 "a nondeterministic operation then runs anyway" if warned else
+                 "use_deterministic_algorithms(True) is missing: deterministic algorithms are off inside the block",
+                 where="the setup before the yield",
+                 hint="What does warn_only=True turn the error of a nondeterministic operation into?" if warned
+                 else None)
         if inside["benchmark"]:
             fail("benchmark-on", observed=f"inside the block: cudnn.benchmark=True {before}",
                  expected="cudnn.benchmark=False", cause="torch.backends.cudnn.benchmark is not set to False",
@@ -82,7 +93,7 @@ def judge_deterministic(seen: dict, *, case: Case) -> str:
                  "or a return inside finally", where="the code around the yield")
         if after != prior:
             changed = [name for name in FLAGS if after[name] != prior[name]]
-            cause = _restore_cause(prior, inside, after, changed)
+            cause, cause_hint = _restore_cause(prior, inside, after, changed)
             if raises:
                 fail("not-restored-on-error", observed=f"after a block that raised: {_flag_text(after)}",
                      expected=f"the flags from before: {_flag_text(prior)}",
@@ -90,7 +101,7 @@ def judge_deterministic(seen: dict, *, case: Case) -> str:
                      where="wrap the yield in try/finally")
             fail("not-restored", observed=f"after the block: {', '.join(f'{n}={after[n]}' for n in changed)}",
                  expected=f"the flags from before: {_flag_text(prior)}", cause=cause,
-                 where="the code after the yield")
+                 where="the code after the yield", hint=cause_hint)
     if stop is not None:
         raise stop
     return "flags set inside, restored after (warn_only too), also when the block raises"

@@ -26,24 +26,30 @@ def reference_training_memory(model: nn.Module, optimizer: str) -> dict[str, int
     return {**sizes, "total": sum(sizes.values())}
 
 
-def _params_cause(got: int, model: nn.Module) -> str:
-    """Which known mistake gives `got` as the parameter bytes of `model` (candidates when none fits)."""
+def _params_cause(got: int, model: nn.Module) -> tuple[str, str | None]:
+    """Which known mistake gives `got` as the parameter bytes of `model` (candidates when none fits), and the
+    hint for it (None when none fits: the requirement's own hint lists them all)."""
     params = list(model.parameters())
     elements = sum(p.numel() for p in params)
     every = [p for m in model.modules() for p in m.parameters(recurse=False)]  # a tied weight twice
     candidates = {
-        elements: "elements were counted, not bytes (multiply numel() by element_size())",
-        4 * elements: "4 bytes were assumed per element: a bfloat16 or float16 parameter has 2, a float64 one 8 "
-        "(use p.element_size())",
-        sum(p.numel() * p.element_size() for p in every): "a shared (tied) weight was counted twice: iterate over "
-        "model.parameters(), which lists it once, not over each module's own parameters or the state_dict",
-        sum(p.numel() * p.element_size() for p in params if p.requires_grad): "frozen parameters were left out: "
-        "they take memory too (requires_grad=False only spares their gradient)",
+        elements: ("elements were counted, not bytes (multiply numel() by element_size())",
+                   "numel() counts values: how many bytes does one value of each parameter's dtype take?"),
+        4 * elements: ("4 bytes were assumed per element: a bfloat16 or float16 parameter has 2, a float64 one 8 "
+                       "(use p.element_size())",
+                       "Print p.dtype and p.element_size() for each parameter: are they all 4-byte floats?"),
+        sum(p.numel() * p.element_size() for p in every): (
+            "a shared (tied) weight was counted twice: iterate over model.parameters(), which lists it once, not "
+            "over each module's own parameters or the state_dict",
+            "Two modules hold the same weight tensor: how many times does your loop meet it?"),
+        sum(p.numel() * p.element_size() for p in params if p.requires_grad): (
+            "frozen parameters were left out: they take memory too (requires_grad=False only spares their gradient)",
+            "Does a frozen parameter still sit in memory? Which of the three counts does requires_grad change?"),
     }
     want = sum(p.numel() * p.element_size() for p in params)
-    return next((cause for value, cause in candidates.items() if value == got and value != want),
-                "a different count: elements instead of bytes, a fixed 4 bytes per element, frozen parameters left "
-                "out, or a tied weight counted twice")
+    return next((found for value, found in candidates.items() if value == got and value != want),
+                ("a different count: elements instead of bytes, a fixed 4 bytes per element, frozen parameters left "
+                 "out, or a tied weight counted twice", None))
 
 
 @judges("13-memory-formula")
@@ -62,9 +68,9 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
                      expected="an int (bytes)", cause="a tensor sum (torch.tensor(...).sum()), a float division, or "
                      "a numpy number", where=f"the line that computes {key}")
         if got["params"] != want["params"]:
+            cause, hint = _params_cause(got["params"], model)
             fail("wrong-params", observed=f"params = {got['params']} for {description}",
-                 expected=f"{want['params']} bytes", cause=_params_cause(got["params"], model),
-                 where="the line that computes params")
+                 expected=f"{want['params']} bytes", cause=cause, where="the line that computes params", hint=hint)
         if got["grads"] != want["grads"]:
             cause = ("frozen parameters were counted: they get no gradient" if got["grads"] == want["params"]
                      else "a different count of the trainable parameters' bytes")
@@ -79,7 +85,9 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
                  f"{name!r})", cause="state was counted for the frozen parameters too: the optimizer only holds "
                  "state for the parameters it trains" if frozen_state else f"the number of state tensors per "
                  f"parameter for {name!r} (SGD keeps none, momentum one buffer, Adam and AdamW two moments)",
-                 where="the optimizer's entry of your formula")
+                 where="the optimizer's entry of your formula",
+                 hint="Does the optimizer keep a momentum buffer for a parameter it never updates? Which bytes do "
+                 "you multiply by the number of state copies?" if frozen_state else None)
         if got["total"] != got["params"] + got["grads"] + got["optimizer"]:
             fail("wrong-total", observed=f"total = {got['total']} for {description}",
                  expected=f"params + grads + optimizer = {want['total']}", cause="the total leaves out or repeats a "
