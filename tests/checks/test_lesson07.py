@@ -10,6 +10,7 @@ import torch
 
 import harness.sequences
 import harness.showcase
+from harness.checks import CheckFailed, check
 from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake, solution_cell
 from harness.judges.drills.schedulers import warmup_cosine_factor
 from harness.judges.lesson07.common import warmup_cosine_reference
@@ -695,6 +696,10 @@ def one_cycle_one_epoch(optimizer, loader, epochs, max_lr):
     return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=len(loader))
 
 
+def one_cycle_sized_in_epochs(optimizer, loader, epochs, max_lr):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, epochs=epochs, steps_per_epoch=1)
+
+
 def one_cycle_one_extra_step(optimizer, loader, epochs, max_lr):
     return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=epochs * len(loader) + 1)
 
@@ -820,6 +825,9 @@ MISTAKES = [
             story="len(dataset) // batch_size: the batches counted by hand, the last partial one forgotten"),
     Mistake("07-one-cycle", "too-few-steps", "one epoch, not 3", (one_cycle_one_epoch,),
             story="total_steps=len(loader): sized for one epoch"),
+    Mistake("07-one-cycle", "too-few-steps", "sized in epochs", (one_cycle_sized_in_epochs,),
+            story="epochs=epochs, steps_per_epoch=1: a warm-up and cycle sized in epochs, stepped per batch "
+            "(issue 43)"),
     Mistake("07-one-cycle", "too-many-steps", "one step more than the run", (one_cycle_one_extra_step,),
             story="+1 'to be safe', after OneCycleLR once raised past its end"),
     Mistake("07-one-cycle", "wrong-max-lr", "the optimizer's lr", (one_cycle_base_lr_as_peak,),
@@ -910,6 +918,14 @@ def test_one_warmup_cosine_convention_course_wide():
     for step, warmup, total in CONVENTION_TRIPLES:
         if step < warmup:
             assert reference_lr_factor(step, warmup, total) == _course_factor(step, warmup, total)
+
+
+def test_one_cycle_sized_in_epochs_gets_its_own_first_hint():
+    """Issue 43: total_steps counted in epochs is told so, and hint 1 asks how often the schedule is stepped."""
+    with pytest.raises(CheckFailed) as failure:
+        check("07-one-cycle", one_cycle_sized_in_epochs)
+    assert failure.value.code == "too-few-steps" and "sized in epochs" in str(failure.value)
+    assert "How many times is it stepped in one epoch?" in failure.value.hint
 
 
 def test_per_epoch_hidden_rejects_stepping_per_batch():

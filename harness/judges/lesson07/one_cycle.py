@@ -32,7 +32,8 @@ def _one_cycle_trace(setting: _OneCycleSetting, total_steps: int, max_lr: float)
 
 
 def _sizings(setting: _OneCycleSetting) -> list[tuple[str, int, float, str]]:
-    """(code, total_steps, max_lr, cause) of the wrong sizings people write, in the order they are tried."""
+    """(code, total_steps, max_lr, cause) of the wrong sizings people write, in the order they are tried (the
+    case's epochs, batches per epoch and samples all differ, so each sizing gives another schedule)."""
     run, full = setting.steps, setting.epochs * (setting.samples // setting.batch_size)
     return [
         ("sized-in-samples", setting.epochs * setting.samples, setting.max_lr,
@@ -44,6 +45,9 @@ def _sizings(setting: _OneCycleSetting) -> list[tuple[str, int, float, str]]:
          f"not counted (len(loader) = {setting.batches}, not {setting.batches - 1})"),
         ("too-few-steps", setting.batches, setting.max_lr,
          f"total_steps = len(loader) = {setting.batches}: one epoch, not {setting.epochs}"),
+        ("too-few-steps", setting.epochs, setting.max_lr,
+         f"total_steps = epochs = {setting.epochs}: the schedule is sized in epochs, but it is stepped once per "
+         f"optimizer step (batch), so it runs out after {setting.epochs} of the {run} steps"),
         ("too-many-steps", run + 1, setting.max_lr,
          f"total_steps = epochs * len(loader) + 1 = {run + 1}: one step more than the run takes, so the last "
          "step does not reach the end of the cycle"),
@@ -86,6 +90,8 @@ def judge_one_cycle(seen: dict, *, case: Case) -> str:
                 f"epochs x len(loader) = {setting.batches} batches (the last one partial)",
                 cause=cause,
                 where="the total_steps (and max_lr) of the OneCycleLR",
+                hint="Your schedule is sized in epochs. How many times is it stepped in one epoch?"
+                if total_steps == setting.epochs else None,
             )
     if seen["stopped_at"] is not None:
         fail(
