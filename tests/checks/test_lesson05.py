@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.checks.lesson05.choose_precision import _precision_calls
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -17,6 +18,7 @@ from harness.checks.testing import (
     assert_correct,
     assert_mistake,
 )
+from harness.contract.case import Case
 from harness.judges.lesson05.scale_trace import real_scale_trace
 
 
@@ -579,3 +581,13 @@ def test_mistake_fails_with_its_message(mistake):
 @pytest.mark.parametrize("correct", CORRECT, ids=str)
 def test_correct_variant_passes(correct, capsys):
     assert_correct(correct, capsys)
+
+
+def test_visible_choose_precision_case_covers_every_stated_branch():
+    """Issue 43: every device type the exercise text names (an Apple GPU's "mps" included), each with and without
+    bf16 support, is decided by the visible check, not only the hidden one; so are unknown device types."""
+    visible, unknown = _precision_calls(Case(hidden=False))
+    hidden, _ = _precision_calls(Case(hidden=True))
+    stated = {(device, bf16) for device in ("cpu", "cuda", "mps", "xpu") for bf16 in (True, False)}
+    assert stated <= set(visible) and set(hidden) <= set(visible)
+    assert unknown
