@@ -51,7 +51,6 @@ DRIFTED: dict[str, tuple[str, ...]] = {
     "09-train-ddp": ("hang",),
     "09-save-rank0": ("hang",),
     "09-no-sync": ("ranks-differ", "hang"),
-    "10-held-out": ("wrong-output-shape",),
     "10-report": ("missing-config", "missing-history", "missing-curves", "missing-precision"),
     "11-train-step": ("missing-entry", "update-outside-step"),
     "11-plain-list": ("missing-entry",),

@@ -27,7 +27,7 @@ from harness.checks.testing import (
     assert_correct,
     assert_mistake,
 )
-from harness.data import SHAPE_CLASSES, normalization_stats, shapes
+from harness.data import SHAPE_CLASSES, LabeledTensorDataset, normalization_stats, shapes
 from harness.distributed import distributed_loader, get_rank, get_world_size
 from harness.env import environment_report, select_device, supported_precisions
 from harness.metrics import accuracy
@@ -456,6 +456,17 @@ def validated_on_test_run() -> dict:
     return capstone_training(shapes(256, seed=0), shapes(1000, seed=2), out, config, device="cpu")
 
 
+def trained_on_validation_too_run() -> dict:
+    """A short real run on the notebook's train_set with its val_set pooled in, validated on that same val_set."""
+    train, val = shapes(2000, seed=0), shapes(500, seed=1)
+    pooled = LabeledTensorDataset(*(torch.cat(pair) for pair in zip(train.tensors, val.tensors, strict=True)),
+                                  classes=train.classes)
+    config = dict(epochs=1, batch_size=64, lr=1e-2, weight_decay=0.05, warmup_fraction=0.1, max_grad_norm=1.0,
+                  patience=1, width=4, seed=0, precision="fp32")
+    out = Path(tempfile.mkdtemp(prefix="test-lesson10-pooled-"))
+    return capstone_training(pooled, val, out, config, device="cpu")
+
+
 def test_the_held_out_cell_runs_twice(tmp_path):
     """Re-running the exercise's cell to tune CONFIG trains a new run each time (issue 29: the second run raised
     FileExistsError and left the first one in `run` for the test cell to grade)."""
@@ -705,6 +716,9 @@ MISTAKES = [
             story="normalises the data instead of putting Standardize inside the model"),
     Mistake("10-held-out", "validated-on-test", "scores on the notebook's test set", lambda: (validated_on_test_run(),),
             story="validates on test_set to 'see the real score' while tuning (issue 29: leakage)"),
+    Mistake("10-held-out", "validation-seen", "validation images were seen by training",
+            lambda: (trained_on_validation_too_run(),),
+            story="trains on train_set + val_set 'to use all the data', still validating on val_set"),
     Mistake("10-held-out", "wrong-output-shape", "(N, 5)", ({"model": capstone_cnn(10, 4)},),
             story="the CIFAR-10 model (10 classes) checked on shapes"),
     Mistake("10-held-out", "not-a-run", "received Sequential", (capstone_cnn(5, 4),),

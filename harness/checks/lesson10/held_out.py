@@ -1,8 +1,9 @@
 """10-held-out, the probe.
 
-Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), and the
-validation accuracies of the run's history. Graded, a hidden case's images arrive as data (`Case.inputs`), never
-with the seed that would rebuild their labels in the kernel.
+Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), its
+normalisation statistics (which images the run trained on) and the validation accuracies of the run's history.
+Graded, a hidden case's images arrive as data (`Case.inputs`), never with the seed that would rebuild their
+labels in the kernel.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ _CHUNK = 250  # held-out images per forward pass
 # The notebook's validation and test sets (capstone_data("shapes", ..., 500, 1000): seeds 1 and 2): the best
 # epoch's scores in the run's history show which of the two it validated on.
 NOTEBOOK_SETS = {"validation": (500, 1), "test": (1000, 2)}
+
+
+# The notebook's training sets: capstone_data("shapes", budget(full=3000, grading=2000), ...) draws seed 0. Their
+# normalisation statistics, alone and pooled with the validation set, tell whether a run trained on val_set too.
+NOTEBOOK_TRAIN_SIZES, NOTEBOOK_TRAIN_SEED = (2000, 3000), 0
+
+# A model's buffers of this shape are per-channel image statistics (a Standardize's mean and std).
+_STATISTIC_SHAPE = (3, 1, 1)
 
 
 @functools.cache
@@ -62,7 +71,9 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
 
 
 @register(
-    "10-held-out", unjudged=("val_accuracy/*",),  # the visible case only, to tell a test-set validation
+    "10-held-out",  # these are read to tell a validation on the test set or a training set that held the
+    # validation images: they can only fail a run that shows either, and a correct run passes whatever their values
+    unjudged=("val_accuracy/*", "val_loss/*", "notebook_outputs/*", "statistics/*"),
     inputs_as_data=held_out_images,  # graded, a hidden case's images come as data: its seed would rebuild the labels
     hints=Hints(
         nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
@@ -83,6 +94,10 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
             "the run validated on val_set, never on the test set",
             hint="Which data set did the run validate on, to choose its best epoch? The test set must stay unseen "
             "until the report."),
+        "validation-seen": Requirement(
+            "the run trains on train_set alone: validation images are never seen by training",
+            hint="Which images did your run train on? If val_set is among them, the validation accuracy that chose "
+            "the best epoch scores images the model has seen."),
         "below-threshold": Requirement(
             "at least 0.75 accuracy on the grader's held-out shapes",
             hint="Compare your run's best validation accuracy with the threshold: too low means train more or "
@@ -90,9 +105,9 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
     },
 )
 def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
-    """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), the
-    validation scores of the run's history, and (with those, in the visible case) the model's outputs on the
-    notebook's validation and test sets."""
+    """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), its
+    buffers shaped like per-channel image statistics, the validation scores of the run's history, and (with
+    those) the model's outputs on the notebook's validation and test sets."""
     model = run.get("model") if isinstance(run, dict) else None
     if not isinstance(model, nn.Module):
         return {"received": type(run).__name__, "model": False}
@@ -100,9 +115,11 @@ def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
     has_column = isinstance(history, pd.DataFrame) and "val_accuracy" in history
     validated = history["val_accuracy"].tolist() if has_column else None
     images = torch.load(case.inputs, weights_only=True) if case.inputs else held_out_images(case)
+    statistics = [buffer.detach().float().cpu().clone() for buffer in model.buffers()
+                  if tuple(buffer.shape) == _STATISTIC_SHAPE and buffer.is_floating_point()][:8]
     seen = {"received": type(run).__name__, "model": True, "outputs": _outputs(model, images),
-            "val_accuracy": validated}
-    if has_column and "val_loss" in history and not case.hidden:  # the visible case decides it; hidden adds seeds
+            "val_accuracy": validated, "statistics": statistics}
+    if has_column and "val_loss" in history:  # the notebook's sets are public: the hidden case decides it too
         seen["val_loss"] = history["val_loss"].tolist()
         seen["notebook_outputs"] = {name: _outputs(model, notebook_set(name).tensors[0]) for name in NOTEBOOK_SETS}
     return seen

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from harness.checks.lesson10.held_out import _CHUNK, NOTEBOOK_SETS, _held_out, notebook_set
+from harness.checks.lesson10.held_out import (
+    _CHUNK,
+    NOTEBOOK_SETS,
+    NOTEBOOK_TRAIN_SEED,
+    NOTEBOOK_TRAIN_SIZES,
+    _held_out,
+    notebook_set,
+)
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-from harness.data import SHAPE_CLASSES
+from harness.data import SHAPE_CLASSES, shapes
+from harness.data.loaders import normalization_stats
 
 ACCURACY_THRESHOLD = 0.75  # chance is 0.2; a correct run clears 0.85 even at the grading budget
 
@@ -54,6 +63,38 @@ def _check_validation_set(seen: dict) -> None:
              where="train_capstone(train_set, val_set, ...): validate on val_set, keep test_set for the report")
 
 
+@functools.cache
+def _notebook_statistics(train_size: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The normalisation statistics of the notebook's training set of `train_size` images, alone and pooled with
+    its validation set."""
+    train = shapes(train_size, seed=NOTEBOOK_TRAIN_SEED).tensors[0]
+    pooled = torch.cat([train, notebook_set("validation").tensors[0]])
+    return {"alone": normalization_stats(train), "pooled": normalization_stats(pooled)}
+
+
+def _check_training_set(seen: dict) -> None:
+    """The model's normalisation statistics are not those of the notebook's training set pooled with its
+    validation set: decided only on a match (a model normalised otherwise, or not at all, shows nothing)."""
+    statistics = seen["statistics"]
+    if not (isinstance(statistics, list) and all(isinstance(t, torch.Tensor) and t.is_floating_point()
+                                                 and tuple(t.shape) == (3, 1, 1) for t in statistics)):
+        raise ValueError("the recorded statistics are not per-channel tensors")
+
+    def holds(value: torch.Tensor) -> bool:
+        return any(torch.allclose(t.double(), value.double(), rtol=0, atol=1e-5) for t in statistics)
+
+    for size in NOTEBOOK_TRAIN_SIZES:
+        (mean, std), (alone_mean, _) = (_notebook_statistics(size)[key] for key in ("pooled", "alone"))
+        if holds(mean) and holds(std) and not holds(alone_mean):
+            fail("validation-seen",
+                 observed=f"the model's normalisation statistics are the per-channel mean and std of the notebook's "
+                 f"train_set ({size} images) and val_set ({len(notebook_set('validation'))}) together",
+                 expected="the statistics of train_set alone: the run trains on train_set and validates on val_set",
+                 cause="validation images were seen by training: the run trained on train_set + val_set, so the "
+                 "validation accuracy that chose its best epoch scores images the model trained on",
+                 where="run = train_capstone(train_set, val_set, ...): keep val_set out of the training set")
+
+
 @judges("10-held-out")
 def judge_held_out(seen: dict, *, case: Case) -> str:
     """Accuracy of run['model'] on shapes the grader generates from its own seed."""
@@ -77,6 +118,7 @@ def judge_held_out(seen: dict, *, case: Case) -> str:
                  where="capstone_cnn(len(train_set.classes), ...)")
         correct += int((outputs.float().argmax(1) == labels[start : start + _CHUNK]).sum())
     accuracy = correct / len(labels)
+    _check_training_set(seen)
     _check_validation_set(seen)
     if accuracy < ACCURACY_THRESHOLD:
         history = seen["val_accuracy"]
