@@ -197,6 +197,20 @@ def export_copy_saved(model, example, path):
     program.save(path)
 
 
+def export_shapes_by_input_name(model, example, path):
+    # dynamic_shapes keyed by the ONNX input name: torch.export matches the keys against forward's arguments
+    model.eval()
+    torch.onnx.export(model, (example,), path, dynamo=True, verbose=False, input_names=["features"],
+                      output_names=["logits"], dynamic_shapes={"features": {0: torch.export.Dim("batch")}})
+
+
+def export_shapes_without_tuple(model, example, path):
+    # the axes of the one input, without the tuple around them (one entry per input)
+    model.eval()
+    torch.onnx.export(model, (example,), path, dynamo=True, verbose=False, input_names=["features"],
+                      output_names=["logits"], dynamic_shapes={0: torch.export.Dim("batch")})
+
+
 def export_using(*, evaluate=True, dynamic=True, names=True, save=True, wrap=None, dynamo=True):
     def export_onnx(model, example, path):
         if evaluate:
@@ -383,6 +397,10 @@ MISTAKES = [
             story="leaves the names to the exporter"),
     Mistake("16-onnx-export", "no-file", "ONNXProgram", (export_using(save=False),),
             story="torch.onnx.export without a path returns the program and writes nothing"),
+    Mistake("16-onnx-export", "raised", "dict keyed by ['features'], a name of your choosing",
+            (export_shapes_by_input_name,), story="dynamic_shapes={'features': {0: Dim('batch')}}, by input name"),
+    Mistake("16-onnx-export", "raised", "without the structure around it", (export_shapes_without_tuple,),
+            story="dynamic_shapes={0: Dim('batch')}, the outer tuple missing"),
     Mistake("16-onnx-export", "wrong-output", "largest difference", (export_using(wrap=nn.Softmax(-1)),),
             story="adds a softmax to serve probabilities"),
     # 16-int8-weights

@@ -17,10 +17,25 @@ import torch
 
 from harness.checks.lesson16.common import _files, case_inputs, case_model
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
+from harness.contract.errors import explain
+from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
 
 _EXPORT_ROWS = 4  # the batch size of the example the exercise exports with
+
+
+def _dynamic_shapes_refusal(error: BaseException) -> str | None:
+    """torch.export's message when it refused the `dynamic_shapes` it was given (found along the exception's
+    causes: the ONNX exporter wraps it in a TorchExportError that names only the step that failed); else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        if not isinstance(current, CheckFailed) and "`dynamic_shapes`" in text and not text.startswith("Failed to"):
+            return text.partition("For more information")[0].strip()[:600]
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _onnx_batches(case: Case) -> list[int]:
@@ -87,6 +102,11 @@ def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
             with warnings.catch_warnings(record=True) as caught:  # the exporter's warnings: data, not stderr
                 warnings.simplefilter("always")
                 returned = export_onnx(model, case_inputs(case, _EXPORT_ROWS, salt=99), path)
+        except Exception as error:  # the student's code raised: explained by the judge when torch.export refused
+            refused = _dynamic_shapes_refusal(error)  # the dynamic_shapes given, else the usual [raised]
+            if refused is None:
+                raise
+            return {"dynamic_shapes_refused": refused, "raised": explain(error)[:2000]}
         finally:
             handle.remove()
         seen.update(modes=modes, jit=jit, returned=type(returned).__name__,

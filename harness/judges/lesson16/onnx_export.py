@@ -6,6 +6,8 @@ and ONNX Runtime's outputs match eager's within the tolerance at every batch siz
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from harness.checks.lesson16.common import case_config, case_inputs, case_model
@@ -30,11 +32,43 @@ def _warned(warnings: object) -> str:
     return f'; torch warned: "{text}"' if len(text) < 200 else ""
 
 
+_KEYS = re.compile(r"arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])")
+
+
+def _fail_dynamic_shapes(seen: dict, where: str) -> None:
+    """Fail with [raised], explained: torch.export refused the dynamic_shapes it was given (its own words, and
+    what it matches them against)."""
+    refused, raised = seen["dynamic_shapes_refused"], seen.get("raised")
+    if not (isinstance(refused, str) and isinstance(raised, str)):
+        raise WireError("malformed observation: the refusal is not text")
+    keys = _KEYS.search(refused)
+    if keys and keys.group(2).startswith("['"):
+        cause = (f"dynamic_shapes is a dict keyed by {keys.group(2)}, a name of your choosing (input_names names the "
+                 f"inputs of the ONNX file, after the export); torch.export matches dynamic_shapes against the "
+                 f"forward's own arguments, here {keys.group(1)}")
+    elif keys:
+        cause = (f"dynamic_shapes is the axes of one input, keyed by {keys.group(2)}, without the structure around "
+                 f"it: torch.export takes one entry per input of the example tuple (a tuple), or a dict keyed by "
+                 f"the forward's argument names, here {keys.group(1)}")
+    else:
+        cause = "torch.export refused the dynamic_shapes given, in its words above"
+    first = re.sub(r"\x1b\[[0-9;]*m", "", raised.splitlines()[0] if raised else "").partition(". ")[0][:160]
+    fail("raised", observed=f"your code raised {first}; torch.export, step 1 of the ONNX "
+         f"export, refused dynamic_shapes: \"{refused[:400]}\"",
+         expected="dynamic_shapes in the structure of the example inputs: ({0: torch.export.Dim('batch')},), one "
+         "entry per input with its dynamic axes",
+         cause=cause, where=where,
+         hint="Print inspect.signature(model.forward): dynamic_shapes follows these arguments (or the tuple of "
+         "inputs you pass), not input_names.")
+
+
 @judges("16-onnx-export")
 def judge_onnx_export(seen: dict, *, case: Case) -> str:
     """The file exists, names its input and output as asked, has a dynamic batch axis, was exported in eval mode,
     and ONNX Runtime's outputs match eager's within the tolerance at every batch size."""
     where = "the torch.onnx.export(...) call of export_onnx"
+    if "dynamic_shapes_refused" in seen:
+        _fail_dynamic_shapes(seen, where)
     if seen.get("written") is not True:
         program = seen.get("returned") == "ONNXProgram"
         fail("no-file", observed="no file at path" + (f"; export_onnx returned an {seen.get('returned')}" if program
