@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -393,6 +394,32 @@ def plateau_step_at_top(model, train_loader, val_loader, loss_fn, optimizer, sch
         scheduler.step(val_loss)  # the previous epoch's loss, though consistent with the weights at the call
         _train_epoch(model, train_loader, loss_fn, optimizer)
         val_loss = _evaluate(model, val_loader, loss_fn)
+        history.append(val_loss)
+    return history
+
+
+def plateau_tensor_losses(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    history = []
+    for _ in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        model.eval()
+        total = torch.zeros(())
+        with torch.no_grad():
+            for x, y in val_loader:
+                total += loss_fn(model(x), y) * len(y)
+        val_loss = total / len(val_loader.dataset)
+        scheduler.step(val_loss)
+        history.append(val_loss)  # a 0-dim tensor where the signature says float
+    return history
+
+
+def plateau_numpy_losses(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):
+    """Correct too: numpy floats, stepped and returned."""
+    history = []
+    for _ in range(epochs):
+        _train_epoch(model, train_loader, loss_fn, optimizer)
+        val_loss = np.float64(_evaluate(model, val_loader, loss_fn))
+        scheduler.step(val_loss)
         history.append(val_loss)
     return history
 
@@ -801,6 +828,8 @@ MISTAKES = [
             story="model.train() once before the loop; evaluate() leaves eval mode on"),
     Mistake("07-plateau", "val-with-grad", "no_grad", (plateau_with_grad,),
             story="validation without torch.no_grad()"),
+    Mistake("07-plateau", "wrong-return", "holds tensors", (plateau_tensor_losses,),
+            story="appends the 0-dim tensor where the signature says list[float] (issue 43)"),
     Mistake("07-plateau", "wrong-return", "validation losses", (plateau_returns_nothing,),
             story="forgets the return"),
     Mistake("07-amp-skip", "scheduler-advanced-on-skip", "runs ahead", (amp_step_always,),
@@ -855,6 +884,7 @@ CORRECT = [
     Correct("07-plateau", (plateau_correct,), story="evaluate then step"),
     Correct("07-plateau", (plateau_weighted,), story="sample-weighted mean, inference_mode, tensor metric"),
     Correct("07-plateau", (plateau_logs_train_loss,), story="also logs the training loss in eval mode"),
+    Correct("07-plateau", (plateau_numpy_losses,), story="numpy floats, stepped and returned"),
     Correct("07-amp-skip", (amp_step_scale,), story="compares the scale"),
     Correct("07-amp-skip", (amp_step_hook,), story="an optimizer step hook, clipping after unscale_"),
     Correct("07-amp-skip", (amp_step_checks_grads,), story="isfinite on the unscaled grads, zero_grad first"),

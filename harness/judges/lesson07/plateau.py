@@ -251,6 +251,16 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
             cause="returning the training losses, or nothing",
             where="the return statement",
         )
+    tensors = [i for i, r in enumerate(returned) if isinstance(r, torch.Tensor)]
+    if tensors:
+        fail(
+            "wrong-return",
+            observed=f"the returned list holds tensors (epoch {tensors[0]}: {returned[tensors[0]]!r:.60})",
+            expected="list[float], as the exercise's signature says: one Python float per epoch",
+            cause="the validation loss is appended as the 0-dim tensor it was computed as",
+            where="the line that collects the validation loss: append float(val_loss)",
+            hint="Your list holds the right values, as tensors. What does the signature say each entry is?",
+        )
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
     scheduler = _plateau_scheduler(optimizer)
     for val_loss in val_losses:
