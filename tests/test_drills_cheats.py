@@ -47,10 +47,10 @@ def test_patching_torch_in_the_answer_cannot_make_a_wrong_answer_pass():
 
 def test_patching_the_drill_module_in_the_answer_changes_nothing_the_judge_uses():
     patched = (
-        "import harness.drills.bank.tensors as bank\n"
-        "import harness.drills.support as support\n"
-        "support.assert_close = lambda *a, **k: None\n"
-        "bank.assert_close = lambda *a, **k: None\n"
+        "import harness.contract.compare as compare\n"
+        "import harness.contract.expect as expect\n"
+        "expect.close = lambda *a, **k: a[1]\n"
+        "compare.close_values = lambda *a, **k: True\n"
         "def pairwise_sq_dists(a, b):\n"
         "    return (a[:, None] - b[None]).abs().sum(-1)\n"
     )

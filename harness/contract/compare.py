@@ -18,17 +18,18 @@ from typing import Any, NoReturn, TypeVar
 import torch
 
 from harness.contract.failure import RAISED, CheckFailed, fail
-from harness.contract.wire import Opaque, WireError
+from harness.contract.wire import Opaque, WireError, type_name
+
+__all__ = [
+    "close_norm", "close_number", "close_scaled", "close_state", "close_tensors", "close_values", "fail_raised",
+    "int_list", "is_tensor_like", "isclose_number", "isclose_numbers", "judged", "malformed", "matching_tensors",
+    "max_difference", "number", "numbers", "same_values", "tensor", "tensor_dict", "tensor_list", "type_name",
+]
 
 T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------------------------- types
-def type_name(value: Any) -> str:
-    """The type name of an observed value as the judge received it (an Opaque value's original type)."""
-    return value.type_name if isinstance(value, Opaque) else type(value).__name__
-
-
 def number(value: Any) -> float | None:
     """`value` as a float when it is a finite number or a one-element real tensor; None for anything else."""
     if isinstance(value, (bool, Opaque)):

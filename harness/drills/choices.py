@@ -12,12 +12,9 @@ import inspect
 import random
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from harness.contract.failure import fail
-
-if TYPE_CHECKING:
-    from harness.drills.core import Answers
 
 LETTERS = "abcd"
 
@@ -40,17 +37,6 @@ class Choices:
     def __post_init__(self) -> None:
         if len(self.options) != len(LETTERS) or not 0 <= self.key < len(LETTERS):
             raise ValueError("an explain drill has four options and one key among them")
-
-
-def choice_answers(drill_id: str, *, options: tuple[tuple[str, str], ...], key: str) -> Answers:
-    """An explain drill's judge side: four `(text, why it is right or wrong)` options in the bank's order, `key` the
-    letter of the right one there (the bank's keys are balanced: a test checks it). Each attempt shows the options
-    in a new order; the three other letters are the planted wrong answers."""
-    from harness.drills.core import Answers
-
-    wrong = tuple((f'answer = "{letter}"\n', "wrong-choice") for letter in LETTERS if letter != key)
-    return Answers(drill_id=drill_id, solution=f'answer = "{key}"\n', wrong_answers=wrong,
-                   choices=Choices(tuple(Option(text, why) for text, why in options), LETTERS.index(key)))
 
 
 def shuffled_order(rng: random.Random) -> tuple[int, ...]:

@@ -18,13 +18,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import Callable, Literal
 
 from harness.contract.judged import Judge, Judged
+from harness.drills.choices import LETTERS, Choices, Option
 from harness.drills.topics import TOPICS
-
-if TYPE_CHECKING:
-    from harness.drills.choices import Choices
 
 Kind = Literal["write", "bughunt", "explain"]
 # What a self-check drill's prompt and pass say (`Drill.self_check`), where its own text does not already.
@@ -96,7 +94,7 @@ class Answers:
 
     `solution` is the reference answer, `wrong_answers` the plausible mistakes (at least two) the tests prove the
     check rejects, each with the failure code it must get: `(source, code)`. A write or bughunt drill has its
-    `judge`; an explain drill its `choices` (`harness.drills.choices.choice_answers` writes all of them).
+    `judge`; an explain drill its `choices` (`choice_answers` writes all of them).
     """
 
     drill_id: str
@@ -104,6 +102,15 @@ class Answers:
     wrong_answers: tuple[tuple[str, str], ...]
     judge: Judge | None = None
     choices: Choices | None = None
+
+
+def choice_answers(drill_id: str, *, options: tuple[tuple[str, str], ...], key: str) -> Answers:
+    """An explain drill's judge side: four `(text, why it is right or wrong)` options in the bank's order, `key` the
+    letter of the right one there (the bank's keys are balanced: a test checks it). Each attempt shows the options
+    in a new order; the three other letters are the planted wrong answers."""
+    wrong = tuple((f'answer = "{letter}"\n', "wrong-choice") for letter in LETTERS if letter != key)
+    return Answers(drill_id=drill_id, solution=f'answer = "{key}"\n', wrong_answers=wrong,
+                   choices=Choices(tuple(Option(text, why) for text, why in options), LETTERS.index(key)))
 
 
 _BANK: dict[str, Drill] = {}

@@ -1,4 +1,4 @@
-"""Small tools the drills share: tensor comparison for judges, two real ranks for probes, explain drills."""
+"""Small tools the drills share: seeded cases and models, planted fixes, two real ranks for probes, explain drills."""
 
 from __future__ import annotations
 
@@ -14,24 +14,6 @@ from harness.contract.failure import fail
 if TYPE_CHECKING:
     from harness.contract.case import Case
     from harness.drills.core import Drill
-
-
-def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, *, atol: float, rtol: float, where: str,
-                 cause: str = "the computation differs from the reference") -> None:
-    """Fail with a teaching message unless `got` matches `want` in shape and value within tolerances."""
-    if not isinstance(got, torch.Tensor):
-        fail("not-a-tensor", observed=f"{name} returned {type(got).__name__}", expected="a torch.Tensor",
-             cause="returning a Python number or list", where=where)
-    if got.shape != want.shape:
-        fail("wrong-shape", observed=f"{name} has shape {tuple(got.shape)}", expected=f"shape {tuple(want.shape)}",
-             cause="a reduction over the wrong dimension, or a lost keepdim", where=where)
-    if not torch.isfinite(got).all() and torch.isfinite(want).all():
-        fail("not-finite", observed=f"{name} contains inf or nan", expected="finite values",
-             cause="overflow: exp of a large input, or log of zero", where=where)
-    if not torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol):
-        worst = (got.double() - want.double()).abs().max().item()
-        fail("wrong-value", observed=f"{name} differs from the reference by up to {worst:.3g}",
-             expected=f"agreement within atol={atol}, rtol={rtol}", cause=cause, where=where)
 
 
 def case_generator(case: Case, base: int) -> torch.Generator:

@@ -6,12 +6,12 @@ A graded kernel never mounts this package (`harness.judges`).
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from harness.contract import expect
 from harness.contract.case import Case
+from harness.contract.compare import close_tensors, close_values, isclose_number, isclose_numbers, number, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.amp_clipping import (
@@ -37,9 +37,8 @@ from harness.drills.bank.amp_clipping import (
     _skip_plan,
     _stale_grads,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close, with_fixes
+from harness.drills.core import Answers, choice_answers
+from harness.drills.support import with_fixes
 from harness.judges.drills.whys import add_answers
 
 _INIT_SCALE = 2.0**10
@@ -125,7 +124,7 @@ def _judge_clipped_gradient(step: object, batch: tuple[torch.Tensor, torch.Tenso
              "max_norm, then divided by the scale, so the effective threshold is max_norm / scale",
              where="scaler.unscale_(optimizer) first, then clip_grad_norm_, then scaler.step(optimizer)")
     for name, got, ref in zip(("weight", "bias"), seen, want, strict=True):
-        assert_close(f"the {name} gradient at {label}", got, ref, atol=1e-5, rtol=2e-3, where=where,
+        expect.close(f"the {name} gradient at {label}", got, ref, atol=1e-5, rtol=2e-3, where=where,
                      cause="the gradient is not the bf16-autocast gradient of this batch's loss, unscaled and "
                      "clipped to max_norm")
 
@@ -192,17 +191,17 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
         fail("wrong-loss", observed=f"amp_step returned {describe(loss)}", expected="the loss, as a 0-d float tensor",
              cause="returning loss.item() (a host sync each step) or nothing", where="return loss.detach()")
     returned = loss.detach().reshape(()).float()
-    if math.isclose(float(returned), float(want_loss) * _INIT_SCALE, rel_tol=1e-3):
+    if isclose_number(float(returned), float(want_loss) * _INIT_SCALE, rel_tol=1e-3, abs_tol=0.0):
         fail("wrong-value", observed=f"amp_step returned {float(returned):.6g}, exactly {_INIT_SCALE:g} (the scale) "
              f"times the batch's loss {float(want_loss):.6g}", expected=f"{float(want_loss):.6g}, the unscaled loss",
              cause="the scaled loss (scaler.scale(loss)) was returned", where="return loss.detach()")
-    assert_close("the returned loss", returned, want_loss, atol=1e-4, rtol=1e-3,
+    expect.close("the returned loss", returned, want_loss, atol=1e-4, rtol=1e-3,
                  where="return loss.detach()", cause="the loss returned is not this batch's (unscaled) loss")
     init = _probe_model(case, 2).linear.weight.detach()
     weight = seen.get("inf_weight")
     if not isinstance(weight, torch.Tensor) or weight.shape != init.shape:
         raise WireError("inf_weight malformed")
-    if seen.get("inf_steps") != 0 or not torch.equal(weight, init):
+    if seen.get("inf_steps") != 0 or not same_values(weight, init, dtype=False):
         fail("inf-step-applied", observed="an optimizer step ran on infinite gradients", expected="the step skipped",
              cause="optimizer.step() called directly instead of scaler.step()", where="scaler.step(optimizer)")
     scale = seen.get("inf_scale")
@@ -269,7 +268,7 @@ def _judge_accumulate(seen: dict, *, case: Case) -> str:
             raise WireError("recorded step malformed")
         params, grads = _two_params(step.get("params")), _two_params(step["grads"])
         want = _accumulated(params, micro, max_norm)
-        if all(torch.allclose(g, w, rtol=1e-4, atol=1e-6) for g, w in zip(grads, want, strict=True)):
+        if all(close_values(g, w, rtol=1e-4, atol=1e-6, dtype=False) for g, w in zip(grads, want, strict=True)):
             continue
         mistakes = (
             ("stale-gradients", dict(stale=_stale_grads(case)), "the gradients left by the previous step were not "
@@ -284,7 +283,7 @@ def _judge_accumulate(seen: dict, *, case: Case) -> str:
         want_norm = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in want])))
         for code, how, cause, where in mistakes:
             other = _accumulated(params, micro, max_norm, **how)
-            if all(torch.allclose(g, o, rtol=1e-4, atol=1e-6) for g, o in zip(grads, other, strict=True)):
+            if all(close_values(g, o, rtol=1e-4, atol=1e-6, dtype=False) for g, o in zip(grads, other, strict=True)):
                 fail(code, observed=f"the optimizer stepped with a gradient of norm {norm:.4g} (max_norm={max_norm:g})",
                      expected=f"the mean gradient of the group, clipped once: norm {want_norm:.4g}", cause=cause,
                      where=where)
@@ -382,7 +381,7 @@ def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
             fail("loss-not-fp32", observed=f"the loss is {loss.dtype}", expected="torch.float32",
                  cause="log_softmax, exp and sum run in the dtype of their input under CPU autocast: on bf16 logits "
                  "they keep 8 significant bits", where="the loss: the dtype it is computed in")
-        if not torch.allclose(loss.reshape(()).double(), want.double(), rtol=2e-5, atol=1e-6):
+        if not close_values(loss.reshape(()).double(), want.double(), rtol=2e-5, atol=1e-6, dtype=False):
             fail("loss-computed-in-bf16", observed=f"batch {i}: loss {float(loss):.6f}", expected=f"{float(want):.6f} "
                  "(the smoothed cross-entropy of the bf16 logits, computed in float32)",
                  cause="the loss was computed in bf16 and only its result converted (.float() at the end): the "
@@ -426,9 +425,9 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
     if not all(isinstance(lr, list) and len(lr) == 1 and isinstance(lr[0], float) for lr in lrs):
         raise WireError("recorded learning rates malformed")
     got, want = [lr[0] for lr in lrs], _onecycle_lrs(total)
-    if not all(math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-12) for g, w in zip(got, want, strict=True)):
+    if not all(isclose_number(g, w, rel_tol=1e-6, abs_tol=1e-12) for g, w in zip(got, want, strict=True)):
         per_epoch = [want[e] for e in range(_LOOP_EPOCHS) for _ in range(_LOOP_BATCHES)]
-        per_epoch_seen = all(math.isclose(g, w, rel_tol=1e-6) for g, w in zip(got, per_epoch, strict=True))
+        per_epoch_seen = isclose_numbers(got, per_epoch, rel_tol=1e-6, abs_tol=0.0)
         fail("scheduler-per-epoch" if per_epoch_seen else "wrong-schedule",
              observed=f"learning rate at each step: {[round(v, 5) for v in got]}",
              expected=f"{[round(v, 5) for v in want]}",
@@ -442,7 +441,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
              "losses", cause="the losses are not collected per step", where="what losses.append receives")
     for i, step in enumerate(steps):
         _, want_loss = _amp_reference(list(_two_params(step["params"])), batches[i % _LOOP_BATCHES], None)
-        assert_close(f"the loss of step {i}", losses[i].detach().float(), want_loss, atol=1e-4, rtol=1e-3,
+        expect.close(f"the loss of step {i}", losses[i].detach().float(), want_loss, atol=1e-4, rtol=1e-3,
                      where="what losses.append receives", cause="the recorded loss is not the step's batch loss")
     return "backward outside autocast, unscale_ before clipping, OneCycleLR stepped per batch"
 
@@ -482,23 +481,24 @@ def _judge_total_norm(seen: dict, *, case: Case) -> str:
              cause="returning a Python number or nothing", where="return the tensor clip_grad_norm_ returns")
     norm = norm.detach()
     value = float(norm)
-    if math.isclose(value, max_norm, rel_tol=1e-4) or value < float(total) * 0.999 and value <= max_norm * 1.0001:
+    if (isclose_number(value, max_norm, rel_tol=1e-4, abs_tol=0.0)
+            or value < float(total) * 0.999 and value <= max_norm * 1.0001):
         fail("norm-after-clip", observed=f"returned norm {value:.5g} (max_norm={max_norm})",
              expected=f"{float(total):.5g}, the norm before clipping",
              cause="the norm was measured after clipping: it is min(norm, max_norm) and hides every explosion",
              where="clip_grad_norm_ returns the total norm before clipping: keep its return value")
     sum_of_norms = float(sum(torch.linalg.vector_norm(g) for g in grads))
-    if math.isclose(value, sum_of_norms, rel_tol=1e-4):
+    if isclose_number(value, sum_of_norms, rel_tol=1e-4, abs_tol=0.0):
         fail("wrong-norm", observed=f"returned norm {value:.5g}", expected=f"{float(total):.5g}",
              cause="the sum of per-parameter norms is not the total norm: the total is the norm of all gradients "
              "concatenated, sqrt(sum of squared norms)", where="torch.linalg.vector_norm of the per-parameter norms")
-    assert_close("the returned norm", norm.reshape(()).float(), total, atol=1e-5, rtol=1e-4, where="the return value",
+    expect.close("the returned norm", norm.reshape(()).float(), total, atol=1e-5, rtol=1e-4, where="the return value",
                  cause="the total L2 norm over all parameters' gradients, before clipping")
     got = seen.get("grads")
     if not isinstance(got, list) or len(got) != len(grads):
         raise WireError("grads missing")
     for i, (g, p) in enumerate(zip(got, model.parameters(), strict=True)):
-        assert_close(f"gradient {i} after the call", g, p.grad, atol=1e-6, rtol=1e-4,
+        expect.close(f"gradient {i} after the call", g, p.grad, atol=1e-6, rtol=1e-4,
                      where="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
                      cause="the gradients are not clipped in place to max_norm")
     return "clips in place and returns the pre-clip total norm as a tensor, without a host sync"
@@ -530,14 +530,14 @@ def _judge_per_group(seen: dict, *, case: Case) -> str:
         raise WireError("grads missing")
     if any(g.shape != w.shape for g, w in zip(got, want, strict=True)):
         raise WireError("grads of the wrong shapes")
-    if not all(torch.allclose(g, w, rtol=1e-4, atol=1e-6) for g, w in zip(got, want, strict=True)):
+    if not all(close_values(g, w, rtol=1e-4, atol=1e-6, dtype=False) for g, w in zip(got, want, strict=True)):
         for how, code, cause in (
             ("together", "clipped-together", "all parameters were clipped as one vector with one threshold: each "
              "group has its own max_norm and its own norm"),
             ("per-parameter", "clipped-per-parameter", "each parameter tensor was clipped on its own: the norm to "
              "clip is the group's total norm, over all its parameters"),
         ):
-            if all(torch.allclose(g, o, rtol=1e-4, atol=1e-6) for g, o in zip(got, clipped(how)[1], strict=True)):
+            if close_tensors(got, clipped(how)[1], rtol=1e-4, atol=1e-6, dtype=False):
                 fail(code, observed="the gradients match clipping " + how.replace("-", " "),
                      expected="each group's gradients clipped to that group's max_norm", cause=cause,
                      where="for group in optimizer.param_groups: clip_grad_norm_(group['params'], group['max_norm'])")
@@ -550,7 +550,7 @@ def _judge_per_group(seen: dict, *, case: Case) -> str:
              expected=f"a list of {len(want_norms)} norms, one per group", cause="the norms are not collected",
              where="norms.append(clip_grad_norm_(...))")
     for i, (n, w) in enumerate(zip(norms, want_norms, strict=True)):
-        if isinstance(n, torch.Tensor) and n.numel() == 1 and math.isclose(float(n.detach()), float(w), rel_tol=1e-4):
+        if isinstance(n, torch.Tensor) and isclose_number(number(n), float(w), rel_tol=1e-4, abs_tol=0.0):
             continue
         fail("wrong-norms", observed=f"the norm returned for group {i} is {n!r}",
              expected=f"{float(w):.5g} (its total norm before clipping, as a tensor)",

@@ -10,7 +10,9 @@ from typing import Any
 
 import torch
 
+from harness.contract import expect
 from harness.contract.case import Case
+from harness.contract.compare import close_values, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.autograd import (
@@ -20,9 +22,7 @@ from harness.drills.bank.autograd import (
     _inplace_inputs,
     _saliency_setup,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -40,7 +40,7 @@ def _judge_silu(seen: dict, *, case: Case) -> str:
     for (x, grad_output), out in zip(inputs, outputs, strict=True):
         x = x.clone().requires_grad_(True)
         want = torch.nn.functional.silu(x)
-        assert_close("SiLU.apply(x)", out.get("y"), want.detach(), atol=1e-10, rtol=1e-10, where="forward",
+        expect.close("SiLU.apply(x)", out.get("y"), want.detach(), atol=1e-10, rtol=1e-10, where="forward",
                      cause="the forward is not x * sigmoid(x)")
         if out.get("node") != "SiLUBackward":
             fail("not-custom-backward", observed=f"the output's grad_fn is {describe(out.get('node'))}",
@@ -49,7 +49,7 @@ def _judge_silu(seen: dict, *, case: Case) -> str:
                  "never runs", where="forward returns x * torch.sigmoid(x) and backward computes the derivative")
         want.backward(grad_output)
         got = _tensor_or_none(out.get("grad"), "x.grad")
-        if got is None or got.shape != x.shape or not torch.allclose(got, x.grad, atol=1e-10, rtol=1e-8):
+        if got is None or got.shape != x.shape or not close_values(got, x.grad, atol=1e-10, rtol=1e-8, dtype=False):
             fail("wrong-backward", observed="x.grad after y.backward(g) with a random g differs from the derivative",
                  expected="g * σ(x) * (1 + x * (1 − σ(x)))",
                  cause="a wrong derivative, or grad_output not multiplied in", where="backward(ctx, grad_output)")
@@ -81,14 +81,14 @@ def _judge_inplace(seen: dict, *, case: Case) -> str:
         w = w.clone().requires_grad_(True)
         loss = (2 * torch.sigmoid(x @ w)).sum()
         loss.backward()
-        assert_close("the returned loss", out.get("loss"), loss.detach(), atol=1e-5, rtol=1e-5, where="gated",
+        expect.close("the returned loss", out.get("loss"), loss.detach(), atol=1e-5, rtol=1e-5, where="gated",
                      cause="the function no longer computes 2·sigmoid(x @ w) summed")
         got = _tensor_or_none(out.get("grad"), "w.grad")
         if got is None:
             fail("graph-cut", observed="loss.backward() left w.grad = None", expected="a gradient for w",
                  cause="the ×2 was applied to a detached tensor (or under no_grad): the loss has no graph back to w",
                  where="gated: what happens to h after sigmoid")
-        if got.shape != w.shape or not torch.allclose(got, w.grad, atol=1e-5, rtol=1e-4):
+        if got.shape != w.shape or not close_values(got, w.grad, atol=1e-5, rtol=1e-4, dtype=False):
             fail("wrong-gradient", observed=f"w.grad differs from the true gradient by up to "
                  f"{(got - w.grad).abs().max().item() if got.shape == w.shape else float('nan'):.3g}",
                  expected="the gradient of sum(2·sigmoid(x @ w))", cause="h.data.mul_(2) (or an in-place change "
@@ -100,7 +100,7 @@ def _judge_inplace(seen: dict, *, case: Case) -> str:
 
 def _judge_detach(seen: dict, *, case: Case) -> str:
     online, target = _detach_inputs(case)
-    assert_close("loss", seen.get("loss"), ((online - target) ** 2).mean(), atol=1e-6, rtol=1e-6,
+    expect.close("loss", seen.get("loss"), ((online - target) ** 2).mean(), atol=1e-6, rtol=1e-6,
                  where="target_loss", cause="the loss should be the mean squared difference")
     target_grad = _tensor_or_none(seen.get("target_grad"), "target.grad")
     if target_grad is not None and target_grad.abs().sum() > 0:
@@ -111,7 +111,7 @@ def _judge_detach(seen: dict, *, case: Case) -> str:
     if online_grad is None:
         fail("online-no-gradient", observed="no gradient reached the online tensor", expected="a gradient",
              cause="the online side was detached too (or computed under no_grad)", where="detach only the target")
-    assert_close("online.grad", online_grad, 2 * (online - target) / online.numel(), atol=1e-6, rtol=1e-5,
+    expect.close("online.grad", online_grad, 2 * (online - target) / online.numel(), atol=1e-6, rtol=1e-5,
                  where="target_loss", cause="the online side's gradient is not that of the mean squared difference")
     return "gradient flows into online only, with the right value"
 
@@ -123,7 +123,7 @@ def _judge_saliency(seen: dict, *, case: Case) -> str:
         raise WireError("parameter gradients missing")
     for got, before in zip(grads, accumulated, strict=True):
         if _tensor_or_none(got, "a parameter's .grad") is None or got.shape != before.shape \
-                or not torch.equal(got, before):
+                or not same_values(got, before, dtype=False):
             fail("params-grad-changed", observed="the model's parameters' .grad changed during the call",
                  expected="the gradients the training loop had accumulated, untouched",
                  cause="loss.backward() writes into every parameter's .grad (and model.zero_grad() erases them): "
@@ -137,12 +137,12 @@ def _judge_saliency(seen: dict, *, case: Case) -> str:
     picked = model(xr).gather(1, targets[:, None])
     (want,) = torch.autograd.grad(picked.sum(), xr)
     got = seen.get("result")
-    if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got * len(x), want, atol=1e-6):
+    if isinstance(got, torch.Tensor) and close_values(got * len(x), want, atol=1e-6, dtype=False):
         fail("mean-not-sum", observed="the gradients are the expected ones divided by the batch size",
              expected="each sample's own gradient", cause="backward from .mean() over the batch scales every "
              "sample's gradient by 1/N; the samples are independent, so .sum() gives each its own gradient",
              where="the reduction before autograd.grad")
-    assert_close("input_gradients(model, x, targets)", got, want, atol=1e-6, rtol=1e-5, where="the logit you "
+    expect.close("input_gradients(model, x, targets)", got, want, atol=1e-6, rtol=1e-5, where="the logit you "
                  "differentiate", cause="logits[:, targets] picks every target for every sample (an (N, N) "
                  "block): pick one logit per row with logits.gather(1, targets[:, None])")
     return "each sample's gradient of its target logit, with the model's .grad and the caller's x untouched"

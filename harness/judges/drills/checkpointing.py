@@ -9,10 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-import torch
-
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.checkpointing import (
@@ -24,8 +22,7 @@ from harness.drills.bank.checkpointing import (
     _resume_kit,
     _strip_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 _CKPT_SOLUTION = '''import torch
@@ -138,12 +135,12 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
                  cause="the scaler state was not saved/restored: it restarts from init_scale (with fp16, its "
                  "first steps overflow and are skipped)",
                  where="what the checkpoint holds for the scaler, and what is restored")
-        if full and not torch.equal(seen["data_rng"], want["data_rng"]):
+        if full and not same_values(seen["data_rng"], want["data_rng"], dtype=False):
             fail("missing-generator-state", observed="the data generator's state after resuming differs from the "
                  "uninterrupted run's", expected="the same batches as the run that never stopped",
                  cause="only torch's global RNG was saved: the data comes from its own torch.Generator, which "
                  "restarts from its seed", where="what the checkpoint holds for the data generator")
-        if not torch.equal(seen["rng"], want["rng"]):
+        if not same_values(seen["rng"], want["rng"], dtype=False):
             fail("missing-rng-state", observed="torch's global RNG state after resuming differs from the "
                  "uninterrupted run's", expected="the same random draws as the run that never stopped",
                  cause="the global RNG state was not saved/restored: the resumed run draws other "

@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError
 from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -39,12 +39,13 @@ def _judge_pad_collate(seen: dict, *, case: Case) -> str:
                  expected=f"torch.tensor({lengths}) (int64, in batch order)", cause="the batch was sorted by length "
                  "(the labels and lengths no longer match the caller's order), or lengths lost", where="the lengths")
         for row, (seq, _) in enumerate(batch):
-            if not torch.equal(padded[row, :len(seq)], seq) or bool(padded[row, len(seq):].abs().sum() != 0):
+            if (not same_values(padded[row, :len(seq)], seq, dtype=False)
+                    or bool(padded[row, len(seq):].abs().sum() != 0)):
                 fail("wrong-padding", observed=f"row {row} is not its sequence followed by zeros",
                      expected="each sequence at the start of its row, then zeros",
                      cause="padding on the left, a padding value other than 0, or rows reordered", where=where)
         want_labels = torch.stack([label for _, label in batch])
-        if not isinstance(labels, torch.Tensor) or not torch.equal(labels, want_labels):
+        if not isinstance(labels, torch.Tensor) or not same_values(labels, want_labels, dtype=False):
             fail("wrong-labels", observed=f"labels {labels!r}", expected=f"{want_labels!r}",
                  cause="labels returned as a tuple or list, reordered or lost", where="torch.stack(labels)")
     return "pads on the right with zeros, batch first, keeps the order, returns true lengths and stacked labels"
@@ -67,17 +68,18 @@ def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
         runs.append(run)
     first, again = runs
     where = "worker_init_fn: what it does to the worker's dataset.rng"
-    if torch.equal(first[0][0], first[0][1]):
+    if same_values(first[0][0], first[0][1], dtype=False):
         fail("duplicate-augmentations", observed="both workers drew identical NumPy random numbers",
              expected="different numbers in each worker",
              cause="each worker gets an identical copy of the dataset, its NumPy Generator included; torch reseeds "
              "only its own RNG per worker (and np.random.seed does not touch a Generator object)", where=where)
-    if not all(torch.equal(a, b) for e, f in zip(first, again, strict=True) for a, b in zip(e, f, strict=True)):
+    if not all(same_values(a, b, dtype=False)
+               for e, f in zip(first, again, strict=True) for a, b in zip(e, f, strict=True)):
         fail("not-reproducible", observed="the same loader seed gave different augmentations",
              expected="reproducible augmentations for a seeded DataLoader generator",
              cause="the workers' seeds do not follow the loader's generator: they come from a source the "
              "loader's seed does not fix (the clock, os.urandom)", where=where)
-    if torch.equal(torch.stack(first[0]), torch.stack(first[1])):
+    if same_values(torch.stack(first[0]), torch.stack(first[1]), dtype=False):
         fail("same-every-epoch", observed="epoch 2 drew exactly the augmentations of epoch 1",
              expected="new augmentations every epoch",
              cause="the worker's Generator was seeded from worker_id alone: workers restart each epoch with the same "

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from harness.contract.case import Case
-from harness.contract.compare import close_number
+from harness.contract.compare import close_number, close_tensors, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.ddp import (
@@ -33,8 +33,7 @@ from harness.drills.bank.ddp import (
     _set_epoch_inputs,
     _shard_configs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -227,7 +226,7 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
     first, second = ranks[0]["params"], ranks[1]["params"]
     if not (isinstance(first, list) and isinstance(second, list) and len(first) == len(second)):
         raise WireError("malformed parameters")
-    if not all(torch.equal(a, b) for a, b in zip(first, second, strict=True)):
+    if not all(same_values(a, b, dtype=False) for a, b in zip(first, second, strict=True)):
         fail("ranks-diverge", observed="after training, rank 0 and rank 1 hold different weights",
              expected="identical weights on every rank", cause="the optimizer stepped on gradients that were never "
              "all-reduced: no_sync() was active on the micro-batch before the step (the condition is inverted)",
@@ -240,25 +239,23 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
              "during accumulation that is wasted communication, since only the last micro-batch's sum is used",
              where="which micro-batches run under no_sync()")
     want = _accum_reference(case, want_epochs, 1 / _ACCUM_STEPS)
-    if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, want, strict=True)):
+    if close_tensors(first, want, atol=1e-5, rtol=1e-4, dtype=False):
         return "one all-reduce per optimizer step, averaged micro-batch losses, a new shard each epoch"
-    if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(
-            case, want_epochs, 1 / _ACCUM_STEPS, every_micro_batch=True), strict=True)):
+    if close_tensors(first, _accum_reference(case, want_epochs, 1 / _ACCUM_STEPS, every_micro_batch=True),
+                     atol=1e-5, rtol=1e-4, dtype=False):
         fail("syncs-every-micro-step", observed="the weights show an all-reduce after every micro-batch (the check's "
              "all-reduce scales its result by a known factor, so each one shows in the weights)",
              expected=f"{steps}: one all-reduce per optimizer step", cause="every backward under DDP all-reduces the "
              "gradients; during accumulation that is wasted communication, since only the last micro-batch's sum "
              "is used", where="which micro-batches run under no_sync()")
-    if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(case, want_epochs, 1.0),
-                                                                        strict=True)):
+    if close_tensors(first, _accum_reference(case, want_epochs, 1.0), atol=1e-5, rtol=1e-4, dtype=False):
         fail("loss-not-scaled", observed="the weights match steps on the SUM of the micro-batches' gradients",
              expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS})",
              cause="accumulating unscaled losses multiplies the effective learning rate by accum_steps",
              where="the loss each micro-batch backpropagates")
     for scale, what in ((1 / (_ACCUM_STEPS * 2), "divided by accum_steps and by the world size"),
                         (1 / 2, "divided by the world size instead of accum_steps")):
-        if all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(first, _accum_reference(
-                case, want_epochs, scale), strict=True)):
+        if close_tensors(first, _accum_reference(case, want_epochs, scale), atol=1e-5, rtol=1e-4, dtype=False):
             fail("loss-divided-by-world-size", observed=f"the weights match steps on micro-batch losses {what}",
                  expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS} only)",
                  cause="DDP already averages the gradients over the ranks in its all-reduce: dividing the loss by "
@@ -309,9 +306,9 @@ def _judge_barrier(seen: dict, *, case: Case) -> str:
         if not (isinstance(params, list) and len(params) == len(want)
                 and all(isinstance(p, torch.Tensor) and p.shape == w.shape for p, w in zip(params, want, strict=True))):
             raise WireError("malformed parameters")
-        if all(torch.equal(p, w) for p, w in zip(params, want, strict=True)):
+        if all(same_values(p, w, dtype=False) for p, w in zip(params, want, strict=True)):
             continue
-        if all(torch.equal(p, s) for p, s in zip(params, stale, strict=True)):
+        if all(same_values(p, s, dtype=False) for p, s in zip(params, stale, strict=True)):
             fail("read-before-written", observed=f"rank {rank} loaded the previous run's file, still at the path",
                  expected="rank 0's new weights on every rank", cause="rank 1 read the file before rank 0 had "
                  "finished writing it: nothing made it wait", where="dist.barrier() after rank 0's save and before "

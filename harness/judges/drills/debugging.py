@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.compare import close_tensors, close_values, isclose_number, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.debugging import (
@@ -36,10 +37,12 @@ from harness.drills.bank.debugging import (
     _script_inputs,
     _tower_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.drills.support import with_fixes
 from harness.judges.drills.whys import add_answers
+
+# How close recorded weights and gradients must be to the reference step's (in float64)
+_CLOSE = {"atol": 1e-5, "rtol": 1e-4, "dtype": False}
 
 
 def _tensors_like(value: Any, like: list[torch.Tensor], what: str) -> list[torch.Tensor]:
@@ -50,10 +53,6 @@ def _tensors_like(value: Any, like: list[torch.Tensor], what: str) -> list[torch
         if got is not None and (not isinstance(got, torch.Tensor) or got.shape != want.shape):
             raise WireError(f"{what}: a tensor of the wrong shape")
     return value
-
-
-def _close_steps(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
-    return all(torch.allclose(g.double(), w.double(), atol=1e-5, rtol=1e-4) for g, w in zip(got, want, strict=True))
 
 
 def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float, *,
@@ -82,7 +81,7 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
                  "the model (or on something else than model.parameters())", where=where)
         got_params = _tensors_like(record.get("params"), params, "params")
         got_grads = _tensors_like(record.get("grads"), params, "grads")
-        if any(p is None for p in got_params) or not _close_steps(got_params, [p.detach() for p in params]):
+        if any(p is None for p in got_params) or not close_tensors(got_params, [p.detach() for p in params], **_CLOSE):
             fail("wrong-updates", observed=f"before step {step} the weights differ from plain SGD's",
                  expected=f"w <- w - {lr} * grad at every step, from the weights the model came with",
                  cause="the weights were changed by something else than one SGD step per batch (another learning "
@@ -99,9 +98,9 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         fresh = [p.grad.detach().clone() for p in params]
-        if not _close_steps(got_grads, fresh):
+        if not close_tensors(got_grads, fresh, **_CLOSE):
             summed = [sum(g[i] for g in history + [fresh]) for i in range(len(params))]
-            if history and _close_steps(got_grads, summed):
+            if history and close_tensors(got_grads, summed, **_CLOSE):
                 fail("stale-grads", observed=f"at step {step} .grad holds the sum of the gradients of steps 0 to "
                      f"{step}", expected="the gradient of this mini-batch alone",
                      cause="backward() adds into .grad and nothing clears it between steps: the steps grow until "
@@ -109,7 +108,7 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
             for code, cause, wrong_batches in mistakes:
                 model.zero_grad(set_to_none=True)
                 F.cross_entropy(model(wrong_batches[step][0]), wrong_batches[step][1]).backward()
-                if _close_steps(got_grads, [p.grad.detach() for p in params]):
+                if close_tensors(got_grads, [p.grad.detach() for p in params], **_CLOSE):
                     fail(code, observed=f"the gradient at step {step} is that of another mini-batch, the one "
                          "this mistake makes", expected=f"the gradient of F.cross_entropy on mini-batch {step}",
                          cause=cause, where=where)
@@ -120,7 +119,7 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
             for p, g in zip(params, fresh, strict=True):
                 p -= lr * g
     final = _tensors_like(seen.get("final"), params, "final")
-    if any(p is None for p in final) or not _close_steps(final, [p.detach() for p in params]):
+    if any(p is None for p in final) or not close_tensors(final, [p.detach() for p in params], **_CLOSE):
         fail("wrong-updates", observed="the weights after training differ from plain SGD's",
              expected=f"w <- w - {lr} * grad after the last step", cause="the last step is missing or altered",
              where=where)
@@ -156,7 +155,7 @@ def _judge_relu_means(seen: dict, *, case: Case) -> str:
     got = seen.get("means")
     values_ok = isinstance(got, dict) and set(got) == set(want) and all(
         (isinstance(got[k], (int, float)) or isinstance(got[k], torch.Tensor) and got[k].numel() == 1)
-        and math.isclose(float(got[k]), v, rel_tol=1e-5, abs_tol=1e-6)
+        and isclose_number(float(got[k]), v, rel_tol=1e-5, abs_tol=1e-6)
         for k, v in want.items())
     if not values_ok:
         fail("wrong-means", observed=f"{describe(got)}", expected=f"{want}",
@@ -462,11 +461,11 @@ def _judge_grad_norms(seen: dict, *, case: Case) -> str:
                  expected=f"{value:.6g}, the L2 norm of its .grad, as a Python float",
                  cause="the norm left as a tensor (or another type): the caller logs plain numbers",
                  where="torch.stack(norms).tolist()")
-        if math.isclose(number, value, rel_tol=1e-4, abs_tol=1e-9):
+        if isclose_number(number, value, rel_tol=1e-4, abs_tol=1e-9):
             continue
-        if math.isclose(number, value ** 2, rel_tol=1e-4, abs_tol=1e-12):
+        if isclose_number(number, value ** 2, rel_tol=1e-4, abs_tol=1e-12):
             code, cause = "squared-norm", f"{number:.6g} is the square of the norm: the L2 norm is the square root"
-        elif math.isclose(number, weights[name], rel_tol=1e-4, abs_tol=1e-9):
+        elif isclose_number(number, weights[name], rel_tol=1e-4, abs_tol=1e-9):
             code, cause = "weight-norm", f"{number:.6g} is the norm of the parameter itself, not of its .grad"
         else:
             code, cause = "wrong-value", "not the L2 norm of the parameter's .grad"
@@ -499,7 +498,8 @@ def _judge_prior(seen: dict, *, case: Case) -> str:
     if not isinstance(bias, torch.Tensor) or bias.shape != (classes,) or not bias.is_floating_point():
         fail("wrong-shape", observed=f"the bias is {describe(bias)}", expected=f"a float tensor of shape ({classes},)",
              cause="the bias replaced by something else", where="init_output_bias_")
-    if not torch.isfinite(bias).all() or not torch.allclose(torch.softmax(bias.double(), 0), prior, atol=1e-5):
+    if not torch.isfinite(bias).all() or not close_values(torch.softmax(bias.double(), 0), prior, atol=1e-5,
+                                                              dtype=False):
         shown = [round(v, 3) for v in torch.softmax(bias.double(), 0).tolist()]
         fail("wrong-prior", observed=f"softmax(bias) = {shown}",
              expected=f"the class frequencies {[round(v, 3) for v in prior.tolist()]}: bias = log(frequency) (plus "
@@ -511,8 +511,8 @@ def _judge_prior(seen: dict, *, case: Case) -> str:
              "before the call still updates the old tensor, which the model no longer uses",
              where="with torch.no_grad(): layer.bias.copy_(...)")
     weight = seen.get("weight")
-    if not isinstance(weight, torch.Tensor) or weight.shape != layer.weight.shape or not torch.equal(
-            weight, layer.weight.detach()):
+    if not isinstance(weight, torch.Tensor) or weight.shape != layer.weight.shape or not same_values(
+            weight, layer.weight.detach(), dtype=False):
         fail("weights-changed", observed="the layer's weight changed", expected="the weight left as it was",
              cause="the weight was re-initialised along with the bias", where="touch only layer.bias")
     entropy = float(-(prior * prior.log()).sum())

@@ -6,14 +6,14 @@ A graded kernel never mounts this package (`harness.judges`).
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
 import torch
 
+from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, isclose_number, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.export import (
@@ -26,9 +26,7 @@ from harness.drills.bank.export import (
     _parity_scenarios,
     _trained,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -74,7 +72,7 @@ def _judge_save_load(seen: dict, *, case: Case) -> str:
              cause="without the config, load has to guess the layer sizes", where=where)
     want_state = _trained(case).state_dict()
     states = [v for v in content.values() if _tensor_dict_or_none(v) is not None]
-    if not any(set(s) == set(want_state) and all(torch.equal(s[k], want_state[k]) for k in want_state)
+    if not any(set(s) == set(want_state) and all(same_values(s[k], want_state[k], dtype=False) for k in want_state)
                for s in states):
         fail("no-state-dict", observed="no value of the saved dict is the model's state_dict",
              expected=f"a dict of tensors with keys {sorted(want_state)[:3]}..., equal to the model's",
@@ -89,7 +87,7 @@ def _judge_save_load(seen: dict, *, case: Case) -> str:
         fail("wrong-return", observed=f"load_model returned a {seen.get('loaded_type')}",
              expected="the model built by build(**config)", cause="return the module, not the checkpoint",
              where="load_model")
-    assert_close("the loaded model's probabilities", seen.get("out"), _reference_probs(case), atol=1e-5, rtol=1e-4,
+    expect.close("the loaded model's probabilities", seen.get("out"), _reference_probs(case), atol=1e-5, rtol=1e-4,
                  where="load_model", cause="the weights were not loaded into the rebuilt model (strict loading "
                  "catches that)")
     return "a plain-data checkpoint (state_dict + config) that loads with weights_only=True into an equal model"
@@ -133,7 +131,7 @@ def _judge_predict(seen: dict, *, case: Case) -> str:
              expected="torch.inference_mode()",
              cause="inference_mode also skips version counters and view tracking: it is the faster choice when "
              "the outputs never re-enter autograd", where="with torch.inference_mode():")
-    assert_close("predict(model, x)", seen.get("out"), _reference_probs(case), atol=1e-5, rtol=1e-4, where=where,
+    expect.close("predict(model, x)", seen.get("out"), _reference_probs(case), atol=1e-5, rtol=1e-4, where=where,
                  cause="the class probabilities are softmax(model(x), dim=-1)")
     return "eval mode, inference_mode, and the model's class probabilities"
 
@@ -166,7 +164,7 @@ def _judge_parity(seen: dict, *, case: Case) -> str:
         if ok == want_ok:
             if same_shapes and not any(c.isnan().any() for c in s["cand"]):
                 want_worst = max(float((c - r).abs().max()) for r, c in zip(s["ref"], s["cand"], strict=True))
-                if not math.isclose(worst, want_worst, rel_tol=1e-4, abs_tol=1e-9):
+                if not isclose_number(worst, want_worst, rel_tol=1e-4, abs_tol=1e-9):
                     fail("wrong-max-error", observed=f"max_abs_error {worst:.3g} ({s['label']})",
                          expected=f"{want_worst:.3g}: the largest |candidate - reference| over every input",
                          cause="a mean instead of a max, or only some inputs measured", where=where)
@@ -223,7 +221,7 @@ def _judge_latency(seen: dict, *, case: Case) -> str:
     want = statistics.median(timed) * 1000
 
     def near(value: float) -> bool:
-        return math.isclose(result, value, rel_tol=1e-6, abs_tol=1e-9)
+        return isclose_number(result, value, rel_tol=1e-6, abs_tol=1e-9)
 
     if near(want):
         return "warm-up calls untimed, each timed call measured alone, the median in milliseconds"
@@ -272,7 +270,7 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
     if not isinstance(states, list):
         raise WireError("load records missing")
     loaded = [s for s in states if _tensor_dict_or_none(s) is not None and set(s) == set(want_state)]
-    if not loaded or not all(torch.equal(loaded[-1][k], want_state[k]) for k in want_state):
+    if not loaded or not all(same_values(loaded[-1][k], want_state[k], dtype=False) for k in want_state):
         fail("weights-not-loaded", observed="after load_state_dict the model's weights are not the checkpoint's",
              expected="every tensor of the checkpoint in the model",
              cause="the checkpoint was saved from DDP: its keys start with 'module.', so nothing matched, and "
@@ -290,7 +288,7 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
     if seen.get("requires_grad") is True:
         fail("grad-tracked", observed="the returned probabilities require grad", expected="inference without autograd",
              cause="the forward ran outside torch.inference_mode()", where=where)
-    assert_close("the served probabilities", seen.get("out"), _reference_probs(case, 520), atol=1e-5, rtol=1e-4,
+    expect.close("the served probabilities", seen.get("out"), _reference_probs(case, 520), atol=1e-5, rtol=1e-4,
                  where=where, cause="softmax of the loaded model in eval mode")
     return "a safe load, every weight in place despite the DDP prefix, eval mode, and the right probabilities"
 
@@ -368,7 +366,7 @@ def _judge_fold(seen: dict, *, case: Case) -> str:
                  "scaled)", expected="b' = (b - running_mean) * s + beta with s = gamma / sqrt(var + eps)",
                  cause="BatchNorm scales the whole centred output, (W x + b - mean) * s, so b is scaled by s "
                  "too", where=where)
-        assert_close("the folded layer's output", got, want, atol=1e-5, rtol=1e-4, where=where,
+        expect.close("the folded layer's output", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="W' = W * s[:, None], b' = (b - mean) * s + beta with s = gamma / sqrt(var + eps)")
     return "one Linear equal to Linear then BatchNorm in eval mode, eps included, the original untouched"
 
@@ -404,13 +402,13 @@ def _judge_export(seen: dict, *, case: Case) -> str:
                  "fixed in the graph", where="dynamic_shapes={'x': {0: Dim('batch')}} (name the forward's argument)")
         with torch.inference_mode():
             want = model(_inputs(case, 532 + batch, rows=batch))
-        if isinstance(got, torch.Tensor) and got.shape == want.shape and not torch.allclose(got, want, atol=1e-5,
-                                                                                            rtol=1e-4):
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and not close_values(got, want, atol=1e-5,
+                                                                                            rtol=1e-4, dtype=False):
             fail("train-mode-exported", observed=f"the exported program's output differs from the eval-mode model's "
                  f"(batch {batch})", expected="the eval-mode forward", cause="export traces the model in the mode it "
                  "is in: in train mode Dropout and batch-statistics BatchNorm are baked into the graph",
                  where="model.eval() before torch.export.export")
-        assert_close(f"the exported program on a batch of {batch}", got, want, atol=1e-5, rtol=1e-4, where=where)
+        expect.close(f"the exported program on a batch of {batch}", got, want, atol=1e-5, rtol=1e-4, where=where)
     return "an eval-mode program whose batch dimension is dynamic: batches of 1, 3 and 17 match the eager model"
 
 

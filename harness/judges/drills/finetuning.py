@@ -6,15 +6,15 @@ A graded kernel never mounts this package (`harness.judges`).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, is_tensor_like, isclose_number, number, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.finetuning import (
@@ -35,9 +35,8 @@ from harness.drills.bank.finetuning import (
     _sizes,
     _state_copy,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close, with_fixes
+from harness.drills.core import Answers, choice_answers
+from harness.drills.support import with_fixes
 from harness.judges.drills.whys import add_answers
 
 
@@ -55,8 +54,8 @@ def _changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], pr
         if not name.startswith(prefix) or name.rsplit(".", 1)[-1] not in keys:
             continue
         got = after.get(name)
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.allclose(
-                got.double(), want.double(), atol=1e-7, rtol=0):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape or not close_values(
+                got.double(), want.double(), atol=1e-7, rtol=0, dtype=False):
             out.append(name)
     return out
 
@@ -125,7 +124,7 @@ def _judge_linear_probe(seen: dict, *, case: Case) -> str:
     for name, want in _state_copy(reference).items():
         if name.startswith("head."):
             got = state.get(name)
-            assert_close(f"the trained {name}", got if got is not None else describe(got), want, atol=1e-5,
+            expect.close(f"the trained {name}", got if got is not None else describe(got), want, atol=1e-5,
                          rtol=1e-5, where=where, cause="the loop differs from plain SGD(lr) on MSE, one step per "
                          "batch, gradients zeroed each step")
     if seen.get("returned_model") is not True:
@@ -183,14 +182,14 @@ def _judge_finetuning_param_groups(seen: dict, *, case: Case) -> str:
                  cause="a group was forgotten (the head?), so that parameter never trains", where=where)
         got_lr, got_decay = where_is[name]
         want_lr = lr * factor if name.startswith("backbone.") else lr
-        if not isinstance(got_lr, float) or not math.isclose(got_lr, want_lr, rel_tol=1e-6):
+        if not isinstance(got_lr, float) or not isclose_number(got_lr, want_lr, rel_tol=1e-6, abs_tol=0.0):
             fail("wrong-lr", observed=f"{name} has lr {got_lr}", expected=f"lr {want_lr:g} "
                  f"({'lr * backbone_factor' if name.startswith('backbone.') else 'lr'})",
                  cause="the pretrained backbone takes smaller steps than the new head: its lr is lr * backbone_factor",
                  where=where)
         no_decay = name.endswith(".bias") or name in norm_weights
         want_decay = 0.0 if no_decay else decay
-        if not isinstance(got_decay, (int, float)) or not math.isclose(float(got_decay), want_decay, abs_tol=1e-12):
+        if not isclose_number(number(got_decay), want_decay, abs_tol=1e-12, rel_tol=1e-9):
             fail("decay-on-norm-or-bias" if no_decay else "no-decay-on-weights",
                  observed=f"{name} (a {'bias or norm weight' if no_decay else 'weight matrix'}) has weight_decay "
                  f"{got_decay}", expected=f"weight_decay {want_decay:g}",
@@ -252,12 +251,12 @@ def _judge_load_pretrained(seen: dict, *, case: Case) -> str:
     for name, want in source.items():
         if name.startswith("backbone."):
             got = state.get(name)
-            if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.equal(got, want):
+            if not isinstance(got, torch.Tensor) or got.shape != want.shape or not same_values(got, want, dtype=False):
                 fail("backbone-not-loaded", observed=f"{name} is not the checkpoint's", expected="every backbone "
                      "tensor (running statistics included) copied from the checkpoint",
                      cause="the keys did not match (a prefix?) and strict=False skipped them silently", where=where)
     for name, want in fresh.items():
-        if name.startswith("head.") and not torch.equal(state.get(name, torch.empty(0)), want):
+        if name.startswith("head.") and not same_values(state.get(name, torch.empty(0)), want, dtype=False):
             fail("head-overwritten", observed=f"the new head's {name} changed", expected="the new head as built",
                  cause="the old head's tensors were loaded into the new one", where=where)
     returned = good.get("returned")
@@ -331,23 +330,22 @@ def _judge_lora(seen: dict, *, case: Case) -> str:
         plain = base(x)
         want = plain + (alpha / r) * (x @ s["a"].T @ s["b"].T)
         unscaled = plain + alpha * (x @ s["a"].T @ s["b"].T)
-    assert_close("the output at initialisation", seen.get("out0"), plain, atol=1e-5, rtol=1e-5, where=where,
+    expect.close("the output at initialisation", seen.get("out0"), plain, atol=1e-5, rtol=1e-5, where=where,
                  cause="the adapted layer must start equal to the base layer")
     out1 = seen.get("out1")
-    if isinstance(out1, torch.Tensor) and out1.shape == want.shape and torch.allclose(out1, unscaled, atol=1e-4) \
-            and not torch.allclose(out1, want, atol=1e-4):
+    if close_values(out1, unscaled, atol=1e-4, dtype=False) and not close_values(out1, want, atol=1e-4, dtype=False):
         fail("wrong-scale", observed="the update is scaled by alpha", expected=f"scaled by alpha / r = {alpha / r:g}",
              cause="LoRA scales B @ A by alpha / r so that changing r does not change the update's size",
              where="self.scale = alpha / r")
-    assert_close("the output with A and B set", out1, want, atol=1e-4, rtol=1e-4, where=where,
+    expect.close("the output with A and B set", out1, want, atol=1e-4, rtol=1e-4, where=where,
                  cause="forward is base(x) + (alpha / r) * x @ A.T @ B.T")
     if seen.get("merged_type") != "Linear":
         fail("merge-not-linear", observed=f"merge() returned a {seen.get('merged_type')}", expected="an nn.Linear",
              cause="merging folds the adapter into one plain Linear for inference", where="merge")
-    assert_close("the merged layer's output", seen.get("out_merged"), want, atol=1e-4, rtol=1e-4, where="merge",
+    expect.close("the merged layer's output", seen.get("out_merged"), want, atol=1e-4, rtol=1e-4, where="merge",
                  cause="the merged weight is W + (alpha / r) * B @ A, with the base's bias")
     after = seen.get("out_after_merge")
-    if isinstance(after, torch.Tensor) and after.shape == want.shape and not torch.allclose(after, want, atol=1e-4):
+    if is_tensor_like(after, want, dtype=False) and not close_values(after, want, atol=1e-4, dtype=False):
         fail("merge-mutated-base", observed="after merge(), the LoRA layer's own output changed",
              expected="merge() leaves the adapted layer as it was",
              cause="the merge wrote W + scale * B @ A into the base's weight in place, so the adapter now counts "
@@ -499,7 +497,7 @@ def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
         F.cross_entropy(reference(x), y).backward()
         optimizer.step()
     for name in ("head.weight", "head.bias"):
-        assert_close(f"the trained {name}", state.get(name), reference.state_dict()[name], atol=1e-5, rtol=1e-5,
+        expect.close(f"the trained {name}", state.get(name), reference.state_dict()[name], atol=1e-5, rtol=1e-5,
                      where=where, cause="the update differs from SGD(lr, momentum=0.9)")
     return "frozen backbone with its pretrained statistics, fresh gradients of the right loss, SGD with momentum"
 

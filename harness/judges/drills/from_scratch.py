@@ -23,8 +23,7 @@ from harness.drills.bank.from_scratch import (
     _adamw_setup,
     _ln_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 

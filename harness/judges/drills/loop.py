@@ -12,7 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.contract import expect
 from harness.contract.case import Case
+from harness.contract.compare import close_tensors, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.loop import (
@@ -30,8 +32,7 @@ from harness.drills.bank.loop import (
     _three_setup,
     _train_step_setup,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.drills.support import with_fixes
 from harness.judges.drills.whys import add_answers
 
@@ -57,19 +58,8 @@ def _validated_steps(seen: dict, n_params: int) -> list[dict]:
     return steps
 
 
-def _same_tensors(got: list, want: list, atol: float = 1e-5) -> bool:
-    return all(g.shape == w.shape and torch.allclose(g.double(), w.double(), atol=atol, rtol=1e-4)
-               for g, w in zip(got, want, strict=True))
-
-
-def _float_or_wire_error(value: Any, what: str) -> float:
-    """A loss reported as a Python number or a one-element tensor."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.detach().double())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    fail("not-a-number", observed=f"{what} is {describe(value)}", expected="a one-element tensor (or a number)",
-         cause="returning the loss of the wrong object, or a whole batch of values", where=what)
+# Why a loss came back as something other than one number, when it does.
+_NOT_A_LOSS = "returning the loss of the wrong object, or a whole batch of values"
 
 
 def _check_step_gradient(k: int, got: list, want: list, where: str) -> None:
@@ -79,7 +69,7 @@ def _check_step_gradient(k: int, got: list, want: list, where: str) -> None:
              expected=f"the gradient of batch {k}",
              cause="optimizer.step() ran before loss.backward() (or zero_grad ran between backward and step): "
              "the step had no gradient to use", where=where)
-    if any(g is None for g in got) or not _same_tensors(got, want, atol=1e-6):
+    if any(g is None for g in got) or not close_tensors(got, want, atol=1e-6, rtol=1e-4, dtype=False):
         fail("missing-zero-grad", observed=f"the gradient the optimizer used at step {k} is not the gradient of "
              f"batch {k} alone", expected=f"only batch {k}'s gradient at step {k}",
              cause=f"gradients accumulate in .grad: without zero_grad once per batch, step {k} uses the sum of "
@@ -94,7 +84,7 @@ def _check_train_mode(k: int, model: nn.Module, batch: tuple, got: list) -> None
     evaluated = copy.deepcopy(model).eval()
     x, y = batch
     nn.BCEWithLogitsLoss()(evaluated(x), y).backward()
-    if _same_tensors(got, [p.grad for p in evaluated.parameters()], atol=1e-6):
+    if close_tensors(got, [p.grad for p in evaluated.parameters()], atol=1e-6, rtol=1e-4, dtype=False):
         fail("not-train-mode", observed=f"the gradient of optimizer step {k} is the one a forward in eval mode gives "
              "(batch norm normalised with its running statistics)", expected="model.train() before the forward",
              cause="train_step relies on the mode the model happens to be in: after an evaluation, dropout stays "
@@ -113,7 +103,8 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
     loss_fn, losses, after_step = nn.BCEWithLogitsLoss(), [], []
     where = "call optimizer.zero_grad(set_to_none=True) before loss.backward(), then optimizer.step()"
     for k, ((x, y), step) in enumerate(zip(batches, steps, strict=True), start=1):
-        if not _same_tensors(step["params"], [p.detach() for p in model.parameters()], atol=1e-6):
+        if not close_tensors(step["params"], [p.detach() for p in model.parameters()], atol=1e-6, rtol=1e-4,
+                             dtype=False):
             fail("update-outside-step", observed=f"the weights at optimizer step {k} are not the ones "
                  + ("the model started with" if k == 1 else f"optimizer step {k - 1} left"),
                  expected="weights that change only through optimizer.step()",
@@ -128,7 +119,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
         with torch.no_grad():
             after_step.append(loss_fn(model(x), y))
     final = _checked_tensors(seen.get("final"), n, "final weights")
-    if not _same_tensors(final, [p.detach() for p in model.parameters()]):
+    if not close_tensors(final, [p.detach() for p in model.parameters()], atol=1e-5, rtol=1e-4, dtype=False):
         fail("wrong-update", observed="the weights after the steps differ from plain SGD's",
              expected="exactly one optimizer.step() per call, with the batch's gradient",
              cause="an extra update, or the weights changed outside the optimizer", where="train_step")
@@ -201,7 +192,7 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
             loss_fn(model(x), y).backward()
             optimizer.step()
     final = _checked_tensors(seen.get("final"), n, "final weights")
-    if not _same_tensors(final, [p.detach() for p in model.parameters()], atol=1e-4):
+    if not close_tensors(final, [p.detach() for p in model.parameters()], atol=1e-4, rtol=1e-4, dtype=False):
         fail("still-stalls", observed="the weights after training differ from the reference loop's",
              expected="the weights of zero_grad -> forward -> backward -> step on every batch",
              cause="the loop still skips or repeats an update", where="the batch loop")
@@ -235,7 +226,7 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
     if not isinstance(results, list) or len(results) != 2:
         raise WireError("results missing")
     for got in results:
-        value = _float_or_wire_error(got, "evaluate's result")
+        value = expect.finite_number("evaluate's result", got, where="evaluate's result", cause=_NOT_A_LOSS)
         if not abs(value - want) <= 1e-6:  # a nan is never close
             fail("wrong-accuracy", observed=f"evaluate returned {value:.4f}", expected=f"{want:.4f}, the fraction "
                  "of samples whose argmax is the label", cause="dividing by the number of batches instead of the "
@@ -269,7 +260,8 @@ def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
     if not isinstance(got, (list, tuple)):
         fail("not-a-list", observed=f"fit returned {describe(got)}", expected="the list of validation losses, "
              "one per epoch run", cause="returning the best loss only, or nothing", where="the return line")
-    got = [_float_or_wire_error(v, "an entry of the returned history") for v in got]
+    got = [expect.finite_number("an entry of the returned history", v, where="the return line", cause=_NOT_A_LOSS)
+           for v in got]
     if seen.get("trained") != len(got) or seen.get("validated") != len(got):
         fail("epoch-count", observed=f"{describe(seen.get('trained'))} calls of train_one_epoch and "
              f"{describe(seen.get('validated'))} of validate for {len(got)} history entries",
@@ -301,8 +293,8 @@ def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
     final = seen.get("final")
     if not isinstance(final, torch.Tensor) or final.shape != trajectory[0].shape:
         raise WireError("final weights missing")
-    if not torch.equal(final, trajectory[best_epoch - 1]):
-        restored_last = torch.equal(final, trajectory[runs - 1])
+    if not same_values(final, trajectory[best_epoch - 1], dtype=False):
+        restored_last = same_values(final, trajectory[runs - 1], dtype=False)
         if scenario == "runs_out" and restored_last:
             fail("not-restored-at-max-epochs", observed=f"a run that reached max_epochs={max_epochs} ends with the "
                  "weights of its last epoch (a run stopped by patience got its best weights back)",
@@ -412,7 +404,8 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
                  where="the line that adds to train_total")
         for name, got, want in (("training", train_got, train_total / len(train_batches)), ("validation", val_got,
                                                                                            val)):
-            value = _float_or_wire_error(got, f"epoch {epoch}'s mean {name} loss")
+            value = expect.finite_number(f"epoch {epoch}'s mean {name} loss", got, where="history.append(...)",
+                                         cause=_NOT_A_LOSS)
             if not abs(value - float(want)) <= 1e-4 * max(1.0, abs(float(want))):
                 fail("wrong-history", observed=f"epoch {epoch}'s mean {name} loss is {value:.5f}",
                      expected=f"{float(want):.5f}", cause="a sum not divided by the number of batches, or the "
@@ -421,7 +414,7 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
         fail("wrong-history", observed=f"{len(history)} history entries", expected=f"{_THREE_EPOCHS}",
              cause="an entry per batch, or the append outside the loop", where="history.append(...)")
     final = _checked_tensors(seen.get("final"), len(model.state_dict()), "final state")
-    if not _same_tensors(final, [t.detach() for t in model.state_dict().values()], atol=1e-4):
+    if not close_tensors(final, [t.detach() for t in model.state_dict().values()], atol=1e-4, rtol=1e-4, dtype=False):
         fail("wrong-weights", observed="the weights or BatchNorm statistics after training differ from the "
              "reference loop's", expected="the same state", cause="an extra update, or statistics updated "
              "during validation", where="the training and validation loops")
@@ -455,7 +448,7 @@ def _judge_restore(seen: dict, *, case: Case) -> str:
     if not isinstance(results, list) or len(results) != 2:
         raise WireError("results missing")
     for got in results:
-        value = _float_or_wire_error(got, "evaluate's result")
+        value = expect.finite_number("evaluate's result", got, where="evaluate's result", cause=_NOT_A_LOSS)
         if not abs(value - float(want)) <= 1e-5:
             fail("wrong-loss", observed=f"evaluate returned {value:.5f}", expected=f"{float(want):.5f}",
                  cause="a mean of batch means (the last batch is smaller), or another reduction",

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.contract import expect
 from harness.contract.case import Case
 from harness.contract.compare import close_tensors, close_values
 from harness.contract.failure import fail
@@ -25,9 +26,8 @@ from harness.drills.bank.memory import (
     _adam_models,
     _uneven_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close, with_fixes
+from harness.drills.core import Answers, choice_answers
+from harness.drills.support import with_fixes
 from harness.judges.drills.whys import add_answers
 from harness.memory import saved_for_backward
 
@@ -126,7 +126,7 @@ def _judge_checkpointed(seen: dict, *, case: Case) -> str:
     for block in blocks:
         h = block(h)
     h.sum().backward()
-    assert_close("checkpointed_forward(blocks, x)", seen.get("out"), h.detach(), atol=1e-6, rtol=1e-5,
+    expect.close("checkpointed_forward(blocks, x)", seen.get("out"), h.detach(), atol=1e-6, rtol=1e-5,
                  where="the loop over blocks", cause="a block skipped or applied twice")
     if seen.get("requires_grad") is not True:
         fail("no-grads", observed="the output does not require grad", expected="gradients for every parameter",
@@ -177,7 +177,7 @@ def _judge_uneven(seen: dict, *, case: Case) -> str:
                  f"{[round(w, 4) for w in weights]}", expected=f"weights {[f'{n}/{len(x)}' for n in sizes]} (each "
                  "micro-batch's share of the rows)", cause=cause, where="the factor on each micro-batch's loss")
     want = sum(n / len(x) * g for n, g in zip(sizes, chunks, strict=True))
-    assert_close("the accumulated gradient", got, want, atol=1e-6, rtol=1e-5,
+    expect.close("the accumulated gradient", got, want, atol=1e-6, rtol=1e-5,
                  where="the factor on each micro-batch's loss",
                  cause=f"the micro-batches are not weighed by their share of the rows: {len(x)} rows in "
                  f"micro-batches of {sizes}")

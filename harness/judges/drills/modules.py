@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.contract import expect
 from harness.contract.case import Case
 from harness.contract.compare import close_values
 from harness.contract.failure import fail
@@ -23,9 +24,7 @@ from harness.drills.bank.modules import (
     _groups_model,
     _mlp_cases,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -77,7 +76,7 @@ def _judge_mlp(seen: dict, *, case: Case) -> str:
             fail("unregistered-layers", observed=f"the parameters' shapes {[tuple(p.shape) for p in params]}",
                  expected=f"one Linear per pair of consecutive sizes in {sizes}", cause="layers missing or "
                  "duplicated", where="__init__")
-        assert_close("model(x)", result.get("out"), want, atol=1e-5, rtol=1e-5, where="forward",
+        expect.close("model(x)", result.get("out"), want, atol=1e-5, rtol=1e-5, where="forward",
                      cause="the layers are not chained as Linear -> ReLU -> ... -> Linear (a ReLU lost, or one "
                      "after the output layer)")
     return "every layer registered and reachable by the optimizer; the forward is unchanged"
@@ -152,12 +151,12 @@ def _judge_buffer(seen: dict, *, case: Case) -> str:
                  expected=f"{_short(mean)}", cause="mean = (1 - momentum) * mean + momentum * x.mean(0): momentum "
                  "weighs the new batch (swapping the two weights, or forgetting the update, gives another value)",
                  where="forward, in training mode")
-        assert_close(f"the output of training batch {k + 1}", outputs[k], x - mean, atol=1e-5, rtol=1e-5,
+        expect.close(f"the output of training batch {k + 1}", outputs[k], x - mean, atol=1e-5, rtol=1e-5,
                      where="forward", cause="the output is x - mean, with the mean just updated")
         if k == 0:
             x_grad = seen.get("x_grad")
-            if not isinstance(x_grad, torch.Tensor) or x_grad.shape != x.shape or not torch.allclose(
-                    x_grad, torch.ones_like(x), atol=1e-6):
+            if not isinstance(x_grad, torch.Tensor) or x_grad.shape != x.shape or not close_values(
+                    x_grad, torch.ones_like(x), atol=1e-6, dtype=False):
                 fail("stat-has-graph", observed="the gradient of the output reaches x through the statistic",
                      expected="the statistic is state, not part of the graph: d(out)/dx = 1",
                      cause="the update ran with autograd recording (no torch.no_grad()): the buffer now carries "
@@ -166,7 +165,7 @@ def _judge_buffer(seen: dict, *, case: Case) -> str:
         fail("updates-in-eval", observed=f"after an eval-mode batch the mean is {_short(means[2])}",
              expected=f"unchanged: {_short(mean)}", cause="the statistic is updated in eval mode too: no "
              "`if self.training` guard, so evaluation data leaks into the model's state", where="forward")
-    assert_close("the output in eval mode", outputs[2], evaluation - mean, atol=1e-5, rtol=1e-5, where="forward",
+    expect.close("the output in eval mode", outputs[2], evaluation - mean, atol=1e-5, rtol=1e-5, where="forward",
                  cause="in eval mode the output is x minus the stored mean")
     if seen.get("dtype_after_to") != torch.float64:
         fail("stat-not-moved", observed=f"after module.to(torch.float64) the mean is {seen.get('dtype_after_to')}",
@@ -218,7 +217,7 @@ def _judge_freeze(seen: dict, *, case: Case) -> str:
     model.backbone.requires_grad_(False)
     nn.functional.cross_entropy(model(x), y).backward()
     for name, p in model.head.named_parameters():
-        assert_close(f"head.{name}.grad", grads[f"head.{name}"], p.grad, atol=1e-6, rtol=1e-5, where="the forward",
+        expect.close(f"head.{name}.grad", grads[f"head.{name}"], p.grad, atol=1e-6, rtol=1e-5, where="the forward",
                      cause="the head's gradient changed: the model's computation was altered")
     returned = seen.get("returned")
     head = sorted(n for n in names if n.startswith("head."))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.compare import close_tensors
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.performance import (
@@ -22,8 +23,7 @@ from harness.drills.bank.performance import (
     _log_inputs,
     _metrics_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -128,8 +128,7 @@ def _judge_log_every(seen: dict, *, case: Case) -> str:
     for step, (got, want) in enumerate(zip(params, expected_params, strict=True)):
         if not isinstance(got, list) or len(got) != len(want):
             raise WireError("malformed step record")
-        if not all(isinstance(g, torch.Tensor) and g.shape == w.shape and torch.allclose(g, w, atol=1e-5, rtol=1e-5)
-                   for g, w in zip(got, want, strict=True)):
+        if not close_tensors(got, want, atol=1e-5, rtol=1e-5, dtype=False):
             fail("wrong-updates", observed=f"the weights before step {step} differ from plain SGD's",
                  expected=f"w <- w - {_LOG_LR} * the gradient of each batch's loss alone",
                  cause="this is not plain SGD on each batch's own gradient: zero_grad(set_to_none=True) at every "

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.repro import (
@@ -27,8 +28,7 @@ from harness.drills.bank.repro import (
     _split_model_inputs,
     _worker_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -148,7 +148,7 @@ def _judge_workers(seen: dict, *, case: Case) -> str:
              "random.seed): every later draw of the caller (initialisation, dropout, its own shuffles) is reset "
              "behind its back", where="seed the loader only: DataLoader(..., generator=torch.Generator()"
              ".manual_seed(seed)), and the workers in worker_init_fn")
-    if not torch.equal(seen["first"][0], seen["second"][0]):
+    if not same_values(seen["first"][0], seen["second"][0], dtype=False):
         fail("not-reproducible", observed="the same seed gave other batches (order or noise) after the main "
              "process's RNGs changed", expected="batches fixed by the seed alone",
              cause="the shuffling and the workers' base seed come from torch's global RNG", where="DataLoader(..., "
@@ -158,7 +158,7 @@ def _judge_workers(seen: dict, *, case: Case) -> str:
              expected="new noise every epoch", cause="the workers' seed is a constant (seed + worker_id): workers "
              "restart each epoch and replay it", where="derive it from get_worker_info().seed (or "
              "torch.initial_seed()), which the loader's generator changes every epoch")
-    if torch.equal(seen["first"][0], seen["other_seed"][0]):
+    if same_values(seen["first"][0], seen["other_seed"][0], dtype=False):
         fail("seed-ignored", observed="another seed gives the same batches", expected="batches set by the seed",
              cause="the seed is not used", where="torch.Generator().manual_seed(seed)")
     return "reproducible batches, noise included; independent streams per worker; new noise each epoch"
@@ -202,7 +202,7 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
         want = [p.detach() for p in model.parameters()]
         params = run["params"]
         if not (isinstance(params, list) and len(params) == len(want) and all(
-                isinstance(p, torch.Tensor) and p.shape == w.shape and torch.equal(p, w)
+                isinstance(p, torch.Tensor) and p.shape == w.shape and same_values(p, w, dtype=False)
                 for p, w in zip(params, want, strict=True))):
             fail("model-init-changed", observed=f"hidden={hidden}: the model's initial weights changed",
                  expected="the initialisation the experiment had: torch.manual_seed(seed), then the model",
@@ -217,7 +217,7 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
              "number of random values that depends on the width", where="the randomness random_split "
              "draws from")
     for hidden, run in zip(_WIDTHS, runs, strict=True):
-        if not isinstance(run["rng"], torch.Tensor) or not torch.equal(run["rng"], run["rng_expected"]):
+        if not isinstance(run["rng"], torch.Tensor) or not same_values(run["rng"], run["rng_expected"], dtype=False):
             fail("uses-global-rng", observed=f"hidden={hidden}: torch's global RNG after prepare() is not where the "
                  "model's initialisation left it", expected="the split drawn without touching the global RNG",
                  cause="torch.manual_seed(seed) again before random_split: the split is stable, but dropout and "
@@ -249,7 +249,7 @@ def _judge_rng(seen: dict, *, case: Case) -> str:
 
     def same(got: Any, expected: Any) -> bool:
         if isinstance(expected, torch.Tensor):
-            return isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.equal(got, expected)
+            return same_values(got, expected, dtype=False)
         return got == expected
 
     for name in ("first", "replay"):

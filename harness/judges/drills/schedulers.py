@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
+from harness.contract.compare import close_tensors, isclose_number, isclose_numbers, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import WireError
 from harness.drills.bank.schedulers import (
@@ -36,8 +37,7 @@ from harness.drills.bank.schedulers import (
     _warmup_queries,
     _warmup_setup,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 
@@ -47,11 +47,6 @@ def _lrs(steps: object, groups: int = 1) -> list[list[float]]:
             isinstance(s, list) and len(s) == groups and all(isinstance(v, float) for v in s) for s in steps):
         raise WireError("recorded learning rates malformed")
     return steps
-
-
-def _same_lrs(got: list[float], want: list[float]) -> bool:
-    return len(got) == len(want) and all(math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-12)
-                                         for g, w in zip(got, want, strict=True))
 
 
 def _rounded(values: list[float]) -> list[float]:
@@ -73,7 +68,7 @@ def warmup_cosine_factor(step: int, warmup: int, total: int) -> float:
 def require_warmup_cosine_factor(got: float, step: int, warmup: int, total: int) -> None:
     """Fail unless `got` is the reference factor at (step, warmup, total), with a code naming the phase."""
     want = warmup_cosine_factor(step, warmup, total)
-    if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
+    if not isclose_number(got, want, rel_tol=1e-6, abs_tol=1e-9):
         phase, code = (("warmup", "wrong-warmup") if step < warmup else ("after the end", "not-clamped")
                        if step > total else ("cosine decay", "wrong-decay"))
         fail(code, observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
@@ -91,7 +86,7 @@ def _warmup_cosine_cause(got: float, step: int, warmup: int, total: int) -> str:
         "cos(pi * p / 2), a quarter period: the factor is not 0 at total": math.cos(math.pi * min(p, 1.0) / 2),
         "p is not clamped to 1: after total the cosine climbs back up": 0.5 * (1 + math.cos(math.pi * p)),
     }
-    named = [slip for slip, value in slips.items() if value is not None and math.isclose(got, value, rel_tol=1e-6,
+    named = [slip for slip, value in slips.items() if value is not None and isclose_number(got, value, rel_tol=1e-6,
                                                                                          abs_tol=1e-9)]
     return named[0] if named else ("linear warmup reaches 1 at the last warmup step ((step+1)/warmup); the cosine "
                                    "runs from 1 at step=warmup to 0 at step=total and stays 0 after")
@@ -106,7 +101,7 @@ def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     warmup, total = _warmup_configs(case)[0]
     got = [lr[0] for lr in _lrs(seen.get("lrs"))]
     want = [0.1 * warmup_cosine_factor(s, warmup, total) for s in range(warmup + 3)]
-    if not _same_lrs(got, want):
+    if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
         fail("wrong-lambdalr", observed=f"LambdaLR with your factor gave {_rounded(got)}", expected=f"{_rounded(want)}",
              cause="the factor depends on something other than its arguments", where="warmup_cosine")
     return "matches the closed form in warmup, decay and after the end, and plugs into LambdaLR"
@@ -128,7 +123,7 @@ def _judge_granularity(seen: dict, *, case: Case) -> str:
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)} ({_GRAN_EPOCHS} epochs of "
              f"{n_batches} batches)", cause="the batch loop was changed",
              where="the optimizer.step() calls in the batch loop")
-    if not _same_lrs(got, want):
+    if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
         first_epoch_decayed = any(v < lr * (1 - 1e-6) for v in got[:n_batches])
         fail("scheduler-per-batch" if first_epoch_decayed else "wrong-schedule",
              observed=f"learning rates per optimizer step ({n_batches} per epoch): {_rounded(got)}",
@@ -175,14 +170,14 @@ def _judge_plateau(seen: dict, *, case: Case) -> str:
             metric = float(record["metric"])
             at_end = _with_params(case, record.get("params"))
             val = float(sum(_plateau_loss(at_end, x, y) for x, y in val_batches) / len(val_batches))
-            if math.isclose(metric, val, rel_tol=1e-5, abs_tol=1e-7):
+            if isclose_number(metric, val, rel_tol=1e-5, abs_tol=1e-7):
                 continue
             epoch_losses = [float(_plateau_loss(_with_params(case, before_steps[epoch * n_train + i]), *batch))
                             for i, batch in enumerate(train_batches)]
-            if math.isclose(metric, sum(epoch_losses) / n_train, rel_tol=1e-5):
+            if isclose_number(metric, sum(epoch_losses) / n_train, rel_tol=1e-5, abs_tol=0.0):
                 code, cause = "plateau-on-train-loss", ("the scheduler watches the mean training loss, which keeps "
                                                         "falling while the model memorises: it never plateaus")
-            elif math.isclose(metric, epoch_losses[-1], rel_tol=1e-5):
+            elif isclose_number(metric, epoch_losses[-1], rel_tol=1e-5, abs_tol=0.0):
                 code, cause = "plateau-on-last-batch-loss", ("the scheduler watches the loss of the last training "
                                                              "batch: a noisy number, and not the validation metric")
             else:
@@ -210,12 +205,12 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)}",
              cause="the batch loop was changed", where="the optimizer.step() calls in the batch loop")
-    if not _same_lrs(got, want):
+    if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
         per_epoch = [want[e] for e in range(epochs) for _ in range(n_batches)]
-        if _same_lrs(got, per_epoch):
+        if isclose_numbers(got, per_epoch, rel_tol=1e-6, abs_tol=1e-12):
             code, cause = "scheduler-per-epoch", ("OneCycleLR's total_steps counts batches: stepped once per epoch "
                                                   "it never leaves its warm-up")
-        elif _same_lrs(got[:-1], want[1:]):
+        elif isclose_numbers(got[:-1], want[1:], rel_tol=1e-6, abs_tol=1e-12):
             code, cause = "lr-shifted", ("scheduler.step() before optimizer.step(): each batch runs with the next "
                                          "batch's learning rate, and the first value of the schedule is skipped")
         else:
@@ -235,7 +230,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         raise WireError("learning rates malformed")
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
     want = _plateau_run(lambda o: plateau(o, mode="max", factor=0.5, patience=2), case)
-    if _same_lrs(got, want):
+    if isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
         return "halves the LR after 2 epochs without a better validation accuracy, and only then"
     for code, make, cause in (
         ("wrong-mode", lambda o: plateau(o, mode="min", factor=0.5, patience=2), "mode='min' (the default) treats a "
@@ -243,7 +238,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         ("wrong-patience", lambda o: plateau(o, mode="max", factor=0.5), "the default patience is 10 epochs"),
         ("wrong-factor", lambda o: plateau(o, mode="max", patience=2), "the default factor is 0.1, not 0.5"),
     ):
-        if _same_lrs(got, _plateau_run(make, case)):
+        if isclose_numbers(got, _plateau_run(make, case), rel_tol=1e-6, abs_tol=1e-12):
             fail(code, observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
                  cause=cause, where="ReduceLROnPlateau(optimizer, mode='max', factor=0.5, patience=2)")
     fail("wrong-schedule", observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
@@ -267,7 +262,7 @@ def _judge_linear_warmup(seen: dict, *, case: Case) -> str:
     for k, step_lrs in enumerate(got):
         for group, (lr, base) in enumerate(zip(step_lrs, bases, strict=True)):
             want = base * min(1.0, (k + 1) / warmup)
-            if math.isclose(lr, want, rel_tol=1e-6):
+            if isclose_number(lr, want, rel_tol=1e-6, abs_tol=0.0):
                 continue
             if k == 0 and lr == 0:
                 code, cause = "warmup-starts-at-zero", ("the factor is step / warmup: the first optimizer step runs "
@@ -313,10 +308,10 @@ def _judge_param_group_lrs(seen: dict, *, case: Case) -> str:
     for group, base in enumerate((lr / 10, lr)):
         series = [s[group] for s in got]
         want = [base * f for f in factors]
-        if _same_lrs(series, want):
+        if isclose_numbers(series, want, rel_tol=1e-6, abs_tol=1e-12):
             continue
         name = ("backbone", "head")[group]
-        if group == 0 and _same_lrs(series[1:], [lr * f for f in factors[1:]]):
+        if group == 0 and isclose_numbers(series[1:], [lr * f for f in factors[1:]], rel_tol=1e-6, abs_tol=1e-12):
             code, cause = "base-lr-lost", ("the backbone's LR was changed after the scheduler was built: LambdaLR "
                                            "scales each group's initial_lr, recorded at construction, and overwrites "
                                            "the group's lr at every step")
@@ -353,17 +348,13 @@ def _resume_reference(case: Case) -> tuple[list[list[torch.Tensor]], list[float]
     return params, lrs
 
 
-def _close_params(got: object, want: list[torch.Tensor]) -> bool:
-    if not isinstance(got, list) or len(got) != len(want):
-        raise WireError("recorded parameters malformed")
-    return all(isinstance(g, torch.Tensor) and g.shape == w.shape and torch.allclose(g, w, rtol=1e-5, atol=1e-7)
-               for g, w in zip(got, want, strict=True))
-
-
 def _judge_resume(seen: dict, *, case: Case) -> str:
     ref_params, ref_lrs = _resume_reference(case)
-    if not _close_params(seen.get("loaded"), ref_params[_RESUME_AT]):
-        later = _close_params(seen.get("loaded"), ref_params[_RESUME_AT + _RESUME_LATER])
+    loaded = seen.get("loaded")
+    if not isinstance(loaded, list) or len(loaded) != len(ref_params[_RESUME_AT]):
+        malformed("the recorded parameters")
+    if not close_tensors(loaded, ref_params[_RESUME_AT], rtol=1e-5, atol=1e-7, dtype=False):
+        later = close_tensors(loaded, ref_params[_RESUME_AT + _RESUME_LATER], rtol=1e-5, atol=1e-7, dtype=False)
         fail("checkpoint-aliases-live-weights" if later else "wrong-weights",
              observed="the weights restored from the snapshot are those of "
              + (f"step {_RESUME_AT + _RESUME_LATER}, after training went on" if later else "no step of the run"),
@@ -375,11 +366,11 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
     want_lrs = ref_lrs[_RESUME_AT:]
     if len(got_lrs) != len(want_lrs):
         raise WireError("wrong number of recorded steps")
-    if not _same_lrs(got_lrs, want_lrs):
-        if _same_lrs(got_lrs, ref_lrs[_RESUME_AT + 1:] + [got_lrs[-1]]):
+    if not isclose_numbers(got_lrs, want_lrs, rel_tol=1e-6, abs_tol=1e-12):
+        if isclose_numbers(got_lrs, ref_lrs[_RESUME_AT + 1:] + [got_lrs[-1]], rel_tol=1e-6, abs_tol=1e-12):
             code, cause = "schedule-shifted", ("the scheduler was stepped after loading its state: the resumed run is "
                                                "one step ahead of the schedule")
-        elif not math.isclose(got_lrs[0], want_lrs[0], rel_tol=1e-6):
+        elif not isclose_number(got_lrs[0], want_lrs[0], rel_tol=1e-6, abs_tol=0.0):
             code, cause = "optimizer-state-lost", ("the first resumed step ran at the fresh optimizer's LR: the "
                                                    "current LR lives in optimizer.state_dict()['param_groups'] (and "
                                                    "Adam's moments in its 'state'): the optimizer's state is not "
@@ -393,7 +384,9 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
     if not isinstance(steps, list) or len(steps) != len(want_lrs):
         raise WireError("recorded steps malformed")
     for i, params in enumerate(steps):
-        if not _close_params(params, ref_params[_RESUME_AT + i]):
+        if not isinstance(params, list) or len(params) != len(ref_params[_RESUME_AT + i]):
+            malformed("the recorded parameters")
+        if not close_tensors(params, ref_params[_RESUME_AT + i], rtol=1e-5, atol=1e-7, dtype=False):
             fail("optimizer-state-lost", observed=f"the resumed run's weights differ from the uninterrupted run's "
                  f"at step {_RESUME_AT + i}", expected="the same trajectory as without the interruption",
                  cause="Adam's moments (exp_avg, exp_avg_sq) and step counts are not restored, or were restored from "

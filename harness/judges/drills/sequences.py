@@ -12,8 +12,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, same_values
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import WireError, describe
@@ -32,15 +33,11 @@ from harness.drills.bank.sequences import (
     _smoothing_inputs,
     _valid,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
-
-def _close_tensor(got: Any, want: torch.Tensor, atol: float = 1e-5) -> bool:
-    return (isinstance(got, torch.Tensor) and got.shape == want.shape
-            and torch.allclose(got.double(), want.double(), atol=atol, rtol=1e-4, equal_nan=True))
+# How close a result must be to a reference (in float64, whatever its dtype) to count as it
+_CLOSE = {"atol": 1e-5, "rtol": 1e-4, "dtype": False}
 
 
 def _judge_padding_collate(seen: dict, *, case: Case) -> str:
@@ -67,22 +64,22 @@ def _judge_padding_collate(seen: dict, *, case: Case) -> str:
         if padded.dtype != torch.int64:
             fail("wrong-dtype", observed=f"padded has dtype {padded.dtype}", expected="int64, as the token ids",
                  cause="token ids index an embedding: keep them int64", where=where)
-        if not torch.equal(padded[~_valid(want_lengths, longest)], want[~_valid(want_lengths, longest)]):
+        if not same_values(padded[~_valid(want_lengths, longest)], want[~_valid(want_lengths, longest)], dtype=False):
             held = sorted(set(padded[~_valid(want_lengths, longest)].tolist()))[:4]
             fail("wrong-pad-value", observed=f"padded positions hold {held}", expected=f"the pad value {pad}",
                  cause="pad_sequence pads with 0 unless given padding_value; 0 is often a real token id", where=where)
-        if not torch.equal(padded, want):
+        if not same_values(padded, want, dtype=False):
             fail("wrong-value", observed="the real tokens are not where they belong", expected="row i starts with "
                  "sequence i's tokens", cause="sequences reordered or truncated", where=where)
         if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int64 or lengths.shape != want_lengths.shape:
             fail("wrong-dtype", observed=f"lengths is {describe(lengths)}",
                  expected="an int64 tensor of shape (batch,)",
                  cause="pack_padded_sequence and indexing need integer lengths", where=where)
-        if not torch.equal(lengths, want_lengths):
+        if not same_values(lengths, want_lengths, dtype=False):
             fail("wrong-lengths", observed=f"lengths {lengths.tolist()}", expected=f"{want_lengths.tolist()}",
                  cause="the lengths are those of the sequences before padding", where=where)
         want_labels = torch.tensor([label for _, label in batch])
-        if not isinstance(labels, torch.Tensor) or not torch.equal(labels, want_labels):
+        if not isinstance(labels, torch.Tensor) or not same_values(labels, want_labels, dtype=False):
             fail("wrong-labels", observed=f"labels {describe(labels)}", expected=f"{want_labels.tolist()}",
                  cause="labels must stay in the batch's order, as an int64 tensor", where=where)
     return "padded to each batch's longest sequence with the pad value, with the true lengths and labels"
@@ -115,22 +112,22 @@ def _judge_masked_loss(seen: dict, *, case: Case) -> str:
         per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         want = per_token[valid].mean()
         got = result.get("loss")
-        if not _close_tensor(got, want.detach()):
-            if _close_tensor(got, per_token.mean().detach()):
+        if not close_values(got, want.detach(), **_CLOSE):
+            if close_values(got, per_token.mean().detach(), **_CLOSE):
                 fail("padding-counted", observed="the loss is the mean over every position, padding included",
                      expected="the mean over the real tokens only",
                      cause="padding positions hold arbitrary targets: they add noise to the loss and the gradient",
                      where="mask with lengths, or set padded targets to ignore_index (-100)")
-            if _close_tensor(got, (per_token * valid).sum(1).div(lengths).mean().detach()):
+            if close_values(got, (per_token * valid).sum(1).div(lengths).mean().detach(), **_CLOSE):
                 fail("per-sequence-mean", observed="the loss averages each sequence, then the sequences",
                      expected="one mean over all real tokens of the batch",
                      cause="that weighs a token of a short sequence more than one of a long sequence",
                      where="sum over real tokens / number of real tokens")
-            if _close_tensor(got, (per_token * valid).sum().div(valid.numel()).detach()):
+            if close_values(got, (per_token * valid).sum().div(valid.numel()).detach(), **_CLOSE):
                 fail("wrong-denominator", observed="the loss divides the real tokens' sum by batch * steps",
                      expected="division by the number of real tokens", cause="mask.numel() counts padding too",
                      where="divide by mask.sum()")
-            assert_close("the loss", got, want.detach(), atol=1e-5, rtol=1e-4, where=where,
+            expect.close("the loss", got, want.detach(), atol=1e-5, rtol=1e-4, where=where,
                          cause="the mean of F.cross_entropy over the real tokens")
         if result.get("tracked") is not True or not isinstance(result.get("grad"), torch.Tensor):
             fail("no-gradient", observed="the loss carries no gradient to the logits",
@@ -141,7 +138,7 @@ def _judge_masked_loss(seen: dict, *, case: Case) -> str:
         if grad.shape == logits.shape and grad[~valid].abs().max() > 0:
             fail("padding-gets-gradient", observed="padded positions receive a gradient", expected="zero gradient "
                  "at padding", cause="the padding positions entered the loss", where=where)
-        assert_close("the gradient wrt the logits", grad, logits.grad, atol=1e-5, rtol=1e-4, where=where)
+        expect.close("the gradient wrt the logits", grad, logits.grad, atol=1e-5, rtol=1e-4, where=where)
     return "the mean cross-entropy over real tokens only, with no gradient at padding"
 
 
@@ -174,9 +171,9 @@ def _judge_attention_mask(seen: dict, *, case: Case) -> str:
         if got.dtype != torch.bool:
             fail("wrong-dtype", observed=f"the mask has dtype {got.dtype}", expected="torch.bool",
                  cause="a float mask is added to the scores, not used as allowed / not allowed", where=where)
-        if torch.equal(got, want):
+        if same_values(got, want, dtype=False):
             continue
-        if torch.equal(got, ~want):
+        if same_values(got, ~want, dtype=False):
             fail("inverted-mask", observed="True where attention is forbidden", expected="True where query i may "
                  "attend key j (F.scaled_dot_product_attention's convention)",
                  cause="nn.MultiheadAttention's key_padding_mask uses the opposite convention (True = ignore)",
@@ -185,13 +182,13 @@ def _judge_attention_mask(seen: dict, *, case: Case) -> str:
             fail("future-visible", observed="a query may attend a later key", expected="key j <= query i only",
                  cause="the causal part is missing or uses triu instead of tril", where=where)
         queries = causal[None, None] & _valid(lengths, steps)[:, None, :, None]
-        if torch.equal(got, queries):
+        if same_values(got, queries, dtype=False):
             fail("padding-on-queries", observed="the padding mask is on the query axis",
                  expected="padded KEYS masked (the last axis)",
                  cause="masking padded queries leaves padded keys visible to real queries, and gives padded "
                  "queries rows with nothing to attend (softmax of all -inf is nan)",
                  where="index lengths on the keys axis")
-        if torch.equal(got, want & ~torch.eye(steps, dtype=torch.bool)):
+        if same_values(got, want & ~torch.eye(steps, dtype=torch.bool), dtype=False):
             fail("diagonal-masked", observed="mask[b, 0, i, i] is False: no query may attend its own key, and the "
                  "first query may attend no key at all", expected="key j <= query i: each token sees itself and "
                  "the tokens before it", cause="the causal part is strict (j < i): attention's causal mask keeps "
@@ -230,28 +227,31 @@ def _judge_sdpa_by_hand(seen: dict, *, case: Case) -> str:
         raise WireError("outputs missing")
     for (q, k, v, mask), got in zip(inputs, outputs, strict=True):
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        if _close_tensor(got, want):
+        if close_values(got, want, **_CLOSE):
             continue
         d = q.shape[-1]
-        if _close_tensor(got, _attention_variant(q, k, v, mask, scale=1 / d)) or _close_tensor(
-                got, _attention_variant(q, k, v, mask, scale=1.0)):
+        if close_values(got, _attention_variant(q, k, v, mask, scale=1 / d), **_CLOSE) or close_values(
+                got, _attention_variant(q, k, v, mask, scale=1.0), **_CLOSE):
             fail("wrong-scale", observed="the scores are scaled by 1/d or not at all", expected="scores / sqrt(d)",
                  cause="without 1/sqrt(d) the scores grow with d and the softmax saturates", where=where)
-        if _close_tensor(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, dim=-2)):
+        if close_values(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, dim=-2), **_CLOSE):
             fail("wrong-softmax-dim", observed="the softmax normalises over the queries", expected="over the keys "
                  "(the last dim): each query's weights sum to 1", cause="softmax(dim=-2)", where=where)
-        if mask is not None and _close_tensor(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, fill=0.0)):
+        if mask is not None and close_values(got, _attention_variant(q, k, v, mask, scale=d ** -0.5, fill=0.0),
+                                             **_CLOSE):
             fail("mask-fill-zero", observed="masked scores were set to 0", expected="masked scores set to -inf",
                  cause="a score of 0 still gets weight exp(0) = 1 after softmax: the masked keys are still attended",
                  where="scores.masked_fill(~mask, float('-inf'))")
-        if mask is not None and _close_tensor(got, _attention_variant(q, k, v, None, scale=d ** -0.5)):
+        if mask is not None and close_values(got, _attention_variant(q, k, v, None, scale=d ** -0.5), **_CLOSE):
             fail("mask-not-applied", observed="the output ignores the mask", expected="masked keys get zero weight",
                  cause="the mask argument was not used", where=where)
-        if mask is not None and _close_tensor(got, _attention_variant(q, k, v, ~mask, scale=d ** -0.5)):
+        # an inverted mask leaves some query rows with every key masked: NaN there, on purpose, in the variant too
+        if mask is not None and close_values(got, _attention_variant(q, k, v, ~mask, scale=d ** -0.5), **_CLOSE,
+                                             expected_nan=True):
             fail("inverted-mask", observed="True in the mask was treated as 'forbidden'",
                  expected="True = may attend (F.scaled_dot_product_attention's convention)",
                  cause="masked_fill(mask, -inf) instead of masked_fill(~mask, -inf)", where=where)
-        assert_close("attention(q, k, v, mask)", got, want, atol=1e-5, rtol=1e-4, where=where,
+        expect.close("attention(q, k, v, mask)", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="softmax(q @ k^T / sqrt(d), masked with -inf) @ v")
     return ("matches F.scaled_dot_product_attention with no mask, a causal mask and a key-padding mask; no "
             f"scaled_dot_product_attention call or kernel was seen ({SELF_CHECKED})")
@@ -292,19 +292,19 @@ def _judge_pe(seen: dict, *, case: Case) -> str:
         if isinstance(got, torch.Tensor) and got.dtype != torch.float32:
             fail("wrong-dtype", observed=f"the encoding has dtype {got.dtype}", expected="torch.float32",
                  cause="it is added to float32 embeddings", where=where)
-        if _close_tensor(got, want.float()):
+        if close_values(got, want.float(), **_CLOSE):
             continue
-        if _close_tensor(got, _pe_reference(steps, dim, interleave=False)):
+        if close_values(got, _pe_reference(steps, dim, interleave=False), **_CLOSE):
             fail("concatenated-layout", observed="sines in the first half, cosines in the second",
                  expected="sin at even columns, cos at odd columns", cause="torch.cat instead of interleaving "
                  "(pe[:, 0::2] = sin, pe[:, 1::2] = cos)", where=where)
-        if _close_tensor(got, _pe_reference(steps, dim, two_i=False)):
+        if close_values(got, _pe_reference(steps, dim, two_i=False), **_CLOSE):
             fail("wrong-frequencies", observed="the frequencies use 10000^(i/d)", expected="10000^(2i/d) for the "
                  "pair of columns (2i, 2i+1)", cause="i counts pairs of columns, so the exponent is 2i/d", where=where)
-        if _close_tensor(got, _pe_reference(steps, dim, start=1)):
+        if close_values(got, _pe_reference(steps, dim, start=1), **_CLOSE):
             fail("off-by-one-position", observed="positions start at 1", expected="positions 0 .. T-1",
                  cause="arange(1, T + 1)", where=where)
-        assert_close(f"sinusoidal_pe({steps}, {dim})", got, want.float(), atol=1e-5, rtol=1e-4, where=where,
+        expect.close(f"sinusoidal_pe({steps}, {dim})", got, want.float(), atol=1e-5, rtol=1e-4, where=where,
                      cause="PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)")
     return "the Transformer's sinusoidal encoding, interleaved sin / cos, for several lengths and sizes"
 
@@ -340,7 +340,7 @@ def _judge_logcosh(seen: dict, *, case: Case) -> str:
             fail("not-finite", observed=f"the loss is {got.item()} for differences of about 100",
                  expected=f"{want.item():.4f}", cause="cosh(100) overflows float32 (max 3.4e38), so log(cosh(x)) is "
                  "inf before the log can bring it back", where=where)
-        assert_close("the loss", got if isinstance(got, torch.Tensor) else describe(got), want.float(), atol=1e-4,
+        expect.close("the loss", got if isinstance(got, torch.Tensor) else describe(got), want.float(), atol=1e-4,
                      rtol=1e-4, where=where, cause="mean of log(cosh(pred - target)) over every element")
         grad = result.get("grad")
         if not isinstance(grad, torch.Tensor):
@@ -349,7 +349,7 @@ def _judge_logcosh(seen: dict, *, case: Case) -> str:
                  cause="numpy (or .item(), or torch.tensor(value)) builds a new leaf: autograd never sees how the "
                  "loss depends on pred, so training silently does nothing", where="how the loss is computed from "
                  "pred")
-        assert_close("the gradient wrt pred", grad, (torch.tanh(diff) / diff.numel()).float(), atol=1e-5, rtol=1e-4,
+        expect.close("the gradient wrt pred", grad, (torch.tanh(diff) / diff.numel()).float(), atol=1e-5, rtol=1e-4,
                      where=where, cause="the loss is not the mean of log(cosh(pred - target))")
     return "the right value and gradient, and finite for differences of 100"
 
@@ -378,7 +378,7 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
         raise WireError("outputs missing")
     for (logits, targets, eps, ignore), got in zip(inputs, outputs, strict=True):
         want = F.cross_entropy(logits, targets, label_smoothing=eps, ignore_index=ignore)
-        if _close_tensor(got, want):
+        if close_values(got, want, **_CLOSE):
             continue
         logp = logits.log_softmax(-1)
         keep = targets != ignore
@@ -386,17 +386,18 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
         nll = -logp.gather(1, safe[:, None])[:, 0]
         classes = logits.shape[1]
         other = (-logp.sum(1) - nll) / (classes - 1)
-        if _close_tensor(got, ((1 - eps) * nll + eps * other)[keep].mean()):
+        if close_values(got, ((1 - eps) * nll + eps * other)[keep].mean(), **_CLOSE):
             fail("wrong-smoothing", observed="eps is spread over the C-1 wrong classes only",
                  expected="PyTorch's label smoothing: target (1 - eps) + eps/C, every other class eps/C",
                  cause="the smoothing distribution is uniform over ALL classes, the right one included",
                  where="loss = (1 - eps) * nll + eps * mean over classes of -log p")
         per_row = (1 - eps) * nll + eps * (-logp.mean(1))
-        if _close_tensor(got, (per_row * keep).sum() / len(targets)) or _close_tensor(got, per_row.mean()):
+        if (close_values(got, (per_row * keep).sum() / len(targets), **_CLOSE)
+                or close_values(got, per_row.mean(), **_CLOSE)):
             fail("padding-counted", observed="ignored rows count in the mean", expected="the mean over the "
                  "rows whose target is not ignore_index", cause="both the nll and the smoothing term of ignored rows "
                  "must leave the sum and the count", where=where)
-        assert_close("the loss", got, want, atol=1e-5, rtol=1e-4, where=where,
+        expect.close("the loss", got, want, atol=1e-5, rtol=1e-4, where=where,
                      cause="(1 - eps) * nll + eps * mean_c(-log p_c), averaged over non-ignored rows")
     return ("equal to F.cross_entropy(label_smoothing=eps, ignore_index=...); no cross_entropy or nll_loss call or "
             f"kernel was seen while it ran ({SELF_CHECKED})")
@@ -422,12 +423,12 @@ def _judge_lstm(seen: dict, *, case: Case) -> str:
         want = torch.stack([lstm(x[b:b + 1, :int(n)])[0][0, -1] for b, n in enumerate(lengths)])
         padded_last = lstm(x)[0][:, -1]
     got = seen.get("out")
-    if _close_tensor(got, padded_last) and not _close_tensor(got, want):
+    if close_values(got, padded_last, **_CLOSE) and not close_values(got, want, **_CLOSE):
         fail("padding-step-used", observed="the output is the LSTM's state after the last PADDED step",
              expected="the output at step lengths[b] - 1 of each sequence",
              cause="output[:, -1] and h_n of an unpacked run have read the padding too",
              where="pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False), then h_n[-1]")
-    assert_close("last_valid_output", got, want, atol=1e-5, rtol=1e-4, where=where,
+    expect.close("last_valid_output", got, want, atol=1e-5, rtol=1e-4, where=where,
                  cause="for each sequence, the LSTM output at its last real step")
     return "each sequence's LSTM output at its own last real step, whatever the padding"
 
@@ -471,21 +472,21 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
         if set(params) != {"embed.weight", "classifier.weight", "classifier.bias"}:
             raise WireError("the probe's optimizer records are incomplete")
         want = _pooled_loss(params, tokens, lengths, labels)
-        if not _close_tensor(got_loss, want.detach()):
+        if not close_values(got_loss, want.detach(), **_CLOSE):
             if isinstance(got_loss, torch.Tensor) and got_loss.dim() == 0 and any(
-                    _close_tensor(got_loss,
-                                  _pooled_loss(params, tokens, lengths, labels, include_next=True, by_steps=s))
+                    close_values(got_loss, _pooled_loss(params, tokens, lengths, labels, include_next=True, by_steps=s),
+                                 **_CLOSE)
                     for s in (False, True)):
                 fail("pad-token-pooled", observed=f"at step {i} the pooled vector includes the first padding token",
                      expected="the mean of the real tokens' embeddings (t < length)",
                      cause="`<=` in the mask: position lengths[b] is the first PAD, not the last real token",
                      where="the padding mask's comparison")
-            if _close_tensor(got_loss, _pooled_loss(params, tokens, lengths, labels, by_steps=True)):
+            if close_values(got_loss, _pooled_loss(params, tokens, lengths, labels, by_steps=True), **_CLOSE):
                 fail("divides-by-padded-length", observed=f"at step {i} the sum of real embeddings is divided by T",
                      expected="divided by each sequence's length",
                      cause="dividing by the padded length shrinks short sequences' vectors toward 0: the prediction "
                      "depends on how much padding the batch had", where="the division of the pooled sum")
-            assert_close(f"the loss returned at step {i}", got_loss if isinstance(got_loss, torch.Tensor)
+            expect.close(f"the loss returned at step {i}", got_loss if isinstance(got_loss, torch.Tensor)
                          else describe(got_loss), want.detach(), atol=1e-5, rtol=1e-4, where=where,
                          cause="cross_entropy of the classifier on the masked mean of the embeddings")
         want.backward()
@@ -505,7 +506,7 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
                  cause="nothing clears .grad between steps: backward() adds into it", where="what happens to .grad "
                  "between steps")
         for name, p in params.items():
-            assert_close(f"the gradient of {name} at step {i}", grads.get(name), p.grad, atol=1e-5, rtol=1e-4,
+            expect.close(f"the gradient of {name} at step {i}", grads.get(name), p.grad, atol=1e-5, rtol=1e-4,
                          where=where, cause="the gradient of another loss than the prompt's")
         earlier = summed or {n: p.grad for n, p in params.items()}
     final = _dict_of_tensors(seen.get("final"))
@@ -514,7 +515,7 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
     params = {n: t.clone().requires_grad_(True) for n, t in last.items()}
     _pooled_loss(params, *batches[-1]).backward()
     for name, p in params.items():
-        assert_close(f"{name} after the last step", final.get(name), (p - lr * p.grad).detach(), atol=1e-5,
+        expect.close(f"{name} after the last step", final.get(name), (p - lr * p.grad).detach(), atol=1e-5,
                      rtol=1e-4, where=where, cause="the step is not SGD(lr) on this gradient")
     return "pooling over real tokens only, divided by the true lengths, and each step's own gradient"
 

@@ -27,8 +27,7 @@ from harness.drills.bank.shapes import (
     _broadcast_loss_inputs,
     _heads_inputs,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 

@@ -26,8 +26,7 @@ from harness.drills.bank.sharding import (
     _shard,
     _zero_grads,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 

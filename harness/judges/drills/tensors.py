@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from harness.contract import expect
 from harness.contract.case import Case
+from harness.contract.compare import close_values, same_values
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import WireError, describe
@@ -22,9 +24,7 @@ from harness.drills.bank.tensors import (
     _sgd_case,
     _uint8_images,
 )
-from harness.drills.choices import choice_answers
-from harness.drills.core import Answers
-from harness.drills.support import assert_close
+from harness.drills.core import Answers, choice_answers
 from harness.judges.drills.whys import add_answers
 
 _OUTSIDE_TORCH = "computing outside torch (NumPy, SciPy, Python numbers) leaves autograd and the GPU behind"
@@ -42,13 +42,13 @@ def _judge_logsumexp(seen: dict, *, case: Case) -> str:
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         raise WireError("logsumexp outputs missing")
     for (x, dim), got in list(zip(inputs, outputs, strict=True))[:4]:
-        assert_close("logsumexp(x, dim)", got, torch.logsumexp(x, dim), atol=1e-5, rtol=1e-5,
+        expect.close("logsumexp(x, dim)", got, torch.logsumexp(x, dim), atol=1e-5, rtol=1e-5,
                      where="logsumexp", cause="the reduction or the max subtraction is off")
     (extreme, dim), got = inputs[4], outputs[4]
-    assert_close("logsumexp of ±1000", got, torch.logsumexp(extreme, dim), atol=1e-4, rtol=1e-5,
+    expect.close("logsumexp of ±1000", got, torch.logsumexp(extreme, dim), atol=1e-4, rtol=1e-5,
                  where="logsumexp", cause="exp(1000) overflows: subtract the max before exp and add it back after")
     (inf_row, dim), got = inputs[5], outputs[5]
-    if not isinstance(got, torch.Tensor) or not torch.equal(got, torch.logsumexp(inf_row, dim)):
+    if not isinstance(got, torch.Tensor) or not same_values(got, torch.logsumexp(inf_row, dim), dtype=False):
         shown = got.tolist() if isinstance(got, torch.Tensor) else describe(got)
         fail("all-inf-row", observed=f"logsumexp of a row of -inf gave {shown}", expected="[-inf, 0.0]",
              cause="max is -inf, and -inf - (-inf) is nan: replace a non-finite max by 0 before subtracting",
@@ -63,7 +63,7 @@ def _judge_pairwise(seen: dict, *, case: Case) -> str:
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
         raise WireError("pairwise outputs missing")
     for (a, b), got, count in zip(inputs, outputs, counts, strict=True):
-        assert_close("pairwise_sq_dists(a, b)", got, torch.cdist(a, b) ** 2, atol=1e-4, rtol=1e-4,
+        expect.close("pairwise_sq_dists(a, b)", got, torch.cdist(a, b) ** 2, atol=1e-4, rtol=1e-4,
                      where="pairwise_sq_dists", cause="broadcast a to (n, 1, d) and b to (1, m, d)")
         if count > 30:
             fail("python-loop", observed=f"{count} torch calls for a ({len(a)}, {a.shape[1]}) by ({len(b)}, "
@@ -79,7 +79,7 @@ def _judge_uint8(seen: dict, *, case: Case) -> str:
             or len(after) != len(images):
         raise WireError("outputs missing")
     for x, got, x_after in zip(images, outputs, after, strict=True):
-        if not isinstance(x_after, torch.Tensor) or not torch.equal(x_after, x):
+        if not isinstance(x_after, torch.Tensor) or not same_values(x_after, x, dtype=False):
             fail("input-modified", observed="the caller's uint8 images changed", expected="the input left as it was",
                  cause="an in-place operation (images -= 128, images.sub_(...)) on the caller's tensor",
                  where="center: what it does to images")
@@ -89,12 +89,12 @@ def _judge_uint8(seen: dict, *, case: Case) -> str:
                  cause="float64 doubles the memory of every batch and mismatches float32 weights; an integer dtype "
                  "cannot hold the fractions", where="center: the dtype of what it returns")
         wrapped = ((x.to(torch.int64) - 128) % 256).float() / 128
-        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, wrapped) \
-                and not torch.allclose(got, want):
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and close_values(got, wrapped, dtype=False) \
+                and not close_values(got, want, dtype=False):
             fail("uint8-wraparound", observed="pixel 0 maps to +1.0 (and every pixel below 128 to a positive value)",
                  expected="pixel 0 -> -1.0", cause="images - 128 is computed in uint8, which wraps around modulo 256 "
                  "(0 - 128 = 128) before anything turns it into a float", where="center: the subtraction and its dtype")
-        assert_close("center(images)", got, want, atol=1e-6, rtol=1e-6, where="center",
+        expect.close("center(images)", got, want, atol=1e-6, rtol=1e-6, where="center",
                      cause="the operations are not (pixel - 128) / 128 in float32: check the parentheses (/ binds "
                      "tighter than -)")
     return "float32, black is -1, white is 127/128, and the caller's images untouched"
@@ -118,15 +118,15 @@ def _judge_sgd(seen: dict, *, case: Case) -> str:
         value = p.get("value")
         if not isinstance(value, torch.Tensor) or value.shape != v.shape:
             raise WireError("a parameter's value is missing")
-        if torch.allclose(value, v):
+        if close_values(value, v, dtype=False):
             fail("not-in-place", observed="the parameters are unchanged after sgd_update_",
                  expected="p - lr * p.grad, written into the same tensors", cause="p = p - lr * p.grad rebinds the "
                  "loop variable to a new tensor: the caller's parameter (and the optimizer's and module's "
                  "reference to it) never changes", where="p -= lr * p.grad (or p.sub_(lr * p.grad)) under no_grad")
-        if torch.allclose(value, v + lr * g, atol=1e-6):
+        if close_values(value, v + lr * g, atol=1e-6, dtype=False):
             fail("wrong-sign", observed="the parameters moved up the gradient", expected="p - lr * p.grad",
                  cause="add_ instead of sub_ (or alpha=lr instead of alpha=-lr)", where="the update line")
-        assert_close("the updated parameter", value, v - lr * g, atol=1e-6, rtol=1e-6, where="the update line",
+        expect.close("the updated parameter", value, v - lr * g, atol=1e-6, rtol=1e-6, where="the update line",
                      cause="the step is not lr times the gradient")
         if p.get("grad") is not None:
             fail("grad-not-cleared", observed="p.grad is still set after the update", expected="p.grad = None",
@@ -155,20 +155,20 @@ def _judge_attention_scores(seen: dict, *, case: Case) -> str:
         s = k.shape[2]
         want = q @ k.transpose(-2, -1) / d ** 0.5
         if isinstance(got, torch.Tensor) and got.shape == want.shape:
-            if torch.allclose(got, q @ k.reshape(b, h, d, s) / d ** 0.5, atol=1e-5):
+            if close_values(got, q @ k.reshape(b, h, d, s) / d ** 0.5, atol=1e-5, dtype=False):
                 fail("reshape-not-transpose", observed="the scores equal q @ k.reshape(B, H, D, S) / sqrt(D)",
                      expected="q @ k.transpose(-2, -1) / sqrt(D)", cause="reshape (or view) keeps the elements in "
                      "memory order and only regroups them: the shape is right but each 'column' mixes several keys. "
                      "Swapping two axes is transpose", where="k.transpose(-2, -1)")
-            if torch.allclose(got, want * d ** 0.5, atol=1e-4):
+            if close_values(got, want * d ** 0.5, atol=1e-4, dtype=False):
                 fail("missing-scale", observed="the scores are the raw dot products", expected="dot products divided "
                      "by sqrt(D)", cause="without the 1/sqrt(D) scale the scores grow with D and softmax saturates",
                      where="divide by math.sqrt(q.shape[-1])")
-            if torch.allclose(got, want / d ** 0.5, atol=1e-5):
+            if close_values(got, want / d ** 0.5, atol=1e-5, dtype=False):
                 fail("wrong-scale", observed="the scores are divided by D", expected="divided by sqrt(D)",
                      cause="the scale is 1/sqrt(D), the standard deviation of a sum of D unit-variance products",
                      where="the division")
-        assert_close("attention_scores(q, k)", got, want, atol=1e-5, rtol=1e-5, where="attention_scores",
+        expect.close("attention_scores(q, k)", got, want, atol=1e-5, rtol=1e-5, where="attention_scores",
                      cause="contract over D, the last axis of both q and k, keeping T and S apart")
         if count > 20:
             fail("python-loop", observed=f"{count} torch calls for one call with B*H = {b * h}",
@@ -203,19 +203,19 @@ def _judge_masked_mean(seen: dict, *, case: Case) -> str:
                      "select with torch.where(mask, x, 0) or x.masked_fill(~mask, 0) instead of multiplying",
                      where="how the padding is zeroed")
             off_by_one = torch.arange(t)[None, :, None] <= lengths[:, None, None]
-            if torch.allclose(got, torch.where(off_by_one, x, 0.0).sum(1) / lengths[:, None], atol=1e-4):
+            if close_values(got, torch.where(off_by_one, x, 0.0).sum(1) / lengths[:, None], atol=1e-4, dtype=False):
                 fail("off-by-one-mask", observed="the first padding position is included", expected="positions "
                      "t < length only", cause="arange(T) <= lengths keeps position `length`, the first pad",
                      where="the mask comparison")
-            if torch.allclose(got, torch.where(valid, x, 0.0).sum(1) / t, atol=1e-5):
+            if close_values(got, torch.where(valid, x, 0.0).sum(1) / t, atol=1e-5, dtype=False):
                 fail("wrong-denominator", observed="the valid positions are summed but divided by T",
                      expected="divided by each sequence's length", cause="a mean over the padded axis",
                      where="divide by lengths[:, None]")
-            if not torch.isnan(x).any() and torch.allclose(got, x.mean(1), atol=1e-4):
+            if not torch.isnan(x).any() and close_values(got, x.mean(1), atol=1e-4, dtype=False):
                 fail("padding-counted", observed="the result is the mean over all T positions, padding included",
                      expected="the mean of the valid positions only", cause="x.mean(1) averages the padding in",
                      where="build a (B, T) mask from lengths")
-        assert_close("masked_mean(x, lengths)", got, want, atol=1e-5, rtol=1e-5, where="masked_mean",
+        expect.close("masked_mean(x, lengths)", got, want, atol=1e-5, rtol=1e-5, where="masked_mean",
                      cause="the padding enters the sum, or the count is not each sequence's length")
         if count > 40:
             fail("python-loop", observed=f"{count} torch calls for a batch of {len(x)} sequences",
@@ -249,11 +249,11 @@ def _judge_gather_log_probs(seen: dict, *, case: Case) -> str:
                      f"is {got[0].item()}", expected=f"{want[0].item():.2f}", cause="softmax underflows to 0 in "
                      "float32 and log(0) = -inf: log_softmax computes x - logsumexp(x) without forming the "
                      "probabilities", where="torch.log_softmax(logits, dim=1)")
-            if torch.allclose(got, log_probs.gather(0, targets[:, None]).squeeze(1), atol=1e-5):
+            if close_values(got, log_probs.gather(0, targets[:, None]).squeeze(1), atol=1e-5, dtype=False):
                 fail("gather-wrong-dim", observed="row n holds log_probs[targets[n], 0]", expected="log_probs[n, "
                      "targets[n]]", cause="gather(0, ...) indexes rows with the targets: the class axis is dim 1",
                      where="log_probs.gather(1, targets[:, None]).squeeze(1)")
-        assert_close("target_log_probs(logits, targets)", got, want, atol=1e-5, rtol=1e-5,
+        expect.close("target_log_probs(logits, targets)", got, want, atol=1e-5, rtol=1e-5,
                      where="target_log_probs", cause="logits[:, targets] picks every target for every row (an "
                      "(N, N) block); pick one entry per row with gather or logits[torch.arange(N), targets]")
     return ("one log-probability per row, finite even where softmax underflows; no cross_entropy call was seen "
