@@ -546,6 +546,28 @@ def sweep_loss_tensors(model, optimizer, loss_fn, batches, start_lr, end_lr, num
     return lrs, [torch.tensor(v) for v in losses]
 
 
+def sweep_tensor_lrs(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
+    """The schedule from torch.logspace, its elements appended to lrs as they are: 0-dim tensors."""
+    saved = copy.deepcopy((model.state_dict(), optimizer.state_dict()))
+    schedule = torch.logspace(math.log10(start_lr), math.log10(end_lr), num_steps, dtype=torch.float64)
+    lrs, losses = [], []
+    for i, lr in enumerate(schedule):
+        for group in optimizer.param_groups:
+            group["lr"] = float(lr)
+        x, y = batches[i % len(batches)]
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        lrs.append(lr)
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]) or losses[-1] > diverge * min(losses):
+            break
+    model.load_state_dict(saved[0])
+    optimizer.load_state_dict(saved[1])
+    return lrs, losses
+
+
 def sweep_next_batch(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):
     """The solution with batches[(i + 1) % len(batches)]: each step trains on the next batch."""
     shifted = batches[1:] + batches[:1]
@@ -636,6 +658,8 @@ MISTAKES = [
             story="fastai's smoothed loss returned as the loss"),
     Mistake("12-lr-range", "wrong-losses", "losses[0] is Tensor", (sweep_loss_tensors,),
             story="losses.append(loss.detach()): tensors, not floats"),
+    Mistake("12-lr-range", "wrong-losses", "lrs[0] is Tensor", (sweep_tensor_lrs,),
+            story="lrs.append(lr) over the elements of torch.logspace: 0-dim tensors"),
     Mistake("12-lr-range", "wrong-losses", "after optimizer.step()", (sweep(record="after-step"),),
             story="re-evaluated after the step"),
     Mistake("12-lr-range", "no-divergence-stop", "no divergence test", (sweep(stop="never"),),
@@ -740,6 +764,7 @@ CAUSE_HINTS = [
     ("12-grad-norms", norms_then_zero_grad, "grads-modified", "clear the gradients"),
     ("12-lr-range", sweep(stop="ratio-only"), "no-divergence-stop", "float('nan') > 4.0 * 1.5"),
     ("12-lr-range", sweep_loss_tensors, "wrong-losses", "into a Python float"),
+    ("12-lr-range", sweep_tensor_lrs, "wrong-losses", "an element of a tensor?"),
     ("12-init-loss", init_loss(log=lambda c: torch.log(torch.tensor(float(c)))), "wrong-expected", "math module"),
     ("12-dead-units", dead_counter(reduce="negative"), "wrong-fraction", "a negative number, or 0?"),
 ]

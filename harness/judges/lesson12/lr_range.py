@@ -160,8 +160,16 @@ def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> Non
              f"{[f'{v:.4g}' if v is not None else '?' for v in values[:6]]}",
              expected=f"{len(losses)} lrs and the losses before each update {[f'{v:.4g}' for v in losses[:6]]}",
              cause=cause, where="what you append to losses, and when")
-    if not all(isinstance(v, float) and isclose_number(v, lr, rel_tol=1e-6, abs_tol=1e-6)
-               for v, lr in zip(got_lrs, schedule, strict=False)):
+    typed = next(((k, v) for k, v in enumerate(got_lrs) if not isinstance(v, float)), None)
+    if typed is not None:
+        k, value = typed
+        fail("wrong-losses", observed=f"lrs[{k}] is {type_name(value)}", expected="a float per step",
+             cause="the learning rate was recorded as a tensor (an element of torch.logspace or torch.linspace), "
+             "not as a number" if isinstance(value, torch.Tensor) else "something other than the step's learning "
+             "rate was recorded", where="what you append to lrs",
+             hint="Print type(lrs[0]): did you append a number, or an element of a tensor?"
+             if isinstance(value, torch.Tensor) else None)
+    if not all(isclose_number(v, lr, rel_tol=1e-6, abs_tol=1e-6) for v, lr in zip(got_lrs, schedule, strict=False)):
         fail("wrong-losses", observed=f"returned lrs {got_lrs[:4]}", expected=f"{[f'{v:.4g}' for v in schedule[:4]]}",
              cause="the returned learning rates are not those of the steps", where="what you append to lrs")
 

@@ -113,12 +113,15 @@ def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], ba
          cause=cause, where="the factor each micro-batch's loss is multiplied by before backward", hint=hint)
 
 
-def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], batch: Batch) -> None:
+def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], batch: Batch, micro: int) -> None:
+    """Fail wrong-return unless `got` is a detached 0-dim tensor holding the batch's mean loss at `start`."""
     with torch.no_grad():
         twin = copy.deepcopy(model)
         for p, value in zip(twin.parameters(), start, strict=True):
             p.copy_(value)
         want = float(nn.functional.mse_loss(twin(batch[0]), batch[1]))
+        means = [float(nn.functional.mse_loss(twin(x), y)) for x, y in zip(batch[0].split(micro),
+                                                                            batch[1].split(micro), strict=True)]
     if not isinstance(got, torch.Tensor) or got.dim() != 0 or got.requires_grad:
         attached = isinstance(got, torch.Tensor) and got.dim() == 0
         fail("wrong-return", observed=f"returned {type_name(got)}" + (
@@ -130,9 +133,16 @@ def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], b
              hint="Print the requires_grad of what you return: which call cuts it from the graph?" if attached
              else None)
     if abs(float(got) - want) > 1e-4 * abs(want) + 1e-7:
+        slips = {"the last micro-batch's loss alone (the total is overwritten, not added to)": means[-1],
+                 "the unweighted mean of the micro-batch losses: the smaller last one counts as much as a full one":
+                     sum(means) / len(means),
+                 "the unweighted sum of the micro-batch losses": sum(means)}
+        named = [c for c, v in slips.items() if abs(float(got) - v) <= 1e-4 * abs(v) + 1e-7 and len(means) > 1]
         fail("wrong-return", observed=f"returned {float(got):.6g}", expected=f"the mean loss over the batch, "
-             f"{want:.6g}", cause="the last micro-batch's loss, an unweighted sum or mean of micro-batch losses",
-             where="how the returned loss is accumulated")
+             f"{want:.6g}", cause=named[0] if named else "another value than the batch's mean loss (the weighted "
+             "micro-batch losses added up)", where="how the returned loss is accumulated",
+             hint="Does your total add each micro-batch's loss to what it holds, or replace it?"
+             if named and named[0].startswith("the last") else None)
 
 
 @judges("13-accumulate")
@@ -146,7 +156,7 @@ def judge_accumulate(seen: dict, *, case: Case) -> str:
         start, previous = snapshot(model), None
         for call, batch in zip(calls, batches, strict=True):
             previous = _judge_accum_call(call, model, start, batch, micro, previous)
-            _judge_accum_return(call.get("returned"), model, start, batch)
+            _judge_accum_return(call.get("returned"), model, start, batch, micro)
             after = matching_tensors(call.get("after"), start, "after")
             want_after = [p - 0.1 * g for p, g in zip(start, _unflat(previous, start), strict=True)]
             if not all(torch.allclose(a, w, rtol=1e-4, atol=1e-6) for a, w in zip(after, want_after, strict=True)):

@@ -39,8 +39,8 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
             fail("wrong-output", observed=f"returned {type_name(out)}" + (
                 f" of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else "") + " that differs from "
                  f"running the blocks in order ({what})", expected=f"the output of shape {tuple(h.shape)}",
-                 cause="a block skipped or applied twice, the input instead of the last output returned, or a "
-                 "different random state for dropout", where="the loop over blocks and the return statement")
+                 cause=_output_cause(out, (seed, batch, width, depth)),
+                 where="the loop over blocks and the return statement")
         if grads is None:
             fail("no-param-grads", observed="the output does not require grad: backward cannot reach the blocks' "
                  "parameters", expected="an output attached to the graph", cause="use_reentrant=True (or not passed, "
@@ -103,6 +103,26 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
                  "per block: h = checkpoint(block, h, use_reentrant=False)")
     return ("same output and gradients as the plain forward, with dropout, keeping only each block's input and "
             "recomputing one block at a time")
+
+
+def _output_cause(out: Any, item: tuple[int, int, int, int]) -> str:
+    """What a wrong output equals: the input, or the blocks run with the first or the last one left out (each
+    replayed here under the case's seed); the candidates when it equals none of them."""
+    seed, batch, width, depth = item
+    blocks, x, _ = _checkpoint_inputs(seed, batch, width, depth)
+    if isinstance(out, torch.Tensor) and out.shape == x.shape and torch.allclose(out, x, atol=1e-6):
+        return "the input x was returned, not the output of the last block"
+    replays = {"the first block was left out (the loop starts at the second block)": list(blocks)[1:],
+               "the last block was left out (the loop stops one block early)": list(blocks)[:-1]}
+    for cause, kept in replays.items():
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            h = x
+            for block in kept:
+                h = block(h)
+        if isinstance(out, torch.Tensor) and out.shape == h.shape and torch.allclose(out, h, atol=1e-5):
+            return cause
+    return "a block skipped or applied twice, or a different random state for dropout"
 
 
 def _judge_graph_reaches_every_block(grads: list[Any], depth: int, what: str) -> None:
