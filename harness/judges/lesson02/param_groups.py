@@ -14,19 +14,14 @@ from harness.checks.param_groups import check_weight_decay, group_lr, group_of_e
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
-
-
-def _zipped_state_dict_name(model: nn.Module, name: str) -> str:
-    """The state_dict() key at the position parameter `name` has in model.parameters(): the name a
-    zip(model.state_dict(), model.parameters()) gives it."""
-    names = [n for n, _ in model.named_parameters()]
-    return list(model.state_dict())[names.index(name)]
+from harness.judges.lesson02.common import ZIPPED_NAMES_CAUSE, ZIPPED_NAMES_HINT, zipped_state_dict_names
 
 
 def _lrs_follow_zipped_names(model: nn.Module, groups: list, lr: float, backbone_lr: float) -> bool:
     """Whether every trainable parameter's lr is the one its zipped state_dict() name would get."""
+    zipped_names = zipped_state_dict_names(model)
     for name, group in group_of_each_parameter(model, groups).items():
-        zipped = _zipped_state_dict_name(model, name)
+        zipped = zipped_names[name]
         if not math.isclose(group_lr(group, name), backbone_lr if zipped.startswith("backbone.") else lr):
             return False
     return True
@@ -46,18 +41,15 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
             got = group_lr(group, name)
             if not math.isclose(got, wanted_lr):
                 swapped = math.isclose(got, lr if in_backbone else backbone_lr)
-                misnamed = _zipped_state_dict_name(model, name)
+                misnamed = zipped_state_dict_names(model)[name]
                 if swapped and _lrs_follow_zipped_names(model, groups, lr, backbone_lr):
                     fail("wrong-lr", observed=f"{name} has lr {got}, the lr for the name {misnamed}: the state_dict() "
                          "key at its position in parameters()",
                          expected=f"{wanted_lr} (lr: a head parameter)" if not in_backbone
                          else f"{wanted_lr} (backbone_lr: a backbone parameter)",
-                         cause="names taken from model.state_dict() and paired with model.parameters() (zip): "
-                         "state_dict() also lists buffers (a BatchNorm's running statistics), so from the first "
-                         "buffer on each parameter gets another one's name",
+                         cause=ZIPPED_NAMES_CAUSE,
                          where="iterate model.named_parameters(): it pairs each parameter with its own name",
-                         hint="state_dict() and parameters() list different things. Which method gives each "
-                         "parameter together with its own name?")
+                         hint=ZIPPED_NAMES_HINT)
                 fail("wrong-lr", observed=f"{name} has lr {got}", expected=f"{wanted_lr} "
                      f"({'backbone_lr: a backbone parameter' if in_backbone else 'lr: a head parameter'})",
                      cause=f"its group sets no lr, so it takes the optimizer's default ({_DEFAULT_LR} in this check)"
