@@ -13,7 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.checks import CheckFailed, check, core, hint
+from harness.checks.lesson02.param_groups import _group_model
 from harness.checks.testing import Correct, Mistake, assert_correct, assert_mistake
+from harness.contract.case import Case
+from harness.judges.lesson02.common import zipped_state_dict_names
 
 
 # ------------------------------------------------------------------------------------------------------ 02-mlp
@@ -831,3 +834,11 @@ def test_attribute_on_the_module_gets_its_own_first_hint():
     with pytest.raises(CheckFailed) as failure:
         check("02-freeze-backbone", freeze_eval)
     assert failure.value.hint is None
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_param_groups_case_has_a_buffer_before_backbone_parameters(hidden):
+    """Issue 43: a buffer precedes backbone parameters in state_dict(), enough of them to give head parameters
+    backbone names when names are zipped from state_dict() with parameters()."""
+    zipped = zipped_state_dict_names(_group_model(Case(hidden=hidden), freeze_first=True))
+    assert any(name.startswith("head.") and given.startswith("backbone.") for name, given in zipped.items())

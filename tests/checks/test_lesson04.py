@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from harness.checks import CheckFailed
+from harness.checks.lesson04.evaluate import _evaluate_inputs
+from harness.checks.lesson04.train_epoch import _train_epoch_inputs
 from harness.checks.testing import (
     DRAWN_CASE,
     Correct,
@@ -24,6 +26,7 @@ from harness.checks.testing import (
     assert_mistake,
 )
 from harness.contract import wire
+from harness.contract.case import Case
 from harness.contract.instruments import HostSyncCounter
 from harness.contract.protocol import decide, observe
 
@@ -855,3 +858,11 @@ def test_host_sync_counter_counts_conversions_and_ignores_optimizer_internals():
             loss.tolist()
         f"{loss:.2f}"
     assert syncs.calls == ["item", "__float__", "__bool__", "tolist", "__format__"]
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_evaluate_and_train_epoch_cases_end_in_a_partial_batch(hidden):
+    """Issue 43: a mean of batch means differs from the per-sample mean only with a smaller last batch."""
+    for inputs in (_evaluate_inputs, _train_epoch_inputs):
+        _, loader = inputs(Case(hidden=hidden))
+        assert len(loader.dataset) % loader.batch_size, inputs.__name__

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch.nn.utils import clip_grad_norm_, clip_grad_value_, get_total_norm
 
+from harness.checks.lesson06.accum_clip import _accum_plan
 from harness.checks.testing import (
     Correct,
     Mistake,
@@ -20,6 +21,7 @@ from harness.checks.testing import (
     assert_correct,
     assert_mistake,
 )
+from harness.contract.case import Case
 
 Clip = Callable[[list[torch.nn.Parameter], float], torch.Tensor]
 
@@ -467,3 +469,11 @@ def test_stubs_report_the_exception(task):
         raise NotImplementedError()
 
     assert_check_fails(task, stub, code="raised", phrase="NotImplementedError")
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_accum_case_separates_size_from_count(hidden):
+    """Issue 43: in every round the micro-batches hold another number of samples than there are micro-batches, so
+    dividing each loss by the wrong one of the two fails."""
+    _, plan = _accum_plan(Case(hidden=hidden))
+    assert all(len(batches) != len(batches[0][0]) for batches, _ in plan)

@@ -12,7 +12,9 @@ import torch
 import harness.sequences
 import harness.showcase
 from harness.checks import CheckFailed, check
+from harness.checks.lesson07.plateau import _plateau_setting
 from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_correct, assert_mistake, solution_cell
+from harness.contract.case import Case
 from harness.judges.drills.schedulers import warmup_cosine_factor
 from harness.judges.lesson07.common import warmup_cosine_reference
 from harness.judges.lesson15.warmup import reference_lr_factor
@@ -961,3 +963,13 @@ def test_one_cycle_sized_in_epochs_gets_its_own_first_hint():
 def test_per_epoch_hidden_rejects_stepping_per_batch():
     assert_check_fails("07-per-epoch", per_step_correct, code="stepped-per-batch", phrase="inside the batch loop",
                        hidden=True)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_plateau_case_separates_a_mean_of_batch_means(hidden):
+    """Issue 43: the validation set ends in a partial batch, and the training batches differ in size from the
+    validation ones (the judge tells training forwards by their batch size), in the visible and the hidden case."""
+    setting = _plateau_setting(Case(hidden=hidden))
+    last = len(setting.val_set) % setting.val_bs
+    assert last and setting.train_bs not in (setting.val_bs, last)
+    assert len(setting.train_set) % setting.train_bs == 0
