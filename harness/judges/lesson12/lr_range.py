@@ -90,8 +90,10 @@ def _check_grads(i: int, grads: list[torch.Tensor], want: list[torch.Tensor], pr
 
 
 def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: list[Batch],
-                  start: list[torch.Tensor], start_buffers: list[torch.Tensor]) -> list[float]:
-    """Judge each recorded optimizer step in turn (parameters, learning rates, gradient); the reference losses.
+                  start: list[torch.Tensor], start_buffers: list[torch.Tensor]) -> tuple[list[float],
+                                                                                          list[torch.Tensor]]:
+    """Judge each recorded optimizer step in turn (parameters, learning rates, gradient); the reference losses,
+    and the parameters after the last step.
 
     The parameters of step i+1 must follow from step i by SGD with momentum: the trajectory is the judge's own,
     from the case's start, so a forged one is refused.
@@ -118,7 +120,7 @@ def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: l
         buffers = [_MOMENTUM * b + g for b, g in zip(buffers, grads, strict=True)]
         params = [p - schedule[i] * b for p, b in zip(recorded, buffers, strict=True)]
         previous = grads
-    return losses
+    return losses, params
 
 
 def _smoothed(losses: list[float], beta: float = 0.98) -> list[float]:
@@ -174,8 +176,24 @@ def _check_returned(got: Any, losses: list[float], schedule: list[float]) -> Non
              cause="the returned learning rates are not those of the steps", where="what you append to lrs")
 
 
-def _check_stop(item: dict[str, Any], losses: list[float], batch_count: int) -> None:
-    """Fail unless the sweep stopped right after the first diverging step (or ran num_steps without one)."""
+def _reference_cause(losses: list[float], diverge: float) -> str:
+    """Which other reference than the best loss so far makes a sweep stop where this one stopped: the first loss
+    or the previous one (each replayed on the recorded losses); both candidates when neither does."""
+    references = {"the first loss": lambda i: losses[0], "the previous loss": lambda i: losses[max(i - 1, 0)]}
+    named = [name for name, reference in references.items()
+             if next((i for i, v in enumerate(losses) if not math.isfinite(v) or v > diverge * reference(i)),
+                     None) == len(losses) - 1]
+    if len(named) == 1:
+        return f"the loss is compared with another reference than the best (lowest) loss so far: {named[0]}"
+    return ("the loss is compared with another reference than the best (lowest) loss so far: the first loss or the "
+            "previous one")
+
+
+def _check_stop(item: dict[str, Any], losses: list[float], batch_count: int, next_loss: float | None) -> None:
+    """Fail unless the sweep stopped right after the first diverging step (or ran num_steps without one).
+
+    `next_loss`: the loss the step after the last recorded one had (the judge's replay), None after num_steps.
+    """
     n, diverge = item["num_steps"], item["diverge"]
     stop = next((i for i, v in enumerate(losses) if not math.isfinite(v) or v > diverge * min(losses[:i + 1])), None)
     if stop is not None and stop < len(losses) - 1:
@@ -196,18 +214,23 @@ def _check_stop(item: dict[str, Any], losses: list[float], batch_count: int) -> 
                  cause="no divergence test in the loop (or one that never fires)",
                  where="after recording each loss: if not finite or > diverge * best: break")
         fail("wrong-stop", observed=f"stopped after step {len(losses) - 1}; {rule}", expected=f"stop after step {stop}",
-             cause="the loss is compared with another reference than the best (lowest) loss so far: the first loss "
-             "or the previous one", where="your stop test")
+             cause=_reference_cause(losses, diverge), where="your stop test")
     if stop is None and len(losses) < n:
         if len(losses) == batch_count:
             fail("batches-not-cycled", observed=f"{len(losses)} steps, one per batch, for num_steps = {n}",
                  expected=f"{n} steps (no divergence): the batches are reused in turn",
                  cause="the loop runs over batches, so it ends when they do",
                  where="loop over range(num_steps) and take batches[i % len(batches)]")
-        fail("wrong-stop", observed=f"stopped after {len(losses)} of {n} steps (the next step's loss was never "
+        step = len(losses)
+        unrecorded = next_loss is not None and (not math.isfinite(next_loss)
+                                                or next_loss > item["diverge"] * min(losses, default=math.inf))
+        fail("wrong-stop", observed=f"stopped after {step} of {n} steps (the next step's loss was never "
              "recorded)", expected="the loss never exceeded diverge x best in the steps recorded, so the sweep goes on",
-             cause="the break runs before the diverging step is recorded, or the stop compares with another "
-             "reference than the lowest loss so far", where="your stop test and the order of append and break")
+             cause=f"the break runs before the diverging step is recorded: step {step}'s loss, {next_loss:.4g}, is "
+             f"above {item['diverge']:g} x the best {min(losses, default=math.inf):.4g}, and the sweep left before "
+             "appending it (and before its backward and step)" if unrecorded else "the stop compares with another "
+             "reference than the lowest loss so far, or stops for another reason",
+             where="your stop test and the order of append and break")
 
 
 def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffers: list[torch.Tensor],
@@ -240,9 +263,11 @@ def _judge_sweep(item: dict[str, Any], call: dict[str, Any]) -> None:
     """Judge one call of the student's sweep: its steps, what it returned, where it stopped, what it restored."""
     model, optimizer, batches = _sweep_setup(item)
     start, start_buffers = snapshot(model), [b.clone() for b in _buffers(model, optimizer)]
-    losses = _replay_steps(item, call["steps"], model, batches, start, start_buffers)
+    losses, params = _replay_steps(item, call["steps"], model, batches, start, start_buffers)
     _check_returned(call["returned"], losses, _schedule(item))
-    _check_stop(item, losses, len(batches))
+    next_loss = _reference_step(model, params, batches[len(losses) % len(batches)])[0] \
+        if len(losses) < item["num_steps"] else None
+    _check_stop(item, losses, len(batches), next_loss)
     _check_restored(call, start, start_buffers, len(optimizer.param_groups))
 
 
