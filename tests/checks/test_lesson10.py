@@ -590,6 +590,61 @@ def test_checks_leave_the_notebooks_random_streams_as_they_were():
     assert torch.equal(after[0], expected[0]) and np.array_equal(after[1], expected[1]) and after[2] == expected[2]
 
 
+# ---------------------------------------------------------------------------------------------- notebook globals
+# Functions written as in the notebook: defined in a namespace that holds the notebook's data sets and run.
+TRAIN_READS_GLOBAL = """
+def train_capstone(train_data, val_data, out_dir, config, **options):
+    # normalization_stats(train_set.tensors[0]) copied from the exercise's text, with other parameter names
+    mean, std = normalization_stats(train_set.tensors[0])
+    return capstone_training(train_data, val_data, out_dir, config, **options)
+"""
+
+REPORT_HELPER_READS_GLOBAL = """
+def test_scores(model, precision):
+    loader = DataLoader(test_set, batch_size=256)
+    return evaluate(model, loader, loss_fn=nn.CrossEntropyLoss(), metrics={"accuracy": accuracy}, precision=precision)
+
+
+def write_capstone_report(run, test_data, out_dir):
+    test_scores(run["model"], run["precision"])
+    return report_writer(run, test_data, out_dir)
+"""
+
+REPORT_READS_ALLOWED_GLOBALS = """
+def write_capstone_report(run, test_set, out_dir):
+    # the notebook's device, a constant and a helper of its own: what a function may read from its notebook
+    assert isinstance(device, torch.device) and CONFIG["seed"] == 0
+    return report_writer(run, test_set, out_dir, batch_size=EVAL_BATCH, curves_name=curves_file_name())
+
+
+def curves_file_name():
+    return "curves.png"
+"""
+
+
+def in_notebook(source: str, name: str) -> tuple:
+    """`name` defined by `source` in a notebook-like namespace: this module's helpers, the notebook's data sets,
+    a run, its device and constants."""
+    namespace = dict(globals())
+    train, val, test = (shapes(n, seed=seed, size=16) for n, seed in ((64, 0), (32, 1), (32, 2)))
+    namespace.update(train_set=train, val_set=val, test_set=test, run={"model": capstone_cnn(5, 4)},
+                     device=torch.device("cpu"), EVAL_BATCH=128, CONFIG={"seed": 0, "lr": 1e-2})
+    exec(compile(source, f"<notebook cell defining {name}>", "exec"), namespace)
+    return (namespace[name],)
+
+
+def test_notebook_data_read_is_named_before_the_function_runs():
+    from harness.checks.lesson10.notebook_globals import notebook_data_read
+
+    (train,) = in_notebook(TRAIN_READS_GLOBAL, "train_capstone")
+    assert notebook_data_read(train) == {"function": "train_capstone", "name": "train_set", "kind": "a dataset"}
+    (report,) = in_notebook(REPORT_HELPER_READS_GLOBAL, "write_capstone_report")
+    assert notebook_data_read(functools.partial(report, out_dir="x"))["function"] == "test_scores"
+    (allowed,) = in_notebook(REPORT_READS_ALLOWED_GLOBALS, "write_capstone_report")
+    assert notebook_data_read(allowed) is None
+    assert all(notebook_data_read(f) is None for f in (capstone_training, report_writer, print, functools.partial))
+
+
 # ---------------------------------------------------------------------------------------------- mutation set
 def train_bug(bug: str) -> tuple:
     return (functools.partial(capstone_training, bug=bug),)
@@ -669,6 +724,10 @@ MISTAKES = [
     Mistake("10-train-loader", "seed-ignored", "seeds 0 and 1", (loader_fixed_seed,),
             story="seed=0 hard-coded instead of the argument"),
     # 10-train
+    Mistake("10-train", "reads-notebook-data", "train_capstone reads the notebook's global 'train_set' (a dataset)",
+            lambda: in_notebook(TRAIN_READS_GLOBAL, "train_capstone"),
+            story="normalization_stats(train_set.tensors[0]) copied from the text into a function whose parameter "
+            "has another name"),
     Mistake("10-train", "not-a-run", "train_capstone returned DataFrame", train_bug("history-only"),
             story="returns fit's history only"),
     Mistake("10-train", "missing-checkpoints", "checkpoint_dir=out_dir", train_bug("no-checkpoints"),
@@ -726,6 +785,9 @@ MISTAKES = [
     Mistake("10-held-out", "not-a-run", "received DataFrame", lambda: (trained_run()["history"],),
             story="passes the history instead of the run"),
     # 10-report
+    Mistake("10-report", "reads-notebook-data", "test_scores reads the notebook's global 'test_set'",
+            lambda: in_notebook(REPORT_HELPER_READS_GLOBAL, "write_capstone_report"),
+            story="a helper from an earlier cell evaluates the notebook's test_set, not the one passed in"),
     Mistake("10-report", "no-report", "returned None", report_bug("no-return"),
             story="writes the report and forgets to return its path"),
     Mistake("10-report", "missing-environment", "environment=environment_report(device)", report_bug("environment"),
@@ -774,6 +836,8 @@ CORRECT = [
     Correct("10-report", (report_writer,), story="the lesson's solution"),
     Correct("10-report", (report_in_subfolder,), story="smaller batches, curves in a subfolder"),
     Correct("10-report", (report_own_loop,), story="a hand-written loop in eval mode and autocast, summed metrics"),
+    Correct("10-report", lambda: in_notebook(REPORT_READS_ALLOWED_GLOBALS, "write_capstone_report"),
+            story="reads the notebook's device, a constant, CONFIG and a helper of its own"),
 ]
 
 

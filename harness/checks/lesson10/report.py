@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from harness.checks.lesson10.common import _rng_kept, _state_as_data, mixed_precision_on_cpu
+from harness.checks.lesson10.notebook_globals import notebook_data_read
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -118,6 +119,9 @@ def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
         "op_dtypes=..., environment=environment_report(device), curves=out_dir / 'curves.png')",
         section="8. The run report"),
     requires={
+        "reads-notebook-data": Requirement(
+            "uses its arguments, never the notebook's data sets or run read as globals",
+            hint="Which of the names in your function are arguments, and which come from the notebook?"),
         "no-report": Requirement("returns the path of the report written",
                                  hint="write_run_report returns the path: does your function return it?"),
         "missing-environment": Requirement(
@@ -154,7 +158,11 @@ def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
 )
 def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> dict:
     """Give the student's function a real run and its test set; record the report written, the files it links,
-    and the run's weights (the judge evaluates them on the test set itself)."""
+    and the run's weights (the judge evaluates them on the test set itself). A function that reads the notebook's
+    data as globals is not run: what it reads is recorded instead."""
+    read = notebook_data_read(write_capstone_report)
+    if read is not None:
+        return {"notebook_data": read}
     with tempfile.TemporaryDirectory(prefix="check-10-report-") as tmp, _rng_kept():
         root = Path(tmp)
         precisions = supported_precisions(torch.device("cpu"))

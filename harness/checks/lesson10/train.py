@@ -18,6 +18,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from harness import env
 from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state_as_data, mixed_precision_on_cpu
+from harness.checks.lesson10.notebook_globals import notebook_data_read
 from harness.contract.case import Case
 from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
@@ -195,6 +196,9 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
         "progress=progress)",
         section="5. The training function"),
     requires={
+        "reads-notebook-data": Requirement(
+            "uses its arguments, never the notebook's data sets or run read as globals",
+            hint="Which of the names in your function are arguments, and which come from the notebook?"),
         "not-a-run": Requirement(
             "returns {'model', 'history', 'precision', 'checkpoint_dir'}",
             hint="Step 7 of the exercise lists the dict to return: does yours hold the model, fit's history and "
@@ -248,7 +252,11 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
     },
 )
 def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) -> dict:
-    """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped."""
+    """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped.
+    A function that reads the notebook's data as globals is not run: what it reads is recorded instead."""
+    read = notebook_data_read(train_capstone)
+    if read is not None:
+        return {"notebook_data": read}
     precisions = supported_precisions(torch.device("cpu"))
     config, n, stop_at = _train_config(case, precisions)
     data = (shapes(n, seed=config["seed"] + 40, size=16), _constant_accuracy_val())

@@ -20,6 +20,7 @@ from harness.contract.compare import numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
+from harness.judges.lesson10.notebook_globals import judge_notebook_data
 
 
 def _test_scores(case: Case, weights: Any, precision: str) -> dict[str, float]:
@@ -147,6 +148,7 @@ def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size:
 @judges("10-report")
 def judge_report(seen: dict, *, case: Case) -> str:
     """Every section of the report, its test metrics checked against the judge's own evaluation of the run."""
+    judge_notebook_data(seen, "run, test_set and out_dir")
     if seen["written"] is not True:
         fail("no-report", observed=f"write_capstone_report returned {seen['returned']}",
              expected="the path of the report written",

@@ -16,6 +16,7 @@ from harness.contract.compare import close_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
+from harness.judges.lesson10.notebook_globals import judge_notebook_data
 
 
 def _float_weights(state: Any) -> dict[str, torch.Tensor]:
@@ -194,6 +195,7 @@ def _check_statistics(model: Any, config: dict[str, Any], n: int) -> None:
 @judges("10-train")
 def judge_train(seen: dict, *, case: Case) -> str:
     """Settings, files, best weights, exact resume: from the checkpoints, weights and step counts recorded."""
+    judge_notebook_data(seen, "train_set, val_set, out_dir and config")
     config, n, stop_at = _train_config(case, _support_of(seen["precisions"]))
     straight = seen["straight"]
     last = _check_result(straight, "straight")
