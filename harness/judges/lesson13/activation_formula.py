@@ -80,7 +80,10 @@ def judge_activation_formula(seen: dict, *, case: Case) -> str:
         what = f"batch {batch}, widths {widths}, {str(dtype).removeprefix('torch.')}"
         if type(got) is not int:
             fail("not-an-int", observed=f"returned {type_name(got)} for {what}", expected=f"the int {want}",
-                 cause="a tensor product (torch.tensor(...)) or a float (a division, math.prod of floats)",
+                 cause="a tensor: the count was computed with torch (torch.tensor(...), a product of tensors, "
+                 ".element_size() times a tensor) and not converted" if isinstance(got, torch.Tensor) else
+                 "a float: a division (/ instead of //) or a product of floats" if isinstance(got, float) else
+                 f"a {type_name(got)}, not an int",
                  where="the return statement of activation_formula")
         if got == want:
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from harness.checks.lesson13.memory_formula import _memory_models
@@ -65,8 +66,11 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
         for key in KEYS:
             if type(got[key]) is not int:
                 fail("not-an-int", observed=f"{key} is {type_name(got[key])} for {description}",
-                     expected="an int (bytes)", cause="a tensor sum (torch.tensor(...).sum()), a float division, or "
-                     "a numpy number", where=f"the line that computes {key}")
+                     expected="an int (bytes)", cause="a tensor: the bytes were added up with torch "
+                     "(torch.tensor(...), .sum() of a tensor) and not converted" if isinstance(got[key], torch.Tensor)
+                     else "a float: a division (/ instead of //) or a float factor" if isinstance(got[key], float)
+                     else f"a {type_name(got[key])}, not an int (a numpy number?)",
+                     where=f"the line that computes {key}")
         if got["params"] != want["params"]:
             cause, hint = _params_cause(got["params"], model)
             fail("wrong-params", observed=f"params = {got['params']} for {description}",
