@@ -767,6 +767,8 @@ CAUSE_HINTS = [
     ("12-lr-range", sweep_tensor_lrs, "wrong-losses", "an element of a tensor?"),
     ("12-init-loss", init_loss(log=lambda c: torch.log(torch.tensor(float(c)))), "wrong-expected", "math module"),
     ("12-dead-units", dead_counter(reduce="negative"), "wrong-fraction", "a negative number, or 0?"),
+    ("12-init-loss", init_loss(loss=F.nll_loss), "wrong-loss", "logits, probabilities or log-probabilities?"),
+    ("12-init-loss", init_loss(log=lambda c: 1 / c), "wrong-expected", "what does cross-entropy do"),
 ]
 
 

@@ -47,7 +47,9 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  expected=f"ln({classes}) = {want:.5f}",
                  cause=f"your value equals {named[0]}: cross-entropy uses the natural log of 1/C" if named
                  else "a different formula: the loss of a uniform prediction is -ln(1/C) = ln(C)",
-                 where="the second value of your return statement")
+                 where="the second value of your return statement",
+                 hint="1/C is the probability a uniform prediction gives the target: what does cross-entropy do "
+                 "with that probability?" if named and named[0] in ("1/C", "C") else None)
         forwards = call["forwards"]
         if not isinstance(forwards, list) or not all(isinstance(f, tuple) and len(f) == 2 for f in forwards):
             raise WireError("malformed observation: forwards")
@@ -84,7 +86,9 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  expected=f"the mean cross-entropy of the logits, {reference:.5f} (ln C = {want:.4f})",
                  cause=named[0] if named else "a different loss: the mean of F.cross_entropy(logits, targets) is "
                  "wanted (candidates: another reduction, a transformed input, other targets)",
-                 where="the line that computes the loss")
+                 where="the line that computes the loss",
+                 hint="What does F.nll_loss expect as its input: logits, probabilities or log-probabilities?"
+                 if named and named[0].startswith("F.nll_loss") else None)
         if isinstance(got[0], torch.Tensor) and got[0].requires_grad or any(grad for _, grad in forwards):
             fail("graph-built", observed="the forward pass ran with gradients enabled (it built a graph)",
                  expected="a measurement only: the forward inside torch.no_grad() (or torch.inference_mode())",
