@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from harness.grading.batch import Limits, grade_batch
+from harness.grading.batch import RESULTS, Limits, grade_batch
 from harness.grading.layout import REPO_ROOT
 from harness.grading.runtime_folder import private_mounts_available
 from harness.grading.submissions import collect
@@ -62,7 +62,9 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], Pa
         results = grade_batch(collect(root / "in", ASSIGNMENT), ASSIGNMENT, root / "out", workers=2, limits=LIMITS,
                               secret=SECRET)
     write_summary(results, root / "out", ASSIGNMENT)
-    time.sleep(6)  # longer than the escape attack's background process waits before it writes
+    # the escape attack's background process starts before its job ends and writes 4 s later: wait until 6 s after
+    escaped_by = (root / "out" / RESULTS / "escape.json").stat().st_mtime + 6
+    time.sleep(max(0.0, escaped_by - time.time()))
     assert LESSON_CHECKS.read_bytes() == checks_before, "a submission changed harness/checks/lesson00/accuracy.py"
     return {r["student"]: r for r in results}, root / "out"
 
