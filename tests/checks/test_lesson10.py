@@ -103,6 +103,14 @@ def precision_ignores_scaler(device_type, precisions):
     return "fp16" if device_type == "cuda" and precisions["fp16_autocast"] else "fp32"
 
 
+def precision_bf16_only_on_cuda(device_type, precisions):
+    if device_type != "cuda":  # "mixed precision is for NVIDIA GPUs"
+        return "fp32"
+    if precisions["bf16_autocast"]:
+        return "bf16"
+    return "fp16" if precisions["fp16_autocast"] and precisions["grad_scaler"] else "fp32"
+
+
 def precision_always_fp32(device_type, precisions):
     return "fp32"
 
@@ -672,6 +680,8 @@ MISTAKES = [
             story="checks fp16 autocast but not the GradScaler"),
     Mistake("10-precision", "fp16-without-scaler", "fp16 needs both", (precision_fp16_anywhere,),
             story="fp16 wherever fp16 autocast works, scaler and device type ignored"),
+    Mistake("10-precision", "no-amp", "bf16 kept for CUDA GPUs alone", (precision_bf16_only_on_cuda,),
+            story="mixed precision only on NVIDIA GPUs: an Apple GPU with bf16 trains in fp32"),
     Mistake("10-precision", "no-amp", "mixed precision left off", (precision_always_fp32,),
             story="plays safe with fp32 everywhere"),
     Mistake("10-precision", "bf16-on-cpu", "'fp32': on a CPU", (precision_bf16_wherever_autocast_runs,),

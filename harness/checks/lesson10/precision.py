@@ -24,11 +24,12 @@ _PRECISION_CASES = [  # a CPU whose autocast runs bf16 comes after the fp16 case
     ("cpu", _support(False, True, True), "a CPU without bf16 autocast (fp16 there is emulated, and slow)"),
     ("mps", _support(False, True, True), "an Apple GPU without bf16 (fp16 is only for CUDA here)"),
     ("cpu", _support(True, True, True), "a CPU whose autocast runs bf16 (emulated, unless it has bf16 instructions)"),
+    # last: every mistake above meets its own case first; bf16 kept for CUDA alone meets this one
+    ("mps", _support(True, True, True), "an Apple GPU with bf16"),
 ]
 
 
 _HIDDEN_PRECISION_CASES = [
-    ("mps", _support(True, True, True), "an Apple GPU with bf16"),
     ("cuda", _support(False, False, True), "a GPU whose fp16 autocast is unavailable"),
     ("cuda", _support(False, False, False), "a GPU without autocast"),
     ("cpu", _support(False, False, False), "a CPU without autocast"),

@@ -41,6 +41,12 @@ def _precision_failure(got: Any, expected: str, device_type: str, precisions: di
              cause=f"fp16 chosen although {missing} is False: fp16 needs both autocast and a GradScaler (without "
              "loss scaling, small gradients underflow to zero)", where="require precisions['fp16_autocast'] and "
              "precisions['grad_scaler'] for fp16")
+    if expected == "bf16" and device_type != "cuda":
+        fail("no-amp", observed=seen, expected="'bf16': this GPU's autocast runs bf16",
+             cause=f"bf16 kept for CUDA GPUs alone: a {device_type!r} GPU whose bf16 autocast works trains in bf16 "
+             "too (only fp16 is for CUDA alone)", where="the bf16 test: precisions['bf16_autocast'], whatever the "
+             "GPU's device_type",
+             hint="Which of your tests asks for device_type == 'cuda'? The text reserves only fp16 for CUDA.")
     fail("no-amp", observed=seen, expected=f"{expected!r}",
          cause="mixed precision left off where the device supports it: bf16 where bf16 autocast works, else fp16 "
          "with a GradScaler on a CUDA GPU", where="the order of the tests in choose_precision")
