@@ -363,7 +363,7 @@ def capstone_training(train_set, val_set, out_dir, config, *, resume=False, devi
         model = nn.Sequential(norm, cnn).to(device)
     batch_size = config["batch_size"] // 2 if bug == "half-batch" else config["batch_size"]
     loader = loader_reference(train_set, batch_size, seed=config["seed"])
-    val_loader = distributed_loader(val_set, 256, shuffle=False)
+    val_loader = distributed_loader(val_set, 256, shuffle=bug == "val-shuffled")
     total = config["epochs"] * len(loader)
     optimizer, scheduler = optimizer_reference(model, lr=config["lr"], weight_decay=config["weight_decay"],
                                                warmup_steps=round(config["warmup_fraction"] * total), total_steps=total)
@@ -738,6 +738,8 @@ MISTAKES = [
             lambda: in_notebook(TRAIN_READS_GLOBAL, "train_capstone"),
             story="normalization_stats(train_set.tensors[0]) copied from the text into a function whose parameter "
             "has another name"),
+    Mistake("10-train", "validation-shuffled", "whose default is shuffle=True", train_bug("val-shuffled"),
+            story="distributed_loader(val_set, 256): the training loader's call copied, shuffle left at its default"),
     Mistake("10-train", "not-a-run", "train_capstone returned DataFrame", train_bug("history-only"),
             story="returns fit's history only"),
     Mistake("10-train", "missing-checkpoints", "checkpoint_dir=out_dir", train_bug("no-checkpoints"),

@@ -53,6 +53,18 @@ def _constant_accuracy_val() -> LabeledTensorDataset:
     return LabeledTensorDataset(image.repeat(5, 1, 1, 1), torch.arange(5), classes=SHAPE_CLASSES)
 
 
+class _ReadOrder(LabeledTensorDataset):
+    """A copy of a labelled dataset that records the index of every sample read (the order a loader reads it in)."""
+
+    def __init__(self, dataset: LabeledTensorDataset) -> None:
+        super().__init__(*dataset.tensors, classes=dataset.classes)
+        self.read: list[int] = []
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.read.append(int(index))
+        return super().__getitem__(index)
+
+
 def _interrupt_after(epoch: int) -> Callable[[int, dict[str, Any]], None]:
     def on_epoch_end(done: int, row: dict[str, Any]) -> None:
         if done == epoch:
@@ -199,6 +211,9 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
         "reads-notebook-data": Requirement(
             "uses its arguments, never the notebook's data sets or run read as globals",
             hint="Which of the names in your function are arguments, and which come from the notebook?"),
+        "validation-shuffled": Requirement(
+            "the validation loader does not shuffle: distributed_loader(val_set, 256, shuffle=False)",
+            hint="Which loader reads val_set in your function, and with which shuffle?"),
         "not-a-run": Requirement(
             "returns {'model', 'history', 'precision', 'checkpoint_dir'}",
             hint="Step 7 of the exercise lists the dict to return: does yours hold the model, fit's history and "
@@ -263,8 +278,10 @@ def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) ->
     with tempfile.TemporaryDirectory(prefix="check-10-train-") as tmp, _rng_kept():
         root = Path(tmp)
         seen: dict[str, Any] = {"precisions": precisions}
-        result, steps = _run(train_capstone, data, root / "straight", config)
+        validation = _ReadOrder(data[1])  # the straight run's validation set: in what order is it read?
+        result, steps = _run(train_capstone, (data[0], validation), root / "straight", config)
         seen["straight"] = _record_straight(result, root / "straight", steps)
+        seen["validation_order"] = validation.read[:200]
         seen["device"] = _record_device(train_capstone, data, root / "device", config)
         if "last" not in seen["straight"]:
             return seen  # the judge reports what is missing; a resumed run would only fail for the same reason

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson10.train import _train_config
+from harness.checks.lesson10.train import _constant_accuracy_val, _train_config
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, int_list
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
@@ -192,6 +192,21 @@ def _check_statistics(model: Any, config: dict[str, Any], n: int) -> None:
          where="Standardize(*normalization_stats(train_set.tensors[0]))")
 
 
+def _check_validation_order(read: Any) -> None:
+    """Each pass over the validation set read it in order: decided on passes that read every sample once (a
+    function that validates from the tensors, without a loader, reads none and shows nothing)."""
+    order = int_list(read, "the validation samples read")
+    size = len(_constant_accuracy_val())
+    for start in range(0, len(order) - size + 1, size):
+        one_pass = order[start : start + size]
+        if sorted(one_pass) == list(range(size)) and one_pass != sorted(one_pass):
+            fail("validation-shuffled", observed=f"a validation pass read the samples in the order {one_pass}",
+                 expected=f"the order of val_set, {list(range(size))}, in every pass",
+                 cause="the validation loader shuffles: the text's loader is distributed_loader(val_set, 256, "
+                 "shuffle=False), whose default is shuffle=True",
+                 where="the validation loader in train_capstone: pass shuffle=False")
+
+
 @judges("10-train")
 def judge_train(seen: dict, *, case: Case) -> str:
     """Settings, files, best weights, exact resume: from the checkpoints, weights and step counts recorded."""
@@ -210,6 +225,7 @@ def judge_train(seen: dict, *, case: Case) -> str:
              cause="the model is returned as the last epoch left it" if _weights_max_difference(straight["model"],
              last["model"]) == 0 else "best.pt's weights are not loaded into the returned model",
              where="load_checkpoint(Path(out_dir) / 'best.pt', model=model) before returning")
+    _check_validation_order(seen["validation_order"])
     _check_resume(seen["resume"], config, n, stop_at, last)
     _check_device(seen["device"])
     return (f"precision, clipping, per-step schedule and early stopping as configured; best weights returned; "
