@@ -9,8 +9,9 @@ string (`harness.drills.choices`).
 A drill lives in two modules, as a course check does. `harness.drills.bank.<topic>` holds what may run beside an
 answer: the prompt, the starter, the hints, the probe and the experiment. `harness.judges.drills.<topic>` holds
 what answers or decides: the reference solution, the planted wrong answers, the judge and the references it
-recomputes, an explain drill's options and key (`Answers`). A graded kernel never mounts `harness.judges`, so
-there a drill has no answer side; everywhere else `get_drill` joins the two.
+recomputes, an explain drill's options and key (`Answers`); a large topic's is a package with a module per group
+of drills, which its `__init__` imports. A graded kernel never mounts `harness.judges`, so there a drill has no
+answer side; everywhere else `get_drill` joins the two.
 """
 
 from __future__ import annotations

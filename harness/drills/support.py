@@ -31,15 +31,25 @@ def seeded_init(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
     return module
 
 
+def edited(source: str, *changes: tuple[str, str]) -> str:
+    """`source` with each `(old, new)` change made, in order: a planted wrong answer written as a small explicit diff
+    of a reference or a starter. Every `old` must occur in the source it changes, so a diff that no longer applies
+    (its reference was edited) raises instead of planting the reference itself as a wrong answer.
+
+    Raises:
+        ValueError: an `old` that is not in the source.
+    """
+    for old, new in changes:
+        if old not in source:
+            raise ValueError(f"{old!r} is not in the source")
+        source = source.replace(old, new)
+    return source
+
+
 def with_fixes(source: str, *fixes: tuple[str, ...]) -> str:
     """`source` with each fix applied; a fix is (old, new, old, new, ...): texts that must occur in `source`.
     Difficulty-3 drills build their planted wrong answers this way: the starter with some of its bugs fixed."""
-    for fix in fixes:
-        for old, new in zip(fix[::2], fix[1::2], strict=True):
-            if old not in source:
-                raise ValueError(f"{old!r} is not in the source")
-            source = source.replace(old, new)
-    return source
+    return edited(source, *(pair for fix in fixes for pair in zip(fix[::2], fix[1::2], strict=True)))
 
 
 def no_harness_shortcut(answer: dict) -> None:

@@ -23,6 +23,7 @@ from harness.drills.bank.autograd import (
     _saliency_setup,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -164,9 +165,11 @@ add_answers(
         drill_id="autograd-custom-function",
         solution=_SILU_SOLUTION,
         wrong_answers=(
-            (_SILU_SOLUTION.replace("grad_output * s * (1 + x * (1 - s))", "s * (1 + x * (1 - s))"), "wrong-backward"),
-            (_SILU_SOLUTION.replace("grad_output * s * (1 + x * (1 - s))", "grad_output * s"), "wrong-backward"),
-            (_SILU_SOLUTION.replace("grad_output * s * (1 + x * (1 - s))", "grad_output * s * (1 - s)"),
+            (edited(_SILU_SOLUTION, ("grad_output * s * (1 + x * (1 - s))", "s * (1 + x * (1 - s))")),
+             "wrong-backward"),
+            (edited(_SILU_SOLUTION, ("grad_output * s * (1 + x * (1 - s))", "grad_output * s")), "wrong-backward"),
+            (edited(_SILU_SOLUTION,
+                    ("grad_output * s * (1 + x * (1 - s))", "grad_output * s * (1 - s)")),
              "wrong-backward"),
             ("import torch\n\nclass SiLU(torch.autograd.Function):\n"
              "    apply = staticmethod(torch.nn.functional.silu)\n", "not-custom-backward"),
@@ -179,12 +182,13 @@ add_answers(
 add_answers(
     Answers(
         drill_id="autograd-inplace-trap",
-        solution=_INPLACE_STARTER.replace("    h.mul_(2)\n",
-                                          "    h = h * 2  # out of place: sigmoid's backward needs its output\n"),
+        solution=edited(_INPLACE_STARTER,
+                        ("    h.mul_(2)\n",
+                         "    h = h * 2  # out of place: sigmoid's backward needs its output\n")),
         wrong_answers=(
-            (_INPLACE_STARTER.replace("    h.mul_(2)\n", "    h = h.detach() * 2\n"), "graph-cut"),
-            (_INPLACE_STARTER.replace("    h.mul_(2)\n", ""), "wrong-value"),
-            (_INPLACE_STARTER.replace("    h.mul_(2)\n", "    h.data.mul_(2)\n"), "wrong-gradient"),
+            (edited(_INPLACE_STARTER, ("    h.mul_(2)\n", "    h = h.detach() * 2\n")), "graph-cut"),
+            (edited(_INPLACE_STARTER, ("    h.mul_(2)\n", "")), "wrong-value"),
+            (edited(_INPLACE_STARTER, ("    h.mul_(2)\n", "    h.data.mul_(2)\n")), "wrong-gradient"),
         ),
         judge=_judge_inplace,
     )
@@ -236,10 +240,12 @@ add_answers(
             ("import torch\n\ndef input_gradients(model, x, targets):\n"
              "    x = x.detach().clone().requires_grad_(True)\n"
              "    model(x).gather(1, targets[:, None]).sum().backward()\n    return x.grad\n", "params-grad-changed"),
-            (_SALIENCY_SOLUTION.replace("    x = x.detach().clone().requires_grad_(True)\n",
-                                        "    x.requires_grad_(True)\n"), "input-mutated"),
-            (_SALIENCY_SOLUTION.replace(".sum()\n", ".mean()\n"), "mean-not-sum"),
-            (_SALIENCY_SOLUTION.replace("model(x).gather(1, targets[:, None])", "model(x)[:, targets]"),
+            (edited(_SALIENCY_SOLUTION,
+                    ("    x = x.detach().clone().requires_grad_(True)\n",
+                     "    x.requires_grad_(True)\n")), "input-mutated"),
+            (edited(_SALIENCY_SOLUTION, (".sum()\n", ".mean()\n")), "mean-not-sum"),
+            (edited(_SALIENCY_SOLUTION,
+                    ("model(x).gather(1, targets[:, None])", "model(x)[:, targets]")),
              "wrong-value"),
         ),
         judge=_judge_saliency,

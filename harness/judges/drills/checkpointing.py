@@ -23,6 +23,7 @@ from harness.drills.bank.checkpointing import (
     _strip_inputs,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 _CKPT_SOLUTION = '''import torch
@@ -83,10 +84,7 @@ def _without(source: str, *keys: str) -> str:
                         '    scaler.load_state_dict(checkpoint["scaler"])\n'),
              "data_rng": ('        "data_rng": generator.get_state(),\n',
                           '    generator.set_state(checkpoint["data_rng"])\n')}
-    for key in keys:
-        for line in lines[key]:
-            source = source.replace(line, "")
-    return source
+    return edited(source, *((line, "") for key in keys for line in lines[key]))
 
 
 def _make_resume_judge(full: bool) -> Callable[..., str]:
@@ -155,9 +153,10 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
     return judge
 
 
-_PICKLED_OPTIMIZER = _CKPT_SOLUTION.replace('"optimizer": optimizer.state_dict()', '"optimizer": optimizer').replace(
-    'optimizer.load_state_dict(checkpoint["optimizer"])',
-    'optimizer.load_state_dict(checkpoint["optimizer"].state_dict())')
+_PICKLED_OPTIMIZER = edited(_CKPT_SOLUTION,
+                            ('"optimizer": optimizer.state_dict()', '"optimizer": optimizer'),
+                            ('optimizer.load_state_dict(checkpoint["optimizer"])',
+                             'optimizer.load_state_dict(checkpoint["optimizer"].state_dict())'))
 
 
 def _judge_strip(seen: dict, *, case: Case) -> str:
@@ -360,14 +359,17 @@ add_answers(
         solution=_CKPT_SOLUTION,
         wrong_answers=(
             (_NO_OPTIMIZER, "missing-optimizer-state"),
-            (_CKPT_SOLUTION.replace('        "scheduler": scheduler.state_dict(),\n', "").replace(
-                '    scheduler.load_state_dict(checkpoint["scheduler"])\n', ""), "missing-scheduler-state"),
-            (_CKPT_SOLUTION.replace('        "rng": torch.get_rng_state(),\n', "").replace(
-                '    torch.set_rng_state(checkpoint["rng"])\n', ""), "missing-rng-state"),
-            (_CKPT_SOLUTION.replace("weights_only=True", "weights_only=False"), "unsafe-load"),
-            (_CKPT_SOLUTION.replace('"model": model.state_dict()', '"model": model').replace(
-                'model.load_state_dict(checkpoint["model"])',
-                'model.load_state_dict(checkpoint["model"].state_dict())'),
+            (edited(_CKPT_SOLUTION,
+                    ('        "scheduler": scheduler.state_dict(),\n', ""),
+                    ('    scheduler.load_state_dict(checkpoint["scheduler"])\n', "")), "missing-scheduler-state"),
+            (edited(_CKPT_SOLUTION,
+                    ('        "rng": torch.get_rng_state(),\n', ""),
+                    ('    torch.set_rng_state(checkpoint["rng"])\n', "")), "missing-rng-state"),
+            (edited(_CKPT_SOLUTION, ("weights_only=True", "weights_only=False")), "unsafe-load"),
+            (edited(_CKPT_SOLUTION,
+                    ('"model": model.state_dict()', '"model": model'),
+                    ('model.load_state_dict(checkpoint["model"])',
+                     'model.load_state_dict(checkpoint["model"].state_dict())')),
              "not-weights-only-loadable"),
         ),
         judge=_make_resume_judge(full=False),
@@ -380,7 +382,7 @@ add_answers(
         drill_id="checkpointing-resume-diverges",
         solution=_CKPT_SOLUTION,
         wrong_answers=(
-            (_CKPT_SOLUTION.replace('    optimizer.load_state_dict(checkpoint["optimizer"])\n', ""),
+            (edited(_CKPT_SOLUTION, ('    optimizer.load_state_dict(checkpoint["optimizer"])\n', "")),
              "missing-optimizer-state"),
             (_PICKLED_OPTIMIZER, "not-weights-only-loadable"),
         ),
@@ -397,8 +399,9 @@ add_answers(
             (_without(_FULL_SOLUTION, "data_rng"), "missing-generator-state"),
             (_without(_FULL_SOLUTION, "scaler"), "missing-scaler-state"),
             (_without(_FULL_SOLUTION, "scheduler"), "missing-scheduler-state"),
-            (_FULL_SOLUTION.replace('        "rng": torch.get_rng_state(),\n', "").replace(
-                '    torch.set_rng_state(checkpoint["rng"])\n', ""), "missing-rng-state"),
+            (edited(_FULL_SOLUTION,
+                    ('        "rng": torch.get_rng_state(),\n', ""),
+                    ('    torch.set_rng_state(checkpoint["rng"])\n', "")), "missing-rng-state"),
         ),
         judge=_make_resume_judge(full=True),
     )
@@ -477,10 +480,11 @@ add_answers(
         drill_id="checkpointing-rank0-save",
         solution=_RANK0_SOLUTION,
         wrong_answers=(
-            (_RANK0_SOLUTION.replace("ddp_model.module.state_dict()", "ddp_model.state_dict()"), "module-prefix"),
+            (edited(_RANK0_SOLUTION, ("ddp_model.module.state_dict()", "ddp_model.state_dict()")), "module-prefix"),
             ("import torch\n\n\ndef save_on_rank0(ddp_model, path):\n"
              "    torch.save(ddp_model.module.state_dict(), path)\n", "every-rank-saves"),
-            (_RANK0_SOLUTION.replace("ddp_model.module.state_dict()", "ddp_model.module"), "not-weights-only-loadable"),
+            (edited(_RANK0_SOLUTION, ("ddp_model.module.state_dict()", "ddp_model.module")),
+             "not-weights-only-loadable"),
         ),
         judge=_judge_rank0,
     )

@@ -14,6 +14,7 @@ from harness.contract.failure import fail
 from harness.contract.wire import WireError
 from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -221,13 +222,14 @@ add_answers(
         drill_id="data-pad-collate",
         solution=_COLLATE_SOLUTION,
         wrong_answers=(
-            (_COLLATE_SOLUTION.replace(", batch_first=True", ""), "wrong-shape"),
-            (_COLLATE_SOLUTION.replace("    sequences, labels = zip(*batch)\n",
-                                       "    batch = sorted(batch, key=lambda item: -len(item[0]))\n"
-                                       "    sequences, labels = zip(*batch)\n"), "wrong-lengths"),
-            (_COLLATE_SOLUTION.replace("batch_first=True)", "batch_first=True, padding_value=-1.0)"),
+            (edited(_COLLATE_SOLUTION, (", batch_first=True", "")), "wrong-shape"),
+            (edited(_COLLATE_SOLUTION,
+                    ("    sequences, labels = zip(*batch)\n",
+                     "    batch = sorted(batch, key=lambda item: -len(item[0]))\n"
+                     "    sequences, labels = zip(*batch)\n")), "wrong-lengths"),
+            (edited(_COLLATE_SOLUTION, ("batch_first=True)", "batch_first=True, padding_value=-1.0)")),
              "wrong-padding"),
-            (_COLLATE_SOLUTION.replace("torch.stack(labels)", "labels"), "wrong-labels"),
+            (edited(_COLLATE_SOLUTION, ("torch.stack(labels)", "labels")), "wrong-labels"),
         ),
         judge=_judge_pad_collate,
     )
@@ -258,12 +260,12 @@ add_answers(
         drill_id="data-balanced-sampler",
         solution=_SAMPLER_SOLUTION,
         wrong_answers=(
-            (_SAMPLER_SOLUTION.replace("1.0 / counts[labels].double()", "counts[labels].double()"), "not-balanced"),
-            (_SAMPLER_SOLUTION.replace("WeightedRandomSampler(weights,",
-                                       "WeightedRandomSampler(1.0 / counts.double(),"),
+            (edited(_SAMPLER_SOLUTION, ("1.0 / counts[labels].double()", "counts[labels].double()")), "not-balanced"),
+            (edited(_SAMPLER_SOLUTION,
+                    ("WeightedRandomSampler(weights,", "WeightedRandomSampler(1.0 / counts.double(),")),
              "weights-per-class"),
-            (_SAMPLER_SOLUTION.replace("replacement=True", "replacement=False"), "no-replacement"),
-            (_SAMPLER_SOLUTION.replace(", generator=generator)", ")"), "not-reproducible"),
+            (edited(_SAMPLER_SOLUTION, ("replacement=True", "replacement=False")), "no-replacement"),
+            (edited(_SAMPLER_SOLUTION, (", generator=generator)", ")")), "not-reproducible"),
         ),
         judge=_judge_sampler,
     )
@@ -275,11 +277,12 @@ add_answers(
         drill_id="data-train-loader",
         solution=_LOADER_SOLUTION,
         wrong_answers=(
-            (_LOADER_SOLUTION.replace("        drop_last=True,\n", ""), "incomplete-last-batch"),
-            (_LOADER_SOLUTION.replace("        persistent_workers=True,\n", ""), "workers-restarted"),
-            (_LOADER_SOLUTION.replace("        generator=torch.Generator().manual_seed(seed),\n", ""),
+            (edited(_LOADER_SOLUTION, ("        drop_last=True,\n", "")), "incomplete-last-batch"),
+            (edited(_LOADER_SOLUTION, ("        persistent_workers=True,\n", "")), "workers-restarted"),
+            (edited(_LOADER_SOLUTION, ("        generator=torch.Generator().manual_seed(seed),\n", "")),
              "not-reproducible"),
-            (_LOADER_SOLUTION.replace("        num_workers=2,\n        persistent_workers=True,\n", ""),
+            (edited(_LOADER_SOLUTION,
+                    ("        num_workers=2,\n        persistent_workers=True,\n", "")),
              "wrong-workers"),
         ),
         judge=_judge_train_loader,

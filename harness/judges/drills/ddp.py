@@ -34,6 +34,7 @@ from harness.drills.bank.ddp import (
     _shard_configs,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -427,17 +428,20 @@ add_answers(
 add_answers(
     Answers(
         drill_id="ddp-set-epoch",
-        solution=_SET_EPOCH_STARTER.replace(*_SET_EPOCH_FIX),
+        solution=edited(_SET_EPOCH_STARTER, _SET_EPOCH_FIX),
         wrong_answers=(
-            (_SET_EPOCH_STARTER.replace("    for epoch in range(epochs):\n",
-                                        "    for epoch in range(epochs):\n        sampler.set_epoch(0)\n"),
+            (edited(_SET_EPOCH_STARTER,
+                    ("    for epoch in range(epochs):\n",
+                     "    for epoch in range(epochs):\n        sampler.set_epoch(0)\n")),
              "missing-set-epoch"),
-            (_SET_EPOCH_STARTER.replace("for i in batch])\n", "for i in batch])\n        sampler.set_epoch(epoch)\n"),
+            (edited(_SET_EPOCH_STARTER,
+                    ("for i in batch])\n", "for i in batch])\n        sampler.set_epoch(epoch)\n")),
              "set-epoch-too-late"),
-            (_SET_EPOCH_STARTER.replace("shuffle=True, seed=seed", "shuffle=True, seed=seed + rank").replace(
-                *_SET_EPOCH_FIX),
+            (edited(_SET_EPOCH_STARTER,
+                    ("shuffle=True, seed=seed", "shuffle=True, seed=seed + rank"),
+                    _SET_EPOCH_FIX),
              "ranks-overlap"),
-            (_SET_EPOCH_STARTER.replace(", seed=seed)", ")").replace(*_SET_EPOCH_FIX),
+            (edited(_SET_EPOCH_STARTER, (", seed=seed)", ")"), _SET_EPOCH_FIX),
              "seed-ignored"),
         ),
         judge=_judge_set_epoch,
@@ -470,14 +474,17 @@ add_answers(
         drill_id="ddp-eval-loss-sums",
         solution=_EVAL_SOLUTION,
         wrong_answers=(
-            (_EVAL_SOLUTION.replace("    dist.all_reduce(totals, op=dist.ReduceOp.SUM)\n"
-                                    "    return totals[0] / totals[1]",
-                                    "    loss = totals[0] / totals[1]\n    dist.all_reduce(loss)\n"
-                                    "    return loss / dist.get_world_size()"), "mean-of-rank-means"),
-            (_EVAL_SOLUTION.replace('F.mse_loss(model(x), y, reduction="sum").double()',
-                                    "F.mse_loss(model(x), y).double()").replace("y.numel()", "1"),
+            (edited(_EVAL_SOLUTION,
+                    ("    dist.all_reduce(totals, op=dist.ReduceOp.SUM)\n"
+                     "    return totals[0] / totals[1]",
+                     "    loss = totals[0] / totals[1]\n    dist.all_reduce(loss)\n"
+                     "    return loss / dist.get_world_size()")), "mean-of-rank-means"),
+            (edited(_EVAL_SOLUTION,
+                    ('F.mse_loss(model(x), y, reduction="sum").double()',
+                     "F.mse_loss(model(x), y).double()"),
+                    ("y.numel()", "1")),
              "mean-of-batch-means"),
-            (_EVAL_SOLUTION.replace("    model.eval()\n", ""), "wrong-value"),
+            (edited(_EVAL_SOLUTION, ("    model.eval()\n", "")), "wrong-value"),
         ),
         judge=_judge_eval_loss,
     )
@@ -489,19 +496,23 @@ add_answers(
         drill_id="ddp-accumulation-loop",
         solution=_ACCUM_SOLUTION,
         wrong_answers=(
-            (_ACCUM_SOLUTION.replace("        sampler.set_epoch(epoch)\n", ""), "missing-set-epoch"),
-            (_ACCUM_SOLUTION.replace("        sampler.set_epoch(epoch)\n", "").replace(
-                "                optimizer.zero_grad(set_to_none=True)\n",
-                "                optimizer.zero_grad(set_to_none=True)\n        sampler.set_epoch(epoch)\n"),
+            (edited(_ACCUM_SOLUTION, ("        sampler.set_epoch(epoch)\n", "")), "missing-set-epoch"),
+            (edited(_ACCUM_SOLUTION,
+                    ("        sampler.set_epoch(epoch)\n", ""),
+                    ("                optimizer.zero_grad(set_to_none=True)\n",
+                     "                optimizer.zero_grad(set_to_none=True)\n        sampler.set_epoch(epoch)\n")),
              "set-epoch-too-late"),
-            (_ACCUM_SOLUTION.replace("contextlib.nullcontext() if stepping else ddp_model.no_sync()",
-                                     "contextlib.nullcontext()"), "syncs-every-micro-step"),
-            (_ACCUM_SOLUTION.replace(" / accum_steps\n", "\n"), "loss-not-scaled"),
-            (_ACCUM_SOLUTION.replace(" / accum_steps\n", " / accum_steps / dist.get_world_size()\n")
-             .replace("import torch.nn", "import torch.distributed as dist\nimport torch.nn"),
+            (edited(_ACCUM_SOLUTION,
+                    ("contextlib.nullcontext() if stepping else ddp_model.no_sync()",
+                     "contextlib.nullcontext()")), "syncs-every-micro-step"),
+            (edited(_ACCUM_SOLUTION, (" / accum_steps\n", "\n")), "loss-not-scaled"),
+            (edited(_ACCUM_SOLUTION,
+                    (" / accum_steps\n", " / accum_steps / dist.get_world_size()\n"),
+                    ("import torch.nn", "import torch.distributed as dist\nimport torch.nn")),
              "loss-divided-by-world-size"),
-            (_ACCUM_SOLUTION.replace("contextlib.nullcontext() if stepping else ddp_model.no_sync()",
-                                     "ddp_model.no_sync() if stepping else contextlib.nullcontext()"), "ranks-diverge"),
+            (edited(_ACCUM_SOLUTION,
+                    ("contextlib.nullcontext() if stepping else ddp_model.no_sync()",
+                     "ddp_model.no_sync() if stepping else contextlib.nullcontext()")), "ranks-diverge"),
         ),
         judge=_judge_ddp_accumulation,
     )
@@ -513,10 +524,13 @@ add_answers(
         drill_id="ddp-barrier-checkpoint",
         solution=_BARRIER_SOLUTION,
         wrong_answers=(
-            (_BARRIER_SOLUTION.replace("    dist.barrier()  # nobody reads before rank 0 has finished writing\n", ""),
+            (edited(_BARRIER_SOLUTION,
+                    ("    dist.barrier()  # nobody reads before rank 0 has finished writing\n", "")),
              "read-before-written"),
-            (_BARRIER_SOLUTION.replace("    dist.barrier()  # nobody reads before rank 0 has finished writing\n", "")
-             .replace("    if dist.get_rank() == 0:", "    dist.barrier()\n    if dist.get_rank() == 0:"),
+            (edited(_BARRIER_SOLUTION,
+                    ("    dist.barrier()  # nobody reads before rank 0 has finished writing\n", ""),
+                    ("    if dist.get_rank() == 0:",
+                     "    dist.barrier()\n    if dist.get_rank() == 0:")),
              "read-before-written"),
             ("import torch\nimport torch.distributed as dist\n\n\ndef sync_from_rank0(model, path):\n"
              "    torch.save(model.state_dict(), path)\n    dist.barrier()\n"
@@ -532,7 +546,8 @@ add_answers(
         drill_id="ddp-disjoint-shards",
         solution=_SHARD_SOLUTION,
         wrong_answers=(
-            (_SHARD_SOLUTION.replace("manual_seed(seed + epoch)", "manual_seed(seed + epoch + rank)"), "ranks-overlap"),
+            (edited(_SHARD_SOLUTION, ("manual_seed(seed + epoch)", "manual_seed(seed + epoch + rank)")),
+             "ranks-overlap"),
             ("import torch\n\n\ndef shard_indices(n, rank, world_size, seed, epoch):\n"
              "    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))\n"
              "    return order[rank::world_size]\n", "uneven-shards"),
@@ -540,10 +555,11 @@ add_answers(
              "    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))\n"
              "    per_rank = n // world_size\n    return order[rank * per_rank:(rank + 1) * per_rank]\n",
              "samples-dropped"),
-            (_SHARD_SOLUTION.replace("manual_seed(seed + epoch)", "manual_seed(seed)"), "same-order-every-epoch"),
-            (_SHARD_SOLUTION.replace("    order = torch.randperm(n, generator=torch.Generator()"
-                                     ".manual_seed(seed + epoch))",
-                                     "    torch.manual_seed(seed + epoch)\n    order = torch.randperm(n)"),
+            (edited(_SHARD_SOLUTION, ("manual_seed(seed + epoch)", "manual_seed(seed)")), "same-order-every-epoch"),
+            (edited(_SHARD_SOLUTION,
+                    ("    order = torch.randperm(n, generator=torch.Generator()"
+                     ".manual_seed(seed + epoch))",
+                     "    torch.manual_seed(seed + epoch)\n    order = torch.randperm(n)")),
              "uses-global-rng"),
             ("from torch.utils.data.distributed import DistributedSampler\n\n\n"
              "def shard_indices(n, rank, world_size, seed, epoch):\n"

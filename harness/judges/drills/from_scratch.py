@@ -24,6 +24,7 @@ from harness.drills.bank.from_scratch import (
     _ln_inputs,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -113,12 +114,12 @@ def _judge_layer_norm(seen: dict, *, case: Case) -> str:
             f"no layer_norm call or kernel was seen ({SELF_CHECKED})")
 
 
-_LN_SOLUTION = _LN_STARTER.replace(
-    "    raise NotImplementedError\n",
-    "    dims = tuple(range(-len(normalized_shape), 0))\n"
-    "    mean = x.mean(dim=dims, keepdim=True)\n"
-    "    var = ((x - mean) ** 2).mean(dim=dims, keepdim=True)\n"
-    "    return (x - mean) / torch.sqrt(var + eps) * weight + bias\n")
+_LN_SOLUTION = edited(_LN_STARTER,
+                      ("    raise NotImplementedError\n",
+                       "    dims = tuple(range(-len(normalized_shape), 0))\n"
+                       "    mean = x.mean(dim=dims, keepdim=True)\n"
+                       "    var = ((x - mean) ** 2).mean(dim=dims, keepdim=True)\n"
+                       "    return (x - mean) / torch.sqrt(var + eps) * weight + bias\n"))
 
 
 def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool = True, decay_lr: bool = True,
@@ -220,18 +221,18 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
          where="adamw_step")
 
 
-_ADAMW_SOLUTION = _ADAMW_STARTER.replace(
-    "    raise NotImplementedError\n",
-    "    beta1, beta2 = betas\n"
-    "    for p, state in zip(params, states):\n"
-    "        g = p.grad\n"
-    "        p.mul_(1 - lr * weight_decay)\n"
-    "        m, v = state[\"exp_avg\"], state[\"exp_avg_sq\"]\n"
-    "        m.mul_(beta1).add_(g, alpha=1 - beta1)\n"
-    "        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)\n"
-    "        m_hat = m / (1 - beta1 ** step)\n"
-    "        v_hat = v / (1 - beta2 ** step)\n"
-    "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n")
+_ADAMW_SOLUTION = edited(_ADAMW_STARTER,
+                         ("    raise NotImplementedError\n",
+                          "    beta1, beta2 = betas\n"
+                          "    for p, state in zip(params, states):\n"
+                          "        g = p.grad\n"
+                          "        p.mul_(1 - lr * weight_decay)\n"
+                          "        m, v = state[\"exp_avg\"], state[\"exp_avg_sq\"]\n"
+                          "        m.mul_(beta1).add_(g, alpha=1 - beta1)\n"
+                          "        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)\n"
+                          "        m_hat = m / (1 - beta1 ** step)\n"
+                          "        v_hat = v / (1 - beta2 ** step)\n"
+                          "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n"))
 
 
 add_answers(
@@ -239,17 +240,22 @@ add_answers(
         drill_id="modules-layer-norm-from-scratch",
         solution=_LN_SOLUTION,
         wrong_answers=(
-            (_LN_SOLUTION.replace("((x - mean) ** 2).mean(dim=dims, keepdim=True)", "x.var(dim=dims, keepdim=True)"),
+            (edited(_LN_SOLUTION,
+                    ("((x - mean) ** 2).mean(dim=dims, keepdim=True)", "x.var(dim=dims, keepdim=True)")),
              "unbiased-variance"),
-            (_LN_SOLUTION.replace("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)"), "eps-outside-sqrt"),
-            (_LN_SOLUTION.replace("    dims = tuple(range(-len(normalized_shape), 0))\n", "    dims = (-1,)\n"),
+            (edited(_LN_SOLUTION, ("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")), "eps-outside-sqrt"),
+            (edited(_LN_SOLUTION,
+                    ("    dims = tuple(range(-len(normalized_shape), 0))\n", "    dims = (-1,)\n")),
              "wrong-dims"),
-            (_LN_SOLUTION.replace("    dims = tuple(range(-len(normalized_shape), 0))\n",
-                                  "    dims = tuple(range(len(normalized_shape)))\n"), "leading-dims"),
-            (_LN_SOLUTION.replace("x.mean(dim=dims, keepdim=True)", "x.mean()").replace(
-                "((x - mean) ** 2).mean(dim=dims, keepdim=True)", "((x - mean) ** 2).mean()"), "all-dims"),
-            (_LN_SOLUTION.replace("keepdim=True)\n    var", "keepdim=True).detach()\n    var").replace(
-                "keepdim=True)\n    return", "keepdim=True).detach()\n    return"), "wrong-gradient"),
+            (edited(_LN_SOLUTION,
+                    ("    dims = tuple(range(-len(normalized_shape), 0))\n",
+                     "    dims = tuple(range(len(normalized_shape)))\n")), "leading-dims"),
+            (edited(_LN_SOLUTION,
+                    ("x.mean(dim=dims, keepdim=True)", "x.mean()"),
+                    ("((x - mean) ** 2).mean(dim=dims, keepdim=True)", "((x - mean) ** 2).mean()")), "all-dims"),
+            (edited(_LN_SOLUTION,
+                    ("keepdim=True)\n    var", "keepdim=True).detach()\n    var"),
+                    ("keepdim=True)\n    return", "keepdim=True).detach()\n    return")), "wrong-gradient"),
             ("import torch.nn.functional as F\n\n\ndef layer_norm(x, normalized_shape, weight, bias, eps=1e-5):\n"
              "    return F.layer_norm(x, normalized_shape, weight, bias, eps)\n", "forbidden-call"),
         ),
@@ -263,24 +269,27 @@ add_answers(
         drill_id="loop-adamw-from-scratch",
         solution=_ADAMW_SOLUTION,
         wrong_answers=(
-            (_ADAMW_SOLUTION.replace("        g = p.grad\n        p.mul_(1 - lr * weight_decay)\n",
-                                     "        g = p.grad + weight_decay * p\n"), "coupled-decay"),
-            (_ADAMW_SOLUTION.replace("m / (1 - beta1 ** step)", "m").replace("v / (1 - beta2 ** step)", "v"),
+            (edited(_ADAMW_SOLUTION,
+                    ("        g = p.grad\n        p.mul_(1 - lr * weight_decay)\n",
+                     "        g = p.grad + weight_decay * p\n")), "coupled-decay"),
+            (edited(_ADAMW_SOLUTION, ("m / (1 - beta1 ** step)", "m"), ("v / (1 - beta2 ** step)", "v")),
              "no-bias-correction"),
-            (_ADAMW_SOLUTION.replace("p.mul_(1 - lr * weight_decay)", "p.mul_(1 - weight_decay)"),
+            (edited(_ADAMW_SOLUTION, ("p.mul_(1 - lr * weight_decay)", "p.mul_(1 - weight_decay)")),
              "decay-not-scaled-by-lr"),
-            (_ADAMW_SOLUTION.replace("(v_hat.sqrt() + eps)", "(v_hat + eps).sqrt()"), "eps-inside-sqrt"),
-            (_ADAMW_SOLUTION.replace("        p.mul_(1 - lr * weight_decay)\n", "").replace(
-                "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n",
-                "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n        p.mul_(1 - lr * weight_decay)\n"),
+            (edited(_ADAMW_SOLUTION, ("(v_hat.sqrt() + eps)", "(v_hat + eps).sqrt()")), "eps-inside-sqrt"),
+            (edited(_ADAMW_SOLUTION,
+                    ("        p.mul_(1 - lr * weight_decay)\n", ""),
+                    ("        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n",
+                     "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n        p.mul_(1 - lr * weight_decay)\n")),
              "decay-after-update"),
-            (_ADAMW_STARTER.replace(
-                "    raise NotImplementedError\n",
-                "    opt = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)\n"
-                "    for p, s in zip(params, states):\n"
-                "        opt.state[p] = {\"step\": torch.tensor(float(step - 1)), **s}\n"
-                "    opt.step()\n"), "used-torch-optim"),
-            (_ADAMW_SOLUTION.replace("p.mul_(1 - lr * weight_decay)", "p = p * (1 - lr * weight_decay)"),
+            (edited(_ADAMW_STARTER,
+                    ("    raise NotImplementedError\n",
+                     "    opt = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)\n"
+                     "    for p, s in zip(params, states):\n"
+                     "        opt.state[p] = {\"step\": torch.tensor(float(step - 1)), **s}\n"
+                     "    opt.step()\n")), "used-torch-optim"),
+            (edited(_ADAMW_SOLUTION,
+                    ("p.mul_(1 - lr * weight_decay)", "p = p * (1 - lr * weight_decay)")),
              "not-in-place"),
         ),
         judge=_judge_adamw,

@@ -27,7 +27,7 @@ from harness.drills.bank.memory import (
     _uneven_inputs,
 )
 from harness.drills.core import Answers, choice_answers
-from harness.drills.support import with_fixes
+from harness.drills.support import edited, with_fixes
 from harness.judges.drills.whys import add_answers
 from harness.memory import saved_for_backward
 
@@ -311,11 +311,12 @@ add_answers(
         drill_id="memory-adam-state-bytes",
         solution=_ADAM_SOLUTION,
         wrong_answers=(
-            (_ADAM_SOLUTION.replace(" if p.requires_grad)", ")"), "wrong-bytes"),
-            (_ADAM_SOLUTION.replace("p.element_size()", "4"), "wrong-bytes"),
-            (_ADAM_SOLUTION.replace("for p in model.parameters()",
-                                    "for _, p in model.named_parameters(remove_duplicate=False)"), "wrong-bytes"),
-            (_ADAM_SOLUTION.replace("return sum(2 *", "return sum(1 *"), "wrong-bytes"),
+            (edited(_ADAM_SOLUTION, (" if p.requires_grad)", ")")), "wrong-bytes"),
+            (edited(_ADAM_SOLUTION, ("p.element_size()", "4")), "wrong-bytes"),
+            (edited(_ADAM_SOLUTION,
+                    ("for p in model.parameters()",
+                     "for _, p in model.named_parameters(remove_duplicate=False)")), "wrong-bytes"),
+            (edited(_ADAM_SOLUTION, ("return sum(2 *", "return sum(1 *")), "wrong-bytes"),
             ('''from harness.memory import optimizer_state_bytes
 import torch
 
@@ -335,13 +336,17 @@ add_answers(
         drill_id="memory-activation-bytes",
         solution=_BYTES_SOLUTION,
         wrong_answers=(
-            (_BYTES_SOLUTION.replace("        if storage.data_ptr() not in params:\n            storages",
-                                     "        storages"), "wrong-bytes"),
-            (_BYTES_SOLUTION.replace("storages[storage.data_ptr()] = storage.nbytes()",
-                                     "storages[len(storages)] = tensor.nbytes"), "wrong-bytes"),
-            (_BYTES_SOLUTION.replace("storages[storage.data_ptr()] = storage.nbytes()",
-                                     "storages[tensor.data_ptr()] = tensor.nbytes"), "wrong-bytes"),
-            (_BYTES_SOLUTION.replace("return sum(storages.values())", "return sum(storages.values()) / 1.0"),
+            (edited(_BYTES_SOLUTION,
+                    ("        if storage.data_ptr() not in params:\n            storages",
+                     "        storages")), "wrong-bytes"),
+            (edited(_BYTES_SOLUTION,
+                    ("storages[storage.data_ptr()] = storage.nbytes()",
+                     "storages[len(storages)] = tensor.nbytes")), "wrong-bytes"),
+            (edited(_BYTES_SOLUTION,
+                    ("storages[storage.data_ptr()] = storage.nbytes()",
+                     "storages[tensor.data_ptr()] = tensor.nbytes")), "wrong-bytes"),
+            (edited(_BYTES_SOLUTION,
+                    ("return sum(storages.values())", "return sum(storages.values()) / 1.0")),
              "not-an-int"),
             ('''from harness.memory import saved_for_backward
 
@@ -360,15 +365,18 @@ def activation_bytes(model, x):
 add_answers(
     Answers(
         drill_id="memory-checkpoint-reentrant",
-        solution=_CHECKPOINT_STARTER.replace("use_reentrant=True", "use_reentrant=False"),
+        solution=edited(_CHECKPOINT_STARTER, ("use_reentrant=True", "use_reentrant=False")),
         wrong_answers=(
-            (_CHECKPOINT_STARTER.replace("h = checkpoint(block, h, use_reentrant=True)",
-                                         "h = block(h) if block is blocks[-1] else checkpoint(block, h, "
-                                         "use_reentrant=False)"), "not-checkpointed"),
-            (_CHECKPOINT_STARTER.replace("h = checkpoint(block, h, use_reentrant=True)", "h = block(h)"),
+            (edited(_CHECKPOINT_STARTER,
+                    ("h = checkpoint(block, h, use_reentrant=True)",
+                     "h = block(h) if block is blocks[-1] else checkpoint(block, h, "
+                     "use_reentrant=False)")), "not-checkpointed"),
+            (edited(_CHECKPOINT_STARTER,
+                    ("h = checkpoint(block, h, use_reentrant=True)", "h = block(h)")),
              "not-checkpointed"),
-            (_CHECKPOINT_STARTER.replace("h = checkpoint(block, h, use_reentrant=True)",
-                                         "h = checkpoint(block, h.detach(), use_reentrant=False)"), "wrong-grads"),
+            (edited(_CHECKPOINT_STARTER,
+                    ("h = checkpoint(block, h, use_reentrant=True)",
+                     "h = checkpoint(block, h.detach(), use_reentrant=False)")), "wrong-grads"),
         ),
         judge=_judge_checkpointed,
     )
@@ -378,11 +386,12 @@ add_answers(
 add_answers(
     Answers(
         drill_id="memory-uneven-accumulation",
-        solution=_UNEVEN_STARTER.replace("/ len(chunks)", "* (len(xb) / len(x))"),
+        solution=edited(_UNEVEN_STARTER, ("/ len(chunks)", "* (len(xb) / len(x))")),
         wrong_answers=(
-            (_UNEVEN_STARTER.replace("/ len(chunks)", ""), "losses-summed"),
-            (_UNEVEN_STARTER.replace("(nn.functional.mse_loss(model(xb), yb) / len(chunks))",
-                                     "(nn.functional.mse_loss(model(xb), yb, reduction='sum') / micro_batch_size)"),
+            (edited(_UNEVEN_STARTER, ("/ len(chunks)", "")), "losses-summed"),
+            (edited(_UNEVEN_STARTER,
+                    ("(nn.functional.mse_loss(model(xb), yb) / len(chunks))",
+                     "(nn.functional.mse_loss(model(xb), yb, reduction='sum') / micro_batch_size)")),
              "divided-by-micro-batch-size"),
         ),
         judge=_judge_uneven,
@@ -435,9 +444,10 @@ add_answers(
             (_acc_fixed("zero_grad", "graph"), "unscaled-accumulation"),
             (_acc_fixed("zero_grad", "scale"), "graph-kept"),
             # the scaled loss added to the total: training is right, the reported loss is accum_steps times too small
-            (_acc_fixed("zero_grad", "graph").replace("        loss.backward()\n        total += loss.detach()\n",
-                                                      "        loss = loss / accum_steps\n        loss.backward()\n"
-                                                      "        total += loss.detach()\n"), "wrong-value"),
+            (edited(_acc_fixed("zero_grad", "graph"),
+                    ("        loss.backward()\n        total += loss.detach()\n",
+                     "        loss = loss / accum_steps\n        loss.backward()\n"
+                     "        total += loss.detach()\n")), "wrong-value"),
         ),
         judge=_judge_accumulation_bugs,
     )

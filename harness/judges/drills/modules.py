@@ -25,6 +25,7 @@ from harness.drills.bank.modules import (
     _mlp_cases,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -242,13 +243,17 @@ def freeze_backbone(model):
 add_answers(
     Answers(
         drill_id="modules-plain-list",
-        solution=_LIST_STARTER.replace("self.hidden = [", "self.hidden = nn.ModuleList([").replace(
-            "sizes[1:-1])]", "sizes[1:-1])])"),
+        solution=edited(_LIST_STARTER,
+                        ("self.hidden = [", "self.hidden = nn.ModuleList(["),
+                        ("sizes[1:-1])]", "sizes[1:-1])])")),
         wrong_answers=(
-            (_LIST_STARTER.replace("self.hidden = [", "self.hidden = tuple(").replace(
-                "sizes[1:-1])]", "sizes[1:-1]))"), "unregistered-layers"),
-            (_LIST_STARTER.replace("self.hidden = [", "self.hidden = nn.ModuleList([").replace(
-                "sizes[1:-1])]", "sizes[1:-1])])").replace("x = torch.relu(layer(x))", "x = layer(x)"),
+            (edited(_LIST_STARTER,
+                    ("self.hidden = [", "self.hidden = tuple("),
+                    ("sizes[1:-1])]", "sizes[1:-1]))")), "unregistered-layers"),
+            (edited(_LIST_STARTER,
+                    ("self.hidden = [", "self.hidden = nn.ModuleList(["),
+                    ("sizes[1:-1])]", "sizes[1:-1])])"),
+                    ("x = torch.relu(layer(x))", "x = layer(x)")),
              "wrong-value"),
         ),
         judge=_judge_mlp,
@@ -267,12 +272,14 @@ add_answers(
              "        (n if 'bias' in name else d).append(p)\n"
              "    return [{'params': d, 'weight_decay': weight_decay}, {'params': n, 'weight_decay': 0.0}]\n",
              "wrong-decay-set"),
-            (_GROUPS_SOLUTION.replace("{'params': no_decay, 'weight_decay': 0.0}", "{'params': no_decay}"),
+            (edited(_GROUPS_SOLUTION,
+                    ("{'params': no_decay, 'weight_decay': 0.0}", "{'params': no_decay}")),
              "decay-left-to-default"),
-            (_GROUPS_SOLUTION.replace("{'params': decay, 'weight_decay': weight_decay}",
-                                      "{'params': list(model.parameters()), 'weight_decay': weight_decay}"),
+            (edited(_GROUPS_SOLUTION,
+                    ("{'params': decay, 'weight_decay': weight_decay}",
+                     "{'params': list(model.parameters()), 'weight_decay': weight_decay}")),
              "params-missing-or-duplicated"),
-            (_GROUPS_SOLUTION.replace("'weight_decay': weight_decay}", "'weight_decay': 0.1}"), "wrong-decay-value"),
+            (edited(_GROUPS_SOLUTION, ("'weight_decay': weight_decay}", "'weight_decay': 0.1}")), "wrong-decay-value"),
         ),
         judge=_judge_module_param_groups,
     )
@@ -289,18 +296,23 @@ add_answers(
              "        super().__init__()\n        self.momentum = momentum\n"
              "        self.mean = nn.Parameter(torch.zeros(features))\n"
              "    def forward(self, x):\n        return x - self.mean\n", "stat-is-parameter"),
-            (_BUFFER_SOLUTION.replace("        if self.training:\n            with torch.no_grad():\n"
-                                      "                self.mean", "        with torch.no_grad():\n"
-                                      "            self.mean"), "updates-in-eval"),
-            (_BUFFER_SOLUTION.replace("self.register_buffer('mean', torch.zeros(features))",
-                                      "self.mean = torch.zeros(features)"), "stat-not-saved"),
-            (_BUFFER_SOLUTION.replace("            with torch.no_grad():\n"
-                                      "                self.mean.mul_(1 - self.momentum).add_(self.momentum * "
-                                      "x.mean(0))\n",
-                                      "            self.mean = (1 - self.momentum) * self.mean + self.momentum * "
-                                      "x.mean(0)\n"), "stat-has-graph"),
-            (_BUFFER_SOLUTION.replace("mul_(1 - self.momentum).add_(self.momentum * x.mean(0))",
-                                      "mul_(self.momentum).add_((1 - self.momentum) * x.mean(0))"), "wrong-update"),
+            (edited(_BUFFER_SOLUTION,
+                    ("        if self.training:\n            with torch.no_grad():\n"
+                     "                self.mean",
+                     "        with torch.no_grad():\n"
+                     "            self.mean")), "updates-in-eval"),
+            (edited(_BUFFER_SOLUTION,
+                    ("self.register_buffer('mean', torch.zeros(features))",
+                     "self.mean = torch.zeros(features)")), "stat-not-saved"),
+            (edited(_BUFFER_SOLUTION,
+                    ("            with torch.no_grad():\n"
+                     "                self.mean.mul_(1 - self.momentum).add_(self.momentum * "
+                     "x.mean(0))\n",
+                     "            self.mean = (1 - self.momentum) * self.mean + self.momentum * "
+                     "x.mean(0)\n")), "stat-has-graph"),
+            (edited(_BUFFER_SOLUTION,
+                    ("mul_(1 - self.momentum).add_(self.momentum * x.mean(0))",
+                     "mul_(self.momentum).add_((1 - self.momentum) * x.mean(0))")), "wrong-update"),
         ),
         judge=_judge_buffer,
     )
@@ -336,11 +348,12 @@ add_answers(
              "    return list(model.head.parameters())\n", "eval-does-not-freeze"),
             ("import torch\n\ndef freeze_backbone(model):\n    model.backbone.requires_grad = False\n"
              "    return list(model.head.parameters())\n", "module-attribute-set"),
-            (_FREEZE_SOLUTION.replace("p.requires_grad = False", "p.requires_grad == False  # noqa"),
+            (edited(_FREEZE_SOLUTION, ("p.requires_grad = False", "p.requires_grad == False  # noqa")),
              "backbone-trainable"),
             ("import torch\n\ndef freeze_backbone(model):\n    model.requires_grad_(False)\n"
              "    return list(model.head.parameters())\n", "head-frozen"),
-            (_FREEZE_SOLUTION.replace("[p for p in model.parameters() if p.requires_grad]", "list(model.parameters())"),
+            (edited(_FREEZE_SOLUTION,
+                    ("[p for p in model.parameters() if p.requires_grad]", "list(model.parameters())")),
              "wrong-param-list"),
         ),
         judge=_judge_freeze,

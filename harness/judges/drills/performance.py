@@ -24,6 +24,7 @@ from harness.drills.bank.performance import (
     _metrics_inputs,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -228,13 +229,14 @@ add_answers(
         solution=_METRICS_SOLUTION,
         wrong_answers=(
             # the loss fixed, the accuracy still read every batch
-            (_METRICS_STARTER.replace(".item() * len(y)", " * len(y)"), "sync-per-step"),
+            (edited(_METRICS_STARTER, (".item() * len(y)", " * len(y)")), "sync-per-step"),
             # float() is .item() under another name
-            (_METRICS_SOLUTION.replace("loss_fn(out, y) * len(y)", "float(loss_fn(out, y)) * len(y)"),
+            (edited(_METRICS_SOLUTION, ("loss_fn(out, y) * len(y)", "float(loss_fn(out, y)) * len(y)")),
              "sync-per-step"),
             # a mean of batch means: the short last batch weighs as much as a full one
-            (_METRICS_SOLUTION.replace("loss_fn(out, y) * len(y)", "loss_fn(out, y)")
-             .replace("(total_loss / count).item()", "(total_loss / len(batches)).item()"), "wrong-value"),
+            (edited(_METRICS_SOLUTION,
+                    ("loss_fn(out, y) * len(y)", "loss_fn(out, y)"),
+                    ("(total_loss / count).item()", "(total_loss / len(batches)).item()")), "wrong-value"),
         ),
         judge=_judge_epoch_metrics,
     )
@@ -246,15 +248,18 @@ add_answers(
         drill_id="performance-log-every",
         solution=_LOG_SOLUTION,
         wrong_answers=(
-            (_LOG_SOLUTION.replace("running = loss.detach() if running is None else running + loss.detach()",
-                                   "running = loss.item() if running is None else running + loss.item()")
-             .replace("(running / count).item()", "running / count"), "sync-per-step"),
-            (_LOG_SOLUTION.replace("(running / count).item()", "(running / log_every).item()"), "wrong-value"),
-            (_LOG_SOLUTION.replace("count == log_every or step == len(batches)", "count == log_every"),
+            (edited(_LOG_SOLUTION,
+                    ("running = loss.detach() if running is None else running + loss.detach()",
+                     "running = loss.item() if running is None else running + loss.item()"),
+                    ("(running / count).item()", "running / count")), "sync-per-step"),
+            (edited(_LOG_SOLUTION, ("(running / count).item()", "(running / log_every).item()")), "wrong-value"),
+            (edited(_LOG_SOLUTION, ("count == log_every or step == len(batches)", "count == log_every")),
              "wrong-value"),
-            (_LOG_SOLUTION.replace("        optimizer.zero_grad(set_to_none=True)\n", "")
-             .replace("    logs, running, count", "    optimizer.zero_grad(set_to_none=True)\n"
-                      "    logs, running, count"), "wrong-updates"),
+            (edited(_LOG_SOLUTION,
+                    ("        optimizer.zero_grad(set_to_none=True)\n", ""),
+                    ("    logs, running, count",
+                     "    optimizer.zero_grad(set_to_none=True)\n"
+                     "    logs, running, count")), "wrong-updates"),
         ),
         judge=_judge_log_every,
     )
@@ -266,12 +271,13 @@ add_answers(
         drill_id="performance-loader-settings",
         solution=_LOADER_SOLUTION,
         wrong_answers=(
-            (_LOADER_SOLUTION.replace("persistent_workers=True", "persistent_workers=False"), "workers-restarted"),
-            (_LOADER_SOLUTION.replace('pin_memory=device_type == "cuda"', "pin_memory=True"), "pinned-on-cpu"),
-            (_LOADER_SOLUTION.replace("num_workers=2", "num_workers=0"), "raised"),
-            (_LOADER_SOLUTION.replace("num_workers=2,\n                      persistent_workers=True,",
-                                      "num_workers=4,"), "workers-restarted"),
-            (_LOADER_SOLUTION.replace("shuffle=True", "shuffle=False"), "wrong-batches"),
+            (edited(_LOADER_SOLUTION, ("persistent_workers=True", "persistent_workers=False")), "workers-restarted"),
+            (edited(_LOADER_SOLUTION, ('pin_memory=device_type == "cuda"', "pin_memory=True")), "pinned-on-cpu"),
+            (edited(_LOADER_SOLUTION, ("num_workers=2", "num_workers=0")), "raised"),
+            (edited(_LOADER_SOLUTION,
+                    ("num_workers=2,\n                      persistent_workers=True,",
+                     "num_workers=4,")), "workers-restarted"),
+            (edited(_LOADER_SOLUTION, ("shuffle=True", "shuffle=False")), "wrong-batches"),
         ),
         judge=_judge_loader_settings,
     )

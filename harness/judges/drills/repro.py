@@ -29,6 +29,7 @@ from harness.drills.bank.repro import (
     _worker_inputs,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -230,9 +231,10 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
     return "the validation set is fixed by the seed alone, and the model's initialisation is untouched"
 
 
-_SPLIT_MODEL_SOLUTION = _SPLIT_MODEL_STARTER.replace(
-    "[len(dataset) - n_val, n_val])", "[len(dataset) - n_val, n_val],\n"
-    "                                      generator=torch.Generator().manual_seed(seed))")
+_SPLIT_MODEL_SOLUTION = edited(_SPLIT_MODEL_STARTER,
+                               ("[len(dataset) - n_val, n_val])",
+                                "[len(dataset) - n_val, n_val],\n"
+                                "                                      generator=torch.Generator().manual_seed(seed))"))
 
 
 _STREAMS = {"python": "Python's random (random.getstate / setstate)",
@@ -322,13 +324,16 @@ add_answers(
 add_answers(
     Answers(
         drill_id="repro-two-runs-differ",
-        solution=_LOADER_STARTER.replace("shuffle=True)", "shuffle=True,\n                      "
-                                         "generator=torch.Generator().manual_seed(seed))"),
+        solution=edited(_LOADER_STARTER,
+                        ("shuffle=True)",
+                         "shuffle=True,\n                      "
+                         "generator=torch.Generator().manual_seed(seed))")),
         wrong_answers=(
-            (_LOADER_STARTER.replace("    return DataLoader", "    torch.manual_seed(seed)\n    return DataLoader"),
+            (edited(_LOADER_STARTER,
+                    ("    return DataLoader", "    torch.manual_seed(seed)\n    return DataLoader")),
              "reseeds-global-rng"),
-            (_LOADER_STARTER.replace("shuffle=True)", "shuffle=True, generator=torch.Generator())"), "seed-ignored"),
-            (_LOADER_STARTER.replace("shuffle=True)", "shuffle=False)"), "not-shuffled"),
+            (edited(_LOADER_STARTER, ("shuffle=True)", "shuffle=True, generator=torch.Generator())")), "seed-ignored"),
+            (edited(_LOADER_STARTER, ("shuffle=True)", "shuffle=False)")), "not-shuffled"),
         ),
         judge=_judge_generator_loader,
     )
@@ -359,19 +364,22 @@ add_answers(
         drill_id="repro-worker-seeds",
         solution=_WORKER_SOLUTION,
         wrong_answers=(
-            (_WORKER_SOLUTION.replace(", worker_init_fn=seed_worker", ""), "duplicate-worker-streams"),
-            (_WORKER_SOLUTION.replace(
-                "    info = get_worker_info()  # info.seed: the loader's base seed (new each epoch) + worker_id\n"
-                "    info.dataset.rng = np.random.default_rng(info.seed)\n",
-                "    np.random.seed(torch.initial_seed() % 2**32)  # the recipe for np.random's global RNG\n"),
+            (edited(_WORKER_SOLUTION, (", worker_init_fn=seed_worker", "")), "duplicate-worker-streams"),
+            (edited(_WORKER_SOLUTION,
+                    ("    info = get_worker_info()  # info.seed: the loader's base seed (new each epoch) + worker_id\n"
+                     "    info.dataset.rng = np.random.default_rng(info.seed)\n",
+                     "    np.random.seed(torch.initial_seed() % 2**32)  # the recipe for np.random's global RNG\n")),
              "duplicate-worker-streams"),
-            (_WORKER_SOLUTION.replace("np.random.default_rng(info.seed)", "np.random.default_rng(1234 + worker_id)"),
+            (edited(_WORKER_SOLUTION,
+                    ("np.random.default_rng(info.seed)", "np.random.default_rng(1234 + worker_id)")),
              "same-noise-every-epoch"),
-            (_WORKER_SOLUTION.replace(",\n                      generator=torch.Generator().manual_seed(seed))", ")"),
+            (edited(_WORKER_SOLUTION,
+                    (",\n                      generator=torch.Generator().manual_seed(seed))", ")")),
              "not-reproducible"),
-            (_WORKER_SOLUTION.replace("num_workers=2, worker_init_fn=seed_worker", "num_workers=0"), "no-workers"),
-            (_WORKER_SOLUTION.replace("    return DataLoader(", "    torch.manual_seed(seed)\n    return DataLoader(")
-             .replace(",\n                      generator=torch.Generator().manual_seed(seed))", ")"),
+            (edited(_WORKER_SOLUTION, ("num_workers=2, worker_init_fn=seed_worker", "num_workers=0")), "no-workers"),
+            (edited(_WORKER_SOLUTION,
+                    ("    return DataLoader(", "    torch.manual_seed(seed)\n    return DataLoader("),
+                    (",\n                      generator=torch.Generator().manual_seed(seed))", ")")),
              "caller-rng-changed"),
         ),
         judge=_judge_workers,
@@ -384,16 +392,20 @@ add_answers(
         drill_id="repro-split-moves-with-model",
         solution=_SPLIT_MODEL_SOLUTION,
         wrong_answers=(
-            (_SPLIT_MODEL_STARTER.replace(
-                "    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))\n", "").replace(
-                "    return model,",
-                "    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))\n    return model,"),
+            (edited(_SPLIT_MODEL_STARTER,
+                    ("    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))\n",
+                     ""),
+                    ("    return model,",
+                     "    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))\n"
+                     "    return model,")),
              "model-init-changed"),
-            (_SPLIT_MODEL_STARTER.replace("    train_set, val_set = random_split",
-                                          "    torch.manual_seed(seed)\n    train_set, val_set = random_split"),
+            (edited(_SPLIT_MODEL_STARTER,
+                    ("    train_set, val_set = random_split",
+                     "    torch.manual_seed(seed)\n    train_set, val_set = random_split")),
              "uses-global-rng"),
-            (_SPLIT_MODEL_STARTER.replace("[len(dataset) - n_val, n_val])",
-                                          "[len(dataset) - n_val, n_val], generator=torch.Generator())"),
+            (edited(_SPLIT_MODEL_STARTER,
+                    ("[len(dataset) - n_val, n_val])",
+                     "[len(dataset) - n_val, n_val], generator=torch.Generator())")),
              "seed-ignored"),
         ),
         judge=_judge_split_model,
@@ -406,15 +418,20 @@ add_answers(
         drill_id="repro-rng-capture",
         solution=_RNG_SOLUTION,
         wrong_answers=(
-            (_RNG_SOLUTION.replace(' "numpy": np.random.get_state(),', "").replace(
-                '    np.random.set_state(state["numpy"])\n', ""), "numpy-not-restored"),
-            (_RNG_SOLUTION.replace('"generator": generator.get_state()', '"generator": generator').replace(
-                'generator.set_state(state["generator"])', 'generator.set_state(state["generator"].get_state())'),
+            (edited(_RNG_SOLUTION,
+                    (' "numpy": np.random.get_state(),', ""),
+                    ('    np.random.set_state(state["numpy"])\n', "")), "numpy-not-restored"),
+            (edited(_RNG_SOLUTION,
+                    ('"generator": generator.get_state()', '"generator": generator'),
+                    ('generator.set_state(state["generator"])',
+                     'generator.set_state(state["generator"].get_state())')),
              "generator-not-restored"),
-            (_RNG_SOLUTION.replace('state = {"python": random.getstate(), ', "state = {").replace(
-                '    random.setstate(state["python"])\n', ""), "python-not-restored"),
-            (_RNG_SOLUTION.replace('"torch": torch.get_rng_state()', '"torch": torch.seed()').replace(
-                'torch.set_rng_state(state["torch"])', 'torch.manual_seed(state["torch"])'), "capture-draws"),
+            (edited(_RNG_SOLUTION,
+                    ('state = {"python": random.getstate(), ', "state = {"),
+                    ('    random.setstate(state["python"])\n', "")), "python-not-restored"),
+            (edited(_RNG_SOLUTION,
+                    ('"torch": torch.get_rng_state()', '"torch": torch.seed()'),
+                    ('torch.set_rng_state(state["torch"])', 'torch.manual_seed(state["torch"])')), "capture-draws"),
         ),
         judge=_judge_rng,
     )

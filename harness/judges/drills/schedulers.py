@@ -38,6 +38,7 @@ from harness.drills.bank.schedulers import (
     _warmup_setup,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -220,8 +221,9 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
     return "OneCycleLR stepped once per batch, after the optimizer"
 
 
-_ONECYCLE_SOLUTION = _ONECYCLE_STARTER.replace("            optimizer.step()\n        scheduler.step()\n",
-                                               "            optimizer.step()\n            scheduler.step()\n")
+_ONECYCLE_SOLUTION = edited(_ONECYCLE_STARTER,
+                            ("            optimizer.step()\n        scheduler.step()\n",
+                             "            optimizer.step()\n            scheduler.step()\n"))
 
 
 def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
@@ -406,10 +408,7 @@ _RESUME_SCHEDULER = (('model.state_dict()', 'model.state_dict(), "scheduler": sc
 
 
 def _resume_fixed(*fixes: tuple[str, str]) -> str:
-    source = _RESUME_STARTER.replace("import torch\n", "import copy\n\nimport torch\n")
-    for old, new in fixes:
-        source = source.replace(old, new)
-    return source
+    return edited(_RESUME_STARTER, ("import torch\n", "import copy\n\nimport torch\n"), *fixes)
 
 
 add_answers(
@@ -417,11 +416,12 @@ add_answers(
         drill_id="schedulers-warmup-cosine",
         solution=_COSINE_SOLUTION,
         wrong_answers=(
-            (_COSINE_SOLUTION.replace("(step + 1) / warmup", "step / warmup"), "wrong-warmup"),
-            (_COSINE_SOLUTION.replace("min((step - warmup) / max(1, total - warmup), 1.0)",
-                                      "(step - warmup) / max(1, total - warmup)"), "not-clamped"),
-            (_COSINE_SOLUTION.replace("max(1, total - warmup)", "(total - warmup)"), "raised"),
-            (_COSINE_SOLUTION.replace("math.pi * progress", "math.pi * progress / 2"), "wrong-decay"),
+            (edited(_COSINE_SOLUTION, ("(step + 1) / warmup", "step / warmup")), "wrong-warmup"),
+            (edited(_COSINE_SOLUTION,
+                    ("min((step - warmup) / max(1, total - warmup), 1.0)",
+                     "(step - warmup) / max(1, total - warmup)")), "not-clamped"),
+            (edited(_COSINE_SOLUTION, ("max(1, total - warmup)", "(total - warmup)")), "raised"),
+            (edited(_COSINE_SOLUTION, ("math.pi * progress", "math.pi * progress / 2")), "wrong-decay"),
         ),
         judge=_judge_warmup_cosine,
     )
@@ -431,16 +431,19 @@ add_answers(
 add_answers(
     Answers(
         drill_id="schedulers-wrong-granularity",
-        solution=_GRANULARITY_STARTER.replace("            optimizer.step()\n            scheduler.step()\n",
-                                              "            optimizer.step()\n"
-                                              "        scheduler.step()  # once per epoch\n"),
+        solution=edited(_GRANULARITY_STARTER,
+                        ("            optimizer.step()\n            scheduler.step()\n",
+                         "            optimizer.step()\n"
+                         "        scheduler.step()  # once per epoch\n")),
         wrong_answers=(
-            (_GRANULARITY_STARTER.replace("            optimizer.step()\n            scheduler.step()\n",
-                                          "            scheduler.step()\n            optimizer.step()\n"),
+            (edited(_GRANULARITY_STARTER,
+                    ("            optimizer.step()\n            scheduler.step()\n",
+                     "            scheduler.step()\n            optimizer.step()\n")),
              "scheduler-per-batch"),
-            (_GRANULARITY_STARTER.replace("        model.train()\n",
-                                          "        model.train()\n        scheduler.step()\n")
-             .replace("            optimizer.step()\n            scheduler.step()\n", "            optimizer.step()\n"),
+            (edited(_GRANULARITY_STARTER,
+                    ("        model.train()\n", "        model.train()\n        scheduler.step()\n"),
+                    ("            optimizer.step()\n            scheduler.step()\n",
+                     "            optimizer.step()\n")),
              "wrong-schedule"),
         ),
         judge=_judge_granularity,
@@ -451,13 +454,17 @@ add_answers(
 add_answers(
     Answers(
         drill_id="schedulers-plateau-metric",
-        solution=_PLATEAU_STARTER.replace("scheduler.step(total / len(train_batches))", "scheduler.step(val_loss)"),
+        solution=edited(_PLATEAU_STARTER,
+                        ("scheduler.step(total / len(train_batches))", "scheduler.step(val_loss)")),
         wrong_answers=(
-            (_PLATEAU_STARTER.replace("scheduler.step(total / len(train_batches))", "scheduler.step(loss)"),
+            (edited(_PLATEAU_STARTER,
+                    ("scheduler.step(total / len(train_batches))", "scheduler.step(loss)")),
              "plateau-on-last-batch-loss"),
-            (_PLATEAU_STARTER.replace("        scheduler.step(total / len(train_batches))\n", "").replace(
-                "            total += loss.detach()\n", "            total += loss.detach()\n"
-                "            scheduler.step(loss)\n"), "plateau-step-count"),
+            (edited(_PLATEAU_STARTER,
+                    ("        scheduler.step(total / len(train_batches))\n", ""),
+                    ("            total += loss.detach()\n",
+                     "            total += loss.detach()\n"
+                     "            scheduler.step(loss)\n")), "plateau-step-count"),
         ),
         judge=_judge_plateau,
     )
@@ -469,8 +476,9 @@ add_answers(
         drill_id="schedulers-onecycle-per-batch",
         solution=_ONECYCLE_SOLUTION,
         wrong_answers=(
-            (_ONECYCLE_SOLUTION.replace("            optimizer.step()\n            scheduler.step()\n",
-                                        "            scheduler.step()\n            optimizer.step()\n"), "lr-shifted"),
+            (edited(_ONECYCLE_SOLUTION,
+                    ("            optimizer.step()\n            scheduler.step()\n",
+                     "            scheduler.step()\n            optimizer.step()\n")), "lr-shifted"),
             (_ONECYCLE_SOLUTION + "        scheduler.step()\n", "raised"),
         ),
         judge=_judge_onecycle,
@@ -483,9 +491,9 @@ add_answers(
         drill_id="schedulers-plateau-mode",
         solution=_PLATEAU_MODE_SOLUTION,
         wrong_answers=(
-            (_PLATEAU_MODE_SOLUTION.replace('mode="max", ', ""), "wrong-mode"),
-            (_PLATEAU_MODE_SOLUTION.replace(", patience=2", ""), "wrong-patience"),
-            (_PLATEAU_MODE_SOLUTION.replace(", factor=0.5", ""), "wrong-factor"),
+            (edited(_PLATEAU_MODE_SOLUTION, ('mode="max", ', "")), "wrong-mode"),
+            (edited(_PLATEAU_MODE_SOLUTION, (", patience=2", "")), "wrong-patience"),
+            (edited(_PLATEAU_MODE_SOLUTION, (", factor=0.5", "")), "wrong-factor"),
         ),
         judge=_judge_plateau_mode,
     )
@@ -497,9 +505,10 @@ add_answers(
         drill_id="schedulers-linear-warmup",
         solution=_LINEAR_WARMUP_SOLUTION,
         wrong_answers=(
-            (_LINEAR_WARMUP_SOLUTION.replace("min(1.0, (step + 1) / warmup)", "min(1.0, step / warmup)"),
+            (edited(_LINEAR_WARMUP_SOLUTION,
+                    ("min(1.0, (step + 1) / warmup)", "min(1.0, step / warmup)")),
              "warmup-starts-at-zero"),
-            (_LINEAR_WARMUP_SOLUTION.replace("min(1.0, (step + 1) / warmup)", "(step + 1) / warmup"), "no-plateau"),
+            (edited(_LINEAR_WARMUP_SOLUTION, ("min(1.0, (step + 1) / warmup)", "(step + 1) / warmup")), "no-plateau"),
             ("import torch\n\ndef make_warmup(optimizer, warmup):\n    return torch.optim.lr_scheduler.LinearLR(\n"
              "        optimizer, start_factor=1 / warmup, total_iters=warmup)\n", "wrong-warmup"),
         ),
@@ -522,7 +531,7 @@ add_answers(
              "                                   {'params': model.head.parameters()}], lr=lr)\n"
              "    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))\n"
              "    optimizer.param_groups[0]['lr'] = lr / 10\n    return optimizer, scheduler\n", "base-lr-lost"),
-            (_GROUPS_SOLUTION.replace('"lr": lr / 10', '"lr": lr * 10'), "wrong-group-lr"),
+            (edited(_GROUPS_SOLUTION, ('"lr": lr / 10', '"lr": lr * 10')), "wrong-group-lr"),
         ),
         judge=_judge_param_group_lrs,
     )
@@ -537,10 +546,10 @@ add_answers(
             (_resume_fixed(_RESUME_COPY, *_RESUME_OPTIMIZER), "scheduler-state-lost"),
             (_resume_fixed(_RESUME_COPY, *_RESUME_SCHEDULER), "optimizer-state-lost"),
             (_resume_fixed(*_RESUME_OPTIMIZER, *_RESUME_SCHEDULER), "checkpoint-aliases-live-weights"),
-            (_resume_fixed(_RESUME_COPY, *_RESUME_OPTIMIZER, *_RESUME_SCHEDULER).replace(
-                '    optimizer.load_state_dict(checkpoint["optimizer"])\n',
-                '    optimizer.load_state_dict(checkpoint["optimizer"])\n'
-                '    scheduler.step()  # resume at the next step\n'),
+            (edited(_resume_fixed(_RESUME_COPY, *_RESUME_OPTIMIZER, *_RESUME_SCHEDULER),
+                    ('    optimizer.load_state_dict(checkpoint["optimizer"])\n',
+                     '    optimizer.load_state_dict(checkpoint["optimizer"])\n'
+                     '    scheduler.step()  # resume at the next step\n')),
              "schedule-shifted"),
         ),
         judge=_judge_resume,

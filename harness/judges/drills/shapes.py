@@ -28,6 +28,7 @@ from harness.drills.bank.shapes import (
     _heads_inputs,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -125,17 +126,21 @@ def _judge_loss(seen: dict, *, case: Case) -> str:
 add_answers(
     Answers(
         drill_id="tensors-split-merge-heads",
-        solution=_HEADS_STARTER.replace(*_SPLIT_FIX).replace(*_MERGE_FIX),
+        solution=edited(_HEADS_STARTER, _SPLIT_FIX, _MERGE_FIX),
         wrong_answers=(
-            (_HEADS_STARTER.replace(*_MERGE_FIX), "split-mixes-tokens"),
-            (_HEADS_STARTER.replace(*_SPLIT_FIX), "merge-mixes-tokens"),
-            (_HEADS_STARTER.replace(*_SPLIT_FIX).replace("x.reshape(b, t, h * d)",
-                                                         "x.transpose(1, 2).view(b, t, h * d)"), "raised"),
-            (_HEADS_STARTER.replace(*_SPLIT_FIX).replace("x.reshape(b, t, h * d)",
-                                                         "x.permute(0, 2, 3, 1).reshape(b, t, h * d)"),
+            (edited(_HEADS_STARTER, _MERGE_FIX), "split-mixes-tokens"),
+            (edited(_HEADS_STARTER, _SPLIT_FIX), "merge-mixes-tokens"),
+            (edited(_HEADS_STARTER,
+                    _SPLIT_FIX,
+                    ("x.reshape(b, t, h * d)", "x.transpose(1, 2).view(b, t, h * d)")), "raised"),
+            (edited(_HEADS_STARTER,
+                    _SPLIT_FIX,
+                    ("x.reshape(b, t, h * d)", "x.permute(0, 2, 3, 1).reshape(b, t, h * d)")),
              "merge-interleaves-features"),
-            (_HEADS_STARTER.replace("x.view(b, heads, t, e // heads)",
-                                    "x.view(b, t, e // heads, heads).permute(0, 3, 1, 2)").replace(*_MERGE_FIX),
+            (edited(_HEADS_STARTER,
+                    ("x.view(b, heads, t, e // heads)",
+                     "x.view(b, t, e // heads, heads).permute(0, 3, 1, 2)"),
+                    _MERGE_FIX),
              "split-interleaves-features"),
         ),
         judge=_judge_heads,
@@ -165,12 +170,16 @@ add_answers(
 add_answers(
     Answers(
         drill_id="loop-loss-broadcasting",
-        solution=_LOSS_STARTER.replace("model(x).squeeze(-1)", "model(x)"),
+        solution=edited(_LOSS_STARTER, ("model(x).squeeze(-1)", "model(x)")),
         wrong_answers=(
-            (_LOSS_STARTER.replace("return F.mse_loss(pred, y)", "return ((pred - y) ** 2).mean()"), "broadcast-loss"),
-            (_LOSS_STARTER.replace("model(x).squeeze(-1)", "model(x)").replace(
-                "(pred, y)", "(pred, y, reduction='sum')"), "wrong-reduction"),
-            (_LOSS_STARTER.replace("model(x).squeeze(-1)", "model(x)").replace("(pred, y)", "(pred, y).item()"),
+            (edited(_LOSS_STARTER, ("return F.mse_loss(pred, y)", "return ((pred - y) ** 2).mean()")),
+             "broadcast-loss"),
+            (edited(_LOSS_STARTER,
+                    ("model(x).squeeze(-1)", "model(x)"),
+                    ("(pred, y)", "(pred, y, reduction='sum')")), "wrong-reduction"),
+            (edited(_LOSS_STARTER,
+                    ("model(x).squeeze(-1)", "model(x)"),
+                    ("(pred, y)", "(pred, y).item()")),
              "no-graph"),
         ),
         judge=_judge_loss,

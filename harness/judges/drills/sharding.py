@@ -27,6 +27,7 @@ from harness.drills.bank.sharding import (
     _zero_grads,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
@@ -154,17 +155,17 @@ def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
     return "every rank rebuilds the full parameters from the two shards, padding dropped"
 
 
-_GATHER_SOLUTION = _GATHER_STARTER.replace(
-    "    raise NotImplementedError\n",
-    "    gathered = [torch.empty_like(shard) for _ in range(dist.get_world_size())]\n"
-    "    dist.all_gather(gathered, shard)\n"
-    "    flat = torch.cat(gathered)\n"
-    "    params, offset = [], 0\n"
-    "    for shape in shapes:\n"
-    "        n = torch.Size(shape).numel()\n"
-    "        params.append(flat[offset:offset + n].reshape(shape))\n"
-    "        offset += n\n"
-    "    return params\n")
+_GATHER_SOLUTION = edited(_GATHER_STARTER,
+                          ("    raise NotImplementedError\n",
+                           "    gathered = [torch.empty_like(shard) for _ in range(dist.get_world_size())]\n"
+                           "    dist.all_gather(gathered, shard)\n"
+                           "    flat = torch.cat(gathered)\n"
+                           "    params, offset = [], 0\n"
+                           "    for shape in shapes:\n"
+                           "        n = torch.Size(shape).numel()\n"
+                           "        params.append(flat[offset:offset + n].reshape(shape))\n"
+                           "        offset += n\n"
+                           "    return params\n"))
 
 
 def _zero1_reference(case: Case, mode: str) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
@@ -250,26 +251,26 @@ def _judge_zero1(seen: dict, *, case: Case) -> str:
          "momentum), or the shard taken at the wrong offset", where=where)
 
 
-_ZERO1_SOLUTION = _ZERO1_STARTER.replace(
-    "    raise NotImplementedError\n",
-    "    world, rank = dist.get_world_size(), dist.get_rank()\n"
-    "    grad = torch.cat([p.grad.reshape(-1) for p in params])\n"
-    "    dist.all_reduce(grad)\n"
-    "    grad /= world\n"
-    "    pad = (-grad.numel()) % world\n"
-    "    size = (grad.numel() + pad) // world\n"
-    "    mine = slice(rank * size, (rank + 1) * size)\n"
-    "    with torch.no_grad():\n"
-    "        flat = F.pad(torch.cat([p.reshape(-1) for p in params]), (0, pad))\n"
-    "        momentum.mul_(beta).add_(F.pad(grad, (0, pad))[mine])\n"
-    "        shard = flat[mine] - lr * momentum\n"
-    "        gathered = [torch.empty_like(shard) for _ in range(world)]\n"
-    "        dist.all_gather(gathered, shard)\n"
-    "        flat = torch.cat(gathered)\n"
-    "        offset = 0\n"
-    "        for p in params:\n"
-    "            p.copy_(flat[offset:offset + p.numel()].view_as(p))\n"
-    "            offset += p.numel()\n")
+_ZERO1_SOLUTION = edited(_ZERO1_STARTER,
+                         ("    raise NotImplementedError\n",
+                          "    world, rank = dist.get_world_size(), dist.get_rank()\n"
+                          "    grad = torch.cat([p.grad.reshape(-1) for p in params])\n"
+                          "    dist.all_reduce(grad)\n"
+                          "    grad /= world\n"
+                          "    pad = (-grad.numel()) % world\n"
+                          "    size = (grad.numel() + pad) // world\n"
+                          "    mine = slice(rank * size, (rank + 1) * size)\n"
+                          "    with torch.no_grad():\n"
+                          "        flat = F.pad(torch.cat([p.reshape(-1) for p in params]), (0, pad))\n"
+                          "        momentum.mul_(beta).add_(F.pad(grad, (0, pad))[mine])\n"
+                          "        shard = flat[mine] - lr * momentum\n"
+                          "        gathered = [torch.empty_like(shard) for _ in range(world)]\n"
+                          "        dist.all_gather(gathered, shard)\n"
+                          "        flat = torch.cat(gathered)\n"
+                          "        offset = 0\n"
+                          "        for p in params:\n"
+                          "            p.copy_(flat[offset:offset + p.numel()].view_as(p))\n"
+                          "            offset += p.numel()\n"))
 
 
 add_answers(
@@ -277,18 +278,21 @@ add_answers(
         drill_id="ddp-shard-flat",
         solution=_SHARD_SOLUTION,
         wrong_answers=(
-            (_SHARD_STARTER.replace("    raise NotImplementedError\n",
-                                    "    flat = torch.cat([p.detach().reshape(-1) for p in params])\n"
-                                    "    return torch.tensor_split(flat, world)[rank]\n"), "unequal-shards"),
-            (_SHARD_STARTER.replace("    raise NotImplementedError\n",
-                                    "    flat = torch.cat([p.detach().reshape(-1) for p in params])\n"
-                                    "    flat = F.pad(flat, (0, (-flat.numel()) % world))\n"
-                                    "    return flat[rank::world]\n"), "strided-shard"),
-            (_SHARD_STARTER.replace("    raise NotImplementedError\n",
-                                    "    pieces = []\n    for p in params:\n        flat = p.detach().reshape(-1)\n"
-                                    "        flat = F.pad(flat, (0, (-flat.numel()) % world))\n"
-                                    "        pieces.append(flat.chunk(world)[rank])\n"
-                                    "    return torch.cat(pieces)\n"), "per-parameter-shard"),
+            (edited(_SHARD_STARTER,
+                    ("    raise NotImplementedError\n",
+                     "    flat = torch.cat([p.detach().reshape(-1) for p in params])\n"
+                     "    return torch.tensor_split(flat, world)[rank]\n")), "unequal-shards"),
+            (edited(_SHARD_STARTER,
+                    ("    raise NotImplementedError\n",
+                     "    flat = torch.cat([p.detach().reshape(-1) for p in params])\n"
+                     "    flat = F.pad(flat, (0, (-flat.numel()) % world))\n"
+                     "    return flat[rank::world]\n")), "strided-shard"),
+            (edited(_SHARD_STARTER,
+                    ("    raise NotImplementedError\n",
+                     "    pieces = []\n    for p in params:\n        flat = p.detach().reshape(-1)\n"
+                     "        flat = F.pad(flat, (0, (-flat.numel()) % world))\n"
+                     "        pieces.append(flat.chunk(world)[rank])\n"
+                     "    return torch.cat(pieces)\n")), "per-parameter-shard"),
         ),
         judge=_judge_shard_flat,
     )
@@ -300,11 +304,14 @@ add_answers(
         drill_id="ddp-gather-full-params",
         solution=_GATHER_SOLUTION,
         wrong_answers=(
-            (_GATHER_SOLUTION.replace("[torch.empty_like(shard) for _ in range(dist.get_world_size())]",
-                                      "[torch.empty_like(shard)] * dist.get_world_size()"), "aliased-buffers"),
-            (_GATHER_SOLUTION.replace("    dist.all_gather(gathered, shard)\n",
-                                      "    gathered[dist.get_rank()] = shard\n"), "unfilled-buffer"),
-            (_GATHER_SOLUTION.replace("torch.cat(gathered)", "torch.stack(gathered, dim=1).reshape(-1)"),
+            (edited(_GATHER_SOLUTION,
+                    ("[torch.empty_like(shard) for _ in range(dist.get_world_size())]",
+                     "[torch.empty_like(shard)] * dist.get_world_size()")), "aliased-buffers"),
+            (edited(_GATHER_SOLUTION,
+                    ("    dist.all_gather(gathered, shard)\n",
+                     "    gathered[dist.get_rank()] = shard\n")), "unfilled-buffer"),
+            (edited(_GATHER_SOLUTION,
+                    ("torch.cat(gathered)", "torch.stack(gathered, dim=1).reshape(-1)")),
              "strided-order"),
         ),
         judge=_judge_gather_full_params,
@@ -317,14 +324,16 @@ add_answers(
         drill_id="ddp-zero1-step",
         solution=_ZERO1_SOLUTION,
         wrong_answers=(
-            (_ZERO1_SOLUTION.replace("        gathered = [torch.empty_like(shard) for _ in range(world)]\n"
-                                     "        dist.all_gather(gathered, shard)\n"
-                                     "        flat = torch.cat(gathered)\n",
-                                     "        flat[mine] = shard\n"), "missing-all-gather"),
-            (_ZERO1_SOLUTION.replace("    grad /= world\n", ""), "summed-gradient"),
-            (_ZERO1_SOLUTION.replace("    dist.all_reduce(grad)\n    grad /= world\n", ""), "local-gradient"),
-            (_ZERO1_SOLUTION.replace("        momentum.mul_(beta).add_(F.pad(grad, (0, pad))[mine])\n",
-                                     "        momentum = beta * momentum + F.pad(grad, (0, pad))[mine]\n"),
+            (edited(_ZERO1_SOLUTION,
+                    ("        gathered = [torch.empty_like(shard) for _ in range(world)]\n"
+                     "        dist.all_gather(gathered, shard)\n"
+                     "        flat = torch.cat(gathered)\n",
+                     "        flat[mine] = shard\n")), "missing-all-gather"),
+            (edited(_ZERO1_SOLUTION, ("    grad /= world\n", "")), "summed-gradient"),
+            (edited(_ZERO1_SOLUTION, ("    dist.all_reduce(grad)\n    grad /= world\n", "")), "local-gradient"),
+            (edited(_ZERO1_SOLUTION,
+                    ("        momentum.mul_(beta).add_(F.pad(grad, (0, pad))[mine])\n",
+                     "        momentum = beta * momentum + F.pad(grad, (0, pad))[mine]\n")),
              "momentum-not-in-place"),
         ),
         judge=_judge_zero1,

@@ -25,6 +25,7 @@ from harness.drills.bank.tensors import (
     _uint8_images,
 )
 from harness.drills.core import Answers, choice_answers
+from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 _OUTSIDE_TORCH = "computing outside torch (NumPy, SciPy, Python numbers) leaves autograd and the GPU behind"
@@ -341,11 +342,11 @@ add_answers(
 add_answers(
     Answers(
         drill_id="tensors-uint8-wraparound",
-        solution=_UINT8_STARTER.replace("(images - 128) / 128\n", "(images.float() - 128) / 128\n"),
+        solution=edited(_UINT8_STARTER, ("(images - 128) / 128\n", "(images.float() - 128) / 128\n")),
         wrong_answers=(
-            (_UINT8_STARTER.replace("(images - 128) / 128\n", "(images - 128).float() / 128\n"), "uint8-wraparound"),
-            (_UINT8_STARTER.replace("(images - 128) / 128\n", "(images.double() - 128) / 128\n"), "wrong-dtype"),
-            (_UINT8_STARTER.replace("(images - 128) / 128\n", "images.float() - 128 / 128\n"), "wrong-value"),
+            (edited(_UINT8_STARTER, ("(images - 128) / 128\n", "(images - 128).float() / 128\n")), "uint8-wraparound"),
+            (edited(_UINT8_STARTER, ("(images - 128) / 128\n", "(images.double() - 128) / 128\n")), "wrong-dtype"),
+            (edited(_UINT8_STARTER, ("(images - 128) / 128\n", "images.float() - 128 / 128\n")), "wrong-value"),
         ),
         judge=_judge_uint8,
     )
@@ -357,9 +358,9 @@ add_answers(
         drill_id="tensors-sgd-in-place",
         solution=_SGD_SOLUTION,
         wrong_answers=(
-            (_SGD_SOLUTION.replace("p -= lr * p.grad", "p = p - lr * p.grad"), "not-in-place"),
-            (_SGD_SOLUTION.replace("            p.grad = None\n", ""), "grad-not-cleared"),
-            (_SGD_SOLUTION.replace("p -= lr * p.grad", "p.add_(p.grad, alpha=lr)"), "wrong-sign"),
+            (edited(_SGD_SOLUTION, ("p -= lr * p.grad", "p = p - lr * p.grad")), "not-in-place"),
+            (edited(_SGD_SOLUTION, ("            p.grad = None\n", "")), "grad-not-cleared"),
+            (edited(_SGD_SOLUTION, ("p -= lr * p.grad", "p.add_(p.grad, alpha=lr)")), "wrong-sign"),
             ("import torch\n\ndef sgd_update_(params, lr):\n    for p in params:\n        p.requires_grad_(False)\n"
              "        p -= lr * p.grad\n        p.grad = None\n", "requires-grad-lost"),
             ("import torch\n\ndef sgd_update_(params, lr):\n    for p in params:\n        p -= lr * p.grad\n",
@@ -375,9 +376,10 @@ add_answers(
         drill_id="tensors-attention-scores",
         solution=_ATTENTION_SOLUTION,
         wrong_answers=(
-            (_ATTENTION_SOLUTION.replace("k.transpose(-2, -1)", "k.reshape(*k.shape[:2], k.shape[3], k.shape[2])"),
+            (edited(_ATTENTION_SOLUTION,
+                    ("k.transpose(-2, -1)", "k.reshape(*k.shape[:2], k.shape[3], k.shape[2])")),
              "reshape-not-transpose"),
-            (_ATTENTION_SOLUTION.replace("math.sqrt(q.shape[-1])", "q.shape[-1]"), "wrong-scale"),
+            (edited(_ATTENTION_SOLUTION, ("math.sqrt(q.shape[-1])", "q.shape[-1]")), "wrong-scale"),
             ("import torch\n\ndef attention_scores(q, k):\n    return torch.einsum('bhtd,bhsd->bhts', q, k)\n",
              "missing-scale"),
             ("import math\nimport torch\n\ndef attention_scores(q, k):\n    b, h = q.shape[:2]\n"
@@ -398,8 +400,8 @@ add_answers(
             ("import torch\n\ndef masked_mean(x, lengths):\n"
              "    mask = (torch.arange(x.shape[1])[None, :] < lengths[:, None]).float()\n"
              "    return (x * mask[:, :, None]).sum(1) / lengths[:, None]\n", "padding-nan-leaks"),
-            (_MASKED_SOLUTION.replace("[None, :] < lengths", "[None, :] <= lengths"), "off-by-one-mask"),
-            (_MASKED_SOLUTION.replace("lengths[:, None].to(x.dtype)", "x.shape[1]"), "wrong-denominator"),
+            (edited(_MASKED_SOLUTION, ("[None, :] < lengths", "[None, :] <= lengths")), "off-by-one-mask"),
+            (edited(_MASKED_SOLUTION, ("lengths[:, None].to(x.dtype)", "x.shape[1]")), "wrong-denominator"),
             ("import torch\n\ndef masked_mean(x, lengths):\n"
              "    return torch.stack([x[b, :lengths[b]].mean(0) for b in range(x.shape[0])])\n", "python-loop"),
         ),
@@ -413,11 +415,12 @@ add_answers(
         drill_id="tensors-gather-log-probs",
         solution=_GATHER_SOLUTION,
         wrong_answers=(
-            (_GATHER_SOLUTION.replace("torch.log_softmax(logits, dim=1)", "torch.softmax(logits, dim=1).log()"),
+            (edited(_GATHER_SOLUTION,
+                    ("torch.log_softmax(logits, dim=1)", "torch.softmax(logits, dim=1).log()")),
              "log-of-softmax"),
-            (_GATHER_SOLUTION.replace(".gather(1, targets[:, None])", ".gather(0, targets[:, None])"),
+            (edited(_GATHER_SOLUTION, (".gather(1, targets[:, None])", ".gather(0, targets[:, None])")),
              "gather-wrong-dim"),
-            (_GATHER_SOLUTION.replace(".gather(1, targets[:, None]).squeeze(1)", "[:, targets]"), "wrong-shape"),
+            (edited(_GATHER_SOLUTION, (".gather(1, targets[:, None]).squeeze(1)", "[:, targets]")), "wrong-shape"),
             ("import torch\nimport torch.nn.functional as F\n\ndef target_log_probs(logits, targets):\n"
              "    return -F.cross_entropy(logits, targets, reduction='none')\n", "forbidden-call"),
         ),
