@@ -6,14 +6,12 @@ A graded kernel never mounts this package (`harness.judges`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, number
 from harness.contract.failure import fail
 from harness.contract.wire import WireError, describe
 from harness.drills.bank.performance import (
@@ -28,18 +26,6 @@ from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
-# ------------------------------------------------------------------------------------------------ shared helpers
-def _one_number(value: Any) -> float | None:
-    """A Python number or a one-element tensor as a float; None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return float(value.detach().double())
-    return None
-
-
 def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
     model, epochs = _metrics_inputs(case)
     results = seen.get("results")
@@ -52,11 +38,11 @@ def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
             x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
             want_loss = float(F.cross_entropy(model(x), y))
             want_acc = float((model(x).argmax(1) == y).double().mean())
-        loss, accuracy = _one_number(result.get("loss")), _one_number(result.get("accuracy"))
+        loss, accuracy = number(result.get("loss")), number(result.get("accuracy"))
         if loss is None or accuracy is None:
             fail("wrong-value", observed=f"loss {describe(result.get('loss'))}, accuracy "
                  f"{describe(result.get('accuracy'))}", expected=f"two numbers: {want_loss:.5f} and {want_acc:.4f}",
-                 cause="returning something other than two numbers", where="the return statement")
+                 cause="returning something other than two finite numbers", where="the return statement")
         if not (abs(loss - want_loss) <= 1e-5 and abs(accuracy - want_acc) <= 1e-6):
             fail("wrong-value", observed=f"loss {loss:.5f}, accuracy {accuracy:.4f} over {len(batches)} batches",
                  expected=f"{want_loss:.5f} and {want_acc:.4f} (the last batch holds {len(batches[-1][1])} samples, "
@@ -136,12 +122,13 @@ def _judge_log_every(seen: dict, *, case: Case) -> str:
                  "step (gradients add up otherwise), cross_entropy, backward, step", where="the training loop")
     windows = [sum(losses[i:i + log_every]) / len(losses[i:i + log_every]) for i in range(0, len(losses), log_every)]
     logs = seen.get("logs")
-    numbers = [_one_number(v) for v in logs] if isinstance(logs, (list, tuple)) else None
+    numbers = [number(v) for v in logs] if isinstance(logs, (list, tuple)) else None
     if numbers is None or len(numbers) != len(windows) or any(v is None for v in numbers):
         fail("wrong-value", observed=f"train_logged returned {describe(logs)}",
              expected=f"a list of {len(windows)} floats: one per window of {log_every} steps, the last window "
              f"holding {len(batches) - log_every * (len(windows) - 1)}",
-             cause="the last, shorter window is dropped, or the values are not numbers", where="the logging branch")
+             cause="the last, shorter window is dropped, or the values are not finite numbers",
+             where="the logging branch")
     worst = max(abs(got - want) for got, want in zip(numbers, windows, strict=True))
     if worst > 1e-5:
         fail("wrong-value", observed=f"logged {[round(v, 5) for v in numbers]}",
