@@ -238,6 +238,26 @@ def locator(*, modules="all", keep="first", test="isfinite", remove="finally", o
     return first_nonfinite_module
 
 
+def locator_pre_hooks(model, inputs):
+    """Forward pre-hooks that test what each module receives: the first module given a NaN, not its maker."""
+    found = []
+
+    def look(name):
+        def hook(_module, args):
+            if not found and any(not torch.isfinite(a).all() for a in args if isinstance(a, torch.Tensor)):
+                found.append(name)
+        return hook
+
+    handles = [m.register_forward_pre_hook(look(name)) for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
 def locator_with_a_flag(model, inputs):
     """Hooks that stop looking once something was found; a list of handles removed in a finally."""
     state = {"name": None}
@@ -629,6 +649,8 @@ MISTAKES = [
             story="scans named_modules() for the first flagged name"),
     Mistake("12-first-nonfinite", "wrong-module", "no hook on the model itself", (locator(modules="not-root"),),
             story="'if name:' in the loop over named_modules() skips the model itself, whose name is ''"),
+    Mistake("12-first-nonfinite", "wrong-module", "forward pre-hooks", (locator_pre_hooks,),
+            story="register_forward_pre_hook, testing each module's inputs: one module too late"),
     Mistake("12-first-nonfinite", "missed-inf", "misses inf", (locator(test="isnan"),),
             story="torch.isnan only: an overflow to inf goes unseen"),
     Mistake("12-first-nonfinite", "false-alarm", "None", (locator(test="typo"),),
@@ -759,6 +781,7 @@ CAUSE_HINTS = [
     ("12-first-nonfinite", locator(modules="not-root"), "wrong-module", "is the model itself among the modules"),
     ("12-first-nonfinite", locator(modules="leaves"), "wrong-module", "Which modules carry your hooks?"),
     ("12-first-nonfinite", locator(modules="children"), "wrong-module", "only the model's direct children?"),
+    ("12-first-nonfinite", locator_pre_hooks, "wrong-module", "what a module returns, or at what it receives?"),
     ("12-grad-norms", norms_state_dict_names, "wrong-keys", "list(model.state_dict())[:3]"),
     ("12-grad-norms", norms_of_weights, "wrong-norm", "the parameter, or the gradient stored on it?"),
     ("12-grad-norms", norms_then_zero_grad, "grads-modified", "clear the gradients"),
@@ -787,8 +810,9 @@ def test_the_first_hint_follows_the_cause(task, answer, code, phrase):
 
 
 def test_the_visible_cases_separate_each_stated_mistake():
-    """The visible case holds the input each of issue 43's misses needs: a model whose root makes the first NaN,
-    a sweep whose loss turns NaN while it is far below diverge x best, a buffer registered before a parameter."""
+    """The visible case holds the input each of issue 43's misses needs: a model whose root makes the first NaN
+    (and one whose output stays finite), a sweep whose loss turns NaN while it is far below diverge x best, a
+    buffer registered before a parameter."""
     from harness.checks.lesson12.first_nonfinite import _SCENARIOS, _scenario
     from harness.checks.lesson12.grad_norms import _grad_model
     from harness.checks.lesson12.lr_range import _sweep_setup, _sweeps
@@ -798,6 +822,9 @@ def test_the_visible_cases_separate_each_stated_mistake():
     for case in (Case(hidden=False), Case(hidden=True)):
         roots = [first_nonfinite(*_scenario(name, case, i)) for i, name in enumerate(_SCENARIOS) if name != "error"]
         assert any(found is not None and found.module == "" for found in roots)
+        model, inputs = _scenario("cleaned", case, _SCENARIOS.index("cleaned"))  # keeping the last one differs
+        with torch.no_grad():  # from scanning in definition order only where the model's output is finite
+            assert torch.isfinite(model(inputs)).all() and first_nonfinite(model, inputs) is not None
         poisoned = [item for item in _sweeps(case) if item["poisoned"] is not None]
         assert poisoned
         for item in poisoned:

@@ -61,6 +61,19 @@ class Reordered(nn.Module):
         return self.late(self.early(x))
 
 
+class Cleaned(nn.Module):
+    """Two children defined in the order they run, both non-finite, and a forward that replaces the NaN before
+    returning: the first and the last non-finite modules differ, and nothing after them is non-finite."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.early = Log()
+        self.late = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nan_to_num(self.late(self.early(x)), nan=0.0)
+
+
 class RootLog(nn.Module):
     """A model whose own forward (not any of its modules) produces the first NaN: log of its head's output."""
 
@@ -92,8 +105,9 @@ def _net(width: int, middle: nn.Module, nan_in: str | None = None) -> nn.Sequent
     return model
 
 
-# "root" last: the model itself (named "" by named_modules()) makes the first NaN, its modules are all finite
-_SCENARIOS = ("finite", "nan-weight", "functional-log", "inf", "reordered", "error", "root")
+# "root": the model itself (named "" by named_modules()) makes the first NaN, its modules are all finite;
+# "cleaned": the NaN is replaced inside a block, so the last non-finite module is not the model (nor defined first)
+_SCENARIOS = ("finite", "nan-weight", "functional-log", "inf", "reordered", "error", "root", "cleaned")
 
 
 def _scenario(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tensor]:
@@ -119,6 +133,9 @@ def _scenario(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tenso
         return _net(width, nn.Tanh()), inputs
     if name == "root":
         return RootLog(width), inputs
+    if name == "cleaned":
+        return nn.Sequential(OrderedDict(stem=nn.Linear(width, width), block=Cleaned(width),
+                                         head=nn.Linear(width, 3))), inputs
     return _net(width, Fails()), inputs
 
 

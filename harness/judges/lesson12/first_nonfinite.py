@@ -33,23 +33,36 @@ def _trace(model: nn.Module, inputs: torch.Tensor) -> list[tuple[str, bool, bool
     return seen
 
 
+def _first_bad_input(model: nn.Module, inputs: torch.Tensor) -> str | None:
+    """Judge side: the first module, in the order forward pre-hooks fire, whose inputs are not all finite."""
+    seen: list[str] = []
+
+    def look(name: str) -> Any:
+        return lambda _m, args: seen.append(name) if any(
+            isinstance(a, torch.Tensor) and not bool(torch.isfinite(a).all()) for a in args) else None
+
+    handles = [m.register_forward_pre_hook(look(name)) for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen[0] if seen else None
+
+
 _CONTAINER_HINT = ("Which modules carry your hooks? A container's own forward (a torch.log inside it) can make the "
                    "value, and its hook fires after its children's.")
 
 
-def _wrong_module_causes(got: Any, trace: list[tuple[str, bool, bool]],
-                         model: nn.Module) -> list[tuple[str, str | None]]:
-    """Which mistaken rule gives `got` on this model (the judge replays each on its own trace), with the hint
-    for it (None where the requirement's own hint fits)."""
+def _rule_answers(trace: list[tuple[str, bool, bool]], model: nn.Module,
+                  inputs: torch.Tensor) -> dict[tuple[str, str | None], str | None]:
+    """What each mistaken rule answers on this model (the judge replays each on its own trace): its cause and
+    hint (None where the requirement's own hint fits) -> its answer."""
     bad = [name for name, finite, _ in trace if not finite]
     order = [name for name, _ in model.named_modules()]
     leaves = {name for name, m in model.named_modules() if not list(m.children())}
-    if bad and bad[0] == "" and got is None:  # the model itself made it: no rule with a hook on the root sees it
-        return [("no hook on the model itself (named '' by named_modules(), its first entry): the model's own "
-                 "forward made the NaN (a torch.log in it) and every module inside it is finite",
-                 "Print list(model.named_modules())[0]: is the model itself among the modules you hook, and do "
-                 "you keep a name that is the empty string?")]
-    rules = {
+    return {
         ("the last non-finite module was kept (every module after the first is non-finite too): keep the first",
          None): bad[-1] if bad else None,
         ("the modules were scanned in definition order (named_modules()), not in the order they ran", None):
@@ -59,13 +72,44 @@ def _wrong_module_causes(got: Any, trace: list[tuple[str, bool, bool]],
         ("hooks only on the model's direct children (named_children()): the name of a container, not of the module "
          "inside it", "Print the names your hooks go on: do they include the modules inside a container (such as "
          "body.fc), or only the model's direct children?"): next((n for n in bad if n and "." not in n), None),
+        ("the inputs of each module were tested (forward pre-hooks), so the module after the culprit is named: the "
+         "first one to receive a non-finite value, not the one that produced it",
+         "Does your hook look at what a module returns, or at what it receives?"): _first_bad_input(model, inputs),
     }
-    return [cause for cause, answer in rules.items() if answer == got and answer != (bad[0] if bad else None)]
+
+
+def _wrong_module_causes(got: Any, scenario: tuple[int, str], case: Case,
+                         answers: dict[tuple[int, str], Any]) -> list[tuple[str, str | None]]:
+    """The mistaken rules that give `got` on this scenario's model; where several do, those that also give the
+    answers recorded for the other scenarios (when any does)."""
+    model, inputs = _scenario(scenario[1], case, scenario[0])
+    trace = _trace(model, inputs)
+    bad = [name for name, finite, _ in trace if not finite]
+    if bad and bad[0] == "" and got is None:  # the model itself made it: no rule with a hook on the root sees it
+        return [("no hook on the model itself (named '' by named_modules(), its first entry): the model's own "
+                 "forward made the NaN (a torch.log in it) and every module inside it is finite",
+                 "Print list(model.named_modules())[0]: is the model itself among the modules you hook, and do "
+                 "you keep a name that is the empty string?")]
+    causes = [cause for cause, answer in _rule_answers(trace, model, inputs).items()
+              if answer == got and answer != (bad[0] if bad else None)]
+    if len(causes) < 2:
+        return causes
+    others = []
+    for (index, name), answer in answers.items():
+        if (index, name) != scenario:
+            model, inputs = _scenario(name, case, index)
+            others.append((_rule_answers(_trace(model, inputs), model, inputs), answer))
+    consistent = [cause for cause in causes if all(rules[cause] == answer for rules, answer in others)]
+    return consistent or causes
 
 
 @judges("12-first-nonfinite")
 def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
     """The first non-finite module's name (None when all finite); no hooks left, even after an exception."""
+    recorded = seen["calls"] if isinstance(seen["calls"], list) else []
+    answers = {scenario: call.get("returned") for scenario, call in zip(enumerate(_SCENARIOS), recorded, strict=False)
+               if scenario[1] != "error" and isinstance(call, dict) and "stopped" not in call
+               and (call.get("returned") is None or isinstance(call.get("returned"), str))}  # to tell causes apart
     for (index, name), call in judged(list(enumerate(_SCENARIOS)), seen["calls"]):
         if not isinstance(call.get("hooks_left"), int):
             raise WireError("malformed observation: hooks_left")
@@ -106,7 +150,7 @@ def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
                 fail("missed-inf", observed=f"returned {got!r}; module {want!r} produced inf first",
                      expected=f"{want!r}: inf is non-finite too", cause="the test is torch.isnan, which misses inf",
                      where="use torch.isfinite(output).all() in your hook")
-            causes = _wrong_module_causes(got, trace, model)
+            causes = _wrong_module_causes(got, (index, name), case, answers)
             fail("wrong-module", observed=f"returned {got!r} for the {name} model",
                  expected=f"{want!r}" + (" (the model itself)" if want == "" else "") + ", the first module (in "
                  "execution order) whose output is not finite",
