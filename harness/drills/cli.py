@@ -279,8 +279,19 @@ def _hint(drill: Drill, mock: int | None = None) -> str:
                  f"{drill.hints[level - 1]}")
 
 
+def _withheld() -> set[str]:
+    """The drills whose answers this copy of the course withholds (`harness/drills/withheld.json`, written into a
+    graded student tree; none elsewhere)."""
+    path = Path(__file__).with_name("withheld.json")
+    return set(json.loads(path.read_text())) if path.is_file() else set()
+
+
 def _solution(drill: Drill) -> str:
     """The reference solution; for an explain drill, the right letter in the order the options were shown."""
+    if drill.id in _withheld():
+        raise SystemExit(f"the answer of {drill.id} is withheld until the course releases it: it answers a graded "
+                         "exercise of this course. Your instructor releases it after the due date (a practice copy "
+                         "of the course carries it); its hints (`hint`) are here now")
     if drill.solution is None:
         raise SystemExit("the drills' answers are not installed here (harness/judges/drills/answers.json is missing): "
                          "reinstall the course's harness package")
@@ -469,10 +480,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "solution":
         drill = get(args.drill)
+        solution = _solution(drill)  # a withheld answer stops here, before the progress records a reveal
         with Progress.update() as progress:
             progress.reveal(drill.id, _today())
         _tell(progress)
-        print(_solution(drill))
+        print(solution)
         return 0
     if args.action == "experiment":
         from harness.drills.core import get_drill

@@ -133,28 +133,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --student: the course file whose solution_hints and due dates say which level-3 "
                         "hints (solution lines) the tree carries (default ./course.toml when present)")
     parser.add_argument("--practice", action="store_true",
-                        help="with --student: a practice release, carrying every level-3 hint (solution line)")
+                        help="with --student: a practice release, carrying every level-3 hint (solution line) and "
+                        "every drill's answer")
+    parser.add_argument("--no-audit", action="store_true",
+                        help="with --student: skip the answerability audit (harness.grading.answerability), which "
+                        "tries what the tree ships as each exercise's answer and fails the release on an undeclared "
+                        "hit; the summary then says the tree was not audited")
+
+
+def _student(args: argparse.Namespace) -> int:
+    """Write the student tree, audit it for answers it ships (unless --no-audit) and say what it holds."""
+    from harness.grading.answerability import audit, summary, undeclared
+    from harness.grading.answerable import WITHHELD_DRILLS
+    from harness.grading.late import course_file
+    from harness.grading.solution_hints import released_lines
+    from harness.grading.student_tree import write_student_tree
+
+    assignments = discover_assignments()
+    lines = released_lines(assignments, course_file(args.course), datetime.now(UTC), args.practice)
+    withheld = () if args.practice else WITHHELD_DRILLS
+    files = write_student_tree(args.student, solution_lines=lines, withheld_drills=withheld)
+    opened = f"lessons {', '.join(sorted({task[:2] for task in lines}))}" if lines else "no lesson"
+    print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
+          "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, "
+          f"the level-3 hints (solution lines) of {opened} (the course file's solution_hints, or --practice), and the "
+          f"answers of every drill but {len(withheld)} that answer graded exercises (--practice: all of them)")
+    if args.no_audit:
+        print("not audited for answerability (--no-audit): what the tree ships may answer exercises")
+        return 0
+    result = audit(args.student)
+    problems = undeclared(result)
+    print(f"answerability audit: {summary(result)}")
+    print("\n".join(problems))
+    if result.unaudited:
+        print("the audit could not try every exercise (above: not audited): run it with the course's environment "
+              "(.venv/bin/harness), or give --no-audit to hand out a tree nobody audited")
+    return 1 if problems or result.unaudited else 0
 
 
 def run(args: argparse.Namespace) -> int:
     """Regenerate notebooks/ from solutions/ (or, with --check, compare them; with --student, write the
     student tree)."""
-    if (args.course or args.practice) and not args.student:
-        print("--course and --practice choose the level-3 hints a student tree carries: give them with --student DIR")
+    if (args.course or args.practice or args.no_audit) and not args.student:
+        print("--course, --practice and --no-audit are about a student tree: give them with --student DIR")
         return 2
     if args.student:
-        from harness.grading.late import course_file
-        from harness.grading.solution_hints import released_lines
-        from harness.grading.student_tree import write_student_tree
-
-        assignments = discover_assignments()
-        lines = released_lines(assignments, course_file(args.course), datetime.now(UTC), args.practice)
-        files = write_student_tree(args.student, solution_lines=lines)
-        opened = f"lessons {', '.join(sorted({task[:2] for task in lines}))}" if lines else "no lesson"
-        print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
-              "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, and "
-              f"the level-3 hints (solution lines) of {opened} (the course file's solution_hints, or --practice)")
-        return 0
+        return _student(args)
     assignments = [check_assignment(a) for a in args.assignments] or discover_assignments()
     if args.check:
         problems = [p for a in assignments for p in release_differences(a)]

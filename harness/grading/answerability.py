@@ -1,0 +1,213 @@
+"""The release-time answerability audit (issue 38, item 3): does anything a student tree ships answer an exercise?
+
+For each graded exercise (a `check("NN-task", ...)` call of the lesson's notebook), every top-level function and
+class of the tree's `harness` package whose kind and signature can fill the exercise's slot (`Shape.fits`, read from
+source), and every drill answer the tree carries, is passed to the exercise's visible check in place of the
+student's object, inside the tree (`answerability_worker`, one subprocess per lesson, each check time-bounded). A
+candidate that passes is a hit. Importing and pasting are the same test: a pasted copy is the same code, and where
+a candidate needs its module's globals the import route covers it. `harness release --student` fails unless every
+hit is declared (`harness.grading.answerable`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.grading.answerability_worker import shapes
+from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE
+from harness.grading.layout import REPO_ROOT, discover_assignments
+
+WORKER = Path(__file__).with_name("answerability_worker.py")
+# The worker sees the tree's harness, never the instructor's editable install of the repository.
+_BOOTSTRAP = ("import runpy, sys\n"
+              "sys.path.insert(0, sys.argv[2])\n"
+              "sys.meta_path = [f for f in sys.meta_path if 'Editable' not in type(f).__name__ "
+              "and 'Editable' not in getattr(f, '__name__', '')]\n"
+              "sys.argv = [sys.argv[1], sys.argv[3]]\n"
+              "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A shipped object (`source`: `module.name`, or `drill answer <id>`) that passes `task`'s check, and its file."""
+
+    task: str
+    source: str
+    file: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The audit's time bounds: one check, one lesson's worker."""
+
+    per_check_s: int = 20
+    screen_s: int = 2
+    per_lesson_s: int = 600
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What to audit: the lessons (empty: every one) and the modules whose objects are candidates (prefixes of their
+    names; empty: every module of the tree, and every drill answer too)."""
+
+    assignments: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+
+@dataclass
+class AuditResult:
+    """What the audit found: the hits, how many candidates it tried and how long it took."""
+
+    hits: list[Hit] = field(default_factory=list)
+    tried: int = 0
+    checked: int = 0  # candidates that passed the screen and ran the check
+    timed_out: list[str] = field(default_factory=list)  # "task: source" whose check ran past its bound
+    unaudited: dict[str, str] = field(default_factory=dict)  # task -> why it could not be audited
+    cpu_s: float = 0.0
+
+    def keys(self) -> set[tuple[str, str]]:
+        """(task, source) of every hit."""
+        return {(hit.task, hit.source) for hit in self.hits}
+
+
+def _code_cells(assignment: str, repo_root: Path) -> list[dict[str, Any]]:
+    notebook = json.loads((repo_root / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    return [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+
+
+def _parsed(source: str | list[str]) -> ast.Module | None:
+    text = "".join(source) if isinstance(source, list) else source
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith(("%", "!")) and "### " not in line]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def _unmarked(source: str) -> str:
+    """A solution cell's source without nbgrader's marker lines."""
+    return "\n".join(line for line in source.splitlines() if "### " not in line) + "\npass"
+
+
+def _imports(cells: list[dict[str, Any]]) -> str:
+    """The notebook's top-level import statements, each guarded (one that fails in the tree is skipped)."""
+    found = []
+    for cell in cells:
+        tree = _parsed(cell["source"])
+        for node in tree.body if tree else []:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append(f"try:\n    {ast.unparse(node)}\nexcept Exception:\n    pass")
+    return "\n".join(dict.fromkeys(found))
+
+
+def exercises(assignment: str, repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+    """The graded exercises of `assignment`, as the worker takes them: the task, its test cell's check() arguments,
+    the solution's own answer (`setup`: the notebook's imports and the solution cell), and its slots (name ->
+    `Shape` fields; an explain drill's answer variable -> its drill)."""
+    from harness.drills.lesson import NOTEBOOK_DRILLS, answer_name
+
+    cells = _code_cells(assignment, repo_root)
+    imports = _imports(cells)
+    solutions = {cell["metadata"]["nbgrader"]["grade_id"]: "".join(cell["source"]) for cell in cells
+                 if cell.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    # every answer of the lesson, in order, as the answered notebook defines them (a later one may call an earlier)
+    answers = "\n".join(f"try:\n{textwrap.indent(_unmarked(source), '    ')}\nexcept Exception:\n    pass"
+                        for source in solutions.values())
+    found = []
+    for cell in cells:
+        tree = _parsed(cell["source"])
+        for node in ast.walk(tree) if tree else []:
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                continue
+            task = node.args[0].value
+            solution = _unmarked(solutions.get(f"{task}-code", ""))
+            defined = shapes(solution)
+            arguments = ", ".join(ast.unparse(a) for a in node.args[1:])
+            used = {n.id for a in node.args[1:] for n in ast.walk(a) if isinstance(n, ast.Name)}
+            slots = defined if "globals" in used else {n: s for n, s in defined.items() if n in used}
+            explain = {answer_name(t): drill for t, drill in NOTEBOOK_DRILLS if t == task and answer_name(t) in used}
+            found.append({"task": task, "arguments": arguments, "setup": f"{imports}\n{answers}",
+                          "slots": {n: {**vars(s), "names": sorted(s.names),
+                                        "required_keywords": sorted(s.required_keywords)} for n, s in slots.items()},
+                          "text_slots": explain})
+    return list({exercise["task"]: exercise for exercise in found}.values())
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limits, scope: Scope,
+                 repo_root: Path) -> None:
+    """Run the worker on `assignment`'s exercises inside `tree`; add what it found to `result`."""
+    request = {"tree": str(tree.resolve()), "per_check_s": limits.per_check_s, "screen_s": limits.screen_s,
+               "modules": list(scope.modules),
+               "exercises": exercises(assignment, repo_root)}
+    with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:
+        environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        try:
+            subprocess.run([sys.executable, "-I", "-c", _BOOTSTRAP, str(WORKER), str(tree.resolve()), report.name],
+                           input=json.dumps(request), text=True, capture_output=True, env=environment,
+                           timeout=limits.per_lesson_s)
+        except subprocess.TimeoutExpired:
+            result.unaudited[assignment] = f"its worker ran past {limits.per_lesson_s} s: the rest was not tried"
+        seen = set()
+        for line in report.read().splitlines():
+            record = json.loads(line)
+            seen.add(record["task"])
+            if "unaudited" in record:
+                result.unaudited[record["task"]] = record["unaudited"]
+                continue
+            result.tried += 1
+            result.checked += not record["screened"]
+            if record["hit"]:
+                result.hits.append(Hit(record["task"], record["label"], record["file"]))
+            elif record["timed_out"]:
+                result.timed_out.append(f"{record['task']}: {record['label']}")
+        for exercise in request["exercises"]:
+            if exercise["task"] not in seen and assignment not in result.unaudited:
+                result.unaudited[exercise["task"]] = "its worker stopped before reaching it"
+
+
+def audit(tree: Path, scope: Scope = Scope(), limits: Limits = Limits(), repo_root: Path = REPO_ROOT) -> AuditResult:
+    """Audit the student tree `tree` (within `scope`); the hits and the CPU time it took."""
+    result = AuditResult()
+    started = _children_cpu()
+    for assignment in scope.assignments or discover_assignments(repo_root):
+        audit_lesson(tree, assignment, result, limits, scope, repo_root)
+    result.cpu_s = _children_cpu() - started
+    return result
+
+
+def undeclared(result: AuditResult) -> list[str]:
+    """A message per hit neither allowed nor known: exercise, shipped object, file, and what to do."""
+    return [f"{hit.task} is answered by {hit.source} ({hit.file}): its visible check passes on it. Withhold it from "
+            "the student tree, or declare it in harness/grading/answerable.py (ALLOWED, with the reason)"
+            for hit in result.hits if (hit.task, hit.source) not in ALLOWED | KNOWN_ANSWERABLE]
+
+
+def summary(result: AuditResult) -> str:
+    """One line: how many exercises shipped code answers, declared allowed or known, and where to read them."""
+    tasks = {hit.task for hit in result.hits}
+    allowed = sum((hit.task, hit.source) in ALLOWED for hit in result.hits)
+    known = sum((hit.task, hit.source) in KNOWN_ANSWERABLE for hit in result.hits)
+    line = (f"{len(tasks)} exercises answerable by shipped code ({len(result.hits)} hits of {result.tried} tried, "
+            f"{result.checked} of them checked: "
+            f"{allowed} declared allowed, {known} known to close under issue 38 item 1, "
+            f"{len(result.hits) - allowed - known} undeclared; see harness/grading/answerable.py); "
+            f"audit CPU time {result.cpu_s:.0f} s")
+    if result.unaudited:
+        line += f"; not audited: {', '.join(f'{t} ({why})' for t, why in sorted(result.unaudited.items()))}"
+    return line

@@ -1,0 +1,380 @@
+"""The audit's worker: inside a student tree, try each shipped function, class and drill answer as one lesson's answers.
+
+`harness.grading.answerability` starts one per lesson (`python -c`, with the tree first on `sys.path` and the
+instructor's editable install hidden), hands it the lesson's exercises as JSON and reads back one JSON line per
+hit. The worker imports only the standard library and the tree's own `harness`: what it finds is what a student
+holding the tree finds. Shapes (`Shape`) are read from source, so a candidate whose kind or arity cannot fill an
+exercise's slot is never imported or called.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import functools
+import io
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ANY = 10_000  # a positional capacity with *args
+PASSED = b"passed"  # what a candidate's child writes when its check returned
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How an object can be called, as its source declares it: a function's parameters, a class's constructor's
+    (a dataclass's fields; a class with neither is taken to accept anything)."""
+
+    kind: str  # "function" or "class"
+    required: int = 0  # positional parameters without a default
+    positional: int = ANY  # positional parameters in all (ANY with *args)
+    names: frozenset[str] = field(default_factory=frozenset)  # parameters that can be passed by keyword
+    required_keywords: frozenset[str] = frozenset()  # keyword-only parameters without a default
+    any_keywords: bool = True  # **kwargs, or a constructor the source does not show
+
+    def fits(self, slot: Shape) -> bool:
+        """Whether an object of this shape can be called wherever the exercise calls an object of `slot`'s shape."""
+        passed = slot.positional + len(slot.required_keywords)  # the most arguments a call of the slot may pass
+        return (self.kind == slot.kind and self.required <= passed and self.positional >= slot.required
+                and self.required_keywords <= slot.names
+                and (self.any_keywords or slot.required_keywords <= self.names))
+
+
+def _of_arguments(kind: str, arguments: ast.arguments, drop_first: bool) -> Shape:
+    positional = [*arguments.posonlyargs, *arguments.args][1 if drop_first else 0:]
+    defaults = len(arguments.defaults)
+    keyword_only = {a.arg for a in arguments.kwonlyargs}
+    required_keywords = {a.arg for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True) if d is None}
+    return Shape(kind, required=max(len(positional) - defaults, 0),
+                 positional=ANY if arguments.vararg else len(positional),
+                 names=frozenset({a.arg for a in positional} | keyword_only),
+                 required_keywords=frozenset(required_keywords), any_keywords=arguments.kwarg is not None)
+
+
+def shape_of(node: ast.AST) -> Shape | None:
+    """The shape of a top-level `def` or `class`, None for anything else."""
+    if isinstance(node, ast.FunctionDef):
+        return _of_arguments("function", node.args, drop_first=False)
+    if not isinstance(node, ast.ClassDef):
+        return None
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            return _of_arguments("class", item.args, drop_first=True)
+    decorated = {ast.unparse(d).split("(")[0].split(".")[-1] for d in node.decorator_list}
+    bases = {ast.unparse(b).split(".")[-1] for b in node.bases}
+    if "dataclass" in decorated or "NamedTuple" in bases:
+        fields = [i for i in node.body if isinstance(i, ast.AnnAssign) and isinstance(i.target, ast.Name)
+                  and "ClassVar" not in ast.unparse(i.annotation)]
+        names = [f.target.id for f in fields]  # type: ignore[union-attr]
+        required = sum(f.value is None for f in fields)
+        return Shape("class", required=required, positional=len(names), names=frozenset(names), any_keywords=False)
+    return Shape("class")
+
+
+def shapes(source: str) -> dict[str, Shape]:
+    """Name -> shape of each top-level function and class `source` defines (empty when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    return {node.name: shape for node in tree.body if (shape := shape_of(node)) is not None}  # type: ignore[attr-defined]
+
+
+def _in_child(action: Callable[[int], None], seconds: float) -> tuple[bytes, bool]:
+    """What `action(fd)` writes to `fd` in a forked child, and whether the child ended within `seconds`.
+
+    The child is its own session, so whatever a candidate does (signal handlers, global settings, exits, processes
+    of its own) ends with it. Only what the action writes counts: a candidate's own exit says nothing.
+    """
+    verdict, told = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(verdict)
+            os.setsid()
+            quiet = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(quiet, 1)
+            os.dup2(quiet, 2)
+            action(told)
+        finally:
+            os._exit(0)
+    os.close(told)
+    os.set_blocking(verdict, False)  # a process the candidate started may still hold the pipe open
+    deadline, finished, said = time.monotonic() + seconds, False, b""
+    while not finished and time.monotonic() < deadline:
+        finished = os.waitpid(child, os.WNOHANG)[0] != 0
+        with contextlib.suppress(BlockingIOError):
+            said += os.read(verdict, 65536)
+        if not finished:
+            time.sleep(0.002)
+    _end_session(child)
+    if not finished:
+        os.waitpid(child, 0)
+    with contextlib.suppress(BlockingIOError):
+        said += os.read(verdict, 65536)
+    os.close(verdict)
+    return said, finished
+
+
+def _checked(task: str, arguments: tuple[Any, ...], fd: int) -> None:
+    """Run the visible check of `task` on `arguments` (in the audit's child); write PASSED to `fd` if it passes."""
+    from harness.checks import check
+
+    check(task, *arguments)
+    os.write(fd, PASSED)
+
+
+def _passes(task: str, arguments: tuple[Any, ...], seconds: float) -> bool | None:
+    """Whether the visible check of `task` passes on `arguments` in a child (None: it ran past `seconds`)."""
+    said, finished = _in_child(functools.partial(_checked, task, arguments), seconds)
+    return said == PASSED if finished else None
+
+
+def outline(value: Any) -> Any:
+    """What a screen compares of a returned value: its type, a tensor's shape and dtype, a container's outline."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() <= 1:
+        return "number"  # a check may accept a one-element tensor where the solution returns a number
+    if isinstance(value, torch.Tensor):
+        return ["tensor", list(value.shape), str(value.dtype)]
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, [outline(item) for item in value]]
+    if isinstance(value, dict):
+        return ["dict", sorted(map(str, value)), [outline(value[key]) for key in value]]
+    if isinstance(value, (bool, int, float)):
+        return "number"
+    return type(value).__name__ if isinstance(value, (str, bytes, type(None))) else "object"
+
+
+class Recorder:
+    """Wraps the solution's function: keeps a copy of the arguments of its first call and what that call returned."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.first: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self.returned: Any = None
+
+    def wrap(self) -> Callable[..., Any]:
+        """A function with the solution's signature that records its first call."""
+
+        @functools.wraps(self.function)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            if self.first is not None:
+                return self.function(*args, **kwargs)
+            try:
+                copied = copy.deepcopy((args, kwargs))
+            except Exception:  # noqa: BLE001 - arguments that cannot be copied leave the screen off
+                copied = None
+            value = self.function(*args, **kwargs)
+            if copied is not None and self.first is None:
+                self.first, self.returned = copied, outline(value)
+            return value
+
+        return recorded
+
+
+class _TimedOut(BaseException):
+    """A screened candidate ran past its bound (a BaseException: a candidate's own handlers do not catch it)."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _TimedOut
+
+
+def _screen_batch(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int, fd: int) -> None:
+    """Call each candidate as the solution was first called (in one child); write "index passed" lines to `fd`."""
+    args, kwargs = recorder.first  # type: ignore[misc]
+    for index, candidate in enumerate(candidates):
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(seconds)
+        try:
+            passed = outline(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs))) == recorder.returned
+        except BaseException:  # noqa: BLE001 - a candidate that raises or exits returns nothing like the solution
+            passed = False
+        finally:
+            signal.alarm(0)
+        os.write(fd, f"{index} {int(passed)}\n".encode())
+
+
+def screen(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int) -> list[bool]:
+    """Which candidates return what has the outline of the solution's first call, in children that each screen a
+    batch; a candidate that ends its child or runs past `seconds` is screened out and the rest go to a new child.
+
+    Candidates of one batch share a child: one whose side effects break the next can make the screen drop that
+    one; each candidate the screen keeps has its check run in a child of its own.
+    """
+    passed: list[bool] = []
+    while len(passed) < len(candidates):
+        rest = candidates[len(passed):]
+        said, _ = _in_child(functools.partial(_screen_batch, rest, recorder, seconds), seconds * len(rest) + 5)
+        lines = [line.split() for line in said.decode().splitlines() if line.count(" ") == 1]
+        passed += [flag == "1" for _, flag in lines]
+        if len(lines) < len(rest):
+            passed.append(False)  # the candidate that ended or stalled its child
+    return passed
+
+
+def _end_session(child: int) -> None:
+    """Kill what is left of a candidate's session (the child, and any process it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child, signal.SIGKILL)
+
+
+def _module_candidates(tree: Path) -> list[tuple[str, str, str, Shape]]:
+    """(module, name, file, shape) of every top-level function and class in the tree's harness package."""
+    found = []
+    for path in sorted((tree / "harness").rglob("*.py")):
+        relative = path.relative_to(tree)
+        module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
+        if module.endswith("__main__"):
+            continue
+        for name, shape in shapes(path.read_text(encoding="utf-8")).items():
+            found.append((module, name, str(relative), shape))
+    return found
+
+
+def _drill_answers(tree: Path) -> list[tuple[str, str, str, str]]:
+    """(drill id, entry name, file, source) of every drill answer the tree holds: answers.json's, else the one its
+    judge module carries (the answer side joined by the drill bank)."""
+    from harness.drills.core import all_drills
+
+    answers_file = tree / "harness" / "judges" / "drills" / "answers.json"
+    shipped = json.loads(answers_file.read_text()) if answers_file.is_file() else {}
+    judge_files = {path: path.read_text(encoding="utf-8")
+                   for path in sorted((tree / "harness" / "judges" / "drills").glob("*.py"))}
+    found = []
+    for drill in all_drills():
+        if drill.id in shipped and shipped[drill.id].get("solution"):
+            found.append((drill.id, drill.entry, str(answers_file.relative_to(tree)), shipped[drill.id]["solution"]))
+        elif drill.solution:
+            where = next((p for p, text in judge_files.items() if f'"{drill.id}"' in text), answers_file.parent)
+            found.append((drill.id, drill.entry, str(where.relative_to(tree)), drill.solution))
+    return found
+
+
+def _run_source(source: str) -> dict[str, Any] | None:
+    """The namespace `source` leaves, run beside torch and nn as every notebook has them (None if it raises)."""
+    import torch
+
+    namespace: dict[str, Any] = {"torch": torch, "nn": torch.nn}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(source, "<answer>", "exec"), namespace)
+    except Exception:  # noqa: BLE001 - an answer that does not run standalone answers nothing
+        return None
+    return namespace
+
+
+def _arguments(exercise: dict[str, Any], namespace: dict[str, Any]) -> tuple[Any, ...]:
+    """The objects the exercise's test cell passes to check(), evaluated in `namespace` (globals() is it)."""
+    return eval(f"({exercise['arguments']},)", namespace)  # noqa: S307 - the course's own test-cell text
+
+
+def _imported(module: str, name: str) -> Any:
+    """`module.name` from the tree (None where the module does not import)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return getattr(__import__(module, fromlist=[name]), name)
+    except Exception:  # noqa: BLE001 - a module that does not import answers nothing
+        return None
+
+
+def _tries(exercise: dict[str, Any], modules: list[tuple[str, str, str, Shape]],
+           answers: dict[str, tuple[Any, str, str, Shape | None]]) -> list[tuple[str, str, str, Callable[[], Any]]]:
+    """(label, file, slot, a loader of the candidate) for each candidate whose shape fits a slot of `exercise`."""
+    tries = []
+    for slot, fields in exercise["slots"].items():
+        wanted = Shape(**{**fields, "names": frozenset(fields["names"]),
+                          "required_keywords": frozenset(fields["required_keywords"])})
+        tries += [(f"{module}.{name}", file, slot, functools.partial(_imported, module, name))
+                  for module, name, file, shape in modules if shape.fits(wanted)]
+        tries += [(f"drill answer {drill_id}", file, slot, functools.partial(space.get, entry))
+                  for drill_id, (space, entry, file, shape) in answers.items()
+                  if space is not None and shape is not None and shape.fits(wanted)]
+    for slot, drill_id in exercise["text_slots"].items():
+        space, _, file, _ = answers.get(drill_id, (None, "", "", None))
+        if space is not None and "answer" in space:
+            tries.append((f"drill answer {drill_id}", file, slot, functools.partial(space.get, "answer")))
+    return tries
+
+
+def _baseline(exercise: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Recorder], float] | None:
+    """The solution's namespace, a recorder per function slot (its first call) and its check's time (None: the
+    solution does not pass in the tree)."""
+    base = _run_source(exercise["setup"])
+    if base is None:
+        return None
+    recorders = {slot: Recorder(base[slot]) for slot in exercise["slots"]
+                 if callable(base.get(slot)) and not isinstance(base[slot], type)}
+    started = time.monotonic()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            from harness.checks import check
+
+            check(exercise["task"], *_arguments(exercise, {**base, **{s: r.wrap() for s, r in recorders.items()}}))
+    except Exception:  # noqa: BLE001 - reported as unaudited
+        return None
+    return base, recorders, time.monotonic() - started
+
+
+def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
+    """Try every candidate on each exercise of `request` and write one JSON line per result to `report`.
+
+    A function candidate is first screened: called in a child as the solution was first called, it must return
+    something of the same outline within `screen_s`; only then does the exercise's check run on it, bounded by
+    a few times the solution's own check time.
+    """
+    tree = Path(request["tree"])
+    only = tuple(request.get("modules", ()))
+    modules = [found for found in _module_candidates(tree) if not only or found[0].startswith(only)]
+    answers = {} if only else {drill_id: (_run_source(source), entry, file, shapes(source).get(entry))
+                               for drill_id, entry, file, source in _drill_answers(tree)}
+
+    def emit(**record: Any) -> None:
+        report.write(json.dumps(record) + "\n")
+        report.flush()
+
+    for exercise in request["exercises"]:
+        task = exercise["task"]
+        baseline = _baseline(exercise)
+        if baseline is None:
+            emit(task=task, unaudited="the solution's own answer does not pass its check in the tree")
+            continue
+        base, recorders, took = baseline
+        bound = min(request["per_check_s"], max(2.0, 5 * took))
+        tries = [(label, file, slot, candidate) for label, file, slot, load in _tries(exercise, modules, answers)
+                 if (candidate := load()) is not None]
+        dropped: set[int] = set()
+        for slot, recorder in recorders.items():
+            functions = [i for i, t in enumerate(tries) if t[2] == slot and not isinstance(t[3], type)]
+            if recorder.first is not None and functions:
+                kept = screen([tries[i][3] for i in functions], recorder, request["screen_s"])
+                dropped |= {i for i, keep in zip(functions, kept, strict=True) if not keep}
+        for index, (label, file, slot, candidate) in enumerate(tries):
+            if index in dropped:
+                emit(task=task, label=label, file=file, hit=False, timed_out=False, screened=True)
+                continue
+            verdict = _passes(task, _arguments(exercise, {**base, slot: candidate}), bound)
+            emit(task=task, label=label, file=file, hit=verdict is True, timed_out=verdict is None, screened=False)
+
+
+def main() -> None:
+    """Read the request (JSON) from stdin; write results to the file named in argv[1]."""
+    request = json.loads(sys.stdin.read())
+    with tempfile.TemporaryDirectory(prefix="audit-") as scratch, open(sys.argv[1], "w") as report:
+        os.chdir(scratch)  # a candidate that writes files writes them here
+        audit_lesson(request, report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The answerability audit (issue 38, item 3) and a graded release without drill answers (item 1): the audit names a
+reference planted back into a shipped module, candidates are filtered by kind and signature before any check runs,
+a graded student tree holds no answer of a withheld drill (a practice tree holds every one) and `harness drill
+solution` says so, and on the real tree the audit finds exactly what `harness.grading.answerable` declares."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from harness.grading.answerability import Scope, audit, summary, undeclared
+from harness.grading.answerability_worker import Shape, shapes
+from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, WITHHELD_DRILLS
+from harness.grading.layout import REPO_ROOT
+from harness.grading.student_tree import write_student_tree
+
+pytestmark = pytest.mark.xdist_group("student-tree")
+# The tree's own harness, not the instructor's editable install of the repository.
+TREE_FIRST = ("import sys\nsys.path.insert(0, sys.argv[1])\nsys.meta_path = [f for f in sys.meta_path if 'Editable' "
+              "not in type(f).__name__ and 'Editable' not in getattr(f, '__name__', '')]\n")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("graded") / "course"
+    write_student_tree(target, withheld_drills=WITHHELD_DRILLS)
+    return target
+
+
+def _solution_of(task: str) -> str:
+    """The instructor's answer to `task`, as its solution cell holds it (markers dropped)."""
+    assignment = next(p.parent.name for p in (REPO_ROOT / "solutions").glob(f"{task[:2]}_*/*.ipynb"))
+    notebook = nbformat.read(REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    cell = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"{task}-code")
+    return "\n".join(line for line in cell.source.splitlines() if "### " not in line)
+
+
+def test_a_candidate_fits_a_slot_by_kind_and_signature():
+    slot = shapes("def evaluate(model, loader, loss_fn=None):\n    pass\n")["evaluate"]
+    fits = shapes("def a(net, data):\n    pass\ndef b(net, data, fn, extra=1):\n    pass\n"
+                  "def c(*args):\n    pass\nclass D:\n    def __init__(self, net, data):\n        pass\n")
+    assert fits["a"].fits(slot) and fits["b"].fits(slot) and fits["c"].fits(slot)
+    assert not fits["D"].fits(slot), "a class does not fill a function's slot"
+    misfits = shapes("def one(net):\n    pass\ndef four(a, b, c, d):\n    pass\ndef kw(a, b, *, scale):\n    pass\n")
+    assert not any(shape.fits(slot) for shape in misfits.values()), misfits
+    saved = shapes("def save(path, *, model, epoch):\n    pass\n")["save"]
+    assert shapes("def s(path, model, epoch, extra=0):\n    pass\n")["s"].fits(saved)
+    assert not shapes("def s(path, net, epoch):\n    pass\n")["s"].fits(saved), "keyword `model` has no parameter"
+    assert shapes("@dataclass\nclass P:\n    x: int\n    y: int = 0\n")["P"] == Shape(
+        "class", required=1, positional=2, names=frozenset({"x", "y"}), any_keywords=False)
+
+
+def test_the_audit_names_a_reference_planted_back(graded, tmp_path):
+    """The instructor's answer to 00-make-batch, pasted into a module the tree ships under another name, is a hit
+    named with its exercise, object and file; the tree as written has no hit from that module."""
+    scope = Scope(assignments=("00_welcome",), modules=("harness.env",))
+    before = audit(graded, scope)
+    assert not before.hits and not before.unaudited, summary(before)
+    planted = tmp_path / "course"
+    write_student_tree(planted, withheld_drills=WITHHELD_DRILLS)
+    reference = _solution_of("00-make-batch").replace("def make_batch(", "def reference_batch(")
+    module = planted / "harness" / "env.py"
+    module.write_text(module.read_text() + "\n\n" + reference + "\n")
+    after = audit(planted, scope)
+    assert [(h.task, h.source, h.file) for h in after.hits] == [
+        ("00-make-batch", "harness.env.reference_batch", "harness/env.py")], summary(after)
+    message = undeclared(after)
+    assert len(message) == 1 and "00-make-batch is answered by harness.env.reference_batch (harness/env.py)" in (
+        message[0]), message
+    assert after.tried > after.checked, "the screen ran no check on candidates that return something else"
+
+
+def _reveal(tree: Path, drill: str) -> subprocess.CompletedProcess[str]:
+    code = TREE_FIRST + ("from harness.drills.cli import _solution\nfrom harness.drills.index import get\n"
+                         "print(_solution(get(sys.argv[2])))\n")
+    return subprocess.run([sys.executable, "-I", "-c", code, str(tree), drill], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_graded_tree_withholds_the_graded_drills_answers_and_a_practice_tree_keeps_them(graded, tmp_path):
+    practice = tmp_path / "practice"
+    write_student_tree(practice)
+    for tree, withheld in ((graded, set(WITHHELD_DRILLS)), (practice, set())):
+        answers = json.loads((tree / "harness" / "judges" / "drills" / "answers.json").read_text())
+        assert not withheld & set(answers), withheld & set(answers)
+        assert {"loop-train-step", "modules-why-eval"} <= set(answers) | withheld
+        listed = tree / "harness" / "drills" / "withheld.json"
+        assert set(json.loads(listed.read_text())) == withheld
+    assert {"loop-train-step", "modules-why-eval", "checkpointing-exact-resume"} <= set(WITHHELD_DRILLS)
+    withheld_reveal = _reveal(graded, "loop-train-step")
+    assert withheld_reveal.returncode != 0 and "withheld until the course releases it" in withheld_reveal.stderr
+    assert "def train_step" not in withheld_reveal.stdout + withheld_reveal.stderr
+    assert "def train_step" in _reveal(practice, "loop-train-step").stdout
+    assert _reveal(graded, "tensors-broadcast-shape").returncode == 0, "a drill no exercise grades is revealed"
+
+
+def test_the_release_is_refused_for_an_unknown_withheld_drill(tmp_path):
+    with pytest.raises(KeyError, match="not-a-drill"):
+        write_student_tree(tmp_path / "course", withheld_drills=("not-a-drill",))
+
+
+@pytest.mark.slow
+def test_the_audit_of_the_real_tree_finds_what_is_declared(graded):
+    """Every hit on the graded tree is declared allowed or known, and every declaration is still a hit: a new hit
+    fails, and a closed one must leave the table (the whole audit, as `harness release --student` runs it)."""
+    result = audit(graded)
+    assert not result.unaudited, result.unaudited
+    assert result.keys() == set(ALLOWED) | set(KNOWN_ANSWERABLE), summary(result)
+    assert not set(ALLOWED) & set(KNOWN_ANSWERABLE)
