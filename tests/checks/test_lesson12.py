@@ -516,6 +516,12 @@ def dead_counter(*, reduce="units", combine="or", keys="relu", as_tensor=True, r
     return dead_units
 
 
+def dead_per_batch_averaged(model, batches):
+    """The dead fraction of each batch, from the solution's mask, averaged over the batches."""
+    fractions = [dead_counter()(model, [x]) for x in batches]
+    return {name: torch.stack([f[name] for f in fractions]).mean() for name in fractions[0]}
+
+
 def dead_from_one_big_batch(model, batches):
     """All batches in one forward (the model has no batch statistics), measured with harness.diagnose."""
     from harness.diagnose import capture_activations, dead_fraction
@@ -709,6 +715,8 @@ MISTAKES = [
             story="a unit called dead as soon as one example gives 0"),
     Mistake("12-dead-units", "wrong-fraction", "negative outputs", (dead_counter(reduce="negative"),),
             story="out < 0 for 'inactive': a ReLU never outputs a negative"),
+    Mistake("12-dead-units", "wrong-fraction", "averaged over the batches", (dead_per_batch_averaged,),
+            story="the dead fraction of each batch, then the mean over the batches"),
     Mistake("12-dead-units", "last-batch-only", "only the last batch", (dead_counter(combine="replace"),),
             story="the hook overwrites its record at each batch"),
     Mistake("12-dead-units", "wrong-keys", "hooks went on nn.Linear", (dead_counter(keys="linear"),),
@@ -790,6 +798,7 @@ CAUSE_HINTS = [
     ("12-lr-range", sweep_tensor_lrs, "wrong-losses", "an element of a tensor?"),
     ("12-init-loss", init_loss(log=lambda c: torch.log(torch.tensor(float(c)))), "wrong-expected", "math module"),
     ("12-dead-units", dead_counter(reduce="negative"), "wrong-fraction", "a negative number, or 0?"),
+    ("12-dead-units", dead_per_batch_averaged, "wrong-fraction", "once over all the batches together?"),
     ("12-init-loss", init_loss(loss=F.nll_loss), "wrong-loss", "logits, probabilities or log-probabilities?"),
     ("12-init-loss", init_loss(log=lambda c: 1 / c), "wrong-expected", "what does cross-entropy do"),
 ]

@@ -78,17 +78,22 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
                  expected=f"{value:.4f}: dead on every batch ({len(batches)} batches)",
                  cause="the hook replaces what it stored at each call, so only the last batch counts",
                  where="combine the masks across calls: alive |= (out > 0).any(dim=0)")
+        per_batch = float((1.0 - stacked.float().mean(dim=1)).mean())
         causes = {"the fraction of zero values (over examples and units), not of units": per_value,
                   "units zero on at least one example, instead of on every example": any_zero,
-                  "the fraction of negative outputs (a ReLU's output is never negative)": 0.0}
+                  "the fraction of negative outputs (a ReLU's output is never negative)": 0.0,
+                  "the dead fraction of each batch, averaged over the batches: a unit silent on one batch counts "
+                  "as partly dead": per_batch}
         named = [c for c, v in causes.items() if isclose_number(number, v, rel_tol=1e-5, abs_tol=1e-6)]
         negative = bool(named) and named[0].startswith("the fraction of negative")
+        averaged = bool(named) and named[0].startswith("the dead fraction of each batch")
         fail("wrong-fraction", observed=f"{name}: {number if number is not None else type_name(got[name])}",
              expected=f"{value:.4f}, the fraction of its {stacked.shape[1]} units that output 0 for every example",
              cause=f"your value is {named[0]}" if named else "another quantity than the dead-unit fraction",
              where="how your hook reduces the output, and the final fraction",
              hint="What does a ReLU output for an input it does not let through: a negative number, or 0?"
-             if negative else None)
+             if negative else "Do you decide that a unit is dead once per batch, or once over all the batches "
+             "together?" if averaged else None)
     if not isinstance(seen["hooks_left"], int):
         raise WireError("malformed observation: hooks_left")
     if seen["hooks_left"]:
