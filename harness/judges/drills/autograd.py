@@ -12,9 +12,9 @@ import torch
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values, same_values
+from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.autograd import (
     _INPLACE_STARTER,
     _custom_silu_inputs,
@@ -29,7 +29,7 @@ from harness.judges.drills.whys import add_answers
 
 def _tensor_or_none(value: Any, what: str) -> torch.Tensor | None:
     if value is not None and not isinstance(value, torch.Tensor):
-        raise WireError(f"{what}: expected a tensor or None, got {describe(value)}")
+        malformed(f"{what}: expected a tensor or None, got {describe(value)}")
     return value
 
 
@@ -37,7 +37,7 @@ def _judge_silu(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
     inputs = _custom_silu_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (x, grad_output), out in zip(inputs, outputs, strict=True):
         x = x.clone().requires_grad_(True)
         want = torch.nn.functional.silu(x)
@@ -77,7 +77,7 @@ class SiLU(torch.autograd.Function):
 def _judge_inplace(seen: dict, *, case: Case) -> str:
     outputs, inputs = seen.get("outputs"), _inplace_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (x, w), out in zip(inputs, outputs, strict=True):
         w = w.clone().requires_grad_(True)
         loss = (2 * torch.sigmoid(x @ w)).sum()
@@ -121,7 +121,7 @@ def _judge_saliency(seen: dict, *, case: Case) -> str:
     model, x, targets, accumulated = _saliency_setup(case)
     grads = seen.get("param_grads")
     if not isinstance(grads, list) or len(grads) != len(accumulated):
-        raise WireError("parameter gradients missing")
+        malformed("parameter gradients missing")
     for got, before in zip(grads, accumulated, strict=True):
         if _tensor_or_none(got, "a parameter's .grad") is None or got.shape != before.shape \
                 or not same_values(got, before, dtype=False):

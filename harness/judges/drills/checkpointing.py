@@ -10,9 +10,9 @@ import os
 from typing import Any, Callable
 
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors, same_values
+from harness.contract.compare import close_tensors, malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.checkpointing import (
     _NO_OPTIMIZER,
     _atomic_save_states,
@@ -92,7 +92,7 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
 
     def judge(seen: dict, *, case: Case) -> str:
         if not isinstance(seen.get("loads"), list):
-            raise WireError("the torch.load calls' record is missing")
+            malformed("the torch.load calls' record is missing")
         if any(w is False for w in seen.get("loads", [])):
             fail("unsafe-load", observed="load_checkpoint called torch.load(..., weights_only=False)",
                  expected="torch.load(path, weights_only=True)", cause="weights_only=False unpickles whatever the "
@@ -163,7 +163,7 @@ def _judge_strip(seen: dict, *, case: Case) -> str:
     base, variants = _strip_inputs(case)
     outputs = seen["outputs"]
     if not isinstance(outputs, list) or len(outputs) != len(variants):
-        raise WireError("portable_state_dict outputs missing")
+        malformed("portable_state_dict outputs missing")
     want_keys = list(base)
     for (name, _), got in zip(variants, outputs, strict=True):
         if not isinstance(got, dict):
@@ -192,7 +192,7 @@ def _judge_atomic(seen: dict, *, case: Case) -> str:
     states = _atomic_save_states(case)
     path = seen["path"]
     if not isinstance(path, str) or not isinstance(seen["events"], list):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     folder = os.path.dirname(path)
 
     def holds(got: Any, k: int) -> bool:
@@ -277,7 +277,7 @@ def save_atomic(obj, path):
 def _judge_rank0(seen: dict, *, case: Case) -> str:
     saves, state = seen["saves"], seen["state"]
     if not (isinstance(saves, list) and len(saves) == 2 and all(isinstance(s, int) for s in saves)):
-        raise WireError("malformed save counts")
+        malformed("save counts")
     if saves[1]:
         fail("every-rank-saves", observed=f"rank 1 called torch.save {saves[1]} time(s)", expected="rank 0 only",
              cause="every rank writes the same file at the same time: wasted I/O, and on a shared filesystem "

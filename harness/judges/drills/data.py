@@ -9,9 +9,8 @@ from __future__ import annotations
 import torch
 
 from harness.contract.case import Case
-from harness.contract.compare import same_values
+from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError
 from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -21,7 +20,7 @@ from harness.judges.drills.whys import add_answers
 def _judge_pad_collate(seen: dict, *, case: Case) -> str:
     outputs, batches = seen.get("outputs"), _pad_collate_batches(case)
     if not isinstance(outputs, list) or len(outputs) != len(batches):
-        raise WireError("collate outputs missing")
+        malformed("collate outputs missing")
     where = "torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)"
     for batch, out in zip(batches, outputs, strict=True):
         lengths = [len(seq) for seq, _ in batch]
@@ -65,7 +64,7 @@ def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
         run = seen.get(key)
         if (not isinstance(run, list) or len(run) != 2 or not all(isinstance(e, list) and len(e) == 2 for e in run)
                 or not all(isinstance(b, torch.Tensor) and b.shape == (4,) for e in run for b in e)):
-            raise WireError(f"{key} malformed")
+            malformed(f"{key} malformed")
         runs.append(run)
     first, again = runs
     where = "worker_init_fn: what it does to the worker's dataset.rng"
@@ -100,7 +99,7 @@ def _judge_sampler(seen: dict, *, case: Case) -> str:
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
     if (not isinstance(epochs, list) or len(epochs) != _SAMPLER_EPOCHS
             or not all(isinstance(e, list) and all(isinstance(i, int) for i in e) for e in [*epochs, again, other])):
-        raise WireError("sampled indices malformed")
+        malformed("sampled indices malformed")
     if any(len(e) != n for e in epochs):
         fail("wrong-num-samples", observed=f"an epoch of {len(epochs[0])} indices", expected=f"{n} (len(labels))",
              cause="num_samples is not the dataset's size", where=where)
@@ -149,12 +148,12 @@ def _judge_train_loader(seen: dict, *, case: Case) -> str:
     size, batch_size, _ = _loader_setup(case)
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
     if not isinstance(epochs, list) or len(epochs) != 2:
-        raise WireError("epochs missing")
+        malformed("epochs missing")
     runs = [*epochs, again, other]
     for run in runs:
         if not isinstance(run, list) or not all(isinstance(b, torch.Tensor) and b.dim() == 2 and b.shape[1] == 2
                                                 for b in run):
-            raise WireError("batches malformed")
+            malformed("batches malformed")
     full = size // batch_size
     for run in runs:
         sizes = [b.shape[0] for b in run]

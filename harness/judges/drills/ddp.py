@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from harness.contract.case import Case
-from harness.contract.compare import close_number, close_tensors, same_values
+from harness.contract.compare import close_number, close_tensors, malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.ddp import (
     _ACCUM_EPOCHS,
     _ACCUM_STEPS,
@@ -40,7 +40,7 @@ from harness.judges.drills.whys import add_answers
 
 def _two_floats(got: Any, what: str) -> list[float]:
     if not (isinstance(got, list) and len(got) == 2):
-        raise WireError("malformed per-rank values")
+        malformed("per-rank values")
     for value in got:
         if not isinstance(value, float):
             fail("not-a-number", observed=f"{what} returned {value}", expected="a number (a float or a one-element "
@@ -214,7 +214,7 @@ def _accum_reference(case: Case, epochs: list[int], scale: float, *, every_micro
 def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, dict) for r in ranks)):
-        raise WireError("malformed per-rank observation")
+        malformed("per-rank observation")
     epochs, want_epochs = ranks[0]["epochs"], list(range(_ACCUM_EPOCHS))
     if epochs != want_epochs:
         late = [0, *range(_ACCUM_EPOCHS - 1)]
@@ -226,7 +226,7 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
              where="the start of each epoch, before the loader is iterated")
     first, second = ranks[0]["params"], ranks[1]["params"]
     if not (isinstance(first, list) and isinstance(second, list) and len(first) == len(second)):
-        raise WireError("malformed parameters")
+        malformed("parameters")
     if not all(same_values(a, b, dtype=False) for a, b in zip(first, second, strict=True)):
         fail("ranks-diverge", observed="after training, rank 0 and rank 1 hold different weights",
              expected="identical weights on every rank", cause="the optimizer stepped on gradients that were never "
@@ -292,7 +292,7 @@ def train_epochs(ddp_model, optimizer, sampler, loader, epochs, accum_steps):
 def _judge_barrier(seen: dict, *, case: Case) -> str:
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, dict) for r in ranks)):
-        raise WireError("malformed per-rank observation")
+        malformed("per-rank observation")
     if ranks[1]["saves"]:
         fail("every-rank-saves", observed=f"rank 1 called torch.save {ranks[1]['saves']} time(s)",
              expected="rank 0 only writes the file", cause="every rank writes its own weights to the same path: "
@@ -306,7 +306,7 @@ def _judge_barrier(seen: dict, *, case: Case) -> str:
         params = observed["params"]
         if not (isinstance(params, list) and len(params) == len(want)
                 and all(isinstance(p, torch.Tensor) and p.shape == w.shape for p, w in zip(params, want, strict=True))):
-            raise WireError("malformed parameters")
+            malformed("parameters")
         if all(same_values(p, w, dtype=False) for p, w in zip(params, want, strict=True)):
             continue
         if all(same_values(p, s, dtype=False) for p, s in zip(params, stale, strict=True)):
@@ -341,7 +341,7 @@ def _judge_shards(seen: dict, *, case: Case) -> str:
     results = seen["results"]
     configs = _shard_configs(case)
     if not isinstance(results, list) or len(results) != len(configs):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     for (n, world), result in zip(configs, results, strict=True):
         for epoch, shards in enumerate(result["epochs"]):
             if not (isinstance(shards, list) and all(isinstance(s, list) and all(isinstance(i, int) for i in s)

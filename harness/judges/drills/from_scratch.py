@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from harness.contract.case import Case
-from harness.contract.compare import close_values, max_difference
+from harness.contract.compare import close_values, malformed, max_difference
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.from_scratch import (
     _ADAMW_STARTER,
     _ADAMW_STEPS,
@@ -77,7 +77,7 @@ def _judge_layer_norm(seen: dict, *, case: Case) -> str:
     if not (isinstance(results, list) and len(results) == len(inputs)
             and all(isinstance(r, dict) and isinstance(r.get("grads"), list) and len(r["grads"]) == 3
                     for r in results)):
-        raise WireError("malformed observation: not one result per input")
+        malformed("not one result per input")
     for (x, normalized, weight, bias, eps, upstream), result in zip(inputs, results, strict=True):
         where = f"layer_norm on x of shape {tuple(x.shape)}, normalized_shape={normalized}, eps={eps}"
         y = result["y"]
@@ -181,7 +181,7 @@ _ADAMW_MISTAKES = (
 def _judge_adamw(seen: dict, *, case: Case) -> str:
     steps = seen.get("optimizer_steps")
     if not isinstance(steps, int):
-        raise WireError("malformed observation: optimizer steps not counted")
+        malformed("optimizer steps not counted")
     if steps:
         fail("used-torch-optim", observed=f"{steps} torch.optim optimizer steps ran inside adamw_step",
              expected="the update written with tensor operations", cause="torch.optim computes the update for you: "
@@ -193,7 +193,7 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
     trace = seen.get("trace")
     if not (isinstance(trace, list) and len(trace) == len(want) and all(
             isinstance(t, list) and len(t) == 2 for t in trace)):
-        raise WireError("malformed observation: not the parameters after each step")
+        malformed("not the parameters after each step")
 
     def matches(reference: list[list[torch.Tensor]], upto: int = _ADAMW_STEPS) -> bool:
         return all(close_values(g, w, rtol=1e-5, atol=1e-7) for got_step, want_step in

@@ -12,9 +12,9 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors, close_values
+from harness.contract.compare import close_tensors, close_values, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.memory import (
     _ACC_LR,
     _ACC_STARTER,
@@ -39,7 +39,7 @@ def _judge_adam_state(seen: dict, *, case: Case) -> str:
     got_all = seen.get("bytes")
     models = _adam_models(case)
     if not isinstance(got_all, list) or len(got_all) != len(models):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     for model, got in zip(models, got_all, strict=True):
         unique = list(model.parameters())
         trainable = [p for p in unique if p.requires_grad]
@@ -79,7 +79,7 @@ def _judge_activation_bytes(seen: dict, *, case: Case) -> str:
     got_all = seen.get("bytes")
     models = _activation_models(case)
     if not isinstance(got_all, list) or len(got_all) != len(models):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     for (model, x), got in zip(models, got_all, strict=True):
         with saved_for_backward(exclude=model.parameters()) as saved:
             model(x).sum()
@@ -190,7 +190,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
     records = seen.get("steps")
     groups = [micro[i:i + accum] for i in range(0, len(micro), accum)]
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise WireError("malformed step records")
+        malformed("step records")
     if len(records) != len(groups):
         fail("wrong-step-count", observed=f"{len(records)} optimizer steps for {len(micro)} micro-batches",
              expected=f"{len(groups)}: one step per {accum} micro-batches", cause="a step at every micro-batch, or "
@@ -199,7 +199,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
     for step, (record, group) in enumerate(zip(records, groups, strict=True)):
         got_params, got_grads = record.get("params"), record.get("grads")
         if not isinstance(got_params, list) or not isinstance(got_grads, list):
-            raise WireError("malformed step record")
+            malformed("step record")
         if len(got_params) != len(params) or not close_tensors(got_params, [p.detach() for p in params], **_TOLERANCE):
             fail("wrong-updates", observed=f"before step {step} the weights differ from the reference's",
                  expected=f"w <- w - {_ACC_LR} * the group's mean gradient", cause="an extra update, or a wrong "

@@ -13,9 +13,9 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.modules import (
     _LIST_STARTER,
     _buffer_case,
@@ -31,7 +31,7 @@ from harness.judges.drills.whys import add_answers
 
 def _str_list(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise WireError(f"{what}: expected a list of names")
+        malformed(f"{what}: expected a list of names")
     return value
 
 
@@ -57,11 +57,11 @@ def _judge_mlp(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
     cases = _mlp_cases(case)
     if not isinstance(results, list) or len(results) != len(cases) or not all(isinstance(r, dict) for r in results):
-        raise WireError("results missing")
+        malformed("results missing")
     for (sizes, x), result in zip(cases, results, strict=True):
         params = result.get("params")
         if not isinstance(params, list) or not all(isinstance(p, torch.Tensor) for p in params):
-            raise WireError("parameters missing")
+            malformed("parameters missing")
         expected = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         got = sum(p.numel() for p in params)
         if got != expected:
@@ -87,7 +87,7 @@ def _judge_module_param_groups(seen: dict, *, case: Case) -> str:
     model = _groups_model(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-        raise WireError("groups missing")
+        malformed("groups missing")
     listed = [name for g in groups for name in _str_list(g.get("names"), "a group's parameters")]
     every = [name for name, _ in model.named_parameters()]
     if sorted(listed) != sorted(every):
@@ -143,7 +143,7 @@ def _judge_buffer(seen: dict, *, case: Case) -> str:
              cause="a plain tensor attribute is neither saved nor moved by .to()", where="register_buffer('mean', ...)")
     means, outputs = seen.get("means"), seen.get("outputs")
     if not isinstance(means, list) or not isinstance(outputs, list) or len(means) != 3 or len(outputs) != 3:
-        raise WireError("means or outputs missing")
+        malformed("means or outputs missing")
     mean = torch.zeros(features)
     for k, x in enumerate(train):
         mean = (1 - momentum) * mean + momentum * x.mean(0)
@@ -191,7 +191,7 @@ def _judge_freeze(seen: dict, *, case: Case) -> str:
     names = [name for name, _ in model.named_parameters()]
     if not isinstance(flags, dict) or not isinstance(grads, dict) or sorted(flags) != sorted(names) \
             or sorted(grads) != sorted(names):
-        raise WireError("parameter flags missing")
+        malformed("parameter flags missing")
     trained = [n for n in names if n.startswith("backbone.") and (flags[n] is not False or grads[n] is not None)]
     if trained:
         observed = f"after loss.backward(), {trained[0]} " + ("still requires grad" if flags[trained[0]]

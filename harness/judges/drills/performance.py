@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors, number
+from harness.contract.compare import close_tensors, malformed, number
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.performance import (
     _LOG_LR,
     _METRICS_STARTER,
@@ -30,10 +30,10 @@ def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
     model, epochs = _metrics_inputs(case)
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != len(epochs):
-        raise WireError("epoch_metrics results missing")
+        malformed("epoch_metrics results missing")
     for batches, result in zip(epochs, results, strict=True):
         if not isinstance(result, dict) or not isinstance(result.get("syncs"), int):
-            raise WireError("malformed epoch_metrics result")
+            malformed("epoch_metrics result")
         with torch.no_grad():
             x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
             want_loss = float(F.cross_entropy(model(x), y))
@@ -114,7 +114,7 @@ def _judge_log_every(seen: dict, *, case: Case) -> str:
              cause="a step skipped, or taken only when logging", where="the training loop")
     for step, (got, want) in enumerate(zip(params, expected_params, strict=True)):
         if not isinstance(got, list) or len(got) != len(want):
-            raise WireError("malformed step record")
+            malformed("step record")
         if not close_tensors(got, want, atol=1e-5, rtol=1e-5, dtype=False):
             fail("wrong-updates", observed=f"the weights before step {step} differ from plain SGD's",
                  expected=f"w <- w - {_LOG_LR} * the gradient of each batch's loss alone",
@@ -170,7 +170,7 @@ def _judge_loader_settings(seen: dict, *, case: Case) -> str:
     for device_type in ("cuda", "cpu"):
         got = seen.get(device_type)
         if not isinstance(got, dict):
-            raise WireError(f"no observation for {device_type}")
+            malformed(f"no observation for {device_type}")
         call = f"make_loader(dataset, {batch_size}, {device_type!r})"
         if got.get("type") != "DataLoader" or got.get("same_dataset") is not True:
             fail("not-a-loader", observed=f"{call} returned a {got.get('type')}", expected="a DataLoader over dataset",

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.compare import same_values
+from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.repro import (
     _LOADER_STARTER,
     _SPLIT_MODEL_STARTER,
@@ -40,7 +40,7 @@ def _int_list(value: Any) -> bool:
 def _judge_split(seen: dict, *, case: Case) -> str:
     results = seen["results"]
     if not isinstance(results, list) or len(results) != len(_split_configs(case)):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     for (n, fraction, seed), result in zip(_split_configs(case), results, strict=True):
         train, val = result["train"], result["val"]
         if not (_int_list(train) and _int_list(val)):
@@ -75,7 +75,7 @@ def _judge_generator_loader(seen: dict, *, case: Case) -> str:
     orders = seen["orders"]
     if not (isinstance(orders, list) and len(orders) == 2 and all(isinstance(o, list) and len(o) == 2 and all(
             _int_list(e) for e in o) for o in orders)):
-        raise WireError("malformed orders")
+        malformed("orders")
     for run in orders:
         for order in run:
             if sorted(order) != list(range(len(dataset))):
@@ -120,7 +120,7 @@ def _judge_workers(seen: dict, *, case: Case) -> str:
     for run, count in zip(runs, (2, 1, 1), strict=True):
         if not isinstance(run, list) or len(run) != count or not all(
                 isinstance(e, torch.Tensor) and e.shape == (n, 2) for e in run):
-            raise WireError("malformed epochs")
+            malformed("epochs")
         for epoch in run:
             if sorted(int(i) for i in epoch[:, 0]) != list(range(n)):
                 fail("wrong-samples", observed="an epoch does not hold every sample once", expected=f"{n} samples",
@@ -139,7 +139,7 @@ def _judge_workers(seen: dict, *, case: Case) -> str:
              "dataset.rng: get_worker_info().dataset.rng = np.random.default_rng(get_worker_info().seed)")
     after, want = seen["after"], _caller_draws(case)
     if not isinstance(after, dict) or set(after) != set(want):
-        raise WireError("malformed draws after the call")
+        malformed("draws after the call")
     changed = [name for name in want if after[name] != want[name]]
     if changed:
         fail("caller-rng-changed", observed=f"after make_loader returned, the caller's {', '.join(changed)} global "
@@ -192,7 +192,7 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
     dataset, seed = _split_model_inputs(case)
     n, runs = len(dataset), seen["runs"]
     if not isinstance(runs, list) or len(runs) != len(_WIDTHS):
-        raise WireError("malformed runs")
+        malformed("runs")
     for hidden, run in zip(_WIDTHS, runs, strict=True):
         train, val = run["train"], run["val"]
         if not (_int_list(train) and _int_list(val)) or sorted(train + val) != list(range(n)) or len(val) != n // 5:
@@ -256,7 +256,7 @@ def _judge_rng(seen: dict, *, case: Case) -> str:
 
     for name in ("first", "replay"):
         if not isinstance(seen[name], dict) or set(seen[name]) != set(_STREAMS):
-            raise WireError("malformed draws")
+            malformed("draws")
     for stream, what in _STREAMS.items():
         if not same(seen["first"][stream], want[stream]):
             fail("capture-draws", observed=f"after capture_rng, {what} gave other numbers than without it",

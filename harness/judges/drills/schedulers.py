@@ -14,7 +14,6 @@ from torch import nn
 from harness.contract.case import Case
 from harness.contract.compare import close_tensors, isclose_number, isclose_numbers, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError
 from harness.drills.bank.schedulers import (
     _GRAN_EPOCHS,
     _GRANULARITY_STARTER,
@@ -46,7 +45,7 @@ def _lrs(steps: object, groups: int = 1) -> list[list[float]]:
     """The recorded learning rates (one list per optimizer step), validated."""
     if not isinstance(steps, list) or not all(
             isinstance(s, list) and len(s) == groups and all(isinstance(v, float) for v in s) for s in steps):
-        raise WireError("recorded learning rates malformed")
+        malformed("recorded learning rates malformed")
     return steps
 
 
@@ -96,7 +95,7 @@ def _warmup_cosine_cause(got: float, step: int, warmup: int, total: int) -> str:
 def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     values, queries = seen.get("values"), _warmup_queries(case)
     if not isinstance(values, list) or len(values) != len(queries) or not all(isinstance(v, float) for v in values):
-        raise WireError("values malformed")
+        malformed("values malformed")
     for got, (step, warmup, total) in zip(values, queries, strict=True):
         require_warmup_cosine_factor(got, step, warmup, total)
     warmup, total = _warmup_configs(case)[0]
@@ -144,7 +143,7 @@ def _with_params(case: Case, params: object) -> nn.Sequential:
     shapes = [p.shape for p in model.parameters()]
     if (not isinstance(params, list) or len(params) != len(shapes)
             or any(not isinstance(t, torch.Tensor) or t.shape != s for t, s in zip(params, shapes, strict=True))):
-        raise WireError("recorded parameters malformed")
+        malformed("recorded parameters malformed")
     with torch.no_grad():
         for p, value in zip(model.parameters(), params, strict=True):
             p.copy_(value)
@@ -154,7 +153,7 @@ def _with_params(case: Case, params: object) -> nn.Sequential:
 def _judge_plateau(seen: dict, *, case: Case) -> str:
     records, before_steps = seen.get("scheduler_steps"), seen.get("optimizer_params")
     if not isinstance(records, list) or not isinstance(before_steps, list):
-        raise WireError("records missing")
+        malformed("records missing")
     train_batches, val_batches = _plateau_data(case)
     n_train = len(train_batches)
     if len(records) != _PLATEAU_EPOCHS:
@@ -167,7 +166,7 @@ def _judge_plateau(seen: dict, *, case: Case) -> str:
     with torch.no_grad():
         for epoch, record in enumerate(records):
             if not isinstance(record, dict) or not isinstance(record.get("metric"), (int, float)):
-                raise WireError("scheduler record malformed")
+                malformed("scheduler record malformed")
             metric = float(record["metric"])
             at_end = _with_params(case, record.get("params"))
             val = float(sum(_plateau_loss(at_end, x, y) for x, y in val_batches) / len(val_batches))
@@ -229,7 +228,7 @@ _ONECYCLE_SOLUTION = edited(_ONECYCLE_STARTER,
 def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
     got = seen.get("lrs")
     if not isinstance(got, list) or not all(isinstance(v, float) for v in got):
-        raise WireError("learning rates malformed")
+        malformed("learning rates malformed")
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
     want = _plateau_run(lambda o: plateau(o, mode="max", factor=0.5, patience=2), case)
     if isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
@@ -260,7 +259,7 @@ def _judge_linear_warmup(seen: dict, *, case: Case) -> str:
     warmup, bases = _warmup_setup(case)
     got = _lrs(seen.get("lrs"), groups=2)
     if len(got) != warmup + 4:
-        raise WireError("wrong number of recorded steps")
+        malformed("wrong number of recorded steps")
     for k, step_lrs in enumerate(got):
         for group, (lr, base) in enumerate(zip(step_lrs, bases, strict=True)):
             want = base * min(1.0, (k + 1) / warmup)
@@ -292,7 +291,7 @@ def _judge_param_group_lrs(seen: dict, *, case: Case) -> str:
     lr, warmup = _group_setup(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
-        raise WireError("groups malformed")
+        malformed("groups malformed")
     want_groups = [["backbone.weight", "backbone.bias"], ["head.weight", "head.bias"]]
     if len(groups) != 2:
         fail("one-group" if len(groups) == 1 else "wrong-groups", observed=f"{len(groups)} param group(s): {groups}",
@@ -367,7 +366,7 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
     got_lrs = [v[0] for v in _lrs(seen.get("lrs"))]
     want_lrs = ref_lrs[_RESUME_AT:]
     if len(got_lrs) != len(want_lrs):
-        raise WireError("wrong number of recorded steps")
+        malformed("wrong number of recorded steps")
     if not isclose_numbers(got_lrs, want_lrs, rel_tol=1e-6, abs_tol=1e-12):
         if isclose_numbers(got_lrs, ref_lrs[_RESUME_AT + 1:] + [got_lrs[-1]], rel_tol=1e-6, abs_tol=1e-12):
             code, cause = "schedule-shifted", ("the scheduler was stepped after loading its state: the resumed run is "
@@ -384,7 +383,7 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
              cause=cause, where="save_checkpoint and load_checkpoint")
     steps = seen.get("params")
     if not isinstance(steps, list) or len(steps) != len(want_lrs):
-        raise WireError("recorded steps malformed")
+        malformed("recorded steps malformed")
     for i, params in enumerate(steps):
         if not isinstance(params, list) or len(params) != len(ref_params[_RESUME_AT + i]):
             malformed("the recorded parameters")

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.compare import close_values, max_difference, number
+from harness.contract.compare import close_values, malformed, max_difference, number
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.shapes import (
     _B,
     _D,
@@ -85,7 +85,7 @@ def _judge_loss(seen: dict, *, case: Case) -> str:
     if not (isinstance(results, list) and len(results) == len(_SIZES) and all(
             isinstance(r, dict) and isinstance(r.get("graph"), bool) and isinstance(r.get("grads"), list)
             and len(r["grads"]) == 2 for r in results)):
-        raise WireError("malformed observation: not one loss per batch")
+        malformed("not one loss per batch")
     for base, (batch, result) in enumerate(zip(_SIZES, results, strict=True)):
         model, x, y = _broadcast_loss_inputs(case, base, batch)
         where = f"regression_loss on a batch of {batch}"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from harness.contract.case import Case
-from harness.contract.compare import close_values, max_difference
+from harness.contract.compare import close_values, malformed, max_difference
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.sharding import (
     _BETA,
     _GATHER_STARTER,
@@ -45,7 +45,7 @@ def _judge_shard_flat(seen: dict, *, case: Case) -> str:
     shards = seen.get("shards")
     if not (isinstance(shards, list) and len(shards) == len(_WORLDS)
             and all(isinstance(s, list) and len(s) == w for s, w in zip(shards, _WORLDS, strict=True))):
-        raise WireError("malformed observation: not one shard per rank and world size")
+        malformed("not one shard per rank and world size")
     for world, got in zip(_WORLDS, shards, strict=True):
         where = f"shard_flat(params, rank, world={world})"
         for rank, shard in enumerate(got):
@@ -107,7 +107,7 @@ def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
     want = [p.detach() for p in params]
     ranks = seen.get("ranks")
     if not (isinstance(ranks, list) and len(ranks) == 2):
-        raise WireError("malformed observation: not one result per rank")
+        malformed("not one result per rank")
     shards = [_shard(_flat_detached(params), rank, 2) for rank in (0, 1)]
     for rank, got in enumerate(ranks):
         where = f"gather_params on rank {rank}"
@@ -118,7 +118,7 @@ def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
         try:
             tensors = [torch.tensor(values, dtype=torch.float32) for values in got]
         except (TypeError, ValueError, RuntimeError):
-            raise WireError("malformed observation: a rank's result is not numbers") from None
+            malformed("a rank's result is not numbers")
         if [tuple(t.shape) for t in tensors] != shapes:
             fail("wrong-shape", observed=f"rank {rank} returned shapes {[tuple(t.shape) for t in tensors]}",
                  expected=f"{shapes}", cause="the padding was kept, or the pieces were cut at the wrong offsets",
@@ -202,12 +202,12 @@ def _judge_zero1(seen: dict, *, case: Case) -> str:
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(
             isinstance(r, dict) and isinstance(r.get("params"), list) and len(r["params"]) == _STEPS
             and isinstance(r.get("momentum"), list) for r in ranks)):
-        raise WireError("malformed observation: not each rank's parameters after every step")
+        malformed("not each rank's parameters after every step")
     try:
         got = [[torch.tensor(step, dtype=torch.float32) for step in r["params"]] for r in ranks]
         momenta = [torch.tensor(r["momentum"], dtype=torch.float32) for r in ranks]
     except (TypeError, ValueError, RuntimeError):
-        raise WireError("malformed observation: parameters are not numbers") from None
+        malformed("parameters are not numbers")
     want, want_momenta = _zero1_reference(case, "mean")
     where = "zero1_step"
 

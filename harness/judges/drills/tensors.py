@@ -10,10 +10,10 @@ import torch
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values, same_values
+from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.tensors import (
     _UINT8_STARTER,
     _attention_scores_inputs,
@@ -41,7 +41,7 @@ def _judge_logsumexp(seen: dict, *, case: Case) -> str:
     forbid(seen["calls"], _LOGSUMEXP_FORBIDDEN, where="the drill's prompt")
     inputs, outputs = _logsumexp_inputs(case), seen["outputs"]
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        raise WireError("logsumexp outputs missing")
+        malformed("logsumexp outputs missing")
     for (x, dim), got in list(zip(inputs, outputs, strict=True))[:4]:
         expect.close("logsumexp(x, dim)", got, torch.logsumexp(x, dim), atol=1e-5, rtol=1e-5,
                      where="logsumexp", cause="the reduction or the max subtraction is off")
@@ -62,7 +62,7 @@ def _judge_pairwise(seen: dict, *, case: Case) -> str:
     inputs, outputs, counts = _pairwise_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
-        raise WireError("pairwise outputs missing")
+        malformed("pairwise outputs missing")
     for (a, b), got, count in zip(inputs, outputs, counts, strict=True):
         expect.close("pairwise_sq_dists(a, b)", got, torch.cdist(a, b) ** 2, atol=1e-4, rtol=1e-4,
                      where="pairwise_sq_dists", cause="broadcast a to (n, 1, d) and b to (1, m, d)")
@@ -78,7 +78,7 @@ def _judge_uint8(seen: dict, *, case: Case) -> str:
     images, outputs, after = _uint8_images(case), seen.get("outputs"), seen.get("inputs_after")
     if not isinstance(outputs, list) or not isinstance(after, list) or len(outputs) != len(images) \
             or len(after) != len(images):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for x, got, x_after in zip(images, outputs, after, strict=True):
         if not isinstance(x_after, torch.Tensor) or not same_values(x_after, x, dtype=False):
             fail("input-modified", observed="the caller's uint8 images changed", expected="the input left as it was",
@@ -105,7 +105,7 @@ def _judge_sgd(seen: dict, *, case: Case) -> str:
     lr, values, grads = _sgd_case(case)
     params = seen.get("params")
     if not isinstance(params, list) or len(params) != len(values) or not all(isinstance(p, dict) for p in params):
-        raise WireError("parameters missing")
+        malformed("parameters missing")
     for p, v, g in zip(params, values, grads, strict=True):
         if p.get("is_leaf") is not True:
             fail("update-recorded", observed="after the update a parameter is no longer a leaf tensor",
@@ -118,7 +118,7 @@ def _judge_sgd(seen: dict, *, case: Case) -> str:
                  "computes no gradient for it", where="torch.no_grad() instead")
         value = p.get("value")
         if not isinstance(value, torch.Tensor) or value.shape != v.shape:
-            raise WireError("a parameter's value is missing")
+            malformed("a parameter's value is missing")
         if close_values(value, v, dtype=False):
             fail("not-in-place", observed="the parameters are unchanged after sgd_update_",
                  expected="p - lr * p.grad, written into the same tensors", cause="p = p - lr * p.grad rebinds the "
@@ -150,7 +150,7 @@ def _judge_attention_scores(seen: dict, *, case: Case) -> str:
     inputs, outputs, counts = _attention_scores_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (q, k), got, count in zip(inputs, outputs, counts, strict=True):
         b, h, t, d = q.shape
         s = k.shape[2]
@@ -192,7 +192,7 @@ def _judge_masked_mean(seen: dict, *, case: Case) -> str:
     inputs, outputs, counts = _masked_mean_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not isinstance(counts, list) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (x, lengths), got, count in zip(inputs, outputs, counts, strict=True):
         t = x.shape[1]
         valid = torch.arange(t)[None, :, None] < lengths[:, None, None]
@@ -240,7 +240,7 @@ def _judge_gather_log_probs(seen: dict, *, case: Case) -> str:
                                ("cross_entropy", "nll_loss")}, where="the drill's prompt")
     inputs, outputs = _gather_inputs(case), seen.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (logits, targets), got in zip(inputs, outputs, strict=True):
         log_probs = torch.log_softmax(logits, 1)
         want = log_probs.gather(1, targets[:, None]).squeeze(1)

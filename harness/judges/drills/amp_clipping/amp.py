@@ -8,9 +8,9 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, isclose_numbers, same_values
+from harness.contract.compare import close_values, isclose_number, isclose_numbers, malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.amp_clipping import (
     _CLIP_BEFORE_UNSCALE,
     _LOOP_BATCHES,
@@ -79,7 +79,7 @@ def _judge_clipped_gradient(step: object, batch: tuple[torch.Tensor, torch.Tenso
                             where: str, label: str = "the step") -> None:
     """Fail unless the gradient the optimizer stepped with is the unscaled gradient, clipped to max_norm."""
     if not isinstance(step, dict):
-        raise WireError("a recorded step is not a dict")
+        malformed("a recorded step is not a dict")
     params = two_params(step.get("params"))
     grads = step.get("grads")
     if not isinstance(grads, list) or any(g is None for g in grads):
@@ -124,7 +124,7 @@ _AMP_WHERE = "scaler.scale(loss).backward(); scaler.unscale_(opt); clip_grad_nor
 def _judge_autocast(seen: dict) -> None:
     forward, backward = seen.get("forward_autocast"), seen.get("backward_autocast")
     if not isinstance(forward, list) or not isinstance(backward, list):
-        raise WireError("autocast records missing")
+        malformed("autocast records missing")
     if not forward or not all(v is True for v in forward):
         fail("no-autocast", observed="the forward pass ran without autocast",
              expected="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)",
@@ -139,7 +139,7 @@ def _judge_autocast(seen: dict) -> None:
 
 def _judge_scaler_calls(calls: object) -> None:
     if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
-        raise WireError("scaler calls malformed")
+        malformed("scaler calls malformed")
     if calls == _SCALER_ORDER:
         return
     if "step" not in calls:
@@ -159,7 +159,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     _judge_autocast(seen)
     fresh = seen.get("fresh")
     if not isinstance(fresh, list):
-        raise WireError("gradient records missing")
+        malformed("gradient records missing")
     if not all(f is True for f in fresh):
         fail("stale-gradients", observed="backward added to the gradients the previous step left in .grad",
              expected="gradients cleared before backward", cause="no optimizer.zero_grad(set_to_none=True): "
@@ -167,7 +167,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     _judge_scaler_calls(seen.get("calls"))
     steps = seen.get("steps")
     if not isinstance(steps, list):
-        raise WireError("steps missing")
+        malformed("steps missing")
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps for one call", expected="1",
              cause="scaler.step called more than once, or never", where="scaler.step(optimizer)")
@@ -188,7 +188,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     init = _probe_model(case, 2).linear.weight.detach()
     weight = seen.get("inf_weight")
     if not isinstance(weight, torch.Tensor) or weight.shape != init.shape:
-        raise WireError("inf_weight malformed")
+        malformed("inf_weight malformed")
     if seen.get("inf_steps") != 0 or not same_values(weight, init, dtype=False):
         fail("inf-step-applied", observed="an optimizer step ran on infinite gradients", expected="the step skipped",
              cause="optimizer.step() called directly instead of scaler.step()", where="scaler.step(optimizer)")
@@ -200,7 +200,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
              "than one scaler.update()", where="after scaler.step")
     training = seen.get("training")
     if not isinstance(training, list) or not training:
-        raise WireError("forward modes missing")
+        malformed("forward modes missing")
     if not all(mode is True for mode in training):
         fail("not-train-mode", observed="the forward ran in eval mode (the model was handed over after an "
              "evaluation)", expected="model.train() before the forward", cause="amp_step relies on the mode the "
@@ -213,7 +213,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
 def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
     steps = seen.get("steps")
     if not isinstance(steps, list):
-        raise WireError("steps missing")
+        malformed("steps missing")
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected="one step",
              cause="the step ran a number of times other than once", where="the scaler.step calls")
@@ -227,7 +227,7 @@ def _judge_skipped(seen: dict, *, case: Case) -> str:
     returned, stepped = seen.get("returned"), seen.get("stepped")
     plan = _skip_plan(case)
     if not isinstance(stepped, list) or len(stepped) != len(plan) or not isinstance(returned, list):
-        raise WireError("steps or results missing")
+        malformed("steps or results missing")
     for i, (huge, count) in enumerate(zip(plan, stepped, strict=True)):
         if count != (0 if huge else 1):
             fail("inf-step-applied" if huge else "step-missing",
@@ -273,7 +273,7 @@ _SMOOTHING = 0.1
 def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
     autocast, losses = seen.get("autocast"), seen.get("losses")
     if not isinstance(autocast, list) or not isinstance(losses, list) or len(losses) != _LOSS_BATCHES:
-        raise WireError("records missing")
+        malformed("records missing")
     if not autocast or not all(a is True for a in autocast):
         fail("no-autocast", observed="the model's forward ran outside autocast", expected="the forward under "
              "torch.autocast('cpu', dtype=torch.bfloat16)", cause="the fix removed autocast altogether: the matmuls "
@@ -325,7 +325,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
     _judge_autocast(seen)
     steps, total = seen.get("steps"), _LOOP_EPOCHS * _LOOP_BATCHES
     if not isinstance(steps, list):
-        raise WireError("steps missing")
+        malformed("steps missing")
     if len(steps) != total:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected=f"{total} ({_LOOP_EPOCHS} epochs of "
              f"{_LOOP_BATCHES} batches; no gradient here is infinite)", cause="steps skipped or repeated",
@@ -336,7 +336,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
                                 label=f"step {i} (epoch {i // _LOOP_BATCHES}, batch {i % _LOOP_BATCHES})")
     lrs = [s.get("lrs") for s in steps]
     if not all(isinstance(lr, list) and len(lr) == 1 and isinstance(lr[0], float) for lr in lrs):
-        raise WireError("recorded learning rates malformed")
+        malformed("recorded learning rates malformed")
     got, want = [lr[0] for lr in lrs], _onecycle_lrs(total)
     if not all(isclose_number(g, w, rel_tol=1e-6, abs_tol=1e-12) for g, w in zip(got, want, strict=True)):
         per_epoch = [want[e] for e in range(_LOOP_EPOCHS) for _ in range(_LOOP_BATCHES)]

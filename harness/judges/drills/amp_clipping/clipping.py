@@ -7,9 +7,8 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors, close_values, isclose_number, number
+from harness.contract.compare import close_tensors, close_values, isclose_number, malformed, number
 from harness.contract.failure import fail
-from harness.contract.wire import WireError
 from harness.drills.bank.amp_clipping import (
     _ACC_SETTINGS,
     _case_max_norm,
@@ -46,7 +45,7 @@ def _accumulated(params: tuple[torch.Tensor, torch.Tensor], micro: list, max_nor
 def _judge_accumulate(seen: dict, *, case: Case) -> str:
     runs = seen.get("runs")
     if not isinstance(runs, list) or len(runs) != len(_ACC_SETTINGS):
-        raise WireError("runs missing")
+        malformed("runs missing")
     for (scale, max_norm), steps in zip(_ACC_SETTINGS, runs, strict=True):
         micro = _clipping_micro_batches(case, scale)
         if not isinstance(steps, list) or len(steps) != 1:
@@ -55,7 +54,7 @@ def _judge_accumulate(seen: dict, *, case: Case) -> str:
                  where="step once, after the last micro-batch")
         step = steps[0]
         if not isinstance(step, dict) or not isinstance(step.get("grads"), list) or None in step["grads"]:
-            raise WireError("recorded step malformed")
+            malformed("recorded step malformed")
         params, grads = two_params(step.get("params")), two_params(step["grads"])
         want = _accumulated(params, micro, max_norm)
         if all(close_values(g, w, rtol=1e-4, atol=1e-6, dtype=False) for g, w in zip(grads, want, strict=True)):
@@ -105,7 +104,7 @@ def _judge_total_norm(seen: dict, *, case: Case) -> str:
     nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     syncs = seen.get("syncs")
     if not isinstance(syncs, list):
-        raise WireError("sync records missing")
+        malformed("sync records missing")
     if syncs:
         fail("host-sync", observed=f"clip_and_norm synced with the host ({', '.join(map(str, syncs[:3]))})",
              expected="the norm returned as a tensor, read later (every N steps) by the logger",
@@ -132,7 +131,7 @@ def _judge_total_norm(seen: dict, *, case: Case) -> str:
                  cause="the total L2 norm over all parameters' gradients, before clipping")
     got = seen.get("grads")
     if not isinstance(got, list) or len(got) != len(grads):
-        raise WireError("grads missing")
+        malformed("grads missing")
     for i, (g, p) in enumerate(zip(got, model.parameters(), strict=True)):
         expect.close(f"gradient {i} after the call", g, p.grad, atol=1e-6, rtol=1e-4,
                      where="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
@@ -163,9 +162,9 @@ def _judge_per_group(seen: dict, *, case: Case) -> str:
     want_norms, want = clipped("per-group")
     got = seen.get("grads")
     if not isinstance(got, list) or len(got) != len(want) or not all(isinstance(g, torch.Tensor) for g in got):
-        raise WireError("grads missing")
+        malformed("grads missing")
     if any(g.shape != w.shape for g, w in zip(got, want, strict=True)):
-        raise WireError("grads of the wrong shapes")
+        malformed("grads of the wrong shapes")
     if not all(close_values(g, w, rtol=1e-4, atol=1e-6, dtype=False) for g, w in zip(got, want, strict=True)):
         for how, code, cause in (
             ("together", "clipped-together", "all parameters were clipped as one vector with one threshold: each "

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import isclose_number, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.debugging import (
     _MEANS_STARTER,
     _dead_inputs,
@@ -90,7 +90,7 @@ def _judge_nan_op(seen: dict, *, case: Case) -> str:
     names, left_on = seen.get("names"), seen.get("left_on")
     inputs = _nan_inputs(case)
     if not isinstance(names, list) or len(names) != len(inputs) or not isinstance(left_on, list):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     wanted = []
     for (model, x, y), got in zip(inputs, names, strict=True):
         want = _reference_nan_op(model, x, y)
@@ -150,7 +150,7 @@ def _judge_first_nonfinite(seen: dict, *, case: Case) -> str:
     model, inputs = _tower_inputs(case)
     names = seen.get("names")
     if not isinstance(names, list) or len(names) != len(inputs):
-        raise WireError("malformed observation")
+        malformed("the observation is not one the probe writes")
     labels = ("small inputs", "inputs of 1e4", "an input holding one inf")
     for label, x, got in zip(labels, inputs, names, strict=True):
         want = _reference_first_nonfinite(model, x)

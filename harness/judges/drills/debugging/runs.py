@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.debugging import (
     _EXPLODE_LR,
     _OVERFIT_STARTER,
@@ -34,12 +34,12 @@ _CLOSE = {"atol": 1e-5, "rtol": 1e-4, "dtype": False}
 
 
 def _tensors_like(value: Any, like: list[torch.Tensor], what: str) -> list[torch.Tensor]:
-    """`value` as a list of tensors shaped like `like` (None entries kept); WireError otherwise."""
+    """`value` as a list of tensors shaped like `like` (None entries kept); malformed otherwise."""
     if not isinstance(value, list) or len(value) != len(like):
-        raise WireError(f"{what}: not a list of {len(like)} tensors")
+        malformed(f"{what}: not a list of {len(like)} tensors")
     for got, want in zip(value, like, strict=True):
         if got is not None and (not isinstance(got, torch.Tensor) or got.shape != want.shape):
-            raise WireError(f"{what}: a tensor of the wrong shape")
+            malformed(f"{what}: a tensor of the wrong shape")
     return value
 
 
@@ -55,7 +55,7 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
     """
     records = seen.get("steps")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise WireError("malformed step records")
+        malformed("step records")
     if len(records) != len(batches):
         fail("wrong-step-count", observed=f"{len(records)} optimizer steps for {len(batches)} mini-batches",
              expected="one optimizer.step() per mini-batch", cause="a step outside the batch loop, or a loss summed "

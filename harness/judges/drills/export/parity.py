@@ -8,9 +8,9 @@ import torch
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number
+from harness.contract.compare import close_values, isclose_number, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.export import (
     _EXPORT_BATCHES,
     _fold_setup,
@@ -29,7 +29,7 @@ def _judge_parity(seen: dict, *, case: Case) -> str:
     scenarios, atol, rtol = _parity_scenarios(case)
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != len(scenarios):
-        raise WireError("results missing")
+        malformed("results missing")
     for s, result in zip(scenarios, results, strict=True):
         if not (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], bool)
                 and isinstance(result[1], (int, float))):
@@ -212,7 +212,7 @@ def _judge_export(seen: dict, *, case: Case) -> str:
              ".module() is what gets called)", where=where)
     outputs = seen.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(_EXPORT_BATCHES):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     model = _trained(case, 530).eval()
     for batch, got in zip(_EXPORT_BATCHES, outputs, strict=True):
         if isinstance(got, str):

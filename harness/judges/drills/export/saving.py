@@ -9,9 +9,9 @@ import torch
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import same_values
+from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.export import (
     _SERVING_STARTER,
     _config,
@@ -37,7 +37,7 @@ def _tensor_dict_or_none(value: Any) -> dict[str, torch.Tensor] | None:
 
 def _judge_safe_load(calls: Any, where: str) -> None:
     if not isinstance(calls, list):
-        raise WireError("torch.load calls missing")
+        malformed("torch.load calls missing")
     if "False" in calls:
         fail("unsafe-load", observed="torch.load(..., weights_only=False)",
              expected="weights_only=True (the default since PyTorch 2.6)",
@@ -105,7 +105,7 @@ def _judge_predict(seen: dict, *, case: Case) -> str:
     where = "predict"
     records = seen.get("records")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise WireError("forward records missing")
+        malformed("forward records missing")
     if not records:
         fail("no-forward", observed="the model was never called", expected="one forward pass",
              cause="predict must run the model", where=where)
@@ -145,7 +145,7 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
     want_state = _trained(case, 520).state_dict()
     states = seen.get("loaded_states")
     if not isinstance(states, list):
-        raise WireError("load records missing")
+        malformed("load records missing")
     loaded = [s for s in states if _tensor_dict_or_none(s) is not None and set(s) == set(want_state)]
     if not loaded or not all(same_values(loaded[-1][k], want_state[k], dtype=False) for k in want_state):
         fail("weights-not-loaded", observed="after load_state_dict the model's weights are not the checkpoint's",
@@ -155,7 +155,7 @@ def _judge_serving(seen: dict, *, case: Case) -> str:
              where="the state dict's keys and the load_state_dict call")
     forwards = seen.get("forwards")
     if not isinstance(forwards, list) or not forwards:
-        raise WireError("forward records missing")
+        malformed("forward records missing")
     training = sorted({str(f.get("module")) for f in forwards
                        if isinstance(f, dict) and f.get("training") is not False})
     if training:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError
 
 
 def changed_entries(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], prefix: str,
@@ -25,7 +24,7 @@ def counted_steps(seen: dict, n: int, where: str) -> list[dict]:
     """The recorded optimizer steps, checked to be `n` (fail [wrong-step-count] otherwise)."""
     steps = seen.get("steps")
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-        raise WireError("the step records are not a list of dicts")
+        malformed("the step records are not a list of dicts")
     if len(steps) != n:
         fail("wrong-step-count", observed=f"optimizer.step() ran {len(steps)} times",
              expected=f"{n} steps, one per batch", cause="a loop that skips or repeats batches, or no optimizer",

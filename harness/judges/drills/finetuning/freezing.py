@@ -10,9 +10,9 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, number, same_values, tensor_dict
+from harness.contract.compare import isclose_number, malformed, number, same_values, tensor_dict
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.finetuning import (
     _OLD_CLASSES,
     _PROBE_BATCHES,
@@ -52,7 +52,7 @@ def _judge_linear_probe(seen: dict, *, case: Case) -> str:
              where="call model.backbone.eval() after model.train(), before the loop")
     flags = seen.get("requires_grad")
     if not isinstance(flags, dict):
-        raise WireError("requires_grad flags missing")
+        malformed("requires_grad flags missing")
     trainable_backbone = [n for n, flag in flags.items() if n.startswith("backbone.") and flag is not False]
     if trainable_backbone:
         fail("backbone-requires-grad", observed=f"{trainable_backbone[0]} still has requires_grad=True",
@@ -64,7 +64,7 @@ def _judge_linear_probe(seen: dict, *, case: Case) -> str:
     for step in steps:
         names = step.get("names")
         if not isinstance(names, list):
-            raise WireError("optimizer names missing")
+            malformed("optimizer names missing")
         if sorted(names) != head:
             extra = sorted(set(names) - set(head))
             fail("frozen-params-in-optimizer",
@@ -126,11 +126,11 @@ def _judge_finetuning_param_groups(seen: dict, *, case: Case) -> str:
              where=where)
     groups = seen.get("groups")
     if not isinstance(groups, list):
-        raise WireError("param groups missing")
+        malformed("param groups missing")
     where_is: dict[str, tuple[float, float]] = {}
     for group in groups:
         if not isinstance(group, dict) or not isinstance(group.get("names"), list):
-            raise WireError("malformed param group")
+            malformed("param group")
         for name in group["names"]:
             if name in where_is:
                 fail("param-duplicated", observed=f"{name} is in two parameter groups", expected="each once",
@@ -200,7 +200,7 @@ def _judge_load_pretrained(seen: dict, *, case: Case) -> str:
     where = "load_pretrained"
     good = seen.get("good")
     if not isinstance(good, dict):
-        raise WireError("scenario missing")
+        malformed("scenario missing")
     if "raised" in good:
         fail("refused-good-checkpoint", observed=f"load_pretrained raised {good['raised']} on a good checkpoint whose "
              f"only difference is the old {_OLD_CLASSES}-class head", expected="the backbone loaded, the new head kept",
@@ -236,7 +236,7 @@ def _judge_load_pretrained(seen: dict, *, case: Case) -> str:
     for label, (code, what) in refusals.items():
         outcome = seen.get(label)
         if not isinstance(outcome, dict):
-            raise WireError("scenario missing")
+            malformed("scenario missing")
         if "raised" not in outcome:
             fail(code, observed=f"load_pretrained accepted {what}", expected="an exception naming the keys",
                  cause="strict=False loads whatever matches and reports the rest: a missing key outside the head, or "
@@ -262,7 +262,7 @@ def _judge_unfreeze(seen: dict, *, case: Case) -> str:
     n = _n_blocks(case)
     flags = seen.get("flags")
     if not isinstance(flags, list) or len(flags) != n + 2 or not all(isinstance(f, dict) for f in flags):
-        raise WireError("flags missing")
+        malformed("flags missing")
     for epoch, epoch_flags in enumerate(flags):
         if not (epoch_flags.get("head.weight") is True and epoch_flags.get("head.bias") is True):
             fail("head-frozen", observed=f"at epoch {epoch} the head is frozen", expected="the head trains at every "

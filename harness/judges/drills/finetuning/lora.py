@@ -6,9 +6,9 @@ import torch
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values, is_tensor_like
+from harness.contract.compare import close_values, is_tensor_like, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.finetuning import (
     _lora_setup,
 )
@@ -29,7 +29,7 @@ def _judge_lora(seen: dict, *, case: Case) -> str:
                  where=where)
     trainable = seen.get("trainable")
     if not isinstance(trainable, list):
-        raise WireError("trainable names missing")
+        malformed("trainable names missing")
     if not {"lora_A", "lora_B"} <= set(trainable):
         fail("adapter-not-trainable", observed=f"trainable parameters: {trainable}",
              expected="['lora_A', 'lora_B']", cause="lora_A and lora_B must be nn.Parameter attributes (a plain "

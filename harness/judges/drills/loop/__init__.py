@@ -16,9 +16,9 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.loop import (
     _EVAL_STARTER,
     _RESTORE_STARTER,
@@ -85,14 +85,14 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
              cause="an extra update, or the weights changed outside the optimizer", where="train_step")
     syncs = seen.get("syncs")
     if not isinstance(syncs, list):
-        raise WireError("syncs missing")
+        malformed("syncs missing")
     if syncs:
         fail("host-sync", observed=f"train_step called .{syncs[0]}() ({len(syncs)} host syncs in "
              f"{len(batches)} steps)", expected="no device-to-host copy in a training step",
              cause="loss.item() (or float(loss)) waits for the GPU at every step", where="return loss.detach()")
     returned = seen.get("returned")
     if not isinstance(returned, list) or len(returned) != len(batches):
-        raise WireError("returned losses missing")
+        malformed("returned losses missing")
     for k, (got, want, after) in enumerate(zip(returned, losses, after_step, strict=True), start=1):
         if not isinstance(got, torch.Tensor) or got.numel() != 1:
             fail("not-a-tensor", observed=f"call {k} returned {describe(got)}", expected="the loss as a "
@@ -110,7 +110,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
                  "(another batch's, or another computation)", where="the return line")
     training = seen.get("training")
     if not isinstance(training, list) or len(training) < len(batches):
-        raise WireError("forward modes missing")
+        malformed("forward modes missing")
     if not all(mode is True for mode in training):
         fail("not-train-mode", observed="the forward ran in eval mode (the model was handed over after an "
              "evaluation)", expected="model.train() before the forward", cause="train_step relies on the mode the "
@@ -167,7 +167,7 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
 def _judge_eval(seen: dict, *, case: Case) -> str:
     forwards = seen.get("forwards")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
-        raise WireError("forwards missing")
+        malformed("forwards missing")
     if any(f.get("training") is not False for f in forwards):
         fail("train-mode-eval", observed="forward passes ran with model.training = True (dropout active)",
              expected="evaluation in eval mode", cause="the model stays in training mode, so dropout drops different "
@@ -184,7 +184,7 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
         want = (model(x).argmax(1) == y).double().mean().item()
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != 2:
-        raise WireError("results missing")
+        malformed("results missing")
     for got in results:
         value = expect.finite_number("evaluate's result", got, where="evaluate's result", cause=NOT_A_LOSS)
         if not abs(value - want) <= 1e-6:  # a nan is never close
@@ -199,7 +199,7 @@ def _judge_restore(seen: dict, *, case: Case) -> str:
     forwards, modes = seen.get("forwards"), seen.get("modes_after")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards) \
             or not isinstance(modes, list) or len(modes) != 2 or not all(isinstance(m, dict) for m in modes):
-        raise WireError("modes missing")
+        malformed("modes missing")
     if any(f.get("training") is not False or f.get("grad_enabled") is not False for f in forwards):
         fail("not-eval-mode", observed="a forward ran in training mode or with gradients enabled",
              expected="every evaluation forward in eval mode, without autograd", cause="model.eval() or the "
@@ -219,7 +219,7 @@ def _judge_restore(seen: dict, *, case: Case) -> str:
         want = sum(nn.BCEWithLogitsLoss()(model(x), y) * len(y) for x, y in batches) / sum(len(y) for _, y in batches)
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != 2:
-        raise WireError("results missing")
+        malformed("results missing")
     for got in results:
         value = expect.finite_number("evaluate's result", got, where="evaluate's result", cause=NOT_A_LOSS)
         if not abs(value - float(want)) <= 1e-5:

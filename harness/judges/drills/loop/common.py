@@ -6,26 +6,26 @@ from typing import Any
 
 import torch
 
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 
 
 def checked_tensors(value: Any, n: int, what: str, *, none_ok: bool = False) -> list:
-    """`value` checked to be a list of `n` tensors (None allowed where `none_ok`); WireError otherwise."""
+    """`value` checked to be a list of `n` tensors (None allowed where `none_ok`); malformed otherwise."""
     if not isinstance(value, list) or len(value) != n:
-        raise WireError(f"{what}: expected a list of {n} tensors")
+        malformed(f"{what}: expected a list of {n} tensors")
     for item in value:
         if not (isinstance(item, torch.Tensor) or (none_ok and item is None)):
-            raise WireError(f"{what}: expected tensors, got {describe(item)}")
+            malformed(f"{what}: expected tensors, got {describe(item)}")
     return value
 
 
 def validated_steps(seen: dict, n_params: int) -> list[dict]:
-    """The recorded optimizer steps, each checked to hold `n_params` gradients and parameters; WireError otherwise."""
+    """The recorded optimizer steps, each checked to hold `n_params` gradients and parameters; malformed otherwise."""
     steps = seen.get("steps")
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-        raise WireError("steps missing")
+        malformed("steps missing")
     for step in steps:
         checked_tensors(step.get("grads"), n_params, "a step's gradients", none_ok=True)
         checked_tensors(step.get("params"), n_params, "a step's parameters")

@@ -8,9 +8,9 @@ import torch
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import same_values
+from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.loop import (
     _es_plan,
     _es_setup,
@@ -42,7 +42,7 @@ def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
     _, _, trajectory, _ = _es_setup(case, scenario)
     runs, best_epoch = _es_replay(values, patience)
     if not isinstance(seen, dict):
-        raise WireError("malformed run")
+        malformed("run")
     got = seen.get("history")
     if not isinstance(got, (list, tuple)):
         fail("not-a-list", observed=f"fit returned {describe(got)}", expected="the list of validation losses, "
@@ -79,7 +79,7 @@ def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
              "another value recorded", where="train, then validate, then append")
     final = seen.get("final")
     if not isinstance(final, torch.Tensor) or final.shape != trajectory[0].shape:
-        raise WireError("final weights missing")
+        malformed("final weights missing")
     if not same_values(final, trajectory[best_epoch - 1], dtype=False):
         restored_last = same_values(final, trajectory[runs - 1], dtype=False)
         if scenario == "runs_out" and restored_last:

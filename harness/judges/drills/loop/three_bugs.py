@@ -7,9 +7,9 @@ from torch import nn
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.loop import (
     _THREE_BUGS_STARTER,
     _THREE_EPOCHS,
@@ -42,7 +42,7 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
     forwards = seen.get("forwards")
     history = seen.get("history")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards):
-        raise WireError("forwards missing")
+        malformed("forwards missing")
     if not isinstance(history, (list, tuple)):
         fail("not-a-list", observed=f"fit returned {describe(history)}", expected="a list of (train, val) pairs",
              cause="the return line was lost", where="return history")

@@ -9,10 +9,9 @@ import torch.nn.functional as F
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
-from harness.contract.wire import WireError
 from harness.drills.bank.sequences import (
     _pe_sizes,
     _sdpa_inputs,
@@ -39,7 +38,7 @@ def _judge_sdpa_by_hand(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
     inputs = _sdpa_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (q, k, v, mask), got in zip(inputs, outputs, strict=True):
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if close_values(got, want, **CLOSE):
@@ -101,7 +100,7 @@ def _judge_pe(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
     sizes = _pe_sizes(case)
     if not isinstance(outputs, list) or len(outputs) != len(sizes):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (steps, dim), got in zip(sizes, outputs, strict=True):
         want = _pe_reference(steps, dim)
         if isinstance(got, torch.Tensor) and got.dtype != torch.float32:

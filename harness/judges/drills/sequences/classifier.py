@@ -9,9 +9,9 @@ import torch.nn.functional as F
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.sequences import (
     _SEQ_STARTER,
     _classifier_setup,
@@ -38,18 +38,18 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
     _, _, batches = _classifier_setup(case)
     steps, losses = seen.get("steps"), seen.get("losses")
     if not isinstance(steps, list) or not isinstance(losses, list) or len(losses) != len(batches):
-        raise WireError("records missing")
+        malformed("records missing")
     if len(steps) != len(batches):
         fail("wrong-step-count", observed=f"{len(steps)} optimizer steps for {len(batches)} calls",
              expected="one optimizer.step() per call", cause="the step is missing or repeated", where=where)
     earlier: dict[str, torch.Tensor] = {}
     for i, ((tokens, lengths, labels), step, got_loss) in enumerate(zip(batches, steps, losses, strict=True)):
         if not isinstance(step, dict):
-            raise WireError("malformed step record")
+            malformed("step record")
         params = {n: t.detach().clone().requires_grad_(True)
                   for n, t in _dict_of_tensors(step.get("params")).items()}
         if set(params) != {"embed.weight", "classifier.weight", "classifier.bias"}:
-            raise WireError("the probe's optimizer records are incomplete")
+            malformed("the probe's optimizer records are incomplete")
         want = _pooled_loss(params, tokens, lengths, labels)
         if not close_values(got_loss, want.detach(), **CLOSE):
             if isinstance(got_loss, torch.Tensor) and got_loss.dim() == 0 and any(
@@ -71,7 +71,7 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
         want.backward()
         grads = step.get("grads")
         if not isinstance(grads, dict):
-            raise WireError("grads missing")
+            malformed("grads missing")
         if all(grads.get(n) is None or (isinstance(grads.get(n), torch.Tensor) and grads[n].abs().sum() == 0)
                for n in params):
             fail("gradients-cleared", observed=f"at step {i} the optimizer saw no gradient (None or zeros)",
@@ -101,7 +101,7 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
 
 def _dict_of_tensors(value: Any) -> dict[str, torch.Tensor]:
     if not isinstance(value, dict) or not all(isinstance(v, torch.Tensor) for v in value.values()):
-        raise WireError("not a dict of tensors")
+        malformed("not a dict of tensors")
     return value
 
 

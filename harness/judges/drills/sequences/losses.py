@@ -9,10 +9,10 @@ import torch.nn.functional as F
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values
+from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.sequences import (
     _LOGCOSH_STARTER,
     _logcosh_inputs,
@@ -29,10 +29,10 @@ def _judge_logcosh(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
     inputs = _logcosh_inputs(case)
     if not isinstance(results, list) or len(results) != len(inputs):
-        raise WireError("results missing")
+        malformed("results missing")
     for (pred, target), result in zip(inputs, results, strict=True):
         if not isinstance(result, dict):
-            raise WireError("malformed result")
+            malformed("result")
         diff = (pred - target).double()
         want = (diff.abs() + F.softplus(-2 * diff.abs()) - math.log(2)).mean()
         got = result.get("loss")
@@ -75,7 +75,7 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
     inputs = _smoothing_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        raise WireError("outputs missing")
+        malformed("outputs missing")
     for (logits, targets, eps, ignore), got in zip(inputs, outputs, strict=True):
         want = F.cross_entropy(logits, targets, label_smoothing=eps, ignore_index=ignore)
         if close_values(got, want, **CLOSE):

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 
 from harness.contract import expect
 from harness.contract.case import Case
-from harness.contract.compare import close_values, same_values
+from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
-from harness.contract.wire import WireError, describe
+from harness.contract.wire import describe
 from harness.drills.bank.sequences import (
     _lstm_setup,
     _mask_inputs,
@@ -28,7 +28,7 @@ def _judge_padding_collate(seen: dict, *, case: Case) -> str:
     pad, batches = _padding_collate_batches(case)
     outputs = seen.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(batches):
-        raise WireError("collate outputs missing")
+        malformed("collate outputs missing")
     for batch, out in zip(batches, outputs, strict=True):
         if not isinstance(out, (tuple, list)) or len(out) != 3:
             fail("wrong-return", observed=f"collate returned {describe(out)}",
@@ -86,10 +86,10 @@ def _judge_masked_loss(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
     inputs = _masked_loss_inputs(case)
     if not isinstance(results, list) or len(results) != len(inputs):
-        raise WireError("results missing")
+        malformed("results missing")
     for (logits, targets, lengths), result in zip(inputs, results, strict=True):
         if not isinstance(result, dict):
-            raise WireError("malformed result")
+            malformed("result")
         valid = _valid(lengths, targets.shape[1])
         logits = logits.clone().requires_grad_(True)
         per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
@@ -142,7 +142,7 @@ def _judge_attention_mask(seen: dict, *, case: Case) -> str:
     masks = seen.get("masks")
     inputs = _mask_inputs(case)
     if not isinstance(masks, list) or len(masks) != len(inputs):
-        raise WireError("masks missing")
+        malformed("masks missing")
     for (lengths, steps), got in zip(inputs, masks, strict=True):
         causal = torch.ones(steps, steps, dtype=torch.bool).tril()
         keys = _valid(lengths, steps)[:, None, None, :]
