@@ -45,8 +45,8 @@ def run_in_child(prelude: str, entry, folder: Path) -> None:
     (folder / "result.json").write_text(json.dumps(result, default=str))
 
 
-def run_entry(prelude: str, entry) -> dict:
-    """Fork, run the entry in the child within TIMEOUT_S, and return passed/code/message."""
+def run_entry(prelude: str, entry, timeout_s: float) -> dict:
+    """Fork, run the entry in the child within timeout_s, and return passed/code/message."""
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         pid = os.fork()
@@ -55,12 +55,12 @@ def run_entry(prelude: str, entry) -> dict:
                 run_in_child(prelude, entry, folder)
             finally:
                 os._exit(0)
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while os.waitpid(pid, os.WNOHANG) == (0, 0):
             if time.monotonic() > deadline:
                 os.killpg(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                return {"passed": False, "code": "timeout", "message": f"no result within {TIMEOUT_S} s"}
+                return {"passed": False, "code": "timeout", "message": f"no result within {timeout_s:g} s"}
             time.sleep(0.05)
         path = folder / "result.json"
         if not path.exists():
@@ -68,8 +68,8 @@ def run_entry(prelude: str, entry) -> dict:
         return json.loads(path.read_text())
 
 
-def worker(lesson: str) -> None:
-    """Run every entry of one lesson (this process imports torch once) and print the rows as JSON."""
+def worker(lesson: str, indices: list[int] | None, timeout_s: float) -> None:
+    """Run the entries of one lesson (all, or those indices; torch imported once) and print the rows as JSON."""
     import torch  # noqa: F401  imported once here, inherited by every forked entry
 
     import harness.checks  # noqa: F401
@@ -77,17 +77,21 @@ def worker(lesson: str) -> None:
     module = importlib.import_module(f"lesson{lesson}")
     rows = []
     for index, entry in enumerate(module.ENTRIES):
-        result = run_entry(module.PRELUDE, entry)
+        if indices is not None and index not in indices:
+            continue
+        result = run_entry(module.PRELUDE, entry, timeout_s)
         caught = (not result["passed"]) if entry.kind == "mistake" else result["passed"]
         rows.append({"id": f"{lesson}-{index}", "task": entry.task, "kind": entry.kind, "story": entry.story,
                      "cause": entry.cause, "caught": caught, "code": result["code"], "message": result["message"]})
     print(json.dumps(rows))
 
 
-def run_lesson(lesson: str) -> list[dict]:
-    """Run one lesson's worker in a fresh interpreter and return its rows."""
+def run_lesson(lesson: str, only: list[str], timeout_s: float) -> list[dict]:
+    """Run one lesson's worker (its entries named in `only`, or all) in a fresh interpreter; return its rows."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HARNESS_BUDGET": "grading", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, __file__, "--worker", lesson], capture_output=True, text=True,
+    indices = [name.split("-")[1] for name in only if name.split("-")[0] == lesson]
+    done = subprocess.run([sys.executable, __file__, "--worker", lesson, "--timeout", str(timeout_s),
+                           *(["--only", *indices] if indices else [])], capture_output=True, text=True,
                           env=env, cwd=HERE)
     if done.returncode != 0:
         raise RuntimeError(f"lesson {lesson}: worker failed\n{done.stderr[-2000:]}")
@@ -99,17 +103,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("lessons", nargs="*", default=LESSONS)
     parser.add_argument("-j", "--jobs", type=int, default=2, help="lessons run at the same time")
+    parser.add_argument("--only", nargs="+", default=[], help="entry ids to run, such as 08-20 (default: all)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds each entry may take")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args()
     sys.path.insert(0, str(HERE))
     if options.worker:
-        worker(options.worker)
+        worker(options.worker, [int(i) for i in options.only] if options.only else None, options.timeout)
         return
+    lessons = sorted({name.split("-")[0] for name in options.only}) if options.only else options.lessons
     with ThreadPoolExecutor(options.jobs) as pool:
-        rows = [row for rows in pool.map(run_lesson, options.lessons) for row in rows]
+        rows = [row for rows in pool.map(lambda lesson: run_lesson(lesson, options.only, options.timeout), lessons)
+                for row in rows]
     path = HERE / "results.json"
     previous = json.loads(path.read_text()) if path.exists() else []
-    merged = {row["id"]: row for row in previous if row["id"].split("-")[0] not in options.lessons}
+    merged = {row["id"]: row for row in previous if row["id"].split("-")[0] not in lessons or options.only}
     merged.update({row["id"]: row for row in rows})
     ordered = sorted(merged.values(), key=lambda row: (row["id"].split("-")[0], int(row["id"].split("-")[1])))
     path.write_text(json.dumps(ordered, indent=1) + "\n")

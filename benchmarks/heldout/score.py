@@ -16,6 +16,8 @@ def main() -> None:
     verdicts = json.loads((HERE / "verdicts.json").read_text()) if (HERE / "verdicts.json").exists() else {}
     mistakes = [row for row in results if row["kind"] == "mistake"]
     correct = [row for row in results if row["kind"] == "correct"]
+    timed_out = [row for row in mistakes if row["code"] == "timeout"]
+    mistakes = [row for row in mistakes if row["code"] != "timeout"]
     caught = [row for row in mistakes if row["caught"]]
     named = [row for row in caught if verdicts.get(row["id"], {}).get("names_cause")]
     unjudged = [row["id"] for row in caught if row["id"] not in verdicts]
@@ -24,6 +26,7 @@ def main() -> None:
           f"({100 * len(caught) / len(mistakes):.1f}%), with the actual cause: {len(named)} "
           f"({100 * len(named) / len(mistakes):.1f}%)")
     print(f"correct answers: {len(correct)}, rejected: {len(rejected)}")
+    print(f"timed out (no answer within 60 s, left out of the figures): {[row['id'] for row in timed_out]}")
     if unjudged:
         print(f"not judged yet: {len(unjudged)}: {' '.join(unjudged)}")
     print("\nmisses (the visible check passed a mistake):")
