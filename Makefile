@@ -8,9 +8,13 @@ WORKERS ?= 2
 
 .PHONY: course test chromium bubblewrap hub lab lab-instructor release new-exercise student-tree grade bench bench-gpu gpu-carry clean
 
+# The pinned requirements install with uv (about half pip's time from an empty cache, with no cache left behind);
+# where uv cannot install them, pip does.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==0.13.9 && \
+	  $(VENV)/bin/uv pip install --quiet --no-cache --python $(PY) -r requirements.txt || \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
 	touch $(STAMP)
