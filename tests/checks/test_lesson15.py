@@ -116,7 +116,7 @@ def loss_ignore_index(logits, targets, mask):
 
 
 def loss_weighted(logits, targets, mask):
-    weights = mask.float()
+    weights = mask.to(logits.dtype)
     return (per_token(logits, targets) * weights).sum() / weights.sum()
 
 
@@ -172,6 +172,17 @@ def loss_ignore_zero_unmasked(logits, targets, mask):
 def loss_in_float64(logits, targets, mask):
     per_position = F.cross_entropy(logits.double().flatten(0, 1), targets.flatten(), reduction="none")
     return per_position[mask.flatten()].mean()  # float64: "more accurate"
+
+
+def loss_upcast(logits, targets, mask):
+    per = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")  # float32 "for accuracy"
+    return per[mask.flatten()].mean()
+
+
+def loss_where_count(logits, targets, mask):
+    log_probs = logits.log_softmax(-1)
+    nll = -log_probs.gather(-1, torch.where(mask, targets, torch.zeros_like(targets)).unsqueeze(-1)).squeeze(-1)
+    return torch.where(mask, nll, torch.zeros_like(nll)).sum() / mask.sum()
 
 
 def loss_per_sequence_sum(logits, targets, mask):
@@ -523,6 +534,8 @@ MISTAKES = [
             story="ignore_index=0 because PAD is 0, trusting the targets at padded positions to be 0"),
     Mistake("15-masked-loss", "wrong-dtype", "torch.float64 loss", (loss_in_float64,),
             story="computes the cross-entropy in float64 and returns it so"),
+    Mistake("15-masked-loss", "wrong-dtype", "computed in float32 (an upcast", (loss_upcast,),
+            story="logits.float() before the cross-entropy, the float32 loss returned for bfloat16 logits"),
     Mistake("15-masked-loss", "no-gradient", "no gradient path", (loss_item,),
             story="torch.tensor(loss.item()) to make it a tensor again"),
     Mistake("15-masked-loss", "no-gradient", "no gradient path", (loss_new_leaf,),
@@ -629,6 +642,7 @@ CORRECT = [
     Correct("15-masked-loss", (loss_ignore_index,), story="ignore_index on a masked_fill copy"),
     Correct("15-masked-loss", (loss_weighted,), story="weighted sum divided by the weights' sum"),
     Correct("15-masked-loss", (loss_transposed,), story="cross_entropy on (batch, classes, time), masked_select"),
+    Correct("15-masked-loss", (loss_where_count,), story="log_softmax, torch.where and a sum over mask.sum()"),
     Correct("15-attention", (attention_using(),), story="boolean blocked mask with masked_fill"),
     Correct("15-attention", (attention_additive,), story="additive -inf bias and einsum"),
     Correct("15-attention", (attention_large_negative,), story="-1e9 fill, q scaled first"),

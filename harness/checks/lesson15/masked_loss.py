@@ -20,16 +20,21 @@ from harness.contract.registry import register
 def _loss_inputs(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(description, logits (B, T, V), targets (B, T), mask (B, T)) of each call; targets at padded positions
     are arbitrary classes, and class 0 (the pad token's id in this lesson) is the target of a real token too.
+    The last call's logits are bfloat16 (a loss computed in float32 must come back in the logits' dtype).
     Hidden: other shapes, and a batch where one row is all padding."""
     generator = torch.Generator().manual_seed(case.seeded(153 if case.hidden else 152))
-    shapes = [((4, 7, 5), [7, 3, 5, 1]), ((3, 6, 4), [2, 6, 0])] if case.hidden else [((3, 6, 5), [6, 2, 4])]
+    shapes = ([((4, 7, 5), [7, 3, 5, 1]), ((3, 6, 4), [2, 6, 0]), ((3, 5, 6), [5, 1, 3], "bf16")] if case.hidden
+              else [((3, 6, 5), [6, 2, 4]), ((3, 5, 4), [3, 5, 2], "bf16")])
     calls = []
-    for (batch, time, vocab), lengths in shapes:
+    for (batch, time, vocab), lengths, *low in shapes:
         logits = torch.randn(batch, time, vocab, generator=generator) * 2
         targets = torch.randint(0, vocab, (batch, time), generator=generator)
         mask = torch.arange(time) < torch.tensor(lengths)[:, None]
         targets[0, 0], targets[-1, -1] = 0, 0  # class 0 is a real token's target here, and a padded one's there
-        calls.append((f"logits of shape {(batch, time, vocab)}, lengths {lengths}", logits, targets, mask))
+        description = f"logits of shape {(batch, time, vocab)}, lengths {lengths}"
+        if low:
+            logits, description = logits.to(torch.bfloat16), f"bfloat16 {description}"
+        calls.append((description, logits, targets, mask))
     return calls
 
 
@@ -37,7 +42,8 @@ def _scrambled(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The same inputs with other logits and targets at the padded positions only (the loss must not change)."""
     generator = torch.Generator().manual_seed(seed)
-    other_logits = torch.where(mask[..., None], logits, torch.randn(logits.shape, generator=generator) * 5)
+    other_logits = torch.where(mask[..., None], logits,
+                               (torch.randn(logits.shape, generator=generator) * 5).to(logits.dtype))
     other_targets = torch.where(mask, targets, torch.randint(0, logits.shape[-1], targets.shape, generator=generator))
     return other_logits, other_targets
 
@@ -58,7 +64,7 @@ def _scrambled(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
         "not-a-scalar": Requirement("returns a 0-dim tensor",
                                     hint="Print the .shape of what you return: it should be torch.Size([])."),
         "wrong-dtype": Requirement("the loss has the logits' dtype",
-                                   hint="Print the dtype of what you return for float32 logits: which operation "
+                                   hint="Print the dtype of what you return for bfloat16 logits: which operation "
                                    "changed it?"),
         "padding-counted": Requirement(
             "padded positions count for nothing: neither their logits and targets nor their number",

@@ -15,7 +15,7 @@ from harness.contract.failure import fail
 from harness.contract.protocol import refuse_nonfinite
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson15.common import matches
+from harness.judges.lesson15.common import dtype_cause, dtype_hint, matches_for
 
 
 def _number(value: torch.Tensor) -> str:
@@ -64,13 +64,14 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  cause="the per-token losses are returned without averaging (reduction='none'), a dimension was "
                  "kept (keepdim=True, view(1)), or the value became a Python number (.item(), float())",
                  where="the return statement of masked_cross_entropy")
-        per_token = _per_token(logits, targets)
+        per_token = _per_token(logits.double(), targets)
         want = per_token[mask].mean()
         if got.dtype != logits.dtype:
             fail("wrong-dtype", observed=f"returned a {got.dtype} loss for {description}",
                  expected=f"{logits.dtype}, the logits' dtype",
-                 cause="the computation was cast to another dtype (.double(), .half()) and not brought back",
-                 where="the computation of the returned value")
+                 cause=dtype_cause(got.dtype, logits.dtype), where="the computation of the returned value",
+                 hint=dtype_hint(logits.dtype))
+        matches = matches_for(logits.dtype)
         value = got.detach().double()
         if not matches(value, want):
             every = per_token.mean()
@@ -118,7 +119,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  cause="the padded positions take part before the mask is applied (a weighting that depends on "
                  "them, a mask built from the targets' values)", where="how the mask is applied")
         grad = result["grad"]
-        leaf = logits.clone().requires_grad_(True)
+        leaf = logits.double().requires_grad_(True)
         _reference_masked(leaf, targets, mask).backward()
         if not result["requires_grad"] or grad is None:
             fail("no-gradient", observed=f"the loss has no gradient path to the logits ({description})",
@@ -126,7 +127,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  cause="the graph was cut: .item(), float(), .detach(), numpy, or a new tensor made with "
                  "torch.tensor(...) from the value", where="the computation of the returned value")
         grad = tensor(grad, "grad")
-        if grad.dtype != leaf.grad.dtype:
+        if grad.dtype != logits.dtype:
             raise WireError("malformed observation: the gradient's dtype is not the logits'")
         if not matches(grad, leaf.grad):
             fail("no-gradient", observed=f"logits.grad differs from the gradient of the masked mean ({description})",
