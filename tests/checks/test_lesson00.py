@@ -152,6 +152,12 @@ MISTAKES = [
     Mistake("00-accuracy", "wrong-accuracy", "dim=0",
             (lambda lo, t: (lo.argmax(dim=0) == t[: lo.shape[1]]).float().mean().item(),),
             story="argmax over the batch dimension"),
+    Mistake("00-accuracy", "wrong-accuracy", "argmax over the batch (dim=0)",
+            (lambda lo, t: (lo.argmax(dim=0) == t).float().mean().item(),),
+            story="argmax over dim=0, compared with all the targets (a size mismatch)"),
+    Mistake("00-accuracy", "wrong-accuracy", "integer division (//)",
+            (lambda lo, t: float((lo.argmax(dim=1) == t).sum().item() // len(t)),),
+            story="floor division of the correct count, wrapped in float()"),
 ]
 
 CORRECT = [
@@ -165,6 +171,9 @@ CORRECT = [
     Correct("00-accuracy", (accuracy_argmax,), story="the solution"),
     Correct("00-accuracy", (accuracy_loop,), story="a Python loop over rows"),
     Correct("00-accuracy", (accuracy_eq_sum,), story="torch.eq, sum and a division"),
+    Correct("00-accuracy",
+            (lambda lo, t: sum(int(row.argmax()) == int(y) for row, y in zip(lo, t, strict=True)) / len(t),),
+            story="a generator of row-by-row comparisons divided by len"),
 ]
 
 

@@ -7,7 +7,8 @@ from typing import Callable
 import torch
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
+from harness.contract.errors import explain
+from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -45,5 +46,14 @@ def _accuracy_cases(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     },
 )
 def probe_accuracy(accuracy: Callable[[torch.Tensor, torch.Tensor], float], *, case: Case) -> dict:
-    """Call the student's accuracy on each (logits, targets) pair of the case."""
-    return {"results": [accuracy(logits.clone(), targets.clone()) for logits, targets in _accuracy_cases(case)]}
+    """Call the student's accuracy on each (logits, targets) pair of the case; an exception of the student's code
+    ends the calls and is recorded (explained, with the student's line) for the judge to read with the shapes."""
+    results: list = []
+    for logits, targets in _accuracy_cases(case):
+        try:
+            results.append(accuracy(logits.clone(), targets.clone()))
+        except CheckFailed:
+            raise
+        except Exception as error:  # noqa: BLE001 - the judge reports it with the shapes that explain it
+            return {"results": results, "raised": explain(error)[:2000]}
+    return {"results": results, "raised": None}
