@@ -28,6 +28,9 @@ from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE
 from harness.grading.layout import REPO_ROOT, discover_assignments
 
 WORKER = Path(__file__).with_name("answerability_worker.py")
+# The worker runs shipped functions on arguments they were never written for (a process id of 0 or -1 among them):
+# in its own PID namespace, a signal sent to every process reaches only the audit's own.
+ISOLATION = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
 # The worker sees the tree's harness, never the instructor's editable install of the repository.
 _BOOTSTRAP = ("import runpy, sys\n"
               "sys.path.insert(0, sys.argv[2])\n"
@@ -158,7 +161,8 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         try:
-            subprocess.run([sys.executable, "-I", "-c", _BOOTSTRAP, str(WORKER), str(tree.resolve()), report.name],
+            subprocess.run([*ISOLATION, sys.executable, "-I", "-c", _BOOTSTRAP, str(WORKER), str(tree.resolve()),
+                            report.name],
                            input=json.dumps(request), text=True, capture_output=True, env=environment,
                            timeout=limits.per_lesson_s)
         except subprocess.TimeoutExpired:

@@ -1,21 +1,38 @@
 """What the answerability audit may find (`harness.grading.answerability`): each hit declared, with its reason.
 
-`ALLOWED`: (task, shipped object) -> why the course ships it although it passes that exercise's check (the lesson
-says the library's function is the answer and the exercise asks for more, or later lessons need it).
-`KNOWN_ANSWERABLE`: (task, shipped object) -> the work that will close it: hits that cannot be withheld yet (the
-judges' references, which local checks need until issue 38 item 1 moves them). `tests/test_answerability.py` keeps
-this table equal to what the audit finds: a new hit fails, and so does an entry the audit no longer finds.
-`WITHHELD_DRILLS`: drills whose answers a graded student tree does not carry (lesson 11's graded drills, and drills
-whose answer passes another lesson's exercise); a practice tree (`--practice`) carries them.
+`ALLOWED`: (task, shipped object) -> why the course ships it although it passes that exercise's check (later
+lessons' given cells import it from the library). `KNOWN_ANSWERABLE`: (task, shipped object) -> the work that will
+close it: hits that cannot be withheld yet (a judge's or probe's reference, which local checks need until issue 38
+item 1 moves references to the instructor; a drill's answer, whose text its judge module still carries).
+`tests/test_answerability.py` keeps both tables equal to what the audit finds on a graded tree: a new hit fails,
+and so does an entry the audit no longer finds.
+`WITHHELD_DRILLS`: drills whose answers a graded student tree does not carry in `answers.json` nor reveal (lesson
+11's graded drills, and drills whose answer passes another lesson's exercise); a practice tree (`--practice`)
+carries them.
 """
 
 from __future__ import annotations
 
 from harness.drills.lesson import NOTEBOOK_DRILLS
 
-ALLOWED: dict[tuple[str, str], str] = {}
+# A library function a later lesson's given cells import ships with every lesson: until the tree can hand the
+# library out lesson by lesson (after each due date), it is declared here, and the exercise's points stay at risk.
+_LIBRARY = ("lesson {later}'s given cells import {name} from the course library, so the tree ships it from the "
+            "first lesson; shipping the library lesson by lesson (issue 38 item 1) would close it")
+ALLOWED: dict[tuple[str, str], str] = {
+    ("00-count-params", "harness.finetune.count_parameters"): _LIBRARY.format(later=14, name="count_parameters"),
+    ("02-count-trainable", "harness.finetune.count_parameters"): _LIBRARY.format(later=14, name="count_parameters"),
+}
 
-KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {}
+_REFERENCE = "issue 38 item 1: a judge's reference the tree ships for local checks; moves to the instructor's side"
+_DRILL = ("issue 38 item 1: the drill's answer, withheld from answers.json, is still the `solution` of its Answers "
+          "in harness/judges/drills (the judge side the tree ships)")
+KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {
+    ("01-to-tokens", "harness.judges.lesson01.to_tokens._reference_tokens"): _REFERENCE,
+    ("01-logsumexp", "drill answer tensors-logsumexp"): _DRILL,
+    ("01-silu-function", "drill answer autograd-custom-function"): _DRILL,
+}
 
 # Lesson 11's graded drills; then the drills whose answers pass another lesson's exercise (the audit's hits).
-WITHHELD_DRILLS: tuple[str, ...] = tuple(drill for _, drill in NOTEBOOK_DRILLS)
+WITHHELD_DRILLS: tuple[str, ...] = (*(drill for _, drill in NOTEBOOK_DRILLS), "tensors-logsumexp",
+                                    "autograd-custom-function")
