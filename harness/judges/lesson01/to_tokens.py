@@ -18,6 +18,34 @@ def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
     return images.flatten(2).transpose(1, 2)
 
 
+def _fail_wrong_order(tokens: torch.Tensor, x: torch.Tensor) -> None:
+    """Fail for tokens of the right shape in the wrong order, naming the regrouping they match when one does."""
+    n, c, h, w = x.shape
+    if h != w and torch.equal(tokens, x.permute(0, 3, 2, 1).reshape(n, h * w, c)):
+        fail("wrong-order",
+             observed=f"right shape, but for images of H={h}, W={w} your tokens run down each column: token "
+                      f"w*H + h holds pixel (h, w) (your result equals images.permute(0, 3, 2, 1).reshape(N, H*W, C))",
+             expected="tokens[n, h*W + w, c] == images[n, c, h, w]: row by row, each row's pixels left to right",
+             cause="the axes permuted to (N, W, H, C), W before H, so merging them orders the pixels column by "
+                   "column instead of row by row",
+             where="the permute order: (0, 2, 3, 1) keeps H before W and moves only the channels last",
+             hint="Which axis of images is H and which is W? After the permute, H must come before W for token "
+                  "h*W + w to be pixel (h, w).")
+    if torch.equal(tokens, x.reshape(n, h * w, c)):
+        fail("wrong-order",
+             observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w] (your result "
+                      "equals images.reshape(N, H*W, C))",
+             expected="tokens[n, h*W + w, c] == images[n, c, h, w]",
+             cause="reshape/view without permute regroups the numbers in memory order: each 'token' "
+                   "then mixes one channel's neighbouring pixels instead of holding one pixel's channels",
+             where="permute the channel axis to the end before merging H and W")
+    fail("wrong-order", observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w]",
+         expected="tokens[n, h*W + w, c] == images[n, c, h, w]",
+         cause="the numbers are regrouped in another order than (N, H, W, C) before H and W are merged: an axis "
+               "order other than permute(0, 2, 3, 1), or a merge without a permute",
+         where="permute the channel axis to the end (keeping H before W) before merging H and W")
+
+
 @judges("01-to-tokens")
 def judge_to_tokens(seen: dict, *, case: Case) -> str:
     """`to_tokens(images)` is (N, H*W, C) with token h*W + w the channel vector of pixel (h, w), input untouched."""
@@ -41,13 +69,6 @@ def judge_to_tokens(seen: dict, *, case: Case) -> str:
                  cause="the axes are merged or ordered differently from (N, H*W, C)",
                  where="the permute order and the reshape sizes in to_tokens")
         if not torch.equal(tokens, _reference_tokens(x)):
-            reinterpreted = torch.equal(tokens, x.reshape(n, h * w, c))
-            fail("wrong-order",
-                 observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w]"
-                          + (" (your result equals images.reshape(N, H*W, C))" if reinterpreted else ""),
-                 expected="tokens[n, h*W + w, c] == images[n, c, h, w]",
-                 cause="reshape/view without permute regroups the numbers in memory order: each 'token' "
-                       "then mixes one channel's neighbouring pixels instead of holding one pixel's channels",
-                 where="permute the channel axis to the end before merging H and W")
+            _fail_wrong_order(tokens, x)
     return ("(N, C, H, W) -> (N, H*W, C) with each token the channel vector of one pixel, for contiguous, cropped, "
             "channels-last and strided inputs")
