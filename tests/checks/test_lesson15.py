@@ -245,6 +245,16 @@ def attention_float64(q, k, v, mask=None, causal=False):
     return out
 
 
+def attention_upcast(q, k, v, mask=None, causal=False):
+    """Wrong: scores, weights and output in float32 "for accuracy" whatever q's dtype, returned so."""
+    return attention_using()(q.float(), k.float(), v.float(), mask=mask, causal=causal)
+
+
+def attention_upcast_cast_back(q, k, v, mask=None, causal=False):
+    """Right: float32 inside, the output cast back to q's dtype."""
+    return attention_using()(q.float(), k.float(), v.float(), mask=mask, causal=causal).to(q.dtype)
+
+
 def attention_scaled_by_keys(q, k, v, mask=None, causal=False):
     """Wrong: the square root of the number of keys (shape[-2]) instead of head_dim."""
     return attention_using()(q * math.sqrt(q.shape[-1]) / math.sqrt(k.shape[-2]), k, v, mask=mask, causal=causal)
@@ -277,7 +287,7 @@ def attention_additive(q, k, v, mask=None, causal=False):
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
     bias = torch.zeros_like(scores)
     if causal:
-        bias = bias + torch.full(scores.shape[-2:], float("-inf")).triu(1)
+        bias = bias + torch.full(scores.shape[-2:], float("-inf"), dtype=scores.dtype).triu(1)
     if mask is not None:
         bias = bias.masked_fill(~mask[:, None, None, :], float("-inf"))
     return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores + bias, dim=-1), v)
@@ -555,6 +565,8 @@ MISTAKES = [
             story="returns (output, weights) like nn.MultiheadAttention"),
     Mistake("15-attention", "wrong-dtype", "torch.float64 tensor", (attention_float64,),
             story="upcasts q, k and v to float64 for accuracy and returns the float64 result"),
+    Mistake("15-attention", "wrong-dtype", "computed in float32 (an upcast", (attention_upcast,),
+            story="q.float(), k.float(), v.float() for accuracy; the float32 output returned for bfloat16 inputs"),
     Mistake("15-attention", "wrong-scale", "not scaled", (attention_using(scale="none"),),
             story="forgets the 1/sqrt(d)"),
     Mistake("15-attention", "wrong-scale", "number of keys", (attention_scaled_by_keys,),
@@ -646,6 +658,7 @@ CORRECT = [
     Correct("15-attention", (attention_using(),), story="boolean blocked mask with masked_fill"),
     Correct("15-attention", (attention_additive,), story="additive -inf bias and einsum"),
     Correct("15-attention", (attention_large_negative,), story="-1e9 fill, q scaled first"),
+    Correct("15-attention", (attention_upcast_cast_back,), story="float32 inside, cast back to q's dtype"),
     Correct("15-warmup", (factor_piecewise,), story="piecewise, one minus the share of the decay done"),
     Correct("15-warmup", (factor_min_max,), story="min of ramp and clamped decay"),
     Correct("15-warmup", (WarmupThenLinear(),), story="a callable object, the decay's remaining steps"),

@@ -12,7 +12,7 @@ from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
-from harness.judges.lesson15.common import matches
+from harness.judges.lesson15.common import LOW_PRECISION, matches_for
 
 _ATTENTION_FORBIDDEN = {
     "scaled_dot_product_attention": "the exercise asks you to write attention from matmul, softmax and masks",
@@ -42,6 +42,7 @@ def _misplaced_padding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     """How the padding mask was broadcast when `got` matches a misplaced one: over the keys (it blocked padded
     queries' rows), or against the heads axis (mask[:, None, :] lines its batch up with the heads); else None."""
     batch, heads, queries, keys = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    matches = matches_for(q.dtype)
     if queries == keys:
         on_queries = mask[:, None, :, None]
         for fill in ("-inf", "large"):
@@ -85,10 +86,17 @@ def judge_attention(seen: dict, *, case: Case) -> str:
                  "q k^T, weights times v on the wrong side), or a dimension was squeezed or added",
                  where="the return statement of attention")
         if got.dtype != q.dtype:
+            upcast = q.dtype in LOW_PRECISION and got.dtype == torch.float32
             fail("wrong-dtype", observed=f"attention returned a {got.dtype} tensor for {description}",
-                 expected=f"{q.dtype}, q's dtype", cause="the computation was moved to another dtype (.double(), "
-                 ".half(), a float64 tensor or mask in the formula) and not brought back",
-                 where="the scores line of attention, and what it returns")
+                 expected=f"{q.dtype}, q's dtype",
+                 cause=f"the attention was computed in float32 (an upcast such as q.float(), or a float32 tensor or "
+                 f"additive mask in the formula) and returned as it is: for {q.dtype} inputs the output must come "
+                 f"back in {q.dtype}, with .to(q.dtype) at the end" if upcast else "the computation was moved to "
+                 "another dtype (.double(), .half(), a float64 tensor or mask in the formula) and not brought back",
+                 where="the scores line of attention, and what it returns",
+                 hint=f"Call your attention on q, k and v in {q.dtype} and print the dtype of the scores, the weights "
+                 "and the output: which line changed it, and is it cast back before the return?" if upcast else None)
+        matches = matches_for(q.dtype)
         got = got.detach().double()
         if matches(got, want):
             continue
