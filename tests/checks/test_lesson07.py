@@ -66,6 +66,19 @@ def not_clamped(step: int, warmup_steps: int, total_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * (step - warmup_steps) / max(1, total_steps - warmup_steps)))
 
 
+def no_decay_span_guard(step: int, warmup_steps: int, total_steps: int) -> float:
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def ramp_unguarded(step: int, warmup_steps: int, total_steps: int) -> float:
+    ramp = min(1.0, (step + 1) / warmup_steps)
+    progress = min(1.0, max(0, step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return ramp * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def returns_tensor(step: int, warmup_steps: int, total_steps: int) -> torch.Tensor:
     return torch.tensor(warmup_cosine_branches(step, warmup_steps, total_steps))
 
@@ -769,6 +782,11 @@ MISTAKES = [
             story="decay span total_steps instead of total - warmup: never reaches 0"),
     Mistake("07-warmup-cosine", "rises-after-total", "clamp", (not_clamped,),
             story="progress not clamped: the lr comes back up after total_steps"),
+    Mistake("07-warmup-cosine", "divides-by-zero", "total_steps - warmup_steps (no decay span)",
+            (no_decay_span_guard,),
+            story="progress divided by total_steps - warmup_steps without max(1, ...): no decay span divides by 0"),
+    Mistake("07-warmup-cosine", "divides-by-zero", "warmup_steps (no warm-up at all)", (ramp_unguarded,),
+            story="min(1, (step + 1) / warmup_steps) with no branch: no warm-up divides by 0"),
     Mistake("07-warmup-cosine", "not-a-float", "Tensor", (returns_tensor,),
             story="returns a tensor (torch.cos habits)"),
     Mistake("07-per-step", "scheduler-before-optimizer", "Detected call", (per_step_before,),

@@ -5,6 +5,7 @@ Evaluate the student's factor on the case's triples; if every value is a number,
 
 from __future__ import annotations
 
+import traceback
 from typing import Callable
 
 import torch
@@ -73,11 +74,25 @@ def _lambda_lr_setting(case: Case) -> tuple[float, int, int]:
         "rises-after-total": Requirement(
             "after total_steps the factor stays at 0",
             hint="Evaluate your function at 2 * total_steps: the cosine comes back up unless progress stops at 1."),
+        "divides-by-zero": Requirement(
+            "no warm-up at all (warmup_steps = 0) and no decay span (total_steps = warmup_steps) are valid: the "
+            "factor never divides by zero",
+            hint="Call your function with warmup_steps = 0 and with total_steps = warmup_steps: which division "
+            "meets a zero? The formula's max(1, total_steps - warmup_steps) is there for it."),
     },
 )
 def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case) -> dict:
     """Evaluate the student's factor on the case's triples; if every value is a number, drive LambdaLR with it."""
-    values = [factor(step, warmup, total) for step, warmup, total in _warmup_cases(case)]
+    values = []
+    for step, warmup, total in _warmup_cases(case):
+        try:
+            values.append(factor(step, warmup, total))
+        except ZeroDivisionError as error:
+            if warmup and total != warmup:  # no zero in the arguments: raised as is, with its line
+                raise
+            # the judge names the zero it met: no warm-up, or no decay span
+            line = traceback.extract_tb(error.__traceback__)[-1].line or ""
+            return {"values": values, "zero_division": [step, warmup, total, line[:200]], "lambda_lrs": None}
     if not all(_is_number(value) for value in values):  # LambdaLR would fail on it: the judge names the value
         return {"values": values, "lambda_lrs": None}
     base_lr, warmup, total = _lambda_lr_setting(case)

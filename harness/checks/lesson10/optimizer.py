@@ -5,6 +5,7 @@ Call make_optimizer on a small CNN with norms, biases and a buffer; record its g
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +120,10 @@ def _record_optimizer(model: nn.Module, result: Any, total: int) -> dict[str, An
         "rises-after-total": Requirement(
             "the lr stays at 0 after total_steps",
             hint="Print the factor at total_steps + 2: the cosine must not come back up."),
+        "divides-by-zero": Requirement(
+            "no warm-up at all (warmup_steps = 0) is valid: the factor never divides by it",
+            hint="Call your factor with warmup_steps = 0: the ramp's division by warmup_steps belongs only in the "
+            "`step < warmup_steps` branch, which no step enters then."),
     },
 )
 def probe_optimizer(make_optimizer: Callable[..., tuple[torch.optim.Optimizer, Any]], *, case: Case) -> dict:
@@ -127,8 +132,15 @@ def probe_optimizer(make_optimizer: Callable[..., tuple[torch.optim.Optimizer, A
     with _rng_kept():
         for lr, weight_decay, warmup, total, freeze_first in _optimizer_settings(case):
             model = _optimizer_model(case, freeze_first)
-            result = make_optimizer(model, lr=lr, weight_decay=weight_decay, warmup_steps=warmup, total_steps=total)
-            records.append(_record_optimizer(model, result, total))
+            try:
+                result = make_optimizer(model, lr=lr, weight_decay=weight_decay, warmup_steps=warmup,
+                                        total_steps=total)
+                records.append(_record_optimizer(model, result, total))
+            except ZeroDivisionError as error:
+                if warmup:  # no zero in the arguments: raised as is, with its line
+                    raise
+                line = traceback.extract_tb(error.__traceback__)[-1].line or ""
+                records.append({"returned": "zero-division", "line": line[:200]})
             if records[-1]["returned"] != "pair":
                 break
     return {"settings": records}

@@ -80,9 +80,30 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, *, ra
     )
 
 
+def _judge_zero_division(step: int, warmup: int, total: int, line: str) -> None:
+    """Fail naming the zero the student's factor divided by: the warm-up length, the decay span, or both."""
+    zeros = [name for name, size in (("warmup_steps (no warm-up at all)", warmup),
+                                     ("total_steps - warmup_steps (no decay span)", total - warmup)) if size == 0]
+    if not zeros:  # the probe records a ZeroDivisionError only where the arguments hold a zero
+        raise ValueError("the observation of the division by zero is malformed")
+    fail(
+        "divides-by-zero",
+        observed=f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total}) raised ZeroDivisionError"
+        + (f" at: {line.strip()}" if line.strip() else ""),
+        expected=f"{warmup_cosine_reference(step, warmup, total):.6g}: the text allows no warm-up and no decay span",
+        cause=f"a division by {' and by '.join(zeros)}, which is 0 here",
+        where="the divisions in warmup_cosine: divide by max(1, total_steps - warmup_steps), and use the ramp "
+        "only while step < warmup_steps",
+        hint="The formula divides by max(1, total_steps - warmup_steps), never by the bare difference, and by "
+        "warmup_steps only inside the `step < warmup_steps` branch: which of your divisions is unguarded?",
+    )
+
+
 @judges("07-warmup-cosine")
 def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     """The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form."""
+    if seen.get("zero_division"):
+        _judge_zero_division(*seen["zero_division"])
     cases = _warmup_cases(case)
     ramps_from_zero = _ramps_from_zero(seen["values"], cases)
     for value, (step, warmup, total) in zip(seen["values"], cases, strict=True):

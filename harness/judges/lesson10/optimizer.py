@@ -70,6 +70,15 @@ def judge_optimizer(seen: dict, *, case: Case) -> str:
     """The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule."""
     for (lr, weight_decay, warmup, total, freeze_first), record in zip(_optimizer_settings(case), seen["settings"],
                                                                        strict=True):
+        if record["returned"] == "zero-division" and warmup == 0:
+            line = str(record.get("line", "")).strip()
+            fail("divides-by-zero",
+                 observed=f"make_optimizer(warmup_steps=0, total_steps={total}) raised ZeroDivisionError (building "
+                 "or stepping the scheduler)" + (f" at: {line}" if line else ""),
+                 expected="a schedule with no warm-up: the cosine from the first step, lr at step 0",
+                 cause="a division by warmup_steps, which is 0 here (the text's check runs once with no warm-up)",
+                 where="the factor: divide by warmup_steps only inside the `step < warmup_steps` branch",
+                 hint="With warmup_steps = 0 no step is a warm-up step: which of your divisions runs anyway?")
         if record["returned"] != "pair":
             fail("not-a-pair", observed=f"make_optimizer returned a {record['returned']}",
                  expected="(optimizer, scheduler)", cause="only one of the two returned, or another object",
