@@ -324,6 +324,33 @@ def split_and_normalize(x, y, *, val_fraction, seed):
     return TensorDataset((x[train] - mean) / std, y[train]), TensorDataset((x[val] - mean) / std, y[val]), mean, std
 
 
+def split_int_size(x, y, *, val_fraction, seed):
+    order = torch.randperm(len(x), generator=make_generator(seed))
+    n_val = int(len(x) * val_fraction)
+    val, train = order[:n_val], order[n_val:]
+    mean, std = x[train].mean(0), x[train].std(0).clamp_min(1e-8)
+    return TensorDataset((x[train] - mean) / std, y[train]), TensorDataset((x[val] - mean) / std, y[val]), mean, std
+
+
+def split_training_first(x, y, *, val_fraction, seed):
+    order = torch.randperm(len(x), generator=make_generator(seed))
+    n_train = len(x) - round(len(x) * val_fraction)
+    train, val = order[:n_train], order[n_train:]
+    mean, std = x[train].mean(0), x[train].std(0).clamp_min(1e-8)
+    return TensorDataset((x[train] - mean) / std, y[train]), TensorDataset((x[val] - mean) / std, y[val]), mean, std
+
+
+def split_half_up_generator(x, y, *, val_fraction, seed):
+    """Correct too: its own seeded torch.Generator, the size rounded half up, boolean masks."""
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    is_val = torch.zeros(len(x), dtype=torch.bool)
+    is_val[order[: int(len(x) * val_fraction + 0.5)]] = True
+    mean, std = x[~is_val].mean(0), x[~is_val].std(0)
+    std = torch.where(std == 0, torch.ones_like(std), std)
+    return (TensorDataset((x[~is_val] - mean) / std, y[~is_val]), TensorDataset((x[is_val] - mean) / std, y[is_val]),
+            mean, std)
+
+
 def split_with_sklearn_style(x, y, *, val_fraction, seed):
     """Correct too: NumPy permutation, biased std, constant features mapped to std 1."""
     rng = np.random.default_rng(seed)
@@ -537,6 +564,10 @@ MISTAKES = [
             story="off by one at the cut: order[n_val + 1:]"),
     Mistake("03-split-normalize", "wrong-size", "val_fraction", (split_fraction_swapped,),
             story="val_fraction sizes the training split"),
+    Mistake("03-split-normalize", "wrong-size", "int() truncates", (split_int_size,),
+            story="int() for the validation size instead of round()"),
+    Mistake("03-split-normalize", "val-not-first", "its front taken for training", (split_training_first,),
+            story="the first rows of the permutation used for training"),
     Mistake("03-split-normalize", "not-shuffled", "sorted", (split_tail,),
             story="takes the last rows as validation without shuffling"),
     Mistake("03-split-normalize", "nonfinite", "which is constant in x (std 0)", (split_unguarded_std,),
@@ -569,6 +600,7 @@ CORRECT = [
     Correct("03-worker-init", (reseed_dataset_rng,), story="default_rng(get_worker_info().seed)"),
     Correct("03-worker-init", (reseed_with_seed_sequence,), story="SeedSequence of torch.initial_seed and worker id"),
     Correct("03-split-normalize", (split_and_normalize,), story="randperm with a generator, clamp_min"),
+    Correct("03-split-normalize", (split_half_up_generator,), story="own Generator, half-up size, boolean masks"),
     Correct("03-split-normalize", (split_with_sklearn_style,), story="NumPy permutation, biased std, std 1 if 0"),
 ]
 

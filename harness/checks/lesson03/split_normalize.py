@@ -15,7 +15,8 @@ from harness.contract.registry import register
 def _split_problem(case: Case) -> tuple[torch.Tensor, torch.Tensor, float, int]:
     """(x, ids, val_fraction, seed): inputs with offsets and scales per feature, the last one constant (std 0),
     labels a permutation of row ids, rows sorted by the first feature."""
-    n, features, fraction, seed = (157, 5, 0.25, 11) if case.hidden else (100, 4, 0.2, 0)
+    # N * val_fraction has a fraction part above .5 (20.6, 39.75): int() and round() give different sizes.
+    n, features, fraction, seed = (159, 5, 0.25, 11) if case.hidden else (103, 4, 0.2, 0)
     seed = case.seeded(seed)
     generator = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(n, features, generator=generator) * torch.linspace(0.5, 3.0, features) + torch.arange(features)
@@ -66,6 +67,10 @@ def _split_record(result: Any) -> dict:
         "wrong-size": Requirement(
             "the validation split has round(N * val_fraction) rows",
             hint="Which split should val_fraction size: the first round(N * val_fraction) shuffled rows go where?"),
+        "val-not-first": Requirement(
+            "the first round(N * val_fraction) rows of the seeded permutation are the validation split",
+            hint="Cut the permutation as the text says: its first round(N * val_fraction) indices are validation, "
+            "the rest training."),
         "labels-misaligned": Requirement(
             "each split's labels are y[rows], unchanged, next to x[rows] of the same rows",
             hint="Index x and y with the same row indices, and leave y's values and dtype alone."),

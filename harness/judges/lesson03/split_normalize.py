@@ -16,6 +16,7 @@ from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson03.common import _tensor
+from harness.repro import make_generator
 
 
 def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
@@ -47,7 +48,7 @@ def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
 @judges("03-split-normalize")
 def judge_split_normalize(seen: dict, *, case: Case) -> str:
     """split_and_normalize(x, y, val_fraction=, seed=): disjoint shuffled split, stats from training rows only."""
-    x, ids, fraction, _ = _split_problem(case)
+    x, ids, fraction, seed = _split_problem(case)
     n, features = x.shape
     where = "your split_and_normalize"
     x_train, id_train, x_val, id_val, mean, std = _unpack_split(seen["first"], where)
@@ -77,6 +78,19 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             cause="val_fraction applied to the wrong split",
             where=where,
         )
+    if len(id_val) != round(n * fraction):
+        truncated = len(id_val) == int(n * fraction)
+        fail(
+            "wrong-size",
+            observed=f"{len(id_val)} validation rows for N={n}, val_fraction={fraction} (N * val_fraction = "
+            f"{n * fraction:g})" + (", the size int() gives" if truncated else ""),
+            expected=f"round({n * fraction:g}) = {round(n * fraction)} validation rows",
+            cause="int() truncates N * val_fraction (or // floors it) where the text asks round()" if truncated
+            else "the validation size is rounded another way than round(N * val_fraction)",
+            where=where,
+            hint=(f"Print int({n} * {fraction}) and round({n} * {fraction}): which one does the text ask for?"
+                  if truncated else None),
+        )
     if id_train.dtype != ids.dtype or id_val.dtype != ids.dtype:
         fail(
             "labels-misaligned",
@@ -105,6 +119,7 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             "validation set would come from another distribution",
             where=where,
         )
+    _judge_cut_side(position, id_val, n, seed, where)
     if not (torch.isfinite(x_train).all() and torch.isfinite(x_val).all() and torch.isfinite(std).all()
             and torch.isfinite(mean).all()):
         _judge_nonfinite(x, x_train, x_val, mean, std, where)
@@ -176,6 +191,24 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
         )
     return (f"{n} rows: disjoint shuffled {len(id_train)}/{len(id_val)} split, training statistics (a constant "
             "feature included), reproducible")
+
+
+def _judge_cut_side(position: torch.Tensor, id_val: torch.Tensor, n: int, seed: int, where: str) -> None:
+    """Fail when the validation rows are exactly the LAST rows of torch.randperm(N, make_generator(seed)), the
+    permutation the text's solution draws: the training rows were taken from its front. Another shuffle (NumPy,
+    random) is not judged here: only this observed cut is named."""
+    order = torch.randperm(n, generator=make_generator(seed))
+    n_val = len(id_val)
+    val_rows = sorted(position[id_val].tolist())
+    if n_val and val_rows == sorted(order[n - n_val:].tolist()) and val_rows != sorted(order[:n_val].tolist()):
+        fail(
+            "val-not-first",
+            observed=f"the {n_val} validation rows are the last {n_val} indices of torch.randperm({n}, "
+            "generator=make_generator(seed)); the first ones went to training",
+            expected="validation = the first round(N * val_fraction) indices of the permutation, training the rest",
+            cause="the permutation is cut the other way round: its front taken for training",
+            where=where,
+        )
 
 
 def _judge_nonfinite(x: torch.Tensor, x_train: torch.Tensor, x_val: torch.Tensor, mean: torch.Tensor,
