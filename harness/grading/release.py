@@ -144,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _student(args: argparse.Namespace) -> int:
     """Write the student tree, audit it for answers it ships (unless --no-audit) and say what it holds."""
     from harness.grading.answerability import audit, summary, undeclared
-    from harness.grading.answerable import WITHHELD_DRILLS
+    from harness.grading.answerable import NOT_AUDITED, WITHHELD_DRILLS
     from harness.grading.late import course_file
     from harness.grading.solution_hints import released_lines
     from harness.grading.student_tree import write_student_tree
@@ -165,10 +165,11 @@ def _student(args: argparse.Namespace) -> int:
     problems = undeclared(result)
     print(f"answerability audit: {summary(result)}")
     print("\n".join(problems))
-    if result.unaudited:
-        print("the audit could not try every exercise (above: not audited): run it with the course's environment "
-              "(.venv/bin/harness), or give --no-audit to hand out a tree nobody audited")
-    return 1 if problems or result.unaudited else 0
+    unexpected = sorted(set(result.unaudited) - set(NOT_AUDITED))
+    if unexpected:
+        print(f"the audit could not try {', '.join(unexpected)} (above: not audited): run it with the course's "
+              "environment (.venv/bin/harness), or give --no-audit to hand out a tree nobody audited")
+    return 1 if problems or unexpected else 0
 
 
 def run(args: argparse.Namespace) -> int:
