@@ -9,8 +9,8 @@ reference holds the same infinity.
 A judge that must name a cause among several (the teaching ladder: "scaled by sqrt(d)", "masked the wrong
 side") asks the bool predicates re-exported here (`close_values`, `same_values`, ...) and fails itself; a
 judge whose leaf should simply match its reference calls `close`, `equal` or `number` (`finite_number` when
-any finite number will do). A leaf that no probe
-writes (forged or corrupted) is refused with `malformed`, the one way to say so.
+any finite number will do). A leaf that no probe writes (forged or corrupted) is refused with `malformed`, the
+one way to say so.
 
     expect.close("logsumexp(x, dim)", got, want, rtol=1e-5, atol=1e-5, where="logsumexp", cause="...")
 """
