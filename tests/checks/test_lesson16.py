@@ -248,6 +248,23 @@ def quantize_inf_norm(weight):
     return torch.clamp(torch.round(weight / scale), min=-127, max=127).to(dtype=torch.int8), scale
 
 
+def quantize_no_keepdim(weight):
+    scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+    return torch.round(weight / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def quantize_upcast(weight):
+    w = weight.float()  # float32 for the arithmetic, whatever the weight's dtype
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+    return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def quantize_upcast_cast_back(weight):
+    w = weight.float()
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+    return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale.to(weight.dtype)
+
+
 def quantize_asymmetric(weight):
     low, high = weight.amin(dim=1, keepdim=True), weight.amax(dim=1, keepdim=True)
     scale = (high - low).clamp(min=1e-12) / 255
@@ -415,6 +432,10 @@ MISTAKES = [
     Mistake("16-int8-weights", "wrong-scale", "torch.float64",
             (lambda weight: (quantize_solution(weight)[0], quantize_solution(weight.double())[1]),),
             story="computes the scales in float64 for precision and returns them so"),
+    Mistake("16-int8-weights", "per-tensor", "keepdim=True is missing: amax(dim=1) gives shape (6,)",
+            (quantize_no_keepdim,), story="amax(dim=1) without keepdim: the scale has shape (out,)"),
+    Mistake("16-int8-weights", "wrong-scale", "computed in float32 (an upcast such as weight.float()",
+            (quantize_upcast,), story="weight.float() first for the arithmetic; the float32 scale returned"),
     Mistake("16-int8-weights", "wrong-scale", "without abs()", (quantize_using(use_abs=False),),
             story="takes the row's largest weight, not its largest magnitude"),
     Mistake("16-int8-weights", "not-rounded", "truncated", (quantize_using(rounding="truncate"),),
@@ -456,6 +477,7 @@ CORRECT = [
     Correct("16-int8-weights", (quantize_solution,), story="the solution"),
     Correct("16-int8-weights", (quantize_where,), story="scale 1 for zero rows, no clamp of q"),
     Correct("16-int8-weights", (quantize_inf_norm,), story="the inf-norm of each row, masked_fill for zero rows"),
+    Correct("16-int8-weights", (quantize_upcast_cast_back,), story="float32 arithmetic, the scale cast back"),
     Correct("16-top-k", solution_cell(TOP_K_NO_GRAD.source.replace("no_grad", "inference_mode"), "top_k"),
             story="the solution, without the planted bug"),
     Correct("16-top-k", (top_k_using(),), story="sorts every class, then keeps the first k"),

@@ -1,6 +1,6 @@
 """16-int8-weights, the probe.
 
-Call `quantize_per_channel(weight)`; record what it returned and the weight after the call.
+Call `quantize_per_channel(weight)` on each case's weights; record what it returned and the weight after the call.
 """
 
 from __future__ import annotations
@@ -12,18 +12,24 @@ import torch
 
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
+from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _weights(case: Case) -> torch.Tensor:
-    """A weight matrix whose rows differ in size by orders of magnitude, with one all-zero row (a pruned or
-    dead unit)."""
+def _weights(case: Case) -> list[torch.Tensor]:
+    """The weights of each call: a float32 matrix whose rows differ in size by orders of magnitude, with one
+    all-zero row (a pruned or dead unit), square so that a scale without keepdim broadcasts instead of raising
+    (its shape then tells the mistake); then the same matrix in bfloat16 (the scale must keep the weight's dtype).
+    Hidden: a larger matrix and, last, one with more columns than rows."""
     generator = torch.Generator().manual_seed(case.seeded(1800 + (5 if case.hidden else 0)))
-    rows, cols, zero = (16, 33, 11) if case.hidden else (6, 10, 3)
-    magnitude = 10.0 ** torch.linspace(-3, 1, rows).unsqueeze(1)
-    weight = torch.randn(rows, cols, generator=generator) * magnitude
-    weight[zero] = 0.0
-    return weight
+    weights = []
+    for rows, cols, zero in [(16, 16, 11), (16, 33, 5)] if case.hidden else [(6, 6, 3)]:
+        magnitude = 10.0 ** torch.linspace(-3, 1, rows).unsqueeze(1)
+        weight = torch.randn(rows, cols, generator=generator) * magnitude
+        weight[zero] = 0.0
+        weights.append(weight)
+    weights.insert(1, weights[0].to(torch.bfloat16))
+    return weights
 
 
 @register(
@@ -46,8 +52,9 @@ def _weights(case: Case) -> torch.Tensor:
             "one scale per output row: scale has shape (out_features, 1)",
             hint="Print scale.shape: does each row of the weight get its own scale? amax takes a dim."),
         "wrong-scale": Requirement(
-            "scale of row r = max |weight[r]| / 127, in the weight's dtype",
-            hint="Which value of the row must map to ±127, and what do you divide it by?"),
+            "scale of row r = max |weight[r]| / 127, in the weight's dtype (bfloat16 for a bfloat16 weight)",
+            hint="Which value of the row must map to ±127, and what do you divide it by? Print scale.dtype for a "
+            "bfloat16 weight."),
         "not-rounded": Requirement(
             "q = round(weight / scale): every weight within scale / 2 of q * scale",
             hint="What does .to(torch.int8) do with 2.7, and with -2.7? Which function rounds to the nearest?"),
@@ -64,8 +71,11 @@ def _weights(case: Case) -> torch.Tensor:
     },
 )
 def probe_int8_weights(quantize_per_channel: Callable[[torch.Tensor], Any], *, case: Case) -> dict:
-    """Call `quantize_per_channel(weight)`; record what it returned and the weight after the call."""
-    weight = _weights(case)
-    returned = quantize_per_channel(weight)
-    return {"returned": tuple(returned) if isinstance(returned, (tuple, list)) else returned,
-            "weight_after": weight.detach().clone()}
+    """Call `quantize_per_channel(weight)` on each case's weights; record what it returned and the weight after
+    the call."""
+    def record(weight: torch.Tensor) -> dict:
+        returned = quantize_per_channel(weight)
+        return {"returned": tuple(returned) if isinstance(returned, (tuple, list)) else returned,
+                "weight_after": weight.detach().clone()}
+
+    return {"results": collect(_weights(case), record)}

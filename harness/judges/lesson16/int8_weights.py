@@ -10,7 +10,7 @@ import torch
 
 from harness.checks.lesson16.int8_weights import _weights
 from harness.contract.case import Case
-from harness.contract.compare import close_values, type_name
+from harness.contract.compare import close_values, judged, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -35,7 +35,7 @@ def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Te
              where="the line that computes q in quantize_per_channel")
     nonzero = ~zero
     span = (weight.amax(dim=1, keepdim=True) - weight.amin(dim=1, keepdim=True)) / 255
-    if close_values(scale[nonzero], span[nonzero].float(), rtol=1e-5, atol=0.0):
+    if close_values(scale[nonzero], span[nonzero].to(scale.dtype), rtol=1e-5, atol=0.0):
         fail("zero-point", observed="each row's scale is (max - min) / 255, the row's range over 255 steps",
              expected="scale = max |w| of the row / 127 (symmetric)",
              cause="the asymmetric scheme, whose scale spans the row's range and which needs a zero point; "
@@ -64,15 +64,25 @@ def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Te
 def judge_int8_weights(seen: dict, *, case: Case) -> str:
     """q int8 of the weight's shape, one scale per row equal to max|w| / 127, q = round(w / scale); zero rows
     fine; the weight unchanged."""
-    weight = _weights(case)
-    after = seen.get("weight_after")
+    for weight, result in judged(_weights(case), seen.get("results")):
+        _judge_call(weight, result)
+    return ("int8 q with one scale per row (max|w| / 127) in the weight's dtype, every weight within half a step, "
+            "zero rows safe, the weight unchanged")
+
+
+def _judge_call(weight: torch.Tensor, result: dict) -> None:
+    """Fail with the first requirement one call breaks; the values are judged on float32 weights only (a bfloat16
+    division rounds before round() does, so its q may be a step off), the scale's dtype on every weight."""
+    if not isinstance(result, dict):
+        raise WireError("malformed observation: a call's result is not a record")
+    after = result.get("weight_after")
     if not isinstance(after, torch.Tensor) or after.shape != weight.shape:
         raise WireError("malformed observation: weight_after is not the case's weight")
     if after.dtype != weight.dtype or not torch.equal(after, weight):
         fail("weight-modified", observed="the weight changed during the call", expected="the weight left as it was",
              cause="an in-place operation on weight (div_, abs_, clamp_, round_) or an assignment into it",
              where="the body of quantize_per_channel")
-    returned = seen.get("returned")
+    returned = result.get("returned")
     if not (isinstance(returned, tuple) and len(returned) == 2):
         fail("not-int8", observed=f"quantize_per_channel returned {type_name(returned)}",
              expected="a pair (q, scale)", cause="one value is returned instead of the pair",
@@ -88,15 +98,53 @@ def judge_int8_weights(seen: dict, *, case: Case) -> str:
     if not isinstance(scale, torch.Tensor) or not scale.is_floating_point() or scale.shape != (weight.shape[0], 1):
         shape = tuple(scale.shape) if isinstance(scale, torch.Tensor) else None
         fail("per-tensor",
-             observed=f"scale is {type_name(scale)}" + (f" of shape {shape}" if shape is not None else ""),
+             observed=f"scale is {type_name(scale)}" + (f" of shape {shape}" if shape is not None else "")
+             + f" for a weight of shape {tuple(weight.shape)}",
              expected=f"a float tensor of shape ({weight.shape[0]}, 1): one scale per output row",
              cause="a single scale for the whole matrix (amax() without dim, or a Python number)"
-             if shape in ((), (1,), (1, 1)) or shape is None else "keepdim=True is missing, or the wrong dim",
+             if shape in ((), (1,), (1, 1)) or shape is None else _shape_cause(shape, weight),
              where="the scale computation of quantize_per_channel")
     if scale.dtype != weight.dtype:
-        fail("wrong-scale", observed=f"scale is {scale.dtype}", expected=f"{weight.dtype}, the weight's dtype",
-             cause="the scale was computed in or converted to another dtype (.double(), .half(), a float64 constant)",
+        upcast = weight.dtype == torch.bfloat16 and scale.dtype == torch.float32
+        fail("wrong-scale", observed=f"scale is {scale.dtype} for a {weight.dtype} weight",
+             expected=f"{weight.dtype}, the weight's dtype",
+             cause="the scale was computed in float32 (an upcast such as weight.float(), or a float32 tensor in the "
+             "formula) and returned so: for a bfloat16 weight it must be bfloat16, with .to(weight.dtype)"
+             if upcast else "the scale was computed in or converted to another dtype (.double(), .half(), a "
+             "float64 constant)", where="the scale computation of quantize_per_channel")
+    if weight.dtype == torch.float32:
+        _quantisation_failure(q, scale, weight, (weight == 0).all(dim=1))
+    else:
+        _low_precision_failure(q, scale, weight)
+
+
+def _low_precision_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor) -> None:
+    """The values of a low-precision call, at its precision: scales within 1% of max|w| / 127 (zero rows finite
+    and > 0), every weight below 126 steps within one step of q * scale (at the top of the range a scale rounded
+    down gives w / scale >= 127.5, which an unclamped int8 cast wraps: the float32 call judges that range)."""
+    zero = (weight == 0).all(dim=1)
+    exact = scale.double()
+    want = weight.double().abs().amax(dim=1, keepdim=True) / 127
+    finite = bool(torch.isfinite(exact).all()) and not bool((exact[zero] <= 0).any())
+    if not finite or not close_values(exact[~zero], want[~zero], rtol=1e-2, atol=0.0):
+        fail("wrong-scale", observed=f"the scales for the {weight.dtype} weight are not max|w| / 127 of each row",
+             expected="the same scales as for the float32 weight, to the weight's precision",
+             cause="the scale depends on the dtype: look for a constant or a floor written for float32",
              where="the scale computation of quantize_per_channel")
-    _quantisation_failure(q, scale, weight, (weight == 0).all(dim=1))
-    return ("int8 q with one scale per row (max|w| / 127), every weight within half a step, zero rows safe, "
-            "the weight unchanged")
+    error = (q.double() * exact - weight.double()).abs()
+    inside = (weight.double() / exact).abs() < 126
+    if bool((error[inside] > exact.expand_as(error)[inside] * (1 + 1e-2)).any()):
+        fail("not-rounded", observed=f"for the {weight.dtype} weight a weight is "
+             f"{float((error[inside] / exact.expand_as(error)[inside]).max()):.3g} scale steps from q * scale",
+             expected="at most about half a step: q = round(w / scale)",
+             cause="q depends on the dtype: look for a cast or a rounding written for float32",
+             where="the line that computes q in quantize_per_channel")
+
+
+def _shape_cause(shape: tuple[int, ...], weight: torch.Tensor) -> str:
+    """Why a scale of `shape` (not a single value) is not (out_features, 1)."""
+    if shape == (weight.shape[0],):
+        return (f"keepdim=True is missing: amax(dim=1) gives shape ({weight.shape[0]},), which lines up with the "
+                "weight's columns, not its rows, when you divide (here it broadcast; with more columns than rows "
+                "it raises a size mismatch)")
+    return "keepdim=True is missing, or the maximum was taken over another dim"
