@@ -513,8 +513,9 @@ def evaluate_batch_denominator(model, loader, loss_fn):
 
 
 def make_fit(*, monitor="val_loss", restore="copy", compare=lambda waited, patience: waited >= patience,
-             epoch_fn=train_epoch, use_min_delta=True, evaluate_fn=evaluate, row=None):
-    """A fit with one knob per planted bug; the defaults give the correct behaviour."""
+             epoch_fn=train_epoch, use_min_delta=True, evaluate_fn=evaluate, row=None, delta_side=-1):
+    """A fit with one knob per planted bug; the defaults give the correct behaviour (delta_side=+1 puts
+    min_delta on the wrong side of the comparison)."""
 
     def fit(model, train_loader, val_loader, *, loss_fn, optimizer, max_epochs, patience, min_delta=0.0):
         history, best, best_state, waited = [], float("inf"), None, 0
@@ -526,7 +527,7 @@ def make_fit(*, monitor="val_loss", restore="copy", compare=lambda waited, patie
                      "val_accuracy": float(scores["accuracy"])}
             history.append(row(entry) if row else entry)
             value = entry[monitor]
-            if value < best - delta:
+            if value < best + delta_side * delta:
                 best, waited = value, 0
                 best_state = copy.deepcopy(model.state_dict()) if restore == "copy" else model.state_dict()
             else:
@@ -723,8 +724,10 @@ MISTAKES = [
             story="off by one: `waited > patience`"),
     Mistake("04-fit", "wrong-stop-epoch", "min_delta=", (make_fit(use_min_delta=False),),
             story="ignores min_delta"),
-    Mistake("04-fit", "wrong-stop-epoch", "patience=3", (make_fit(compare=lambda waited, patience: waited >= 2),),
+    Mistake("04-fit", "wrong-stop-epoch", "patience=1", (make_fit(compare=lambda waited, patience: waited >= 2),),
             story="hard-codes the patience of the example run instead of the argument"),
+    Mistake("04-fit", "wrong-stop-epoch", "min_delta on the wrong side", (make_fit(delta_side=+1),),
+            story="loss < best + min_delta: a slightly worse epoch counts as an improvement"),
     Mistake("04-fit", "best-weights-not-restored", "best epoch", (make_fit(restore="none"),),
             story="keeps the last weights"),
     Mistake("04-fit", "best-weights-not-restored", "deepcopy", (make_fit(restore="reference"),),

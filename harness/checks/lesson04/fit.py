@@ -98,7 +98,10 @@ def _fit_runs(case: Case) -> list[dict[str, Any]]:
                 dict(seed=14, features=3, patience=2, min_delta=1e-3, max_epochs=12),
                 dict(seed=15, features=4, patience=1, min_delta=10.0, max_epochs=8)]
     else:
-        runs = [dict(seed=3, features=4, patience=2, min_delta=0.0, max_epochs=12),
+        # First a min_delta no epoch can beat: the rule stops after patience + 1 epochs, where min_delta on the
+        # wrong side (every epoch an improvement) runs them all, and a rule on the training loss stops too.
+        runs = [dict(seed=5, features=4, patience=1, min_delta=10.0, max_epochs=6),
+                dict(seed=3, features=4, patience=2, min_delta=0.0, max_epochs=12),
                 dict(seed=4, features=4, patience=3, min_delta=0.01, max_epochs=12)]
     return [run | {"seed": case.seeded(run["seed"])} for run in runs]
 

@@ -239,14 +239,32 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
         curve = ", ".join(f"{v:.4f}" for v in val_losses)
         train_losses = _history_column(frame, "train_loss")
         train_stop, _, train_stopped = _early_stop_epochs(train_losses, patience, min_delta)
-        if (train_stopped and train_stop == epochs) or (not train_stopped and epochs == max_epochs):
+        on_train = (train_stopped and train_stop == epochs) or (not train_stopped and epochs == max_epochs)
+        flipped_stop, _, flipped_stopped = _early_stop_epochs(val_losses, patience, -min_delta)
+        flipped = min_delta > 0 and (flipped_stop if flipped_stopped else max_epochs) == epochs
+        if flipped and not on_train:
+            fail(
+                "wrong-stop-epoch",
+                observed=f"ran {epochs} epochs (max_epochs={max_epochs}) with validation losses {curve}, which is "
+                f"what the rule gives when an epoch counts as better for a loss below best + min_delta",
+                expected=f"{expected_epochs} epochs: an improvement is a loss below best - min_delta "
+                f"(min_delta={min_delta}), patience={patience}",
+                cause="min_delta on the wrong side of the comparison (loss < best + min_delta): an epoch up to "
+                "min_delta worse than the best counts as an improvement and resets the counter",
+                where=where,
+                hint="An improvement must beat the best by more than min_delta: loss < best - min_delta.",
+            )
+        if on_train:
             fail(
                 "early-stop-on-train-loss",
                 observed=f"ran {epochs} epochs (max_epochs={max_epochs}), which is what the rule gives on the "
                 "*training* loss",
                 expected=f"stop after {expected_epochs} epochs: the validation loss ({curve}) had not improved by "
                 f"more than min_delta={min_delta} for patience={patience} epochs",
-                cause="early stopping watches train_loss, which keeps falling while the model overfits",
+                cause="early stopping watches train_loss, which keeps falling while the model overfits" + (
+                    "; or min_delta on the wrong side of the comparison (loss < best + min_delta), which gives the "
+                    "same epochs on these losses: an epoch up to min_delta worse than the best counts as an "
+                    "improvement" if flipped else ""),
                 where=where,
             )
         fail(
