@@ -192,6 +192,15 @@ def mode_two_levels(model):
                     module.eval()
 
 
+def mode_any_frozen(model):
+    # any frozen parameter sends a BatchNorm to eval: one with a frozen weight and a trainable bias too
+    model.train()
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and any(not p.requires_grad
+                                                                       for p in module.parameters()):
+            module.eval()
+
+
 def mode_only_train(model):
     model.train()
 
@@ -687,6 +696,8 @@ MISTAKES = [
             (mode_backbone_eval,), story="eval() on every part with a frozen parameter: an unfrozen block too"),
     Mistake("14-train-mode", "trainable-bn-eval", "'head.1'",
             (mode_every_batchnorm_eval,), story="every BatchNorm in eval, trainable ones too"),
+    Mistake("14-train-mode", "trainable-bn-eval", "ANY of its parameters is frozen", (mode_any_frozen,),
+            story="any(not p.requires_grad ...) where the text says all: a half-frozen BatchNorm goes to eval"),
     Mistake("14-train-mode", "not-training", "the model came in eval mode",
             (mode_without_train,), story="forgets model.train()"),
     Mistake("14-train-mode", "trainable-bn-eval", "head.1",

@@ -23,15 +23,19 @@ from harness.finetune import TransferNet
 
 class _ModeNet(nn.Module):
     """A TransferNet backbone (some blocks frozen), a frozen pretrained neck whose BatchNorm1d sits four modules
-    deep (neck.0.1.0), and a head that has its own (trainable) BatchNorm1d and dropout."""
+    deep (neck.0.1.0) and whose last BatchNorm1d (neck.1) is half frozen (its weight frozen, its bias trainable:
+    not all of its parameters are frozen, so it trains), and a head that has its own (trainable) BatchNorm1d and
+    dropout."""
 
     def __init__(self, width: int, frozen_blocks: int, classes: int) -> None:
         super().__init__()
         self.backbone = TransferNet(classes, width).backbone
         features = 4 * width
         self.neck = nn.Sequential(nn.Sequential(nn.Linear(features, features),
-                                                nn.Sequential(nn.BatchNorm1d(features), nn.ReLU())))
+                                                nn.Sequential(nn.BatchNorm1d(features), nn.ReLU())),
+                                  nn.BatchNorm1d(features))
         self.neck.requires_grad_(False)
+        self.neck[1].bias.requires_grad_(True)
         self.head = nn.Sequential(nn.Linear(features, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3),
                                   nn.Linear(8, classes))
         for block in list(self.backbone)[:frozen_blocks]:

@@ -69,11 +69,19 @@ def judge_train_mode(seen: dict, *, case: Case) -> str:
                  where="start the function with model.train()")
         evaluated = [n for n in trainable if modes[n] is not True]
         if evaluated:
-            fail("trainable-bn-eval", observed=f"BatchNorm layers with trainable parameters in eval mode: {evaluated}",
+            partial = [n for n in trainable if any(not p.requires_grad for p in modules[n].parameters())]
+            some = set(evaluated) == set(partial)
+            fail("trainable-bn-eval", observed=f"BatchNorm layers with trainable parameters in eval mode: {evaluated}"
+                 + (" (each has some parameters frozen and some trainable)" if some else ""),
                  expected="those in training mode: they are being fine-tuned, with batch statistics",
-                 cause="a whole part of the model was put in eval mode (model.backbone.eval(), or every BatchNorm "
+                 cause="a BatchNorm went to eval when ANY of its parameters is frozen: the text says when ALL are: "
+                       "not any(p.requires_grad for p in m.parameters()) (all frozen), not "
+                       "any(not p.requires_grad ...) (some frozen)" if some else
+                       "a whole part of the model was put in eval mode (model.backbone.eval(), or every BatchNorm "
                        "layer), not only the frozen BatchNorm layers",
-                 where="the test that picks which BatchNorm layers go to eval: all of their parameters frozen")
+                 where="the test that picks which BatchNorm layers go to eval: all of their parameters frozen",
+                 hint="Print [p.requires_grad for p in m.parameters()] for the layers named above: are they all "
+                      "False, or only some? Which of any() and all() does your test use?" if some else None)
         _judge_seeded_forward(record, model, case, index, frozen)
     return "frozen BatchNorm layers in eval mode (statistics kept), everything else in training mode, flags untouched"
 
