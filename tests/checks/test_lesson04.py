@@ -684,7 +684,7 @@ MISTAKES = [
             story="the mean of the batch losses (the lesson's interview question 6)"),
     Mistake("04-train-epoch", "sum-not-mean", "sum of the per-sample losses", (epoch_sum,),
             story="accumulates loss * len(y) and forgets to divide"),
-    Mistake("04-train-epoch", "wrong-loss", "sample-weighted mean", (epoch_last_loss,),
+    Mistake("04-train-epoch", "wrong-loss", "the last batch's loss", (epoch_last_loss,),
             story="returns the last batch's loss as 'the epoch loss'"),
     Mistake("04-train-epoch", "host-sync-per-step", "item", (epoch_item_per_step,),
             story="`total += loss.item() * len(y)`: the tutorial pattern"),

@@ -91,11 +91,22 @@ def judge_train_epoch(seen: dict, *, case: Case) -> str:
             where=where,
         )
     if not isclose_number(observed, expected, **SAME):
+        slips = {
+            f"the last batch's loss ({batch_losses[-1]:.5f}): the loss of the final step returned instead of the "
+            "epoch's mean": batch_losses[-1],
+            f"the first batch's loss ({batch_losses[0]:.5f}): the loop returns (or stops) after its first step":
+                batch_losses[0],
+            f"the sum of the batch means ({sum(batch_losses):.5f}): never divided by anything": sum(batch_losses),
+        }
+        found = [slip for slip, value in slips.items() if isclose_number(observed, value, **SAME)]
         fail(
             "wrong-loss",
-            observed=f"train_epoch returned {observed:.5f}",
+            observed=f"train_epoch returned {observed:.5f}" + (f", which equals {found[0]}" if found else ""),
             expected=f"{expected:.5f}, the mean training loss over the epoch's samples",
-            cause="the epoch loss is not the sample-weighted mean of the step losses",
+            cause=("the value returned is not the sample-weighted mean of the step losses: " + found[0]) if found
+            else "the epoch loss is not the sample-weighted mean of the step losses",
             where=where,
+            hint="Accumulate loss * batch size at every step and divide by the number of samples after the loop."
+            if found else None,
         )
     return f"{len(batches)} steps, sample-weighted epoch loss, {_syncs(count)}"
