@@ -328,6 +328,34 @@ def atomic_save_named_temporary(obj, path):
     os.replace(name, path)
 
 
+def atomic_move_from_subfolder(obj, path):
+    """Another correct variant: a temporary file in a subfolder of path's folder, then shutil.move (a rename
+    there: the same file system)."""
+    import shutil
+
+    staging = Path(path).parent / ".staging"
+    staging.mkdir(exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=staging, suffix=".pt")
+    os.close(fd)
+    try:
+        torch.save(obj, name)
+        shutil.move(name, os.fspath(path))
+    except BaseException:
+        os.unlink(name)
+        raise
+    finally:
+        staging.rmdir()
+
+
+def atomic_mkstemp_in_tmp(obj, path):
+    import shutil
+
+    fd, tmp = tempfile.mkstemp(suffix=".pt")  # planted: in /tmp, not in path's folder
+    os.close(fd)
+    torch.save(obj, tmp)
+    shutil.move(tmp, str(path))
+
+
 def save_in_place(obj, path):
     torch.save(obj, path)
 
@@ -934,6 +962,8 @@ MISTAKES = [
             story="the old file moved to .bak, torch.save onto the path, .bak put back if it raises"),
     Mistake("08-atomic-save", "not-atomic", "os.replace(path, path)", (atomic_copy_then_self_replace,),
             story="copies the temporary file onto the path, then os.replace(path, path) 'to make it atomic'"),
+    Mistake("08-atomic-save", "not-atomic", "a file outside last.pt's folder", (atomic_mkstemp_in_tmp,),
+            story="tempfile.mkstemp() in /tmp, then shutil.move onto path: a copy where /tmp is another file system"),
     Mistake("08-atomic-save", "raised", "has no attribute 'with_name'", (atomic_path_only,),
             story="path.with_name(...) on a str path: Path-only code"),
     Mistake("08-best-last", "best-overwritten", "without comparing", (best_always,),
@@ -960,6 +990,9 @@ MISTAKES = [
             story="the scheduler left out: a second warmup mid-run"),
     Mistake("08-resume", "scaler-not-restored", "'scaler'", (_save_without("scaler"), load_full),
             story="the GradScaler left out"),
+    Mistake("08-resume", "rng-not-restored", "it was restored, then advanced by a draw",
+            (save_full, load_rng_too_early),
+            story="restore_rng_state, then a torch.rand 'warm-up' draw: the restored state moves on"),
     Mistake("08-resume", "rng-not-restored", "'rng'", (_save_without("rng"), load_full),
             story="no RNG state: other dropout masks after resuming"),
     Mistake("08-resume", "data-order-not-restored", "'data_generator'", (_save_without("data_generator"), load_full),
@@ -996,6 +1029,7 @@ CORRECT = [
     Correct("08-atomic-save", (atomic_save_mkstemp,), story="mkstemp in the folder, fsync"),
     Correct("08-atomic-save", (atomic_save_named_temporary,), story="NamedTemporaryFile(delete=False), os.replace"),
     Correct("08-atomic-save", (atomic_path_replace,), story="pathlib, a hidden .partial name, Path.replace"),
+    Correct("08-atomic-save", (atomic_move_from_subfolder,), story="mkstemp in a subfolder of path's, shutil.move"),
     Correct("08-atomic-save", (atomic_replace_after_fsync,),
             story="os.replace inside the with block, after flush() and os.fsync(): every byte is in the file first"),
     Correct("08-atomic-save", (atomic_rename_posix,), story="mkstemp, open(fd), fsync, os.rename"),

@@ -3,10 +3,10 @@
 A crash raised while pickling only tests what a save does when Python sees an exception; a killed process
 sees none. So the probes also watch the write itself, through an audit hook (`sys.addaudithook`): a target
 opened for writing (`open(path, 'wb')`, `shutil.copyfile(..., path)`), moved aside or removed while the save
-runs, a rename onto it whose source this process still holds open for writing, a rename of a file onto
-itself; and whether a target kept its inode while its bytes changed (written in place, as `torch.save(obj,
-path)` does from C++, where no audit event is raised). The hook records names and kinds only; the judge
-(`harness.judges.lesson08.writes`) decides.
+runs, a rename onto it whose source this process still holds open for writing or that comes from another
+folder (a temporary file in /tmp), a rename of a file onto itself; and whether a target kept its inode while its
+bytes changed (written in place, as `torch.save(obj, path)` does from C++, where no audit event is raised). The
+hook records names and kinds only; the judge (`harness.judges.lesson08.writes`) decides.
 
 An audit hook cannot be removed: one is installed per process, and records only while a `watching` block runs.
 """
@@ -67,6 +67,13 @@ def _open_for_writing(path: str) -> bool:
     return False
 
 
+def _beside(source: str, target: str) -> bool:
+    """Whether `source` lies in `target`'s folder or below it (symbolic links resolved): a rename from there stays
+    on the target's file system, where one from another folder (/tmp) may become a copy into the target."""
+    folder = os.path.realpath(os.path.dirname(target))
+    return os.path.commonpath([folder, os.path.realpath(source)]) == folder
+
+
 def _writes(mode: Any, flags: Any) -> bool:
     if isinstance(mode, str):
         return any(letter in mode for letter in "wax+")
@@ -94,6 +101,8 @@ def _record(watch: _Watch, event: str, args: tuple[Any, ...]) -> None:
             watch.events.append(["renamed-while-open", names[target], Path(source).name])
             with suppress(OSError):
                 watch.sizes_at_rename[names[target]] = os.stat(source).st_size
+        elif target in names and source is not None and not _beside(source, target):
+            watch.events.append(["renamed-from-elsewhere", names[target], source[:200]])
     elif event == "os.remove" and args:
         path = _absolute(args[0])
         if path in names:

@@ -128,6 +128,19 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting)
             where="the return statement of load_checkpoint",
         )
     restored = result["restored"]
+    if _advanced_after_restore(restored.get("rng"), saved["rng"]):
+        fail(
+            "rng-not-restored",
+            observed="after load_checkpoint the global RNG state holds the saved state's seed and nearly all of its "
+            "state, moved on by a few draws: it was restored, then advanced by a draw (torch.rand, randn, a "
+            "dropout forward, a model built) before load_checkpoint returned",
+            expected="the RNG state exactly as saved when load_checkpoint returns",
+            cause="a draw from the global RNG after restore_rng_state: the next epoch's dropout masks and "
+            "random augmentations come from a state the run that never stopped did not have",
+            where="load_checkpoint: restore the RNG state last, with nothing drawing from it afterwards",
+            hint="What runs in load_checkpoint after restore_rng_state? Anything that draws a random number "
+            "moves the state you just restored.",
+        )
     for key, (code, what) in _PARTS.items():
         if not _close_data(restored.get(key), saved[key]):
             fail(
@@ -137,6 +150,17 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting)
                 cause=f"load_checkpoint does not restore {key!r} (load_state_dict / set_state / restore_rng_state)",
                 where="load_checkpoint",
             )
+
+
+def _advanced_after_restore(restored: Any, saved: Any) -> bool:
+    """Whether a CPU RNG state is the saved one moved on by a few draws: it differs, yet keeps the saved initial
+    seed (its first 8 bytes) and at least 90% of its bytes (a few draws change only the Mersenne Twister's
+    position; a state seeded otherwise, or never restored, shares about half its bytes by chance)."""
+    if not (isinstance(restored, torch.Tensor) and isinstance(saved, torch.Tensor)
+            and restored.dtype == saved.dtype == torch.uint8 and restored.shape == saved.shape
+            and saved.numel() > 8) or torch.equal(restored, saved):
+        return False
+    return torch.equal(restored[:8], saved[:8]) and (restored == saved).float().mean().item() >= 0.9
 
 
 def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> float:

@@ -59,6 +59,14 @@ def _verdict(kind: str, name: str, other: str) -> _Verdict:
                         f"a copy writes into {name} itself, byte by byte: a process killed half way leaves a "
                         "truncated file, and the old one is already gone",
                         "os.replace the finished temporary file onto the path instead of copying it")
+    if kind == "renamed-from-elsewhere":
+        return _Verdict(f"{name} was replaced by renaming {other} onto it, a file outside {name}'s folder",
+                        f"the temporary file is not in {name}'s folder: where that folder is on another file system "
+                        f"than {other} (a mounted drive, /tmp in memory), the move is a copy into {name} itself, byte "
+                        "by byte, not a rename, so a kill half way leaves a truncated file (and a failed save leaves "
+                        "the temporary file behind, outside the folder)",
+                        "make the temporary file next to the path: path.with_name(path.name + '.tmp'), or "
+                        "tempfile.mkstemp(dir=path.parent)")
     if kind == "written":
         return _Verdict(f"{name} itself was opened for writing during the save",
                         f"writing into the live {name} (open(path, 'wb') truncates it first): a process killed half "
@@ -70,7 +78,8 @@ def _verdict(kind: str, name: str, other: str) -> _Verdict:
     raise ValueError(f"an unknown kind of write was recorded: {kind!r}")
 
 
-_ORDER = ("renamed-onto-itself", "renamed-while-open", "moved-aside", "removed", "copied-onto", "written", "in-place")
+_ORDER = ("renamed-onto-itself", "renamed-while-open", "moved-aside", "removed", "copied-onto",
+          "renamed-from-elsewhere", "written", "in-place")
 
 
 def _events(seen: Any) -> list[tuple[str, str, str]]:
