@@ -46,6 +46,18 @@ def mean_gathered_into_tensor(value: torch.Tensor) -> torch.Tensor:
     return flat.view(world, *value.shape).mean(dim=0)
 
 
+def mean_scaled_in_place_on_a_copy(value: torch.Tensor) -> torch.Tensor:
+    total = value.detach().clone()
+    dist.all_reduce(total)
+    return total.mul_(1.0 / dist.get_world_size(dist.group.WORLD))
+
+
+def mean_divided_by_two(value: torch.Tensor) -> torch.Tensor:
+    total = value.detach().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total / 2  # planted: the world size hard-coded
+
+
 def mean_local_only(value: torch.Tensor) -> torch.Tensor:
     return value.clone()
 
@@ -511,6 +523,8 @@ MISTAKES = [
     Mistake("09-ddp-mean", "wrong-mean", "rank 1", (mean_on_rank0_only,), story="dist.reduce: only rank 0 receives"),
     Mistake("09-ddp-mean", "wrong-mean", "tensor of shape", (mean_gathered_not_reduced,),
             story="all_gather, then forgets to average the stack"),
+    Mistake("09-ddp-mean", "wrong-mean", "divided by 2", (mean_divided_by_two,),
+            story="divides by a hard-coded 2, the world size of the lesson's demo"),
     Mistake("09-ddp-mean", "not-a-tensor", ".tolist()", (mean_as_list,), story="returns plain numbers for logging"),
     Mistake("09-ddp-mean", "hang", WAITING, (mean_reduced_on_rank0_only,),
             story="the collective inside `if rank == 0:` the lesson warns about"),
@@ -577,6 +591,7 @@ MISTAKES = [
 
 CORRECT = [
     Correct("09-ddp-mean", (mean_clone_divide,), story="all_reduce a clone, divide"),
+    Correct("09-ddp-mean", (mean_scaled_in_place_on_a_copy,), story="a copy scaled by 1 / the WORLD group's size"),
     Correct("09-ddp-mean", (mean_gathered,), story="all_gather and mean"),
     Correct("09-ddp-mean", (mean_gathered_into_tensor,), story="all_gather_into_tensor of the flattened value"),
     Correct("09-shard-loader", (loader_with_sampler,), story="DistributedSampler"),

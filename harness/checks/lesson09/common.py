@@ -36,18 +36,18 @@ def _warm_up_parent() -> None:
     torch.optim.SGD([parameter], lr=0.1).step()
 
 
-def _run_ranks(worker: Callable[..., Any], *args: Any) -> list[Any]:
-    """Run worker on WORLD forked gloo ranks; a rank's exception becomes the student's exception."""
+def _run_ranks(worker: Callable[..., Any], *args: Any, world: int = WORLD) -> list[Any]:
+    """Run worker on `world` forked gloo ranks; a rank's exception becomes the student's exception."""
     _warm_up_parent()
     try:
-        return launch_forked(worker, WORLD, args=args, timeout_s=LAUNCH_TIMEOUT_S).results
+        return launch_forked(worker, world, args=args, timeout_s=LAUNCH_TIMEOUT_S).results
     except LaunchError as error:
         if "did not finish" not in str(error):
             _report_launch_error(error)
     # A forked child of a multi-threaded kernel can, rarely, deadlock before it runs anything (a lock held by
     # another thread at fork time): a second attempt tells that apart from a student's real hang.
     try:
-        return launch_forked(worker, WORLD, args=args, timeout_s=LAUNCH_TIMEOUT_S).results
+        return launch_forked(worker, world, args=args, timeout_s=LAUNCH_TIMEOUT_S).results
     except LaunchError as error:
         _report_launch_error(error)
 

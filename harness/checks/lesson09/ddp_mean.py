@@ -1,6 +1,6 @@
 """09-ddp-mean, the probe.
 
-Run ddp_mean on 2 ranks holding different values; record what every rank got and its input afterwards.
+Run ddp_mean on 2 ranks holding different values, then on 1; record what every rank got and its input afterwards.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ def _mean_inputs(case: Case) -> list[list[torch.Tensor]]:
     if case.hidden:
         bases = [torch.tensor(1.5), torch.tensor([[0.75, 5.0], [-3.0, 2.5]], dtype=torch.float64)]
     shift = (case.seed % 101) / 4  # exact in float32: 0 for the visible and local cases
-    return [[base + shift + 1.0, (base + shift) * -2.0] for base in bases]
+    pairs = [[base + shift + 1.0, (base + shift) * -2.0] for base in bases]
+    # one rank, a world size other than 2 that every machine runs (harness.launch allows one gloo rank per core):
+    # the mean is the value itself, and a divisor fixed at 2 halves it
+    alone = torch.tensor([[2.0], [-5.0]]) if case.hidden else torch.tensor([3.0, -1.5])
+    return [*pairs, [alone + shift]]
 
 
 def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[torch.Tensor]) -> dict[str, Any]:
@@ -50,12 +54,14 @@ def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[
                                     hint="Each rank got back its own value: which collective brings the others' in?"),
         "summed": Requirement("the mean, not the sum", hint="Every rank got the sum over ranks: one step is missing."),
         "wrong-mean": Requirement("the mean over ranks, element-wise, of the input's shape, on every rank",
-                                  hint="Compare what each rank got with (value on rank 0 + value on rank 1) / 2."),
+                                  hint="Compare what each rank got with the sum of the ranks' values divided by the "
+                                  "number of ranks."),
         "modified-input": Requirement("value itself is left unchanged",
                                       hint="The caller's tensor changed: which call works in place on its argument?"),
         **_hang_row("all_reduce"),
     },
 )
 def probe_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
-    """Run ddp_mean on 2 ranks holding different values; record what every rank got and its input afterwards."""
-    return {"runs": [_run_ranks(_mean_worker, ddp_mean, values) for values in _mean_inputs(case)]}
+    """Run ddp_mean on 2 ranks holding different values, then on 1 rank; record what every rank got and its input
+    afterwards."""
+    return {"runs": [_run_ranks(_mean_worker, ddp_mean, values, world=len(values)) for values in _mean_inputs(case)]}

@@ -17,8 +17,9 @@ from harness.judges.lesson09.common import _ranks
 def judge_ddp_mean(seen: dict, *, case: Case) -> str:
     """Every rank must get the mean over ranks, and its input must be left unchanged."""
     for values, run in zip(_mean_inputs(case), seen["runs"], strict=True):
-        expected = (values[0] + values[1]) / 2
-        for rank, result in enumerate(_ranks(run)):
+        total = sum(values[1:], values[0])
+        expected = total / len(values)
+        for rank, result in enumerate(_ranks(run, len(values))):
             out = result["out"]
             if not isinstance(out, torch.Tensor):
                 cause = ("the result was turned into a Python number (.item(), float() or .tolist())"
@@ -37,11 +38,18 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
                      expected=f"the mean over ranks, {expected.tolist()}, on every rank",
                      cause="the value is returned without communicating: no all_reduce, so each rank reports "
                      "only its own shard's metric", where="ddp_mean: all_reduce a copy, then divide")
-            if torch.allclose(out, values[0] + values[1]):
+            if len(values) > 1 and torch.allclose(out, total):
                 fail("summed", observed=f"rank {rank} got the sum {out.tolist()}",
                      expected=f"the mean {expected.tolist()}",
                      cause="all_reduce(SUM) without dividing by the world size",
                      where="divide by dist.get_world_size() after the all_reduce")
+            if len(values) != 2 and torch.allclose(out, total / 2):
+                fail("wrong-mean", observed=f"on a world of {len(values)} rank(s), rank {rank} got the sum over ranks "
+                     f"divided by 2, {out.tolist()}",
+                     expected=f"the mean {expected.tolist()}: the sum divided by the world size, {len(values)}",
+                     cause="the sum is divided by a fixed 2 instead of the world size: right on 2 ranks only",
+                     where="divide by dist.get_world_size()",
+                     hint="How many processes does your divisor assume? The process group knows how many there are.")
             if not torch.allclose(out, expected):
                 fail("wrong-mean", observed=f"rank {rank} got {out.tolist()}", expected=f"{expected.tolist()}",
                      cause="the reduction or the division is not the mean over ranks", where="ddp_mean")
