@@ -257,7 +257,8 @@ def _drill_answers(tree: Path) -> list[tuple[str, str, str, str]]:
         if drill.id in shipped and shipped[drill.id].get("solution"):
             found.append((drill.id, drill.entry, str(answers_file.relative_to(tree)), shipped[drill.id]["solution"]))
         elif drill.solution:
-            where = next((p for p, text in judge_files.items() if f'"{drill.id}"' in text), answers_file.parent)
+            where = next((p for p, text in judge_files.items() if f'drill_id="{drill.id}"' in text),
+                         answers_file.parent)
             found.append((drill.id, drill.entry, str(where.relative_to(tree)), drill.solution))
     return found
 

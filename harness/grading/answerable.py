@@ -25,6 +25,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("03-worker-init", "harness.repro.seed_worker"):
         "the library's loaders (harness.data.loaders) pass it as worker_init_fn, so the tree ships it; lesson 03's "
         "own text names it as the library's version of the exercise",
+    ("15-pad-collate", "harness.sequences.pad_batch"):
+        "lesson 15's own given cells import pad_batch from harness.sequences and pad the training set with it, so the "
+        "tree ships it; open: the exercise should ask for what pad_batch does not hand over (issue 38 item 1)",
 }
 
 _REFERENCE = "issue 38 item 1: a judge's reference the tree ships for local checks; moves to the instructor's side"
@@ -46,13 +49,32 @@ KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {
     ("07-warmup-cosine", "drill answer schedulers-warmup-cosine"): _DRILL,
     ("08-atomic-save", "drill answer checkpointing-atomic-save"): _DRILL,
     ("08-portable", "drill answer checkpointing-portable-state-dict"): _DRILL,
+    ("10-precision", "harness.checks.lesson10.common.reference_precision"):
+        "issue 38 item 1: a probe-side reference (harness/checks, mounted in the graded kernel too); moves to the "
+        "instructor's side",
+    ("11-amp-step", "drill answer amp-train-step"): _DRILL,
+    ("11-amp-step", "drill answer clipping-under-amp"): _DRILL,
+    ("11-epoch-metrics", "drill answer performance-epoch-metrics"): _DRILL,
+    ("11-plain-list", "drill answer modules-plain-list"): _DRILL,
+    ("11-train-step", "drill answer loop-train-step"): _DRILL,
+    ("11-warmup-cosine", "harness.judges.drills.schedulers.warmup_cosine_factor"): _REFERENCE,
+    ("11-warmup-cosine", "harness.judges.lesson07.common.warmup_cosine_reference"): _REFERENCE,
+    ("11-warmup-cosine", "drill answer schedulers-warmup-cosine"): _DRILL,
+    ("11-why-eval", "drill answer modules-why-eval"): _DRILL,
+    ("13-activation-formula", "harness.judges.lesson13.activation_formula.measured_activation_bytes"): _REFERENCE,
+    ("13-checkpoint", "drill answer memory-checkpoint-reentrant"): _DRILL,
+    ("13-memory-formula", "harness.judges.lesson13.memory_formula.reference_training_memory"): _REFERENCE,
+    ("15-masked-loss", "harness.judges.lesson15.masked_loss._reference_masked"): _REFERENCE,
+    ("15-pad-collate", "harness.judges.lesson15.pad_collate._reference_collate"): _REFERENCE,
+    ("15-warmup", "harness.judges.lesson15.warmup.reference_lr_factor"): _REFERENCE,
 }
 
 # Exercises the audit cannot try: their solution, run from the notebook's imports and solution cells alone, does not
 # pass its own check (it needs the given cells' objects), so no candidate is tried. Each is a gap of the audit.
-NOT_AUDITED: tuple[str, ...] = ("07-plateau", "08-resume")
+NOT_AUDITED: tuple[str, ...] = ("07-plateau", "08-resume", "10-held-out")
 
 # Lesson 11's graded drills; then the drills whose answers pass another lesson's exercise (the audit's hits).
 WITHHELD_DRILLS: tuple[str, ...] = (*(drill for _, drill in NOTEBOOK_DRILLS), "tensors-logsumexp",
                                     "autograd-custom-function", "data-pad-collate", "data-worker-seeding",
-                                    "checkpointing-atomic-save", "checkpointing-portable-state-dict")
+                                    "checkpointing-atomic-save", "checkpointing-portable-state-dict",
+                                    "clipping-under-amp", "memory-checkpoint-reentrant")
