@@ -356,6 +356,12 @@ def factor_decay_over_total(step, warmup_steps, total_steps):
     return max(0.0, (total_steps - step) / total_steps)
 
 
+def factor_decay_early(step, warmup_steps, total_steps):
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (total_steps - step - 1) / (total_steps - warmup_steps))  # one step early
+
+
 def factor_unclamped(step, warmup_steps, total_steps):
     if step < warmup_steps:
         return (step + 1) / warmup_steps
@@ -436,6 +442,12 @@ def smoothed_other_classes(logits, targets, smoothing):
     weights = torch.full_like(logits, smoothing / (logits.shape[1] - 1))
     weights.scatter_(1, targets[:, None], 1 - smoothing)
     return -(weights * log_probs).sum(-1).mean()
+
+
+def smoothed_uniform_summed(logits, targets, smoothing):
+    log_probs = logits.log_softmax(-1)
+    nll = -log_probs.gather(1, targets[:, None]).squeeze(1)
+    return ((1 - smoothing) * nll - smoothing * log_probs.sum(-1)).mean()  # sum over classes, not mean
 
 
 def smoothed_no_smoothing(logits, targets, smoothing):
@@ -608,6 +620,8 @@ MISTAKES = [
             story="copies the cosine schedule from a tutorial"),
     Mistake("15-warmup", "wrong-decay", "counts from step 0", (factor_decay_over_total,),
             story="decays over total_steps, ignoring the warm-up offset"),
+    Mistake("15-warmup", "wrong-decay", "the decay runs one step early", (factor_decay_early,),
+            story="(total - step - 1) in the decay: below 1 right after the warm-up"),
     Mistake("15-warmup", "wrong-decay", "stays at 1", (factor_no_decay,),
             story="warm-up only: forgets the decay after it"),
     Mistake("15-warmup", "negative-after-end", "clamp it at 0", (factor_unclamped,),
@@ -629,6 +643,8 @@ MISTAKES = [
             story="sets the target's weight to 1 - eps instead of adding it to eps / C"),
     Mistake("15-smoothed-loss", "wrong-value", "smoothing is missing", (smoothed_no_smoothing,),
             story="ignores smoothing"),
+    Mistake("15-smoothed-loss", "wrong-value", "sums -log p over the classes instead of averaging",
+            (smoothed_uniform_summed,), story="log_probs.sum(-1) for the uniform term"),
     Mistake("15-smoothed-loss", "wrong-value", "sum over the batch", (smoothed_sum,),
             story="sums over the batch"),
     Mistake("15-smoothed-loss", "not-stable", "log of a softmax", (smoothed_softmax_log,),

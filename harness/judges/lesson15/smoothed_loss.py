@@ -39,6 +39,13 @@ def _target_share_missing(logits: torch.Tensor, targets: torch.Tensor, smoothing
     return -(weights * logits.double().log_softmax(-1)).sum(-1).mean()
 
 
+def _uniform_summed(logits: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The loss when the smoothing term sums -log p over the classes instead of averaging it."""
+    log_probs = logits.double().log_softmax(dim=-1)
+    nll = -log_probs.gather(1, targets[:, None]).squeeze(1)
+    return ((1 - smoothing) * nll - smoothing * log_probs.sum(dim=-1)).mean()
+
+
 @judges("15-smoothed-loss")
 def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
     """The value and gradient of F.cross_entropy(label_smoothing=...), finite for huge logits, no forbidden call."""
@@ -69,6 +76,7 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                  "logit overflowing (exp(100) is inf in float32 without subtracting the max first)",
                  where="where the log-probabilities are computed")
         if not close(value, want):
+            hint = None
             plain = F.cross_entropy(logits.double(), targets)
             if smoothing and close(value, plain):
                 cause = "the smoothing is missing: this is the plain cross-entropy"
@@ -82,12 +90,16 @@ def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
                     "every other class eps / C"
             elif smoothing and close(value, (1 - smoothing) * plain):
                 cause = "the smoothing term is missing: only (1 - eps) * NLL"
+            elif smoothing and close(value, _uniform_summed(logits, targets, smoothing)):
+                cause = "the uniform term sums -log p over the classes instead of averaging it: eps * sum is C " \
+                    "times eps * mean (log_probs.sum(-1) where the formula has log_probs.mean(-1))"
+                hint = "Print your smoothing term next to -log_probs.mean(dim=-1): is yours C times larger?"
             else:
                 cause = "another formula: the sign of the log-probabilities, the weights of the two terms, or the " \
                     "target's log-probability taken from the wrong column (gather along dim 1)"
             fail("wrong-value", observed=f"loss {float(value):.6g} for {description}",
                  expected=f"{float(want):.6g}, F.cross_entropy(logits, targets, label_smoothing={smoothing})",
-                 cause=cause, where="the formula in smoothed_cross_entropy")
+                 cause=cause, where="the formula in smoothed_cross_entropy", hint=hint)
         grad = result["grad"]
         if grad is None:
             fail("no-gradient", observed=f"the loss has no gradient path to the logits ({description})",

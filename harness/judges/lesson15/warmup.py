@@ -59,6 +59,7 @@ def judge_warmup(seen: dict, *, case: Case) -> str:
         step = wrong[0]
         shown = ", ".join(f"{v:.3g}" for v in values[: min(steps, total + 2)])
         expected = ", ".join(f"{v:.3g}" for v in want[: min(steps, total + 2)])
+        hint = None
         if step < warmup and step == 0 and abs(values[0]) < 1e-12:
             code, cause = "zero-first-step", "step / warmup_steps: the first step gets learning rate 0 (count from " \
                 "step + 1)"
@@ -75,12 +76,22 @@ def judge_warmup(seen: dict, *, case: Case) -> str:
         else:
             cosine = 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) if step < total else 0.0
             over_total = max(0.0, (total - step) / total)
+            early = total > warmup and all(
+                isclose_number(values[s], max(0.0, (total - s - 1) / (total - warmup)), abs_tol=1e-6)
+                for s in range(warmup, min(steps, total)))
             cause = ("a cosine decay: the exercise asks for a straight line" if abs(values[step] - cosine) < 1e-6
                      else "the decay counts from step 0 over total_steps, not from the end of the warm-up"
                      if abs(values[step] - over_total) < 1e-6 else
+                     "the decay runs one step early, (total_steps - step - 1) / (total_steps - warmup_steps): it is "
+                     "below 1 at step warmup_steps and reaches 0 at total_steps - 1; the decay is "
+                     "(total_steps - step) / (total_steps - warmup_steps)" if early else
                      "the decay starts, ends or falls elsewhere than from 1 at warmup_steps to 0 at total_steps")
             code = "wrong-decay"
+            hint = ("Print lr_factor(warmup_steps, warmup_steps, total_steps) and lr_factor(total_steps - 1, "
+                    "warmup_steps, total_steps): the first should be 1, the second 1 / (total_steps - warmup_steps). "
+                    "What does your decay subtract?") if early else None
         fail(code, observed=f"{what} gives {values[step]:.4g} at step {step}; steps 0.. give {shown}",
              expected=f"{want[step]:.4g}; steps 0.. give {expected}", cause=cause,
-             where="the warm-up branch of lr_factor" if step < warmup else "the decay branch of lr_factor")
+             where="the warm-up branch of lr_factor" if step < warmup else "the decay branch of lr_factor",
+             hint=hint)
     return "(step + 1) / warmup_steps, then a linear decay to 0 at total_steps, with and without warm-up"
