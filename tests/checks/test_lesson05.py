@@ -90,6 +90,25 @@ def _rel_in_half(x, dtype):
     return out
 
 
+def _rel_signed(x, dtype):
+    out = report_masks(x, dtype)
+    y = x.to(dtype).float()
+    kept = torch.isfinite(y) & (y != 0) & (x != 0)
+    relative = (y[kept] - x[kept]) / x[kept]
+    out["max_rel_error"] = float(relative.max()) if relative.numel() else 0.0
+    return out
+
+
+def report_float64_nan_safe(x, dtype):
+    """Correct too: float64, every mask spelled out, nan_to_num before the max."""
+    x64, y = x.double(), x.to(dtype).double()
+    finite_before, finite_after = x64.isfinite(), y.isfinite()
+    kept = finite_before & finite_after & (x64 != 0) & (y != 0)
+    rel = torch.nan_to_num((y - x64).abs() / x64.abs()) * kept
+    return {"overflow": int((finite_before & ~finite_after).sum()), "underflow": int(((x64 != 0) & (y == 0)).sum()),
+            "max_rel_error": float(rel.max())}
+
+
 def _in_place(x, dtype):
     out = report_masks(x, dtype)
     x.abs_()
@@ -494,6 +513,8 @@ MISTAKES = [
     Mistake("05-cast-report", "wrong-overflow", "65504",
             (lambda x, d: {**report_masks(x, d), "overflow": int(torch.isinf(x.to(d)).sum()) + 1},),
             story="counts overflow off by one"),
+    Mistake("05-cast-report", "wrong-rel-error", "without abs()", (_rel_signed,),
+            story="max of (y - x) / x, without abs()"),
     Mistake("05-cast-report", "wrong-underflow", "were 0", (_zeros_underflow,),
             story="counts zeros that were already zero as underflow"),
     Mistake("05-cast-report", "wrong-rel-error", "16 bits", (_rel_in_half,),
@@ -564,6 +585,7 @@ CORRECT = [
     Correct("05-choose-precision", (choose_table,), story="a table indexed by bf16_supported"),
     Correct("05-cast-report", (report_masks,), story="the solution"),
     Correct("05-cast-report", (report_finfo,), story="in float64 with torch.where"),
+    Correct("05-cast-report", (report_float64_nan_safe,), story="float64 masks, nan_to_num, a product with the mask"),
     Correct("05-output-dtypes", (dtypes_hooks,), story="the solution"),
     Correct("05-output-dtypes", (dtypes_global_hook,), story="a global module hook under inference_mode"),
     Correct("05-scale-trace", (trace_loop,), story="the solution"),

@@ -28,6 +28,20 @@ def reference_cast_report(x: torch.Tensor, dtype: torch.dtype) -> dict[str, floa
     return {"overflow": int(overflow.sum()), "underflow": int(underflow.sum()), "max_rel_error": float(rel)}
 
 
+def _close(observed: float, want: float) -> bool:
+    return abs(observed - want) <= 1e-3 * want + 1e-9
+
+
+def _signed_rel_errors(x: torch.Tensor, dtype: torch.dtype) -> list[float]:
+    """The max of (y - x) / x and of (x - y) / x over the kept values: what a relative error without abs() gives."""
+    y = x.to(dtype).float()
+    kept = torch.isfinite(y) & (y != 0) & (x != 0)
+    if not kept.any():
+        return []
+    signed = (y[kept] - x[kept]) / x[kept]
+    return [float(signed.max()), float((-signed).max())]
+
+
 @judges("05-cast-report")
 def judge_cast_report(seen: dict, *, case: Case) -> str:
     """Overflow and underflow counts and the worst relative error equal the reference's; the input is kept."""
@@ -67,7 +81,18 @@ def _compare_cast_report(got: Any, want: dict, x: Any, original: torch.Tensor, d
                 where=f"the '{key}' computation in cast_report",
             )
     observed = _number(got["max_rel_error"])
-    if observed is None or not abs(observed - want["max_rel_error"]) <= 1e-3 * want["max_rel_error"] + 1e-9:
+    if observed is None or not _close(observed, want["max_rel_error"]):
+        signed = _signed_rel_errors(original, dtype)
+        if observed is not None and any(_close(observed, value) for value in signed):
+            fail(
+                "wrong-rel-error",
+                observed=f"max_rel_error = {observed:.3g} for {_name(dtype)}, the largest *signed* relative error",
+                expected=f"max_rel_error = {want['max_rel_error']:.3g}, the largest |y - x| / |x|",
+                cause="the relative error without abs(): (y - x) / x is negative where the cast rounded toward 0, "
+                "so its max misses the largest errors",
+                where="the relative-error line of cast_report",
+                hint="Take .abs() of the difference and of x before dividing.",
+            )
         fail(
             "wrong-rel-error",
             observed=f"max_rel_error = {observed:.3g} for {_name(dtype)}" if observed is not None
