@@ -504,6 +504,15 @@ def accumulate_step_per_micro_batch(model, optimizer, micro_batches, loss_fn):
     optimizer.zero_grad(set_to_none=True)
 
 
+def accumulate_sync_first(model, optimizer, micro_batches, loss_fn):
+    for index, (x, y) in enumerate(micro_batches):
+        context = nullcontext() if index == 0 else model.no_sync()  # planted: the first synchronises
+        with context:
+            (loss_fn(model(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def accumulate_barrier_on_rank0(model, optimizer, micro_batches, loss_fn):
     accumulate_nullcontext(model, optimizer, micro_batches, loss_fn)
     if dist.get_rank() == 0:
@@ -586,6 +595,8 @@ MISTAKES = [
             story="never clears the gradients"),
     Mistake("09-no-sync", "ranks-differ", "not averaged", (accumulate_step_per_micro_batch,),
             story="steps after every micro-batch"),
+    Mistake("09-no-sync", "ranks-differ", "micro-batch 1 of 4, not the last", (accumulate_sync_first,),
+            story="synchronises on the first micro-batch (index == 0) instead of the last"),
     Mistake("09-no-sync", "hang", WAITING, (accumulate_barrier_on_rank0,), story="a barrier inside `if rank == 0:`"),
 ]
 

@@ -37,17 +37,26 @@ def _accumulate_worker(
     rank = dist.get_rank()
     model = DDP(make_model(model_seed))
     reductions = {"count": 0}
+    forwards = {"count": 0}  # forwards in the current optimizer step
+    synced_after: list[int] = []  # per all-reduce: how many forwards of its step had run (which micro-batch)
+
+    def count_forward(module: nn.Module, args: Any) -> None:
+        forwards["count"] += 1
 
     def counting_allreduce(state, bucket):  # no annotations: DDP checks them, and this module's are strings
         reductions["count"] += 1
+        synced_after.append(forwards["count"])
         buffer = bucket.buffer().div_(dist.get_world_size())
         return dist.all_reduce(buffer, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
     model.register_comm_hook(None, counting_allreduce)
+    model.module.register_forward_pre_hook(count_forward)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
+        forwards["count"] = 0
         accumulate_step(model, optimizer, _micro_batches(seed, step, rank, micro), nn.functional.mse_loss)
-    return {"state": _detached_state(model.module.state_dict()), "reductions": reductions["count"]}
+    return {"state": _detached_state(model.module.state_dict()), "reductions": reductions["count"],
+            "synced_after": synced_after}
 
 
 @register(

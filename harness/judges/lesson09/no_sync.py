@@ -5,6 +5,8 @@ One all-reduce per optimizer step; the update must equal one process on the whol
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -28,6 +30,26 @@ def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) 
         loss.backward()
         optimizer.step()
     return _detached_state(model.state_dict())
+
+
+def _fail_if_synced_early(synced_after: Any, micro: int, states: list[dict[str, torch.Tensor]]) -> None:
+    """Fail [ranks-differ] naming the micro-batch whose backward all-reduced, when one per step did and it was not
+    the last (`synced_after`: per all-reduce, how many forwards of its optimizer step had run)."""
+    if not (isinstance(synced_after, list) and all(type(count) is int for count in synced_after)):
+        malformed("the all-reduce positions are not a list of ints")
+    early = next((count for count in synced_after if 0 < count < micro), None)
+    if early is None:
+        return
+    fail("ranks-differ",
+         observed=f"the ranks' parameters differ by {_state_max_difference(states[0], states[1]):.2e}; the gradient "
+         f"all-reduce ran in the backward of micro-batch {early} of {micro}, not the last",
+         expected="identical parameters: the all-reduce in the last micro-batch's backward, after every gradient "
+         "has been accumulated",
+         cause=f"micro-batch {early}'s backward ran outside no_sync and the later ones inside it: their gradients "
+         "were added locally after the all-reduce, so each rank stepped on its own, unaveraged sum",
+         where="run every micro-batch but the last inside `with model.no_sync():`",
+         hint="Which micro-batch's backward runs outside no_sync? The last one's all-reduce is the only one that "
+         "sees every micro-batch's gradient.")
 
 
 @judges("09-no-sync")
@@ -54,6 +76,7 @@ def judge_no_sync(seen: dict, *, case: Case) -> str:
         if not all(_same_layout(state, reference) for state in states):
             malformed("the ranks' states are not the model's state_dict")
         if not close_state(states[0], states[1], rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
+            _fail_if_synced_early(results[0].get("synced_after"), micro, states)
             fail("ranks-differ",
                  observed=f"the ranks' parameters differ by {_state_max_difference(states[0], states[1]):.2e}",
                  expected="identical parameters",
