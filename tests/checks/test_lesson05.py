@@ -48,6 +48,10 @@ def validated(choose):
     return choose_precision
 
 
+def choose_key_error(device_type: str, bf16_supported: bool) -> tuple[torch.dtype, bool]:
+    return {"cpu": choose_if, "cuda": choose_if, "xpu": choose_if}[device_type](device_type, bf16_supported)
+
+
 def choose_cuda_cpu_only(device_type: str, bf16_supported: bool) -> tuple[torch.dtype, bool]:
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"unknown device type {device_type!r}")
@@ -507,8 +511,10 @@ MISTAKES = [
             (lambda d, b: (torch.bfloat16, False) if b else (torch.float16, True),), story="no validation"),
     Mistake("05-choose-precision", "error-unnamed", "names the device type", (choose_unnamed_error,),
             story="raises ValueError without saying which value"),
-    Mistake("05-choose-precision", "raised", "unknown device type 'mps'", (choose_cuda_cpu_only,),
+    Mistake("05-choose-precision", "known-device-rejected", "leaves out 'mps'", (choose_cuda_cpu_only,),
             story="knows only cpu and cuda"),
+    Mistake("05-choose-precision", "raised", "KeyError", (choose_key_error,),
+            story="a dict of device types without mps: KeyError, not the ValueError asked"),
     # 05-cast-report
     Mistake("05-cast-report", "wrong-overflow", "65504",
             (lambda x, d: {**report_masks(x, d), "overflow": int(torch.isinf(x.to(d)).sum()) + 1},),

@@ -57,6 +57,9 @@ def _precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...
         "needless-scaler": Requirement("asks for no GradScaler with bf16",
                                        hint="Does bf16's range let small gradients underflow any sooner than "
                                        "float32's?"),
+        "known-device-rejected": Requirement("answers for every device type of the text: cpu, cuda, mps and xpu",
+                                             hint="Which four device types does the exercise list? Each gets a "
+                                             "(dtype, use_scaler) answer."),
         "unknown-device-accepted": Requirement("raises ValueError for a device type outside cpu, cuda, mps, xpu",
                                                hint="What does your function do with choose_precision('tpu', True)?"),
         "error-unnamed": Requirement("the ValueError names the device type",
@@ -67,5 +70,5 @@ def _precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...
 def probe_choose_precision(choose: Callable[[str, bool], tuple[torch.dtype, bool]], *, case: Case) -> dict:
     """Call `choose` for each known device type and bf16 support, then with unknown device types."""
     calls, unknown = _precision_calls(case)
-    return {"choices": collect(calls, lambda call: {"returned": choose(*call)}),
+    return {"choices": collect(calls, lambda call: _outcome(choose, *call)),
             "unknown": [_outcome(choose, d, True) for d in unknown]}

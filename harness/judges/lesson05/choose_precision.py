@@ -30,6 +30,17 @@ def judge_choose_precision(seen: dict, *, case: Case) -> str:
     """bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices."""
     calls, unknown = _precision_calls(case)
     for (device_type, bf16), result in judged(calls, seen["choices"]):
+        if "raised" in result and result["value_error"] is True:
+            fail(
+                "known-device-rejected",
+                observed=f"choose_precision({device_type!r}, {bf16}) raised {result['raised']}",
+                expected=f"an answer (dtype, use_scaler) for {device_type!r}, one of the four device types the "
+                "text lists (cpu, cuda, mps, xpu)",
+                cause=f"the check of known device types leaves out {device_type!r}: it is rejected as unknown",
+                where="the list of device types choose_precision accepts",
+            )
+        if "raised" in result:
+            fail_raised(str(result["raised"]))
         _judge_choice(device_type, bf16, result["returned"])
     for device_type, result in zip(unknown, seen["unknown"], strict=True):
         if "raised" in result and result["value_error"] is not True:
