@@ -5,6 +5,8 @@ MISTAKES and CORRECT are data (tests/test_requirements.py reads them); the two p
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -120,6 +122,39 @@ def _in_place(x, dtype):
 
 
 # ---------------------------------------------------------------- 05-output-dtypes
+def dtypes_late_binding(model, x, device_type, dtype):
+    seen, handles = {}, []
+    for name, module in model.named_modules():
+        if not any(module.children()):
+            handles.append(module.register_forward_hook(
+                lambda m, a, out: seen.__setitem__(name, (out[0] if isinstance(out, tuple) else out).dtype)))  # noqa: B023 - the planted bug
+    try:
+        with torch.no_grad(), torch.autocast(device_type, dtype=dtype):
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def dtypes_partial(model, x, device_type, dtype):
+    """Correct too: functools.partial binds each name, hooks removed in a finally."""
+    seen = {}
+
+    def record(name, module, inputs, output):
+        seen[name] = (output[0] if isinstance(output, tuple) else output).dtype
+
+    leaves = [(name, m) for name, m in model.named_modules() if len(list(m.children())) == 0]
+    handles = [m.register_forward_hook(functools.partial(record, name)) for name, m in leaves]
+    try:
+        with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
 def dtypes_hooks(model, x, device_type, dtype):
     seen, handles = {}, []
     for name, module in model.named_modules():
@@ -531,6 +566,8 @@ MISTAKES = [
     Mistake("05-cast-report", "raised", "max(): Expected reduction dim", (_empty_max,),
             story="takes .max() of an empty selection (no value kept)"),
     # 05-output-dtypes
+    Mistake("05-output-dtypes", "wrong-modules", "late binding", (dtypes_late_binding,),
+            story="each hook's lambda reads the loop variable name"),
     Mistake("05-output-dtypes", "no-autocast", "outside torch.autocast", (_plain_outputs,), story="forgets autocast"),
     Mistake("05-output-dtypes", "hooks-left", "handle.remove()", (_keep_hooks,), story="never removes the hooks"),
     Mistake("05-output-dtypes", "wrong-modules", "leaf module", (_all_modules,), story="hooks every module"),
@@ -594,6 +631,7 @@ CORRECT = [
     Correct("05-cast-report", (report_float64_nan_safe,), story="float64 masks, nan_to_num, a product with the mask"),
     Correct("05-output-dtypes", (dtypes_hooks,), story="the solution"),
     Correct("05-output-dtypes", (dtypes_global_hook,), story="a global module hook under inference_mode"),
+    Correct("05-output-dtypes", (dtypes_partial,), story="functools.partial binds each name"),
     Correct("05-scale-trace", (trace_loop,), story="the solution"),
     Correct("05-scale-trace", (trace_streak,), story="a streak counter with a modulo"),
     Correct("05-amp-step", (amp_step,), story="the solution"),

@@ -48,7 +48,8 @@ def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str,
 def judge_output_dtypes(seen: dict, *, case: Case) -> str:
     """The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left."""
     for (model, x, dtype), result in judged(_dtype_calls(case), seen["results"]):
-        _compare_dtypes(result["returned"], reference_output_dtypes(model, x, "cpu", dtype), dtype)
+        last_name = [name for name, _ in model.named_modules()][-1]
+        _compare_dtypes(result["returned"], reference_output_dtypes(model, x, "cpu", dtype), dtype, last_name)
         grad_enabled = result["grad_enabled"]
         if not isinstance(grad_enabled, list) or not grad_enabled or not all(isinstance(g, bool) for g in grad_enabled):
             raise WireError("malformed observation: grad_enabled is not a nonempty list of booleans")
@@ -74,7 +75,22 @@ def judge_output_dtypes(seen: dict, *, case: Case) -> str:
         "bf16; an MLP, a CNN in eval mode, a GRU), hooks removed"
 
 
-def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype) -> None:
+def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype, last_name: str) -> None:
+    """Fail on the first difference between the recorded dtypes `got` and the reference `want`; `last_name` is
+    the last name model.named_modules() yields (where a hook reading the loop variable records everything)."""
+    if isinstance(got, dict) and len(want) > 1 and set(got) == {last_name}:
+        fail(
+            "wrong-modules",
+            observed=f"a single entry, for {last_name!r}, the last module of model.named_modules(), for a model "
+            f"with {len(want)} leaf modules",
+            expected=f"one entry per leaf module: {sorted(want)}",
+            cause="late binding: each hook reads the loop variable `name` when it runs, after the loop has ended, "
+            "so every hook records under the last name",
+            where="the hook you register in the loop: bind the name when you create it (a default argument "
+            "name=name, or functools.partial)",
+            hint="When does a lambda defined inside a loop read the loop variable: when it is created, or when it "
+            "is called?",
+        )
     if not isinstance(got, dict) or set(got) != set(want):
         keys = sorted(got) if isinstance(got, dict) else type_name(got)
         fail(
