@@ -49,6 +49,10 @@ KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {
     ("07-warmup-cosine", "drill answer schedulers-warmup-cosine"): _DRILL,
     ("08-atomic-save", "drill answer checkpointing-atomic-save"): _DRILL,
     ("08-portable", "drill answer checkpointing-portable-state-dict"): _DRILL,
+    ("09-ddp-mean", "harness.distributed.all_reduce_mean"):
+        "issue 38 item 1: a library function no lesson's given cells and no library module call; "
+        "harness/distributed.py "
+        "is not this audit's to change: drop it from the library or ship it after lesson 09's due date",
     ("10-precision", "harness.checks.lesson10.common.reference_precision"):
         "issue 38 item 1: a probe-side reference (harness/checks, mounted in the graded kernel too); moves to the "
         "instructor's side",
