@@ -164,7 +164,8 @@ def _student(args: argparse.Namespace) -> int:
     result = audit(args.student)
     problems = undeclared(result)
     print(f"answerability audit: {summary(result)}")
-    print("\n".join(problems))
+    for problem in problems:
+        print(problem)
     unexpected = sorted(set(result.unaudited) - set(NOT_AUDITED))
     if unexpected:
         print(f"the audit could not try {', '.join(unexpected)} (above: not audited): run it with the course's "
