@@ -233,6 +233,18 @@ def _input_dtype(model, x, device_type, dtype):
 
 
 # ---------------------------------------------------------------- 05-scale-trace
+def _growth_by_step_number(overflows, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+                           growth_interval=2000):
+    scale, trace = init_scale, []
+    for i, overflow in enumerate(overflows, 1):
+        if overflow:
+            scale *= backoff_factor
+        elif i % growth_interval == 0:
+            scale *= growth_factor
+        trace.append(scale)
+    return trace
+
+
 def trace_loop(overflows, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
     scale, tracker, out = init_scale, 0, []
     for overflow in overflows:
@@ -587,6 +599,8 @@ MISTAKES = [
             story="forgets to restart the count after an overflow"),
     Mistake("05-scale-trace", "wrong-growth", "growth_interval finite steps", (_early_growth,),
             story="an off-by-one in the growth count"),
+    Mistake("05-scale-trace", "wrong-growth", "step % growth_interval == 0", (_growth_by_step_number,),
+            story="grows on every growth_interval-th step (modulo of the step number)"),
     Mistake("05-scale-trace", "wrong-length", "one scale per step",
             (lambda overflows, **kw: [kw["init_scale"]] + trace_loop(overflows, **kw),),
             story="includes the initial scale"),

@@ -51,6 +51,19 @@ def _trace_without_reset(overflows: Sequence[bool], *, init_scale: float, growth
     return trace
 
 
+def _trace_by_step_index(overflows: Sequence[bool], *, init_scale: float, growth_factor: float,
+                         backoff_factor: float, growth_interval: int) -> list[float]:
+    """The rule with growth on every growth_interval-th step (1-based) that is finite, whatever came before."""
+    scale, trace = init_scale, []
+    for step, overflow in enumerate(overflows, 1):
+        if overflow:
+            scale *= backoff_factor
+        elif step % growth_interval == 0:
+            scale *= growth_factor
+        trace.append(scale)
+    return trace
+
+
 def _floats(value: Any) -> list[float] | None:
     """A returned trace as a list of floats (a list, a tuple or a 1-D tensor of numbers); None otherwise."""
     if isinstance(value, torch.Tensor) and value.dim() == 1 and value.is_floating_point():
@@ -102,6 +115,11 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
                                             f"not backoff_factor={wanted:g}")
         elif _same_trace(got, _trace_without_reset(overflows, **settings)):
             code, cause = "tracker-not-reset", "an overflow must restart the count of finite steps at zero"
+        elif _same_trace(got, _trace_by_step_index(overflows, **settings)):
+            code, cause = "wrong-growth", (
+                "growth decided by the step number (step % growth_interval == 0), not by a count of finite steps in "
+                "a row: the scale grows on every growth_interval-th step whatever overflowed before it"
+            )
         else:
             code, cause = "wrong-growth", (
                 "the scale must grow by growth_factor (the argument), exactly when growth_interval finite steps have "
