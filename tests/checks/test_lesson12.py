@@ -516,6 +516,40 @@ def dead_counter(*, reduce="units", combine="or", keys="relu", as_tensor=True, r
     return dead_units
 
 
+def dead_late_binding(model, batches):
+    # the lambda reads `name` when it runs: every hook records under the last ReLU's name
+    alive, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ReLU):
+            handles.append(module.register_forward_hook(
+                lambda m, a, out: alive.__setitem__(name, alive.get(name, False) | (out > 0).any(0))))  # noqa: B023
+    try:
+        with torch.no_grad():
+            for x in batches:
+                model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return {n: 1 - m.float().mean() for n, m in alive.items()}
+
+
+def dead_default_argument(model, batches):
+    """Right: the same lambda with the name bound as a default argument when it is made."""
+    alive, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ReLU):
+            handles.append(module.register_forward_hook(
+                lambda m, a, out, name=name: alive.__setitem__(name, alive.get(name, False) | (out > 0).any(0))))
+    try:
+        with torch.no_grad():
+            for x in batches:
+                model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return {n: 1 - m.float().mean() for n, m in alive.items()}
+
+
 def dead_per_batch_averaged(model, batches):
     """The dead fraction of each batch, from the solution's mask, averaged over the batches."""
     fractions = [dead_counter()(model, [x]) for x in batches]
@@ -725,6 +759,8 @@ MISTAKES = [
             story=".item() per layer to print a table"),
     Mistake("12-dead-units", "hooks-left", "hooks still on the model", (dead_counter(remove=False),),
             story="handles never removed"),
+    Mistake("12-dead-units", "wrong-keys", "late binding: the hook reads the loop variable 'name'",
+            (dead_late_binding,), story="a lambda hook made in the loop reads `name` late: it raises on act1"),
 ]
 
 CORRECT = [
@@ -750,6 +786,7 @@ CORRECT = [
     Correct("12-lr-range", (sweep_not_below,), story="stops on not (loss <= diverge * best), true for NaN too"),
     Correct("12-init-loss", (init_loss(log=np.log),), story="np.log(C): a numpy float64, a float subclass"),
     Correct("12-dead-units", (dead_counter(),), story="the solution"),
+    Correct("12-dead-units", (dead_default_argument,), story="a lambda hook with name=name bound when made"),
     Correct("12-dead-units", (dead_from_one_big_batch,), story="one big batch through diagnose.capture_activations"),
     Correct("12-dead-units", (dead_by_counting,), story="counts positive outputs per unit, inference_mode"),
     Correct("12-dead-units", (dead_by_max,), story="per-unit maximum with torch.maximum, ExitStack of hooks"),

@@ -14,7 +14,7 @@ from torch import nn
 
 from harness.checks.lesson12.common import _hooks_on
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import register
 
 
@@ -70,7 +70,47 @@ def _dead_setup(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
     },
 )
 def probe_dead_units(dead_units: Callable[[nn.Module, list[torch.Tensor]], Any], *, case: Case) -> dict:
-    """Call the student's function on the case's model and batches; record the result and the hooks left."""
+    """Call the student's function on the case's model and batches; record the result and the hooks left. An
+    exception raised inside a hook whose closure holds another ReLU's name (or module) than the one it runs on is
+    reported as late binding; any other exception propagates as it is."""
     model, batches = _dead_setup(case)
-    got = dead_units(model, batches)
+    try:
+        got = dead_units(model, batches)
+    except Exception as error:
+        _fail_if_late_binding(error, model)
+        raise
     return {"returned": dict(got) if isinstance(got, dict) else got, "hooks_left": _hooks_on(model)}
+
+
+def _fail_if_late_binding(error: Exception, model: nn.Module) -> None:
+    """Fail [wrong-keys] naming late binding when `error` went through a hook running on one ReLU of `model`
+    whose closure variable held another module's name or the module itself at that moment (the loop's last
+    value)."""
+    names = {id(m): n for n, m in model.named_modules() if n}
+    relus = {id(m): n for n, m in model.named_modules() if isinstance(m, nn.ReLU)}
+    tb = error.__traceback__
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+        code = frame.f_code
+        if not code.co_freevars or not code.co_argcount:
+            continue
+        local = frame.f_locals
+        own = relus.get(id(local.get(code.co_varnames[0])))
+        if own is None:
+            continue
+        for variable in code.co_freevars:
+            value = local.get(variable)
+            held = value if isinstance(value, str) and value in names.values() else names.get(id(value))
+            if held is not None and held != own:
+                fail("wrong-keys",
+                     observed=f"{type(error).__name__} raised inside your hook ({code.co_name}) while it ran on "
+                     f"{own!r}, whose closure variable {variable!r} then held {held!r}: "
+                     f"{str(error).splitlines()[0][:200] if str(error) else ''}",
+                     expected=f"each hook to record under its own ReLU's name ({own!r} here)",
+                     cause=f"late binding: the hook reads the loop variable {variable!r} when it runs, after the "
+                     f"loop has ended, so every hook sees its last value ({held!r}) and they all record into the "
+                     "same entry",
+                     where=f"the hook made in the loop: bind the value when the hook is made, e.g. "
+                     f"lambda m, a, out, {variable}={variable}: ..., or functools.partial",
+                     hint=f"Print {variable} inside your hook next to the module it runs on: is it that module's "
+                     "own name? A lambda looks its free variables up when it runs, not when it is made.")
