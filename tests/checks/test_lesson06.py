@@ -162,6 +162,23 @@ def clip_step_in_loop(model, batch, loss_fn, optimizer, max_norm):
 
 
 # ---------------------------------------------------------------- 06-amp-clip
+def amp_clip_divided_by_hand(model, batch, loss_fn, optimizer, scaler, max_norm, device_type, dtype):
+    inputs, targets = batch
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scale = scaler.get_scale()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.div_(scale)
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return norm
+
+
 def amp_clip_using(clip: Clip = clip_by_norm, *, zero: bool = True, forward: str = "call", autocast: bool = True,
                    fixed_dtype: torch.dtype | None = None,
                    loss_inside: bool = True, backward_inside: bool = False, scale: bool = True,
@@ -382,6 +399,8 @@ MISTAKES = [
             story="forgets zero_grad in the AMP step"),
     Mistake("06-amp-clip", "clip-before-unscale", "unscale_(optimizer) before clip_grad_norm_",
             (amp_clip_using(unscale="after"),), story="clips the still-scaled gradients (the lesson's pitfall)"),
+    Mistake("06-amp-clip", "clip-before-unscale", "divided by the scale twice", (amp_clip_divided_by_hand,),
+            story="divides p.grad by scaler.get_scale() by hand, then scaler.step divides again"),
     Mistake("06-amp-clip", "clipped-below-threshold", "always rescaled", (amp_clip_using(clip_always),),
             story="rescales to max_norm even when the norm is below it"),
     Mistake("06-amp-clip", "not-clipped", "clipping is missing", (amp_clip_using(clip_none),),

@@ -69,6 +69,21 @@ def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -
             )
         seen_norm = float(grads.norm())
         if seen_norm < max_norm / 10 and _cosine(grads, raw) >= 0.9999:
+            twice = _divided_twice(calls, plan, seed, dtype)
+            if twice is not None:
+                fail(
+                    "clip-before-unscale",
+                    observed=f"in a call whose gradient (norm {twice[0]:.3g}) is below max_norm={twice[1]:.3g}, so "
+                    f"not clipped, the optimizer saw it divided by the scale ({_AMP_SCALE:g}): norm "
+                    f"{twice[0] / _AMP_SCALE:.3g}",
+                    expected=f"norm {twice[0]:.3g}, the true gradient",
+                    cause="the gradients were divided by the scale twice: once by hand (p.grad / scale) and again by "
+                    "scaler.step, which unscales whatever unscale_ has not (it does not know about the division "
+                    "by hand, and cannot skip a step whose gradients you changed)",
+                    where="replace the division by hand with scaler.unscale_(optimizer) before clip_grad_norm_",
+                    hint="scaler.unscale_(optimizer) divides the gradients and tells scaler.step it has done so: "
+                    "a division of your own does not.",
+                )
             fail(
                 "clip-before-unscale",
                 observed=f"the optimizer saw gradient norm {seen_norm:.3g} with max_norm={max_norm:.3g} "
@@ -81,6 +96,21 @@ def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -
         _check_clipped(grads, raw, max_norm, "amp_clip_step")
         _returned_norm(call["returned"], float(raw.norm()), max_norm, "amp_clip_step", scale=_AMP_SCALE)
         previous = grads
+
+
+def _divided_twice(calls: list, plan: list, seed: int, dtype: torch.dtype) -> tuple[float, float] | None:
+    """(true norm, max_norm) of a call of the run whose gradient is below max_norm and reached the optimizer
+    divided by the scale: a division twice, which clipping while scaled cannot give there (it gives max_norm /
+    scale). None when no call shows it."""
+    model = make_mlp(seed)
+    for i, ((batch, call_fraction), call) in enumerate(zip(plan, calls, strict=True)):
+        _start_at(model, call["params"], first=i == 0)
+        raw = reference_grads(model, [batch], autocast_dtype=dtype)
+        max_norm = _max_norm(model, [batch], call_fraction, dtype)
+        grads = _only_step(call["steps"], model, "amp_clip_step", none_code="missing-step")
+        if float(raw.norm()) < 0.9 * max_norm and close_norm(grads, raw / _AMP_SCALE, rel=2e-3, floor=1e-9):
+            return float(raw.norm()), max_norm
+    return None
 
 
 def _judge_amp_clip_skip(run: dict, seed: int) -> None:
