@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.grading.answerability_worker import shapes
-from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE
+from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, NOT_AUDITED
 from harness.grading.layout import REPO_ROOT, discover_assignments
 
 WORKER = Path(__file__).with_name("answerability_worker.py")
@@ -200,6 +200,16 @@ def undeclared(result: AuditResult) -> list[str]:
     return [f"{hit.task} is answered by {hit.source} ({hit.file}): its visible check passes on it. Withhold it from "
             "the student tree, or declare it in harness/grading/answerable.py (ALLOWED, with the reason)"
             for hit in result.hits if (hit.task, hit.source) not in ALLOWED | KNOWN_ANSWERABLE]
+
+
+def stale(result: AuditResult) -> list[str]:
+    """A message per declaration the whole audit no longer bears out: an allowed or known hit that is gone, an exercise
+    declared unauditable that was audited (the tables only shrink: a closed hit leaves them). Only for a whole audit."""
+    gone = sorted((set(ALLOWED) | set(KNOWN_ANSWERABLE)) - result.keys())
+    audited = sorted(set(NOT_AUDITED) - set(result.unaudited))
+    table = "harness/grading/answerable.py"
+    return ([f"{task} is no longer answered by {source}: remove it from {table}" for task, source in gone]
+            + [f"{task} was audited: remove it from NOT_AUDITED in {table}" for task in audited])
 
 
 def summary(result: AuditResult) -> str:

@@ -143,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _student(args: argparse.Namespace) -> int:
     """Write the student tree, audit it for answers it ships (unless --no-audit) and say what it holds."""
-    from harness.grading.answerability import audit, summary, undeclared
+    from harness.grading.answerability import audit, stale, summary, undeclared
     from harness.grading.answerable import NOT_AUDITED, WITHHELD_DRILLS
     from harness.grading.late import course_file
     from harness.grading.solution_hints import released_lines
@@ -162,7 +162,7 @@ def _student(args: argparse.Namespace) -> int:
         print("not audited for answerability (--no-audit): what the tree ships may answer exercises")
         return 0
     result = audit(args.student)
-    problems = undeclared(result)
+    problems = undeclared(result) + stale(result)
     print(f"answerability audit: {summary(result)}")
     for problem in problems:
         print(problem)
