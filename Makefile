@@ -78,11 +78,11 @@ release: $(STAMP)
 new-exercise: $(STAMP)
 	$(PY) -m harness new-exercise '$(TASK)' --title '$(TITLE)' --points '$(POINTS)' $(if $(SECTION),--section '$(SECTION)')
 
-## student-tree: the student course (released notebooks, harness without the judge, README) into build/student.
-## It only copies the committed release (`make release` regenerates it): any Python 3.11 runs it, before .venv exists.
-student-tree:
+## student-tree: the student course (released notebooks, harness without the judge, README) into build/student, from
+## the committed release (`make release` regenerates it), then the answerability audit of it (about 8 CPU-minutes).
+student-tree: $(STAMP)
 	rm -rf build/student
-	$$(test -x $(PY) && echo $(PY) || echo $(PYTHON)) -m harness release --student build/student
+	$(PY) -m harness release --student build/student
 
 ## grade: autograde a folder or LMS zip of submissions into build/grades/ASSIGNMENT:
 ## make grade SUBMISSIONS=path ASSIGNMENT=00_welcome [ROSTER=roster.csv] [LMS_TITLE='title in the LMS'] [CANVAS_ID=id]
