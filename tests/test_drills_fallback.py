@@ -26,9 +26,9 @@ def no_sandbox(monkeypatch, tmp_path):
     monkeypatch.setenv("HARNESS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     pool.sandbox_reason.cache_clear()
-    pool.set_uses(pool.DEFAULT_USES)
+    previous = pool.set_uses(pool.DEFAULT_USES)
     yield tmp_path / "home"
-    pool.set_uses(1)
+    pool.set_uses(previous)
     pool.sandbox_reason.cache_clear()
 
 

@@ -28,9 +28,9 @@ def no_sandbox(monkeypatch):
     """The bubblewrap-free fallback, where the runner's own containment is all there is."""
     monkeypatch.setenv("HARNESS_DRILL_SANDBOX", "off")
     pool.sandbox_reason.cache_clear()
-    pool.set_uses(1)
+    previous = pool.set_uses(1)
     yield
-    pool.set_uses(1)
+    pool.set_uses(previous)
     pool.sandbox_reason.cache_clear()
 
 
@@ -92,12 +92,12 @@ NAN = "import torch\n\ndef {entry}(*args, **kwargs):\n    return float('nan')\n"
 
 @pytest.mark.slow
 def test_returning_nan_passes_no_drill():
-    pool.set_uses(10_000)
+    previous = pool.set_uses(10_000)
     try:
         passed = [d.id for d in all_drills() if d.kind != "explain" and d.entry[:1].islower()
                   and check_source(d, NAN.format(entry=d.entry), case=Case(seed=5)).passed]
     finally:
-        pool.set_uses(1)
+        pool.set_uses(previous)
     assert passed == []
 
 
@@ -207,7 +207,7 @@ def test_answers_forked_from_one_warm_runner_find_nothing_an_earlier_one_left(mo
     else:
         paths = ["left-behind", "/tmp/left-behind", "/tmp/home/left-behind", "/dev/shm/left-behind",
                  "nested/deeper/file", "in-bound"]
-    pool.set_uses(pool.DEFAULT_USES)
+    previous = pool.set_uses(pool.DEFAULT_USES)
     try:
         answer = LEAVER.format(paths=paths)
         first = check_source(get_drill("tensors-logsumexp"), answer, case=Case(seed=6))
@@ -215,6 +215,6 @@ def test_answers_forked_from_one_warm_runner_find_nothing_an_earlier_one_left(mo
         second = check_source(get_drill("tensors-logsumexp"), answer, case=Case(seed=7))
         assert runner is not None and pool._POOL.active is runner and runner.alive  # one warm runner, two answers
     finally:
-        pool.set_uses(1)
+        pool.set_uses(previous)
     assert "left: []" in first.output, first.output
     assert "left: []" in second.output, f"the second answer found what the first left: {second.output}"

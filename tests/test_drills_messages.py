@@ -84,7 +84,9 @@ def one_runner():
     """Each answer still runs in its own forked child; one runner takes them in turn (as in test_drills_bank)."""
     from harness.drills.pool import set_uses
 
-    set_uses(10_000)
+    previous = set_uses(10_000)
+    yield
+    set_uses(previous)
 
 
 @pytest.mark.usefixtures("one_runner")

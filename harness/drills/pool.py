@@ -323,7 +323,9 @@ def run_answer(job: Job, timeout_s: float) -> Report:
     return _POOL.run(job, timeout_s)
 
 
-def set_uses(uses: int) -> None:
-    """How many answers each new runner takes (`DEFAULT_USES` unless told; 1 gives every answer a new runner)."""
+def set_uses(uses: int) -> int:
+    """How many answers each new runner takes (`DEFAULT_USES` unless told; 1 gives every answer a new runner); the
+    number it replaces, for a caller to put back."""
     _POOL.close()
-    _POOL.uses = uses
+    previous, _POOL.uses = _POOL.uses, uses
+    return previous
