@@ -137,7 +137,7 @@ MISTAKES = [
     Mistake("11-plain-list", "wrong-value", "chained as Linear -> ReLU",
             _answer("11-plain-list", _solution_with(MLP, "x = torch.relu(layer(x))", "x = layer(x)")),
             story="drops the ReLU while rewriting the loop"),
-    Mistake("11-plain-list", "not-a-tensor", "returned list",
+    Mistake("11-plain-list", "not-a-tensor", "model(x) is list",
             _answer("11-plain-list", _solution_with(MLP, "return self.out(x)", "return self.out(x).tolist()")),
             story="returns a list for printing"),
     # 11-why-eval
