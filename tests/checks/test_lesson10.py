@@ -653,6 +653,21 @@ def test_notebook_data_read_is_named_before_the_function_runs():
     assert all(notebook_data_read(f) is None for f in (capstone_training, report_writer, print, functools.partial))
 
 
+def test_a_global_loss_function_or_constant_tensor_is_not_notebook_data():
+    """Correct styles: a loss module built once at the top of the notebook, normalisation constants as a tensor;
+    a global model (it has parameters) and a tensor of examples are still data."""
+    from harness.checks.lesson10.notebook_globals import notebook_data_read
+
+    source = ("criterion = nn.CrossEntropyLoss()\nMEAN = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)\n"
+              "def loss_of(model, x, y):\n    return criterion(model((x - MEAN) / 0.25), y)\n")
+    (loss_of,) = in_notebook(source, "loss_of")
+    assert notebook_data_read(loss_of) is None
+    (uses_model,) = in_notebook("net = nn.Linear(3, 2)\ndef f(x):\n    return net(x)\n", "f")
+    assert notebook_data_read(uses_model)["kind"] == "a model"
+    (uses_rows,) = in_notebook("X_VAL = torch.zeros(200, 3)\ndef f(m):\n    return m(X_VAL)\n", "f")
+    assert notebook_data_read(uses_rows)["kind"] == "a tensor"
+
+
 # ---------------------------------------------------------------------------------------------- mutation set
 def train_bug(bug: str) -> tuple:
     return (functools.partial(capstone_training, bug=bug),)

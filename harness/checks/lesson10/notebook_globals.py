@@ -42,7 +42,13 @@ def _globals_loaded(code: types.CodeType) -> list[str]:
 
 
 def _data_kind(value: Any) -> str | None:
-    """What kind of notebook data `value` is ('a dataset', ...), or None for anything a function may read."""
+    """What kind of notebook data `value` is ('a dataset', ...), or None for anything a function may read: a module
+    without parameters (a loss function such as a global `nn.CrossEntropyLoss()`) and a small tensor (a constant such
+    as normalisation statistics or class weights, under 100 rows) are not data."""
+    if isinstance(value, nn.Module) and next(value.parameters(), None) is None:
+        return None
+    if isinstance(value, torch.Tensor) and (value.dim() == 0 or value.shape[0] < 100):
+        return None
     for kind, name in _DATA_KINDS:
         if isinstance(value, kind):
             return name
