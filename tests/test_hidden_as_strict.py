@@ -1,6 +1,6 @@
 """The hidden checks are at least as strict as the visible ones (issue 43, item 5): every mistake of every
-lesson's mutation set (tests/checks/test_lessonNN.py's MISTAKES, which the visible check fails with a code) fails
-the hidden check too, with the same code.
+lesson's mutation set (tests/checks/test_lessonNN.py's MISTAKES, found through the registry's tasks, which the
+visible check fails with a code) fails the hidden check too, with the same code.
 
 The hidden cases add seeds, shapes and edge cases, never a requirement of their own (CONTRIBUTING, "A check"),
 so a mistake the visible case catches and the hidden one lets through is a gap in the hidden case's data: the
@@ -13,13 +13,9 @@ from __future__ import annotations
 import pytest
 
 from harness.checks.core import check
-from harness.checks.lesson09 import common as lesson09
 from harness.checks.testing import Mistake
 from harness.contract.failure import CheckFailed
-from harness.grading.layout import discover_assignments
-from tests.test_requirements import lesson_tests
-
-LESSONS = [assignment for assignment in discover_assignments() if not assignment.startswith("11")]
+from tests.exercises import mistakes, shorten_hangs, tasks
 
 # Visible mistakes the hidden check fails with another code, each with what the hidden check does instead: strict
 # xfails, so that fixing one makes its entry fail here until it is removed. The seven found when this test came in
@@ -32,7 +28,7 @@ def test_every_known_gap_is_a_mistake():
 
 
 def _mistakes() -> list[Mistake]:
-    return [mistake for assignment in LESSONS for mistake in getattr(lesson_tests(assignment), "MISTAKES", [])]
+    return [mistake for task in tasks() if not task.startswith("11-") for mistake in mistakes(task)]
 
 
 @pytest.mark.parametrize(
@@ -43,8 +39,7 @@ def _mistakes() -> list[Mistake]:
                      else []))
      for mistake in _mistakes()])
 def test_the_hidden_check_fails_each_visible_mistake_with_its_code(mistake, monkeypatch):
-    if mistake.code == "hang":  # as in tests/checks/test_lesson09.py: ranks that both wait take 2 x the timeout
-        monkeypatch.setattr(lesson09, "LAUNCH_TIMEOUT_S", 3)
+    shorten_hangs(mistake, monkeypatch)
     objects = mistake.objects() if callable(mistake.objects) else mistake.objects
     with pytest.raises(CheckFailed) as failure:
         check(mistake.task, *objects, hidden=True)

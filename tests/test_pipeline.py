@@ -30,7 +30,7 @@ from harness.grading.batch import Limits, grade_batch
 from harness.grading.layout import REPO_ROOT, discover_assignments
 from harness.grading.release import answered_release, release_differences
 from harness.grading.submissions import Submission
-from tests.test_requirements import lesson_tests
+from tests.exercises import lesson_tests
 
 ASSIGNMENTS = discover_assignments()
 pytestmark = pytest.mark.slow

@@ -2,16 +2,13 @@
 every exercise at least five plausible mistakes, and hints that follow each failure (issue 19).
 
 Reads the registry and each lesson's MISTAKES and CORRECT lists (tests/checks/test_lessonNN.py) without running
-them: the lesson's own test file runs them.
+them: tests/checks/test_every_exercise.py runs them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from collections import Counter
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -19,29 +16,12 @@ import pytest
 from harness.checks.testing import Correct, Mistake
 from harness.contract import registry
 from harness.contract.failure import Hints, Requirement
-from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
+from harness.grading.layout import REPO_ROOT, graded_tasks
+from tests.exercises import ASSIGNMENTS, correct_variants, lesson_tests, mistakes, tasks
 
-ASSIGNMENTS = discover_assignments()
 # Lessons 07 on were audited with three correct variants per exercise (issue 29); 00-06 have one or two each
 THREE_VARIANTS_FROM = "07"
 GENERIC_CODES = {"raised"}  # the student's code raised: no requirement of its own, every exercise has it
-
-
-def lesson_tests(assignment: str):
-    """tests/checks/test_lessonNN.py of `assignment`, imported (defining its mistakes runs nothing).
-
-    The module pytest collected is reused (under the name pytest gives it), so that what it caches, as lesson
-    10's trained run, is made once per process.
-    """
-    path = REPO_ROOT / "tests" / "checks" / f"test_lesson{assignment[:2]}.py"
-    loaded = sys.modules.get(path.stem)
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path.resolve():
-        return loaded
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and pickling look a class's module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def headings(assignment: str) -> set[str]:
@@ -103,13 +83,13 @@ def test_every_requirement_has_a_planted_bug_and_every_exercise_five(assignment)
     assert not problems, "\n".join(problems)
 
 
-def test_the_lesson_tests_run_their_mistakes_and_correct_variants():
-    """Each lesson's test file runs every entry of its lists (a list nobody runs proves nothing)."""
-    for assignment in ASSIGNMENTS:
-        source = (REPO_ROOT / "tests" / "checks" / f"test_lesson{assignment[:2]}.py").read_text()
-        assert "assert_mistake(" in source and "assert_correct(" in source, assignment
-        assert re.search(r"parametrize\(\s*\"mistake\",\s*MISTAKES", source), assignment
-        assert re.search(r"parametrize\(\s*\"correct\",\s*CORRECT", source), assignment
+def test_the_runner_runs_every_listed_mistake_and_correct_variant():
+    """Every entry of every lesson's lists is run by tests/checks/test_every_exercise.py, which finds them through
+    the registry's tasks (a list nobody runs proves nothing)."""
+    listed = {id(case) for assignment in ASSIGNMENTS for name in ("MISTAKES", "CORRECT")
+              for case in getattr(lesson_tests(assignment), name, [])}
+    run = {id(case) for task in tasks() for case in [*mistakes(task), *correct_variants(task)]}
+    assert listed == run, f"{len(listed - run)} listed mistakes or variants of no registered task"
 
 
 def test_the_guards_of_this_test_can_fail():

@@ -24,8 +24,6 @@ from harness.checks.testing import (
     Mistake,
     assert_check_fails,
     assert_check_passes,
-    assert_correct,
-    assert_mistake,
 )
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, normalization_stats, shapes
 from harness.distributed import distributed_loader, get_rank, get_world_size
@@ -866,13 +864,3 @@ CORRECT = [
     Correct("10-report", lambda: in_notebook(REPORT_READS_ALLOWED_GLOBALS, "write_capstone_report"),
             story="reads the notebook's device, a constant, CONFIG and a helper of its own"),
 ]
-
-
-@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
-def test_mistake_fails_with_its_message(mistake):
-    assert_mistake(mistake)
-
-
-@pytest.mark.parametrize("correct", CORRECT, ids=str)
-def test_correct_variant_passes(correct, capsys):
-    assert_correct(correct, capsys)

@@ -1,0 +1,24 @@
+"""One runner for every exercise (issue 42 item 4): each task the registry holds, each of its mistakes fails the
+visible check with its code and a message containing its phrase, and each of its correct variants passes the
+visible, hidden and drawn hidden checks. The lists live in each lesson's tests/checks/test_lessonNN.py
+(`MISTAKES`, `CORRECT`, with the lesson's own behavioural tests); tests/exercises.py finds them."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checks.testing import Correct, Mistake, assert_correct, assert_mistake
+from tests.exercises import correct_variants, mistakes, params, shorten_hangs, tasks
+
+TASKS = tasks()
+
+
+@pytest.mark.parametrize("mistake", params([mistake for task in TASKS for mistake in mistakes(task)]))
+def test_mistake_fails_with_its_message(mistake: Mistake, monkeypatch: pytest.MonkeyPatch) -> None:
+    shorten_hangs(mistake, monkeypatch)
+    assert_mistake(mistake)
+
+
+@pytest.mark.parametrize("correct", params([correct for task in TASKS for correct in correct_variants(task)]))
+def test_correct_variant_passes(correct: Correct, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_correct(correct, capsys)
