@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import math
 import re
 
 import torch
 
 from harness.checks.lesson00.accuracy import _accuracy_cases
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -42,9 +42,11 @@ def _accuracy_slip(results: list, cases: list[tuple[torch.Tensor, torch.Tensor]]
     logits, targets = cases[index]
     expected = (logits.argmax(dim=1) == targets).float().mean().item()
     found = [slip for slip, value in _slip_values(logits, targets).items()
-             if math.isclose(results[index], value, abs_tol=1e-6) and not math.isclose(value, expected, abs_tol=1e-6)]
+             if isclose_number(results[index], value, rel_tol=1e-9, abs_tol=1e-6)
+             and not isclose_number(value, expected, rel_tol=1e-9, abs_tol=1e-6)]
     consistent = [slip for slip in found
-                  if all(isinstance(result, float) and math.isclose(result, _slip_values(*pair)[slip], abs_tol=1e-6)
+                  if all(isinstance(result, float)
+                         and isclose_number(result, _slip_values(*pair)[slip], rel_tol=1e-9, abs_tol=1e-6)
                          for pair, result in zip(cases, results, strict=False) if slip in _slip_values(*pair))]
     found = consistent or found
     if len(found) > 1:
@@ -82,11 +84,12 @@ def judge_accuracy(seen: dict, *, case: Case) -> str:
             fail("not-a-float", observed=f"returned {describe(result)}", expected="a Python float",
                  cause="a tensor returned (a mean of tensors is still a tensor), or an int from integer division",
                  where="call .item() on the final scalar tensor")
-        if math.isclose(result, 100 * expected, abs_tol=1e-6) and not math.isclose(expected, 0.0):
+        if (isclose_number(result, 100 * expected, rel_tol=1e-9, abs_tol=1e-6)
+                and not isclose_number(expected, 0.0, rel_tol=1e-9, abs_tol=0.0)):
             fail("percent-not-fraction", observed=f"{result} on logits of shape {shape}",
                  expected=f"{expected} (a fraction between 0 and 1)", cause="a multiplication by 100",
                  where="the return statement")
-        if not math.isclose(result, expected, abs_tol=1e-6):
+        if not isclose_number(result, expected, rel_tol=1e-9, abs_tol=1e-6):
             slip = _accuracy_slip(results, cases, index)
             fail("wrong-accuracy", observed=f"{result:.4f} on logits of shape {shape}", expected=f"{expected:.4f}",
                  cause=slip or "the predicted classes or the comparison with the targets: the result matches none "

@@ -9,7 +9,7 @@ import torch
 
 from harness.checks.lesson01.ema_update import _ema_problems
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -39,7 +39,7 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
             recorded = step["params"]
             if not (isinstance(recorded, list) and all(isinstance(p, torch.Tensor) for p in recorded)):
                 malformed("the parameters")
-            if any(not torch.equal(p.detach(), r) for p, r in zip(params, recorded, strict=True)):
+            if any(not same_values(p.detach(), r, dtype=False) for p, r in zip(params, recorded, strict=True)):
                 fail("params-changed", observed="the model parameters changed", expected="only the EMA tensors change",
                      cause="an in-place method called on the parameter",
                      where="call in-place methods on the EMA tensors only")
@@ -50,7 +50,7 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
             expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params, strict=True)]
             errors = [_max_error(e, x) for e, x in zip(ema, expected, strict=True)]
             if max(errors) > 1e-6:
-                unchanged = all(torch.equal(e, b) for e, b in zip(ema, before, strict=True))
+                unchanged = all(same_values(e, b, dtype=False) for e, b in zip(ema, before, strict=True))
                 swapped = all(_max_error(e, (1 - decay) * b + decay * p.detach()) < 1e-6
                               for e, b, p in zip(ema, before, params, strict=True))
                 fail("wrong-values",

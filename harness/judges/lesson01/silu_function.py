@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from harness.checks.lesson01.silu_function import _silu_float64_input, _silu_inputs
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
@@ -30,7 +31,7 @@ def judge_silu_function(seen: dict, *, case: Case) -> str:
              where="class SiLUFunction(torch.autograd.Function) and pass the class")
     for (x, grad_output), run in zip(_silu_inputs(case), seen["runs"], strict=True):
         y = _require_tensor(run["y"], "SiLUFunction.apply", "the return statement of forward")
-        if not torch.equal(_recorded_tensor(run, "x_after"), x):
+        if not same_values(_recorded_tensor(run, "x_after"), x, dtype=False):
             fail("input-modified", observed="the input changed", expected="forward leaves x untouched",
                  cause="an in-place operation such as x.sigmoid_() or x.mul_() in forward",
                  where="use out-of-place operations in forward")

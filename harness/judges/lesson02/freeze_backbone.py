@@ -8,11 +8,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import torch
-
 from harness.checks.lesson02.freeze_backbone import _backbone_settings, _BackboneModel
 from harness.contract.case import Case
-from harness.contract.compare import tensor
+from harness.contract.compare import same_values, tensor
 from harness.contract.failure import fail
 from harness.contract.inputs import seeded
 from harness.contract.registry import judges
@@ -82,7 +80,7 @@ def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
                  cause="gradients put on the backbone's parameters by your function (p.grad set by hand, or a "
                        "backward run before freezing)", where="freeze before any backward; do not set .grad")
         before = dict(model.named_parameters())
-        unchanged = [torch.equal(before[n].detach(), tensor(after[n], n, detach=True)) for n in names]
+        unchanged = [same_values(before[n].detach(), tensor(after[n], n, detach=True), dtype=False) for n in names]
         changed = [n for n, same in zip(names, unchanged, strict=True) if n.startswith("backbone.") and not same]
         if changed:
             fail("backbone-trainable", observed=f"your function changed backbone parameters {changed}",

@@ -13,7 +13,7 @@ from torch import nn
 from harness.checks.lesson02.common import _linears
 from harness.checks.lesson02.init_weights import _WEIGHT_SAMPLE, _init_model, _norm_parameters
 from harness.contract.case import Case
-from harness.contract.compare import tensor
+from harness.contract.compare import same_values, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 
@@ -32,7 +32,7 @@ def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor
              "instead of filling the existing one: an optimizer built before would keep training the old tensors",
              where="nn.init.kaiming_normal_(m.weight, ...) and nn.init.zeros_(m.bias) fill them in place")
     unchanged = [index for index, (m, w) in enumerate(zip(linears, weights, strict=True))
-                 if torch.equal(m.weight.detach().flatten()[:_WEIGHT_SAMPLE], w)]
+                 if same_values(m.weight.detach().flatten()[:_WEIGHT_SAMPLE], w, dtype=False)]
     if len(unchanged) == len(linears):
         fail("not-initialised", observed="no Linear weight changed", expected="every Linear re-initialised",
              cause="the function never reached the layers: it initialised copies (detach(), clone(), deepcopy), "
@@ -83,14 +83,14 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
                  where="the initialiser")
         if m.bias is not None:
             bias = tensor(record["bias"], "a bias", detach=True)
-            if not torch.equal(bias, torch.zeros_like(m.bias)):
-                untouched = torch.equal(bias, m.bias.detach())
+            if not same_values(bias, torch.zeros_like(m.bias), dtype=False):
+                untouched = same_values(bias, m.bias.detach(), dtype=False)
                 fail("bias-not-zero", observed=f"Linear {name}: bias has values up to {float(bias.abs().max()):.3g}",
                      expected="zeros", cause="the bias was left at its default (uniform) init" if untouched else
                      "the bias was set to other values than zero", where="nn.init.zeros_(m.bias)")
     norms = seen["norms"]
     for name, value in _norm_parameters(model).items():
-        if not torch.equal(tensor(norms[name], name, detach=True), value.detach()):
+        if not same_values(tensor(norms[name], name, detach=True), value.detach(), dtype=False):
             owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
             fail("norm-changed", observed=f"{owner} parameter {name} changed",
                  expected="normalisation weights stay 1 and biases 0",

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from harness.checks.lesson02.mlp import _mlp_configurations, _mlp_input
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled, tensor
+from harness.contract.compare import close_scaled, isclose_number, same_values, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import _no_exception
@@ -66,7 +66,7 @@ def _judge_mlp_dropout_eval(record: dict[str, Any], x: torch.Tensor) -> None:
     """Dropout does nothing in eval mode."""
     first, second = (tensor(t, "a dropout output", detach=True) for t in record["dropout_eval"])
     reference = _reference_mlp(_as_layers(record["dropout_layers"]), x)
-    if not (torch.equal(first, second) and close_scaled(first, reference, dtype=False)):
+    if not (same_values(first, second, dtype=False) and close_scaled(first, reference, dtype=False)):
         fail("dropout-in-eval", observed="in eval mode, outputs are random or differ from the layers without dropout",
              expected="dropout does nothing after model.eval()",
              cause="a dropout that ignores the module's mode: torch.nn.functional.dropout(x, p) defaults to "
@@ -114,7 +114,7 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
                        "hidden layers", where="apply dropout after each hidden activation")
         alive = int((a > 1e-4).sum())
         tolerance = 5 * math.sqrt(p * (1 - p) / max(alive, 1)) + 0.02
-        if abs(fraction - p) <= tolerance and math.isclose(scale, 1 / (1 - p), rel_tol=1e-3):
+        if abs(fraction - p) <= tolerance and isclose_number(scale, 1 / (1 - p), rel_tol=1e-3, abs_tol=0.0):
             continue
         if abs(fraction - p) > tolerance and abs(fraction - (1 - p)) <= tolerance:
             cause = ("1 - p passed as the probability: dropout's p is the probability of zeroing a unit, "
@@ -123,7 +123,7 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
             cause = "a probability fixed at 0.5 (nn.Dropout()'s default) instead of the dropout argument"
         elif abs(fraction - p) > tolerance:
             cause = "another probability than the dropout argument"
-        elif math.isclose(scale, 1.0, rel_tol=1e-3):
+        elif isclose_number(scale, 1.0, rel_tol=1e-3, abs_tol=0.0):
             cause = "units zeroed without rescaling the survivors by 1 / (1 - p) (nn.Dropout and F.dropout rescale)"
         else:
             cause = "the survivors rescaled by another factor than 1 / (1 - p)"
@@ -168,7 +168,7 @@ def judge_mlp(seen: dict, *, case: Case) -> str:
         if not (isinstance(got_gradient, list) and len(got_gradient) == len(layers)):
             raise ValueError("the recorded gradients are not one per layer")
         frozen = [index for index, ((before, _), after) in enumerate(zip(layers, stepped, strict=True))
-                  if torch.equal(before, after)]
+                  if same_values(before, after, dtype=False)]
         if frozen:
             fail("unregistered-layers", observed=f"an SGD step on model.parameters() left Linear layer(s) {frozen} "
                  "unchanged", expected="every layer updated",

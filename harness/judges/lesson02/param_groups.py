@@ -5,13 +5,12 @@ Every trainable parameter in exactly one group, decay only on matrices, backbone
 
 from __future__ import annotations
 
-import math
-
 from torch import nn
 
 from harness.checks.lesson02.param_groups import _DEFAULT_LR, _DEFAULT_WEIGHT_DECAY, _group_model, _group_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import ZIPPED_NAMES_CAUSE, ZIPPED_NAMES_HINT, zipped_state_dict_names
@@ -21,8 +20,8 @@ def _lrs_follow_zipped_names(model: nn.Module, groups: list, lr: float, backbone
     """Whether every trainable parameter's lr is the one its zipped state_dict() name would get."""
     zipped_names = zipped_state_dict_names(model)
     for name, group in group_of_each_parameter(model, groups).items():
-        zipped = zipped_names[name]
-        if not math.isclose(group_lr(group, name), backbone_lr if zipped.startswith("backbone.") else lr):
+        zipped_lr = backbone_lr if zipped_names[name].startswith("backbone.") else lr
+        if not isclose_number(group_lr(group, name), zipped_lr, rel_tol=1e-9, abs_tol=0.0):
             return False
     return True
 
@@ -39,8 +38,8 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
             in_backbone = name.startswith("backbone.")
             wanted_lr = backbone_lr if in_backbone else lr
             got = group_lr(group, name)
-            if not math.isclose(got, wanted_lr):
-                swapped = math.isclose(got, lr if in_backbone else backbone_lr)
+            if not isclose_number(got, wanted_lr, rel_tol=1e-9, abs_tol=0.0):
+                swapped = isclose_number(got, lr if in_backbone else backbone_lr, rel_tol=1e-9, abs_tol=0.0)
                 misnamed = zipped_state_dict_names(model)[name]
                 if swapped and _lrs_follow_zipped_names(model, groups, lr, backbone_lr):
                     fail("wrong-lr", observed=f"{name} has lr {got}, the lr for the name {misnamed}: the state_dict() "
@@ -53,8 +52,9 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
                 fail("wrong-lr", observed=f"{name} has lr {got}", expected=f"{wanted_lr} "
                      f"({'backbone_lr: a backbone parameter' if in_backbone else 'lr: a head parameter'})",
                      cause=f"its group sets no lr, so it takes the optimizer's default ({_DEFAULT_LR} in this check)"
-                     if math.isclose(got, _DEFAULT_LR) else "lr and backbone_lr swapped, or the test that tells a "
-                     "backbone parameter (name.startswith('backbone.')) picks the wrong ones" if swapped
+                     if isclose_number(got, _DEFAULT_LR, rel_tol=1e-9, abs_tol=0.0)
+                     else "lr and backbone_lr swapped, or the test that tells a backbone parameter"
+                     " (name.startswith('backbone.')) picks the wrong ones" if swapped
                      else "another learning rate than lr or backbone_lr",
                      where="set 'lr' in every group: backbone_lr for names starting with 'backbone.', lr otherwise")
     return "every trainable parameter in exactly one group, decay only on matrices, backbone at its own lr"

@@ -12,7 +12,7 @@ from torch import nn
 
 from harness.checks.lesson02.running_standardizer import _eval_batch, _standardizer_setting, _training_batch
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled, tensor
+from harness.contract.compare import close_scaled, same_values, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import _no_exception
@@ -38,7 +38,8 @@ def _judge_standardizer_structure(seen: dict[str, Any], features: int) -> None:
              cause="the buffers were registered with persistent=False (the only buffers state_dict leaves out)",
              where="register_buffer(name, tensor) with the default persistent=True")
     mean, var = (tensor(t, "an initial statistic", detach=True) for t in seen["initial"])
-    if not (torch.equal(mean, torch.zeros(features)) and torch.equal(var, torch.ones(features))):
+    if not (same_values(mean, torch.zeros(features), dtype=False)
+            and same_values(var, torch.ones(features), dtype=False)):
         fail("wrong-initial-values", observed=f"running_mean {mean.tolist()}, running_var {var.tolist()}",
              expected="zeros and ones", cause="other initial values (or shapes) in __init__",
              where="register_buffer in __init__: torch.zeros(num_features) and torch.ones(num_features)")
@@ -110,7 +111,7 @@ def judge_running_standardizer(seen: dict, *, case: Case) -> str:
         _judge_standardizer_training(seen, case, reference.train())
         x = _eval_batch(case, features)
         before, after = (tensor(seen["eval"][key], "running_mean", detach=True) for key in ("before", "after"))
-        if not torch.equal(after, before):
+        if not same_values(after, before, dtype=False):
             fail("updates-in-eval", observed="running_mean changed during an eval-mode forward",
                  expected="the statistics frozen in eval mode", cause="the update does not depend on self.training",
                  where="update the buffers only when self.training is True")
@@ -125,7 +126,7 @@ def judge_running_standardizer(seen: dict, *, case: Case) -> str:
                  expected="(x - running_mean) / sqrt(running_var + eps) in eval mode",
                  cause="the branch on self.training" if batch_stats else "another formula in eval mode",
                  where="forward, eval branch")
-    if not torch.equal(tensor(seen["reloaded"], "the reloaded output", detach=True), out):
+    if not same_values(tensor(seen["reloaded"], "the reloaded output", detach=True), out, dtype=False):
         fail("state-dict-round-trip", observed="a fresh module loaded with the state_dict gives other outputs",
              expected="identical outputs", cause="forward uses state that state_dict does not hold (a plain "
              "attribute set during training, for example)", where="keep every statistic in a registered buffer")

@@ -12,7 +12,7 @@ import torch
 
 from harness.checks.lesson03.dataset import _dataset_inputs, _read_indices, _transformed
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe, type_name
@@ -75,7 +75,7 @@ def judge_dataset(seen: dict, *, case: Case) -> str:
             where=f"{name}.__getitem__",
         )
     calls = seen["calls_after_read"]
-    if calls != 1 or not (isinstance(x, torch.Tensor) and torch.equal(x, _transformed(features[3]))):
+    if calls != 1 or not (isinstance(x, torch.Tensor) and same_values(x, _transformed(features[3]), dtype=False)):
         if calls == 1:
             observed = "reading dataset[3] called the transform once, but x is not transform(features[3])"
             cause = "the transform gets another value than features[i], or its result is not what is returned"
@@ -98,8 +98,8 @@ def judge_dataset(seen: dict, *, case: Case) -> str:
             where=f"{name}.__getitem__",
         )
     inputs, targets = batch
-    if inputs.device.type == "meta" or not (inputs.is_floating_point() and torch.equal(
-            inputs.to(features.dtype), features[:4]) and targets.tolist() == labels[:4].tolist()):
+    if inputs.device.type == "meta" or not (inputs.is_floating_point() and same_values(
+            inputs.to(features.dtype), features[:4], dtype=False) and targets.tolist() == labels[:4].tolist()):
         fail(
             "wrong-item",
             observed=f"the first DataLoader batch (in order) is not (features[:4], labels[:4]): inputs "
@@ -119,7 +119,7 @@ def _judge_item(x: Any, y: Any, features: torch.Tensor, labels: torch.Tensor, in
     if not isinstance(x, torch.Tensor):
         problems.append(f"x is a {type_name(x)}")
         causes.append("x is converted instead of returned as the row of features")
-    elif not torch.equal(x, row):
+    elif not same_values(x, row, dtype=False):
         if tuple(x.shape) != tuple(row.shape):
             problems.append(f"x has shape {tuple(x.shape)}, features[{index}] has {tuple(row.shape)}")
             causes.append("a slice (features[i:i + 1]) or a reshape instead of the row features[i]"

@@ -12,6 +12,7 @@ import torch
 
 from harness.checks.lesson03.pad_collate import Batch, _collate_batches, _loader_dataset
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -50,9 +51,9 @@ def _judge_collate_output(out: Any, batch: Batch) -> None:
         )
     expected_labels = torch.stack([label for _, label in batch])
     for i, (seq, _) in enumerate(batch):
-        if not torch.equal(padded[i, : len(seq)], seq):
+        if not same_values(padded[i, : len(seq)], seq, dtype=False):
             # Reordered: another row holds sequence i exactly, zeros after it.
-            sorted_match = any(torch.equal(padded[j, : len(seq)], seq) and not padded[j, len(seq):].any()
+            sorted_match = any(same_values(padded[j, : len(seq)], seq, dtype=False) and not padded[j, len(seq):].any()
                                for j in range(len(batch)) if j != i)
             fail(
                 "order-changed" if sorted_match else "wrong-values",
@@ -88,7 +89,7 @@ def _judge_collate_output(out: Any, batch: Batch) -> None:
             cause=cause,
             where=where,
         )
-    if labels.shape != expected_labels.shape or not torch.equal(labels, expected_labels):
+    if labels.shape != expected_labels.shape or not same_values(labels, expected_labels, dtype=False):
         fail(
             "wrong-labels",
             observed=f"labels = {labels.tolist()}",

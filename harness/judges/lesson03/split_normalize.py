@@ -11,7 +11,7 @@ import torch
 
 from harness.checks.lesson03.split_normalize import _split_problem
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -124,8 +124,10 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             and torch.isfinite(mean).all()):
         _judge_nonfinite(x, x_train, x_val, mean, std, where)
     raw_train = x[position[id_train]]
-    if x_train.shape != raw_train.shape or not torch.allclose(x_train * std + mean, raw_train, atol=1e-4, rtol=1e-4):
-        centred = x_train.shape == raw_train.shape and torch.allclose(x_train.mean(0), torch.zeros(features), atol=1e-3)
+    if x_train.shape != raw_train.shape or not close_values(
+            *torch.broadcast_tensors(x_train * std + mean, raw_train), rtol=1e-4, atol=1e-4, dtype=False):
+        centred = x_train.shape == raw_train.shape and close_values(
+            x_train.mean(0), torch.zeros(features), atol=1e-3, dtype=False)
         fail(
             "labels-misaligned" if centred else "not-normalized",
             observed="the training inputs, un-normalised with the returned mean and std, do not match the rows "
@@ -136,7 +138,8 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             "than the mean and std returned, or with another formula than (x - mean) / std, or left raw",
             where=where,
         )
-    if torch.allclose(mean, x.mean(0), atol=1e-5) and not torch.allclose(raw_train.mean(0), x.mean(0), atol=1e-5):
+    if (close_values(*torch.broadcast_tensors(mean, x.mean(0)), atol=1e-5, dtype=False)
+            and not close_values(raw_train.mean(0), x.mean(0), atol=1e-5, dtype=False)):
         fail(
             "stats-from-all-data",
             observed="mean equals the mean of all rows, validation included",
@@ -144,7 +147,7 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             cause="computing mean/std before splitting leaks validation information into training",
             where=where,
         )
-    if mean.shape != (features,) or not torch.allclose(mean, raw_train.mean(0), atol=1e-4):
+    if mean.shape != (features,) or not close_values(mean, raw_train.mean(0), atol=1e-4, dtype=False):
         fail(
             "wrong-stats",
             observed=f"mean = {mean.tolist()}",
@@ -155,7 +158,7 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
         )
     reference_std = raw_train.std(0)
     varying = reference_std > 1e-6
-    if std.shape != (features,) or not torch.allclose(std[varying], reference_std[varying], rtol=2e-2):
+    if std.shape != (features,) or not close_values(std[varying], reference_std[varying], rtol=2e-2, dtype=False):
         fail(
             "wrong-stats",
             observed=f"std = {std.tolist()}",
@@ -166,9 +169,10 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             where=where,
         )
     raw_val = x[position[id_val]]
-    if x_val.shape != raw_val.shape or not torch.allclose(x_val * std + mean, raw_val, atol=1e-4, rtol=1e-4):
-        own = x_val.shape == raw_val.shape and torch.allclose(
-            x_val.mean(0)[varying], torch.zeros(int(varying.sum())), atol=1e-4)
+    if x_val.shape != raw_val.shape or not close_values(
+            *torch.broadcast_tensors(x_val * std + mean, raw_val), rtol=1e-4, atol=1e-4, dtype=False):
+        own = x_val.shape == raw_val.shape and close_values(
+            x_val.mean(0)[varying], torch.zeros(int(varying.sum())), atol=1e-4, dtype=False)
         fail(
             "val-own-stats" if own else "not-normalized",
             observed="the validation inputs are not (x - mean) / std with the training statistics"
@@ -180,7 +184,7 @@ def judge_split_normalize(seen: dict, *, case: Case) -> str:
             where=where,
         )
     again_val_ids = _unpack_split(seen["again"], where)[3]
-    if not torch.equal(again_val_ids, id_val):
+    if not same_values(again_val_ids, id_val, dtype=False):
         fail(
             "not-reproducible",
             observed="two calls with the same seed give different validation rows",

@@ -5,13 +5,12 @@ evaluate(model, loader, loss_fn) -> {"loss", "accuracy"}: eval mode, no graph, p
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.evaluate import _evaluate_inputs
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import isclose_number, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -56,7 +55,7 @@ def judge_evaluate(seen: dict, *, case: Case) -> str:
             "more memory and time for nothing",
             where=where,
         )
-    if any(not torch.equal(before[k], v) for k, v in after.items()):
+    if any(not same_values(before[k], v, dtype=False) for k, v in after.items()):
         fail(
             "changes-weights",
             observed="the model's parameters or buffers changed during evaluate",

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from harness.checks.lesson04.common import _one_thread
 from harness.checks.lesson04.fit import _VAL_SIZE, _fit_problem, _fit_runs
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, malformed, tensor_list
+from harness.contract.compare import isclose_number, malformed, same_values, tensor_list
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -277,7 +277,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
             where=where,
         )
     final = _model_state(run["final"], like, "the final state")
-    if any(not torch.equal(final[k], v) for k, v in validated[best_epoch].items()):
+    if any(not same_values(final[k], v, dtype=False) for k, v in validated[best_epoch].items()):
         fail(
             "best-weights-not-restored",
             observed=f"after fit the model does not hold the weights of its best epoch ({best_epoch + 1})",

@@ -13,7 +13,7 @@ from torch import nn
 from harness.checks.lesson04.common import _META, _one_thread
 from harness.checks.lesson04.train_step import _train_step_inputs
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, malformed, tensor_list
+from harness.contract.compare import close_values, isclose_number, malformed, tensor_list
 from harness.contract.failure import fail, raised_failure
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -31,7 +31,7 @@ from harness.judges.lesson04.common import (
 
 def _grads_close(grads: list[torch.Tensor | None], reference: list[torch.Tensor], scale: float = 1.0) -> bool:
     pairs = zip(grads, reference, strict=True)
-    return all(g is not None and torch.allclose(g, r * scale, rtol=1e-4, atol=1e-6) for g, r in pairs)
+    return all(g is not None and close_values(g, r * scale, rtol=1e-4, atol=1e-6, dtype=False) for g, r in pairs)
 
 
 def _no_gradients(grads: list[torch.Tensor | None]) -> bool:
