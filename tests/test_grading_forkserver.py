@@ -89,6 +89,8 @@ def test_one_server_forks_a_worker_per_job_and_a_crashed_killed_or_exited_worker
     forks = [_forked(logs / f"{job.student}.log") for job in jobs]
     assert {parent for _, parent in forks} == {server} and server != os.getpid()  # one server for the batch
     assert len({worker for worker, _ in forks}) == len(jobs) and server not in {w for w, _ in forks}
+    grade_jobs([_job(tmp_path, "next-batch")], workdir, 1, 60)  # the process's next batch: the same server
+    assert _forked(logs / "next-batch.log")[1] == server
 
 
 def test_a_server_that_dies_is_named_and_its_jobs_are_graded_again_in_fresh_processes(tmp_path, capsys):
@@ -111,10 +113,14 @@ def test_a_server_that_dies_is_named_and_its_jobs_are_graded_again_in_fresh_proc
     assert inflight.status == "invalid" and "not valid notebook JSON" in inflight.reasons[0]
     assert queued.status == "missing" and "graded in a fresh process" in (logs / "queued.log").read_text()
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE  # ended
+    grade_jobs([_job(tmp_path, "next-batch")], workdir, 1, 60)  # the next batch starts another server
+    assert _forked(logs / "next-batch.log")[1] not in (server, os.getpid())
 
 
-def test_a_server_that_cannot_start_is_said_and_the_batch_uses_fresh_processes(tmp_path, capsys):
-    with fork_server(tmp_path / "no-such-folder") as server:
+def test_a_server_that_cannot_start_is_said_and_the_batch_uses_fresh_processes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HARNESS_FORKSERVER_TEST", str(tmp_path))  # an environment no server was started for yet
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    with fork_server() as server:
         assert server is None
     assert "the grading fork server could not start" in capsys.readouterr().out
 

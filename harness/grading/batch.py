@@ -3,10 +3,10 @@
 The parent builds one template course directory (GenerateAssignment, once), draws every submission's
 hidden cases from the instructor's secret (`harness.judge`), then runs up to `workers`
 `harness.grading.autograde` workers at a time, each grading one submission in a private course
-directory with a private gradebook and its kernel in the sandbox. The workers are forked by one fork server per
-batch that imported the grader once (`forkserver`); where it cannot start, or dies, they are fresh processes,
-and the batch says so. A worker stops executing the notebook at
-the whole-submission limit and keeps the points of the cells that ran; one still running a grace period
+directory with a private gradebook and its kernel in the sandbox. The workers are forked by a fork server that
+imported the grader once (`forkserver`), the process's, kept for its later batches; where it cannot start, or
+dies, they are fresh processes, and the batch says so (the next batch starts another). A worker stops executing
+the notebook at the whole-submission limit and keeps the points of the cells that ran; one still running a grace period
 later is killed with every process under it (the sandbox's PID namespace dies with it); a worker that
 crashes or is killed gets an "error" result that says what was observed; the batch goes on either way.
 Only the parent writes the shared gradebook, through nbgrader's Gradebook API, into a fresh copy that then
@@ -17,8 +17,10 @@ jobs go to another runner instead of the local pool (`cluster`: a Dask cluster),
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -266,23 +268,57 @@ def jobs_run_by(runner: JobRunner, scratch: Path | None = None) -> Iterator[None
         _SCRATCH.reset(tokens[1])
 
 
+# The process's fork servers, kept between its batches (a course's lessons, a test session's batches) so the
+# grader's imports are paid once per process: one per environment, since a worker gets its server's variables.
+_SERVERS: dict[frozenset[tuple[str, str]], ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+_SERVER_HOMES: list[Path] = []  # their folders (each its log), removed at exit
+
+
+def _shared_server() -> ForkServer:
+    """This process's fork server for its current environment: started by the first batch that asks, started
+    again where the last one ended, closed when the process exits (`_close_servers`).
+
+    Raises:
+        ServerUnavailable: it could not start; the message says what was observed.
+    """
+    key = frozenset(os.environ.items())
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or server.gone or server.closed:
+            if not _SERVER_HOMES:
+                atexit.register(_close_servers, os.getpid())
+            _SERVER_HOMES.append(home := Path(tempfile.mkdtemp(prefix="harness-forkserver-")))
+            server = _SERVERS[key] = ForkServer(home / "forkserver.log", home)
+        return server
+
+
+def _close_servers(owner: int) -> None:
+    """Close the fork servers and remove their folders, in the process that started them (a fork that exits
+    normally leaves them alone)."""
+    if os.getpid() != owner:
+        return
+    for server in _SERVERS.values():
+        server.close()
+    for home in _SERVER_HOMES:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 @contextmanager
-def fork_server(workdir: Path, wanted: bool = True) -> Iterator[ForkServer | None]:
-    """The batch's grading fork server (`forkserver`), or None: not `wanted`, or it could not start (said so)."""
+def fork_server(wanted: bool = True) -> Iterator[ForkServer | None]:
+    """The grading fork server (`forkserver`) the batch forks its workers from, or None: not `wanted`, or it could
+    not start (said so). The server is the process's, kept for its later batches (`_shared_server`)."""
     if not wanted:
         yield None
         return
     try:
-        server = ForkServer(workdir / "forkserver.log", workdir)
+        server = _shared_server()
     except ServerUnavailable as error:
         print(f"note: the grading fork server could not start ({error}): each submission is graded in a fresh "
               "process instead, which imports the grader again (about 5 s more per submission)", flush=True)
         yield None
         return
-    try:
-        yield server
-    finally:
-        server.close()
+    yield server
 
 
 def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds: int,
@@ -291,12 +327,12 @@ def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds:
     """Run `jobs` over `workers` worker processes (or the runner of `jobs_run_by`); results in job order.
 
     `on_result` is called with each result as soon as its worker ends (from the pool's threads). With `forked`,
-    the workers are forked by one fork server for the batch (`forkserver`), else each is a fresh process.
+    the workers are forked by the process's fork server (`fork_server`), else each is a fresh process.
     """
     if (runner := _RUNNER.get()) is not None:
         return runner(jobs, workdir, limit_seconds, on_result)
 
-    with fork_server(workdir, forked) as server:
+    with fork_server(forked) as server:
         def run(job: GradeJob) -> GradeResult:
             try:
                 result = run_job(job, workdir, limit_seconds, server)

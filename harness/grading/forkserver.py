@@ -103,6 +103,11 @@ class ForkServer:
             raise ServerUnavailable(self.gone or f"it did not finish its imports in {READY_SECONDS} s "
                                     f"(see {log_path})")
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closing
+
     def _read(self) -> None:
         """Dispatch the server's answers; at its end, release every waiting job."""
         assert self._process.stdout is not None
