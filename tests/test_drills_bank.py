@@ -16,7 +16,7 @@ import pytest
 from harness.contract.case import Case
 from harness.drills.checker import check_source
 from harness.drills.choices import LETTERS
-from harness.drills.core import _BANK, TOPICS, all_drills
+from harness.drills.core import _BANK, TOPICS, all_drills, load_judge_side
 from harness.drills.pool import set_uses
 
 # Each answer still runs in its own forked child of a fresh runner; here a runner takes many answers in turn, so
@@ -27,7 +27,7 @@ SELECTED = [name for name in os.environ.get("DRILL_MODULES", "").split(",") if n
 if SELECTED:
     for name in SELECTED:
         importlib.import_module(f"harness.drills.bank.{name}")
-        importlib.import_module(f"harness.judges.drills.{name}")  # the answers: solutions, wrong answers, judges
+        load_judge_side(name)  # the answers: judges, solutions and wrong answers (a held drill's too)
     DRILLS = sorted(_BANK.values(), key=lambda d: d.id)
 else:
     DRILLS = all_drills()

@@ -72,8 +72,9 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=KINDS)
 
 
-def _filtered(args: argparse.Namespace) -> list[Drill]:
-    drills = list(entries())
+def _filtered(args: argparse.Namespace, *, held: bool = True) -> list[Drill]:
+    """The drills the filters of `args` keep (without the held ones unless `held`)."""
+    drills = [d for d in entries() if held or d.id not in _held()]
     if getattr(args, "topic", None):
         drills = [d for d in drills if args.topic in d.topics]
     if getattr(args, "difficulty", None):
@@ -122,6 +123,8 @@ def _tell(progress: Progress) -> Progress:
 
 def _status(progress: Progress, drill_id: str, today: dt.date) -> str:
     """A drill's state in one short word: new, due, box N (next review date), with ? when unverified."""
+    if drill_id in _held():
+        return "held"
     record = progress.records.get(drill_id)
     if record is None or not record.due:
         return "new"
@@ -145,7 +148,7 @@ def _table(drills: list[Drill], progress: Progress) -> str:
     """Drills as a table, one line per drill, that fits the terminal (80 columns at least)."""
     id_width = max(len(d.id) for d in drills)
     return "\n".join([f"{'DRILL':{id_width}s} KD STATUS    TITLE", _LEGEND]
-                     + [_row(drill, progress, id_width) for drill in drills])
+                     + [_row(drill, progress, id_width) for drill in drills] + _held_note(drills))
 
 
 def _listing(drills: list[Drill], progress: Progress) -> str:
@@ -158,7 +161,15 @@ def _listing(drills: list[Drill], progress: Progress) -> str:
         id_width = max(len(d.id) for d in group)
         lines.append(f"{topic} ({len(group)})")
         lines += [_row(drill, progress, id_width, lead="  ") for drill in group]
-    return "\n".join(lines)
+    return "\n".join(lines + _held_note(drills))
+
+
+def _held_note(drills: list[Drill]) -> list[str]:
+    """What `held` means, under a listing that shows a held drill."""
+    if not any(d.id in _held() for d in drills):
+        return []
+    return [fit_prose("held: its answer passes a graded exercise, so this copy of the course holds its solution and "
+                      "check until your instructor releases them (`harness drill solution <id>` says which exercise)")]
 
 
 def harness_command() -> str:
@@ -201,6 +212,10 @@ def _start(drill: Drill, *, edit: bool, fresh: bool = False) -> Path:
         _order_path(drill.id).write_text(json.dumps({"order": order}))
         prompt = render(drill.prompt, drill.choices, order)
     print(fit_prose(f"== {drill.title} [{drill.id}] ({drill.kind}, difficulty {drill.difficulty})\n\n{prompt}\n"))
+    reason = held_reason(drill.id)
+    if reason is not None:
+        print(fit_prose(f"Your answer file:\n  {path}\n(held: this copy of the course does not check it: {reason}.)"))
+        return path
     print(f"Your answer file:\n  {path}\nCheck it with:\n  {harness_command()} drill check {drill.id}"
           + ("\n(in this mock interview: type answer <letter>)" if drill.choices is not None and fresh else ""))
     editor = os.environ.get("EDITOR")
@@ -243,7 +258,11 @@ def _untouched(drill_id: str, path: Path) -> bool:
 
 
 def _check(drill_id: str, path: Path, mock: int | None = None) -> dict[str, Any] | None:
-    """Check and report; None (with the reason printed) when the drill does not exist or was not started."""
+    """Check and report; None (with the reason printed) when the drill does not exist or was not started.
+    A held drill is not checked: SystemExit says why."""
+    reason = held_reason(drill_id)
+    if reason is not None:
+        raise SystemExit(fit_prose(f"{drill_id} is held, its check with it, until the course releases it: {reason}."))
     if _untouched(drill_id, path):
         drill = get(drill_id)
         print(fit_prose(f"Not started yet: your answer file is still the starter:\n  {path}\nThe drill again:\n\n"
@@ -279,19 +298,30 @@ def _hint(drill: Drill, mock: int | None = None) -> str:
                  f"{drill.hints[level - 1]}")
 
 
-def _withheld() -> set[str]:
-    """The drills whose answers this copy of the course withholds (`harness/drills/withheld.json`, written into a
-    graded student tree; none elsewhere)."""
+def _held() -> dict[str, list[str]]:
+    """The held drills of this copy of the course, each with the graded exercises its answer passes
+    (`harness/drills/withheld.json`, written into a graded student tree; none elsewhere)."""
     path = Path(__file__).with_name("withheld.json")
-    return set(json.loads(path.read_text())) if path.is_file() else set()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def held_reason(drill_id: str) -> str | None:
+    """Why `drill_id` is held in this copy of the course (the exercises its answer passes), None when it is not."""
+    exercises = _held().get(drill_id)
+    if exercises is None:
+        return None
+    named = " and ".join(f"{task} (lesson {task[:2]})" for task in exercises) or "a graded exercise"
+    plural = "s" if len(exercises) > 1 else ""
+    return (f"its answer passes the graded exercise{plural} {named} of this course. Your instructor releases it "
+            "after the due date (a practice copy of the course carries it whole); its prompt and hints "
+            f"(`harness drill hint {drill_id}`) are here now")
 
 
 def _solution(drill: Drill) -> str:
     """The reference solution; for an explain drill, the right letter in the order the options were shown."""
-    if drill.id in _withheld():
-        raise SystemExit(f"the answer of {drill.id} is withheld until the course releases it: it answers a graded "
-                         "exercise of this course. Your instructor releases it after the due date (a practice copy "
-                         "of the course carries it); its hints (`hint`) are here now")
+    reason = held_reason(drill.id)
+    if reason is not None:
+        raise SystemExit(fit_prose(f"The answer of {drill.id} is withheld until the course releases it: {reason}."))
     if drill.solution is None:
         raise SystemExit("the drills' answers are not installed here (harness/judges/drills/answers.json is missing): "
                          "reinstall the course's harness package")
@@ -307,7 +337,7 @@ def _solution(drill: Drill) -> str:
 
 def _daily(count: int) -> list[Drill]:
     progress, today = _load(), _today()
-    drills = list(entries())
+    drills = [d for d in entries() if d.id not in _held()]
     due = [d for d in drills if progress.is_due(d.id, today)]
     new = [d for d in drills if d.id not in progress.records]
     random.Random(today.toordinal()).shuffle(new)  # the same new drills all day
@@ -315,7 +345,7 @@ def _daily(count: int) -> list[Drill]:
 
 
 def _mock(args: argparse.Namespace) -> int:
-    pool = _filtered(args)
+    pool = _filtered(args, held=False)
     drills = random.Random(args.seed).sample(pool, min(args.count, len(pool)))
     with Progress.update() as progress:
         number = progress.start_mock([d.id for d in drills], args.minutes)
@@ -471,8 +501,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.drill:
             drill = get(args.drill)
         else:
-            due = [d for d in _filtered(args) if _load().is_due(d.id, _today())]
-            drill = random.choice(due or _filtered(args))
+            due = [d for d in _filtered(args, held=False) if _load().is_due(d.id, _today())]
+            drill = random.choice(due or _filtered(args, held=False))
         _start(drill, edit=args.edit)
         return 0
     if args.action == "hint":

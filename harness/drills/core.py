@@ -12,6 +12,10 @@ what answers or decides: the reference solution, the planted wrong answers, the 
 recomputes, an explain drill's options and key (`Answers`); a large topic's is a package with a module per group
 of drills, which its `__init__` imports. A graded kernel never mounts `harness.judges`, so there a drill has no
 answer side; everywhere else `get_drill` joins the two.
+
+A held drill (its answer passes a graded exercise: `harness.grading.answerable.WITHHELD_DRILLS`) keeps its judge in
+the topic's module (`add_judge`: lesson 11's local checks use it) and its solution and planted wrong answers in
+`harness.judges.drills.held.<topic>`, which a graded student tree does not ship (`harness.grading.held_drills`).
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ class Drill(Judged):
 
     @property
     def answered(self) -> bool:
-        """Whether the drill's judge side is joined (False in a graded kernel, which never mounts it)."""
+        """Whether the drill's answers are joined (False in a graded kernel, which never mounts the judge side, and
+        for a held drill in a graded student tree, which has its judge alone)."""
         return self.solution is not None
 
     def __post_init__(self) -> None:
@@ -101,7 +106,7 @@ class Answers:
     drill_id: str
     solution: str
     wrong_answers: tuple[tuple[str, str], ...]
-    judge: Judge | None = None
+    judge: Judge | None = None  # a held drill's is joined by its topic's module (`add_judge`)
     choices: Choices | None = None
 
 
@@ -133,8 +138,33 @@ def add_answers(*answers: Answers) -> None:
             raise ValueError(f"answers for {answer.drill_id!r}, which the bank does not hold")
         if drill.answered:
             raise ValueError(f"two sets of answers for {answer.drill_id!r}")
+        if answer.judge is not None and drill.judge is not None:
+            raise ValueError(f"two judges for {answer.drill_id!r}")
         _BANK[answer.drill_id] = replace(drill, solution=answer.solution, wrong_answers=answer.wrong_answers,
-                                         judge=answer.judge, choices=answer.choices)
+                                         judge=answer.judge or drill.judge, choices=answer.choices)
+
+
+def add_judge(drill_id: str, judge: Judge) -> None:
+    """Join a held drill's judge alone (its topic's module calls this at import): its solution and wrong answers
+    are joined by `harness.judges.drills.held.<topic>` where that is installed (not in a graded student tree)."""
+    drill = _BANK.get(drill_id)
+    if drill is None:
+        raise ValueError(f"a judge for {drill_id!r}, which the bank does not hold")
+    if drill.judge is not None:
+        raise ValueError(f"two judges for {drill_id!r}")
+    _BANK[drill_id] = replace(drill, judge=judge)
+
+
+def load_judge_side(topic: str) -> None:
+    """Import the judge side of the bank module `topic`: its judges, then its held drills' answers, each where it
+    is installed (a graded kernel has neither; a graded student tree has no held answers)."""
+    for module in (f"harness.judges.drills.{topic}", f"harness.judges.drills.held.{topic}"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            parents = [module.rsplit(".", depth)[0] for depth in range(module.count("."))]
+            if error.name not in parents:
+                raise
 
 
 def _load_bank() -> None:
@@ -144,11 +174,7 @@ def _load_bank() -> None:
 
     for module in pkgutil.iter_modules(bank.__path__):
         importlib.import_module(f"{bank.__name__}.{module.name}")
-        try:
-            importlib.import_module(f"harness.judges.drills.{module.name}")
-        except ModuleNotFoundError as error:
-            if error.name not in (f"harness.judges.drills.{module.name}", "harness.judges.drills", "harness.judges"):
-                raise
+        load_judge_side(module.name)
 
 
 def all_drills() -> list[Drill]:

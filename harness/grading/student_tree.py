@@ -13,11 +13,11 @@ exchange.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 
+from harness.grading.held_drills import withhold_drills
 from harness.grading.layout import REPO_ROOT
 from harness.grading.solution_hints import strip_solution_lines, write_released
 
@@ -63,26 +63,13 @@ def student_requirements(text: str) -> str:
             + "\n".join(line for line in kept if line.strip()) + "\n")
 
 
-def withhold_drill_answers(target: Path, drills: tuple[str, ...]) -> None:
-    """Drop the answers of `drills` from the tree's `harness/judges/drills/answers.json` and list the drills in
-    `harness/drills/withheld.json`, which `harness drill solution` reads to say they are withheld."""
-    answers_path = target / "harness" / "judges" / "drills" / "answers.json"
-    answers = json.loads(answers_path.read_text(encoding="utf-8"))
-    unknown = sorted(set(drills) - set(answers))
-    if unknown:
-        raise KeyError(f"withheld drills {', '.join(unknown)} are not in the drill bank's answers")
-    kept = {drill: answer for drill, answer in answers.items() if drill not in drills}
-    answers_path.write_text(json.dumps(kept, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (target / "harness" / "drills" / "withheld.json").write_text(json.dumps(sorted(drills)) + "\n")
-
-
 def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines: dict[str, str] | None = None,
-                       withheld_drills: tuple[str, ...] = ()) -> list[Path]:
+                       withheld_drills: dict[str, tuple[str, ...]] | None = None) -> list[Path]:
     """Write the student course into `target` (which must not exist, or be empty); return the files written.
 
     The probes' solution lines (level-3 hints) are blanked; `solution_lines` (task id -> line, what the course file
     releases: `solution_hints.released_lines`) is written beside them for `hint()`. The drills `withheld_drills`
-    (a graded release: `answerable.WITHHELD_DRILLS`) lose their answers (`withhold_drill_answers`).
+    (a graded release: `answerable.WITHHELD_DRILLS`) lose their answers (`held_drills.withhold_drills`).
     """
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target} is not empty: give a new folder for the student tree")
@@ -103,7 +90,7 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines
     for probe in (target / "harness" / "checks").rglob("*.py"):
         probe.write_text(strip_solution_lines(probe.read_text(encoding="utf-8")), encoding="utf-8")
     write_released(target, solution_lines or {})
-    withhold_drill_answers(target, withheld_drills)
+    withhold_drills(target, withheld_drills or {}, repo_root)
     if not (repo_root / "LICENSE").is_file():
         raise FileNotFoundError(f"{repo_root / 'LICENSE'} is missing: the student tree must carry the course's licence")
     shutil.copytree(TEMPLATE, target, dirs_exist_ok=True, ignore=ignore)

@@ -22,7 +22,7 @@ from harness.drills.bank.autograd import (
     _inplace_inputs,
     _saliency_setup,
 )
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -55,23 +55,6 @@ def _judge_silu(seen: dict, *, case: Case) -> str:
                  expected="g * σ(x) * (1 + x * (1 − σ(x)))",
                  cause="a wrong derivative, or grad_output not multiplied in", where="backward(ctx, grad_output)")
     return "forward matches F.silu; your backward gives g·σ(x)(1 + x(1 − σ(x))) for a random upstream g"
-
-
-_SILU_SOLUTION = '''import torch
-
-
-class SiLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * torch.sigmoid(x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        s = torch.sigmoid(x)
-        return grad_output * s * (1 + x * (1 - s))
-'''
 
 
 def _judge_inplace(seen: dict, *, case: Case) -> str:
@@ -160,23 +143,7 @@ def input_gradients(model, x, targets):
 '''
 
 
-add_answers(
-    Answers(
-        drill_id="autograd-custom-function",
-        solution=_SILU_SOLUTION,
-        wrong_answers=(
-            (edited(_SILU_SOLUTION, ("grad_output * s * (1 + x * (1 - s))", "s * (1 + x * (1 - s))")),
-             "wrong-backward"),
-            (edited(_SILU_SOLUTION, ("grad_output * s * (1 + x * (1 - s))", "grad_output * s")), "wrong-backward"),
-            (edited(_SILU_SOLUTION,
-                    ("grad_output * s * (1 + x * (1 - s))", "grad_output * s * (1 - s)")),
-             "wrong-backward"),
-            ("import torch\n\nclass SiLU(torch.autograd.Function):\n"
-             "    apply = staticmethod(torch.nn.functional.silu)\n", "not-custom-backward"),
-        ),
-        judge=_judge_silu,
-    )
-)
+add_judge("autograd-custom-function", _judge_silu)
 
 
 add_answers(

@@ -14,7 +14,6 @@ from harness.contract.compare import close_tensors, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.checkpointing import (
-    _NO_OPTIMIZER,
     _atomic_save_states,
     _legacy_contents,
     _observe,
@@ -22,32 +21,9 @@ from harness.drills.bank.checkpointing import (
     _resume_kit,
     _strip_inputs,
 )
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
-
-_CKPT_SOLUTION = '''import torch
-
-
-def save_checkpoint(path, model, optimizer, scheduler, epoch):
-    torch.save({
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "epoch": epoch,
-        "rng": torch.get_rng_state(),
-    }, path)
-
-
-def load_checkpoint(path, model, optimizer, scheduler):
-    checkpoint = torch.load(path, weights_only=True)
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    scheduler.load_state_dict(checkpoint["scheduler"])
-    torch.set_rng_state(checkpoint["rng"])
-    return checkpoint["epoch"]
-'''
-
 
 _FULL_SOLUTION = '''import torch
 
@@ -153,12 +129,6 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
     return judge
 
 
-_PICKLED_OPTIMIZER = edited(_CKPT_SOLUTION,
-                            ('"optimizer": optimizer.state_dict()', '"optimizer": optimizer'),
-                            ('optimizer.load_state_dict(checkpoint["optimizer"])',
-                             'optimizer.load_state_dict(checkpoint["optimizer"].state_dict())'))
-
-
 def _judge_strip(seen: dict, *, case: Case) -> str:
     base, variants = _strip_inputs(case)
     outputs = seen["outputs"]
@@ -250,30 +220,6 @@ def _judge_atomic(seen: dict, *, case: Case) -> str:
             "(self-checked: the files were read back inside your answer's own process)")
 
 
-_ATOMIC_SOLUTION = '''import contextlib
-import os
-import tempfile
-from pathlib import Path
-
-import torch
-
-
-def save_atomic(obj, path):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-'''
-
-
 def _judge_rank0(seen: dict, *, case: Case) -> str:
     saves, state = seen["saves"], seen["state"]
     if not (isinstance(saves, list) and len(saves) == 2 and all(isinstance(s, int) for s in saves)):
@@ -353,42 +299,10 @@ def load_legacy(path):
 '''
 
 
-add_answers(
-    Answers(
-        drill_id="checkpointing-exact-resume",
-        solution=_CKPT_SOLUTION,
-        wrong_answers=(
-            (_NO_OPTIMIZER, "missing-optimizer-state"),
-            (edited(_CKPT_SOLUTION,
-                    ('        "scheduler": scheduler.state_dict(),\n', ""),
-                    ('    scheduler.load_state_dict(checkpoint["scheduler"])\n', "")), "missing-scheduler-state"),
-            (edited(_CKPT_SOLUTION,
-                    ('        "rng": torch.get_rng_state(),\n', ""),
-                    ('    torch.set_rng_state(checkpoint["rng"])\n', "")), "missing-rng-state"),
-            (edited(_CKPT_SOLUTION, ("weights_only=True", "weights_only=False")), "unsafe-load"),
-            (edited(_CKPT_SOLUTION,
-                    ('"model": model.state_dict()', '"model": model'),
-                    ('model.load_state_dict(checkpoint["model"])',
-                     'model.load_state_dict(checkpoint["model"].state_dict())')),
-             "not-weights-only-loadable"),
-        ),
-        judge=_make_resume_judge(full=False),
-    )
-)
+add_judge("checkpointing-exact-resume", _make_resume_judge(full=False))
 
 
-add_answers(
-    Answers(
-        drill_id="checkpointing-resume-diverges",
-        solution=_CKPT_SOLUTION,
-        wrong_answers=(
-            (edited(_CKPT_SOLUTION, ('    optimizer.load_state_dict(checkpoint["optimizer"])\n', "")),
-             "missing-optimizer-state"),
-            (_PICKLED_OPTIMIZER, "not-weights-only-loadable"),
-        ),
-        judge=_make_resume_judge(full=False),
-    )
-)
+add_judge("checkpointing-resume-diverges", _make_resume_judge(full=False))
 
 
 add_answers(
@@ -408,29 +322,7 @@ add_answers(
 )
 
 
-add_answers(
-    Answers(
-        drill_id="checkpointing-portable-state-dict",
-        solution=(
-            "def portable_state_dict(state):\n    clean = {}\n    for key, value in state.items():\n"
-            "        while key.startswith(('module.', '_orig_mod.')):\n            key = key.split('.', 1)[1]\n"
-            "        clean[key] = value\n    return clean\n"
-        ),
-        wrong_answers=(
-            ("def portable_state_dict(state):\n"
-             "    return {k.replace('module.', '').replace('_orig_mod.', ''): v for k, v in state.items()}\n",
-             "over-stripping"),
-            ("def portable_state_dict(state):\n    return {k.removeprefix('module.'): v for k, v in state.items()}\n",
-             "prefix-left"),
-            ("def portable_state_dict(state):\n"
-             "    return {k.removeprefix('module.').removeprefix('_orig_mod.'): v for k, v in state.items()}\n",
-             "prefix-left"),
-            ("def portable_state_dict(state):\n    return {k.split('.', 1)[1]: v for k, v in state.items()}\n",
-             "over-stripping"),
-        ),
-        judge=_judge_strip,
-    )
-)
+add_judge("checkpointing-portable-state-dict", _judge_strip)
 
 
 add_answers(
@@ -452,27 +344,7 @@ add_answers(
 )
 
 
-add_answers(
-    Answers(
-        drill_id="checkpointing-atomic-save",
-        solution=_ATOMIC_SOLUTION,
-        wrong_answers=(
-            ("import torch\n\n\ndef save_atomic(obj, path):\n    torch.save(obj, path)\n", "torn-write"),
-            ("import os\nimport torch\n\n\ndef save_atomic(obj, path):\n    tmp = str(path) + '.tmp'\n"
-             "    torch.save(obj, tmp)\n    if os.path.exists(path):\n        os.remove(path)\n"
-             "    os.rename(tmp, path)\n", "window-without-checkpoint"),
-            ("import os\nimport tempfile\nimport torch\n\n\ndef save_atomic(obj, path):\n"
-             "    fd, tmp = tempfile.mkstemp(suffix='.pt')\n    os.close(fd)\n    torch.save(obj, tmp)\n"
-             "    os.replace(tmp, path)\n", "temp-in-other-directory"),
-            ("import shutil\nimport torch\n\n\ndef save_atomic(obj, path):\n    tmp = str(path) + '.tmp'\n"
-             "    torch.save(obj, tmp)\n    shutil.copyfile(tmp, path)\n", "no-atomic-rename"),
-            ("import os\nimport torch\n\n\ndef save_atomic(obj, path):\n    tmp = str(path) + '.tmp'\n    try:\n"
-             "        torch.save(obj, tmp)\n        os.replace(tmp, path)\n    except OSError as error:\n"
-             "        print(f'checkpoint not saved: {error}')\n", "error-swallowed"),
-        ),
-        judge=_judge_atomic,
-    )
-)
+add_judge("checkpointing-atomic-save", _judge_atomic)
 
 
 add_answers(

@@ -12,7 +12,7 @@ from harness.contract.case import Case
 from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -51,13 +51,6 @@ def _judge_pad_collate(seen: dict, *, case: Case) -> str:
     return "pads on the right with zeros, batch first, keeps the order, returns true lengths and stacked labels"
 
 
-_COLLATE_SOLUTION = (
-    "import torch\nfrom torch.nn.utils.rnn import pad_sequence\n\n\ndef pad_collate(batch):\n"
-    "    sequences, labels = zip(*batch)\n    lengths = torch.tensor([len(s) for s in sequences])\n"
-    "    return pad_sequence(list(sequences), batch_first=True), lengths, torch.stack(labels)\n"
-)
-
-
 def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
     runs = []
     for key in ("first", "again"):
@@ -86,11 +79,6 @@ def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
              "seed; torch.initial_seed() in a worker is base_seed + worker_id, with a new base_seed per epoch",
              where=where)
     return "workers draw different augmentations, new each epoch, reproducible for a seeded loader"
-
-
-_WORKER_SOLUTION = ("import numpy as np\nimport torch\n\n\ndef worker_init_fn(worker_id):\n"
-                    "    seed = torch.initial_seed() % 2**32  # differs per worker and per epoch, follows the loader\n"
-                    "    torch.utils.data.get_worker_info().dataset.rng = np.random.default_rng(seed)\n")
 
 
 def _judge_sampler(seen: dict, *, case: Case) -> str:
@@ -216,42 +204,10 @@ def make_train_loader(dataset, batch_size, seed):
 '''
 
 
-add_answers(
-    Answers(
-        drill_id="data-pad-collate",
-        solution=_COLLATE_SOLUTION,
-        wrong_answers=(
-            (edited(_COLLATE_SOLUTION, (", batch_first=True", "")), "wrong-shape"),
-            (edited(_COLLATE_SOLUTION,
-                    ("    sequences, labels = zip(*batch)\n",
-                     "    batch = sorted(batch, key=lambda item: -len(item[0]))\n"
-                     "    sequences, labels = zip(*batch)\n")), "wrong-lengths"),
-            (edited(_COLLATE_SOLUTION, ("batch_first=True)", "batch_first=True, padding_value=-1.0)")),
-             "wrong-padding"),
-            (edited(_COLLATE_SOLUTION, ("torch.stack(labels)", "labels")), "wrong-labels"),
-        ),
-        judge=_judge_pad_collate,
-    )
-)
+add_judge("data-pad-collate", _judge_pad_collate)
 
 
-add_answers(
-    Answers(
-        drill_id="data-worker-seeding",
-        solution=_WORKER_SOLUTION,
-        wrong_answers=(
-            ("import numpy as np\nimport torch\n\ndef worker_init_fn(worker_id):\n"
-             "    np.random.seed(torch.initial_seed() % 2**32)\n", "duplicate-augmentations"),
-            ("import os\nimport numpy as np\nimport torch\n\ndef worker_init_fn(worker_id):\n"
-             "    torch.utils.data.get_worker_info().dataset.rng = np.random.default_rng(\n"
-             "        int.from_bytes(os.urandom(4), 'little'))\n", "not-reproducible"),
-            ("import numpy as np\nimport torch\n\ndef worker_init_fn(worker_id):\n"
-             "    torch.utils.data.get_worker_info().dataset.rng = np.random.default_rng(worker_id)\n",
-             "same-every-epoch"),
-        ),
-        judge=_judge_worker_seeding,
-    )
-)
+add_judge("data-worker-seeding", _judge_worker_seeding)
 
 
 add_answers(

@@ -18,7 +18,6 @@ from harness.contract.wire import describe
 from harness.drills.bank.memory import (
     _ACC_LR,
     _ACC_STARTER,
-    _CHECKPOINT_STARTER,
     _UNEVEN_STARTER,
     _acc_inputs,
     _activation_checkpoint_inputs,
@@ -26,7 +25,7 @@ from harness.drills.bank.memory import (
     _adam_models,
     _uneven_inputs,
 )
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited, with_fixes
 from harness.judges.drills.whys import add_answers
 from harness.memory import saved_for_backward
@@ -362,25 +361,7 @@ def activation_bytes(model, x):
 )
 
 
-add_answers(
-    Answers(
-        drill_id="memory-checkpoint-reentrant",
-        solution=edited(_CHECKPOINT_STARTER, ("use_reentrant=True", "use_reentrant=False")),
-        wrong_answers=(
-            (edited(_CHECKPOINT_STARTER,
-                    ("h = checkpoint(block, h, use_reentrant=True)",
-                     "h = block(h) if block is blocks[-1] else checkpoint(block, h, "
-                     "use_reentrant=False)")), "not-checkpointed"),
-            (edited(_CHECKPOINT_STARTER,
-                    ("h = checkpoint(block, h, use_reentrant=True)", "h = block(h)")),
-             "not-checkpointed"),
-            (edited(_CHECKPOINT_STARTER,
-                    ("h = checkpoint(block, h, use_reentrant=True)",
-                     "h = checkpoint(block, h.detach(), use_reentrant=False)")), "wrong-grads"),
-        ),
-        judge=_judge_checkpointed,
-    )
-)
+add_judge("memory-checkpoint-reentrant", _judge_checkpointed)
 
 
 add_answers(

@@ -17,14 +17,13 @@ from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.modules import (
-    _LIST_STARTER,
     _buffer_case,
     _freeze_setup,
     _groups_decay,
     _groups_model,
     _mlp_cases,
 )
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -240,25 +239,7 @@ def freeze_backbone(model):
 '''
 
 
-add_answers(
-    Answers(
-        drill_id="modules-plain-list",
-        solution=edited(_LIST_STARTER,
-                        ("self.hidden = [", "self.hidden = nn.ModuleList(["),
-                        ("sizes[1:-1])]", "sizes[1:-1])])")),
-        wrong_answers=(
-            (edited(_LIST_STARTER,
-                    ("self.hidden = [", "self.hidden = tuple("),
-                    ("sizes[1:-1])]", "sizes[1:-1]))")), "unregistered-layers"),
-            (edited(_LIST_STARTER,
-                    ("self.hidden = [", "self.hidden = nn.ModuleList(["),
-                    ("sizes[1:-1])]", "sizes[1:-1])])"),
-                    ("x = torch.relu(layer(x))", "x = layer(x)")),
-             "wrong-value"),
-        ),
-        judge=_judge_mlp,
-    )
-)
+add_judge("modules-plain-list", _judge_mlp)
 
 
 add_answers(

@@ -16,12 +16,11 @@ from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.performance import (
     _LOG_LR,
-    _METRICS_STARTER,
     _loader_settings_dataset,
     _log_inputs,
     _metrics_inputs,
 )
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -77,23 +76,6 @@ def _metrics_cause(model: nn.Module, batches: list, loss: float, accuracy: float
             named = [slip for slip, value in slips.items() if abs(got - value) <= 1e-5 * max(1.0, abs(value))]
             causes.append(named[0] if named else f"the {what} is not the mean over all the epoch's samples")
     return "; ".join(causes)
-
-
-_METRICS_SOLUTION = '''import torch
-
-
-def epoch_metrics(model, batches, loss_fn):
-    total_loss = torch.zeros(())
-    correct = torch.zeros((), dtype=torch.long)
-    count = 0
-    with torch.inference_mode():
-        for x, y in batches:
-            out = model(x)
-            total_loss += loss_fn(out, y) * len(y)  # stays on the device
-            correct += (out.argmax(1) == y).sum()
-            count += len(y)
-    return (total_loss / count).item(), (correct / count).item()  # the epoch's only syncs
-'''
 
 
 def _judge_log_every(seen: dict, *, case: Case) -> str:
@@ -210,24 +192,7 @@ def make_loader(dataset, batch_size, device_type):
 '''
 
 
-add_answers(
-    Answers(
-        drill_id="performance-epoch-metrics",
-        solution=_METRICS_SOLUTION,
-        wrong_answers=(
-            # the loss fixed, the accuracy still read every batch
-            (edited(_METRICS_STARTER, (".item() * len(y)", " * len(y)")), "sync-per-step"),
-            # float() is .item() under another name
-            (edited(_METRICS_SOLUTION, ("loss_fn(out, y) * len(y)", "float(loss_fn(out, y)) * len(y)")),
-             "sync-per-step"),
-            # a mean of batch means: the short last batch weighs as much as a full one
-            (edited(_METRICS_SOLUTION,
-                    ("loss_fn(out, y) * len(y)", "loss_fn(out, y)"),
-                    ("(total_loss / count).item()", "(total_loss / len(batches)).item()")), "wrong-value"),
-        ),
-        judge=_judge_epoch_metrics,
-    )
-)
+add_judge("performance-epoch-metrics", _judge_epoch_metrics)
 
 
 add_answers(

@@ -1,12 +1,11 @@
 """The judge side of the schedulers drills (`harness.drills.bank.schedulers`): judges and the references
 they recompute, reference solutions, planted wrong answers, explain drills' options and keys.
 
-A graded kernel never mounts this package (`harness.judges`).
+A graded kernel never mounts this package (`harness.judges`). schedulers-warmup-cosine is held (its answer passes
+07-warmup-cosine and 11-warmup-cosine): its judge is here, its answers and reference in `held.schedulers`.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -36,8 +35,9 @@ from harness.drills.bank.schedulers import (
     _warmup_queries,
     _warmup_setup,
 )
-from harness.drills.core import Answers, choice_answers
+from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
+from harness.judges.drills.recorded import held
 from harness.judges.drills.whys import add_answers
 
 
@@ -57,35 +57,25 @@ def _rounded(values: list[float]) -> list[float]:
 # schedulers-warmup-cosine
 
 
-def warmup_cosine_factor(step: int, warmup: int, total: int) -> float:
-    """The drill's reference: linear warmup reaching 1 at the last warmup step, cosine to 0 at `total`, 0 after."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+def _expected_factor(step: int, warmup: int, total: int) -> dict:
+    """The held reference at (step, warmup, total): {"want": the factor, "slips": {slip: the factor it gives}}."""
+    return held("schedulers.warmup_cosine_expected", step, warmup, total)
 
 
 def require_warmup_cosine_factor(got: float, step: int, warmup: int, total: int) -> None:
     """Fail unless `got` is the reference factor at (step, warmup, total), with a code naming the phase."""
-    want = warmup_cosine_factor(step, warmup, total)
+    expected = _expected_factor(step, warmup, total)
+    want = expected["want"]
     if not isclose_number(got, want, rel_tol=1e-6, abs_tol=1e-9):
         phase, code = (("warmup", "wrong-warmup") if step < warmup else ("after the end", "not-clamped")
                        if step > total else ("cosine decay", "wrong-decay"))
         fail(code, observed=f"warmup_cosine({step}, {warmup}, {total}) = {got:.6f} ({phase})",
-             expected=f"{want:.6f}", cause=_warmup_cosine_cause(got, step, warmup, total),
+             expected=f"{want:.6f}", cause=_warmup_cosine_cause(got, expected["slips"]),
              where=f"the {phase} branch")
 
 
-def _warmup_cosine_cause(got: float, step: int, warmup: int, total: int) -> str:
-    """The slip whose formula gives `got` at (step, warmup, total), else the rule itself."""
-    p = (step - warmup) / max(1, total - warmup)
-    slips = {
-        "step / warmup during warmup: the first step gets a learning rate of 0 (the rule is (step + 1) / warmup)":
-            step / warmup if step < warmup else None,
-        "the 0.5 of the cosine is missing: the factor starts at 2": 1 + math.cos(math.pi * min(p, 1.0)),
-        "cos(pi * p / 2), a quarter period: the factor is not 0 at total": math.cos(math.pi * min(p, 1.0) / 2),
-        "p is not clamped to 1: after total the cosine climbs back up": 0.5 * (1 + math.cos(math.pi * p)),
-    }
+def _warmup_cosine_cause(got: float, slips: dict[str, float | None]) -> str:
+    """The slip whose formula gives `got` (`slips`: each slip's value at the step), else the rule itself."""
     named = [slip for slip, value in slips.items() if value is not None and isclose_number(got, value, rel_tol=1e-6,
                                                                                          abs_tol=1e-9)]
     return named[0] if named else ("linear warmup reaches 1 at the last warmup step ((step+1)/warmup); the cosine "
@@ -100,19 +90,14 @@ def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
         require_warmup_cosine_factor(got, step, warmup, total)
     warmup, total = _warmup_configs(case)[0]
     got = [lr[0] for lr in _lrs(seen.get("lrs"))]
-    want = [0.1 * warmup_cosine_factor(s, warmup, total) for s in range(warmup + 3)]
+    want = [0.1 * _expected_factor(s, warmup, total)["want"] for s in range(warmup + 3)]
     if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
         fail("wrong-lambdalr", observed=f"LambdaLR with your factor gave {_rounded(got)}", expected=f"{_rounded(want)}",
              cause="the factor depends on something other than its arguments", where="warmup_cosine")
     return "matches the closed form in warmup, decay and after the end, and plugs into LambdaLR"
 
 
-_COSINE_SOLUTION = (
-    "import math\n\n\ndef warmup_cosine(step, warmup, total):\n"
-    "    if step < warmup:\n        return (step + 1) / warmup\n"
-    "    progress = min((step - warmup) / max(1, total - warmup), 1.0)\n"
-    "    return 0.5 * (1 + math.cos(math.pi * progress))\n"
-)
+add_judge("schedulers-warmup-cosine", _judge_warmup_cosine)  # its answers and reference: held.schedulers
 
 
 def _judge_granularity(seen: dict, *, case: Case) -> str:
@@ -408,23 +393,6 @@ _RESUME_SCHEDULER = (('model.state_dict()', 'model.state_dict(), "scheduler": sc
 
 def _resume_fixed(*fixes: tuple[str, str]) -> str:
     return edited(_RESUME_STARTER, ("import torch\n", "import copy\n\nimport torch\n"), *fixes)
-
-
-add_answers(
-    Answers(
-        drill_id="schedulers-warmup-cosine",
-        solution=_COSINE_SOLUTION,
-        wrong_answers=(
-            (edited(_COSINE_SOLUTION, ("(step + 1) / warmup", "step / warmup")), "wrong-warmup"),
-            (edited(_COSINE_SOLUTION,
-                    ("min((step - warmup) / max(1, total - warmup), 1.0)",
-                     "(step - warmup) / max(1, total - warmup)")), "not-clamped"),
-            (edited(_COSINE_SOLUTION, ("max(1, total - warmup)", "(total - warmup)")), "raised"),
-            (edited(_COSINE_SOLUTION, ("math.pi * progress", "math.pi * progress / 2")), "wrong-decay"),
-        ),
-        judge=_judge_warmup_cosine,
-    )
-)
 
 
 add_answers(

@@ -11,7 +11,7 @@ from harness.checks.lesson05.common import make_mlp
 from harness.checks.lesson06.amp_clip import _AMP_SCALE, _amp_clip_calls, _amp_clip_parts
 from harness.checks.lesson06.common import _max_norm, reference_grads
 from harness.contract.case import Case
-from harness.contract.compare import close_norm, judged, matching_tensors, same_values
+from harness.contract.compare import close_norm, judged, matching_tensors
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -119,7 +119,7 @@ def _judge_amp_clip_skip(run: dict, seed: int) -> None:
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
     after = matching_tensors(run["params_after_inf"], start, "params_after_inf")
-    unchanged = all(same_values(a, b, dtype=False) for a, b in zip(after, start, strict=True))
+    unchanged = all(torch.equal(a, b) for a, b in zip(after, start, strict=True))
     if steps_taken or not unchanged or not scale == _AMP_SCALE / 2:
         fail(
             "inf-step-not-skipped",

@@ -12,7 +12,7 @@ import torch
 from harness.checks.lesson06.common import _flat
 from harness.checks.lesson06.grad_norm import _norm_cases
 from harness.contract.case import Case
-from harness.contract.compare import judged, same_values, type_name
+from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -42,7 +42,7 @@ def judge_grad_norm(seen: dict, *, case: Case) -> str:
         before = [p.grad for p in params]
         if not isinstance(after, list) or len(after) != len(before):
             raise WireError("malformed observation: grads_after does not match the parameters")
-        if any(b is not None and not same_values(a, b, dtype=False)
+        if any(b is not None and not (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b))
                for a, b in zip(after, before, strict=True)):
             fail("grads-modified", observed=f"the gradients changed during the call on {description}",
                  expected="gradients left as they were",

@@ -14,7 +14,7 @@ from torch import nn
 from harness.checks.lesson07.amp_skip import _amp_model, _amp_setting
 from harness.checks.lesson07.common import _scheduler_trace
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, isclose_numbers
+from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque
@@ -76,7 +76,7 @@ def judge_amp_skip(seen: dict, *, case: Case) -> str:
         # a scale missing or applied twice multiplies the gradients by a power of two; anything else is
         # left to the replay below (clipped or accumulated gradients)
         power = math.log2(ratio) if ratio > 0 and math.isfinite(ratio) else math.nan
-        if abs(power) >= 0.99 and isclose_number(power, round(power), rel_tol=1e-9, abs_tol=1e-2):
+        if abs(power) >= 0.99 and math.isclose(power, round(power), abs_tol=1e-2):
             fail(
                 "loss-not-scaled",
                 observed=f"gradients at optimizer.step() are {ratio:.3g}x the true ones (2**{round(power)})",

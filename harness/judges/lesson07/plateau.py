@@ -20,7 +20,7 @@ from harness.checks.lesson07.plateau import (
     _PlateauSetting,
 )
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, isclose_numbers, malformed, tensor_dict
+from harness.contract.compare import isclose_numbers, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import _as_float, _fmt
@@ -216,7 +216,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
         _fed_an_accuracy(calls, metrics, setting)
     wrong = [
         (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses, strict=True))
-        if not isclose_number(m, v, rel_tol=1e-4, abs_tol=1e-6)
+        if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)
     ]
     like_train = [w for w in wrong if abs(w[1] - w[3]) < abs(w[1] - w[2])]
     if wrong and 2 * len(like_train) >= len(wrong):

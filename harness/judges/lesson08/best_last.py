@@ -5,11 +5,11 @@ last.pt holds every epoch's state, best.pt the best one so far; the best metric 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from harness.checks.lesson08.best_last import _best_last_cases, _best_last_state
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -86,7 +86,7 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     where="the `improved` test and the save to directory / 'best.pt'",
                 )
             returned = _as_number(observed["returned"])
-            if returned is None or not isclose_number(returned, best_metric, rel_tol=1e-9, abs_tol=0.0):
+            if returned is None or not math.isclose(returned, best_metric):
                 fail(
                     "wrong-best-metric",
                     observed=f"after epoch {epoch} ({setting}) it returned {describe(observed['returned'])}",

@@ -6,7 +6,6 @@ import torch
 
 from harness.checks.lesson08.portable import _Net, _plain_state_dict, _wrapped_state_dicts
 from harness.contract.case import Case
-from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -70,7 +69,7 @@ def judge_portable(seen: dict, *, case: Case) -> str:
             )
         for key, value in result.items():
             source = reference[key]
-            if not isinstance(value, torch.Tensor) or value.dtype != source.dtype or not same_values(value, source):
+            if not isinstance(value, torch.Tensor) or value.dtype != source.dtype or not torch.equal(value, source):
                 fail(
                     "values-changed",
                     observed=f"for {name}, {key!r} does not hold the wrapped model's tensor",

@@ -14,7 +14,6 @@ import torch
 from harness.checks.lesson08.common import _as_data
 from harness.checks.lesson08.resume import _PARTS, _build_run, _resume_setting, _ResumeSetting, _snapshot, _train_epoch
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -48,14 +47,14 @@ def _close_data(a: Any, b: Any) -> bool:
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         if a.is_floating_point():
-            return close_values(a, b, rtol=1e-4, atol=1e-6, expected_nan=True)
-        return same_values(a, b)
+            return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True))
+        return bool(torch.equal(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close_data(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close_data(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float):
-        return isclose_number(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
     return type(a) is type(b) and a == b
 
 
@@ -101,7 +100,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _Resum
         value = checkpoint.get(key)
         wanted = setting.stop_at if key == "epoch" else setting.best_metric
         number = _as_number(value)
-        if number is None or not isclose_number(number, wanted, rel_tol=1e-9, abs_tol=0.0):
+        if number is None or not math.isclose(number, wanted):
             fail(
                 "counters-not-restored",
                 observed=f"the checkpoint's {key!r} is {value!r}",
@@ -119,8 +118,7 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting)
     epoch, best_metric = setting.stop_at, setting.best_metric
     if (
         not isinstance(counters, dict) or counters.get("epoch") != epoch
-        or not isclose_number(_as_number(counters.get("best_metric")) or math.nan, best_metric,
-                              rel_tol=1e-9, abs_tol=0.0)
+        or not math.isclose(_as_number(counters.get("best_metric")) or math.nan, best_metric)
     ):
         fail(
             "counters-not-restored",
@@ -160,9 +158,9 @@ def _advanced_after_restore(restored: Any, saved: Any) -> bool:
     position; a state seeded otherwise, or never restored, shares about half its bytes by chance)."""
     if not (isinstance(restored, torch.Tensor) and isinstance(saved, torch.Tensor)
             and restored.dtype == saved.dtype == torch.uint8 and restored.shape == saved.shape
-            and saved.numel() > 8) or same_values(restored, saved):
+            and saved.numel() > 8) or torch.equal(restored, saved):
         return False
-    return same_values(restored[:8], saved[:8]) and (restored == saved).float().mean().item() >= 0.9
+    return torch.equal(restored[:8], saved[:8]) and (restored == saved).float().mean().item() >= 0.9
 
 
 def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> float:

@@ -17,7 +17,7 @@ from harness.checks.lesson10.held_out import (
     notebook_set,
 )
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, numbers
+from harness.contract.compare import isclose_number, numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.data import SHAPE_CLASSES, shapes
@@ -81,7 +81,7 @@ def _check_training_set(seen: dict) -> None:
         raise ValueError("the recorded statistics are not per-channel tensors")
 
     def holds(value: torch.Tensor) -> bool:
-        return any(close_values(t.double(), value.double(), rtol=0, atol=1e-5, dtype=False) for t in statistics)
+        return any(torch.allclose(t.double(), value.double(), rtol=0, atol=1e-5) for t in statistics)
 
     for size in NOTEBOOK_TRAIN_SIZES:
         (mean, std), (alone_mean, _) = (_notebook_statistics(size)[key] for key in ("pooled", "alone"))

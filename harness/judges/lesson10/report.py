@@ -5,6 +5,7 @@ Every section of the report, its test metrics checked against the judge's own ev
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NoReturn
 
@@ -15,7 +16,7 @@ from torch.utils.data import DataLoader
 from harness.checks.lesson10.common import mixed_precision_on_cpu
 from harness.checks.lesson10.report import _LINK, _report_model, _report_sets
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, numbers
+from harness.contract.compare import numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
@@ -124,7 +125,7 @@ def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size:
     precision = mixed_precision_on_cpu(_support_of(seen["precisions"]))
     scores = _test_scores(case, seen["weights"], precision)
     accuracy_ok = abs(reported["accuracy"] - scores["accuracy"]) <= 2 / test_size + 1e-3
-    loss_ok = reported["loss"] is None or isclose_number(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
+    loss_ok = reported["loss"] is None or math.isclose(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
     if not (accuracy_ok and loss_ok):
         percent = loss_ok and abs(reported["accuracy"] - 100 * scores["accuracy"]) <= 100 * (2 / test_size + 1e-3)
         fail("wrong-test-metrics",

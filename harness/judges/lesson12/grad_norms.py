@@ -12,7 +12,7 @@ import torch
 
 from harness.checks.lesson12.grad_norms import _grad_model
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, same_values, type_name
+from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -29,7 +29,7 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
         raise WireError("malformed observation: grads_after")
     for (name, before), now in zip(named, after, strict=False):
         if before is not None and not (isinstance(now, torch.Tensor) and now.shape == before.shape
-                                       and same_values(now, before, dtype=False)):
+                                       and torch.equal(now, before)):
             fail("grads-modified", observed=f"the gradient of {name} {_change(now, before)} during the call",
                  expected="gradients left as they were (the next step uses them)",
                  cause=_change_cause(now, before), where="the body of grad_norms_per_layer",

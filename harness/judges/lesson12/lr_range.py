@@ -15,7 +15,7 @@ from torch import nn
 from harness.checks.lesson12.common import Batch
 from harness.checks.lesson12.lr_range import _BASE_LR, _MOMENTUM, _buffers, _sweep_setup, _sweeps
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, judged, matching_tensors, type_name
+from harness.contract.compare import isclose_number, judged, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -44,8 +44,7 @@ def _reference_step(model: nn.Module, params: list[torch.Tensor], batch: Batch) 
 
 
 def _tensors_allclose(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float = 1e-4) -> bool:
-    return all(close_values(x, y, rtol=rtol, atol=1e-6, dtype=False, expected_nan=True)
-               for x, y in zip(a, b, strict=False))
+    return all(torch.allclose(x, y, rtol=rtol, atol=1e-6, equal_nan=True) for x, y in zip(a, b, strict=False))
 
 
 def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) -> None:
@@ -247,7 +246,7 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
     if not isinstance(buffers_after, list) or len(buffers_after) != len(start) or not isinstance(lrs_after, list) \
             or len(lrs_after) != groups:
         raise WireError("malformed observation: optimizer state")
-    restored_buffers = all(isinstance(b, torch.Tensor) and close_values(b, s, atol=1e-7, dtype=False)
+    restored_buffers = all(isinstance(b, torch.Tensor) and b.shape == s.shape and torch.allclose(b, s, atol=1e-7)
                            for b, s in zip(buffers_after, start_buffers, strict=True))
     if not restored_buffers or not all(isinstance(v, float) and isclose_number(v, _BASE_LR, rel_tol=1e-9, abs_tol=1e-6)
                                        for v in lrs_after):

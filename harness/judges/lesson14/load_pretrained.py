@@ -12,7 +12,6 @@ import torch
 
 from harness.checks.lesson14.load_pretrained import _GOOD, _MISSING, _RESHAPED, _checkpoint, _load_cases, _new_model
 from harness.contract.case import Case
-from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, WireError, type_name
@@ -67,7 +66,7 @@ def _judge_checkpoint_kept(after: Any, checkpoint: dict[str, torch.Tensor], desc
     removed = [k for k in checkpoint if k not in after]
     added = [k for k in after if k not in checkpoint]
     changed = [k for k in checkpoint if k in after and not (isinstance(after[k], torch.Tensor)
-                                                           and same_values(after[k], checkpoint[k], dtype=False))]
+                                                           and torch.equal(after[k], checkpoint[k]))]
     if removed or added or changed:
         what = (f"keys removed: {removed[:4]}" if removed else f"keys added: {added[:4]}" if added
                 else f"values changed: {changed[:4]}")
@@ -85,11 +84,11 @@ def _judge_loaded_state(state: Any, fresh: TransferNet, checkpoint: dict[str, to
             isinstance(state[k], torch.Tensor) and state[k].shape == own[k].shape for k in own):
         raise WireError("malformed observation: the state after loading is not the model's")
     backbone = [k for k in own if k.startswith("backbone.")]
-    not_loaded = [k for k in backbone if not same_values(state[k], checkpoint[k], dtype=False)]
+    not_loaded = [k for k in backbone if not torch.equal(state[k], checkpoint[k])]
     if not_loaded:
-        untouched = [k for k in not_loaded if same_values(state[k], own[k], dtype=False)]
+        untouched = [k for k in not_loaded if torch.equal(state[k], own[k])]
         buffers = {n for n, _ in fresh.named_buffers()}
-        if len(untouched) == len(not_loaded) and all(same_values(state[k], own[k], dtype=False) for k in backbone):
+        if len(untouched) == len(not_loaded) and all(torch.equal(state[k], own[k]) for k in backbone):
             cause = ("nothing was loaded into the backbone: the keys did not match the module they were loaded into "
                      "(model.backbone.load_state_dict expects keys without the 'backbone.' prefix), and strict=False "
                      "hid it")
@@ -104,9 +103,10 @@ def _judge_loaded_state(state: Any, fresh: TransferNet, checkpoint: dict[str, to
              cause=cause, where="the load_state_dict call: model.load_state_dict(filtered, strict=False), on the "
                                 "whole model, so the keys keep their 'backbone.' prefix")
     head = [k for k in own if k.startswith("head.")]
-    changed = [k for k in head if not same_values(state[k], own[k], dtype=False)]
+    changed = [k for k in head if not torch.equal(state[k], own[k])]
     if changed:
-        loaded_old = all(k in checkpoint and same_values(state[k], checkpoint[k], dtype=False) for k in changed)
+        loaded_old = all(k in checkpoint and checkpoint[k].shape == state[k].shape and torch.equal(state[k],
+                         checkpoint[k]) for k in changed)
         fail("head-overwritten", observed=f"given {description}, the new head's {changed} changed",
              expected="the new head as the model was built: the checkpoint's head belongs to the old task",
              cause=("the checkpoint's head was loaded: every key whose shape fits was kept (or nothing was filtered), "

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from harness.checks.lesson14.common import _BATCHNORMS
 from harness.checks.lesson14.train_mode import _mode_cases, _mode_input, _mode_model, _ModeNet, _seeded_forward
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled, same_values, tensor
+from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -118,8 +119,7 @@ def _judge_seeded_forward(record: dict[str, Any], model: _ModeNet, case: Case, i
     own = dict(model.named_buffers())
     if not (isinstance(buffers, dict) and list(buffers) == list(own)):
         raise WireError("malformed observation: the buffers are not the model's")
-    moved = [f"{n}" for n in own
-             if n.rpartition(".")[0] in frozen and not same_values(tensor(buffers[n], n), own[n], dtype=False)]
+    moved = [f"{n}" for n in own if n.rpartition(".")[0] in frozen and not torch.equal(tensor(buffers[n], n), own[n])]
     if moved:
         fail("frozen-bn-training",
              observed=f"after one forward pass, the frozen BatchNorm statistics {moved[:3]} moved",

@@ -11,7 +11,7 @@ import torch
 
 from harness.checks.lesson16.common import _state, case_config, case_model
 from harness.contract.case import Case
-from harness.contract.compare import same_values, type_name
+from harness.contract.compare import type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson16.common import _states_equal
@@ -37,7 +37,7 @@ def _state_problem(saved: dict, want: dict[str, torch.Tensor]) -> tuple[str, str
             return ("wrong-weights", f"{name} was saved as {got.dtype}, the model's is {value.dtype}",
                     "the tensors were converted (.half(), .to(dtype)) before saving: the served model would not "
                     "compute what was trained")
-        if not same_values(got, value, dtype=False):
+        if not torch.equal(got, value):
             return ("wrong-weights", f"the values of {name} differ from the model's",
                     "another model's (or an earlier) state_dict was saved, or the tensors were changed")
     return None

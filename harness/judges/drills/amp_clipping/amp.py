@@ -12,7 +12,6 @@ from harness.contract.compare import close_values, isclose_number, isclose_numbe
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.amp_clipping import (
-    _CLIP_BEFORE_UNSCALE,
     _LOOP_BATCHES,
     _LOOP_EPOCHS,
     _LOOP_MAX_LR,
@@ -28,33 +27,12 @@ from harness.drills.bank.amp_clipping import (
     _probe_model,
     _skip_plan,
 )
-from harness.drills.core import Answers
+from harness.drills.core import Answers, add_judge
 from harness.drills.support import edited, with_fixes
-from harness.judges.drills.amp_clipping.common import CLIP, two_params
+from harness.judges.drills.amp_clipping.common import two_params
 from harness.judges.drills.whys import add_answers
 
 _INIT_SCALE = 2.0**10
-
-
-_AMP_SOLUTION = '''import torch
-
-
-def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
-    x, y = batch
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
-'''
-
-
-_UNSCALE = "    scaler.unscale_(optimizer)\n"
 
 
 def _amp_reference(params: list, batch: tuple[torch.Tensor, torch.Tensor], max_norm: float | None,
@@ -379,48 +357,10 @@ def _amp_loop_fixed(*bugs: tuple[str, str]) -> str:
     return with_fixes(_LOOP_STARTER, *bugs)
 
 
-add_answers(
-    Answers(
-        drill_id="amp-train-step",
-        solution=_AMP_SOLUTION,
-        wrong_answers=(
-            (edited(_AMP_SOLUTION, ("    scaler.update()\n", "")), "missing-update"),
-            (edited(_AMP_SOLUTION, ("    optimizer.zero_grad(set_to_none=True)\n", "")), "stale-gradients"),
-            (edited(_AMP_SOLUTION,
-                    ("        loss = loss_fn(model(x), y)\n    scaler.scale(loss).backward()\n",
-                     "        loss = loss_fn(model(x), y)\n        scaler.scale(loss).backward()\n")),
-             "backward-inside-autocast"),
-            (edited(_AMP_SOLUTION, (_UNSCALE, "")), "missing-unscale"),
-            (_CLIP_BEFORE_UNSCALE, "clip-before-unscale"),
-            (edited(_AMP_SOLUTION, (CLIP, "")), "not-clipped"),
-            (edited(_AMP_SOLUTION, ("    scaler.step(optimizer)\n", "    optimizer.step()\n")),
-             "optimizer-step-direct"),
-            (edited(_AMP_SOLUTION,
-                    ('    with torch.autocast("cpu", dtype=torch.bfloat16):\n'
-                     "        loss = loss_fn(model(x), y)\n",
-                     "    loss = loss_fn(model(x), y)\n")),
-             "no-autocast"),
-            (edited(_AMP_SOLUTION, ("    model.train()\n", "")), "not-train-mode"),
-        ),
-        judge=_judge_amp_step,
-    )
-)
+add_judge("amp-train-step", _judge_amp_step)
 
 
-add_answers(
-    Answers(
-        drill_id="clipping-under-amp",
-        solution=_AMP_SOLUTION,
-        wrong_answers=(
-            (edited(_AMP_SOLUTION, (CLIP, "")), "not-clipped"),
-            (edited(_AMP_SOLUTION,
-                    ("clip_grad_norm_(model.parameters(), max_norm)",
-                     "clip_grad_value_(model.parameters(), max_norm)")), "clipped-by-value"),
-            (edited(_AMP_SOLUTION, (_UNSCALE, "")), "clip-before-unscale"),
-        ),
-        judge=_judge_clip_under_amp,
-    )
-)
+add_judge("clipping-under-amp", _judge_clip_under_amp)
 
 
 add_answers(

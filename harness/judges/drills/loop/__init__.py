@@ -29,7 +29,7 @@ from harness.drills.bank.loop import (
     _stalls_setup,
     _train_step_setup,
 )
-from harness.drills.core import Answers
+from harness.drills.core import Answers, add_judge
 from harness.drills.support import edited
 from harness.judges.drills.loop import explain, stopping, three_bugs  # noqa: F401  (adds the answers)
 from harness.judges.drills.loop.common import NOT_A_LOSS, check_step_gradient, checked_tensors, validated_steps
@@ -117,11 +117,6 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
              "model happens to be in: after an evaluation, dropout stays off and batch norm uses its running "
              "statistics", where="the first line of train_step")
     return "one step per batch with that batch's gradient; the loss comes back detached, with no host sync"
-
-
-_TRAIN_STEP_WRONG_BODY = ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    model.train()\n"
-                          "    optimizer.zero_grad(set_to_none=True)\n    loss = loss_fn(model(x), y)\n"
-                          "    loss.backward()\n    optimizer.step()\n")
 
 
 def _judge_stalls(seen: dict, *, case: Case) -> str:
@@ -229,31 +224,7 @@ def _judge_restore(seen: dict, *, case: Case) -> str:
     return "evaluates in eval mode without a graph, and hands the model back in the mode it found it"
 
 
-add_answers(
-    Answers(
-        drill_id="loop-train-step",
-        solution=(
-            "import torch\n\n\ndef train_step(model, batch, loss_fn, optimizer):\n"
-            "    x, y = batch\n    model.train()\n    optimizer.zero_grad(set_to_none=True)\n"
-            "    loss = loss_fn(model(x), y)\n    loss.backward()\n    optimizer.step()\n    return loss.detach()\n"
-        ),
-        wrong_answers=(
-            ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    model.train()\n"
-             "    loss = loss_fn(model(x), y)\n    loss.backward()\n    optimizer.step()\n    return loss.detach()\n",
-             "missing-zero-grad"),
-            ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    optimizer.zero_grad()\n"
-             "    optimizer.step()\n    loss = loss_fn(model(x), y)\n    loss.backward()\n    return loss.detach()\n",
-             "step-before-backward"),
-            (_TRAIN_STEP_WRONG_BODY + "    return loss.item()\n",
-             "host-sync"),
-            (_TRAIN_STEP_WRONG_BODY + "    return loss\n",
-             "loss-not-detached"),
-            (edited(_TRAIN_STEP_WRONG_BODY, ("    model.train()\n", "")) + "    return loss.detach()\n",
-             "not-train-mode"),
-        ),
-        judge=_judge_train_step,
-    )
-)
+add_judge("loop-train-step", _judge_train_step)
 
 
 add_answers(

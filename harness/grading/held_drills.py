@@ -1,0 +1,56 @@
+"""What a graded student tree holds back of the drill bank (issue 38 item 1): the answers of the held drills.
+
+A held drill's answer passes a graded exercise (`answerable.WITHHELD_DRILLS`: drill -> those exercises). Its
+solution and planted wrong answers are in `harness/judges/drills/held`, which a graded tree does not ship; its judge
+stays in its topic's module, so lesson 11's local checks run, and the one held reference a judge recomputes (the
+warmup-cosine factor) is there as its values on the visible case (`harness/judges/drills/recorded.json`). The tree's
+`answers.json` loses their answers, and `harness/drills/withheld.json` lists them with their exercises, for
+`harness drill` to say why they are held. A practice tree (no held drills) keeps everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+DRILLS = Path("harness") / "judges" / "drills"
+HELD = DRILLS / "held"
+WITHHELD_LIST = Path("harness") / "drills" / "withheld.json"  # read by `harness drill`
+
+
+def held_answers(repo_root: Path) -> set[str]:
+    """The drills whose answers `harness/judges/drills/held` registers (read from its source)."""
+    return {drill for path in sorted((repo_root / HELD).glob("*.py"))
+            for drill in re.findall(r'drill_id="([^"]+)"', path.read_text(encoding="utf-8"))}
+
+
+def withhold_drills(target: Path, drills: Mapping[str, tuple[str, ...]], repo_root: Path) -> None:
+    """Hold the answers of `drills` (drill -> the graded exercises its answer passes) back from the tree `target`.
+
+    Raises:
+        KeyError: a drill the bank does not hold.
+        ValueError: `harness/judges/drills/held` holds the answers of a drill not among `drills` (the tree would
+            lose them without saying why).
+    """
+    answers_path = target / DRILLS / "answers.json"
+    answers = json.loads(answers_path.read_text(encoding="utf-8"))
+    unknown = sorted(set(drills) - set(answers))
+    if unknown:
+        raise KeyError(f"withheld drills {', '.join(unknown)} are not in the drill bank's answers")
+    kept = {drill: answer for drill, answer in answers.items() if drill not in drills}
+    answers_path.write_text(json.dumps(kept, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (target / WITHHELD_LIST).write_text(json.dumps({drill: list(drills[drill]) for drill in sorted(drills)}) + "\n")
+    if not drills:
+        return
+    stray = sorted(held_answers(repo_root) - set(drills))
+    if stray:
+        raise ValueError(f"harness/judges/drills/held holds the answers of {', '.join(stray)}, which the tree does not "
+                         "withhold: add them to WITHHELD_DRILLS (harness/grading/answerable.py), or move their answers "
+                         "back to their topic's module")
+    from harness.judges.drills.held import recorded_values
+
+    shutil.rmtree(target / HELD)
+    (target / DRILLS / "recorded.json").write_text(json.dumps(recorded_values(), indent=1) + "\n", encoding="utf-8")

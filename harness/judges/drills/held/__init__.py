@@ -1,0 +1,21 @@
+"""The held drills' answers: the solutions and planted wrong answers of the drills whose answer passes a graded
+exercise (`harness.grading.answerable.WITHHELD_DRILLS`), one module per bank topic, and the references their judges
+recompute where a reference answers an exercise.
+
+Their judges stay in the topics' modules (`harness.drills.core.add_judge`), so lesson 11's local checks run in a
+graded student tree, which does not ship this package (`harness.grading.held_drills`); there a judge reads a held
+reference's values on the visible case from `recorded.json` (`harness.judges.drills.recorded`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def recorded_values() -> dict[str, dict[str, Any]]:
+    """Each held reference's values on the visible case: name -> {its arguments as JSON -> its value}."""
+    from harness.judges.drills.held import schedulers
+
+    return {name: {json.dumps(list(arguments)): function(*arguments) for arguments in calls}
+            for name, (function, calls) in schedulers.VISIBLE.items()}
