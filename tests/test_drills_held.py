@@ -129,7 +129,7 @@ from harness.contract.failure import CheckFailed
 from harness.drills.checker import check_source
 from harness.drills.core import get_drill
 from harness.drills.index import entries
-from harness.judges.drills.recorded import held
+from harness.judges.drills.recorded import recorded
 
 said = {}
 for action in ("solution", "check"):
@@ -154,7 +154,7 @@ for name, source in json.loads(sys.argv[3]).items():
     except CheckFailed as failure:
         verdicts[name] = str(failure)
 try:
-    held("schedulers.warmup_cosine_expected", 999, 3, 10)
+    recorded("schedulers.warmup_cosine_expected", 999, 3, 10)
     unrecorded = "computed"
 except LookupError as error:
     unrecorded = str(error)
@@ -209,6 +209,13 @@ def test_in_a_graded_tree_a_held_drill_says_why_a_shipped_one_checks_and_lesson_
         "solution", "wrong-warmup", "not-clamped", "wrong-decay"}
     assert all(f"[{code}]" in seen["verdicts"][code] for code in ("wrong-warmup", "not-clamped", "wrong-decay"))
     assert "held with your instructor" in seen["unrecorded"] and "visible case only" in seen["unrecorded"]
+
+
+def test_the_held_reference_counts_in_the_regrade_fingerprint():
+    """11-warmup-cosine's judge imports its held reference where it calls it: a fixed reference is a regrade."""
+    from harness.grading.fingerprint import closure, defining_modules
+
+    assert "harness.judges.drills.held.schedulers" in closure(defining_modules("11-warmup-cosine"))
 
 
 def test_the_tree_refuses_to_drop_held_answers_it_does_not_withhold(tmp_path):
