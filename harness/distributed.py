@@ -1,4 +1,4 @@
-"""Distributed helpers: rank, world size, main-process duties, averaged metrics, barriers, backend choice.
+"""Distributed helpers: rank, world size, main-process duties, summed metrics, barriers, backend choice.
 
 Every helper also works in a plain single process (no process group): rank 0 of a world of 1. A script
 written with them runs unchanged as `python train.py`, under `torchrun --nproc-per-node=N train.py` on
@@ -49,15 +49,6 @@ def get_local_rank() -> int:
 def is_main_process() -> bool:
     """True on rank 0: the process that logs, plots and writes checkpoints."""
     return get_rank() == 0
-
-
-def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
-    """The mean of `value` over all ranks (a copy; `value` itself is unchanged)."""
-    if not is_distributed():
-        return value.clone()
-    reduced = value.detach().clone()
-    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-    return reduced / get_world_size()
 
 
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:

@@ -102,13 +102,13 @@ def test_launch_timeout_ends_every_process():
 SCRIPT = """
 import sys
 import torch
-from harness.distributed import (all_reduce_mean, cleanup_distributed, distributed_loader, get_rank,
+from harness.distributed import (all_reduce_sum, cleanup_distributed, distributed_loader, get_rank,
                                  get_world_size, init_distributed, is_main_process)
 
 device = init_distributed()  # from torchrun's environment
 loader = distributed_loader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=2, seed=0)
 local = torch.cat([x for (x,) in loader]).mean()
-mean = all_reduce_mean(local)
+mean = all_reduce_sum(local) / get_world_size()
 print(f"rank {get_rank()}/{get_world_size()} on {device}: shard mean {local.item():.2f}, global mean {mean.item():.2f}")
 if is_main_process():
     with open(sys.argv[1], "w") as f:

@@ -4,14 +4,18 @@ For each graded exercise (a `check("NN-task", ...)` call of the lesson's noteboo
 class of the tree's `harness` package whose kind and signature can fill the exercise's slot (`Shape.fits`, read from
 source), and every drill answer the tree carries, is passed to the exercise's visible check in place of the
 student's object, inside the tree (`answerability_worker`, one subprocess per lesson, each check time-bounded). A
-candidate that passes is a hit. Importing and pasting are the same test: a pasted copy is the same code, and where
-a candidate needs its module's globals the import route covers it. `harness release --student` fails unless every
-hit is declared (`harness.grading.answerable`).
+candidate counts as a hit when it earns the points: the visible check passes on it in the tree, and the grading
+check does too (the exercise's probe on a hidden case, in the tree beside the candidate, judged here by the
+instructor's judge, as `harness grade` does). A recorded reference (`harness.contract.recorded`) answers only the
+visible case, so it passes the first and fails the second. Importing and pasting are the same test: a pasted copy is
+the same code, and where a candidate needs its module's globals the import route covers it.
+`harness release --student` fails unless every hit is declared (`harness.grading.answerable`).
 """
 
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import os
 import resource
@@ -23,11 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contract.case import Case
+from harness.contract.protocol import decide, preserved_state
 from harness.grading.answerability_worker import shapes
 from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, NOT_AUDITED
 from harness.grading.layout import REPO_ROOT, discover_assignments
+from harness.judge.cases import draw_cases
 
 WORKER = Path(__file__).with_name("answerability_worker.py")
+# The hidden case a visible hit is confirmed on: drawn as the grader draws one, from a fixed key (the audit's own).
+AUDIT_KEY = b"answerability audit"
 # The worker runs shipped functions on arguments they were never written for (a process id of 0 or -1 among them):
 # in its own PID namespace, a signal sent to every process reaches only the audit's own.
 ISOLATION = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
@@ -75,6 +84,7 @@ class AuditResult:
     tried: int = 0
     checked: int = 0  # candidates that passed the screen and ran the check
     timed_out: list[str] = field(default_factory=list)  # "task: source" whose check ran past its bound
+    visible_only: list[str] = field(default_factory=list)  # "task: source" that the grading check refused
     unaudited: dict[str, str] = field(default_factory=dict)  # task -> why it could not be audited
     cpu_s: float = 0.0
 
@@ -152,12 +162,29 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def hidden_case(assignment: str, task: str) -> Case:
+    """The hidden case on which the audit confirms a visible hit of `task`."""
+    return draw_cases(AUDIT_KEY, assignment, "answerability-audit", task)[1]
+
+
+def earns(task: str, observation: str, case: Case) -> bool:
+    """Whether the instructor's judge passes `observation` (base64 wire bytes of `task`'s probe on `case`)."""
+    try:
+        with preserved_state():
+            decide(task, base64.b64decode(observation), case)
+    except Exception:  # noqa: BLE001 - a failure, a forged or malformed observation, a reference that raised
+        return False
+    return True
+
+
 def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limits, scope: Scope,
                  repo_root: Path) -> None:
-    """Run the worker on `assignment`'s exercises inside `tree`; add what it found to `result`."""
+    """Run the worker on `assignment`'s exercises inside `tree`; add what it found to `result`: a candidate the
+    visible check passes is a hit when the instructor's judge passes its hidden observation too."""
     request = {"tree": str(tree.resolve()), "per_check_s": limits.per_check_s, "screen_s": limits.screen_s,
                "modules": list(scope.modules),
-               "exercises": exercises(assignment, repo_root)}
+               "exercises": [{**exercise, "hidden_seed": hidden_case(assignment, exercise["task"]).seed}
+                             for exercise in exercises(assignment, repo_root)]}
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         try:
@@ -176,10 +203,15 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
                 continue
             result.tried += 1
             result.checked += not record["screened"]
-            if record["hit"]:
+            what = f"{record['task']}: {record['label']}"
+            if record["hit"] and record["hidden"] is None:
+                result.timed_out.append(what)  # its probe on the hidden case ran past the bound
+            elif record["hit"] and earns(record["task"], record["hidden"], hidden_case(assignment, record["task"])):
                 result.hits.append(Hit(record["task"], record["label"], record["file"]))
+            elif record["hit"]:
+                result.visible_only.append(what)
             elif record["timed_out"]:
-                result.timed_out.append(f"{record['task']}: {record['label']}")
+                result.timed_out.append(what)
         for exercise in request["exercises"]:
             if exercise["task"] not in seen and assignment not in result.unaudited:
                 result.unaudited[exercise["task"]] = "its worker stopped before reaching it"
@@ -224,7 +256,8 @@ def summary(result: AuditResult) -> str:
     line = (f"{len(tasks)} exercises answerable by shipped code ({len(result.hits)} hits of {result.tried} tried, "
             f"{result.checked} of them checked: "
             f"{allowed} declared allowed, {known} known to close under issue 38 item 1, "
-            f"{len(result.hits) - allowed - known} undeclared; see harness/grading/answerable.py); "
+            f"{len(result.hits) - allowed - known} undeclared; see harness/grading/answerable.py; "
+            f"{len(result.visible_only)} more passed the visible check only, not the grading one); "
             f"audit CPU time {result.cpu_s:.0f} s")
     if result.unaudited:
         line += f"; not audited: {', '.join(f'{t} ({why})' for t, why in sorted(result.unaudited.items()))}"

@@ -10,6 +10,7 @@ exercise's slot is never imported or called.
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import copy
 import functools
@@ -137,6 +138,22 @@ def _passes(task: str, arguments: tuple[Any, ...], seconds: float) -> bool | Non
     """Whether the visible check of `task` passes on `arguments` in a child (None: it ran past `seconds`)."""
     said, finished = _in_child(functools.partial(_checked, task, arguments), seconds)
     return said == PASSED if finished else None
+
+
+def _probed(task: str, arguments: tuple[Any, ...], seed: int, fd: int) -> None:
+    """Write the observation of `task`'s probe on `arguments`, on the hidden case of offset `seed`, to `fd` (in the
+    audit's child): as graded, the probe runs beside the candidate and the grader's judge decides."""
+    from harness.contract.case import Case
+    from harness.contract.protocol import observe
+
+    os.write(fd, observe(task, arguments, Case(hidden=True, seed=seed)))
+
+
+def hidden_observation(task: str, arguments: tuple[Any, ...], seed: int, seconds: float) -> str | None:
+    """The hidden case's observation of `arguments` as base64 text, for the instructor's judge (None: the probe
+    ran past `seconds`)."""
+    said, finished = _in_child(functools.partial(_probed, task, arguments, seed), seconds)
+    return base64.b64encode(said).decode() if finished else None
 
 
 def outline(value: Any) -> Any:
@@ -333,7 +350,8 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
 
     A function candidate is first screened: called in a child as the solution was first called, it must return
     something of the same outline within `screen_s`; only then does the exercise's check run on it, bounded by
-    a few times the solution's own check time.
+    a few times the solution's own check time. A candidate the visible check passes is probed on the hidden case
+    (`hidden_seed`) too, and its observation written with the result for the instructor's judge.
     """
     tree = Path(request["tree"])
     only = tuple(request.get("modules", ()))
@@ -365,8 +383,11 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
             if index in dropped:
                 emit(task=task, label=label, file=file, hit=False, timed_out=False, screened=True)
                 continue
-            verdict = _passes(task, _arguments(exercise, {**base, slot: candidate}), bound)
-            emit(task=task, label=label, file=file, hit=verdict is True, timed_out=verdict is None, screened=False)
+            arguments = _arguments(exercise, {**base, slot: candidate})
+            verdict = _passes(task, arguments, bound)
+            observed = hidden_observation(task, arguments, exercise["hidden_seed"], bound) if verdict else None
+            emit(task=task, label=label, file=file, hit=verdict is True, timed_out=verdict is None, screened=False,
+                 hidden=observed)
 
 
 def main() -> None:

@@ -35,27 +35,7 @@ _KEY = ("an explain drill's key: withheld from answers.json and `harness drill s
         "of 11-why-eval needs it (its choices, harness/judges/drills/modules.py), and a local check of four options "
         "gives the key in at most three tries anyway")
 KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {
-    ("01-to-tokens", "harness.judges.lesson01.to_tokens._reference_tokens"): _REFERENCE,
-    ("05-amp-step", "harness.judges.lesson05.amp_step.reference_amp_step"): _REFERENCE,
-    ("05-cast-report", "harness.judges.lesson05.cast_report.reference_cast_report"): _REFERENCE,
-    ("05-choose-precision", "harness.judges.lesson05.choose_precision.reference_choose_precision"): _REFERENCE,
-    ("05-output-dtypes", "harness.judges.lesson05.output_dtypes.reference_output_dtypes"): _REFERENCE,
-    ("05-scale-trace", "harness.judges.lesson05.scale_trace.real_scale_trace"): _REFERENCE,
-    ("07-warmup-cosine", "harness.judges.lesson07.common.warmup_cosine_reference"): _REFERENCE,
-    ("09-ddp-mean", "harness.distributed.all_reduce_mean"):
-        "issue 38 item 1: a library function no lesson's given cells and no library module call; "
-        "harness/distributed.py "
-        "is not this audit's to change: drop it from the library or ship it after lesson 09's due date",
-    ("10-precision", "harness.checks.lesson10.common.reference_precision"):
-        "issue 38 item 1: a probe-side reference (harness/checks, mounted in the graded kernel too); moves to the "
-        "instructor's side",
-    ("11-warmup-cosine", "harness.judges.lesson07.common.warmup_cosine_reference"): _REFERENCE,
     ("11-why-eval", "drill answer modules-why-eval"): _KEY,
-    ("13-activation-formula", "harness.judges.lesson13.activation_formula.measured_activation_bytes"): _REFERENCE,
-    ("13-memory-formula", "harness.judges.lesson13.memory_formula.reference_training_memory"): _REFERENCE,
-    ("15-masked-loss", "harness.judges.lesson15.masked_loss._reference_masked"): _REFERENCE,
-    ("15-pad-collate", "harness.judges.lesson15.pad_collate._reference_collate"): _REFERENCE,
-    ("15-warmup", "harness.judges.lesson15.warmup.reference_lr_factor"): _REFERENCE,
 }
 
 # Exercises the audit cannot try: their solution, run from the notebook's imports and solution cells alone, does not

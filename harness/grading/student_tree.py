@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.grading.held_drills import withhold_drills
 from harness.grading.layout import REPO_ROOT
+from harness.grading.references import withhold_references
 from harness.grading.solution_hints import strip_solution_lines, write_released
 
 # Top-level files and folders of the repository a student gets, as they are.
@@ -69,7 +70,9 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines
 
     The probes' solution lines (level-3 hints) are blanked; `solution_lines` (task id -> line, what the course file
     releases: `solution_hints.released_lines`) is written beside them for `hint()`. The drills `withheld_drills`
-    (a graded release: `answerable.WITHHELD_DRILLS`) lose their answers (`held_drills.withhold_drills`).
+    (a graded release: `answerable.WITHHELD_DRILLS`) lose their answers (`held_drills.withhold_drills`). The judges'
+    references that answer exercises are recorded on the visible cases and their bodies removed
+    (`references.withhold_references`).
     """
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target} is not empty: give a new folder for the student tree")
@@ -91,6 +94,7 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines
         probe.write_text(strip_solution_lines(probe.read_text(encoding="utf-8")), encoding="utf-8")
     write_released(target, solution_lines or {})
     withhold_drills(target, withheld_drills or {}, repo_root)
+    withhold_references(target, repo_root)
     if not (repo_root / "LICENSE").is_file():
         raise FileNotFoundError(f"{repo_root / 'LICENSE'} is missing: the student tree must carry the course's licence")
     shutil.copytree(TEMPLATE, target, dirs_exist_ok=True, ignore=ignore)

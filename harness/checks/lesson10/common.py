@@ -23,23 +23,10 @@ def _rng_kept() -> Iterator[None]:
         restore_rng_state(state)
 
 
-def reference_precision(device_type: str, precisions: dict[str, bool]) -> str:
-    """fp32 on a CPU (as `harness.env.recommended_precision`: bf16 autocast runs there, but emulated unless the
-    processor has bf16 instructions); else bf16 where autocast supports it; fp16 (with a GradScaler) on CUDA GPUs
-    without bf16; else fp32."""
-    if device_type == "cpu":
-        return "fp32"
-    if precisions.get("bf16_autocast"):
-        return "bf16"
-    if device_type == "cuda" and precisions.get("fp16_autocast") and precisions.get("grad_scaler"):
-        return "fp16"
-    return "fp32"
-
-
 def mixed_precision_on_cpu(precisions: dict[str, bool]) -> str:
     """The precision the checks' tiny CPU runs train in: bf16 where the CPU's autocast runs it, else fp32.
 
-    Not what a CPU should train in (`reference_precision` says fp32), but what makes a precision observable: a
+    Not what a CPU should train in (10-precision's judge says fp32), but what makes a precision observable: a
     run asked for bf16 records bf16 in last.pt, one that ignores the request records fit's default, fp32; and a
     report of a bf16 run shows what autocast did. The runs are a few dozen small images: emulated bf16 costs
     little there.

@@ -9,11 +9,14 @@ import torch
 
 from harness.checks.lesson01.to_tokens import _token_inputs
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.judges.lesson01.common import _recorded_tensor, _require_tensor
 
 
+@recorded
 def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
     return images.flatten(2).transpose(1, 2)
 
@@ -21,7 +24,7 @@ def _reference_tokens(images: torch.Tensor) -> torch.Tensor:
 def _fail_wrong_order(tokens: torch.Tensor, x: torch.Tensor) -> None:
     """Fail for tokens of the right shape in the wrong order, naming the regrouping they match when one does."""
     n, c, h, w = x.shape
-    if h != w and torch.equal(tokens, x.permute(0, 3, 2, 1).reshape(n, h * w, c)):
+    if h != w and same_values(tokens, x.permute(0, 3, 2, 1).reshape(n, h * w, c), dtype=False):
         fail("wrong-order",
              observed=f"right shape, but for images of H={h}, W={w} your tokens run down each column: token "
                       f"w*H + h holds pixel (h, w) (your result equals images.permute(0, 3, 2, 1).reshape(N, H*W, C))",
@@ -31,7 +34,7 @@ def _fail_wrong_order(tokens: torch.Tensor, x: torch.Tensor) -> None:
              where="the permute order: (0, 2, 3, 1) keeps H before W and moves only the channels last",
              hint="Which axis of images is H and which is W? After the permute, H must come before W for token "
                   "h*W + w to be pixel (h, w).")
-    if torch.equal(tokens, x.reshape(n, h * w, c)):
+    if same_values(tokens, x.reshape(n, h * w, c), dtype=False):
         fail("wrong-order",
              observed="right shape, but tokens[n, h*W + w] is not the channel vector images[n, :, h, w] (your result "
                       "equals images.reshape(N, H*W, C))",
@@ -58,7 +61,7 @@ def judge_to_tokens(seen: dict, *, case: Case) -> str:
                  where="use reshape() (copies when it must) instead of view()")
         tokens = _require_tensor(entry["tokens"], "to_tokens", "the return statement of to_tokens")
         after = _recorded_tensor(entry, "input_after")
-        if after.shape != x.shape or not torch.equal(after, x):
+        if after.shape != x.shape or not same_values(after, x, dtype=False):
             fail("input-modified", observed="the input images changed", expected="the input left untouched",
                  cause="an in-place operation on the input (a method ending in _, such as transpose_)",
                  where="use out-of-place operations in to_tokens")
@@ -68,7 +71,7 @@ def judge_to_tokens(seen: dict, *, case: Case) -> str:
                  expected=f"{(n, h * w, c)} = (N, H*W, C)",
                  cause="the axes are merged or ordered differently from (N, H*W, C)",
                  where="the permute order and the reshape sizes in to_tokens")
-        if not torch.equal(tokens, _reference_tokens(x)):
+        if not same_values(tokens, _reference_tokens(x), dtype=False):
             _fail_wrong_order(tokens, x)
     return ("(N, C, H, W) -> (N, H*W, C) with each token the channel vector of one pixel, for contiguous, cropped, "
             "channels-last and strided inputs")

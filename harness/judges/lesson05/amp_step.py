@@ -5,7 +5,6 @@ An inf gradient skips the step and halves the scale; two steps match the referen
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -14,28 +13,14 @@ from torch import nn
 from harness.checks.lesson05.amp_step import _TWO_STEP_SCALE, _amp_cases, _amp_parts, _amp_setup, _two_batches
 from harness.checks.lesson05.common import make_batch, make_mlp
 from harness.contract.case import Case
-from harness.contract.compare import judged, matching_tensors, type_name
+from harness.contract.compare import judged, matching_tensors, same_values, type_name
 from harness.contract.compare import number as _number
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson05.common import _name, fail_autocast_dtype, other_dtype
-
-
-def reference_amp_step(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor],
-                       optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device_type: str,
-                       dtype: torch.dtype) -> torch.Tensor:
-    """The canonical AMP step (the lesson's solution)."""
-    inputs, targets = batch
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(device_type, dtype=dtype):
-        loss = loss_fn(model(inputs), targets)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
 
 
 @judges("05-amp-step")
@@ -58,7 +43,7 @@ def _judge_skip(skip: dict, start: list[torch.Tensor]) -> None:
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
     skipped = matching_tensors(skip["params_after_inf"], start, "params_after_inf")
-    unchanged = all(torch.equal(a, b) for a, b in zip(start, skipped, strict=True))
+    unchanged = all(same_values(a, b, dtype=False) for a, b in zip(start, skipped, strict=True))
     if steps_taken or not unchanged:
         fail(
             "inf-step-not-skipped",
@@ -82,11 +67,22 @@ def _judge_skip(skip: dict, start: list[torch.Tensor]) -> None:
         )
 
 
+@recorded
 def _reference_two_steps(seed: int, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The canonical step run twice from the seeded start: its losses and the parameters after both."""
+    """The canonical AMP step (the lesson's solution) run twice from the seeded start: its losses and the
+    parameters after both. Recorded as one call on the case's seed and dtype: the step changes the model,
+    optimizer and scaler it is given, and only the effects it leaves (losses and parameters) are judged."""
     model, optimizer, scaler = _amp_setup(seed, init_scale=_TWO_STEP_SCALE)
-    losses = [reference_amp_step(model, batch, nn.functional.mse_loss, optimizer, scaler, "cpu", dtype)
-              for batch in _two_batches(seed)]
+    losses = []
+    for inputs, targets in _two_batches(seed):
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype):
+            loss = nn.functional.mse_loss(model(inputs), targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.detach())
     return losses, snapshot(model)
 
 

@@ -11,13 +11,15 @@ import torch
 
 from harness.checks.lesson05.cast_report import _cast_cases
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import judged, same_values, type_name
 from harness.contract.compare import number as _number
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.judges.lesson05.common import _name
 
 
+@recorded
 def reference_cast_report(x: torch.Tensor, dtype: torch.dtype) -> dict[str, float | int]:
     """What casting float32 `x` to `dtype` loses: overflows, underflows, worst relative rounding error."""
     y = x.to(dtype).float()
@@ -51,7 +53,7 @@ def judge_cast_report(seen: dict, *, case: Case) -> str:
 
 
 def _compare_cast_report(got: Any, want: dict, x: Any, original: torch.Tensor, dtype: torch.dtype) -> None:
-    if not (isinstance(x, torch.Tensor) and x.shape == original.shape and torch.equal(x, original)):
+    if not (isinstance(x, torch.Tensor) and x.shape == original.shape and same_values(x, original, dtype=False)):
         fail(
             "input-modified",
             observed="the tensor passed in was changed by the call",

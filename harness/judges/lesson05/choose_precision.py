@@ -13,11 +13,13 @@ from harness.checks.lesson05.choose_precision import _precision_calls
 from harness.contract.case import Case
 from harness.contract.compare import fail_raised, judged
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque
 from harness.judges.lesson05.common import _name
 
 
+@recorded
 def reference_choose_precision(device_type: str, bf16_supported: bool) -> tuple[torch.dtype, bool]:
     """bf16 where the device has it (fp32's range: no scaler needed), else fp16 with a GradScaler."""
     if device_type not in ("cpu", "cuda", "mps", "xpu"):

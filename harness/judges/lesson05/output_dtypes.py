@@ -15,6 +15,7 @@ from harness.checks.lesson05.output_dtypes import _dtype_calls
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson05.common import _name
@@ -26,6 +27,7 @@ def _first_tensor(output: Any) -> torch.Tensor:
     return output
 
 
+@recorded(weights=False)  # the case's models are not seeded: their values do not matter here
 def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str,
                             dtype: torch.dtype) -> dict[str, torch.dtype]:
     """Output dtype of each leaf module during one autocast forward (first tensor of tuple outputs)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,12 +10,14 @@ from torch import nn
 
 from harness.checks.lesson05.scale_trace import _scale_cases
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import isclose_number, judged, type_name
 from harness.contract.compare import number as _number
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 
 
+@recorded
 def real_scale_trace(
     overflows: Sequence[bool], *, init_scale: float, growth_factor: float, backoff_factor: float, growth_interval: int
 ) -> list[float]:
@@ -76,7 +77,7 @@ def _floats(value: Any) -> list[float] | None:
 
 def _same_trace(a: Sequence[float], b: Sequence[float]) -> bool:
     """Equal step for step, up to float32 rounding (the real scaler holds its scale in float32)."""
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(isclose_number(x, y, rel_tol=1e-6, abs_tol=0.0) for x, y in zip(a, b, strict=True))
 
 
 @judges("05-scale-trace")
@@ -104,7 +105,8 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
             )
         if _same_trace(got, want):
             continue
-        step = next(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not math.isclose(g, w, rel_tol=1e-6))
+        step = next(i for i, (g, w) in enumerate(zip(got, want, strict=True))
+                    if not isclose_number(g, w, rel_tol=1e-6, abs_tol=0.0))
         situation = f"with {settings} and overflows={[int(o) for o in overflows]}, after step {step}"
         before = got[step - 1] if step else settings["init_scale"]
         if overflows[step] and got[step] >= before:

@@ -9,14 +9,15 @@ import torch
 from torch import nn
 
 from harness.checks.lesson07.common import _is_number, _LoopSetting, _tiny_regressor
-from harness.contract.compare import close_tensors
+from harness.contract.compare import close_tensors, isclose_number
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 
 
 def _first_difference(a: Sequence[float], b: Sequence[float]) -> int:
     """The first index where two equally long sequences of numbers differ."""
     return next(i for i, (x, y) in enumerate(zip(a, b, strict=True))
-                if not math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12))
+                if not isclose_number(x, y, rel_tol=1e-6, abs_tol=1e-12))
 
 
 def _fmt(values: Sequence[float], limit: int = 8) -> str:
@@ -74,6 +75,7 @@ def _replay_steps(model: nn.Module, seen: dict[str, Any], batches: list[tuple[to
         )
 
 
+@recorded
 def warmup_cosine_reference(step: int, warmup_steps: int, total_steps: int) -> float:
     """The course's warmup-cosine factor (lessons 07, 10, 11, 15, the drills and the showcase use this convention).
 

@@ -5,13 +5,12 @@ The factor matches the closed form on every triple, and LambdaLR gives base lr t
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from harness.checks.lesson07.common import _is_number
 from harness.checks.lesson07.warmup_cosine import _lambda_lr_setting, _warmup_cases
 from harness.contract.case import Case
-from harness.contract.compare import isclose_numbers
+from harness.contract.compare import isclose_number, isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -21,13 +20,14 @@ from harness.judges.lesson07.common import warmup_cosine_reference
 def _ramps_from_zero(values: Sequence[Any], cases: Sequence[tuple[int, int, int]]) -> bool:
     """Every warmup-phase value is `step / warmup_steps`: the ramp one step behind the course's convention."""
     ramp = [(value, step / warmup) for value, (step, warmup, _) in zip(values, cases, strict=True) if step < warmup]
-    return bool(ramp) and all(_is_number(value) and math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9)
+    return bool(ramp) and all(_is_number(value) and isclose_number(value, want, rel_tol=1e-6, abs_tol=1e-9)
                               for value, want in ramp)
 
 
-def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, *, ramps_from_zero: bool) -> None:
-    """Fail with the code of the first thing wrong with one value; `ramps_from_zero`: every warmup value the
-    student gave is `step / warmup_steps`."""
+def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, expected: float, *,
+                           ramps_from_zero: bool) -> None:
+    """Fail with the code of the first thing wrong with one value (`expected`: the reference's); `ramps_from_zero`:
+    every warmup value the student gave is `step / warmup_steps`."""
     where = f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total})"
     if not _is_number(value):
         fail(
@@ -37,8 +37,7 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, *, ra
             cause="returning a tensor or numpy value; math.cos and plain arithmetic give a float",
             where="the return statement of warmup_cosine",
         )
-    expected = warmup_cosine_reference(step, warmup, total)
-    if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
+    if isclose_number(value, expected, rel_tol=1e-6, abs_tol=1e-9):
         return
     if step < warmup and ramps_from_zero:
         fail(
@@ -80,8 +79,12 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, *, ra
     )
 
 
-def _judge_zero_division(step: int, warmup: int, total: int, line: str) -> None:
-    """Fail naming the zero the student's factor divided by: the warm-up length, the decay span, or both."""
+def _judge_zero_division(step: int, warmup: int, total: int, line: str, expected: dict[tuple[int, int, int], float]
+                         ) -> None:
+    """Fail naming the zero the student's factor divided by: the warm-up length, the decay span, or both
+    (`expected`: the reference on each of the case's triples, among which the probe found the one that raised)."""
+    if (step, warmup, total) not in expected:
+        raise ValueError("the observation of the division by zero names a triple the case does not hold")
     zeros = [name for name, size in (("warmup_steps (no warm-up at all)", warmup),
                                      ("total_steps - warmup_steps (no decay span)", total - warmup)) if size == 0]
     if not zeros:  # the probe records a ZeroDivisionError only where the arguments hold a zero
@@ -90,7 +93,7 @@ def _judge_zero_division(step: int, warmup: int, total: int, line: str) -> None:
         "divides-by-zero",
         observed=f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total}) raised ZeroDivisionError"
         + (f" at: {line.strip()}" if line.strip() else ""),
-        expected=f"{warmup_cosine_reference(step, warmup, total):.6g}: the text allows no warm-up and no decay span",
+        expected=f"{expected[step, warmup, total]:.6g}: the text allows no warm-up and no decay span",
         cause=f"a division by {' and by '.join(zeros)}, which is 0 here",
         where="the divisions in warmup_cosine: divide by max(1, total_steps - warmup_steps), and use the ramp "
         "only while step < warmup_steps",
@@ -102,15 +105,17 @@ def _judge_zero_division(step: int, warmup: int, total: int, line: str) -> None:
 @judges("07-warmup-cosine")
 def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     """The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form."""
-    if seen.get("zero_division"):
-        _judge_zero_division(*seen["zero_division"])
     cases = _warmup_cases(case)
-    ramps_from_zero = _ramps_from_zero(seen["values"], cases)
-    for value, (step, warmup, total) in zip(seen["values"], cases, strict=True):
-        _compare_warmup_cosine(value, step, warmup, total, ramps_from_zero=ramps_from_zero)
     base_lr, warmup, total = _lambda_lr_setting(case)
-    lrs = seen["lambda_lrs"]
+    # every reference value first, from the case alone (the student tree answers these from its recorded table)
+    factors = {triple: warmup_cosine_reference(*triple) for triple in cases}
     expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]
+    if seen.get("zero_division"):
+        _judge_zero_division(*seen["zero_division"], factors)
+    ramps_from_zero = _ramps_from_zero(seen["values"], cases)
+    for value, triple in zip(seen["values"], cases, strict=True):
+        _compare_warmup_cosine(value, *triple, factors[triple], ramps_from_zero=ramps_from_zero)
+    lrs = seen["lambda_lrs"]
     if not isinstance(lrs, list) or len(lrs) != len(expected):
         raise TypeError("the observation of the LambdaLR run is malformed")
     if not isclose_numbers(lrs, expected):

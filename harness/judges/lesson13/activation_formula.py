@@ -11,6 +11,7 @@ from harness.checks.lesson13.activation_formula import _activation_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 
 
@@ -24,6 +25,7 @@ def relu_mlp(widths: Sequence[int], dtype: torch.dtype) -> nn.Sequential:
     return nn.Sequential(*layers).to(dtype)
 
 
+@recorded
 def measured_activation_bytes(batch: int, widths: Sequence[int], dtype: torch.dtype) -> int:
     """Bytes saved for backward by one forward of `relu_mlp(widths, dtype)`, parameters left out, measured."""
     from harness.memory import saved_for_backward

@@ -9,6 +9,7 @@ from harness.checks.lesson13.memory_formula import _memory_models
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 
 STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
@@ -17,6 +18,7 @@ STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 KEYS = ("params", "grads", "optimizer", "total")
 
 
+@recorded(weights=False)  # the case's models are not seeded: their values do not matter here
 def reference_training_memory(model: nn.Module, optimizer: str) -> dict[str, int]:
     """The formula: parameters at their own element size (a tied weight once), gradients of the trainable
     ones, optimizer state of `STATE_COPIES[optimizer]` copies of the trainable ones."""
@@ -27,8 +29,9 @@ def reference_training_memory(model: nn.Module, optimizer: str) -> dict[str, int
     return {**sizes, "total": sum(sizes.values())}
 
 
-def _params_cause(got: int, model: nn.Module) -> tuple[str, str | None]:
-    """Which known mistake gives `got` as the parameter bytes of `model` (candidates when none fits), and the
+def _params_cause(got: int, want: int, model: nn.Module) -> tuple[str, str | None]:
+    """Which known mistake gives `got` as the parameter bytes of `model`, where the reference counts `want`
+    (candidates when none fits), and the
     hint for it (None when none fits: the requirement's own hint lists them all)."""
     params = list(model.parameters())
     elements = sum(p.numel() for p in params)
@@ -47,7 +50,6 @@ def _params_cause(got: int, model: nn.Module) -> tuple[str, str | None]:
             "frozen parameters were left out: they take memory too (requires_grad=False only spares their gradient)",
             "Does a frozen parameter still sit in memory? Which of the three counts does requires_grad change?"),
     }
-    want = sum(p.numel() * p.element_size() for p in params)
     return next((found for value, found in candidates.items() if value == got and value != want),
                 ("a different count: elements instead of bytes, a fixed 4 bytes per element, frozen parameters left "
                  "out, or a tied weight counted twice", None))
@@ -72,7 +74,7 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
                      else f"a {type_name(got[key])}, not an int (a numpy number?)",
                      where=f"the line that computes {key}")
         if got["params"] != want["params"]:
-            cause, hint = _params_cause(got["params"], model)
+            cause, hint = _params_cause(got["params"], want["params"], model)
             fail("wrong-params", observed=f"params = {got['params']} for {description}",
                  expected=f"{want['params']} bytes", cause=cause, where="the line that computes params", hint=hint)
         if got["grads"] != want["grads"]:

@@ -10,9 +10,10 @@ from torch.nn import functional as F
 
 from harness.checks.lesson15.masked_loss import _loss_inputs
 from harness.contract.case import Case
-from harness.contract.compare import judged, tensor, type_name
+from harness.contract.compare import judged, same_values, tensor, type_name
 from harness.contract.failure import fail
 from harness.contract.protocol import refuse_nonfinite
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson15.common import dtype_cause, dtype_hint, matches_for
@@ -22,6 +23,7 @@ def _number(value: torch.Tensor) -> str:
     return f"{float(value):.5g}" if value.numel() == 1 else f"a tensor of shape {tuple(value.shape)}"
 
 
+@recorded
 def _per_token(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
 
@@ -32,8 +34,14 @@ def _softmax_over_time(logits: torch.Tensor, targets: torch.Tensor, mask: torch.
     return picked[mask].mean()
 
 
-def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return _per_token(logits, targets)[mask].mean()
+@recorded
+def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                                   torch.Tensor]:
+    """The mean cross-entropy over the real tokens, in float64, and its gradient with respect to the logits."""
+    leaf = logits.double().requires_grad_(True)
+    loss = F.cross_entropy(leaf.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)[mask].mean()
+    loss.backward()
+    return loss.detach(), leaf.grad
 
 
 @judges("15-masked-loss")
@@ -50,7 +58,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
             raise WireError("malformed observation: the inputs after the call are missing")
         for name, before, now in zip(("logits", "targets", "mask"), (logits, targets, mask), after, strict=True):
             now = tensor(now, f"{name} after the call")
-            if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
+            if now.shape != before.shape or now.dtype != before.dtype or not same_values(now, before, dtype=False):
                 fail("inputs-modified", observed=f"{name} changed during the call ({description})",
                      expected="the inputs left as they were",
                      cause="an in-place write such as targets[~mask] = -100 or a method ending in _ (masked_fill_, "
@@ -119,8 +127,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
                  cause="the padded positions take part before the mask is applied (a weighting that depends on "
                  "them, a mask built from the targets' values)", where="how the mask is applied")
         grad = result["grad"]
-        leaf = logits.double().requires_grad_(True)
-        _reference_masked(leaf, targets, mask).backward()
+        _, want_grad = _reference_masked(logits, targets, mask)
         if not result["requires_grad"] or grad is None:
             fail("no-gradient", observed=f"the loss has no gradient path to the logits ({description})",
                  expected="loss.backward() fills logits.grad",
@@ -129,7 +136,7 @@ def judge_masked_loss(seen: dict, *, case: Case) -> str:
         grad = tensor(grad, "grad")
         if grad.dtype != logits.dtype:
             raise WireError("malformed observation: the gradient's dtype is not the logits'")
-        if not matches(grad, leaf.grad):
+        if not matches(grad, want_grad):
             fail("no-gradient", observed=f"logits.grad differs from the gradient of the masked mean ({description})",
                  expected="the gradient of the mean over real tokens (zero at padded positions)",
                  cause="part of the computation is detached, or a constant was computed from the values",

@@ -11,11 +11,13 @@ import torch
 
 from harness.checks.lesson15.pad_collate import _collate_cases
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import judged, same_values, type_name
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 
 
+@recorded
 def _reference_collate(sequences: Sequence[torch.Tensor], pad: float) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = torch.tensor([len(s) for s in sequences])
     padded = torch.nn.utils.rnn.pad_sequence(list(sequences), batch_first=True, padding_value=pad)
@@ -56,20 +58,20 @@ def judge_pad_collate(seen: dict, *, case: Case) -> str:
                  cause="a new tensor made without dtype= (torch.zeros, torch.full and torch.ones default to "
                  "float32; torch.full with an integer pad value gives int64)",
                  where="where padded is created")
-        if not torch.equal(padded[want_mask], want[want_mask]):
+        if not same_values(padded[want_mask], want[want_mask], dtype=False):
             rows = [torch.cat([s, want.new_full((longest - len(s),), pad)]) for s in sequences]
             left = torch.stack([torch.cat([want.new_full((longest - len(s),), pad), s]) for s in sequences])
             by_length = torch.stack([rows[i] for i in sorted(range(batch), key=lambda i: -len(sequences[i]))])
             cause = ("the padding went before the tokens (left padding): the exercise puts each sequence at the "
-                     "start of its row" if torch.equal(padded, left) else
+                     "start of its row" if same_values(padded, left, dtype=False) else
                      "the sequences were sorted by length: keep them in the order given (the labels of a batch "
-                     "follow that order)" if torch.equal(padded, by_length) else
+                     "follow that order)" if same_values(padded, by_length, dtype=False) else
                      "the tokens were written to the wrong positions or rows (an index off by one, a reversed "
                      "sequence, rows in another order)")
             fail("wrong-values", observed=f"the real positions of padded differ from the sequences for {description}",
                  expected=f"row i starts with sequence i; here {want[0].tolist()} for row 0", cause=cause,
                  where="where each sequence is copied into padded")
-        if not torch.equal(padded[~want_mask], want[~want_mask]):
+        if not same_values(padded[~want_mask], want[~want_mask], dtype=False):
             found = sorted({float(v) for v in padded[~want_mask].tolist()})[:4]
             fail("wrong-pad-value", observed=f"padded positions hold {found} for {description}",
                  expected=f"pad_value = {pad}",
@@ -79,13 +81,13 @@ def judge_pad_collate(seen: dict, *, case: Case) -> str:
             fail("mask-not-bool", observed=f"mask is {mask.dtype} for {description}", expected="torch.bool",
                  cause="the mask was made with arithmetic or converted (.long(), .float()), or lengths were returned",
                  where="where the mask is built")
-        if mask.shape != want_mask.shape or not torch.equal(mask, want_mask):
+        if mask.shape != want_mask.shape or not same_values(mask, want_mask, dtype=False):
             if mask.shape != want_mask.shape:
                 cause = f"its shape is {tuple(mask.shape)}, padded's is {tuple(want.shape)}"
-            elif torch.equal(mask, ~want_mask):
+            elif same_values(mask, ~want_mask, dtype=False):
                 cause = "it is inverted: True at padding (the convention of nn.MultiheadAttention's " \
                         "key_padding_mask); this lesson's mask is True at real tokens"
-            elif torch.equal(mask, want != pad):
+            elif same_values(mask, want != pad, dtype=False):
                 cause = "it was computed from the values (padded != pad_value): a real token equal to pad_value " \
                         "is marked as padding. Build it from the lengths"
             else:

@@ -11,10 +11,12 @@ from harness.checks.lesson15.warmup import _schedule_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
+from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 
 
+@recorded
 def reference_lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
     """Linear warm-up ((step + 1) / warmup_steps), then linear decay to 0 at total_steps, 0 after."""
     if step < warmup_steps:
