@@ -131,8 +131,8 @@ def recorded(function: Function | None = None, *, weights: bool = True) -> Any:
             raise Unrecorded(
                 f"{name} is a reference that answers an exercise: it stays with the instructor, and the student "
                 "course holds only what it returned on the visible case of its check. This call's inputs are not "
-                "the visible case's (check(..., hidden=True), or the reference called directly): the hidden cases "
-                "are judged by the grader.")
+                "the visible case's (a hidden case, or the reference called directly): the hidden cases are judged "
+                "by the grader.")
         return _kept(table[name][key])
 
     setattr(reference, MARK, name)
