@@ -184,3 +184,29 @@ def test_the_audit_counts_a_recorded_stub_no_more_and_finds_the_reference_plante
     assert [(h.task, h.source) for h in found.hits] == [
         ("01-to-tokens", "harness.judges.lesson01.to_tokens.tokens_again")], summary(found)
     assert found.visible_only == ["01-to-tokens: harness.judges.lesson01.to_tokens._reference_tokens"], summary(found)
+
+
+def test_a_machine_the_release_did_not_record_is_left_to_the_grader(tree, monkeypatch, capsys):
+    """10-precision asks this machine's own device too: where the tree holds no recorded answer for its support, the
+    local check judges the described devices and says the grader judges the machine; the instructor's judges it."""
+    import harness.checks.lesson10.precision as probe
+
+    unusual = {"fp32": True, "bf16_autocast": False, "fp16_autocast": False, "grad_scaler": True}
+    monkeypatch.setattr(probe, "supported_precisions", lambda device: dict(unusual))
+    exercise = next(e for e in _affected() if e["task"] == "10-precision")
+    namespace: dict[str, Any] = {"torch": torch, "nn": torch.nn}
+    exec(exercise["setup"], namespace)
+    answer = eval(f"({exercise['arguments']},)", namespace)
+    monkeypatch.setattr(recorded, "_loaded", None)
+    monkeypatch.setattr(recorded, "TABLE", tree / "absent.pt")
+    check("10-precision", *answer)
+    assert "this machine's cpu included" in capsys.readouterr().out
+    monkeypatch.setattr(recorded, "_loaded", torch.load(tree / "harness/judges/recorded.pt", weights_only=True))
+    check("10-precision", *answer)
+    said = capsys.readouterr().out
+    assert "this machine's cpu (support" in said and "is judged by the grader" in said, said
+    wrong = namespace["choose_precision"]
+    described = lambda device_type, precisions: "fp16" if device_type == "mps" else wrong(device_type, precisions)  # noqa: E731
+    with pytest.raises(CheckFailed) as failure:
+        check("10-precision", described)
+    assert failure.value.code == "fp16-off-cuda", "the described devices are still judged"
