@@ -155,7 +155,8 @@ def _student(args: argparse.Namespace) -> int:
     files = write_student_tree(args.student, solution_lines=lines, withheld_drills=withheld)
     opened = f"lessons {', '.join(sorted({task[:2] for task in lines}))}" if lines else "no lesson"
     print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
-          "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, "
+          "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, no "
+          "body of a judge's reference that answers an exercise (what each returned on its visible case instead), "
           f"the level-3 hints (solution lines) of {opened} (the course file's solution_hints, or --practice), and the "
           f"answers of every drill but {len(withheld)} that answer graded exercises (--practice: all of them)")
     if args.no_audit:
