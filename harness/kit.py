@@ -395,6 +395,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {path.relative_to(args.root)}")
     print("Then: the exercise's text and solution in the notebook; the requirement table, hints and probe; the\n"
           "judge; five mistakes (one planted) and three correct variants. Check with\n"
+          f"  pytest tests/checks/test_every_exercise.py -k {exercise.task}\n"
           f"  pytest tests/checks/test_lesson{exercise.lesson}.py tests/test_requirements.py "
           "tests/test_notebook_template.py\nand regenerate the release with `make release`.")
     return 0

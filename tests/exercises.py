@@ -6,11 +6,13 @@ tests/test_hidden_as_strict.py and tests/test_pipeline.py (the planted bugs) rea
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -75,3 +77,28 @@ def shorten_hangs(mistake: Mistake, monkeypatch: pytest.MonkeyPatch) -> None:
     """For a mistake whose ranks both wait (lesson 09's `hang`), a 3 s launch timeout: 2 x 30 s otherwise."""
     if mistake.code == "hang":
         monkeypatch.setattr(lesson09, "LAUNCH_TIMEOUT_S", 3)
+
+
+def notebook_namespace(assignment: str) -> dict[str, Any]:
+    """What `assignment`'s solution notebook defines, without running it: its imports and the functions and classes
+    of every code cell (but one whose definition reads a demo's variable). The `given` of a planted cell whose
+    source uses an earlier cell's import or function."""
+    import nbformat
+
+    notebook = nbformat.read(REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    definitions = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    nodes = [node for cell in notebook.cells if cell.cell_type == "code"
+             for node in ast.parse(_without_magics(cell.source)).body if isinstance(node, definitions)]
+    namespace: dict[str, Any] = {}
+    for node in nodes:
+        try:
+            exec(compile(ast.Module(body=[node], type_ignores=[]), f"<definitions of {assignment}>", "exec"), namespace)
+        except NameError:  # a default or a decorator that reads a demo's variable
+            continue
+    return namespace
+
+
+def _without_magics(source: str) -> str:
+    """`source` with its IPython magics (`%run ...`, `!pip ...`) replaced by `pass`, so that Python parses it."""
+    return "\n".join(line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!") else line
+                     for line in source.splitlines())

@@ -2,7 +2,7 @@
 mistakes, as a Canvas download (user ids, a LATE file, a blank notebook), graded once through `harness grade`
 with a roster, then regraded after one task's check changed, and graded again after one student fixed a notebook.
 
-The mix (tests/planted/00_welcome.py, plus an exception and an untouched release):
+The mix (the planted mistakes of tests/checks/test_lesson00.py, plus an exception and an untouched release):
 
 | student (Canvas name) | id | what | expected |
 |---|---|---|---|
@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import functools
 import re
-import runpy
 import shutil
 import zipfile
 from dataclasses import dataclass, replace
@@ -29,16 +28,18 @@ import nbformat
 import pytest
 
 from harness.checks import core
+from harness.checks.testing import planted_cells
 from harness.cli import main
 from harness.contract import registry
 from harness.grading.layout import REPO_ROOT
 from harness.grading.lms import CANVAS_COLUMNS, MOODLE_COLUMNS
 from harness.grading.release import answered_release
+from tests.exercises import lesson_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lms")]  # one worker grades the class once
 ASSIGNMENT = "00_welcome"
 SECRET = bytes(range(32))
-PLANTED = runpy.run_path(str(REPO_ROOT / "tests" / "planted" / f"{ASSIGNMENT}.py"))["PLANTED"]
+PLANTED = planted_cells(lesson_tests(ASSIGNMENT).MISTAKES)
 RAISES = "def make_batch(n, device):\n    raise RuntimeError('not finished')\n"
 # Canvas file name prefix -> the solution cells replaced (None: the release, untouched)
 CLASS = {"adaamos_1001_5001": {"00-count-params": PLANTED["00-count-params"][0]},

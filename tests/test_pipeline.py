@@ -7,7 +7,8 @@ full marks and the release zero (every solution cell of every release is nbgrade
 release is graded where its stubs differ in kind: the first lesson, whose functions raise, and a lesson whose
 cells are a bare stub, as lesson 11's; grading the others would repeat that at a minute of CPU each; each
 solution cell gets a comment line, or the untouched release would be a blank notebook, never run); (d) the
-planted bugs, together in one submission, lose exactly their exercises' points, each with its failure code;
+planted bugs (the mistakes marked planted in tests/checks), together in one submission, lose exactly their
+exercises' points, each with its failure code;
 (e) hidden tests reach neither notebooks/ nor the feedback students get. Each assignment's submissions are
 graded as one parallel batch (2 workers), in an xdist group of its own (one worker grades it; the two workers
 share the lessons).
@@ -16,7 +17,6 @@ share the lessons).
 from __future__ import annotations
 
 import html
-import importlib.util
 import re
 import secrets
 import shutil
@@ -38,35 +38,20 @@ each_assignment = pytest.mark.parametrize(
     "assignment", [pytest.param(a, marks=pytest.mark.xdist_group(f"pipeline-{a}")) for a in ASSIGNMENTS])
 
 
-def _planted_module(assignment: str):
-    path = REPO_ROOT / "tests" / "planted" / f"{assignment}.py"
-    assert path.exists(), f"{path} is missing: every assignment needs planted bugs (see CONTRIBUTING.md)"
-    spec = importlib.util.spec_from_file_location(f"planted_{assignment}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def planted(assignment: str) -> dict[str, tuple[str, str]]:
-    """PLANTED of tests/planted/<assignment>.py, with the mistakes marked planted in tests/checks (each bug
-    written once: there, or in tests/planted)."""
-    written = _planted_module(assignment).PLANTED
-    marked = planted_cells(getattr(lesson_tests(assignment), "MISTAKES", []))
-    assert not set(written) & set(marked), f"planted in tests/planted and in tests/checks: {set(written) & set(marked)}"
-    return written | marked
+    """Task -> (buggy solution cell, failure code): the mistakes marked planted in the lesson's
+    tests/checks/test_lessonNN.py, one per exercise (each bug written once, and run there as a mistake too)."""
+    return planted_cells(getattr(lesson_tests(assignment), "MISTAKES", []))
 
 
 def planted_submissions(assignment: str) -> dict[str, set[str]]:
     """The planted-bug submissions to grade: student name -> the tasks whose cells it replaces.
 
     The bugs are independent (each is one that the other exercises' checks do not depend on), so one
-    submission carries them all and must lose exactly their points; a bug listed in the planted module's
-    SEPARATELY (one whose effect other exercises would see) gets a submission of its own.
+    submission carries them all and must lose exactly their points.
     """
-    module = _planted_module(assignment)
-    alone = set(getattr(module, "SEPARATELY", ()))
-    together = [task for task in planted(assignment) if task not in alone]
-    return ({"planted-together": set(together)} if together else {}) | {f"planted-{task}": {task} for task in alone}
+    together = set(planted(assignment))
+    return {"planted-together": together} if together else {}
 
 
 def _release(assignment: str) -> nbformat.NotebookNode:

@@ -53,8 +53,9 @@ def test_every_exercise_has_a_requirement_table_and_hints_that_follow_it(assignm
 
 
 def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Correct], variants: int = 1) -> list[str]:
-    """What the mutation set of `tasks` lacks: five mistakes per task, a planted bug per requirement, `variants`
-    correct variants per task, and no mistake expecting a code outside its task's table."""
+    """What the mutation set of `tasks` lacks: five mistakes per task, a planted bug per requirement, the one
+    mistake per task marked planted (the pipeline test plants it in the notebook), `variants` correct variants per
+    task, and no mistake expecting a code outside its task's table."""
     per_task = Counter(m.task for m in mistakes)
     written = Counter(c.task for c in correct)
     problems = [f"{m}: not a task of this lesson" for m in [*mistakes, *correct] if m.task not in tasks]
@@ -66,6 +67,9 @@ def mistake_problems(tasks: list[str], mistakes: list[Mistake], correct: list[Co
         problems += [f"{task}: requirement [{code}] has no planted bug" for code in requires if code not in covered]
         problems += [f"{task}: a mistake expects [{code}], which is not in its requirement table"
                      for code in sorted(covered - set(requires) - GENERIC_CODES)]
+        if not any(m.planted for m in mistakes if m.task == task):
+            problems.append(f"{task}: no mistake marked planted=True (its solution cell, which the pipeline test "
+                            "plants in the notebook)")
         if not written[task]:
             problems.append(f"{task}: no correct variant in CORRECT")
         elif written[task] < variants:
@@ -106,6 +110,8 @@ def test_the_guards_of_this_test_can_fail():
         problems = mistake_problems(["98-toy"], mistakes, [])
         assert problems == ["98-toy: requirement [not-an-int] has no planted bug",
                             "98-toy: a mistake expects [made-up], which is not in its requirement table",
+                            "98-toy: no mistake marked planted=True (its solution cell, which the pipeline test "
+                            "plants in the notebook)",
                             "98-toy: no correct variant in CORRECT"]
         assert "4 planted" in "\n".join(mistake_problems(["98-toy"], mistakes[:4], [])), "too few is reported"
         one = [Correct("98-toy", (), "one variant")]

@@ -2,15 +2,16 @@
 correct variants pass both the visible and the hidden tests. Used by tests/checks/ for every lesson.
 
 Each lesson's tests/checks/test_lessonNN.py lists its mutation set as data: `MISTAKES` (plausible wrong
-answers, each violating one requirement of the exercise's table) and `CORRECT` (different right answers).
-tests/test_requirements.py reads both lists, without running them, to check that every requirement of every
-exercise has a planted bug and every exercise at least five.
+answers, each violating one requirement of the exercise's table; one per task marked `planted`, the bug the
+pipeline test plants in the notebook) and `CORRECT` (different right answers). tests/checks/test_every_exercise.py
+runs both for every task of the registry; tests/test_requirements.py reads them, without running them, to check
+that every requirement of every exercise has a planted bug and every exercise at least five.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -83,26 +84,35 @@ def assert_forgeries_refused(task: str, *objects: Any, case: Case) -> None:
 
 @dataclass(frozen=True)
 class SolutionCell:
-    """A solution cell's source, as a student would write it in the notebook, and the name it defines.
+    """A solution cell's source, as a student would write it in the notebook, and what its test cell passes.
 
-    Called, it runs the source in a fresh namespace holding what every lesson's notebook imports (`torch`,
-    `nn`) and returns `(that object,)`: the `objects` of a Mistake whose source the pipeline test also plants.
+    Called, it runs the source in a fresh namespace holding what every lesson's notebook imports (`torch`, `nn`)
+    and `given` (what the notebook's earlier cells define that the cell uses: an import, an earlier exercise's
+    function), and returns the objects the test cell passes to check(): the objects named `names`, in order, or
+    `passes(namespace)` (a test cell passing `globals()`, as lesson 11's). These are the `objects` of a Mistake
+    whose source the pipeline test also plants.
     """
 
     source: str
-    name: str
+    names: tuple[str, ...]
+    given: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    passes: Callable[[dict[str, Any]], tuple[Any, ...]] | None = field(default=None, compare=False, repr=False)
 
     def __call__(self) -> tuple[Any, ...]:
         import torch
 
-        namespace: dict[str, Any] = {"torch": torch, "nn": torch.nn}
-        exec(compile(self.source, f"<solution cell of {self.name}>", "exec"), namespace)
-        return (namespace[self.name],)
+        namespace: dict[str, Any] = {"torch": torch, "nn": torch.nn, **self.given}
+        exec(compile(self.source, f"<solution cell of {', '.join(self.names) or 'a drill'}>", "exec"), namespace)
+        return self.passes(namespace) if self.passes is not None else tuple(namespace[name] for name in self.names)
 
 
-def solution_cell(source: str, name: str) -> SolutionCell:
-    """The objects of a planted Mistake: the solution cell `source`, defining `name` (see SolutionCell)."""
-    return SolutionCell(source, name)
+def solution_cell(source: str, *names: str, given: Mapping[str, Any] | None = None,
+                  passes: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None) -> SolutionCell:
+    """The objects of a planted Mistake: the solution cell `source`, whose test cell passes `names` (or what
+    `passes` takes from its namespace), run after the notebook's cells that define `given` (see SolutionCell)."""
+    if not names and passes is None:
+        raise TypeError("solution_cell needs the names its test cell passes to check(), or passes=")
+    return SolutionCell(source, names, dict(given or {}), passes)
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,7 @@ class Mistake:
     `objects` is what the student passes to check(), or a function that builds it (for answers that need
     setting up). `story` says how students come to write it (a forum question, the lesson's pitfall).
     `planted` marks the task's planted bug for the pipeline test (tests/test_pipeline.py), which puts its
-    source in the notebook's solution cell: its objects are then `solution_cell(source, name)`, so the bug is
+    source in the notebook's solution cell: its objects are then `solution_cell(source, *names)`, so the bug is
     written once and run both here and in the autograded notebook.
     """
 
@@ -130,12 +140,12 @@ class Mistake:
                             "objects=solution_cell(source, name)")
 
     def __str__(self) -> str:
-        return f"{self.task}:{self.code}:{self.story[:40]}"
+        return f"{self.task}:{self.code}:{'planted:' if self.planted else ''}{self.story[:40]}"
 
 
 def planted_cells(mistakes: list[Mistake]) -> dict[str, tuple[str, str]]:
     """Task -> (the buggy source of its solution cell, the failure code it gets), from the mistakes marked
-    planted: the pipeline test's planted bugs, in the form of tests/planted/NN_name.py's PLANTED.
+    planted: the pipeline test's planted bugs.
 
     Raises:
         ValueError: a task has two planted mistakes (its solution cell holds one).

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from harness.checks import CheckFailed, check
-from harness.checks.testing import Correct, Mistake
+from harness.checks.testing import Correct, Mistake, solution_cell
 
 
 # ------------------------------------------------------------------------------------------------ 00-make-batch
@@ -109,6 +109,11 @@ MISTAKES = [
             story="builds the batch in NumPy, then moves it"),
     Mistake("00-make-batch", "not-zeros", "torch.zeros", (lambda n, d: torch.ones(n, 3, 8, 8, device=d),),
             story="torch.ones instead of torch.zeros"),
+    Mistake("00-make-batch", "wrong-shape", "(4, 3, 8, 8)", solution_cell(
+        "def make_batch(n, device):\n"
+        "    return torch.zeros(3, 8, 8, device=device)\n",
+        "make_batch"),
+        story="forgets the batch dimension: one image, not n (the lesson's own demo)", planted=True),
 
     Mistake("00-count-params", "not-an-int", "Python int",
             (lambda m: torch.tensor(sum(p.numel() for p in m.parameters() if p.requires_grad)),),
@@ -132,6 +137,11 @@ MISTAKES = [
             story="len(p) for a tensor's size (its first dimension only)"),
     Mistake("00-count-params", "wrong-count", "at every level", (count_every_module_recursively,),
             story="modules() then parameters(): nested parameters counted at every level"),
+    Mistake("00-count-params", "counts-frozen", "requires_grad", solution_cell(
+        "def count_trainable_parameters(model):\n"
+        "    return sum(p.numel() for p in model.parameters())\n",
+        "count_trainable_parameters"),
+        story="forgets the requires_grad filter (the usual parameter count snippet)", planted=True),
 
     Mistake("00-accuracy", "not-a-float", ".item()", (lambda lo, t: (lo.argmax(dim=1) == t).float().mean(),),
             story="returns the tensor (forgets .item())"),
@@ -158,6 +168,11 @@ MISTAKES = [
     Mistake("00-accuracy", "wrong-accuracy", "integer division (//)",
             (lambda lo, t: float((lo.argmax(dim=1) == t).sum().item() // len(t)),),
             story="floor division of the correct count, wrapped in float()"),
+    Mistake("00-accuracy", "wrong-accuracy", "argmin", solution_cell(
+        "def accuracy(logits, targets):\n"
+        "    return (logits.argmin(dim=1) == targets).float().mean().item()\n",
+        "accuracy"),
+        story="argmin (a loss-like reading of logits)", planted=True),
 ]
 
 CORRECT = [

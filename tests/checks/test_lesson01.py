@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from harness.checks.testing import Correct, Mistake, assert_forgeries_refused
+from harness.checks.testing import Correct, Mistake, assert_forgeries_refused, solution_cell
 from harness.contract.case import Case
 
 
@@ -433,6 +433,12 @@ MISTAKES = [
     Mistake("01-to-tokens", "input-modified", "transpose_", (tokens_in_place,),
             story="transpose_ to save memory: the caller's images change"),
     Mistake("01-to-tokens", "not-a-tensor", "ndarray", (tokens_numpy,), story="converts to NumPy"),
+    Mistake("01-to-tokens", "wrong-order", "equals images.reshape", solution_cell(
+        "def to_tokens(images):\n"
+        "    n, c, h, w = images.shape\n"
+        "    return images.reshape(n, h * w, c)  # the bug: no permute, pixels of one channel become a token\n",
+        "to_tokens"),
+        story="no permute, pixels of one channel become a token", planted=True),
 
     Mistake("01-pairwise-distances", "non-finite", "clamp", (distances_expansion_unclamped,),
             story="the |x|^2 - 2xy + |y|^2 expansion without clamping"),
@@ -447,6 +453,12 @@ MISTAKES = [
             story="the double loop the lesson replaces"),
     Mistake("01-pairwise-distances", "python-loop", "torch operations", (distances_row_loop,),
             story="a loop over the rows of x, broadcasting inside"),
+    Mistake("01-pairwise-distances", "non-finite", "clamp", solution_cell(
+        "def pairwise_distances(x, y):\n"
+        "    squared = x.pow(2).sum(1, keepdim=True) - 2 * x @ y.T + y.pow(2).sum(1)\n"
+        "    return squared.sqrt()  # the bug: rounding makes some squared distances negative -> nan\n",
+        "pairwise_distances"),
+        story="rounding makes some squared distances negative -> nan", planted=True),
 
     Mistake("01-logsumexp", "overflow", "subtract the max", (lse_naive,), story="log(sum(exp(x))) literally"),
     Mistake("01-logsumexp", "masked-row", "fully masked", (lse_unguarded,),
@@ -469,6 +481,11 @@ MISTAKES = [
             story="a public synonym: the last entry of torch.logcumsumexp"),
     Mistake("01-logsumexp", "forbidden-call", "torch.softmax", (lse_from_softmax,),
             story="derives logsumexp from torch.softmax"),
+    Mistake("01-logsumexp", "overflow", "subtract the max", solution_cell(
+        "def logsumexp(x, dim):\n"
+        "    return x.exp().sum(dim=dim).log()  # the bug: exp overflows for large inputs\n",
+        "logsumexp"),
+        story="exp overflows for large inputs", planted=True),
 
     Mistake("01-per-loss-gradients", "accumulated", "equals the sum of the gradients", (grads_accumulating,),
             story="clones w.grad but never resets it"),
@@ -486,6 +503,16 @@ MISTAKES = [
             story="one gradient of the summed losses"),
     Mistake("01-per-loss-gradients", "not-a-tensor", "entry 0 returned list", (grads_as_lists,),
             story="converts each gradient to a list"),
+    Mistake("01-per-loss-gradients", "accumulated", "equals the sum of the gradients", solution_cell(
+        "def per_loss_gradients(w, losses):\n"
+        "    gradients = []\n"
+        "    for loss in losses:\n"
+        "        loss(w).backward()  # the bug: .grad is never reset, so gradients accumulate\n"
+        "        gradients.append(w.grad.clone())\n"
+        "    w.grad = None\n"
+        "    return gradients\n",
+        "per_loss_gradients"),
+        story=".grad is never reset, so gradients accumulate", planted=True),
 
     Mistake("01-ema-update", "not-in-place", "rebinds the list entry", (ema_replaces_entries,),
             story="ema[i] = ...: new tensors, the optimizer's references go stale"),
@@ -498,6 +525,12 @@ MISTAKES = [
             story="an in-place method on the parameter"),
     Mistake("01-ema-update", "returns-value", "returned list", (ema_returns_list,),
             story="returns the EMA list for convenience"),
+    Mistake("01-ema-update", "builds-graph", "torch.no_grad()", solution_cell(
+        "def ema_update_(ema, params, decay):\n"
+        "    for average, param in zip(ema, params):  # the bug: no torch.no_grad(), autograd records the update\n"
+        "        average.mul_(decay).add_(param, alpha=1 - decay)\n",
+        "ema_update_"),
+        story="no torch.no_grad(), autograd records the update", planted=True),
 
     Mistake("01-silu-function", "wrong-backward", "product rule", (SiLUSigmoidOnlyGradient,),
             story="the derivative of x * sigmoid(x) taken as sigmoid(x)"),
@@ -516,6 +549,19 @@ MISTAKES = [
             story="forward calls F.silu, which the text forbids"),
     Mistake("01-silu-function", "forbidden-call", "return torch.nn.functional.silu(x)", (SiLUCallsTorchUnseen,),
             story="forward calls F.silu under torch._C.DisableTorchFunction()"),
+    Mistake("01-silu-function", "wrong-backward", "product rule", solution_cell(
+        "class SiLUFunction(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n"
+        "        return x * torch.sigmoid(x)\n"
+        "\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad_output):\n"
+        "        (x,) = ctx.saved_tensors\n"
+        "        return grad_output * torch.sigmoid(x)  # the bug: the product rule's second term is missing\n",
+        "SiLUFunction"),
+        story="the product rule's second term is missing", planted=True),
 ]
 
 CORRECT = [

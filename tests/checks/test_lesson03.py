@@ -18,13 +18,10 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_forgeries_refused,
-)
+from harness.checks.testing import Correct, Mistake, assert_forgeries_refused, solution_cell
 from harness.contract.case import Case
 from harness.repro import make_generator, seed_everything
+from tests.exercises import notebook_namespace
 
 # ---------------------------------------------------------------------------------------------------- dataset
 
@@ -464,6 +461,9 @@ def split_global_rng(x, y, *, val_fraction, seed):
 
 # ---------------------------------------------------------------------------------------------------- the mutation set
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("03_data_loading")
+
 MISTAKES = [
     # 03-dataset
     Mistake("03-dataset", "wrong-length", "len(dataset) = 2 for 10 samples", (LengthIsFeatureCount,),
@@ -486,6 +486,21 @@ MISTAKES = [
             story="checks the lengths with assert instead of raising ValueError"),
     Mistake("03-dataset", "no-length-check", "without a message", (SilentValueError,),
             story="raises a bare ValueError that does not say what is wrong"),
+    Mistake("03-dataset", "eager-transform", "while the dataset was being built", solution_cell(
+        "class ArrayDataset(Dataset):\n"
+        "    def __init__(self, features, labels, transform=None):\n"
+        "        if len(features) != len(labels):\n"
+        '            raise ValueError("features and labels differ in length")\n'
+        "        self.features = features if transform is None else torch.stack([transform(x) for x in features])\n"
+        "        self.labels = labels\n"
+        "\n"
+        "    def __len__(self):\n"
+        "        return len(self.features)\n"
+        "\n"
+        "    def __getitem__(self, index):\n"
+        "        return self.features[index], self.labels[index]\n",
+        "ArrayDataset", given=NOTEBOOK),
+        story="transforms every row once in __init__: the augmentation is frozen for all epochs", planted=True),
     # 03-pad-collate
     Mistake("03-pad-collate", "wrong-return", "(padded, lengths, labels)", (collate_dict,),
             story="returns a dict of the three, as some tutorials do"),
@@ -509,6 +524,14 @@ MISTAKES = [
             story="sorts the lengths (enforce_sorted habit) but not the batch"),
     Mistake("03-pad-collate", "wrong-labels", "batch order", (collate_labels_sorted,),
             story="labels sorted: they no longer follow the batch"),
+    Mistake("03-pad-collate", "order-changed", "reordered", solution_cell(
+        "def pad_collate(batch):\n"
+        "    sequences = sorted((sequence for sequence, _ in batch), key=len, reverse=True)\n"
+        "    lengths = torch.tensor([len(sequence) for sequence in sequences])\n"
+        "    labels = torch.stack([label for _, label in batch])\n"
+        "    return pad_sequence(sequences, batch_first=True), lengths, labels\n",
+        "pad_collate", given=NOTEBOOK),
+        story="sorts by length for pack_padded_sequence but keeps the labels in batch order", planted=True),
     # 03-seeded-loader
     Mistake("03-seeded-loader", "not-reproducible", "shuffle=True without generator=", (loader_global_rng,),
             story="shuffle=True alone: the order comes from the global RNG"),
@@ -533,6 +556,11 @@ MISTAKES = [
             story="drop_last=True copied from a training script: the partial batch is lost"),
     Mistake("03-seeded-loader", "wrong-batch-size", "batch_size=10", (loader_default_batch,),
             story="forgets batch_size: the DataLoader default is 1"),
+    Mistake("03-seeded-loader", "not-reproducible", "shuffle=True without generator=", solution_cell(
+        "def make_loader(dataset, batch_size, seed):\n"
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True)\n",
+        "make_loader", given=NOTEBOOK),
+        story="shuffle=True alone: the order comes from the global RNG", planted=True),
     # 03-worker-init
     Mistake("03-worker-init", "duplicate-across-workers", "same sequence", (reseed_global_numpy_only,),
             story="seeds the global np.random and random (the old seed_worker recipe), not the dataset's rng"),
@@ -551,6 +579,11 @@ MISTAKES = [
             story="seeds from os.getpid(): unique, but not reproducible"),
     Mistake("03-worker-init", "not-reproducible", "same loader seed", (reseed_from_os_entropy,),
             story="np.random.default_rng() with no seed: fresh OS entropy every time"),
+    Mistake("03-worker-init", "same-every-epoch", "worker_id alone", solution_cell(
+        "def reseed_dataset_rng(worker_id):\n"
+        "    get_worker_info().dataset.rng = np.random.default_rng(worker_id)\n",
+        "reseed_dataset_rng", given=NOTEBOOK),
+        story="default_rng(worker_id): workers differ, epochs repeat", planted=True),
     # 03-split-normalize
     Mistake("03-split-normalize", "wrong-return", "(train_set, val_set, mean, std)", (split_returns_pair,),
             story="returns only the two datasets"),
@@ -584,6 +617,17 @@ MISTAKES = [
             story="normalises the validation split with its own statistics"),
     Mistake("03-split-normalize", "not-reproducible", "global RNG", (split_global_rng,),
             story="torch.randperm without a generator"),
+    Mistake("03-split-normalize", "stats-from-all-data", "leaks validation information", solution_cell(
+        "def split_and_normalize(x, y, *, val_fraction, seed):\n"
+        "    mean, std = x.mean(dim=0), x.std(dim=0).clamp_min(1e-8)\n"
+        "    order = torch.randperm(len(x), generator=make_generator(seed))\n"
+        "    n_val = round(len(x) * val_fraction)\n"
+        "    val_rows, train_rows = order[:n_val], order[n_val:]\n"
+        "    train_set = TensorDataset((x[train_rows] - mean) / std, y[train_rows])\n"
+        "    val_set = TensorDataset((x[val_rows] - mean) / std, y[val_rows])\n"
+        "    return train_set, val_set, mean, std\n",
+        "split_and_normalize", given=NOTEBOOK),
+        story="normalises with statistics of all rows before splitting (the classic leak)", planted=True),
 ]
 
 CORRECT = [

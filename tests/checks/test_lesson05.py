@@ -12,11 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.checks.lesson05.choose_precision import _precision_calls
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
 from harness.contract.case import Case
 from harness.judges.lesson05.scale_trace import real_scale_trace
 
@@ -559,6 +555,13 @@ MISTAKES = [
             story="knows only cpu and cuda"),
     Mistake("05-choose-precision", "raised", "KeyError", (choose_key_error,),
             story="a dict of device types without mps: KeyError, not the ValueError asked"),
+    Mistake("05-choose-precision", "fp16-without-scaler", "underflow", solution_cell(
+        "def choose_precision(device_type, bf16_supported):\n"
+        "    if device_type not in ('cpu', 'cuda', 'mps', 'xpu'):\n"
+        "        raise ValueError(device_type)\n"
+        "    return (torch.bfloat16, False) if bf16_supported else (torch.float16, False)\n",
+        "choose_precision"),
+        story="fp16 chosen without a GradScaler", planted=True),
     # 05-cast-report
     Mistake("05-cast-report", "wrong-overflow", "65504",
             (lambda x, d: {**report_masks(x, d), "overflow": int(torch.isinf(x.to(d)).sum()) + 1},),
@@ -574,6 +577,16 @@ MISTAKES = [
     Mistake("05-cast-report", "input-modified", "in-place", (_in_place,), story="calls x.abs_()"),
     Mistake("05-cast-report", "raised", "max(): Expected reduction dim", (_empty_max,),
             story="takes .max() of an empty selection (no value kept)"),
+    Mistake("05-cast-report", "wrong-rel-error", "16 bits", solution_cell(
+        "def cast_report(x, dtype):\n"
+        "    y = x.to(dtype)\n"
+        "    kept = torch.isfinite(y) & (y != 0) & (x != 0)\n"
+        "    rel = ((y - x.to(dtype)).abs() / x.to(dtype).abs())[kept]\n"
+        "    return {'overflow': int((torch.isfinite(x) & torch.isinf(y)).sum()),\n"
+        "            'underflow': int(((x != 0) & (y == 0)).sum()),\n"
+        "            'max_rel_error': float(rel.max()) if rel.numel() else 0.0}\n",
+        "cast_report"),
+        story="the relative error is computed in 16 bits, where the difference is rounded away", planted=True),
     # 05-output-dtypes
     Mistake("05-output-dtypes", "wrong-modules", "late binding", (dtypes_late_binding,),
             story="each hook's lambda reads the loop variable name"),
@@ -588,6 +601,17 @@ MISTAKES = [
             story="runs the forward with a graph"),
     Mistake("05-output-dtypes", "raised", "'tuple' object has no attribute 'dtype'", (_tuple_unhandled,),
             story="forgets that an RNN returns a tuple"),
+    Mistake("05-output-dtypes", "hooks-left", "handle.remove()", solution_cell(
+        "def output_dtypes(model, x, device_type, dtype):\n"
+        "    seen = {}\n"
+        "    for name, module in model.named_modules():\n"
+        "        if not any(module.children()):\n"
+        "            module.register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.dtype))\n"
+        "    with torch.no_grad(), torch.autocast(device_type, dtype=dtype):\n"
+        "        model(x)\n"
+        "    return seen\n",
+        "output_dtypes"),
+        story="the hooks are never removed", planted=True),
     # 05-scale-trace
     Mistake("05-scale-trace", "no-backoff", "backoff_factor", (_no_backoff,), story="never backs off"),
     Mistake("05-scale-trace", "wrong-backoff", "not backoff_factor=0.25", (_half_backoff,),
@@ -603,6 +627,21 @@ MISTAKES = [
             story="includes the initial scale"),
     Mistake("05-scale-trace", "not-a-list", "a list of floats", (_final_scale_only,),
             story="returns only the final scale"),
+    Mistake("05-scale-trace", "tracker-not-reset", "restart the count", solution_cell(
+        "def scale_trace(overflows, *, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_inte"
+        "rval=2000):\n"
+        "    scale, clean, trace = init_scale, 0, []\n"
+        "    for overflow in overflows:\n"
+        "        if overflow:\n"
+        "            scale *= backoff_factor\n"
+        "        else:\n"
+        "            clean += 1\n"
+        "            if clean == growth_interval:\n"
+        "                scale, clean = scale * growth_factor, 0\n"
+        "        trace.append(scale)\n"
+        "    return trace\n",
+        "scale_trace"),
+        story="the count of clean steps is not restarted by an overflow", planted=True),
     # 05-amp-step
     Mistake("05-amp-step", "eval-mode", "training mode", (amp_step_with(train=False),),
             story="leaves out model.train()"),
@@ -632,6 +671,18 @@ MISTAKES = [
             story="passes a constant new_scale to update()"),
     Mistake("05-amp-step", "inf-step-not-skipped", "parameters", (_steps_anyway,),
             story="updates the parameters by hand after unscale_"),
+    Mistake("05-amp-step", "missing-update", "scaler.update()", solution_cell(
+        "def amp_train_step(model, batch, loss_fn, optimizer, scaler, device_type, dtype):\n"
+        "    inputs, targets = batch\n"
+        "    model.train()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    with torch.autocast(device_type, dtype=dtype):\n"
+        "        loss = loss_fn(model(inputs), targets)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    return loss.detach()\n",
+        "amp_train_step"),
+        story="scaler.update() is missing: the scale never adapts", planted=True),
 ]
 
 CORRECT = [

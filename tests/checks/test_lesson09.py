@@ -19,7 +19,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from harness.checks.lesson09 import common as lesson09
-from harness.checks.testing import Correct, Mistake, assert_check_fails
+from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
+from tests.exercises import notebook_namespace
 
 pytestmark = pytest.mark.slow  # each check forks processes
 
@@ -523,6 +524,9 @@ def accumulate_barrier_on_rank0(model, optimizer, micro_batches, loss_fn):
 
 WAITING = "`if rank == 0:`"  # in both messages: a rank left waiting by a peer that returned, or a timeout
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("09_ddp")
+
 MISTAKES = [
     Mistake("09-ddp-mean", "not-averaged", "without communicating", (mean_local_only,),
             story="reports each rank's own shard metric: the classic DDP logging bug"),
@@ -537,6 +541,11 @@ MISTAKES = [
     Mistake("09-ddp-mean", "not-a-tensor", ".tolist()", (mean_as_list,), story="returns plain numbers for logging"),
     Mistake("09-ddp-mean", "hang", WAITING, (mean_reduced_on_rank0_only,),
             story="the collective inside `if rank == 0:` the lesson warns about"),
+    Mistake("09-ddp-mean", "not-averaged", "without communicating", solution_cell(
+        "def ddp_mean(value: torch.Tensor) -> torch.Tensor:\n"
+        "    return value.detach().clone()\n",
+        "ddp_mean"),
+        story="the metric is reported from each rank's own shard: no communication", planted=True),
     Mistake("09-shard-loader", "overlapping-shards", "every rank reads the whole dataset", (loader_plain_shuffle,),
             story="shuffle=True as on one process"),
     Mistake("09-shard-loader", "wrong-batch-size", "per-rank batch", (loader_divided_batch,),
@@ -551,6 +560,12 @@ MISTAKES = [
             story="a hand-made shard whose set_epoch does nothing"),
     Mistake("09-shard-loader", "uses-workers", "num_workers=2", (loader_with_workers,),
             story="num_workers=2 out of habit"),
+    Mistake("09-shard-loader", "overlapping-shards", "every rank reads the whole dataset", solution_cell(
+        "def make_ddp_loader(dataset, batch_size, *, rank, world_size, seed):\n"
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manu"
+        "al_seed(seed))\n",
+        "make_ddp_loader", given=NOTEBOOK),
+        story="every rank shuffles the whole dataset: the ranks train on the same samples", planted=True),
     Mistake("09-train-ddp", "missing-set-epoch", "set_epoch(epoch)", (train_no_set_epoch,),
             story="forgets set_epoch: the most common DistributedSampler bug"),
     Mistake("09-train-ddp", "ranks-differ", "not wrapped in DDP", (train_without_ddp,), story="never wraps in DDP"),
@@ -568,6 +583,19 @@ MISTAKES = [
     Mistake("09-train-ddp", "no-samples-seen", "num_workers > 0", (train_with_workers,),
             story="loads with worker processes"),
     Mistake("09-train-ddp", "hang", WAITING, (train_barrier_on_rank0,), story="a barrier inside `if rank == 0:`"),
+    Mistake("09-train-ddp", "missing-set-epoch", "set_epoch(epoch)", solution_cell(
+        "def train_ddp(make_model, dataset, loss_fn, *, epochs, batch_size, lr, seed):\n"
+        "    loader = DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, seed=seed))\n"
+        "    model = DDP(make_model())\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+        "    for epoch in range(epochs):\n"
+        "        for inputs, targets in loader:\n"
+        "            optimizer.zero_grad(set_to_none=True)\n"
+        "            loss_fn(model(inputs), targets).backward()\n"
+        "            optimizer.step()\n"
+        "    return model.module.state_dict()\n",
+        "train_ddp", given=NOTEBOOK),
+        story="no set_epoch: every epoch repeats the first epoch's order", planted=True),
     Mistake("09-save-rank0", "saved-on-every-rank", "only rank 0 writes", (save_every_rank,),
             story="no guard: every rank saves"),
     Mistake("09-save-rank0", "missing-barrier", "without calling any collective", (save_without_barrier,),
@@ -585,6 +613,13 @@ MISTAKES = [
             story="model and optimizer states swapped"),
     Mistake("09-save-rank0", "hang", WAITING, (save_barrier_inside_guard,),
             story="the barrier indented into the rank-0 block"),
+    Mistake("09-save-rank0", "saved-on-every-rank", "only rank 0 writes", solution_cell(
+        "def save_checkpoint_ddp(model, optimizer, epoch, path):\n"
+        "    torch.save({'model': model.module.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': ep"
+        "och}, path)\n"
+        "    dist.barrier()\n",
+        "save_checkpoint_ddp", given=NOTEBOOK),
+        story="every rank writes the checkpoint", planted=True),
     Mistake("09-no-sync", "missing-no-sync", "micro-batch's backward synchronises", (accumulate_always_sync,),
             story="accumulates as on one process"),
     Mistake("09-no-sync", "never-synced", "outside no_sync", (accumulate_never_sync,),
@@ -598,6 +633,14 @@ MISTAKES = [
     Mistake("09-no-sync", "ranks-differ", "micro-batch 1 of 4, not the last", (accumulate_sync_first,),
             story="synchronises on the first micro-batch (index == 0) instead of the last"),
     Mistake("09-no-sync", "hang", WAITING, (accumulate_barrier_on_rank0,), story="a barrier inside `if rank == 0:`"),
+    Mistake("09-no-sync", "missing-no-sync", "micro-batch's backward synchronises", solution_cell(
+        "def accumulate_step(model, optimizer, micro_batches, loss_fn):\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "    optimizer.step()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n",
+        "accumulate_step"),
+        story="every micro-batch's backward all-reduces", planted=True),
 ]
 
 CORRECT = [

@@ -19,12 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, SubsetRandomSampler
 
 from harness.checkpoint import load_checkpoint
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-    assert_check_passes,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_check_passes, solution_cell
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, normalization_stats, shapes
 from harness.distributed import distributed_loader, get_rank, get_world_size
 from harness.env import environment_report, select_device, supported_precisions
@@ -34,6 +29,7 @@ from harness.plots import plot_history
 from harness.report import observe_op_dtypes, write_run_report
 from harness.repro import seed_everything
 from harness.train import EarlyStopping, evaluate, fit
+from tests.exercises import notebook_namespace
 
 # One worker runs this module and lesson 10's fuzz cases: `trained_run` (a real capstone run, cached per
 # process) is then trained once, not once per worker.
@@ -679,6 +675,12 @@ def optimizer_factor(factor) -> tuple:
     return (functools.partial(optimizer_reference, factor=factor),)
 
 
+# What the notebook's other cells define, for the planted cells that use it: its definitions, and small data sets,
+# a precision and a folder in place of those its demos make
+NOTEBOOK = notebook_namespace("10_capstone") | {
+    "train_set": shapes(64, seed=0, size=16), "val_set": shapes(32, seed=1, size=16), "precision": "fp32",
+    "workdir": Path(tempfile.gettempdir())}
+
 MISTAKES = [
     # 10-precision
     Mistake("10-precision", "not-a-precision", "returning a dtype", (precision_dtype,),
@@ -700,6 +702,16 @@ MISTAKES = [
     Mistake("10-precision", "bf16-on-cpu", "'fp32': on a CPU", (precision_bf16_wherever_autocast_runs,),
             story="bf16 wherever autocast runs it, the CPU included, where it is emulated (the lesson's rule "
             "before issue 44)"),
+    Mistake("10-precision", "bf16-unsupported", "a pre-Ampere GPU", solution_cell(
+        "def choose_precision(device_type, precisions):\n"
+        "    if device_type == 'cpu':\n"
+        "        return 'fp32'\n"
+        "    if device_type == 'cuda' or precisions['bf16_autocast']:\n"
+        "        return 'bf16'\n"
+        "    return 'fp32'\n",
+        "choose_precision"),
+        story="bf16 on every GPU: a T4 or V100 has no native bf16 (it should get fp16 with a GradScaler)",
+        planted=True),
     # 10-optimizer
     Mistake("10-optimizer", "not-a-pair", "(optimizer, scheduler)", (optimizer_only,),
             story="returns the optimizer and builds the scheduler elsewhere"),
@@ -725,6 +737,23 @@ MISTAKES = [
             story="the cosine's progress measured from step 0"),
     Mistake("10-optimizer", "rises-after-total", "clamped", optimizer_factor(cosine_unclamped),
             story="progress not clamped: the lr climbs again after total_steps"),
+    Mistake("10-optimizer", "decay-on-bias-or-norm", "normalisation scale", solution_cell(
+        "def make_optimizer(model, *, lr, weight_decay, warmup_steps, total_steps):\n"
+        "    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]\n"
+        "    decay = [p for n, p in named if not n.endswith('bias')]\n"
+        "    no_decay = [p for n, p in named if n.endswith('bias')]\n"
+        "    optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay},\n"
+        "                                   {'params': no_decay, 'weight_decay': 0.0}], lr=lr)\n"
+        "\n"
+        "    def factor(step):\n"
+        "        if step < warmup_steps:\n"
+        "            return (step + 1) / warmup_steps\n"
+        "        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))\n"
+        "        return 0.5 * (1.0 + math.cos(math.pi * progress))\n"
+        "\n"
+        "    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)\n",
+        "make_optimizer", given=NOTEBOOK),
+        story="biases found by name, so BatchNorm's scales are decayed", planted=True),
     # 10-train-loader
     Mistake("10-train-loader", "overlapping-shards", "every rank reads the whole dataset", (loader_plain_shuffle,),
             story="a shuffled DataLoader: under DDP every rank trains on everything"),
@@ -746,6 +775,12 @@ MISTAKES = [
             story="the sampler's seed drawn from the global RNG"),
     Mistake("10-train-loader", "seed-ignored", "seeds 0 and 1", (loader_fixed_seed,),
             story="seed=0 hard-coded instead of the argument"),
+    Mistake("10-train-loader", "overlapping-shards", "every rank reads the whole dataset", solution_cell(
+        "def train_loader(dataset, batch_size, *, seed):\n"
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,\n"
+        "                      generator=torch.Generator().manual_seed(seed))\n",
+        "train_loader", given=NOTEBOOK),
+        story="a plain shuffled loader: under DDP every rank reads the whole dataset", planted=True),
     # 10-train
     Mistake("10-train", "reads-notebook-data", "train_capstone reads the notebook's global 'train_set' (a dataset)",
             lambda: in_notebook(TRAIN_READS_GLOBAL, "train_capstone"),
@@ -790,6 +825,30 @@ MISTAKES = [
             story="forgets .to(device): invisible on a CPU-only laptop"),
     Mistake("10-train", "ignores-device", "fit refused the model: 0.mean is on cpu", train_bug("cnn-moved"),
             story="moves the CNN but not the Standardize in front of it"),
+    Mistake("10-train", "resume-ignored", "which fit refused", solution_cell(
+        "def train_capstone(train_set, val_set, out_dir, config, *, resume=False, device=None, on_epoch_end=None,\n"
+        "                   progress=False):\n"
+        "    device = select_device(device)\n"
+        "    seed_everything(config['seed'])\n"
+        "    model = nn.Sequential(Standardize(*normalization_stats(train_set.tensors[0])),\n"
+        "                          capstone_cnn(len(train_set.classes), config['width'])).to(device)\n"
+        "    loader = train_loader(train_set, config['batch_size'], seed=config['seed'])\n"
+        "    total_steps = config['epochs'] * len(loader)\n"
+        "    optimizer, scheduler = make_optimizer(model, lr=config['lr'], weight_decay=config['weight_decay'],\n"
+        "                                          warmup_steps=round(config['warmup_fraction'] * total_steps),\n"
+        "                                          total_steps=total_steps)\n"
+        "    precision = config['precision']\n"
+        "    history = fit(model, loader, distributed_loader(val_set, 256, shuffle=False), loss_fn=nn.CrossEn"
+        "tropyLoss(),\n"
+        "                  optimizer=optimizer, epochs=config['epochs'], precision=precision,\n"
+        "                  max_grad_norm=config['max_grad_norm'], scheduler=scheduler, scheduler_interval='step',\n"
+        "                  metrics={'accuracy': accuracy},\n"
+        "                  early_stopping=EarlyStopping('val_accuracy', mode='max', patience=config['patience']),\n"
+        "                  checkpoint_dir=out_dir, on_epoch_end=on_epoch_end, progress=progress)\n"
+        "    load_checkpoint(Path(out_dir) / 'best.pt', model=model)\n"
+        "    return {'model': model, 'history': history, 'precision': precision, 'checkpoint_dir': Path(out_dir)}\n",
+        "train_capstone", given=NOTEBOOK),
+        story="resume is never passed to fit: a restarted run trains from scratch", planted=True),
     # 10-held-out
     Mistake("10-held-out", "below-threshold", "did not learn enough", lambda: (untrained_run(),),
             story="a run that never learned (lr far too small)"),
@@ -809,6 +868,17 @@ MISTAKES = [
             story="passes run['model'] instead of run"),
     Mistake("10-held-out", "not-a-run", "received DataFrame", lambda: (trained_run()["history"],),
             story="passes the history instead of the run"),
+    Mistake("10-held-out", "below-threshold", "did not learn enough", solution_cell(
+        "CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-5, weight_decay=0.05,\n"
+        "              warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0,\n"
+        "              precision=precision)\n"
+        "\n"
+        "run = None\n"
+        "run_dir = Path(tempfile.mkdtemp(prefix='run-', dir=workdir))\n"
+        "run = train_capstone(train_set, val_set, run_dir, CONFIG, progress=not is_grading())\n"
+        "plot_history(run['history'], run_dir / 'curves.png')\n",
+        "run", given=NOTEBOOK),
+        story="a learning rate a thousand times too small: the run never leaves chance level", planted=True),
     # 10-report
     Mistake("10-report", "reads-notebook-data", "test_scores reads the notebook's global 'test_set'",
             lambda: in_notebook(REPORT_HELPER_READS_GLOBAL, "write_capstone_report"),
@@ -837,6 +907,25 @@ MISTAKES = [
             story="no op_dtypes: the precision section is missing"),
     Mistake("10-report", "missing-best-checkpoint", "best_checkpoint=", report_bug("no-best"),
             story="the best checkpoint's path left out"),
+    Mistake("10-report", "missing-test-metrics", "held-out test metrics", solution_cell(
+        "def write_capstone_report(run, test_set, out_dir):\n"
+        "    out_dir = Path(out_dir)\n"
+        "    model, history, precision = run['model'], run['history'], run['precision']\n"
+        "    loader = DataLoader(test_set, batch_size=256)\n"
+        "    scores = evaluate(model, loader, loss_fn=nn.CrossEntropyLoss(), metrics={'accuracy': accuracy},\n"
+        "                      precision=precision)\n"
+        "    print('test accuracy', scores['accuracy'])\n"
+        "    plot_history(history, out_dir / 'curves.png')\n"
+        "    images, labels = next(iter(loader))\n"
+        "    op_dtypes = observe_op_dtypes(model, images, precision=precision, targets=labels, loss_fn=nn.Cro"
+        "ssEntropyLoss())\n"
+        "    return write_run_report(out_dir / 'report.md', history, best_checkpoint=Path(run['checkpoint_dir"
+        "']) / 'best.pt',\n"
+        "                            op_dtypes=op_dtypes, environment=environment_report(next(model.parameter"
+        "s()).device),\n"
+        "                            curves=out_dir / 'curves.png')\n",
+        "write_capstone_report", given=NOTEBOOK),
+        story="the test metrics are computed but never given to the report", planted=True),
 ]
 
 CORRECT = [

@@ -1,30 +1,35 @@
-"""Lesson 11's checks against the drill bank: each reference solution passes, each of the bank's planted wrong
-answers fails the notebook's check too (with a teaching message), the notebook's planted bugs fail with their
-codes, and the mutation set (MISTAKES, CORRECT) covers every requirement of every exercise."""
-
-import importlib.util
-from pathlib import Path
+"""Lesson 11's checks against the drill bank: each of the bank's planted wrong answers fails the notebook's check
+too (with a teaching message), and the mutation set (MISTAKES, CORRECT; the planted bugs are each drill's first
+wrong answer in its solution cell) covers every requirement of every exercise."""
 
 import pytest
 
 from harness.checks import CheckFailed, check
-from harness.checks.testing import DRAWN_CASE, Correct, Mistake
+from harness.checks.testing import DRAWN_CASE, Correct, Mistake, SolutionCell, solution_cell
 from harness.contract import wire
 from harness.contract.protocol import decide, observe
 from harness.drills import get_drill
 from harness.drills.lesson import NOTEBOOK_DRILLS
 
-PLANTED_FILE = Path(__file__).resolve().parents[1] / "planted" / "11_interview_drills.py"
+
+def _passed(task_id: str, namespace: dict) -> dict:
+    """What the notebook's test cell passes to check() once the solution cell filled `namespace`."""
+    if get_drill(dict(NOTEBOOK_DRILLS)[task_id]).kind == "explain":
+        name = next((n for n in namespace if n.startswith("answer")), "answer")
+        return {"answer": namespace.get(name)}
+    return namespace
 
 
 def _namespace(task_id: str, source: str) -> dict:
     """What the notebook's test cell passes to check() after running `source` as the solution cell."""
     namespace: dict = {}
     exec(compile(source, f"<{task_id}>", "exec"), namespace)  # noqa: S102 (the drill bank's own answers)
-    if get_drill(dict(NOTEBOOK_DRILLS)[task_id]).kind == "explain":
-        name = next((n for n in namespace if n.startswith("answer")), "answer")
-        return {"answer": namespace.get(name)}
-    return namespace
+    return _passed(task_id, namespace)
+
+
+def _planted(task_id: str, source: str) -> SolutionCell:
+    """`source` as the notebook's solution cell of `task_id`: the planted bug the pipeline test grades there."""
+    return solution_cell(source, passes=lambda namespace: (_passed(task_id, namespace),))
 
 
 WRONG = [(task, drill, index) for task, drill in NOTEBOOK_DRILLS
@@ -49,16 +54,6 @@ def test_the_banks_wrong_answer_fails_the_notebook_check(task_id, drill_id, inde
 def test_starter_fails(task_id, drill_id):
     with pytest.raises(CheckFailed):
         check(task_id, _namespace(task_id, get_drill(drill_id).starter))
-
-
-def test_planted_bugs_fail_with_their_codes():
-    spec = importlib.util.spec_from_file_location("planted_11_interview_drills", PLANTED_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for task_id, (source, code) in module.PLANTED.items():
-        with pytest.raises(CheckFailed) as failure:
-            check(task_id, _namespace(task_id, source))
-        assert failure.value.code == code, (task_id, str(failure.value))
 
 
 def _solution_with(drill_id: str, old: str, new: str) -> str:
@@ -95,7 +90,8 @@ MISTAKES = [
                                                     "            p.mul_(0.9)\n")),
             story="adds weight decay by hand after the step"),
     Mistake("11-train-step", "missing-zero-grad", "gradients accumulate in .grad",
-            _answer("11-train-step", _wrong(STEP, 0)), story="forgets zero_grad: the most common loop bug"),
+            _planted("11-train-step", _wrong(STEP, 0)), story="forgets zero_grad: the most common loop bug",
+            planted=True),
     Mistake("11-train-step", "step-before-backward", "step() ran before loss.backward()",
             _answer("11-train-step", _wrong(STEP, 1)), story="calls step() before backward()"),
     Mistake("11-train-step", "host-sync", "called .item()",
@@ -123,8 +119,8 @@ MISTAKES = [
             _answer("11-plain-list", _solution_with(MLP, "class MLP(", "class Net(")), story="renames the class"),
     Mistake("11-plain-list", "unregistered-layers", "plain Python list",
             _answer("11-plain-list", get_drill(MLP).starter), story="the bug itself: layers in a Python list"),
-    Mistake("11-plain-list", "unregistered-layers", "holds", _answer("11-plain-list", _wrong(MLP, 0)),
-            story="a Sequential that keeps only the first hidden layer"),
+    Mistake("11-plain-list", "unregistered-layers", "holds", _planted("11-plain-list", _wrong(MLP, 0)),
+            story="a Sequential that keeps only the first hidden layer", planted=True),
     Mistake("11-plain-list", "unregistered-layers", "nn.Module cannot see",
             _answer("11-plain-list", _solution_with(MLP, "nn.ModuleList([nn.Linear(a, b) for a, b in "
                                                     "zip(sizes[:-2], sizes[1:-1])])",
@@ -141,8 +137,8 @@ MISTAKES = [
             _answer("11-plain-list", _solution_with(MLP, "return self.out(x)", "return self.out(x).tolist()")),
             story="returns a list for printing"),
     # 11-why-eval
-    Mistake("11-why-eval", "wrong-choice", "you chose 'a'", _answer("11-why-eval", 'answer = "a"'),
-            story="confuses eval() with no_grad()"),
+    Mistake("11-why-eval", "wrong-choice", "you chose 'a'", _planted("11-why-eval", 'answer_why_eval = "a"\n'),
+            story="confuses eval() with no_grad()", planted=True),
     Mistake("11-why-eval", "wrong-choice", "you chose 'c'", _answer("11-why-eval", 'answer = "c"'),
             story="thinks eval() freezes the parameters"),
     Mistake("11-why-eval", "wrong-choice", "you chose 'd'", _answer("11-why-eval", 'answer = "d"'),
@@ -159,8 +155,8 @@ MISTAKES = [
             _answer("11-warmup-cosine", _solution_with(COSINE, "def warmup_cosine(", "def lr_lambda(")),
             story="names it after LambdaLR's argument"),
     Mistake("11-warmup-cosine", "wrong-warmup", "the first step gets a learning rate of 0",
-            _answer("11-warmup-cosine", _wrong(COSINE, 0)),
-            story="step / warmup: the first step gets a zero learning rate"),
+            _planted("11-warmup-cosine", _wrong(COSINE, 0)),
+            story="step / warmup: the first step gets a zero learning rate", planted=True),
     Mistake("11-warmup-cosine", "not-clamped", "not clamped to 1", _answer("11-warmup-cosine", _wrong(COSINE, 1)),
             story="no clamp: the cosine climbs back up after total"),
     Mistake("11-warmup-cosine", "wrong-decay", "the 0.5 of the cosine is missing",
@@ -185,8 +181,8 @@ MISTAKES = [
             story="backward indented inside the autocast block"),
     Mistake("11-amp-step", "stale-gradients", "the previous step left in .grad", _answer("11-amp-step", _wrong(AMP, 1)),
             story="forgets zero_grad in the AMP step: the previous step's gradients join this one's"),
-    Mistake("11-amp-step", "missing-update", "scale never adapts", _answer("11-amp-step", _wrong(AMP, 0)),
-            story="forgets scaler.update()"),
+    Mistake("11-amp-step", "missing-update", "scale never adapts", _planted("11-amp-step", _wrong(AMP, 0)),
+            story="forgets scaler.update()", planted=True),
     Mistake("11-amp-step", "missing-unscale", "no scaler.unscale_(optimizer) before clipping",
             _answer("11-amp-step", _wrong(AMP, 3)),
             story="clips without unscale_"),
@@ -222,7 +218,8 @@ MISTAKES = [
             _answer("11-epoch-metrics", _solution_with(METRICS, "def epoch_metrics(", "def evaluate(")),
             story="renames it"),
     Mistake("11-epoch-metrics", "sync-per-step", "host syncs for 3 batches",
-            _answer("11-epoch-metrics", _wrong(METRICS, 0)), story="the bug itself: .item() per batch"),
+            _planted("11-epoch-metrics", _wrong(METRICS, 0)), story="the bug itself: .item() per batch",
+            planted=True),
     Mistake("11-epoch-metrics", "sync-per-step", "inside the loop",
             _answer("11-epoch-metrics", _solution_with(METRICS, "total_loss += loss_fn(out, y) * len(y)",
                                                        "total_loss += float(loss_fn(out, y)) * len(y)")),
@@ -249,7 +246,8 @@ MISTAKES = [
             _answer("11-exact-resume", _solution_with(RESUME, "def load_checkpoint(", "def load(")),
             story="renames the loader"),
     Mistake("11-exact-resume", "missing-optimizer-state", "Adam's moments",
-            _answer("11-exact-resume", _wrong(RESUME, 0)), story="saves the weights and forgets the optimizer"),
+            _planted("11-exact-resume", _wrong(RESUME, 0)),
+            story="saves the weights and forgets the optimizer", planted=True),
     Mistake("11-exact-resume", "missing-scheduler-state", "schedule restarts",
             _answer("11-exact-resume", _wrong(RESUME, 1)), story="forgets the scheduler"),
     Mistake("11-exact-resume", "missing-rng-state", "draws other data",

@@ -14,12 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-    assert_forgeries_refused,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_forgeries_refused, solution_cell
 from harness.contract.case import Case
 
 _BATCHNORM = nn.modules.batchnorm._BatchNorm
@@ -681,6 +676,13 @@ MISTAKES = [
             (load_deleting_head,), story="del state_dict['head.weight'] on the caller's dict"),
     Mistake("14-load-pretrained", "raised", "Error(s) in loading state_dict",
             (load_with_plain_strict,), story="strict load with the old head"),
+    Mistake("14-load-pretrained", "backbone-not-loaded", "nothing was loaded into the backbone", solution_cell(
+        "def load_pretrained(model, state_dict):\n"
+        "    result = model.backbone.load_state_dict(state_dict, strict=False)\n"
+        "    return sorted(result.missing_keys)\n",
+        "load_pretrained"),
+        story="loaded into the backbone module with the full model's keys: nothing matches, strict=False hides it",
+        planted=True),
     # 14-train-mode
     Mistake("14-train-mode", "frozen-bn-training", "model.backbone only", (mode_backbone_only,),
             story="searches model.backbone only: the frozen BatchNorm1d in the neck keeps training"),
@@ -708,6 +710,11 @@ MISTAKES = [
             (mode_no_tracking,), story="track_running_stats = False instead of eval()"),
     Mistake("14-train-mode", "not-training", "in eval mode: ['model'",
             (mode_eval_then_head,), story="model.eval(); model.head.train()"),
+    Mistake("14-train-mode", "frozen-bn-training", "model.train() sets every module", solution_cell(
+        "def train_mode(model):\n"
+        "    model.train()\n",
+        "train_mode"),
+        story="model.train() alone: the frozen BatchNorm layers keep normalising with batch statistics", planted=True),
     # 14-param-groups
     Mistake("14-param-groups", "frozen-params-included", "frozen parameter backbone.0.0.weight",
             (groups_all_parameters,), story="no requires_grad filter"),
@@ -731,6 +738,18 @@ MISTAKES = [
             (groups_returned,), story="returns the groups"),
     Mistake("14-param-groups", "not-adamw", "returned SGD",
             (groups_in_sgd,), story="builds SGD"),
+    Mistake("14-param-groups", "decay-on-bias-or-norm", "BatchNorm2d", solution_cell(
+        "def finetune_optimizer(model, *, head_lr, backbone_lr, weight_decay):\n"
+        "    groups = []\n"
+        "    for prefix, lr in (('backbone.', backbone_lr), ('head.', head_lr)):\n"
+        "        chosen = [(n, p) for n, p in model.named_parameters() if n.startswith(prefix) and p.requires_grad]\n"
+        "        groups.append({'params': [p for n, p in chosen if 'bias' not in n], 'lr': lr,\n"
+        "                       'weight_decay': weight_decay})\n"
+        "        groups.append({'params': [p for n, p in chosen if 'bias' in n], 'lr': lr, 'weight_decay': 0.0})\n"
+        "    return torch.optim.AdamW([g for g in groups if g['params']])\n",
+        "finetune_optimizer"),
+        story="no decay decided by the name: BatchNorm weights are not called 'bias', so they are decayed",
+        planted=True),
     # 14-unfreeze
     Mistake("14-unfreeze", "not-frozen", "never freezes", (unfreeze_only,), story="only ever unfreezes"),
     Mistake("14-unfreeze", "wrong-order", "counted from the bottom", (unfreeze_bottom_up,),
@@ -750,6 +769,14 @@ MISTAKES = [
             story="loops over each block's direct parameters"),
     Mistake("14-unfreeze", "wrong-timing", "all blocks unfrozen at once", (unfreeze_all_at_once,),
             story="the whole backbone at epoch `every`"),
+    Mistake("14-unfreeze", "wrong-order", "counted from the bottom", solution_cell(
+        "def gradual_unfreeze(model, epoch, every):\n"
+        "    blocks = [block for block in model.backbone if list(block.parameters())]\n"
+        "    for index, block in enumerate(blocks):\n"
+        "        block.requires_grad_(epoch >= every * (index + 1))\n"
+        "    model.head.requires_grad_(True)\n",
+        "gradual_unfreeze"),
+        story="blocks counted from the bottom: the most general block unfreezes first", planted=True),
     # 14-lora
     Mistake("14-lora", "base-trainable", "assigned to the module object (base)", (lora_variant(freeze="attribute"),),
             story="self.base.requires_grad = False"),
@@ -782,6 +809,27 @@ MISTAKES = [
     Mistake("14-lora", "merge-differs", "returned dict", lora_merge_returns_state, story="merge returns a state dict"),
     Mistake("14-lora", "merge-modifies", "counted twice",
             (lora_variant(merge_in_place=True),), story="merges into self.base.weight in place"),
+    Mistake("14-lora", "wrong-forward", "the scaling is alpha, not alpha / r", solution_cell(
+        "class LoRALinear(nn.Module):\n"
+        "    def __init__(self, base, r, alpha):\n"
+        "        super().__init__()\n"
+        "        self.base = base.requires_grad_(False)\n"
+        "        self.scaling = alpha\n"
+        "        self.lora_A = nn.Parameter(torch.randn(r, base.in_features) * 0.01)\n"
+        "        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r))\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scaling\n"
+        "\n"
+        "    @torch.no_grad()\n"
+        "    def merge(self):\n"
+        "        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)\n"
+        "        merged.weight.copy_(self.base.weight + self.scaling * self.lora_B @ self.lora_A)\n"
+        "        if self.base.bias is not None:\n"
+        "            merged.bias.copy_(self.base.bias)\n"
+        "        return merged\n",
+        "LoRALinear"),
+        story="scaled by alpha instead of alpha / r", planted=True),
 ]
 
 CORRECT = [

@@ -11,13 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-    assert_forgeries_refused,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_forgeries_refused, solution_cell
 from harness.contract.case import Case
+from tests.exercises import notebook_namespace
 
 
 # --------------------------------------------------------------------------------------------------
@@ -500,6 +496,9 @@ def smoothed_detached_term(logits, targets, smoothing):
     return ((1 - smoothing) * nll - smoothing * log_probs.detach().mean(-1)).mean()
 
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("15_sequences_transformers")
+
 MISTAKES = [
     # 15-pad-collate
     Mistake("15-pad-collate", "not-a-pair", "pair (padded, mask)",
@@ -535,6 +534,13 @@ MISTAKES = [
             story="mask = padded != pad_value: a real token equal to the pad value is lost"),
     Mistake("15-pad-collate", "wrong-mask", "inverted", (collate_mask_inverted,),
             story="returns the key_padding_mask convention (True at padding)"),
+    Mistake("15-pad-collate", "wrong-mask", "computed from the values", solution_cell(
+        "def pad_collate(sequences, pad_value):\n"
+        "    padded = nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=pad_value)\n"
+        "    return padded, padded != pad_value\n",
+        "pad_collate"),
+        story="the mask is computed from the values: a real token equal to pad_value is marked as padding",
+        planted=True),
     # 15-masked-loss
     Mistake("15-masked-loss", "padding-counted", "padded ones included", (loss_every_position,),
             story="plain F.cross_entropy over every position"),
@@ -564,6 +570,12 @@ MISTAKES = [
             story="targets[~mask] = -100 in place: the caller's targets change"),
     Mistake("15-masked-loss", "not-a-scalar", "reduction='none'", (loss_per_token,),
             story="returns the masked per-token losses without averaging"),
+    Mistake("15-masked-loss", "padding-counted", "mask.sum()", solution_cell(
+        "def masked_cross_entropy(logits, targets, mask):\n"
+        "    per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction='none')\n"
+        "    return (per_token * mask.flatten()).mean()\n",
+        "masked_cross_entropy", given=NOTEBOOK),
+        story="the padded losses are zeroed but the mean still divides by every position", planted=True),
     # 15-attention
     Mistake("15-attention", "forbidden-call", "scaled_dot_product_attention", (attention_using(sdpa=True),),
             story="calls F.scaled_dot_product_attention"),
@@ -607,6 +619,16 @@ MISTAKES = [
             story="tril(diagonal=1) for the allowed keys: each position sees the next one too"),
     Mistake("15-attention", "causal-not-masked", "mask is flipped", (attention_using(flip_causal=True),),
             story="tril instead of triu: queries see the future"),
+    Mistake("15-attention", "padding-not-masked", "inverted", solution_cell(
+        "def attention(q, k, v, mask=None, causal=False):\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "    if causal:\n"
+        "        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float('-inf'))\n"
+        "    if mask is not None:\n"
+        "        scores = scores.masked_fill(mask[:, None, None, :], float('-inf'))\n"
+        "    return scores.softmax(dim=-1) @ v\n",
+        "attention", given=NOTEBOOK),
+        story="the mask is read as True = padding (nn.MultiheadAttention's key_padding_mask convention)", planted=True),
     # 15-warmup
     Mistake("15-warmup", "not-a-number", "torch.tensor", (factor_tensor,),
             story="returns torch.tensor(factor)"),
@@ -626,6 +648,13 @@ MISTAKES = [
             story="no max(0, ...): negative learning rates after total_steps"),
     Mistake("15-warmup", "no-warmup-case", "ZeroDivisionError", (factor_divides_always,),
             story="min of the ramp and the decay, the ramp dividing by warmup_steps every time"),
+    Mistake("15-warmup", "negative-after-end", "clamp it at 0", solution_cell(
+        "def lr_factor(step, warmup_steps, total_steps):\n"
+        "    if step < warmup_steps:\n"
+        "        return (step + 1) / warmup_steps\n"
+        "    return (total_steps - step) / (total_steps - warmup_steps)\n",
+        "lr_factor"),
+        story="no clamp: the linear decay goes negative after total_steps", planted=True),
     # 15-smoothed-loss
     Mistake("15-smoothed-loss", "forbidden-call", "cross_entropy", (smoothed_calls_cross_entropy,),
             story="calls F.cross_entropy(label_smoothing=...)"),
@@ -659,6 +688,13 @@ MISTAKES = [
             story="torch.tensor(loss.item())"),
     Mistake("15-smoothed-loss", "no-gradient", "differs from F.cross_entropy's", (smoothed_detached_term,),
             story="detaches the smoothing term"),
+    Mistake("15-smoothed-loss", "not-stable", "log of a softmax", solution_cell(
+        "def smoothed_cross_entropy(logits, targets, smoothing):\n"
+        "    log_probs = logits.softmax(dim=-1).log()\n"
+        "    nll = -log_probs.gather(1, targets[:, None]).squeeze(1)\n"
+        "    return ((1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)).mean()\n",
+        "smoothed_cross_entropy"),
+        story="softmax then log: log(0) = -inf for logits in the hundreds", planted=True),
 ]
 
 CORRECT = [

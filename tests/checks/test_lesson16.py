@@ -361,6 +361,11 @@ MISTAKES = [
             story="calls model.eval() before saving and leaves it there"),
     Mistake("16-save-artefact", "model-changed", "weights or dtype", (save_using(half_model=True),),
             story="model.half() before saving: converts the caller's model in place"),
+    Mistake("16-save-artefact", "not-weights-only", "common.Classifier, and weights_only", solution_cell(
+        "def save_artefact(model, config, path):\n"
+        "    torch.save(model, path)\n",
+        "save_artefact"),
+        story="the tutorial one-liner: the pickled module, which a weights-only load refuses", planted=True),
     # 16-load-artefact
     Mistake("16-load-artefact", "not-a-module", "_IncompatibleKeys", (load_using(return_keys=True),),
             story="return model.load_state_dict(...), which returns the keys, not the model"),
@@ -380,6 +385,15 @@ MISTAKES = [
             story="returns the freshly built model without eval()"),
     Mistake("16-load-artefact", "wrong-weights", "never loaded", (load_using(load=False),),
             story="builds the model from the config and forgets load_state_dict"),
+    Mistake("16-load-artefact", "not-strict", "strict=False", solution_cell(
+        "def load_artefact(path, build_model):\n"
+        "    artefact = torch.load(path, weights_only=True, map_location='cpu')\n"
+        "    model = build_model(**artefact['config'])\n"
+        "    model.load_state_dict(artefact['state_dict'], strict=False)\n"
+        "    return model.eval()\n",
+        "load_artefact"),
+        story="strict=False: an artefact whose names do not match loads silently, leaving a layer random",
+        planted=True),
     # 16-predict
     Mistake("16-predict", "train-mode", "training mode", (predict_using(evaluate=False),),
             story="forgets model.eval(): Dropout and batch statistics stay on"),
@@ -403,6 +417,16 @@ MISTAKES = [
             story="switches to eval and never switches back"),
     Mistake("16-predict", "flag-not-restored", "model.train() at the end", (predict_using(back_to_train=True),),
             story="calls model.train() at the end, sure that every model arrives from training"),
+    Mistake("16-predict", "no-inference-mode", "torch.no_grad()", solution_cell(
+        "def predict(model, inputs, batch_size):\n"
+        "    was_training = model.training\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        outputs = [model(torch.stack(inputs[i:i + batch_size])) for i in range(0, len(inputs), batch_size)]\n"
+        "    model.train(was_training)\n"
+        "    return torch.cat(outputs).cpu()\n",
+        "predict"),
+        story="torch.no_grad() where inference_mode was asked", planted=True),
     # 16-onnx-export
     Mistake("16-onnx-export", "train-mode", "training mode", (export_using(evaluate=False),),
             story="exports right after training, in training mode"),
@@ -420,6 +444,13 @@ MISTAKES = [
             story="dynamic_shapes={0: Dim('batch')}, the outer tuple missing"),
     Mistake("16-onnx-export", "wrong-output", "largest difference", (export_using(wrap=nn.Softmax(-1)),),
             story="adds a softmax to serve probabilities"),
+    Mistake("16-onnx-export", "static-batch", "froze the example's batch size", solution_cell(
+        "def export_onnx(model, example, path):\n"
+        "    model.eval()\n"
+        "    torch.onnx.export(model, (example,), path, dynamo=True, verbose=False,\n"
+        "                      input_names=['features'], output_names=['logits'])\n",
+        "export_onnx"),
+        story="no dynamic_shapes: the example's batch size (4) is frozen into the file", planted=True),
     # 16-int8-weights
     Mistake("16-int8-weights", "not-int8", "missing .to(torch.int8)", (quantize_using(cast=False),),
             story="rounds but keeps float32"),
@@ -446,6 +477,12 @@ MISTAKES = [
             story="asymmetric int8 (range / 255 and a zero point), as in the quantisation papers"),
     Mistake("16-int8-weights", "weight-modified", "weight changed", (quantize_using(in_place=True),),
             story="weight.div_(scale) to save memory"),
+    Mistake("16-int8-weights", "per-tensor", "shape ()", solution_cell(
+        "def quantize_per_channel(weight):\n"
+        "    scale = weight.abs().amax().clamp(min=1e-12) / 127\n"
+        "    return torch.round(weight / scale).clamp(-127, 127).to(torch.int8), scale\n",
+        "quantize_per_channel"),
+        story="one scale for the whole matrix: the rows of small weights round to zero", planted=True),
     # 16-top-k
     Mistake("16-top-k", "no-inference-mode", "torch.no_grad()", TOP_K_NO_GRAD, story="the older habit", planted=True),
     Mistake("16-top-k", "train-mode", "training mode", (top_k_using(evaluate=False),), story="forgets model.eval()"),
