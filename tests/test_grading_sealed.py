@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks.lesson10.held_out import _held_out, held_out_images
+from harness.checks.lesson10.held_out import held_out, held_out_images
 from harness.contract.case import LOCAL_SEED, Case
 from harness.contract.failure import CheckFailed
 from harness.contract.protocol import decide, observe
@@ -31,7 +31,7 @@ class LabelLookup(nn.Module):
     def __init__(self, case: Case) -> None:
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(1))
-        images, labels = _held_out(case).tensors
+        images, labels = held_out(case).tensors
         self.labels = {self._key(image): int(label) for image, label in zip(images, labels, strict=True)}
 
     @staticmethod

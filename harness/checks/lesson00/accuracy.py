@@ -12,7 +12,7 @@ from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
 
 
-def _accuracy_cases(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def accuracy_cases(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Seeded (logits, targets) pairs: a batch, a single sample and two classes (other sizes hidden)."""
     generator = torch.Generator().manual_seed(case.seeded(1 if case.hidden else 0))
     shapes = [(1, 4), (33, 10), (5, 2)] if case.hidden else [(16, 5), (1, 4), (6, 2)]
@@ -49,7 +49,7 @@ def probe_accuracy(accuracy: Callable[[torch.Tensor, torch.Tensor], float], *, c
     """Call the student's accuracy on each (logits, targets) pair of the case; an exception of the student's code
     ends the calls and is recorded (explained, with the student's line) for the judge to read with the shapes."""
     results: list = []
-    for logits, targets in _accuracy_cases(case):
+    for logits, targets in accuracy_cases(case):
         try:
             results.append(accuracy(logits.clone(), targets.clone()))
         except CheckFailed:

@@ -25,7 +25,7 @@ class _TiedNet(nn.Module):
         self.register_buffer("running_scale", torch.ones(4))
 
 
-def _models(case: Case) -> list[nn.Module]:
+def counted_models(case: Case) -> list[nn.Module]:
     """Models to count: a plain MLP, a partly frozen CNN with BatchNorm buffers, and a model with a shared
     weight, a frozen embedding and a buffer (other widths and seeds hidden)."""
     with torch.random.fork_rng(devices=[]):
@@ -71,4 +71,4 @@ def _models(case: Case) -> list[nn.Module]:
 )
 def probe_count_params(count_trainable_parameters: Callable[[nn.Module], int], *, case: Case) -> dict:
     """Count each of the case's models with the student's function."""
-    return {"counts": [count_trainable_parameters(model) for model in _models(case)]}
+    return {"counts": [count_trainable_parameters(model) for model in counted_models(case)]}

@@ -19,7 +19,7 @@ from harness.contract.wire import describe
 
 # A device no student's code expects: tensors are created there without memory, on any machine, so that
 # ignoring `device` (or creating on the CPU and copying) shows without a GPU.
-_UNEXPECTED_DEVICE = torch.device("meta")
+UNEXPECTED_DEVICE = torch.device("meta")
 
 
 class _PlacementRecorder(CallRecorder):
@@ -74,13 +74,13 @@ def probe_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *,
     """Call `make_batch(n, cpu)` for each size of the case and record the batches; then call it once with a
     device it did not expect (meta) and record where the result is and whether a CPU tensor was built first."""
     results = []
-    for n in _batch_sizes(case):
+    for n in batch_sizes(case):
         batch = make_batch(n, torch.device("cpu"))
         is_tensor = isinstance(batch, torch.Tensor)
         results.append({"value": batch if is_tensor else describe(batch), "is_tensor": is_tensor,
                         "device": str(batch.device.type) if is_tensor else None})
     with _PlacementRecorder() as calls:
-        moved = make_batch(_moved_size(case), _UNEXPECTED_DEVICE)
+        moved = make_batch(moved_size(case), UNEXPECTED_DEVICE)
     is_tensor = isinstance(moved, torch.Tensor)
     elsewhere = {"is_tensor": is_tensor, "device": moved.device.type if is_tensor else None,
                  "shape": list(moved.shape) if is_tensor else None, "dtype": moved.dtype if is_tensor else None,
@@ -88,9 +88,11 @@ def probe_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *,
     return {"results": results, "elsewhere": elsewhere}
 
 
-def _batch_sizes(case: Case) -> tuple[int, ...]:
+def batch_sizes(case: Case) -> tuple[int, ...]:
+    """The batch sizes make_batch is called with."""
     return (1, 7, 32) if case.hidden else (4, 1)
 
 
-def _moved_size(case: Case) -> int:
+def moved_size(case: Case) -> int:
+    """The image size of the case's device-move call."""
     return 3 + case.seed % 5

@@ -16,7 +16,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _ema_problems(case: Case) -> list[tuple[list[torch.Tensor], list[torch.Tensor], float]]:
+def ema_problems(case: Case) -> list[tuple[list[torch.Tensor], list[torch.Tensor], float]]:
     """(params, ema, decay) triples; params require grad, the EMA tensors do not (single values among them)."""
     settings = [([(4, 3), (3,), (1,)], 0.9, 0)] if not case.hidden else [([(2, 5), (5,), (1,)], 0.99, 10),
                                                                           ([(6,)], 0.75, 20)]
@@ -50,7 +50,7 @@ def probe_ema_update(ema_update_: Callable[..., Any], *, case: Case) -> dict:
     """Two updates per problem; record after each the EMA list, the parameters, the return value and whether
     the list still holds the same tensors (stopping at the first update that replaced them or built a graph)."""
     runs: list[list[dict]] = []
-    for params, ema, decay in _ema_problems(case):
+    for params, ema, decay in ema_problems(case):
         identities = [(id(e), e.data_ptr()) for e in ema]
         steps: list[dict] = []
         runs.append(steps)

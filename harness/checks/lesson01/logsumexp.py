@@ -17,7 +17,7 @@ from harness.contract.forbidden import CallRecorder
 from harness.contract.registry import register
 
 
-def _lse_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
+def lse_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     """(x, dim) pairs with large and shifted values; the hidden ones add float64, other dims, many scales."""
     seed = case.seeded
     if not case.hidden:
@@ -32,11 +32,12 @@ def _lse_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     return inputs
 
 
-def _lse_gradient_input(case: Case) -> torch.Tensor:
+def lse_gradient_input(case: Case) -> torch.Tensor:
+    """The float64 input on which logsumexp's gradient is checked."""
     return _randn(3, 4, seed=case.seeded(31 if case.hidden else 30), dtype=torch.float64)
 
 
-def _masked_rows() -> torch.Tensor:
+def masked_rows() -> torch.Tensor:
     """Two rows of -inf, the first with one finite entry 3: a partly and a fully masked attention row."""
     masked = torch.full((2, 5), float("-inf"), dtype=torch.float64)
     masked[0, 1] = 3.0
@@ -77,11 +78,11 @@ def _masked_rows() -> torch.Tensor:
 def probe_logsumexp(logsumexp: Callable[[torch.Tensor, int], torch.Tensor], *, case: Case) -> dict:
     """Record the results on the case's inputs, the gradient through the result, the masked rows, and the
     torch calls the student's code made."""
-    tracked_input = _lse_gradient_input(case).requires_grad_()
+    tracked_input = lse_gradient_input(case).requires_grad_()
     with CallRecorder() as calls:
-        results = [logsumexp(x, dim) for x, dim in _lse_inputs(case)]
+        results = [logsumexp(x, dim) for x, dim in lse_inputs(case)]
         out = logsumexp(tracked_input, 1)
-        masked = logsumexp(_masked_rows(), 1)
+        masked = logsumexp(masked_rows(), 1)
     tracked = isinstance(out, torch.Tensor) and out.requires_grad
     grad = torch.autograd.grad(out.sum(), tracked_input)[0] if tracked else None
     return {"results": results, "out": out, "grad": grad, "masked": masked, "calls": calls.seen}

@@ -16,7 +16,7 @@ from harness.contract.forbidden import CallRecorder
 from harness.contract.registry import register
 
 
-def _distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(x, y) pairs: float32 and float64, single rows, and a set of points against itself."""
     seed = case.seeded
     if not case.hidden:
@@ -57,7 +57,7 @@ def probe_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.T
                              case: Case) -> dict:
     """Record the student's distances for each (x, y) pair of the case, and how many torch calls each made."""
     results, calls = [], []
-    for x, y in _distance_inputs(case):
+    for x, y in distance_inputs(case):
         with CallRecorder() as counter:
             results.append(pairwise_distances(x, y))
         calls.append(counter.count)

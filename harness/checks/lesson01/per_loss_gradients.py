@@ -29,7 +29,7 @@ def _loss_family(w: torch.Tensor, count: int, seed: int) -> list[Callable[[torch
     return [make(t, s, i) for i, (t, s) in enumerate(zip(targets, scales, strict=True))]
 
 
-def _gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[torch.Tensor], torch.Tensor]]]]:
+def gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[torch.Tensor], torch.Tensor]]]]:
     """(w, losses) pairs: a vector with three losses and a matrix with two; other shapes, a single loss and 3-d
     weights hidden."""
     settings = [((5,), 3, 0), ((4, 3), 2, 10)] if not case.hidden else [((4, 3), 4, 10), ((7,), 1, 20),
@@ -71,7 +71,7 @@ def probe_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor
     the torch calls the student's code made (to name an in-place reset, if there was one)."""
     runs = []
     with CallRecorder() as calls:
-        for w, losses in _gradient_problems(case):
+        for w, losses in gradient_problems(case):
             result = per_loss_gradients(w, losses)
             tensors = isinstance(result, (list, tuple)) and all(isinstance(g, torch.Tensor) for g in result)
             runs.append({"result": result, "storages": len({g.data_ptr() for g in result}) if tensors else None,

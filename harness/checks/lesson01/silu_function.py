@@ -17,7 +17,7 @@ from harness.contract.forbidden import CallRecorder
 from harness.contract.registry import register
 
 
-def _silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(x, grad_output) pairs in float32: moderate and large magnitudes, a single value (other shapes hidden)."""
     shapes = [((3, 4), 4), ((17,), 20), ((1,), 20)] if not case.hidden else [((2, 3, 5), 20), ((1,), 20), ((17,), 4)]
     return [(_randn(*shape, seed=case.seeded(index + (50 if case.hidden else 0))) * scale,
@@ -56,7 +56,7 @@ def _calls_of_function(silu_function: type, x: torch.Tensor, grad_output: torch.
     return calls.seen
 
 
-def _silu_float64_input(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+def silu_float64_input(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, grad_output) in float64, for gradcheck and the precision of forward and backward."""
     shape = (4, 3) if not case.hidden else (2, 6)
     return (_randn(*shape, seed=case.seeded(77), dtype=torch.float64),
@@ -97,7 +97,7 @@ def probe_silu_function(silu_function: type, *, case: Case) -> dict:
         return {"is_function": False, "what": repr(silu_function)[:200]}
     runs: list[dict] = []
     observation: dict[str, Any] = {"is_function": True, "runs": runs}
-    for x, grad_output in _silu_inputs(case):
+    for x, grad_output in silu_inputs(case):
         before = x.clone()
         x.requires_grad_()
         y = silu_function.apply(x)
@@ -105,7 +105,7 @@ def probe_silu_function(silu_function: type, *, case: Case) -> dict:
         if not isinstance(y, torch.Tensor) or y.shape != x.shape or not torch.equal(x.detach(), before):
             return observation
         runs[-1]["grad"] = torch.autograd.grad(y, x, grad_output)[0]
-    x64, grad_output64 = _silu_float64_input(case)
+    x64, grad_output64 = silu_float64_input(case)
     observation["calls"] = _calls_of_function(silu_function, x64.clone(), grad_output64)
     x64.requires_grad_()
     observation["gradcheck"] = torch.autograd.gradcheck(silu_function.apply, (x64,), eps=1e-6, atol=1e-5,

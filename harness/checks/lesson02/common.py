@@ -54,5 +54,6 @@ def _build(factory: Callable[..., nn.Module], *args: Any, **kwargs: Any) -> nn.M
         raise
 
 
-def _linears(model: nn.Module) -> list[nn.Linear]:
+def linear_layers(model: nn.Module) -> list[nn.Linear]:
+    """The model's nn.Linear layers, in module order."""
     return [m for m in model.modules() if isinstance(m, nn.Linear)]

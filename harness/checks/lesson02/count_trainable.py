@@ -24,7 +24,7 @@ class _CountModel(nn.Module):
             self.embed.requires_grad_(False)
 
 
-def _count_models(case: Case) -> list[tuple[str, nn.Module]]:
+def count_models(case: Case) -> list[tuple[str, nn.Module]]:
     """(description, model): a shared layer with BatchNorm buffers, the same with a frozen layer, a nested
     convolutional model whose head was frozen, a lone norm, and a module without parameters."""
     width, channels = (9, 6) if case.hidden else (12, 4)
@@ -81,4 +81,4 @@ def _count_models(case: Case) -> list[tuple[str, nn.Module]]:
 def probe_count_trainable(count_trainable: Callable[[nn.Module], int], *, case: Case) -> dict:
     """Count each of the case's models with the student's function."""
     with torch.random.fork_rng(devices=[]):
-        return {"counts": [count_trainable(model) for _, model in _count_models(case)]}
+        return {"counts": [count_trainable(model) for _, model in count_models(case)]}

@@ -20,7 +20,8 @@ from harness.contract.inputs import randn, seeded
 from harness.contract.registry import register
 
 
-class _BackboneModel(nn.Module):
+class BackboneModel(nn.Module):
+    """A backbone (with BatchNorm and a nested block) and a head: the model whose backbone is frozen."""
     def __init__(self, width: int) -> None:
         super().__init__()
         self.backbone = nn.Sequential(nn.Linear(6, width), nn.BatchNorm1d(width), nn.ReLU(),
@@ -31,7 +32,7 @@ class _BackboneModel(nn.Module):
         return self.head(torch.relu(self.backbone(x)))
 
 
-def _backbone_settings(case: Case) -> list[tuple[int, int, bool]]:
+def backbone_settings(case: Case) -> list[tuple[int, int, bool]]:
     """(seed, width, head frozen before the student's function runs): both kinds of head, visible and hidden."""
     settings = [(0, 8, False), (3, 5, True)] if not case.hidden else [(1, 16, False), (2, 4, True)]
     return [(case.seeded(seed), width, frozen) for seed, width, frozen in settings]
@@ -64,8 +65,8 @@ def probe_freeze_backbone(freeze_backbone: Callable[[nn.Module], Any], *, case: 
     attribute and which are in eval mode (to name the slip), then the gradients and the parameters after one SGD
     step on the parameters that require grad."""
     records = []
-    for seed, width, head_frozen_before in _backbone_settings(case):
-        model = seeded(seed, functools.partial(_BackboneModel, width))
+    for seed, width, head_frozen_before in backbone_settings(case):
+        model = seeded(seed, functools.partial(BackboneModel, width))
         if head_frozen_before:
             model.head.requires_grad_(False)
         freeze_backbone(model)

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _isolated_rng, _linears, _snapshot
+from harness.checks.lesson02.common import _isolated_rng, _snapshot, linear_layers
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
@@ -19,10 +19,10 @@ from harness.contract.registry import register
 
 # Elements of each weight the probe sends (the first ones, row by row): enough to measure std and mean to
 # well under 1%, and a few hundred kB in all where the visible model's weights would take several MB.
-_WEIGHT_SAMPLE = 32768
+WEIGHT_SAMPLE = 32768
 
 
-def _init_model(case: Case) -> nn.Module:
+def init_model(case: Case) -> nn.Module:
     """Linear layers nested in a ModuleDict, a ModuleList and Sequentials, one without bias, one a direct child,
     with a BatchNorm and a LayerNorm that must stay untouched."""
 
@@ -40,7 +40,7 @@ def _init_model(case: Case) -> nn.Module:
     return seeded(case.seeded(1 if case.hidden else 0), build)
 
 
-def _norm_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
+def norm_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     """The parameters of the model's normalisation layers (LayerNorm, BatchNorm), by name."""
     norms = [m for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.modules.batchnorm._BatchNorm))]
     return {n: p for n, p in model.named_parameters() if any(p is q for m in norms for q in m.parameters())}
@@ -89,14 +89,14 @@ def _norm_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
 def probe_init_weights(init_weights_: Callable[[nn.Module], Any], *, case: Case) -> dict:
     """Initialise the case's model with the student's function; record which layers' parameters were replaced by
     new objects, (a sample of) every Linear's weight, the biases and the norm parameters afterwards."""
-    model = _init_model(case)
-    originals = [(m, m.weight, m.bias) for m in _linears(model)]
+    model = init_model(case)
+    originals = [(m, m.weight, m.bias) for m in linear_layers(model)]
     torch.manual_seed(case.seeded(123))
     init_weights_(model)
-    current = _linears(model)
+    current = linear_layers(model)
     replaced = [index for index, (m, weight, bias) in enumerate(originals)
                 if index >= len(current) or current[index] is not m or m.weight is not weight or m.bias is not bias]
     return {"replaced": replaced,
-            "linears": [{"weight": _snapshot(m.weight.flatten()[:_WEIGHT_SAMPLE]), "bias": _snapshot(m.bias)}
+            "linears": [{"weight": _snapshot(m.weight.flatten()[:WEIGHT_SAMPLE]), "bias": _snapshot(m.bias)}
                         for m, _, _ in originals],
-            "norms": {n: _snapshot(p) for n, p in _norm_parameters(model).items()}}
+            "norms": {n: _snapshot(p) for n, p in norm_parameters(model).items()}}

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _linears, _snapshot
+from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _snapshot, linear_layers
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import randn
@@ -20,17 +20,18 @@ from harness.contract.registry import register
 
 def _layers(model: nn.Module) -> list[dict[str, Any]]:
     """Every nn.Linear of `model` (in model.modules() order) as data: its weight and bias."""
-    return [{"weight": _snapshot(m.weight), "bias": _snapshot(m.bias)} for m in _linears(model)]
+    return [{"weight": _snapshot(m.weight), "bias": _snapshot(m.bias)} for m in linear_layers(model)]
 
 
-def _mlp_configurations(case: Case) -> list[tuple[list[int], float]]:
+def mlp_configurations(case: Case) -> list[tuple[list[int], float]]:
     """(sizes, dropout): a dropout other than nn.Dropout's default 0.5, and a single layer (no hidden one)."""
     if not case.hidden:
         return [([6, 16, 16, 3], 0.25), ([3, 5], 0.4)]
     return [([3, 5], 0.3), ([8, 32, 32, 32, 2], 0.2), ([4, 7, 1], 0.6)]
 
 
-def _mlp_input(case: Case, sizes: list[int]) -> torch.Tensor:
+def mlp_input(case: Case, sizes: list[int]) -> torch.Tensor:
+    """The input batch (64 rows of `sizes[0]` features) of one MLP configuration."""
     return randn(64, sizes[0], seed=case.seeded(len(sizes)))
 
 
@@ -38,7 +39,7 @@ def _train_forward(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     """One train-mode forward, with the input of every nn.Linear recorded (in the order the layers ran)."""
     inputs: list[torch.Tensor] = []
     handles = [m.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach().clone()))
-               for m in _linears(model)]
+               for m in linear_layers(model)]
     try:
         model.train()
         out = model(x)
@@ -64,9 +65,9 @@ def _run_mlp(mlp_class: type, model: nn.Module, record: dict[str, Any], sizes: l
     model.train()
     model(x).square().mean().backward()
     optimizer.step()
-    record["stepped"] = [_snapshot(m.weight) for m in _linears(model)]
+    record["stepped"] = [_snapshot(m.weight) for m in linear_layers(model)]
     record["got_gradient"] = [m.weight.grad is not None and bool(m.weight.grad.abs().sum() > 0)
-                              for m in _linears(model)]
+                              for m in linear_layers(model)]
 
 
 @register(
@@ -125,11 +126,11 @@ def _run_mlp(mlp_class: type, model: nn.Module, record: dict[str, Any], sizes: l
 def probe_mlp(mlp_class: type, *, case: Case) -> dict:
     """Build the student's MLP for each configuration; record its layers, eval and train outputs, one SGD step."""
     records = []
-    for sizes, p in _mlp_configurations(case):
+    for sizes, p in mlp_configurations(case):
         torch.manual_seed(case.seeded(0))
         model = _build(mlp_class, sizes)
         record: dict[str, Any] = {"registered": sum(param.numel() for param in model.parameters()),
                                   "layers": _layers(model)}
         records.append(record)
-        _attempt(record, functools.partial(_run_mlp, mlp_class, model, record, sizes, p, _mlp_input(case, sizes)))
+        _attempt(record, functools.partial(_run_mlp, mlp_class, model, record, sizes, p, mlp_input(case, sizes)))
     return {"configurations": records}

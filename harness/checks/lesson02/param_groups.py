@@ -32,17 +32,18 @@ class _GroupModel(nn.Module):
             self.backbone[0].requires_grad_(False)
 
 
-def _group_settings(case: Case) -> list[tuple[bool, float, float, float]]:
+def group_settings(case: Case) -> list[tuple[bool, float, float, float]]:
     """(freeze the embedding, lr, weight_decay, backbone_lr): the visible model has a frozen parameter too."""
     return [(True, 1e-3, 0.1, 1e-4)] if not case.hidden else [(True, 3e-3, 0.05, 3e-5), (False, 0.1, 0.2, 0.01)]
 
 
-def _group_model(case: Case, freeze_first: bool) -> nn.Module:
+def group_model(case: Case, freeze_first: bool) -> nn.Module:
+    """The case's seeded model, its first layer frozen when `freeze_first`."""
     return seeded(case.seeded(0), functools.partial(_GroupModel, freeze_first))
 
 
 # The optimizer's defaults in the probe: a group that leaves an option out gets these, visibly wrong.
-_DEFAULT_LR, _DEFAULT_WEIGHT_DECAY = 12345.0, 0.777
+DEFAULT_LR, DEFAULT_WEIGHT_DECAY = 12345.0, 0.777
 
 
 @register(
@@ -87,11 +88,11 @@ def probe_param_groups(make_param_groups: Callable[..., list[dict[str, Any]]], *
     """Build an AdamW from the student's groups (with defaults that a forgotten option makes visible); record
     its groups by parameter name."""
     described = []
-    for freeze_first, lr, weight_decay, backbone_lr in _group_settings(case):
-        model = _group_model(case, freeze_first)
+    for freeze_first, lr, weight_decay, backbone_lr in group_settings(case):
+        model = group_model(case, freeze_first)
         groups = make_param_groups(model, lr=lr, weight_decay=weight_decay, backbone_lr=backbone_lr)
         try:
-            optimizer = torch.optim.AdamW(groups, lr=_DEFAULT_LR, weight_decay=_DEFAULT_WEIGHT_DECAY)
+            optimizer = torch.optim.AdamW(groups, lr=DEFAULT_LR, weight_decay=DEFAULT_WEIGHT_DECAY)
         except ValueError as error:
             if "more than one" not in str(error):
                 raise

@@ -22,14 +22,15 @@ class _CountingTransform:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        return _transformed(x)
+        return check_transform(x)
 
 
-def _transformed(x: torch.Tensor) -> torch.Tensor:
+def check_transform(x: torch.Tensor) -> torch.Tensor:
+    """The transform the check passes to the dataset: x * 2 + 1."""
     return x * 2 + 1
 
 
-def _dataset_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+def dataset_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """(features, labels): 10 rows of (2, 4) visibly, 23 rows of (3, 5) hidden (rows of more than one
     dimension, like images, in both)."""
     generator = torch.Generator().manual_seed(case.seeded(5 if case.hidden else 1))
@@ -38,7 +39,8 @@ def _dataset_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     return features, torch.randint(0, 3, (shape[0],), generator=generator)
 
 
-def _read_indices(n: int) -> tuple[int, ...]:
+def read_indices(n: int) -> tuple[int, ...]:
+    """The indices read from a dataset of n items: the first, the last and the middle one."""
     return (0, n - 1, n // 2)
 
 
@@ -84,7 +86,7 @@ def _read_indices(n: int) -> tuple[int, ...]:
 def probe_dataset(cls: type, *, case: Case) -> dict:
     """Build datasets with and without a counting transform; record lengths, items, transform calls, a
     DataLoader batch, and what building one with mismatched lengths raised."""
-    features, labels = _dataset_inputs(case)
+    features, labels = dataset_inputs(case)
     plain = cls(features, labels)
     transform = _CountingTransform()
     augmented = cls(features, labels, transform=transform)
@@ -100,7 +102,7 @@ def probe_dataset(cls: type, *, case: Case) -> dict:
     return {
         "name": cls.__name__,
         "length": len(plain),
-        "items": [plain[index] for index in _read_indices(len(features))],
+        "items": [plain[index] for index in read_indices(len(features))],
         "calls_at_construction": calls_at_construction,
         "augmented_item": augmented_item,
         "calls_after_read": transform.calls,

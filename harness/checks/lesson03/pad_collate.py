@@ -27,7 +27,7 @@ def _random_batch(rng: np.random.Generator, size: int, max_len: int, features: i
     ]
 
 
-def _collate_batches(case: Case) -> list[Batch]:
+def collate_batches(case: Case) -> list[Batch]:
     """Property-based: many random batches (sizes, lengths and feature counts drawn from a seeded generator)
     plus the edge cases a hand-picked example misses: one item, all lengths equal, length-1 sequences."""
     rng = np.random.default_rng(case.seeded(1 if case.hidden else 0))
@@ -45,7 +45,7 @@ def _collate_batches(case: Case) -> list[Batch]:
     return batches
 
 
-def _loader_dataset(case: Case) -> Batch:
+def loader_dataset(case: Case) -> Batch:
     """Ten sequences for a DataLoader with batch_size=4 (batches of 4, 4 and 2, in order)."""
     return _random_batch(np.random.default_rng(case.seeded(3)), 10, 9, 3)
 
@@ -95,5 +95,5 @@ def _loader_dataset(case: Case) -> Batch:
 )
 def probe_pad_collate(pad_collate: Callable, *, case: Case) -> dict:
     """Record pad_collate's output on each batch of the case, and what a DataLoader using it yields."""
-    loader = _in_order(_loader_dataset(case), collate_fn=pad_collate)
-    return {"outputs": [pad_collate(batch) for batch in _collate_batches(case)], "loader": list(loader)}
+    loader = _in_order(loader_dataset(case), collate_fn=pad_collate)
+    return {"outputs": [pad_collate(batch) for batch in collate_batches(case)], "loader": list(loader)}

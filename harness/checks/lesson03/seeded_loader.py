@@ -17,7 +17,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _loader_setting(case: Case) -> tuple[int, int, int]:
+def loader_setting(case: Case) -> tuple[int, int, int]:
     """(dataset size, batch size, seed): a last, partial batch in both, so drop_last shows."""
     n, batch_size, seed = (53, 8, 2024) if case.hidden else (42, 10, 0)
     return n, batch_size, case.seeded(seed)
@@ -72,7 +72,7 @@ def probe_seeded_loader(make_loader: Callable, *, case: Case) -> dict:
     """Record the batches of two epochs of two loaders built with the same seed (the global RNG reseeded
     differently before each, and drawn from between the second one's epochs, as a model's initialisation and
     dropout would) and of one epoch with the next seed; and the global RNG's seed after each build."""
-    n, batch_size, seed = _loader_setting(case)
+    n, batch_size, seed = loader_setting(case)
     dataset = TensorDataset(torch.arange(n))
     # Inside fork_rng, so the student's own global RNG state is left as it was.
     with torch.random.fork_rng(devices=[]):

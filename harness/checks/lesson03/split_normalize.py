@@ -12,7 +12,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _split_problem(case: Case) -> tuple[torch.Tensor, torch.Tensor, float, int]:
+def split_problem(case: Case) -> tuple[torch.Tensor, torch.Tensor, float, int]:
     """(x, ids, val_fraction, seed): inputs with offsets and scales per feature, the last one constant (std 0),
     labels a permutation of row ids, rows sorted by the first feature."""
     # N * val_fraction has a fraction part above .5 (20.6, 39.75): int() and round() give different sizes.
@@ -101,7 +101,7 @@ def _split_record(result: Any) -> dict:
 )
 def probe_split_normalize(split_and_normalize: Callable, *, case: Case) -> dict:
     """Call split_and_normalize twice with the same seed; record both results as data."""
-    x, ids, fraction, seed = _split_problem(case)
+    x, ids, fraction, seed = split_problem(case)
     first = _split_record(split_and_normalize(x.clone(), ids.clone(), val_fraction=fraction, seed=seed))
     again = _split_record(split_and_normalize(x.clone(), ids.clone(), val_fraction=fraction, seed=seed))
     return {"first": first, "again": again}

@@ -40,7 +40,7 @@ def _start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _worker_setting(case: Case) -> tuple[int, int, int]:
+def worker_setting(case: Case) -> tuple[int, int, int]:
     """(workers, dataset size, loader seed). Two workers: more than the cores of a small machine makes
     DataLoader warn (and a warning fails a graded cell)."""
     workers, n, seed = (2, 36, 7) if case.hidden else (2, 16, 0)
@@ -49,7 +49,7 @@ def _worker_setting(case: Case) -> tuple[int, int, int]:
 
 def _noise_by_index(worker_init_fn: Callable, *, case: Case, epochs: int) -> list[list[float]]:
     """Each epoch's noise values, ordered by item index."""
-    workers, n, seed = _worker_setting(case)
+    workers, n, seed = worker_setting(case)
     loader = DataLoader(
         NoisyDataset(n, seed=case.seeded(0)), batch_size=4, shuffle=True, num_workers=workers,
         worker_init_fn=worker_init_fn, generator=make_generator(seed), multiprocessing_context=_start_method(),

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """Run a check's tiny models on one intra-op thread: extra threads only add contention at this size."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -42,4 +42,4 @@ def _loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
 
 
-_META = torch.device("meta")  # a device no check expects: code that ignores the device shows it on any machine
+META = torch.device("meta")  # a device no check expects: code that ignores the device shows it on any machine

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson04.common import _data, _loader, _model, _one_thread
+from harness.checks.lesson04.common import _data, _loader, _model, one_thread
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import (
@@ -21,7 +21,7 @@ from harness.contract.instruments import (
 from harness.contract.registry import register
 
 
-def _evaluate_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
+def evaluate_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
     """The model, in train mode with non-trivial BatchNorm statistics, and the loader to evaluate it on."""
     features, classes, n, batch = (5, 6, 77, 10) if case.hidden else (4, 3, 70, 16)
     model = _model(features, classes, seed=case.seeded(31 if case.hidden else 3))
@@ -82,10 +82,10 @@ def _evaluate_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
             hint="Which class does the model predict for a row of logits? Count those equal to y, over every batch."),
     },
 )
-@_one_thread()
+@one_thread()
 def probe_evaluate(evaluate: Callable, *, case: Case) -> dict:
     """Evaluate the case's model; record the forward modes, the syncs, the result and the state afterwards."""
-    model, loader = _evaluate_inputs(case)
+    model, loader = evaluate_inputs(case)
     with ForwardRecorder(model) as forwards, HostSyncCounter() as syncs:
         result = evaluate(model, loader, nn.CrossEntropyLoss())
     return {

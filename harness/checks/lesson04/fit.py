@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson04.common import _data, _loader, _model, _one_thread
+from harness.checks.lesson04.common import _data, _loader, _model, one_thread
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import (
@@ -23,7 +23,7 @@ from harness.contract.instruments import (
 )
 from harness.contract.registry import register
 
-_VAL_SIZE = 96  # the whole validation set is one batch: a forward of this size is an evaluation
+VAL_SIZE = 96  # the whole validation set is one batch: a forward of this size is an evaluation
 
 
 @dataclass
@@ -43,7 +43,7 @@ class _ValSnapshots:
         self._handle.remove()
 
     def _record(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
-        if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() and inputs[0].shape[0] == _VAL_SIZE:
+        if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() and inputs[0].shape[0] == VAL_SIZE:
             self.states.append({k: v.detach().clone() for k, v in module.state_dict().items()})
             self.modes.append(module.training)
 
@@ -78,20 +78,20 @@ def _evaluate_trains(fit: Callable) -> bool | None:
     return any(modes) if modes else None
 
 
-def _fit_problem(seed: int, features: int) -> tuple[nn.Module, DataLoader, DataLoader]:
+def fit_problem(seed: int, features: int) -> tuple[nn.Module, DataLoader, DataLoader]:
     """A task whose validation loss falls then rises: 20% of the val labels disagree with the training rule."""
     generator = torch.Generator().manual_seed(seed)
     direction = torch.randn(features, generator=generator)
     x_train = torch.randn(256, features, generator=generator)
     y_train = (x_train @ direction > 0).long()
-    x_val = torch.randn(_VAL_SIZE, features, generator=generator)
+    x_val = torch.randn(VAL_SIZE, features, generator=generator)
     y_val = (x_val @ direction > 0).long()
-    flipped = torch.rand(_VAL_SIZE, generator=generator) < 0.2
+    flipped = torch.rand(VAL_SIZE, generator=generator) < 0.2
     y_val[flipped] = 1 - y_val[flipped]
-    return _model(features, 2, seed), _loader(x_train, y_train, 16), _loader(x_val, y_val, _VAL_SIZE)
+    return _model(features, 2, seed), _loader(x_train, y_train, 16), _loader(x_val, y_val, VAL_SIZE)
 
 
-def _fit_runs(case: Case) -> list[dict[str, Any]]:
+def fit_runs(case: Case) -> list[dict[str, Any]]:
     """The fits a check runs: problem seed and size, and the early-stopping settings."""
     if case.hidden:
         runs = [dict(seed=13, features=5, patience=3, min_delta=0.0, max_epochs=14),
@@ -124,7 +124,7 @@ def _history_data(history: Any) -> Any:
 
 def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_delta: float, max_epochs: int) -> dict:
     """Run one fit; record the state at every validation, every forward, the syncs, the history, the end state."""
-    model, train_loader, val_loader = _fit_problem(seed, features)
+    model, train_loader, val_loader = fit_problem(seed, features)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.03)
     with _ValSnapshots(model) as snapshots, ForwardRecorder(model) as forwards, StepRecorder(optimizer) as steps, \
             HostSyncCounter() as syncs:
@@ -187,7 +187,7 @@ def _observe_fit(fit: Callable, *, seed: int, features: int, patience: int, min_
             hint="After fit, which epoch's weights does your model hold? Is your saved copy still that epoch's?"),
     },
 )
-@_one_thread()
+@one_thread()
 def probe_fit(fit: Callable, *, case: Case) -> dict:
     """Run fit on each of the case's problems and record what each run did."""
-    return {"runs": [_observe_fit(fit, **run) for run in _fit_runs(case)], "evaluate_trains": _evaluate_trains(fit)}
+    return {"runs": [_observe_fit(fit, **run) for run in fit_runs(case)], "evaluate_trains": _evaluate_trains(fit)}

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson04.common import _META, _one_thread
+from harness.checks.lesson04.common import META, one_thread
 from harness.contract.case import Case
 from harness.contract.errors import explain
 from harness.contract.failure import Hints, Requirement
@@ -21,7 +21,7 @@ from harness.contract.registry import register
 from harness.contract.wire import type_name
 
 
-def _running_mean_inputs(case: Case) -> tuple[list[torch.Tensor], list[int]]:
+def running_mean_inputs(case: Case) -> tuple[list[torch.Tensor], list[int]]:
     """The values and sample counts fed to update(); both end with a smaller batch and hold a batch of one."""
     generator = torch.Generator().manual_seed(case.seeded(7 if case.hidden else 3))
     counts = [5, 32, 32, 1, 17] if case.hidden else [32, 32, 1, 8]
@@ -62,11 +62,11 @@ def _running_mean_inputs(case: Case) -> tuple[list[torch.Tensor], list[int]]:
             hint="Your total starts on the CPU. Does `+=` move it to the device of the value, or keep it where it is?"),
     },
 )
-@_one_thread()
+@one_thread()
 def probe_running_mean(cls: type, *, case: Case) -> dict:
     """Feed one instance the case's values (parts of a graph, as fresh losses are), a second one a single 1.0,
     and a third one values on a device it did not expect (meta: it holds no data, so it cannot be read)."""
-    values, counts = _running_mean_inputs(case)
+    values, counts = running_mean_inputs(case)
     first, second = cls(), cls()
     leaf = torch.ones((), requires_grad=True)
     with HostSyncCounter() as syncs:
@@ -75,7 +75,7 @@ def probe_running_mean(cls: type, *, case: Case) -> dict:
         result = first.compute()
     second.update(torch.tensor(1.0), 1)
     return {"syncs": syncs.count, "sync_calls": sorted(set(syncs.calls)), "result": result, "fresh": second.compute(),
-            "other_device": _result_device(lambda: _fed(cls(), values, counts, _META).compute())}
+            "other_device": _result_device(lambda: _fed(cls(), values, counts, META).compute())}
 
 
 def _fed(meter: Any, values: list[torch.Tensor], counts: list[int], device: torch.device) -> Any:

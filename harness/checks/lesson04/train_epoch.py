@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson04.common import _data, _loader, _model, _one_thread
+from harness.checks.lesson04.common import _data, _loader, _model, one_thread
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import (
@@ -22,7 +22,7 @@ from harness.contract.instruments import (
 from harness.contract.registry import register
 
 
-def _train_epoch_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
+def train_epoch_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
     """The model (fresh) and the loader of the epoch; the last batch is smaller than the others."""
     features, classes, n, batch = (6, 4, 83, 16) if case.hidden else (4, 3, 70, 16)
     model = _model(features, classes, seed=case.seeded(21 if case.hidden else 2))
@@ -65,10 +65,10 @@ def _train_epoch_inputs(case: Case) -> tuple[nn.Module, DataLoader]:
             hint="Your train_epoch returns a Python number. Where is it converted, and who should do that?"),
     },
 )
-@_one_thread()
+@one_thread()
 def probe_train_epoch(train_epoch: Callable, *, case: Case) -> dict:
     """Run one epoch; record the parameters at every step, the forward modes, the syncs and the result."""
-    model, loader = _train_epoch_inputs(case)
+    model, loader = train_epoch_inputs(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model.eval()
     with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards, HostSyncCounter() as syncs:

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from harness.checks.lesson04.common import _META, _data, _model, _one_thread
+from harness.checks.lesson04.common import META, _data, _model, one_thread
 from harness.contract.case import Case
 from harness.contract.errors import explain
 from harness.contract.failure import Hints, Requirement
@@ -25,7 +25,7 @@ from harness.contract.instruments import (
 from harness.contract.registry import register
 
 
-def _train_step_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+def train_step_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
     """The model (fresh, before any step) and the batches train_step is called on, one call each."""
     features, classes, batch_sizes = (7, 5, [12, 20, 9]) if case.hidden else (4, 3, [16, 16])
     model = _model(features, classes, seed=case.seeded(11 if case.hidden else 1))
@@ -91,11 +91,11 @@ def _stepped_without_gradients(record: StepRecord) -> bool:
             hint="Your model may live on a GPU while the loader yields CPU tensors. Where do x and y go first?"),
     },
 )
-@_one_thread()
+@one_thread()
 def probe_train_step(train_step: Callable, *, case: Case) -> dict:
     """Call train_step once per batch; record every optimizer step, what .grad held at every backward, forward
     mode, sync and returned loss; then one call with the model on a device it did not expect (meta)."""
-    model, batches = _train_step_inputs(case)
+    model, batches = train_step_inputs(case)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model.eval()  # as evaluate() leaves it: train_step must switch the mode itself
@@ -147,8 +147,8 @@ class _GradsAtBackward:
 
 def _step_elsewhere(train_step: Callable, case: Case) -> dict[str, str]:
     """One call with the model on the meta device and the batch on the CPU: the device the forward got."""
-    model, batches = _train_step_inputs(case)
-    model = model.to(_META)
+    model, batches = train_step_inputs(case)
+    model = model.to(META)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     devices: list[str] = []
     handle = model.register_forward_pre_hook(

@@ -19,7 +19,7 @@ from harness.checks.lesson05.common import (
     make_mlp,
     run_amp_step,
 )
-from harness.checks.lesson06.common import _CLIPPING_REQUIREMENTS, Batch, _max_norm, _recorded, _sgd
+from harness.checks.lesson06.common import _CLIPPING_REQUIREMENTS, Batch, _recorded, _sgd, clip_threshold
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import RecordingScaler, StepRecorder, collect, snapshot
@@ -27,7 +27,7 @@ from harness.contract.registry import register
 
 # The scaler's scale in the checks: large enough that clipping before unscale_ shows (the threshold divided by
 # it), small enough that gradients left from the previous call (divided by it at unscale_) still show.
-_AMP_SCALE = 2.0**4
+AMP_SCALE = 2.0**4
 
 
 # The second call of each AMP case: a fresh batch, max_norm four times its gradient norm (no clipping), so the
@@ -44,14 +44,14 @@ def _amp_clip_cases(case: Case) -> list[tuple[int, torch.dtype, float]]:
     return [(case.seeded(63), torch.bfloat16, 0.25), (case.seeded(67), torch.float16, 3.0)]
 
 
-def _amp_clip_parts(case: Case) -> list[tuple[int, torch.dtype, float, str]]:
+def amp_clip_parts(case: Case) -> list[tuple[int, torch.dtype, float, str]]:
     """The probe's units, in the order a check stopping at the first difference sees them."""
     return [(*params, part) for params in _amp_clip_cases(case) for part in ("clip", "skip")]
 
 
 def _amp_clip_setup(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, RecordingScaler]:
     model = make_mlp(seed)
-    return model, _sgd(model), RecordingScaler("cpu", init_scale=_AMP_SCALE, growth_interval=10_000)
+    return model, _sgd(model), RecordingScaler("cpu", init_scale=AMP_SCALE, growth_interval=10_000)
 
 
 @register(
@@ -99,10 +99,10 @@ def probe_amp_clip(amp_clip_step: Callable[..., torch.Tensor], *, case: Case) ->
             return _probe_amp_clip(amp_clip_step, seed, dtype, fraction)
         return _probe_amp_clip_skip(amp_clip_step, seed, dtype)
 
-    return {"runs": collect(_amp_clip_parts(case), record)}
+    return {"runs": collect(amp_clip_parts(case), record)}
 
 
-def _amp_clip_calls(seed: int, fraction: float) -> list[tuple[Batch, float]]:
+def amp_clip_calls(seed: int, fraction: float) -> list[tuple[Batch, float]]:
     """The two (batch, max_norm as a fraction of the raw norm) calls of a case, on one model, optimizer and scaler."""
     return [(make_batch(seed, scale=5.0), fraction), (make_batch(seed + 1, scale=5.0), _SECOND_CALL)]
 
@@ -111,8 +111,8 @@ def _probe_amp_clip(amp_clip_step: Callable[..., torch.Tensor], seed: int, dtype
     """Two calls on one model: record each call's start, threshold, return and the gradients each step saw."""
     model, optimizer, scaler = _amp_clip_setup(seed)
     calls = []
-    for batch, call_fraction in _amp_clip_calls(seed, fraction):
-        start, max_norm = snapshot(model), _max_norm(model, [batch], call_fraction, dtype)
+    for batch, call_fraction in amp_clip_calls(seed, fraction):
+        start, max_norm = snapshot(model), clip_threshold(model, [batch], call_fraction, dtype)
         with StepRecorder(optimizer) as steps:
             trace = run_amp_step(amp_clip_step, model, batch, optimizer, scaler, dtype, extra=(max_norm,))
         fail_on_trace(trace)

@@ -14,7 +14,8 @@ from harness.contract.instruments import StepRecorder
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def _flat(grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
+def flat_grads(grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """The gradients present, flattened and concatenated into one float tensor (None entries skipped)."""
     return torch.cat([g.reshape(-1).float() for g in grads if g is not None])
 
 
@@ -27,10 +28,11 @@ def reference_grads(model: nn.Module, batches: Sequence[Batch],
         with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
             loss = nn.functional.mse_loss(twin(inputs), targets)
         (loss / len(batches)).backward()
-    return _flat([p.grad for p in twin.parameters()])
+    return flat_grads([p.grad for p in twin.parameters()])
 
 
-def _max_norm(model: nn.Module, batches: Sequence[Batch], fraction: float, dtype: torch.dtype | None = None) -> float:
+def clip_threshold(model: nn.Module, batches: Sequence[Batch], fraction: float,
+                   dtype: torch.dtype | None = None) -> float:
     """The threshold of a call: `fraction` of the true gradient norm (an input, derived alike by probe and judge)."""
     return fraction * float(reference_grads(model, batches, autocast_dtype=dtype).norm())
 

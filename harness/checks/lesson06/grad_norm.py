@@ -24,7 +24,7 @@ class _Holder(nn.Module):
         self.params = nn.ParameterList(params)
 
 
-def _norm_cases(case: Case) -> list[tuple[str, list[nn.Parameter], bool]]:
+def norm_cases(case: Case) -> list[tuple[str, list[nn.Parameter], bool]]:
     """(description, parameters, passed as a generator) of each call: a list, model.parameters(), and
     parameters some of which have no .grad, visible and hidden alike (hidden: other shapes and values)."""
     generator = torch.Generator().manual_seed(case.seeded(61 if case.hidden else 60))
@@ -78,4 +78,4 @@ def probe_grad_norm(total_grad_norm: Callable[[Iterable[nn.Parameter]], torch.Te
         got = total_grad_norm(_Holder(params).parameters()) if as_generator else total_grad_norm(list(params))
         return {"returned": got, "grads_after": [None if p.grad is None else p.grad.detach().clone() for p in params]}
 
-    return {"results": collect(_norm_cases(case), record)}
+    return {"results": collect(norm_cases(case), record)}

@@ -27,7 +27,8 @@ class _AmpSetting:
     make: SchedulerFactory
 
 
-def _amp_setting(case: Case) -> _AmpSetting:
+def amp_setting(case: Case) -> _AmpSetting:
+    """The case's batches (the poisoned ones overflow), the model's seed and the scheduler."""
     # both overflow on the first batch and on two batches in a row
     count, poisoned = (12, {0, 5, 6, 10}) if case.hidden else (10, {0, 3, 4, 8})
     generator = torch.Generator().manual_seed(case.seeded(13 if case.hidden else 1))
@@ -45,7 +46,8 @@ def _amp_setting(case: Case) -> _AmpSetting:
     return _AmpSetting(batches, frozenset(poisoned), case.seeded(5), make)
 
 
-def _amp_model(seed: int) -> nn.Linear:
+def amp_model(seed: int) -> nn.Linear:
+    """The linear model of the AMP-skip run, built from `seed` without touching the global RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return nn.Linear(4, 1)
@@ -91,8 +93,8 @@ def _amp_model(seed: int) -> nn.Linear:
 )
 def probe_amp_skip(amp_step: Callable[..., bool], *, case: Case) -> dict:
     """Feed the batches, some overflowing; record every real optimizer step, the returns and the scheduler's count."""
-    setting = _amp_setting(case)
-    model = _amp_model(setting.model_seed)
+    setting = amp_setting(case)
+    model = amp_model(setting.model_seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = setting.make(optimizer)
     # growth_interval=2: the scale also *grows* after two good steps, which must not look like a skip

@@ -27,7 +27,7 @@ def _regression_loader(n: int, batch_size: int, seed: int) -> DataLoader:
     return DataLoader(TensorDataset(inputs, targets), batch_size=batch_size, shuffle=False)
 
 
-def _scheduler_trace(make_scheduler: SchedulerFactory, lr: float, steps: int) -> list[float]:
+def scheduler_trace(make_scheduler: SchedulerFactory, lr: float, steps: int) -> list[float]:
     """The learning rate a scheduler gives before each of `steps + 1` consecutive scheduler steps."""
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
     scheduler = make_scheduler(optimizer)

@@ -22,7 +22,7 @@ BASE_LR = 0.01  # the optimizer's own lr: OneCycleLR replaces it with max_lr / d
 
 
 @dataclass(frozen=True)
-class _OneCycleSetting:
+class OneCycleSetting:
     """The run the schedule is sized for: samples, batch size (the last batch partial), epochs, peak lr."""
 
     samples: int
@@ -41,22 +41,24 @@ class _OneCycleSetting:
         return self.epochs * self.batches
 
 
-def _one_cycle_setting(case: Case) -> _OneCycleSetting:
+def one_cycle_setting(case: Case) -> OneCycleSetting:
+    """The dataset size, batch size, epochs and max_lr of the case's OneCycle run."""
     # 50 samples in batches of 8: 7 batches, the last of 2 (len(dataset) // batch_size gives 6)
-    return _OneCycleSetting(45, 6, 4, 0.05) if case.hidden else _OneCycleSetting(50, 8, 3, 0.2)
+    return OneCycleSetting(45, 6, 4, 0.05) if case.hidden else OneCycleSetting(50, 8, 3, 0.2)
 
 
-def _one_cycle_optimizer() -> torch.optim.SGD:
+def one_cycle_optimizer() -> torch.optim.SGD:
+    """An SGD optimizer with momentum over one parameter, for the scheduler's trace."""
     return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=BASE_LR, momentum=0.9)
 
 
-def _one_cycle_loader(setting: _OneCycleSetting, case: Case) -> DataLoader:
+def _one_cycle_loader(setting: OneCycleSetting, case: Case) -> DataLoader:
     generator = torch.Generator().manual_seed(case.seeded(31))
     inputs = torch.randn(setting.samples, 4, generator=generator)
     return DataLoader(TensorDataset(inputs, inputs.sum(1, keepdim=True)), batch_size=setting.batch_size)
 
 
-def _step_through(scheduler: Any, optimizer: torch.optim.Optimizer, calls: int) -> dict[str, Any]:
+def step_through(scheduler: Any, optimizer: torch.optim.Optimizer, calls: int) -> dict[str, Any]:
     """The lr of `optimizer` before each of `calls` scheduler steps (one per optimizer step of a run), and the
     call that raised (OneCycleLR raises once stepped past total_steps), if one did."""
     lrs, stopped_at, error = [], None, None
@@ -109,11 +111,11 @@ def _step_through(scheduler: Any, optimizer: torch.optim.Optimizer, calls: int) 
 )
 def probe_one_cycle(make_one_cycle: Callable[..., Any], *, case: Case) -> dict:
     """Build the student's schedule for the case's run and step it once per optimizer step of that run."""
-    setting = _one_cycle_setting(case)
-    optimizer = _one_cycle_optimizer()
+    setting = one_cycle_setting(case)
+    optimizer = one_cycle_optimizer()
     scheduler = make_one_cycle(optimizer, _one_cycle_loader(setting, case), setting.epochs, setting.max_lr)
     seen: dict[str, Any] = {"returned": type(scheduler).__name__,
                             "bound": getattr(scheduler, "optimizer", None) is optimizer}
     if not isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler) or not seen["bound"]:
         return {**seen, "lrs": [], "stopped_at": None, "error": None}  # nothing the run's optimizer would see
-    return {**seen, **_step_through(scheduler, optimizer, setting.steps)}
+    return {**seen, **step_through(scheduler, optimizer, setting.steps)}

@@ -15,7 +15,8 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _per_epoch_setting(case: Case) -> _LoopSetting:
+def per_epoch_setting(case: Case) -> _LoopSetting:
+    """The epochs, loader, seed, lr and scheduler of the case's per-epoch loop."""
     epochs, batch_size, n = (6, 5, 25) if case.hidden else (5, 8, 32)
     loader = _regression_loader(n, batch_size, seed=case.seeded(5 if case.hidden else 2))
     if case.hidden:
@@ -48,4 +49,4 @@ def _per_epoch_setting(case: Case) -> _LoopSetting:
 )
 def probe_per_epoch(train_per_epoch: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's loop with a per-epoch scheduler; record the lr, weights and gradients of every step."""
-    return _probe_loop(train_per_epoch, _per_epoch_setting(case))
+    return _probe_loop(train_per_epoch, per_epoch_setting(case))

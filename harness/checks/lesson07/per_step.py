@@ -15,7 +15,8 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _per_step_setting(case: Case) -> _LoopSetting:
+def per_step_setting(case: Case) -> _LoopSetting:
+    """The epochs, loader, seed, lr and scheduler of the case's per-step loop."""
     epochs, batch_size, n = (4, 6, 36) if case.hidden else (3, 8, 48)
     loader = _regression_loader(n, batch_size, seed=case.seeded(11 if case.hidden else 7))
     total = epochs * len(loader)
@@ -54,4 +55,4 @@ def _per_step_setting(case: Case) -> _LoopSetting:
 )
 def probe_per_step(train_per_step: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's loop with a per-step scheduler; record the lr, weights and gradients of every step."""
-    return _probe_loop(train_per_step, _per_step_setting(case))
+    return _probe_loop(train_per_step, per_step_setting(case))

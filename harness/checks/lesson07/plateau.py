@@ -19,7 +19,7 @@ from harness.contract.registry import register
 
 
 @dataclass(frozen=True)
-class _PlateauSetting:
+class PlateauSetting:
     """The plateau check's inputs: random-label data sets, loaders' batch sizes, epochs and seed."""
 
     seed: int
@@ -30,7 +30,7 @@ class _PlateauSetting:
     val_bs: int
 
 
-def _plateau_setting(case: Case) -> _PlateauSetting:
+def plateau_setting(case: Case) -> PlateauSetting:
     """Random labels: the training loss falls as the net memorises, the validation loss rises.
 
     The two losses move in opposite directions, so the metric a plateau scheduler is fed is observable.
@@ -42,14 +42,16 @@ def _plateau_setting(case: Case) -> _PlateauSetting:
         TensorDataset(torch.randn(n, 10, generator=generator), torch.randint(0, 2, (n,), generator=generator))
         for n in (train_n, val_n)
     ]
-    return _PlateauSetting(case.seeded(seed), epochs, *sets, train_bs, val_bs)
+    return PlateauSetting(case.seeded(seed), epochs, *sets, train_bs, val_bs)
 
 
-def _plateau_model() -> nn.Module:
+def plateau_model() -> nn.Module:
+    """The classifier of the plateau run (with dropout, so train and eval modes differ)."""
     return nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 2))
 
 
-def _plateau_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
+def plateau_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
+    """The ReduceLROnPlateau scheduler of the run: mode min, factor 0.5, patience 0."""
     return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=0)
 
 
@@ -67,7 +69,7 @@ class _PlateauSpy:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         metric = args[0] if args else kwargs.get("metrics")
         if metric is None:  # ReduceLROnPlateau would raise a TypeError that hides the cause
-            _no_metric_failure()
+            no_metric_failure()
         weights = {k: v.detach().clone() for k, v in self._model.state_dict().items()}
         value = _as_metric(metric)
         self.calls.append({"metric": value, "weights": weights, "forwards_before": len(self._forwards.records)})
@@ -94,7 +96,8 @@ def _as_metric(metric: Any) -> float:
         )
 
 
-def _no_metric_failure() -> None:
+def no_metric_failure() -> None:
+    """Fail with plateau-no-metric: scheduler.step() was called without a metric."""
     fail(
         "plateau-no-metric",
         observed="scheduler.step() was called without a metric",
@@ -152,12 +155,12 @@ def _no_metric_failure() -> None:
 )
 def probe_plateau(train_with_plateau: Callable[..., Any], *, case: Case) -> dict:
     """Train with a spied ReduceLROnPlateau; record each metric it received with the weights at that moment."""
-    setting = _plateau_setting(case)
+    setting = plateau_setting(case)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(setting.seed)
-        model = _plateau_model()
+        model = plateau_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-        scheduler = _plateau_scheduler(optimizer)
+        scheduler = plateau_scheduler(optimizer)
         forwards = ForwardRecorder(model)
         spy = _PlateauSpy(scheduler, model, forwards)
         train_loader = DataLoader(

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from harness.checks.lesson07.common import _is_number, _scheduler_trace
+from harness.checks.lesson07.common import _is_number, scheduler_trace
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -97,4 +97,4 @@ def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case)
         return {"values": values, "lambda_lrs": None}
     base_lr, warmup, total = _lambda_lr_setting(case)
     make = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: factor(s, warmup, total))  # noqa: E731
-    return {"values": values, "lambda_lrs": _scheduler_trace(make, base_lr, total + 3)}
+    return {"values": values, "lambda_lrs": scheduler_trace(make, base_lr, total + 3)}

@@ -23,7 +23,7 @@ def _listing(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
-def _atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
+def atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
     """The two states saved one after the other (seeded weights; larger in the hidden case)."""
     size = 50_000 if case.hidden else 1_000
     weights = torch.randn(size, generator=torch.Generator().manual_seed(case.seeded(8)))
@@ -67,7 +67,7 @@ def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> 
         targets: list[Any] = [str(path), path, str(path)] if case.hidden else [path, str(path), path]
         saves = []
         # two good saves to the first two targets; the last target is the crashing save's, below
-        for state, target in zip(_atomic_states(case), targets, strict=False):
+        for state, target in zip(atomic_states(case), targets, strict=False):
             with watching([path]) as writes:
                 atomic_save(state, target)
             saves.append({"content": _read_back(path), "listing": _listing(directory), "writes": writes})

@@ -19,7 +19,8 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _best_last_cases(case: Case) -> list[tuple[str, list[float]]]:
+def best_last_cases(case: Case) -> list[tuple[str, list[float]]]:
+    """(mode, metric per epoch) of each call, ties included."""
     cases = [("min", [0.9, 0.7, 0.8, 0.7, 0.5, 0.6]), ("max", [0.2, 0.5, 0.4, 0.6, 0.6, 0.1])]
     if case.hidden:
         generator = torch.Generator().manual_seed(case.seeded(4))
@@ -27,7 +28,8 @@ def _best_last_cases(case: Case) -> list[tuple[str, list[float]]]:
     return cases
 
 
-def _best_last_state(epoch: int) -> dict[str, Any]:
+def best_last_state(epoch: int) -> dict[str, Any]:
+    """The state saved at `epoch`: its epoch and weights filled with it."""
     return {"epoch": epoch, "weights": torch.full((3,), float(epoch))}
 
 
@@ -37,7 +39,7 @@ def _save_that_crashes(
     """One more epoch, better than all before (so both files would be written), whose state's pickling raises
     half way through torch.save; what both files hold afterwards."""
     better = min(metrics) - 1.0 if mode == "min" else max(metrics) + 1.0
-    state = {**_best_last_state(len(metrics)), "crash": _CrashDuringSave()}
+    state = {**best_last_state(len(metrics)), "crash": _CrashDuringSave()}
 
     writes: dict[str, Any] = {}
 
@@ -89,13 +91,13 @@ def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> di
     """Replay each metric sequence, passing back what the student returned; read both files after every epoch
     and record how each call wrote them."""
     runs = []
-    for mode, metrics in _best_last_cases(case):
+    for mode, metrics in best_last_cases(case):
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             best_metric, epochs = None, []
             for epoch, metric in enumerate(metrics):
                 with watching([directory / "last.pt", directory / "best.pt"]) as writes:
-                    returned = save_best_and_last(_best_last_state(epoch), directory, metric, best_metric, mode=mode)
+                    returned = save_best_and_last(best_last_state(epoch), directory, metric, best_metric, mode=mode)
                 epochs.append({
                     "returned": returned,
                     "last": _read_back(directory / "last.pt"),

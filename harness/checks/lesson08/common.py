@@ -15,12 +15,12 @@ class _CrashDuringSave:
         raise RuntimeError("simulated crash in the middle of torch.save")
 
 
-def _as_data(value: Any) -> Any:
+def as_data(value: Any) -> Any:
     """A loaded checkpoint as wire data: dict keys as strings (optimizer states use ints), tuples as lists."""
     if isinstance(value, dict):
-        return {str(k): _as_data(v) for k, v in value.items()}
+        return {str(k): as_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_as_data(v) for v in value]
+        return [as_data(v) for v in value]
     return value
 
 
@@ -29,7 +29,7 @@ def _read_back(path: Path) -> Any:
     if not path.exists():
         return None
     try:
-        return _as_data(torch.load(path, weights_only=True))
+        return as_data(torch.load(path, weights_only=True))
     except Exception as error:  # noqa: BLE001 -- the refusal is the observation
         return f"unreadable ({type(error).__name__}: {str(error)[:80]})"
 

@@ -17,7 +17,7 @@ from harness.contract.registry import register
 EarlyStoppingCase = tuple[list[float], int, str, float]
 
 
-def _early_stopping_cases(case: Case) -> list[EarlyStoppingCase]:
+def early_stopping_cases(case: Case) -> list[EarlyStoppingCase]:
     """Fixed metric sequences (both modes, min_delta, ties, patience 1 to 3); the hidden ones add a seeded
     random walk.
 
@@ -107,7 +107,7 @@ def _probe_resumed_stopper(
 def probe_early_stopping(early_stopping_class: Callable[..., Any], *, case: Case) -> dict:
     """Replay each metric sequence straight through, and stopped and resumed after every epoch."""
     runs = []
-    for metrics, patience, mode, min_delta in _early_stopping_cases(case):
+    for metrics, patience, mode, min_delta in early_stopping_cases(case):
         initial = early_stopping_class(patience=patience, mode=mode, min_delta=min_delta).best
         straight = _replay_stopper(early_stopping_class(patience=patience, mode=mode, min_delta=min_delta), metrics)
         resumed = [

@@ -15,7 +15,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-class _Net(nn.Module):
+class Net(nn.Module):
     """Key names chosen to trip naive prefix stripping: `module_list.*`, `head.module.*`."""
 
     def __init__(self) -> None:
@@ -41,16 +41,16 @@ _WRAPPERS = (
 )
 
 
-def _plain_state_dict(case: Case) -> dict[str, torch.Tensor]:
+def plain_state_dict(case: Case) -> dict[str, torch.Tensor]:
     """The seeded plain model's state dict."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seeded(3 if case.hidden else 1))
-        return _Net().state_dict()
+        return Net().state_dict()
 
 
-def _wrapped_state_dicts(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
+def wrapped_state_dicts(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
     """The state dict of the case's model as each wrapper names it, each with its own copy of the values."""
-    plain = _plain_state_dict(case)
+    plain = plain_state_dict(case)
     return [(name, {prefix + k: v.clone() for k, v in plain.items()}) for name, prefix in _WRAPPERS]
 
 
@@ -88,7 +88,7 @@ def _wrapped_state_dicts(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]
 def probe_portable(portable_state_dict: Callable[[dict], dict], *, case: Case) -> dict:
     """Call the student's function on each wrapped state dict; record the result and the input's keys after."""
     results = []
-    for _, state in _wrapped_state_dicts(case):
+    for _, state in wrapped_state_dicts(case):
         result = portable_state_dict(state)
         results.append({"keys_after": list(state), "result": result})
     return {"results": results}

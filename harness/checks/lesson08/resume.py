@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.checks.lesson08.common import _as_data, _crash_through, _CrashDuringSave, _read_back
+from harness.checks.lesson08.common import _crash_through, _CrashDuringSave, _read_back, as_data
 from harness.checks.lesson08.writes import watching
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement, fail
@@ -45,7 +45,7 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class _ResumeSetting:
+class ResumeSetting:
     """The resume check's run: seeds, length, the epoch it stops after and the best metric then."""
 
     seed: int
@@ -58,12 +58,13 @@ class _ResumeSetting:
         return 0.125 * self.stop_at
 
 
-def _resume_setting(case: Case) -> _ResumeSetting:
+def resume_setting(case: Case) -> ResumeSetting:
+    """The seeds, epoch count and stop epoch of the case's interrupted and reference runs."""
     seed, epochs, stop_at = (29, 5, 3) if case.hidden else (17, 4, 2)
-    return _ResumeSetting(case.seeded(seed), case.seeded(0), epochs, stop_at)
+    return ResumeSetting(case.seeded(seed), case.seeded(0), epochs, stop_at)
 
 
-def _build_run(seed: int, data_seed: int, epochs: int) -> _Run:
+def build_run(seed: int, data_seed: int, epochs: int) -> _Run:
     """A small run with every kind of state: dropout (global RNG), shuffling (a generator), Adam moments, a
     per-step OneCycle schedule and a GradScaler whose scale grows during training. Seeds the global RNG."""
     data = torch.Generator().manual_seed(data_seed)
@@ -79,7 +80,9 @@ def _build_run(seed: int, data_seed: int, epochs: int) -> _Run:
     return _Run(model, optimizer, scheduler, scaler, generator, loader)
 
 
-def _train_epoch(run: _Run) -> None:
+def train_reference_epoch(run: _Run) -> None:
+    """One epoch of the reference run: a scaled backward and a scaler step per batch, the scheduler stepped
+    only when the step was not skipped (the scale did not drop)."""
     run.model.train()
     for inputs, targets in run.loader:
         loss = nn.functional.cross_entropy(run.model(inputs), targets)
@@ -99,7 +102,7 @@ def _objects(run: _Run) -> dict[str, Any]:
     }
 
 
-def _snapshot(run: _Run) -> dict[str, Any]:
+def snapshot(run: _Run) -> dict[str, Any]:
     """Every piece of state an exact resume needs, copied."""
     return copy.deepcopy(
         {
@@ -117,14 +120,14 @@ def _resume_in_child(
     load_checkpoint: Callable[..., Any], checkpoint: str, out: str, seed: int, data_seed: int, epochs: int
 ) -> None:
     """Run in the fresh process: build a run with other seeds, load, report the restored state, finish."""
-    run = _build_run(seed + 1000, data_seed, epochs)  # other seeds: nothing matches unless it is loaded
+    run = build_run(seed + 1000, data_seed, epochs)  # other seeds: nothing matches unless it is loaded
     torch.manual_seed(seed + 2000)
     counters = load_checkpoint(checkpoint, **_objects(run))
     # written before training on, so a resume that then crashes still shows what it restored
-    torch.save({"counters": counters, "restored": _snapshot(run)}, out + ".restored")
+    torch.save({"counters": counters, "restored": snapshot(run)}, out + ".restored")
     start = int(counters["epoch"]) if isinstance(counters, dict) and "epoch" in counters else 0
     for _ in range(start, epochs):
-        _train_epoch(run)
+        train_reference_epoch(run)
     torch.save(run.model.state_dict(), out)
 
 
@@ -241,7 +244,7 @@ class _UnsafePayload:
         return (pathlib.Path.touch, (pathlib.Path(self.marker),))
 
 
-_PARTS = {
+PARTS = {
     "model": ("model-not-restored", "the model weights"),
     "optimizer": ("optimizer-not-restored", "the optimizer state (Adam's moment estimates and step counts)"),
     "scheduler": ("scheduler-not-restored", "the scheduler state (its step count: the lr would restart the schedule)"),
@@ -252,13 +255,13 @@ _PARTS = {
 
 
 def _unsafe_load_ran(
-    load_checkpoint: Callable[..., Any], checkpoint: dict[str, Any], directory: Path, setting: _ResumeSetting
+    load_checkpoint: Callable[..., Any], checkpoint: dict[str, Any], directory: Path, setting: ResumeSetting
 ) -> bool:
     """Whether load_checkpoint, given a checkpoint that hides a pickled call, ran that call."""
     marker = directory / "code-ran"
     trap_path = directory / "downloaded.pt"
     torch.save({**checkpoint, "note": _UnsafePayload(marker)}, trap_path)
-    run = _build_run(setting.seed + 3000, setting.data_seed, setting.epochs)
+    run = build_run(setting.seed + 3000, setting.data_seed, setting.epochs)
     try:
         load_checkpoint(trap_path, **_objects(run))
     except Exception:  # noqa: BLE001 -- weights_only=True refusing the file is the expected outcome
@@ -309,7 +312,7 @@ def _rebuilt_or_fail(functions: tuple[Callable[..., Any], Callable[..., Any]]) -
 
 def _run_child(
     functions: tuple[Callable[..., Any], Callable[..., Any]], directory: Path, checkpoint: Path, out: Path,
-    setting: _ResumeSetting,
+    setting: ResumeSetting,
 ) -> subprocess.CompletedProcess:
     """Run `_resume_in_child` in a fresh Python process, with the student's functions rebuilt from source."""
     save_checkpoint, load_checkpoint = functions
@@ -334,7 +337,7 @@ def _resume(
     functions: tuple[Callable[..., Any], Callable[..., Any]],
     directory: Path,
     checkpoint: Path,
-    setting: _ResumeSetting,
+    setting: ResumeSetting,
     fresh_process: bool,
 ) -> dict[str, Any]:
     """Resume from `checkpoint` (in a fresh process, or here with fresh objects); what was restored, the final
@@ -416,26 +419,26 @@ def _resume(
 def probe_resume(save_checkpoint: Callable[..., Any], load_checkpoint: Callable[..., Any], *, case: Case) -> dict:
     """Train continuously, checkpoint mid-way, resume (in a fresh process when visible); record the checkpoint,
     what the resume restored and both runs' final weights."""
-    setting = _resume_setting(case)
+    setting = resume_setting(case)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the child runs single-threaded too: identical float reductions, identical weights
     try:
         with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             path = directory / "checkpoint.pt"
-            run = _build_run(setting.seed, setting.data_seed, setting.epochs)
+            run = build_run(setting.seed, setting.data_seed, setting.epochs)
             for epoch in range(1, setting.epochs + 1):
-                _train_epoch(run)
+                train_reference_epoch(run)
                 if epoch == setting.stop_at:
                     with watching([path]) as writes:
                         save_checkpoint(path, **_objects(run), epoch=epoch, best_metric=setting.best_metric)
-            seen: dict[str, Any] = {"continuous": _as_data(run.model.state_dict()), "writes": writes}
+            seen: dict[str, Any] = {"continuous": as_data(run.model.state_dict()), "writes": writes}
             try:
                 checkpoint = torch.load(path, weights_only=True)
             except Exception as error:  # noqa: BLE001 -- the refusal is the observation
                 return {**seen, "refused": str(error)[:200]}
-            seen |= {"refused": None, "checkpoint": _as_data(checkpoint)}
-            if not isinstance(checkpoint, dict) or not {*_PARTS, "epoch", "best_metric"} <= set(checkpoint):
+            seen |= {"refused": None, "checkpoint": as_data(checkpoint)}
+            if not isinstance(checkpoint, dict) or not {*PARTS, "epoch", "best_metric"} <= set(checkpoint):
                 return seen  # the judge fails on the missing part: resuming from it would only crash
             seen["unsafe_ran"] = _unsafe_load_ran(load_checkpoint, checkpoint, directory, setting)
             if seen["unsafe_ran"]:

@@ -84,6 +84,6 @@ def _hang_row(collective: str) -> dict[str, Requirement]:
         hint="A rank was left waiting for the others: is there a collective that only some ranks reach?")}
 
 
-def _detached_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def detached_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A copy of a state_dict's tensors, to send back from a rank."""
     return {k: v.detach().clone() for k, v in state.items()}

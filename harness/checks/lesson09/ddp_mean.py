@@ -16,7 +16,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _mean_inputs(case: Case) -> list[list[torch.Tensor]]:
+def mean_inputs(case: Case) -> list[list[torch.Tensor]]:
     """Per input, the value each rank holds: b + 1 on rank 0, -2b on rank 1, for a shifted base b that is never
     1 or -1/3 in every element (there the sum, the mean or a rank's own value would coincide)."""
     bases = [torch.tensor(3.0), torch.tensor([0.25, -2.0, 4.0], dtype=torch.float64)]
@@ -64,4 +64,4 @@ def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[
 def probe_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
     """Run ddp_mean on 2 ranks holding different values, then on 1 rank; record what every rank got and its input
     afterwards."""
-    return {"runs": [_run_ranks(_mean_worker, ddp_mean, values, world=len(values)) for values in _mean_inputs(case)]}
+    return {"runs": [_run_ranks(_mean_worker, ddp_mean, values, world=len(values)) for values in mean_inputs(case)]}

@@ -12,19 +12,19 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.checks.lesson09.common import MODEL_SEED, _detached_state, _hang_row, _run_ranks, make_model
+from harness.checks.lesson09.common import MODEL_SEED, _hang_row, _run_ranks, detached_state, make_model
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _accumulation_settings(case: Case) -> list[tuple[int, int, int]]:
+def accumulation_settings(case: Case) -> list[tuple[int, int, int]]:
     """(micro-batches per step, optimizer steps, data seed) of each run."""
     settings = [(3, 2, 5), (2, 3, 9)] if case.hidden else [(4, 2, 0)]
     return [(micro, steps, case.seeded(seed)) for micro, steps, seed in settings]
 
 
-def _micro_batches(seed: int, step: int, rank: int, micro: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def rank_micro_batches(seed: int, step: int, rank: int, micro: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The micro-batches of one rank at one optimizer step."""
     generator = torch.Generator().manual_seed(seed + 1000 * step + rank)
     return [(torch.randn(4, 4, generator=generator), torch.randn(4, 1, generator=generator)) for _ in range(micro)]
@@ -54,8 +54,8 @@ def _accumulate_worker(
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
         forwards["count"] = 0
-        accumulate_step(model, optimizer, _micro_batches(seed, step, rank, micro), nn.functional.mse_loss)
-    return {"state": _detached_state(model.module.state_dict()), "reductions": reductions["count"],
+        accumulate_step(model, optimizer, rank_micro_batches(seed, step, rank, micro), nn.functional.mse_loss)
+    return {"state": detached_state(model.module.state_dict()), "reductions": reductions["count"],
             "synced_after": synced_after}
 
 
@@ -88,4 +88,4 @@ def probe_no_sync(accumulate_step: Callable[..., None], *, case: Case) -> dict:
     """Run the accumulation on 2 ranks; record DDP's all-reduces (counted by a comm hook) and the parameters."""
     model_seed = case.seeded(MODEL_SEED)
     return {"runs": [_run_ranks(_accumulate_worker, accumulate_step, micro, steps, seed, model_seed)
-                     for micro, steps, seed in _accumulation_settings(case)]}
+                     for micro, steps, seed in accumulation_settings(case)]}

@@ -49,12 +49,12 @@ _HOLD_LIMIT_S = 10.0
 _INSIDE, _RETURNED = 0, 1  # the number of the collective rank 1 waits in (0: none); whether rank 1 has returned
 
 
-def _save_epoch(case: Case) -> int:
+def save_epoch(case: Case) -> int:
     """The epoch number the save is called with."""
     return (7 if case.hidden else 3) + case.seed % 89
 
 
-def _save_model_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def save_model_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """The one step the model takes before it is saved (the same on every rank: equal inputs, equal gradients)."""
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
@@ -118,7 +118,7 @@ def _save_worker(save_checkpoint_ddp: Callable[..., None], rank_dirs: list[str],
     os.chdir(rank_dirs[rank])  # a relative path lands in this rank's own folder: who wrote is visible on disk
     model = DDP(make_model(model_seed))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    _save_model_step(model, optimizer)
+    save_model_step(model, optimizer)
     called: list[str] = []
     if rank == 0:
         lagging = _LaggingRank0(board)
@@ -170,7 +170,7 @@ def probe_save_rank0(save_checkpoint_ddp: Callable[..., None], *, case: Case) ->
         rank_dirs = [os.path.join(tmp, f"rank{r}") for r in range(WORLD)]
         for folder in rank_dirs:
             os.makedirs(folder)
-        results = _run_ranks(_save_worker, save_checkpoint_ddp, rank_dirs, _save_epoch(case),
+        results = _run_ranks(_save_worker, save_checkpoint_ddp, rank_dirs, save_epoch(case),
                              case.seeded(MODEL_SEED), board)
         checkpoint_path = Path(rank_dirs[0]) / CHECKPOINT_NAME
         return {

@@ -18,7 +18,7 @@ from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import register
 
 
-def _loader_settings(case: Case) -> list[tuple[int, int, int, int]]:
+def loader_settings(case: Case) -> list[tuple[int, int, int, int]]:
     """(dataset size, per-rank batch size, world size, seed) of each loader world to build."""
     settings = [(40, 4, 2, 0), (37, 3, 3, 5)]  # the second: three ranks, a dataset that does not divide evenly
     if case.hidden:
@@ -78,7 +78,7 @@ def probe_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, case: Case
     """Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
     seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started."""
     worlds = []
-    for n, batch_size, world, seed in _loader_settings(case):
+    for n, batch_size, world, seed in loader_settings(case):
         dataset = TensorDataset(torch.arange(n))
         loaders = []
         for rank in range(world):

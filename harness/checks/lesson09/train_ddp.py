@@ -45,7 +45,7 @@ class IndexRecorder(Dataset):
         return self.dataset[index]
 
 
-def _train_configs(case: Case) -> list[dict[str, Any]]:
+def train_configs(case: Case) -> list[dict[str, Any]]:
     """Each training run: dataset size n, the train_ddp arguments, and the seeds of the data and the model."""
     configs = [dict(n=64, epochs=3, batch_size=8, lr=0.05, seed=0)]
     if case.hidden:
@@ -55,7 +55,7 @@ def _train_configs(case: Case) -> list[dict[str, Any]]:
              "model_seed": case.seeded(MODEL_SEED)} for config in configs]
 
 
-def _train_arguments(config: dict[str, Any]) -> dict[str, Any]:
+def train_arguments(config: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments train_ddp receives."""
     return {key: config[key] for key in ("epochs", "batch_size", "lr", "seed")}
 
@@ -137,7 +137,7 @@ def _train_worker(
 def probe_train_ddp(train_ddp: Callable[..., dict[str, torch.Tensor]], *, case: Case) -> dict:
     """Train on 2 ranks; record each rank's returned state_dict and the dataset indices it loaded."""
     runs = []
-    for config in _train_configs(case):
+    for config in train_configs(case):
         dataset = regression_data(config["n"], seed=config["data_seed"])
-        runs.append(_run_ranks(_train_worker, train_ddp, config["model_seed"], dataset, _train_arguments(config)))
+        runs.append(_run_ranks(_train_worker, train_ddp, config["model_seed"], dataset, train_arguments(config)))
     return {"runs": runs}

@@ -24,7 +24,7 @@ from harness.data import LabeledTensorDataset, shapes
 HELD_OUT = {False: (1000, 10_007), True: (1000, 20_011)}  # hidden -> (images, seed)
 
 
-_CHUNK = 250  # held-out images per forward pass
+CHUNK = 250  # held-out images per forward pass
 
 # The notebook's validation and test sets (capstone_data("shapes", ..., 500, 1000): seeds 1 and 2): the best
 # epoch's scores in the run's history show which of the two it validated on.
@@ -46,7 +46,7 @@ def notebook_set(name: str) -> LabeledTensorDataset:
     return shapes(count, seed=seed)
 
 
-def _held_out(case: Case) -> LabeledTensorDataset:
+def held_out(case: Case) -> LabeledTensorDataset:
     """The grader's held-out images: shapes drawn from seeds the lesson never uses for training or validation."""
     count, seed = HELD_OUT[case.hidden]
     return shapes(count, seed=case.seeded(seed), size=32)
@@ -54,7 +54,7 @@ def _held_out(case: Case) -> LabeledTensorDataset:
 
 def held_out_images(case: Case) -> torch.Tensor:
     """The held-out images alone: what a graded kernel receives as data for a hidden case (`Case.inputs`)."""
-    return _held_out(case).tensors[0]
+    return held_out(case).tensors[0]
 
 
 def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
@@ -64,8 +64,8 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
     model.eval()
     try:
         with torch.inference_mode():
-            return [model(images[start : start + _CHUNK].to(device)).float().cpu()
-                    for start in range(0, len(images), _CHUNK)]
+            return [model(images[start : start + CHUNK].to(device)).float().cpu()
+                    for start in range(0, len(images), CHUNK)]
     finally:
         model.train(was_training)
 

@@ -25,7 +25,7 @@ from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import supported_precisions
 
 
-def _report_sets(case: Case) -> tuple[int, int, list[LabeledTensorDataset]]:
+def report_sets(case: Case) -> tuple[int, int, list[LabeledTensorDataset]]:
     """The report run's seed, epochs, and its train, validation and test sets. The test set is larger than the
     batch a report usually evaluates in (256), so that one batch of it is not all of it."""
     seed, epochs = (case.seeded(21), 3) if case.hidden else (case.seeded(7), 2)
@@ -65,7 +65,8 @@ class _ForwardRecorder:
         return {"forward_training": self.training, "eval_images": torch.cat(self.images) if self.images else None}
 
 
-def _report_model() -> nn.Module:
+def report_model() -> nn.Module:
+    """The capstone CNN the report is built for."""
     from harness.models import capstone_cnn
 
     return capstone_cnn(len(SHAPE_CLASSES), width=4)
@@ -77,9 +78,9 @@ def _report_run(root: Path, case: Case, precision: str) -> tuple[dict[str, Any],
     from harness.metrics import accuracy
     from harness.train import EarlyStopping, fit
 
-    seed, epochs, (train, val, test) = _report_sets(case)
+    seed, epochs, (train, val, test) = report_sets(case)
     torch.manual_seed(seed)
-    model = _report_model()
+    model = report_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     history = fit(model, DataLoader(train, batch_size=32, shuffle=True), DataLoader(val, batch_size=48),
                   loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer, epochs=epochs, precision=precision,
@@ -92,13 +93,13 @@ def _report_run(root: Path, case: Case, precision: str) -> tuple[dict[str, Any],
     return run, test
 
 
-_LINK = r"!\[[^\]]*\]\(([^)\s]+)\)"  # a Markdown image link; group 1 is the file
+LINK = r"!\[[^\]]*\]\(([^)\s]+)\)"  # a Markdown image link; group 1 is the file
 
 
 def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
     """The first 8 bytes of each file the report's image links name (None where there is no such file)."""
     heads: dict[str, list[int] | None] = {}
-    for link in re.findall(_LINK, text)[:20]:
+    for link in re.findall(LINK, text)[:20]:
         path = folder / link
         heads[link] = list(path.read_bytes()[:8]) if path.is_file() else None
     return heads

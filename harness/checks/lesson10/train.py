@@ -46,7 +46,7 @@ class _StepCounter:
         self.count += 1
 
 
-def _constant_accuracy_val() -> LabeledTensorDataset:
+def constant_accuracy_val() -> LabeledTensorDataset:
     """Five copies of one image labelled 0 to 4: whatever the model predicts, accuracy is exactly 0.2, so it
     never improves after epoch 1. Early stopping and best.pt become predictable."""
     image = shapes(1, seed=99, size=16).tensors[0]
@@ -73,7 +73,7 @@ def _interrupt_after(epoch: int) -> Callable[[int, dict[str, Any]], None]:
     return on_epoch_end
 
 
-def _train_config(case: Case, precisions: dict[str, bool]) -> tuple[dict[str, Any], int, int]:
+def train_config(case: Case, precisions: dict[str, bool]) -> tuple[dict[str, Any], int, int]:
     """The config, the number of samples and the epoch after which the run is interrupted. Its precision is bf16
     where the CPU's autocast runs it (`mixed_precision_on_cpu`): a run that ignores config['precision'] trains in
     fit's default, fp32, and last.pt says so."""
@@ -273,8 +273,8 @@ def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) ->
     if read is not None:
         return {"notebook_data": read}
     precisions = supported_precisions(torch.device("cpu"))
-    config, n, stop_at = _train_config(case, precisions)
-    data = (shapes(n, seed=config["seed"] + 40, size=16), _constant_accuracy_val())
+    config, n, stop_at = train_config(case, precisions)
+    data = (shapes(n, seed=config["seed"] + 40, size=16), constant_accuracy_val())
     with tempfile.TemporaryDirectory(prefix="check-10-train-") as tmp, _rng_kept():
         root = Path(tmp)
         seen: dict[str, Any] = {"precisions": precisions}

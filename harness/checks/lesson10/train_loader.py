@@ -64,7 +64,7 @@ def _record_single_process(train_loader: Callable[..., DataLoader], n: int, batc
     return record
 
 
-def _train_loader_settings(case: Case) -> list[tuple[int, int, int]]:
+def train_loader_settings(case: Case) -> list[tuple[int, int, int]]:
     """(samples, batch_size, seed)."""
     settings = [(100, 16, 0)] if not case.hidden else [(75, 8, 5), (130, 32, 11)]
     return [(n, batch_size, case.seeded(seed)) for n, batch_size, seed in settings]
@@ -112,7 +112,7 @@ def probe_train_loader(train_loader: Callable[..., DataLoader], *, case: Case) -
     """Read the loader on 2 forked gloo ranks, then in this process; record the batches every reader got."""
     records = []
     with _rng_kept():
-        for n, batch_size, seed in _train_loader_settings(case):
+        for n, batch_size, seed in train_loader_settings(case):
             records.append({"ranks": _on_two_ranks(_loader_worker, train_loader, n, batch_size, seed),
                             "single": _record_single_process(train_loader, n, batch_size, seed)})
     return {"settings": records}

@@ -18,7 +18,7 @@ from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import register
 
 
-def _dead_setup(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
+def dead_setup(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
     """A ReLU MLP whose biases kill some units on every batch and others on some batches only, and its batches."""
     seed = case.seeded(1261 if case.hidden else 1260)
     torch.manual_seed(seed)
@@ -73,7 +73,7 @@ def probe_dead_units(dead_units: Callable[[nn.Module, list[torch.Tensor]], Any],
     """Call the student's function on the case's model and batches; record the result and the hooks left. An
     exception raised inside a hook whose closure holds another ReLU's name (or module) than the one it runs on is
     reported as late binding; any other exception propagates as it is."""
-    model, batches = _dead_setup(case)
+    model, batches = dead_setup(case)
     try:
         got = dead_units(model, batches)
     except Exception as error:

@@ -107,10 +107,10 @@ def _net(width: int, middle: nn.Module, nan_in: str | None = None) -> nn.Sequent
 
 # "root": the model itself (named "" by named_modules()) makes the first NaN, its modules are all finite;
 # "cleaned": the NaN is replaced inside a block, so the last non-finite module is not the model (nor defined first)
-_SCENARIOS = ("finite", "nan-weight", "functional-log", "inf", "reordered", "error", "root", "cleaned")
+SCENARIOS = ("finite", "nan-weight", "functional-log", "inf", "reordered", "error", "root", "cleaned")
 
 
-def _scenario(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tensor]:
+def scenario_setup(name: str, case: Case, index: int) -> tuple[nn.Module, torch.Tensor]:
     """The model and input of one scenario, rebuilt identically by probe and judge."""
     seed = case.seeded((1210 if case.hidden else 1200) + index)
     torch.manual_seed(seed)
@@ -183,7 +183,7 @@ def probe_first_nonfinite(first_nonfinite_module: Callable[[nn.Module, torch.Ten
     """Call the student's locator on each scenario's model; record what it returned and the hooks left."""
     def record(index_name: tuple[int, str]) -> dict:
         index, name = index_name
-        model, inputs = _scenario(name, case, index)
+        model, inputs = scenario_setup(name, case, index)
         if name == "error":
             raised = None
             try:
@@ -194,4 +194,4 @@ def probe_first_nonfinite(first_nonfinite_module: Callable[[nn.Module, torch.Ten
         got = first_nonfinite_module(model, inputs)
         return {"returned": got, "hooks_left": _hooks_on(model)}
 
-    return {"calls": collect(list(enumerate(_SCENARIOS)), record)}
+    return {"calls": collect(list(enumerate(SCENARIOS)), record)}

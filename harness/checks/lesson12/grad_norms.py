@@ -32,7 +32,7 @@ class _WithUnused(nn.Module):
         return self.net(x * self.input_scale)
 
 
-def _grad_model(case: Case) -> tuple[nn.Module, Batch]:
+def grad_model(case: Case) -> tuple[nn.Module, Batch]:
     """A small network after one backward: one frozen parameter and one unused parameter have no .grad."""
     seed = case.seeded(131 if case.hidden else 130)
     torch.manual_seed(seed)
@@ -81,7 +81,7 @@ def _grad_model(case: Case) -> tuple[nn.Module, Batch]:
 )
 def probe_grad_norms(grad_norms_per_layer: Callable[[nn.Module], Any], *, case: Case) -> dict:
     """Call the student's function on the case's model after backward; record the result and the grads after."""
-    model, _ = _grad_model(case)
+    model, _ = grad_model(case)
     got = grad_norms_per_layer(model)
     return {"returned": dict(got) if isinstance(got, dict) else got,
             "grads_after": [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]}

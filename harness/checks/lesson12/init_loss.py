@@ -23,7 +23,7 @@ def _classifier(seed: int, features: int, classes: int, hidden: int = 32) -> nn.
     return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Dropout(0.5), nn.Linear(hidden, classes))
 
 
-def _init_cases(case: Case) -> list[dict[str, Any]]:
+def init_cases(case: Case) -> list[dict[str, Any]]:
     """(seed, features, classes, batch size, the mode the model is in before the call) of each call."""
     shapes = [(20, 7, 48, True), (12, 100, 256, False), (5, 2, 9, True)] if case.hidden else \
         [(16, 10, 64, True), (8, 4, 32, False)]
@@ -31,7 +31,8 @@ def _init_cases(case: Case) -> list[dict[str, Any]]:
             for i, (f, c, b, t) in enumerate(shapes)]
 
 
-def _init_inputs(item: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+def init_inputs(item: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The model (in the item's mode), inputs and targets of one init-loss item."""
     model = _classifier(item["seed"], item["features"], item["classes"]).train(item["training"])
     generator = torch.Generator().manual_seed(item["seed"] + 1)
     inputs = torch.randn(item["batch"], item["features"], generator=generator)
@@ -72,11 +73,11 @@ def _init_inputs(item: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.T
 def probe_init_loss(loss_at_init: Callable[..., Any], *, case: Case) -> dict:
     """Call `loss_at_init` on each case's fresh model; record what it returned, the forward's modes, the mode after."""
     def record(item: dict[str, Any]) -> dict:
-        model, inputs, targets = _init_inputs(item)
+        model, inputs, targets = init_inputs(item)
         with ForwardRecorder(model) as forwards:
             got = loss_at_init(model, inputs, targets, item["classes"])
         got = tuple(got) if isinstance(got, (tuple, list)) else got
         return {"returned": got, "training_after": model.training,
                 "forwards": [(r.training, r.grad_enabled) for r in forwards.records]}
 
-    return {"calls": collect(_init_cases(case), record)}
+    return {"calls": collect(init_cases(case), record)}

@@ -18,10 +18,10 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import StepRecorder, collect, snapshot
 from harness.contract.registry import register
 
-_BASE_LR, _MOMENTUM = 0.05, 0.9
+BASE_LR, MOMENTUM = 0.05, 0.9
 
 
-def _sweeps(case: Case) -> list[dict[str, Any]]:
+def sweeps(case: Case) -> list[dict[str, Any]]:
     """(seed, batches, start_lr, end_lr, num_steps, diverge, poisoned) of each sweep: one that diverges, one that
     does not, and one whose batch `poisoned` holds an inf (as a division by a zero std leaves one): the loss of
     that step is NaN while every loss before it is far below diverge times the best, so only a test for
@@ -34,7 +34,7 @@ def _sweeps(case: Case) -> list[dict[str, Any]]:
              "num_steps": n, "diverge": d, "poisoned": p} for i, (b, s, e, n, d, p) in enumerate(plan)]
 
 
-def _sweep_setup(item: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer, list[Batch]]:
+def sweep_setup(item: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer, list[Batch]]:
     """The model after one warm-up step (so momentum buffers exist), its optimizer (two groups), the batches."""
     seed = item["seed"]
     torch.manual_seed(seed)
@@ -47,7 +47,7 @@ def _sweep_setup(item: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer
         batches.append((centres[targets] + torch.randn(32, 12, generator=generator), targets))
     weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
     biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
-    optimizer = torch.optim.SGD([{"params": weights}, {"params": biases}], lr=_BASE_LR, momentum=_MOMENTUM)
+    optimizer = torch.optim.SGD([{"params": weights}, {"params": biases}], lr=BASE_LR, momentum=MOMENTUM)
     warm_x = torch.randn(32, 12, generator=generator)
     warm_y = torch.randint(0, 6, (32,), generator=generator)
     optimizer.zero_grad(set_to_none=True)
@@ -59,7 +59,8 @@ def _sweep_setup(item: dict[str, Any]) -> tuple[nn.Module, torch.optim.Optimizer
     return model, optimizer, batches
 
 
-def _buffers(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor | None]:
+def momentum_buffers(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor | None]:
+    """Each parameter's SGD momentum buffer (None where the optimizer holds none)."""
     return [optimizer.state.get(p, {}).get("momentum_buffer") for p in model.parameters()]
 
 
@@ -119,7 +120,7 @@ def _buffers(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.T
 def probe_lr_range(lr_range_test: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's sweep on each case; record every optimizer step, what it returned, and the state after."""
     def record(item: dict[str, Any]) -> dict:
-        model, optimizer, batches = _sweep_setup(item)
+        model, optimizer, batches = sweep_setup(item)
         with StepRecorder(optimizer) as steps:
             got = lr_range_test(model, optimizer, nn.functional.cross_entropy, batches, item["start_lr"],
                                 item["end_lr"], item["num_steps"], item["diverge"])
@@ -131,7 +132,7 @@ def probe_lr_range(lr_range_test: Callable[..., Any], *, case: Case) -> dict:
         return {"returned": got,
                 "steps": [{"params": [r.params[i] for i in order], "grads": [r.grads[i] for i in order],
                            "lrs": r.lrs} for r in steps.records],
-                "params_after": snapshot(model), "buffers_after": _buffers(model, optimizer),
+                "params_after": snapshot(model), "buffers_after": momentum_buffers(model, optimizer),
                 "lrs_after": [float(g["lr"]) for g in optimizer.param_groups]}
 
-    return {"calls": collect(_sweeps(case), record)}
+    return {"calls": collect(sweeps(case), record)}

@@ -20,7 +20,7 @@ from harness.contract.registry import register
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def _accum_cases(case: Case) -> list[tuple[int, int, int]]:
+def accum_cases(case: Case) -> list[tuple[int, int, int]]:
     """(seed, batch size, micro-batch size) of each run: uneven splits, and (hidden) one micro-batch."""
     if case.hidden:
         # 11 rows in 3s: chunk(3) gives 4-row pieces, as the visible case's 10 rows do
@@ -29,7 +29,7 @@ def _accum_cases(case: Case) -> list[tuple[int, int, int]]:
     return [(case.seeded(130), 10, 4), (case.seeded(134), 10, 3)]  # 10 rows in 3s: chunk(3) gives a 4-row piece
 
 
-def _accum_setup(seed: int, size: int) -> tuple[nn.Module, torch.optim.Optimizer, list[Batch]]:
+def accum_setup(seed: int, size: int) -> tuple[nn.Module, torch.optim.Optimizer, list[Batch]]:
     """A seeded MLP, its SGD optimizer and two batches of `size` rows."""
     generator = torch.Generator().manual_seed(seed)
     model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2))
@@ -84,7 +84,7 @@ def probe_accumulate(accumulation_step: Callable[..., Any], *, case: Case) -> di
     batch sizes and modes, the steps the optimizer took and what each call returned."""
     def record(item: tuple[int, int, int]) -> dict:
         seed, size, micro = item
-        model, optimizer, batches = _accum_setup(seed, size)
+        model, optimizer, batches = accum_setup(seed, size)
         calls = []
         for batch in batches:
             model.eval()  # as after a validation pass: the step must switch back
@@ -96,4 +96,4 @@ def probe_accumulate(accumulation_step: Callable[..., Any], *, case: Case) -> di
                           "after": snapshot(model)})
         return {"calls": calls}
 
-    return {"results": collect(_accum_cases(case), record)}
+    return {"results": collect(accum_cases(case), record)}

@@ -29,15 +29,16 @@ def _blocks(seed: int, width: int, depth: int) -> nn.ModuleList:
     return blocks.train()
 
 
-def _checkpoint_cases(case: Case) -> list[tuple[int, int, int, int]]:
+def checkpoint_cases(case: Case) -> list[tuple[int, int, int, int]]:
     """(seed, batch, width, depth) of each call."""
     if case.hidden:
         return [(case.seeded(141), 5, 12, 3), (case.seeded(142), 7, 6, 1)]
     return [(case.seeded(140), 6, 16, 4)]
 
 
-def _checkpoint_inputs(seed: int, batch: int, width: int, depth: int) -> tuple[nn.ModuleList, torch.Tensor,
+def checkpoint_inputs(seed: int, batch: int, width: int, depth: int) -> tuple[nn.ModuleList, torch.Tensor,
                                                                              torch.Tensor]:
+    """The blocks, input and upstream gradient of one checkpointing case."""
     blocks = _blocks(seed, width, depth)
     generator = torch.Generator().manual_seed(seed + 1000)
     x = torch.randn(batch, width, generator=generator)  # data: it does not require grad
@@ -84,7 +85,7 @@ def probe_checkpoint(checkpointed_forward: Callable[[nn.ModuleList, torch.Tensor
     the order they happened."""
     def record(item: tuple[int, int, int, int]) -> dict:
         seed, batch, width, depth = item
-        blocks, x, upstream = _checkpoint_inputs(seed, batch, width, depth)
+        blocks, x, upstream = checkpoint_inputs(seed, batch, width, depth)
         events: list[list[str | int]] = []  # ["run", i]: block i's forward began; ["grad", i]: its weight's gradient
         for index, block in enumerate(blocks):
             block.register_forward_pre_hook(lambda module, args, index=index: events.append(["run", index]))
@@ -109,4 +110,4 @@ def probe_checkpoint(checkpointed_forward: Callable[[nn.ModuleList, torch.Tensor
                 "grad_fn": grad_fn, "grads": grads, "forward": events[:forward_runs],
                 "backward": events[forward_runs:]}
 
-    return {"results": collect(_checkpoint_cases(case), record)}
+    return {"results": collect(checkpoint_cases(case), record)}

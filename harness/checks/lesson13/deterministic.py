@@ -36,7 +36,7 @@ class _Planted(Exception):
     """The exception the check raises inside the block: it must come out of the context manager."""
 
 
-def _priors(case: Case) -> list[tuple[dict[str, bool], bool]]:
+def prior_flags(case: Case) -> list[tuple[dict[str, bool], bool]]:
     """(flags before entering, raise inside) of each use of the context manager."""
     speed = {"deterministic": False, "warn_only": False, "benchmark": True, "cudnn_deterministic": False}
     warned = {"deterministic": True, "warn_only": True, "benchmark": False, "cudnn_deterministic": True}
@@ -105,6 +105,6 @@ def probe_deterministic(deterministic: Callable[[], Any], *, case: Case) -> dict
         return {"inside": inside, "after": read_flags(), "propagated": propagated}
 
     try:
-        return {"results": collect(_priors(case), record)}
+        return {"results": collect(prior_flags(case), record)}
     finally:
         write_flags(found)

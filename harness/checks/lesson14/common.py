@@ -11,7 +11,7 @@ from torch import nn
 from harness.contract.errors import explain
 from harness.contract.failure import CheckFailed
 
-_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
+BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 
 
 def _pretrained_like(model: nn.Module, seed: int) -> nn.Module:
@@ -20,7 +20,7 @@ def _pretrained_like(model: nn.Module, seed: int) -> nn.Module:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, _BATCHNORMS):
+            if isinstance(module, BATCHNORMS):
                 module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
                 module.bias.copy_(0.2 * torch.randn(module.bias.shape, generator=generator))
                 module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=generator) * 0.3)

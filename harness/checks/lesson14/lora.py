@@ -21,7 +21,7 @@ from harness.contract.registry import register
 from harness.contract.wire import type_name
 
 
-def _lora_cases(case: Case) -> list[tuple[int, int, int, float, bool, tuple[int, ...]]]:
+def lora_cases(case: Case) -> list[tuple[int, int, int, float, bool, tuple[int, ...]]]:
     """(in_features, out_features, r, alpha, bias, input shape)."""
     if not case.hidden:
         # alpha / r = 2.5 in the second layer: alpha // r (2.0) differs from it, and from 1 and alpha
@@ -29,11 +29,12 @@ def _lora_cases(case: Case) -> list[tuple[int, int, int, float, bool, tuple[int,
     return [(10, 7, 3, 8.0, True, (2, 4, 10)), (5, 9, 1, 4.0, True, (3, 5)), (12, 4, 4, 16.0, False, (2, 3, 12))]
 
 
-def _lora_base(case: Case, index: int, fan_in: int, fan_out: int, bias: bool) -> nn.Linear:
+def lora_base(case: Case, index: int, fan_in: int, fan_out: int, bias: bool) -> nn.Linear:
+    """The seeded nn.Linear that the case's LoRA layer wraps."""
     return seeded(case.seeded(200 + index), functools.partial(nn.Linear, fan_in, fan_out, bias=bias))  # type: ignore
 
 
-def _lora_inputs(case: Case, index: int, setting: tuple) -> dict[str, torch.Tensor]:
+def lora_inputs(case: Case, index: int, setting: tuple) -> dict[str, torch.Tensor]:
     """The input, the weights of the loss whose gradient is taken, and the adapter values the check sets."""
     fan_in, fan_out, r, _, _, shape = setting
     generator = torch.Generator().manual_seed(case.seeded(210 + index))
@@ -95,10 +96,10 @@ def probe_lora(lora_linear: Callable[..., nn.Module], *, case: Case) -> dict:
     """Build the student's layer around each seeded base; record its parameters, its first output and gradients, its
     output with the check's adapter values, the merged layer's output, and its output after merging."""
     records = []
-    for index, setting in enumerate(_lora_cases(case)):
+    for index, setting in enumerate(lora_cases(case)):
         fan_in, fan_out, r, alpha, bias, _ = setting
-        inputs = _lora_inputs(case, index, setting)
-        base = _lora_base(case, index, fan_in, fan_out, bias)
+        inputs = lora_inputs(case, index, setting)
+        base = lora_base(case, index, fan_in, fan_out, bias)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(case.seeded(220 + index))
             layer = lora_linear(base, r=r, alpha=alpha)

@@ -45,18 +45,19 @@ _ARCHITECTURES = {"TransferNet": functools.partial(TransferNet, 3), "two blocks"
                   "four blocks": _DeepNet}
 
 
-def _unfreeze_cases(case: Case) -> list[tuple[str, int, int]]:
+def unfreeze_cases(case: Case) -> list[tuple[str, int, int]]:
     """(architecture, width, every): backbones of 2, 3 and 4 blocks in the visible case already."""
     if not case.hidden:
         return [("TransferNet", 4, 2), ("two blocks", 4, 2), ("four blocks", 3, 1)]
     return [("TransferNet", 6, 1), ("four blocks", 4, 3), ("two blocks", 5, 2)]
 
 
-def _unfreeze_model(case: Case, index: int, architecture: str, width: int) -> nn.Module:
+def unfreeze_model(case: Case, index: int, architecture: str, width: int) -> nn.Module:
+    """The case's seeded model of the given architecture and width."""
     return seeded(case.seeded(230 + index), functools.partial(_ARCHITECTURES[architecture], width))
 
 
-def _blocks(model: nn.Module) -> list[str]:
+def block_names(model: nn.Module) -> list[str]:
     """The names of the backbone's blocks that hold parameters, bottom (first) to top (last)."""
     return [f"backbone.{name}" for name, block in model.backbone.named_children() if list(block.parameters())]
 
@@ -97,13 +98,13 @@ def probe_unfreeze(gradual_unfreeze: Callable[..., Any], *, case: Case) -> dict:
     frozen; record every parameter's flag after each call, and the modules that got a plain `requires_grad`
     attribute (set on the module object, which changes none of its parameters)."""
     runs, attributes = [], []
-    for index, (architecture, width, every) in enumerate(_unfreeze_cases(case)):
+    for index, (architecture, width, every) in enumerate(unfreeze_cases(case)):
         for came_frozen in (False, True):
-            model = _unfreeze_model(case, index, architecture, width)
+            model = unfreeze_model(case, index, architecture, width)
             if came_frozen:
                 model.requires_grad_(False)
             flags = []
-            for epoch in range(every * len(_blocks(model)) + 2):
+            for epoch in range(every * len(block_names(model)) + 2):
                 gradual_unfreeze(model, epoch, every)
                 flags.append([p.requires_grad for p in model.parameters()])
             runs.append(flags)

@@ -17,7 +17,7 @@ from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _attention_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor,
+def attention_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor,
                                                torch.Tensor | None, bool]]:
     """(description, q, k, v, mask, causal) of each call: no mask (more keys than queries), padding mask,
     causal mask, both, and both again with bfloat16 q, k and v (an output computed in float32 must come back in q's
@@ -88,5 +88,5 @@ def probe_attention(attention: Callable[..., Any], *, case: Case) -> dict:
             return attention(q.clone(), k.clone(), v.clone(), mask=None if mask is None else mask.clone(),
                              causal=causal)
 
-        results = collect(_attention_calls(case), record)
+        results = collect(attention_calls(case), record)
     return {"results": results, "calls": calls.seen}

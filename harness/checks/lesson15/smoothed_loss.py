@@ -18,7 +18,7 @@ from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _smoothed_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
+def smoothed_calls(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
     """(description, logits (N, C), targets (N,), smoothing) of each call: ordinary logits, smoothing 0, logits in
     the hundreds (where softmax then log gives log(0)), and bfloat16 logits (a loss computed in float32 must come
     back in the logits' dtype). Hidden: other sizes and smoothings."""
@@ -89,5 +89,5 @@ def probe_smoothed_loss(smoothed_cross_entropy: Callable[..., Any], *, case: Cas
             grad = leaf.grad
         return {"returned": returned, "grad": grad}
 
-    results = collect(_smoothed_calls(case), record)
+    results = collect(smoothed_calls(case), record)
     return {"results": results, "calls": recorder.seen}

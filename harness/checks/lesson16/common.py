@@ -69,7 +69,8 @@ def attempt(call: Callable[[], Any]) -> tuple[Any, str | None]:
         return None, explain(error)[:2000]
 
 
-def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+def cloned_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the model's state dict."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

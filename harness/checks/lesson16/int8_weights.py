@@ -16,7 +16,7 @@ from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _weights(case: Case) -> list[torch.Tensor]:
+def case_weights(case: Case) -> list[torch.Tensor]:
     """The weights of each call: a float32 matrix whose rows differ in size by orders of magnitude, with one
     all-zero row (a pruned or dead unit), square so that a scale without keepdim broadcasts instead of raising
     (its shape then tells the mistake); then the same matrix in bfloat16 (the scale must keep the weight's dtype).
@@ -78,4 +78,4 @@ def probe_int8_weights(quantize_per_channel: Callable[[torch.Tensor], Any], *, c
         return {"returned": tuple(returned) if isinstance(returned, (tuple, list)) else returned,
                 "weight_after": weight.detach().clone()}
 
-    return {"results": collect(_weights(case), record)}
+    return {"results": collect(case_weights(case), record)}

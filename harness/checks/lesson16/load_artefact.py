@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson16.common import _state, build_classifier, case_config, case_model
+from harness.checks.lesson16.common import build_classifier, case_config, case_model, cloned_state
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -127,11 +127,11 @@ def probe_load_artefact(load_artefact: Callable[..., Any], *, case: Case) -> dic
         seen["type"] = type(loaded).__name__
         if isinstance(loaded, nn.Module):
             seen["training"] = loaded.training
-            seen["state"] = _state(loaded)
+            seen["state"] = cloned_state(loaded)
         seen["gpu_raised"], seen["gpu_state"] = None, None
         try:
             from_gpu = load_artefact(gpu, build_classifier)
-            seen["gpu_state"] = _state(from_gpu) if isinstance(from_gpu, nn.Module) else None
+            seen["gpu_state"] = cloned_state(from_gpu) if isinstance(from_gpu, nn.Module) else None
         except Exception as error:  # what a loader without map_location does: data for the judge
             seen["gpu_raised"] = f"{type(error).__name__}: {error}"[:300]
         for name, path in (("trap", trap), ("renamed", renamed)):

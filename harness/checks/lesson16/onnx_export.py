@@ -21,7 +21,7 @@ from harness.contract.errors import explain
 from harness.contract.failure import CheckFailed, Hints, Requirement
 from harness.contract.registry import register
 
-_EXPORT_ROWS = 4  # the batch size of the example the exercise exports with
+EXPORT_ROWS = 4  # the batch size of the example the exercise exports with
 
 
 def _dynamic_shapes_refusal(error: BaseException) -> str | None:
@@ -38,7 +38,8 @@ def _dynamic_shapes_refusal(error: BaseException) -> str | None:
     return None
 
 
-def _onnx_batches(case: Case) -> list[int]:
+def onnx_batches(case: Case) -> list[int]:
+    """The batch sizes the exported model is run with."""
     return [1, 33, 5] if case.hidden else [1, 17]
 
 
@@ -101,7 +102,7 @@ def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
         try:
             with warnings.catch_warnings(record=True) as caught:  # the exporter's warnings: data, not stderr
                 warnings.simplefilter("always")
-                returned = export_onnx(model, case_inputs(case, _EXPORT_ROWS, salt=99), path)
+                returned = export_onnx(model, case_inputs(case, EXPORT_ROWS, salt=99), path)
         except Exception as error:  # the student's code raised: explained by the judge when torch.export refused
             refused = _dynamic_shapes_refusal(error)  # the dynamic_shapes given, else the usual [raised]
             if refused is None:
@@ -119,7 +120,7 @@ def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
                           for i in session.get_inputs()]
         seen["outputs"] = [o.name for o in session.get_outputs()]
         runs = []
-        for rows in _onnx_batches(case):
+        for rows in onnx_batches(case):
             x = case_inputs(case, rows, salt=40)
             try:
                 runs.append({"output": torch.from_numpy(session.run(None, {seen["inputs"][0][0]: x.numpy()})[0])})

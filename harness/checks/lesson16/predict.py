@@ -19,7 +19,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _predict_calls(case: Case) -> list[tuple[int, int, bool]]:
+def predict_calls(case: Case) -> list[tuple[int, int, bool]]:
     """(number of requests, batch_size, whether the model arrives in training mode) of each call: one model as
     after training, one already in eval mode. Hidden: an uneven split first (a slicing that drops the last batch
     shows there, as in the visible case), then fewer requests than a batch."""
@@ -66,7 +66,7 @@ def probe_predict(predict: Callable[..., Any], *, case: Case) -> dict:
     """Call `predict(model, inputs, batch_size)` on a model in training mode and on one in eval mode; record
     every forward's mode and rows (a forward pre-hook), what came back, and the model's mode after."""
     results = []
-    for index, (count, batch_size, training) in enumerate(_predict_calls(case)):
+    for index, (count, batch_size, training) in enumerate(predict_calls(case)):
         model = case_model(case, salt=20).train(training)
         rows = case_inputs(case, count, salt=index)
         forwards: list[dict[str, Any]] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson16.common import _files, _state, case_config, case_model
+from harness.checks.lesson16.common import _files, case_config, case_model, cloned_state
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
@@ -73,7 +73,7 @@ def probe_save_artefact(save_artefact: Callable[..., Any], *, case: Case) -> dic
     with tempfile.TemporaryDirectory(prefix="harness-16-") as folder:
         path = os.path.join(folder, "classifier.pt")
         save_artefact(model, dict(case_config(case)), path)
-        seen: dict[str, Any] = {"training_after": model.training, "state_after": _state(model),
+        seen: dict[str, Any] = {"training_after": model.training, "state_after": cloned_state(model),
                                 "files": _files(folder), "written": os.path.isfile(path)}
         if seen["written"]:
             try:

@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from harness.checks.lesson00.accuracy import _accuracy_cases
+from harness.checks.lesson00.accuracy import accuracy_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
@@ -75,7 +75,7 @@ def _fail_on_raised(raised: str, logits: torch.Tensor) -> None:
 @judges("00-accuracy")
 def judge_accuracy(seen: dict, *, case: Case) -> str:
     """`accuracy(logits, targets)` is the fraction (0..1, a float) of rows whose argmax equals the target."""
-    cases = _accuracy_cases(case)
+    cases = accuracy_cases(case)
     results = seen["results"]
     for index, ((logits, targets), result) in enumerate(zip(cases, results, strict=False)):
         expected = (logits.argmax(dim=1) == targets).float().mean().item()

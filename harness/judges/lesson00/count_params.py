@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.checks.lesson00.count_params import _models
+from harness.checks.lesson00.count_params import counted_models
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -45,7 +45,7 @@ _MISCOUNT_CAUSES = {
 def judge_count_params(seen: dict, *, case: Case) -> str:
     """`count_trainable_parameters(model)` is the number of trainable scalars (frozen ones, buffers excluded,
     shared weights once)."""
-    for index, (model, counted) in enumerate(zip(_models(case), seen["counts"], strict=True)):
+    for index, (model, counted) in enumerate(zip(counted_models(case), seen["counts"], strict=True)):
         expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
         kind = ("MLP", "partly frozen CNN with BatchNorm", "model with a shared weight")[index]
         name = f"{kind} ({type(model).__name__})"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson00.make_batch import _UNEXPECTED_DEVICE, _batch_sizes, _moved_size
+from harness.checks.lesson00.make_batch import UNEXPECTED_DEVICE, batch_sizes, moved_size
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -17,7 +17,7 @@ from harness.contract.wire import WireError, describe
 @judges("00-make-batch")
 def judge_make_batch(seen: dict, *, case: Case) -> str:
     """`make_batch(n, device)` returns zeros of shape (n, 3, 8, 8), float32, created directly on `device`."""
-    sizes = _batch_sizes(case)
+    sizes = batch_sizes(case)
     for n, result in zip(sizes, seen["results"], strict=True):
         batch = result["value"]
         if result["is_tensor"] is not True or not isinstance(batch, torch.Tensor):
@@ -34,7 +34,7 @@ def judge_make_batch(seen: dict, *, case: Case) -> str:
             fail("not-zeros", observed=f"{int(batch.count_nonzero())} non-zero values", expected="all zeros",
                  cause="torch.empty (uninitialised memory) or torch.ones/rand instead of torch.zeros",
                  where="the function that creates the tensor")
-    moved, n = seen["elsewhere"], _moved_size(case)
+    moved, n = seen["elsewhere"], moved_size(case)
     if moved["is_tensor"] is not True:
         fail("not-a-tensor", observed=f"make_batch({n}, meta) returned something else than a tensor",
              expected="a torch.Tensor on any device", cause="a list or a NumPy array built instead of a tensor",
@@ -42,7 +42,7 @@ def judge_make_batch(seen: dict, *, case: Case) -> str:
     if not isinstance(moved["shape"], list) or not isinstance(moved["dtype"], torch.dtype):
         raise WireError("malformed observation: the batch made on the meta device")
     _check_layout(n, tuple(moved["shape"]), moved["dtype"], "meta")
-    if moved["device"] != _UNEXPECTED_DEVICE.type:
+    if moved["device"] != UNEXPECTED_DEVICE.type:
         fail("wrong-device", observed=f"make_batch({n}, torch.device('meta')) returned a tensor on {moved['device']}",
              expected="a tensor on the device you were given (here the meta device, which has no memory: on a "
                       "GPU machine it would be cuda)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson01.ema_update import _ema_problems
+from harness.checks.lesson01.ema_update import ema_problems
 from harness.contract.case import Case
 from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
@@ -19,7 +19,7 @@ from harness.judges.lesson01.common import _max_error
 @judges("01-ema-update")
 def judge_ema_update(seen: dict, *, case: Case) -> str:
     """`ema_update_(ema, params, decay)` sets ema = decay * ema + (1 - decay) * param in place, outside autograd."""
-    for (params, initial, decay), steps in zip(_ema_problems(case), seen["runs"], strict=True):
+    for (params, initial, decay), steps in zip(ema_problems(case), seen["runs"], strict=True):
         before = initial
         for _, step in zip(range(2), steps, strict=True):
             ema = step["ema"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson01.logsumexp import _lse_gradient_input, _lse_inputs, _masked_rows
+from harness.checks.lesson01.logsumexp import lse_gradient_input, lse_inputs, masked_rows
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.forbidden import forbid
@@ -39,7 +39,7 @@ def judge_logsumexp(seen: dict, *, case: Case) -> str:
     """`logsumexp(x, dim)` matches torch.logsumexp without overflow, has gradient softmax(x), -inf on -inf rows,
     and calls neither torch.logsumexp nor torch.softmax."""
     forbid(seen["calls"], _LSE_FORBIDDEN, where="the text of exercise 3")
-    for (x, dim), result in zip(_lse_inputs(case), seen["results"], strict=True):
+    for (x, dim), result in zip(lse_inputs(case), seen["results"], strict=True):
         result = _require_tensor(result, "logsumexp", "the return statement of logsumexp")
         reference = torch.logsumexp(x, dim)
         _check_lse_shape(result, x, dim)
@@ -63,13 +63,13 @@ def judge_logsumexp(seen: dict, *, case: Case) -> str:
              cause="the graph is cut: torch.no_grad() or .detach() around the computation, or .item(), .numpy() "
                    "or torch.tensor(...) on an intermediate",
              where="stay in torch operations on tensors from start to end")
-    x = _lse_gradient_input(case)
+    x = lse_gradient_input(case)
     if _max_error(_recorded_tensor(seen, "grad"), torch.softmax(x, 1)) > 1e-8:
         fail("wrong-gradient", observed="the gradient of sum(logsumexp(x, 1)) is not softmax(x, 1)",
              expected="d logsumexp / dx = softmax(x)", cause="a detach or an in-place edit inside the computation",
              where="the operations between x and the result")
     masked = _require_tensor(seen["masked"], "logsumexp", "the return statement of logsumexp")
-    _check_lse_shape(masked, _masked_rows(), 1)
+    _check_lse_shape(masked, masked_rows(), 1)
     if not (masked[0] == 3.0 and torch.isneginf(masked[1])):
         fail("masked-row", observed=f"a row [-inf, -inf, ...] gave {masked[1].item()} "
              f"(and [-inf, 3, -inf, ...] gave {masked[0].item()})",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson01.pairwise_distances import _distance_inputs
+from harness.checks.lesson01.pairwise_distances import distance_inputs
 from harness.contract.case import Case
 from harness.contract.compare import malformed
 from harness.contract.failure import fail
@@ -28,7 +28,7 @@ _LOOP_CALLS = 25
 def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
     """`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite,
     computed without a Python loop."""
-    inputs = _distance_inputs(case)
+    inputs = distance_inputs(case)
     calls = seen["calls"]
     if not (isinstance(calls, list) and len(calls) == len(inputs) and all(type(c) is int for c in calls)):
         malformed("the call counts")

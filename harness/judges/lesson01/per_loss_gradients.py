@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson01.per_loss_gradients import _gradient_problems
+from harness.checks.lesson01.per_loss_gradients import gradient_problems
 from harness.contract.case import Case
 from harness.contract.compare import malformed
 from harness.contract.failure import fail
@@ -23,7 +23,7 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
     if not isinstance(calls, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in calls.items()):
         malformed("the recorded calls")
     zeroed = calls.get("zero_")
-    for (w, losses), run in zip(_gradient_problems(case), seen["runs"], strict=True):
+    for (w, losses), run in zip(gradient_problems(case), seen["runs"], strict=True):
         count = len(losses)
         expected = [torch.autograd.grad(loss(w), w)[0] for loss in losses]
         result = run["result"]

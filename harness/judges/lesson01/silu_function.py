@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.checks.lesson01.silu_function import _silu_float64_input, _silu_inputs
+from harness.checks.lesson01.silu_function import silu_float64_input, silu_inputs
 from harness.contract.case import Case
 from harness.contract.compare import same_values
 from harness.contract.failure import fail
@@ -29,7 +29,7 @@ def judge_silu_function(seen: dict, *, case: Case) -> str:
         fail("not-a-function", observed=f"got {seen.get('what')}", expected="a subclass of torch.autograd.Function",
              cause="passing an instance or a plain function",
              where="class SiLUFunction(torch.autograd.Function) and pass the class")
-    for (x, grad_output), run in zip(_silu_inputs(case), seen["runs"], strict=True):
+    for (x, grad_output), run in zip(silu_inputs(case), seen["runs"], strict=True):
         y = _require_tensor(run["y"], "SiLUFunction.apply", "the return statement of forward")
         if not same_values(_recorded_tensor(run, "x_after"), x, dtype=False):
             fail("input-modified", observed="the input changed", expected="forward leaves x untouched",
@@ -49,7 +49,7 @@ def judge_silu_function(seen: dict, *, case: Case) -> str:
                  cause="backward must multiply the incoming gradient (chain rule)" if ignores else
                  "the derivative of x * sigmoid(x) is not s(x) alone: the product rule adds x * s(x) * (1 - s(x))",
                  where="the return statement of backward")
-    x64, grad_output64 = _silu_float64_input(case)
+    x64, grad_output64 = silu_float64_input(case)
     forbid(seen["calls"], {"silu": "the exercise asks you to write SiLU's forward and backward yourself"},
            where="the text of exercise 6")
     error64 = max(_max_error(_recorded_tensor(seen, "y64"), F.silu(x64)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.checks.lesson02.count_trainable import _count_models
+from harness.checks.lesson02.count_trainable import count_models
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -34,7 +34,7 @@ def _count_slips(model: nn.Module) -> list[tuple[int, str, str, str]]:
 @judges("02-count-trainable")
 def judge_count_trainable(seen: dict, *, case: Case) -> str:
     """`count_trainable(model)` is the number of trainable scalars: buffers, frozen and shared parameters handled."""
-    for (description, model), result in zip(_count_models(case), seen["counts"], strict=True):
+    for (description, model), result in zip(count_models(case), seen["counts"], strict=True):
         if isinstance(result, (torch.Tensor, Opaque)) or not isinstance(result, int) or isinstance(result, bool):
             kind = type_name(result)
             causes = {"Tensor": "a torch reduction (torch.tensor(...).sum(), torch.stack(...).sum()) returns a tensor",

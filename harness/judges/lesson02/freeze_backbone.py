@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from harness.checks.lesson02.freeze_backbone import _backbone_settings, _BackboneModel
+from harness.checks.lesson02.freeze_backbone import BackboneModel, backbone_settings
 from harness.contract.case import Case
 from harness.contract.compare import same_values, tensor
 from harness.contract.failure import fail
@@ -47,8 +47,8 @@ def _backbone_cause(trainable: list[str], names: list[str], record: dict[str, An
 @judges("02-freeze-backbone")
 def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
     """Backbone frozen (no gradients, unchanged by a step), head trainable, also when it came in frozen."""
-    for (seed, width, head_frozen_before), record in zip(_backbone_settings(case), seen["models"], strict=True):
-        model = seeded(seed, functools.partial(_BackboneModel, width))
+    for (seed, width, head_frozen_before), record in zip(backbone_settings(case), seen["models"], strict=True):
+        model = seeded(seed, functools.partial(BackboneModel, width))
         flags, names = record["requires_grad"], [n for n, _ in model.named_parameters()]
         if not (isinstance(flags, dict) and list(flags) == names):
             raise ValueError("the recorded parameters are not the model's")

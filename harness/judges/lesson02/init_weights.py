@@ -10,8 +10,8 @@ import math
 import torch
 from torch import nn
 
-from harness.checks.lesson02.common import _linears
-from harness.checks.lesson02.init_weights import _WEIGHT_SAMPLE, _init_model, _norm_parameters
+from harness.checks.lesson02.common import linear_layers
+from harness.checks.lesson02.init_weights import WEIGHT_SAMPLE, init_model, norm_parameters
 from harness.contract.case import Case
 from harness.contract.compare import same_values, tensor
 from harness.contract.failure import fail
@@ -20,7 +20,7 @@ from harness.contract.registry import judges
 
 def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor]) -> None:
     """Every Linear re-initialised, in place."""
-    linears = _linears(model)
+    linears = linear_layers(model)
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     replaced = seen["replaced"]
     if not (isinstance(replaced, list) and all(isinstance(i, int) for i in replaced)):
@@ -32,7 +32,7 @@ def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor
              "instead of filling the existing one: an optimizer built before would keep training the old tensors",
              where="nn.init.kaiming_normal_(m.weight, ...) and nn.init.zeros_(m.bias) fill them in place")
     unchanged = [index for index, (m, w) in enumerate(zip(linears, weights, strict=True))
-                 if same_values(m.weight.detach().flatten()[:_WEIGHT_SAMPLE], w, dtype=False)]
+                 if same_values(m.weight.detach().flatten()[:WEIGHT_SAMPLE], w, dtype=False)]
     if len(unchanged) == len(linears):
         fail("not-initialised", observed="no Linear weight changed", expected="every Linear re-initialised",
              cause="the function never reached the layers: it initialised copies (detach(), clone(), deepcopy), "
@@ -52,8 +52,8 @@ def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor
 @judges("02-init-weights")
 def judge_init_weights(seen: dict, *, case: Case) -> str:
     """Every Linear Kaiming-initialised in place (std sqrt(2/fan_in), mean 0), biases zero, norms untouched."""
-    model = _init_model(case)
-    linears = _linears(model)
+    model = init_model(case)
+    linears = linear_layers(model)
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     records = seen["linears"]
     if not isinstance(records, list) or len(records) != len(linears):
@@ -62,7 +62,7 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
     _judge_init_reached(model, seen, weights)
     for name, m, weight, record in zip(names, linears, weights, records, strict=True):
         fan_in, fan_out = m.in_features, m.out_features
-        if weight.shape != (min(m.weight.numel(), _WEIGHT_SAMPLE),):
+        if weight.shape != (min(m.weight.numel(), WEIGHT_SAMPLE),):
             raise ValueError(f"the sample of {name}'s weight has shape {tuple(weight.shape)}")
         std, mean = float(weight.std()), float(weight.mean())
         target = math.sqrt(2 / fan_in)
@@ -89,7 +89,7 @@ def judge_init_weights(seen: dict, *, case: Case) -> str:
                      expected="zeros", cause="the bias was left at its default (uniform) init" if untouched else
                      "the bias was set to other values than zero", where="nn.init.zeros_(m.bias)")
     norms = seen["norms"]
-    for name, value in _norm_parameters(model).items():
+    for name, value in norm_parameters(model).items():
         if not same_values(tensor(norms[name], name, detach=True), value.detach(), dtype=False):
             owner = type(model.get_submodule(name.rpartition(".")[0])).__name__
             fail("norm-changed", observed=f"{owner} parameter {name} changed",

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.checks.lesson02.mlp import _mlp_configurations, _mlp_input
+from harness.checks.lesson02.mlp import mlp_configurations, mlp_input
 from harness.contract.case import Case
 from harness.contract.compare import close_scaled, isclose_number, same_values, tensor
 from harness.contract.failure import fail
@@ -136,7 +136,7 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
 @judges("02-mlp")
 def judge_mlp(seen: dict, *, case: Case) -> str:
     """Every layer registered and trained, ReLU between layers, dropout of probability p only in train mode."""
-    for (sizes, p), record in zip(_mlp_configurations(case), seen["configurations"], strict=True):
+    for (sizes, p), record in zip(mlp_configurations(case), seen["configurations"], strict=True):
         expected_count = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         registered, layers = record["registered"], _as_layers(record["layers"])
         if isinstance(registered, bool) or not isinstance(registered, int):
@@ -157,7 +157,7 @@ def judge_mlp(seen: dict, *, case: Case) -> str:
                  cause="other sizes, a missing or extra layer, bias=False, or other parameters besides the layers",
                  where="the loop that builds the layers: one nn.Linear(a, b) per pair of zip(sizes[:-1], sizes[1:])")
         _no_exception(record, f"running MLP({sizes})")
-        x = _mlp_input(case, sizes)
+        x = mlp_input(case, sizes)
         _judge_mlp_forward(record, layers, x)
         _judge_mlp_dropout_eval(record, x)
         _judge_mlp_dropout_train(record, sizes, p, x)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from harness.checks.lesson02.param_groups import _DEFAULT_LR, _DEFAULT_WEIGHT_DECAY, _group_model, _group_settings
+from harness.checks.lesson02.param_groups import DEFAULT_LR, DEFAULT_WEIGHT_DECAY, group_model, group_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
@@ -29,11 +29,11 @@ def _lrs_follow_zipped_names(model: nn.Module, groups: list, lr: float, backbone
 @judges("02-param-groups")
 def judge_param_groups(seen: dict, *, case: Case) -> str:
     """Every trainable parameter in exactly one group, decay only on matrices, backbone at its own lr."""
-    for setting, groups in zip(_group_settings(case), seen["groups"], strict=True):
+    for setting, groups in zip(group_settings(case), seen["groups"], strict=True):
         freeze_first, lr, weight_decay, backbone_lr = setting
-        model = _group_model(case, freeze_first)
+        model = group_model(case, freeze_first)
         for name, group in group_of_each_parameter(model, groups).items():
-            check_weight_decay(model, name, group, weight_decay, default=_DEFAULT_WEIGHT_DECAY,
+            check_weight_decay(model, name, group, weight_decay, default=DEFAULT_WEIGHT_DECAY,
                                default_is="the optimizer's default in this check")
             in_backbone = name.startswith("backbone.")
             wanted_lr = backbone_lr if in_backbone else lr
@@ -51,8 +51,8 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
                          hint=ZIPPED_NAMES_HINT)
                 fail("wrong-lr", observed=f"{name} has lr {got}", expected=f"{wanted_lr} "
                      f"({'backbone_lr: a backbone parameter' if in_backbone else 'lr: a head parameter'})",
-                     cause=f"its group sets no lr, so it takes the optimizer's default ({_DEFAULT_LR} in this check)"
-                     if isclose_number(got, _DEFAULT_LR, rel_tol=1e-9, abs_tol=0.0)
+                     cause=f"its group sets no lr, so it takes the optimizer's default ({DEFAULT_LR} in this check)"
+                     if isclose_number(got, DEFAULT_LR, rel_tol=1e-9, abs_tol=0.0)
                      else "lr and backbone_lr swapped, or the test that tells a backbone parameter"
                      " (name.startswith('backbone.')) picks the wrong ones" if swapped
                      else "another learning rate than lr or backbone_lr",

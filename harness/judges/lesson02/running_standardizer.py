@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson02.running_standardizer import _eval_batch, _standardizer_setting, _training_batch
+from harness.checks.lesson02.running_standardizer import eval_batch, standardizer_setting, training_batch
 from harness.contract.case import Case
 from harness.contract.compare import close_scaled, same_values, tensor
 from harness.contract.failure import fail
@@ -71,9 +71,9 @@ def _judge_training_output(out: torch.Tensor, x: torch.Tensor, eps: float, step:
 
 def _judge_standardizer_training(seen: dict[str, Any], case: Case, reference: nn.BatchNorm1d) -> None:
     """Train mode: buffers outside autograd, updated like BatchNorm's, outputs from the batch's statistics."""
-    features, momentum, batches, eps = _standardizer_setting(case)
+    features, momentum, batches, eps = standardizer_setting(case)
     for step, record in zip(range(batches), seen["steps"], strict=True):
-        x = _training_batch(case, step, features)
+        x = training_batch(case, step, features)
         reference(x)
         running_mean, running_var = record["running_mean"], tensor(record["running_var"], "running_var", detach=True)
         if tensor(running_mean, "running_mean", detach=True) is not None and running_mean.requires_grad:
@@ -103,13 +103,13 @@ def _judge_standardizer_training(seen: dict[str, Any], case: Case, reference: nn
 @judges("02-running-standardizer")
 def judge_running_standardizer(seen: dict, *, case: Case) -> str:
     """Buffers in state_dict and moved by .to(), updated only in train mode, outside autograd; BatchNorm's numbers."""
-    features, momentum, _, eps = _standardizer_setting(case)
+    features, momentum, _, eps = standardizer_setting(case)
     _judge_standardizer_structure(seen, features)
     _no_exception(seen, "running the module")
     reference = nn.BatchNorm1d(features, momentum=momentum, eps=eps, affine=False)
     with torch.no_grad():
         _judge_standardizer_training(seen, case, reference.train())
-        x = _eval_batch(case, features)
+        x = eval_batch(case, features)
         before, after = (tensor(seen["eval"][key], "running_mean", detach=True) for key in ("before", "after"))
         if not same_values(after, before, dtype=False):
             fail("updates-in-eval", observed="running_mean changed during an eval-mode forward",

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson03.dataset import _dataset_inputs, _read_indices, _transformed
+from harness.checks.lesson03.dataset import check_transform, dataset_inputs, read_indices
 from harness.contract.case import Case
 from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
@@ -43,7 +43,7 @@ def _pair(item: Any, index: int, name: str) -> tuple[Any, Any]:
 @judges("03-dataset")
 def judge_dataset(seen: dict, *, case: Case) -> str:
     """cls(features, labels, transform=None) behaves as a map-style dataset with a per-item input transform."""
-    features, labels = _dataset_inputs(case)
+    features, labels = dataset_inputs(case)
     n, name = len(features), str(seen["name"])
     if seen["length"] != n:
         fail(
@@ -53,7 +53,7 @@ def judge_dataset(seen: dict, *, case: Case) -> str:
             cause="__len__ returns something other than the number of samples (rows of features)",
             where=f"{name}.__len__",
         )
-    for index, item in zip(_read_indices(n), seen["items"], strict=True):
+    for index, item in zip(read_indices(n), seen["items"], strict=True):
         _judge_item(*_pair(item, index, name), features, labels, index, name)
     if seen["calls_at_construction"] != 0:
         fail(
@@ -75,7 +75,7 @@ def judge_dataset(seen: dict, *, case: Case) -> str:
             where=f"{name}.__getitem__",
         )
     calls = seen["calls_after_read"]
-    if calls != 1 or not (isinstance(x, torch.Tensor) and same_values(x, _transformed(features[3]), dtype=False)):
+    if calls != 1 or not (isinstance(x, torch.Tensor) and same_values(x, check_transform(features[3]), dtype=False)):
         if calls == 1:
             observed = "reading dataset[3] called the transform once, but x is not transform(features[3])"
             cause = "the transform gets another value than features[i], or its result is not what is returned"

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson03.pad_collate import Batch, _collate_batches, _loader_dataset
+from harness.checks.lesson03.pad_collate import Batch, collate_batches, loader_dataset
 from harness.contract.case import Case
 from harness.contract.compare import same_values
 from harness.contract.failure import fail
@@ -104,11 +104,11 @@ def _judge_collate_output(out: Any, batch: Batch) -> None:
 def judge_pad_collate(seen: dict, *, case: Case) -> str:
     """pad_collate(list of ((L_i, F) tensor, label)) -> (padded (B, max L, F), lengths int64, labels), on random
     batches."""
-    batches = _collate_batches(case)
+    batches = collate_batches(case)
     for batch, out in zip(batches, seen["outputs"], strict=True):
         _judge_collate_output(out, batch)
     # Through a real DataLoader too: the collate must work where it is used.
-    dataset = _loader_dataset(case)
+    dataset = loader_dataset(case)
     for start, out in zip(range(0, len(dataset), 4), seen["loader"], strict=True):
         _judge_collate_output(out, dataset[start: start + 4])
     return f"{len(batches)} random and edge-case batches and a DataLoader: shape, values, zero padding, lengths, labels"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from harness.checks.lesson03.seeded_loader import _loader_setting
+from harness.checks.lesson03.seeded_loader import loader_setting
 from harness.contract.case import Case
 from harness.contract.compare import malformed
 from harness.contract.failure import fail
@@ -25,7 +25,7 @@ def _epoch(batches: Any) -> list[list[int]]:
 @judges("03-seeded-loader")
 def judge_seeded_loader(seen: dict, *, case: Case) -> str:
     """make_loader(dataset, batch_size, seed): shuffled, same seed -> same epochs, epochs differ, other seed differs."""
-    n, batch_size, seed = _loader_setting(case)
+    n, batch_size, seed = loader_setting(case)
     where = "your make_loader"
     first_batches, second_batches = ([_epoch(e) for e in seen[key]] for key in ("first", "second"))
     if len(first_batches) != 2 or len(second_batches) != 2:

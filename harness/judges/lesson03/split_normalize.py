@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import torch
 
-from harness.checks.lesson03.split_normalize import _split_problem
+from harness.checks.lesson03.split_normalize import split_problem
 from harness.contract.case import Case
 from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
@@ -48,7 +48,7 @@ def _unpack_split(record: dict, where: str) -> tuple[torch.Tensor, ...]:
 @judges("03-split-normalize")
 def judge_split_normalize(seen: dict, *, case: Case) -> str:
     """split_and_normalize(x, y, val_fraction=, seed=): disjoint shuffled split, stats from training rows only."""
-    x, ids, fraction, seed = _split_problem(case)
+    x, ids, fraction, seed = split_problem(case)
     n, features = x.shape
     where = "your split_and_normalize"
     x_train, id_train, x_val, id_val, mean, std = _unpack_split(seen["first"], where)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checks.lesson03.worker_init import _worker_setting
+from harness.checks.lesson03.worker_init import worker_setting
 from harness.contract.case import Case
 from harness.contract.compare import malformed
 from harness.contract.failure import fail
@@ -24,7 +24,7 @@ def _draws(values: Any, n: int) -> list[float]:
 @judges("03-worker-init")
 def judge_worker_init(seen: dict, *, case: Case) -> str:
     """worker_init_fn reseeds the dataset's own generator: distinct across workers and epochs, reproducible."""
-    workers, n, _ = _worker_setting(case)
+    workers, n, _ = worker_setting(case)
     if not (isinstance(seen["epochs"], list) and len(seen["epochs"]) == 2):
         malformed("two epochs")
     epochs = [_draws(values, n) for values in seen["epochs"]]

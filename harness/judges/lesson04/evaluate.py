@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from harness.checks.lesson04.common import _one_thread
-from harness.checks.lesson04.evaluate import _evaluate_inputs
+from harness.checks.lesson04.common import one_thread
+from harness.checks.lesson04.evaluate import evaluate_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, same_values
 from harness.contract.failure import fail
@@ -27,10 +27,10 @@ from harness.judges.lesson04.common import (
 
 
 @judges("04-evaluate")
-@_one_thread()
+@one_thread()
 def judge_evaluate(seen: dict, *, case: Case) -> str:
     """evaluate(model, loader, loss_fn) -> {"loss", "accuracy"}: eval mode, no graph, per-sample means."""
-    model, loader = _evaluate_inputs(case)
+    model, loader = evaluate_inputs(case)
     reference = _reference_eval(model, loader, nn.CrossEntropyLoss())
     n, batch = len(loader.dataset), loader.batch_size
     before = model.state_dict()

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.checks.lesson04.common import _one_thread
-from harness.checks.lesson04.fit import _VAL_SIZE, _fit_problem, _fit_runs
+from harness.checks.lesson04.common import one_thread
+from harness.checks.lesson04.fit import VAL_SIZE, fit_problem, fit_runs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, malformed, same_values, tensor_list
 from harness.contract.failure import fail
@@ -173,7 +173,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
 
     With `evaluate_trains` (the student's evaluate runs the model in training mode: 04-evaluate's failure), the
     epochs validated in training mode are judged against what that evaluate returns: a bug costs its own exercise."""
-    model, train_loader, val_loader = _fit_problem(seed, features)
+    model, train_loader, val_loader = fit_problem(seed, features)
     loss_fn = nn.CrossEntropyLoss()
     like = model.state_dict()
     where = "your fit: the early-stopping bookkeeping at the end of each epoch"
@@ -182,7 +182,7 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
     frame = _history_frame(run["history"])
     # Training forwards: the ones autograd records that are not the validation batch (an evaluation of
     # the training data under no_grad is allowed and is not counted).
-    training = [r["training"] for r in _forwards(run["forwards"]) if r["batch_size"] != _VAL_SIZE and r["grad_enabled"]]
+    training = [r["training"] for r in _forwards(run["forwards"]) if r["batch_size"] != VAL_SIZE and r["grad_enabled"]]
     _require_train_mode(training, "the start of each epoch's training (train_step calls model.train())")
     snapshots = [_model_state(state, like, "a validation snapshot") for state in run["snapshots"]]
     epochs, steps = len(snapshots), len(training)
@@ -293,10 +293,10 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
 
 
 @judges("04-fit")
-@_one_thread()
+@one_thread()
 def judge_fit(seen: dict, *, case: Case) -> str:
     """fit(...) early-stops on the val loss with patience/min_delta and leaves the best weights in the model."""
-    runs = _fit_runs(case)
+    runs = fit_runs(case)
     if not isinstance(seen["runs"], list):
         malformed("runs is not a list")
     evaluate_trains = seen["evaluate_trains"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson04.common import _META, _one_thread
-from harness.checks.lesson04.running_mean import _running_mean_inputs
+from harness.checks.lesson04.common import META, one_thread
+from harness.checks.lesson04.running_mean import running_mean_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, malformed
 from harness.contract.failure import fail, raised_failure
@@ -25,7 +25,7 @@ def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> 
     if "raised" in seen:
         raise raised_failure(task, f"{seen['raised']}\n  (on a device your code did not expect: meta, "
                              "which holds no values and cannot be read on the host)")
-    if seen.get("device") != f"a tensor on {_META}":
+    if seen.get("device") != f"a tensor on {META}":
         fail(
             "not-on-device",
             observed=f"with inputs on another device (meta), {what} returned {seen.get('device')}",
@@ -36,10 +36,10 @@ def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> 
 
 
 @judges("04-running-mean")
-@_one_thread()
+@one_thread()
 def judge_running_mean(seen: dict, *, case: Case) -> str:
     """`cls()` has update(value, n) and compute(): a sample-weighted mean that never syncs or keeps graphs."""
-    values, counts = _running_mean_inputs(case)
+    values, counts = running_mean_inputs(case)
     weights = torch.tensor(counts, dtype=torch.float32)
     expected = float((torch.stack(values) * weights).sum() / weights.sum())
     unweighted = float(torch.stack(values).mean())

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.checks.lesson04.common import _one_thread
-from harness.checks.lesson04.train_epoch import _train_epoch_inputs
+from harness.checks.lesson04.common import one_thread
+from harness.checks.lesson04.train_epoch import train_epoch_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, malformed, tensor_list
 from harness.contract.failure import fail
@@ -28,10 +28,10 @@ from harness.judges.lesson04.common import (
 
 
 @judges("04-train-epoch")
-@_one_thread()
+@one_thread()
 def judge_train_epoch(seen: dict, *, case: Case) -> str:
     """train_epoch(model, loader, loss_fn, optimizer) -> sample-weighted mean loss of one epoch, no per-step sync."""
-    model, loader = _train_epoch_inputs(case)
+    model, loader = train_epoch_inputs(case)
     loss_fn = nn.CrossEntropyLoss()
     batches, n, batch = list(loader), len(loader.dataset), loader.batch_size
     like = [p.detach() for p in model.parameters()]

@@ -10,8 +10,8 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from harness.checks.lesson04.common import _META, _one_thread
-from harness.checks.lesson04.train_step import _train_step_inputs
+from harness.checks.lesson04.common import META, one_thread
+from harness.checks.lesson04.train_step import train_step_inputs
 from harness.contract.case import Case
 from harness.contract.compare import close_values, isclose_number, malformed, tensor_list
 from harness.contract.failure import fail, raised_failure
@@ -63,10 +63,10 @@ def _step_records(seen: dict, like: list[torch.Tensor]) -> list[tuple[list[torch
 
 
 @judges("04-train-step")
-@_one_thread()
+@one_thread()
 def judge_train_step(seen: dict, *, case: Case) -> str:
     """train_step(model, batch, loss_fn, optimizer) -> detached loss: one correct SGD step per call."""
-    model, batches = _train_step_inputs(case)
+    model, batches = train_step_inputs(case)
     loss_fn = nn.CrossEntropyLoss()
     records = _step_records(seen, [p.detach() for p in model.parameters()])
     steps_after_call = seen["steps_after_call"]
@@ -182,7 +182,7 @@ def _require_batch_on_device(seen: Any) -> None:
     """Fail "batch-not-on-device" unless the call with the model on meta fed the forward a meta batch."""
     if not isinstance(seen, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in seen.items()):
         malformed("other_device is not a record of a run")
-    if seen.get("input") not in ("", str(_META)):
+    if seen.get("input") not in ("", str(META)):
         fail(
             "batch-not-on-device",
             observed=f"with the model on another device (meta) and the batch on the CPU, the forward pass got "

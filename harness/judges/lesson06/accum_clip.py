@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from harness.checks.lesson05.common import make_mlp
-from harness.checks.lesson06.accum_clip import _accum_plan
-from harness.checks.lesson06.common import Batch, _max_norm, reference_grads
+from harness.checks.lesson06.accum_clip import accum_plan
+from harness.checks.lesson06.common import Batch, clip_threshold, reference_grads
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, judged
 from harness.contract.failure import fail
@@ -43,13 +43,13 @@ def _clipped_in_loop(model: nn.Module, batches: Sequence[Batch], max_norm: float
 @judges("06-accum-clip")
 def judge_accum_clip(seen: dict, *, case: Case) -> str:
     """One optimizer step per call, on the averaged gradient clipped once after the last micro-batch."""
-    seed, plan = _accum_plan(case)
+    seed, plan = accum_plan(case)
     model = make_mlp(seed)
     previous = None
     for i, ((batches, fraction), call) in enumerate(judged(plan, seen["calls"])):
         _start_at(model, call["params"], first=i == 0)
         raw = reference_grads(model, batches)
-        max_norm = _max_norm(model, batches, fraction)
+        max_norm = clip_threshold(model, batches, fraction)
         _same_input(call["max_norm"], max_norm)
         grads = _only_step(call["steps"], model, "accumulate_clip_step", many_code="steps-per-micro-batch")
         _accum_failures(grads, raw, previous, model, batches, max_norm, call["returned"])

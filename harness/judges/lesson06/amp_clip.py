@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 
 from harness.checks.lesson05.common import make_mlp
-from harness.checks.lesson06.amp_clip import _AMP_SCALE, _amp_clip_calls, _amp_clip_parts
-from harness.checks.lesson06.common import _max_norm, reference_grads
+from harness.checks.lesson06.amp_clip import AMP_SCALE, amp_clip_calls, amp_clip_parts
+from harness.checks.lesson06.common import clip_threshold, reference_grads
 from harness.contract.case import Case
-from harness.contract.compare import close_norm, judged, matching_tensors
+from harness.contract.compare import close_norm, judged, matching_tensors, same_values
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -31,7 +31,7 @@ from harness.judges.lesson06.common import (
 @judges("06-amp-clip")
 def judge_amp_clip(seen: dict, *, case: Case) -> str:
     """The optimizer saw the true (unscaled) gradient clipped to max_norm; an overflow step is skipped."""
-    for (seed, dtype, fraction, part), run in judged(_amp_clip_parts(case), seen["runs"]):
+    for (seed, dtype, fraction, part), run in judged(amp_clip_parts(case), seen["runs"]):
         if part == "clip":
             _judge_amp_clip(run, seed, dtype, fraction)
         else:
@@ -43,25 +43,25 @@ def judge_amp_clip(seen: dict, *, case: Case) -> str:
 def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -> None:
     """Each call's optimizer step saw its batch's true gradient, clipped to max_norm only when longer."""
     model = make_mlp(seed)
-    calls, plan = run["calls"], _amp_clip_calls(seed, fraction)
+    calls, plan = run["calls"], amp_clip_calls(seed, fraction)
     if not isinstance(calls, list) or len(calls) != len(plan):
         raise WireError("malformed observation: not one record per call")
     previous = None
     for i, ((batch, call_fraction), call) in enumerate(zip(plan, calls, strict=True)):
         _start_at(model, call["params"], first=i == 0)
         raw = reference_grads(model, [batch], autocast_dtype=dtype)
-        max_norm = _max_norm(model, [batch], call_fraction, dtype)
+        max_norm = clip_threshold(model, [batch], call_fraction, dtype)
         _same_input(call["max_norm"], max_norm)
         grads = _only_step(call["steps"], model, "amp_clip_step", none_code="missing-step")
         other = reference_grads(model, [batch], autocast_dtype=other_dtype(dtype))
         if float((grads - _clip_to(other, max_norm)).norm()) < 0.1 * float((grads - _clip_to(raw, max_norm)).norm()):
             fail_autocast_dtype(dtype, "amp_clip_step")
         if (previous is not None and not close_norm(grads, raw, rel=2e-3, floor=1e-7)
-                and close_norm(grads, raw + previous / _AMP_SCALE, rel=2e-3, floor=1e-7)):
+                and close_norm(grads, raw + previous / AMP_SCALE, rel=2e-3, floor=1e-7)):
             fail(
                 "missing-zero-grad",
                 observed="in the second call the optimizer saw this batch's gradients plus the previous step's "
-                f"divided by the scale ({_AMP_SCALE:g})",
+                f"divided by the scale ({AMP_SCALE:g})",
                 expected="only this batch's gradients",
                 cause="backward() adds into .grad, and nothing cleared the previous step's gradients (unscale_ then "
                 "divided them by the scale): optimizer.zero_grad(set_to_none=True) is missing",
@@ -74,8 +74,8 @@ def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -
                 fail(
                     "clip-before-unscale",
                     observed=f"in a call whose gradient (norm {twice[0]:.3g}) is below max_norm={twice[1]:.3g}, so "
-                    f"not clipped, the optimizer saw it divided by the scale ({_AMP_SCALE:g}): norm "
-                    f"{twice[0] / _AMP_SCALE:.3g}",
+                    f"not clipped, the optimizer saw it divided by the scale ({AMP_SCALE:g}): norm "
+                    f"{twice[0] / AMP_SCALE:.3g}",
                     expected=f"norm {twice[0]:.3g}, the true gradient",
                     cause="the gradients were divided by the scale twice: once by hand (p.grad / scale) and again by "
                     "scaler.step, which unscales whatever unscale_ has not (it does not know about the division "
@@ -87,14 +87,14 @@ def _judge_amp_clip(run: dict, seed: int, dtype: torch.dtype, fraction: float) -
             fail(
                 "clip-before-unscale",
                 observed=f"the optimizer saw gradient norm {seen_norm:.3g} with max_norm={max_norm:.3g} "
-                f"(scale {_AMP_SCALE:g})",
+                f"(scale {AMP_SCALE:g})",
                 expected=f"norm {min(max_norm, float(raw.norm())):.3g}",
                 cause="the gradients were clipped while still multiplied by the scale, then scaler.step divided "
-                f"them by it: the effective threshold became max_norm / {_AMP_SCALE:g}",
+                f"them by it: the effective threshold became max_norm / {AMP_SCALE:g}",
                 where="call scaler.unscale_(optimizer) before clip_grad_norm_",
             )
         _check_clipped(grads, raw, max_norm, "amp_clip_step")
-        _returned_norm(call["returned"], float(raw.norm()), max_norm, "amp_clip_step", scale=_AMP_SCALE)
+        _returned_norm(call["returned"], float(raw.norm()), max_norm, "amp_clip_step", scale=AMP_SCALE)
         previous = grads
 
 
@@ -106,9 +106,9 @@ def _divided_twice(calls: list, plan: list, seed: int, dtype: torch.dtype) -> tu
     for i, ((batch, call_fraction), call) in enumerate(zip(plan, calls, strict=True)):
         _start_at(model, call["params"], first=i == 0)
         raw = reference_grads(model, [batch], autocast_dtype=dtype)
-        max_norm = _max_norm(model, [batch], call_fraction, dtype)
+        max_norm = clip_threshold(model, [batch], call_fraction, dtype)
         grads = _only_step(call["steps"], model, "amp_clip_step", none_code="missing-step")
-        if float(raw.norm()) < 0.9 * max_norm and close_norm(grads, raw / _AMP_SCALE, rel=2e-3, floor=1e-9):
+        if float(raw.norm()) < 0.9 * max_norm and close_norm(grads, raw / AMP_SCALE, rel=2e-3, floor=1e-9):
             return float(raw.norm()), max_norm
     return None
 
@@ -119,13 +119,13 @@ def _judge_amp_clip_skip(run: dict, seed: int) -> None:
     if not isinstance(steps_taken, int) or not isinstance(scale, float):
         raise WireError("malformed observation: steps_taken or scale")
     after = matching_tensors(run["params_after_inf"], start, "params_after_inf")
-    unchanged = all(torch.equal(a, b) for a, b in zip(after, start, strict=True))
-    if steps_taken or not unchanged or not scale == _AMP_SCALE / 2:
+    unchanged = all(same_values(a, b, dtype=False) for a, b in zip(after, start, strict=True))
+    if steps_taken or not unchanged or not scale == AMP_SCALE / 2:
         fail(
             "inf-step-not-skipped",
             observed=f"with an inf gradient: {steps_taken} optimizer step(s), parameters "
             f"{'unchanged' if unchanged else 'changed'}, scale {scale:g}",
-            expected=f"no optimizer step, parameters unchanged, scale lowered to {_AMP_SCALE / 2:g}",
+            expected=f"no optimizer step, parameters unchanged, scale lowered to {AMP_SCALE / 2:g}",
             cause="the parameters were changed outside scaler.step (a hand-made update), or the scale was set "
             "outside scaler.update: clipping an inf gradient gives NaN, which only scaler.step checks and skips"
             if steps_taken == 0 else "the optimizer stepped although a gradient held inf: the step bypasses "

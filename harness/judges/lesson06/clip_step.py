@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.checks.lesson05.common import make_mlp
-from harness.checks.lesson06.clip_step import _clip_plan
-from harness.checks.lesson06.common import _max_norm, reference_grads
+from harness.checks.lesson06.clip_step import clip_plan
+from harness.checks.lesson06.common import clip_threshold, reference_grads
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, judged
 from harness.contract.failure import fail
@@ -48,13 +48,13 @@ def _judge_training(training: Any, what: str) -> None:
 @judges("06-clip-step")
 def judge_clip_step(seen: dict, *, case: Case) -> str:
     """The optimizer saw the batch's gradient, clipped by total norm only when longer; the pre-clip norm returned."""
-    seed, plan = _clip_plan(case)
+    seed, plan = clip_plan(case)
     model = make_mlp(seed)
     previous = None
     for i, ((batch, fraction), call) in enumerate(judged(plan, seen["calls"])):
         _start_at(model, call["params"], first=i == 0)
         raw = reference_grads(model, [batch])
-        max_norm = _max_norm(model, [batch], fraction)
+        max_norm = clip_threshold(model, [batch], fraction)
         _same_input(call["max_norm"], max_norm)
         _judge_training(call["training"], "clip_train_step")
         grads = _only_step(call["steps"], model, "clip_train_step")

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson06.common import _flat
-from harness.contract.compare import close_norm, matching_tensors, type_name
+from harness.checks.lesson06.common import flat_grads
+from harness.contract.compare import close_norm, matching_tensors, same_values, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.wire import WireError
@@ -21,7 +21,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 def _start_at(model: nn.Module, params: Any, first: bool) -> None:
     """Judge side: set `model` to the parameters a call started from (the first call: the case's own start)."""
     tensors = matching_tensors(params, snapshot(model), "params")
-    if first and not all(torch.equal(a, b) for a, b in zip(tensors, model.parameters(), strict=True)):
+    if first and not all(same_values(a, b, dtype=False) for a, b in zip(tensors, model.parameters(), strict=True)):
         raise WireError("malformed observation: the first call did not start from the case's model")
     with torch.no_grad():
         for p, value in zip(model.parameters(), tensors, strict=True):
@@ -64,7 +64,7 @@ def _only_step(steps: Any, model: nn.Module, what: str, *, none_code: str = "no-
         g is None or (isinstance(g, torch.Tensor) and g.shape == p.shape) for g, p in zip(grads, params, strict=True)
     ):
         raise WireError("malformed observation: the recorded gradients do not match the model's parameters")
-    return _flat([torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)])
+    return flat_grads([torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)])
 
 
 def _returned_norm(got: Any, raw_norm: float, clipped_to: float | None, what: str, scale: float = 1.0) -> None:

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.checks.lesson06.common import _flat
-from harness.checks.lesson06.grad_norm import _norm_cases
+from harness.checks.lesson06.common import flat_grads
+from harness.checks.lesson06.grad_norm import norm_cases
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import judged, same_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -24,7 +24,7 @@ def _generator_cause(value: float, grads: Sequence[torch.Tensor | None]) -> str 
     present = [g for g in grads if g is not None]
     for skipped in range(1, len(grads) + 1):
         rest = [g for g in grads[skipped:] if g is not None]
-        norm = float(_flat(rest).norm()) if rest else 0.0
+        norm = float(flat_grads(rest).norm()) if rest else 0.0
         if abs(value - norm) <= 1e-4 * max(norm, 1e-12) + 1e-12:
             saw = f"none of the {len(grads)} parameters" if not rest else \
                 f"only the parameters after the first {skipped} of {len(grads)}"
@@ -37,12 +37,12 @@ def _generator_cause(value: float, grads: Sequence[torch.Tensor | None]) -> str 
 @judges("06-grad-norm")
 def judge_grad_norm(seen: dict, *, case: Case) -> str:
     """`total_grad_norm(parameters)` is the L2 norm of all gradients together, a 0-dim tensor; gradients kept."""
-    for (description, params, as_generator), result in judged(_norm_cases(case), seen["results"]):
+    for (description, params, as_generator), result in judged(norm_cases(case), seen["results"]):
         got, after = result["returned"], result["grads_after"]
         before = [p.grad for p in params]
         if not isinstance(after, list) or len(after) != len(before):
             raise WireError("malformed observation: grads_after does not match the parameters")
-        if any(b is not None and not (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b))
+        if any(b is not None and not same_values(a, b, dtype=False)
                for a, b in zip(after, before, strict=True)):
             fail("grads-modified", observed=f"the gradients changed during the call on {description}",
                  expected="gradients left as they were",
@@ -57,7 +57,7 @@ def judge_grad_norm(seen: dict, *, case: Case) -> str:
                 "which waits for the device every step",
                 where="the return statement of total_grad_norm",
             )
-        want = float(_flat(before).norm())
+        want = float(flat_grads(before).norm())
         value = float(got.detach()) if got.numel() == 1 else float("nan")
         if not abs(value - want) <= 1e-4 * want:
             per_param = sum(float(g.norm()) for g in before if g is not None)

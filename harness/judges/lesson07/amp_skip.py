@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson07.amp_skip import _amp_model, _amp_setting
-from harness.checks.lesson07.common import _scheduler_trace
+from harness.checks.lesson07.amp_skip import amp_model, amp_setting
+from harness.checks.lesson07.common import scheduler_trace
 from harness.contract.case import Case
-from harness.contract.compare import isclose_numbers
+from harness.contract.compare import isclose_number, isclose_numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque
@@ -25,7 +25,7 @@ def _reference_grads(
     seed: int, params: list[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor
 ) -> list[torch.Tensor]:
     """The true gradients of the MSE loss of the amp model holding `params` on one batch."""
-    model = _amp_model(seed)
+    model = amp_model(seed)
     with torch.no_grad():
         for parameter, value in zip(model.parameters(), params, strict=True):
             parameter.copy_(value)
@@ -44,7 +44,7 @@ def _as_flag(value: Any) -> bool | None:
 @judges("07-amp-skip")
 def judge_amp_skip(seen: dict, *, case: Case) -> str:
     """The scheduler advances exactly once per real optimizer step; skipped steps are reported and leave it alone."""
-    setting = _amp_setting(case)
+    setting = amp_setting(case)
     count, poisoned = len(setting.batches), setting.poisoned
     real = count - len(poisoned)
     steps, warned = seen["steps"], seen["warned"]
@@ -76,7 +76,7 @@ def judge_amp_skip(seen: dict, *, case: Case) -> str:
         # a scale missing or applied twice multiplies the gradients by a power of two; anything else is
         # left to the replay below (clipped or accumulated gradients)
         power = math.log2(ratio) if ratio > 0 and math.isfinite(ratio) else math.nan
-        if abs(power) >= 0.99 and math.isclose(power, round(power), abs_tol=1e-2):
+        if abs(power) >= 0.99 and isclose_number(power, round(power), rel_tol=1e-9, abs_tol=1e-2):
             fail(
                 "loss-not-scaled",
                 observed=f"gradients at optimizer.step() are {ratio:.3g}x the true ones (2**{round(power)})",
@@ -96,10 +96,10 @@ def judge_amp_skip(seen: dict, *, case: Case) -> str:
             where="compare scaler.get_scale() before and after scaler.update()",
         )
     used = _used_lrs(seen)
-    schedule = _scheduler_trace(setting.make, 0.1, count)
+    schedule = scheduler_trace(setting.make, 0.1, count)
     last_epoch = seen["last_epoch"]
     if isclose_numbers(used, schedule[:real]) and last_epoch == real:
-        _replay_steps(_amp_model(setting.model_seed), seen, finite)
+        _replay_steps(amp_model(setting.model_seed), seen, finite)
         return f"{len(poisoned)} skipped steps left the schedule alone; {real} real steps used {_fmt(schedule[:real])}"
     if len(set(used)) == 1 and last_epoch == 0:
         fail(

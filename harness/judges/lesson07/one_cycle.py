@@ -12,10 +12,10 @@ import torch
 
 from harness.checks.lesson07.one_cycle import (
     BASE_LR,
-    _one_cycle_optimizer,
-    _one_cycle_setting,
-    _OneCycleSetting,
-    _step_through,
+    OneCycleSetting,
+    one_cycle_optimizer,
+    one_cycle_setting,
+    step_through,
 )
 from harness.contract.case import Case
 from harness.contract.compare import isclose_numbers, numbers
@@ -24,14 +24,14 @@ from harness.contract.registry import judges
 from harness.judges.lesson07.common import _fmt
 
 
-def _one_cycle_trace(setting: _OneCycleSetting, total_steps: int, max_lr: float) -> dict[str, Any]:
+def _one_cycle_trace(setting: OneCycleSetting, total_steps: int, max_lr: float) -> dict[str, Any]:
     """What the probe records for OneCycleLR(max_lr, total_steps) stepped once per optimizer step of the run."""
-    optimizer = _one_cycle_optimizer()
+    optimizer = one_cycle_optimizer()
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=total_steps)
-    return _step_through(scheduler, optimizer, setting.steps)
+    return step_through(scheduler, optimizer, setting.steps)
 
 
-def _sizings(setting: _OneCycleSetting) -> list[tuple[str, int, float, str]]:
+def _sizings(setting: OneCycleSetting) -> list[tuple[str, int, float, str]]:
     """(code, total_steps, max_lr, cause) of the wrong sizings people write, in the order they are tried (the
     case's epochs, batches per epoch and samples all differ, so each sizing gives another schedule)."""
     run, full = setting.steps, setting.epochs * (setting.samples // setting.batch_size)
@@ -59,7 +59,7 @@ def _sizings(setting: _OneCycleSetting) -> list[tuple[str, int, float, str]]:
 @judges("07-one-cycle")
 def judge_one_cycle(seen: dict, *, case: Case) -> str:
     """The lr of every optimizer step follows OneCycleLR(max_lr, total_steps=epochs * len(loader))."""
-    setting = _one_cycle_setting(case)
+    setting = one_cycle_setting(case)
     returned, run = seen["returned"], setting.steps
     if returned != "OneCycleLR" or seen["bound"] is not True:
         fail(

@@ -5,8 +5,8 @@ Every batch of epoch e must use the schedule's e-th value, and every step be a r
 
 from __future__ import annotations
 
-from harness.checks.lesson07.common import _scheduler_trace
-from harness.checks.lesson07.per_epoch import _per_epoch_setting
+from harness.checks.lesson07.common import scheduler_trace
+from harness.checks.lesson07.per_epoch import per_epoch_setting
 from harness.contract.case import Case
 from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
@@ -25,11 +25,11 @@ from harness.judges.lesson07.common import (
 @judges("07-per-epoch")
 def judge_per_epoch(seen: dict, *, case: Case) -> str:
     """Every batch of epoch e must use the schedule's e-th value, and every step be a real SGD step."""
-    setting = _per_epoch_setting(case)
+    setting = per_epoch_setting(case)
     epochs, batches = setting.epochs, len(setting.loader)
     total = epochs * batches
     used, warned = _used_lrs(seen), seen["warned"]
-    per_epoch = _scheduler_trace(setting.make, setting.lr, epochs)
+    per_epoch = scheduler_trace(setting.make, setting.lr, epochs)
     expected = [per_epoch[e] for e in range(epochs) for _ in range(batches)]
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
@@ -45,7 +45,7 @@ def judge_per_epoch(seen: dict, *, case: Case) -> str:
             cause="scheduler.step() is never called, or only after the last optimizer.step()",
             where="the end of the epoch loop",
         )
-    per_batch = _scheduler_trace(setting.make, setting.lr, total)[:total]
+    per_batch = scheduler_trace(setting.make, setting.lr, total)[:total]
     if isclose_numbers(used, per_batch):
         fail(
             "stepped-per-batch",

@@ -5,8 +5,8 @@ The lr used by optimizer step i must be the schedule's i-th value, and every ste
 
 from __future__ import annotations
 
-from harness.checks.lesson07.common import _scheduler_trace
-from harness.checks.lesson07.per_step import _per_step_setting
+from harness.checks.lesson07.common import scheduler_trace
+from harness.checks.lesson07.per_step import per_step_setting
 from harness.contract.case import Case
 from harness.contract.compare import isclose_numbers
 from harness.contract.failure import fail
@@ -25,11 +25,11 @@ from harness.judges.lesson07.common import (
 @judges("07-per-step")
 def judge_per_step(seen: dict, *, case: Case) -> str:
     """The lr used by optimizer step i must be the schedule's i-th value, and every step a real SGD step."""
-    setting = _per_step_setting(case)
+    setting = per_step_setting(case)
     epochs, batches = setting.epochs, len(setting.loader)
     total = epochs * batches
     used, warned = _used_lrs(seen), seen["warned"]
-    expected = _scheduler_trace(setting.make, setting.lr, total)
+    expected = scheduler_trace(setting.make, setting.lr, total)
     if len(used) != total:
         _step_count_failure(len(used), epochs, batches)
     _check_train_mode(seen)

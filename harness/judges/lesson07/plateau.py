@@ -13,14 +13,14 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from harness.checks.lesson07.plateau import (
-    _no_metric_failure,
-    _plateau_model,
-    _plateau_scheduler,
-    _plateau_setting,
-    _PlateauSetting,
+    PlateauSetting,
+    no_metric_failure,
+    plateau_model,
+    plateau_scheduler,
+    plateau_setting,
 )
 from harness.contract.case import Case
-from harness.contract.compare import isclose_numbers, malformed, tensor_dict
+from harness.contract.compare import isclose_number, isclose_numbers, malformed, tensor_dict
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import _as_float, _fmt
@@ -73,7 +73,7 @@ def _check_eval_modes(records: list[Any], val_batch: int, train_batch: int) -> N
         )
 
 
-def _losses_at(weights: Any, setting: _PlateauSetting) -> tuple[float, float]:
+def _losses_at(weights: Any, setting: PlateauSetting) -> tuple[float, float]:
     """The mean validation and training losses (eval mode) of the plateau model holding `weights`."""
     model = _model_holding(weights)
     return _mean_loss(model, setting.val_set), _mean_loss(model, setting.train_set)
@@ -82,7 +82,7 @@ def _losses_at(weights: Any, setting: _PlateauSetting) -> tuple[float, float]:
 def _model_holding(weights: Any) -> nn.Module:
     """The plateau model holding recorded weights, refused unless each has the model's own shape and dtype."""
     with torch.random.fork_rng(devices=[]):
-        model = _plateau_model()
+        model = plateau_model()
     recorded = tensor_dict(weights, "the recorded weights")
     own = model.state_dict()
     if recorded.keys() != own.keys() or any(
@@ -92,7 +92,7 @@ def _model_holding(weights: Any) -> nn.Module:
     return model.eval()
 
 
-def _accuracies_at(weights: Any, setting: _PlateauSetting) -> dict[str, float]:
+def _accuracies_at(weights: Any, setting: PlateauSetting) -> dict[str, float]:
     """The validation and training accuracies (eval mode) of the plateau model holding `weights`."""
     model = _model_holding(weights)
     with torch.no_grad():
@@ -101,7 +101,7 @@ def _accuracies_at(weights: Any, setting: _PlateauSetting) -> dict[str, float]:
                                                 ("training", setting.train_set.tensors))}
 
 
-def _fed_an_accuracy(calls: list[dict[str, Any]], metrics: list[float], setting: _PlateauSetting) -> None:
+def _fed_an_accuracy(calls: list[dict[str, Any]], metrics: list[float], setting: PlateauSetting) -> None:
     """Fail when every metric the scheduler received is an accuracy of the model at that moment (a fraction or a
     percentage): ReduceLROnPlateau(mode='min') then lowers the lr while the model gets better."""
     accuracies = [_accuracies_at(call["weights"], setting) for call in calls]
@@ -121,7 +121,7 @@ def _fed_an_accuracy(calls: list[dict[str, Any]], metrics: list[float], setting:
                 )
 
 
-def _check_stepped_after_training(calls: list[dict[str, Any]], records: Any, setting: _PlateauSetting) -> None:
+def _check_stepped_after_training(calls: list[dict[str, Any]], records: Any, setting: PlateauSetting) -> None:
     """Fail when a scheduler.step call came before its epoch's training batches: the metric it received, even if
     it is the validation loss of the weights at that moment, is the previous epoch's."""
     if not isinstance(records, list):
@@ -146,7 +146,7 @@ def _check_stepped_after_training(calls: list[dict[str, Any]], records: Any, set
             )
 
 
-def _batch_mean_loss(weights: Any, setting: _PlateauSetting) -> float:
+def _batch_mean_loss(weights: Any, setting: PlateauSetting) -> float:
     """The plain mean of the validation batches' mean losses (eval mode) of the plateau model holding `weights`."""
     model = _model_holding(weights)
     inputs, targets = setting.val_set.tensors
@@ -158,7 +158,7 @@ def _batch_mean_loss(weights: Any, setting: _PlateauSetting) -> float:
 
 def _fail_stale_or_unweighted(wrong: list[tuple[int, float, float, float]], metrics: list[float],
                               calls: list[dict[str, Any]], losses: list[tuple[float, float]],
-                              setting: _PlateauSetting) -> None:
+                              setting: PlateauSetting) -> None:
     """Name the cause when the metrics are the previous epoch's validation losses, or means of batch means."""
     epoch, metric, val_loss, _ = wrong[-1]
     if len(metrics) > 1 and isclose_numbers(metrics[1:], [val for val, _ in losses[:-1]], rel_tol=1e-4, abs_tol=1e-6):
@@ -188,7 +188,7 @@ def _fail_stale_or_unweighted(wrong: list[tuple[int, float, float, float]], metr
 @judges("07-plateau")
 def judge_plateau(seen: dict, *, case: Case) -> str:
     """The scheduler must receive, once per epoch, the validation loss of the model at that moment."""
-    setting = _plateau_setting(case)
+    setting = plateau_setting(case)
     epochs, calls = setting.epochs, seen["calls"]
     if len(calls) > epochs:
         fail(
@@ -199,7 +199,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
             where="move it to the end of the epoch",
         )
     if any(call["metric"] is None for call in calls):
-        _no_metric_failure()
+        no_metric_failure()
     if len(calls) < epochs:
         fail(
             "plateau-not-stepped",
@@ -216,7 +216,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
         _fed_an_accuracy(calls, metrics, setting)
     wrong = [
         (e, m, v, t) for e, (m, (v, t)) in enumerate(zip(metrics, losses, strict=True))
-        if not math.isclose(m, v, rel_tol=1e-4, abs_tol=1e-6)
+        if not isclose_number(m, v, rel_tol=1e-4, abs_tol=1e-6)
     ]
     like_train = [w for w in wrong if abs(w[1] - w[3]) < abs(w[1] - w[2])]
     if wrong and 2 * len(like_train) >= len(wrong):
@@ -262,7 +262,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
             hint="Your list holds the right values, as tensors. What does the signature say each entry is?",
         )
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
-    scheduler = _plateau_scheduler(optimizer)
+    scheduler = plateau_scheduler(optimizer)
     for val_loss in val_losses:
         scheduler.step(val_loss)
     final_lr = optimizer.param_groups[0]["lr"]

@@ -5,7 +5,7 @@ Saves must replace the file whole, and a save that fails must leave the previous
 
 from __future__ import annotations
 
-from harness.checks.lesson08.atomic_save import _atomic_states
+from harness.checks.lesson08.atomic_save import atomic_states
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -17,7 +17,7 @@ from harness.judges.lesson08.writes import judge_writes
 def judge_atomic_save(seen: dict, *, case: Case) -> str:
     """Saves must replace the file whole, and a save that fails must leave the previous file intact."""
     name = "last.pt"
-    states = _atomic_states(case)
+    states = atomic_states(case)
     for number, (state, save) in enumerate(zip(states, seen["saves"], strict=True), start=1):
         if not _same(save["content"], state):
             fail(

@@ -5,11 +5,11 @@ last.pt holds every epoch's state, best.pt the best one so far; the best metric 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from harness.checks.lesson08.best_last import _best_last_cases, _best_last_state
+from harness.checks.lesson08.best_last import best_last_cases, best_last_state
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -22,7 +22,7 @@ def _held_epoch(content: Any) -> int | None:
     if content is None:
         return None
     epoch = content.get("epoch") if isinstance(content, dict) else None
-    if isinstance(epoch, int) and _same(content, _best_last_state(epoch)):
+    if isinstance(epoch, int) and _same(content, best_last_state(epoch)):
         return epoch
     return -1
 
@@ -55,7 +55,7 @@ def _judge_crash(after_crash: Any, mode: str, metrics: list[float], best_epoch: 
 @judges("08-best-last")
 def judge_best_last(seen: dict, *, case: Case) -> str:
     """last.pt holds every epoch's state, best.pt the best one so far; the best metric is returned."""
-    for (mode, metrics), run in zip(_best_last_cases(case), seen["runs"], strict=True):
+    for (mode, metrics), run in zip(best_last_cases(case), seen["runs"], strict=True):
         epochs = run["epochs"]
         best_metric, best_epoch = None, None
         for epoch, (metric, observed) in enumerate(zip(metrics, epochs, strict=True)):
@@ -86,7 +86,7 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     where="the `improved` test and the save to directory / 'best.pt'",
                 )
             returned = _as_number(observed["returned"])
-            if returned is None or not math.isclose(returned, best_metric):
+            if returned is None or not isclose_number(returned, best_metric, rel_tol=1e-9, abs_tol=0.0):
                 fail(
                     "wrong-best-metric",
                     observed=f"after epoch {epoch} ({setting}) it returned {describe(observed['returned'])}",

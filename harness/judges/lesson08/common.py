@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from harness.checks.lesson08.common import PREVIOUS
+from harness.contract.compare import close_values, same_values
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -15,7 +16,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.shape, a.dtype) == (
             b.shape, b.dtype) and bool(
-            torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
+            same_values(a, b) or (a.is_floating_point() and close_values(a, b, rtol=0, atol=0, expected_nan=True))
         )
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)

@@ -5,11 +5,11 @@ Decisions match the reference; the state round-trips through weights_only loadin
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from harness.checks.lesson08.early_stopping import _early_stopping_cases
+from harness.checks.lesson08.early_stopping import early_stopping_cases
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, describe
@@ -79,7 +79,7 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
     for epoch, ((said, held), (stop, best)) in enumerate(zip(steps, expected, strict=True)):
         setting = f"patience={patience}, mode={mode!r}, min_delta={min_delta}, metrics {metrics[: epoch + 1]}"
         held_number = _as_number(held)
-        if held_number is None or not math.isclose(held_number, best):
+        if held_number is None or not isclose_number(held_number, best, rel_tol=1e-9, abs_tol=0.0):
             code = "min-delta-ignored" if min_delta else "mode-ignored" if mode == "max" else "wrong-best"
             fail(
                 code,
@@ -122,7 +122,8 @@ def _judge_resumed(
     expected = _early_stopping_reference(metrics, patience, mode, min_delta)[cut:]
     for epoch, ((said, held), (stop, best)) in enumerate(zip(resumed["steps"], expected, strict=True), start=cut):
         held_number = _as_number(held)
-        if _as_flag(said) != stop or held_number is None or not math.isclose(held_number, best):
+        if (_as_flag(said) != stop or held_number is None
+                or not isclose_number(held_number, best, rel_tol=1e-9, abs_tol=0.0)):
             fail(
                 "state-not-restored",
                 observed=f"after load_state_dict and {epoch - cut + 1} more epochs: step() returned {said}, best "
@@ -136,7 +137,7 @@ def _judge_resumed(
 @judges("08-early-stopping")
 def judge_early_stopping(seen: dict, *, case: Case) -> str:
     """Decisions match the reference; the state round-trips through weights_only loading at every epoch."""
-    cases = _early_stopping_cases(case)
+    cases = early_stopping_cases(case)
     for (metrics, patience, mode, min_delta), run in zip(cases, seen["runs"], strict=True):
         if run["initial"] is not None:
             fail(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson08.portable import _Net, _plain_state_dict, _wrapped_state_dicts
+from harness.checks.lesson08.portable import Net, plain_state_dict, wrapped_state_dicts
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -22,8 +23,8 @@ def _prefix_count(key: str) -> int:
 @judges("08-portable")
 def judge_portable(seen: dict, *, case: Case) -> str:
     """The result must load strictly into the plain model, with every value untouched."""
-    reference = _plain_state_dict(case)
-    cases = _wrapped_state_dicts(case)
+    reference = plain_state_dict(case)
+    cases = wrapped_state_dicts(case)
     for (name, state), observed in zip(cases, seen["results"], strict=True):
         if observed["keys_after"] != list(state):
             fail(
@@ -69,7 +70,7 @@ def judge_portable(seen: dict, *, case: Case) -> str:
             )
         for key, value in result.items():
             source = reference[key]
-            if not isinstance(value, torch.Tensor) or value.dtype != source.dtype or not torch.equal(value, source):
+            if not isinstance(value, torch.Tensor) or value.dtype != source.dtype or not same_values(value, source):
                 fail(
                     "values-changed",
                     observed=f"for {name}, {key!r} does not hold the wrapped model's tensor",
@@ -78,5 +79,5 @@ def judge_portable(seen: dict, *, case: Case) -> str:
                     where="keep each value with its renamed key",
                 )
         with torch.random.fork_rng(devices=[]):
-            _Net().load_state_dict(result, strict=True)
+            Net().load_state_dict(result, strict=True)
     return f"{len(cases)} wrapped state dicts load strictly into the plain model"

@@ -11,9 +11,17 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson08.common import _as_data
-from harness.checks.lesson08.resume import _PARTS, _build_run, _resume_setting, _ResumeSetting, _snapshot, _train_epoch
+from harness.checks.lesson08.common import as_data
+from harness.checks.lesson08.resume import (
+    PARTS,
+    ResumeSetting,
+    build_run,
+    resume_setting,
+    snapshot,
+    train_reference_epoch,
+)
 from harness.contract.case import Case
+from harness.contract.compare import close_values, isclose_number, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -21,20 +29,20 @@ from harness.judges.lesson08.common import _as_number, _helper_note, _same
 from harness.judges.lesson08.writes import judge_writes
 
 
-def _reference_resume(setting: _ResumeSetting) -> tuple[dict[str, Any], dict[str, Any]]:
+def _reference_resume(setting: ResumeSetting) -> tuple[dict[str, Any], dict[str, Any]]:
     """The reference run, replayed from the case (a few dozen steps of a tiny model): its state when the
     checkpoint is taken, and its final weights, as data."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the probe's reduction order
     try:
         with torch.random.fork_rng(devices=[]):
-            run = _build_run(setting.seed, setting.data_seed, setting.epochs)
+            run = build_run(setting.seed, setting.data_seed, setting.epochs)
             for _ in range(setting.stop_at):
-                _train_epoch(run)
-            saved = _as_data(_snapshot(run))
+                train_reference_epoch(run)
+            saved = as_data(snapshot(run))
             for _ in range(setting.stop_at, setting.epochs):
-                _train_epoch(run)
-            return saved, _as_data(run.model.state_dict())
+                train_reference_epoch(run)
+            return saved, as_data(run.model.state_dict())
     finally:
         torch.set_num_threads(threads)
 
@@ -47,18 +55,18 @@ def _close_data(a: Any, b: Any) -> bool:
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         if a.is_floating_point():
-            return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True))
-        return bool(torch.equal(a, b))
+            return close_values(a, b, rtol=1e-4, atol=1e-6, expected_nan=True)
+        return same_values(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close_data(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close_data(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+        return isclose_number(a, b, rel_tol=1e-5, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
     return type(a) is type(b) and a == b
 
 
-def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _ResumeSetting) -> None:
+def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: ResumeSetting) -> None:
     """The checkpoint read back: weights_only-loadable, every part, the RNG state of the moment, the counters."""
     if seen["refused"] is not None:
         fail(
@@ -78,7 +86,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _Resum
             cause="save_checkpoint saves a single state instead of a dict of them",
             where="save_checkpoint",
         )
-    for key, (code, what) in _PARTS.items():
+    for key, (code, what) in PARTS.items():
         if key not in checkpoint:
             fail(
                 code,
@@ -100,7 +108,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _Resum
         value = checkpoint.get(key)
         wanted = setting.stop_at if key == "epoch" else setting.best_metric
         number = _as_number(value)
-        if number is None or not math.isclose(number, wanted):
+        if number is None or not isclose_number(number, wanted, rel_tol=1e-9, abs_tol=0.0):
             fail(
                 "counters-not-restored",
                 observed=f"the checkpoint's {key!r} is {value!r}",
@@ -110,7 +118,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: _Resum
             )
 
 
-def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting) -> None:
+def _judge_restored(result: Any, saved: dict[str, Any], setting: ResumeSetting) -> None:
     """What load_checkpoint put into freshly built objects, compared with the reference run's state."""
     if not isinstance(result, dict) or not isinstance(result.get("restored"), dict):
         raise ValueError(f"the resume's report is malformed: {describe(result)}")
@@ -118,7 +126,8 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting)
     epoch, best_metric = setting.stop_at, setting.best_metric
     if (
         not isinstance(counters, dict) or counters.get("epoch") != epoch
-        or not math.isclose(_as_number(counters.get("best_metric")) or math.nan, best_metric)
+        or not isclose_number(_as_number(counters.get("best_metric")) or math.nan, best_metric,
+                              rel_tol=1e-9, abs_tol=0.0)
     ):
         fail(
             "counters-not-restored",
@@ -141,7 +150,7 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: _ResumeSetting)
             hint="What runs in load_checkpoint after restore_rng_state? Anything that draws a random number "
             "moves the state you just restored.",
         )
-    for key, (code, what) in _PARTS.items():
+    for key, (code, what) in PARTS.items():
         if not _close_data(restored.get(key), saved[key]):
             fail(
                 code,
@@ -158,9 +167,9 @@ def _advanced_after_restore(restored: Any, saved: Any) -> bool:
     position; a state seeded otherwise, or never restored, shares about half its bytes by chance)."""
     if not (isinstance(restored, torch.Tensor) and isinstance(saved, torch.Tensor)
             and restored.dtype == saved.dtype == torch.uint8 and restored.shape == saved.shape
-            and saved.numel() > 8) or torch.equal(restored, saved):
+            and saved.numel() > 8) or same_values(restored, saved):
         return False
-    return torch.equal(restored[:8], saved[:8]) and (restored == saved).float().mean().item() >= 0.9
+    return same_values(restored[:8], saved[:8]) and (restored == saved).float().mean().item() >= 0.9
 
 
 def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> float:
@@ -202,7 +211,7 @@ def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
 def judge_resume(seen: dict, *, case: Case) -> str:
     """The checkpoint holds the whole state, loading it is safe and restores it exactly, and the resumed run
     ends with the weights of the run that never stopped (both checked against a replay of the reference run)."""
-    setting = _resume_setting(case)
+    setting = resume_setting(case)
     saved, final_reference = _reference_resume(setting)
     _judge_contents(seen, saved, setting)
     if seen["unsafe_ran"] is not False:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson09.ddp_mean import _mean_inputs
+from harness.checks.lesson09.ddp_mean import mean_inputs
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -16,7 +16,7 @@ from harness.judges.lesson09.common import _ranks
 @judges("09-ddp-mean")
 def judge_ddp_mean(seen: dict, *, case: Case) -> str:
     """Every rank must get the mean over ranks, and its input must be left unchanged."""
-    for values, run in zip(_mean_inputs(case), seen["runs"], strict=True):
+    for values, run in zip(mean_inputs(case), seen["runs"], strict=True):
         total = sum(values[1:], values[0])
         expected = total / len(values)
         for rank, result in enumerate(_ranks(run, len(values))):
@@ -33,30 +33,30 @@ def judge_ddp_mean(seen: dict, *, case: Case) -> str:
                      cause="the result is reshaped, stacked or indexed instead of reduced element-wise",
                      where="ddp_mean: all_reduce a copy of the input, then divide")
             out = out.detach().to(expected.dtype)
-            if torch.allclose(out, values[rank]) and not torch.allclose(values[rank], expected):
+            if close_values(out, values[rank], dtype=False) and not close_values(values[rank], expected, dtype=False):
                 fail("not-averaged", observed=f"rank {rank} got its own value {values[rank].tolist()}",
                      expected=f"the mean over ranks, {expected.tolist()}, on every rank",
                      cause="the value is returned without communicating: no all_reduce, so each rank reports "
                      "only its own shard's metric", where="ddp_mean: all_reduce a copy, then divide")
-            if len(values) > 1 and torch.allclose(out, total):
+            if len(values) > 1 and close_values(out, total, dtype=False):
                 fail("summed", observed=f"rank {rank} got the sum {out.tolist()}",
                      expected=f"the mean {expected.tolist()}",
                      cause="all_reduce(SUM) without dividing by the world size",
                      where="divide by dist.get_world_size() after the all_reduce")
-            if len(values) != 2 and torch.allclose(out, total / 2):
+            if len(values) != 2 and close_values(out, total / 2, dtype=False):
                 fail("wrong-mean", observed=f"on a world of {len(values)} rank(s), rank {rank} got the sum over ranks "
                      f"divided by 2, {out.tolist()}",
                      expected=f"the mean {expected.tolist()}: the sum divided by the world size, {len(values)}",
                      cause="the sum is divided by a fixed 2 instead of the world size: right on 2 ranks only",
                      where="divide by dist.get_world_size()",
                      hint="How many processes does your divisor assume? The process group knows how many there are.")
-            if not torch.allclose(out, expected):
+            if not close_values(out, expected, dtype=False):
                 fail("wrong-mean", observed=f"rank {rank} got {out.tolist()}", expected=f"{expected.tolist()}",
                      cause="the reduction or the division is not the mean over ranks", where="ddp_mean")
             after = result["input_after"]
             if not isinstance(after, torch.Tensor):
                 malformed("input_after is not a tensor")
-            if not torch.equal(after, values[rank]):
+            if not same_values(after, values[rank], dtype=False):
                 fail("modified-input", observed=f"rank {rank}'s input became {after.tolist()}",
                      expected=f"the input left as {values[rank].tolist()}",
                      cause="dist.all_reduce works in place: reducing the caller's tensor overwrites their metric",

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson09.common import MODEL_SEED, WORLD, _detached_state, make_model
-from harness.checks.lesson09.no_sync import _accumulation_settings, _micro_batches
+from harness.checks.lesson09.common import MODEL_SEED, WORLD, detached_state, make_model
+from harness.checks.lesson09.no_sync import accumulation_settings, rank_micro_batches
 from harness.contract.case import Case
 from harness.contract.compare import close_state, malformed, tensor_dict
 from harness.contract.failure import fail
@@ -24,12 +24,12 @@ def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) 
     model = make_model(model_seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        batches = [batch for rank in range(WORLD) for batch in _micro_batches(seed, step, rank, micro)]
+        batches = [batch for rank in range(WORLD) for batch in rank_micro_batches(seed, step, rank, micro)]
         loss = nn.functional.mse_loss(model(torch.cat([x for x, _ in batches])), torch.cat([y for _, y in batches]))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return _detached_state(model.state_dict())
+    return detached_state(model.state_dict())
 
 
 def _fail_if_synced_early(synced_after: Any, micro: int, states: list[dict[str, torch.Tensor]]) -> None:
@@ -55,7 +55,7 @@ def _fail_if_synced_early(synced_after: Any, micro: int, states: list[dict[str, 
 @judges("09-no-sync")
 def judge_no_sync(seen: dict, *, case: Case) -> str:
     """One all-reduce per optimizer step; the update must equal one process on the whole batch, computed here."""
-    for (micro, steps, seed), run in zip(_accumulation_settings(case), seen["runs"], strict=True):
+    for (micro, steps, seed), run in zip(accumulation_settings(case), seen["runs"], strict=True):
         results = _ranks(run)
         reductions = results[0]["reductions"]
         if not isinstance(reductions, int) or isinstance(reductions, bool):

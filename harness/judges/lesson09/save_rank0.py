@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson09.common import MODEL_SEED, WORLD, _detached_state, make_model
-from harness.checks.lesson09.save_rank0 import CHECKPOINT_NAME, _save_epoch, _save_model_step
+from harness.checks.lesson09.common import MODEL_SEED, WORLD, detached_state, make_model
+from harness.checks.lesson09.save_rank0 import CHECKPOINT_NAME, save_epoch, save_model_step
 from harness.contract.case import Case
 from harness.contract.compare import close_state, malformed
 from harness.contract.failure import fail
@@ -64,15 +64,15 @@ def judge_save_rank0(seen: dict, *, case: Case) -> str:
              cause="the DDP wrapper's state_dict was saved: it will not load into a plain model",
              where="save model.module.state_dict()")
     model = make_model(case.seeded(MODEL_SEED))
-    _save_model_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    reference = _detached_state(model.state_dict())
+    save_model_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    reference = detached_state(model.state_dict())
     if not isinstance(saved, dict) or not _same_layout(saved, reference) or not close_state(
             saved, reference, rtol=TOLERANCE, atol=TOLERANCE, dtype=False):
         fail("wrong-state-dict", observed=f"'model' holds {_summary(saved, reference)}",
              expected=f"the model's state_dict after its step: keys {sorted(reference)}",
              cause="something other than the model's current state_dict was saved",
              where="'model': model.module.state_dict()")
-    epoch = _save_epoch(case)
+    epoch = save_epoch(case)
     if not _holds_int(checkpoint["epoch"], epoch):
         fail("wrong-epoch", observed=f"epoch {checkpoint['epoch']!r}", expected=f"{epoch}",
              cause="the epoch passed in is not the one saved", where="'epoch': epoch")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, NoReturn
 
-from harness.checks.lesson09.shard_loader import _loader_settings
+from harness.checks.lesson09.shard_loader import loader_settings
 from harness.contract.case import Case
 from harness.contract.compare import int_list, malformed
 from harness.contract.failure import fail
@@ -53,7 +53,7 @@ def _judge_refusal(refused: dict[str, Any], world: int) -> NoReturn:
 @judges("09-shard-loader")
 def judge_shard_loader(seen: dict, *, case: Case) -> str:
     """Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle."""
-    settings, worlds = _loader_settings(case), seen["worlds"]
+    settings, worlds = loader_settings(case), seen["worlds"]
     if not isinstance(worlds, list) or len(worlds) > len(settings) or (
             len(worlds) < len(settings) and not (worlds and "refused" in worlds[-1])):
         malformed("one record per world, or a record cut short by the sampler's refusal")

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from harness.checks.lesson09.common import WORLD, _detached_state, make_model
-from harness.checks.lesson09.train_ddp import _train_arguments, _train_configs, regression_data
+from harness.checks.lesson09.common import WORLD, detached_state, make_model
+from harness.checks.lesson09.train_ddp import regression_data, train_arguments, train_configs
 from harness.contract.case import Case
 from harness.contract.compare import close_state, int_list, malformed, tensor_dict
 from harness.contract.failure import fail
@@ -31,13 +31,13 @@ def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, 
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-    return _detached_state(model.state_dict())
+    return detached_state(model.state_dict())
 
 
 @judges("09-train-ddp")
 def judge_train_ddp(seen: dict, *, case: Case) -> str:
     """Compare the ranks with each other, and with one process at twice the batch trained here."""
-    for config, run in zip(_train_configs(case), seen["runs"], strict=True):
+    for config, run in zip(train_configs(case), seen["runs"], strict=True):
         results = _ranks(run)
         _check_sharding([int_list(result["seen"], "the indices a rank saw") for result in results], config["n"],
                         config["epochs"])
@@ -51,7 +51,7 @@ def judge_train_ddp(seen: dict, *, case: Case) -> str:
                  cause="the state_dict of the DDP wrapper was returned: its keys carry 'module.' and will not load "
                  "into a plain model", where="return model.module.state_dict()")
         dataset = regression_data(config["n"], seed=config["data_seed"])
-        reference = reference_training(dataset, model_seed=config["model_seed"], **_train_arguments(config))
+        reference = reference_training(dataset, model_seed=config["model_seed"], **train_arguments(config))
         for state in states:
             if not _same_layout(state, reference):
                 shapes = [tuple(v.shape) for v in state.values()]

@@ -9,15 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from harness.checks.lesson10.held_out import (
-    _CHUNK,
+    CHUNK,
     NOTEBOOK_SETS,
     NOTEBOOK_TRAIN_SEED,
     NOTEBOOK_TRAIN_SIZES,
-    _held_out,
+    held_out,
     notebook_set,
 )
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, numbers
+from harness.contract.compare import close_values, isclose_number, numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.data import SHAPE_CLASSES, shapes
@@ -81,7 +81,7 @@ def _check_training_set(seen: dict) -> None:
         raise ValueError("the recorded statistics are not per-channel tensors")
 
     def holds(value: torch.Tensor) -> bool:
-        return any(torch.allclose(t.double(), value.double(), rtol=0, atol=1e-5) for t in statistics)
+        return any(close_values(t.double(), value.double(), rtol=0, atol=1e-5, dtype=False) for t in statistics)
 
     for size in NOTEBOOK_TRAIN_SIZES:
         (mean, std), (alone_mean, _) = (_notebook_statistics(size)[key] for key in ("pooled", "alone"))
@@ -101,22 +101,22 @@ def judge_held_out(seen: dict, *, case: Case) -> str:
     if seen["model"] is not True:
         fail("not-a-run", observed=f"check received {seen['received']}", expected="the dict train_capstone returns, "
              "with the trained 'model'", cause="another object passed", where="check('10-held-out', run)")
-    images, labels = _held_out(case).tensors
-    chunks = range(0, len(labels), _CHUNK)
+    images, labels = held_out(case).tensors
+    chunks = range(0, len(labels), CHUNK)
     correct = 0
     for start, outputs in zip(chunks, seen["outputs"], strict=True):
         outputs = outputs.detach() if isinstance(outputs, torch.Tensor) else outputs
-        expected_shape = (len(labels[start : start + _CHUNK]), len(SHAPE_CLASSES))
+        expected_shape = (len(labels[start : start + CHUNK]), len(SHAPE_CLASSES))
         if not (isinstance(outputs, torch.Tensor) and outputs.is_floating_point()
                 and tuple(outputs.shape) == expected_shape):
             shape = (f"{outputs.dtype} values of shape {tuple(outputs.shape)}" if isinstance(outputs, torch.Tensor)
                      else type(outputs).__name__)
-            fail("wrong-output-shape", observed=f"the model maps {tuple(images[:_CHUNK].shape)} images to {shape}",
+            fail("wrong-output-shape", observed=f"the model maps {tuple(images[:CHUNK].shape)} images to {shape}",
                  expected=f"(N, {len(SHAPE_CLASSES)}) logits",
                  cause="the model was built for another number of classes, or returns something other than one row of "
              "logits per image",
                  where="capstone_cnn(len(train_set.classes), ...)")
-        correct += int((outputs.float().argmax(1) == labels[start : start + _CHUNK]).sum())
+        correct += int((outputs.float().argmax(1) == labels[start : start + CHUNK]).sum())
     accuracy = correct / len(labels)
     _check_training_set(seen)
     _check_validation_set(seen)

@@ -5,7 +5,6 @@ Every section of the report, its test metrics checked against the judge's own ev
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, NoReturn
 
@@ -14,9 +13,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from harness.checks.lesson10.common import mixed_precision_on_cpu
-from harness.checks.lesson10.report import _LINK, _report_model, _report_sets
+from harness.checks.lesson10.report import LINK, report_model, report_sets
 from harness.contract.case import Case
-from harness.contract.compare import numbers
+from harness.contract.compare import isclose_number, numbers
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson10.common import _support_of
@@ -31,9 +30,9 @@ def _test_scores(case: Case, weights: Any, precision: str) -> dict[str, float]:
     if not (isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
         raise ValueError("the run's weights are not a dict of tensors")
     with torch.random.fork_rng(devices=[]):  # its initial weights are replaced: only the RNG must stay as it was
-        model = _report_model()
+        model = report_model()
     model.load_state_dict(weights)
-    test = _report_sets(case)[2][2]
+    test = report_sets(case)[2][2]
     return evaluate(model, DataLoader(test, batch_size=100), loss_fn=nn.CrossEntropyLoss(),
                     metrics={"accuracy": accuracy}, precision=precision)
 
@@ -114,18 +113,18 @@ def _check_report_text(seen: dict[str, Any], case: Case, epochs: int, test_size:
         _missing("missing-config", "configuration (max_grad_norm, scheduler, ... of the run)", "the history from fit")
     if "train_loss" not in text or text.count("\n|") < epochs + 2:
         _missing("missing-history", "history table (one row per epoch)", "the history from fit")
-    heads = [seen["files"].get(link) for link in re.findall(_LINK, text)]
+    heads = [seen["files"].get(link) for link in re.findall(LINK, text)]
     if not any(isinstance(head, list) and bytes(head) == _PNG for head in heads):
         _missing("missing-curves", "curves: no ![...](file.png) link to a PNG that exists next to it",
                  "curves=plot_history(...)'s saved PNG")
     reported = {name: _reported_number(text, name) for name in ("accuracy", "loss")}
     if reported["accuracy"] is None or "not evaluated" in text:
         _missing("missing-test-metrics", "held-out test metrics", "test_metrics=evaluate(model, test_loader, ...)")
-    _check_evaluation(seen, reported, _report_sets(case)[2][2].tensors[0])
+    _check_evaluation(seen, reported, report_sets(case)[2][2].tensors[0])
     precision = mixed_precision_on_cpu(_support_of(seen["precisions"]))
     scores = _test_scores(case, seen["weights"], precision)
     accuracy_ok = abs(reported["accuracy"] - scores["accuracy"]) <= 2 / test_size + 1e-3
-    loss_ok = reported["loss"] is None or math.isclose(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
+    loss_ok = reported["loss"] is None or isclose_number(reported["loss"], scores["loss"], rel_tol=0.03, abs_tol=1e-3)
     if not (accuracy_ok and loss_ok):
         percent = loss_ok and abs(reported["accuracy"] - 100 * scores["accuracy"]) <= 100 * (2 / test_size + 1e-3)
         fail("wrong-test-metrics",
@@ -153,6 +152,6 @@ def judge_report(seen: dict, *, case: Case) -> str:
         fail("no-report", observed=f"write_capstone_report returned {seen['returned']}",
              expected="the path of the report written",
              cause="the report is not written, or its path not returned", where="return write_run_report(...)")
-    _, epochs, (_, _, test) = _report_sets(case)
+    _, epochs, (_, _, test) = report_sets(case)
     _check_report_text(seen, case, epochs, len(test))
     return "environment, configuration, history, curves, held-out test metrics, precision and best checkpoint reported"

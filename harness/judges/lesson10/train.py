@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson10.train import _constant_accuracy_val, _train_config
+from harness.checks.lesson10.train import constant_accuracy_val, train_config
 from harness.contract.case import Case
 from harness.contract.compare import close_values, int_list
 from harness.contract.failure import fail
@@ -168,7 +168,7 @@ def _check_resume(record: dict[str, Any], config: dict[str, Any], n: int, stop_a
 def _check_statistics(model: Any, config: dict[str, Any], n: int) -> None:
     """Standardize's buffers (the model's entries named mean and std, shaped like per-channel statistics) hold the
     statistics of the training images alone."""
-    from harness.checks.lesson10.train import _constant_accuracy_val
+    from harness.checks.lesson10.train import constant_accuracy_val
     from harness.data import normalization_stats, shapes
 
     images = shapes(n, seed=config["seed"] + 40, size=16).tensors[0]
@@ -179,7 +179,7 @@ def _check_statistics(model: Any, config: dict[str, Any], n: int) -> None:
                    if not close_values(value, wanted[key.rsplit(".", 1)[-1]], rtol=1e-4, atol=1e-5, dtype=False))
     if not wrong:
         return
-    both = torch.cat([images, _constant_accuracy_val().tensors[0]])
+    both = torch.cat([images, constant_accuracy_val().tensors[0]])
     leaked = dict(zip(("mean", "std"), normalization_stats(both), strict=True))
     with_val = all(close_values(found[key], leaked[key.rsplit(".", 1)[-1]], rtol=1e-4, atol=1e-5, dtype=False)
                    for key in wrong)
@@ -196,7 +196,7 @@ def _check_validation_order(read: Any) -> None:
     """Each pass over the validation set read it in order: decided on passes that read every sample once (a
     function that validates from the tensors, without a loader, reads none and shows nothing)."""
     order = int_list(read, "the validation samples read")
-    size = len(_constant_accuracy_val())
+    size = len(constant_accuracy_val())
     for start in range(0, len(order) - size + 1, size):
         one_pass = order[start : start + size]
         if sorted(one_pass) == list(range(size)) and one_pass != sorted(one_pass):
@@ -211,7 +211,7 @@ def _check_validation_order(read: Any) -> None:
 def judge_train(seen: dict, *, case: Case) -> str:
     """Settings, files, best weights, exact resume: from the checkpoints, weights and step counts recorded."""
     judge_notebook_data(seen, "train_set, val_set, out_dir and config")
-    config, n, stop_at = _train_config(case, _support_of(seen["precisions"]))
+    config, n, stop_at = train_config(case, _support_of(seen["precisions"]))
     straight = seen["straight"]
     last = _check_result(straight, "straight")
     _check_settings(last, config)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checks.lesson10.train_loader import _train_loader_settings
+from harness.checks.lesson10.train_loader import train_loader_settings
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -96,7 +96,7 @@ def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed:
 @judges("10-train-loader")
 def judge_train_loader(seen: dict, *, case: Case) -> str:
     """Disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch."""
-    for (n, batch_size, seed), record in zip(_train_loader_settings(case), seen["settings"], strict=True):
+    for (n, batch_size, seed), record in zip(train_loader_settings(case), seen["settings"], strict=True):
         _check_sharded(record["ranks"], n, batch_size)
         _check_single_process(record["single"], n, batch_size, seed)
     return "disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch"

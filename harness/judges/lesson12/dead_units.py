@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from harness.checks.lesson12.dead_units import _dead_setup
+from harness.checks.lesson12.dead_units import dead_setup
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
@@ -50,7 +50,7 @@ def _outputs_of(model: nn.Module, name: str, batches: Sequence[torch.Tensor]) ->
 @judges("12-dead-units")
 def judge_dead_units(seen: dict, *, case: Case) -> str:
     """{ReLU name: fraction of units zero on every example of every batch}, as tensors; hooks removed."""
-    model, batches = _dead_setup(case)
+    model, batches = dead_setup(case)
     masks = _alive(model, batches)
     want = {name: 1.0 - float(torch.stack(m).any(dim=0).float().mean()) for name, m in masks.items()}
     got = seen["returned"]

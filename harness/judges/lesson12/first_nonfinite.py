@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson12.first_nonfinite import _SCENARIOS, _scenario
+from harness.checks.lesson12.first_nonfinite import SCENARIOS, scenario_setup
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
@@ -82,7 +82,7 @@ def _wrong_module_causes(got: Any, scenario: tuple[int, str], case: Case,
                          answers: dict[tuple[int, str], Any]) -> list[tuple[str, str | None]]:
     """The mistaken rules that give `got` on this scenario's model; where several do, those that also give the
     answers recorded for the other scenarios (when any does)."""
-    model, inputs = _scenario(scenario[1], case, scenario[0])
+    model, inputs = scenario_setup(scenario[1], case, scenario[0])
     trace = _trace(model, inputs)
     bad = [name for name, finite, _ in trace if not finite]
     if bad and bad[0] == "" and got is None:  # the model itself made it: no rule with a hook on the root sees it
@@ -97,7 +97,7 @@ def _wrong_module_causes(got: Any, scenario: tuple[int, str], case: Case,
     others = []
     for (index, name), answer in answers.items():
         if (index, name) != scenario:
-            model, inputs = _scenario(name, case, index)
+            model, inputs = scenario_setup(name, case, index)
             others.append((_rule_answers(_trace(model, inputs), model, inputs), answer))
     consistent = [cause for cause in causes if all(rules[cause] == answer for rules, answer in others)]
     return consistent or causes
@@ -107,10 +107,10 @@ def _wrong_module_causes(got: Any, scenario: tuple[int, str], case: Case,
 def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
     """The first non-finite module's name (None when all finite); no hooks left, even after an exception."""
     recorded = seen["calls"] if isinstance(seen["calls"], list) else []
-    answers = {scenario: call.get("returned") for scenario, call in zip(enumerate(_SCENARIOS), recorded, strict=False)
+    answers = {scenario: call.get("returned") for scenario, call in zip(enumerate(SCENARIOS), recorded, strict=False)
                if scenario[1] != "error" and isinstance(call, dict) and "stopped" not in call
                and (call.get("returned") is None or isinstance(call.get("returned"), str))}  # to tell causes apart
-    for (index, name), call in judged(list(enumerate(_SCENARIOS)), seen["calls"]):
+    for (index, name), call in judged(list(enumerate(SCENARIOS)), seen["calls"]):
         if not isinstance(call.get("hooks_left"), int):
             raise WireError("malformed observation: hooks_left")
         if name == "error":
@@ -131,7 +131,7 @@ def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
                      else "the error was replaced by another one (a raise inside an except clause, or an error in "
                      "the except clause itself)", where="use try: ... finally: ... without except (or re-raise)")
             continue
-        model, inputs = _scenario(name, case, index)
+        model, inputs = scenario_setup(name, case, index)
         trace = _trace(model, inputs)
         want = next((n for n, finite, _ in trace if not finite), None)
         got = call["returned"]

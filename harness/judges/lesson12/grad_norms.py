@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson12.grad_norms import _grad_model
+from harness.checks.lesson12.grad_norms import grad_model
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, type_name
+from harness.contract.compare import isclose_number, same_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -22,14 +22,14 @@ from harness.judges.lesson12.common import _scalar
 @judges("12-grad-norms")
 def judge_grad_norms(seen: dict, *, case: Case) -> str:
     """`{name: ||grad||}` over the parameters that have a gradient, as tensors; gradients unchanged."""
-    model, _ = _grad_model(case)
+    model, _ = grad_model(case)
     named = [(name, p.grad) for name, p in model.named_parameters()]
     after = seen["grads_after"]
     if not isinstance(after, list) or len(after) != len(named):
         raise WireError("malformed observation: grads_after")
     for (name, before), now in zip(named, after, strict=False):
         if before is not None and not (isinstance(now, torch.Tensor) and now.shape == before.shape
-                                       and torch.equal(now, before)):
+                                       and same_values(now, before, dtype=False)):
             fail("grads-modified", observed=f"the gradient of {name} {_change(now, before)} during the call",
                  expected="gradients left as they were (the next step uses them)",
                  cause=_change_cause(now, before), where="the body of grad_norms_per_layer",

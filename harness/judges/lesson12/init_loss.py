@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from harness.checks.lesson12.init_loss import _init_cases, _init_inputs
+from harness.checks.lesson12.init_loss import init_cases, init_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, judged, type_name
 from harness.contract.failure import fail
@@ -19,8 +19,8 @@ from harness.judges.lesson12.common import _scalar
 @judges("12-init-loss")
 def judge_init_loss(seen: dict, *, case: Case) -> str:
     """(mean cross-entropy in eval mode without a graph, ln C); the model's mode left as it was."""
-    for item, call in judged(_init_cases(case), seen["calls"]):
-        model, inputs, targets = _init_inputs(item)
+    for item, call in judged(init_cases(case), seen["calls"]):
+        model, inputs, targets = init_inputs(item)
         classes = item["classes"]
         got = call["returned"]
         if not (isinstance(got, tuple) and len(got) == 2):

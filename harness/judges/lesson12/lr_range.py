@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from harness.checks.lesson12.common import Batch
-from harness.checks.lesson12.lr_range import _BASE_LR, _MOMENTUM, _buffers, _sweep_setup, _sweeps
+from harness.checks.lesson12.lr_range import BASE_LR, MOMENTUM, momentum_buffers, sweep_setup, sweeps
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, judged, matching_tensors, type_name
+from harness.contract.compare import close_values, isclose_number, judged, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -44,7 +44,8 @@ def _reference_step(model: nn.Module, params: list[torch.Tensor], batch: Batch) 
 
 
 def _tensors_allclose(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float = 1e-4) -> bool:
-    return all(torch.allclose(x, y, rtol=rtol, atol=1e-6, equal_nan=True) for x, y in zip(a, b, strict=False))
+    return all(close_values(x, y, rtol=rtol, atol=1e-6, dtype=False, expected_nan=True)
+               for x, y in zip(a, b, strict=False))
 
 
 def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) -> None:
@@ -117,7 +118,7 @@ def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: l
         loss, want = _reference_step(model, recorded, batches[i % len(batches)])
         _check_grads(i, grads, want, previous, model, recorded, batches)
         losses.append(loss)
-        buffers = [_MOMENTUM * b + g for b, g in zip(buffers, grads, strict=True)]
+        buffers = [MOMENTUM * b + g for b, g in zip(buffers, grads, strict=True)]
         params = [p - schedule[i] * b for p, b in zip(recorded, buffers, strict=True)]
         previous = grads
     return losses, params
@@ -246,13 +247,13 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
     if not isinstance(buffers_after, list) or len(buffers_after) != len(start) or not isinstance(lrs_after, list) \
             or len(lrs_after) != groups:
         raise WireError("malformed observation: optimizer state")
-    restored_buffers = all(isinstance(b, torch.Tensor) and b.shape == s.shape and torch.allclose(b, s, atol=1e-7)
+    restored_buffers = all(isinstance(b, torch.Tensor) and close_values(b, s, atol=1e-7, dtype=False)
                            for b, s in zip(buffers_after, start_buffers, strict=True))
-    if not restored_buffers or not all(isinstance(v, float) and isclose_number(v, _BASE_LR, rel_tol=1e-9, abs_tol=1e-6)
+    if not restored_buffers or not all(isinstance(v, float) and isclose_number(v, BASE_LR, rel_tol=1e-9, abs_tol=1e-6)
                                        for v in lrs_after):
         what = "the momentum buffers" if not restored_buffers else f"the learning rates ({lrs_after})"
         fail("optimizer-not-restored", observed=f"{what} differ from those before the call",
-             expected=f"the optimizer as it was: its momentum buffers, and lr {_BASE_LR:g} in each group",
+             expected=f"the optimizer as it was: its momentum buffers, and lr {BASE_LR:g} in each group",
              cause="only the model was restored, or the optimizer's state_dict() was saved without copy.deepcopy "
              "(its buffers are updated in place)" if not restored_buffers else
              "the learning rates of the sweep were left in the param groups",
@@ -261,8 +262,8 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
 
 def _judge_sweep(item: dict[str, Any], call: dict[str, Any]) -> None:
     """Judge one call of the student's sweep: its steps, what it returned, where it stopped, what it restored."""
-    model, optimizer, batches = _sweep_setup(item)
-    start, start_buffers = snapshot(model), [b.clone() for b in _buffers(model, optimizer)]
+    model, optimizer, batches = sweep_setup(item)
+    start, start_buffers = snapshot(model), [b.clone() for b in momentum_buffers(model, optimizer)]
     losses, params = _replay_steps(item, call["steps"], model, batches, start, start_buffers)
     _check_returned(call["returned"], losses, _schedule(item))
     next_loss = _reference_step(model, params, batches[len(losses) % len(batches)])[0] \
@@ -274,6 +275,6 @@ def _judge_sweep(item: dict[str, Any], call: dict[str, Any]) -> None:
 @judges("12-lr-range")
 def judge_lr_range(seen: dict, *, case: Case) -> str:
     """Every step at the geometric LR on its batch, the losses returned, the stop rule, and both states restored."""
-    for item, call in judged(_sweeps(case), seen["calls"]):
+    for item, call in judged(sweeps(case), seen["calls"]):
         _judge_sweep(item, call)
     return "an exponential sweep cycling the batches, stopped on divergence, model and optimizer restored"

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson13.accumulate import Batch, _accum_cases, _accum_setup
+from harness.checks.lesson13.accumulate import Batch, accum_cases, accum_setup
 from harness.contract.case import Case
-from harness.contract.compare import close_norm, judged, matching_tensors, type_name
+from harness.contract.compare import close_norm, close_values, judged, matching_tensors, same_values, type_name
 from harness.contract.failure import fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -70,7 +70,7 @@ def _judge_accum_call(call: Any, model: nn.Module, start: list[torch.Tensor], ba
     if not isinstance(step, dict):
         raise WireError("malformed observation: a step record is not a dict")
     params = matching_tensors(step.get("params"), start, "params")
-    if not all(torch.equal(a, b.float()) for a, b in zip(params, start, strict=True)):
+    if not all(same_values(a, b.float(), dtype=False) for a, b in zip(params, start, strict=True)):
         raise WireError("malformed observation: the step did not start from the parameters of the call")
     grads = step.get("grads")
     if not isinstance(grads, list) or len(grads) != len(start):
@@ -148,8 +148,8 @@ def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], b
 @judges("13-accumulate")
 def judge_accumulate(seen: dict, *, case: Case) -> str:
     """Each step's gradient is the full batch's mean-loss gradient; forwards stay within micro_batch_size."""
-    for (seed, size, micro), result in judged(_accum_cases(case), seen["results"]):
-        model, _, batches = _accum_setup(seed, size)
+    for (seed, size, micro), result in judged(accum_cases(case), seen["results"]):
+        model, _, batches = accum_setup(seed, size)
         calls = result.get("calls") if isinstance(result, dict) else None
         if not isinstance(calls, list) or len(calls) != len(batches):
             raise WireError("malformed observation: not one record per call")
@@ -159,7 +159,8 @@ def judge_accumulate(seen: dict, *, case: Case) -> str:
             _judge_accum_return(call.get("returned"), model, start, batch, micro)
             after = matching_tensors(call.get("after"), start, "after")
             want_after = [p - 0.1 * g for p, g in zip(start, _unflat(previous, start), strict=True)]
-            if not all(torch.allclose(a, w, rtol=1e-4, atol=1e-6) for a, w in zip(after, want_after, strict=True)):
+            if not all(close_values(a, w, rtol=1e-4, atol=1e-6, dtype=False)
+                       for a, w in zip(after, want_after, strict=True)):
                 raise WireError("malformed observation: the parameters after the call are not one SGD step")
             start = [a.clone() for a in after]
     return "full-batch gradient from uneven micro-batches, forwards within the limit, one step per call"

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from harness.checks.lesson13.checkpoint import _checkpoint_cases, _checkpoint_inputs
+from harness.checks.lesson13.checkpoint import checkpoint_cases, checkpoint_inputs
 from harness.contract.case import Case
-from harness.contract.compare import close_norm, judged, matching_tensors, type_name
+from harness.contract.compare import close_norm, close_values, judged, matching_tensors, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -26,8 +26,8 @@ from harness.judges.lesson13.common import _flat
 @judges("13-checkpoint")
 def judge_checkpoint(seen: dict, *, case: Case) -> str:
     """Output and gradients equal the plain forward's with the same dropout masks; only block inputs saved."""
-    for (seed, batch, width, depth), result in judged(_checkpoint_cases(case), seen["results"]):
-        blocks, x, upstream = _checkpoint_inputs(seed, batch, width, depth)
+    for (seed, batch, width, depth), result in judged(checkpoint_cases(case), seen["results"]):
+        blocks, x, upstream = checkpoint_inputs(seed, batch, width, depth)
         torch.manual_seed(seed)
         h = x
         for block in blocks:
@@ -35,7 +35,7 @@ def judge_checkpoint(seen: dict, *, case: Case) -> str:
         h.backward(upstream)
         out, grad_fn, grads, saved = result["out"], result["grad_fn"], result["grads"], result["saved"]
         what = f"{depth} blocks of width {width}, batch {batch}"
-        if not isinstance(out, torch.Tensor) or out.shape != h.shape or not torch.allclose(out, h.detach(), atol=1e-5):
+        if not close_values(out, h.detach(), atol=1e-5, dtype=False):
             fail("wrong-output", observed=f"returned {type_name(out)}" + (
                 f" of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else "") + " that differs from "
                  f"running the blocks in order ({what})", expected=f"the output of shape {tuple(h.shape)}",
@@ -109,8 +109,8 @@ def _output_cause(out: Any, item: tuple[int, int, int, int]) -> str:
     """What a wrong output equals: the input, or the blocks run with the first or the last one left out (each
     replayed here under the case's seed); the candidates when it equals none of them."""
     seed, batch, width, depth = item
-    blocks, x, _ = _checkpoint_inputs(seed, batch, width, depth)
-    if isinstance(out, torch.Tensor) and out.shape == x.shape and torch.allclose(out, x, atol=1e-6):
+    blocks, x, _ = checkpoint_inputs(seed, batch, width, depth)
+    if close_values(out, x, atol=1e-6, dtype=False):
         return "the input x was returned, not the output of the last block"
     replays = {"the first block was left out (the loop starts at the second block)": list(blocks)[1:],
                "the last block was left out (the loop stops one block early)": list(blocks)[:-1]}
@@ -120,7 +120,7 @@ def _output_cause(out: Any, item: tuple[int, int, int, int]) -> str:
             h = x
             for block in kept:
                 h = block(h)
-        if isinstance(out, torch.Tensor) and out.shape == h.shape and torch.allclose(out, h, atol=1e-5):
+        if close_values(out, h, atol=1e-5, dtype=False):
             return cause
     return "a block skipped or applied twice, or a different random state for dropout"
 
@@ -143,7 +143,7 @@ def _judge_graph_reaches_every_block(grads: list[Any], depth: int, what: str) ->
 def _unpreserved_grads(seed: int, batch: int, width: int, depth: int) -> list[torch.Tensor]:
     """The gradients of a per-block checkpointed forward with preserve_rng_state=False: new dropout masks in the
     recomputation, drawn from the global generator where the forward left it."""
-    blocks, x, upstream = _checkpoint_inputs(seed, batch, width, depth)
+    blocks, x, upstream = checkpoint_inputs(seed, batch, width, depth)
     torch.manual_seed(seed)
     h = x
     for block in blocks:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checks.lesson13.deterministic import _priors
+from harness.checks.lesson13.deterministic import prior_flags
 from harness.contract.case import Case
 from harness.contract.compare import judged
 from harness.contract.failure import fail
@@ -61,7 +61,7 @@ def judge_deterministic(seen: dict, *, case: Case) -> str:
     # raised it would look like a restore skipped by the exception
     uses, stop = [], None
     try:
-        uses.extend(judged(_priors(case), seen["results"]))
+        uses.extend(judged(prior_flags(case), seen["results"]))
     except Exception as error:  # noqa: BLE001 -- a recorded stop: raised once the uses before it are judged
         stop = error
     for (prior, raises), result in sorted(uses, key=lambda use: use[0][1]):

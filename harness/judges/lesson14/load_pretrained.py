@@ -10,8 +10,16 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson14.load_pretrained import _GOOD, _MISSING, _RESHAPED, _checkpoint, _load_cases, _new_model
+from harness.checks.lesson14.load_pretrained import (
+    GOOD,
+    MISSING,
+    RESHAPED,
+    load_cases,
+    new_model,
+    pretrained_checkpoint,
+)
 from harness.contract.case import Case
+from harness.contract.compare import same_values
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, WireError, type_name
@@ -23,29 +31,29 @@ from harness.judges.lesson14.common import _no_exception
 def judge_load_pretrained(seen: dict, *, case: Case) -> str:
     """Backbone loaded (buffers too), new head kept, an error for anything else missing or unexpected, the
     head's keys returned, the caller's checkpoint untouched."""
-    cases, records = _load_cases(case), seen["loads"]
+    cases, records = load_cases(case), seen["loads"]
     if not isinstance(records, list) or len(records) != len(cases):
         raise WireError("malformed observation: not one record per checkpoint")
     for index, ((description, classes, width, defect), record) in enumerate(zip(cases, records, strict=True)):
-        checkpoint = _checkpoint(case, width, defect)
+        checkpoint = pretrained_checkpoint(case, width, defect)
         _judge_checkpoint_kept(record["checkpoint"], checkpoint, description)
-        if defect == _GOOD:
+        if defect == GOOD:
             _no_exception(record, f"loading {description}")
-            fresh = _new_model(case, index, classes, width)
+            fresh = new_model(case, index, classes, width)
             _judge_loaded_state(record["state"], fresh, checkpoint, description)
             _judge_returned_keys(record["returned"], sorted(k for k in fresh.state_dict() if k.startswith("head.")),
                                  description)
         elif record.get("raised") is None:
-            missing = defect in (_MISSING, _RESHAPED)
+            missing = defect in (MISSING, RESHAPED)
             fail("missing-ignored" if missing else "unexpected-ignored",
                  observed=f"given {description}, your function returned {_describe(record['returned'])} without "
                           "raising",
                  expected="an error: a checkpoint that does not match the model (beyond the new head) must stop "
                           "the run, not load partly",
                  cause=("strict=False was used and the missing_keys it returned were not checked (or a test that "
-                        "allows every missing key, not only the head's)" if defect == _MISSING else
+                        "allows every missing key, not only the head's)" if defect == MISSING else
                         "the shape mismatch that load_state_dict raises was caught and ignored, or that key was "
-                        "filtered out before loading" if defect == _RESHAPED else
+                        "filtered out before loading" if defect == RESHAPED else
                         "strict=False was used and the unexpected_keys it returned were not checked"),
                  where="after load_state_dict(..., strict=False): raise when result.unexpected_keys is not empty or "
                        "a missing key is not the head's")
@@ -66,7 +74,7 @@ def _judge_checkpoint_kept(after: Any, checkpoint: dict[str, torch.Tensor], desc
     removed = [k for k in checkpoint if k not in after]
     added = [k for k in after if k not in checkpoint]
     changed = [k for k in checkpoint if k in after and not (isinstance(after[k], torch.Tensor)
-                                                           and torch.equal(after[k], checkpoint[k]))]
+                                                           and same_values(after[k], checkpoint[k], dtype=False))]
     if removed or added or changed:
         what = (f"keys removed: {removed[:4]}" if removed else f"keys added: {added[:4]}" if added
                 else f"values changed: {changed[:4]}")
@@ -84,11 +92,11 @@ def _judge_loaded_state(state: Any, fresh: TransferNet, checkpoint: dict[str, to
             isinstance(state[k], torch.Tensor) and state[k].shape == own[k].shape for k in own):
         raise WireError("malformed observation: the state after loading is not the model's")
     backbone = [k for k in own if k.startswith("backbone.")]
-    not_loaded = [k for k in backbone if not torch.equal(state[k], checkpoint[k])]
+    not_loaded = [k for k in backbone if not same_values(state[k], checkpoint[k], dtype=False)]
     if not_loaded:
-        untouched = [k for k in not_loaded if torch.equal(state[k], own[k])]
+        untouched = [k for k in not_loaded if same_values(state[k], own[k], dtype=False)]
         buffers = {n for n, _ in fresh.named_buffers()}
-        if len(untouched) == len(not_loaded) and all(torch.equal(state[k], own[k]) for k in backbone):
+        if len(untouched) == len(not_loaded) and all(same_values(state[k], own[k], dtype=False) for k in backbone):
             cause = ("nothing was loaded into the backbone: the keys did not match the module they were loaded into "
                      "(model.backbone.load_state_dict expects keys without the 'backbone.' prefix), and strict=False "
                      "hid it")
@@ -103,10 +111,9 @@ def _judge_loaded_state(state: Any, fresh: TransferNet, checkpoint: dict[str, to
              cause=cause, where="the load_state_dict call: model.load_state_dict(filtered, strict=False), on the "
                                 "whole model, so the keys keep their 'backbone.' prefix")
     head = [k for k in own if k.startswith("head.")]
-    changed = [k for k in head if not torch.equal(state[k], own[k])]
+    changed = [k for k in head if not same_values(state[k], own[k], dtype=False)]
     if changed:
-        loaded_old = all(k in checkpoint and checkpoint[k].shape == state[k].shape and torch.equal(state[k],
-                         checkpoint[k]) for k in changed)
+        loaded_old = all(k in checkpoint and same_values(state[k], checkpoint[k], dtype=False) for k in changed)
         fail("head-overwritten", observed=f"given {description}, the new head's {changed} changed",
              expected="the new head as the model was built: the checkpoint's head belongs to the old task",
              cause=("the checkpoint's head was loaded: every key whose shape fits was kept (or nothing was filtered), "

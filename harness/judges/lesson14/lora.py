@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson14.lora import _lora_base, _lora_cases, _lora_inputs
+from harness.checks.lesson14.lora import lora_base, lora_cases, lora_inputs
 from harness.contract.case import Case
 from harness.contract.compare import close_scaled, tensor
 from harness.contract.failure import fail
@@ -29,13 +29,13 @@ def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor
 def judge_lora(seen: dict, *, case: Case) -> str:
     """Base frozen, adapters registered with gradients, the start equal to the base, B zero and A random, the
     forward formula, and a merge that equals the layer and leaves it unchanged."""
-    settings, records = _lora_cases(case), seen["layers"]
+    settings, records = lora_cases(case), seen["layers"]
     if not isinstance(records, list) or len(records) != len(settings):
         raise WireError("malformed observation: not one record per layer")
     for index, (setting, record) in enumerate(zip(settings, records, strict=True)):
         fan_in, fan_out, r, alpha, bias, shape = setting
-        inputs = _lora_inputs(case, index, setting)
-        base = _lora_base(case, index, fan_in, fan_out, bias)
+        inputs = lora_inputs(case, index, setting)
+        base = lora_base(case, index, fan_in, fan_out, bias)
         what = f"LoRALinear(nn.Linear({fan_in}, {fan_out}, bias={bias}), r={r}, alpha={alpha:g})"
         _judge_lora_parameters(record, what, fan_in, fan_out, r, bias)
         x = inputs["x"]

@@ -6,13 +6,12 @@ the backbone at backbone_lr, the head at head_lr.
 
 from __future__ import annotations
 
-import math
-
 from torch import nn
 
-from harness.checks.lesson14.param_groups import _group_model, _group_settings
+from harness.checks.lesson14.param_groups import group_model, group_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
+from harness.contract.compare import isclose_number
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -24,7 +23,7 @@ _ADAMW_DEFAULT_WEIGHT_DECAY = 0.01
 def judge_param_groups(seen: dict, *, case: Case) -> str:
     """An AdamW holding every trainable parameter once, frozen ones in none; decay on kernels and matrices only;
     the backbone at backbone_lr, the head at head_lr."""
-    settings, records = _group_settings(case), seen["optimizers"]
+    settings, records = group_settings(case), seen["optimizers"]
     if not isinstance(records, list) or not records or len(records) > len(settings):
         raise WireError("malformed observation: not one optimizer per model")
     for index, (setting, record) in enumerate(zip(settings, records, strict=False)):
@@ -35,7 +34,7 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
                  cause="the groups were returned instead of the optimizer built on them"
                  if record.get("type") in ("list", "tuple", "dict") else "another optimizer class, or nothing",
                  where="the return statement: return torch.optim.AdamW(groups)")
-        model = _group_model(case, index, width, classes, frozen)
+        model = group_model(case, index, width, classes, frozen)
         groups = record["groups"]
         try:
             holders = group_of_each_parameter(model, groups)
@@ -49,7 +48,7 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
             in_backbone = name.startswith("backbone.")
             wanted = backbone_lr if in_backbone else head_lr
             got = lrs[name]
-            if not math.isclose(got, wanted):
+            if not isclose_number(got, wanted, rel_tol=1e-9, abs_tol=0.0):
                 fail("wrong-lr", observed=f"{name} has lr {got:g}",
                      expected=f"{wanted:g} " + ("(backbone_lr: a pretrained parameter)" if in_backbone
                                                 else "(head_lr: the new head)"),
@@ -69,8 +68,8 @@ def _fail_names_from_state_dict(model: nn.Module, lrs: dict[str, float], head_lr
     given = dict(zip(params, model.state_dict(), strict=False))
 
     def follows(names: dict[str, str]) -> bool:
-        return all(math.isclose(lr, backbone_lr if names[name].startswith("backbone.") else head_lr)
-                   for name, lr in lrs.items())
+        return all(isclose_number(lr, backbone_lr if names[name].startswith("backbone.") else head_lr,
+                                  rel_tol=1e-9, abs_tol=0.0) for name, lr in lrs.items())
 
     if follows(given) and not follows({name: name for name in params}):
         wrong = next(name for name in lrs if given[name].startswith("backbone.") != name.startswith("backbone."))
@@ -90,7 +89,8 @@ def _lr_cause(lrs: dict[str, float], head_lr: float, backbone_lr: float) -> str:
     values = set(lrs.values())
     if len(values) == 1:
         return f"one learning rate for every group ({values.pop():g}): the pretrained layers need backbone_lr"
-    if all(math.isclose(lr, head_lr if name.startswith("backbone.") else backbone_lr) for name, lr in lrs.items()):
+    if all(isclose_number(lr, head_lr if name.startswith("backbone.") else backbone_lr, rel_tol=1e-9, abs_tol=0.0)
+           for name, lr in lrs.items()):
         return "head_lr and backbone_lr swapped"
     return ("the test that tells a backbone parameter (name.startswith('backbone.')) picks the wrong ones, or another "
             "value than head_lr and backbone_lr")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
-from harness.checks.lesson14.common import _BATCHNORMS
-from harness.checks.lesson14.train_mode import _mode_cases, _mode_input, _mode_model, _ModeNet, _seeded_forward
+from harness.checks.lesson14.common import BATCHNORMS
+from harness.checks.lesson14.train_mode import ModeNet, mode_cases, mode_input, mode_model, seeded_forward
 from harness.contract.case import Case
-from harness.contract.compare import close_scaled, tensor
+from harness.contract.compare import close_scaled, same_values, tensor
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -23,19 +22,19 @@ from harness.judges.lesson14.common import _no_exception
 
 def _frozen_batchnorm(module: nn.Module) -> bool:
     params = list(module.parameters())
-    return isinstance(module, _BATCHNORMS) and bool(params) and not any(p.requires_grad for p in params)
+    return isinstance(module, BATCHNORMS) and bool(params) and not any(p.requires_grad for p in params)
 
 
 @judges("14-train-mode")
 def judge_train_mode(seen: dict, *, case: Case) -> str:
     """Frozen BatchNorm layers in eval mode, every other layer training: the judge recomputes the forward pass
     with those modes and compares the output and the statistics."""
-    settings, records = _mode_cases(case), seen["models"]
+    settings, records = mode_cases(case), seen["models"]
     if not isinstance(records, list) or len(records) != len(settings):
         raise WireError("malformed observation: not one record per model")
     for index, (setting, record) in enumerate(zip(settings, records, strict=True)):
         _no_exception(record, "running your function and a forward pass after it")
-        model = _mode_model(case, index, *setting)
+        model = mode_model(case, index, *setting)
         came = "eval" if setting[2] else "train"
         flags, modes = record["requires_grad"], record["training"]
         names = [n for n, _ in model.named_parameters()]
@@ -50,7 +49,7 @@ def judge_train_mode(seen: dict, *, case: Case) -> str:
                  cause="a requires_grad_ call in your function (freezing the BatchNorm layers, or the backbone)",
                  where="remove requires_grad_ from the function; use .eval() / .train() only")
         frozen = [n for n, m in modules.items() if _frozen_batchnorm(m)]
-        trainable = [n for n, m in modules.items() if isinstance(m, _BATCHNORMS) and n not in frozen]
+        trainable = [n for n, m in modules.items() if isinstance(m, BATCHNORMS) and n not in frozen]
         still = [n for n in frozen if modes[n] is not False]
         if still:
             fail("frozen-bn-training", observed=f"frozen BatchNorm layers in training mode: {still}",
@@ -108,18 +107,19 @@ def _missed_cause(still: list[str], handled: list[str], modules: dict[str, nn.Mo
     return fits[0] if len(fits) == 1 else "one of these, which all fit what was observed: " + "; or ".join(fits)
 
 
-def _judge_seeded_forward(record: dict[str, Any], model: _ModeNet, case: Case, index: int, frozen: list[str]) -> None:
+def _judge_seeded_forward(record: dict[str, Any], model: ModeNet, case: Case, index: int, frozen: list[str]) -> None:
     """The output and the statistics after one forward pass equal the judge's, run with the right modes."""
     model.train()
     for name, module in model.named_modules():
         if name in frozen:
             module.eval()
-    want = _seeded_forward(model, _mode_input(case, index), case.seeded(180 + index))
+    want = seeded_forward(model, mode_input(case, index), case.seeded(180 + index))
     buffers = record["buffers"]
     own = dict(model.named_buffers())
     if not (isinstance(buffers, dict) and list(buffers) == list(own)):
         raise WireError("malformed observation: the buffers are not the model's")
-    moved = [f"{n}" for n in own if n.rpartition(".")[0] in frozen and not torch.equal(tensor(buffers[n], n), own[n])]
+    moved = [f"{n}" for n in own
+             if n.rpartition(".")[0] in frozen and not same_values(tensor(buffers[n], n), own[n], dtype=False)]
     if moved:
         fail("frozen-bn-training",
              observed=f"after one forward pass, the frozen BatchNorm statistics {moved[:3]} moved",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checks.lesson14.unfreeze import _blocks, _unfreeze_cases, _unfreeze_model
+from harness.checks.lesson14.unfreeze import block_names, unfreeze_cases, unfreeze_model
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -25,13 +25,13 @@ def judge_unfreeze(seen: dict, *, case: Case) -> str:
     """The head always trainable; block i of n trainable exactly from epoch every * (n - i), whatever the flags
     were before the call."""
     runs, attributes = seen["runs"], seen["attributes"]
-    cases = _unfreeze_cases(case)
+    cases = unfreeze_cases(case)
     if not (isinstance(runs, list) and isinstance(attributes, list) and len(runs) == len(attributes) == 2 * len(cases)):
         raise WireError("malformed observation: not two runs per model")
     for index, (architecture, width, every) in enumerate(cases):
-        model = _unfreeze_model(case, index, architecture, width)
+        model = unfreeze_model(case, index, architecture, width)
         names = [n for n, _ in model.named_parameters()]
-        blocks = _blocks(model)
+        blocks = block_names(model)
         epochs = every * len(blocks) + 2
         came_trainable, came_frozen = (_flag_table(runs[2 * index + k], names, epochs) for k in (0, 1))
         assigned = [attribute_names(attributes[2 * index + k]) for k in (0, 1)]

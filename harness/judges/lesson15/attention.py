@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from harness.checks.lesson15.attention import _attention_calls
+from harness.checks.lesson15.attention import attention_calls
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
@@ -75,7 +75,7 @@ def _large_negative(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: 
 def judge_attention(seen: dict, *, case: Case) -> str:
     """softmax(q k^T / sqrt(d) + masks) v, written by hand, for each mask combination."""
     forbid(seen["calls"], _ATTENTION_FORBIDDEN, where="the text of exercise 3")
-    for (description, q, k, v, mask, causal), got in judged(_attention_calls(case), seen["results"]):
+    for (description, q, k, v, mask, causal), got in judged(attention_calls(case), seen["results"]):
         want = _reference_attention(q, k, v, mask, causal)
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = f" of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor) else ""

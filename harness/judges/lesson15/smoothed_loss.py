@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from harness.checks.lesson15.smoothed_loss import _smoothed_calls
+from harness.checks.lesson15.smoothed_loss import smoothed_calls
 from harness.contract.case import Case
 from harness.contract.compare import close_values, judged, tensor, type_name
 from harness.contract.failure import fail
@@ -50,7 +50,7 @@ def _uniform_summed(logits: torch.Tensor, targets: torch.Tensor, smoothing: floa
 def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
     """The value and gradient of F.cross_entropy(label_smoothing=...), finite for huge logits, no forbidden call."""
     forbid(seen["calls"], _SMOOTHED_FORBIDDEN, where="the text of exercise 5")
-    for (description, logits, targets, smoothing), result in judged(_smoothed_calls(case), seen["results"]):
+    for (description, logits, targets, smoothing), result in judged(smoothed_calls(case), seen["results"]):
         got = result["returned"]
         if not isinstance(got, torch.Tensor) or got.dim() != 0:
             shape = f" of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor) else ""

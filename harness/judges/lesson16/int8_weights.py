@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson16.int8_weights import _weights
+from harness.checks.lesson16.int8_weights import case_weights
 from harness.contract.case import Case
-from harness.contract.compare import close_values, judged, type_name
+from harness.contract.compare import close_values, judged, same_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -40,13 +40,13 @@ def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Te
              expected="scale = max |w| of the row / 127 (symmetric)",
              cause="the asymmetric scheme, whose scale spans the row's range and which needs a zero point; "
              "symmetric int8 uses max |w| / 127 and no offset", where="the scale computation of quantize_per_channel")
-    if bool(torch.allclose(scale[nonzero], scale[nonzero][0].expand_as(scale[nonzero]))):
+    if bool(close_values(scale[nonzero], scale[nonzero][0].expand_as(scale[nonzero]), dtype=False)):
         fail("per-tensor", observed=f"every row has the same scale {float(scale[nonzero][0, 0]):.3g}",
              expected="one scale per row, from that row's own largest |w| (rows here differ by 10^4 in size)",
              cause="the maximum was taken over the whole matrix (amax() without dim, or .max())",
              where="the scale computation of quantize_per_channel")
     want = amax / 127
-    if not torch.allclose(scale[nonzero], want[nonzero], rtol=1e-5, atol=0):
+    if not close_values(scale[nonzero], want[nonzero], rtol=1e-5, atol=0, dtype=False):
         ratio = float((scale[nonzero] / want[nonzero]).median())
         fail("wrong-scale", observed=f"scales are {ratio:.4g} times max|w| / 127",
              expected="scale = max |w| of the row / 127",
@@ -64,7 +64,7 @@ def _quantisation_failure(q: torch.Tensor, scale: torch.Tensor, weight: torch.Te
 def judge_int8_weights(seen: dict, *, case: Case) -> str:
     """q int8 of the weight's shape, one scale per row equal to max|w| / 127, q = round(w / scale); zero rows
     fine; the weight unchanged."""
-    for weight, result in judged(_weights(case), seen.get("results")):
+    for weight, result in judged(case_weights(case), seen.get("results")):
         _judge_call(weight, result)
     return ("int8 q with one scale per row (max|w| / 127) in the weight's dtype, every weight within half a step, "
             "zero rows safe, the weight unchanged")
@@ -78,7 +78,7 @@ def _judge_call(weight: torch.Tensor, result: dict) -> None:
     after = result.get("weight_after")
     if not isinstance(after, torch.Tensor) or after.shape != weight.shape:
         raise WireError("malformed observation: weight_after is not the case's weight")
-    if after.dtype != weight.dtype or not torch.equal(after, weight):
+    if after.dtype != weight.dtype or not same_values(after, weight, dtype=False):
         fail("weight-modified", observed="the weight changed during the call", expected="the weight left as it was",
              cause="an in-place operation on weight (div_, abs_, clamp_, round_) or an assignment into it",
              where="the body of quantize_per_channel")

@@ -6,7 +6,7 @@ lacks; it refuses a file that would run code and an artefact whose names do not 
 
 from __future__ import annotations
 
-from harness.checks.lesson16.common import _state, case_model
+from harness.checks.lesson16.common import case_model, cloned_state
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.registry import judges
@@ -18,7 +18,7 @@ from harness.judges.lesson16.common import _states_equal
 def judge_load_artefact(seen: dict, *, case: Case) -> str:
     """The loader returns the model with the saved state in eval mode; it refuses a file that would run code and
     an artefact whose names do not match."""
-    want = _state(case_model(case, salt=10))
+    want = cloned_state(case_model(case, salt=10))
     where = "the body of load_artefact"
     if not isinstance(seen.get("type"), str):
         raise WireError("malformed observation: no type")

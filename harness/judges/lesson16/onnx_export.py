@@ -11,7 +11,7 @@ import re
 import torch
 
 from harness.checks.lesson16.common import case_config, case_inputs, case_model
-from harness.checks.lesson16.onnx_export import _EXPORT_ROWS, _onnx_batches
+from harness.checks.lesson16.onnx_export import EXPORT_ROWS, onnx_batches
 from harness.contract.case import Case
 from harness.contract.compare import close_values, type_name
 from harness.contract.failure import fail
@@ -111,9 +111,9 @@ def judge_onnx_export(seen: dict, *, case: Case) -> str:
         fail("static-batch", observed=f"the input's shape in the file is {shape}",
              expected=f"['batch', {features}]: a named, dynamic first axis",
              cause="no dynamic_shapes (torch.export.Dim) for axis 0: the exporter froze the example's batch size "
-             f"({_EXPORT_ROWS})" if shape and shape[0] == _EXPORT_ROWS else
+             f"({EXPORT_ROWS})" if shape and shape[0] == EXPORT_ROWS else
              "the dynamic axis is declared on the wrong dimension", where=where)
-    runs, batches = seen.get("runs"), _onnx_batches(case)
+    runs, batches = seen.get("runs"), onnx_batches(case)
     if not isinstance(runs, list) or len(runs) != len(batches):
         raise WireError("malformed observation: not one run per batch size")
     model = case_model(case, salt=30)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from harness.checks.lesson16.common import case_inputs, case_model
-from harness.checks.lesson16.predict import _predict_calls
+from harness.checks.lesson16.predict import predict_calls
 from harness.contract.case import Case
 from harness.contract.compare import close_values, type_name
 from harness.contract.failure import fail
@@ -24,7 +24,7 @@ def _expected_batches(count: int, batch_size: int) -> list[int]:
 @judges("16-predict")
 def judge_predict(seen: dict, *, case: Case) -> str:
     """Eval mode, inference_mode, batches of batch_size in order, the logits as one tensor, the mode restored."""
-    calls, results = _predict_calls(case), seen.get("results")
+    calls, results = predict_calls(case), seen.get("results")
     if not isinstance(results, list) or len(results) != len(calls):
         raise WireError("malformed observation: not one result per call")
     for index, ((count, batch_size, training), result) in enumerate(zip(calls, results, strict=True)):

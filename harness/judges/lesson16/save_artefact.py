@@ -9,9 +9,9 @@ import re
 
 import torch
 
-from harness.checks.lesson16.common import _state, case_config, case_model
+from harness.checks.lesson16.common import case_config, case_model, cloned_state
 from harness.contract.case import Case
-from harness.contract.compare import type_name
+from harness.contract.compare import same_values, type_name
 from harness.contract.failure import fail
 from harness.contract.registry import judges
 from harness.judges.lesson16.common import _states_equal
@@ -37,7 +37,7 @@ def _state_problem(saved: dict, want: dict[str, torch.Tensor]) -> tuple[str, str
             return ("wrong-weights", f"{name} was saved as {got.dtype}, the model's is {value.dtype}",
                     "the tensors were converted (.half(), .to(dtype)) before saving: the served model would not "
                     "compute what was trained")
-        if not torch.equal(got, value):
+        if not same_values(got, value, dtype=False):
             return ("wrong-weights", f"the values of {name} differ from the model's",
                     "another model's (or an earlier) state_dict was saved, or the tensors were changed")
     return None
@@ -47,7 +47,7 @@ def _state_problem(saved: dict, want: dict[str, torch.Tensor]) -> tuple[str, str
 def judge_save_artefact(seen: dict, *, case: Case) -> str:
     """The file loads with weights_only=True into {"config": config, "state_dict": the model's state_dict}."""
     model, config = case_model(case, salt=0), case_config(case)
-    want = _state(model)
+    want = cloned_state(model)
     where = "the body of save_artefact"
     if seen.get("training_after") is not True or not _states_equal(seen.get("state_after"), want):
         changed = "its mode (now eval)" if seen.get("training_after") is False else "its weights or dtype"
