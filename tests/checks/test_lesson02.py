@@ -14,7 +14,7 @@ from torch import nn
 
 from harness.checks import CheckFailed, check, core, hint
 from harness.checks.lesson02.param_groups import group_model
-from harness.checks.testing import Correct, Mistake
+from harness.checks.testing import Correct, Mistake, solution_cell
 from harness.contract.case import Case
 from harness.judges.lesson02.common import zipped_state_dict_names
 
@@ -643,6 +643,20 @@ MISTAKES = [
             story="applies dropout after every layer, the output scores included"),
     Mistake("02-mlp", "dropout-misplaced", "does not receive the input x itself", (MLPInputDropout,),
             story="applies dropout before each layer, so the input is dropped too"),
+    Mistake("02-mlp", "unregistered-layers", "nn.ModuleList", solution_cell(
+        "class MLP(nn.Module):\n"
+        "    def __init__(self, sizes, dropout=0.0):\n"
+        "        super().__init__()\n"
+        "        self.layers = [nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])]  # the bug: a plain list\n"
+        "        self.dropout = nn.Dropout(dropout)\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        *hidden, last = self.layers\n"
+        "        for layer in hidden:\n"
+        "            x = self.dropout(torch.relu(layer(x)))\n"
+        "        return last(x)\n",
+        "MLP"),
+        story="a plain list", planted=True),
     # 02-count-trainable
     Mistake("02-count-trainable", "counts-tensors", "not of numbers",
             (lambda m: sum(1 for p in m.parameters() if p.requires_grad),),
@@ -666,6 +680,11 @@ MISTAKES = [
             story="sums with torch: returns a tensor"),
     Mistake("02-count-trainable", "not-an-int", "numpy integer", (count_with_numpy,),
             story="np.sum returns numpy.int64"),
+    Mistake("02-count-trainable", "counts-buffers", "running statistics", solution_cell(
+        "def count_trainable(model):\n"
+        "    return sum(t.numel() for t in model.state_dict().values())  # the bug: buffers counted too\n",
+        "count_trainable"),
+        story="buffers counted too", planted=True),
     # 02-running-standardizer
     Mistake("02-running-standardizer", "missing-super-init", "super().__init__()", (StandardizerNoSuper,),
             story="forgets super().__init__() before register_buffer"),
@@ -699,6 +718,25 @@ MISTAKES = [
             story="caches the eval scale in a plain attribute"),
     Mistake("02-running-standardizer", "does-not-move", "float64", (StandardizerFloat32Output,),
             story="casts the output to float32"),
+    Mistake("02-running-standardizer", "not-registered", "register_buffer", solution_cell(
+        "class RunningStandardizer(nn.Module):\n"
+        "    def __init__(self, num_features, momentum=0.1, eps=1e-5):\n"
+        "        super().__init__()\n"
+        "        self.momentum, self.eps = momentum, eps\n"
+        "        self.running_mean = torch.zeros(num_features)  # the bug: plain attributes, not buffers\n"
+        "        self.running_var = torch.ones(num_features)\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        if self.training:\n"
+        "            mean, var = x.mean(dim=0), x.var(dim=0, unbiased=False)\n"
+        "            with torch.no_grad():\n"
+        "                self.running_mean.lerp_(mean, self.momentum)\n"
+        "                self.running_var.lerp_(var, self.momentum)\n"
+        "        else:\n"
+        "            mean, var = self.running_mean, self.running_var\n"
+        "        return (x - mean) / torch.sqrt(var + self.eps)\n",
+        "RunningStandardizer"),
+        story="plain attributes, not buffers", planted=True),
     # 02-freeze-backbone
     Mistake("02-freeze-backbone", "backbone-trainable", "plain attribute", (freeze_attribute,),
             story="module.requires_grad = False: the lesson's first trap"),
@@ -712,6 +750,12 @@ MISTAKES = [
             story="freezes the whole model, then unfreezes the head's weights only"),
     Mistake("02-freeze-backbone", "head-frozen", "came in frozen", (freeze_backbone_only,),
             story="freezes the backbone and assumes the head is already trainable"),
+    Mistake("02-freeze-backbone", "backbone-trainable", "plain attribute", solution_cell(
+        "def freeze_backbone(model):\n"
+        "    model.backbone.requires_grad = False  # the bug: sets an attribute on the module, not on its parameters\n"
+        "    model.head.requires_grad_(True)\n",
+        "freeze_backbone"),
+        story="sets an attribute on the module, not on its parameters", planted=True),
     # 02-init-weights
     Mistake("02-init-weights", "not-in-place", "new parameter objects", (init_new_parameters,),
             story="assigns new nn.Parameters instead of filling the old ones"),
@@ -731,6 +775,14 @@ MISTAKES = [
             story="initialises every parameter by ndim, norm weights included"),
     Mistake("02-init-weights", "raised", "NoneType", (init_assumes_bias,),
             story="assumes every Linear has a bias"),
+    Mistake("02-init-weights", "missed-nested-layers", "only the top level was visited", solution_cell(
+        "def init_weights_(model):\n"
+        "    for module in model.children():  # the bug: nested layers are never reached\n"
+        "        if isinstance(module, nn.Linear):\n"
+        "            nn.init.kaiming_normal_(module.weight, nonlinearity='relu')\n"
+        "            nn.init.zeros_(module.bias)\n",
+        "init_weights_"),
+        story="nested layers are never reached", planted=True),
     # 02-param-groups
     Mistake("02-param-groups", "frozen-params-included", "frozen parameter backbone.0.weight", (groups_with_frozen,),
             story="no requires_grad filter"),
@@ -753,6 +805,17 @@ MISTAKES = [
     Mistake("02-param-groups", "wrong-lr", "paired with model.parameters() (zip)", (groups_zipped_state_dict,),
             story="names from zip(model.state_dict(), model.parameters()) (issue 43: passed without a buffer in the "
             "backbone)"),
+    Mistake("02-param-groups", "decay-on-bias-or-norm", "also takes this bias or norm weight", solution_cell(
+        "def make_param_groups(model, *, lr, weight_decay, backbone_lr):\n"
+        "    # the bug: weight decay on every parameter, biases and LayerNorm weights included\n"
+        "    return [\n"
+        "        {'params': [p for p in model.backbone.parameters() if p.requires_grad], 'lr': backbone_lr,\n"
+        "         'weight_decay': weight_decay},\n"
+        "        {'params': [p for p in model.head.parameters() if p.requires_grad], 'lr': lr, 'weight_decay'"
+        ": weight_decay},\n"
+        "    ]\n",
+        "make_param_groups"),
+        story="weight decay on every parameter, biases and LayerNorm weights included", planted=True),
 ]
 
 CORRECT = [

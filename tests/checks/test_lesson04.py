@@ -16,17 +16,12 @@ from torch import nn
 from harness.checks import CheckFailed
 from harness.checks.lesson04.evaluate import evaluate_inputs
 from harness.checks.lesson04.train_epoch import train_epoch_inputs
-from harness.checks.testing import (
-    DRAWN_CASE,
-    Correct,
-    Mistake,
-    assert_check_fails,
-    assert_check_passes,
-)
+from harness.checks.testing import DRAWN_CASE, Correct, Mistake, assert_check_fails, assert_check_passes, solution_cell
 from harness.contract import wire
 from harness.contract.case import Case
 from harness.contract.instruments import HostSyncCounter
 from harness.contract.protocol import decide, observe
+from tests.exercises import notebook_namespace
 
 # ---------------------------------------------------------------------------------------------------- running mean
 
@@ -625,6 +620,9 @@ def fit_returning_frame(*args, **kwargs):
 
 # ---------------------------------------------------------------------------------------------------- the mutation set
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("04_training_loop")
+
 MISTAKES = [
     # 04-running-mean
     Mistake("04-running-mean", "host-sync-per-update", "device-to-host", (ItemMean,),
@@ -641,6 +639,20 @@ MISTAKES = [
             story="keeps the weighted values in a list and forgets to sum them in compute()"),
     Mistake("04-running-mean", "not-on-device", "in place", (InPlaceMean,),
             story="`self.total += ...` into a CPU zero: fails once the losses live on a GPU"),
+    Mistake("04-running-mean", "keeps-graph", "graph of every batch", solution_cell(
+        "class RunningMean:\n"
+        "    def __init__(self):\n"
+        "        self.total = torch.zeros(())\n"
+        "        self.count = 0\n"
+        "\n"
+        "    def update(self, value, n):\n"
+        "        self.total = self.total + value * n\n"
+        "        self.count += n\n"
+        "\n"
+        "    def compute(self):\n"
+        "        return self.total / self.count\n",
+        "RunningMean"),
+        story="adds the live loss: the 'memory grows every step' forum classic", planted=True),
     # 04-train-step
     Mistake("04-train-step", "missing-zero-grad", "sum of this batch's gradients", (step_without_zero_grad,),
             story="forgets zero_grad: the most common loop bug (forum FAQ)"),
@@ -677,6 +689,16 @@ MISTAKES = [
             story="uses the batch as the loader gives it (works on a CPU, fails on a GPU)"),
     Mistake("04-train-step", "batch-not-on-device", "a fixed or global device", (step_global_device,),
             story="moves the batch to the notebook's global `device`, not the model's"),
+    Mistake("04-train-step", "missing-zero-grad", "sum of this batch's gradients", solution_cell(
+        "def train_step(model, batch, loss_fn, optimizer):\n"
+        "    x, y = batch\n"
+        "    model.train()\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    return loss.detach()\n",
+        "train_step"),
+        story="forgets zero_grad: the most common loop bug (forum FAQ)", planted=True),
     # 04-train-epoch
     Mistake("04-train-epoch", "unweighted-mean", "last batch", (epoch_unweighted,),
             story="the mean of the batch losses (the lesson's interview question 6)"),
@@ -692,6 +714,14 @@ MISTAKES = [
             story="inlines the step and drops model.train()"),
     Mistake("04-train-epoch", "not-a-tensor", "returned a float", (epoch_returning_float,),
             story="returns float(...) at the end 'to make it printable'"),
+    Mistake("04-train-epoch", "sum-not-mean", "sum of the per-sample losses", solution_cell(
+        "def train_epoch(model, loader, loss_fn, optimizer):\n"
+        "    total = torch.zeros(())\n"
+        "    for x, y in loader:\n"
+        "        total = total + train_step(model, (x, y), loss_fn, optimizer) * len(y)\n"
+        "    return total\n",
+        "train_epoch", given=NOTEBOOK),
+        story="accumulates loss * len(y) and forgets to divide", planted=True),
     # 04-evaluate
     Mistake("04-evaluate", "train-mode-in-eval", "model.eval()", (evaluate_in_train_mode,),
             story="no_grad but no model.eval(): 'no_grad is eval mode' confusion (forum FAQ)"),
@@ -715,6 +745,18 @@ MISTAKES = [
             story="returns the count of correct predictions"),
     Mistake("04-evaluate", "wrong-accuracy", "argmax", (evaluate_batch_denominator,),
             story="divides each batch's correct count by its size, then again by the dataset size"),
+    Mistake("04-evaluate", "builds-graph", "torch.no_grad()", solution_cell(
+        "def evaluate(model, loader, loss_fn):\n"
+        "    model.eval()\n"
+        "    mean_loss, correct, count = RunningMean(), torch.zeros(()), 0\n"
+        "    for x, y in loader:\n"
+        "        outputs = model(x)\n"
+        "        mean_loss.update(loss_fn(outputs, y), len(y))\n"
+        "        correct += (outputs.argmax(dim=1) == y).sum()\n"
+        "        count += len(y)\n"
+        '    return {"loss": float(mean_loss.compute()), "accuracy": float(correct / count)}\n',
+        "evaluate", given=NOTEBOOK),
+        story="model.eval() but no no_grad: 'eval() turns off gradients' confusion", planted=True),
     # 04-fit
     Mistake("04-fit", "early-stop-on-train-loss", "training* loss", (make_fit(monitor="train_loss"),),
             story="watches train_loss (the lesson's named classic)"),
@@ -749,6 +791,24 @@ MISTAKES = [
     Mistake("04-fit", "wrong-history", "does not validate through an evaluate that sets eval mode",
             (make_fit(evaluate_fn=evaluate_in_train_mode),),
             story="validates with a loop of its own, without model.eval() (its evaluate is not the graded one)"),
+    Mistake("04-fit", "early-stop-on-train-loss", "training* loss", solution_cell(
+        "def fit(model, train_loader, val_loader, *, loss_fn, optimizer, max_epochs, patience, min_delta=0.0):\n"
+        '    history, best_loss, best_state, waited = [], float("inf"), None, 0\n'
+        "    for epoch in range(1, max_epochs + 1):\n"
+        "        train_loss = float(train_epoch(model, train_loader, loss_fn, optimizer))\n"
+        "        scores = evaluate(model, val_loader, loss_fn)\n"
+        '        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": scores["loss"],\n'
+        '                        "val_accuracy": scores["accuracy"]})\n'
+        "        if train_loss < best_loss - min_delta:\n"
+        "            best_loss, best_state, waited = train_loss, copy.deepcopy(model.state_dict()), 0\n"
+        "        else:\n"
+        "            waited += 1\n"
+        "            if waited >= patience:\n"
+        "                break\n"
+        "    model.load_state_dict(best_state)\n"
+        "    return history\n",
+        "fit", given=NOTEBOOK),
+        story="watches train_loss (the lesson's named classic)", planted=True),
 ]
 
 CORRECT = [

@@ -14,13 +14,9 @@ import torch
 from torch.nn.utils import clip_grad_norm_, clip_grad_value_, get_total_norm
 
 from harness.checks.lesson06.accum_clip import accum_plan
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-    assert_mistake,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_mistake, solution_cell
 from harness.contract.case import Case
+from tests.exercises import notebook_namespace
 
 Clip = Callable[[list[torch.nn.Parameter], float], torch.Tensor]
 
@@ -327,6 +323,9 @@ def accum_sum_then_scale(model, micro_batches, loss_fn, optimizer, max_norm):
     return norm
 
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("06_gradient_clipping")
+
 MISTAKES = [
     # 06-grad-norm
     Mistake("06-grad-norm", "wrong-norm", "per-parameter norms were added",
@@ -348,6 +347,11 @@ MISTAKES = [
     Mistake("06-grad-norm", "raised", "NoneType",
             (lambda ps: torch.cat([p.grad.flatten() for p in ps]).norm(),),
             story="forgets parameters without .grad (frozen or unused)"),
+    Mistake("06-grad-norm", "wrong-norm", "per-parameter norms were added", solution_cell(
+        "def total_grad_norm(parameters):\n"
+        "    return sum(p.grad.norm() for p in parameters if p.grad is not None)\n",
+        "total_grad_norm"),
+        story="the per-parameter norms are added instead of taking the norm of all entries together", planted=True),
     # 06-clip-step
     Mistake("06-clip-step", "eval-mode", "training mode", (clip_step_using(clip_by_norm, train=False),),
             story="leaves out model.train(): the model stays in eval mode after validation"),
@@ -373,6 +377,18 @@ MISTAKES = [
             story="returns norm.item() to log it"),
     Mistake("06-clip-step", "wrong-return", "measured after clipping", (clip_step_using(clip_then_measure),),
             story="returns the norm measured after clipping"),
+    Mistake("06-clip-step", "value-not-norm", "clip_grad_value_", solution_cell(
+        "def clip_train_step(model, batch, loss_fn, optimizer, max_norm):\n"
+        "    inputs, targets = batch\n"
+        "    model.train()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    loss_fn(model(inputs), targets).backward()\n"
+        "    norm = get_total_norm([p.grad for p in model.parameters()])\n"
+        "    clip_grad_value_(model.parameters(), max_norm / 10)\n"
+        "    optimizer.step()\n"
+        "    return norm\n",
+        "clip_train_step", given=NOTEBOOK),
+        story="clip_grad_value_ where clipping by norm was asked: the direction of the update changes", planted=True),
     # 06-amp-clip
     Mistake("06-amp-clip", "no-forward", "model.forward(inputs)", (amp_clip_using(forward="method"),),
             story="calls model.forward(x) directly"),
@@ -416,6 +432,21 @@ MISTAKES = [
             story="returns the norm measured before unscale_"),
     Mistake("06-amp-clip", "inf-step-not-skipped", "parameters changed", (amp_clip_using(hand_update=True),),
             story="updates the parameters by hand after unscaling: an inf gradient reaches them"),
+    Mistake("06-amp-clip", "clip-before-unscale", "unscale_(optimizer) before clip_grad_norm_", solution_cell(
+        "def amp_clip_step(model, batch, loss_fn, optimizer, scaler, max_norm, device_type, dtype):\n"
+        "    inputs, targets = batch\n"
+        "    model.train()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    with torch.autocast(device_type, dtype=dtype):\n"
+        "        loss = loss_fn(model(inputs), targets)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    norm = clip_grad_norm_(model.parameters(), max_norm)\n"
+        "    scaler.unscale_(optimizer)\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+        "    return norm\n",
+        "amp_clip_step", given=NOTEBOOK),
+        story="clipping before scaler.unscale_: the threshold applies to the scaled gradients", planted=True),
     # 06-accum-clip
     Mistake("06-accum-clip", "no-step", "never ran", (accum_using(step=False),),
             story="forgets optimizer.step() after the loop"),
@@ -448,6 +479,17 @@ MISTAKES = [
             story="returns the norm as a float"),
     Mistake("06-accum-clip", "wrong-return", "measured after clipping", (accum_using(clip_then_measure),),
             story="returns the norm measured after clipping"),
+    Mistake("06-accum-clip", "clipped-per-micro-batch", "inside the micro-batch loop", solution_cell(
+        "def accumulate_clip_step(model, micro_batches, loss_fn, optimizer, max_norm):\n"
+        "    model.train()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        norm = clip_grad_norm_(model.parameters(), max_norm)\n"
+        "    optimizer.step()\n"
+        "    return norm\n",
+        "accumulate_clip_step", given=NOTEBOOK),
+        story="clipping inside the micro-batch loop instead of once after it", planted=True),
 ]
 
 CORRECT = [

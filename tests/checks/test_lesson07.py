@@ -18,6 +18,7 @@ from harness.contract.case import Case
 from harness.judges.drills.schedulers import warmup_cosine_factor
 from harness.judges.lesson07.common import warmup_cosine_reference
 from harness.judges.lesson15.warmup import reference_lr_factor
+from tests.exercises import notebook_namespace
 
 
 # ---------------------------------------------------------------------------------------------- warmup
@@ -767,6 +768,9 @@ def one_cycle_own_optimizer(optimizer, loader, epochs, max_lr):
     return torch.optim.lr_scheduler.OneCycleLR(fresh, max_lr=max_lr, total_steps=epochs * len(loader))
 
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("07_lr_schedulers")
+
 MISTAKES = [
     Mistake("07-warmup-cosine", "warmup-starts-at-zero", "the ramp starts at 0: the first step trains with lr 0",
             (warmup_from_zero,), story="step / warmup_steps: the textbook ramp from 0, one step behind"),
@@ -789,6 +793,16 @@ MISTAKES = [
             story="min(1, (step + 1) / warmup_steps) with no branch: no warm-up divides by 0"),
     Mistake("07-warmup-cosine", "not-a-float", "Tensor", (returns_tensor,),
             story="returns a tensor (torch.cos habits)"),
+    Mistake("07-warmup-cosine", "warmup-starts-at-zero", "the ramp starts at 0: the first step trains with lr 0",
+            solution_cell(
+        "def warmup_cosine(step, warmup_steps, total_steps):\n"
+        "    if step < warmup_steps:\n"
+        "        return step / warmup_steps\n"
+        "    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))\n"
+        "    return 0.5 * (1.0 + math.cos(math.pi * progress))\n",
+        "warmup_cosine", given=NOTEBOOK),
+        story="the ramp starts at 0: the first optimizer step trains with lr 0 and the peak comes a step late",
+        planted=True),
     Mistake("07-per-step", "scheduler-before-optimizer", "Detected call", (per_step_before,),
             story="scheduler.step() before optimizer.step(): the pre-1.1 order, warned about by PyTorch"),
     Mistake("07-per-step", "scheduler-not-stepped", "never called", (per_step_never,),
@@ -803,6 +817,20 @@ MISTAKES = [
             story="forgets zero_grad: gradients accumulate"),
     Mistake("07-per-step", "not-train-mode", "model.train()", (per_step_no_train,),
             story="never calls model.train() (the model arrives after an evaluation)"),
+    Mistake("07-per-step", "scheduler-before-optimizer", "Detected call", solution_cell(
+        "def train_per_step(model, loader, loss_fn, optimizer, scheduler, epochs):\n"
+        "    device = next(model.parameters()).device\n"
+        "    for _ in range(epochs):\n"
+        "        model.train()\n"
+        "        for inputs, targets in loader:\n"
+        "            inputs, targets = inputs.to(device), targets.to(device)\n"
+        "            optimizer.zero_grad(set_to_none=True)\n"
+        "            loss = loss_fn(model(inputs), targets)\n"
+        "            loss.backward()\n"
+        "            scheduler.step()\n"
+        "            optimizer.step()\n",
+        "train_per_step"),
+        story="scheduler.step() before optimizer.step(): every update uses the next lr of the schedule", planted=True),
     Mistake("07-per-epoch", "stepped-per-batch", "inside the batch loop", (per_step_correct,),
             story="StepLR stepped every batch: decays len(loader) times too fast"),
     Mistake("07-per-epoch", "scheduler-not-stepped", "never called", (per_step_never,),
@@ -817,6 +845,19 @@ MISTAKES = [
             story="forgets zero_grad: gradients accumulate"),
     Mistake("07-per-epoch", "not-train-mode", "undone by a model.eval()", (per_epoch_train_once,),
             story="model.train() once before the loop, model.eval() for the per-epoch evaluation"),
+    Mistake("07-per-epoch", "stepped-per-batch", "inside the batch loop", solution_cell(
+        "def train_per_epoch(model, loader, loss_fn, optimizer, scheduler, epochs):\n"
+        "    device = next(model.parameters()).device\n"
+        "    for _ in range(epochs):\n"
+        "        model.train()\n"
+        "        for inputs, targets in loader:\n"
+        "            inputs, targets = inputs.to(device), targets.to(device)\n"
+        "            optimizer.zero_grad(set_to_none=True)\n"
+        "            loss_fn(model(inputs), targets).backward()\n"
+        "            optimizer.step()\n"
+        "            scheduler.step()\n",
+        "train_per_epoch"),
+        story="an epoch-sized StepLR stepped every batch: it decays len(loader) times too fast", planted=True),
     Mistake("07-plateau", "plateau-train-metric", "memorises random labels", (plateau_train_metric,),
             story="scheduler.step(train_loss): the lesson's own pitfall"),
     Mistake("07-plateau", "plateau-wrong-metric", "validation accuracy", (plateau_val_accuracy,),
@@ -852,6 +893,27 @@ MISTAKES = [
             story="appends the 0-dim tensor where the signature says list[float] (issue 43)"),
     Mistake("07-plateau", "wrong-return", "validation losses", (plateau_returns_nothing,),
             story="forgets the return"),
+    Mistake("07-plateau", "plateau-train-metric", "memorises random labels", solution_cell(
+        "def train_with_plateau(model, train_loader, val_loader, loss_fn, optimizer, scheduler, epochs):\n"
+        "    device = next(model.parameters()).device\n"
+        "    val_losses = []\n"
+        "    for _ in range(epochs):\n"
+        "        model.train()\n"
+        "        total, batches = 0.0, 0\n"
+        "        for inputs, targets in train_loader:\n"
+        "            inputs, targets = inputs.to(device), targets.to(device)\n"
+        "            optimizer.zero_grad(set_to_none=True)\n"
+        "            loss = loss_fn(model(inputs), targets)\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "            total, batches = total + loss.item(), batches + 1\n"
+        "        val_loss, _ = evaluate(model, val_loader, loss_fn)\n"
+        "        scheduler.step(total / batches)\n"
+        "        val_losses.append(val_loss)\n"
+        "    return val_losses\n",
+        "train_with_plateau", given=NOTEBOOK),
+        story="ReduceLROnPlateau fed the training loss, which keeps falling while the validation loss rises",
+        planted=True),
     Mistake("07-amp-skip", "scheduler-advanced-on-skip", "runs ahead", (amp_step_always,),
             story="steps the scheduler unconditionally: PyTorch's order warning"),
     Mistake("07-amp-skip", "skip-not-reported", ">=", (amp_step_equal,),
@@ -868,6 +930,18 @@ MISTAKES = [
             story="believes scaler.step only unscales and calls optimizer.step() too"),
     Mistake("07-amp-skip", "steps-inconsistent", "clipped", (amp_step_clip_scaled,),
             story="clips before scaler.unscale_ (the AMP docs' pitfall)"),
+    Mistake("07-amp-skip", "scheduler-advanced-on-skip", "runs ahead", solution_cell(
+        "def amp_step(model, inputs, targets, loss_fn, optimizer, scaler, scheduler):\n"
+        "    loss = loss_fn(model(inputs), targets)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scale_before = scaler.get_scale()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+        "    scheduler.step()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    return scaler.get_scale() >= scale_before\n",
+        "amp_step"),
+        story="the scheduler advances even when the GradScaler skipped the optimizer step", planted=True),
     Mistake("07-one-cycle", "sized-in-samples", "batch_size (8) times", ONE_CYCLE_IN_SAMPLES,
             story="len(loader.dataset): the run counted in samples (issue 29)", planted=True),
     Mistake("07-one-cycle", "too-few-steps", "partial last batch", (one_cycle_floor_division,),

@@ -17,13 +17,9 @@ import pytest
 import torch
 
 from harness.checks import CheckFailed, check
-from harness.checks.testing import (
-    Correct,
-    Mistake,
-    assert_check_fails,
-    solution_cell,
-)
+from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
 from harness.repro import capture_rng_state, restore_rng_state
+from tests.exercises import notebook_namespace
 
 
 # ---------------------------------------------------------------------------------------------- portable
@@ -905,6 +901,9 @@ def test_a_tie_and_a_counter_never_reset_get_their_own_cause_and_hint():
 
 
 # ---------------------------------------------------------------------------------------------- mutation set
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("08_checkpointing")
+
 MISTAKES = [
     Mistake("08-portable", "prefix-left", "stack in any order", (portable_once,),
             story="removes each prefix once: compile around DDP keeps 'module.'"),
@@ -924,6 +923,11 @@ MISTAKES = [
             story="returns the renamed items, never builds the dict"),
     Mistake("08-portable", "values-changed", "same tensors", (portable_zeroed,),
             story="builds fresh tensors instead of keeping the values"),
+    Mistake("08-portable", "over-stripped", "str.replace", solution_cell(
+        "def portable_state_dict(state_dict):\n"
+        "    return {k.replace('module.', '').replace('_orig_mod.', ''): v for k, v in state_dict.items()}\n",
+        "portable_state_dict"),
+        story="str.replace also removes 'module.' inside real names such as 'head.module.weight'", planted=True),
     Mistake("08-early-stopping", "state-not-restored", "bad-epoch counter", (EarlyStoppingForgetful,),
             story="saves only best: the resumed run waits patience epochs again"),
     Mistake("08-early-stopping", "not-weights-only", "plain values", (EarlyStoppingSelfState,),
@@ -942,6 +946,28 @@ MISTAKES = [
             story="best = float('inf') as a sentinel"),
     Mistake("08-early-stopping", "wrong-best", "every metric stored", (EarlyStoppingLastAsBest,),
             story="stores every metric as best"),
+    Mistake("08-early-stopping", "state-not-restored", "bad-epoch counter", solution_cell(
+        "class EarlyStopping:\n"
+        "    def __init__(self, patience, mode='min', min_delta=0.0):\n"
+        "        self.patience, self.mode, self.min_delta = patience, mode, min_delta\n"
+        "        self.best, self.bad_epochs = None, 0\n"
+        "\n"
+        "    def step(self, metric):\n"
+        "        better = self.best is None or (\n"
+        "            metric < self.best - self.min_delta if self.mode == 'min' else metric > self.best + self"
+        ".min_delta\n"
+        "        )\n"
+        "        self.best, self.bad_epochs = (metric, 0) if better else (self.best, self.bad_epochs + 1)\n"
+        "        return self.bad_epochs >= self.patience\n"
+        "\n"
+        "    def state_dict(self):\n"
+        "        return {'best': self.best}\n"
+        "\n"
+        "    def load_state_dict(self, state):\n"
+        "        self.best = state['best']\n",
+        "EarlyStopping"),
+        story="the bad-epoch counter is not part of the state: a resumed run waits `patience` epochs again",
+        planted=True),
     Mistake("08-atomic-save", "not-atomic", "truncates the old file", (save_in_place,),
             story="plain torch.save onto the checkpoint"),
     Mistake("08-atomic-save", "temp-left-behind", "no cleanup", (atomic_no_cleanup,),
@@ -964,6 +990,11 @@ MISTAKES = [
             story="tempfile.mkstemp() in /tmp, then shutil.move onto path: a copy where /tmp is another file system"),
     Mistake("08-atomic-save", "raised", "has no attribute 'with_name'", (atomic_path_only,),
             story="path.with_name(...) on a str path: Path-only code"),
+    Mistake("08-atomic-save", "not-atomic", "truncates the old file", solution_cell(
+        "def atomic_save(obj, path):\n"
+        "    torch.save(obj, path)\n",
+        "atomic_save", given=NOTEBOOK),
+        story="a plain torch.save: a crash half way through destroys the previous checkpoint", planted=True),
     Mistake("08-best-last", "best-overwritten", "without comparing", (best_always,),
             story="best.pt written every epoch"),
     Mistake("08-best-last", "last-not-saved", "every epoch", (best_only,),
@@ -982,6 +1013,16 @@ MISTAKES = [
             story="last.pt saved atomically, then best.pt made with shutil.copyfile(last.pt, best.pt)"),
     Mistake("08-best-last", "not-atomic", "torch.save straight onto the file", (best_last_torch_save,),
             story="the exercise before was atomic_save, but this one writes both files with torch.save"),
+    Mistake("08-best-last", "best-overwritten", "without comparing", solution_cell(
+        "def save_best_and_last(state, directory, metric, best_metric, mode='min'):\n"
+        "    directory = Path(directory)\n"
+        "    atomic_save(state, directory / 'last.pt')\n"
+        "    atomic_save(state, directory / 'best.pt')\n"
+        "    if best_metric is None:\n"
+        "        return metric\n"
+        "    return min(metric, best_metric) if mode == 'min' else max(metric, best_metric)\n",
+        "save_best_and_last", given=NOTEBOOK),
+        story="best.pt written every epoch, whether the metric improved or not", planted=True),
     Mistake("08-resume", "optimizer-not-restored", "'optimizer'", (_save_without("optimizer"), load_full),
             story="the optimizer state left out: the most common checkpoint bug"),
     Mistake("08-resume", "scheduler-not-restored", "'scheduler'", (_save_without("scheduler"), load_full),
@@ -1013,6 +1054,29 @@ MISTAKES = [
             story="logs a prediction with dropout on after capturing the RNG"),
     Mistake("08-resume", "not-atomic", "torch.save straight onto path", (save_straight_onto_path, load_full),
             story="every part saved, but with torch.save onto the checkpoint instead of atomic_save"),
+    Mistake("08-resume", "optimizer-not-restored", "'optimizer'", solution_cell(
+        "def save_checkpoint(path, *, model, optimizer, scheduler, scaler, generator, epoch, best_metric):\n"
+        "    atomic_save({\n"
+        "        'model': model.state_dict(),\n"
+        "        'scheduler': scheduler.state_dict(),\n"
+        "        'scaler': scaler.state_dict(),\n"
+        "        'rng': capture_rng_state(),\n"
+        "        'data_generator': generator.get_state(),\n"
+        "        'epoch': epoch,\n"
+        "        'best_metric': best_metric,\n"
+        "    }, path)\n"
+        "\n"
+        "\n"
+        "def load_checkpoint(path, *, model, optimizer, scheduler, scaler, generator):\n"
+        "    checkpoint = torch.load(path, weights_only=True)\n"
+        "    model.load_state_dict(checkpoint['model'])\n"
+        "    scheduler.load_state_dict(checkpoint['scheduler'])\n"
+        "    scaler.load_state_dict(checkpoint['scaler'])\n"
+        "    restore_rng_state(checkpoint['rng'])\n"
+        "    generator.set_state(checkpoint['data_generator'])\n"
+        "    return {'epoch': checkpoint['epoch'], 'best_metric': checkpoint['best_metric']}\n",
+        "save_checkpoint", "load_checkpoint", given=NOTEBOOK),
+        story="the optimizer state is left out: Adam's moments restart at zero and the weights diverge", planted=True),
 ]
 
 CORRECT = [

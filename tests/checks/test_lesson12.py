@@ -21,8 +21,10 @@ from harness.checks.testing import (
     Mistake,
     assert_check_fails,
     assert_forgeries_refused,
+    solution_cell,
 )
 from harness.diagnose import lr_range_test as harness_lr_range_test
+from tests.exercises import notebook_namespace
 
 
 # ---------------------------------------------------------------- 12-init-loss
@@ -632,6 +634,9 @@ def sweep_next_batch(model, optimizer, loss_fn, batches, start_lr, end_lr, num_s
     return sweep()(model, optimizer, loss_fn, shifted, start_lr, end_lr, num_steps, diverge)
 
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("12_debugging")
+
 MISTAKES = [
     # 12-init-loss
     Mistake("12-init-loss", "wrong-expected", "log10(C)", (init_loss(log=math.log10),),
@@ -659,6 +664,13 @@ MISTAKES = [
             story="model.eval() and never back: the next training run has dropout off"),
     Mistake("12-init-loss", "mode-not-restored", "came back in train mode", (init_loss(restore="train"),),
             story="model.train() at the end whatever the mode was"),
+    Mistake("12-init-loss", "train-mode", "training mode", solution_cell(
+        "def loss_at_init(model, inputs, targets, num_classes):\n"
+        "    with torch.no_grad():\n"
+        "        measured = F.cross_entropy(model(inputs), targets)\n"
+        "    return measured, math.log(num_classes)\n",
+        "loss_at_init", given=NOTEBOOK),
+        story="measured in the mode the model came in: dropout is on in training mode", planted=True),
     # 12-grad-norms
     Mistake("12-grad-norms", "wrong-keys", "the names are lost", (norms_as_list,), story="a list of norms, names lost"),
     Mistake("12-grad-norms", "wrong-keys", "named_parameters", (norms_by_module,),
@@ -676,6 +688,11 @@ MISTAKES = [
             story="pow_ squares the gradient in place"),
     Mistake("12-grad-norms", "grads-modified", "was set to None", (norms_then_zero_grad,),
             story="model.zero_grad() at the end 'to clean up'"),
+    Mistake("12-grad-norms", "not-a-tensor", ".item()", solution_cell(
+        "def grad_norms_per_layer(model):\n"
+        "    return {name: p.grad.norm().item() for name, p in model.named_parameters() if p.grad is not None}\n",
+        "grad_norms_per_layer"),
+        story=".item() per parameter: one host sync per layer", planted=True),
     # 12-first-nonfinite
     Mistake("12-first-nonfinite", "wrong-module", "last non-finite", (locator(keep="last"),),
             story="found = name in the hook: each later module overwrites it"),
@@ -701,6 +718,24 @@ MISTAKES = [
             story="handles removed after the forward, skipped when it raises"),
     Mistake("12-first-nonfinite", "error-swallowed", "returned normally", (locator_swallows_errors,),
             story="except Exception: return None, so that a diagnostic never crashes"),
+    Mistake("12-first-nonfinite", "missed-inf", "misses inf", solution_cell(
+        "def first_nonfinite_module(model, inputs):\n"
+        "    found = []\n"
+        "    def make_hook(name):\n"
+        "        def hook(module, args, output):\n"
+        "            if not found and torch.isnan(output).any():\n"
+        "                found.append(name)\n"
+        "        return hook\n"
+        "    handles = [m.register_forward_hook(make_hook(n)) for n, m in model.named_modules()]\n"
+        "    try:\n"
+        "        with torch.no_grad():\n"
+        "            model(inputs)\n"
+        "    finally:\n"
+        "        for handle in handles:\n"
+        "            handle.remove()\n"
+        "    return found[0] if found else None\n",
+        "first_nonfinite_module"),
+        story="torch.isnan misses an overflow to inf", planted=True),
     # 12-lr-range
     Mistake("12-lr-range", "wrong-lrs", "linearly", (sweep(spacing="linear"),), story="torch.linspace thinking"),
     Mistake("12-lr-range", "wrong-lrs", "i / num_steps", (sweep(spacing="off-by-one"),),
@@ -740,6 +775,30 @@ MISTAKES = [
             story="the model restored, the optimizer forgotten"),
     Mistake("12-lr-range", "optimizer-not-restored", "deepcopy", (sweep(restore="shallow-optimizer"),),
             story="optimizer.state_dict() saved without a deep copy"),
+    Mistake("12-lr-range", "model-not-restored", "copy.deepcopy", solution_cell(
+        "def lr_range_test(model, optimizer, loss_fn, batches, start_lr, end_lr, num_steps, diverge=4.0):\n"
+        "    saved_model, saved_optimizer = model.state_dict(), optimizer.state_dict()\n"
+        "    lrs, losses, best = [], [], math.inf\n"
+        "    model.train()\n"
+        "    for i in range(num_steps):\n"
+        "        lr = start_lr * (end_lr / start_lr) ** (i / (num_steps - 1))\n"
+        "        for group in optimizer.param_groups:\n"
+        "            group['lr'] = lr\n"
+        "        inputs, targets = batches[i % len(batches)]\n"
+        "        optimizer.zero_grad(set_to_none=True)\n"
+        "        loss = loss_fn(model(inputs), targets)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        lrs.append(lr)\n"
+        "        losses.append(loss.item())\n"
+        "        best = min(best, losses[-1])\n"
+        "        if not math.isfinite(losses[-1]) or losses[-1] > diverge * best:\n"
+        "            break\n"
+        "    model.load_state_dict(saved_model)\n"
+        "    optimizer.load_state_dict(saved_optimizer)\n"
+        "    return lrs, losses\n",
+        "lr_range_test", given=NOTEBOOK),
+        story="saved without deep copies: state_dict() holds the live tensors, so nothing is restored", planted=True),
     # 12-dead-units
     Mistake("12-dead-units", "wrong-fraction", "fraction of zero values", (dead_counter(reduce="values"),),
             story="(out == 0).float().mean(): zero activations, not dead units"),
@@ -759,6 +818,25 @@ MISTAKES = [
             story="handles never removed"),
     Mistake("12-dead-units", "wrong-keys", "late binding: the hook reads the loop variable 'name'",
             (dead_late_binding,), story="a lambda hook made in the loop reads `name` late: it raises on act1"),
+    Mistake("12-dead-units", "last-batch-only", "only the last batch", solution_cell(
+        "def dead_units(model, batches):\n"
+        "    alive = {}\n"
+        "    def make_hook(name):\n"
+        "        def hook(module, args, output):\n"
+        "            alive[name] = (output > 0).any(dim=0)\n"
+        "        return hook\n"
+        "    handles = [m.register_forward_hook(make_hook(n)) for n, m in model.named_modules()\n"
+        "               if isinstance(m, nn.ReLU)]\n"
+        "    try:\n"
+        "        with torch.no_grad():\n"
+        "            for inputs in batches:\n"
+        "                model(inputs)\n"
+        "    finally:\n"
+        "        for handle in handles:\n"
+        "            handle.remove()\n"
+        "    return {name: 1 - mask.float().mean() for name, mask in alive.items()}\n",
+        "dead_units"),
+        story="the hook overwrites its record at each batch: only the last batch decides", planted=True),
 ]
 
 CORRECT = [

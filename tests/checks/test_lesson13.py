@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_mistake
+from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_mistake, solution_cell
+from tests.exercises import notebook_namespace
 
 COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 
@@ -364,6 +365,9 @@ def deterministic_exit_stack():
         yield
 
 
+# What the notebook's other cells define, for the planted cells that use it
+NOTEBOOK = notebook_namespace("13_performance_memory")
+
 MISTAKES = [
     # 13-memory-formula
     Mistake("13-memory-formula", "wrong-params", "elements were counted, not bytes",
@@ -398,6 +402,16 @@ MISTAKES = [
             story="sums into a tensor"),
     Mistake("13-memory-formula", "missing-key", "keys", (memory_using(keys=("params", "grads", "optim", "total")),),
             story="spells the optimizer key 'optim'"),
+    Mistake("13-memory-formula", "wrong-params", "4 bytes were assumed", solution_cell(
+        "def training_memory(model, optimizer):\n"
+        "    params = list(model.parameters())\n"
+        "    trained = [p for p in params if p.requires_grad]\n"
+        "    copies = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}[optimizer]\n"
+        "    memory = {'params': 4 * sum(p.numel() for p in params), 'grads': 4 * sum(p.numel() for p in trained)}\n"
+        "    memory['optimizer'] = copies * memory['grads']\n"
+        "    return {**memory, 'total': sum(memory.values())}\n",
+        "training_memory"),
+        story="every parameter taken as 4 bytes: wrong for the bfloat16 layer", planted=True),
     # 13-activation-formula
     Mistake("13-activation-formula", "counted-twice", "counted twice", (activations_using(twice=True),),
             story="counts what ReLU saves and what the next Linear saves as two tensors"),
@@ -420,6 +434,12 @@ MISTAKES = [
             story="returns a float from a division"),
     Mistake("13-activation-formula", "not-an-int", "a tensor: the count was computed with torch",
             (activations_using(cast=torch.tensor),), story="returns torch.tensor(total), a 0-dim tensor"),
+    Mistake("13-activation-formula", "counted-twice", "counted twice", solution_cell(
+        "def activation_formula(batch_size, widths, dtype):\n"
+        "    element = torch.empty((), dtype=dtype).element_size()\n"
+        "    return batch_size * (widths[0] + 2 * sum(widths[1:-1])) * element\n",
+        "activation_formula"),
+        story="the ReLU output counted again as the next Linear's input: one tensor counted twice", planted=True),
     # 13-accumulate
     Mistake("13-accumulate", "wrong-weighting", "divided by the number of micro-batches",
             (accum_using(weight="count"),), story="divides by k as with equal micro-batches (lesson 06)"),
@@ -448,6 +468,22 @@ MISTAKES = [
             story="returns the mean of micro-batch means"),
     Mistake("13-accumulate", "wrong-return", "requires_grad=True", (accum_using(detach=False),),
             story="returns a loss attached to the graph"),
+    Mistake("13-accumulate", "wrong-weighting", "divided by the number of micro-batches", solution_cell(
+        "def accumulation_step(model, batch, loss_fn, optimizer, micro_batch_size):\n"
+        "    inputs, targets = batch\n"
+        "    model.train()\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    chunks = list(zip(inputs.split(micro_batch_size), targets.split(micro_batch_size)))\n"
+        "    total = torch.zeros(())\n"
+        "    for x, y in chunks:\n"
+        "        loss = loss_fn(model(x), y) / len(chunks)\n"
+        "        loss.backward()\n"
+        "        total += loss.detach()\n"
+        "    optimizer.step()\n"
+        "    return total\n",
+        "accumulation_step"),
+        story="each micro-batch divided by the number of micro-batches: the smaller last one weighs too much",
+        planted=True),
     # 13-checkpoint
     Mistake("13-checkpoint", "no-param-grads", "use_reentrant=True", (checkpoint_using(reentrant=True),),
             story="the old default use_reentrant=True with data that does not require grad"),
@@ -471,6 +507,15 @@ MISTAKES = [
             story="starts the loop at blocks[1:] by an off-by-one"),
     Mistake("13-checkpoint", "wrong-output", "the input x was returned", (checkpoint_using(return_input=True),),
             story="returns x instead of h"),
+    Mistake("13-checkpoint", "wrong-grads", "exactly those of a checkpointed forward with preserve_rng_state=False",
+            solution_cell(
+        "def checkpointed_forward(blocks, x):\n"
+        "    h = x\n"
+        "    for block in blocks:\n"
+        "        h = checkpoint(block, h, use_reentrant=False, preserve_rng_state=False)\n"
+        "    return h\n",
+        "checkpointed_forward", given=NOTEBOOK),
+        story="preserve_rng_state=False: the recomputation draws new dropout masks", planted=True),
     # 13-deterministic
     Mistake("13-deterministic", "not-deterministic", "use_deterministic_algorithms(True) is missing",
             (deterministic_using(enable=False),), story="sets the cuDNN flags only"),
@@ -494,6 +539,20 @@ MISTAKES = [
             story="restores after the yield without try/finally"),
     Mistake("13-deterministic", "exception-swallowed", "did not come out", (deterministic_using(swallow=True),),
             story="catches everything around the yield"),
+    Mistake("13-deterministic", "not-restored-on-error", "finally", solution_cell(
+        "@contextlib.contextmanager\n"
+        "def deterministic():\n"
+        "    before = (torch.are_deterministic_algorithms_enabled(),\n"
+        "              torch.is_deterministic_algorithms_warn_only_enabled(),\n"
+        "              torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)\n"
+        "    torch.use_deterministic_algorithms(True)\n"
+        "    torch.backends.cudnn.benchmark = False\n"
+        "    torch.backends.cudnn.deterministic = True\n"
+        "    yield\n"
+        "    torch.use_deterministic_algorithms(before[0], warn_only=before[1])\n"
+        "    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[2], before[3]\n",
+        "deterministic", given=NOTEBOOK),
+        story="the flags are restored after the yield but not in a finally: an exception skips it", planted=True),
 ]
 
 CORRECT = [
