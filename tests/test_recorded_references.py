@@ -97,7 +97,7 @@ def test_the_tree_holds_no_reference_body(tree):
                for p in (tree / "harness").rglob("*.py") for n in marked(p.read_text())}
     assert shipped == set(WITHHELD), "every @recorded reference is listed here, and only those"
     assert "def reference_precision" not in (tree / "harness/checks/lesson10/common.py").read_text()
-    table = torch.load(tree / "harness" / "judges" / "recorded.pt", weights_only=True)
+    table = recorded.load(tree / "harness" / "judges" / "recorded.json")
     assert set(table) == set(WITHHELD)
 
 
@@ -158,7 +158,7 @@ def test_the_recorded_table_gives_every_mistake_its_verdict_and_message(tree, mo
     """With the tree's table standing in for the references (as the tree's wrappers read it), each mistake and
     correct variant of the affected exercises gets the same code and message as with the references."""
     affected = {e["task"] for e in _affected()}
-    table = torch.load(tree / "harness" / "judges" / "recorded.pt", weights_only=True)
+    table = recorded.load(tree / "harness" / "judges" / "recorded.json")
     cases = [(m.task, m.objects, False) for task in sorted(affected) for m in mistakes(task)]
     cases += [(c.task, c.objects, True) for task in sorted(affected) for c in correct_variants(task)]
     assert len(cases) > 60
@@ -201,7 +201,7 @@ def test_a_machine_the_release_did_not_record_is_left_to_the_grader(tree, monkey
     monkeypatch.setattr(recorded, "TABLE", tree / "absent.pt")
     check("10-precision", *answer)
     assert "this machine's cpu included" in capsys.readouterr().out
-    monkeypatch.setattr(recorded, "_loaded", torch.load(tree / "harness/judges/recorded.pt", weights_only=True))
+    monkeypatch.setattr(recorded, "_loaded", recorded.load(tree / "harness/judges/recorded.json"))
     check("10-precision", *answer)
     said = capsys.readouterr().out
     assert "this machine's cpu (support" in said and "is judged by the grader" in said, said

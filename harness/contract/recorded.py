@@ -4,10 +4,10 @@ Some references a judge recomputes are the exercise's answer (`to_tokens`'s one 
 tree ships the judges so that local checks run, but never those bodies: `@recorded` marks such a reference, and
 `harness release --student` (`harness.grading.references`) runs each affected exercise's visible check on the
 solution while `recording()`, stores every marked call's result under a digest of its arguments
-(`harness/judges/recorded.pt`, read with `weights_only=True`) and ships the marked functions with their bodies
-removed. As otter's public tests and okpy's recorded values do, the tree's local check then judges the visible case
-against what the reference returned on it; any other input is `Unrecorded`, and the hidden cases are judged by the
-grader, whose tree holds the references.
+(`harness/judges/recorded.json`: each result in the wire format, decoded without running code) and ships the
+marked functions with their bodies removed. As otter's public tests and okpy's recorded values do, the tree's local
+check then judges the visible case against what the reference returned on it; any other input is `Unrecorded`, and
+the hidden cases are judged by the grader, whose tree holds the references.
 
 In the instructor's tree (no table) a marked function is called as it is. A judge calls a marked reference only on
 its case's inputs (never on values it read from an observation), so the solution's run records every call a local
@@ -16,10 +16,12 @@ check can make.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import functools
 import hashlib
+import json
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +30,10 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from harness.contract import wire
+
 # Where the student tree keeps the recorded results: with the judges, which a graded kernel never mounts.
-TABLE = Path(__file__).resolve().parents[1] / "judges" / "recorded.pt"
+TABLE = Path(__file__).resolve().parents[1] / "judges" / "recorded.json"
 MARK = "__recorded__"  # set on every wrapper `recorded` returns: the name its results are filed under
 
 Function = TypeVar("Function", bound=Callable[..., Any])
@@ -98,21 +102,35 @@ def _kept(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def save(table: dict[str, dict[str, Any]], path: Path) -> None:
+    """Write `table` ({reference name: {digest: result}}) to `path` as JSON, each result in the wire format."""
+    path.write_text(json.dumps({name: {key: base64.b64encode(wire.encode({"result": result})).decode()
+                                       for key, result in sorted(results.items())}
+                                for name, results in sorted(table.items())}, indent=0), encoding="utf-8")
+
+
+def load(path: Path) -> dict[str, dict[str, Any]]:
+    """The table `save` wrote (wire.WireError for anything else): data only, no code runs."""
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    return {str(name): {str(key): wire.decode(base64.b64decode(text))["result"] for key, text in results.items()}
+            for name, results in stored.items()}
+
+
 def _table() -> dict[str, dict[str, Any]] | None:
     """The student tree's recorded results (None in the instructor's tree, which has no table)."""
     global _loaded
     if _loaded is None and TABLE.is_file():
-        _loaded = torch.load(TABLE, weights_only=True)
+        _loaded = load(TABLE)
     return _loaded
 
 
 def recorded(function: Function | None = None, *, weights: bool = True) -> Any:
     """Mark `function` as a reference the student tree withholds: it answers there from the recorded table.
 
-    Its results must be data `torch.load(weights_only=True)` reads back (tensors, numbers, strings, dtypes and
-    containers of them); its arguments anything `digest` takes. `@recorded(weights=False)`: a reference that reads a
-    module's structure, never its parameters' values (the case builds the module without a seed), files its calls
-    without those values.
+    Its results must be data the wire format carries (tensors, numbers, strings, dtypes, and lists, tuples and
+    string-keyed dicts of them); its arguments anything `digest` takes. `@recorded(weights=False)`: a reference
+    that reads a module's structure, never its parameters' values (the case builds the module without a seed),
+    files its calls without those values.
     """
     if function is None:
         return functools.partial(recorded, weights=weights)

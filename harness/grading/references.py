@@ -3,7 +3,7 @@
 `withhold_references(target)` runs, in a child process of the instructor's tree, the visible check of every
 exercise whose judge calls a `@recorded` reference (`harness.contract.recorded`) on the solution's own answer
 (the notebook's imports and solution cells, as the answerability audit builds it) while recording, writes what the
-references returned into the tree (`harness/judges/recorded.pt`), and removes the body of every marked function
+references returned into the tree (`harness/judges/recorded.json`), and removes the body of every marked function
 in the tree's `harness` package (the rest of each file unchanged). The tree's local checks then judge the visible
 case against the recorded results; the grader's judges, in the instructor's tree, still compute them.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.grading.layout import REPO_ROOT
 
 STUB = ("raise NotImplementedError(\"withheld: this reference stays with the instructor; the student course answers "
-        "from what it returned on the visible case (harness/judges/recorded.pt)\")")
+        "from what it returned on the visible case (harness/judges/recorded.json)\")")
 _RECORD = ("import sys\n"
            "sys.path.insert(0, sys.argv[1])\n"
            "from harness.grading.references import record_solutions\n"
@@ -60,7 +60,7 @@ def record_solutions(repo_root: str, out: str) -> None:
     import torch
 
     from harness.checks import check
-    from harness.contract.recorded import MARK, recording
+    from harness.contract.recorded import MARK, recording, save
     from harness.contract.registry import get
     from harness.grading.answerability import exercises
     from harness.grading.layout import discover_assignments
@@ -79,20 +79,20 @@ def record_solutions(repo_root: str, out: str) -> None:
                 check(task, *eval(f"({exercise['arguments']},)", namespace))  # noqa: S307 - the course's test cell
             for name, results in calls.items():
                 table.setdefault(name, {}).update(results)
-    torch.save(table, out)
+    save(table, Path(out))
 
 
 def withhold_references(target: Path, repo_root: Path = REPO_ROOT) -> list[str]:
     """Record the references on the solutions' visible cases into `target`'s judges and strip their bodies from
     `target`'s harness; the names of the functions stripped."""
     with tempfile.TemporaryDirectory(prefix="recorded-") as scratch:
-        out = Path(scratch) / "recorded.pt"
+        out = Path(scratch) / "recorded.json"
         done = subprocess.run([sys.executable, "-c", _RECORD, str(repo_root.resolve()), str(out)],
                               cwd=scratch, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError("recording the judges' references on the solutions' visible cases failed (a solution "
                                f"that no longer passes its check?):\n{done.stderr[-3000:]}")
-        (target / "harness" / "judges" / "recorded.pt").write_bytes(out.read_bytes())
+        (target / "harness" / "judges" / "recorded.json").write_bytes(out.read_bytes())
     names = []
     for path in sorted((target / "harness").rglob("*.py")):
         source = path.read_text(encoding="utf-8")
