@@ -2,9 +2,10 @@
 
 `harness.grading.answerability` starts one per lesson (`python -c`, with the tree first on `sys.path` and the
 instructor's editable install hidden), hands it the lesson's exercises as JSON and reads back one JSON line per
-hit. The worker imports only the standard library and the tree's own `harness`: what it finds is what a student
-holding the tree finds. Shapes (`Shape`) are read from source, so a candidate whose kind or arity cannot fill an
-exercise's slot is never imported or called.
+candidate tried: whether the visible check passed and, where it did, the probe's observation of a hidden case, which
+the instructor's judge decides outside the tree. The worker imports only the standard library and the tree's own
+`harness`: what it finds is what a student holding the tree finds. Shapes (`Shape`) are read from source, so a
+candidate whose kind or arity cannot fill an exercise's slot is never imported or called.
 """
 
 from __future__ import annotations
