@@ -15,7 +15,7 @@ from harness.checks import CheckFailed, check
 from harness.checks.lesson07.plateau import plateau_setting
 from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
 from harness.contract.case import Case
-from harness.judges.drills.schedulers import warmup_cosine_factor
+from harness.judges.drills.held.schedulers import warmup_cosine_factor
 from harness.judges.lesson07.common import warmup_cosine_reference
 from harness.judges.lesson15.warmup import reference_lr_factor
 from tests.exercises import notebook_namespace
