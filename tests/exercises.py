@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.checks.lesson09 import common as lesson09
-from harness.checks.testing import Correct, Mistake
+from harness.checks.testing import Correct, Mistake, SolutionCell, solution_cell
 from harness.contract import registry
 from harness.grading.layout import REPO_ROOT, discover_assignments
 
@@ -49,6 +50,32 @@ def tasks() -> list[str]:
     return sorted(task for task in registry.registered() if task[:2] in lessons)
 
 
+def lesson_tasks(lesson: str) -> list[str]:
+    """The registered tasks of lesson `lesson` ("06")."""
+    return [task for task in tasks() if task[:2] == lesson]
+
+
+def stub_cells() -> list[tuple[str, SolutionCell]]:
+    """(task, its release's solution cell) for every task whose release cell is nbgrader's stub inside the
+    function or class it asks for, read in notebooks/: run, it defines what the test cell passes to check(), and
+    using it raises NotImplementedError. A bare stub (lesson 11's cells) raises before any check runs."""
+    import nbformat
+
+    found = []
+    for assignment in ASSIGNMENTS:
+        notebook = nbformat.read(REPO_ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+        cells = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell.source for cell in notebook.cells}
+        given = None
+        for task in lesson_tasks(assignment[:2]):
+            passed = re.search(rf'^check\("{task}", ([\w, ]+)\)$', cells.get(task, ""), re.M)
+            source = cells.get(f"{task}-code", "")
+            if passed and any(isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                              for node in ast.parse(_without_magics(source)).body):
+                given = notebook_namespace(assignment) if given is None else given
+                found.append((task, solution_cell(source, *map(str.strip, passed.group(1).split(",")), given=given)))
+    return found
+
+
 def _lesson_of(task: str) -> ModuleType:
     return lesson_tests(next(assignment for assignment in ASSIGNMENTS if assignment[:2] == task[:2]))
 
@@ -63,14 +90,16 @@ def correct_variants(task: str) -> list[Correct]:
     return [correct for correct in getattr(_lesson_of(task), "CORRECT", []) if correct.task == task]
 
 
-def params(cases: list[Mistake] | list[Correct]) -> list:
-    """`cases` as pytest parameters named by their str, each with its lesson's marks (the `pytestmark` of its
-    tests/checks/test_lessonNN.py: lesson 09's `slow`, lesson 10's xdist group, which shares its trained run)."""
-    def marks(case: Mistake | Correct) -> list:
-        found = getattr(_lesson_of(case.task), "pytestmark", [])
-        return list(found) if isinstance(found, list) else [found]
+def lesson_marks(task: str) -> list:
+    """The marks of `task`'s lesson: the `pytestmark` of its tests/checks/test_lessonNN.py (lesson 09's `slow`,
+    lesson 10's xdist group, which shares its trained run)."""
+    found = getattr(_lesson_of(task), "pytestmark", [])
+    return list(found) if isinstance(found, list) else [found]
 
-    return [pytest.param(case, id=str(case), marks=marks(case)) for case in cases]
+
+def params(cases: list[Mistake] | list[Correct]) -> list:
+    """`cases` as pytest parameters named by their str, each with its lesson's marks (`lesson_marks`)."""
+    return [pytest.param(case, id=str(case), marks=lesson_marks(case.task)) for case in cases]
 
 
 def shorten_hangs(mistake: Mistake, monkeypatch: pytest.MonkeyPatch) -> None:

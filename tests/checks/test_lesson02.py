@@ -17,6 +17,7 @@ from harness.checks.lesson02.param_groups import group_model
 from harness.checks.testing import Correct, Mistake, solution_cell
 from harness.contract.case import Case
 from harness.judges.lesson02.common import zipped_state_dict_names
+from tests.exercises import lesson_tasks
 
 
 # ------------------------------------------------------------------------------------------------------ 02-mlp
@@ -840,8 +841,7 @@ CORRECT = [
 ]
 
 
-TASKS = ("02-mlp", "02-count-trainable", "02-running-standardizer", "02-freeze-backbone", "02-init-weights",
-         "02-param-groups")
+TASKS = lesson_tasks("02")
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks.testing import Correct, Mistake, assert_check_fails, assert_forgeries_refused, solution_cell
+from harness.checks.testing import Correct, Mistake, assert_forgeries_refused, solution_cell
 from harness.contract.case import Case
 
 _BATCHNORM = nn.modules.batchnorm._BatchNorm
@@ -852,14 +852,6 @@ CORRECT = [
     Correct("14-lora", (LoRAByFunctionalLinear,), story="F.linear twice, deepcopy merge with add_(alpha=)"),
     Correct("14-lora", (LoRAByMatmul,), story="matmul on the flattened input, reshaped back; load_state_dict merge"),
 ]
-
-
-@pytest.mark.parametrize("task", ["14-load-pretrained", "14-train-mode", "14-param-groups", "14-unfreeze", "14-lora"])
-def test_stubs_report_the_exception(task):
-    def stub(*args, **kwargs):
-        raise NotImplementedError()
-
-    assert_check_fails(task, stub, code="raised", phrase="NotImplementedError")
 
 
 @pytest.mark.parametrize("correct", list({c.task: c for c in reversed(CORRECT)}.values()), ids=str)  # one per task

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
+from harness.checks.testing import Correct, Mistake, solution_cell
 
 
 # ---------------------------------------------------------------- 16-save-artefact
@@ -520,15 +520,6 @@ CORRECT = [
     Correct("16-top-k", (top_k_using(),), story="sorts every class, then keeps the first k"),
     Correct("16-top-k", (top_k_gathered,), story="topk on the logits, log_softmax().exp() gathered, mode restored"),
 ]
-
-
-@pytest.mark.parametrize("task", ["16-save-artefact", "16-load-artefact", "16-predict", "16-onnx-export",
-                                  "16-int8-weights", "16-top-k"])
-def test_stubs_report_the_exception(task):
-    def stub(*args, **kwargs):
-        raise NotImplementedError()
-
-    assert_check_fails(task, stub, code="raised", phrase="NotImplementedError")
 
 
 def test_the_trap_artefact_never_runs_its_code_in_a_safe_loader(tmp_path):
