@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import io
 import json
 import os
@@ -298,6 +299,7 @@ def _hint(drill: Drill, mock: int | None = None) -> str:
                  f"{drill.hints[level - 1]}")
 
 
+@functools.cache
 def _held() -> dict[str, list[str]]:
     """The held drills of this copy of the course, each with the graded exercises its answer passes
     (`harness/drills/withheld.json`, written into a graded student tree; none elsewhere)."""
