@@ -79,6 +79,9 @@ class SandboxedExecute(Execute):
     submission_seconds = Integer(0, help="the whole-submission limit the deadline comes from").tag(config=True)
     raise_on_iopub_timeout = Bool(False, help="a silent hung cell ends in the timeout and the probe, "
                                   "instead of aborting the notebook").tag(config=True)
+    # Once the last cell has run, nothing the kernel does is graded: it is killed, not asked to shut down (a graceful
+    # end costs a second or two per submission, waiting on its exit and its heartbeat).
+    shutdown_kernel = Unicode("immediate").tag(config=True)
 
     def create_kernel_manager(self) -> Any:
         """nbclient's kernel manager, talking to the kernel over ipc sockets in `runtime_dir` when set."""
