@@ -1,7 +1,9 @@
 """Held drills (issue 38 item 1): a graded student tree carries no solution or planted wrong answer of a drill whose
-answer passes a graded exercise, nor the warmup-cosine reference; there `harness drill solution` and `check` say the
-drill is held and which exercise it shares, a shipped drill still checks, and lesson 11's local check of a held drill
-still gives the instructor's verdicts and messages on the visible case. A practice tree carries everything.
+answer passes a graded exercise, nor the warmup-cosine reference, nor the prompt, starter or hints of a held drill that
+lesson 11's notebook does not hold (held whole); there `harness drill list` shows a drill held whole by its name and
+the exercise it shares, `start`, `hint`, `solution` and `check` say the drill is held and which exercise it shares, a
+shipped drill still checks, and lesson 11's local check of a held drill still gives the instructor's verdicts and
+messages on the visible case. A practice tree carries everything.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import pytest
 
 from harness.drills.core import get_drill
 from harness.drills.index import entries
+from harness.drills.lesson import NOTEBOOK_DRILLS
 from harness.grading.answerable import WITHHELD_DRILLS
-from harness.grading.held_drills import held_answers, withhold_drills
+from harness.grading.held_drills import held_answers, held_records, withhold_drills
 from harness.grading.layout import REPO_ROOT
 from harness.grading.student_tree import write_student_tree
 
@@ -38,8 +41,11 @@ DISTINCTIVE = {
     "checkpointing-atomic-save": "os.fsync(f.fileno())",
     "checkpointing-portable-state-dict": "for key, value in state.items():",
 }
+# The held drills that lesson 11's notebook does not hold: a graded tree carries nothing of them but their names
+WHOLE = set(WITHHELD_DRILLS) - {drill for _, drill in NOTEBOOK_DRILLS}
+# The starters a graded tree ships (a bug hunt's starter is one of its planted wrong answers)
+STARTERS = {entry.starter for entry in entries() if entry.id not in WHOLE}
 # warmup_cosine_factor's body, the drill judge's reference that answers 07-warmup-cosine and 11-warmup-cosine
-STARTERS = {entry.starter for entry in entries()}
 REFERENCE_BODY = ("if step < warmup:\nreturn (step + 1) / warmup\nprogress = (step - warmup) / max(1, total - warmup)\n"
                   "return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))")
 
@@ -98,6 +104,25 @@ def test_the_held_answers_are_the_withheld_drills_but_an_explain_key():
     assert {task for tasks in WITHHELD_DRILLS.values() for task in tasks} >= {"07-warmup-cosine", "11-warmup-cosine"}
 
 
+def test_the_held_records_are_the_drills_held_whole():
+    assert held_records(REPO_ROOT) == WHOLE
+    assert {"clipping-under-amp", "memory-checkpoint-reentrant", "checkpointing-full-training-state"} <= WHOLE
+
+
+def test_a_graded_tree_carries_no_prompt_starter_or_hint_of_a_drill_held_whole(graded, practice):
+    graded_texts, practice_texts = _texts(graded), _texts(practice)
+    for drill_id in sorted(WHOLE):
+        drill = get_drill(drill_id)
+        for what, text in (("prompt", drill.prompt), ("starter", drill.starter),
+                           *((f"hint {level}", hint) for level, hint in enumerate(drill.hints, 1))):
+            assert not _found(graded_texts, text), f"{drill_id}'s {what} is in {_found(graded_texts, text)}"
+            assert _found(practice_texts, text), f"the practice tree lacks {drill_id}'s {what}"
+    graded_ids = {entry["id"] for entry in json.loads((graded / "harness" / "drills" / "index.json").read_text())}
+    assert graded_ids == {entry.id for entry in entries()} - WHOLE
+    assert not (graded / "harness" / "drills" / "bank" / "held").exists()
+    assert (practice / "harness" / "drills" / "bank" / "held" / "amp_clipping.py").is_file()
+
+
 def test_a_graded_tree_carries_no_held_solution_wrong_answer_or_reference_and_a_practice_tree_does(graded, practice):
     graded_texts, practice_texts = _texts(graded), _texts(practice)
     for drill_id in held_answers(REPO_ROOT):
@@ -132,11 +157,12 @@ from harness.drills.index import entries
 from harness.judges.drills.recorded import recorded
 
 said = {}
-for action in ("solution", "check"):
+for action in ("solution", "check", "start", "hint", "list"):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            main(["drill", action, "tensors-logsumexp", *(["--file", sys.argv[2]] if action == "check" else [])])
+            main(["drill", action, *([] if action == "list" else ["tensors-logsumexp"]),
+                  *(["--file", sys.argv[2]] if action == "check" else [])])
             code = 0
         except SystemExit as stop:
             code, text = 1, str(stop.code)
@@ -197,11 +223,17 @@ def test_in_a_graded_tree_a_held_drill_says_why_a_shipped_one_checks_and_lesson_
                           env=environment, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
-    for action in ("solution", "check"):
+    prompt = " ".join(get_drill("tensors-logsumexp").prompt.split())
+    for action in ("solution", "check", "start", "hint"):
         code, text = seen["said"][action]
         text = " ".join(text.split())
         assert code == 1 and "01-logsumexp (lesson 01)" in text and "until the course releases it" in text, text
-        assert "m.squeeze(dim)" not in text
+        assert "m.squeeze(dim)" not in text and prompt[:60] not in text and "Subtract m" not in text
+    code, listing = seen["said"]["list"]
+    assert code == 0 and f"held whole ({len(WHOLE)})" in listing, listing
+    rows = [" ".join(line.split()) for line in listing.splitlines()]
+    assert "tensors-logsumexp shares 01-logsumexp" in rows and "clipping-under-amp shares 11-amp-step" in rows
+    assert "schedulers-warmup-cosine" in listing and "A numerically stable logsumexp" not in listing
     assert seen["shipped"] is True, "a drill no exercise grades still checks in the graded tree"
     assert seen["answered"] is False
     assert seen["verdicts"] == _verdicts_here(sources), "lesson 11's local check differs from the instructor's"

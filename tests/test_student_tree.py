@@ -366,7 +366,7 @@ def test_a_drill_check_in_the_tree_imports_nothing_the_tree_withholds(tree, tmp_
     from harness.grading.student_tree import WITHHELD
 
     withheld = [name.removesuffix(".py").replace("/", ".") for name in WITHHELD]
-    solution = get_drill("tensors-logsumexp").solution
+    solution = get_drill("tensors-pairwise-distances").solution
     code = f"""
 {WITHOUT_THE_REPOSITORY}
 import sys
@@ -375,9 +375,9 @@ assert harness.__file__.startswith({str(tree)!r}), harness.__file__
 from harness.drills.checker import check_source
 from harness.drills.core import get_drill
 from harness.drills.pool import sandbox_reason
-drill = get_drill("tensors-logsumexp")
+drill = get_drill("tensors-pairwise-distances")
 right = check_source(drill, {solution!r})
-wrong = check_source(drill, {solution!r}.replace("+ m.squeeze(dim)", ""))
+wrong = check_source(drill, {solution!r}.replace(" ** 2", ""))
 loaded = sorted(m for m in sys.modules for w in {withheld!r} if m == w or m.startswith(w + "."))
 print(right.passed, right.code, wrong.passed, ",".join(loaded) or "-", sandbox_reason() is None)
 """

@@ -307,6 +307,33 @@ def _held() -> dict[str, list[str]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _held_whole() -> list[str]:
+    """The held drills this copy of the course has no entry for: it holds them whole (prompt, starter and hints too,
+    which give their answer away too nearly), and knows only their names and exercises."""
+    known = {entry.id for entry in entries()}
+    return [drill_id for drill_id in _held() if drill_id not in known]
+
+
+def _held_whole_lines() -> list[str]:
+    """The drills held whole, under an unfiltered listing: each one's name and the exercises it shares."""
+    held = _held_whole()
+    if not held:
+        return []
+    id_width = max(len(drill_id) for drill_id in held)
+    return [f"held whole ({len(held)})",
+            *(clip(f"  {drill_id:{id_width}s} shares {', '.join(_held()[drill_id])}", width()) for drill_id in held),
+            fit_prose("held whole: its answer passes a graded exercise, so this copy of the course holds the drill "
+                      "(prompt and hints too) until your instructor releases it")]
+
+
+def _entry(drill_id: str) -> Drill:
+    """The entry of `drill_id`; SystemExit saying why for a drill this copy of the course holds whole."""
+    if drill_id in _held_whole():
+        raise SystemExit(fit_prose(f"{drill_id} is held whole, its prompt and check with it, until the course releases "
+                                   f"it: {held_reason(drill_id)}."))
+    return get(drill_id)
+
+
 def held_reason(drill_id: str) -> str | None:
     """Why `drill_id` is held in this copy of the course (the exercises its answer passes), None when it is not."""
     exercises = _held().get(drill_id)
@@ -314,9 +341,10 @@ def held_reason(drill_id: str) -> str | None:
         return None
     named = " and ".join(f"{task} (lesson {task[:2]})" for task in exercises) or "a graded exercise"
     plural = "s" if len(exercises) > 1 else ""
+    here = ("its prompt and starter give the answer away too nearly, so they wait with it" if drill_id in _held_whole()
+            else f"its prompt and hints (`harness drill hint {drill_id}`) are here now")
     return (f"its answer passes the graded exercise{plural} {named} of this course. Your instructor releases it "
-            "after the due date (a practice copy of the course carries it whole); its prompt and hints "
-            f"(`harness drill hint {drill_id}`) are here now")
+            f"after the due date (a practice copy of the course carries it whole); {here}")
 
 
 def _solution(drill: Drill) -> str:
@@ -497,21 +525,23 @@ def _run(args: argparse.Namespace) -> int:
     if args.action == "list":
         progress, today = _load(), _today()
         shown = [d for d in _filtered(args) if not args.due or progress.is_due(d.id, today)]
-        print(_listing(shown, progress) if shown else "no drill is due")
+        filtered = args.due or any(getattr(args, name, None) for name in ("topic", "difficulty", "kind"))
+        print("\n".join([_listing(shown, progress) if shown else "no drill is due",
+                         *([] if filtered else _held_whole_lines())]))
         return 0
     if args.action == "start":
         if args.drill:
-            drill = get(args.drill)
+            drill = _entry(args.drill)
         else:
             due = [d for d in _filtered(args, held=False) if _load().is_due(d.id, _today())]
             drill = random.choice(due or _filtered(args, held=False))
         _start(drill, edit=args.edit)
         return 0
     if args.action == "hint":
-        print(_hint(get(args.drill)))
+        print(_hint(_entry(args.drill)))
         return 0
     if args.action == "solution":
-        drill = get(args.drill)
+        drill = _entry(args.drill)
         solution = _solution(drill)  # a withheld answer stops here, before the progress records a reveal
         with Progress.update() as progress:
             progress.reveal(drill.id, _today())
@@ -521,7 +551,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.action == "experiment":
         from harness.drills.core import get_drill
 
-        drill = get_drill(args.drill)
+        drill = get_drill(_entry(args.drill).id)
         if drill.experiment is None:
             raise SystemExit(f"{drill.id} is a {drill.kind} drill: only explain drills have an experiment")
         printed = io.StringIO()

@@ -13,9 +13,11 @@ recomputes, an explain drill's options and key (`Answers`); a large topic's is a
 of drills, which its `__init__` imports. A graded kernel never mounts `harness.judges`, so there a drill has no
 answer side; everywhere else `get_drill` joins the two.
 
-A held drill (its answer passes a graded exercise: `harness.grading.answerable.WITHHELD_DRILLS`) keeps its judge in
-the topic's module (`add_judge`: lesson 11's local checks use it) and its solution and planted wrong answers in
-`harness.judges.drills.held.<topic>`, which a graded student tree does not ship (`harness.grading.held_drills`).
+A held drill (its answer passes a graded exercise: `harness.grading.answerable.WITHHELD_DRILLS`) keeps its solution
+and planted wrong answers in `harness.judges.drills.held.<topic>`, which a graded student tree does not ship
+(`harness.grading.held_drills`). One of lesson 11's notebook drills keeps its judge in the topic's module
+(`add_judge`: lesson 11's local checks use it); any other held drill leaves the graded tree whole, its record
+(prompt, starter, hints) in `harness.drills.bank.held.<topic>` and its judge joined with its answers.
 """
 
 from __future__ import annotations
@@ -155,25 +157,34 @@ def add_judge(drill_id: str, judge: Judge) -> None:
     _BANK[drill_id] = replace(drill, judge=judge)
 
 
+def _import_if_installed(module: str) -> None:
+    """Import `module` unless it, or a package above it, is not installed (an error inside it still raises)."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        parents = [module.rsplit(".", depth)[0] for depth in range(module.count("."))]
+        if error.name not in parents:
+            raise
+
+
 def load_judge_side(topic: str) -> None:
     """Import the judge side of the bank module `topic`: its judges, then its held drills' answers, each where it
     is installed (a graded kernel has neither; a graded student tree has no held answers)."""
     for module in (f"harness.judges.drills.{topic}", f"harness.judges.drills.held.{topic}"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            parents = [module.rsplit(".", depth)[0] for depth in range(module.count("."))]
-            if error.name not in parents:
-                raise
+        _import_if_installed(module)
 
 
 def _load_bank() -> None:
-    """Import every bank module once (importing one module directly registers only its own drills), then its
-    judge side where it is installed (a graded kernel has none)."""
+    """Import every bank module once (importing one module directly registers only its own drills), then its held
+    drills (`harness.drills.bank.held.<topic>`, not in a graded student tree), then its judge side where it is
+    installed (a graded kernel has none)."""
     import harness.drills.bank as bank
 
     for module in pkgutil.iter_modules(bank.__path__):
+        if module.name == "held":
+            continue
         importlib.import_module(f"{bank.__name__}.{module.name}")
+        _import_if_installed(f"{bank.__name__}.held.{module.name}")
         load_judge_side(module.name)
 
 

@@ -42,7 +42,7 @@ IDLE_S = 900.0
 START_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 300.0
 SOCKET_NAME = "checker.sock"
-_WATCHED = ("drills", "drills/bank", "checks", "contract")
+_WATCHED = ("drills", "drills/bank", "drills/bank/held", "checks", "contract")
 _CREDENTIALS = struct.Struct("3i")
 
 

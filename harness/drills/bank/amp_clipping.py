@@ -75,23 +75,6 @@ def _probe_amp_step(answer: dict, *, case: Case) -> dict:
             "inf_scale": float(inf_scaler.get_scale())}
 
 
-_CLIP_BEFORE_UNSCALE = '''import torch
-
-
-def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
-    x, y = batch
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.unscale_(optimizer)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
-'''
-
 add(
     Drill(
         id="amp-train-step",
@@ -125,25 +108,6 @@ def _probe_clip_under_amp(answer: dict, *, case: Case) -> dict:
     with StepRecorder(optimizer) as steps:
         amp_step(model, _batch(case, 5, scale=50.0), nn.MSELoss(), optimizer, scaler, _case_max_norm(case))
     return {"steps": _step_dicts(steps.records)}
-
-
-add(
-    Drill(
-        id="clipping-under-amp",
-        unjudged=("steps/*/params/*",),  # the weights the judge recomputes the gradients from
-        title="Bug hunt: clipping under AMP has no effect on the threshold you asked for",
-        kind="bughunt",
-        topics=("clipping", "amp"),
-        difficulty=2,
-        prompt="With max_norm=1.0 this AMP step leaves the optimizer seeing gradient norms of about 1/4096 on "
-        "exploding batches. Fix amp_step so the optimizer sees gradients clipped to exactly max_norm.",
-        entry="amp_step",
-        starter=_CLIP_BEFORE_UNSCALE,
-        hints=("What are the gradients multiplied by when clip_grad_norm_ sees them?",
-               "The scaler multiplies the loss by the scale: unscale_ first, then clip."),
-        probe=_probe_clip_under_amp,
-    )
-)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -40,26 +40,6 @@ def _probe_silu(answer: dict, *, case: Case) -> dict:
     return {"outputs": outputs}
 
 
-add(
-    Drill(
-        id="autograd-custom-function",
-        self_check=True,
-        title="A custom autograd.Function checked with gradcheck",
-        kind="write",
-        topics=("autograd",),
-        difficulty=2,
-        prompt="Implement SiLU (x * sigmoid(x)) as a torch.autograd.Function with a hand-written backward. "
-        "It is checked with torch.autograd.gradcheck in float64.",
-        entry="SiLU",
-        starter="import torch\n\n\nclass SiLU(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
-        "        raise NotImplementedError\n\n    @staticmethod\n    def backward(ctx, grad_output):\n"
-        "        raise NotImplementedError\n",
-        hints=("Save x in forward with ctx.save_for_backward; backward returns grad_output times the derivative.",
-               "d/dx x·σ(x) = σ(x) + x·σ(x)(1 − σ(x)) = σ(x)(1 + x(1 − σ(x)))."),
-        probe=_probe_silu,
-    )
-)
-
 # --- autograd-inplace-trap ---------------------------------------------------------------------------------
 
 _INPLACE_STARTER = '''import torch

@@ -40,24 +40,6 @@ def _probe_pad_collate(answer: dict, *, case: Case) -> dict:
     return {"outputs": [answer["pad_collate"](batch) for batch in _pad_collate_batches(case)]}
 
 
-add(
-    Drill(
-        id="data-pad-collate",
-        title="A collate function for variable-length sequences",
-        kind="write",
-        topics=("data", "sequences"),
-        difficulty=2,
-        prompt="Write pad_collate(batch) for a DataLoader whose items are (sequence (L_i, F), label) pairs: return "
-        "(padded (B, max L, F) with zeros on the right, lengths (B,) int64, labels (B,)), in the batch's order.",
-        entry="pad_collate",
-        starter="import torch\n\n\ndef pad_collate(batch):\n    raise NotImplementedError\n",
-        hints=("torch.nn.utils.rnn has a function for exactly this.",
-               "pad_sequence(list_of_tensors, batch_first=True); lengths from len(s) for each s."),
-        probe=_probe_pad_collate,
-    )
-)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # data-worker-seeding
 
@@ -83,38 +65,6 @@ def _probe_worker_seeding(answer: dict, *, case: Case) -> dict:
         return [list(loader) for _ in range(2)]
 
     return {"first": two_epochs(case.seeded(1)), "again": two_epochs(case.seeded(1))}
-
-
-_WORKER_STARTER = '''import numpy as np
-import torch
-
-
-def worker_init_fn(worker_id):
-    """Symptom: the dataset augments with self.rng = np.random.default_rng(seed), made in its __init__.
-    With num_workers=2, both workers produce the same 'random' augmentations."""
-    pass
-'''
-
-
-add(
-    Drill(
-        id="data-worker-seeding",
-        title="Bug hunt: identical augmentations across workers",
-        kind="bughunt",
-        topics=("data", "repro"),
-        difficulty=2,
-        prompt="A dataset augments with a NumPy Generator it creates in __init__ (self.rng = "
-        "np.random.default_rng(seed)). With num_workers=2 both workers apply exactly the same random augmentations. "
-        "Write the worker_init_fn that fixes it: different in each worker and each epoch, reproducible for a "
-        "seeded DataLoader generator.",
-        entry="worker_init_fn",
-        starter=_WORKER_STARTER,
-        hints=("Inside a worker, torch.initial_seed() already differs per worker and per epoch, and follows the "
-               "loader's generator; torch.utils.data.get_worker_info().dataset is that worker's copy of the dataset.",
-               "get_worker_info().dataset.rng = np.random.default_rng(torch.initial_seed() % 2**32)"),
-        probe=_probe_worker_seeding,
-    )
-)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -182,35 +182,6 @@ def _probe_checkpointed(answer: dict, *, case: Case) -> dict:
             "grads": grads, "saved_bytes": saved.bytes}
 
 
-_CHECKPOINT_STARTER = '''from torch.utils.checkpoint import checkpoint
-
-
-def checkpointed_forward(blocks, x):
-    """Symptom: training runs, the loss never moves, and a warning says 'None of the inputs have requires_grad'."""
-    h = x
-    for block in blocks:
-        h = checkpoint(block, h, use_reentrant=True)
-    return h
-'''
-
-add(
-    Drill(
-        id="memory-checkpoint-reentrant",
-        title="Bug hunt: activation checkpointing that stops training",
-        kind="bughunt",
-        topics=("memory", "performance"),
-        difficulty=2,
-        prompt="checkpointed_forward saves memory, but after adding it the model stops learning: the parameters get "
-        "no gradient. Fix it so that every block stays checkpointed and the gradients equal the plain forward's.",
-        entry="checkpointed_forward",
-        starter=_CHECKPOINT_STARTER,
-        hints=("Does the input x require grad? What does the reentrant variant do when no input does?",
-               "use_reentrant=False tracks the parameters' gradients whatever the inputs."),
-        probe=_probe_checkpointed,
-    )
-)
-
-
 # ---------------------------------------------------------------------------------------------------- accumulation
 def _uneven_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
     model = seeded_init(nn.Linear(3, 1), case.seeded(90))

@@ -27,28 +27,6 @@ def _probe_logsumexp(answer: dict, *, case: Case) -> dict:
     return {"outputs": outputs, "calls": calls.seen}
 
 
-add(
-    Drill(
-        id="tensors-logsumexp", nonfinite=('outputs/*',),
-        title="A numerically stable logsumexp",
-        kind="write",
-        topics=("tensors",),
-        difficulty=2,
-        prompt="Write logsumexp(x, dim) = log(sum(exp(x), dim)) without overflow for inputs like 1000, and "
-        "correct for rows of -inf. Do not call torch.logsumexp (nor torch.special.logsumexp or log_softmax, which "
-        "compute it for you), and stay in torch. (A self-check: the calls are "
-        "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
-        entry="logsumexp",
-        starter="import torch\n\n\ndef logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:\n"
-        "    raise NotImplementedError\n",
-        hints=("exp overflows for x > 88 in float32. What can you subtract from every element first?",
-               "Subtract m = max along dim, compute log(sum(exp(x - m))) and add m back; guard m = -inf."),
-        probe=_probe_logsumexp,
-        self_check=True,
-    )
-)
-
-
 _PAIRWISE_SHAPES = ((5, 3, 4), (1, 7, 2), (6, 6, 1), (4, 9, 16), (40, 30, 3))
 
 

@@ -22,7 +22,7 @@ from harness.drills.bank.autograd import (
     _inplace_inputs,
     _saliency_setup,
 )
-from harness.drills.core import Answers, add_judge, choice_answers
+from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -141,9 +141,6 @@ def input_gradients(model, x, targets):
     (grad,) = torch.autograd.grad(picked, x)
     return grad
 '''
-
-
-add_judge("autograd-custom-function", _judge_silu)
 
 
 add_answers(

@@ -25,43 +25,6 @@ from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
-_FULL_SOLUTION = '''import torch
-
-
-def save_checkpoint(path, model, optimizer, scheduler, scaler, generator, epoch):
-    torch.save({
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "epoch": epoch,
-        "rng": torch.get_rng_state(),
-        "data_rng": generator.get_state(),
-    }, path)
-
-
-def load_checkpoint(path, model, optimizer, scheduler, scaler, generator):
-    checkpoint = torch.load(path, weights_only=True)
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    scheduler.load_state_dict(checkpoint["scheduler"])
-    scaler.load_state_dict(checkpoint["scaler"])
-    torch.set_rng_state(checkpoint["rng"])
-    generator.set_state(checkpoint["data_rng"])
-    return checkpoint["epoch"]
-'''
-
-
-def _without(source: str, *keys: str) -> str:
-    """`_FULL_SOLUTION` without the save and load lines of the named parts."""
-    lines = {"scheduler": ('        "scheduler": scheduler.state_dict(),\n',
-                           '    scheduler.load_state_dict(checkpoint["scheduler"])\n'),
-             "scaler": ('        "scaler": scaler.state_dict(),\n',
-                        '    scaler.load_state_dict(checkpoint["scaler"])\n'),
-             "data_rng": ('        "data_rng": generator.get_state(),\n',
-                          '    generator.set_state(checkpoint["data_rng"])\n')}
-    return edited(source, *((line, "") for key in keys for line in lines[key]))
-
 
 def _make_resume_judge(full: bool) -> Callable[..., str]:
     setup, train = _resume_kit(full)
@@ -302,29 +265,6 @@ def load_legacy(path):
 add_judge("checkpointing-exact-resume", _make_resume_judge(full=False))
 
 
-add_judge("checkpointing-resume-diverges", _make_resume_judge(full=False))
-
-
-add_answers(
-    Answers(
-        drill_id="checkpointing-full-training-state",
-        solution=_FULL_SOLUTION,
-        wrong_answers=(
-            (_without(_FULL_SOLUTION, "data_rng"), "missing-generator-state"),
-            (_without(_FULL_SOLUTION, "scaler"), "missing-scaler-state"),
-            (_without(_FULL_SOLUTION, "scheduler"), "missing-scheduler-state"),
-            (edited(_FULL_SOLUTION,
-                    ('        "rng": torch.get_rng_state(),\n', ""),
-                    ('    torch.set_rng_state(checkpoint["rng"])\n', "")), "missing-rng-state"),
-        ),
-        judge=_make_resume_judge(full=True),
-    )
-)
-
-
-add_judge("checkpointing-portable-state-dict", _judge_strip)
-
-
 add_answers(
     choice_answers(
         "checkpointing-weights-only",
@@ -342,9 +282,6 @@ add_answers(
         key="c",
     )
 )
-
-
-add_judge("checkpointing-atomic-save", _judge_atomic)
 
 
 add_answers(

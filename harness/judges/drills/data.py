@@ -12,7 +12,7 @@ from harness.contract.case import Case
 from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
-from harness.drills.core import Answers, add_judge, choice_answers
+from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -202,12 +202,6 @@ def make_train_loader(dataset, batch_size, seed):
         pin_memory=torch.cuda.is_available(),
     )
 '''
-
-
-add_judge("data-pad-collate", _judge_pad_collate)
-
-
-add_judge("data-worker-seeding", _judge_worker_seeding)
 
 
 add_answers(

@@ -25,7 +25,7 @@ from harness.drills.bank.memory import (
     _adam_models,
     _uneven_inputs,
 )
-from harness.drills.core import Answers, add_judge, choice_answers
+from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited, with_fixes
 from harness.judges.drills.whys import add_answers
 from harness.memory import saved_for_backward
@@ -359,9 +359,6 @@ def activation_bytes(model, x):
         judge=_judge_activation_bytes,
     )
 )
-
-
-add_judge("memory-checkpoint-reentrant", _judge_checkpointed)
 
 
 add_answers(

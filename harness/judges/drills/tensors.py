@@ -24,7 +24,7 @@ from harness.drills.bank.tensors import (
     _sgd_case,
     _uint8_images,
 )
-from harness.drills.core import Answers, add_judge, choice_answers
+from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
@@ -267,9 +267,6 @@ _GATHER_SOLUTION = '''import torch
 def target_log_probs(logits, targets):
     return torch.log_softmax(logits, dim=1).gather(1, targets[:, None]).squeeze(1)
 '''
-
-
-add_judge("tensors-logsumexp", _judge_logsumexp)
 
 
 add_answers(

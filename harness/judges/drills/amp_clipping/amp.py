@@ -360,9 +360,6 @@ def _amp_loop_fixed(*bugs: tuple[str, str]) -> str:
 add_judge("amp-train-step", _judge_amp_step)
 
 
-add_judge("clipping-under-amp", _judge_clip_under_amp)
-
-
 add_answers(
     Answers(
         drill_id="amp-skipped-steps",

@@ -7,9 +7,10 @@ Their judges are in `harness.judges.drills.amp_clipping`; a graded student tree 
 from __future__ import annotations
 
 import harness.judges.drills.amp_clipping  # noqa: F401  (joins the judges first)
-from harness.drills.bank.amp_clipping import _CLIP_BEFORE_UNSCALE
+from harness.drills.bank.held.amp_clipping import _CLIP_BEFORE_UNSCALE
 from harness.drills.core import Answers
 from harness.drills.support import edited
+from harness.judges.drills.amp_clipping.amp import _judge_clip_under_amp
 from harness.judges.drills.amp_clipping.common import CLIP
 from harness.judges.drills.whys import add_answers
 
@@ -72,5 +73,6 @@ add_answers(
                      "clip_grad_value_(model.parameters(), max_norm)")), "clipped-by-value"),
             (edited(_AMP_SOLUTION, (_UNSCALE, "")), "clip-before-unscale"),
         ),
+        judge=_judge_clip_under_amp,
     )
 )

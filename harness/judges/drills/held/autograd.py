@@ -6,9 +6,11 @@ Their judges are in `harness.judges.drills.autograd`; a graded student tree does
 
 from __future__ import annotations
 
+import harness.drills.bank.held.autograd  # noqa: F401  (registers the held drills first)
 import harness.judges.drills.autograd  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
 from harness.drills.support import edited
+from harness.judges.drills.autograd import _judge_silu
 from harness.judges.drills.whys import add_answers
 
 _SILU_SOLUTION = '''import torch
@@ -42,5 +44,6 @@ add_answers(
             ("import torch\n\nclass SiLU(torch.autograd.Function):\n"
              "    apply = staticmethod(torch.nn.functional.silu)\n", "not-custom-backward"),
         ),
+        judge=_judge_silu,
     )
 )

@@ -1,16 +1,20 @@
 """The held answers of the checkpointing drills: the solutions and planted wrong answers of
 checkpointing-exact-resume and checkpointing-resume-diverges (one answer, which passes 11-exact-resume),
+checkpointing-full-training-state (11-exact-resume's answer with a scaler and a generator added),
 checkpointing-portable-state-dict (08-portable) and checkpointing-atomic-save (08-atomic-save).
 
-Their judges are in `harness.judges.drills.checkpointing`; a graded student tree does not ship this module.
+Their judges are in `harness.judges.drills.checkpointing` (checkpointing-exact-resume's is joined there, lesson 11's
+local check uses it; the others' are joined here, with their answers); a graded student tree does not ship this
+module.
 """
 
 from __future__ import annotations
 
 import harness.judges.drills.checkpointing  # noqa: F401  (joins the judges first)
-from harness.drills.bank.checkpointing import _NO_OPTIMIZER
+from harness.drills.bank.held.checkpointing import _NO_OPTIMIZER
 from harness.drills.core import Answers
 from harness.drills.support import edited
+from harness.judges.drills.checkpointing import _judge_atomic, _judge_strip, _make_resume_judge
 from harness.judges.drills.whys import add_answers
 
 _CKPT_SOLUTION = '''import torch
@@ -98,6 +102,7 @@ add_answers(
              "missing-optimizer-state"),
             (_PICKLED_OPTIMIZER, "not-weights-only-loadable"),
         ),
+        judge=_make_resume_judge(full=False),
     )
 )
 
@@ -122,6 +127,7 @@ add_answers(
             ("def portable_state_dict(state):\n    return {k.split('.', 1)[1]: v for k, v in state.items()}\n",
              "over-stripping"),
         ),
+        judge=_judge_strip,
     )
 )
 
@@ -144,5 +150,61 @@ add_answers(
              "        torch.save(obj, tmp)\n        os.replace(tmp, path)\n    except OSError as error:\n"
              "        print(f'checkpoint not saved: {error}')\n", "error-swallowed"),
         ),
+        judge=_judge_atomic,
+    )
+)
+
+
+_FULL_SOLUTION = '''import torch
+
+
+def save_checkpoint(path, model, optimizer, scheduler, scaler, generator, epoch):
+    torch.save({
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "epoch": epoch,
+        "rng": torch.get_rng_state(),
+        "data_rng": generator.get_state(),
+    }, path)
+
+
+def load_checkpoint(path, model, optimizer, scheduler, scaler, generator):
+    checkpoint = torch.load(path, weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    torch.set_rng_state(checkpoint["rng"])
+    generator.set_state(checkpoint["data_rng"])
+    return checkpoint["epoch"]
+'''
+
+
+def _without(source: str, *keys: str) -> str:
+    """`_FULL_SOLUTION` without the save and load lines of the named parts."""
+    lines = {"scheduler": ('        "scheduler": scheduler.state_dict(),\n',
+                           '    scheduler.load_state_dict(checkpoint["scheduler"])\n'),
+             "scaler": ('        "scaler": scaler.state_dict(),\n',
+                        '    scaler.load_state_dict(checkpoint["scaler"])\n'),
+             "data_rng": ('        "data_rng": generator.get_state(),\n',
+                          '    generator.set_state(checkpoint["data_rng"])\n')}
+    return edited(source, *((line, "") for key in keys for line in lines[key]))
+
+
+add_answers(
+    Answers(
+        drill_id="checkpointing-full-training-state",
+        solution=_FULL_SOLUTION,
+        wrong_answers=(
+            (_without(_FULL_SOLUTION, "data_rng"), "missing-generator-state"),
+            (_without(_FULL_SOLUTION, "scaler"), "missing-scaler-state"),
+            (_without(_FULL_SOLUTION, "scheduler"), "missing-scheduler-state"),
+            (edited(_FULL_SOLUTION,
+                    ('        "rng": torch.get_rng_state(),\n', ""),
+                    ('    torch.set_rng_state(checkpoint["rng"])\n', "")), "missing-rng-state"),
+        ),
+        judge=_make_resume_judge(full=True),
     )
 )

@@ -6,9 +6,11 @@ Their judges are in `harness.judges.drills.data`; a graded student tree does not
 
 from __future__ import annotations
 
+import harness.drills.bank.held.data  # noqa: F401  (registers the held drills first)
 import harness.judges.drills.data  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
 from harness.drills.support import edited
+from harness.judges.drills.data import _judge_pad_collate, _judge_worker_seeding
 from harness.judges.drills.whys import add_answers
 
 _COLLATE_SOLUTION = (
@@ -37,6 +39,7 @@ add_answers(
              "wrong-padding"),
             (edited(_COLLATE_SOLUTION, ("torch.stack(labels)", "labels")), "wrong-labels"),
         ),
+        judge=_judge_pad_collate,
     )
 )
 
@@ -55,5 +58,6 @@ add_answers(
              "    torch.utils.data.get_worker_info().dataset.rng = np.random.default_rng(worker_id)\n",
              "same-every-epoch"),
         ),
+        judge=_judge_worker_seeding,
     )
 )

@@ -7,9 +7,10 @@ Their judges are in `harness.judges.drills.memory`; a graded student tree does n
 from __future__ import annotations
 
 import harness.judges.drills.memory  # noqa: F401  (joins the judges first)
-from harness.drills.bank.memory import _CHECKPOINT_STARTER
+from harness.drills.bank.held.memory import _CHECKPOINT_STARTER
 from harness.drills.core import Answers
 from harness.drills.support import edited
+from harness.judges.drills.memory import _judge_checkpointed
 from harness.judges.drills.whys import add_answers
 
 add_answers(
@@ -28,5 +29,6 @@ add_answers(
                     ("h = checkpoint(block, h, use_reentrant=True)",
                      "h = checkpoint(block, h.detach(), use_reentrant=False)")), "wrong-grads"),
         ),
+        judge=_judge_checkpointed,
     )
 )

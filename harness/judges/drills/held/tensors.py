@@ -6,8 +6,10 @@ Their judges are in `harness.judges.drills.tensors`; a graded student tree does 
 
 from __future__ import annotations
 
+import harness.drills.bank.held.tensors  # noqa: F401  (registers the held drills first)
 import harness.judges.drills.tensors  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
+from harness.judges.drills.tensors import _judge_logsumexp
 from harness.judges.drills.whys import add_answers
 
 add_answers(
@@ -30,5 +32,6 @@ add_answers(
              "    return torch.from_numpy(np.asarray(np.log(np.exp(a - m).sum(axis=dim)) + m.squeeze(dim)))\n",
              "forbidden-call"),
         ),
+        judge=_judge_logsumexp,
     )
 )
