@@ -167,6 +167,12 @@ for action in ("solution", "check", "start", "hint", "list"):
         except SystemExit as stop:
             code, text = 1, str(stop.code)
     said[action] = [code, out.getvalue() + err.getvalue() + (text if code else "")]
+from harness.checks.core import get
+why_eval = get("11-why-eval", judged=False).hints.solution
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["drill", "experiment", "modules-why-eval"])  # what 11-why-eval's last hint sends the student to
+said["experiment"] = [0, out.getvalue()]
 drill = get_drill("tensors-broadcast-shape")
 shipped = check_source(drill, drill.solution).passed if drill.solution else None
 verdicts = {}
@@ -184,7 +190,7 @@ try:
     unrecorded = "computed"
 except LookupError as error:
     unrecorded = str(error)
-print(json.dumps({"said": said, "shipped": shipped, "verdicts": verdicts, "answered": get_drill(
+print(json.dumps({"said": said, "why_eval": why_eval, "shipped": shipped, "verdicts": verdicts, "answered": get_drill(
     "schedulers-warmup-cosine").answered, "unrecorded": unrecorded}))
 """
 
@@ -234,6 +240,9 @@ def test_in_a_graded_tree_a_held_drill_says_why_a_shipped_one_checks_and_lesson_
     rows = [" ".join(line.split()) for line in listing.splitlines()]
     assert "tensors-logsumexp shares 01-logsumexp" in rows and "clipping-under-amp shares 11-amp-step" in rows
     assert "schedulers-warmup-cosine" in listing and "A numerically stable logsumexp" not in listing
+    # 11-why-eval's last hint (not a literal solution line: it ships) names a command that works in a graded tree
+    assert "`harness drill experiment modules-why-eval`" in seen["why_eval"], seen["why_eval"]
+    assert "drill solution" not in seen["why_eval"] and "BatchNorm" in seen["said"]["experiment"][1]
     assert seen["shipped"] is True, "a drill no exercise grades still checks in the graded tree"
     assert seen["answered"] is False
     assert seen["verdicts"] == _verdicts_here(sources), "lesson 11's local check differs from the instructor's"

@@ -68,11 +68,12 @@ def _register_drill(task_id: str, solution: str, requires: Mapping[str, Requirem
 
 def _register_explain(task_id: str) -> None:
     """Register the probe of the explain drill of `task_id`: the notebook's answer variable, as written. Its last
-    hint sends the student to the experiment and the terminal: the key is the judge side's."""
+    hint sends the student to the experiment, in the notebook or the terminal: the key is the judge side's, and a
+    graded student tree withholds it (`harness drill solution` says so there), so the hint does not point to it."""
     drill = get_drill(_DRILL_OF[task_id])
     variable = answer_name(task_id)
-    solution = (f"Run the experiment below the test cell: the option that says what it prints is the answer "
-                f"(`harness drill solution {drill.id}` in a terminal shows it).")
+    solution = (f"Run the experiment below the test cell (or `harness drill experiment {drill.id}` in a terminal): "
+                "the option that says what it prints is the answer.")
 
     def probe(namespace: dict, *, case: Case) -> dict:
         """Record the chosen letter as written."""
