@@ -1,5 +1,6 @@
 """The answerability audit (issue 38, item 3) and a graded release without drill answers (item 1): the audit names a
-reference planted back into a shipped module, candidates are filtered by kind and signature before any check runs,
+reference planted back into a shipped module and a solution pasted into a shipped text (a markdown block, a released
+hint line), candidates are filtered by kind and signature before any check runs,
 a graded student tree holds no answer of a withheld drill (a practice tree holds every one) and `harness drill
 solution` says so, and a declaration the audit no longer bears out fails the release (the whole audit runs in CI's
 `make student-tree`)."""
@@ -15,7 +16,7 @@ import nbformat
 import pytest
 
 from harness.grading.answerability import AuditResult, Hit, Scope, audit, stale, summary, undeclared
-from harness.grading.answerability_worker import Shape, shapes
+from harness.grading.answerability_worker import Shape, shapes, snippets
 from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, NOT_AUDITED, WITHHELD_DRILLS
 from harness.grading.layout import REPO_ROOT
 from harness.grading.student_tree import write_student_tree
@@ -120,3 +121,51 @@ def test_a_declaration_the_audit_no_longer_bears_out_fails_the_release():
     slow = AuditResult(hits=closed.hits, unaudited=every.unaudited, timed_out=[f"{task}: {source}"])
     assert stale(slow) == []  # a check that ran past its bound (a loaded machine) proves nothing either way
 
+
+
+def test_the_audit_finds_a_planted_code_block_and_a_released_solution_line_among_the_texts(graded, tmp_path):
+    """Texts are candidates too: the solution, pasted in a fenced block of a markdown file under another name, is a
+    hit (a rename is mechanical); so is a released hint line that is the solution line (the body of the stub); a
+    harmless block of the same shape and a wrong line are not, and the tree as written has no hit from its README."""
+    scope = Scope(assignments=("00_welcome",), texts=("README.md", "harness/checks/released_hints.json"))
+    before = audit(graded, scope)
+    assert not before.hits and not before.unaudited, summary(before)
+    planted = tmp_path / "course"
+    solution_line = "return torch.zeros(n, 3, 8, 8, dtype=torch.float32, device=device)"
+    write_student_tree(planted, withheld_drills=WITHHELD_DRILLS,
+                       solution_lines={"00-make-batch": solution_line, "00-count-params": "return 0"})
+    copy = _solution_of("00-make-batch").replace("def make_batch(", "def zeros_batch(")
+    harmless = "def ones_batch(n, device):\n    return torch.ones(n, 3, 8, 8, device=device)\n"
+    readme = planted / "README.md"
+    readme.write_text(readme.read_text() + f"\n```python\n{copy}\n```\n\n```python\n{harmless}```\n")
+    after = audit(planted, scope)
+    line = next(n for n, text in enumerate(readme.read_text().splitlines(), 1) if text.startswith("def zeros_batch("))
+    assert sorted((h.task, h.source, h.file) for h in after.hits) == [
+        ("00-make-batch", f"text README.md:{line} (renamed zeros_batch)", "README.md"),
+        ("00-make-batch", "text harness/checks/released_hints.json 00-make-batch (as the body)",
+         "harness/checks/released_hints.json")], summary(after)
+    assert "00-make-batch is answered by text README.md" in undeclared(after)[0]
+
+
+def test_the_texts_a_tree_ships_yield_their_code_and_not_the_exercise_cells(tmp_path):
+    """Snippets come from markdown blocks (fenced, indented, inline), a notebook's markdown and given code cells (not
+    its solution cells), the probe tables' hints and the drill index; prose that is no code yields none."""
+    (tmp_path / "harness" / "checks").mkdir(parents=True)
+    (tmp_path / "harness" / "drills").mkdir()
+    (tmp_path / "notes.md").write_text("Some prose.\n\n    def shown(x):\n        return x\n\nThen `x.sum(dim=1)`.\n")
+    (tmp_path / "harness" / "checks" / "probe.py").write_text(
+        'Hints(nudge="Think about it.", concept="Use `return logits.argmax(dim=1)`.", solution="", section="1.")\n'
+        'Requirement("ok", hint="Reduce with x.mean()")\n')
+    (tmp_path / "harness" / "drills" / "index.json").write_text(json.dumps(
+        [{"id": "d", "prompt": "Write it.", "starter": "def f(a):\n    raise NotImplementedError\n"}]))
+    cells = [nbformat.v4.new_markdown_cell("```python\nmodel(x).argmax(1)\n```"),
+             nbformat.v4.new_code_cell("def given(m):\n    return m"),
+             nbformat.v4.new_code_cell("def answer(m):\n    return m")]
+    cells[2].metadata["nbgrader"] = {"solution": True, "grade_id": "t-code"}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "n.ipynb")
+    found = {snippet.code: snippet.label for snippet in snippets(tmp_path)}
+    assert found == {"def shown(x):\n    return x": "text notes.md:3", "x.sum(dim=1)": "text notes.md:6",
+                     "return logits.argmax(dim=1)": "text harness/checks/probe.py:1",
+                     "def f(a):\n    raise NotImplementedError": "text harness/drills/index.json d.starter",
+                     "model(x).argmax(1)": "text n.ipynb cell 1",
+                     "def given(m):\n    return m": "text n.ipynb cell 2"}, found

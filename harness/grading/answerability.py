@@ -2,8 +2,10 @@
 
 For each graded exercise (a `check("NN-task", ...)` call of the lesson's notebook), every top-level function and
 class of the tree's `harness` package whose kind and signature can fill the exercise's slot (`Shape.fits`, read from
-source), and every drill answer the tree carries, is passed to the exercise's visible check in place of the
-student's object, inside the tree (`answerability_worker`, one subprocess per lesson, each check time-bounded). A
+source), every drill answer the tree carries, and every code snippet its texts show (markdown, notebooks' given
+cells, drill prompts, starters and hints, the probe tables' hints: `answerability_worker.snippets`, each tried as the
+solution cell, renamed, or as the body of the exercise's stub), is passed to the exercise's visible check in place of
+the student's object, inside the tree (`answerability_worker`, one subprocess per lesson, each check time-bounded). A
 candidate counts as a hit when it earns the points: the visible check passes on it in the tree, and the grading
 check does too (the exercise's probe on a hidden case, in the tree beside the candidate, judged here by the
 instructor's judge, as `harness grade` does). A recorded reference (`harness.contract.recorded`) answers only the
@@ -69,11 +71,13 @@ class Limits:
 
 @dataclass(frozen=True)
 class Scope:
-    """What to audit: the lessons (empty: every one) and the modules whose objects are candidates (prefixes of their
-    names; empty: every module of the tree, and every drill answer too)."""
+    """What to audit: the lessons (empty: every one), the modules whose objects are candidates (prefixes of their
+    names) and the files whose texts are (prefixes of their paths in the tree); neither named: every module, drill
+    answer and text of the tree."""
 
     assignments: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
+    texts: tuple[str, ...] = ()  # prefixes of the files whose texts are candidates (naming modules or texts narrows)
 
 
 @dataclass
@@ -123,6 +127,22 @@ def _imports(cells: list[dict[str, Any]]) -> str:
     return "\n".join(dict.fromkeys(found))
 
 
+def stubs(assignment: str, task: str, repo_root: Path = REPO_ROOT) -> dict[str, str]:
+    """Function name -> its signature line(s), as `task`'s stub in the release notebook declares it (decorators and
+    `def ...:`), where a text's single line is tried as the body."""
+    release = repo_root / "notebooks" / assignment / f"{assignment}.ipynb"
+    cells = json.loads(release.read_text(encoding="utf-8"))["cells"] if release.is_file() else []
+    source = next(("".join(c["source"]) for c in cells
+                   if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == f"{task}-code"), "")
+    tree = _parsed(source)
+    found = {}
+    for node in tree.body if tree else []:
+        if isinstance(node, ast.FunctionDef):
+            node.body = [ast.Pass()]
+            found[node.name] = ast.unparse(node).rsplit("\n", 1)[0]
+    return found
+
+
 def exercises(assignment: str, repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
     """The graded exercises of `assignment`, as the worker takes them: the task, its test cell's check() arguments,
     the solution's own answer (`setup`: the notebook's imports and the solution cell), and its slots (name ->
@@ -150,7 +170,8 @@ def exercises(assignment: str, repo_root: Path = REPO_ROOT) -> list[dict[str, An
             used = {n.id for a in node.args[1:] for n in ast.walk(a) if isinstance(n, ast.Name)}
             slots = defined if "globals" in used else {n: s for n, s in defined.items() if n in used}
             explain = {answer_name(t): drill for t, drill in NOTEBOOK_DRILLS if t == task and answer_name(t) in used}
-            found.append({"task": task, "arguments": arguments, "setup": f"{imports}\n{answers}",
+            found.append({"task": task, "arguments": arguments, "setup": f"{imports}\n{answers}", "imports": imports,
+                          "stubs": {n: s for n, s in stubs(assignment, task, repo_root).items() if n in slots},
                           "slots": {n: {**vars(s), "names": sorted(s.names),
                                         "required_keywords": sorted(s.required_keywords)} for n, s in slots.items()},
                           "text_slots": explain})
@@ -182,7 +203,7 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
     """Run the worker on `assignment`'s exercises inside `tree`; add what it found to `result`: a candidate the
     visible check passes is a hit when the instructor's judge passes its hidden observation too."""
     request = {"tree": str(tree.resolve()), "per_check_s": limits.per_check_s, "screen_s": limits.screen_s,
-               "modules": list(scope.modules),
+               "modules": list(scope.modules), "texts": list(scope.texts),
                "exercises": [{**exercise, "hidden_seed": hidden_case(assignment, exercise["task"]).seed}
                              for exercise in exercises(assignment, repo_root)]}
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:

@@ -1,4 +1,5 @@
-"""The audit's worker: inside a student tree, try each shipped function, class and drill answer as one lesson's answers.
+"""The audit's worker: inside a student tree, try each shipped function, class, drill answer and text as one lesson's
+answers.
 
 `harness.grading.answerability` starts one per lesson (`python -c`, with the tree first on `sys.path` and the
 instructor's editable install hidden), hands it the lesson's exercises as JSON and reads back one JSON line per
@@ -6,21 +7,30 @@ candidate tried: whether the visible check passed and, where it did, the probe's
 the instructor's judge decides outside the tree. The worker imports only the standard library and the tree's own
 `harness`: what it finds is what a student holding the tree finds. Shapes (`Shape`) are read from source, so a
 candidate whose kind or arity cannot fill an exercise's slot is never imported or called.
+
+Texts (`snippets`): every code snippet the tree ships outside its modules' functions (markdown code blocks and inline
+code, the notebooks' given code cells, drill prompts, starters and hints, the probe tables' hints, released solution
+lines) is tried as the exercise's solution cell, after the notebook's imports: the object it defines under the
+exercise's name, the one function or class of the slot's kind it defines under another (a rename), or a single
+expression or `return` line as the body of the exercise's signature (the release's stub).
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import builtins
 import contextlib
 import copy
 import functools
 import io
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -281,6 +291,193 @@ def _drill_answers(tree: Path) -> list[tuple[str, str, str, str]]:
     return found
 
 
+@dataclass(frozen=True)
+class Snippet:
+    """A piece of code a text of the tree shows: where (`label`: `text <file>:<line>` or `text <file> <key>`)."""
+
+    label: str
+    file: str
+    code: str
+
+
+_FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
+_INLINE = re.compile(r"`([^`\n]+)`")
+# Calls in the probe and judge tables whose string arguments are hints a student can show
+_HINT_CALLS = {"Hints", "Requirement", "fail"}
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def fragments(text: str) -> list[tuple[int, str]]:
+    """(line, code) of every piece of code `text` may show: its fenced and indented blocks, its inline code, and the
+    whole text (a hint may be a code line)."""
+    found = [(_line(text, m.start()) + 1, textwrap.dedent(m.group(1))) for m in _FENCE.finditer(text)]
+    outside = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    block: list[str] = []
+    start = 0
+    for number, line in enumerate([*outside.splitlines(), ""], 1):
+        if line.startswith(("    ", "\t")) or (block and not line.strip()):
+            start = start if block else number
+            block.append(line)
+        elif block:
+            found.append((start, textwrap.dedent("\n".join(block))))
+            block = []
+    found += [(_line(outside, m.start()), m.group(1)) for m in _INLINE.finditer(outside)]
+    return [*found, (1, text)]
+
+
+def _json_texts(value: Any, key: str) -> list[tuple[str, str]]:
+    """(key path, string) of every string in a JSON value (a list item named by its "id" where it has one)."""
+    if isinstance(value, str):
+        return [(key, value)]
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _json_texts(v, f"{key}.{k}".lstrip("."))]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value)
+                for found in _json_texts(v, f"{key}.{v.get('id', i) if isinstance(v, dict) else i}".lstrip("."))]
+    return []
+
+
+def _hint_strings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string argument of a `Hints`, `Requirement` or `fail` call, and every `hint=` string."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = ast.unparse(node.func).split(".")[-1]
+        values = [*node.args, *(k.value for k in node.keywords)] if called in _HINT_CALLS else [
+            k.value for k in node.keywords if k.arg == "hint"]
+        found += [(v.lineno, v.value) for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    return found
+
+
+def _notebook_texts(path: Path) -> list[tuple[int, str]]:
+    """(cell number, code) of a notebook's markdown cells' code and its given code cells (not its solution cells)."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return []
+    found = []
+    for number, cell in enumerate(cells, 1):
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            found += [(number, code) for _, code in fragments(source)]
+        elif cell.get("cell_type") == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            found.append((number, source))
+    return found
+
+
+def snippets(tree: Path) -> list[Snippet]:
+    """Every snippet of code the tree's texts show (each text once: the first place that shows it)."""
+    found: list[Snippet] = []
+    for path in sorted(tree.rglob("*")):
+        file = str(path.relative_to(tree))
+        if path.suffix == ".md":
+            found += [Snippet(f"text {file}:{n}", file, c) for n, c in fragments(path.read_text(encoding="utf-8"))]
+        elif path.suffix == ".ipynb":
+            found += [Snippet(f"text {file} cell {n}", file, c) for n, c in _notebook_texts(path)]
+        elif path.suffix == ".py" and file.startswith("harness"):
+            found += [Snippet(f"text {file}:{n}", file, c) for n, text in _hint_strings(path.read_text("utf-8"))
+                      for _, c in fragments(text)]
+    for file in ("harness/drills/index.json", "harness/checks/released_hints.json"):
+        with contextlib.suppress(OSError, ValueError):
+            texts = _json_texts(json.loads((tree / file).read_text(encoding="utf-8")), "")
+            found += [Snippet(f"text {file} {key}", file, c) for key, text in texts for _, c in fragments(text)]
+    unique: dict[str, Snippet] = {}
+    for snippet in found:
+        code = textwrap.dedent("\n".join(line for line in snippet.code.splitlines()
+                                         if not line.lstrip().startswith(("%", "!", ">>>")))).strip()
+        if code and code not in unique and _parses(code):
+            unique[code] = Snippet(snippet.label, snippet.file, code)
+    return list(unique.values())
+
+
+def _parses(code: str) -> bool:
+    return _body_line(code) is not None or bool(shapes(code))
+
+
+def _body_line(code: str) -> str | None:
+    """A single expression or `return` line as a return statement (None for anything else)."""
+    try:
+        body = ast.parse("def _():\n" + textwrap.indent(code, "    ")).body[0].body  # type: ignore[attr-defined]
+    except (SyntaxError, ValueError):
+        return None
+    if len(body) != 1:
+        return None
+    if isinstance(body[0], ast.Return) and body[0].value is not None:
+        return ast.unparse(body[0])
+    if isinstance(body[0], ast.Expr) and not isinstance(body[0].value, (ast.Name, ast.Constant)):
+        return f"return {ast.unparse(body[0].value)}"
+    return None
+
+
+def _unbound(code: str, known: set[str]) -> set[str]:
+    """The names `code` reads that it does not bind itself and that are not in `known` (a line that reads one raises
+    NameError: the cheap screen of a body line)."""
+    tree = ast.parse(code)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    return read - bound - known - set(dir(builtins))
+
+
+def _definitions(code: str) -> str:
+    """`code`'s imports, functions, classes and assignments that call nothing (what defines, never what runs)."""
+    kept = [node for node in ast.parse(code).body
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef))
+            or (isinstance(node, (ast.Assign, ast.AnnAssign))
+                and not any(isinstance(n, ast.Call) for n in ast.walk(node)))]
+    return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+
+
+def _defined(namespace: dict[str, Any], code: str, name: str, seconds: int) -> Any:
+    """The object `name` that `code`'s definitions leave, run after `namespace` (the notebook's imports), or None."""
+    scope = dict(namespace)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(_definitions(code), "<text>", "exec"), scope)  # noqa: S102 - the tree's own text
+    except BaseException:  # noqa: BLE001 - a snippet that does not run answers nothing
+        return None
+    finally:
+        signal.alarm(0)
+    return scope.get(name)
+
+
+def _text_tries(exercise: dict[str, Any], texts: list[Snippet], namespace: dict[str, Any],
+                seconds: int) -> list[tuple[str, str, str, Callable[[], Any]]]:
+    """(label, file, slot, loader) for each snippet that can fill a slot of `exercise`: one defining the slot's name
+    with a fitting shape, one defining exactly one object of the slot's kind that fits (renamed), or a single
+    expression or return line as the body of the slot's stub signature."""
+    tries = []
+    for slot, fields in exercise["slots"].items():
+        wanted = Shape(**{**fields, "names": frozenset(fields["names"]),
+                          "required_keywords": frozenset(fields["required_keywords"])})
+        stub = exercise.get("stubs", {}).get(slot)
+        for snippet in texts:
+            defined = shapes(snippet.code)
+            of_kind = [name for name, shape in defined.items() if shape.kind == wanted.kind]
+            line = _body_line(snippet.code)
+            if slot in defined and defined[slot].fits(wanted):
+                label, code, name = snippet.label, snippet.code, slot
+            elif len(of_kind) == 1 and defined[of_kind[0]].fits(wanted):
+                label, code, name = f"{snippet.label} (renamed {of_kind[0]})", snippet.code, of_kind[0]
+            elif line is not None and stub is not None and not defined and not (
+                    _unbound(f"{stub}\n    {line}", set(namespace)) - _unbound(f"{stub}\n    pass", set())):
+                label, code, name = f"{snippet.label} (as the body)", f"{stub}\n    {line}", slot
+            else:
+                continue
+            tries.append((label, snippet.file, slot, functools.partial(_defined, namespace, code, name, seconds)))
+    return tries
+
+
 def _run_source(source: str) -> dict[str, Any] | None:
     """The namespace `source` leaves, run beside torch and nn as every notebook has them (None if it raises)."""
     import torch
@@ -355,10 +552,12 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
     (`hidden_seed`) too, and its observation written with the result for the instructor's judge.
     """
     tree = Path(request["tree"])
-    only = tuple(request.get("modules", ()))
-    modules = [found for found in _module_candidates(tree) if not only or found[0].startswith(only)]
-    answers = {} if only else {drill_id: (_run_source(source), entry, file, shapes(source).get(entry))
-                               for drill_id, entry, file, source in _drill_answers(tree)}
+    only, only_texts = tuple(request.get("modules", ())), tuple(request.get("texts", ()))
+    narrowed = bool(only or only_texts)  # a scope that names modules or texts tries only those
+    modules = [found for found in _module_candidates(tree) if not narrowed or found[0].startswith(only)]
+    answers = {} if narrowed else {drill_id: (_run_source(source), entry, file, shapes(source).get(entry))
+                                   for drill_id, entry, file, source in _drill_answers(tree)}
+    texts = [snippet for snippet in snippets(tree) if not narrowed or snippet.file.startswith(only_texts)]
 
     def emit(**record: Any) -> None:
         report.write(json.dumps(record) + "\n")
@@ -372,7 +571,9 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
             continue
         base, recorders, took = baseline
         bound = min(request["per_check_s"], max(2.0, 5 * took))
-        tries = [(label, file, slot, candidate) for label, file, slot, load in _tries(exercise, modules, answers)
+        imported = _run_source(exercise["imports"]) or {}
+        loaders = [*_tries(exercise, modules, answers), *_text_tries(exercise, texts, imported, request["screen_s"])]
+        tries = [(label, file, slot, candidate) for label, file, slot, load in loaders
                  if (candidate := load()) is not None]
         dropped: set[int] = set()
         for slot, recorder in recorders.items():
