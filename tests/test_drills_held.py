@@ -123,6 +123,22 @@ def test_a_graded_tree_carries_no_prompt_starter_or_hint_of_a_drill_held_whole(g
     assert (practice / "harness" / "drills" / "bank" / "held" / "amp_clipping.py").is_file()
 
 
+def test_a_graded_tree_carries_no_why_of_a_held_solution_and_a_practice_tree_does(graded, practice):
+    """A why (the comment that opens a solution) says what the answer does: a held drill's stays with its answers."""
+    from harness.judges.drills.whys import why_of
+
+    graded_texts, practice_texts = _texts(graded), _texts(practice)
+    for drill_id in sorted(held_answers(REPO_ROOT)):
+        why = why_of(get_drill(drill_id).solution)
+        if not why:  # an explain drill's key gives its why after the answer line (modules-why-eval: declared)
+            continue
+        words = " ".join(why.split()[:12])  # the first words: a source file splits the why across lines
+        assert not [path for path, text in graded_texts.items() if words in " ".join(text.split())], \
+            f"{drill_id}'s why is in the graded tree"
+        assert [path for path, text in practice_texts.items() if words in " ".join(text.split())], \
+            f"the practice tree lacks {drill_id}'s why"
+
+
 def test_a_graded_tree_carries_no_held_solution_wrong_answer_or_reference_and_a_practice_tree_does(graded, practice):
     graded_texts, practice_texts = _texts(graded), _texts(practice)
     for drill_id in held_answers(REPO_ROOT):

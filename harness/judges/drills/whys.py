@@ -10,6 +10,7 @@ drill.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from dataclasses import replace
 
 from harness.drills import core
@@ -39,16 +40,18 @@ def why_of(solution: str) -> str:
     return ""
 
 
-def add_answers(*answers: core.Answers) -> None:
+def add_answers(*answers: core.Answers, whys: Mapping[str, str] | None = None) -> None:
     """`harness.drills.core.add_answers`, each solution joined to its why: before the code of a write or bughunt
-    drill (from `WHYS`), after an explain drill's answer line (its key's reason)."""
+    drill (from `whys`, by default `WHYS`; a held drill's are `harness.judges.drills.held.whys.WHYS`), after an explain
+    drill's answer line (its key's reason)."""
+    whys = WHYS if whys is None else whys
     joined = []
     for answer in answers:
         if answer.choices is not None:
             reason = answer.choices.options[answer.choices.key].why.removeprefix("right: ")
             solution = answer.solution + why_comment(reason)
-        elif answer.drill_id in WHYS:
-            solution = why_comment(WHYS[answer.drill_id]) + answer.solution
+        elif answer.drill_id in whys:
+            solution = why_comment(whys[answer.drill_id]) + answer.solution
         else:
             raise ValueError(f"drill {answer.drill_id}: its solution needs a why (harness.judges.drills.whys.WHYS)")
         joined.append(replace(answer, solution=solution))
@@ -73,9 +76,6 @@ WHYS: dict[str, str] = {
         "each query is compared with every key by a dot product over the last dimension, which q @ k^T does for all "
         "heads and batches at once; dividing by sqrt(d) keeps the scores' variance near 1 so the softmax does not "
         "saturate."),
-    "tensors-logsumexp": (
-        "exp overflows for large inputs; subtracting the maximum first makes every exponent <= 0 and adding it back "
-        "after the log gives the same value exactly. A row of -inf needs m replaced by 0, or -inf - -inf is nan."),
     "tensors-masked-mean": (
         "the padded positions must add nothing to the sum, and the mean must divide by the real length, not the "
         "padded one; the mask from arange < lengths marks exactly the real positions."),
@@ -85,10 +85,6 @@ WHYS: dict[str, str] = {
     "autograd-detach-target": (
         "detach cuts the target out of the graph, so the loss's gradient flows into the online network only; the "
         "target still takes part in the value of the loss."),
-    "autograd-custom-function": (
-        "backward must return the incoming gradient times the derivative of forward, d/dx x*sigmoid(x) = s * (1 + x *"
-        " (1 - s)) with s = sigmoid(x); saving x in ctx is enough to rebuild it, and gradcheck compares it with "
-        "finite differences."),
     "autograd-inplace-trap": (
         "sigmoid saves its output for backward; an in-place change to that output bumps its version and autograd "
         "refuses to use it. An out-of-place multiply makes a new tensor and leaves the saved one intact."),
@@ -98,9 +94,6 @@ WHYS: dict[str, str] = {
     "modules-freeze-backbone": (
         "requires_grad = False makes autograd skip the backbone's weights, and handing only the trainable parameters "
         "to the optimizer keeps its state (and any weight decay) off the frozen ones."),
-    "modules-plain-list": (
-        "nn.Module registers the submodules it finds as attributes: a plain Python list hides them, so parameters(), "
-        "the optimizer and .to(device) never see those layers. nn.ModuleList registers each one."),
     "modules-buffer": (
         "a buffer is state that is saved in the state_dict and moved by .to(device) but is not a parameter the "
         "optimizer updates; updating it only in training mode keeps evaluation from changing it."),
@@ -120,9 +113,6 @@ WHYS: dict[str, str] = {
     "loop-loss-stalls": (
         "backward writes the gradient and step reads it; zeroing between them hands step an empty gradient, so the "
         "model never moves. Zeroing before the forward clears the previous batch's gradient only."),
-    "loop-train-step": (
-        "train mode makes dropout and BatchNorm behave as in training; zeroing first stops gradients adding up across"
-        " steps; backward then step uses this batch's gradient once."),
     "loop-adamw-from-scratch": (
         "AdamW decays the weights directly (scaled by lr, before the Adam step) instead of adding decay to the "
         "gradient; the moments are bias-corrected because they start at zero, and eps is added to sqrt(v_hat) as "
@@ -140,24 +130,15 @@ WHYS: dict[str, str] = {
     "data-balanced-sampler": (
         "weighting each sample by 1 / its class count gives every class the same total weight, and drawing with "
         "replacement lets the rare samples repeat so each epoch is balanced."),
-    "data-pad-collate": (
-        "a batch tensor needs one length, so shorter sequences are padded to the longest; the true lengths travel "
-        "with the batch so later code can ignore the padding."),
     "data-train-loader": (
         "shuffling with a seeded generator gives a new but reproducible order each epoch; workers prepare batches in "
         "parallel and persist across epochs; pinned memory speeds the copy to a GPU."),
-    "data-worker-seeding": (
-        "each worker receives a copy of the dataset, NumPy Generator included, so all draw the same numbers; "
-        "torch.initial_seed() in a worker differs per worker and per epoch and follows the loader's seed."),
     "amp-loss-in-fp32": (
         "under autocast log_softmax and the sums run in the input's dtype, and bf16 keeps about 3 significant digits;"
         " computing the loss from float32 logits keeps its precision while the matmuls stay fast."),
     "amp-skipped-steps": (
         "after an overflow the scaler skips the step and update() cuts the scale by backoff_factor; comparing the "
         "scale before and after update() tells whether the step was skipped."),
-    "amp-train-step": (
-        "the loss is scaled so small fp16 gradients do not underflow; they must be unscaled before clipping so the "
-        "threshold applies to the true gradient, and scaler.step skips steps whose gradients overflowed."),
     "amp-loop-three-bugs": (
         "backward belongs outside autocast, unscale_ must precede clipping so the threshold sees true gradients, and "
         "OneCycleLR counts batches, so it steps once per optimizer step."),
@@ -167,9 +148,6 @@ WHYS: dict[str, str] = {
     "clipping-per-group": (
         "each group's parameters are measured and clipped together against that group's own threshold, so one group's"
         " large gradients do not shrink another's."),
-    "clipping-under-amp": (
-        "the scaler multiplies the loss, and so every gradient, by the scale: clipping before unscale_ compares "
-        "scaled gradients with the threshold. Unscaling first clips the true gradient."),
     "clipping-with-accumulation": (
         "the micro-batches' gradients add up in .grad; dividing each loss by their number makes the sum the full "
         "batch's mean gradient, and clipping once after all of them clips that mean."),
@@ -191,30 +169,12 @@ WHYS: dict[str, str] = {
     "schedulers-plateau-metric": (
         "ReduceLROnPlateau cuts the LR when the number it is given stops improving; given the validation loss once "
         "per epoch, it reacts to overfitting, which the training loss never shows."),
-    "schedulers-warmup-cosine": (
-        "the factor rises linearly during warm-up and then follows half a cosine from 1 to 0; guarding the division "
-        "and clamping progress keeps it defined when warmup equals total and after the end."),
-    "checkpointing-portable-state-dict": (
-        "DDP adds 'module.' and torch.compile '_orig_mod.' in front of every key; stripping them (repeatedly, as both"
-        " can stack) gives keys that load into the plain model."),
-    "checkpointing-atomic-save": (
-        "a crash while writing tears a file; writing to a temporary file in the same directory and os.replace-ing it "
-        "over the target swaps in a complete file in one step, so readers see the old or the new, never half."),
-    "checkpointing-exact-resume": (
-        "an exact resume needs everything that shapes the next steps: weights, optimizer moments, the scheduler's "
-        "position, the epoch and the random state."),
     "checkpointing-rank0-save": (
         "every rank holds the same weights, so one writer (rank 0) suffices and avoids ranks overwriting the file; "
         "saving ddp_model.module's state_dict keeps the keys free of 'module.'."),
-    "checkpointing-resume-diverges": (
-        "the optimizer carries state (momentum, Adam's moments, the step count); without it the resumed run restarts "
-        "that state from zero and follows another path."),
     "checkpointing-safe-legacy-load": (
         "weights_only=True refuses every global not on its allowlist; allowing exactly the one type the old file "
         "needs keeps the safety for everything else."),
-    "checkpointing-full-training-state": (
-        "the scheduler, the GradScaler and the data generator all have state that moves with training; each must be "
-        "saved and restored, or the resumed run uses other LRs, scales or data orders."),
     "checkpointing-resume-schedule": (
         "state_dict() returns references to live tensors, so an in-memory snapshot must be deep-copied; restoring "
         "model, optimizer and scheduler and stepping nothing on load continues exactly where training stopped."),
@@ -263,9 +223,6 @@ WHYS: dict[str, str] = {
     "performance-loader-settings": (
         "workers prepare batches in parallel with training, persistent ones skip the restart each epoch, and pinned "
         "memory makes the copy to a CUDA device faster and asynchronous."),
-    "performance-epoch-metrics": (
-        ".item() waits for the device to finish; keeping running sums as tensors on the device and converting once at"
-        " the end syncs once per epoch instead of once per batch."),
     "performance-log-every": (
         "each .item() makes the host wait for the device; summing detached losses on the device and converting once "
         "per window syncs once per window."),
@@ -302,9 +259,6 @@ WHYS: dict[str, str] = {
     "memory-activation-bytes": (
         "saved tensors can be views of one storage or the same tensor saved twice; counting each storage once by its "
         "data pointer measures the memory really kept."),
-    "memory-checkpoint-reentrant": (
-        "the reentrant checkpoint passes gradients only through inputs that require grad; use_reentrant=False tracks "
-        "the parameters inside the block whatever the inputs."),
     "memory-uneven-accumulation": (
         "the full batch's mean is the micro-batches' means weighted by their share of the rows; with a smaller last "
         "micro-batch equal weights would over-count it."),

@@ -12,7 +12,7 @@ from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.amp_clipping.amp import _judge_clip_under_amp
 from harness.judges.drills.amp_clipping.common import CLIP
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 _AMP_SOLUTION = '''import torch
 

@@ -11,7 +11,7 @@ import harness.judges.drills.autograd  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.autograd import _judge_silu
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 _SILU_SOLUTION = '''import torch
 

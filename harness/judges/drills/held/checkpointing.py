@@ -15,7 +15,7 @@ from harness.drills.bank.held.checkpointing import _NO_OPTIMIZER
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.checkpointing import _judge_atomic, _judge_strip, _make_resume_judge
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 _CKPT_SOLUTION = '''import torch
 

@@ -11,7 +11,7 @@ import harness.judges.drills.data  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.data import _judge_pad_collate, _judge_worker_seeding
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 _COLLATE_SOLUTION = (
     "import torch\nfrom torch.nn.utils.rnn import pad_sequence\n\n\ndef pad_collate(batch):\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import harness.judges.drills.loop  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
 from harness.drills.support import edited
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 _TRAIN_STEP_WRONG_BODY = ("def train_step(model, batch, loss_fn, optimizer):\n    x, y = batch\n    model.train()\n"
                           "    optimizer.zero_grad(set_to_none=True)\n    loss = loss_fn(model(x), y)\n"

@@ -10,8 +10,8 @@ import harness.judges.drills.memory  # noqa: F401  (joins the judges first)
 from harness.drills.bank.held.memory import _CHECKPOINT_STARTER
 from harness.drills.core import Answers
 from harness.drills.support import edited
+from harness.judges.drills.held.whys import add_answers
 from harness.judges.drills.memory import _judge_checkpointed
-from harness.judges.drills.whys import add_answers
 
 add_answers(
     Answers(

@@ -10,7 +10,7 @@ import harness.judges.drills.performance  # noqa: F401  (joins the judges first)
 from harness.drills.bank.performance import _METRICS_STARTER
 from harness.drills.core import Answers
 from harness.drills.support import edited
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 _METRICS_SOLUTION = '''import torch
 

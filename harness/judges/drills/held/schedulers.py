@@ -12,7 +12,7 @@ from harness.contract.case import Case
 from harness.drills.bank.schedulers import _warmup_configs, _warmup_queries
 from harness.drills.core import Answers
 from harness.drills.support import edited
-from harness.judges.drills.whys import add_answers
+from harness.judges.drills.held.whys import add_answers
 
 
 def warmup_cosine_factor(step: int, warmup: int, total: int) -> float:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import harness.drills.bank.held.tensors  # noqa: F401  (registers the held drills first)
 import harness.judges.drills.tensors  # noqa: F401  (joins the judges first)
 from harness.drills.core import Answers
+from harness.judges.drills.held.whys import add_answers
 from harness.judges.drills.tensors import _judge_logsumexp
-from harness.judges.drills.whys import add_answers
 
 add_answers(
     Answers(
