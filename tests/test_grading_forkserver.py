@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
+from harness.grading import batch
 from harness.grading.batch import fork_server, grade_jobs
 from harness.grading.jobs import GradeJob, GradeResult
 
@@ -118,7 +119,7 @@ def test_a_server_that_dies_is_named_and_its_jobs_are_graded_again_in_fresh_proc
 
 
 def test_a_server_that_cannot_start_is_said_and_the_batch_uses_fresh_processes(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("HARNESS_FORKSERVER_TEST", str(tmp_path))  # an environment no server was started for yet
+    monkeypatch.setattr(batch, "_SERVER", None)  # the process's server not started yet (restored after the test)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     with fork_server() as server:
         assert server is None

@@ -268,38 +268,37 @@ def jobs_run_by(runner: JobRunner, scratch: Path | None = None) -> Iterator[None
         _SCRATCH.reset(tokens[1])
 
 
-# The process's fork servers, kept between its batches (a course's lessons, a test session's batches) so the
-# grader's imports are paid once per process: one per environment, since a worker gets its server's variables.
-_SERVERS: dict[frozenset[tuple[str, str]], ForkServer] = {}
-_SERVERS_LOCK = threading.Lock()
-_SERVER_HOMES: list[Path] = []  # their folders (each its log), removed at exit
+# The process's fork server, kept between its batches (a course's lessons, a test session's batches) so the
+# grader's imports are paid once per process; each worker takes the environment of the batch that asked for it.
+_SERVER: ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+_SERVER_HOMES: list[Path] = []  # the folders of the servers started (each its log), removed at exit
 
 
 def _shared_server() -> ForkServer:
-    """This process's fork server for its current environment: started by the first batch that asks, started
-    again where the last one ended, closed when the process exits (`_close_servers`).
+    """This process's fork server: started by the first batch that asks, started again where the last one ended,
+    closed when the process exits (`_close_server`).
 
     Raises:
         ServerUnavailable: it could not start; the message says what was observed.
     """
-    key = frozenset(os.environ.items())
-    with _SERVERS_LOCK:
-        server = _SERVERS.get(key)
-        if server is None or server.gone or server.closed:
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is None or _SERVER.gone or _SERVER.closed:
             if not _SERVER_HOMES:
-                atexit.register(_close_servers, os.getpid())
+                atexit.register(_close_server, os.getpid())
             _SERVER_HOMES.append(home := Path(tempfile.mkdtemp(prefix="harness-forkserver-")))
-            server = _SERVERS[key] = ForkServer(home / "forkserver.log", home)
-        return server
+            _SERVER = ForkServer(home / "forkserver.log", home)
+        return _SERVER
 
 
-def _close_servers(owner: int) -> None:
-    """Close the fork servers and remove their folders, in the process that started them (a fork that exits
+def _close_server(owner: int) -> None:
+    """Close the fork server and remove the servers' folders, in the process that started them (a fork that exits
     normally leaves them alone)."""
     if os.getpid() != owner:
         return
-    for server in _SERVERS.values():
-        server.close()
+    if _SERVER is not None:
+        _SERVER.close()
     for home in _SERVER_HOMES:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -14,9 +14,10 @@ generators re-seeded; then `autograde.main` on the job, with the same cgroup, sa
 before, as the batch's own user (an unprivileged grader's server and workers are unprivileged too). The
 feedback pages are made in the workers by the nbconvert and nbgrader modules the server imported once.
 
-The protocol is JSON lines. The batch writes {"id", "job", "result", "log", "cwd", "private_mounts"} to start a
-worker and {"id", "stop": true} to kill one with its process tree (the server does it: the worker is its
-unreaped child, so its pid cannot be reused meanwhile). The server answers {"ready": pid} once, then
+The protocol is JSON lines. The batch writes {"id", "job", "result", "log", "cwd", "private_mounts", "environment"}
+to start a worker (the batch's environment variables, which the worker takes as its own: one server serves every
+batch of its process) and {"id", "stop": true} to kill one with its process tree (the server does it: the worker
+is its unreaped child, so its pid cannot be reused meanwhile). The server answers {"ready": pid} once, then
 {"id", "pid"} when a worker starts and {"id", "returncode"} when it ends (negative: the signal that ended it).
 It ends when its stdin closes. A server that dies is `ServerGone` for every job it held and every later one:
 `batch` grades them in fresh processes, and the death is printed when it is seen, never silent.
@@ -59,6 +60,7 @@ class WorkerCall:
     log_path: Path
     cwd: Path
     private_mounts: bool
+    environment: dict[str, str] = field(default_factory=lambda: dict(os.environ))  # the batch's, when it asks
 
 
 @dataclass
@@ -169,7 +171,8 @@ class ForkServer:
             pending = self._pending[ident] = _Pending()
         try:
             self._send({"id": ident, "job": str(call.job_file), "result": str(call.result_file),
-                        "log": str(call.log_path), "cwd": str(call.cwd), "private_mounts": call.private_mounts})
+                        "log": str(call.log_path), "cwd": str(call.cwd), "private_mounts": call.private_mounts,
+                        "environment": call.environment})
             pending.started.wait()
             stopped = not pending.ended.wait(timeout)
             if stopped:
@@ -280,6 +283,8 @@ def _become_worker(request: dict[str, Any]) -> NoReturn:
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         if request["private_mounts"]:
             _private_mounts()
+        os.environ.clear()  # the batch's environment now, as a fresh worker process would inherit it
+        os.environ.update(request["environment"])
         os.chdir(request["cwd"])
         _reseed()
         print(f"[fork server] worker {os.getpid()} forked from the grading fork server {os.getppid()}", flush=True)
