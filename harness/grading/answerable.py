@@ -36,10 +36,6 @@ _KEY = ("an explain drill's key: withheld from answers.json and `harness drill s
         "gives the key in at most three tries anyway")
 KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {
     ("11-why-eval", "drill answer modules-why-eval"): _KEY,
-    ("10-train-loader", "text harness/judges/lesson10/train_loader.py:48 (as the body)"):
-        "the overlapping-shards failure's `where` spells out the whole answer (`DataLoader(dataset, batch_size, "
-        "sampler=DistributedSampler(...), drop_last=True)`), and a student reads it after that failure: the judge's "
-        "`where` should name what is wrong, not the call (issue 38 item 3, the text audit)",
 }
 
 # Exercises the audit cannot try: their solution, run from the notebook's imports and solution cells alone, does not

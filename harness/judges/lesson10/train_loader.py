@@ -45,8 +45,8 @@ def _check_sharded(results: list[list[list[list[int]]]], n: int, batch_size: int
              expected="disjoint halves: each rank its own shard",
              cause="every rank reads the whole dataset (a shuffled DataLoader, or a sampler that ignores the rank), "
              "or the ranks shuffle with different seeds (seed + rank) so their shards overlap",
-             where="DataLoader(dataset, batch_size, sampler="
-             "DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), seed=seed), drop_last=True)")
+             where="the DataLoader's sampler: one that gives each rank its own shard of the dataset, shuffled with "
+             "the run's seed on every rank")
 
 
 def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed: int) -> None:
