@@ -19,27 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 JUDGES = ROOT / "harness" / "judges"
 PROBES = "harness.checks"
 
-# Private names still crossing into judge modules that another change of this session is rewriting; each entry
-# must still cross (a stale one fails), so the list only shrinks, to empty.
-NOT_YET_PUBLIC: dict[str, set[str]] = {
-    "harness/judges/lesson01/to_tokens.py": {"_token_inputs"},
-    "harness/judges/lesson05/amp_step.py": {"_TWO_STEP_SCALE", "_amp_cases", "_amp_parts", "_amp_setup",
-                                            "_two_batches"},
-    "harness/judges/lesson05/cast_report.py": {"_cast_cases"},
-    "harness/judges/lesson05/choose_precision.py": {"_precision_calls"},
-    "harness/judges/lesson05/output_dtypes.py": {"_REDUCED", "_dtype_calls"},
-    "harness/judges/lesson05/scale_trace.py": {"_scale_cases"},
-    "harness/judges/lesson07/common.py": {"_is_number", "_LoopSetting", "_tiny_regressor"},
-    "harness/judges/lesson07/warmup_cosine.py": {"_is_number", "_lambda_lr_setting", "_warmup_cases"},
-    "harness/judges/lesson10/optimizer.py": {"_optimizer_model", "_optimizer_settings"},
-    "harness/judges/lesson10/precision.py": {"_precision_cases"},
-    "harness/judges/lesson13/activation_formula.py": {"_activation_cases"},
-    "harness/judges/lesson13/memory_formula.py": {"_memory_models"},
-    "harness/judges/lesson15/masked_loss.py": {"_loss_inputs"},
-    "harness/judges/lesson15/pad_collate.py": {"_collate_cases"},
-    "harness/judges/lesson15/warmup.py": {"_schedule_cases"},
-}
-
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
@@ -108,16 +87,7 @@ def test_the_scan_sees_every_kind_of_crossing(tmp_path: Path) -> None:
 
 def test_lesson_judges_take_only_public_names_from_their_probes() -> None:
     """No lesson judge module imports or reads a private name of a harness.checks module (issue 42, item 2)."""
-    problems, pending = [], {}
-    for path in _judge_modules():
-        relative = path.relative_to(ROOT).as_posix()
-        crossings = private_crossings(path)
-        allowed = NOT_YET_PUBLIC.get(relative, set())
-        pending[relative] = {name for _, name in crossings} & allowed
-        problems += [f"{relative}:{line}: imports the private name {name} from harness.checks: make it public in "
-                     "the probe module, named for what it is, and import that"
-                     for line, name in crossings if name not in allowed]
-    stale = [f"{file}: {sorted(names - pending.get(file, set()))} no longer cross: remove them from NOT_YET_PUBLIC"
-             for file, names in NOT_YET_PUBLIC.items() if names - pending.get(file, set())]
-    assert not problems + stale, "\n".join(problems + stale)
-
+    problems = [f"{path.relative_to(ROOT).as_posix()}:{line}: imports the private name {name} from harness.checks: "
+                "make it public in the probe module, named for what it is, and import that"
+                for path in _judge_modules() for line, name in private_crossings(path)]
+    assert not problems, "\n".join(problems)

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.checks.lesson05.choose_precision import _precision_calls
+from harness.checks.lesson05.choose_precision import precision_calls
 from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
 from harness.contract.case import Case
 from harness.judges.lesson05.scale_trace import real_scale_trace
@@ -704,8 +704,8 @@ CORRECT = [
 def test_visible_choose_precision_case_covers_every_stated_branch():
     """Issue 43: every device type the exercise text names (an Apple GPU's "mps" included), each with and without
     bf16 support, is decided by the visible check, not only the hidden one; so are unknown device types."""
-    visible, unknown = _precision_calls(Case(hidden=False))
-    hidden, _ = _precision_calls(Case(hidden=True))
+    visible, unknown = precision_calls(Case(hidden=False))
+    hidden, _ = precision_calls(Case(hidden=True))
     stated = {(device, bf16) for device in ("cpu", "cuda", "mps", "xpu") for bf16 in (True, False)}
     assert stated <= set(visible) and set(hidden) <= set(visible)
     assert unknown

@@ -12,7 +12,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _token_inputs(case: Case) -> list[torch.Tensor]:
+def token_inputs(case: Case) -> list[torch.Tensor]:
     """Images to tokenise in every memory layout: contiguous, cropped, channels-last and strided (other
     shapes hidden, single pixels and single channels among them)."""
     shapes = ([(2, 3, 4, 5), (1, 4, 2, 2), (1, 1, 3, 1)] if not case.hidden
@@ -52,7 +52,7 @@ def _token_inputs(case: Case) -> list[torch.Tensor]:
 def probe_to_tokens(to_tokens: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
     """Tokenise each input; record the tokens and the input as left, stopping at a view() error."""
     results: list[dict] = []
-    for x in _token_inputs(case):
+    for x in token_inputs(case):
         try:
             tokens = to_tokens(x)
         except RuntimeError as error:

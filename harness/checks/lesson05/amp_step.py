@@ -26,31 +26,33 @@ from harness.contract.instruments import RecordingScaler, collect, snapshot
 from harness.contract.registry import register
 
 
-def _amp_setup(seed: int, init_scale: float) -> tuple[nn.Module, torch.optim.Optimizer, RecordingScaler]:
+def amp_setup(seed: int, init_scale: float) -> tuple[nn.Module, torch.optim.Optimizer, RecordingScaler]:
+    """The model, SGD optimizer and recording GradScaler of one AMP step case."""
     model = make_mlp(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     return model, optimizer, RecordingScaler("cpu", init_scale=init_scale, growth_interval=1)
 
 
-def _amp_cases(case: Case) -> tuple[tuple[int, torch.dtype], ...]:
+def amp_cases(case: Case) -> tuple[tuple[int, torch.dtype], ...]:
     """(seed, autocast dtype) of each AMP step case."""
     if case.hidden:
         return (case.seeded(7), torch.bfloat16), (case.seeded(8), torch.float16)
     return (case.seeded(3), torch.bfloat16), (case.seeded(4), torch.float16)
 
 
-def _two_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def two_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The two (x, y) batches of the two-step run."""
     return [make_batch(seed), make_batch(seed + 1)]
 
 
 # A small initial scale for the two-step run: stale gradients left from step 1 are divided by it in step 2
 # and must stay visible.
-_TWO_STEP_SCALE = 2.0
+TWO_STEP_SCALE = 2.0
 
 
-def _amp_parts(case: Case) -> list[tuple[int, torch.dtype, str]]:
+def amp_parts(case: Case) -> list[tuple[int, torch.dtype, str]]:
     """The probe's units, in the order a check stopping at the first difference sees them."""
-    return [(seed, dtype, part) for seed, dtype in _amp_cases(case) for part in ("skip", "two_steps")]
+    return [(seed, dtype, part) for seed, dtype in amp_cases(case) for part in ("skip", "two_steps")]
 
 
 def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
@@ -58,7 +60,7 @@ def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> d
 
     Records the optimizer steps taken, the parameters and the scale after the inf step.
     """
-    model, optimizer, scaler = _amp_setup(seed, init_scale=256.0)
+    model, optimizer, scaler = amp_setup(seed, init_scale=256.0)
     model.eval()  # the step must switch it to training mode itself
     trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
     fail_on_trace(trace)
@@ -67,7 +69,7 @@ def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> d
              "eval mode)", expected="model.train() before the forward: dropout and batch norm behave differently "
              "in training", cause="amp_train_step does not put the model in training mode",
              where="the first lines of amp_train_step")
-    model, optimizer, scaler = _amp_setup(seed, init_scale=1024.0)
+    model, optimizer, scaler = amp_setup(seed, init_scale=1024.0)
     handle = inject_inf(model)
     trace = run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)
     handle.remove()
@@ -77,8 +79,8 @@ def _probe_skip(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> d
 
 def _probe_two_steps(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> dict:
     """Two steps from the seeded start: what each returned, and the parameters after both."""
-    model, optimizer, scaler = _amp_setup(seed, init_scale=_TWO_STEP_SCALE)
-    traces = [run_amp_step(step_fn, model, batch, optimizer, scaler, dtype) for batch in _two_batches(seed)]
+    model, optimizer, scaler = amp_setup(seed, init_scale=TWO_STEP_SCALE)
+    traces = [run_amp_step(step_fn, model, batch, optimizer, scaler, dtype) for batch in two_batches(seed)]
     for trace in traces:
         if trace.error is not None:
             raise trace.error
@@ -87,7 +89,7 @@ def _probe_two_steps(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype)
 
 def _probe_stale(step_fn: Callable[..., Any], seed: int, dtype: torch.dtype) -> list[torch.Tensor]:
     """The parameters after one step that starts with a stale gradient of 1e3 on every parameter."""
-    model, optimizer, scaler = _amp_setup(seed, init_scale=1.0)
+    model, optimizer, scaler = amp_setup(seed, init_scale=1.0)
     for p in model.parameters():
         p.grad = torch.full_like(p, 1e3)  # a stale gradient: 50 per parameter at lr 0.05 if it is not cleared
     run_amp_step(step_fn, model, make_batch(seed), optimizer, scaler, dtype)  # an exception here changes nothing
@@ -150,4 +152,4 @@ def probe_amp_step(amp_train_step: Callable[..., Any], *, case: Case) -> dict:
             return _probe_skip(amp_train_step, seed, dtype)
         return {**_probe_two_steps(amp_train_step, seed, dtype), "stale": _probe_stale(amp_train_step, seed, dtype)}
 
-    return {"runs": collect(_amp_parts(case), record)}
+    return {"runs": collect(amp_parts(case), record)}

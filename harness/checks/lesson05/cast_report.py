@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.checks.lesson05.common import _REDUCED
+from harness.checks.lesson05.common import REDUCED
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
@@ -31,13 +31,13 @@ def _cast_inputs(seed: int, hidden: bool) -> list[torch.Tensor]:
     return inputs
 
 
-def _cast_cases(case: Case) -> list[tuple[torch.Tensor, torch.dtype]]:
+def cast_cases(case: Case) -> list[tuple[torch.Tensor, torch.dtype]]:
     """Every (float32 input, 16-bit dtype) pair of the case. Both families hold zeros, a 3-D input and an input
     where no value stays finite and nonzero (max_rel_error 0.0), visible and hidden alike."""
     seeds = (11, 12) if case.hidden else (0,)
     lost = torch.tensor([0.0, 1e-42, -1e-42, 0.0])  # zero, or underflowing in both formats
     inputs = [x for seed in seeds for x in _cast_inputs(case.seeded(seed), True)] + [lost]
-    return [(x, dtype) for x in inputs for dtype in _REDUCED]
+    return [(x, dtype) for x in inputs for dtype in REDUCED]
 
 
 @register(
@@ -75,4 +75,4 @@ def probe_cast_report(report: Callable[[torch.Tensor, torch.dtype], dict], *, ca
         got = report(x, dtype)
         return {"returned": got, "input_after": x.detach().clone()}
 
-    return {"results": collect(_cast_cases(case), record)}
+    return {"results": collect(cast_cases(case), record)}

@@ -24,7 +24,7 @@ def _outcome(call: Callable[..., Any], *args: Any) -> dict[str, Any]:
         return {"raised": f"{type(error).__name__}: {error}"[:500], "value_error": isinstance(error, ValueError)}
 
 
-def _precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...]]:
+def precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...]]:
     """The (device_type, bf16_supported) calls to check, and the unknown device types to reject."""
     device_types = ("xpu", "mps", "cuda", "cpu") if case.hidden else ("cpu", "cuda", "mps", "xpu")
     unknown = ("", "gpu", "tpu") if case.hidden else ("tpu", "gpu", "")
@@ -69,6 +69,6 @@ def _precision_calls(case: Case) -> tuple[list[tuple[str, bool]], tuple[str, ...
 )
 def probe_choose_precision(choose: Callable[[str, bool], tuple[torch.dtype, bool]], *, case: Case) -> dict:
     """Call `choose` for each known device type and bf16 support, then with unknown device types."""
-    calls, unknown = _precision_calls(case)
+    calls, unknown = precision_calls(case)
     return {"choices": collect(calls, lambda call: _outcome(choose, *call)),
             "unknown": [_outcome(choose, d, True) for d in unknown]}

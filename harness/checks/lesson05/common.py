@@ -12,7 +12,7 @@ from torch import nn
 from harness.contract.failure import Requirement, fail
 from harness.contract.instruments import ForwardRecorder, RecordingScaler
 
-_REDUCED = (torch.bfloat16, torch.float16)
+REDUCED = (torch.bfloat16, torch.float16)
 
 
 @dataclass

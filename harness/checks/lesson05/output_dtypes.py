@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from harness.checks.lesson05.common import _REDUCED
+from harness.checks.lesson05.common import REDUCED
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import ForwardRecorder, collect
@@ -47,9 +47,9 @@ def _dtype_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
         return [(mlp, torch.randn(6, 8)), (cnn.eval(), torch.randn(2, 3, 8, 8)), (_Recurrent(), torch.randn(3, 5, 2))]
 
 
-def _dtype_calls(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.dtype]]:
+def dtype_calls(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.dtype]]:
     """Every (model, input, autocast dtype) call of the case."""
-    dtypes = _REDUCED if case.hidden else (torch.float16, torch.bfloat16)
+    dtypes = REDUCED if case.hidden else (torch.float16, torch.bfloat16)
     return [(model, x, dtype) for model, x in _dtype_models(case) for dtype in dtypes]
 
 
@@ -98,4 +98,4 @@ def probe_output_dtypes(output_dtypes: Callable[..., dict], *, case: Case) -> di
             added = _hook_count(model) - hooks_before
         return {"returned": got, "hooks_added": added, "grad_enabled": [r.grad_enabled for r in forwards.records]}
 
-    return {"results": collect(_dtype_calls(case), record)}
+    return {"results": collect(dtype_calls(case), record)}

@@ -17,7 +17,8 @@ from harness.contract.registry import register
 T = TypeVar("T")
 
 
-def _scale_cases(case: Case) -> list[tuple[list[bool], dict[str, Any]]]:
+def scale_cases(case: Case) -> list[tuple[list[bool], dict[str, Any]]]:
+    """(overflow per step, GradScaler settings) of each trace the case replays."""
     F, T = False, True
     cases = [
         ([F, F, F, T, F, F, F, F, F],
@@ -69,4 +70,4 @@ def _scale_cases(case: Case) -> list[tuple[list[bool], dict[str, Any]]]:
 )
 def probe_scale_trace(scale_trace: Callable[..., list[float]], *, case: Case) -> dict:
     """Call `scale_trace` on each overflow sequence and scaler setting of the case; record the traces."""
-    return {"traces": collect(_scale_cases(case), lambda c: {"returned": scale_trace(list(c[0]), **c[1])})}
+    return {"traces": collect(scale_cases(case), lambda c: {"returned": scale_trace(list(c[0]), **c[1])})}

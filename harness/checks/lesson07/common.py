@@ -39,7 +39,7 @@ def scheduler_trace(make_scheduler: SchedulerFactory, lr: float, steps: int) -> 
     return lrs
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     """A real Python number (bool excluded), as a probe sends a float or an int."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -57,14 +57,15 @@ def _record_steps(train: Callable[..., Any], optimizer: torch.optim.Optimizer, *
     }
 
 
-def _tiny_regressor(seed: int) -> nn.Module:
+def tiny_regressor(seed: int) -> nn.Module:
+    """A 4-8-1 regression MLP with weights from `seed` (the global generator left as it was)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
 @dataclass(frozen=True)
-class _LoopSetting:
+class LoopSetting:
     """One loop check's inputs: epochs, the fixed-order loader, the model's seed, the base lr, the scheduler."""
 
     epochs: int
@@ -79,10 +80,10 @@ class _LoopSetting:
         return list(self.loader)
 
 
-def _probe_loop(train: Callable[..., Any], setting: _LoopSetting) -> dict[str, Any]:
+def _probe_loop(train: Callable[..., Any], setting: LoopSetting) -> dict[str, Any]:
     """Run the student's loop with SGD and the setting's scheduler; record every optimizer step, and the mode of
     every forward that recorded a graph (the model arrives in eval mode, as after an evaluation)."""
-    model = _tiny_regressor(setting.model_seed).eval()
+    model = tiny_regressor(setting.model_seed).eval()
     optimizer = torch.optim.SGD(model.parameters(), lr=setting.lr)
     scheduler = setting.make(optimizer)
     with ForwardRecorder(model) as forwards:

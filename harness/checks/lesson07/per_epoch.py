@@ -9,13 +9,13 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson07.common import LOOP_REQUIREMENTS, _LoopSetting, _probe_loop, _regression_loader
+from harness.checks.lesson07.common import LOOP_REQUIREMENTS, LoopSetting, _probe_loop, _regression_loader
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def per_epoch_setting(case: Case) -> _LoopSetting:
+def per_epoch_setting(case: Case) -> LoopSetting:
     """The epochs, loader, seed, lr and scheduler of the case's per-epoch loop."""
     epochs, batch_size, n = (6, 5, 25) if case.hidden else (5, 8, 32)
     loader = _regression_loader(n, batch_size, seed=case.seeded(5 if case.hidden else 2))
@@ -23,7 +23,7 @@ def per_epoch_setting(case: Case) -> _LoopSetting:
         make = lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[1, 3, 4], gamma=0.3)  # noqa: E731
     else:
         make = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)  # noqa: E731
-    return _LoopSetting(epochs, loader, case.seeded(4), 0.04, make)
+    return LoopSetting(epochs, loader, case.seeded(4), 0.04, make)
 
 
 @register(

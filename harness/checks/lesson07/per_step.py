@@ -9,13 +9,13 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson07.common import LOOP_REQUIREMENTS, _LoopSetting, _probe_loop, _regression_loader
+from harness.checks.lesson07.common import LOOP_REQUIREMENTS, LoopSetting, _probe_loop, _regression_loader
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def per_step_setting(case: Case) -> _LoopSetting:
+def per_step_setting(case: Case) -> LoopSetting:
     """The epochs, loader, seed, lr and scheduler of the case's per-step loop."""
     epochs, batch_size, n = (4, 6, 36) if case.hidden else (3, 8, 48)
     loader = _regression_loader(n, batch_size, seed=case.seeded(11 if case.hidden else 7))
@@ -29,7 +29,7 @@ def per_step_setting(case: Case) -> _LoopSetting:
         make = lambda opt: torch.optim.lr_scheduler.OneCycleLR(  # noqa: E731
             opt, max_lr=0.05, total_steps=total, cycle_momentum=False
         )
-    return _LoopSetting(epochs, loader, case.seeded(3), 0.05, make)
+    return LoopSetting(epochs, loader, case.seeded(3), 0.05, make)
 
 
 @register(

@@ -10,13 +10,13 @@ from typing import Callable
 
 import torch
 
-from harness.checks.lesson07.common import _is_number, scheduler_trace
+from harness.checks.lesson07.common import is_number, scheduler_trace
 from harness.contract.case import Case
 from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _warmup_cases(case: Case) -> list[tuple[int, int, int]]:
+def warmup_cases(case: Case) -> list[tuple[int, int, int]]:
     """(step, warmup, total) triples: fixed landmarks first, then seeded draws that favour the boundaries."""
     hidden = case.hidden
     # landmarks: the ramp's ends, the peak, the end, past the end, no warmup at all, no decay span at all
@@ -35,7 +35,7 @@ def _warmup_cases(case: Case) -> list[tuple[int, int, int]]:
     return cases
 
 
-def _lambda_lr_setting(case: Case) -> tuple[float, int, int]:
+def lambda_lr_setting(case: Case) -> tuple[float, int, int]:
     """Base lr, warmup and total steps of the LambdaLR run."""
     return (0.3, 7, 40) if case.hidden else (0.3, 5, 30)
 
@@ -84,7 +84,7 @@ def _lambda_lr_setting(case: Case) -> tuple[float, int, int]:
 def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case) -> dict:
     """Evaluate the student's factor on the case's triples; if every value is a number, drive LambdaLR with it."""
     values = []
-    for step, warmup, total in _warmup_cases(case):
+    for step, warmup, total in warmup_cases(case):
         try:
             values.append(factor(step, warmup, total))
         except ZeroDivisionError as error:
@@ -93,8 +93,8 @@ def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case)
             # the judge names the zero it met: no warm-up, or no decay span
             line = traceback.extract_tb(error.__traceback__)[-1].line or ""
             return {"values": values, "zero_division": [step, warmup, total, line[:200]], "lambda_lrs": None}
-    if not all(_is_number(value) for value in values):  # LambdaLR would fail on it: the judge names the value
+    if not all(is_number(value) for value in values):  # LambdaLR would fail on it: the judge names the value
         return {"values": values, "lambda_lrs": None}
-    base_lr, warmup, total = _lambda_lr_setting(case)
+    base_lr, warmup, total = lambda_lr_setting(case)
     make = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: factor(s, warmup, total))  # noqa: E731
     return {"values": values, "lambda_lrs": scheduler_trace(make, base_lr, total + 3)}

@@ -30,7 +30,7 @@ class _Buffered(nn.Module):
         return x - self.mean
 
 
-def _optimizer_model(case: Case, freeze_first: bool) -> nn.Module:
+def optimizer_model(case: Case, freeze_first: bool) -> nn.Module:
     """A small CNN with a buffer, a bias-free conv, norms and biases (its first conv frozen if asked)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seeded(0))
@@ -43,7 +43,7 @@ def _optimizer_model(case: Case, freeze_first: bool) -> nn.Module:
     return model
 
 
-def _optimizer_settings(case: Case) -> list[tuple[float, float, int, int, bool]]:
+def optimizer_settings(case: Case) -> list[tuple[float, float, int, int, bool]]:
     """(lr, weight_decay, warmup_steps, total_steps, freeze the first conv)."""
     visible = [(1e-2, 0.05, 5, 40, False), (3e-3, 0.1, 0, 25, True)]  # the second: no warm-up, a frozen layer
     if case.hidden:  # other lengths, no weight decay at all
@@ -130,8 +130,8 @@ def probe_optimizer(make_optimizer: Callable[..., tuple[torch.optim.Optimizer, A
     """Call make_optimizer on a small CNN with norms, biases and a buffer; record its groups and every step's lr."""
     records = []
     with _rng_kept():
-        for lr, weight_decay, warmup, total, freeze_first in _optimizer_settings(case):
-            model = _optimizer_model(case, freeze_first)
+        for lr, weight_decay, warmup, total, freeze_first in optimizer_settings(case):
+            model = optimizer_model(case, freeze_first)
             try:
                 result = make_optimizer(model, lr=lr, weight_decay=weight_decay, warmup_steps=warmup,
                                         total_steps=total)

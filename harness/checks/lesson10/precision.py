@@ -77,7 +77,7 @@ _HIDDEN_PRECISION_CASES = [
 )
 def probe_precision(choose_precision: Callable[[str, dict[str, bool]], str], *, case: Case) -> dict:
     """Ask for the precision of each described device, then of this machine's device (recorded with its support)."""
-    answers = [choose_precision(device_type, dict(precisions)) for device_type, precisions, _ in _precision_cases(case)]
+    answers = [choose_precision(device_type, dict(precisions)) for device_type, precisions, _ in precision_cases(case)]
     device = select_device()
     precisions = supported_precisions(device)
     return {"answers": answers, "machine": {"device": str(device), "device_type": device.type,
@@ -85,5 +85,6 @@ def probe_precision(choose_precision: Callable[[str, dict[str, bool]], str], *, 
                                             "answer": choose_precision(device.type, dict(precisions))}}
 
 
-def _precision_cases(case: Case) -> list[tuple[str, dict[str, bool], str]]:
+def precision_cases(case: Case) -> list[tuple[str, dict[str, bool], str]]:
+    """(device type, what it supports, the precision it should train in) of each call: more when hidden."""
     return _PRECISION_CASES + (_HIDDEN_PRECISION_CASES if case.hidden else [])

@@ -12,7 +12,7 @@ from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _activation_cases(case: Case) -> list[tuple[int, list[int], torch.dtype]]:
+def activation_cases(case: Case) -> list[tuple[int, list[int], torch.dtype]]:
     """(batch size, widths, dtype) of each call."""
     if case.hidden:
         generator = torch.Generator().manual_seed(case.seeded(160))
@@ -58,5 +58,5 @@ def _activation_cases(case: Case) -> list[tuple[int, list[int], torch.dtype]]:
 )
 def probe_activation_formula(activation_formula: Callable[[int, list[int], torch.dtype], int], *, case: Case) -> dict:
     """Call the student's formula on each case; record what it returned."""
-    return {"results": collect(_activation_cases(case), lambda item: {
+    return {"results": collect(activation_cases(case), lambda item: {
         "returned": activation_formula(item[0], list(item[1]), item[2])})}

@@ -27,7 +27,7 @@ class _Tied(nn.Module):
         self.head.weight = self.embed.weight  # tied: one tensor, two modules
 
 
-def _memory_models(case: Case) -> list[tuple[str, nn.Module, str]]:
+def memory_models(case: Case) -> list[tuple[str, nn.Module, str]]:
     """(description, model, optimizer name) of each call. Values do not matter, only shapes and dtypes."""
     width, hidden = (5, 12) if case.hidden else (8, 16)
     mlp = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 4))
@@ -80,4 +80,4 @@ def _memory_models(case: Case) -> list[tuple[str, nn.Module, str]]:
 )
 def probe_memory_formula(training_memory: Callable[[nn.Module, str], dict], *, case: Case) -> dict:
     """Call the student's formula on each model and optimizer name; record what it returned."""
-    return {"results": collect(_memory_models(case), lambda item: {"returned": training_memory(item[1], item[2])})}
+    return {"results": collect(memory_models(case), lambda item: {"returned": training_memory(item[1], item[2])})}

@@ -17,7 +17,7 @@ from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _loss_inputs(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
+def loss_inputs(case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(description, logits (B, T, V), targets (B, T), mask (B, T)) of each call; targets at padded positions
     are arbitrary classes, and class 0 (the pad token's id in this lesson) is the target of a real token too.
     The last call's logits are bfloat16 (a loss computed in float32 must come back in the logits' dtype).
@@ -100,4 +100,4 @@ def probe_masked_loss(masked_cross_entropy: Callable[..., Any], *, case: Case) -
                 "grad": grad, "again": again,
                 "after": [leaf.detach().clone(), targets_in, mask_in]}
 
-    return {"results": collect(_loss_inputs(case), record)}
+    return {"results": collect(loss_inputs(case), record)}

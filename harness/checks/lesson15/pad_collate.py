@@ -13,7 +13,7 @@ from harness.contract.instruments import collect
 from harness.contract.registry import register
 
 
-def _collate_cases(case: Case) -> list[tuple[str, list[torch.Tensor], float | int]]:
+def collate_cases(case: Case) -> list[tuple[str, list[torch.Tensor], float | int]]:
     """(description, sequences, pad_value) of each call. Visible: int64 tokens padded with 0 where a real token
     is 0 too, int32 tokens padded with 9, and float32 values padded with -1.0 where a real value is -1.0.
     Hidden: other lengths, a batch of one, equal lengths, other pad values."""
@@ -85,4 +85,4 @@ def probe_pad_collate(pad_collate: Callable[..., Any], *, case: Case) -> dict:
         return {"returned": tuple(returned) if isinstance(returned, (tuple, list)) else returned,
                 "kind": type(returned).__name__}
 
-    return {"results": collect(_collate_cases(case), record)}
+    return {"results": collect(collate_cases(case), record)}

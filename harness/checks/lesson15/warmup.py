@@ -15,7 +15,7 @@ from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
-def _schedule_cases(case: Case) -> list[tuple[int, int, int]]:
+def schedule_cases(case: Case) -> list[tuple[int, int, int]]:
     """(warmup_steps, total_steps, steps asked) of each schedule: one with warm-up, one without. Hidden: other
     lengths drawn from the seed, a one-step warm-up, and no warm-up."""
     if not case.hidden:
@@ -64,7 +64,7 @@ def _schedule_cases(case: Case) -> list[tuple[int, int, int]]:
 def probe_warmup(lr_factor: Callable[[int, int, int], Any], *, case: Case) -> dict:
     """Call `lr_factor` for every step of each schedule; record each value, or the exception it raised."""
     schedules = []
-    for warmup, total, steps in _schedule_cases(case):
+    for warmup, total, steps in schedule_cases(case):
         values: list[Any] = []
         for step in range(steps):
             try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.checks.lesson01.to_tokens import _token_inputs
+from harness.checks.lesson01.to_tokens import token_inputs
 from harness.contract.case import Case
 from harness.contract.compare import same_values
 from harness.contract.failure import fail
@@ -52,7 +52,7 @@ def _fail_wrong_order(tokens: torch.Tensor, x: torch.Tensor) -> None:
 @judges("01-to-tokens")
 def judge_to_tokens(seen: dict, *, case: Case) -> str:
     """`to_tokens(images)` is (N, H*W, C) with token h*W + w the channel vector of pixel (h, w), input untouched."""
-    for x, entry in zip(_token_inputs(case), seen["results"], strict=True):
+    for x, entry in zip(token_inputs(case), seen["results"], strict=True):
         if "view_error" in entry:
             fail("view-on-non-contiguous", observed=f"to_tokens raised RuntimeError: {entry['view_error']}",
                  expected="a (N, H*W, C) tensor for any input layout",

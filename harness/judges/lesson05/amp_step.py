@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson05.amp_step import _TWO_STEP_SCALE, _amp_cases, _amp_parts, _amp_setup, _two_batches
+from harness.checks.lesson05.amp_step import TWO_STEP_SCALE, amp_cases, amp_parts, amp_setup, two_batches
 from harness.checks.lesson05.common import make_batch, make_mlp
 from harness.contract.case import Case
 from harness.contract.compare import judged, matching_tensors, same_values, type_name
@@ -26,13 +26,13 @@ from harness.judges.lesson05.common import _name, fail_autocast_dtype, other_dty
 @judges("05-amp-step")
 def judge_amp_step(seen: dict, *, case: Case) -> str:
     """An inf gradient skips the step and halves the scale; two steps match the reference's losses and weights."""
-    for (seed, dtype, part), run in judged(_amp_parts(case), seen["runs"]):
+    for (seed, dtype, part), run in judged(amp_parts(case), seen["runs"]):
         start = snapshot(make_mlp(seed))
         if part == "skip":
             _judge_skip(run, start)
         else:
             _judge_two_steps(run, start, seed, dtype)
-    kinds = " and ".join(_name(d) for _, d in _amp_cases(case))
+    kinds = " and ".join(_name(d) for _, d in amp_cases(case))
     return (f"{kinds}: forward and loss under autocast, backward outside, scale/step/update used, an inf gradient "
             "skips the step and halves the scale, two steps match the reference")
 
@@ -72,9 +72,9 @@ def _reference_two_steps(seed: int, dtype: torch.dtype) -> tuple[list[torch.Tens
     """The canonical AMP step (the lesson's solution) run twice from the seeded start: its losses and the
     parameters after both. Recorded as one call on the case's seed and dtype: the step changes the model,
     optimizer and scaler it is given, and only the effects it leaves (losses and parameters) are judged."""
-    model, optimizer, scaler = _amp_setup(seed, init_scale=_TWO_STEP_SCALE)
+    model, optimizer, scaler = amp_setup(seed, init_scale=TWO_STEP_SCALE)
     losses = []
-    for inputs, targets in _two_batches(seed):
+    for inputs, targets in two_batches(seed):
         model.train()
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype):
@@ -159,13 +159,13 @@ def _judge_returned_loss(i: int, got: torch.Tensor, ref: torch.Tensor) -> None:
     """Fail unless step `i` returned the batch's loss `ref` (before the update)."""
     value = _number(got)
     if value is None or not abs(value - float(ref)) <= 1e-3 * (1 + abs(float(ref))):
-        scaled = value is not None and abs(value - float(ref) * _TWO_STEP_SCALE) <= 1e-3 * (1 + abs(float(ref)))
+        scaled = value is not None and abs(value - float(ref) * TWO_STEP_SCALE) <= 1e-3 * (1 + abs(float(ref)))
         fail(
             "wrong-return",
             observed=f"step {i} returned {value:.6g}" if value is not None
             else f"step {i} returned a tensor of shape {tuple(got.shape)}",
             expected=f"the batch's loss before the update, about {float(ref):.4f} (a detached tensor)",
-            cause=f"the scaled loss (the loss times the scale, {_TWO_STEP_SCALE:g}) is returned" if scaled
+            cause=f"the scaled loss (the loss times the scale, {TWO_STEP_SCALE:g}) is returned" if scaled
             else "another value than this batch's loss: a loss recomputed after the step, a sum instead of the "
             "mean, or another tensor",
             where="the return statement of amp_train_step",

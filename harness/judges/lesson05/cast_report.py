@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson05.cast_report import _cast_cases
+from harness.checks.lesson05.cast_report import cast_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, same_values, type_name
 from harness.contract.compare import number as _number
@@ -47,7 +47,7 @@ def _signed_rel_errors(x: torch.Tensor, dtype: torch.dtype) -> list[float]:
 @judges("05-cast-report")
 def judge_cast_report(seen: dict, *, case: Case) -> str:
     """Overflow and underflow counts and the worst relative error equal the reference's; the input is kept."""
-    for (x, dtype), result in judged(_cast_cases(case), seen["results"]):
+    for (x, dtype), result in judged(cast_cases(case), seen["results"]):
         _compare_cast_report(result["returned"], reference_cast_report(x, dtype), result["input_after"], x, dtype)
     return "overflow and underflow counts and the worst relative rounding error match, for bf16 and fp16"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson05.choose_precision import _precision_calls
+from harness.checks.lesson05.choose_precision import precision_calls
 from harness.contract.case import Case
 from harness.contract.compare import fail_raised, judged
 from harness.contract.failure import fail
@@ -30,7 +30,7 @@ def reference_choose_precision(device_type: str, bf16_supported: bool) -> tuple[
 @judges("05-choose-precision")
 def judge_choose_precision(seen: dict, *, case: Case) -> str:
     """bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices."""
-    calls, unknown = _precision_calls(case)
+    calls, unknown = precision_calls(case)
     for (device_type, bf16), result in judged(calls, seen["choices"]):
         if "raised" in result and result["value_error"] is True:
             fail(

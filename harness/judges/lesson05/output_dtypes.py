@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson05.common import _REDUCED
-from harness.checks.lesson05.output_dtypes import _dtype_calls
+from harness.checks.lesson05.common import REDUCED
+from harness.checks.lesson05.output_dtypes import dtype_calls
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
@@ -49,7 +49,7 @@ def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str,
 @judges("05-output-dtypes")
 def judge_output_dtypes(seen: dict, *, case: Case) -> str:
     """The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left."""
-    for (model, x, dtype), result in judged(_dtype_calls(case), seen["results"]):
+    for (model, x, dtype), result in judged(dtype_calls(case), seen["results"]):
         last_name = [name for name, _ in model.named_modules()][-1]
         _compare_dtypes(result["returned"], reference_output_dtypes(model, x, "cpu", dtype), dtype, last_name)
         grad_enabled = result["grad_enabled"]
@@ -102,7 +102,7 @@ def _compare_dtypes(got: Any, want: dict[str, torch.dtype], dtype: torch.dtype, 
             cause="containers (the model itself, named '') are included, or leaf modules are missing",
             where="the loop over model.named_modules() and its test for children",
         )
-    if all(d == torch.float32 for d in got.values()) and any(d in _REDUCED for d in want.values()):
+    if all(d == torch.float32 for d in got.values()) and any(d in REDUCED for d in want.values()):
         fail(
             "no-autocast",
             observed="every output is float32",

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.checks.lesson05.scale_trace import _scale_cases
+from harness.checks.lesson05.scale_trace import scale_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, judged, type_name
 from harness.contract.compare import number as _number
@@ -83,7 +83,7 @@ def _same_trace(a: Sequence[float], b: Sequence[float]) -> bool:
 @judges("05-scale-trace")
 def judge_scale_trace(seen: dict, *, case: Case) -> str:
     """Each trace equals the scales a real GradScaler holds after each step."""
-    for (overflows, settings), result in judged(_scale_cases(case), seen["traces"]):
+    for (overflows, settings), result in judged(scale_cases(case), seen["traces"]):
         returned = result["returned"]
         got = _floats(returned)
         if got is None:

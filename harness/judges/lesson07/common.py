@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from harness.checks.lesson07.common import _is_number, _LoopSetting, _tiny_regressor
+from harness.checks.lesson07.common import LoopSetting, is_number, tiny_regressor
 from harness.contract.compare import close_tensors, isclose_number
 from harness.contract.failure import fail
 from harness.contract.recorded import recorded
@@ -34,7 +34,7 @@ def _order_note(warned: Any) -> str:
 def _used_lrs(seen: dict[str, Any]) -> list[float]:
     """The learning rate each recorded optimizer step used (validated as numbers)."""
     lrs = [step["lr"] for step in seen["steps"]]
-    if not all(_is_number(lr) for lr in lrs):
+    if not all(is_number(lr) for lr in lrs):
         raise TypeError("the recorded learning rates are not numbers")
     return [float(lr) for lr in lrs]
 
@@ -118,14 +118,14 @@ def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
     )
 
 
-def _verify_loop_steps(seen: dict[str, Any], setting: _LoopSetting) -> None:
+def _verify_loop_steps(seen: dict[str, Any], setting: LoopSetting) -> None:
     """Every recorded step is a real SGD step on its batch, from the case's model."""
-    _replay_steps(_tiny_regressor(setting.model_seed), seen, setting.batches * setting.epochs)
+    _replay_steps(tiny_regressor(setting.model_seed), seen, setting.batches * setting.epochs)
 
 
 def _as_float(value: Any) -> float | None:
     """A returned number or one-element tensor as a float; None for anything else."""
-    if _is_number(value):
+    if is_number(value):
         return float(value)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
         return float(value.detach())  # a live loss tensor: detached, so that converting it prints no warning

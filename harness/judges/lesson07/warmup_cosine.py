@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from harness.checks.lesson07.common import _is_number
-from harness.checks.lesson07.warmup_cosine import _lambda_lr_setting, _warmup_cases
+from harness.checks.lesson07.common import is_number
+from harness.checks.lesson07.warmup_cosine import lambda_lr_setting, warmup_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, isclose_numbers
 from harness.contract.failure import fail
@@ -20,7 +20,7 @@ from harness.judges.lesson07.common import warmup_cosine_reference
 def _ramps_from_zero(values: Sequence[Any], cases: Sequence[tuple[int, int, int]]) -> bool:
     """Every warmup-phase value is `step / warmup_steps`: the ramp one step behind the course's convention."""
     ramp = [(value, step / warmup) for value, (step, warmup, _) in zip(values, cases, strict=True) if step < warmup]
-    return bool(ramp) and all(_is_number(value) and isclose_number(value, want, rel_tol=1e-6, abs_tol=1e-9)
+    return bool(ramp) and all(is_number(value) and isclose_number(value, want, rel_tol=1e-6, abs_tol=1e-9)
                               for value, want in ramp)
 
 
@@ -29,7 +29,7 @@ def _compare_warmup_cosine(value: Any, step: int, warmup: int, total: int, expec
     """Fail with the code of the first thing wrong with one value (`expected`: the reference's); `ramps_from_zero`:
     every warmup value the student gave is `step / warmup_steps`."""
     where = f"warmup_cosine(step={step}, warmup_steps={warmup}, total_steps={total})"
-    if not _is_number(value):
+    if not is_number(value):
         fail(
             "not-a-float",
             observed=f"{where} returned a {type_name(value)}",
@@ -105,8 +105,8 @@ def _judge_zero_division(step: int, warmup: int, total: int, line: str, expected
 @judges("07-warmup-cosine")
 def judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     """The factor matches the closed form on every triple, and LambdaLR gives base lr times the closed form."""
-    cases = _warmup_cases(case)
-    base_lr, warmup, total = _lambda_lr_setting(case)
+    cases = warmup_cases(case)
+    base_lr, warmup, total = lambda_lr_setting(case)
     # every reference value first, from the case alone (the student tree answers these from its recorded table)
     factors = {triple: warmup_cosine_reference(*triple) for triple in cases}
     expected = [base_lr * warmup_cosine_reference(s, warmup, total) for s in range(total + 4)]

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from harness.checks.lesson10.optimizer import _optimizer_model, _optimizer_settings
+from harness.checks.lesson10.optimizer import optimizer_model, optimizer_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
@@ -68,7 +68,7 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
 @judges("10-optimizer")
 def judge_optimizer(seen: dict, *, case: Case) -> str:
     """The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule."""
-    for (lr, weight_decay, warmup, total, freeze_first), record in zip(_optimizer_settings(case), seen["settings"],
+    for (lr, weight_decay, warmup, total, freeze_first), record in zip(optimizer_settings(case), seen["settings"],
                                                                        strict=True):
         if record["returned"] == "zero-division" and warmup == 0:
             line = str(record.get("line", "")).strip()
@@ -83,6 +83,6 @@ def judge_optimizer(seen: dict, *, case: Case) -> str:
             fail("not-a-pair", observed=f"make_optimizer returned a {record['returned']}",
                  expected="(optimizer, scheduler)", cause="only one of the two returned, or another object",
                  where="return optimizer, scheduler")
-        _check_groups(_optimizer_model(case, freeze_first), record, lr, weight_decay)
+        _check_groups(optimizer_model(case, freeze_first), record, lr, weight_decay)
         _check_schedule(record, lr, warmup, total)
     return "AdamW with decay on weights only, and warm-up then cosine at every optimizer step"

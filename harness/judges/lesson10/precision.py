@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from harness.checks.lesson10.common import PRECISIONS
-from harness.checks.lesson10.precision import _precision_cases
+from harness.checks.lesson10.precision import precision_cases
 from harness.contract.case import Case
 from harness.contract.failure import fail
 from harness.contract.recorded import Unrecorded, recorded
@@ -74,7 +74,7 @@ def judge_precision(seen: dict, *, case: Case) -> str:
     if not (isinstance(machine["device"], str) and machine["device_type"] in ("cpu", "cuda", "mps", "xpu")):
         raise ValueError("the recorded device is not a device")
     own = (machine["device_type"], _support_of(machine["precisions"]), f"this machine's {machine['device']}")
-    cases = _precision_cases(case)
+    cases = precision_cases(case)
     for (device_type, precisions, what), got in zip(cases, seen["answers"], strict=True):
         expected = reference_precision(device_type, precisions)
         if got != expected:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from harness.checks.lesson13.activation_formula import _activation_cases
+from harness.checks.lesson13.activation_formula import activation_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
@@ -77,7 +77,7 @@ def _activation_cause(got: int, want: int, batch: int, widths: Sequence[int], el
 @judges("13-activation-formula")
 def judge_activation_formula(seen: dict, *, case: Case) -> str:
     """The formula equals the bytes measured on the MLP, in every case."""
-    for (batch, widths, dtype), result in judged(_activation_cases(case), seen["results"]):
+    for (batch, widths, dtype), result in judged(activation_cases(case), seen["results"]):
         got, want = result["returned"], measured_activation_bytes(batch, widths, dtype)
         what = f"batch {batch}, widths {widths}, {str(dtype).removeprefix('torch.')}"
         if type(got) is not int:

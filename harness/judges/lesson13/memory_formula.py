@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.checks.lesson13.memory_formula import _memory_models
+from harness.checks.lesson13.memory_formula import memory_models
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
 from harness.contract.failure import fail
@@ -58,7 +58,7 @@ def _params_cause(got: int, want: int, model: nn.Module) -> tuple[str, str | Non
 @judges("13-memory-formula")
 def judge_memory_formula(seen: dict, *, case: Case) -> str:
     """The four byte counts equal the formula, on every model and optimizer of the case."""
-    for (description, model, name), result in judged(_memory_models(case), seen["results"]):
+    for (description, model, name), result in judged(memory_models(case), seen["results"]):
         got, want = result["returned"], reference_training_memory(model, name)
         if not isinstance(got, dict) or sorted(got) != sorted(KEYS):
             fail("missing-key", observed=f"returned {type_name(got)}" + (f" with keys {sorted(got)}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from harness.checks.lesson15.masked_loss import _loss_inputs
+from harness.checks.lesson15.masked_loss import loss_inputs
 from harness.contract.case import Case
 from harness.contract.compare import judged, same_values, tensor, type_name
 from harness.contract.failure import fail
@@ -47,7 +47,7 @@ def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.T
 @judges("15-masked-loss")
 def judge_masked_loss(seen: dict, *, case: Case) -> str:
     """The mean cross-entropy over real tokens, as a differentiable 0-dim tensor; padding and inputs untouched."""
-    for index, ((description, logits, targets, mask), result) in enumerate(judged(_loss_inputs(case),
+    for index, ((description, logits, targets, mask), result) in enumerate(judged(loss_inputs(case),
                                                                                  seen["results"])):
         # a NaN is refused here, call by call, so that an earlier call's own failure (the mean of sequence means)
         # comes first: the hidden case's all-padding row makes that mistake's later call NaN

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.checks.lesson15.pad_collate import _collate_cases
+from harness.checks.lesson15.pad_collate import collate_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, same_values, type_name
 from harness.contract.failure import fail
@@ -27,7 +27,7 @@ def _reference_collate(sequences: Sequence[torch.Tensor], pad: float) -> tuple[t
 @judges("15-pad-collate")
 def judge_pad_collate(seen: dict, *, case: Case) -> str:
     """(padded, mask): batch first, dtype kept, values in place, pad_value after them, bool mask from lengths."""
-    for (description, sequences, pad), result in judged(_collate_cases(case), seen["results"]):
+    for (description, sequences, pad), result in judged(collate_cases(case), seen["results"]):
         want, want_mask = _reference_collate(sequences, pad)
         returned = result["returned"]
         if not (isinstance(returned, tuple) and len(returned) == 2

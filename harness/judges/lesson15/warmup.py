@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from harness.checks.lesson15.warmup import _schedule_cases
+from harness.checks.lesson15.warmup import schedule_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, type_name
 from harness.contract.failure import fail
@@ -28,9 +28,9 @@ def reference_lr_factor(step: int, warmup_steps: int, total_steps: int) -> float
 def judge_warmup(seen: dict, *, case: Case) -> str:
     """(step + 1) / warmup_steps, then linear decay to 0 at total_steps, 0 after; no warm-up when warmup_steps = 0."""
     schedules = seen["schedules"]
-    if not isinstance(schedules, list) or len(schedules) != len(_schedule_cases(case)):
+    if not isinstance(schedules, list) or len(schedules) != len(schedule_cases(case)):
         raise WireError("malformed observation: not one schedule per case")
-    for (warmup, total, steps), values in zip(_schedule_cases(case), schedules, strict=True):
+    for (warmup, total, steps), values in zip(schedule_cases(case), schedules, strict=True):
         if not isinstance(values, list) or not values or len(values) > steps:
             raise WireError("malformed observation: a schedule's values are missing")
         what = f"lr_factor(step, warmup_steps={warmup}, total_steps={total})"
