@@ -276,7 +276,7 @@ def summary(result: AuditResult) -> str:
     known = sum((hit.task, hit.source) in KNOWN_ANSWERABLE for hit in result.hits)
     line = (f"{len(tasks)} exercises answerable by shipped code ({len(result.hits)} hits of {result.tried} tried, "
             f"{result.checked} of them checked: "
-            f"{allowed} declared allowed, {known} known to close under issue 38 item 1, "
+            f"{allowed} declared allowed, {known} known, each with the work that will close it, "
             f"{len(result.hits) - allowed - known} undeclared; see harness/grading/answerable.py; "
             f"{len(result.visible_only)} more passed the visible check only, not the grading one); "
             f"audit CPU time {result.cpu_s:.0f} s")
