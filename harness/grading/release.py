@@ -143,6 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _student(args: argparse.Namespace) -> int:
     """Write the student tree, audit it for answers it ships (unless --no-audit) and say what it holds."""
+    from harness.drills.lesson import NOTEBOOK_DRILLS
     from harness.grading.answerability import audit, stale, summary, undeclared
     from harness.grading.answerable import NOT_AUDITED, WITHHELD_DRILLS
     from harness.grading.late import course_file
@@ -154,11 +155,13 @@ def _student(args: argparse.Namespace) -> int:
     withheld = () if args.practice else WITHHELD_DRILLS
     files = write_student_tree(args.student, solution_lines=lines, withheld_drills=withheld)
     opened = f"lessons {', '.join(sorted({task[:2] for task in lines}))}" if lines else "no lesson"
+    whole = len(set(withheld) - {drill for _, drill in NOTEBOOK_DRILLS})  # the rest stay for lesson 11's checks
     print(f"wrote the student course ({len(files)} files) into {args.student}: hand it out by git, a zip, "
           "nbgitpuller or nbgrader's exchange; it holds no solution notebook, hidden test or grading secret, no "
           "body of a judge's reference that answers an exercise (what each returned on its visible case instead), "
           f"the level-3 hints (solution lines) of {opened} (the course file's solution_hints, or --practice), and the "
-          f"answers of every drill but {len(withheld)} that answer graded exercises (--practice: all of them)")
+          f"answers of every drill but {len(withheld)} that answer graded exercises, {whole} of them held whole "
+          "(prompt and starter too) (--practice: all of them)")
     if args.no_audit:
         print("not audited for answerability (--no-audit): what the tree ships may answer exercises")
         return 0
