@@ -22,7 +22,6 @@ import copy
 import functools
 import hashlib
 import json
-import math
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,7 +39,6 @@ MARK = "__recorded__"  # set on every wrapper `recorded` returns: the name its r
 Function = TypeVar("Function", bound=Callable[..., Any])
 _recording: dict[str, dict[str, Any]] | None = None
 _loaded: dict[str, dict[str, Any]] | None = None
-_loaded_arguments: dict[str, dict[str, Any]] | None = None  # the calls' arguments, where kept
 
 
 class Unrecorded(LookupError):
@@ -104,70 +102,26 @@ def _kept(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def save(table: dict[str, dict[str, tuple[Any, Any]]], path: Path) -> None:
-    """Write `table` ({reference name: {digest: (result, [args, kwargs])}}) to `path` as JSON, each entry in the wire
-    format: the result, and the arguments where the wire format carries them (None where it does not: a module)."""
-    def entry(result: Any, arguments: Any) -> str:
-        try:
-            data = wire.encode({"result": result, "arguments": arguments})
-        except (wire.WireError, TypeError, ValueError):
-            data = wire.encode({"result": result, "arguments": None})
-        return base64.b64encode(data).decode()
-
-    path.write_text(json.dumps({name: {key: entry(*call) for key, call in sorted(calls.items())}
-                                for name, calls in sorted(table.items())}, indent=0), encoding="utf-8")
-
-
-def _entries(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    return {str(name): {str(key): wire.decode(base64.b64decode(text)) for key, text in calls.items()}
-            for name, calls in stored.items()}
+def save(table: dict[str, dict[str, Any]], path: Path) -> None:
+    """Write `table` ({reference name: {digest: result}}) to `path` as JSON, each result in the wire format."""
+    path.write_text(json.dumps({name: {key: base64.b64encode(wire.encode({"result": result})).decode()
+                                       for key, result in sorted(results.items())}
+                                for name, results in sorted(table.items())}, indent=0), encoding="utf-8")
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
-    """The results `save` wrote, {reference name: {digest: result}} (wire.WireError for anything else): data only,
-    no code runs."""
-    return {name: {key: entry["result"] for key, entry in calls.items()} for name, calls in _entries(path).items()}
+    """The table `save` wrote (wire.WireError for anything else): data only, no code runs."""
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    return {str(name): {str(key): wire.decode(base64.b64decode(text))["result"] for key, text in results.items()}
+            for name, results in stored.items()}
 
 
 def _table() -> dict[str, dict[str, Any]] | None:
     """The student tree's recorded results (None in the instructor's tree, which has no table)."""
-    global _loaded, _loaded_arguments
+    global _loaded
     if _loaded is None and TABLE.is_file():
-        entries = _entries(TABLE)
-        _loaded = {name: {key: entry["result"] for key, entry in calls.items()} for name, calls in entries.items()}
-        _loaded_arguments = {name: {key: entry["arguments"] for key, entry in calls.items()
-                                    if entry["arguments"] is not None} for name, calls in entries.items()}
+        _loaded = load(TABLE)
     return _loaded
-
-
-def _close(recorded_value: Any, value: Any) -> bool:
-    """Whether `value` is `recorded_value` up to float rounding: another torch build or CPU can compute the visible
-    case's inputs a unit in the last place apart (a vectorised pow, exp or log), and their digest then differs."""
-    if isinstance(recorded_value, torch.Tensor) or isinstance(value, torch.Tensor):
-        if not (isinstance(recorded_value, torch.Tensor) and isinstance(value, torch.Tensor)):
-            return False
-        if recorded_value.dtype != value.dtype or recorded_value.shape != value.shape:
-            return False
-        if not value.is_floating_point():
-            return bool(torch.equal(recorded_value, value.detach().cpu()))
-        return bool(torch.allclose(recorded_value.double(), value.detach().cpu().double(), rtol=1e-5, atol=0.0,
-                                   equal_nan=True))
-    if isinstance(recorded_value, (list, tuple)) and isinstance(value, (list, tuple)):
-        return len(recorded_value) == len(value) and all(map(_close, recorded_value, value))
-    if isinstance(recorded_value, dict) and isinstance(value, dict):
-        return recorded_value.keys() == value.keys() and all(_close(recorded_value[k], value[k]) for k in value)
-    if isinstance(recorded_value, float) and isinstance(value, float):
-        return math.isclose(recorded_value, value, rel_tol=1e-5) or recorded_value == value
-    return type(recorded_value) is type(value) and recorded_value == value
-
-
-def _nearest(name: str, arguments: list[Any], table: dict[str, dict[str, Any]]) -> Any | None:
-    """The recorded result of the call of `name` whose arguments `arguments` equal up to float rounding, or None."""
-    for key, recorded_arguments in (_loaded_arguments or {}).get(name, {}).items():
-        if _close(recorded_arguments, arguments):
-            return table[name][key]
-    return None
 
 
 def recorded(function: Function | None = None, *, weights: bool = True) -> Any:
@@ -188,19 +142,16 @@ def recorded(function: Function | None = None, *, weights: bool = True) -> Any:
         if table is None:
             result = function(*args, **kwargs)
             if _recording is not None:
-                _recording.setdefault(name, {})[digest(args, kwargs, weights)] = (_kept(result), _kept([args, kwargs]))
+                _recording.setdefault(name, {})[digest(args, kwargs, weights)] = _kept(result)
             return result
         key = digest(args, kwargs, weights)
-        if key in table.get(name, {}):
-            return _kept(table[name][key])
-        nearest = _nearest(name, [args, kwargs], table)
-        if nearest is None:
+        if key not in table.get(name, {}):
             raise Unrecorded(
                 f"{name} is a reference that answers an exercise: it stays with the instructor, and the student "
                 "course holds only what it returned on the visible case of its check. This call's inputs are not "
                 "the visible case's (a hidden case, or the reference called directly): the hidden cases are judged "
                 "by the grader.")
-        return _kept(nearest)
+        return _kept(table[name][key])
 
     setattr(reference, MARK, name)
     return reference  # type: ignore[return-value]
@@ -208,8 +159,8 @@ def recorded(function: Function | None = None, *, weights: bool = True) -> Any:
 
 @contextlib.contextmanager
 def recording() -> Iterator[dict[str, dict[str, Any]]]:
-    """Within it, every marked reference runs and its calls are filed in the dict it yields:
-    {reference name: {digest of the arguments: (result, [args, kwargs])}}."""
+    """Within it, every marked reference runs and its results are filed in the dict it yields:
+    {reference name: {digest of the arguments: result}}."""
     global _recording
     previous, _recording = _recording, {}
     try:
