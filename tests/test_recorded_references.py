@@ -210,3 +210,20 @@ def test_a_machine_the_release_did_not_record_is_left_to_the_grader(tree, monkey
     with pytest.raises(CheckFailed) as failure:
         check("10-precision", described)
     assert failure.value.code == "fp16-off-cuda", "the described devices are still judged"
+
+
+def test_a_modules_digest_does_not_read_its_repr(monkeypatch):
+    """torch 2.11's LayerNorm prints no `bias=True`, 2.14's does: a model's digest, taken at the release on one torch
+    and in the student's tree on another, must not depend on how modules print (CI's hosted journey, lesson 05)."""
+    import torch
+    from torch import nn
+
+    from harness.contract.recorded import digest
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.ReLU())
+    before = digest((model,), {})
+    monkeypatch.setattr(nn.LayerNorm, "extra_repr", lambda self: "printed otherwise")
+    assert digest((model,), {}) == before
+    model[1].weight.data[0] += 1.0
+    assert digest((model,), {}) != before

@@ -55,9 +55,13 @@ def _feed(value: Any, into: Any, weights: bool = True) -> None:
         flat = value.detach().cpu().contiguous().reshape(-1)
         put(f"tensor {value.dtype} {tuple(value.shape)}", flat.view(torch.uint8).numpy().tobytes())
     elif isinstance(value, nn.Module):
-        # the architecture, each submodule's mode, each parameter's value, dtype, requires_grad and which earlier
-        # parameter it is (a tied weight), and the buffers: everything a reference on a module can read
-        put(f"module {type(value).__module__}.{type(value).__qualname__}", repr(value).encode())
+        # the architecture (each submodule by name and type: not repr(value), which changes between torch versions,
+        # LayerNorm's gaining bias=True, while the tree's digest must match the release's on the student's torch),
+        # each submodule's mode, each parameter's value, dtype, requires_grad and which earlier parameter it is (a
+        # tied weight), and the buffers: what a reference on a module reads
+        put(f"module {type(value).__module__}.{type(value).__qualname__}",
+            "\n".join(f"{name}: {type(module).__module__}.{type(module).__qualname__}"
+                      for name, module in value.named_modules()).encode())
         put("modes", bytes(module.training for module in value.modules()))
         first: dict[int, str] = {}
         for name, parameter in value.named_parameters(remove_duplicate=False):
