@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 PAD = 0
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
@@ -175,28 +176,15 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]
 
 
-def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int,
-                  total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up from lr/warmup_steps to lr over `warmup_steps`, then cosine decay to 0 at `total_steps`.
-
-    Step the scheduler once per optimizer step (after `optimizer.step()`).
-    """
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def train_lm(model: nn.Module, sequences: Sequence[torch.Tensor], *, steps: int, batch_size: int = 64,
              lr: float = 3e-3, warmup_steps: int = 0, weight_decay: float = 0.01, label_smoothing: float = 0.0,
              max_norm: float | None = 1.0, seed: int = 0,
              device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Train a language model (`model(tokens, mask) -> logits`) on next-token prediction, padding ignored.
 
-    AdamW on `decay_groups`, `warmup_cosine` schedule, gradient clipping at `max_norm` (None: none), label
+    AdamW on `decay_groups`; a warm-up then cosine schedule, stepped once per optimizer step (torch's own
+    `LinearLR` from lr / warmup_steps up to lr at step warmup_steps - 1, then `CosineAnnealingLR` down to 0 at
+    `steps`: the course's convention, lesson 07); gradient clipping at `max_norm` (None: none), label
     smoothing in the loss; batches drawn with a seeded generator. The model is moved to `device` before the
     optimizer is built. Losses stay on the device during training (no sync per step).
 
@@ -205,7 +193,9 @@ def train_lm(model: nn.Module, sequences: Sequence[torch.Tensor], *, steps: int,
     """
     model.to(device).train()
     optimizer = torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr)
-    scheduler = warmup_cosine(optimizer, warmup_steps, steps)
+    warmup = LinearLR(optimizer, start_factor=1 / max(1, warmup_steps), total_iters=max(0, warmup_steps - 1))
+    cosine = CosineAnnealingLR(optimizer, T_max=max(1, steps - warmup_steps))
+    scheduler = SequentialLR(optimizer, [warmup, cosine], milestones=[warmup_steps])
     generator = torch.Generator().manual_seed(seed)
     losses, rates = [], []
     for _ in range(steps):

@@ -11,13 +11,13 @@ benchmarks/README.md, "Lesson execution times").
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 from harness.amp import validate_precision
 from harness.data import SHAPE_CLASSES, make_loaders, shapes
@@ -41,18 +41,6 @@ def small_cnn(classes: int = len(SHAPE_CLASSES), width: int = 12) -> nn.Sequenti
     # 24 -> 12 -> 6 -> 3 pixels, then global average pooling
     return nn.Sequential(*block(3, width), *block(width, 2 * width), *block(2 * width, 4 * width),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, classes))
-
-
-def warmup_cosine(warmup_steps: int, total_steps: int) -> Any:
-    """LR multiplier per optimizer step: linear warm-up to 1, then cosine decay to 0 at `total_steps`."""
-
-    def multiplier(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return multiplier
 
 
 def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, width: int = 12, lr: float = 1e-2,
@@ -82,8 +70,13 @@ def run_showcase(out_dir: str | Path, *, samples: int = 4000, epochs: int = 12, 
 
     model = small_cnn(width=width).to(device)  # on its device before the optimizer is built
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    # warm-up over a tenth of the optimizer steps, lr / warmup up to lr, then a cosine down to 0 (lesson 07's
+    # convention), from torch's own schedulers
     total_steps = epochs * len(loaders.train)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps // 10, total_steps))
+    warmup_steps = max(1, total_steps // 10)
+    warmup = LinearLR(optimizer, start_factor=1 / warmup_steps, total_iters=warmup_steps - 1)
+    cosine = CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup_steps))
+    scheduler = SequentialLR(optimizer, [warmup, cosine], milestones=[warmup_steps])
     history = fit(model, loaders.train, loaders.val, loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer,
                   epochs=epochs, precision=precision, max_grad_norm=1.0, scheduler=scheduler,
                   scheduler_interval="step", metrics={"accuracy": accuracy},

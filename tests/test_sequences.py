@@ -22,7 +22,6 @@ from harness.sequences import (
     progressions,
     sinusoidal_positions,
     train_lm,
-    warmup_cosine,
 )
 
 
@@ -136,17 +135,21 @@ def test_decay_groups_split_matrices_from_biases_norms_and_embeddings():
     assert sum(len(g["params"]) for g in decay_groups(model, 0.1)) == len(list(model.parameters())) - 1
 
 
-def test_warmup_cosine_rises_linearly_then_decays_to_zero():
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0)
-    scheduler = warmup_cosine(optimizer, warmup_steps=4, total_steps=12)
-    rates = []
-    for _ in range(12):
-        rates.append(scheduler.get_last_lr()[0])
-        optimizer.step()
-        scheduler.step()
-    assert rates[:4] == pytest.approx([0.5, 1.0, 1.5, 2.0])
-    assert rates[4:] == pytest.approx([2.0 * 0.5 * (1 + math.cos(math.pi * i / 8)) for i in range(8)])
-    assert scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+def course_factor(step: int, warmup: int, total: int) -> float:
+    """Lesson 07's convention: (step + 1) / warmup during warm-up, then half a cosine to 0 at `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+@pytest.mark.parametrize(("warmup", "total"), [(4, 12), (0, 6), (1, 5), (5, 5)])
+def test_train_lm_warms_up_then_decays_to_zero_in_the_course_convention(warmup, total):
+    """The rates train_lm trains with (torch's LinearLR then CosineAnnealingLR) are lesson 07's factor times lr,
+    no warm-up and no decay span included."""
+    history = train_lm(LSTMLM(dim=4, hidden=4), progressions(8, seed=0), steps=total, batch_size=2, lr=2.0,
+                       warmup_steps=warmup, max_norm=None)
+    expected = [2.0 * course_factor(step, warmup, total) for step in range(total)]
+    assert history["lr"].tolist() == pytest.approx(expected, abs=1e-6), history["lr"]
 
 
 def test_train_lm_learns_and_matches_a_hand_written_step():

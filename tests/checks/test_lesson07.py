@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import harness.sequences
-import harness.showcase
 from harness.checks import CheckFailed, check
 from harness.checks.lesson07.plateau import plateau_setting
 from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
@@ -1000,11 +998,6 @@ def _course_factor(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
 
 
-def _sequences_factor(step: int, warmup: int, total: int) -> float:
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    return harness.sequences.warmup_cosine(optimizer, warmup, total).lr_lambdas[0](step)
-
-
 def test_live_loss_tensor_fails_without_a_warning(capsys):
     """Issue 29: given a loss still attached to its graph, the check itself printed a UserWarning."""
     with warnings.catch_warnings(record=True) as caught:
@@ -1016,14 +1009,13 @@ def test_live_loss_tensor_fails_without_a_warning(capsys):
 
 
 def test_one_warmup_cosine_convention_course_wide():
-    """Lesson 07's reference (which lesson 10 grades with), the drill bank's (lesson 11's), the showcase's and
-    harness.sequences' schedules give the same factor; lesson 15's linear-decay task shares the warmup ramp."""
+    """Lesson 07's reference (which lesson 10 grades with) and the drill bank's (lesson 11's) give the same factor;
+    lesson 15's linear-decay task shares the warmup ramp. The library trains with torch's own schedulers in this
+    convention and ships no factor (tests/test_sequences.py and tests/test_showcase.py check its rates)."""
     assert [_course_factor(*t) for t in [(0, 5, 50), (4, 5, 50), (5, 5, 50), (50, 5, 50)]] == [0.2, 1.0, 1.0, 0.0]
     schedules = {
         "lesson 07 (and 10)": warmup_cosine_reference,
         "drill bank (and lesson 11)": warmup_cosine_factor,
-        "harness.showcase": lambda step, warmup, total: harness.showcase.warmup_cosine(warmup, total)(step),
-        "harness.sequences": _sequences_factor,
     }
     for name, factor in schedules.items():
         for step, warmup, total in CONVENTION_TRIPLES:
