@@ -8,6 +8,7 @@ solution` says so, and a declaration the audit no longer bears out fails the rel
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import nbformat
 import pytest
 
 from harness.grading.answerability import AuditResult, Hit, Scope, audit, stale, summary, undeclared
-from harness.grading.answerability_worker import Shape, shapes, snippets
+from harness.grading.answerability_worker import Recorder, Shape, screen, shapes, snippets, wrappers, wrappings
 from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, NOT_AUDITED, WITHHELD_DRILLS
 from harness.grading.layout import REPO_ROOT
 from harness.grading.student_tree import write_student_tree
@@ -169,3 +170,84 @@ def test_the_texts_a_tree_ships_yield_their_code_and_not_the_exercise_cells(tmp_
                      "def f(a):\n    raise NotImplementedError": "text harness/drills/index.json d.starter",
                      "model(x).argmax(1)": "text n.ipynb cell 1",
                      "def given(m):\n    return m": "text n.ipynb cell 2"}, found
+
+
+_OLD_SHOWCASE_FACTOR = '''
+
+def warmup_cosine(warmup_steps: int, total_steps: int) -> Any:
+    """LR multiplier per optimizer step: linear warm-up to 1, then cosine decay to 0 at `total_steps`."""
+    import math
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return multiplier
+'''
+_OLD_SEQUENCES_SCHEDULER = '''
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int,
+                  total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up from lr/warmup_steps to lr over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+'''
+
+
+def test_the_audit_finds_a_library_function_that_answers_through_a_one_line_wrapper(graded, tmp_path):
+    """The library's old warmup-cosine helpers, planted back, answer 07-warmup-cosine through a wrapper: the
+    showcase's factory called with (warmup, total) and its function with the step, the sequences' LambdaLR built on
+    an optimizer and read at the step (its factor, or its lr after stepping): each is a hit named by the wrapper; the
+    library as shipped (torch's own schedulers) has none."""
+    scope = Scope(assignments=("07_lr_schedulers",), modules=("harness.showcase", "harness.sequences"),
+                  tasks=("07-warmup-cosine",))
+    before = audit(graded, scope)
+    assert not before.hits and not before.visible_only, summary(before)
+    planted = tmp_path / "course"
+    shutil.copytree(graded, planted)
+    for module, source in (("showcase", _OLD_SHOWCASE_FACTOR), ("sequences", _OLD_SEQUENCES_SCHEDULER)):
+        path = planted / "harness" / f"{module}.py"
+        path.write_text(path.read_text() + source)
+    after = audit(planted, scope)
+    assert sorted((h.task, h.source, h.file) for h in after.hits) == [
+        ("07-warmup-cosine", "harness.sequences.warmup_cosine (wrapped: f(optimizer, b, c).lr_lambdas[0](a))",
+         "harness/sequences.py"),
+        ("07-warmup-cosine", "harness.sequences.warmup_cosine (wrapped: lr of f(optimizer, b, c) stepped a times)",
+         "harness/sequences.py"),
+        ("07-warmup-cosine", "harness.showcase.warmup_cosine (wrapped: f(b, c)(a))", "harness/showcase.py"),
+    ], summary(after)
+    assert "07-warmup-cosine is answered by harness.showcase.warmup_cosine (wrapped: f(b, c)(a))" in " ".join(
+        undeclared(after))
+
+
+def test_wrappers_are_read_from_source_and_screened_on_the_solution_values():
+    """A function returning a nested def, a lambda or a partial is a factory; one whose first parameter takes an
+    optimizer builds a scheduler; anything else is only rearranged. The strict screen compares values, not outlines:
+    a wrapper returning another number is dropped."""
+    import ast
+
+    nodes = {n.name: n for n in ast.parse(
+        "def a(x):\n    def f(y):\n        return y\n    return f\n"
+        "def b(x) -> Callable[[int], int]:\n    return g\n"
+        "def c(x):\n    return functools.partial(h, x)\n"
+        "def d(optimizer, w):\n    return None\n"
+        "def e(o: torch.optim.Optimizer):\n    return None\n"
+        "def plain(x, y):\n    return x\n").body}
+    assert {name: set(wrappings(node)) for name, node in nodes.items()} == {
+        "a": {"factory"}, "b": {"factory"}, "c": {"factory"}, "d": {"scheduler"}, "e": {"scheduler"}, "plain": set()}
+    described = [w.describe() for w in wrappers(2, Shape("function", 1, 1, frozenset({"x"})), frozenset({"factory"}))]
+    assert described == ["f(a)(b)", "f(b)(a)"], described
+    recorder = Recorder(lambda step, total: step / total)
+    recorded = recorder.wrap()
+    assert [recorded(1, 4), recorded(2, 4), recorded(3, 4), recorded(4, 4)] == [0.25, 0.5, 0.75, 1.0]
+    assert len(recorder.calls) == Recorder.KEPT
+    swapped = lambda total, step: step / total  # noqa: E731 - a library function with the other order
+    other = lambda step, total: step / (total + 1)  # noqa: E731
+    assert screen([lambda *a: swapped(a[1], a[0]), lambda *a: other(*a)], recorder, 2, strict=True) == [True, False]

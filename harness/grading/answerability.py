@@ -2,9 +2,11 @@
 
 For each graded exercise (a `check("NN-task", ...)` call of the lesson's notebook), every top-level function and
 class of the tree's `harness` package whose kind and signature can fill the exercise's slot (`Shape.fits`, read from
-source), every drill answer the tree carries, and every code snippet its texts show (markdown, notebooks' given
-cells, drill prompts, starters and hints, the probe tables' hints: `answerability_worker.snippets`, each tried as the
-solution cell, renamed, or as the body of the exercise's stub), is passed to the exercise's visible check in place of
+source) or can through a one-line wrapper (`answerability_worker.wrappers`: its arguments rearranged, a factory
+curried, a scheduler read at a step), every drill answer the tree carries, and every code snippet its texts show
+(markdown, notebooks' given cells, drill prompts, starters and hints, the probe tables' hints:
+`answerability_worker.snippets`, each tried as the solution cell, renamed, or as the body of the exercise's stub),
+is passed to the exercise's visible check in place of
 the student's object, inside the tree (`answerability_worker`, one subprocess per lesson, each check time-bounded). A
 candidate counts as a hit when it earns the points: the visible check passes on it in the tree, and the grading
 check does too (the exercise's probe on a hidden case, in the tree beside the candidate, judged here by the
@@ -71,13 +73,14 @@ class Limits:
 
 @dataclass(frozen=True)
 class Scope:
-    """What to audit: the lessons (empty: every one), the modules whose objects are candidates (prefixes of their
-    names) and the files whose texts are (prefixes of their paths in the tree); neither named: every module, drill
-    answer and text of the tree."""
+    """What to audit: the lessons (empty: every one) and their exercises (empty: every one), the modules whose objects
+    are candidates (prefixes of their names) and the files whose texts are (prefixes of their paths in the tree);
+    neither named: every module, drill answer and text of the tree."""
 
     assignments: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
     texts: tuple[str, ...] = ()  # prefixes of the files whose texts are candidates (naming modules or texts narrows)
+    tasks: tuple[str, ...] = ()  # the exercises of those lessons to audit (empty: every one)
 
 
 @dataclass
@@ -205,7 +208,8 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
     request = {"tree": str(tree.resolve()), "per_check_s": limits.per_check_s, "screen_s": limits.screen_s,
                "modules": list(scope.modules), "texts": list(scope.texts),
                "exercises": [{**exercise, "hidden_seed": hidden_case(assignment, exercise["task"]).seed}
-                             for exercise in exercises(assignment, repo_root)]}
+                             for exercise in exercises(assignment, repo_root)
+                             if not scope.tasks or exercise["task"] in scope.tasks]}
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         try:

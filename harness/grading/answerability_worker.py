@@ -8,6 +8,12 @@ the instructor's judge decides outside the tree. The worker imports only the sta
 `harness`: what it finds is what a student holding the tree finds. Shapes (`Shape`) are read from source, so a
 candidate whose kind or arity cannot fill an exercise's slot is never imported or called.
 
+Wrappers (`wrappers`): a shipped function also answers through a one-line wrapper, its arguments rearranged, a
+factory called with some of the exercise's arguments and its function with the rest, or a scheduler it builds on an
+optimizer and read at the step an argument counts (which of these a function allows is read from its source,
+`wrappings`). Each such wrapper is screened on the solution's own values (`same`, on its first recorded calls) before
+its check runs, so only the wrappers that compute what the solution computes cost a check.
+
 Texts (`snippets`): every code snippet the tree ships outside its modules' functions (markdown code blocks and inline
 code, the notebooks' given code cells, drill prompts, starters and hints, the probe tables' hints, released solution
 lines) is tried as the exercise's solution cell, after the notebook's imports: the object it defines under the
@@ -24,7 +30,10 @@ import contextlib
 import copy
 import functools
 import io
+import itertools
 import json
+import math
+import operator
 import os
 import re
 import signal
@@ -90,6 +99,25 @@ def shape_of(node: ast.AST) -> Shape | None:
         required = sum(f.value is None for f in fields)
         return Shape("class", required=required, positional=len(names), names=frozenset(names), any_keywords=False)
     return Shape("class")
+
+
+def wrappings(node: ast.FunctionDef) -> frozenset[str]:
+    """How a top-level function may answer through a one-line wrapper, as its source shows: "factory" when it returns
+    a function (a nested `def`, a lambda, a `partial`, or a `Callable` return annotation), "scheduler" when its first
+    parameter takes an optimizer (named or annotated so)."""
+    found = set()
+    nested = {n.name for n in ast.walk(node) if isinstance(n, ast.FunctionDef) and n is not node}
+    for returned in (n.value for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None):
+        if (isinstance(returned, ast.Lambda) or (isinstance(returned, ast.Name) and returned.id in nested)
+                or (isinstance(returned, ast.Call) and ast.unparse(returned.func).split(".")[-1] == "partial")):
+            found.add("factory")
+    if node.returns is not None and "Callable" in ast.unparse(node.returns):
+        found.add("factory")
+    positional = [*node.args.posonlyargs, *node.args.args]
+    if positional and ("optim" in positional[0].arg.lower() or (
+            positional[0].annotation is not None and "Optimizer" in ast.unparse(positional[0].annotation))):
+        found.add("scheduler")
+    return frozenset(found)
 
 
 def shapes(source: str) -> dict[str, Shape]:
@@ -185,19 +213,22 @@ def outline(value: Any) -> Any:
 
 
 class Recorder:
-    """Wraps the solution's function: keeps a copy of the arguments of its first call and what that call returned."""
+    """Wraps the solution's function: keeps a copy of the arguments of its first calls and what they returned."""
+
+    KEPT = 3  # calls whose values a wrapper's screen compares
 
     def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
         self.first: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self.returned: Any = None
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any], Any]] = []  # copies: arguments and value
 
     def wrap(self) -> Callable[..., Any]:
-        """A function with the solution's signature that records its first call."""
+        """A function with the solution's signature that records its first calls."""
 
         @functools.wraps(self.function)
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            if self.first is not None:
+            if self.first is not None and len(self.calls) >= self.KEPT:
                 return self.function(*args, **kwargs)
             try:
                 copied = copy.deepcopy((args, kwargs))
@@ -206,9 +237,46 @@ class Recorder:
             value = self.function(*args, **kwargs)
             if copied is not None and self.first is None:
                 self.first, self.returned = copied, outline(value)
+            if self.first is not None and len(self.calls) < self.KEPT:
+                try:
+                    self.calls.append((*copied, copy.deepcopy(value)))  # type: ignore[misc]
+                except Exception:  # noqa: BLE001 - a call that cannot be copied cannot be compared
+                    self.calls.append(((), {}, _UNCOMPARABLE))
             return value
 
         return recorded
+
+
+_UNCOMPARABLE = object()
+
+
+def same(value: Any, recorded: Any) -> bool:
+    """Whether `value` equals the solution's `recorded` value: numbers and tensors within float rounding (NaN equals
+    nothing), containers item by item, strings, bytes and None exactly; any other object never (it cannot be
+    compared, so a wrapper's screen drops it)."""
+    import torch
+
+    if isinstance(recorded, torch.Tensor) or isinstance(value, torch.Tensor):
+        if not (isinstance(value, (torch.Tensor, int, float)) and isinstance(recorded, (torch.Tensor, int, float))):
+            return False
+        got, want = torch.as_tensor(value).detach().double().cpu(), torch.as_tensor(recorded).detach().double().cpu()
+        return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-6, atol=1e-9))
+    if isinstance(recorded, (bool, int, float)) and isinstance(value, (bool, int, float)):
+        return math.isclose(value, recorded, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(recorded, (list, tuple)) and isinstance(value, (list, tuple)):
+        return len(value) == len(recorded) and all(same(v, r) for v, r in zip(value, recorded, strict=True))
+    if isinstance(recorded, dict) and isinstance(value, dict):
+        return value.keys() == recorded.keys() and all(same(value[k], recorded[k]) for k in recorded)
+    return isinstance(recorded, (str, bytes, type(None))) and type(value) is type(recorded) and value == recorded
+
+
+def comparable(value: Any) -> bool:
+    """Whether `same` can tell `value` from others: a number, tensor, string, bytes or None, or containers of them."""
+    if isinstance(value, (list, tuple)):
+        return all(comparable(item) for item in value)
+    if isinstance(value, dict):
+        return all(comparable(item) for item in value.values())
+    return value is not _UNCOMPARABLE and outline(value) != "object"
 
 
 class _TimedOut(BaseException):
@@ -219,14 +287,18 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _TimedOut
 
 
-def _screen_batch(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int, fd: int) -> None:
-    """Call each candidate as the solution was first called (in one child); write "index passed" lines to `fd`."""
-    args, kwargs = recorder.first  # type: ignore[misc]
+def _screen_batch(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int, strict: bool,
+                  fd: int) -> None:
+    """Call each candidate as the solution was first called (`strict`: as it was called each recorded time), in one
+    child; write "index passed" lines to `fd`."""
+    calls = recorder.calls if strict else [(*recorder.first, None)]  # type: ignore[misc]
     for index, candidate in enumerate(candidates):
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(seconds)
         try:
-            passed = outline(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs))) == recorder.returned
+            passed = all(same(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs)), value) if strict
+                         else outline(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs))) == recorder.returned
+                         for args, kwargs, value in calls)
         except BaseException:  # noqa: BLE001 - a candidate that raises or exits returns nothing like the solution
             passed = False
         finally:
@@ -234,9 +306,10 @@ def _screen_batch(candidates: list[Callable[..., Any]], recorder: Recorder, seco
         os.write(fd, f"{index} {int(passed)}\n".encode())
 
 
-def screen(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int) -> list[bool]:
-    """Which candidates return what has the outline of the solution's first call, in children that each screen a
-    batch; a candidate that ends its child or runs past `seconds` is screened out and the rest go to a new child.
+def screen(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int, strict: bool = False) -> list[bool]:
+    """Which candidates return what has the outline of the solution's first call (`strict`: what equals the solution's
+    value on each recorded call), in children that each screen a batch; a candidate that ends its child or runs past
+    `seconds` is screened out and the rest go to a new child.
 
     Candidates of one batch share a child: one whose side effects break the next can make the screen drop that
     one; each candidate the screen keeps has its check run in a child of its own.
@@ -244,7 +317,8 @@ def screen(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: in
     passed: list[bool] = []
     while len(passed) < len(candidates):
         rest = candidates[len(passed):]
-        said, _ = _in_child(functools.partial(_screen_batch, rest, recorder, seconds), seconds * len(rest) + 5)
+        said, _ = _in_child(functools.partial(_screen_batch, rest, recorder, seconds, strict),
+                            seconds * len(rest) + 5)
         lines = [line.split() for line in said.decode().splitlines() if line.count(" ") == 1]
         passed += [flag == "1" for _, flag in lines]
         if len(lines) < len(rest):
@@ -258,16 +332,118 @@ def _end_session(child: int) -> None:
         os.killpg(child, signal.SIGKILL)
 
 
-def _module_candidates(tree: Path) -> list[tuple[str, str, str, Shape]]:
-    """(module, name, file, shape) of every top-level function and class in the tree's harness package."""
+def _module_candidates(tree: Path) -> list[tuple[str, str, str, Shape, frozenset[str]]]:
+    """(module, name, file, shape, `wrappings`) of every top-level function and class in the tree's harness package."""
     found = []
     for path in sorted((tree / "harness").rglob("*.py")):
         relative = path.relative_to(tree)
         module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
         if module.endswith("__main__"):
             continue
-        for name, shape in shapes(path.read_text(encoding="utf-8")).items():
-            found.append((module, name, str(relative), shape))
+        try:
+            nodes = ast.parse(path.read_text(encoding="utf-8")).body
+        except SyntaxError:
+            continue
+        found += [(module, node.name, str(relative), shape,  # type: ignore[attr-defined]
+                   wrappings(node) if isinstance(node, ast.FunctionDef) else frozenset())
+                  for node in nodes if (shape := shape_of(node)) is not None]
+    return found
+
+
+@dataclass(frozen=True)
+class Wrapping:
+    """A one-line wrapper around a shipped function, in terms of the exercise's positional arguments (by index):
+    "rearranged" calls it with `first`; "curried" calls it with `first`, then what it returns with `then`;
+    "scheduler" builds it on an optimizer of lr 1 with `first` and reads the lr at step `then[0]` (`read`:
+    "lambda", LambdaLR's factor; "stepped", after stepping it that many times)."""
+
+    kind: str
+    first: tuple[int, ...]
+    then: tuple[int, ...] = ()
+    read: str = ""
+
+    def describe(self) -> str:
+        """The wrapper as a line, the exercise's arguments named a, b, c... in their order."""
+        names = [chr(ord("a") + i) for i in range(26)]
+        first, then = ", ".join(names[i] for i in self.first), ", ".join(names[i] for i in self.then)
+        if self.kind == "rearranged":
+            return f"f({first})"
+        if self.kind == "curried":
+            return f"f({first})({then})"
+        built = f"f(optimizer, {first})" if first else "f(optimizer)"
+        return f"{built}.lr_lambdas[0]({then})" if self.read == "lambda" else f"lr of {built} stepped {then} times"
+
+
+def _call_wrapped(target: Callable[..., Any], wrapping: Wrapping, args: tuple[Any, ...]) -> Any:
+    """What the wrapper `wrapping` of `target` returns on the exercise's positional arguments `args`."""
+    chosen = [args[i] for i in wrapping.first]
+    if wrapping.kind == "rearranged":
+        return target(*chosen)
+    if wrapping.kind == "curried":
+        return target(*chosen)(*(args[i] for i in wrapping.then))
+    import warnings
+
+    import torch
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = target(optimizer, *chosen)
+    step = args[wrapping.then[0]]
+    if wrapping.read == "lambda":
+        return scheduler.lr_lambdas[0](step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # stepping the scheduler without optimizer steps
+        for _ in range(operator.index(step)):
+            scheduler.step()
+    return optimizer.param_groups[0]["lr"]
+
+
+def _wrapped(module: str, name: str, wrapping: Wrapping) -> Callable[..., Any] | None:
+    """`module.name` from the tree behind `wrapping` (None where it does not import or is not callable)."""
+    target = _imported(module, name)
+    if not callable(target):
+        return None
+
+    def wrapped(*args: Any) -> Any:
+        return _call_wrapped(target, wrapping, args)
+
+    return wrapped
+
+
+def wrappers(arity: int, shape: Shape, kinds: frozenset[str]) -> list[Wrapping]:
+    """The one-line wrappers that can make a function of `shape` (and `wrappings` `kinds`) take an exercise's `arity`
+    positional arguments: its arguments rearranged (up to 4), a factory called with some of them and its function
+    with the rest, a scheduler built with all but one and read at the step the remaining one counts."""
+    takes = lambda count: shape.kind == "function" and shape.required <= count <= shape.positional  # noqa: E731
+    found = []
+    if arity <= 4 and takes(arity):
+        found += [Wrapping("rearranged", order) for order in itertools.permutations(range(arity))
+                  if order != tuple(range(arity))]
+    if "factory" in kinds:
+        found += [Wrapping("curried", first, tuple(i for i in range(arity) if i not in first))
+                  for count in range(arity) if takes(count) for first in itertools.permutations(range(arity), count)]
+    if "scheduler" in kinds and takes(arity):
+        found += [Wrapping("scheduler", first, (step,), read) for step in range(arity)
+                  for first in itertools.permutations([i for i in range(arity) if i != step])
+                  for read in ("lambda", "stepped")]
+    return found
+
+
+def _wrapped_tries(slot: str, recorder: Recorder,
+                   modules: list[tuple[str, str, str, Shape, frozenset[str]]]) -> list[tuple[str, str, str, Any]]:
+    """(label, file, slot, wrapped candidate) for each one-line wrapper of a shipped function that could fill `slot`:
+    only where the solution's recorded calls are positional and their values comparable (`same`), which the strict
+    screen then requires of each wrapper; a scheduler wrapper only where the step is an int."""
+    if recorder.first is None or recorder.first[1] or not recorder.calls or any(
+            kwargs or not comparable(value) for _, kwargs, value in recorder.calls):
+        return []
+    arity = len(recorder.first[0])
+    found = []
+    for module, name, file, shape, kinds in modules:
+        for wrapping in wrappers(arity, shape, kinds):
+            if wrapping.kind == "scheduler" and type(recorder.first[0][wrapping.then[0]]) is not int:
+                continue
+            if (candidate := _wrapped(module, name, wrapping)) is not None:
+                found.append((f"{module}.{name} (wrapped: {wrapping.describe()})", file, slot, candidate))
     return found
 
 
@@ -505,7 +681,7 @@ def _imported(module: str, name: str) -> Any:
         return None
 
 
-def _tries(exercise: dict[str, Any], modules: list[tuple[str, str, str, Shape]],
+def _tries(exercise: dict[str, Any], modules: list[tuple[str, str, str, Shape, frozenset[str]]],
            answers: dict[str, tuple[Any, str, str, Shape | None]]) -> list[tuple[str, str, str, Callable[[], Any]]]:
     """(label, file, slot, a loader of the candidate) for each candidate whose shape fits a slot of `exercise`."""
     tries = []
@@ -513,7 +689,7 @@ def _tries(exercise: dict[str, Any], modules: list[tuple[str, str, str, Shape]],
         wanted = Shape(**{**fields, "names": frozenset(fields["names"]),
                           "required_keywords": frozenset(fields["required_keywords"])})
         tries += [(f"{module}.{name}", file, slot, functools.partial(_imported, module, name))
-                  for module, name, file, shape in modules if shape.fits(wanted)]
+                  for module, name, file, shape, _ in modules if shape.fits(wanted)]
         tries += [(f"drill answer {drill_id}", file, slot, functools.partial(space.get, entry))
                   for drill_id, (space, entry, file, shape) in answers.items()
                   if space is not None and shape is not None and shape.fits(wanted)]
@@ -581,6 +757,10 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
             if recorder.first is not None and functions:
                 kept = screen([tries[i][3] for i in functions], recorder, request["screen_s"])
                 dropped |= {i for i, keep in zip(functions, kept, strict=True) if not keep}
+            wrapped = _wrapped_tries(slot, recorder, modules)  # screened on the solution's values, not outlines
+            kept = screen([candidate for *_, candidate in wrapped], recorder, request["screen_s"], strict=True)
+            dropped |= {len(tries) + i for i, keep in enumerate(kept) if not keep}
+            tries += wrapped
         for index, (label, file, slot, candidate) in enumerate(tries):
             if index in dropped:
                 emit(task=task, label=label, file=file, hit=False, timed_out=False, screened=True)
