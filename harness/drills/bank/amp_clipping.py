@@ -26,19 +26,22 @@ def _init_linear(layer: nn.Linear, case: Case, base: int) -> nn.Linear:
     return layer
 
 
-def _probe_model(case: Case, base: int) -> AutocastProbe:
+def probe_model(case: Case, base: int) -> AutocastProbe:
+    """An `AutocastProbe` (a linear layer recording autocast and freshness) seeded from the case and `base`."""
     model = AutocastProbe()
     _init_linear(model.linear, case, base)
     return model
 
 
-def _batch(case: Case, base: int, rows: int = 16, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def regression_batch(case: Case, base: int, rows: int = 16, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs (rows, 8) times `scale` and targets twice their first column plus noise (probe and judge alike)."""
     gen = case_generator(case, base)
     x = torch.randn(rows, 8, generator=gen) * scale
     return x, x[:, :1] * 2.0 + torch.randn(rows, 1, generator=gen) * scale
 
 
-def _case_max_norm(case: Case, base: int = 50) -> float:
+def case_max_norm(case: Case, base: int = 50) -> float:
+    """The case's clipping threshold, in [0.5, 2.0], rounded to three decimals."""
     return round(0.5 + float(torch.rand((), generator=case_generator(case, base))) * 1.5, 3)
 
 
@@ -52,7 +55,7 @@ def _step_dicts(records: list) -> list[dict]:
 
 def _probe_amp_step(answer: dict, *, case: Case) -> dict:
     amp_step = answer["amp_step"]
-    model = _probe_model(case, 0)
+    model = probe_model(case, 0)
     gen = case_generator(case, 9)
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=gen)  # what the previous step left behind
@@ -60,14 +63,15 @@ def _probe_amp_step(answer: dict, *, case: Case) -> dict:
     scaler = RecordingScaler()
     model.eval()  # as an evaluation between epochs leaves it: the step must switch training mode back on
     with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards:
-        loss = amp_step(model, _batch(case, 1, scale=20.0), nn.MSELoss(), optimizer, scaler, _case_max_norm(case))
+        batch = regression_batch(case, 1, scale=20.0)
+        loss = amp_step(model, batch, nn.MSELoss(), optimizer, scaler, case_max_norm(case))
     # a step whose gradients are not finite must be skipped, and the scale must back off
-    inf_model = _probe_model(case, 2)
+    inf_model = probe_model(case, 2)
     inf_model.linear.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     inf_optimizer = torch.optim.SGD(inf_model.parameters(), lr=0.05)
     inf_scaler = RecordingScaler()
     with StepRecorder(inf_optimizer) as inf_steps:
-        amp_step(inf_model, _batch(case, 3), nn.MSELoss(), inf_optimizer, inf_scaler, _case_max_norm(case))
+        amp_step(inf_model, regression_batch(case, 3), nn.MSELoss(), inf_optimizer, inf_scaler, case_max_norm(case))
     return {"forward_autocast": model.forward_autocast, "backward_autocast": model.backward_autocast,
             "fresh": model.fresh_at_backward, "calls": scaler.calls, "steps": _step_dicts(steps.records), "loss": loss,
             "training": [r.training for r in forwards.records],
@@ -102,11 +106,11 @@ add(
 
 def _probe_clip_under_amp(answer: dict, *, case: Case) -> dict:
     amp_step = answer["amp_step"]
-    model = _probe_model(case, 4)
+    model = probe_model(case, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: only observe the gradients
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     with StepRecorder(optimizer) as steps:
-        amp_step(model, _batch(case, 5, scale=50.0), nn.MSELoss(), optimizer, scaler, _case_max_norm(case))
+        amp_step(model, regression_batch(case, 5, scale=50.0), nn.MSELoss(), optimizer, scaler, case_max_norm(case))
     return {"steps": _step_dicts(steps.records)}
 
 
@@ -114,15 +118,17 @@ def _probe_clip_under_amp(answer: dict, *, case: Case) -> dict:
 # clipping-with-accumulation
 
 
-_ACC_SETTINGS = ((30.0, 1.0), (1.0, 1e6))  # (input scale, max_norm): clipping decides; the loss division decides
+ACC_SETTINGS = ((30.0, 1.0), (1.0, 1e6))  # (input scale, max_norm): clipping decides; the loss division decides
 
 
-def _clipping_micro_batches(case: Case, scale: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x, y = _batch(case, 6, rows=12)
+def clipping_micro_batches(case: Case, scale: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Three micro-batches of 4 rows of a regression batch, inputs and targets times `scale`."""
+    x, y = regression_batch(case, 6, rows=12)
     return list(zip((x * scale).split(4), (y * scale).split(4), strict=True))
 
 
-def _stale_grads(case: Case) -> list[torch.Tensor]:
+def stale_grads(case: Case) -> list[torch.Tensor]:
+    """The gradients a previous step left on the probe model's weight (1, 8) and bias (1,)."""
     gen = case_generator(case, 7)
     return [torch.randn(1, 8, generator=gen) * 3, torch.randn(1, generator=gen) * 3]
 
@@ -130,13 +136,13 @@ def _stale_grads(case: Case) -> list[torch.Tensor]:
 def _probe_accumulate(answer: dict, *, case: Case) -> dict:
     accumulate = answer["accumulate_and_clip"]
     runs = []
-    for scale, max_norm in _ACC_SETTINGS:
+    for scale, max_norm in ACC_SETTINGS:
         model = _init_linear(nn.Linear(8, 1), case, 8)
-        for p, stale in zip(model.parameters(), _stale_grads(case), strict=True):
+        for p, stale in zip(model.parameters(), stale_grads(case), strict=True):
             p.grad = stale.clone()  # what the previous step left behind
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: only observe the gradients
         with StepRecorder(optimizer) as steps:
-            accumulate(model, _clipping_micro_batches(case, scale), nn.MSELoss(), optimizer, max_norm)
+            accumulate(model, clipping_micro_batches(case, scale), nn.MSELoss(), optimizer, max_norm)
         runs.append(_step_dicts(steps.records))
     return {"runs": runs}
 
@@ -169,7 +175,7 @@ add(
 _SKIP_BATCHES = 8
 
 
-def _skip_plan(case: Case) -> list[bool]:
+def skip_plan(case: Case) -> list[bool]:
     """Which batches overflow once scaled (two of batches 2..7; 0 and 1 are fine, so the scale grows after them)."""
     picks = torch.randperm(_SKIP_BATCHES - 2, generator=case_generator(case, 20))[:2] + 2
     return [i in picks.tolist() for i in range(_SKIP_BATCHES)]
@@ -177,8 +183,8 @@ def _skip_plan(case: Case) -> list[bool]:
 
 def _skip_batches(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     batches = []
-    for i, huge in enumerate(_skip_plan(case)):
-        x, y = _batch(case, 21 + i, rows=8)
+    for i, huge in enumerate(skip_plan(case)):
+        x, y = regression_batch(case, 21 + i, rows=8)
         # a loss near 1e36: finite in float32, infinite once multiplied by the scale
         batches.append((x * 1e18, y) if huge else (x, y))
     return batches
@@ -220,10 +226,11 @@ add(
 )
 
 
-_LOSS_BATCHES = 3  # three batches: a bf16 loss that lands near the float32 one by chance cannot do it three times
+LOSS_BATCHES = 3  # three batches: a bf16 loss that lands near the float32 one by chance cannot do it three times
 
 
-def _fp32_loss_classifier(case: Case, i: int) -> nn.Linear:
+def fp32_loss_classifier(case: Case, i: int) -> nn.Linear:
+    """The `i`-th seeded linear classifier (16 features, 10 classes) of the float32-loss drill."""
     gen = case_generator(case, 30 + 2 * i)
     layer = nn.Linear(16, 10)
     with torch.no_grad():
@@ -232,23 +239,24 @@ def _fp32_loss_classifier(case: Case, i: int) -> nn.Linear:
     return layer
 
 
-def _class_batch(case: Case, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+def class_batch(case: Case, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `i`-th batch of the float32-loss drill: 64 inputs of 16 features and labels in [0, 10)."""
     gen = case_generator(case, 31 + 2 * i)
     return torch.randn(64, 16, generator=gen), torch.randint(0, 10, (64,), generator=gen)
 
 
 def _probe_loss_fp32(answer: dict, *, case: Case) -> dict:
     losses, autocast = [], []
-    for i in range(_LOSS_BATCHES):
-        model = _fp32_loss_classifier(case, i)
-        x, y = _class_batch(case, i)
+    for i in range(LOSS_BATCHES):
+        model = fp32_loss_classifier(case, i)
+        x, y = class_batch(case, i)
         with ForwardRecorder(model) as forwards:
             losses.append(answer["smoothed_loss"](model, x, y))
         autocast += [r.autocast for r in forwards.records]
     return {"losses": losses, "autocast": autocast}
 
 
-_LOSS_STARTER = '''import torch
+LOSS_STARTER = '''import torch
 
 
 def smoothed_loss(model, x, targets, smoothing=0.1):
@@ -273,7 +281,7 @@ add(
         prompt="This label-smoothed cross-entropy runs under bf16 autocast and its value is off by about 1e-2 "
         "from the float32 one. Keep the forward pass in bf16 and make the loss exact in float32.",
         entry="smoothed_loss",
-        starter=_LOSS_STARTER,
+        starter=LOSS_STARTER,
         hints=("Under CPU autocast, which dtype do log_softmax and mean produce on bf16 logits?",
                "End the autocast block after model(x) and compute the loss from logits.float()."),
         probe=_probe_loss_fp32,
@@ -285,30 +293,32 @@ add(
 # amp-loop-three-bugs (difficulty 3)
 
 
-_LOOP_EPOCHS, _LOOP_BATCHES, _LOOP_MAX_LR = 3, 4, 0.05
+LOOP_EPOCHS, LOOP_BATCHES, LOOP_MAX_LR = 3, 4, 0.05
 
 
-def _loop_batches(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [_batch(case, 40 + i, rows=8, scale=10.0) for i in range(_LOOP_BATCHES)]
+def loop_batches(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The AMP loop's `LOOP_BATCHES` regression batches of 8 rows, scaled by 10."""
+    return [regression_batch(case, 40 + i, rows=8, scale=10.0) for i in range(LOOP_BATCHES)]
 
 
-def _onecycle(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.OneCycleLR:
-    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=_LOOP_MAX_LR, total_steps=total)
+def onecycle(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.OneCycleLR:
+    """The AMP loop's schedule: OneCycleLR to `LOOP_MAX_LR` over `total` steps."""
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=LOOP_MAX_LR, total_steps=total)
 
 
 def _probe_amp_loop(answer: dict, *, case: Case) -> dict:
-    model = _probe_model(case, 41)
-    optimizer = torch.optim.SGD(model.parameters(), lr=_LOOP_MAX_LR, momentum=0.9)
-    scheduler = _onecycle(optimizer, _LOOP_EPOCHS * _LOOP_BATCHES)
+    model = probe_model(case, 41)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LOOP_MAX_LR, momentum=0.9)
+    scheduler = onecycle(optimizer, LOOP_EPOCHS * LOOP_BATCHES)
     scaler = RecordingScaler()
     with StepRecorder(optimizer) as steps:
-        losses = answer["train"](model, _loop_batches(case), optimizer, scheduler, scaler, nn.MSELoss(),
-                                 _LOOP_EPOCHS, _case_max_norm(case))
+        losses = answer["train"](model, loop_batches(case), optimizer, scheduler, scaler, nn.MSELoss(),
+                                 LOOP_EPOCHS, case_max_norm(case))
     return {"forward_autocast": model.forward_autocast, "backward_autocast": model.backward_autocast,
             "steps": _step_dicts(steps.records), "losses": losses}
 
 
-_LOOP_STARTER = '''import torch
+LOOP_STARTER = '''import torch
 
 
 def train(model, batches, optimizer, scheduler, scaler, loss_fn, epochs, max_norm):
@@ -354,7 +364,7 @@ add(
         "enabled while the gradients are computed. Three bugs cause this; fix all three (the check reports the "
         "first problem it observes).",
         entry="train",
-        starter=_LOOP_STARTER,
+        starter=LOOP_STARTER,
         hints=("One bug is about where backward runs, one about what clip_grad_norm_ sees, one about how often "
                "the scheduler steps.",
                "backward outside the with block; unscale_ before clip_grad_norm_; OneCycleLR's total_steps counts "
@@ -368,7 +378,8 @@ add(
 # clipping-total-norm: log the norm clip_grad_norm_ returns
 
 
-def _norm_model(case: Case) -> nn.Sequential:
+def norm_model(case: Case) -> nn.Sequential:
+    """A small Tanh MLP whose parameters hold seeded gradients (twice a normal draw), to clip."""
     model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
     gen = case_generator(case, 60)
     for p in model.parameters():
@@ -377,7 +388,7 @@ def _norm_model(case: Case) -> nn.Sequential:
 
 
 def _probe_total_norm(answer: dict, *, case: Case) -> dict:
-    model, max_norm = _norm_model(case), _case_max_norm(case, 61)
+    model, max_norm = norm_model(case), case_max_norm(case, 61)
     with HostSyncCounter() as syncs:
         norm = answer["clip_and_norm"](model, max_norm)
     return {"norm": norm, "grads": [p.grad for p in model.parameters()], "syncs": syncs.calls}
@@ -406,7 +417,8 @@ add(
 # clipping-per-group
 
 
-def _per_group_model(case: Case) -> nn.Sequential:
+def per_group_model(case: Case) -> nn.Sequential:
+    """A small ReLU MLP whose parameters hold seeded gradients (three times a normal draw), to clip per group."""
     model = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 2))
     gen = case_generator(case, 70)
     for p in model.parameters():
@@ -414,7 +426,8 @@ def _per_group_model(case: Case) -> nn.Sequential:
     return model
 
 
-def _group_optimizer(model: nn.Sequential, case: Case) -> torch.optim.Optimizer:
+def group_optimizer(model: nn.Sequential, case: Case) -> torch.optim.Optimizer:
+    """SGD with one group per linear layer of `model`, each with its own lr and `max_norm` (the second 4x the first)."""
     small = round(0.2 + float(torch.rand((), generator=case_generator(case, 71))) * 0.5, 3)
     return torch.optim.SGD([
         {"params": list(model[0].parameters()), "lr": 0.01, "max_norm": small},
@@ -423,8 +436,8 @@ def _group_optimizer(model: nn.Sequential, case: Case) -> torch.optim.Optimizer:
 
 
 def _probe_per_group(answer: dict, *, case: Case) -> dict:
-    model = _per_group_model(case)
-    optimizer = _group_optimizer(model, case)
+    model = per_group_model(case)
+    optimizer = group_optimizer(model, case)
     norms = answer["clip_per_group"](optimizer)
     return {"norms": norms, "grads": [p.grad for p in model.parameters()]}
 

@@ -14,7 +14,7 @@ from harness.drills.support import explain
 # --- autograd-custom-function ------------------------------------------------------------------------------
 
 
-def _custom_silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def custom_silu_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(x, grad_output) pairs in float64: a random grad_output catches a backward that ignores it."""
     inputs = []
     for base, shape in enumerate(((5, 3), (7,), (2, 3, 4))):
@@ -30,7 +30,7 @@ def _probe_silu(answer: dict, *, case: Case) -> dict:
         fail("not-a-function", observed=f"SiLU is {silu!r}", expected="a torch.autograd.Function subclass",
              cause="a plain function or nn.Module", where="class SiLU(torch.autograd.Function)")
     outputs = []
-    for x, grad_output in _custom_silu_inputs(case):
+    for x, grad_output in custom_silu_inputs(case):
         x = x.clone().requires_grad_(True)
         y = silu.apply(x)
         node = type(y.grad_fn).__name__ if isinstance(y, torch.Tensor) and y.grad_fn is not None else None
@@ -42,7 +42,7 @@ def _probe_silu(answer: dict, *, case: Case) -> dict:
 
 # --- autograd-inplace-trap ---------------------------------------------------------------------------------
 
-_INPLACE_STARTER = '''import torch
+INPLACE_STARTER = '''import torch
 
 
 def gated(x, w):
@@ -54,7 +54,8 @@ def gated(x, w):
 '''
 
 
-def _inplace_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def inplace_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Two (x, w) pairs, x (4, 3) and (5, 3), w (3, 2), for the in-place bug hunt."""
     inputs = []
     for base in (0, 1):
         gen = torch.Generator().manual_seed(case.seeded(base))
@@ -64,7 +65,7 @@ def _inplace_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _probe_inplace(answer: dict, *, case: Case) -> dict:
     outputs = []
-    for x, w in _inplace_inputs(case):
+    for x, w in inplace_inputs(case):
         w = w.clone().requires_grad_(True)
         loss = answer["gated"](x, w)
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
@@ -83,7 +84,7 @@ add(
         prompt="gated(x, w) runs, but loss.backward() fails: 'one of the variables needed for gradient computation "
         "has been modified by an inplace operation'. Fix it without changing what it computes.",
         entry="gated",
-        starter=_INPLACE_STARTER,
+        starter=INPLACE_STARTER,
         hints=("Which tensor does sigmoid's backward need, and what happened to it?",
                "sigmoid saves its output h for backward; h.mul_(2) overwrites it. Use h = h * 2."),
         probe=_probe_inplace,
@@ -93,13 +94,14 @@ add(
 # --- autograd-detach-target ----------------------------------------------------------------------------------
 
 
-def _detach_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+def detach_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two (4, 3) tensors for the detach drill."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     return torch.randn(4, 3, generator=gen), torch.randn(4, 3, generator=gen)
 
 
 def _probe_detach(answer: dict, *, case: Case) -> dict:
-    online, target = (t.clone().requires_grad_(True) for t in _detach_inputs(case))
+    online, target = (t.clone().requires_grad_(True) for t in detach_inputs(case))
     loss = answer["target_loss"](online, target)
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
         loss.backward()
@@ -164,7 +166,7 @@ add(
 # --- autograd-input-gradients (write) ------------------------------------------------------------------------
 
 
-def _saliency_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def saliency_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """A classifier, inputs, targets, and the gradients the training loop has already accumulated."""
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 4)))
     gen = torch.Generator().manual_seed(case.seeded(1))
@@ -175,7 +177,7 @@ def _saliency_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, 
 
 
 def _probe_saliency(answer: dict, *, case: Case) -> dict:
-    model, x, targets, accumulated = _saliency_setup(case)
+    model, x, targets, accumulated = saliency_setup(case)
     for p, g in zip(model.parameters(), accumulated, strict=True):
         p.grad = g.clone()
     result = answer["input_gradients"](model, x, targets)

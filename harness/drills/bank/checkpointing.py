@@ -97,7 +97,7 @@ def _full_epochs(model, optimizer, scheduler, scaler, generator, first: int, las
         scheduler.step()
 
 
-def _observe(objects: tuple) -> dict:
+def observe_resume(objects: tuple) -> dict:
     """What the judge compares after a run: weights, the optimizer's step count, the scheduler's epoch, the
     scaler's scale and the RNG states."""
     model, optimizer, scheduler = objects[:3]
@@ -111,12 +111,13 @@ def _observe(objects: tuple) -> dict:
     return seen
 
 
-def _resume_kit(full: bool) -> tuple[Callable[[int], tuple], Callable[..., None]]:
+def resume_kit(full: bool) -> tuple[Callable[[int], tuple], Callable[..., None]]:
+    """The resume drill's (setup, train_epochs): with scheduler, scaler and RNG when `full`, else plain."""
     return (_full_setup, _full_epochs) if full else (_setup, _train_epochs)
 
 
 def _make_resume_probe(full: bool) -> Callable[..., dict]:
-    setup, train = _resume_kit(full)
+    setup, train = resume_kit(full)
 
     def probe(answer: dict, *, case: Case) -> dict:
         save, load = answer["save_checkpoint"], answer["load_checkpoint"]
@@ -141,7 +142,7 @@ def _make_resume_probe(full: bool) -> Callable[..., dict]:
             after_load = [p.detach().clone() for p in fresh[0].parameters()]
             train(*fresh, 3, 6)
         return {"loads": loads.weights_only, "weights_only_error": refused, "after_load": after_load,
-                "epoch": epoch if isinstance(epoch, (int, float)) else describe(epoch), **_observe(fresh)}
+                "epoch": epoch if isinstance(epoch, (int, float)) else describe(epoch), **observe_resume(fresh)}
 
     return probe
 
@@ -187,7 +188,7 @@ _PORTABLE_NAMES = (("encoder", "backbone", "trunk", "stem"),
                    ("submodule", "main_module", "inner_module", "core_module"), ("head", "classifier", "out"))
 
 
-def _strip_inputs(case: Case) -> tuple[dict[str, torch.Tensor], list[tuple[str, dict[str, torch.Tensor]]]]:
+def strip_inputs(case: Case) -> tuple[dict[str, torch.Tensor], list[tuple[str, dict[str, torch.Tensor]]]]:
     """The plain state dict and the wrapped variants (probe and judge alike)."""
     rng = random.Random(case.seeded(5))
     names = tuple(rng.choice(pool) for pool in _PORTABLE_NAMES)
@@ -202,7 +203,7 @@ def _strip_inputs(case: Case) -> tuple[dict[str, torch.Tensor], list[tuple[str, 
 
 
 def _probe_strip(answer: dict, *, case: Case) -> dict:
-    _, variants = _strip_inputs(case)
+    _, variants = strip_inputs(case)
     outputs = []
     for _, state in variants:
         got = answer["portable_state_dict"](state)
@@ -242,7 +243,8 @@ add(
 
 # --- atomic save ---------------------------------------------------------------------------------------------
 
-def _atomic_save_states(case: Case) -> list[dict[str, torch.Tensor]]:
+def atomic_save_states(case: Case) -> list[dict[str, torch.Tensor]]:
+    """Three state dicts to save one after the other: a (5, 4) weight and a step counter each."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     return [{"weight": torch.randn(5, 4, generator=gen), "step": torch.tensor(case.seeded(k))} for k in range(3)]
 
@@ -314,7 +316,7 @@ def _read_back_file(path: Path) -> Any:
 
 
 def _probe_atomic(answer: dict, *, case: Case) -> dict:
-    states = _atomic_save_states(case)
+    states = atomic_save_states(case)
     with tempfile.TemporaryDirectory() as tmp, _SaveWatcher(answer) as watcher:
         path = Path(tmp) / "ckpt.pt"
         answer["save_atomic"](states[0], path)
@@ -336,7 +338,7 @@ def _probe_atomic(answer: dict, *, case: Case) -> dict:
 
 # --- saving under DDP ----------------------------------------------------------------------------------------
 
-def _rank0_model(case: Case) -> nn.Module:
+def rank0_model(case: Case) -> nn.Module:
     """A small model whose layer names are drawn from the case, so no list of saved keys answers two cases."""
     rng = random.Random(case.seeded(5))
     pools = (("fc1", "proj", "embed"), ("bn", "norm", "batch_norm"), ("fc2", "out", "head"))
@@ -354,7 +356,7 @@ def _probe_rank0(answer: dict, *, case: Case) -> dict:
         path = os.path.join(tmp, "model.pt")
 
         def work(rank: int) -> int:
-            model = DDP(_rank0_model(case))
+            model = DDP(rank0_model(case))
             real, count = torch.save, [0]
 
             def counting_save(*args: Any, **kwargs: Any) -> None:
@@ -420,7 +422,8 @@ class _Exploit:
         return (_tripwire, ("code ran while loading the checkpoint",))
 
 
-def _legacy_contents(case: Case) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def legacy_contents(case: Case) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A legacy checkpoint's state dict (weight and bias) and training arguments (lr, epochs, name)."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     state = {"weight": torch.randn(3, 4, generator=gen), "bias": torch.randn(3, generator=gen)}
     args = {"lr": round(float(torch.rand((), generator=gen)) / 10, 6), "epochs": 5 + case.seeded(0) % 20,
@@ -431,7 +434,7 @@ def _legacy_contents(case: Case) -> tuple[dict[str, torch.Tensor], dict[str, Any
 def _probe_legacy(answer: dict, *, case: Case) -> dict:
     import argparse
 
-    state, args = _legacy_contents(case)
+    state, args = legacy_contents(case)
     seen: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         legit, hostile = Path(tmp) / "legacy.pt", Path(tmp) / "downloaded.pt"

@@ -24,7 +24,8 @@ from harness.drills.support import case_generator, explain
 _COLLATE_SIZES = (5, 2, 4, 1, 3)
 
 
-def _pad_collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+def pad_collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Batches of (sequence (n, 3), label) pairs of varying lengths; the first batch's longest sequence comes last."""
     gen = case_generator(case, 0)
     batches = []
     for i, size in enumerate(_COLLATE_SIZES):
@@ -37,7 +38,7 @@ def _pad_collate_batches(case: Case) -> list[list[tuple[torch.Tensor, torch.Tens
 
 
 def _probe_pad_collate(answer: dict, *, case: Case) -> dict:
-    return {"outputs": [answer["pad_collate"](batch) for batch in _pad_collate_batches(case)]}
+    return {"outputs": [answer["pad_collate"](batch) for batch in pad_collate_batches(case)]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -71,10 +72,11 @@ def _probe_worker_seeding(answer: dict, *, case: Case) -> dict:
 # data-balanced-sampler
 
 
-_SAMPLER_EPOCHS = 10
+SAMPLER_EPOCHS = 10
 
 
-def _imbalanced_labels(case: Case) -> torch.Tensor:
+def imbalanced_labels(case: Case) -> torch.Tensor:
+    """120 shuffled labels of three classes: many zeros, some ones, a few twos."""
     gen = case_generator(case, 10)
     rare = int(torch.randint(3, 8, (), generator=gen))
     middle = int(torch.randint(15, 30, (), generator=gen))
@@ -84,9 +86,9 @@ def _imbalanced_labels(case: Case) -> torch.Tensor:
 
 def _probe_sampler(answer: dict, *, case: Case) -> dict:
     make = answer["balanced_sampler"]
-    labels = _imbalanced_labels(case)
+    labels = imbalanced_labels(case)
     sampler = make(labels.clone(), torch.Generator().manual_seed(case.seeded(11)))
-    epochs = [[int(i) for i in sampler] for _ in range(_SAMPLER_EPOCHS)]
+    epochs = [[int(i) for i in sampler] for _ in range(SAMPLER_EPOCHS)]
     again = [int(i) for i in make(labels.clone(), torch.Generator().manual_seed(case.seeded(11)))]
     other = [int(i) for i in make(labels.clone(), torch.Generator().manual_seed(case.seeded(12)))]
     return {"epochs": epochs, "again": again, "other": other}
@@ -130,7 +132,8 @@ class _IndexDataset(Dataset):
         return torch.tensor([index, os.getpid()])
 
 
-def _loader_setup(case: Case) -> tuple[int, int, int]:
+def loader_setup(case: Case) -> tuple[int, int, int]:
+    """(dataset size, batch size, seed) of the loader drill; the size leaves a partial last batch."""
     gen = case_generator(case, 20)
     batch_size = int(torch.randint(4, 9, (), generator=gen))
     full = int(torch.randint(3, 6, (), generator=gen))
@@ -140,7 +143,7 @@ def _loader_setup(case: Case) -> tuple[int, int, int]:
 
 def _probe_train_loader(answer: dict, *, case: Case) -> dict:
     make = answer["make_train_loader"]
-    size, batch_size, seed = _loader_setup(case)
+    size, batch_size, seed = loader_setup(case)
     loader = make(_IndexDataset(size), batch_size, seed)
     epochs = [list(loader) for _ in range(2)]
     again = list(make(_IndexDataset(size), batch_size, seed))

@@ -42,7 +42,7 @@ def _tensors_from_lists(lists: list) -> list[torch.Tensor]:
 
 # --- global accuracy -----------------------------------------------------------------------------------------
 
-def _accuracy_counts(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def accuracy_counts(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each rank's (correct, total): different totals and different accuracies (probe and judge alike)."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     total0 = int(torch.randint(5, 40, (), generator=gen))
@@ -55,7 +55,7 @@ def _accuracy_counts(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _probe_global_accuracy(answer: dict, *, case: Case) -> dict:
-    counts = _accuracy_counts(case)
+    counts = accuracy_counts(case)
     return {"values": run_on_two_ranks(
         lambda rank: _rank_number(answer["global_accuracy"](counts[rank][0].clone(), counts[rank][1].clone())))}
 
@@ -80,7 +80,7 @@ add(
 )
 
 
-_SET_EPOCH_STARTER = '''from torch.utils.data import DataLoader
+SET_EPOCH_STARTER = '''from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 
@@ -93,18 +93,19 @@ def epoch_orders(dataset, epochs, rank, world_size, seed=0):
         orders.append([int(i) for (batch,) in loader for i in batch])
     return orders
 '''
-_EPOCHS = 3
+ORDER_EPOCHS = 3
 
 
-def _set_epoch_inputs(case: Case) -> tuple[TensorDataset, int]:
+def set_epoch_inputs(case: Case) -> tuple[TensorDataset, int]:
+    """An even-sized dataset of indices to shard over two ranks, and the sampler's seed."""
     return TensorDataset(torch.arange(2 * (15 + case.seeded(0) % 6))), case.seeded(1) % 10_000
 
 
 def _probe_set_epoch(answer: dict, *, case: Case) -> dict:
-    dataset, seed = _set_epoch_inputs(case)
+    dataset, seed = set_epoch_inputs(case)
     epoch_orders = answer["epoch_orders"]
-    return {"ranks": [epoch_orders(dataset, _EPOCHS, rank, 2, seed=seed) for rank in (0, 1)],
-            "again": epoch_orders(dataset, _EPOCHS, 0, 2, seed=seed)}
+    return {"ranks": [epoch_orders(dataset, ORDER_EPOCHS, rank, 2, seed=seed) for rank in (0, 1)],
+            "again": epoch_orders(dataset, ORDER_EPOCHS, 0, 2, seed=seed)}
 
 
 add(
@@ -116,7 +117,7 @@ add(
         difficulty=1,
         prompt="Under DDP, every epoch visits the samples in exactly the same order. Fix epoch_orders().",
         entry="epoch_orders",
-        starter=_SET_EPOCH_STARTER,
+        starter=SET_EPOCH_STARTER,
         hints=("The sampler shuffles with seed + something. What is that something, and who changes it?",
                "sampler.set_epoch(epoch) at the start of every epoch."),
         probe=_probe_set_epoch,
@@ -157,7 +158,7 @@ add(
 
 # --- evaluation loss: sums and counts ------------------------------------------------------------------------
 
-def _eval_loss_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
+def eval_loss_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
     """The model (identical on both ranks, with dropout) and this rank's uneven shard of validation data."""
     torch.manual_seed(case.seeded(0))
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 1))
@@ -170,7 +171,7 @@ def _eval_loss_setup(case: Case, rank: int) -> tuple[nn.Module, TensorDataset]:
 
 def _probe_eval_loss(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> Any:
-        model, dataset = _eval_loss_setup(case, rank)
+        model, dataset = eval_loss_setup(case, rank)
         model.train()
         return _rank_number(answer["evaluate"](model, DataLoader(dataset, batch_size=8)))
 
@@ -217,7 +218,7 @@ add(
 
 # --- gradient accumulation under DDP: a three-bug loop -------------------------------------------------------
 
-_ACCUM_EPOCHS, _ACCUM_STEPS, _MICRO_PER_EPOCH, _MICRO_BATCH = 3, 3, 6, 4  # accum_steps != world_size (2)
+ACCUM_EPOCHS, ACCUM_STEPS, MICRO_PER_EPOCH, MICRO_BATCH = 3, 3, 6, 4  # accum_steps != world_size (2)
 
 
 class _RecordingSampler(DistributedSampler):
@@ -232,31 +233,33 @@ class _RecordingSampler(DistributedSampler):
         return super().__iter__()
 
 
-def _accum_data(case: Case) -> tuple[TensorDataset, int]:
+def accum_data(case: Case) -> tuple[TensorDataset, int]:
+    """The accumulation drill's regression dataset (enough for two ranks' micro-batches) and the sampler's seed."""
     gen = torch.Generator().manual_seed(case.seeded(1))
-    x = torch.randn(2 * _MICRO_PER_EPOCH * _MICRO_BATCH, 5, generator=gen)
+    x = torch.randn(2 * MICRO_PER_EPOCH * MICRO_BATCH, 5, generator=gen)
     y = x @ torch.randn(5, 1, generator=gen) + 0.1 * torch.randn(len(x), 1, generator=gen)
     return TensorDataset(x, y), case.seeded(2) % 10_000
 
 
-def _accum_model(case: Case) -> nn.Module:
+def accum_model(case: Case) -> nn.Module:
+    """The accumulation drill's seeded Tanh MLP (5 -> 8 -> 1)."""
     torch.manual_seed(case.seeded(0))
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
-def _allreduce_factors(case: Case) -> list[float]:
+def allreduce_factors(case: Case) -> list[float]:
     """The factor the check's all-reduce hook multiplies its k-th result by: 1 + a case-drawn 2 to 20 %, so the
     number of all-reduces, and which micro-batches made them, shows in the weights the judge recomputes."""
     gen = torch.Generator().manual_seed(case.seeded(3))
-    return (1 + 0.02 + 0.18 * torch.rand(2 * _ACCUM_EPOCHS * _MICRO_PER_EPOCH, generator=gen, dtype=torch.float64)
+    return (1 + 0.02 + 0.18 * torch.rand(2 * ACCUM_EPOCHS * MICRO_PER_EPOCH, generator=gen, dtype=torch.float64)
             ).tolist()
 
 
 def _probe_ddp_accumulation(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
-        dataset, seed = _accum_data(case)
-        model = DDP(_accum_model(case))
-        syncs, factors = [0], _allreduce_factors(case)
+        dataset, seed = accum_data(case)
+        model = DDP(accum_model(case))
+        syncs, factors = [0], allreduce_factors(case)
 
         def counting_hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
             factor = factors[min(syncs[0], len(factors) - 1)]
@@ -266,8 +269,8 @@ def _probe_ddp_accumulation(answer: dict, *, case: Case) -> dict:
         model.register_comm_hook(None, counting_hook)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         sampler = _RecordingSampler(dataset, num_replicas=2, rank=rank, shuffle=True, seed=seed)
-        loader = DataLoader(dataset, batch_size=_MICRO_BATCH, sampler=sampler)
-        answer["train_epochs"](model, optimizer, sampler, loader, _ACCUM_EPOCHS, _ACCUM_STEPS)
+        loader = DataLoader(dataset, batch_size=MICRO_BATCH, sampler=sampler)
+        answer["train_epochs"](model, optimizer, sampler, loader, ACCUM_EPOCHS, ACCUM_STEPS)
         return {"params": _param_lists(model.module.parameters()), "syncs": syncs[0], "epochs": sampler.started}
 
     return {"ranks": [{**r, "params": _tensors_from_lists(r["params"])} for r in run_on_two_ranks(work)]}
@@ -317,7 +320,8 @@ add(
 
 # --- barrier before reading rank 0's file --------------------------------------------------------------------
 
-def _barrier_model(seed: int) -> nn.Module:
+def barrier_model(seed: int) -> nn.Module:
+    """A small ReLU MLP (3 -> 5 -> 2) seeded with `seed`."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
 
@@ -325,10 +329,10 @@ def _barrier_model(seed: int) -> nn.Module:
 def _probe_barrier(answer: dict, *, case: Case) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "start.pt")
-        torch.save(_barrier_model(case.seeded(99)).state_dict(), path)  # the previous run's file, still there
+        torch.save(barrier_model(case.seeded(99)).state_dict(), path)  # the previous run's file, still there
 
         def work(rank: int) -> dict:
-            model = _barrier_model(case.seeded(10 + rank))  # the ranks start different
+            model = barrier_model(case.seeded(10 + rank))  # the ranks start different
             real, saves = torch.save, [0]
 
             def slow_save(*args: Any, **kwargs: Any) -> None:  # a slow shared filesystem
@@ -370,7 +374,7 @@ add(
 
 # --- disjoint shards -----------------------------------------------------------------------------------------
 
-def _shard_configs(case: Case) -> list[tuple[int, int]]:
+def shard_configs(case: Case) -> list[tuple[int, int]]:
     """(n, world_size) pairs, most with n not divisible by the world size."""
     return [(37 + case.seeded(0) % 10, 2), (50 + case.seeded(1) % 9, 3), (41 + case.seeded(2) % 6, 4), (24, 4)]
 
@@ -392,7 +396,7 @@ def _probe_shards(answer: dict, *, case: Case) -> dict:
 
     DistributedSampler.__init__ = recording_init  # any import of the class, under any name
     try:
-        for n, world in _shard_configs(case):
+        for n, world in shard_configs(case):
             results.append(_shard_results(shard, n, world, seed, as_list))
             touched |= results[-1].pop("touched")
     finally:

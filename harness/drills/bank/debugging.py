@@ -41,7 +41,8 @@ class _AllSteps:
 
 
 # ---------------------------------------------------------------- a model that cannot overfit one batch
-def _one_batch(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+def one_batch(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of 32 inputs of 20 features and labels in [0, 5), to overfit."""
     generator = torch.Generator().manual_seed(case.seeded(12))
     return torch.randn(32, 20, generator=generator), torch.randint(0, 5, (32,), generator=generator)
 
@@ -49,7 +50,7 @@ def _one_batch(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 def _probe_overfit(answer: dict, *, case: Case) -> dict:
     torch.manual_seed(case.seeded(0))
     model = answer["make_model"](20, 5)
-    x, y = _one_batch(case)
+    x, y = one_batch(case)
     with torch.no_grad():
         first = model(x)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -64,7 +65,7 @@ def _probe_overfit(answer: dict, *, case: Case) -> dict:
     return {"first": first, "last": last}
 
 
-_OVERFIT_STARTER = '''from torch import nn
+OVERFIT_STARTER = '''from torch import nn
 
 
 def make_model(features, classes):
@@ -82,7 +83,7 @@ add(
         prompt="make_model's output goes to F.cross_entropy. The sanity check 'overfit one batch' fails: on 32 "
         "examples the loss floors far above zero. Fix make_model so the model can memorise the batch.",
         entry="make_model",
-        starter=_OVERFIT_STARTER,
+        starter=OVERFIT_STARTER,
         hints=("What does F.cross_entropy expect as its input, and what does the last layer give it?",
                "cross_entropy applies log_softmax itself: a Softmax before it squashes the logits into [0, 1]."),
         probe=_probe_overfit,
@@ -96,14 +97,15 @@ class _Boom(nn.Module):
         raise RuntimeError("a bug further down the model")
 
 
-def _means_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
+def means_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
+    """A seeded ReLU MLP with a nested block, and a batch of 10 inputs, for the activation means drill."""
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Linear(8, 2))
     generator = torch.Generator().manual_seed(case.seeded(1))
     return seeded_init(model, case.seeded(0)), torch.randn(10, 6, generator=generator)
 
 
 def _probe_relu_means(answer: dict, *, case: Case) -> dict:
-    model, x = _means_inputs(case)
+    model, x = means_inputs(case)
     got = answer["relu_means"](model, x)
     broken = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), _Boom())
     propagated = False
@@ -114,7 +116,7 @@ def _probe_relu_means(answer: dict, *, case: Case) -> dict:
     return {"means": got, "hooks": _hooks(model), "hooks_on_error": _hooks(broken), "propagated": propagated}
 
 
-_MEANS_STARTER = '''import torch
+MEANS_STARTER = '''import torch
 from torch import nn
 
 
@@ -144,7 +146,7 @@ add(
         "whatever happens (and let the exception propagate). (A self-check: the hooks left on a model are "
         "counted inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="relu_means",
-        starter=_MEANS_STARTER,
+        starter=MEANS_STARTER,
         hints=("Which statements run when model(x) raises?",
                "Put the forward in try: and the removal loop in finally:."),
         probe=_probe_relu_means,
@@ -154,10 +156,11 @@ add(
 
 
 # ---------------------------------------------------------------- a loss that explodes after a while
-_EXPLODE_LR = 0.1
+EXPLODE_LR = 0.1
 
 
-def _explode_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+def explode_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """A seeded Tanh MLP and six batches of 16, for the exploding-loss drill."""
     model = seeded_init(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3)), case.seeded(0))
     generator = torch.Generator().manual_seed(case.seeded(3))
     return model, [(torch.randn(16, 8, generator=generator), torch.randint(0, 3, (16,), generator=generator))
@@ -165,13 +168,13 @@ def _explode_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, tor
 
 
 def _probe_train(answer: dict, *, case: Case) -> dict:
-    model, batches = _explode_inputs(case)
+    model, batches = explode_inputs(case)
     with _AllSteps() as steps:
-        answer["train"](model, batches, _EXPLODE_LR)
+        answer["train"](model, batches, EXPLODE_LR)
     return {"steps": steps.records, "final": [p.detach() for p in model.parameters()]}
 
 
-_TRAIN_STARTER = '''import torch
+TRAIN_STARTER = '''import torch
 import torch.nn.functional as F
 
 
@@ -194,7 +197,7 @@ add(
         prompt="This loop trains well at first, then the loss climbs and explodes, whatever the learning rate. "
         "Find the bug by its symptom and fix it.",
         entry="train",
-        starter=_TRAIN_STARTER,
+        starter=TRAIN_STARTER,
         hints=("What is in .grad at the tenth backward?",
                "backward adds into .grad: clear it at every step, before backward."),
         probe=_probe_train,
@@ -257,7 +260,8 @@ class _NanNet(nn.Module):
 _NAN_KINDS = ("pow", "sqrt", "log", "acos")
 
 
-def _nan_inputs(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor]]:
+def nan_inputs(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor]]:
+    """Two (model, inputs, labels) of different kinds of NaN source (pow, sqrt, log or acos), drawn by the case."""
     generator = torch.Generator().manual_seed(case.seeded(30))
     first = int(torch.randint(0, len(_NAN_KINDS), (), generator=generator))
     second = (first + 1 + int(torch.randint(0, len(_NAN_KINDS) - 1, (), generator=generator))) % len(_NAN_KINDS)
@@ -272,7 +276,7 @@ def _nan_inputs(case: Case) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor]
 def _probe_nan_op(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
     names, left_on = [], []
-    for model, x, y in _nan_inputs(case):
+    for model, x, y in nan_inputs(case):
         names.append(answer["nan_backward_op"](model, x, y))
         left_on.append(torch.is_anomaly_enabled())
         torch.autograd.set_detect_anomaly(False)
@@ -345,7 +349,8 @@ _TOWER_NAMES = (("body", "trunk", "stem", "encoder"), ("sharpen", "gate", "excit
                 ("norm", "ln", "post_norm", "scale"), ("head", "out", "classifier", "proj"))
 
 
-def _tower_inputs(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
+def tower_inputs(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
+    """A seeded tower of named blocks, and three inputs: small, huge, and one holding an inf."""
     model = seeded_init(_Tower(random.Random(case.seeded(42))), case.seeded(40))
     generator = torch.Generator().manual_seed(case.seeded(41))
     x = torch.randn(6, 4, generator=generator)
@@ -357,7 +362,7 @@ def _tower_inputs(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
 
 def _probe_first_nonfinite(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    model, inputs = _tower_inputs(case)
+    model, inputs = tower_inputs(case)
     names = [answer["first_nonfinite"](model, x) for x in inputs]
     broken = nn.Sequential(nn.Linear(4, 8), _Boom())
     try:
@@ -399,7 +404,8 @@ add(
 
 
 # ---------------------------------------------------------------- dead ReLUs
-def _dead_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
+def dead_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
+    """A seeded two-block ReLU MLP with about 30% of each block's units dead (bias -20), and 24 inputs."""
     model = nn.Sequential(nn.Sequential(nn.Linear(6, 16), nn.ReLU()), nn.Sequential(nn.Linear(16, 12), nn.ReLU()),
                           nn.Linear(12, 3))
     seeded_init(model, case.seeded(50))
@@ -413,7 +419,7 @@ def _dead_inputs(case: Case) -> tuple[nn.Module, torch.Tensor]:
 
 def _probe_dead(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    model, x = _dead_inputs(case)
+    model, x = dead_inputs(case)
     return {"fractions": answer["dead_relu_fraction"](model, x), "hooks": _hooks(model)}
 
 
@@ -448,10 +454,11 @@ add(
 
 
 # ---------------------------------------------------------------- a training script with three bugs
-_SCRIPT_LR, _SCRIPT_EPOCHS, _SCRIPT_BATCH = 0.1, 2, 8
+SCRIPT_LR, SCRIPT_EPOCHS, SCRIPT_BATCH = 0.1, 2, 8
 
 
-def _script_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+def script_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The training script's seeded MLP, inputs with an offset, a scale and a constant column, and labels."""
     generator = torch.Generator().manual_seed(case.seeded(60))
     n = int(torch.randint(20, 31, (), generator=generator))
     x = torch.randn(n, 5, generator=generator) * 3 + 10
@@ -462,14 +469,14 @@ def _script_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 def _probe_training_script(answer: dict, *, case: Case) -> dict:
-    model, x, y = _script_inputs(case)
+    model, x, y = script_inputs(case)
     generator = torch.Generator().manual_seed(case.seeded(62))
     with _AllSteps() as steps:
-        answer["train"](model, x, y, _SCRIPT_EPOCHS, _SCRIPT_BATCH, _SCRIPT_LR, generator)
+        answer["train"](model, x, y, SCRIPT_EPOCHS, SCRIPT_BATCH, SCRIPT_LR, generator)
     return {"steps": steps.records, "final": [p.detach() for p in model.parameters()]}
 
 
-_SCRIPT_STARTER = '''import torch
+SCRIPT_STARTER = '''import torch
 import torch.nn.functional as F
 
 
@@ -507,7 +514,7 @@ add(
         "data bug, and a loss that grows. Fix all three; keep the standardisation, one torch.randperm(len(x), "
         "generator=generator) per epoch, SGD and the mini-batch order. The check reports the first bug it observes.",
         entry="train",
-        starter=_SCRIPT_STARTER,
+        starter=SCRIPT_STARTER,
         hints=("Print x.std(0) once. Then ask: after shuffling, is ys[i] still the label of xs[i]? Then: what is in "
                ".grad at the second step?",
                "Clamp the standard deviation (x.std(0).clamp_min(1e-6)); index x and y with the same permutation; "
@@ -518,7 +525,8 @@ add(
 
 
 # ---------------------------------------------------------------- gradient norm per layer, one sync
-def _norms_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+def norms_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A deep sigmoid MLP with one frozen layer, a batch of 16 inputs and labels, for the per-layer norms drill."""
     layers: list[nn.Module] = []
     for _ in range(5):
         layers += [nn.Linear(12, 12), nn.Sigmoid()]  # a deep sigmoid stack: the first layers' gradients vanish
@@ -531,7 +539,7 @@ def _norms_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 def _probe_grad_norms(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    model, x, y = _norms_inputs(case)
+    model, x, y = norms_inputs(case)
     F.cross_entropy(model(x), y).backward()
     with HostSyncCounter() as syncs:
         norms = answer["grad_norms"](model)
@@ -604,7 +612,8 @@ add(
 
 
 # ---------------------------------------------------------------- initialise the output bias to the class priors
-def _prior_inputs(case: Case) -> tuple[nn.Linear, torch.Tensor, int]:
+def prior_inputs(case: Case) -> tuple[nn.Linear, torch.Tensor, int]:
+    """An output layer, imbalanced labels (every class at least once) and the number of classes."""
     generator = torch.Generator().manual_seed(case.seeded(80))
     classes = int(torch.randint(3, 7, (), generator=generator))
     weights = torch.rand(classes, generator=generator) ** 3 + 0.02  # imbalanced: some classes are rare
@@ -615,7 +624,7 @@ def _prior_inputs(case: Case) -> tuple[nn.Linear, torch.Tensor, int]:
 
 def _probe_prior(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    layer, labels, classes = _prior_inputs(case)
+    layer, labels, classes = prior_inputs(case)
     bias = layer.bias
     answer["init_output_bias_"](layer, labels, classes)
     return {"bias": layer.bias, "weight": layer.weight, "same_bias": layer.bias is bias,

@@ -36,15 +36,16 @@ class _ExportedClassifier(nn.Module):
         return self.out(self.body(x))
 
 
-def _config(case: Case) -> dict[str, int]:
+def export_config(case: Case) -> dict[str, int]:
+    """The exported classifier's sizes (d_in, hidden, n_out), drawn by the case."""
     gen = torch.Generator().manual_seed(case.seeded(500))
     d_in, hidden, n_out = (int(v) for v in torch.randint(3, 12, (3,), generator=gen))
     return {"d_in": d_in, "hidden": hidden + 4, "n_out": n_out + 1}
 
 
-def _trained(case: Case, base: int = 501) -> _ExportedClassifier:
+def trained_classifier(case: Case, base: int = 501) -> _ExportedClassifier:
     """The case's "trained" classifier (seeded weights, non-default BatchNorm statistics), in train mode."""
-    config = _config(case)
+    config = export_config(case)
     torch.manual_seed(case.seeded(base))
     model = _ExportedClassifier(**config)
     bn = model.body[1]
@@ -55,8 +56,9 @@ def _trained(case: Case, base: int = 501) -> _ExportedClassifier:
     return model
 
 
-def _inputs(case: Case, base: int, rows: int = 6) -> torch.Tensor:
-    return torch.randn(rows, _config(case)["d_in"], generator=torch.Generator().manual_seed(case.seeded(base)))
+def export_inputs(case: Case, base: int, rows: int = 6) -> torch.Tensor:
+    """`rows` inputs of the exported classifier's width, seeded from the case and `base`."""
+    return torch.randn(rows, export_config(case)["d_in"], generator=torch.Generator().manual_seed(case.seeded(base)))
 
 
 class _LoadSpy:
@@ -88,8 +90,8 @@ class _LoadSpy:
 # --- save a state_dict + config; load it with weights_only ------------------------------------------------------
 
 def _probe_save_load(answer: dict, *, case: Case) -> dict:
-    config = _config(case)
-    model = _trained(case)
+    config = export_config(case)
+    model = trained_classifier(case)
     seen: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.pt")
@@ -109,7 +111,7 @@ def _probe_save_load(answer: dict, *, case: Case) -> dict:
     if isinstance(loaded, nn.Module):
         loaded.eval()
         with torch.inference_mode():
-            seen["out"] = loaded(_inputs(case, 510)).softmax(-1)
+            seen["out"] = loaded(export_inputs(case, 510)).softmax(-1)
     return seen
 
 
@@ -139,7 +141,7 @@ add(
 # --- inference: eval() and inference_mode -------------------------------------------------------------------
 
 def _probe_predict(answer: dict, *, case: Case) -> dict:
-    model = _trained(case)
+    model = trained_classifier(case)
     records: list[dict[str, bool]] = []
 
     def record(module: nn.Module, inputs: Any) -> None:
@@ -148,7 +150,7 @@ def _probe_predict(answer: dict, *, case: Case) -> dict:
 
     handle = model.register_forward_pre_hook(record)
     try:
-        out = answer["predict"](model, _inputs(case, 510))
+        out = answer["predict"](model, export_inputs(case, 510))
     finally:
         handle.remove()
     return {"records": records, "out": out,
@@ -177,7 +179,7 @@ add(
 
 # --- a parity checker, eager vs exported ----------------------------------------------------------------------
 
-def _parity_scenarios(case: Case) -> tuple[list[dict[str, Any]], float, float]:
+def parity_scenarios(case: Case) -> tuple[list[dict[str, Any]], float, float]:
     """Each: reference outputs and candidate outputs for three inputs, atol, rtol (the probe wraps them in
     functions; the judge recomputes them)."""
     gen = torch.Generator().manual_seed(case.seeded(600))
@@ -208,7 +210,7 @@ def _parity_scenarios(case: Case) -> tuple[list[dict[str, Any]], float, float]:
 
 
 def _probe_parity(answer: dict, *, case: Case) -> dict:
-    scenarios, atol, rtol = _parity_scenarios(case)
+    scenarios, atol, rtol = parity_scenarios(case)
     results = []
     for s in scenarios:
         table_ref = {id(x): y for x, y in zip(s["inputs"], s["ref"], strict=True)}
@@ -243,7 +245,7 @@ add(
 
 # --- latency: warm-up, then the median ---------------------------------------------------------------------------
 
-def _latency_plan(case: Case) -> tuple[int, int, list[float]]:
+def latency_plan(case: Case) -> tuple[int, int, list[float]]:
     """warmup, iters, and the duration in seconds of each call to fn (warm-up calls are slow, a few are outliers)."""
     gen = torch.Generator().manual_seed(case.seeded(700))
     warmup = int(torch.randint(3, 6, (1,), generator=gen))
@@ -267,7 +269,7 @@ class _FakeClock:
 
 
 def _probe_latency(answer: dict, *, case: Case) -> dict:
-    warmup, iters, durations = _latency_plan(case)
+    warmup, iters, durations = latency_plan(case)
     clock = _FakeClock()
     calls = [0]
 
@@ -322,8 +324,9 @@ add(
 # --- difficulty 3: a serving script with three bugs --------------------------------------------------------------
 
 def _probe_serving(answer: dict, *, case: Case) -> dict:
-    model = _trained(case, 520)
-    checkpoint = {"config": _config(case), "state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}}
+    model = trained_classifier(case, 520)
+    checkpoint = {"config": export_config(case),
+                  "state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}}
     seen: dict[str, Any] = {"loaded_states": [], "forwards": []}
     real_load_state_dict = nn.Module.load_state_dict
 
@@ -343,7 +346,7 @@ def _probe_serving(answer: dict, *, case: Case) -> dict:
         torch.manual_seed(case.seeded(888))
         try:
             with _LoadSpy(answer) as spy:
-                out = answer["load_and_predict"](path, _ExportedClassifier, _inputs(case, 510))
+                out = answer["load_and_predict"](path, _ExportedClassifier, export_inputs(case, 510))
         finally:
             nn.Module.load_state_dict = real_load_state_dict  # type: ignore[method-assign]
             handle.remove()
@@ -353,7 +356,7 @@ def _probe_serving(answer: dict, *, case: Case) -> dict:
     return seen
 
 
-_SERVING_STARTER = '''import torch
+SERVING_STARTER = '''import torch
 
 
 def load_and_predict(path, build, x):
@@ -382,7 +385,7 @@ add(
         "two calls on the same x return different probabilities. Three bugs cause this; fix all three (the check "
         "reports the first problem it observes).",
         entry="load_and_predict",
-        starter=_SERVING_STARTER,
+        starter=SERVING_STARTER,
         hints=("Ask of each line: is loading safe? did every weight really load (what are the checkpoint's keys)? "
                "in which mode does the model run?",
                "weights_only=True; strip 'module.' from the keys and load strictly; model.eval() before the forward."),
@@ -526,7 +529,8 @@ add(
 
 # --- fold BatchNorm into the preceding Linear for inference -------------------------------------------------------
 
-def _fold_setup(case: Case) -> tuple[nn.Linear, nn.BatchNorm1d, torch.Tensor]:
+def fold_setup(case: Case) -> tuple[nn.Linear, nn.BatchNorm1d, torch.Tensor]:
+    """A Linear, the BatchNorm1d after it (running statistics, affine and eps drawn by the case) and inputs."""
     gen = torch.Generator().manual_seed(case.seeded(800))
     d_in, d_out = (int(v) for v in torch.randint(3, 10, (2,), generator=gen))
     eps = 0.01 + 0.09 * float(torch.rand(1, generator=gen))  # large enough that forgetting it shows
@@ -541,7 +545,7 @@ def _fold_setup(case: Case) -> tuple[nn.Linear, nn.BatchNorm1d, torch.Tensor]:
 
 
 def _probe_fold(answer: dict, *, case: Case) -> dict:
-    linear, bn, x = _fold_setup(case)
+    linear, bn, x = fold_setup(case)
     before = {"weight": linear.weight.detach().clone(), "bias": linear.bias.detach().clone()}
     fused = answer["fold_batchnorm"](linear, bn)
     seen: dict[str, Any] = {"type": type(fused).__name__,
@@ -577,16 +581,16 @@ add(
 
 # --- torch.export with a dynamic batch dimension ------------------------------------------------------------------
 
-_EXPORT_BATCHES = (3, 1, 17)
+EXPORT_BATCHES = (3, 1, 17)
 
 
 def _probe_export(answer: dict, *, case: Case) -> dict:
-    model = _trained(case, 530)  # arrives in train mode, as it leaves the training loop
-    program = answer["export_for_serving"](model, _inputs(case, 531, rows=4))
+    model = trained_classifier(case, 530)  # arrives in train mode, as it leaves the training loop
+    program = answer["export_for_serving"](model, export_inputs(case, 531, rows=4))
     seen: dict[str, Any] = {"type": type(program).__name__, "outputs": []}
     module = program.module() if hasattr(program, "module") else None
-    for batch in _EXPORT_BATCHES:
-        x = _inputs(case, 532 + batch, rows=batch)
+    for batch in EXPORT_BATCHES:
+        x = export_inputs(case, 532 + batch, rows=batch)
         try:
             seen["outputs"].append(module(x) if module is not None else None)
         except Exception as error:  # a program exported for one batch size refuses the others

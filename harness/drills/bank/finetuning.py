@@ -32,15 +32,16 @@ class _PretrainedNet(nn.Module):
         return self.head(self.backbone(x))
 
 
-def _sizes(case: Case) -> tuple[int, int, int]:
+def pretrained_sizes(case: Case) -> tuple[int, int, int]:
+    """The pretrained network's sizes (d_in, hidden, n_out), drawn by the case."""
     gen = torch.Generator().manual_seed(case.seeded(900))
     d_in, hidden, n_out = (int(v) for v in torch.randint(3, 9, (3,), generator=gen))
     return d_in, hidden + 2, n_out
 
 
-def _pretrained(case: Case, base: int = 0, n_out: int | None = None) -> _PretrainedNet:
+def pretrained_model(case: Case, base: int = 0, n_out: int | None = None) -> _PretrainedNet:
     """The case's "pretrained" network: seeded weights and non-default BatchNorm running statistics."""
-    d_in, hidden, default_out = _sizes(case)
+    d_in, hidden, default_out = pretrained_sizes(case)
     torch.manual_seed(case.seeded(base))
     net = _PretrainedNet(d_in, hidden, default_out if n_out is None else n_out)
     bn = net.backbone[1]
@@ -53,11 +54,11 @@ def _pretrained(case: Case, base: int = 0, n_out: int | None = None) -> _Pretrai
     return net
 
 
-def _shifted_batches(case: Case, base: int, n: int,
+def shifted_batches(case: Case, base: int, n: int,
                      classes: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`n` batches of 8 rows (regression targets, or class labels when `classes` is given), shifted away from
     the pretraining statistics so that BatchNorm in train mode would move its running statistics."""
-    d_in, _, n_out = _sizes(case)
+    d_in, _, n_out = pretrained_sizes(case)
     gen = torch.Generator().manual_seed(case.seeded(base))
     out = []
     for _ in range(n):
@@ -68,7 +69,8 @@ def _shifted_batches(case: Case, base: int, n: int,
     return out
 
 
-def _lr(case: Case) -> float:
+def finetune_lr(case: Case) -> float:
+    """The case's fine-tuning learning rate."""
     return 0.05 + 0.01 * (case.seed % 7)
 
 
@@ -98,20 +100,21 @@ class _OptimizerSpy:
         })
 
 
-def _state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+def state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of `model`'s state dict."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 # --- freeze the backbone: a linear probe ------------------------------------------------------------------
 
-_PROBE_BATCHES = 3
+PROBE_BATCHES = 3
 
 
 def _probe_linear_probe(answer: dict, *, case: Case) -> dict:
-    model = _pretrained(case)
+    model = pretrained_model(case)
     with _OptimizerSpy(model) as spy:
-        returned = answer["linear_probe"](model, _shifted_batches(case, 20, _PROBE_BATCHES), _lr(case))
-    return {"steps": spy.steps, "state": _state_copy(model), "returned_model": returned is model,
+        returned = answer["linear_probe"](model, shifted_batches(case, 20, PROBE_BATCHES), finetune_lr(case))
+    return {"steps": spy.steps, "state": state_copy(model), "returned_model": returned is model,
             "requires_grad": {n: p.requires_grad for n, p in model.named_parameters()}}
 
 
@@ -142,7 +145,7 @@ add(
 
 # --- parameter groups: a lower LR for the backbone, no weight decay on norms and biases --------------------
 
-class _NormNet(nn.Module):
+class NormNet(nn.Module):
     """A backbone with a LayerNorm and a BatchNorm at unnamed Sequential positions, and a head."""
 
     def __init__(self, d_in: int, hidden: int, n_out: int) -> None:
@@ -155,17 +158,17 @@ class _NormNet(nn.Module):
         return self.head(self.backbone(x))
 
 
-def _finetuning_group_settings(case: Case) -> tuple[float, float, float]:
+def finetuning_group_settings(case: Case) -> tuple[float, float, float]:
     """lr, backbone factor, weight decay."""
     return 1e-3 * (1 + case.seed % 9), 0.1 * (1 + case.seed % 4), 0.01 * (1 + case.seed % 5)
 
 
 def _probe_finetuning_param_groups(answer: dict, *, case: Case) -> dict:
-    d_in, hidden, n_out = _sizes(case)
+    d_in, hidden, n_out = pretrained_sizes(case)
     torch.manual_seed(case.seeded(0))
-    model = _NormNet(d_in, hidden, n_out)
+    model = NormNet(d_in, hidden, n_out)
     names = {id(p): name for name, p in model.named_parameters()}
-    optimizer = answer["make_optimizer"](model, *_finetuning_group_settings(case))
+    optimizer = answer["make_optimizer"](model, *finetuning_group_settings(case))
     groups = [{"names": [names.get(id(p), "<not the model's>") for p in group["params"]], "lr": group.get("lr"),
                "weight_decay": group.get("weight_decay")} for group in optimizer.param_groups]
     return {"type": type(optimizer).__name__, "groups": groups}
@@ -196,13 +199,13 @@ add(
 
 # --- load a checkpoint into a model with a new head --------------------------------------------------------
 
-_OLD_CLASSES = 11
+OLD_CLASSES = 11
 
 
-def _checkpoints(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
+def checkpoint_scenarios(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
     """The scenarios: a good checkpoint (old 11-class head), one saved from DDP ("module." prefix), one missing
     a backbone tensor, one with an extra backbone tensor."""
-    good = _pretrained(case, 40, n_out=_OLD_CLASSES).state_dict()
+    good = pretrained_model(case, 40, n_out=OLD_CLASSES).state_dict()
     missing = dict(good)
     del missing["backbone.3.weight"]
     extra = dict(good)
@@ -213,14 +216,14 @@ def _checkpoints(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]:
 
 def _probe_load_pretrained(answer: dict, *, case: Case) -> dict:
     results = {}
-    for label, checkpoint in _checkpoints(case):
-        model = _pretrained(case, 10)
+    for label, checkpoint in checkpoint_scenarios(case):
+        model = pretrained_model(case, 10)
         try:
             returned = answer["load_pretrained"](model, checkpoint)
         except Exception as error:  # refusing is the point in three scenarios
-            results[label] = {"raised": type(error).__name__, "state": _state_copy(model)}
+            results[label] = {"raised": type(error).__name__, "state": state_copy(model)}
         else:
-            results[label] = {"returned": returned, "state": _state_copy(model)}
+            results[label] = {"returned": returned, "state": state_copy(model)}
     return results
 
 
@@ -248,7 +251,8 @@ add(
 
 # --- LoRA ---------------------------------------------------------------------------------------------------
 
-def _lora_setup(case: Case) -> dict[str, Any]:
+def lora_setup(case: Case) -> dict[str, Any]:
+    """The LoRA drill's base layer, inputs, low-rank factors (a, b), rank and alpha, drawn by the case."""
     gen = torch.Generator().manual_seed(case.seeded(60))
     d_in, d_out = (int(v) for v in torch.randint(4, 10, (2,), generator=gen))
     r = int(torch.randint(2, 5, (1,), generator=gen))
@@ -262,7 +266,7 @@ def _lora_setup(case: Case) -> dict[str, Any]:
 
 
 def _probe_lora(answer: dict, *, case: Case) -> dict:
-    s = _lora_setup(case)
+    s = lora_setup(case)
     lora = answer["LoRALinear"](s["base"], s["r"], s["alpha"])
     seen: dict[str, Any] = {
         "trainable": sorted(n for n, p in lora.named_parameters() if p.requires_grad),
@@ -320,12 +324,13 @@ class _Blocks(nn.Module):
         return self.head(x)
 
 
-def _n_blocks(case: Case) -> int:
+def n_blocks(case: Case) -> int:
+    """How many blocks the case's network has (3 to 5)."""
     return 3 + case.seed % 3
 
 
 def _probe_unfreeze(answer: dict, *, case: Case) -> dict:
-    n = _n_blocks(case)
+    n = n_blocks(case)
     model = _Blocks(n, 4)
     model.blocks.requires_grad_(False)  # as the fine-tuning starts: pretrained blocks frozen, new head trainable
     flags = []
@@ -358,22 +363,23 @@ add(
 
 # --- difficulty 3: a fine-tuning script with three bugs -----------------------------------------------------
 
-_SCRIPT_BATCHES = 3
-_SCRIPT_CLASSES = 4
+SCRIPT_BATCHES = 3
+SCRIPT_CLASSES = 4
 
 
-def _script_model(case: Case) -> _PretrainedNet:
-    return _pretrained(case, 70, n_out=_SCRIPT_CLASSES)
+def script_model(case: Case) -> _PretrainedNet:
+    """The fine-tuning script's pretrained network with a `SCRIPT_CLASSES`-class head."""
+    return pretrained_model(case, 70, n_out=SCRIPT_CLASSES)
 
 
 def _probe_finetuning_script(answer: dict, *, case: Case) -> dict:
-    model = _script_model(case)
+    model = script_model(case)
     with _OptimizerSpy(model) as spy:
-        answer["finetune"](model, _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES), _lr(case))
-    return {"steps": spy.steps, "state": _state_copy(model)}
+        answer["finetune"](model, shifted_batches(case, 71, SCRIPT_BATCHES, SCRIPT_CLASSES), finetune_lr(case))
+    return {"steps": spy.steps, "state": state_copy(model)}
 
 
-_SCRIPT_STARTER = '''import torch
+SCRIPT_STARTER = '''import torch
 import torch.nn.functional as F
 
 
@@ -408,7 +414,7 @@ add(
         "Three bugs cause this; fix all three without changing what the script is meant to do (the check reports "
         "the first problem it observes).",
         entry="finetune",
-        starter=_SCRIPT_STARTER,
+        starter=SCRIPT_STARTER,
         hints=("Look at the mode of each module when the loop runs, at what F.cross_entropy expects as input, and "
                "at what .grad holds at the second step.",
                "model.train() must come before model.backbone.eval(); pass logits (not probabilities) to "

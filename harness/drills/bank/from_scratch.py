@@ -21,7 +21,7 @@ _LN_SPECS = (  # (x shape, normalized_shape, x scale, eps)
 )
 
 
-def _ln_inputs(case: Case) -> list[tuple[torch.Tensor, tuple[int, ...], torch.Tensor, torch.Tensor, float,
+def ln_inputs(case: Case) -> list[tuple[torch.Tensor, tuple[int, ...], torch.Tensor, torch.Tensor, float,
                                          torch.Tensor]]:
     """(x, normalized_shape, weight, bias, eps, upstream gradient) for each spec (probe and judge alike)."""
     inputs = []
@@ -36,7 +36,7 @@ def _ln_inputs(case: Case) -> list[tuple[torch.Tensor, tuple[int, ...], torch.Te
 
 def _probe_layer_norm(answer: dict, *, case: Case) -> dict:
     results, calls_seen = [], {}
-    for x, normalized, weight, bias, eps, upstream in _ln_inputs(case):
+    for x, normalized, weight, bias, eps, upstream in ln_inputs(case):
         leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
         with CallRecorder() as calls:
             y = answer["layer_norm"](leaves[0], normalized, leaves[1], leaves[2], eps)
@@ -47,7 +47,7 @@ def _probe_layer_norm(answer: dict, *, case: Case) -> dict:
     return {"results": results, "calls": calls_seen}
 
 
-_LN_STARTER = (
+LN_STARTER = (
     "import torch\n\n\n"
     "def layer_norm(x: torch.Tensor, normalized_shape: tuple[int, ...], weight: torch.Tensor, bias: torch.Tensor,\n"
     "               eps: float = 1e-5) -> torch.Tensor:\n"
@@ -68,7 +68,7 @@ add(
         "F.layer_norm, nn.LayerNorm or group_norm. (A self-check: the calls are "
         "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="layer_norm",
-        starter=_LN_STARTER,
+        starter=LN_STARTER,
         hints=("Which dimensions, which variance (divided by n or by n - 1), and where does eps go?",
                "dims = the last len(normalized_shape) dims; mean and the biased variance over them with "
                "keepdim=True; (x - mean) / sqrt(var + eps) * weight + bias."),
@@ -80,23 +80,23 @@ add(
 
 # --- AdamW from scratch ------------------------------------------------------------------------------------------
 
-_ADAMW_STEPS = 4
-_BETAS = (0.9, 0.999)
-_EPS = 1e-8
+ADAMW_STEPS = 4
+BETAS = (0.9, 0.999)
+EPS = 1e-8
 
 
-def _adamw_setup(case: Case) -> tuple[list[torch.Tensor], list[list[torch.Tensor]], float, float]:
+def adamw_setup(case: Case) -> tuple[list[torch.Tensor], list[list[torch.Tensor]], float, float]:
     """Initial parameters, each step's gradients (one parameter's gradients are tiny, where eps matters), the
     learning rate and the weight decay (probe and judge alike)."""
     gen = torch.Generator().manual_seed(case.seeded(20))
     params = [torch.randn(3, 4, generator=gen), torch.randn(5, generator=gen)]
-    grads = [[torch.randn(3, 4, generator=gen), torch.randn(5, generator=gen) * 1e-4] for _ in range(_ADAMW_STEPS)]
+    grads = [[torch.randn(3, 4, generator=gen), torch.randn(5, generator=gen) * 1e-4] for _ in range(ADAMW_STEPS)]
     lr = 0.01 * (1 + int(torch.randint(0, 4, (), generator=gen)))
     return params, grads, lr, 0.1
 
 
 def _probe_adamw(answer: dict, *, case: Case) -> dict:
-    params, grads, lr, weight_decay = _adamw_setup(case)
+    params, grads, lr, weight_decay = adamw_setup(case)
     params = [p.clone().requires_grad_() for p in params]
     states = [{"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)} for p in params]
     optimizer_steps = []
@@ -107,7 +107,7 @@ def _probe_adamw(answer: dict, *, case: Case) -> dict:
             for p, g in zip(params, step_grads, strict=True):
                 p.grad = g.clone()
             with CallRecorder() as calls:  # torch.optim's functional adamw and fused kernels run no optimizer step
-                answer["adamw_step"](params, states, step, lr, _BETAS, _EPS, weight_decay)
+                answer["adamw_step"](params, states, step, lr, BETAS, EPS, weight_decay)
             calls_seen.update(calls.seen)
             trace.append([p.detach().clone() for p in params])
     finally:
@@ -115,7 +115,7 @@ def _probe_adamw(answer: dict, *, case: Case) -> dict:
     return {"trace": trace, "optimizer_steps": len(optimizer_steps), "calls": calls_seen}
 
 
-_ADAMW_STARTER = (
+ADAMW_STARTER = (
     "import torch\n\n\n"
     "@torch.no_grad()\n"
     "def adamw_step(params, states, step, lr, betas, eps, weight_decay):\n"
@@ -136,7 +136,7 @@ add(
         "counts from 1. Update the parameters in place. Do not use torch.optim. (A self-check: the calls are "
         "recorded inside your answer's own process, so its pass does not count in a mock interview.)",
         entry="adamw_step",
-        starter=_ADAMW_STARTER,
+        starter=ADAMW_STARTER,
         hints=("Three things distinguish AdamW: the moments' bias correction, where eps goes, and a weight decay "
                "applied to the weights, not mixed into the gradient.",
                "p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g²; p -= lr * m / (1 - b1^t) / "

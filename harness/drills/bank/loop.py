@@ -46,7 +46,8 @@ def _recorded_steps(steps: StepRecorder, limit: int | None = None) -> list[dict]
 # --- loop-train-step ---------------------------------------------------------------------------------------
 
 
-def _train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+def train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+    """A seeded model with batch norm, its SGD optimizer and the batches of a binary task."""
     # Batch norm makes the mode show in values: in eval mode it normalises with its running statistics, so the
     # gradients and the losses differ from the reference's, whatever the probe's mode records say
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU(),
@@ -56,7 +57,7 @@ def _train_step_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, lis
 
 
 def _probe_train_step(answer: dict, *, case: Case) -> dict:
-    model, optimizer, batches = _train_step_setup(case)
+    model, optimizer, batches = train_step_setup(case)
     model.eval()  # as an evaluation between epochs leaves it: the step must switch training mode back on
     returned = []
     with StepRecorder(optimizer) as steps, HostSyncCounter() as syncs, ForwardRecorder(model) as forwards:
@@ -87,7 +88,7 @@ add(
 
 # --- loop-loss-stalls --------------------------------------------------------------------------------------
 
-_STALLS_STARTER = '''import torch
+STALLS_STARTER = '''import torch
 
 
 def train(model, batches, optimizer, loss_fn, epochs):
@@ -101,19 +102,20 @@ def train(model, batches, optimizer, loss_fn, epochs):
             optimizer.step()
 '''
 
-_STALLS_EPOCHS = 5
+STALLS_EPOCHS = 5
 
 
-def _stalls_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+def stalls_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+    """A seeded ReLU MLP, its SGD optimizer and the batches of a binary task (loop-loss-stalls)."""
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     x, y = _binary_task(case.seeded(3))
     return model, torch.optim.SGD(model.parameters(), lr=0.2), _split_batches(x, y)
 
 
 def _probe_stalls(answer: dict, *, case: Case) -> dict:
-    model, optimizer, batches = _stalls_setup(case)
+    model, optimizer, batches = stalls_setup(case)
     with StepRecorder(optimizer) as steps:
-        answer["train"](model, batches, optimizer, nn.BCEWithLogitsLoss(), _STALLS_EPOCHS)
+        answer["train"](model, batches, optimizer, nn.BCEWithLogitsLoss(), STALLS_EPOCHS)
     return {"count": len(steps.records), "steps": _recorded_steps(steps, 3),
             "final": [p.detach() for p in model.parameters()]}
 
@@ -128,7 +130,7 @@ add(
         prompt="This loop trains a binary classifier, but the loss sits at 0.69 (= ln 2: the model predicts 0.5 "
         "for everything) from the first epoch to the last. Fix train() so that it learns.",
         entry="train",
-        starter=_STALLS_STARTER,
+        starter=STALLS_STARTER,
         hints=("0.69 is ln 2: the model never moved. What did optimizer.step() have to work with?",
                "zero_grad between backward() and step() erases the gradient; zero before the forward pass."),
         probe=_probe_stalls,
@@ -137,7 +139,7 @@ add(
 
 # --- loop-eval-changes -------------------------------------------------------------------------------------
 
-_EVAL_STARTER = '''import torch
+EVAL_STARTER = '''import torch
 
 
 def evaluate(model, batches):
@@ -151,7 +153,8 @@ def evaluate(model, batches):
 '''
 
 
-def _eval_changes_setup(case: Case) -> tuple[nn.Module, list]:
+def eval_changes_setup(case: Case) -> tuple[nn.Module, list]:
+    """A seeded MLP with dropout and the batches of a three-class task (loop-eval-changes)."""
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5),
                                                          nn.Linear(32, 3)))
     gen = torch.Generator().manual_seed(case.seeded(1))
@@ -160,7 +163,7 @@ def _eval_changes_setup(case: Case) -> tuple[nn.Module, list]:
 
 
 def _probe_eval(answer: dict, *, case: Case) -> dict:
-    model, batches = _eval_changes_setup(case)
+    model, batches = eval_changes_setup(case)
     model.train()
     with ForwardRecorder(model) as forwards:
         results = [answer["evaluate"](model, batches), answer["evaluate"](model, batches)]
@@ -179,7 +182,7 @@ add(
         prompt="Two calls of evaluate() on the same model and data give different accuracies, and memory grows "
         "during evaluation. Fix evaluate().",
         entry="evaluate",
-        starter=_EVAL_STARTER,
+        starter=EVAL_STARTER,
         hints=("What does dropout do in training mode? And what does autograd record while you evaluate?",
                "model.eval() at the start, and run the loop under torch.inference_mode()."),
         probe=_probe_eval,
@@ -219,7 +222,7 @@ add(
 _ES_SCENARIOS = ("stops", "runs_out")
 
 
-def _es_plan(case: Case, scenario: str) -> tuple[int, int, list[float], int]:
+def es_plan(case: Case, scenario: str) -> tuple[int, int, list[float], int]:
     """(patience, max_epochs, the validation loss each epoch reaches, the epoch of the tie or 0).
 
     Both scenarios descend, then spend patience - 1 epochs without a new best, then reach one more best (the
@@ -249,9 +252,9 @@ def _es_plan(case: Case, scenario: str) -> tuple[int, int, list[float], int]:
     return patience, max_epochs, values, tie
 
 
-def _es_setup(case: Case, scenario: str) -> tuple[nn.Module, torch.Tensor, list[torch.Tensor], list[float]]:
+def es_setup(case: Case, scenario: str) -> tuple[nn.Module, torch.Tensor, list[torch.Tensor], list[float]]:
     """A model, a target, the weights after each epoch (each at its own point, a tie's included) and the losses."""
-    _, _, values, _ = _es_plan(case, scenario)
+    _, _, values, _ = es_plan(case, scenario)
     model = _seeded(case.seeded(1), lambda: nn.Linear(4, 3))
     flat = _es_flat(model)
     gen = torch.Generator().manual_seed(case.seeded(2 if scenario == "stops" else 4))
@@ -278,8 +281,8 @@ def _es_load(model: nn.Module, flat: torch.Tensor) -> None:
 def _probe_early_stopping(answer: dict, *, case: Case) -> dict:
     seen = {}
     for scenario in _ES_SCENARIOS:
-        patience, max_epochs, _, _ = _es_plan(case, scenario)
-        model, target, trajectory, values = _es_setup(case, scenario)
+        patience, max_epochs, _, _ = es_plan(case, scenario)
+        model, target, trajectory, values = es_setup(case, scenario)
         calls = {"train": 0, "validate": 0}
 
         def train_one_epoch(m: nn.Module, trajectory=trajectory, calls=calls) -> None:  # in place, as a step does
@@ -324,7 +327,7 @@ add(
 
 # --- loop-three-bugs (bughunt, difficulty 3) -----------------------------------------------------------------
 
-_THREE_BUGS_STARTER = '''import torch
+THREE_BUGS_STARTER = '''import torch
 
 
 def fit(model, train_batches, val_batches, optimizer, loss_fn, epochs):
@@ -352,10 +355,11 @@ def fit(model, train_batches, val_batches, optimizer, loss_fn, epochs):
 '''
 
 
-_THREE_EPOCHS = 3
+THREE_EPOCHS = 3
 
 
-def _three_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list, list]:
+def three_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list, list]:
+    """The three-bugs script's seeded model with batch norm, its SGD optimizer, and its train and validation batches."""
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(),
                                                          nn.Linear(16, 1)))
     gen = torch.Generator().manual_seed(case.seeded(1))
@@ -366,9 +370,9 @@ def _three_setup(case: Case) -> tuple[nn.Module, torch.optim.Optimizer, list, li
 
 
 def _probe_three_bugs(answer: dict, *, case: Case) -> dict:
-    model, optimizer, train_batches, val_batches = _three_setup(case)
+    model, optimizer, train_batches, val_batches = three_setup(case)
     with StepRecorder(optimizer) as steps, ForwardRecorder(model) as forwards:
-        history = answer["fit"](model, train_batches, val_batches, optimizer, nn.MSELoss(), _THREE_EPOCHS)
+        history = answer["fit"](model, train_batches, val_batches, optimizer, nn.MSELoss(), THREE_EPOCHS)
     return {"history": history, "steps": _recorded_steps(steps),
             "forwards": [{"training": r.training, "grad_enabled": r.grad_enabled} for r in forwards.records],
             "final": [t.detach() for t in model.state_dict().values()]}
@@ -386,7 +390,7 @@ add(
         "grows with every epoch, and from the second epoch on BatchNorm trains with its running statistics. It "
         "has three bugs: fix all three (the check reports the first one it observes).",
         entry="fit",
-        starter=_THREE_BUGS_STARTER,
+        starter=THREE_BUGS_STARTER,
         hints=("One bug per symptom: what makes gradients of earlier batches leak into a step? What keeps a "
                "graph alive after the step? What undoes model.eval()?",
                "optimizer.zero_grad(set_to_none=True) before each forward; train_total += loss.detach(); "
@@ -477,7 +481,7 @@ add(
 
 # --- loop-eval-restores-mode (bughunt) ----------------------------------------------------------------------
 
-_RESTORE_STARTER = '''import torch
+RESTORE_STARTER = '''import torch
 
 
 @torch.no_grad()
@@ -495,7 +499,8 @@ def evaluate(model, batches, loss_fn):
 '''
 
 
-def _restore_setup(case: Case) -> tuple[nn.Module, list]:
+def restore_setup(case: Case) -> tuple[nn.Module, list]:
+    """A seeded MLP with dropout and the batches of a binary task (loop-eval-restores-mode)."""
     model = _seeded(case.seeded(0), lambda: nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3),
                                                          nn.Linear(32, 1)))
     x, y = _binary_task(case.seeded(1), 80)
@@ -503,7 +508,7 @@ def _restore_setup(case: Case) -> tuple[nn.Module, list]:
 
 
 def _probe_restore(answer: dict, *, case: Case) -> dict:
-    model, batches = _restore_setup(case)
+    model, batches = restore_setup(case)
     seen: dict[str, Any] = {"results": [], "modes_after": [], "forwards": []}
     for start_in_training in (True, False):
         model.train(start_in_training)
@@ -526,7 +531,7 @@ add(
         "far faster than in a run without validation, as if dropout had stopped. Fix evaluate() so that it leaves "
         "the model in the mode it found it (training or eval), whatever the caller does next.",
         entry="evaluate",
-        starter=_RESTORE_STARTER,
+        starter=RESTORE_STARTER,
         hints=("Which mode is the model in when evaluate() returns, and who switches it back?",
                "was_training = model.training before model.eval(); model.train(was_training) before returning."),
         probe=_probe_restore,

@@ -61,7 +61,8 @@ class _Adapted(nn.Module):
         return self.out(h + self.adapter(h.bfloat16()).float())
 
 
-def _adam_models(case: Case) -> list[nn.Module]:
+def adam_models(case: Case) -> list[nn.Module]:
+    """Two adapted embedding models of sizes drawn by the case, whose Adam state the drill counts."""
     generator = torch.Generator().manual_seed(case.seeded(70))
     models = []
     for _ in range(2):
@@ -72,7 +73,7 @@ def _adam_models(case: Case) -> list[nn.Module]:
 
 def _probe_adam_state(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    return {"bytes": [answer["adam_state_bytes"](model) for model in _adam_models(case)]}
+    return {"bytes": [answer["adam_state_bytes"](model) for model in adam_models(case)]}
 
 
 _ADAM_STARTER = '''import torch
@@ -114,7 +115,8 @@ class _Gated(nn.Module):
         return a * torch.sigmoid(b)
 
 
-def _activation_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
+def activation_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
+    """Three seeded models (an MLP, a deep GELU stack, a gated one), each with a batch of inputs."""
     mlp = seeded_init(nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3)),
                    case.seeded(0))
     deep = seeded_init(nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(4)]), case.seeded(1))
@@ -128,7 +130,7 @@ def _activation_models(case: Case) -> list[tuple[nn.Module, torch.Tensor]]:
 
 def _probe_activation_bytes(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    return {"bytes": [answer["activation_bytes"](model, x) for model, x in _activation_models(case)]}
+    return {"bytes": [answer["activation_bytes"](model, x) for model, x in activation_models(case)]}
 
 
 _BYTES_STARTER = '''import torch
@@ -161,7 +163,8 @@ add(
 
 
 # ---------------------------------------------------------------------------------------------------- checkpointing
-def _activation_checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
+def activation_checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tensor]:
+    """Three seeded Tanh blocks and a batch of inputs, for activation checkpointing."""
     blocks = seeded_init(nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(3)), case.seeded(80))
     generator = torch.Generator().manual_seed(case.seeded(81))
     return blocks, torch.randn(int(torch.randint(3, 9, (), generator=generator)), 8, generator=generator)
@@ -169,7 +172,7 @@ def _activation_checkpoint_inputs(case: Case) -> tuple[nn.ModuleList, torch.Tens
 
 def _probe_checkpointed(answer: dict, *, case: Case) -> dict:
     forward = answer["checkpointed_forward"]
-    blocks, x = _activation_checkpoint_inputs(case)  # x is data: it does not require grad
+    blocks, x = activation_checkpoint_inputs(case)  # x is data: it does not require grad
     out = forward(blocks, x)
     requires_grad = isinstance(out, torch.Tensor) and out.requires_grad
     grads = None
@@ -183,7 +186,8 @@ def _probe_checkpointed(answer: dict, *, case: Case) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- accumulation
-def _uneven_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
+def uneven_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
+    """A seeded linear model, inputs and targets whose count the micro-batch size does not divide, and that size."""
     model = seeded_init(nn.Linear(3, 1), case.seeded(90))
     generator = torch.Generator().manual_seed(case.seeded(91))
     micro = int(torch.randint(3, 5, (), generator=generator))
@@ -193,11 +197,11 @@ def _uneven_inputs(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor, i
 
 
 def _probe_uneven(answer: dict, *, case: Case) -> dict:
-    model, x, y, micro = _uneven_inputs(case)
+    model, x, y, micro = uneven_inputs(case)
     return {"gradient": answer["accumulated_gradient"](model, x, y, micro)}
 
 
-_UNEVEN_STARTER = '''import torch
+UNEVEN_STARTER = '''import torch
 from torch import nn
 
 
@@ -220,7 +224,7 @@ add(
         prompt="accumulated_gradient should equal the gradient of the mean loss over the whole batch, as a batch "
         "too large for memory would give. It does when the micro-batches are equal, not otherwise. Fix it.",
         entry="accumulated_gradient",
-        starter=_UNEVEN_STARTER,
+        starter=UNEVEN_STARTER,
         hints=("With 10 rows in micro-batches of 4, 4 and 2, what share of the mean does the last one hold?",
                "Multiply each micro-batch's mean loss by len(xb) / len(x)."),
         probe=_probe_uneven,
@@ -306,10 +310,11 @@ add(
 
 
 # ---------------------------------------------------------------------------------------------------- d3: accumulation
-_ACC_LR = 0.1
+ACC_LR = 0.1
 
 
-def _acc_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], int]:
+def acc_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], int]:
+    """A seeded Tanh MLP, its micro-batches and how many make one step, for the accumulation drill."""
     model = seeded_init(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), case.seeded(100))
     generator = torch.Generator().manual_seed(case.seeded(101))
     accum = int(torch.randint(2, 5, (), generator=generator))
@@ -320,15 +325,15 @@ def _acc_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.T
 
 
 def _probe_accumulation_bugs(answer: dict, *, case: Case) -> dict:
-    model, micro, accum = _acc_inputs(case)
-    optimizer = torch.optim.SGD(model.parameters(), lr=_ACC_LR)
+    model, micro, accum = acc_inputs(case)
+    optimizer = torch.optim.SGD(model.parameters(), lr=ACC_LR)
     with StepRecorder(optimizer) as steps:
         mean_loss = answer["train_accumulated"](model, optimizer, micro, accum)
     return {"mean_loss": mean_loss, "steps": [{"params": r.params, "grads": r.grads} for r in steps.records],
             "final": [p.detach() for p in model.parameters()]}
 
 
-_ACC_STARTER = '''import torch
+ACC_STARTER = '''import torch
 import torch.nn.functional as F
 
 
@@ -365,7 +370,7 @@ add(
         "over the group), and the function returns the mean loss as a Python float. It has three bugs, each with "
         "its own symptom (see the docstring). Fix all three; the check reports the first it observes.",
         entry="train_accumulated",
-        starter=_ACC_STARTER,
+        starter=ACC_STARTER,
         hints=("Ask three questions: what is in .grad when step() runs? Is the accumulated gradient a mean or a sum? "
                "What does the returned value hold on to?",
                "zero_grad only after each step (and once before the loop); backward (loss / accum_steps); add "

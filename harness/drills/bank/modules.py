@@ -16,7 +16,7 @@ from harness.drills.support import explain
 
 # --- modules-plain-list --------------------------------------------------------------------------------------
 
-_LIST_STARTER = '''import torch
+LIST_STARTER = '''import torch
 from torch import nn
 
 
@@ -35,7 +35,7 @@ class MLP(nn.Module):
 '''
 
 
-def _mlp_cases(case: Case) -> list[tuple[list[int], torch.Tensor]]:
+def mlp_cases(case: Case) -> list[tuple[list[int], torch.Tensor]]:
     """Layer sizes (2 to 4 layers, widths 4 to 8) and an input batch of 64 rows for each: with the parameters
     `_set_alive` gives the model, every layer is alive on some row, so each parameter moves the output."""
     cases = []
@@ -60,7 +60,7 @@ def _set_alive(model: nn.Module, gen: torch.Generator) -> None:
 
 def _probe_mlp(answer: dict, *, case: Case) -> dict:
     results = []
-    for base, (sizes, x) in enumerate(_mlp_cases(case)):
+    for base, (sizes, x) in enumerate(mlp_cases(case)):
         model = answer["MLP"](list(sizes))
         _set_alive(model, torch.Generator().manual_seed(case.seeded(10 + base)))
         results.append({"params": [p.detach() for p in model.parameters()], "out": model(x)})
@@ -77,7 +77,7 @@ add(
         prompt="This MLP trains, but only its output layer's weights ever change, and model.to('cuda') leaves "
         "the hidden layers on the CPU. Fix the class.",
         entry="MLP",
-        starter=_LIST_STARTER,
+        starter=LIST_STARTER,
         hints=("How does nn.Module find its parameters?", "A plain list is not registered: wrap it in nn.ModuleList."),
         probe=_probe_mlp,
     )
@@ -86,11 +86,13 @@ add(
 # --- modules-param-groups ------------------------------------------------------------------------------------
 
 
-def _groups_decay(case: Case) -> float:
+def groups_decay(case: Case) -> float:
+    """The case's weight decay, in [0.01, 0.21]."""
     return round(0.01 + 0.2 * float(torch.rand(1, generator=torch.Generator().manual_seed(case.seeded(2)))), 4)
 
 
-def _groups_model(case: Case) -> nn.Module:
+def groups_model(case: Case) -> nn.Module:
+    """A seeded model with conv, linear, LayerNorm and BatchNorm layers, to split into decay groups."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     width = 6 + int(torch.randint(0, 6, (1,), generator=gen))
     return _seeded(case.seeded(1), lambda: nn.Sequential(
@@ -99,9 +101,9 @@ def _groups_model(case: Case) -> nn.Module:
 
 
 def _probe_module_param_groups(answer: dict, *, case: Case) -> dict:
-    model = _groups_model(case)
+    model = groups_model(case)
     names = {id(p): name for name, p in model.named_parameters()}
-    groups = answer["param_groups"](model, weight_decay=_groups_decay(case))
+    groups = answer["param_groups"](model, weight_decay=groups_decay(case))
     if not isinstance(groups, (list, tuple)) or not all(isinstance(g, dict) and "params" in g for g in groups):
         fail("not-groups", observed=f"param_groups returned {describe(groups)}", expected="a list of dicts, each "
              "with 'params' and 'weight_decay'", cause="returning the parameters themselves", where="the return")
@@ -130,7 +132,8 @@ add(
 # --- modules-buffer ------------------------------------------------------------------------------------------
 
 
-def _buffer_case(case: Case) -> tuple[int, float, list[torch.Tensor], torch.Tensor]:
+def buffer_case(case: Case) -> tuple[int, float, list[torch.Tensor], torch.Tensor]:
+    """(features, momentum, training batches, an evaluation batch) for the running-mean buffer drill."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     features = 2 + int(torch.randint(0, 5, (1,), generator=gen))
     momentum = 0.05 + 0.35 * float(torch.rand(1, generator=gen))
@@ -144,7 +147,7 @@ def _copy_of(value: Any) -> Any:
 
 
 def _probe_buffer(answer: dict, *, case: Case) -> dict:
-    features, momentum, train, evaluation = _buffer_case(case)
+    features, momentum, train, evaluation = buffer_case(case)
     module = answer["RunningMean"](features, momentum=momentum)
     seen: dict[str, Any] = {"parameters": [name for name, _ in module.named_parameters()],
                             "state_keys": list(module.state_dict().keys()), "outputs": [], "means": []}
@@ -232,7 +235,8 @@ class _BackboneClassifier(nn.Module):
         return self.head(self.backbone(x))
 
 
-def _freeze_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+def freeze_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A seeded backbone-and-head classifier and one batch of inputs and labels, for the freezing drill."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     width = 4 + int(torch.randint(0, 8, (1,), generator=gen))
     x, y = torch.randn(10, 6, generator=gen), torch.randint(0, 3, (10,), generator=gen)
@@ -240,7 +244,7 @@ def _freeze_setup(case: Case) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 def _probe_freeze(answer: dict, *, case: Case) -> dict:
-    model, x, y = _freeze_setup(case)
+    model, x, y = freeze_setup(case)
     names = {id(p): name for name, p in model.named_parameters()}
     returned = answer["freeze_backbone"](model)
     listed = [names.get(id(p), "?") for p in returned] if isinstance(returned, (list, tuple)) else None

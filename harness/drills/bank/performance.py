@@ -14,7 +14,7 @@ from harness.drills.support import explain, no_harness_shortcut, seeded_init
 
 
 # ------------------------------------------------------------------------------------------------ epoch metrics
-def _metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+def metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor, torch.Tensor]]]]:
     """A seeded Linear(6, 3) in eval mode and two epochs of batches of 8 whose last batch is shorter."""
     model = seeded_init(nn.Linear(6, 3), case.seeded(0)).eval()
     generator = torch.Generator().manual_seed(case.seeded(1))
@@ -27,7 +27,7 @@ def _metrics_inputs(case: Case) -> tuple[nn.Module, list[list[tuple[torch.Tensor
 
 
 def _probe_epoch_metrics(answer: dict, *, case: Case) -> dict:
-    model, epochs = _metrics_inputs(case)
+    model, epochs = metrics_inputs(case)
     results = []
     for batches in epochs:
         with HostSyncCounter() as counter:
@@ -37,7 +37,7 @@ def _probe_epoch_metrics(answer: dict, *, case: Case) -> dict:
 
 
 # two literals only to keep this file within 120 columns: the starter's docstring is a single line
-_METRICS_STARTER = ('''import torch
+METRICS_STARTER = ('''import torch
 
 
 def epoch_metrics(model, batches, loss_fn):
@@ -67,7 +67,7 @@ add(
         "and a pass does not count in a mock interview.",
         self_check=True,
         entry="epoch_metrics",
-        starter=_METRICS_STARTER,
+        starter=METRICS_STARTER,
         hints=("Which calls move a value from the device to Python?",
                "Keep running sums as tensors on the device; call .item() once at the end."),
         probe=_probe_epoch_metrics,
@@ -76,10 +76,10 @@ add(
 
 
 # ------------------------------------------------------------------------------------------------ logging every N
-_LOG_LR = 0.2
+LOG_LR = 0.2
 
 
-def _log_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], int]:
+def log_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], int]:
     """A seeded Linear(5, 3), 7 to 11 batches, and a window size that leaves a shorter last window."""
     model = seeded_init(nn.Linear(5, 3), case.seeded(10))
     generator = torch.Generator().manual_seed(case.seeded(11))
@@ -94,8 +94,8 @@ def _log_inputs(case: Case) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.T
 
 def _probe_log_every(answer: dict, *, case: Case) -> dict:
     no_harness_shortcut(answer)
-    model, batches, log_every = _log_inputs(case)
-    optimizer = torch.optim.SGD(model.parameters(), lr=_LOG_LR)
+    model, batches, log_every = log_inputs(case)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LOG_LR)
     with StepRecorder(optimizer) as steps, HostSyncCounter() as syncs:
         logs = answer["train_logged"](model, optimizer, batches, log_every)
     return {"logs": logs, "syncs": syncs.count, "sync_calls": syncs.calls[:12],
@@ -137,7 +137,8 @@ add(
 
 
 # ------------------------------------------------------------------------------------------------ loader settings
-def _loader_settings_dataset(case: Case) -> tuple[torch.utils.data.TensorDataset, int]:
+def loader_settings_dataset(case: Case) -> tuple[torch.utils.data.TensorDataset, int]:
+    """A dataset of a size drawn by the case and the batch size to load it with."""
     generator = torch.Generator().manual_seed(case.seeded(20))
     size = int(torch.randint(40, 80, (), generator=generator))
     batch_size = int(torch.randint(4, 17, (), generator=generator))
@@ -145,7 +146,7 @@ def _loader_settings_dataset(case: Case) -> tuple[torch.utils.data.TensorDataset
 
 
 def _probe_loader_settings(answer: dict, *, case: Case) -> dict:
-    dataset, batch_size = _loader_settings_dataset(case)
+    dataset, batch_size = loader_settings_dataset(case)
     seen = {}
     for device_type in ("cuda", "cpu"):
         loader = answer["make_loader"](dataset, batch_size, device_type)  # never iterated: no worker starts

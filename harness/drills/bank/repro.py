@@ -27,14 +27,15 @@ def _ints(value: Any) -> Any:
 
 # --- a seeded split ------------------------------------------------------------------------------------------
 
-def _split_configs(case: Case) -> list[tuple[int, float, int]]:
+def split_configs(case: Case) -> list[tuple[int, float, int]]:
+    """Three (dataset size, validation fraction, seed) settings of the seeded-split drill."""
     return [(100 + case.seeded(0) % 37, 0.2, case.seeded(1) % 10_000), (7 + case.seeded(2) % 5, 0.5, 3),
             (1000 + case.seeded(3) % 101, 0.1, case.seeded(4) % 10_000)]
 
 
 def _probe_split(answer: dict, *, case: Case) -> dict:
     split, results = answer["split_indices"], []
-    for k, (n, fraction, seed) in enumerate(_split_configs(case)):
+    for k, (n, fraction, seed) in enumerate(split_configs(case)):
         before = torch.get_rng_state()
         train, val = split(n, fraction, seed)
         touched = not torch.equal(before, torch.get_rng_state())
@@ -67,7 +68,7 @@ add(
 
 # --- a loader shuffled by its own generator ------------------------------------------------------------------
 
-_LOADER_STARTER = '''import torch
+LOADER_STARTER = '''import torch
 from torch.utils.data import DataLoader
 
 
@@ -77,13 +78,14 @@ def make_loader(dataset, seed):
 '''
 
 
-def _loader_inputs(case: Case) -> tuple[TensorDataset, int]:
+def loader_inputs(case: Case) -> tuple[TensorDataset, int]:
+    """A dataset of indices and the loader's seed."""
     return TensorDataset(torch.arange(24 + case.seeded(0) % 13)), case.seeded(1) % 10_000
 
 
 def _probe_generator_loader(answer: dict, *, case: Case) -> dict:
     make_loader = answer["make_loader"]
-    dataset, seed = _loader_inputs(case)
+    dataset, seed = loader_inputs(case)
     orders, touched = [], False
 
     def epoch(loader: Any) -> list[int]:
@@ -109,7 +111,7 @@ add(
         prompt="make_loader(dataset, seed) should fix the shuffling order by its seed, but the order changes whenever "
         "any other code draws random numbers first. Fix it.",
         entry="make_loader",
-        starter=_LOADER_STARTER,
+        starter=LOADER_STARTER,
         hints=("Where does shuffle=True get its randomness?", "Give the DataLoader its own seeded torch.Generator."),
         probe=_probe_generator_loader,
     )
@@ -162,13 +164,14 @@ class _NoisyDataset(Dataset):
         return torch.tensor([float(index), float(self.rng.random())], dtype=torch.float64)
 
 
-def _worker_inputs(case: Case) -> tuple[int, int]:
+def worker_inputs(case: Case) -> tuple[int, int]:
+    """(dataset size, seed) of the worker-seeding drill."""
     return 12 + case.seeded(0) % 5, case.seeded(1) % 10_000
 
 
 def _probe_workers(answer: dict, *, case: Case) -> dict:
     make_loader = answer["make_loader"]
-    n, seed = _worker_inputs(case)
+    n, seed = worker_inputs(case)
     dataset = _NoisyDataset(n, case.seeded(2))
 
     def parent_state(base: int) -> None:  # whatever the main process did before
@@ -219,26 +222,27 @@ add(
 
 # --- the split moves with the model --------------------------------------------------------------------------
 
-_WIDTHS = (8, 32)
+WIDTHS = (8, 32)
 
 
-def _split_model_inputs(case: Case) -> tuple[TensorDataset, int]:
+def split_model_inputs(case: Case) -> tuple[TensorDataset, int]:
+    """A dataset of indices and the split's seed, split alike whatever the model's width."""
     return TensorDataset(torch.arange(40 + case.seeded(0) % 23)), case.seeded(1) % 10_000
 
 
 def _probe_split_model(answer: dict, *, case: Case) -> dict:
-    dataset, seed = _split_model_inputs(case)
+    dataset, seed = split_model_inputs(case)
     runs = []
-    for hidden in _WIDTHS:
+    for hidden in WIDTHS:
         model, train_set, val_set = answer["prepare"](dataset, hidden, seed)
         runs.append({"params": [p.detach().clone() for p in model.parameters()], "rng": torch.get_rng_state(),
                      "train": _ints(getattr(train_set, "indices", train_set)),
                      "val": _ints(getattr(val_set, "indices", val_set))})
-    other = answer["prepare"](dataset, _WIDTHS[0], seed + 1)[2]
+    other = answer["prepare"](dataset, WIDTHS[0], seed + 1)[2]
     return {"runs": runs, "other_seed": _ints(getattr(other, "indices", other))}
 
 
-_SPLIT_MODEL_STARTER = '''import torch
+SPLIT_MODEL_STARTER = '''import torch
 from torch import nn
 from torch.utils.data import random_split
 
@@ -266,7 +270,7 @@ add(
         "changing the model's initialisation (torch.manual_seed(seed), then the model) and without touching "
         "torch's global RNG for the split.",
         entry="prepare",
-        starter=_SPLIT_MODEL_STARTER,
+        starter=SPLIT_MODEL_STARTER,
         hints=("How many random numbers does initialising a wider model draw from the global RNG? What draws next?",
                "random_split accepts generator=: give it torch.Generator().manual_seed(seed)."),
         probe=_probe_split_model,
@@ -276,14 +280,15 @@ add(
 
 # --- capturing and restoring RNG states ----------------------------------------------------------------------
 
-def _seed_everything(case: Case, base: int, generator: torch.Generator) -> None:
+def seed_everything(case: Case, base: int, generator: torch.Generator) -> None:
+    """Seed Python's, NumPy's and torch's global streams and `generator`, from the case and `base`."""
     random.seed(case.seeded(base))
     np.random.seed(case.seeded(base + 1) % 2**32)
     torch.manual_seed(case.seeded(base + 2))
     generator.manual_seed(case.seeded(base + 3))
 
 
-def _rng_draws(generator: torch.Generator) -> dict:
+def rng_draws(generator: torch.Generator) -> dict:
     """A training step's random draws: augmentation (random, NumPy), dropout (torch), data order (generator)."""
     return {"python": [random.random() for _ in range(3)], "numpy": [float(v) for v in np.random.rand(3)],
             "torch": torch.rand(3, dtype=torch.float64),
@@ -292,13 +297,13 @@ def _rng_draws(generator: torch.Generator) -> dict:
 
 def _probe_rng(answer: dict, *, case: Case) -> dict:
     generator = torch.Generator()
-    _seed_everything(case, 0, generator)
-    _rng_draws(generator)  # the run so far
+    seed_everything(case, 0, generator)
+    rng_draws(generator)  # the run so far
     state = answer["capture_rng"](generator)
-    first = _rng_draws(generator)
-    _seed_everything(case, 50, generator)  # a new process: every stream elsewhere
+    first = rng_draws(generator)
+    seed_everything(case, 50, generator)  # a new process: every stream elsewhere
     answer["restore_rng"](state, generator)
-    return {"first": first, "replay": _rng_draws(generator)}
+    return {"first": first, "replay": rng_draws(generator)}
 
 
 add(

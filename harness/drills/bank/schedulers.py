@@ -23,14 +23,16 @@ def _randint(case: Case, base: int, low: int, high: int) -> int:
     return int(torch.randint(low, high, (), generator=case_generator(case, base)))
 
 
-def _warmup_configs(case: Case) -> list[tuple[int, int]]:
+def warmup_configs(case: Case) -> list[tuple[int, int]]:
+    """(warmup, total) settings of the warmup drill: one drawn by the case, and edge cases."""
     warmup = _randint(case, 0, 2, 12)
     return [(warmup, warmup + _randint(case, 1, 5, 200)), (1, 10), (10, 10), (0, _randint(case, 2, 5, 40))]
 
 
-def _warmup_queries(case: Case) -> list[tuple[int, int, int]]:
+def warmup_queries(case: Case) -> list[tuple[int, int, int]]:
+    """(step, warmup, total) queries of the warmup drill: the edges of each setting and a few drawn steps."""
     queries = []
-    for warmup, total in _warmup_configs(case):
+    for warmup, total in warmup_configs(case):
         steps = {0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5}
         steps |= {_randint(case, 10 + i, 0, total + 10) for i in range(3)}
         queries += [(step, warmup, total) for step in sorted(steps)]
@@ -39,8 +41,8 @@ def _warmup_queries(case: Case) -> list[tuple[int, int, int]]:
 
 def _probe_warmup_cosine(answer: dict, *, case: Case) -> dict:
     factor = answer["warmup_cosine"]
-    values = [float(factor(step, warmup, total)) for step, warmup, total in _warmup_queries(case)]
-    warmup, total = _warmup_configs(case)[0]
+    values = [float(factor(step, warmup, total)) for step, warmup, total in warmup_queries(case)]
+    warmup, total = warmup_configs(case)[0]
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: factor(s, warmup, total))
     with StepRecorder(optimizer) as steps:
@@ -87,25 +89,26 @@ def _small_linear(case: Case, base: int, features: int = 4) -> nn.Linear:
     return layer
 
 
-_GRAN_EPOCHS = 4
+GRAN_EPOCHS = 4
 
 
-def _gran_setup(case: Case) -> tuple[float, int]:
+def gran_setup(case: Case) -> tuple[float, int]:
+    """(learning rate, epochs) of the per-step or per-epoch drill."""
     return round(0.05 + float(torch.rand((), generator=case_generator(case, 20))), 4), _randint(case, 21, 3, 7)
 
 
 def _probe_granularity(answer: dict, *, case: Case) -> dict:
-    lr, n_batches = _gran_setup(case)
+    lr, n_batches = gran_setup(case)
     model = _small_linear(case, 22)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.1)
     with StepRecorder(optimizer) as steps:
         answer["train"](model, _regression_batches(case, 23, n_batches), optimizer, scheduler, nn.MSELoss(),
-                        _GRAN_EPOCHS)
+                        GRAN_EPOCHS)
     return {"lrs": [r.lrs for r in steps.records]}
 
 
-_GRANULARITY_STARTER = '''import torch
+GRANULARITY_STARTER = '''import torch
 
 
 def train(model, batches, optimizer, scheduler, loss_fn, epochs):
@@ -130,7 +133,7 @@ add(
         prompt="With StepLR(step_size=2, gamma=0.1) the learning rate should drop tenfold every 2 epochs, but it "
         "collapses to ~0 within the first epoch. Fix train().",
         entry="train",
-        starter=_GRANULARITY_STARTER,
+        starter=GRANULARITY_STARTER,
         hints=("How many times per epoch does scheduler.step() run?",
                "StepLR counts epochs: step it after the batch loop."),
         probe=_probe_granularity,
@@ -142,10 +145,11 @@ add(
 # schedulers-plateau-metric
 
 
-_PLATEAU_EPOCHS = 6
+PLATEAU_EPOCHS = 6
 
 
-def _plateau_data(case: Case) -> tuple[list, list]:
+def plateau_data(case: Case) -> tuple[list, list]:
+    """The plateau drill's four train batches and two validation batches."""
     gen = case_generator(case, 30)
     x = torch.randn(64, 16, generator=gen)
     train_batches = [(x[i:i + 16], torch.randn(16, 1, generator=gen)) for i in range(0, 64, 16)]
@@ -153,7 +157,8 @@ def _plateau_data(case: Case) -> tuple[list, list]:
     return train_batches, val_batches
 
 
-def _plateau_metric_model(case: Case) -> nn.Sequential:
+def plateau_metric_model(case: Case) -> nn.Sequential:
+    """The plateau drill's seeded ReLU MLP (16 -> 32 -> 1)."""
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     gen = case_generator(case, 31)
     with torch.no_grad():
@@ -176,16 +181,16 @@ class _RecordingPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
 
 
 def _probe_plateau(answer: dict, *, case: Case) -> dict:
-    model = _plateau_metric_model(case)
+    model = plateau_metric_model(case)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     scheduler = _RecordingPlateau(optimizer, model)
-    train_batches, val_batches = _plateau_data(case)
+    train_batches, val_batches = plateau_data(case)
     with StepRecorder(optimizer) as steps:
-        answer["train"](model, train_batches, val_batches, optimizer, scheduler, nn.MSELoss(), _PLATEAU_EPOCHS)
+        answer["train"](model, train_batches, val_batches, optimizer, scheduler, nn.MSELoss(), PLATEAU_EPOCHS)
     return {"scheduler_steps": scheduler.seen, "optimizer_params": [r.params for r in steps.records]}
 
 
-_PLATEAU_STARTER = '''import torch
+PLATEAU_STARTER = '''import torch
 
 
 def train(model, train_batches, val_batches, optimizer, scheduler, loss_fn, epochs):
@@ -216,7 +221,7 @@ add(
         prompt="The validation loss stopped improving epochs ago, yet ReduceLROnPlateau never lowers the LR. "
         "Fix train().",
         entry="train",
-        starter=_PLATEAU_STARTER,
+        starter=PLATEAU_STARTER,
         hints=("Which number does the scheduler watch, and is it the one that plateaued?",
                "Step ReduceLROnPlateau with the validation metric: scheduler.step(val_loss)."),
         probe=_probe_plateau,
@@ -228,12 +233,13 @@ add(
 # schedulers-onecycle-per-batch
 
 
-def _onecycle_setup(case: Case) -> tuple[float, int, int]:
+def onecycle_setup(case: Case) -> tuple[float, int, int]:
+    """(max lr, epochs, batches per epoch) of the OneCycle drill."""
     return round(0.01 + float(torch.rand((), generator=case_generator(case, 40))) * 0.1, 5), _randint(case, 41, 3, 6), 3
 
 
 def _probe_onecycle(answer: dict, *, case: Case) -> dict:
-    max_lr, n_batches, epochs = _onecycle_setup(case)
+    max_lr, n_batches, epochs = onecycle_setup(case)
     model = _small_linear(case, 42)
     optimizer = torch.optim.SGD(model.parameters(), lr=max_lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=epochs * n_batches)
@@ -242,7 +248,7 @@ def _probe_onecycle(answer: dict, *, case: Case) -> dict:
     return {"lrs": [r.lrs for r in steps.records]}
 
 
-_ONECYCLE_STARTER = '''import torch
+ONECYCLE_STARTER = '''import torch
 
 
 def train(model, batches, optimizer, scheduler, loss_fn, epochs):
@@ -268,7 +274,7 @@ add(
         prompt="OneCycleLR was built with total_steps = epochs * len(batches), but the learning rate stays near its "
         "starting value for the whole run. Fix train().",
         entry="train",
-        starter=_ONECYCLE_STARTER,
+        starter=ONECYCLE_STARTER,
         hints=("What does total_steps count, and how many times does this loop step the scheduler?",
                "OneCycleLR is a per-batch schedule: scheduler.step() after every optimizer.step()."),
         probe=_probe_onecycle,
@@ -291,7 +297,8 @@ def _plateau_lr(case: Case) -> float:
     return round(0.01 + float(torch.rand((), generator=case_generator(case, 51))) * 0.1, 5)
 
 
-def _plateau_run(scheduler_for: object, case: Case) -> list[float]:
+def plateau_run(scheduler_for: object, case: Case) -> list[float]:
+    """The learning rates a scheduler from `scheduler_for` gives over the case's validation accuracies."""
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=_plateau_lr(case))
     scheduler = scheduler_for(optimizer)  # type: ignore[operator]
     lrs = []
@@ -303,7 +310,7 @@ def _plateau_run(scheduler_for: object, case: Case) -> list[float]:
 
 
 def _probe_plateau_mode(answer: dict, *, case: Case) -> dict:
-    return {"lrs": _plateau_run(answer["make_scheduler"], case)}
+    return {"lrs": plateau_run(answer["make_scheduler"], case)}
 
 
 add(
@@ -329,14 +336,15 @@ add(
 # schedulers-linear-warmup
 
 
-def _warmup_setup(case: Case) -> tuple[int, tuple[float, float]]:
+def warmup_setup(case: Case) -> tuple[int, tuple[float, float]]:
+    """(warmup steps, the two groups' learning rates) of the per-group warmup drill."""
     gen = case_generator(case, 60)
     lrs = (torch.rand(2, generator=gen) * 0.1 + 0.001).tolist()
     return _randint(case, 61, 2, 9), (round(lrs[0], 5), round(lrs[1], 5))
 
 
 def _probe_linear_warmup(answer: dict, *, case: Case) -> dict:
-    warmup, (lr_a, lr_b) = _warmup_setup(case)
+    warmup, (lr_a, lr_b) = warmup_setup(case)
     optimizer = torch.optim.SGD([{"params": [nn.Parameter(torch.zeros(1))], "lr": lr_a},
                                  {"params": [nn.Parameter(torch.zeros(1))], "lr": lr_b}])
     scheduler = answer["make_warmup"](optimizer, warmup)
@@ -377,12 +385,13 @@ class _TwoPart(nn.Module):
         self.head = nn.Linear(6, 2)
 
 
-def _group_setup(case: Case) -> tuple[float, int]:
+def group_setup(case: Case) -> tuple[float, int]:
+    """(learning rate, epochs) of the scheduler-with-groups drill."""
     return round(1e-3 + float(torch.rand((), generator=case_generator(case, 70))) * 1e-2, 6), _randint(case, 71, 2, 6)
 
 
 def _probe_param_group_lrs(answer: dict, *, case: Case) -> dict:
-    lr, warmup = _group_setup(case)
+    lr, warmup = group_setup(case)
     model = _TwoPart()
     names = {id(p): name for name, p in model.named_parameters()}
     optimizer, scheduler = answer["make_optimizer"](model, lr, warmup)
@@ -420,21 +429,24 @@ add(
 # checkpointing-resume-schedule (difficulty 3)
 
 
-_RESUME_AT, _RESUME_TOTAL, _RESUME_LATER = 5, 10, 2  # an odd step: StepLR(step_size=2) is mid-period
+RESUME_AT, _RESUME_TOTAL, RESUME_LATER = 5, 10, 2  # an odd step: StepLR(step_size=2) is mid-period
 
 
-def _resume_batches(case: Case) -> list[tuple[torch.Tensor, ...]]:
+def resume_batches(case: Case) -> list[tuple[torch.Tensor, ...]]:
+    """The regression batches of the whole resumed run."""
     return _regression_batches(case, 80, _RESUME_TOTAL, features=8)
 
 
-def _resume_objects(case: Case, base: int) -> tuple[nn.Linear, torch.optim.Optimizer, object]:
+def resume_objects(case: Case, base: int) -> tuple[nn.Linear, torch.optim.Optimizer, object]:
+    """A seeded linear model, its Adam optimizer and a StepLR schedule, for the resume drill."""
     model = _small_linear(case, base, features=8)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
 
 
-def _resume_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: object,
+def resume_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: object,
                  batch: tuple[torch.Tensor, ...]) -> None:
+    """One training step on `batch`: zero the gradients, MSE backward, optimizer step, scheduler step."""
     optimizer.zero_grad(set_to_none=True)
     nn.functional.mse_loss(model(batch[0]), batch[1]).backward()
     optimizer.step()
@@ -442,23 +454,23 @@ def _resume_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
 
 
 def _probe_resume(answer: dict, *, case: Case) -> dict:
-    batches = _resume_batches(case)
-    model, optimizer, scheduler = _resume_objects(case, 81)
-    for batch in batches[:_RESUME_AT]:
-        _resume_step(model, optimizer, scheduler, batch)
+    batches = resume_batches(case)
+    model, optimizer, scheduler = resume_objects(case, 81)
+    for batch in batches[:RESUME_AT]:
+        resume_step(model, optimizer, scheduler, batch)
     snapshot = answer["make_checkpoint"](model, optimizer, scheduler)
-    for batch in batches[_RESUME_AT:_RESUME_AT + _RESUME_LATER]:  # the run goes on after the snapshot
-        _resume_step(model, optimizer, scheduler, batch)
-    fresh, fresh_optimizer, fresh_scheduler = _resume_objects(case, 82)
+    for batch in batches[RESUME_AT:RESUME_AT + RESUME_LATER]:  # the run goes on after the snapshot
+        resume_step(model, optimizer, scheduler, batch)
+    fresh, fresh_optimizer, fresh_scheduler = resume_objects(case, 82)
     answer["load_checkpoint"](snapshot, fresh, fresh_optimizer, fresh_scheduler)
     loaded = [p.detach().clone() for p in fresh.parameters()]
     with StepRecorder(fresh_optimizer) as steps:
-        for batch in batches[_RESUME_AT:]:
-            _resume_step(fresh, fresh_optimizer, fresh_scheduler, batch)
+        for batch in batches[RESUME_AT:]:
+            resume_step(fresh, fresh_optimizer, fresh_scheduler, batch)
     return {"loaded": loaded, "params": [r.params for r in steps.records], "lrs": [r.lrs for r in steps.records]}
 
 
-_RESUME_STARTER = '''import torch
+RESUME_STARTER = '''import torch
 
 
 def make_checkpoint(model, optimizer, scheduler):
@@ -487,7 +499,7 @@ add(
         "restores it into freshly built model, Adam optimizer and StepLR scheduler. After resuming, the run should "
         "continue exactly as if it had never stopped, from the moment of the snapshot. It has three bugs: fix them.",
         entry="make_checkpoint",
-        starter=_RESUME_STARTER,
+        starter=RESUME_STARTER,
         hints=("Three things: what the snapshot holds, what it leaves out, and whether it changes after it was taken.",
                "Snapshot all three state_dicts (model, optimizer, scheduler) with copy.deepcopy, and load all three."),
         probe=_probe_resume,

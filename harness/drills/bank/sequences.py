@@ -24,14 +24,15 @@ def _lengths(gen: torch.Generator, batch: int, longest: int) -> torch.Tensor:
     return lengths
 
 
-def _valid(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+def valid_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     """(B, T) bool: True at the real (not padded) positions."""
     return torch.arange(steps)[None, :] < lengths[:, None]
 
 
 # --- padding collate ------------------------------------------------------------------------------------------
 
-def _padding_collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Tensor, int]]]]:
+def padding_collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Tensor, int]]]]:
+    """The pad value and batches of (token ids, label) whose longest sequence is longer than the batch."""
     gen = case_generator(case, 0)
     pad = int(torch.randint(50, 100, (1,), generator=gen))
     batches = []
@@ -43,7 +44,7 @@ def _padding_collate_batches(case: Case) -> tuple[int, list[list[tuple[torch.Ten
 
 
 def _probe_padding_collate(answer: dict, *, case: Case) -> dict:
-    pad, batches = _padding_collate_batches(case)
+    pad, batches = padding_collate_batches(case)
     return {"outputs": [answer["collate"](batch, pad) for batch in batches]}
 
 
@@ -68,7 +69,8 @@ add(
 
 # --- masked mean loss ---------------------------------------------------------------------------------------
 
-def _masked_loss_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def masked_loss_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Two (logits, targets, lengths), padding holding real class ids too."""
     out = []
     for base, (batch, steps, classes) in enumerate(((4, 7, 5), (3, 5, 3))):
         gen = case_generator(case, 10 + base)
@@ -80,7 +82,7 @@ def _masked_loss_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, to
 
 def _probe_masked_loss(answer: dict, *, case: Case) -> dict:
     results = []
-    for logits, targets, lengths in _masked_loss_inputs(case):
+    for logits, targets, lengths in masked_loss_inputs(case):
         logits = logits.clone().requires_grad_(True)
         loss = answer["masked_cross_entropy"](logits, targets, lengths)
         tracked = isinstance(loss, torch.Tensor) and loss.requires_grad
@@ -113,7 +115,8 @@ add(
 
 # --- causal + key-padding mask ----------------------------------------------------------------------------------
 
-def _mask_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
+def mask_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
+    """(lengths, steps) of three batches, one of a single step."""
     out = []
     for base, (batch, steps) in enumerate(((3, 6), (4, 5), (2, 1))):
         out.append((_lengths(case_generator(case, 20 + base), batch, steps), steps))
@@ -121,7 +124,7 @@ def _mask_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
 
 
 def _probe_attention_mask(answer: dict, *, case: Case) -> dict:
-    return {"masks": [answer["attention_mask"](lengths, steps) for lengths, steps in _mask_inputs(case)]}
+    return {"masks": [answer["attention_mask"](lengths, steps) for lengths, steps in mask_inputs(case)]}
 
 
 add(
@@ -146,7 +149,8 @@ add(
 
 # --- scaled dot-product attention by hand -------------------------------------------------------------------
 
-def _sdpa_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+def sdpa_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """(q, k, v, mask) of three attention calls: no mask, a causal mask and a key-padding mask."""
     gen = case_generator(case, 30)
     out = []
     for batch, heads, tq, tk, dim, kind in ((2, 3, 5, 5, 8, None), (2, 2, 6, 6, 4, "causal"),
@@ -157,7 +161,7 @@ def _sdpa_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Ten
         if kind == "causal":
             mask = torch.ones(tq, tk, dtype=torch.bool).tril()
         elif kind == "padding":
-            mask = _valid(_lengths(gen, batch, tk), tk)[:, None, None, :]
+            mask = valid_mask(_lengths(gen, batch, tk), tk)[:, None, None, :]
         else:
             mask = None
         out.append((q, k, v, mask))
@@ -166,7 +170,7 @@ def _sdpa_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def _probe_sdpa_by_hand(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
-        outputs = [answer["attention"](q, k, v, mask) for q, k, v, mask in _sdpa_inputs(case)]
+        outputs = [answer["attention"](q, k, v, mask) for q, k, v, mask in sdpa_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
@@ -195,14 +199,15 @@ add(
 
 # --- sinusoidal positional encoding -------------------------------------------------------------------------
 
-def _pe_sizes(case: Case) -> list[tuple[int, int]]:
+def pe_sizes(case: Case) -> list[tuple[int, int]]:
+    """Three (length, even model width) of the positional-encoding drill."""
     gen = case_generator(case, 40)
     return [(int(torch.randint(3, 30, (1,), generator=gen)), 2 * int(torch.randint(2, 17, (1,), generator=gen)))
             for _ in range(3)]
 
 
 def _probe_pe(answer: dict, *, case: Case) -> dict:
-    return {"outputs": [answer["sinusoidal_pe"](steps, dim) for steps, dim in _pe_sizes(case)]}
+    return {"outputs": [answer["sinusoidal_pe"](steps, dim) for steps, dim in pe_sizes(case)]}
 
 
 add(
@@ -226,7 +231,8 @@ add(
 
 # --- bug hunt: numpy inside a loss ---------------------------------------------------------------------------
 
-def _logcosh_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def logcosh_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Two (prediction, target): moderate ones, and ones far enough apart that cosh overflows float32."""
     gen = case_generator(case, 50)
     moderate = (torch.randn(6, 3, generator=gen), torch.randn(6, 3, generator=gen))
     pred = torch.randn(8, generator=gen)
@@ -236,7 +242,7 @@ def _logcosh_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _probe_logcosh(answer: dict, *, case: Case) -> dict:
     results = []
-    for pred, target in _logcosh_inputs(case):
+    for pred, target in logcosh_inputs(case):
         pred = pred.clone().requires_grad_(True)
         loss = answer["log_cosh_loss"](pred, target)
         tracked = isinstance(loss, torch.Tensor) and loss.requires_grad
@@ -246,7 +252,7 @@ def _probe_logcosh(answer: dict, *, case: Case) -> dict:
     return {"results": results}
 
 
-_LOGCOSH_STARTER = '''import numpy as np
+LOGCOSH_STARTER = '''import numpy as np
 import torch
 
 
@@ -268,7 +274,7 @@ add(
         "regressor. With it the model's weights never change, and on outliers (|pred - target| near 100) the loss "
         "is inf. Rewrite it with torch ops so that the gradient reaches pred and the loss stays finite.",
         entry="log_cosh_loss",
-        starter=_LOGCOSH_STARTER,
+        starter=LOGCOSH_STARTER,
         hints=("What does autograd know about how torch.tensor(loss) depends on pred? And what is cosh(100) in "
                "float32?",
                "Use torch ops on pred directly; log(cosh(x)) = |x| + softplus(-2|x|) - log(2)."),
@@ -279,7 +285,8 @@ add(
 
 # --- label smoothing ------------------------------------------------------------------------------------------
 
-def _smoothing_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, float, int]]:
+def smoothing_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, float, int]]:
+    """Two (logits, targets, eps, ignore index), three targets of each ignored."""
     gen = case_generator(case, 60)
     out = []
     for rows, classes, ignore in ((10, 5, -100), (7, 3, 0)):
@@ -294,7 +301,7 @@ def _smoothing_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor, floa
 def _probe_smoothing(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
         outputs = [answer["smoothed_cross_entropy"](logits, targets, eps, ignore)
-                   for logits, targets, eps, ignore in _smoothing_inputs(case)]
+                   for logits, targets, eps, ignore in smoothing_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
@@ -325,18 +332,19 @@ add(
 
 # --- LSTM: the last valid step ----------------------------------------------------------------------------------
 
-def _lstm_setup(case: Case) -> tuple[nn.LSTM, torch.Tensor, torch.Tensor]:
+def lstm_setup(case: Case) -> tuple[nn.LSTM, torch.Tensor, torch.Tensor]:
+    """A seeded LSTM, a zero-padded batch and its lengths, for the last-valid-step drill."""
     gen = case_generator(case, 70)
     batch, steps, features, hidden = 5, 7, 3, 4
     x = torch.randn(batch, steps, features, generator=gen)
     lengths = _lengths(gen, batch, steps)
-    x = x * _valid(lengths, steps)[..., None]  # padding is zeros, as a collate would leave it
+    x = x * valid_mask(lengths, steps)[..., None]  # padding is zeros, as a collate would leave it
     torch.manual_seed(case.seeded(71))
     return nn.LSTM(features, hidden, batch_first=True), x, lengths
 
 
 def _probe_lstm(answer: dict, *, case: Case) -> dict:
-    lstm, x, lengths = _lstm_setup(case)
+    lstm, x, lengths = lstm_setup(case)
     with torch.no_grad():
         return {"out": answer["last_valid_output"](lstm, x, lengths)}
 
@@ -370,27 +378,29 @@ _VOCAB, _DIM, _CLASSES, _SEQ_STEPS = 20, 6, 3, 2
 _Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _classifier_setup(case: Case) -> tuple[nn.Embedding, nn.Linear, list[_Batch]]:
+def classifier_setup(case: Case) -> tuple[nn.Embedding, nn.Linear, list[_Batch]]:
+    """A seeded embedding and classifier, and batches of (padded tokens, lengths, labels)."""
     torch.manual_seed(case.seeded(80))
     embed, classifier = nn.Embedding(_VOCAB, _DIM), nn.Linear(_DIM, _CLASSES)
     gen = case_generator(case, 81)
     batches = []
     for _ in range(_SEQ_STEPS):
         lengths = _lengths(gen, 4, 7)
-        tokens = torch.randint(1, _VOCAB, (4, 7), generator=gen).masked_fill(~_valid(lengths, 7), 0)  # pad id 0
+        tokens = torch.randint(1, _VOCAB, (4, 7), generator=gen).masked_fill(~valid_mask(lengths, 7), 0)  # pad id 0
         batches.append((tokens, lengths, torch.randint(0, _CLASSES, (4,), generator=gen)))
     return embed, classifier, batches
 
 
-def _seq_lr(case: Case) -> float:
+def seq_lr(case: Case) -> float:
+    """The case's learning rate of the sequence classifier drill."""
     return 0.1 + 0.05 * (case.seed % 5)
 
 
 def _probe_seq_step(answer: dict, *, case: Case) -> dict:
-    embed, classifier, batches = _classifier_setup(case)
+    embed, classifier, batches = classifier_setup(case)
     params = {"embed.weight": embed.weight, "classifier.weight": classifier.weight, "classifier.bias": classifier.bias}
     names = {id(p): n for n, p in params.items()}
-    optimizer = torch.optim.SGD(list(params.values()), lr=_seq_lr(case))
+    optimizer = torch.optim.SGD(list(params.values()), lr=seq_lr(case))
     steps: list[dict] = []
 
     def record(opt: torch.optim.Optimizer, args: object, kwargs: object) -> None:
@@ -407,7 +417,7 @@ def _probe_seq_step(answer: dict, *, case: Case) -> dict:
     return {"losses": losses, "steps": steps, "final": {n: p.detach().clone() for n, p in params.items()}}
 
 
-_SEQ_STARTER = '''import torch
+SEQ_STARTER = '''import torch
 import torch.nn.functional as F
 
 
@@ -441,7 +451,7 @@ add(
         "returns the same loss). Three bugs cause this; fix all three (the check reports the first problem it "
         "observes).",
         entry="train_step",
-        starter=_SEQ_STARTER,
+        starter=SEQ_STARTER,
         hints=("Check the mask at position lengths[b], what a short sequence's pooled vector is divided by, and what "
                ".grad holds when optimizer.step() runs.",
                "mask uses <, divide by lengths[:, None], and zero_grad goes before the forward pass."),

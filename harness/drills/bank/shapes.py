@@ -16,21 +16,21 @@ from harness.drills.support import explain
 
 # --- split and merge attention heads (bug hunt) ------------------------------------------------------------------
 
-_B, _T, _H, _D = 2, 5, 3, 4
+B, T, H, D = 2, 5, 3, 4
 
 
-def _heads_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+def heads_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens (B, T, H * D) for split_heads, per-head outputs (B, H, T, D) for merge_heads (probe and judge alike)."""
     gen = torch.Generator().manual_seed(case.seeded(30))
-    return torch.randn(_B, _T, _H * _D, generator=gen), torch.randn(_B, _H, _T, _D, generator=gen)
+    return torch.randn(B, T, H * D, generator=gen), torch.randn(B, H, T, D, generator=gen)
 
 
 def _probe_heads(answer: dict, *, case: Case) -> dict:
-    tokens, per_head = _heads_inputs(case)
-    return {"split": answer["split_heads"](tokens.clone(), _H), "merge": answer["merge_heads"](per_head.clone())}
+    tokens, per_head = heads_inputs(case)
+    return {"split": answer["split_heads"](tokens.clone(), H), "merge": answer["merge_heads"](per_head.clone())}
 
 
-_HEADS_STARTER = '''import torch
+HEADS_STARTER = '''import torch
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -57,7 +57,7 @@ add(
         "merge_heads(split_heads(x, h)) == x, passes, and every shape is right, yet the model learns no better "
         "than one that ignores which token is which. Fix the two functions (their docstrings are right).",
         entry="merge_heads",
-        starter=_HEADS_STARTER,
+        starter=HEADS_STARTER,
         hints=("The round trip passing proves only that the two functions undo each other. Print split_heads of a "
                "tensor whose features say which token they came from.",
                "A view keeps memory order: (B, T, H * D) can be viewed as (B, T, H, D), and only then may the "
@@ -97,10 +97,10 @@ add(
 
 # --- a loss that broadcasts (B,) against (B, 1) -----------------------------------------------------------------
 
-_SIZES = (8, 5)
+BROADCAST_BATCHES = (8, 5)
 
 
-def _broadcast_loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+def broadcast_loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
     """A linear model, inputs (batch, 3) and targets (batch, 1) from a linear relation (probe and judge alike)."""
     gen = torch.Generator().manual_seed(case.seeded(40 + base))
     model = nn.Linear(3, 1)
@@ -114,8 +114,8 @@ def _broadcast_loss_inputs(case: Case, base: int, batch: int) -> tuple[nn.Linear
 
 def _probe_loss(answer: dict, *, case: Case) -> dict:
     results = []
-    for base, batch in enumerate(_SIZES):
-        model, x, y = _broadcast_loss_inputs(case, base, batch)
+    for base, batch in enumerate(BROADCAST_BATCHES):
+        model, x, y = broadcast_loss_inputs(case, base, batch)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             loss = answer["regression_loss"](model, x, y)
@@ -126,7 +126,7 @@ def _probe_loss(answer: dict, *, case: Case) -> dict:
     return {"results": results}
 
 
-_LOSS_STARTER = '''import torch.nn.functional as F
+LOSS_STARTER = '''import torch.nn.functional as F
 
 
 def regression_loss(model, x, y):
@@ -146,7 +146,7 @@ add(
         "and all its predictions drift towards the mean target, whatever the input. Nothing raises. Fix "
         "regression_loss.",
         entry="regression_loss",
-        starter=_LOSS_STARTER,
+        starter=LOSS_STARTER,
         hints=("Print pred.shape, y.shape and the shape of (pred - y).",
                "(B,) against (B, 1) broadcasts to (B, B): compare tensors of the same shape."),
         probe=_probe_loss,

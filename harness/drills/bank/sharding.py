@@ -15,7 +15,7 @@ from harness.contract.wire import describe
 from harness.drills.core import Drill, add
 from harness.drills.support import explain, run_on_two_ranks
 
-_WORLDS = (2, 3, 4)
+SHARD_WORLDS = (2, 3, 4)
 
 
 def _param_shapes(case: Case) -> list[tuple[int, ...]]:
@@ -28,23 +28,25 @@ def _param_shapes(case: Case) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _params(case: Case) -> list[torch.Tensor]:
+def case_params(case: Case) -> list[torch.Tensor]:
     """The parameters: the same values on every rank and in the judge."""
     gen = torch.Generator().manual_seed(case.seeded(1))
     return [torch.randn(shape, generator=gen).requires_grad_() for shape in _param_shapes(case)]
 
 
-def _flat_detached(tensors: list[torch.Tensor]) -> torch.Tensor:
+def flat_detached(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """`tensors` flattened and concatenated into one detached 1-D tensor."""
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
-def _padded(flat: torch.Tensor, world: int) -> torch.Tensor:
+def padded_flat(flat: torch.Tensor, world: int) -> torch.Tensor:
+    """`flat` zero-padded at the end to a multiple of `world`."""
     return F.pad(flat, (0, (-flat.numel()) % world))
 
 
-def _shard(flat: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+def rank_shard(flat: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     """The reference: the flat vector zero-padded at its end to a multiple of `world`, piece `rank` of `world`."""
-    padded = _padded(flat, world)
+    padded = padded_flat(flat, world)
     size = padded.numel() // world
     return padded[rank * size:(rank + 1) * size]
 
@@ -58,11 +60,11 @@ def _rank_lists(tensors: Any) -> list:
 # --- shard_flat ----------------------------------------------------------------------------------------------
 
 def _probe_shard_flat(answer: dict, *, case: Case) -> dict:
-    params = _params(case)
-    return {"shards": [[answer["shard_flat"](params, rank, world) for rank in range(world)] for world in _WORLDS]}
+    params = case_params(case)
+    return {"shards": [[answer["shard_flat"](params, rank, world) for rank in range(world)] for world in SHARD_WORLDS]}
 
 
-_SHARD_STARTER = (
+SHARD_STARTER = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def shard_flat(params: list[torch.Tensor], rank: int, world: int) -> torch.Tensor:\n"
     "    raise NotImplementedError\n"
@@ -81,7 +83,7 @@ add(
         "a multiple of world, and return this rank's piece: the rank-th of world equal, contiguous pieces, as a "
         "1-D tensor. The total size is usually not a multiple of world.",
         entry="shard_flat",
-        starter=_SHARD_STARTER,
+        starter=SHARD_STARTER,
         hints=("Collectives such as all_gather need the same number of elements on every rank.",
                "flat = torch.cat of p.reshape(-1); pad with (-n) % world zeros; size = len // world; "
                "return flat[rank * size:(rank + 1) * size]."),
@@ -94,14 +96,14 @@ add(
 
 def _probe_gather_full_params(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> list:
-        params = _params(case)
-        shard = _shard(_flat_detached(params), rank, 2).clone()
+        params = case_params(case)
+        shard = rank_shard(flat_detached(params), rank, 2).clone()
         return _rank_lists(answer["gather_params"](shard, [tuple(p.shape) for p in params]))
 
     return {"ranks": run_on_two_ranks(work)}
 
 
-_GATHER_STARTER = (
+GATHER_STARTER = (
     "import torch\nimport torch.distributed as dist\n\n\n"
     "def gather_params(shard: torch.Tensor, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:\n"
     "    raise NotImplementedError\n"
@@ -121,7 +123,7 @@ add(
         "shapes are the parameters' shapes in order. Return the full parameters, one tensor per shape, on every "
         "rank.",
         entry="gather_params",
-        starter=_GATHER_STARTER,
+        starter=GATHER_STARTER,
         hints=("all_gather fills a list of world tensors, one per rank, in rank order.",
                "torch.cat the gathered list, then cut sum-of-numels pieces at running offsets and reshape; the "
                "padding is what is left over."),
@@ -132,10 +134,10 @@ add(
 
 # --- a ZeRO-1 step ---------------------------------------------------------------------------------------------
 
-_LR, _BETA, _STEPS = 0.1, 0.9, 3
+ZERO1_LR, ZERO1_BETA, ZERO1_STEPS = 0.1, 0.9, 3
 
 
-def _zero_grads(case: Case, step: int, rank: int) -> list[torch.Tensor]:
+def zero_grads(case: Case, step: int, rank: int) -> list[torch.Tensor]:
     """Rank `rank`'s local gradients at `step` (the ranks' gradients differ, as their batches do)."""
     gen = torch.Generator().manual_seed(case.seeded(100 + 10 * step + rank))
     return [torch.randn(shape, generator=gen) for shape in _param_shapes(case)]
@@ -143,21 +145,21 @@ def _zero_grads(case: Case, step: int, rank: int) -> list[torch.Tensor]:
 
 def _probe_zero1(answer: dict, *, case: Case) -> dict:
     def work(rank: int) -> dict:
-        params = _params(case)
-        shard_size = _padded(_flat_detached(params), 2).numel() // 2
+        params = case_params(case)
+        shard_size = padded_flat(flat_detached(params), 2).numel() // 2
         momentum = torch.zeros(shard_size)
         trace = []
-        for step in range(_STEPS):
-            for p, g in zip(params, _zero_grads(case, step, rank), strict=True):
+        for step in range(ZERO1_STEPS):
+            for p, g in zip(params, zero_grads(case, step, rank), strict=True):
                 p.grad = g
-            answer["zero1_step"](params, momentum, _LR, _BETA)
-            trace.append(_flat_detached(params).tolist())
+            answer["zero1_step"](params, momentum, ZERO1_LR, ZERO1_BETA)
+            trace.append(flat_detached(params).tolist())
         return {"params": trace, "momentum": momentum.tolist()}
 
     return {"ranks": run_on_two_ranks(work)}
 
 
-_ZERO1_STARTER = (
+ZERO1_STARTER = (
     "import torch\nimport torch.distributed as dist\nimport torch.nn.functional as F\n\n\n"
     "def zero1_step(params, momentum, lr, beta):\n"
     "    raise NotImplementedError\n"
@@ -179,7 +181,7 @@ add(
         "momentum buffer (zeros at first): update it in place. Each rank updates only its shard of the parameters; "
         "afterwards every rank must hold all the updated parameters, in place.",
         entry="zero1_step",
-        starter=_ZERO1_STARTER,
+        starter=ZERO1_STARTER,
         hints=("Three collectives' worth of thinking: what must every rank agree on before the update (the "
                "gradient), what does each rank change alone (its shard), what must every rank receive after?",
                "all_reduce the flat gradient and divide by the world size; update momentum and your shard in place "

@@ -10,7 +10,7 @@ from harness.drills.core import Drill, add
 from harness.drills.support import explain
 
 
-def _logsumexp_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
+def logsumexp_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
     """Random inputs of several shapes and dims, then rows at ±1000 and rows of -inf (probe and judge alike)."""
     inputs = []
     for base, shape, dim in ((0, (4, 7), 1), (1, (3, 5, 2), 0), (2, (6,), 0), (3, (2, 3, 4), -1)):
@@ -23,14 +23,15 @@ def _logsumexp_inputs(case: Case) -> list[tuple[torch.Tensor, int]]:
 
 def _probe_logsumexp(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
-        outputs = [answer["logsumexp"](x, dim) for x, dim in _logsumexp_inputs(case)]
+        outputs = [answer["logsumexp"](x, dim) for x, dim in logsumexp_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 
 _PAIRWISE_SHAPES = ((5, 3, 4), (1, 7, 2), (6, 6, 1), (4, 9, 16), (40, 30, 3))
 
 
-def _pairwise_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def pairwise_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, y) pairs of the pairwise-distances drill, one per shape of `_PAIRWISE_SHAPES`."""
     inputs = []
     for base, (n, m, d) in enumerate(_PAIRWISE_SHAPES):
         gen = torch.Generator().manual_seed(case.seeded(base))
@@ -40,7 +41,7 @@ def _pairwise_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _probe_pairwise(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
-    for a, b in _pairwise_inputs(case):
+    for a, b in pairwise_inputs(case):
         with CallRecorder() as calls:
             outputs.append(answer["pairwise_sq_dists"](a, b))
         counts.append(calls.count)
@@ -116,7 +117,7 @@ add(
 
 # --- tensors-uint8-wraparound (bughunt) ----------------------------------------------------------------------
 
-_UINT8_STARTER = '''import torch
+UINT8_STARTER = '''import torch
 
 
 def center(images):
@@ -127,7 +128,8 @@ def center(images):
 '''
 
 
-def _uint8_images(case: Case) -> list[torch.Tensor]:
+def uint8_images(case: Case) -> list[torch.Tensor]:
+    """Two uint8 image batches, each holding 0 and 255."""
     images = []
     for base, shape in enumerate(((2, 3, 4, 5), (1, 1, 6, 6))):
         gen = torch.Generator().manual_seed(case.seeded(base))
@@ -138,7 +140,7 @@ def _uint8_images(case: Case) -> list[torch.Tensor]:
 
 
 def _probe_uint8(answer: dict, *, case: Case) -> dict:
-    images = _uint8_images(case)
+    images = uint8_images(case)
     return {"outputs": [answer["center"](x) for x in images], "inputs_after": images}
 
 
@@ -152,7 +154,7 @@ add(
         prompt="center(images) should map uint8 pixels 0..255 to float32 (pixel - 128) / 128, but black pixels come "
         "out near +1 instead of -1. Fix it.",
         entry="center",
-        starter=_UINT8_STARTER,
+        starter=UINT8_STARTER,
         hints=("What dtype does images - 128 have, and what does that dtype do with 0 - 128?",
                "uint8 arithmetic wraps modulo 256: convert to float32 before subtracting."),
         probe=_probe_uint8,
@@ -163,7 +165,8 @@ add(
 # --- tensors-sgd-in-place (write) ----------------------------------------------------------------------------
 
 
-def _sgd_case(case: Case) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
+def sgd_case(case: Case) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
+    """(lr, parameters, gradients) of the SGD drill: three tensors of different shapes each."""
     gen = torch.Generator().manual_seed(case.seeded(0))
     lr = 0.01 + 0.2 * float(torch.rand(1, generator=gen))
     shapes = ((4, 3), (3,), (2, 2, 2))
@@ -171,7 +174,7 @@ def _sgd_case(case: Case) -> tuple[float, list[torch.Tensor], list[torch.Tensor]
 
 
 def _probe_sgd(answer: dict, *, case: Case) -> dict:
-    lr, values, grads = _sgd_case(case)
+    lr, values, grads = sgd_case(case)
     params = [v.clone().requires_grad_(True) for v in values]
     for p, g in zip(params, grads, strict=True):
         p.grad = g.clone()
@@ -206,7 +209,8 @@ add(
 _ATTENTION_SHAPES = ((2, 3, 5, 4, 8), (1, 2, 3, 7, 6), (8, 8, 2, 3, 16))  # (B, H, T, S, D); B*H = 64 in the last
 
 
-def _attention_scores_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def attention_scores_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(q, k) pairs of the attention-scores drill, one per shape of `_ATTENTION_SHAPES`."""
     inputs = []
     for base, (b, h, t, s, d) in enumerate(_ATTENTION_SHAPES):
         gen = torch.Generator().manual_seed(case.seeded(base))
@@ -216,7 +220,7 @@ def _attention_scores_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tenso
 
 def _probe_attention_scores(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
-    for q, k in _attention_scores_inputs(case):
+    for q, k in attention_scores_inputs(case):
         with CallRecorder() as calls:
             outputs.append(answer["attention_scores"](q, k))
         counts.append(calls.count)
@@ -244,7 +248,7 @@ add(
 # --- tensors-masked-mean (write) -----------------------------------------------------------------------------
 
 
-def _masked_mean_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def masked_mean_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Padded batches: the first with large finite garbage in the padding, the second with nan there."""
     inputs = []
     for base, garbage in ((0, "large"), (1, "nan")):
@@ -261,7 +265,7 @@ def _masked_mean_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _probe_masked_mean(answer: dict, *, case: Case) -> dict:
     outputs, counts = [], []
-    for x, lengths in _masked_mean_inputs(case):
+    for x, lengths in masked_mean_inputs(case):
         with CallRecorder() as calls:
             outputs.append(answer["masked_mean"](x.clone(), lengths.clone()))
         counts.append(calls.count)
@@ -292,7 +296,7 @@ add(
 # --- tensors-gather-log-probs (write) ------------------------------------------------------------------------
 
 
-def _gather_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def gather_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(logits, targets); N > C so that a gather along the wrong axis still runs. One row's target sits 200
     below that row's best logit, where softmax underflows to 0 in float32."""
     inputs = []
@@ -307,7 +311,7 @@ def _gather_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _probe_gather_log_probs(answer: dict, *, case: Case) -> dict:
     with CallRecorder() as calls:
-        outputs = [answer["target_log_probs"](logits, targets) for logits, targets in _gather_inputs(case)]
+        outputs = [answer["target_log_probs"](logits, targets) for logits, targets in gather_inputs(case)]
     return {"outputs": outputs, "calls": calls.seen}
 
 

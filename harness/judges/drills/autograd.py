@@ -16,11 +16,11 @@ from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.autograd import (
-    _INPLACE_STARTER,
-    _custom_silu_inputs,
-    _detach_inputs,
-    _inplace_inputs,
-    _saliency_setup,
+    INPLACE_STARTER,
+    custom_silu_inputs,
+    detach_inputs,
+    inplace_inputs,
+    saliency_setup,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -35,7 +35,7 @@ def _tensor_or_none(value: Any, what: str) -> torch.Tensor | None:
 
 def _judge_silu(seen: dict, *, case: Case) -> str:
     outputs = seen.get("outputs")
-    inputs = _custom_silu_inputs(case)
+    inputs = custom_silu_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
         malformed("outputs missing")
     for (x, grad_output), out in zip(inputs, outputs, strict=True):
@@ -58,7 +58,7 @@ def _judge_silu(seen: dict, *, case: Case) -> str:
 
 
 def _judge_inplace(seen: dict, *, case: Case) -> str:
-    outputs, inputs = seen.get("outputs"), _inplace_inputs(case)
+    outputs, inputs = seen.get("outputs"), inplace_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not all(isinstance(o, dict) for o in outputs):
         malformed("outputs missing")
     for (x, w), out in zip(inputs, outputs, strict=True):
@@ -83,7 +83,7 @@ def _judge_inplace(seen: dict, *, case: Case) -> str:
 
 
 def _judge_detach(seen: dict, *, case: Case) -> str:
-    online, target = _detach_inputs(case)
+    online, target = detach_inputs(case)
     expect.close("loss", seen.get("loss"), ((online - target) ** 2).mean(), atol=1e-6, rtol=1e-6,
                  where="target_loss", cause="the loss should be the mean squared difference")
     target_grad = _tensor_or_none(seen.get("target_grad"), "target.grad")
@@ -101,7 +101,7 @@ def _judge_detach(seen: dict, *, case: Case) -> str:
 
 
 def _judge_saliency(seen: dict, *, case: Case) -> str:
-    model, x, targets, accumulated = _saliency_setup(case)
+    model, x, targets, accumulated = saliency_setup(case)
     grads = seen.get("param_grads")
     if not isinstance(grads, list) or len(grads) != len(accumulated):
         malformed("parameter gradients missing")
@@ -146,13 +146,13 @@ def input_gradients(model, x, targets):
 add_answers(
     Answers(
         drill_id="autograd-inplace-trap",
-        solution=edited(_INPLACE_STARTER,
+        solution=edited(INPLACE_STARTER,
                         ("    h.mul_(2)\n",
                          "    h = h * 2  # out of place: sigmoid's backward needs its output\n")),
         wrong_answers=(
-            (edited(_INPLACE_STARTER, ("    h.mul_(2)\n", "    h = h.detach() * 2\n")), "graph-cut"),
-            (edited(_INPLACE_STARTER, ("    h.mul_(2)\n", "")), "wrong-value"),
-            (edited(_INPLACE_STARTER, ("    h.mul_(2)\n", "    h.data.mul_(2)\n")), "wrong-gradient"),
+            (edited(INPLACE_STARTER, ("    h.mul_(2)\n", "    h = h.detach() * 2\n")), "graph-cut"),
+            (edited(INPLACE_STARTER, ("    h.mul_(2)\n", "")), "wrong-value"),
+            (edited(INPLACE_STARTER, ("    h.mul_(2)\n", "    h.data.mul_(2)\n")), "wrong-gradient"),
         ),
         judge=_judge_inplace,
     )

@@ -14,12 +14,12 @@ from harness.contract.compare import close_tensors, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.checkpointing import (
-    _atomic_save_states,
-    _legacy_contents,
-    _observe,
-    _rank0_model,
-    _resume_kit,
-    _strip_inputs,
+    atomic_save_states,
+    legacy_contents,
+    observe_resume,
+    rank0_model,
+    resume_kit,
+    strip_inputs,
 )
 from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
@@ -27,7 +27,7 @@ from harness.judges.drills.whys import add_answers
 
 
 def _make_resume_judge(full: bool) -> Callable[..., str]:
-    setup, train = _resume_kit(full)
+    setup, train = resume_kit(full)
 
     def judge(seen: dict, *, case: Case) -> str:
         if not isinstance(seen.get("loads"), list):
@@ -46,7 +46,7 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
         train(*reference, 0, 3)
         at_save = [p.detach().clone() for p in reference[0].parameters()]
         train(*reference, 3, 6)
-        want = _observe(reference)
+        want = observe_resume(reference)
         if seen["epoch"] != 3 or isinstance(seen["epoch"], bool):
             fail("wrong-epoch", observed=f"load_checkpoint returned {seen['epoch']!r}", expected="3, the epoch saved",
                  cause="the epoch counter was not saved, or not returned",
@@ -93,7 +93,7 @@ def _make_resume_judge(full: bool) -> Callable[..., str]:
 
 
 def _judge_strip(seen: dict, *, case: Case) -> str:
-    base, variants = _strip_inputs(case)
+    base, variants = strip_inputs(case)
     outputs = seen["outputs"]
     if not isinstance(outputs, list) or len(outputs) != len(variants):
         malformed("portable_state_dict outputs missing")
@@ -122,7 +122,7 @@ def _judge_strip(seen: dict, *, case: Case) -> str:
 
 
 def _judge_atomic(seen: dict, *, case: Case) -> str:
-    states = _atomic_save_states(case)
+    states = atomic_save_states(case)
     path = seen["path"]
     if not isinstance(path, str) or not isinstance(seen["events"], list):
         malformed("the observation is not one the probe writes")
@@ -201,7 +201,7 @@ def _judge_rank0(seen: dict, *, case: Case) -> str:
     if not isinstance(state, dict):
         fail("not-a-state-dict", observed=f"the file holds {describe(state)}", expected="a dict of tensors",
              cause="something other than model.module.state_dict() saved", where="what torch.save receives")
-    want = _rank0_model(case).state_dict()
+    want = rank0_model(case).state_dict()
     if any(k.startswith("module.") for k in state["keys"]):
         fail("module-prefix", observed=f"saved keys {state['keys'][:2]}...", expected=f"{list(want)[:2]}...",
              cause="the DDP wrapper's state_dict was saved: every key gains 'module.', and the plain model cannot "
@@ -224,7 +224,7 @@ def save_on_rank0(ddp_model, path):
 
 
 def _judge_legacy(seen: dict, *, case: Case) -> str:
-    state, args = _legacy_contents(case)
+    state, args = legacy_contents(case)
     if seen.get("tripped") is not False:
         fail("runs-pickled-code", observed="loading a downloaded checkpoint ran a function its pickle named",
              expected="the hostile file refused (UnpicklingError), nothing run",

@@ -11,14 +11,14 @@ import torch
 from harness.contract.case import Case
 from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
-from harness.drills.bank.data import _SAMPLER_EPOCHS, _imbalanced_labels, _loader_setup, _pad_collate_batches
+from harness.drills.bank.data import SAMPLER_EPOCHS, imbalanced_labels, loader_setup, pad_collate_batches
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
 from harness.judges.drills.whys import add_answers
 
 
 def _judge_pad_collate(seen: dict, *, case: Case) -> str:
-    outputs, batches = seen.get("outputs"), _pad_collate_batches(case)
+    outputs, batches = seen.get("outputs"), pad_collate_batches(case)
     if not isinstance(outputs, list) or len(outputs) != len(batches):
         malformed("collate outputs missing")
     where = "torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)"
@@ -82,10 +82,10 @@ def _judge_worker_seeding(seen: dict, *, case: Case) -> str:
 
 
 def _judge_sampler(seen: dict, *, case: Case) -> str:
-    labels = _imbalanced_labels(case)
+    labels = imbalanced_labels(case)
     n, where = len(labels), "WeightedRandomSampler(weights, num_samples=len(labels), replacement=True, generator=...)"
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
-    if (not isinstance(epochs, list) or len(epochs) != _SAMPLER_EPOCHS
+    if (not isinstance(epochs, list) or len(epochs) != SAMPLER_EPOCHS
             or not all(isinstance(e, list) and all(isinstance(i, int) for i in e) for e in [*epochs, again, other])):
         malformed("sampled indices malformed")
     if any(len(e) != n for e in epochs):
@@ -133,7 +133,7 @@ def balanced_sampler(labels, generator):
 
 
 def _judge_train_loader(seen: dict, *, case: Case) -> str:
-    size, batch_size, _ = _loader_setup(case)
+    size, batch_size, _ = loader_setup(case)
     epochs, again, other = seen.get("epochs"), seen.get("again"), seen.get("other")
     if not isinstance(epochs, list) or len(epochs) != 2:
         malformed("epochs missing")

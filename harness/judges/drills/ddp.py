@@ -18,20 +18,20 @@ from harness.contract.compare import close_number, close_tensors, malformed, sam
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.ddp import (
-    _ACCUM_EPOCHS,
-    _ACCUM_STEPS,
-    _EPOCHS,
-    _MICRO_BATCH,
-    _MICRO_PER_EPOCH,
-    _SET_EPOCH_STARTER,
-    _accum_data,
-    _accum_model,
-    _accuracy_counts,
-    _allreduce_factors,
-    _barrier_model,
-    _eval_loss_setup,
-    _set_epoch_inputs,
-    _shard_configs,
+    ACCUM_EPOCHS,
+    ACCUM_STEPS,
+    MICRO_BATCH,
+    MICRO_PER_EPOCH,
+    ORDER_EPOCHS,
+    SET_EPOCH_STARTER,
+    accum_data,
+    accum_model,
+    accuracy_counts,
+    allreduce_factors,
+    barrier_model,
+    eval_loss_setup,
+    set_epoch_inputs,
+    shard_configs,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -49,7 +49,7 @@ def _two_floats(got: Any, what: str) -> list[float]:
 
 
 def _judge_global_accuracy(seen: dict, *, case: Case) -> str:
-    (c0, t0), (c1, t1) = [(int(c), int(t)) for c, t in _accuracy_counts(case)]
+    (c0, t0), (c1, t1) = [(int(c), int(t)) for c, t in accuracy_counts(case)]
     got = _two_floats(seen["values"], "global_accuracy")
     want = (c0 + c1) / (t0 + t1)
     if not close_number(got[0], got[1], rtol=1e-6, atol=1e-6):
@@ -92,19 +92,20 @@ def _sampler_orders(dataset: TensorDataset, seed: int, epochs: list[int], rank: 
 
 
 def _judge_set_epoch(seen: dict, *, case: Case) -> str:
-    dataset, seed = _set_epoch_inputs(case)
+    dataset, seed = set_epoch_inputs(case)
     ranks = seen["ranks"]
-    if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, list) and len(r) == _EPOCHS and all(
+    if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, list) and len(r) == ORDER_EPOCHS and all(
             isinstance(o, list) and all(isinstance(i, int) for i in o) for o in r) for r in ranks)):
-        fail("wrong-format", observed=f"epoch_orders returned {describe(ranks)}", expected=f"{_EPOCHS} lists of ints",
+        fail("wrong-format", observed=f"epoch_orders returned {describe(ranks)}",
+             expected=f"{ORDER_EPOCHS} lists of ints",
              cause="the starter's return value changed", where="return orders")
-    for epoch in range(_EPOCHS):
+    for epoch in range(ORDER_EPOCHS):
         shared = set(ranks[0][epoch]) & set(ranks[1][epoch])
         if shared:
             fail("ranks-overlap", observed=f"ranks 0 and 1 share {len(shared)} samples in epoch {epoch}",
                  expected="disjoint shards", cause="different seeds on different ranks: each rank shuffles its own "
                  "way, so their shards overlap and some samples are never seen", where="the same seed on every rank")
-    want = [_sampler_orders(dataset, seed, list(range(_EPOCHS)), rank) for rank in (0, 1)]
+    want = [_sampler_orders(dataset, seed, list(range(ORDER_EPOCHS)), rank) for rank in (0, 1)]
     if ranks == want:
         if seen["again"] != want[0]:
             fail("not-reproducible", observed="two calls with the same seed gave different orders",
@@ -112,18 +113,18 @@ def _judge_set_epoch(seen: dict, *, case: Case) -> str:
                  where="the sampler's seed")
         return "a new shuffle each epoch, set before the epoch starts, reproducible and disjoint across ranks"
     variants = {
-        "missing-set-epoch": ([0] * _EPOCHS, "the sampler shuffles with seed + epoch, and its epoch stayed 0: "
+        "missing-set-epoch": ([0] * ORDER_EPOCHS, "the sampler shuffles with seed + epoch, and its epoch stayed 0: "
                               "every epoch repeats epoch 0's order"),
-        "set-epoch-too-late": ([0, *range(_EPOCHS - 1)], "the sampler's epoch moved on only after each epoch's "
+        "set-epoch-too-late": ([0, *range(ORDER_EPOCHS - 1)], "the sampler's epoch moved on only after each epoch's "
                                "loop: epochs 0 and 1 both shuffle with epoch 0, every later epoch is one behind"),
     }
     for code, (epochs, cause) in variants.items():
         if ranks == [_sampler_orders(dataset, seed, epochs, rank) for rank in (0, 1)]:
-            fail(code, observed=f"the sampler's epoch was {epochs} in epochs {list(range(_EPOCHS))}"
+            fail(code, observed=f"the sampler's epoch was {epochs} in epochs {list(range(ORDER_EPOCHS))}"
                  + (": epochs 0 and 1 see the same order" if epochs[0] == epochs[1] else ""),
-                 expected=f"epochs {list(range(_EPOCHS))}: a new order each epoch", cause=cause,
+                 expected=f"epochs {list(range(ORDER_EPOCHS))}: a new order each epoch", cause=cause,
                  where="the start of each epoch, before the loader is iterated")
-    if ranks == [_sampler_orders(dataset, 0, list(range(_EPOCHS)), rank) for rank in (0, 1)] and seed != 0:
+    if ranks == [_sampler_orders(dataset, 0, list(range(ORDER_EPOCHS)), rank) for rank in (0, 1)] and seed != 0:
         fail("seed-ignored", observed="the orders are those of seed 0", expected=f"those of seed={seed}",
              cause="the seed argument is not passed to the sampler", where="the sampler's construction")
     fail("wrong-order", observed=f"rank 0's first epoch starts {ranks[0][0][:6]}",
@@ -136,7 +137,7 @@ def _judge_eval_loss(seen: dict, *, case: Case) -> str:
     got = _two_floats(seen["values"], "evaluate")
     sums, counts, batch_means = [], [], []
     for rank in (0, 1):
-        model, dataset = _eval_loss_setup(case, rank)
+        model, dataset = eval_loss_setup(case, rank)
         model.eval()
         with torch.no_grad():
             losses = [F.mse_loss(model(x), y, reduction="none").double().flatten() for x, y in
@@ -187,25 +188,25 @@ def evaluate(model, loader):
 
 def _accum_reference(case: Case, epochs: list[int], scale: float, *, every_micro_batch: bool = False
                      ) -> list[torch.Tensor]:
-    """The weights two ranks reach when their averaged gradients are accumulated over `_ACCUM_STEPS` micro-batches,
+    """The weights two ranks reach when their averaged gradients are accumulated over `ACCUM_STEPS` micro-batches,
     with the sampler's epoch set to `epochs` and each micro-batch's loss multiplied by `scale`; the accumulated
-    gradient is multiplied by the probe's next all-reduce factor once per step (`_allreduce_factors`), or after
+    gradient is multiplied by the probe's next all-reduce factor once per step (`allreduce_factors`), or after
     every micro-batch when `every_micro_batch` (DDP all-reduces the accumulated .grad at each synced backward)."""
-    dataset, seed = _accum_data(case)
-    model = _accum_model(case)
+    dataset, seed = accum_data(case)
+    model = accum_model(case)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    factors = iter(_allreduce_factors(case))
+    factors = iter(allreduce_factors(case))
     for epoch in epochs:
         shards = _sampler_orders(dataset, seed, [epoch], 0)[0], _sampler_orders(dataset, seed, [epoch], 1)[0]
-        for i in range(_MICRO_PER_EPOCH):
+        for i in range(MICRO_PER_EPOCH):
             for shard in shards:
-                x, y = dataset[shard[i * _MICRO_BATCH:(i + 1) * _MICRO_BATCH]]
+                x, y = dataset[shard[i * MICRO_BATCH:(i + 1) * MICRO_BATCH]]
                 (F.mse_loss(model(x), y) * scale / 2).backward()  # DDP averages over the two ranks
-            if every_micro_batch or (i + 1) % _ACCUM_STEPS == 0:
+            if every_micro_batch or (i + 1) % ACCUM_STEPS == 0:
                 factor = next(factors)
                 for p in model.parameters():
                     p.grad.mul_(factor)
-            if (i + 1) % _ACCUM_STEPS == 0:
+            if (i + 1) % ACCUM_STEPS == 0:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
     return [p.detach() for p in model.parameters()]
@@ -215,10 +216,10 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
     ranks = seen["ranks"]
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(isinstance(r, dict) for r in ranks)):
         malformed("per-rank observation")
-    epochs, want_epochs = ranks[0]["epochs"], list(range(_ACCUM_EPOCHS))
+    epochs, want_epochs = ranks[0]["epochs"], list(range(ACCUM_EPOCHS))
     if epochs != want_epochs:
-        late = [0, *range(_ACCUM_EPOCHS - 1)]
-        fail("missing-set-epoch" if epochs == [0] * _ACCUM_EPOCHS else "set-epoch-too-late" if epochs == late
+        late = [0, *range(ACCUM_EPOCHS - 1)]
+        fail("missing-set-epoch" if epochs == [0] * ACCUM_EPOCHS else "set-epoch-too-late" if epochs == late
              else "wrong-set-epoch", observed=f"the sampler's epoch when each epoch started: {epochs}",
              expected=f"{want_epochs}", cause="the sampler's epoch did not follow the loop's: an epoch whose sampler "
              "epoch repeats shuffles (and shards) the data as an earlier one did" if epochs != late else "the "
@@ -232,17 +233,17 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
              expected="identical weights on every rank", cause="the optimizer stepped on gradients that were never "
              "all-reduced: no_sync() was active on the micro-batch before the step (the condition is inverted)",
              where="which micro-batches run under no_sync()")
-    steps = _ACCUM_EPOCHS * _MICRO_PER_EPOCH // _ACCUM_STEPS
+    steps = ACCUM_EPOCHS * MICRO_PER_EPOCH // ACCUM_STEPS
     if ranks[0]["syncs"] != steps:
-        fail("syncs-every-micro-step" if ranks[0]["syncs"] == _ACCUM_EPOCHS * _MICRO_PER_EPOCH else "wrong-sync-count",
+        fail("syncs-every-micro-step" if ranks[0]["syncs"] == ACCUM_EPOCHS * MICRO_PER_EPOCH else "wrong-sync-count",
              observed=f"{ranks[0]['syncs']} gradient all-reduces for {steps} optimizer steps",
              expected=f"{steps}: one per optimizer step", cause="every backward under DDP all-reduces the gradients; "
              "during accumulation that is wasted communication, since only the last micro-batch's sum is used",
              where="which micro-batches run under no_sync()")
-    want = _accum_reference(case, want_epochs, 1 / _ACCUM_STEPS)
+    want = _accum_reference(case, want_epochs, 1 / ACCUM_STEPS)
     if close_tensors(first, want, atol=1e-5, rtol=1e-4, dtype=False):
         return "one all-reduce per optimizer step, averaged micro-batch losses, a new shard each epoch"
-    if close_tensors(first, _accum_reference(case, want_epochs, 1 / _ACCUM_STEPS, every_micro_batch=True),
+    if close_tensors(first, _accum_reference(case, want_epochs, 1 / ACCUM_STEPS, every_micro_batch=True),
                      atol=1e-5, rtol=1e-4, dtype=False):
         fail("syncs-every-micro-step", observed="the weights show an all-reduce after every micro-batch (the check's "
              "all-reduce scales its result by a known factor, so each one shows in the weights)",
@@ -251,14 +252,14 @@ def _judge_ddp_accumulation(seen: dict, *, case: Case) -> str:
              "is used", where="which micro-batches run under no_sync()")
     if close_tensors(first, _accum_reference(case, want_epochs, 1.0), atol=1e-5, rtol=1e-4, dtype=False):
         fail("loss-not-scaled", observed="the weights match steps on the SUM of the micro-batches' gradients",
-             expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS})",
+             expected=f"steps on their mean (each loss divided by accum_steps={ACCUM_STEPS})",
              cause="accumulating unscaled losses multiplies the effective learning rate by accum_steps",
              where="the loss each micro-batch backpropagates")
-    for scale, what in ((1 / (_ACCUM_STEPS * 2), "divided by accum_steps and by the world size"),
+    for scale, what in ((1 / (ACCUM_STEPS * 2), "divided by accum_steps and by the world size"),
                         (1 / 2, "divided by the world size instead of accum_steps")):
         if close_tensors(first, _accum_reference(case, want_epochs, scale), atol=1e-5, rtol=1e-4, dtype=False):
             fail("loss-divided-by-world-size", observed=f"the weights match steps on micro-batch losses {what}",
-                 expected=f"steps on their mean (each loss divided by accum_steps={_ACCUM_STEPS} only)",
+                 expected=f"steps on their mean (each loss divided by accum_steps={ACCUM_STEPS} only)",
                  cause="DDP already averages the gradients over the ranks in its all-reduce: dividing the loss by "
                  "world_size as well scales every step by 1 / world_size", where="the loss each micro-batch "
                  "backpropagates")
@@ -300,8 +301,8 @@ def _judge_barrier(seen: dict, *, case: Case) -> str:
     if ranks[0]["saves"] != 1:
         fail("rank0-did-not-save", observed=f"rank 0 called torch.save {ranks[0]['saves']} time(s)",
              expected="one save on rank 0", cause="the rank test is inverted", where="if dist.get_rank() == 0:")
-    want = list(_barrier_model(case.seeded(10)).parameters())
-    stale = list(_barrier_model(case.seeded(99)).parameters())
+    want = list(barrier_model(case.seeded(10)).parameters())
+    stale = list(barrier_model(case.seeded(99)).parameters())
     for rank, observed in enumerate(ranks):
         params = observed["params"]
         if not (isinstance(params, list) and len(params) == len(want)
@@ -339,7 +340,7 @@ def _judge_shards(seen: dict, *, case: Case) -> str:
              "does, to know what it guarantees (and what padding and set_epoch are for)",
              where="one seeded permutation, padded, then order[rank::world_size]")
     results = seen["results"]
-    configs = _shard_configs(case)
+    configs = shard_configs(case)
     if not isinstance(results, list) or len(results) != len(configs):
         malformed("the observation is not one the probe writes")
     for (n, world), result in zip(configs, results, strict=True):
@@ -428,20 +429,20 @@ add_answers(
 add_answers(
     Answers(
         drill_id="ddp-set-epoch",
-        solution=edited(_SET_EPOCH_STARTER, _SET_EPOCH_FIX),
+        solution=edited(SET_EPOCH_STARTER, _SET_EPOCH_FIX),
         wrong_answers=(
-            (edited(_SET_EPOCH_STARTER,
+            (edited(SET_EPOCH_STARTER,
                     ("    for epoch in range(epochs):\n",
                      "    for epoch in range(epochs):\n        sampler.set_epoch(0)\n")),
              "missing-set-epoch"),
-            (edited(_SET_EPOCH_STARTER,
+            (edited(SET_EPOCH_STARTER,
                     ("for i in batch])\n", "for i in batch])\n        sampler.set_epoch(epoch)\n")),
              "set-epoch-too-late"),
-            (edited(_SET_EPOCH_STARTER,
+            (edited(SET_EPOCH_STARTER,
                     ("shuffle=True, seed=seed", "shuffle=True, seed=seed + rank"),
                     _SET_EPOCH_FIX),
              "ranks-overlap"),
-            (edited(_SET_EPOCH_STARTER, (", seed=seed)", ")"), _SET_EPOCH_FIX),
+            (edited(SET_EPOCH_STARTER, (", seed=seed)", ")"), _SET_EPOCH_FIX),
              "seed-ignored"),
         ),
         judge=_judge_set_epoch,

@@ -15,13 +15,13 @@ from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import describe
 from harness.drills.bank.from_scratch import (
-    _ADAMW_STARTER,
-    _ADAMW_STEPS,
-    _BETAS,
-    _EPS,
-    _LN_STARTER,
-    _adamw_setup,
-    _ln_inputs,
+    ADAMW_STARTER,
+    ADAMW_STEPS,
+    BETAS,
+    EPS,
+    LN_STARTER,
+    adamw_setup,
+    ln_inputs,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -73,7 +73,7 @@ def _judge_layer_norm(seen: dict, *, case: Case) -> str:
         "native_layer_norm": "the drill asks you to write LayerNorm, not to call it",
         "group_norm": "GroupNorm with one group is LayerNorm under another name",
     }, where="the drill's prompt")
-    inputs, results = _ln_inputs(case), seen.get("results")
+    inputs, results = ln_inputs(case), seen.get("results")
     if not (isinstance(results, list) and len(results) == len(inputs)
             and all(isinstance(r, dict) and isinstance(r.get("grads"), list) and len(r["grads"]) == 3
                     for r in results)):
@@ -114,7 +114,7 @@ def _judge_layer_norm(seen: dict, *, case: Case) -> str:
             f"no layer_norm call or kernel was seen ({SELF_CHECKED})")
 
 
-_LN_SOLUTION = edited(_LN_STARTER,
+_LN_SOLUTION = edited(LN_STARTER,
                       ("    raise NotImplementedError\n",
                        "    dims = tuple(range(-len(normalized_shape), 0))\n"
                        "    mean = x.mean(dim=dims, keepdim=True)\n"
@@ -125,11 +125,11 @@ _LN_SOLUTION = edited(_LN_STARTER,
 def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool = True, decay_lr: bool = True,
                    eps_inside: bool = False, decay_after: bool = False) -> list[list[torch.Tensor]]:
     """The parameters after each step of AdamW written with one of the usual mistakes."""
-    params, grads, lr, weight_decay = _adamw_setup(case)
+    params, grads, lr, weight_decay = adamw_setup(case)
     params = [p.clone() for p in params]
     m = [torch.zeros_like(p) for p in params]
     v = [torch.zeros_like(p) for p in params]
-    beta1, beta2 = _BETAS
+    beta1, beta2 = BETAS
     trace = []
     for step, step_grads in enumerate(grads, start=1):
         for i, (p, g) in enumerate(zip(params, step_grads, strict=True)):
@@ -141,7 +141,7 @@ def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool =
             v[i] = beta2 * v[i] + (1 - beta2) * g * g
             m_hat = m[i] / (1 - beta1 ** step) if bias_correction else m[i]
             v_hat = v[i] / (1 - beta2 ** step) if bias_correction else v[i]
-            denom = (v_hat + _EPS).sqrt() if eps_inside else v_hat.sqrt() + _EPS
+            denom = (v_hat + EPS).sqrt() if eps_inside else v_hat.sqrt() + EPS
             p.sub_(lr * m_hat / denom)
             if decay_after:
                 p.mul_(1 - lr * weight_decay)
@@ -150,9 +150,9 @@ def _adamw_variant(case: Case, *, coupled: bool = False, bias_correction: bool =
 
 
 def _adamw_reference(case: Case) -> list[list[torch.Tensor]]:
-    params, grads, lr, weight_decay = _adamw_setup(case)
+    params, grads, lr, weight_decay = adamw_setup(case)
     params = [p.clone().requires_grad_() for p in params]
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=_BETAS, eps=_EPS, weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay)
     trace = []
     for step_grads in grads:
         for p, g in zip(params, step_grads, strict=True):
@@ -195,14 +195,14 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
             isinstance(t, list) and len(t) == 2 for t in trace)):
         malformed("not the parameters after each step")
 
-    def matches(reference: list[list[torch.Tensor]], upto: int = _ADAMW_STEPS) -> bool:
+    def matches(reference: list[list[torch.Tensor]], upto: int = ADAMW_STEPS) -> bool:
         return all(close_values(g, w, rtol=1e-5, atol=1e-7) for got_step, want_step in
                    zip(trace[:upto], reference[:upto], strict=True) for g, w in zip(got_step, want_step, strict=True))
 
     if matches(want):
         return ("the parameters match torch.optim.AdamW over four steps, tiny gradients included; no call into "
                 f"torch.optim was seen ({SELF_CHECKED})")
-    initial = _adamw_setup(case)[0]
+    initial = adamw_setup(case)[0]
     if all(close_values(g, w, rtol=0, atol=0) for g, w in zip(trace[0], initial, strict=True)):
         fail("not-in-place", observed="the parameters did not change after a step",
              expected="each parameter updated in place", cause="a new tensor assigned to a local name "
@@ -212,7 +212,7 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
         if matches(_adamw_variant(case, **flags)):
             fail(code, observed="the parameters differ from torch.optim.AdamW's after the first steps",
                  expected="torch.optim.AdamW's parameters", cause=cause, where=f"adamw_step: {fix}")
-    step = next(s for s in range(_ADAMW_STEPS) if not matches(want, s + 1))
+    step = next(s for s in range(ADAMW_STEPS) if not matches(want, s + 1))
     worst = max(max_difference(g, w) for g, w in zip(trace[step], want[step], strict=True))
     fail("wrong-value", observed=f"after step {step + 1} the parameters differ from torch.optim.AdamW's by up to "
          f"{worst:.3g}", expected="torch.optim.AdamW's parameters", cause="the parameters match none of the "
@@ -221,7 +221,7 @@ def _judge_adamw(seen: dict, *, case: Case) -> str:
          where="adamw_step")
 
 
-_ADAMW_SOLUTION = edited(_ADAMW_STARTER,
+_ADAMW_SOLUTION = edited(ADAMW_STARTER,
                          ("    raise NotImplementedError\n",
                           "    beta1, beta2 = betas\n"
                           "    for p, state in zip(params, states):\n"
@@ -282,7 +282,7 @@ add_answers(
                     ("        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n",
                      "        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))\n        p.mul_(1 - lr * weight_decay)\n")),
              "decay-after-update"),
-            (edited(_ADAMW_STARTER,
+            (edited(ADAMW_STARTER,
                     ("    raise NotImplementedError\n",
                      "    opt = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)\n"
                      "    for p, s in zip(params, states):\n"

@@ -16,14 +16,14 @@ from harness.contract.compare import close_tensors, close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.memory import (
-    _ACC_LR,
-    _ACC_STARTER,
-    _UNEVEN_STARTER,
-    _acc_inputs,
-    _activation_checkpoint_inputs,
-    _activation_models,
-    _adam_models,
-    _uneven_inputs,
+    ACC_LR,
+    ACC_STARTER,
+    UNEVEN_STARTER,
+    acc_inputs,
+    activation_checkpoint_inputs,
+    activation_models,
+    adam_models,
+    uneven_inputs,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited, with_fixes
@@ -36,7 +36,7 @@ _TOLERANCE = {"atol": 1e-6, "rtol": 1e-4, "dtype": False}  # for every list of t
 
 def _judge_adam_state(seen: dict, *, case: Case) -> str:
     got_all = seen.get("bytes")
-    models = _adam_models(case)
+    models = adam_models(case)
     if not isinstance(got_all, list) or len(got_all) != len(models):
         malformed("the observation is not one the probe writes")
     for model, got in zip(models, got_all, strict=True):
@@ -76,7 +76,7 @@ def adam_state_bytes(model):
 
 def _judge_activation_bytes(seen: dict, *, case: Case) -> str:
     got_all = seen.get("bytes")
-    models = _activation_models(case)
+    models = activation_models(case)
     if not isinstance(got_all, list) or len(got_all) != len(models):
         malformed("the observation is not one the probe writes")
     for (model, x), got in zip(models, got_all, strict=True):
@@ -120,7 +120,7 @@ def activation_bytes(model, x):
 
 
 def _judge_checkpointed(seen: dict, *, case: Case) -> str:
-    blocks, x = _activation_checkpoint_inputs(case)
+    blocks, x = activation_checkpoint_inputs(case)
     h = x
     for block in blocks:
         h = block(h)
@@ -156,7 +156,7 @@ def _chunk_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, micro: 
 
 
 def _judge_uneven(seen: dict, *, case: Case) -> str:
-    model, x, y, micro = _uneven_inputs(case)
+    model, x, y, micro = uneven_inputs(case)
     got = seen.get("gradient")
     sizes = [len(chunk) for chunk in x.split(micro)]
     chunks = _chunk_gradients(model, x, y, micro)
@@ -184,7 +184,7 @@ def _judge_uneven(seen: dict, *, case: Case) -> str:
 
 
 def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
-    model, micro, accum = _acc_inputs(case)
+    model, micro, accum = acc_inputs(case)
     params = list(model.parameters())
     records = seen.get("steps")
     groups = [micro[i:i + accum] for i in range(0, len(micro), accum)]
@@ -201,7 +201,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
             malformed("step record")
         if len(got_params) != len(params) or not close_tensors(got_params, [p.detach() for p in params], **_TOLERANCE):
             fail("wrong-updates", observed=f"before step {step} the weights differ from the reference's",
-                 expected=f"w <- w - {_ACC_LR} * the group's mean gradient", cause="an extra update, or a wrong "
+                 expected=f"w <- w - {ACC_LR} * the group's mean gradient", cause="an extra update, or a wrong "
                  "gradient at an earlier step", where="the training loop")
         per_micro = []
         for x, y in group:
@@ -234,7 +234,7 @@ def _judge_accumulation_bugs(seen: dict, *, case: Case) -> str:
                  where="the training loop")
         with torch.no_grad():
             for p, g in zip(params, want, strict=True):
-                p -= _ACC_LR * g
+                p -= ACC_LR * g
     final = seen.get("final")
     if not isinstance(final, list) or len(final) != len(params) or not close_tensors(
             final, [p.detach() for p in params], **_TOLERANCE):
@@ -284,7 +284,7 @@ _ACC_FIXES = {
 
 
 def _acc_fixed(*names: str) -> str:
-    return with_fixes(_ACC_STARTER, *(_ACC_FIXES[name] for name in names))
+    return with_fixes(ACC_STARTER, *(_ACC_FIXES[name] for name in names))
 
 
 add_answers(
@@ -364,10 +364,10 @@ def activation_bytes(model, x):
 add_answers(
     Answers(
         drill_id="memory-uneven-accumulation",
-        solution=edited(_UNEVEN_STARTER, ("/ len(chunks)", "* (len(xb) / len(x))")),
+        solution=edited(UNEVEN_STARTER, ("/ len(chunks)", "* (len(xb) / len(x))")),
         wrong_answers=(
-            (edited(_UNEVEN_STARTER, ("/ len(chunks)", "")), "losses-summed"),
-            (edited(_UNEVEN_STARTER,
+            (edited(UNEVEN_STARTER, ("/ len(chunks)", "")), "losses-summed"),
+            (edited(UNEVEN_STARTER,
                     ("(nn.functional.mse_loss(model(xb), yb) / len(chunks))",
                      "(nn.functional.mse_loss(model(xb), yb, reduction='sum') / micro_batch_size)")),
              "divided-by-micro-batch-size"),

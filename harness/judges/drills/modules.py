@@ -17,11 +17,11 @@ from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.modules import (
-    _buffer_case,
-    _freeze_setup,
-    _groups_decay,
-    _groups_model,
-    _mlp_cases,
+    buffer_case,
+    freeze_setup,
+    groups_decay,
+    groups_model,
+    mlp_cases,
 )
 from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
@@ -54,7 +54,7 @@ def _reference_plain_list_mlp(params: list[torch.Tensor], sizes: list[int], x: t
 
 def _judge_mlp(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
-    cases = _mlp_cases(case)
+    cases = mlp_cases(case)
     if not isinstance(results, list) or len(results) != len(cases) or not all(isinstance(r, dict) for r in results):
         malformed("results missing")
     for (sizes, x), result in zip(cases, results, strict=True):
@@ -83,7 +83,7 @@ def _judge_mlp(seen: dict, *, case: Case) -> str:
 
 
 def _judge_module_param_groups(seen: dict, *, case: Case) -> str:
-    model = _groups_model(case)
+    model = groups_model(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
         malformed("groups missing")
@@ -109,7 +109,7 @@ def _judge_module_param_groups(seen: dict, *, case: Case) -> str:
              expected="decay on the Linear/Conv weights only: not on biases, not on LayerNorm/BatchNorm weights",
              cause="weight decay pulls norm scales and biases towards 0, which hurts; select by module type or "
              "by p.ndim < 2 (a name test for 'bias' misses the norms' weights)", where="the decay condition")
-    decay = _groups_decay(case)
+    decay = groups_decay(case)
     for g in groups:
         if g["names"] and g["weight_decay"] > 0 and abs(g["weight_decay"] - decay) > 1e-12:
             fail("wrong-decay-value", observed=f"weight_decay {g['weight_decay']}", expected=f"the weight_decay "
@@ -131,7 +131,7 @@ def _short(value: Any) -> str:
 
 
 def _judge_buffer(seen: dict, *, case: Case) -> str:
-    features, momentum, train, evaluation = _buffer_case(case)
+    features, momentum, train, evaluation = buffer_case(case)
     if _str_list(seen.get("parameters"), "parameters"):
         fail("stat-is-parameter", observed=f"the module has parameters {seen['parameters']}", expected="none: the "
              "statistic is a buffer", cause="a Parameter would be trained by the optimizer",
@@ -185,7 +185,7 @@ _BUFFER_SOLUTION = (
 
 
 def _judge_freeze(seen: dict, *, case: Case) -> str:
-    model, x, y = _freeze_setup(case)
+    model, x, y = freeze_setup(case)
     flags, grads = seen.get("requires_grad"), seen.get("grads")
     names = [name for name, _ in model.named_parameters()]
     if not isinstance(flags, dict) or not isinstance(grads, dict) or sorted(flags) != sorted(names) \

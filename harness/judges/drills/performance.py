@@ -15,10 +15,10 @@ from harness.contract.compare import close_tensors, malformed, number
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.performance import (
-    _LOG_LR,
-    _loader_settings_dataset,
-    _log_inputs,
-    _metrics_inputs,
+    LOG_LR,
+    loader_settings_dataset,
+    log_inputs,
+    metrics_inputs,
 )
 from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
@@ -26,7 +26,7 @@ from harness.judges.drills.whys import add_answers
 
 
 def _judge_epoch_metrics(seen: dict, *, case: Case) -> str:
-    model, epochs = _metrics_inputs(case)
+    model, epochs = metrics_inputs(case)
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != len(epochs):
         malformed("epoch_metrics results missing")
@@ -79,8 +79,8 @@ def _metrics_cause(model: nn.Module, batches: list, loss: float, accuracy: float
 
 
 def _judge_log_every(seen: dict, *, case: Case) -> str:
-    model, batches, log_every = _log_inputs(case)
-    optimizer = torch.optim.SGD(model.parameters(), lr=_LOG_LR)
+    model, batches, log_every = log_inputs(case)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LOG_LR)
     losses, expected_params = [], []
     for x, y in batches:  # the reference run: a few steps of a tiny model
         expected_params.append([p.detach().clone() for p in model.parameters()])
@@ -99,7 +99,7 @@ def _judge_log_every(seen: dict, *, case: Case) -> str:
             malformed("step record")
         if not close_tensors(got, want, atol=1e-5, rtol=1e-5, dtype=False):
             fail("wrong-updates", observed=f"the weights before step {step} differ from plain SGD's",
-                 expected=f"w <- w - {_LOG_LR} * the gradient of each batch's loss alone",
+                 expected=f"w <- w - {LOG_LR} * the gradient of each batch's loss alone",
                  cause="this is not plain SGD on each batch's own gradient: zero_grad(set_to_none=True) at every "
                  "step (gradients add up otherwise), cross_entropy, backward, step", where="the training loop")
     windows = [sum(losses[i:i + log_every]) / len(losses[i:i + log_every]) for i in range(0, len(losses), log_every)]
@@ -148,7 +148,7 @@ def train_logged(model, optimizer, batches, log_every):
 
 
 def _judge_loader_settings(seen: dict, *, case: Case) -> str:
-    _, batch_size = _loader_settings_dataset(case)
+    _, batch_size = loader_settings_dataset(case)
     for device_type in ("cuda", "cpu"):
         got = seen.get(device_type)
         if not isinstance(got, dict):

@@ -18,15 +18,15 @@ from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.repro import (
-    _LOADER_STARTER,
-    _SPLIT_MODEL_STARTER,
-    _WIDTHS,
-    _loader_inputs,
-    _rng_draws,
-    _seed_everything,
-    _split_configs,
-    _split_model_inputs,
-    _worker_inputs,
+    LOADER_STARTER,
+    SPLIT_MODEL_STARTER,
+    WIDTHS,
+    loader_inputs,
+    rng_draws,
+    seed_everything,
+    split_configs,
+    split_model_inputs,
+    worker_inputs,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -39,9 +39,9 @@ def _int_list(value: Any) -> bool:
 
 def _judge_split(seen: dict, *, case: Case) -> str:
     results = seen["results"]
-    if not isinstance(results, list) or len(results) != len(_split_configs(case)):
+    if not isinstance(results, list) or len(results) != len(split_configs(case)):
         malformed("the observation is not one the probe writes")
-    for (n, fraction, seed), result in zip(_split_configs(case), results, strict=True):
+    for (n, fraction, seed), result in zip(split_configs(case), results, strict=True):
         train, val = result["train"], result["val"]
         if not (_int_list(train) and _int_list(val)):
             fail("wrong-format", observed=f"split_indices returned {describe(train)}, {describe(val)}",
@@ -71,7 +71,7 @@ def _judge_split(seen: dict, *, case: Case) -> str:
 
 
 def _judge_generator_loader(seen: dict, *, case: Case) -> str:
-    dataset, _ = _loader_inputs(case)
+    dataset, _ = loader_inputs(case)
     orders = seen["orders"]
     if not (isinstance(orders, list) and len(orders) == 2 and all(isinstance(o, list) and len(o) == 2 and all(
             _int_list(e) for e in o) for o in orders)):
@@ -115,7 +115,7 @@ def _caller_draws(case: Case) -> dict[str, float]:
 
 
 def _judge_workers(seen: dict, *, case: Case) -> str:
-    n, _ = _worker_inputs(case)
+    n, _ = worker_inputs(case)
     runs = [seen["first"], seen["second"], seen["other_seed"]]
     for run, count in zip(runs, (2, 1, 1), strict=True):
         if not isinstance(run, list) or len(run) != count or not all(
@@ -189,11 +189,11 @@ def _reference_model(hidden: int, seed: int) -> tuple[nn.Module, torch.Tensor]:
 
 
 def _judge_split_model(seen: dict, *, case: Case) -> str:
-    dataset, seed = _split_model_inputs(case)
+    dataset, seed = split_model_inputs(case)
     n, runs = len(dataset), seen["runs"]
-    if not isinstance(runs, list) or len(runs) != len(_WIDTHS):
+    if not isinstance(runs, list) or len(runs) != len(WIDTHS):
         malformed("runs")
-    for hidden, run in zip(_WIDTHS, runs, strict=True):
+    for hidden, run in zip(WIDTHS, runs, strict=True):
         train, val = run["train"], run["val"]
         if not (_int_list(train) and _int_list(val)) or sorted(train + val) != list(range(n)) or len(val) != n // 5:
             fail("wrong-split", observed=f"hidden={hidden}: a split of {describe(train)} and {describe(val)}",
@@ -212,12 +212,12 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
                  "and the split")
         run["rng_expected"] = rng_after
     if runs[0]["val"] != runs[1]["val"]:
-        fail("split-moves-with-model", observed=f"hidden={_WIDTHS[0]} and hidden={_WIDTHS[1]} validate on "
+        fail("split-moves-with-model", observed=f"hidden={WIDTHS[0]} and hidden={WIDTHS[1]} validate on "
              "different samples", expected="the same validation set whatever the model",
              cause="random_split draws from the global RNG after the model's initialisation, which consumes a "
              "number of random values that depends on the width", where="the randomness random_split "
              "draws from")
-    for hidden, run in zip(_WIDTHS, runs, strict=True):
+    for hidden, run in zip(WIDTHS, runs, strict=True):
         if not isinstance(run["rng"], torch.Tensor) or not same_values(run["rng"], run["rng_expected"], dtype=False):
             fail("uses-global-rng", observed=f"hidden={hidden}: torch's global RNG after prepare() is not where the "
                  "model's initialisation left it", expected="the split drawn without touching the global RNG",
@@ -231,7 +231,7 @@ def _judge_split_model(seen: dict, *, case: Case) -> str:
     return "the validation set is fixed by the seed alone, and the model's initialisation is untouched"
 
 
-_SPLIT_MODEL_SOLUTION = edited(_SPLIT_MODEL_STARTER,
+_SPLIT_MODEL_SOLUTION = edited(SPLIT_MODEL_STARTER,
                                ("[len(dataset) - n_val, n_val])",
                                 "[len(dataset) - n_val, n_val],\n"
                                 "                                      generator=torch.Generator().manual_seed(seed))"))
@@ -245,9 +245,9 @@ _STREAMS = {"python": "Python's random (random.getstate / setstate)",
 
 def _judge_rng(seen: dict, *, case: Case) -> str:
     generator = torch.Generator()
-    _seed_everything(case, 0, generator)
-    _rng_draws(generator)
-    want = _rng_draws(generator)
+    seed_everything(case, 0, generator)
+    rng_draws(generator)
+    want = rng_draws(generator)
 
     def same(got: Any, expected: Any) -> bool:
         if isinstance(expected, torch.Tensor):
@@ -324,16 +324,16 @@ add_answers(
 add_answers(
     Answers(
         drill_id="repro-two-runs-differ",
-        solution=edited(_LOADER_STARTER,
+        solution=edited(LOADER_STARTER,
                         ("shuffle=True)",
                          "shuffle=True,\n                      "
                          "generator=torch.Generator().manual_seed(seed))")),
         wrong_answers=(
-            (edited(_LOADER_STARTER,
+            (edited(LOADER_STARTER,
                     ("    return DataLoader", "    torch.manual_seed(seed)\n    return DataLoader")),
              "reseeds-global-rng"),
-            (edited(_LOADER_STARTER, ("shuffle=True)", "shuffle=True, generator=torch.Generator())")), "seed-ignored"),
-            (edited(_LOADER_STARTER, ("shuffle=True)", "shuffle=False)")), "not-shuffled"),
+            (edited(LOADER_STARTER, ("shuffle=True)", "shuffle=True, generator=torch.Generator())")), "seed-ignored"),
+            (edited(LOADER_STARTER, ("shuffle=True)", "shuffle=False)")), "not-shuffled"),
         ),
         judge=_judge_generator_loader,
     )
@@ -392,18 +392,18 @@ add_answers(
         drill_id="repro-split-moves-with-model",
         solution=_SPLIT_MODEL_SOLUTION,
         wrong_answers=(
-            (edited(_SPLIT_MODEL_STARTER,
+            (edited(SPLIT_MODEL_STARTER,
                     ("    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))\n",
                      ""),
                     ("    return model,",
                      "    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))\n"
                      "    return model,")),
              "model-init-changed"),
-            (edited(_SPLIT_MODEL_STARTER,
+            (edited(SPLIT_MODEL_STARTER,
                     ("    train_set, val_set = random_split",
                      "    torch.manual_seed(seed)\n    train_set, val_set = random_split")),
              "uses-global-rng"),
-            (edited(_SPLIT_MODEL_STARTER,
+            (edited(SPLIT_MODEL_STARTER,
                     ("[len(dataset) - n_val, n_val])",
                      "[len(dataset) - n_val, n_val], generator=torch.Generator())")),
              "seed-ignored"),

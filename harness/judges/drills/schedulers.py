@@ -14,26 +14,26 @@ from harness.contract.case import Case
 from harness.contract.compare import close_tensors, isclose_number, isclose_numbers, malformed
 from harness.contract.failure import fail
 from harness.drills.bank.schedulers import (
-    _GRAN_EPOCHS,
-    _GRANULARITY_STARTER,
-    _ONECYCLE_STARTER,
-    _PLATEAU_EPOCHS,
-    _PLATEAU_STARTER,
-    _RESUME_AT,
-    _RESUME_LATER,
-    _RESUME_STARTER,
-    _gran_setup,
-    _group_setup,
-    _onecycle_setup,
-    _plateau_data,
-    _plateau_metric_model,
-    _plateau_run,
-    _resume_batches,
-    _resume_objects,
-    _resume_step,
-    _warmup_configs,
-    _warmup_queries,
-    _warmup_setup,
+    GRAN_EPOCHS,
+    GRANULARITY_STARTER,
+    ONECYCLE_STARTER,
+    PLATEAU_EPOCHS,
+    PLATEAU_STARTER,
+    RESUME_AT,
+    RESUME_LATER,
+    RESUME_STARTER,
+    gran_setup,
+    group_setup,
+    onecycle_setup,
+    plateau_data,
+    plateau_metric_model,
+    plateau_run,
+    resume_batches,
+    resume_objects,
+    resume_step,
+    warmup_configs,
+    warmup_queries,
+    warmup_setup,
 )
 from harness.drills.core import Answers, add_judge, choice_answers
 from harness.drills.support import edited
@@ -90,12 +90,12 @@ def _warmup_cosine_cause(got: float, slips: dict[str, float | None]) -> str:
 
 
 def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
-    values, queries = seen.get("values"), _warmup_queries(case)
+    values, queries = seen.get("values"), warmup_queries(case)
     if not isinstance(values, list) or len(values) != len(queries) or not all(isinstance(v, float) for v in values):
         malformed("values malformed")
     for got, (step, warmup, total) in zip(values, queries, strict=True):
         require_warmup_cosine_factor(got, step, warmup, total)
-    warmup, total = _warmup_configs(case)[0]
+    warmup, total = warmup_configs(case)[0]
     got = [lr[0] for lr in _lrs(seen.get("lrs"))]
     want = [0.1 * _expected_factor(s, warmup, total)["want"] for s in range(warmup + 3)]
     if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
@@ -108,11 +108,11 @@ add_judge("schedulers-warmup-cosine", _judge_warmup_cosine)  # its answers and r
 
 
 def _judge_granularity(seen: dict, *, case: Case) -> str:
-    lr, n_batches = _gran_setup(case)
+    lr, n_batches = gran_setup(case)
     got = [v[0] for v in _lrs(seen.get("lrs"))]
-    want = [lr * 0.1 ** (epoch // 2) for epoch in range(_GRAN_EPOCHS) for _ in range(n_batches)]
+    want = [lr * 0.1 ** (epoch // 2) for epoch in range(GRAN_EPOCHS) for _ in range(n_batches)]
     if len(got) != len(want):
-        fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)} ({_GRAN_EPOCHS} epochs of "
+        fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)} ({GRAN_EPOCHS} epochs of "
              f"{n_batches} batches)", cause="the batch loop was changed",
              where="the optimizer.step() calls in the batch loop")
     if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
@@ -131,7 +131,7 @@ def _plateau_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 
 
 def _with_params(case: Case, params: object) -> nn.Sequential:
-    model = _plateau_metric_model(case)
+    model = plateau_metric_model(case)
     shapes = [p.shape for p in model.parameters()]
     if (not isinstance(params, list) or len(params) != len(shapes)
             or any(not isinstance(t, torch.Tensor) or t.shape != s for t, s in zip(params, shapes, strict=True))):
@@ -146,14 +146,14 @@ def _judge_plateau(seen: dict, *, case: Case) -> str:
     records, before_steps = seen.get("scheduler_steps"), seen.get("optimizer_params")
     if not isinstance(records, list) or not isinstance(before_steps, list):
         malformed("records missing")
-    train_batches, val_batches = _plateau_data(case)
+    train_batches, val_batches = plateau_data(case)
     n_train = len(train_batches)
-    if len(records) != _PLATEAU_EPOCHS:
-        fail("plateau-step-count", observed=f"scheduler.step() ran {len(records)} times in {_PLATEAU_EPOCHS} epochs",
-             expected=f"{_PLATEAU_EPOCHS}: once per epoch, after validation", cause="stepping it per batch makes "
+    if len(records) != PLATEAU_EPOCHS:
+        fail("plateau-step-count", observed=f"scheduler.step() ran {len(records)} times in {PLATEAU_EPOCHS} epochs",
+             expected=f"{PLATEAU_EPOCHS}: once per epoch, after validation", cause="stepping it per batch makes "
              "`patience` count batches", where="after the validation loop")
-    if len(before_steps) != _PLATEAU_EPOCHS * n_train:
-        fail("step-count", observed=f"{len(before_steps)} optimizer steps", expected=f"{_PLATEAU_EPOCHS * n_train}",
+    if len(before_steps) != PLATEAU_EPOCHS * n_train:
+        fail("step-count", observed=f"{len(before_steps)} optimizer steps", expected=f"{PLATEAU_EPOCHS * n_train}",
              cause="the training loop was changed", where="the optimizer.step() calls in the training loop")
     with torch.no_grad():
         for epoch, record in enumerate(records):
@@ -192,7 +192,7 @@ def _onecycle_reference(max_lr: float, total: int) -> list[float]:
 
 
 def _judge_onecycle(seen: dict, *, case: Case) -> str:
-    max_lr, n_batches, epochs = _onecycle_setup(case)
+    max_lr, n_batches, epochs = onecycle_setup(case)
     got, want = [v[0] for v in _lrs(seen.get("lrs"))], _onecycle_reference(max_lr, epochs * n_batches)
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)}",
@@ -212,7 +212,7 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
     return "OneCycleLR stepped once per batch, after the optimizer"
 
 
-_ONECYCLE_SOLUTION = edited(_ONECYCLE_STARTER,
+_ONECYCLE_SOLUTION = edited(ONECYCLE_STARTER,
                             ("            optimizer.step()\n        scheduler.step()\n",
                              "            optimizer.step()\n            scheduler.step()\n"))
 
@@ -222,7 +222,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
     if not isinstance(got, list) or not all(isinstance(v, float) for v in got):
         malformed("learning rates malformed")
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
-    want = _plateau_run(lambda o: plateau(o, mode="max", factor=0.5, patience=2), case)
+    want = plateau_run(lambda o: plateau(o, mode="max", factor=0.5, patience=2), case)
     if isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
         return "halves the LR after 2 epochs without a better validation accuracy, and only then"
     for code, make, cause in (
@@ -231,7 +231,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         ("wrong-patience", lambda o: plateau(o, mode="max", factor=0.5), "the default patience is 10 epochs"),
         ("wrong-factor", lambda o: plateau(o, mode="max", patience=2), "the default factor is 0.1, not 0.5"),
     ):
-        if isclose_numbers(got, _plateau_run(make, case), rel_tol=1e-6, abs_tol=1e-12):
+        if isclose_numbers(got, plateau_run(make, case), rel_tol=1e-6, abs_tol=1e-12):
             fail(code, observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
                  cause=cause, where="ReduceLROnPlateau(optimizer, mode='max', factor=0.5, patience=2)")
     fail("wrong-schedule", observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
@@ -248,7 +248,7 @@ def make_scheduler(optimizer):
 
 
 def _judge_linear_warmup(seen: dict, *, case: Case) -> str:
-    warmup, bases = _warmup_setup(case)
+    warmup, bases = warmup_setup(case)
     got = _lrs(seen.get("lrs"), groups=2)
     if len(got) != warmup + 4:
         malformed("wrong number of recorded steps")
@@ -280,7 +280,7 @@ def make_warmup(optimizer, warmup):
 
 
 def _judge_param_group_lrs(seen: dict, *, case: Case) -> str:
-    lr, warmup = _group_setup(case)
+    lr, warmup = group_setup(case)
     groups = seen.get("groups")
     if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
         malformed("groups malformed")
@@ -331,12 +331,12 @@ def make_optimizer(model, lr, warmup):
 
 def _resume_reference(case: Case) -> tuple[list[list[torch.Tensor]], list[float]]:
     """Parameters before each step of the uninterrupted run (and after the last), and each step's LR."""
-    model, optimizer, scheduler = _resume_objects(case, 81)
+    model, optimizer, scheduler = resume_objects(case, 81)
     params, lrs = [], []
-    for batch in _resume_batches(case):
+    for batch in resume_batches(case):
         params.append([p.detach().clone() for p in model.parameters()])
         lrs.append(optimizer.param_groups[0]["lr"])
-        _resume_step(model, optimizer, scheduler, batch)
+        resume_step(model, optimizer, scheduler, batch)
     params.append([p.detach().clone() for p in model.parameters()])
     return params, lrs
 
@@ -344,23 +344,23 @@ def _resume_reference(case: Case) -> tuple[list[list[torch.Tensor]], list[float]
 def _judge_resume(seen: dict, *, case: Case) -> str:
     ref_params, ref_lrs = _resume_reference(case)
     loaded = seen.get("loaded")
-    if not isinstance(loaded, list) or len(loaded) != len(ref_params[_RESUME_AT]):
+    if not isinstance(loaded, list) or len(loaded) != len(ref_params[RESUME_AT]):
         malformed("the recorded parameters")
-    if not close_tensors(loaded, ref_params[_RESUME_AT], rtol=1e-5, atol=1e-7, dtype=False):
-        later = close_tensors(loaded, ref_params[_RESUME_AT + _RESUME_LATER], rtol=1e-5, atol=1e-7, dtype=False)
+    if not close_tensors(loaded, ref_params[RESUME_AT], rtol=1e-5, atol=1e-7, dtype=False):
+        later = close_tensors(loaded, ref_params[RESUME_AT + RESUME_LATER], rtol=1e-5, atol=1e-7, dtype=False)
         fail("checkpoint-aliases-live-weights" if later else "wrong-weights",
              observed="the weights restored from the snapshot are those of "
-             + (f"step {_RESUME_AT + _RESUME_LATER}, after training went on" if later else "no step of the run"),
-             expected=f"the weights of step {_RESUME_AT}, when the snapshot was taken",
+             + (f"step {RESUME_AT + RESUME_LATER}, after training went on" if later else "no step of the run"),
+             expected=f"the weights of step {RESUME_AT}, when the snapshot was taken",
              cause="state_dict() returns references to the live tensors: training after the snapshot changes it "
              "in place" if later else "the model's state is not saved or not loaded",
              where="the checkpoint dict save_checkpoint returns")
     got_lrs = [v[0] for v in _lrs(seen.get("lrs"))]
-    want_lrs = ref_lrs[_RESUME_AT:]
+    want_lrs = ref_lrs[RESUME_AT:]
     if len(got_lrs) != len(want_lrs):
         malformed("wrong number of recorded steps")
     if not isclose_numbers(got_lrs, want_lrs, rel_tol=1e-6, abs_tol=1e-12):
-        if isclose_numbers(got_lrs, ref_lrs[_RESUME_AT + 1:] + [got_lrs[-1]], rel_tol=1e-6, abs_tol=1e-12):
+        if isclose_numbers(got_lrs, ref_lrs[RESUME_AT + 1:] + [got_lrs[-1]], rel_tol=1e-6, abs_tol=1e-12):
             code, cause = "schedule-shifted", ("the scheduler was stepped after loading its state: the resumed run is "
                                                "one step ahead of the schedule")
         elif not isclose_number(got_lrs[0], want_lrs[0], rel_tol=1e-6, abs_tol=0.0):
@@ -377,11 +377,11 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
     if not isinstance(steps, list) or len(steps) != len(want_lrs):
         malformed("recorded steps malformed")
     for i, params in enumerate(steps):
-        if not isinstance(params, list) or len(params) != len(ref_params[_RESUME_AT + i]):
+        if not isinstance(params, list) or len(params) != len(ref_params[RESUME_AT + i]):
             malformed("the recorded parameters")
-        if not close_tensors(params, ref_params[_RESUME_AT + i], rtol=1e-5, atol=1e-7, dtype=False):
+        if not close_tensors(params, ref_params[RESUME_AT + i], rtol=1e-5, atol=1e-7, dtype=False):
             fail("optimizer-state-lost", observed=f"the resumed run's weights differ from the uninterrupted run's "
-                 f"at step {_RESUME_AT + i}", expected="the same trajectory as without the interruption",
+                 f"at step {RESUME_AT + i}", expected="the same trajectory as without the interruption",
                  cause="Adam's moments (exp_avg, exp_avg_sq) and step counts are not restored, or were restored from "
                  "a snapshot that kept changing (optimizer.state_dict() references the live state tensors)",
                  where="what the checkpoint holds for the optimizer, and what load_checkpoint restores")
@@ -399,22 +399,22 @@ _RESUME_SCHEDULER = (('model.state_dict()', 'model.state_dict(), "scheduler": sc
 
 
 def _resume_fixed(*fixes: tuple[str, str]) -> str:
-    return edited(_RESUME_STARTER, ("import torch\n", "import copy\n\nimport torch\n"), *fixes)
+    return edited(RESUME_STARTER, ("import torch\n", "import copy\n\nimport torch\n"), *fixes)
 
 
 add_answers(
     Answers(
         drill_id="schedulers-wrong-granularity",
-        solution=edited(_GRANULARITY_STARTER,
+        solution=edited(GRANULARITY_STARTER,
                         ("            optimizer.step()\n            scheduler.step()\n",
                          "            optimizer.step()\n"
                          "        scheduler.step()  # once per epoch\n")),
         wrong_answers=(
-            (edited(_GRANULARITY_STARTER,
+            (edited(GRANULARITY_STARTER,
                     ("            optimizer.step()\n            scheduler.step()\n",
                      "            scheduler.step()\n            optimizer.step()\n")),
              "scheduler-per-batch"),
-            (edited(_GRANULARITY_STARTER,
+            (edited(GRANULARITY_STARTER,
                     ("        model.train()\n", "        model.train()\n        scheduler.step()\n"),
                     ("            optimizer.step()\n            scheduler.step()\n",
                      "            optimizer.step()\n")),
@@ -428,13 +428,13 @@ add_answers(
 add_answers(
     Answers(
         drill_id="schedulers-plateau-metric",
-        solution=edited(_PLATEAU_STARTER,
+        solution=edited(PLATEAU_STARTER,
                         ("scheduler.step(total / len(train_batches))", "scheduler.step(val_loss)")),
         wrong_answers=(
-            (edited(_PLATEAU_STARTER,
+            (edited(PLATEAU_STARTER,
                     ("scheduler.step(total / len(train_batches))", "scheduler.step(loss)")),
              "plateau-on-last-batch-loss"),
-            (edited(_PLATEAU_STARTER,
+            (edited(PLATEAU_STARTER,
                     ("        scheduler.step(total / len(train_batches))\n", ""),
                     ("            total += loss.detach()\n",
                      "            total += loss.detach()\n"

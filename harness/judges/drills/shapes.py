@@ -17,15 +17,15 @@ from harness.contract.compare import close_values, malformed, max_difference, nu
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.shapes import (
-    _B,
-    _D,
-    _H,
-    _HEADS_STARTER,
-    _LOSS_STARTER,
-    _SIZES,
-    _T,
-    _broadcast_loss_inputs,
-    _heads_inputs,
+    BROADCAST_BATCHES,
+    HEADS_STARTER,
+    LOSS_STARTER,
+    B,
+    D,
+    H,
+    T,
+    broadcast_loss_inputs,
+    heads_inputs,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -33,19 +33,19 @@ from harness.judges.drills.whys import add_answers
 
 
 def _judge_heads(seen: dict, *, case: Case) -> str:
-    tokens, per_head = _heads_inputs(case)
+    tokens, per_head = heads_inputs(case)
     checks = (
-        ("split", "split_heads(x, heads)", tokens.view(_B, _T, _H, _D).transpose(1, 2), (
-            ("split-mixes-tokens", tokens.view(_B, _H, _T, _D), "x.view(B, heads, T, D) cuts the memory of (B, T, "
+        ("split", "split_heads(x, heads)", tokens.view(B, T, H, D).transpose(1, 2), (
+            ("split-mixes-tokens", tokens.view(B, H, T, D), "x.view(B, heads, T, D) cuts the memory of (B, T, "
              "H * D) in the wrong order: a 'token' of a head is made of features of several tokens"),
-            ("split-interleaves-features", tokens.view(_B, _T, _D, _H).permute(0, 3, 1, 2), "the features were "
+            ("split-interleaves-features", tokens.view(B, T, D, H).permute(0, 3, 1, 2), "the features were "
              "dealt out to the heads one by one (head h gets features h, h + H, ...), not in blocks of D"),
         )),
-        ("merge", "merge_heads(x)", per_head.transpose(1, 2).reshape(_B, _T, _H * _D), (
-            ("merge-mixes-tokens", per_head.reshape(_B, _T, _H * _D), "reshape without moving the heads' dimension "
+        ("merge", "merge_heads(x)", per_head.transpose(1, 2).reshape(B, T, H * D), (
+            ("merge-mixes-tokens", per_head.reshape(B, T, H * D), "reshape without moving the heads' dimension "
              "first: the rows of (B, H, T, D) are read in memory order, so one output token holds pieces of "
              "several tokens"),
-            ("merge-interleaves-features", per_head.permute(0, 2, 3, 1).reshape(_B, _T, _H * _D), "the heads' "
+            ("merge-interleaves-features", per_head.permute(0, 2, 3, 1).reshape(B, T, H * D), "the heads' "
              "features were interleaved (D before H): the output projection expects head 0's D features, then "
              "head 1's"),
         )),
@@ -82,12 +82,12 @@ def _loss_variants(model: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> dict[s
 
 def _judge_loss(seen: dict, *, case: Case) -> str:
     results = seen.get("results")
-    if not (isinstance(results, list) and len(results) == len(_SIZES) and all(
+    if not (isinstance(results, list) and len(results) == len(BROADCAST_BATCHES) and all(
             isinstance(r, dict) and isinstance(r.get("graph"), bool) and isinstance(r.get("grads"), list)
             and len(r["grads"]) == 2 for r in results)):
         malformed("not one loss per batch")
-    for base, (batch, result) in enumerate(zip(_SIZES, results, strict=True)):
-        model, x, y = _broadcast_loss_inputs(case, base, batch)
+    for base, (batch, result) in enumerate(zip(BROADCAST_BATCHES, results, strict=True)):
+        model, x, y = broadcast_loss_inputs(case, base, batch)
         where = f"regression_loss on a batch of {batch}"
         loss = result["loss"]
         if not result["graph"] or number(loss) is None:
@@ -126,18 +126,18 @@ def _judge_loss(seen: dict, *, case: Case) -> str:
 add_answers(
     Answers(
         drill_id="tensors-split-merge-heads",
-        solution=edited(_HEADS_STARTER, _SPLIT_FIX, _MERGE_FIX),
+        solution=edited(HEADS_STARTER, _SPLIT_FIX, _MERGE_FIX),
         wrong_answers=(
-            (edited(_HEADS_STARTER, _MERGE_FIX), "split-mixes-tokens"),
-            (edited(_HEADS_STARTER, _SPLIT_FIX), "merge-mixes-tokens"),
-            (edited(_HEADS_STARTER,
+            (edited(HEADS_STARTER, _MERGE_FIX), "split-mixes-tokens"),
+            (edited(HEADS_STARTER, _SPLIT_FIX), "merge-mixes-tokens"),
+            (edited(HEADS_STARTER,
                     _SPLIT_FIX,
                     ("x.reshape(b, t, h * d)", "x.transpose(1, 2).view(b, t, h * d)")), "raised"),
-            (edited(_HEADS_STARTER,
+            (edited(HEADS_STARTER,
                     _SPLIT_FIX,
                     ("x.reshape(b, t, h * d)", "x.permute(0, 2, 3, 1).reshape(b, t, h * d)")),
              "merge-interleaves-features"),
-            (edited(_HEADS_STARTER,
+            (edited(HEADS_STARTER,
                     ("x.view(b, heads, t, e // heads)",
                      "x.view(b, t, e // heads, heads).permute(0, 3, 1, 2)"),
                     _MERGE_FIX),
@@ -170,14 +170,14 @@ add_answers(
 add_answers(
     Answers(
         drill_id="loop-loss-broadcasting",
-        solution=edited(_LOSS_STARTER, ("model(x).squeeze(-1)", "model(x)")),
+        solution=edited(LOSS_STARTER, ("model(x).squeeze(-1)", "model(x)")),
         wrong_answers=(
-            (edited(_LOSS_STARTER, ("return F.mse_loss(pred, y)", "return ((pred - y) ** 2).mean()")),
+            (edited(LOSS_STARTER, ("return F.mse_loss(pred, y)", "return ((pred - y) ** 2).mean()")),
              "broadcast-loss"),
-            (edited(_LOSS_STARTER,
+            (edited(LOSS_STARTER,
                     ("model(x).squeeze(-1)", "model(x)"),
                     ("(pred, y)", "(pred, y, reduction='sum')")), "wrong-reduction"),
-            (edited(_LOSS_STARTER,
+            (edited(LOSS_STARTER,
                     ("model(x).squeeze(-1)", "model(x)"),
                     ("(pred, y)", "(pred, y).item()")),
              "no-graph"),

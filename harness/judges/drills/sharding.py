@@ -13,18 +13,18 @@ from harness.contract.compare import close_values, malformed, max_difference
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.sharding import (
-    _BETA,
-    _GATHER_STARTER,
-    _LR,
-    _SHARD_STARTER,
-    _STEPS,
-    _WORLDS,
-    _ZERO1_STARTER,
-    _flat_detached,
-    _padded,
-    _params,
-    _shard,
-    _zero_grads,
+    GATHER_STARTER,
+    SHARD_STARTER,
+    SHARD_WORLDS,
+    ZERO1_BETA,
+    ZERO1_LR,
+    ZERO1_STARTER,
+    ZERO1_STEPS,
+    case_params,
+    flat_detached,
+    padded_flat,
+    rank_shard,
+    zero_grads,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -32,30 +32,30 @@ from harness.judges.drills.whys import add_answers
 
 
 def _strided(flat: torch.Tensor, rank: int, world: int) -> torch.Tensor:
-    return _padded(flat, world)[rank::world]
+    return padded_flat(flat, world)[rank::world]
 
 
 def _per_parameter(params: list[torch.Tensor], rank: int, world: int) -> torch.Tensor:
-    return torch.cat([_shard(p.detach().reshape(-1), rank, world) for p in params])
+    return torch.cat([rank_shard(p.detach().reshape(-1), rank, world) for p in params])
 
 
 def _judge_shard_flat(seen: dict, *, case: Case) -> str:
-    params = _params(case)
-    flat = _flat_detached(params)
+    params = case_params(case)
+    flat = flat_detached(params)
     shards = seen.get("shards")
-    if not (isinstance(shards, list) and len(shards) == len(_WORLDS)
-            and all(isinstance(s, list) and len(s) == w for s, w in zip(shards, _WORLDS, strict=True))):
+    if not (isinstance(shards, list) and len(shards) == len(SHARD_WORLDS)
+            and all(isinstance(s, list) and len(s) == w for s, w in zip(shards, SHARD_WORLDS, strict=True))):
         malformed("not one shard per rank and world size")
-    for world, got in zip(_WORLDS, shards, strict=True):
+    for world, got in zip(SHARD_WORLDS, shards, strict=True):
         where = f"shard_flat(params, rank, world={world})"
         for rank, shard in enumerate(got):
             if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
                 fail("not-flat", observed=f"rank {rank} of {world} got {describe(shard)}", expected="a 1-D tensor",
                      cause="the parameters were not flattened and concatenated into one vector", where=where)
-        if all(close_values(s, _shard(flat, r, world), dtype=False) for r, s in enumerate(got)):
+        if all(close_values(s, rank_shard(flat, r, world), dtype=False) for r, s in enumerate(got)):
             continue
         sizes = [s.numel() for s in got]
-        want = _padded(flat, world).numel() // world
+        want = padded_flat(flat, world).numel() // world
         variants = (
             ("strided-shard", [_strided(flat, r, world) for r in range(world)],
              "every world-th element (flat[rank::world]): each rank holds scattered elements of every parameter, "
@@ -74,12 +74,13 @@ def _judge_shard_flat(seen: dict, *, case: Case) -> str:
                  expected=f"{world} shards of {want} elements each (the last one ends with zero padding)",
                  cause="torch.chunk or tensor_split on an unpadded vector: collectives (all_gather, reduce_scatter) "
                  "need equal pieces on every rank", where=f"{where}: pad the flat vector to a multiple of world")
-        rank = next(r for r, s in enumerate(got) if not close_values(s, _shard(flat, r, world), dtype=False))
+        rank = next(r for r, s in enumerate(got) if not close_values(s, rank_shard(flat, r, world), dtype=False))
         fail("wrong-shard", observed=f"world {world}: rank {rank}'s shard starts {got[rank][:4].tolist()}",
-             expected=f"{_shard(flat, rank, world)[:4].tolist()} (elements {rank * want} to {(rank + 1) * want - 1} "
+             expected=f"{rank_shard(flat, rank, world)[:4].tolist()} (elements {rank * want} to "
+             f"{(rank + 1) * want - 1} "
              "of the padded flat vector)", cause="another order of the parameters, or the padding placed first",
              where=where)
-    return f"contiguous, equal, zero-padded shards for world sizes {_WORLDS} ({flat.numel()} elements)"
+    return f"contiguous, equal, zero-padded shards for world sizes {SHARD_WORLDS} ({flat.numel()} elements)"
 
 
 _SHARD_SOLUTION = (
@@ -102,13 +103,13 @@ def _unflatten(flat: torch.Tensor, shapes: list[tuple[int, ...]]) -> list[torch.
 
 
 def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
-    params = _params(case)
+    params = case_params(case)
     shapes = [tuple(p.shape) for p in params]
     want = [p.detach() for p in params]
     ranks = seen.get("ranks")
     if not (isinstance(ranks, list) and len(ranks) == 2):
         malformed("not one result per rank")
-    shards = [_shard(_flat_detached(params), rank, 2) for rank in (0, 1)]
+    shards = [rank_shard(flat_detached(params), rank, 2) for rank in (0, 1)]
     for rank, got in enumerate(ranks):
         where = f"gather_params on rank {rank}"
         if not (isinstance(got, list) and len(got) == len(shapes)):
@@ -155,7 +156,7 @@ def _judge_gather_full_params(seen: dict, *, case: Case) -> str:
     return "every rank rebuilds the full parameters from the two shards, padding dropped"
 
 
-_GATHER_SOLUTION = edited(_GATHER_STARTER,
+_GATHER_SOLUTION = edited(GATHER_STARTER,
                           ("    raise NotImplementedError\n",
                            "    gathered = [torch.empty_like(shard) for _ in range(dist.get_world_size())]\n"
                            "    dist.all_gather(gathered, shard)\n"
@@ -172,20 +173,20 @@ def _zero1_reference(case: Case, mode: str) -> tuple[list[list[torch.Tensor]], l
     """Each rank's flat parameters after every step, and its momentum shard at the end, for an update `mode`:
     "mean" (the reference), "sum" (gradients summed, not averaged), "local" (no reduction), "no-momentum" (a
     momentum buffer that never keeps its value), "no-gather" (each rank keeps only its own shard updated)."""
-    flat0 = _flat_detached(_params(case))
+    flat0 = flat_detached(case_params(case))
     n = flat0.numel()
-    size = _padded(flat0, 2).numel() // 2
-    views = [_padded(flat0, 2) for _ in (0, 1)]  # what each rank holds
+    size = padded_flat(flat0, 2).numel() // 2
+    views = [padded_flat(flat0, 2) for _ in (0, 1)]  # what each rank holds
     momenta = [torch.zeros(size) for _ in (0, 1)]
     traces: list[list[torch.Tensor]] = [[], []]
-    for step in range(_STEPS):
-        local = [_padded(_flat_detached(_zero_grads(case, step, rank)), 2) for rank in (0, 1)]
+    for step in range(ZERO1_STEPS):
+        local = [padded_flat(flat_detached(zero_grads(case, step, rank)), 2) for rank in (0, 1)]
         total = local[0] + local[1]
         updated = []
         for rank in (0, 1):
             grad = {"sum": total, "local": local[rank]}.get(mode, total / 2)[rank * size:(rank + 1) * size]
-            momenta[rank] = (0 if mode == "no-momentum" else _BETA) * momenta[rank] + grad
-            updated.append(views[rank][rank * size:(rank + 1) * size] - _LR * momenta[rank])
+            momenta[rank] = (0 if mode == "no-momentum" else ZERO1_BETA) * momenta[rank] + grad
+            updated.append(views[rank][rank * size:(rank + 1) * size] - ZERO1_LR * momenta[rank])
         for rank in (0, 1):
             if mode == "no-gather":
                 views[rank][rank * size:(rank + 1) * size] = updated[rank]
@@ -200,7 +201,7 @@ def _zero1_reference(case: Case, mode: str) -> tuple[list[list[torch.Tensor]], l
 def _judge_zero1(seen: dict, *, case: Case) -> str:
     ranks = seen.get("ranks")
     if not (isinstance(ranks, list) and len(ranks) == 2 and all(
-            isinstance(r, dict) and isinstance(r.get("params"), list) and len(r["params"]) == _STEPS
+            isinstance(r, dict) and isinstance(r.get("params"), list) and len(r["params"]) == ZERO1_STEPS
             and isinstance(r.get("momentum"), list) for r in ranks)):
         malformed("not each rank's parameters after every step")
     try:
@@ -220,7 +221,7 @@ def _judge_zero1(seen: dict, *, case: Case) -> str:
             fail("wrong-momentum-shard", observed=f"rank 0's momentum shard starts {momenta[0][:3].tolist()}",
                  expected=f"{want_momenta[0][:3].tolist()}: this rank's piece of the momentum of the averaged "
                  "gradients", cause="the buffer you were given was not updated in place", where=where)
-        return (f"{_STEPS} ZeRO-1 steps: averaged gradients, each rank's momentum shard updated in place, the "
+        return (f"{ZERO1_STEPS} ZeRO-1 steps: averaged gradients, each rank's momentum shard updated in place, the "
                 "updated shards all-gathered into identical parameters")
     variants = (
         ("missing-all-gather", "no-gather", "each rank updated its own shard and never received the other's: "
@@ -235,15 +236,15 @@ def _judge_zero1(seen: dict, *, case: Case) -> str:
     )
     for code, mode, cause, fix in variants:
         if matches(_zero1_reference(case, mode)[0]):
-            fail(code, observed=f"after {_STEPS} steps the parameters are those of {cause.split(':')[0]}",
+            fail(code, observed=f"after {ZERO1_STEPS} steps the parameters are those of {cause.split(':')[0]}",
                  expected="the parameters of SGD with momentum on the averaged gradients, the same on every rank",
                  cause=cause, where=f"{where}: {fix}")
     if not close_values(got[0][-1], got[1][-1], rtol=1e-6, atol=1e-7):
         fail("ranks-disagree", observed=f"the ranks' parameters differ by up to "
-             f"{max_difference(got[0][-1], got[1][-1]):.3g} after {_STEPS} steps",
+             f"{max_difference(got[0][-1], got[1][-1]):.3g} after {ZERO1_STEPS} steps",
              expected="identical parameters on every rank", cause="the updated shards were not all-gathered, or "
              "were written back at the wrong offsets", where=where)
-    step = next(s for s in range(_STEPS) if not close_values(got[0][s], want[0][s], rtol=1e-5, atol=1e-6))
+    step = next(s for s in range(ZERO1_STEPS) if not close_values(got[0][s], want[0][s], rtol=1e-5, atol=1e-6))
     fail("wrong-update", observed=f"after step {step + 1} the parameters differ from the reference by up to "
          f"{max_difference(got[0][step], want[0][step]):.3g}",
          expected="p -= lr * m, with m = beta * m + (mean gradient) on this rank's shard",
@@ -251,7 +252,7 @@ def _judge_zero1(seen: dict, *, case: Case) -> str:
          "momentum), or the shard taken at the wrong offset", where=where)
 
 
-_ZERO1_SOLUTION = edited(_ZERO1_STARTER,
+_ZERO1_SOLUTION = edited(ZERO1_STARTER,
                          ("    raise NotImplementedError\n",
                           "    world, rank = dist.get_world_size(), dist.get_rank()\n"
                           "    grad = torch.cat([p.grad.reshape(-1) for p in params])\n"
@@ -278,16 +279,16 @@ add_answers(
         drill_id="ddp-shard-flat",
         solution=_SHARD_SOLUTION,
         wrong_answers=(
-            (edited(_SHARD_STARTER,
+            (edited(SHARD_STARTER,
                     ("    raise NotImplementedError\n",
                      "    flat = torch.cat([p.detach().reshape(-1) for p in params])\n"
                      "    return torch.tensor_split(flat, world)[rank]\n")), "unequal-shards"),
-            (edited(_SHARD_STARTER,
+            (edited(SHARD_STARTER,
                     ("    raise NotImplementedError\n",
                      "    flat = torch.cat([p.detach().reshape(-1) for p in params])\n"
                      "    flat = F.pad(flat, (0, (-flat.numel()) % world))\n"
                      "    return flat[rank::world]\n")), "strided-shard"),
-            (edited(_SHARD_STARTER,
+            (edited(SHARD_STARTER,
                     ("    raise NotImplementedError\n",
                      "    pieces = []\n    for p in params:\n        flat = p.detach().reshape(-1)\n"
                      "        flat = F.pad(flat, (0, (-flat.numel()) % world))\n"

@@ -15,14 +15,14 @@ from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import describe
 from harness.drills.bank.tensors import (
-    _UINT8_STARTER,
-    _attention_scores_inputs,
-    _gather_inputs,
-    _logsumexp_inputs,
-    _masked_mean_inputs,
-    _pairwise_inputs,
-    _sgd_case,
-    _uint8_images,
+    UINT8_STARTER,
+    attention_scores_inputs,
+    gather_inputs,
+    logsumexp_inputs,
+    masked_mean_inputs,
+    pairwise_inputs,
+    sgd_case,
+    uint8_images,
 )
 from harness.drills.core import Answers, choice_answers
 from harness.drills.support import edited
@@ -39,7 +39,7 @@ _LOGSUMEXP_FORBIDDEN = {
 
 def _judge_logsumexp(seen: dict, *, case: Case) -> str:
     forbid(seen["calls"], _LOGSUMEXP_FORBIDDEN, where="the drill's prompt")
-    inputs, outputs = _logsumexp_inputs(case), seen["outputs"]
+    inputs, outputs = logsumexp_inputs(case), seen["outputs"]
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         malformed("logsumexp outputs missing")
     for (x, dim), got in list(zip(inputs, outputs, strict=True))[:4]:
@@ -59,7 +59,7 @@ def _judge_logsumexp(seen: dict, *, case: Case) -> str:
 
 
 def _judge_pairwise(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _pairwise_inputs(case), seen.get("outputs"), seen.get("counts")
+    inputs, outputs, counts = pairwise_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
         malformed("pairwise outputs missing")
@@ -75,7 +75,7 @@ def _judge_pairwise(seen: dict, *, case: Case) -> str:
 
 
 def _judge_uint8(seen: dict, *, case: Case) -> str:
-    images, outputs, after = _uint8_images(case), seen.get("outputs"), seen.get("inputs_after")
+    images, outputs, after = uint8_images(case), seen.get("outputs"), seen.get("inputs_after")
     if not isinstance(outputs, list) or not isinstance(after, list) or len(outputs) != len(images) \
             or len(after) != len(images):
         malformed("outputs missing")
@@ -102,7 +102,7 @@ def _judge_uint8(seen: dict, *, case: Case) -> str:
 
 
 def _judge_sgd(seen: dict, *, case: Case) -> str:
-    lr, values, grads = _sgd_case(case)
+    lr, values, grads = sgd_case(case)
     params = seen.get("params")
     if not isinstance(params, list) or len(params) != len(values) or not all(isinstance(p, dict) for p in params):
         malformed("parameters missing")
@@ -147,7 +147,7 @@ def sgd_update_(params, lr):
 
 
 def _judge_attention_scores(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _attention_scores_inputs(case), seen.get("outputs"), seen.get("counts")
+    inputs, outputs, counts = attention_scores_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or not isinstance(counts, list) or len(outputs) != len(inputs) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
         malformed("outputs missing")
@@ -189,7 +189,7 @@ def attention_scores(q, k):
 
 
 def _judge_masked_mean(seen: dict, *, case: Case) -> str:
-    inputs, outputs, counts = _masked_mean_inputs(case), seen.get("outputs"), seen.get("counts")
+    inputs, outputs, counts = masked_mean_inputs(case), seen.get("outputs"), seen.get("counts")
     if not isinstance(outputs, list) or len(outputs) != len(inputs) or not isinstance(counts, list) \
             or len(counts) != len(inputs) or not all(isinstance(c, int) for c in counts):
         malformed("outputs missing")
@@ -238,7 +238,7 @@ def masked_mean(x, lengths):
 def _judge_gather_log_probs(seen: dict, *, case: Case) -> str:
     forbid(seen.get("calls"), {name: "the drill asks you to pick the log-probabilities yourself" for name in
                                ("cross_entropy", "nll_loss")}, where="the drill's prompt")
-    inputs, outputs = _gather_inputs(case), seen.get("outputs")
+    inputs, outputs = gather_inputs(case), seen.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         malformed("outputs missing")
     for (logits, targets), got in zip(inputs, outputs, strict=True):
@@ -317,11 +317,11 @@ add_answers(
 add_answers(
     Answers(
         drill_id="tensors-uint8-wraparound",
-        solution=edited(_UINT8_STARTER, ("(images - 128) / 128\n", "(images.float() - 128) / 128\n")),
+        solution=edited(UINT8_STARTER, ("(images - 128) / 128\n", "(images.float() - 128) / 128\n")),
         wrong_answers=(
-            (edited(_UINT8_STARTER, ("(images - 128) / 128\n", "(images - 128).float() / 128\n")), "uint8-wraparound"),
-            (edited(_UINT8_STARTER, ("(images - 128) / 128\n", "(images.double() - 128) / 128\n")), "wrong-dtype"),
-            (edited(_UINT8_STARTER, ("(images - 128) / 128\n", "images.float() - 128 / 128\n")), "wrong-value"),
+            (edited(UINT8_STARTER, ("(images - 128) / 128\n", "(images - 128).float() / 128\n")), "uint8-wraparound"),
+            (edited(UINT8_STARTER, ("(images - 128) / 128\n", "(images.double() - 128) / 128\n")), "wrong-dtype"),
+            (edited(UINT8_STARTER, ("(images - 128) / 128\n", "images.float() - 128 / 128\n")), "wrong-value"),
         ),
         judge=_judge_uint8,
     )

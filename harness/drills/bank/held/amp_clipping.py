@@ -10,7 +10,7 @@ from __future__ import annotations
 from harness.drills.bank.amp_clipping import _probe_clip_under_amp
 from harness.drills.core import Drill, add
 
-_CLIP_BEFORE_UNSCALE = '''import torch
+CLIP_BEFORE_UNSCALE = '''import torch
 
 
 def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -39,7 +39,7 @@ add(
         prompt="With max_norm=1.0 this AMP step leaves the optimizer seeing gradient norms of about 1/4096 on "
         "exploding batches. Fix amp_step so the optimizer sees gradients clipped to exactly max_norm.",
         entry="amp_step",
-        starter=_CLIP_BEFORE_UNSCALE,
+        starter=CLIP_BEFORE_UNSCALE,
         hints=("What are the gradients multiplied by when clip_grad_norm_ sees them?",
                "The scaler multiplies the loss by the scale: unscale_ first, then clip."),
         probe=_probe_clip_under_amp,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from harness.drills.bank.checkpointing import _make_resume_probe, _probe_atomic, _probe_strip
 from harness.drills.core import Drill, add
 
-_NO_OPTIMIZER = '''import torch
+NO_OPTIMIZER = '''import torch
 
 
 def save_checkpoint(path, model, optimizer, scheduler, epoch):
@@ -67,7 +67,7 @@ add(
         prompt="A run resumed from its checkpoint diverges from the run that never stopped: its loss jumps right "
         "after resuming (Adam's moments start again from zero). Fix the two functions.",
         entry="load_checkpoint",
-        starter=_NO_OPTIMIZER,
+        starter=NO_OPTIMIZER,
         hints=("Which object holds per-parameter running averages?", "Save and restore optimizer.state_dict()."),
         probe=_make_resume_probe(full=False),
     )

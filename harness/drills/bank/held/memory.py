@@ -10,7 +10,7 @@ from __future__ import annotations
 from harness.drills.bank.memory import _probe_checkpointed
 from harness.drills.core import Drill, add
 
-_CHECKPOINT_STARTER = '''from torch.utils.checkpoint import checkpoint
+CHECKPOINT_STARTER = '''from torch.utils.checkpoint import checkpoint
 
 
 def checkpointed_forward(blocks, x):
@@ -32,7 +32,7 @@ add(
         prompt="checkpointed_forward saves memory, but after adding it the model stops learning: the parameters get "
         "no gradient. Fix it so that every block stays checkpointed and the gradients equal the plain forward's.",
         entry="checkpointed_forward",
-        starter=_CHECKPOINT_STARTER,
+        starter=CHECKPOINT_STARTER,
         hints=("Does the input x require grad? What does the reentrant variant do when no input does?",
                "use_reentrant=False tracks the parameters' gradients whatever the inputs."),
         probe=_probe_checkpointed,

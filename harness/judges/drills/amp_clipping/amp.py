@@ -12,20 +12,20 @@ from harness.contract.compare import close_values, isclose_number, isclose_numbe
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.amp_clipping import (
-    _LOOP_BATCHES,
-    _LOOP_EPOCHS,
-    _LOOP_MAX_LR,
-    _LOOP_STARTER,
-    _LOSS_BATCHES,
-    _LOSS_STARTER,
-    _batch,
-    _case_max_norm,
-    _class_batch,
-    _fp32_loss_classifier,
-    _loop_batches,
-    _onecycle,
-    _probe_model,
-    _skip_plan,
+    LOOP_BATCHES,
+    LOOP_EPOCHS,
+    LOOP_MAX_LR,
+    LOOP_STARTER,
+    LOSS_BATCHES,
+    LOSS_STARTER,
+    case_max_norm,
+    class_batch,
+    fp32_loss_classifier,
+    loop_batches,
+    onecycle,
+    probe_model,
+    regression_batch,
+    skip_plan,
 )
 from harness.drills.core import Answers, add_judge
 from harness.drills.support import edited, with_fixes
@@ -149,7 +149,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps for one call", expected="1",
              cause="scaler.step called more than once, or never", where="scaler.step(optimizer)")
-    batch, max_norm = _batch(case, 1, scale=20.0), _case_max_norm(case)
+    batch, max_norm = regression_batch(case, 1, scale=20.0), case_max_norm(case)
     _judge_clipped_gradient(steps[0], batch, max_norm, where=_AMP_WHERE)
     _, want_loss = _amp_reference(list(two_params(steps[0]["params"])), batch, None)
     loss = seen.get("loss")
@@ -163,7 +163,7 @@ def _judge_amp_step(seen: dict, *, case: Case) -> str:
              cause="the scaled loss (scaler.scale(loss)) was returned", where="return loss.detach()")
     expect.close("the returned loss", returned, want_loss, atol=1e-4, rtol=1e-3,
                  where="return loss.detach()", cause="the loss returned is not this batch's (unscaled) loss")
-    init = _probe_model(case, 2).linear.weight.detach()
+    init = probe_model(case, 2).linear.weight.detach()
     weight = seen.get("inf_weight")
     if not isinstance(weight, torch.Tensor) or weight.shape != init.shape:
         malformed("inf_weight malformed")
@@ -195,15 +195,15 @@ def _judge_clip_under_amp(seen: dict, *, case: Case) -> str:
     if len(steps) != 1:
         fail("step-count", observed=f"{len(steps)} optimizer steps", expected="one step",
              cause="the step ran a number of times other than once", where="the scaler.step calls")
-    max_norm = _case_max_norm(case)
-    _judge_clipped_gradient(steps[0], _batch(case, 5, scale=50.0), max_norm,
+    max_norm = case_max_norm(case)
+    _judge_clipped_gradient(steps[0], regression_batch(case, 5, scale=50.0), max_norm,
                             where="the lines between backward and scaler.step")
     return f"the optimizer sees the unscaled gradient clipped to max_norm={max_norm}"
 
 
 def _judge_skipped(seen: dict, *, case: Case) -> str:
     returned, stepped = seen.get("returned"), seen.get("stepped")
-    plan = _skip_plan(case)
+    plan = skip_plan(case)
     if not isinstance(stepped, list) or len(stepped) != len(plan) or not isinstance(returned, list):
         malformed("steps or results missing")
     for i, (huge, count) in enumerate(zip(plan, stepped, strict=True)):
@@ -250,14 +250,14 @@ _SMOOTHING = 0.1
 
 def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
     autocast, losses = seen.get("autocast"), seen.get("losses")
-    if not isinstance(autocast, list) or not isinstance(losses, list) or len(losses) != _LOSS_BATCHES:
+    if not isinstance(autocast, list) or not isinstance(losses, list) or len(losses) != LOSS_BATCHES:
         malformed("records missing")
     if not autocast or not all(a is True for a in autocast):
         fail("no-autocast", observed="the model's forward ran outside autocast", expected="the forward under "
              "torch.autocast('cpu', dtype=torch.bfloat16)", cause="the fix removed autocast altogether: the matmuls "
              "then run in float32 and lose the bf16 speed-up", where="the autocast block around model(x)")
     for i, loss in enumerate(losses):
-        model, (x, y) = _fp32_loss_classifier(case, i), _class_batch(case, i)
+        model, (x, y) = fp32_loss_classifier(case, i), class_batch(case, i)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(x)
         with torch.no_grad():
@@ -278,7 +278,7 @@ def _judge_loss_fp32(seen: dict, *, case: Case) -> str:
     return "forward in bf16, loss computed in float32 from the upcast logits"
 
 
-_LOSS_SOLUTION = edited(_LOSS_STARTER,
+_LOSS_SOLUTION = edited(LOSS_STARTER,
                         ("        logits = model(x)\n        log_probs = logits.log_softmax(dim=-1)\n",
                          "        logits = model(x)\n"
                          "    log_probs = logits.float().log_softmax(dim=-1)  # the loss in float32\n"),
@@ -289,8 +289,8 @@ _LOSS_SOLUTION = edited(_LOSS_STARTER,
 
 def _onecycle_lrs(total: int) -> list[float]:
     """The LR OneCycleLR gives each of `total` optimizer steps, stepped once per batch."""
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=_LOOP_MAX_LR, momentum=0.9)
-    scheduler = _onecycle(optimizer, total)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=LOOP_MAX_LR, momentum=0.9)
+    scheduler = onecycle(optimizer, total)
     lrs = []
     for _ in range(total):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -301,23 +301,23 @@ def _onecycle_lrs(total: int) -> list[float]:
 
 def _judge_loop(seen: dict, *, case: Case) -> str:
     _judge_autocast(seen)
-    steps, total = seen.get("steps"), _LOOP_EPOCHS * _LOOP_BATCHES
+    steps, total = seen.get("steps"), LOOP_EPOCHS * LOOP_BATCHES
     if not isinstance(steps, list):
         malformed("steps missing")
     if len(steps) != total:
-        fail("step-count", observed=f"{len(steps)} optimizer steps", expected=f"{total} ({_LOOP_EPOCHS} epochs of "
-             f"{_LOOP_BATCHES} batches; no gradient here is infinite)", cause="steps skipped or repeated",
+        fail("step-count", observed=f"{len(steps)} optimizer steps", expected=f"{total} ({LOOP_EPOCHS} epochs of "
+             f"{LOOP_BATCHES} batches; no gradient here is infinite)", cause="steps skipped or repeated",
              where="the scaler.step calls in the batch loop")
-    batches, max_norm = _loop_batches(case), _case_max_norm(case)
+    batches, max_norm = loop_batches(case), case_max_norm(case)
     for i, step in enumerate(steps):
-        _judge_clipped_gradient(step, batches[i % _LOOP_BATCHES], max_norm, where=_AMP_WHERE,
-                                label=f"step {i} (epoch {i // _LOOP_BATCHES}, batch {i % _LOOP_BATCHES})")
+        _judge_clipped_gradient(step, batches[i % LOOP_BATCHES], max_norm, where=_AMP_WHERE,
+                                label=f"step {i} (epoch {i // LOOP_BATCHES}, batch {i % LOOP_BATCHES})")
     lrs = [s.get("lrs") for s in steps]
     if not all(isinstance(lr, list) and len(lr) == 1 and isinstance(lr[0], float) for lr in lrs):
         malformed("recorded learning rates malformed")
     got, want = [lr[0] for lr in lrs], _onecycle_lrs(total)
     if not all(isclose_number(g, w, rel_tol=1e-6, abs_tol=1e-12) for g, w in zip(got, want, strict=True)):
-        per_epoch = [want[e] for e in range(_LOOP_EPOCHS) for _ in range(_LOOP_BATCHES)]
+        per_epoch = [want[e] for e in range(LOOP_EPOCHS) for _ in range(LOOP_BATCHES)]
         per_epoch_seen = isclose_numbers(got, per_epoch, rel_tol=1e-6, abs_tol=0.0)
         fail("scheduler-per-epoch" if per_epoch_seen else "wrong-schedule",
              observed=f"learning rate at each step: {[round(v, 5) for v in got]}",
@@ -331,7 +331,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
              f"{tuple(losses.shape) if isinstance(losses, torch.Tensor) else ''}", expected=f"a tensor of {total} "
              "losses", cause="the losses are not collected per step", where="what losses.append receives")
     for i, step in enumerate(steps):
-        _, want_loss = _amp_reference(list(two_params(step["params"])), batches[i % _LOOP_BATCHES], None)
+        _, want_loss = _amp_reference(list(two_params(step["params"])), batches[i % LOOP_BATCHES], None)
         expect.close(f"the loss of step {i}", losses[i].detach().float(), want_loss, atol=1e-4, rtol=1e-3,
                      where="what losses.append receives", cause="the recorded loss is not the step's batch loss")
     return "backward outside autocast, unscale_ before clipping, OneCycleLR stepped per batch"
@@ -354,7 +354,7 @@ _BUG_SCHEDULER = ("            scaler.update()\n            losses.append(loss.d
 
 
 def _amp_loop_fixed(*bugs: tuple[str, str]) -> str:
-    return with_fixes(_LOOP_STARTER, *bugs)
+    return with_fixes(LOOP_STARTER, *bugs)
 
 
 add_judge("amp-train-step", _judge_amp_step)
@@ -387,7 +387,7 @@ add_answers(
         drill_id="amp-loss-in-fp32",
         solution=_LOSS_SOLUTION,
         wrong_answers=(
-            (edited(_LOSS_STARTER, ("    return loss\n", "    return loss.float()\n")), "loss-computed-in-bf16"),
+            (edited(LOSS_STARTER, ("    return loss\n", "    return loss.float()\n")), "loss-computed-in-bf16"),
             (edited(_LOSS_SOLUTION,
                     ('    with torch.autocast("cpu", dtype=torch.bfloat16):\n'
                      '        logits = model(x)\n',

@@ -10,13 +10,13 @@ from harness.contract.case import Case
 from harness.contract.compare import close_tensors, close_values, isclose_number, malformed, number
 from harness.contract.failure import fail
 from harness.drills.bank.amp_clipping import (
-    _ACC_SETTINGS,
-    _case_max_norm,
-    _clipping_micro_batches,
-    _group_optimizer,
-    _norm_model,
-    _per_group_model,
-    _stale_grads,
+    ACC_SETTINGS,
+    case_max_norm,
+    clipping_micro_batches,
+    group_optimizer,
+    norm_model,
+    per_group_model,
+    stale_grads,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -44,10 +44,10 @@ def _accumulated(params: tuple[torch.Tensor, torch.Tensor], micro: list, max_nor
 
 def _judge_accumulate(seen: dict, *, case: Case) -> str:
     runs = seen.get("runs")
-    if not isinstance(runs, list) or len(runs) != len(_ACC_SETTINGS):
+    if not isinstance(runs, list) or len(runs) != len(ACC_SETTINGS):
         malformed("runs missing")
-    for (scale, max_norm), steps in zip(_ACC_SETTINGS, runs, strict=True):
-        micro = _clipping_micro_batches(case, scale)
+    for (scale, max_norm), steps in zip(ACC_SETTINGS, runs, strict=True):
+        micro = clipping_micro_batches(case, scale)
         if not isinstance(steps, list) or len(steps) != 1:
             fail("step-count", observed=f"{len(steps) if isinstance(steps, list) else steps} optimizer steps for one "
                  f"group of {len(micro)} micro-batches", expected="1", cause="stepping per micro-batch",
@@ -60,7 +60,7 @@ def _judge_accumulate(seen: dict, *, case: Case) -> str:
         if all(close_values(g, w, rtol=1e-4, atol=1e-6, dtype=False) for g, w in zip(grads, want, strict=True)):
             continue
         mistakes = (
-            ("stale-gradients", dict(stale=_stale_grads(case)), "the gradients left by the previous step were not "
+            ("stale-gradients", dict(stale=stale_grads(case)), "the gradients left by the previous step were not "
              "cleared: backward adds to .grad", "optimizer.zero_grad(set_to_none=True) before the first micro-batch"),
             ("clipped-per-micro-batch", dict(clip_each=True), "clipping each micro-batch's running sum: the "
              "threshold applies to the whole group's gradient, the one the optimizer steps with",
@@ -98,7 +98,7 @@ def accumulate_and_clip(model, micro_batches, loss_fn, optimizer, max_norm):
 
 
 def _judge_total_norm(seen: dict, *, case: Case) -> str:
-    model, max_norm = _norm_model(case), _case_max_norm(case, 61)
+    model, max_norm = norm_model(case), case_max_norm(case, 61)
     grads = [p.grad.clone() for p in model.parameters()]
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     nn.utils.clip_grad_norm_(model.parameters(), max_norm)
@@ -149,8 +149,8 @@ def clip_and_norm(model, max_norm):
 
 def _judge_per_group(seen: dict, *, case: Case) -> str:
     def clipped(how: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        model = _per_group_model(case)
-        groups = _group_optimizer(model, case).param_groups
+        model = per_group_model(case)
+        groups = group_optimizer(model, case).param_groups
         if how == "together":
             norms = [nn.utils.clip_grad_norm_(model.parameters(), groups[0]["max_norm"])]
         elif how == "per-parameter":

@@ -11,7 +11,7 @@ from harness.contract.compare import close_values, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.debugging import (
-    _prior_inputs,
+    prior_inputs,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -19,7 +19,7 @@ from harness.judges.drills.whys import add_answers
 
 
 def _judge_prior(seen: dict, *, case: Case) -> str:
-    layer, labels, classes = _prior_inputs(case)
+    layer, labels, classes = prior_inputs(case)
     prior = torch.bincount(labels, minlength=classes).double() / len(labels)
     bias = seen.get("bias")
     if not isinstance(bias, torch.Tensor) or bias.shape != (classes,) or not bias.is_floating_point():

@@ -14,12 +14,12 @@ from harness.contract.compare import isclose_number, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.debugging import (
-    _MEANS_STARTER,
-    _dead_inputs,
-    _means_inputs,
-    _nan_inputs,
-    _norms_inputs,
-    _tower_inputs,
+    MEANS_STARTER,
+    dead_inputs,
+    means_inputs,
+    nan_inputs,
+    norms_inputs,
+    tower_inputs,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -27,7 +27,7 @@ from harness.judges.drills.whys import add_answers
 
 
 def _judge_relu_means(seen: dict, *, case: Case) -> str:
-    model, x = _means_inputs(case)
+    model, x = means_inputs(case)
     with torch.no_grad():
         first = model[1](model[0](x))
         second = model[2](first)
@@ -88,7 +88,7 @@ def _reference_nan_op(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> str
 
 def _judge_nan_op(seen: dict, *, case: Case) -> str:
     names, left_on = seen.get("names"), seen.get("left_on")
-    inputs = _nan_inputs(case)
+    inputs = nan_inputs(case)
     if not isinstance(names, list) or len(names) != len(inputs) or not isinstance(left_on, list):
         malformed("the observation is not one the probe writes")
     wanted = []
@@ -147,7 +147,7 @@ def _reference_first_nonfinite(model: nn.Module, x: torch.Tensor) -> str | None:
 
 
 def _judge_first_nonfinite(seen: dict, *, case: Case) -> str:
-    model, inputs = _tower_inputs(case)
+    model, inputs = tower_inputs(case)
     names = seen.get("names")
     if not isinstance(names, list) or len(names) != len(inputs):
         malformed("the observation is not one the probe writes")
@@ -196,7 +196,7 @@ def first_nonfinite(model, x):
 
 
 def _judge_dead(seen: dict, *, case: Case) -> str:
-    model, x = _dead_inputs(case)
+    model, x = dead_inputs(case)
     with torch.no_grad():
         first = model[0](x)
         second = model[1](first)
@@ -245,7 +245,7 @@ def dead_relu_fraction(model, x):
 
 
 def _judge_grad_norms(seen: dict, *, case: Case) -> str:
-    model, x, y = _norms_inputs(case)
+    model, x, y = norms_inputs(case)
     F.cross_entropy(model(x), y).backward()
     want = {name: float(torch.linalg.vector_norm(p.grad)) for name, p in model.named_parameters()
             if p.grad is not None}
@@ -298,7 +298,7 @@ add_answers(
         drill_id="debugging-hooks-cleanup",
         solution=_MEANS_SOLUTION,
         wrong_answers=(
-            (edited(_MEANS_STARTER, ("    for handle in handles:\n        handle.remove()\n", "")), "hooks-left"),
+            (edited(MEANS_STARTER, ("    for handle in handles:\n        handle.remove()\n", "")), "hooks-left"),
             (edited(_MEANS_SOLUTION,
                     ("name, m in model.named_modules()", "name, m in model.named_children()")),
              "wrong-means"),

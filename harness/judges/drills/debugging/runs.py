@@ -14,16 +14,16 @@ from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.debugging import (
-    _EXPLODE_LR,
-    _OVERFIT_STARTER,
-    _SCRIPT_BATCH,
-    _SCRIPT_EPOCHS,
-    _SCRIPT_LR,
-    _SCRIPT_STARTER,
-    _TRAIN_STARTER,
-    _explode_inputs,
-    _one_batch,
-    _script_inputs,
+    EXPLODE_LR,
+    OVERFIT_STARTER,
+    SCRIPT_BATCH,
+    SCRIPT_EPOCHS,
+    SCRIPT_LR,
+    SCRIPT_STARTER,
+    TRAIN_STARTER,
+    explode_inputs,
+    one_batch,
+    script_inputs,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited, with_fixes
@@ -115,7 +115,7 @@ def _judge_sgd_steps(seen: dict, model: nn.Module, batches: list[tuple[torch.Ten
 
 
 def _judge_overfit(seen: dict, *, case: Case) -> str:
-    _, y = _one_batch(case)
+    _, y = one_batch(case)
     first, last = seen.get("first"), seen.get("last")
     for out in (first, last):
         if not isinstance(out, torch.Tensor) or out.shape != (32, 5) or not out.is_floating_point():
@@ -135,8 +135,8 @@ def _judge_overfit(seen: dict, *, case: Case) -> str:
 
 
 def _judge_train(seen: dict, *, case: Case) -> str:
-    model, batches = _explode_inputs(case)
-    _judge_sgd_steps(seen, model, batches, _EXPLODE_LR, where="where optimizer.zero_grad() sits",
+    model, batches = explode_inputs(case)
+    _judge_sgd_steps(seen, model, batches, EXPLODE_LR, where="where optimizer.zero_grad() sits",
                      mismatch=("wrong-gradient", "the loss is not F.cross_entropy of this batch"))
     return "six SGD steps, each on its own batch's gradient"
 
@@ -146,19 +146,19 @@ def _script_batches(case: Case, *, per_feature: bool = True,
     """The mini-batches the fixed script trains on: features standardised per feature, one permutation per
     epoch; or those of two mistakes: one mean and std over the whole tensor, x and y shuffled by two
     permutations."""
-    _, x, y = _script_inputs(case)
+    _, x, y = script_inputs(case)
     x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6) if per_feature else (x - x.mean()) / x.std()
     generator = torch.Generator().manual_seed(case.seeded(62))
     batches = []
-    for _ in range(_SCRIPT_EPOCHS):
+    for _ in range(SCRIPT_EPOCHS):
         perm = torch.randperm(len(x), generator=generator)
         xs, ys = x[perm], y[torch.randperm(len(y), generator=generator) if two_perms else perm]
-        batches += [(xs[i:i + _SCRIPT_BATCH], ys[i:i + _SCRIPT_BATCH]) for i in range(0, len(x), _SCRIPT_BATCH)]
+        batches += [(xs[i:i + SCRIPT_BATCH], ys[i:i + SCRIPT_BATCH]) for i in range(0, len(x), SCRIPT_BATCH)]
     return batches
 
 
 def _judge_training_script(seen: dict, *, case: Case) -> str:
-    model, _, _ = _script_inputs(case)
+    model, _, _ = script_inputs(case)
     if seen.get("steps") == []:
         fail("no-steps", observed="train returned without a single optimizer step",
              expected=f"{len(_script_batches(case))} SGD steps, one per mini-batch",
@@ -167,7 +167,7 @@ def _judge_training_script(seen: dict, *, case: Case) -> str:
              "no row is left; otherwise the optimizer.step() call is missing", where="the normalization of x and "
              "the rows it keeps")
     steps = _judge_sgd_steps(
-        seen, model, _script_batches(case), _SCRIPT_LR, where="the training script",
+        seen, model, _script_batches(case), SCRIPT_LR, where="the training script",
         mismatch=("wrong-batch", "the script trains on other inputs or labels than the standardised, shuffled "
                   "data: print the first mini-batch and compare"),
         mistakes=(("misaligned-labels", "the labels no longer belong to their inputs: x and y are shuffled with two "
@@ -214,7 +214,7 @@ _SCRIPT_GRAD_FIX = ("    optimizer.zero_grad(set_to_none=True)\n    for epoch", 
 
 
 def _script_fixed(*fixes: tuple[str, ...]) -> str:
-    return with_fixes(_SCRIPT_STARTER, *fixes)
+    return with_fixes(SCRIPT_STARTER, *fixes)
 
 
 add_answers(
@@ -228,9 +228,9 @@ def make_model(features, classes):
     return nn.Sequential(nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, classes))
 ''',
         wrong_answers=(
-            (edited(_OVERFIT_STARTER, ("nn.Softmax(dim=1)", "nn.Sigmoid()")), "probabilities"),
-            (edited(_OVERFIT_STARTER, ("nn.Softmax(dim=1)", "nn.Tanh()")), "cannot-overfit"),
-            (edited(_OVERFIT_STARTER, ("nn.Softmax(dim=1)", "nn.Softmax(dim=0)")), "probabilities"),
+            (edited(OVERFIT_STARTER, ("nn.Softmax(dim=1)", "nn.Sigmoid()")), "probabilities"),
+            (edited(OVERFIT_STARTER, ("nn.Softmax(dim=1)", "nn.Tanh()")), "cannot-overfit"),
+            (edited(OVERFIT_STARTER, ("nn.Softmax(dim=1)", "nn.Softmax(dim=0)")), "probabilities"),
         ),
         judge=_judge_overfit,
     )
@@ -253,11 +253,11 @@ def train(model, batches, lr):
         optimizer.step()
 ''',
         wrong_answers=(
-            (edited(_TRAIN_STARTER,
+            (edited(TRAIN_STARTER,
                     ("        F.cross_entropy(model(x), y).backward()\n",
                      "        F.cross_entropy(model(x), y).backward()\n        optimizer.zero_grad()\n")),
              "no-gradient"),
-            (edited(_TRAIN_STARTER,
+            (edited(TRAIN_STARTER,
                     ("    for x, y in batches:\n        F.cross_entropy(model(x), y).backward()\n"
                      "        optimizer.step()\n",
                      "    sum(F.cross_entropy(model(x), y) for x, y in batches).backward()\n"

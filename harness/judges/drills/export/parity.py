@@ -12,12 +12,12 @@ from harness.contract.compare import close_values, isclose_number, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.export import (
-    _EXPORT_BATCHES,
-    _fold_setup,
-    _inputs,
-    _latency_plan,
-    _parity_scenarios,
-    _trained,
+    EXPORT_BATCHES,
+    export_inputs,
+    fold_setup,
+    latency_plan,
+    parity_scenarios,
+    trained_classifier,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -26,7 +26,7 @@ from harness.judges.drills.whys import add_answers
 
 def _judge_parity(seen: dict, *, case: Case) -> str:
     where = "check_parity"
-    scenarios, atol, rtol = _parity_scenarios(case)
+    scenarios, atol, rtol = parity_scenarios(case)
     results = seen.get("results")
     if not isinstance(results, list) or len(results) != len(scenarios):
         malformed("results missing")
@@ -85,7 +85,7 @@ def check_parity(reference, candidate, inputs, atol, rtol):
 
 def _judge_latency(seen: dict, *, case: Case) -> str:
     where = "measure_latency"
-    warmup, iters, durations = _latency_plan(case)
+    warmup, iters, durations = latency_plan(case)
     calls, result = seen.get("calls"), seen.get("result")
     if calls != warmup + iters:
         fail("wrong-call-count", observed=f"fn was called {calls} times", expected=f"warmup + iters = "
@@ -142,7 +142,7 @@ def measure_latency(fn, warmup, iters):
 
 def _judge_fold(seen: dict, *, case: Case) -> str:
     where = "fold_batchnorm"
-    linear, bn, x = _fold_setup(case)
+    linear, bn, x = fold_setup(case)
     if seen.get("type") != "Linear":
         fail("not-linear", observed=f"fold_batchnorm returned a {seen.get('type')}", expected="one nn.Linear",
              cause="the point of folding is one layer where there were two", where=where)
@@ -211,16 +211,16 @@ def _judge_export(seen: dict, *, case: Case) -> str:
              expected="the torch.export.ExportedProgram", cause="return what torch.export.export returns (its "
              ".module() is what gets called)", where=where)
     outputs = seen.get("outputs")
-    if not isinstance(outputs, list) or len(outputs) != len(_EXPORT_BATCHES):
+    if not isinstance(outputs, list) or len(outputs) != len(EXPORT_BATCHES):
         malformed("outputs missing")
-    model = _trained(case, 530).eval()
-    for batch, got in zip(_EXPORT_BATCHES, outputs, strict=True):
+    model = trained_classifier(case, 530).eval()
+    for batch, got in zip(EXPORT_BATCHES, outputs, strict=True):
         if isinstance(got, str):
             fail("static-batch", observed=f"the exported program refused a batch of {batch}: {got}",
                  expected="any batch size", cause="without dynamic_shapes every size of the example input is "
                  "fixed in the graph", where="dynamic_shapes={'x': {0: Dim('batch')}} (name the forward's argument)")
         with torch.inference_mode():
-            want = model(_inputs(case, 532 + batch, rows=batch))
+            want = model(export_inputs(case, 532 + batch, rows=batch))
         if isinstance(got, torch.Tensor) and got.shape == want.shape and not close_values(got, want, atol=1e-5,
                                                                                             rtol=1e-4, dtype=False):
             fail("train-mode-exported", observed=f"the exported program's output differs from the eval-mode model's "

@@ -13,10 +13,10 @@ from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.export import (
-    _SERVING_STARTER,
-    _config,
-    _inputs,
-    _trained,
+    SERVING_STARTER,
+    export_config,
+    export_inputs,
+    trained_classifier,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -24,9 +24,9 @@ from harness.judges.drills.whys import add_answers
 
 
 def _reference_probs(case: Case, base: int = 501) -> torch.Tensor:
-    model = _trained(case, base).eval()
+    model = trained_classifier(case, base).eval()
     with torch.inference_mode():
-        return model(_inputs(case, 510)).softmax(-1)
+        return model(export_inputs(case, 510)).softmax(-1)
 
 
 def _tensor_dict_or_none(value: Any) -> dict[str, torch.Tensor] | None:
@@ -58,12 +58,12 @@ def _judge_save_load(seen: dict, *, case: Case) -> str:
         fail("no-config", observed=f"the file holds {describe(content)}", expected="a dict with the state_dict "
              "and the config", cause="a bare state_dict cannot rebuild the model: its sizes are in the config",
              where=where)
-    config = _config(case)
+    config = export_config(case)
     if not any(isinstance(v, dict) and v == config for v in content.values()):
         fail("no-config", observed=f"no value of the saved dict equals the config {config} (keys: "
              f"{sorted(content)[:6]})", expected="the config saved next to the weights",
              cause="without the config, load has to guess the layer sizes", where=where)
-    want_state = _trained(case).state_dict()
+    want_state = trained_classifier(case).state_dict()
     states = [v for v in content.values() if _tensor_dict_or_none(v) is not None]
     if not any(set(s) == set(want_state) and all(same_values(s[k], want_state[k], dtype=False) for k in want_state)
                for s in states):
@@ -142,7 +142,7 @@ def predict(model, x):
 def _judge_serving(seen: dict, *, case: Case) -> str:
     where = "load_and_predict"
     _judge_safe_load(seen.get("load_calls"), where)
-    want_state = _trained(case, 520).state_dict()
+    want_state = trained_classifier(case, 520).state_dict()
     states = seen.get("loaded_states")
     if not isinstance(states, list):
         malformed("load records missing")
@@ -197,7 +197,7 @@ _SERVE_FIX_EVAL = ("    with torch.inference_mode():\n", "    model.eval()\n    
 
 
 def _serve_fixed(*fixes: tuple[str, str]) -> str:
-    return edited(_SERVING_STARTER, *fixes)
+    return edited(SERVING_STARTER, *fixes)
 
 
 add_answers(

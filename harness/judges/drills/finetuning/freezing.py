@@ -14,17 +14,17 @@ from harness.contract.compare import isclose_number, malformed, number, same_val
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.finetuning import (
-    _OLD_CLASSES,
-    _PROBE_BATCHES,
-    _checkpoints,
-    _finetuning_group_settings,
-    _lr,
-    _n_blocks,
-    _NormNet,
-    _pretrained,
-    _shifted_batches,
-    _sizes,
-    _state_copy,
+    OLD_CLASSES,
+    PROBE_BATCHES,
+    NormNet,
+    checkpoint_scenarios,
+    finetune_lr,
+    finetuning_group_settings,
+    n_blocks,
+    pretrained_model,
+    pretrained_sizes,
+    shifted_batches,
+    state_copy,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -34,9 +34,9 @@ from harness.judges.drills.whys import add_answers
 
 def _judge_linear_probe(seen: dict, *, case: Case) -> str:
     where = "linear_probe"
-    start = _state_copy(_pretrained(case))
+    start = state_copy(pretrained_model(case))
     state = tensor_dict(seen.get("state"), "the model's state")
-    steps = counted_steps(seen, _PROBE_BATCHES, where)
+    steps = counted_steps(seen, PROBE_BATCHES, where)
     moved = changed_entries(start, state, "backbone.")
     if moved:
         fail("backbone-changed", observed=f"backbone parameters changed during training: {', '.join(moved[:3])}",
@@ -73,16 +73,16 @@ def _judge_linear_probe(seen: dict, *, case: Case) -> str:
                  cause="torch.optim.SGD(model.parameters()) also holds the frozen tensors: harmless until someone "
                  "unfreezes them or adds weight decay, and the optimizer state is built for all of them",
                  where="torch.optim.SGD(model.head.parameters(), ...) or [p for p in ... if p.requires_grad]")
-    reference = _pretrained(case)
+    reference = pretrained_model(case)
     reference.backbone.requires_grad_(False)
     reference.train()
     reference.backbone.eval()
-    optimizer = torch.optim.SGD(reference.head.parameters(), lr=_lr(case))
-    for x, y in _shifted_batches(case, 20, _PROBE_BATCHES):
+    optimizer = torch.optim.SGD(reference.head.parameters(), lr=finetune_lr(case))
+    for x, y in shifted_batches(case, 20, PROBE_BATCHES):
         optimizer.zero_grad(set_to_none=True)
         F.mse_loss(reference(x), y).backward()
         optimizer.step()
-    for name, want in _state_copy(reference).items():
+    for name, want in state_copy(reference).items():
         if name.startswith("head."):
             got = state.get(name)
             expect.close(f"the trained {name}", got if got is not None else describe(got), want, atol=1e-5,
@@ -115,9 +115,9 @@ def linear_probe(model, batches, lr):
 
 def _judge_finetuning_param_groups(seen: dict, *, case: Case) -> str:
     where = "make_optimizer"
-    lr, factor, decay = _finetuning_group_settings(case)
-    d_in, hidden, n_out = _sizes(case)
-    model = _NormNet(d_in, hidden, n_out)
+    lr, factor, decay = finetuning_group_settings(case)
+    d_in, hidden, n_out = pretrained_sizes(case)
+    model = NormNet(d_in, hidden, n_out)
     norm_weights = {f"backbone.{i}.weight" for i, m in enumerate(model.backbone)
                     if isinstance(m, (nn.LayerNorm, nn.BatchNorm1d))}
     if seen.get("type") != "AdamW":
@@ -203,13 +203,13 @@ def _judge_load_pretrained(seen: dict, *, case: Case) -> str:
         malformed("scenario missing")
     if "raised" in good:
         fail("refused-good-checkpoint", observed=f"load_pretrained raised {good['raised']} on a good checkpoint whose "
-             f"only difference is the old {_OLD_CLASSES}-class head", expected="the backbone loaded, the new head kept",
+             f"only difference is the old {OLD_CLASSES}-class head", expected="the backbone loaded, the new head kept",
              cause="load_state_dict(strict=False) still raises on a size mismatch: drop the checkpoint's head.* "
              "tensors first; strict=True refuses the (expected) missing head keys",
              where="filter the checkpoint: {k: v for k, v in checkpoint.items() if not k.startswith('head.')}")
     state = tensor_dict(good.get("state"), "the model's state")
-    source = _checkpoints(case)[0][1]
-    fresh = _state_copy(_pretrained(case, 10))
+    source = checkpoint_scenarios(case)[0][1]
+    fresh = state_copy(pretrained_model(case, 10))
     for name, want in source.items():
         if name.startswith("backbone."):
             got = state.get(name)
@@ -259,7 +259,7 @@ def load_pretrained(model, checkpoint):
 
 
 def _judge_unfreeze(seen: dict, *, case: Case) -> str:
-    n = _n_blocks(case)
+    n = n_blocks(case)
     flags = seen.get("flags")
     if not isinstance(flags, list) or len(flags) != n + 2 or not all(isinstance(f, dict) for f in flags):
         malformed("flags missing")

@@ -10,7 +10,7 @@ from harness.contract.compare import close_values, is_tensor_like, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.finetuning import (
-    _lora_setup,
+    lora_setup,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -19,7 +19,7 @@ from harness.judges.drills.whys import add_answers
 
 def _judge_lora(seen: dict, *, case: Case) -> str:
     where = "LoRALinear"
-    s = _lora_setup(case)
+    s = lora_setup(case)
     base, x, r, alpha = s["base"], s["x"], s["r"], s["alpha"]
     a0, b0 = seen.get("a0"), seen.get("b0")
     for label, got, shape in (("lora_A", a0, (r, s["d_in"])), ("lora_B", b0, (s["d_out"], r))):

@@ -10,13 +10,13 @@ from harness.contract.case import Case
 from harness.contract.compare import close_values, tensor_dict
 from harness.contract.failure import fail
 from harness.drills.bank.finetuning import (
-    _SCRIPT_BATCHES,
-    _SCRIPT_CLASSES,
-    _SCRIPT_STARTER,
-    _lr,
-    _script_model,
-    _shifted_batches,
-    _state_copy,
+    SCRIPT_BATCHES,
+    SCRIPT_CLASSES,
+    SCRIPT_STARTER,
+    finetune_lr,
+    script_model,
+    shifted_batches,
+    state_copy,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited, with_fixes
@@ -26,7 +26,7 @@ from harness.judges.drills.whys import add_answers
 
 def _head_grads(case: Case, head: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                 softmax_first: bool) -> dict[str, torch.Tensor]:
-    model = _script_model(case)
+    model = script_model(case)
     model.eval()
     with torch.no_grad():
         model.head.weight.copy_(head["head.weight"])
@@ -38,7 +38,7 @@ def _head_grads(case: Case, head: dict[str, torch.Tensor], x: torch.Tensor, y: t
 
 def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
     where = "finetune"
-    start = _state_copy(_script_model(case))
+    start = state_copy(script_model(case))
     state = tensor_dict(seen.get("state"), "the model's state")
     moved = changed_entries(start, state, "backbone.")
     if moved:
@@ -51,9 +51,9 @@ def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
              cause="the backbone's BatchNorm ran in train mode during training: it normalised with batch "
              "statistics and overwrote the pretrained ones",
              where="the calls that set each module's mode before the loop")
-    steps = counted_steps(seen, _SCRIPT_BATCHES, where)
+    steps = counted_steps(seen, SCRIPT_BATCHES, where)
     previous = None
-    batches = _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES)
+    batches = shifted_batches(case, 71, SCRIPT_BATCHES, SCRIPT_CLASSES)
     for i, ((x, y), step) in enumerate(zip(batches, steps, strict=True)):
         params = tensor_dict(step.get("params"), "recorded parameters")
         grads = step.get("grads")
@@ -84,12 +84,12 @@ def _judge_finetuning_script(seen: dict, *, case: Case) -> str:
         fail("wrong-gradient", observed=f"at step {i} the optimizer saw a gradient unlike cross_entropy's",
              expected="the gradient of F.cross_entropy(model(x), y) for this batch",
              cause="the loss or the forward pass differs from the prompt's", where=where)
-    reference = _script_model(case)
+    reference = script_model(case)
     reference.backbone.requires_grad_(False)
     reference.train()
     reference.backbone.eval()
-    optimizer = torch.optim.SGD(reference.head.parameters(), lr=_lr(case), momentum=0.9)
-    for x, y in _shifted_batches(case, 71, _SCRIPT_BATCHES, _SCRIPT_CLASSES):
+    optimizer = torch.optim.SGD(reference.head.parameters(), lr=finetune_lr(case), momentum=0.9)
+    for x, y in shifted_batches(case, 71, SCRIPT_BATCHES, SCRIPT_CLASSES):
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(reference(x), y).backward()
         optimizer.step()
@@ -131,7 +131,7 @@ _FIX_ZERO = ("    for x, y in batches:\n", "    for x, y in batches:\n        op
 
 
 def _finetuning_script_fixed(*fixes: tuple[str, str]) -> str:
-    return with_fixes(_SCRIPT_STARTER, *fixes)
+    return with_fixes(SCRIPT_STARTER, *fixes)
 
 
 add_answers(

@@ -7,7 +7,7 @@ Their judges are in `harness.judges.drills.amp_clipping`; a graded student tree 
 from __future__ import annotations
 
 import harness.judges.drills.amp_clipping  # noqa: F401  (joins the judges first)
-from harness.drills.bank.held.amp_clipping import _CLIP_BEFORE_UNSCALE
+from harness.drills.bank.held.amp_clipping import CLIP_BEFORE_UNSCALE
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.amp_clipping.amp import _judge_clip_under_amp
@@ -47,7 +47,7 @@ add_answers(
                      "        loss = loss_fn(model(x), y)\n        scaler.scale(loss).backward()\n")),
              "backward-inside-autocast"),
             (edited(_AMP_SOLUTION, (_UNSCALE, "")), "missing-unscale"),
-            (_CLIP_BEFORE_UNSCALE, "clip-before-unscale"),
+            (CLIP_BEFORE_UNSCALE, "clip-before-unscale"),
             (edited(_AMP_SOLUTION, (CLIP, "")), "not-clipped"),
             (edited(_AMP_SOLUTION, ("    scaler.step(optimizer)\n", "    optimizer.step()\n")),
              "optimizer-step-direct"),

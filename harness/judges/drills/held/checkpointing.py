@@ -11,7 +11,7 @@ module.
 from __future__ import annotations
 
 import harness.judges.drills.checkpointing  # noqa: F401  (joins the judges first)
-from harness.drills.bank.held.checkpointing import _NO_OPTIMIZER
+from harness.drills.bank.held.checkpointing import NO_OPTIMIZER
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.checkpointing import _judge_atomic, _judge_strip, _make_resume_judge
@@ -75,7 +75,7 @@ add_answers(
         drill_id="checkpointing-exact-resume",
         solution=_CKPT_SOLUTION,
         wrong_answers=(
-            (_NO_OPTIMIZER, "missing-optimizer-state"),
+            (NO_OPTIMIZER, "missing-optimizer-state"),
             (edited(_CKPT_SOLUTION,
                     ('        "scheduler": scheduler.state_dict(),\n', ""),
                     ('    scheduler.load_state_dict(checkpoint["scheduler"])\n', "")), "missing-scheduler-state"),

@@ -7,7 +7,7 @@ Their judges are in `harness.judges.drills.memory`; a graded student tree does n
 from __future__ import annotations
 
 import harness.judges.drills.memory  # noqa: F401  (joins the judges first)
-from harness.drills.bank.held.memory import _CHECKPOINT_STARTER
+from harness.drills.bank.held.memory import CHECKPOINT_STARTER
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.held.whys import add_answers
@@ -16,16 +16,16 @@ from harness.judges.drills.memory import _judge_checkpointed
 add_answers(
     Answers(
         drill_id="memory-checkpoint-reentrant",
-        solution=edited(_CHECKPOINT_STARTER, ("use_reentrant=True", "use_reentrant=False")),
+        solution=edited(CHECKPOINT_STARTER, ("use_reentrant=True", "use_reentrant=False")),
         wrong_answers=(
-            (edited(_CHECKPOINT_STARTER,
+            (edited(CHECKPOINT_STARTER,
                     ("h = checkpoint(block, h, use_reentrant=True)",
                      "h = block(h) if block is blocks[-1] else checkpoint(block, h, "
                      "use_reentrant=False)")), "not-checkpointed"),
-            (edited(_CHECKPOINT_STARTER,
+            (edited(CHECKPOINT_STARTER,
                     ("h = checkpoint(block, h, use_reentrant=True)", "h = block(h)")),
              "not-checkpointed"),
-            (edited(_CHECKPOINT_STARTER,
+            (edited(CHECKPOINT_STARTER,
                     ("h = checkpoint(block, h, use_reentrant=True)",
                      "h = checkpoint(block, h.detach(), use_reentrant=False)")), "wrong-grads"),
         ),

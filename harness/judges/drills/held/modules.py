@@ -7,7 +7,7 @@ Their judges are in `harness.judges.drills.modules`; a graded student tree does 
 from __future__ import annotations
 
 import harness.judges.drills.modules  # noqa: F401  (joins the judges first)
-from harness.drills.bank.modules import _LIST_STARTER
+from harness.drills.bank.modules import LIST_STARTER
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.held.whys import add_answers
@@ -15,14 +15,14 @@ from harness.judges.drills.held.whys import add_answers
 add_answers(
     Answers(
         drill_id="modules-plain-list",
-        solution=edited(_LIST_STARTER,
+        solution=edited(LIST_STARTER,
                         ("self.hidden = [", "self.hidden = nn.ModuleList(["),
                         ("sizes[1:-1])]", "sizes[1:-1])])")),
         wrong_answers=(
-            (edited(_LIST_STARTER,
+            (edited(LIST_STARTER,
                     ("self.hidden = [", "self.hidden = tuple("),
                     ("sizes[1:-1])]", "sizes[1:-1]))")), "unregistered-layers"),
-            (edited(_LIST_STARTER,
+            (edited(LIST_STARTER,
                     ("self.hidden = [", "self.hidden = nn.ModuleList(["),
                     ("sizes[1:-1])]", "sizes[1:-1])])"),
                     ("x = torch.relu(layer(x))", "x = layer(x)")),

@@ -7,7 +7,7 @@ Their judges are in `harness.judges.drills.performance`; a graded student tree d
 from __future__ import annotations
 
 import harness.judges.drills.performance  # noqa: F401  (joins the judges first)
-from harness.drills.bank.performance import _METRICS_STARTER
+from harness.drills.bank.performance import METRICS_STARTER
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.held.whys import add_answers
@@ -35,7 +35,7 @@ add_answers(
         solution=_METRICS_SOLUTION,
         wrong_answers=(
             # the loss fixed, the accuracy still read every batch
-            (edited(_METRICS_STARTER, (".item() * len(y)", " * len(y)")), "sync-per-step"),
+            (edited(METRICS_STARTER, (".item() * len(y)", " * len(y)")), "sync-per-step"),
             # float() is .item() under another name
             (edited(_METRICS_SOLUTION, ("loss_fn(out, y) * len(y)", "float(loss_fn(out, y)) * len(y)")),
              "sync-per-step"),

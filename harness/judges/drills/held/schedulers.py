@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import harness.judges.drills.schedulers  # noqa: F401  (joins the judges first)
 from harness.contract.case import Case
-from harness.drills.bank.schedulers import _warmup_configs, _warmup_queries
+from harness.drills.bank.schedulers import warmup_configs, warmup_queries
 from harness.drills.core import Answers
 from harness.drills.support import edited
 from harness.judges.drills.held.whys import add_answers
@@ -38,8 +38,8 @@ def warmup_cosine_expected(step: int, warmup: int, total: int) -> dict[str, Any]
 
 def _visible_calls() -> list[tuple[int, int, int]]:
     """The (step, warmup, total) the judge asks about on the visible case: the queries, then the LambdaLR steps."""
-    warmup, total = _warmup_configs(Case())[0]
-    return [*_warmup_queries(Case()), *((step, warmup, total) for step in range(warmup + 3))]
+    warmup, total = warmup_configs(Case())[0]
+    return [*warmup_queries(Case()), *((step, warmup, total) for step in range(warmup + 3))]
 
 
 # What a graded student tree records (`harness.judges.drills.held.recorded_values`): name -> (function, its calls)

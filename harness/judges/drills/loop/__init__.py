@@ -20,14 +20,14 @@ from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.loop import (
-    _EVAL_STARTER,
-    _RESTORE_STARTER,
-    _STALLS_EPOCHS,
-    _STALLS_STARTER,
-    _eval_changes_setup,
-    _restore_setup,
-    _stalls_setup,
-    _train_step_setup,
+    EVAL_STARTER,
+    RESTORE_STARTER,
+    STALLS_EPOCHS,
+    STALLS_STARTER,
+    eval_changes_setup,
+    restore_setup,
+    stalls_setup,
+    train_step_setup,
 )
 from harness.drills.core import Answers, add_judge
 from harness.drills.support import edited
@@ -52,7 +52,7 @@ def _check_train_mode(k: int, model: nn.Module, batch: tuple, got: list) -> None
 
 
 def _judge_train_step(seen: dict, *, case: Case) -> str:
-    model, optimizer, batches = _train_step_setup(case)
+    model, optimizer, batches = train_step_setup(case)
     n = len(list(model.parameters()))
     steps = validated_steps(seen, n)
     if len(steps) != len(batches):
@@ -120,7 +120,7 @@ def _judge_train_step(seen: dict, *, case: Case) -> str:
 
 
 def _judge_stalls(seen: dict, *, case: Case) -> str:
-    model, optimizer, batches = _stalls_setup(case)
+    model, optimizer, batches = stalls_setup(case)
     n = len(list(model.parameters()))
     steps, loss_fn = validated_steps(seen, n), nn.BCEWithLogitsLoss()
     where = "the order of the calls in the batch loop"
@@ -135,13 +135,13 @@ def _judge_stalls(seen: dict, *, case: Case) -> str:
         loss_fn(model(x), y).backward()
         check_step_gradient(k, step["grads"], [p.grad for p in model.parameters()], where)
         optimizer.step()
-    expected_steps = _STALLS_EPOCHS * len(batches)
+    expected_steps = STALLS_EPOCHS * len(batches)
     if seen.get("count") != expected_steps:
         fail("step-count", observed=f"{describe(seen.get('count'))} optimizer steps", expected=f"{expected_steps} "
-             f"({_STALLS_EPOCHS} epochs of {len(batches)} batches)", cause="step() missing, or called twice per "
+             f"({STALLS_EPOCHS} epochs of {len(batches)} batches)", cause="step() missing, or called twice per "
              "batch", where="the optimizer.step() calls in the batch loop")
-    model, optimizer, batches = _stalls_setup(case)
-    for _ in range(_STALLS_EPOCHS):
+    model, optimizer, batches = stalls_setup(case)
+    for _ in range(STALLS_EPOCHS):
         for x, y in batches:
             optimizer.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
@@ -172,7 +172,7 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
              expected="no autograd graph during evaluation (memory and time)",
              cause="autograd records every evaluation forward: the graphs keep the activations alive",
              where="evaluate: the loop over batches")
-    model, batches = _eval_changes_setup(case)
+    model, batches = eval_changes_setup(case)
     model.eval()
     with torch.inference_mode():
         x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
@@ -190,7 +190,7 @@ def _judge_eval(seen: dict, *, case: Case) -> str:
 
 
 def _judge_restore(seen: dict, *, case: Case) -> str:
-    model, batches = _restore_setup(case)
+    model, batches = restore_setup(case)
     forwards, modes = seen.get("forwards"), seen.get("modes_after")
     if not isinstance(forwards, list) or not all(isinstance(f, dict) for f in forwards) \
             or not isinstance(modes, list) or len(modes) != 2 or not all(isinstance(m, dict) for m in modes):
@@ -230,19 +230,19 @@ add_judge("loop-train-step", _judge_train_step)
 add_answers(
     Answers(
         drill_id="loop-loss-stalls",
-        solution=edited(_STALLS_STARTER,
+        solution=edited(STALLS_STARTER,
                         ("            loss = loss_fn(model(x), y)\n            loss.backward()\n"
                          "            optimizer.zero_grad(set_to_none=True)\n",
                          "            optimizer.zero_grad(set_to_none=True)\n            loss = loss_fn(model(x), y)\n"
                          "            loss.backward()\n")),
         wrong_answers=(
-            (edited(_STALLS_STARTER, ("            optimizer.zero_grad(set_to_none=True)\n", "")), "missing-zero-grad"),
-            (edited(_STALLS_STARTER,
+            (edited(STALLS_STARTER, ("            optimizer.zero_grad(set_to_none=True)\n", "")), "missing-zero-grad"),
+            (edited(STALLS_STARTER,
                     ("            optimizer.step()\n", ""),
                     ("            loss = loss_fn",
                      "            optimizer.step()\n            loss = loss_fn")),
              "grads-cleared-before-step"),
-            (edited(_STALLS_STARTER,
+            (edited(STALLS_STARTER,
                     ("            optimizer.zero_grad(set_to_none=True)\n", ""),
                     ("    model.train()\n",
                      "    model.train()\n    optimizer.zero_grad(set_to_none=True)\n")),
@@ -256,20 +256,20 @@ add_answers(
 add_answers(
     Answers(
         drill_id="loop-eval-changes",
-        solution=edited(_EVAL_STARTER,
+        solution=edited(EVAL_STARTER,
                         ("    correct = 0\n", "    model.eval()\n    correct = 0\n"),
                         ("    for x, y in batches:\n        correct",
                          "    with torch.inference_mode():\n"
                          "        for x, y in batches:\n            correct"),
                         ("        total += len(y)", "            total += len(y)")),
         wrong_answers=(
-            (edited(_EVAL_STARTER, ("    correct = 0\n", "    model.eval()\n    correct = 0\n")), "eval-builds-graph"),
-            (edited(_EVAL_STARTER,
+            (edited(EVAL_STARTER, ("    correct = 0\n", "    model.eval()\n    correct = 0\n")), "eval-builds-graph"),
+            (edited(EVAL_STARTER,
                     ("    for x, y in batches:\n        correct",
                      "    with torch.no_grad():\n"
                      "      for x, y in batches:\n        correct"),
                     ("        total += len(y)", "        total += len(y)")), "train-mode-eval"),
-            (edited(_EVAL_STARTER,
+            (edited(EVAL_STARTER,
                     ("    correct = 0\n", "    model.eval()\n    correct = 0\n"),
                     ("    for x, y in batches:\n        correct",
                      "    with torch.no_grad():\n"
@@ -284,20 +284,20 @@ add_answers(
 add_answers(
     Answers(
         drill_id="loop-eval-restores-mode",
-        solution=edited(_RESTORE_STARTER,
+        solution=edited(RESTORE_STARTER,
                         ("    model.eval()\n", "    was_training = model.training\n    model.eval()\n"),
                         ("    return total / count\n",
                          "    model.train(was_training)\n    return total / count\n")),
         wrong_answers=(
-            (edited(_RESTORE_STARTER,
+            (edited(RESTORE_STARTER,
                     ("    return total / count\n", "    model.train()\n    return total / count\n")),
              "forced-train-mode"),
-            (edited(_RESTORE_STARTER,
+            (edited(RESTORE_STARTER,
                     ("    model.eval()\n", "    was_training = model.training\n"),
                     ("    return total / count\n",
                      "    model.train(was_training)\n    return total / count\n")),
              "not-eval-mode"),
-            (edited(_RESTORE_STARTER,
+            (edited(RESTORE_STARTER,
                     ("    model.eval()\n", "    was_training = model.training\n    model.eval()\n"),
                     ("        total += loss_fn(model(x), y) * len(y)\n        count += len(y)\n",
                      "        total += loss_fn(model(x), y)\n        count += 1\n"),

@@ -12,8 +12,8 @@ from harness.contract.compare import malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.loop import (
-    _es_plan,
-    _es_setup,
+    es_plan,
+    es_setup,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -38,8 +38,8 @@ def _es_replay(values: list[float], patience: int, *, ties_improve: bool = False
 
 def _es_judge_run(seen: Any, case: Case, scenario: str) -> tuple[int, int]:
     """Judge one run of fit; (epochs it must run, its best epoch). "runs_out" is judged after "stops" passed."""
-    patience, max_epochs, values, tie = _es_plan(case, scenario)
-    _, _, trajectory, _ = _es_setup(case, scenario)
+    patience, max_epochs, values, tie = es_plan(case, scenario)
+    _, _, trajectory, _ = es_setup(case, scenario)
     runs, best_epoch = _es_replay(values, patience)
     if not isinstance(seen, dict):
         malformed("run")

@@ -11,9 +11,9 @@ from harness.contract.compare import close_tensors, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.loop import (
-    _THREE_BUGS_STARTER,
-    _THREE_EPOCHS,
-    _three_setup,
+    THREE_BUGS_STARTER,
+    THREE_EPOCHS,
+    three_setup,
 )
 from harness.drills.core import Answers
 from harness.drills.support import with_fixes
@@ -32,11 +32,11 @@ _FIX_MODE = ("    model.train()\n    for epoch in range(epochs):\n",
 
 
 def _three_bugs_fixed(*fixes: tuple[str, str]) -> str:
-    return with_fixes(_THREE_BUGS_STARTER, *fixes)
+    return with_fixes(THREE_BUGS_STARTER, *fixes)
 
 
 def _judge_three_bugs(seen: dict, *, case: Case) -> str:
-    model, optimizer, train_batches, val_batches = _three_setup(case)
+    model, optimizer, train_batches, val_batches = three_setup(case)
     loss_fn, n = nn.MSELoss(), len(list(model.parameters()))
     steps = validated_steps(seen, n)
     forwards = seen.get("forwards")
@@ -47,13 +47,13 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
         fail("not-a-list", observed=f"fit returned {describe(history)}", expected="a list of (train, val) pairs",
              cause="the return line was lost", where="return history")
     training_forwards = [f for f in forwards if f.get("grad_enabled")]
-    expected_steps = _THREE_EPOCHS * len(train_batches)
+    expected_steps = THREE_EPOCHS * len(train_batches)
     if len(steps) != expected_steps or len(training_forwards) != expected_steps:
         fail("step-count", observed=f"{len(steps)} optimizer steps and {len(training_forwards)} forwards with "
              "gradients enabled", expected=f"{expected_steps} of each", cause="a batch skipped or trained twice, "
              "or validation run with gradients enabled", where="the training loop and the validation loop")
     k = 0
-    for epoch in range(1, _THREE_EPOCHS + 1):
+    for epoch in range(1, THREE_EPOCHS + 1):
         model.train()
         train_total = torch.zeros(())
         for x, y in train_batches:
@@ -92,8 +92,8 @@ def _judge_three_bugs(seen: dict, *, case: Case) -> str:
                 fail("wrong-history", observed=f"epoch {epoch}'s mean {name} loss is {value:.5f}",
                      expected=f"{float(want):.5f}", cause="a sum not divided by the number of batches, or the "
                      "loss of another batch", where="history.append(...)")
-    if len(history) != _THREE_EPOCHS:
-        fail("wrong-history", observed=f"{len(history)} history entries", expected=f"{_THREE_EPOCHS}",
+    if len(history) != THREE_EPOCHS:
+        fail("wrong-history", observed=f"{len(history)} history entries", expected=f"{THREE_EPOCHS}",
              cause="an entry per batch, or the append outside the loop", where="history.append(...)")
     final = checked_tensors(seen.get("final"), len(model.state_dict()), "final state")
     if not close_tensors(final, [t.detach() for t in model.state_dict().values()], atol=1e-4, rtol=1e-4, dtype=False):

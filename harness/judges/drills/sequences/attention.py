@@ -13,8 +13,8 @@ from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.drills.bank.sequences import (
-    _pe_sizes,
-    _sdpa_inputs,
+    pe_sizes,
+    sdpa_inputs,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -36,7 +36,7 @@ def _judge_sdpa_by_hand(seen: dict, *, case: Case) -> str:
     forbid(seen.get("calls"), {"scaled_dot_product_attention": by_hand, "_scaled_dot_product_attention_math": by_hand,
                                "multi_head_attention_forward": by_hand}, where="the drill's prompt")
     outputs = seen.get("outputs")
-    inputs = _sdpa_inputs(case)
+    inputs = sdpa_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         malformed("outputs missing")
     for (q, k, v, mask), got in zip(inputs, outputs, strict=True):
@@ -98,7 +98,7 @@ def _pe_reference(steps: int, dim: int, *, interleave: bool = True, two_i: bool 
 def _judge_pe(seen: dict, *, case: Case) -> str:
     where = "sinusoidal_pe"
     outputs = seen.get("outputs")
-    sizes = _pe_sizes(case)
+    sizes = pe_sizes(case)
     if not isinstance(outputs, list) or len(outputs) != len(sizes):
         malformed("outputs missing")
     for (steps, dim), got in zip(sizes, outputs, strict=True):

@@ -13,9 +13,9 @@ from harness.contract.compare import close_values, malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.sequences import (
-    _SEQ_STARTER,
-    _classifier_setup,
-    _seq_lr,
+    SEQ_STARTER,
+    classifier_setup,
+    seq_lr,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -35,7 +35,7 @@ def _pooled_loss(params: dict[str, torch.Tensor], tokens: torch.Tensor, lengths:
 
 def _judge_seq_step(seen: dict, *, case: Case) -> str:
     where = "train_step"
-    _, _, batches = _classifier_setup(case)
+    _, _, batches = classifier_setup(case)
     steps, losses = seen.get("steps"), seen.get("losses")
     if not isinstance(steps, list) or not isinstance(losses, list) or len(losses) != len(batches):
         malformed("records missing")
@@ -90,7 +90,7 @@ def _judge_seq_step(seen: dict, *, case: Case) -> str:
         earlier = summed or {n: p.grad for n, p in params.items()}
     final = _dict_of_tensors(seen.get("final"))
     last = _dict_of_tensors(steps[-1].get("params"))
-    lr = _seq_lr(case)
+    lr = seq_lr(case)
     params = {n: t.clone().requires_grad_(True) for n, t in last.items()}
     _pooled_loss(params, *batches[-1]).backward()
     for name, p in params.items():
@@ -135,7 +135,7 @@ _SEQ_FIX_ZERO = ("    loss.backward()\n    optimizer.zero_grad(set_to_none=True)
 
 
 def _seq_fixed(*fixes: tuple[str, str]) -> str:
-    source = edited(_SEQ_STARTER, *fixes)
+    source = edited(SEQ_STARTER, *fixes)
     if _SEQ_FIX_ZERO in fixes:
         source = edited(source, ("    steps = tokens.shape[1]\n",
                                  "    optimizer.zero_grad(set_to_none=True)\n    steps = tokens.shape[1]\n"))

@@ -14,9 +14,9 @@ from harness.contract.failure import fail
 from harness.contract.forbidden import SELF_CHECKED, forbid
 from harness.contract.wire import describe
 from harness.drills.bank.sequences import (
-    _LOGCOSH_STARTER,
-    _logcosh_inputs,
-    _smoothing_inputs,
+    LOGCOSH_STARTER,
+    logcosh_inputs,
+    smoothing_inputs,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -27,7 +27,7 @@ from harness.judges.drills.whys import add_answers
 def _judge_logcosh(seen: dict, *, case: Case) -> str:
     where = "log_cosh_loss"
     results = seen.get("results")
-    inputs = _logcosh_inputs(case)
+    inputs = logcosh_inputs(case)
     if not isinstance(results, list) or len(results) != len(inputs):
         malformed("results missing")
     for (pred, target), result in zip(inputs, results, strict=True):
@@ -73,7 +73,7 @@ def _judge_smoothing(seen: dict, *, case: Case) -> str:
                                "nll_loss": "the drill asks you to build it from log_softmax"},
            where="the drill's prompt")
     outputs = seen.get("outputs")
-    inputs = _smoothing_inputs(case)
+    inputs = smoothing_inputs(case)
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         malformed("outputs missing")
     for (logits, targets, eps, ignore), got in zip(inputs, outputs, strict=True):
@@ -121,7 +121,7 @@ add_answers(
         drill_id="sequences-numpy-loss",
         solution=_LOGCOSH_SOLUTION,
         wrong_answers=(
-            (edited(_LOGCOSH_STARTER,
+            (edited(LOGCOSH_STARTER,
                     ("np.log(np.cosh(diff))", "np.logaddexp(diff, -diff) - np.log(2.0)")),
              "no-gradient"),
             ("import torch\n\ndef log_cosh_loss(pred, target):\n"

@@ -11,11 +11,11 @@ from harness.contract.compare import close_values, malformed, same_values
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 from harness.drills.bank.sequences import (
-    _lstm_setup,
-    _mask_inputs,
-    _masked_loss_inputs,
-    _padding_collate_batches,
-    _valid,
+    lstm_setup,
+    mask_inputs,
+    masked_loss_inputs,
+    padding_collate_batches,
+    valid_mask,
 )
 from harness.drills.core import Answers
 from harness.drills.support import edited
@@ -25,7 +25,7 @@ from harness.judges.drills.whys import add_answers
 
 def _judge_padding_collate(seen: dict, *, case: Case) -> str:
     where = "collate"
-    pad, batches = _padding_collate_batches(case)
+    pad, batches = padding_collate_batches(case)
     outputs = seen.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(batches):
         malformed("collate outputs missing")
@@ -47,8 +47,9 @@ def _judge_padding_collate(seen: dict, *, case: Case) -> str:
         if padded.dtype != torch.int64:
             fail("wrong-dtype", observed=f"padded has dtype {padded.dtype}", expected="int64, as the token ids",
                  cause="token ids index an embedding: keep them int64", where=where)
-        if not same_values(padded[~_valid(want_lengths, longest)], want[~_valid(want_lengths, longest)], dtype=False):
-            held = sorted(set(padded[~_valid(want_lengths, longest)].tolist()))[:4]
+        padding = ~valid_mask(want_lengths, longest)
+        if not same_values(padded[padding], want[padding], dtype=False):
+            held = sorted(set(padded[padding].tolist()))[:4]
             fail("wrong-pad-value", observed=f"padded positions hold {held}", expected=f"the pad value {pad}",
                  cause="pad_sequence pads with 0 unless given padding_value; 0 is often a real token id", where=where)
         if not same_values(padded, want, dtype=False):
@@ -84,13 +85,13 @@ def collate(batch, pad_value):
 def _judge_masked_loss(seen: dict, *, case: Case) -> str:
     where = "masked_cross_entropy"
     results = seen.get("results")
-    inputs = _masked_loss_inputs(case)
+    inputs = masked_loss_inputs(case)
     if not isinstance(results, list) or len(results) != len(inputs):
         malformed("results missing")
     for (logits, targets, lengths), result in zip(inputs, results, strict=True):
         if not isinstance(result, dict):
             malformed("result")
-        valid = _valid(lengths, targets.shape[1])
+        valid = valid_mask(lengths, targets.shape[1])
         logits = logits.clone().requires_grad_(True)
         per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         want = per_token[valid].mean()
@@ -140,12 +141,12 @@ def masked_cross_entropy(logits, targets, lengths):
 def _judge_attention_mask(seen: dict, *, case: Case) -> str:
     where = "attention_mask"
     masks = seen.get("masks")
-    inputs = _mask_inputs(case)
+    inputs = mask_inputs(case)
     if not isinstance(masks, list) or len(masks) != len(inputs):
         malformed("masks missing")
     for (lengths, steps), got in zip(inputs, masks, strict=True):
         causal = torch.ones(steps, steps, dtype=torch.bool).tril()
-        keys = _valid(lengths, steps)[:, None, None, :]
+        keys = valid_mask(lengths, steps)[:, None, None, :]
         want = causal[None, None] & keys
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             fail("wrong-shape", observed=f"the mask is {describe(got)}", expected=f"shape {tuple(want.shape)} "
@@ -164,7 +165,7 @@ def _judge_attention_mask(seen: dict, *, case: Case) -> str:
         if (got & ~causal).any():
             fail("future-visible", observed="a query may attend a later key", expected="key j <= query i only",
                  cause="the causal part is missing or uses triu instead of tril", where=where)
-        queries = causal[None, None] & _valid(lengths, steps)[:, None, :, None]
+        queries = causal[None, None] & valid_mask(lengths, steps)[:, None, :, None]
         if same_values(got, queries, dtype=False):
             fail("padding-on-queries", observed="the padding mask is on the query axis",
                  expected="padded KEYS masked (the last axis)",
@@ -193,7 +194,7 @@ def attention_mask(lengths, steps):
 
 def _judge_lstm(seen: dict, *, case: Case) -> str:
     where = "last_valid_output"
-    lstm, x, lengths = _lstm_setup(case)
+    lstm, x, lengths = lstm_setup(case)
     with torch.no_grad():
         want = torch.stack([lstm(x[b:b + 1, :int(n)])[0][0, -1] for b, n in enumerate(lengths)])
         padded_last = lstm(x)[0][:, -1]
