@@ -251,3 +251,17 @@ def test_wrappers_are_read_from_source_and_screened_on_the_solution_values():
     swapped = lambda total, step: step / total  # noqa: E731 - a library function with the other order
     other = lambda step, total: step / (total + 1)  # noqa: E731
     assert screen([lambda *a: swapped(a[1], a[0]), lambda *a: other(*a)], recorder, 2, strict=True) == [True, False]
+
+
+def test_the_audit_tries_a_block_of_statements_as_the_body_of_the_stub(graded, tmp_path):
+    """Prose code: a fenced block of several statements that ends in a return (07-warmup-cosine's solution body,
+    without its signature) is a hit as the body of the exercise's stub; the README as shipped yields no other hit."""
+    planted = tmp_path / "course"
+    shutil.copytree(graded, planted)
+    body = "\n".join(line[4:] for line in _solution_of("07-warmup-cosine").splitlines()[2:])
+    readme = planted / "README.md"
+    readme.write_text(readme.read_text() + f"\n```python\n{body}\n```\n")
+    line = len(readme.read_text().splitlines()) - body.count("\n") - 1
+    after = audit(planted, Scope(assignments=("07_lr_schedulers",), texts=("README.md",), tasks=("07-warmup-cosine",)))
+    assert [(h.task, h.source) for h in after.hits] == [
+        ("07-warmup-cosine", f"text README.md:{line} (as the body)")], summary(after)

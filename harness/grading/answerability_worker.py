@@ -18,7 +18,8 @@ Texts (`snippets`): every code snippet the tree ships outside its modules' funct
 code, the notebooks' given code cells, drill prompts, starters and hints, the probe tables' hints, released solution
 lines) is tried as the exercise's solution cell, after the notebook's imports: the object it defines under the
 exercise's name, the one function or class of the slot's kind it defines under another (a rename), or a single
-expression or `return` line as the body of the exercise's signature (the release's stub).
+expression or `return` line, or a block of statements that ends in one, as the body of the exercise's signature (the
+release's stub).
 """
 
 from __future__ import annotations
@@ -579,18 +580,22 @@ def _parses(code: str) -> bool:
 
 
 def _body_line(code: str) -> str | None:
-    """A single expression or `return` line as a return statement (None for anything else)."""
+    """A single expression or `return` line as a return statement, or a block of statements (no `def` or `class`)
+    that ends in one, as a function body (None for anything else)."""
     try:
         body = ast.parse("def _():\n" + textwrap.indent(code, "    ")).body[0].body  # type: ignore[attr-defined]
     except (SyntaxError, ValueError):
         return None
-    if len(body) != 1:
+    if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in body):
         return None
-    if isinstance(body[0], ast.Return) and body[0].value is not None:
-        return ast.unparse(body[0])
-    if isinstance(body[0], ast.Expr) and not isinstance(body[0].value, (ast.Name, ast.Constant)):
-        return f"return {ast.unparse(body[0].value)}"
-    return None
+    *before, last = body
+    if isinstance(last, ast.Return) and last.value is not None:
+        returned = ast.unparse(last)
+    elif isinstance(last, ast.Expr) and not isinstance(last.value, (ast.Name, ast.Constant)):
+        returned = f"return {ast.unparse(last.value)}"
+    else:
+        return None
+    return "\n".join([*(ast.unparse(n) for n in before), returned])
 
 
 def _unbound(code: str, known: set[str]) -> set[str]:
@@ -631,7 +636,7 @@ def _text_tries(exercise: dict[str, Any], texts: list[Snippet], namespace: dict[
                 seconds: int) -> list[tuple[str, str, str, Callable[[], Any]]]:
     """(label, file, slot, loader) for each snippet that can fill a slot of `exercise`: one defining the slot's name
     with a fitting shape, one defining exactly one object of the slot's kind that fits (renamed), or a single
-    expression or return line as the body of the slot's stub signature."""
+    expression or return line, or a block of statements ending in one, as the body of the slot's stub signature."""
     tries = []
     for slot, fields in exercise["slots"].items():
         wanted = Shape(**{**fields, "names": frozenset(fields["names"]),
@@ -646,8 +651,9 @@ def _text_tries(exercise: dict[str, Any], texts: list[Snippet], namespace: dict[
             elif len(of_kind) == 1 and defined[of_kind[0]].fits(wanted):
                 label, code, name = f"{snippet.label} (renamed {of_kind[0]})", snippet.code, of_kind[0]
             elif line is not None and stub is not None and not defined and not (
-                    _unbound(f"{stub}\n    {line}", set(namespace)) - _unbound(f"{stub}\n    pass", set())):
-                label, code, name = f"{snippet.label} (as the body)", f"{stub}\n    {line}", slot
+                    _unbound(f"{stub}\n{textwrap.indent(line, '    ')}", set(namespace))
+                    - _unbound(f"{stub}\n    pass", set())):
+                label, code, name = f"{snippet.label} (as the body)", f"{stub}\n{textwrap.indent(line, '    ')}", slot
             else:
                 continue
             tries.append((label, snippet.file, slot, functools.partial(_defined, namespace, code, name, seconds)))
