@@ -3,10 +3,11 @@
 One command writes what CONTRIBUTING.md ("A check") asks of an exercise, so that an author fills in the
 exercise's content and nothing of its shape:
 
-- the probe module `harness/checks/lessonNN/<task>.py` (its requirement table with one example requirement,
-  its hints, a probe that builds its inputs from `case.seeded(...)`) and the judge module
-  `harness/judges/lessonNN/<task>.py` (a judge that rebuilds the inputs, recomputes a reference and compares
-  through `harness.contract.compare`), both imported by their packages' `__init__`;
+- the probe module `harness/checks/lessonNN/<task>.py` (a probe that builds its inputs from `case.seeded(...)`
+  and records what the student's object returns) and the judge module `harness/judges/lessonNN/<task>.py` (what
+  it enforces: the requirement table with one example requirement and the hints; a judge that rebuilds the
+  inputs, recomputes a reference and compares through `harness.contract.compare`), both imported by their
+  packages' `__init__`;
 - the exercise's stubs in `tests/checks/test_lessonNN.py`: five mistakes (one of them the planted bug of the
   pipeline test, written once as a solution cell) and three correct variants, each failing with a TODO until
   it is written;
@@ -158,8 +159,8 @@ def list_start(source: str, variable: str) -> int:
     raise KitError(f"no module-level {variable} in the lesson's tests")
 
 
-def probe_module(exercise: Exercise, section: str) -> str:
-    """The probe side's skeleton: the requirement table, the hints, the inputs and the probe."""
+def probe_module(exercise: Exercise) -> str:
+    """The probe side's skeleton: the inputs and the probe (the instrument and what it records)."""
     task, name, seed = exercise.task, exercise.name, zlib.crc32(exercise.task.encode()) % 9000 + 1000
     return f'''"""{task}, the probe.
 
@@ -174,7 +175,6 @@ from typing import Any
 import torch
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -185,7 +185,39 @@ def task_inputs(case: Case) -> torch.Tensor:
     return torch.randn(rows, columns, generator=generator)
 
 
-@register(
+@register("{task}")
+def probe_{name}({name}: Callable[..., Any], *, case: Case) -> dict:
+    """Call `{name}` on the case's inputs; record what it returned (data only, never the expected value)."""
+    return {{"returned": {name}(task_inputs(case))}}
+'''
+
+
+def judge_module(exercise: Exercise, section: str) -> str:
+    """The judge side's skeleton: the requirement table and the hints it enforces, a judge that rebuilds the
+    inputs, recomputes the reference and compares through the vocabulary."""
+    task, name, lesson = exercise.task, exercise.name, exercise.lesson
+    return f'''"""{task}, the judge.
+
+TODO({task}): what the judge verifies, in a sentence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks.lesson{lesson}.{name} import task_inputs
+from harness.contract.case import Case
+from harness.contract.compare import close_values, type_name
+from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.registry import judges
+
+
+def reference(inputs: torch.Tensor) -> torch.Tensor:
+    """TODO({task}): the expected result, recomputed by the judge with its own torch."""
+    return inputs * 2
+
+
+@judges(
     "{task}",
     hints=Hints(
         nudge="TODO({task}): the first hint, a nudge",
@@ -200,37 +232,6 @@ def task_inputs(case: Case) -> torch.Tensor:
             hint="TODO({task}): what a student reads after this failure (a nudge, never the solution)"),
     }},
 )
-def probe_{name}({name}: Callable[..., Any], *, case: Case) -> dict:
-    """Call `{name}` on the case's inputs; record what it returned (data only, never the expected value)."""
-    return {{"returned": {name}(task_inputs(case))}}
-'''
-
-
-def judge_module(exercise: Exercise) -> str:
-    """The judge side's skeleton: rebuild the inputs, recompute the reference, compare through the vocabulary."""
-    task, name, lesson = exercise.task, exercise.name, exercise.lesson
-    return f'''"""{task}, the judge.
-
-TODO({task}): what the judge verifies, in a sentence.
-"""
-
-from __future__ import annotations
-
-import torch
-
-from harness.checks.lesson{lesson}.{name} import task_inputs
-from harness.contract.case import Case
-from harness.contract.compare import close_values, type_name
-from harness.contract.failure import fail
-from harness.contract.registry import judges
-
-
-def reference(inputs: torch.Tensor) -> torch.Tensor:
-    """TODO({task}): the expected result, recomputed by the judge with its own torch."""
-    return inputs * 2
-
-
-@judges("{task}")
 def judge_{name}(seen: dict, *, case: Case) -> str:
     """TODO({task}): what is verified, in a sentence."""
     got, want = seen.get("returned"), reference(task_inputs(case))
@@ -358,8 +359,8 @@ def new_exercise(exercise: Exercise, root: Path = REPO_ROOT) -> list[Path]:
         raise KitError(f"{lesson.notebook.relative_to(root)} has no '## ' section heading: pass --section.")
     comment = "noqa: F401 (registers them)"
     writes = {
-        lesson.probes / f"{exercise.name}.py": probe_module(exercise, section),
-        lesson.judges / f"{exercise.name}.py": judge_module(exercise),
+        lesson.probes / f"{exercise.name}.py": probe_module(exercise),
+        lesson.judges / f"{exercise.name}.py": judge_module(exercise, section),
         lesson.probes / "__init__.py": add_import((lesson.probes / "__init__.py").read_text(),
                                                   f"harness.checks.lesson{lesson.number}", exercise.name, comment),
         lesson.judges / "__init__.py": add_import((lesson.judges / "__init__.py").read_text(),

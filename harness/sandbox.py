@@ -56,7 +56,6 @@ class Spec:
     etc_dir: str = ""  # the stub passwd and group (written by `write_kernelspec`)
     host_uid: int = SANDBOX_UID  # the real uid the kernel runs as when the grader is root
     cgroup: tuple[str, ...] = ()  # the kernel's cgroup folders (`harness.grading.cgroup`), joined before bubblewrap
-    probes_dir: str = ""  # a copy of harness/checks without the solution lines (level-3 hints), bound over it
 
 
 def unavailable_reason() -> str | None:
@@ -115,12 +114,10 @@ def _system_binds(spec: Spec) -> list[str]:
 
 
 def _harness_binds(spec: Spec) -> list[str]:
-    """The course's package read-only, the judge side and the grader hidden (tmpfs over them, if present), the
-    probes without their solution lines where the spec has them."""
+    """The course's package read-only, the judge side (with the hints' solution lines) and the grader hidden (tmpfs
+    over them, if present)."""
     harness = REPO_ROOT / "harness"
     args = ["--ro-bind", str(harness), str(harness)]
-    if spec.probes_dir:
-        args += ["--ro-bind", spec.probes_dir, str(harness / "checks")]
     for name in WITHHELD:
         if (harness / name).is_dir():
             args += ["--tmpfs", str(harness / name)]

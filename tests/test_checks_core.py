@@ -21,16 +21,16 @@ def _inputs(case: Case) -> list[int]:
 
 @pytest.fixture
 def toy_check():
-    @register("99-double", hints=Hints("Multiply by two.", "Doubling is multiplying by 2.", "return 2 * x",
-                                       section="1. Doubling"),
-              requires={"wrong-value": Requirement("returns twice its input", "Compare double(3) with 3 + 3."),
-                        "forbidden-call": Requirement("does not call torch.mul", "Write the product yourself.")})
+    @register("99-double")
     def probe_double(double, *, case: Case) -> dict:
         with CallRecorder() as calls:
             values = [double(x) for x in _inputs(case)]
         return {"values": values, "calls": calls.seen}
 
-    @judges("99-double")
+    @judges("99-double", hints=Hints("Multiply by two.", "Doubling is multiplying by 2.", "return 2 * x",
+                                     section="1. Doubling"),
+            requires={"wrong-value": Requirement("returns twice its input", "Compare double(3) with 3 + 3."),
+                      "forbidden-call": Requirement("does not call torch.mul", "Write the product yourself.")})
     def judge_double(seen: dict, *, case: Case) -> str:
         forbid(seen["calls"], {"mul": "the exercise asks for the product written with *"}, where="exercise 1")
         for x, value in zip(_inputs(case), seen["values"], strict=True):
@@ -186,17 +186,22 @@ def test_a_demonstration_prints_the_verdict_and_leaves_the_hints_alone(toy_check
     assert "Hint 2/3" in out and "(after [" not in out  # the demonstration was not the student's attempt
 
 
-def test_a_graded_kernel_shows_hints_and_skips_demonstrations_without_a_judge(toy_check, capsys, monkeypatch):
-    """In a graded kernel (no judges there) a lesson's own demonstration and hint cells run without an error."""
+def test_a_graded_kernel_skips_demonstrations_and_hints_without_a_judge(toy_check, capsys, monkeypatch):
+    """In a graded kernel (no judges there, so no hints) a lesson's own demonstration and hint cells run without an
+    error, each saying in one line on stdout that it runs in the student's own notebook."""
     from harness.checks import core, demonstrate
     from harness.contract import registry
 
     monkeypatch.setattr(core, "graded_outside", True)
-    monkeypatch.setitem(registry._REGISTRY, toy_check, replace(registry._REGISTRY[toy_check], judge=None))
+    monkeypatch.setitem(registry._REGISTRY, toy_check, replace(registry._REGISTRY[toy_check], judge=None,
+                                                               hints=None, requires=None))
     assert demonstrate(toy_check, lambda x: x + 1) is None
     hint(toy_check, level=1)
-    out = capsys.readouterr().out
-    assert "not while grading" in out and "Hint 1/3 for 99-double" in out
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["(a demonstration of 99-double's check: it runs in your own notebook, not while "
+                                    "grading)", "(the hints of 99-double show in your own notebook, not while "
+                                    "grading)"]
+    assert out.err == ""
 
 
 def test_unknown_task_ids_are_clear_errors():
@@ -206,12 +211,38 @@ def test_unknown_task_ids_are_clear_errors():
         check("98-nothing", print)
 
 
-def test_register_requires_a_requirement_table_and_a_probe_with_a_case():
+def test_register_requires_a_probe_with_a_case_and_judges_a_requirement_table_and_hints():
     hints = Hints("a", "b", "c", section="1. X")
-    with pytest.raises(TypeError, match="Requirement"):
-        register("99-x", hints=hints, requires={"wrong": "a bare string"})
     with pytest.raises(TypeError, match="keyword argument `case`"):
-        register("99-x", hints=hints, requires={"w": Requirement("a", "b")})(lambda f, *, hidden: "old contract")
+        register("99-x")(lambda f, *, hidden: "old contract")
+    with pytest.raises(TypeError, match="Requirement"):
+        judges("99-x", hints=hints, requires={"wrong": "a bare string"})
+    with pytest.raises(TypeError, match="Requirement"):
+        judges("99-x", hints=hints, requires={})
+    with pytest.raises(TypeError, match="hints are Hints"):
+        judges("99-x", hints="a, b, c", requires={"w": Requirement("a", "b")})
+    with pytest.raises(ValueError, match="register the probe of '99-x' before its judge"):
+        judges("99-x", hints=hints, requires={"w": Requirement("a", "b")})(lambda seen, *, case: "judged")
+
+
+def test_what_the_judge_enforces_is_absent_until_it_registers():
+    """The probe side registers the instrument only: hints and requirement table come with the judge (a graded
+    kernel, which never imports the judges, holds a check without them)."""
+
+    @register("99-probed")
+    def probe(value, *, case: Case) -> dict:
+        return {"value": value}
+
+    try:
+        entry = registry.get("99-probed", judged=False)
+        assert (entry.hints, entry.requires, entry.judge) == (None, None, None)
+        hints = Hints("a", "b", "c", section="1. X")
+        judges("99-probed", hints=hints, requires={"w": Requirement("a", "b")}, nonfinite=("value",))(
+            lambda seen, *, case: "judged")
+        entry = registry.get("99-probed")
+        assert entry.hints == hints and set(entry.requires) == {"w"} and entry.nonfinite == ("value",)
+    finally:
+        registry._REGISTRY.pop("99-probed")
 
 
 def test_the_judge_decides_from_data_of_its_own_case_only(toy_check):

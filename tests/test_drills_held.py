@@ -184,7 +184,7 @@ for action in ("solution", "check", "start", "hint", "list"):
             code, text = 1, str(stop.code)
     said[action] = [code, out.getvalue() + err.getvalue() + (text if code else "")]
 from harness.checks.core import get
-why_eval = get("11-why-eval", judged=False).hints.solution
+why_eval = get("11-why-eval").hints.solution
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     main(["drill", "experiment", "modules-why-eval"])  # what 11-why-eval's last hint sends the student to

@@ -22,6 +22,7 @@ import pytest
 from harness.checks.testing import planted_cells
 from harness.cli import main
 from harness.grading.layout import REPO_ROOT, graded_tasks
+from tests.test_declared_where_decided import judge_side_arguments, solution_lines
 from tests.test_notebook_template import SUMMARY, template_problems
 
 LESSON = "16_export_serving"
@@ -66,6 +67,9 @@ def test_the_kit_writes_a_working_skeleton_in_every_place(course, capsys):
                            str(REPO_ROOT / "pyproject.toml"), "harness/checks/lesson16", "harness/judges/lesson16",
                            "tests/checks/test_lesson16.py"], cwd=course, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
+    probe_source = probe.read_text()  # the probe registers its instrument; the judge declares what it enforces
+    assert judge_side_arguments(probe_source) == [] and solution_lines(probe_source) == [], probe_source
+    assert "@judges(\n    \"16-new-task\",\n    hints=Hints(" in judge.read_text()
 
     notebook = nbformat.read(course / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert template_problems(notebook, "16") == []
@@ -119,7 +123,7 @@ def test_a_new_section_is_its_heading_and_the_hints_section(course):
     notebook = nbformat.read(course / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert template_problems(notebook, "16") == []
     assert any(cell.source.startswith("## 5. Something new\n") for cell in notebook.cells)
-    assert 'section="5. Something new"' in (course / "harness" / "checks" / "lesson16" / "new_task.py").read_text()
+    assert 'section="5. Something new"' in (course / "harness" / "judges" / "lesson16" / "new_task.py").read_text()
 
 
 @pytest.mark.parametrize("task,says", [

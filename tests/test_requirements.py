@@ -1,4 +1,4 @@
-"""Every exercise of every lesson has a requirement table next to its check, every requirement a planted bug,
+"""Every exercise of every lesson has a requirement table with its judge, every requirement a planted bug,
 every exercise at least five plausible mistakes, and hints that follow each failure (issue 19).
 
 Reads the registry and each lesson's MISTAKES and CORRECT lists (tests/checks/test_lessonNN.py) without running
@@ -41,7 +41,7 @@ def test_every_exercise_has_a_requirement_table_and_hints_that_follow_it(assignm
     for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
         entry = registry.get(task)
         if not entry.requires:
-            problems.append(f"{task}: no requirement table (register(..., requires={{code: Requirement(...)}}))")
+            problems.append(f"{task}: no requirement table (judges(..., requires={{code: Requirement(...)}}))")
         if entry.hints.section not in sections:
             problems.append(f"{task}: Hints.section {entry.hints.section!r} is not a heading of the lesson")
         for code, requirement in entry.requires.items():
@@ -99,11 +99,11 @@ def test_the_runner_runs_every_listed_mistake_and_correct_variant():
 def test_the_guards_of_this_test_can_fail():
     """A requirement no mistake plants, too few mistakes, a code outside the table, no correct variant: each
     reported."""
-    registry.register("98-toy", hints=Hints("n", "c", "s", section="1. Toy"),
-                  requires={"wrong-value": Requirement("doubles", "Multiply, do not add."),
-                            "not-an-int": Requirement("returns an int", "What type does * give?")},
-                  )(lambda f, *, case: {})
-    registry.judges("98-toy")(lambda seen, *, case: "")
+    registry.register("98-toy")(lambda f, *, case: {})
+    registry.judges("98-toy", hints=Hints("n", "c", "s", section="1. Toy"),
+                    requires={"wrong-value": Requirement("doubles", "Multiply, do not add."),
+                              "not-an-int": Requirement("returns an int", "What type does * give?")},
+                    )(lambda seen, *, case: "")
     try:
         mistakes = [Mistake("98-toy", "wrong-value", "", (), f"story {i}") for i in range(4)]
         mistakes.append(Mistake("98-toy", "made-up", "", (), "a code the table lacks"))
@@ -117,6 +117,6 @@ def test_the_guards_of_this_test_can_fail():
         one = [Correct("98-toy", (), "one variant")]
         assert "1 correct variants in CORRECT, at least 3" in "\n".join(mistake_problems(["98-toy"], [], one, 3))
         with pytest.raises(TypeError, match="Requirement"):
-            registry.register("98-other", hints=Hints("n", "c", "s", section="x"), requires={})
+            registry.judges("98-other", hints=Hints("n", "c", "s", section="x"), requires={})
     finally:
         registry._REGISTRY.pop("98-toy", None)

@@ -19,7 +19,12 @@ from harness.contract.registry import registered
 from harness.grading import sandbox
 from harness.grading.late import CourseFileError, read_course
 from harness.grading.layout import REPO_ROOT, discover_assignments, graded_tasks
-from harness.grading.solution_hints import released, released_lines, strip_solution_lines, write_probes
+from harness.grading.solution_hints import (
+    lesson_judges,
+    released,
+    released_lines,
+    strip_solution_lines,
+)
 
 DUE = datetime(2026, 3, 2, 23, 59, tzinfo=UTC)
 
@@ -66,15 +71,17 @@ def test_a_practice_release_carries_every_line_and_a_graded_one_none(tmp_path):
         == set(graded_tasks(REPO_ROOT / "solutions" / "04_training_loop"))
 
 
-def test_every_probe_file_is_stripped_of_its_solution_lines():
-    """Each lesson's probes, as the student tree writes them: still valid Python, no registered solution line left,
+def test_every_lesson_judge_file_is_stripped_of_its_solution_lines():
+    """Each lesson's judges, as the student tree writes them: still valid Python, no registered solution line left,
     and the rest of each file unchanged."""
     for assignment in discover_assignments():
         for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
-            core.get(task, judged=False)
-    solutions = {entry.hints.solution for entry in registered().values() if entry.hints.solution}
+            core.get(task)
+    solutions = {entry.hints.solution for entry in registered().values() if entry.hints and entry.hints.solution}
     assert len(solutions) > 80
-    for path in (REPO_ROOT / "harness" / "checks").rglob("*.py"):
+    judges = lesson_judges(REPO_ROOT / "harness")
+    assert len(judges) > 80 and {path.parent.name for path in judges} >= {"judges", "lesson04", "lesson16"}
+    for path in judges:
         source = path.read_text(encoding="utf-8")
         stripped = strip_solution_lines(source)
         ast.parse(stripped)
@@ -105,37 +112,44 @@ def test_hint_3_shows_a_released_line_or_says_who_releases_it(monkeypatch, tmp_p
     released_file.write_text('{"04-fit": "the released line"}')
     core.hint("04-fit", 3)
     assert "Hint 3/3 for 04-fit: the released line" in capsys.readouterr().out
-    monkeypatch.setattr(core, "graded_outside", True)
-    core.hint("04-fit", 3)
-    assert "withheld" in capsys.readouterr().out
 
 
-def test_a_graded_kernel_never_shows_a_solution_line_even_the_instructors(monkeypatch, capsys):
+def test_a_graded_kernel_shows_no_hint_even_the_instructors_in_one_line_on_stdout(monkeypatch, capsys):
+    """The judges declare the hints and a graded kernel holds none: `hint()` there says where hints show, on stdout
+    (any stderr in a graded cell scores it 0), and no "Hint N/3" line that would count as a hint used."""
     monkeypatch.setattr(core, "graded_outside", True)
-    core.hint("04-fit", 3)
-    out = capsys.readouterr().out
-    assert "withheld" in out and core.get("04-fit", judged=False).hints.solution not in out
+    for level in (None, 1, 3):
+        core.hint("04-fit", level)
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["(the hints of 04-fit show in your own notebook, not while grading)"] * 3
+    assert out.err == "" and core.get("04-fit").hints.solution not in out.out
 
 
 @pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason="bubblewrap cannot run here")
 def test_a_graded_kernels_sandbox_holds_no_solution_line_and_its_probes_still_run(tmp_path):
-    """The sandbox binds the stripped probes over harness/checks: no registered solution line is in any file a kernel
-    can read (the drill bank's answers aside, issue 38 item 1), the registry's is empty, and a check still probes."""
+    """The sandbox hides the judge side, where the hints live: no registered solution line is in any file a kernel
+    can read (the drill bank's answers aside, issue 38 item 1), its checks hold no hints, a probe still runs and
+    `hint()` says where hints show."""
     for assignment in discover_assignments():
         for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
-            core.get(task, judged=False)
-    lines = sorted({e.hints.solution for t, e in registered().items() if e.hints.solution and t[:2] != "11"})
+            core.get(task)
+    lines = sorted({e.hints.solution for t, e in registered().items() if e.hints and e.hints.solution
+                    and t[:2] != "11"})
+    assert len(lines) > 70
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     spec = sandbox.Spec(memory_mb=0, threads=1, sandboxed=True, runtime_dir=str(runtime),
-                        data_dir=str(tmp_path / "data"), probes_dir=str(write_probes(tmp_path / "probes")))
+                        data_dir=str(tmp_path / "data"))
     code = ("import json, sys\nfrom pathlib import Path\nfrom harness.contract.registry import get\n"
+            "from harness.checks import core\nfrom harness.contract.case import Case\n"
             f"harness = Path({str(sandbox.REPO_ROOT / 'harness')!r})\n"
-            "texts = {p: p.read_text(errors='replace') for p in harness.rglob('*') if p.is_file()\n"
-            "         and not p.is_relative_to(harness / 'judges')}\n"
+            "texts = {p: p.read_text(errors='replace') for p in harness.rglob('*') if p.is_file()}\n"
             "print(sorted({str(p) for s in json.load(sys.stdin) for p, t in texts.items() if s in t}))\n"
-            "entry = get('04-fit', judged=False)\nprint(repr(entry.hints.solution), entry.hints.nudge != '')\n")
+            "entry = get('00-accuracy', judged=False)\nprint(entry.hints, entry.requires, entry.judge)\n"
+            "print(sorted(entry.probe(lambda logits, labels: 0.5, case=Case(hidden=False))))\n"
+            "core.graded_outside = True\ncore.hint('00-accuracy')\n")
     done = subprocess.run(sandbox.bwrap_command(spec, [sys.executable, "-c", code]), capture_output=True, text=True,
                           timeout=120, input=json.dumps(lines))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["[]", "'' True"], done.stdout
+    assert done.stdout.splitlines()[:2] == ["[]", "None None None"], done.stdout
+    assert done.stdout.splitlines()[3:] == ["(the hints of 00-accuracy show in your own notebook, not while grading)"]

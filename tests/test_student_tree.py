@@ -306,7 +306,7 @@ def test_no_solution_line_reaches_students_and_hint_3_says_who_releases_it(tree,
     from harness.contract.registry import get
     from harness.grading.layout import graded_tasks
 
-    lines = {task: get(task, judged=False).hints.solution for assignment in discover_assignments()
+    lines = {task: get(task).hints.solution for assignment in discover_assignments()
              if not assignment.startswith("11_") for task in graded_tasks(REPO_ROOT / "solutions" / assignment)}
     texts = {path: text for path, text in _texts(tree).items()  # an install's build/lib copy of the bank too
              if "harness/judges/drills/" not in path.relative_to(tree).as_posix()}

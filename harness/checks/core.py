@@ -89,7 +89,10 @@ def hint(task_id: str, level: int | None = None) -> None:
         task_id: the exercise's id.
         level: show this level (1 to 3) without counting it as used: for a lesson's own demonstrations.
     """
-    entry = get(task_id, judged=False)  # hints live with the probe: a graded kernel can show them
+    if graded_outside:  # the judges declare the hints, and a graded kernel holds none: one line, never on stderr
+        print(f"(the hints of {task_id} show in your own notebook, not while grading)")
+        return
+    entry = get(task_id)
     if level is None:
         level = min(_hints_shown.get(task_id, 0) + 1, 3)
         _hints_shown[task_id] = level
@@ -99,7 +102,7 @@ def hint(task_id: str, level: int | None = None) -> None:
     after = entry.requires.get(code) if code else None
     text = {1: cause_hint or (after.hint if after else hints.nudge),
             2: f"{hints.concept} (Reread the section \"{hints.section}\".)",
-            3: "" if graded_outside else hints.solution or _released_solution(task_id)}[level] or WITHHELD
+            3: hints.solution or _released_solution(task_id)}[level] or WITHHELD
     about = f" (after [{code}])" if level == 1 and (after or cause_hint) else ""
     more = " Call hint() again for a more explicit one." if level < 3 else ""
     print(f"Hint {level}/3 for {task_id}{about}: {text}{more}")  # the line is also the record of hints used

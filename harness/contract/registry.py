@@ -1,9 +1,12 @@
-"""One registered check per task id: its probe, its judge, its hints and its requirement table.
+"""One registered check per task id: its probe, its judge, and what the judge enforces.
 
-A lesson's probes live in `harness.checks.lessonNN` (a module, or a package with one module per task) and
-its judges either beside them or in `harness.judges.lessonNN`, the judge side that a graded kernel never
-mounts. Both are imported on first use from the task id's two leading digits ("04-train-step" -> lesson 04),
-so a notebook only pays for the lesson it checks.
+The probe side registers the instrument (`@register(task_id)`: what runs where the student's objects live and what
+it records); the judge side registers what it enforces (`@judges(task_id, requires=..., hints=...)`: the
+requirement table, the hints, the leaves it lets be non-finite or never compares), so a failure code is declared
+in the file that raises it. A lesson's probes live in `harness.checks.lessonNN` (a module, or a package with one
+module per task) and its judges in `harness.judges.lessonNN`, the judge side that a graded kernel never mounts:
+there a check has no hints and no requirement table. Both are imported on first use from the task id's two
+leading digits ("04-train-step" -> lesson 04), so a notebook only pays for the lesson it checks.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.contract.failure import Hints, Requirement
@@ -22,12 +25,13 @@ from harness.contract.judged import Judge, Judged, Probe
 class Check(Judged):
     """One task's check: `probe(*objects, case=...)` -> observation, `judge(observation, case=...)` -> verdict
     (`Judged`, the record drills share), with the exercise's hints and its requirement table: failure code ->
-    the requirement its violation breaks.
+    the requirement its violation breaks. Hints and table are the judge's: None until it registers (always, in a
+    graded kernel).
     """
 
     task_id: str
-    hints: Hints
-    requires: Mapping[str, Requirement] = field(default_factory=dict)
+    hints: Hints | None = None
+    requires: Mapping[str, Requirement] | None = None
     # A task whose targets must stay secret: builds a hidden case's inputs, which a graded kernel gets as data
     inputs_as_data: Callable[[Any], Any] | None = None
 
@@ -35,47 +39,48 @@ class Check(Judged):
 _REGISTRY: dict[str, Check] = {}
 
 
-def register(task_id: str, *, hints: Hints, requires: Mapping[str, Requirement], nonfinite: tuple[str, ...] = (),
-             unjudged: tuple[str, ...] = (), inputs_as_data: Callable[[Any], Any] | None = None
-             ) -> Callable[[Probe], Probe]:
-    """Register the decorated function as the probe of `task_id`, with its hints and requirement table.
+def register(task_id: str, *, inputs_as_data: Callable[[Any], Any] | None = None) -> Callable[[Probe], Probe]:
+    """Register the decorated function as the probe of `task_id`.
 
     The probe takes the student's objects and a keyword `case`, and returns an observation (a dict of
-    data). Attach its judge with `@judges(task_id)`. `requires` maps each failure code the judge can give
-    to the requirement of the exercise's text that it enforces (tests/checks plant a bug for each).
-    `nonfinite` and `unjudged` are described on `Check`. `inputs_as_data(case)`, for a task whose targets must
-    stay secret (held-out labels), builds a hidden case's inputs: graded, the kernel receives them as a file and
-    never the seed that rebuilds the targets (`Case.inputs`); the probe reads `case.inputs` when it is set.
+    data). Attach its judge, with what the judge enforces, with `@judges(task_id, ...)`. `inputs_as_data(case)`,
+    for a task whose targets must stay secret (held-out labels), builds a hidden case's inputs: graded, the kernel
+    receives them as a file and never the seed that rebuilds the targets (`Case.inputs`); the probe reads
+    `case.inputs` when it is set.
     """
-    if not isinstance(hints, Hints):
-        raise TypeError(f"{task_id}: hints are Hints(nudge, concept, solution, section)")
-    if not requires or not all(isinstance(r, Requirement) for r in requires.values()):
-        raise TypeError(f"{task_id}: requires maps failure codes to Requirement(states, hint), one per requirement")
 
     def decorate(probe: Probe) -> Probe:
         if "case" not in inspect.signature(probe).parameters:
             raise TypeError(f"{task_id}: a probe takes the student's objects and a keyword argument `case`")
         if task_id in _REGISTRY and _REGISTRY[task_id].probe.__qualname__ != probe.__qualname__:
             raise ValueError(f"two checks registered for task {task_id!r}")
-        judge = _REGISTRY[task_id].judge if task_id in _REGISTRY else None
-        _REGISTRY[task_id] = Check(task_id=task_id, probe=probe, hints=hints, requires=dict(requires), judge=judge,
-                                   nonfinite=tuple(nonfinite), unjudged=tuple(unjudged), inputs_as_data=inputs_as_data)
+        known = _REGISTRY.get(task_id) or Check(task_id=task_id)
+        _REGISTRY[task_id] = replace(known, probe=probe, inputs_as_data=inputs_as_data)
         return probe
 
     return decorate
 
 
-def judges(task_id: str) -> Callable[[Judge], Judge]:
-    """Register the decorated function as the judge of `task_id` (registered before with `@register`).
+def judges(task_id: str, *, hints: Hints, requires: Mapping[str, Requirement], nonfinite: tuple[str, ...] = (),
+           unjudged: tuple[str, ...] = ()) -> Callable[[Judge], Judge]:
+    """Register the decorated function as the judge of `task_id` (registered before with `@register`), with
+    what it enforces: the exercise's hints and requirement table.
 
     The judge takes the observation (data only) and a keyword `case`; it raises CheckFailed (through
-    `fail`) or returns what it verified, in a few words.
+    `fail`) or returns what it verified, in a few words. `requires` maps each failure code the judge (or its
+    probe) can give to the requirement of the exercise's text that it enforces (tests/checks plant a bug for
+    each). `nonfinite` and `unjudged` are described on `Judged`.
     """
+    if not isinstance(hints, Hints):
+        raise TypeError(f"{task_id}: hints are Hints(nudge, concept, solution, section)")
+    if not requires or not all(isinstance(r, Requirement) for r in requires.values()):
+        raise TypeError(f"{task_id}: requires maps failure codes to Requirement(states, hint), one per requirement")
 
     def decorate(judge: Judge) -> Judge:
         if task_id not in _REGISTRY:
             raise ValueError(f"register the probe of {task_id!r} before its judge")
-        _REGISTRY[task_id] = replace(_REGISTRY[task_id], judge=judge)
+        _REGISTRY[task_id] = replace(_REGISTRY[task_id], judge=judge, hints=hints, requires=dict(requires),
+                                     nonfinite=tuple(nonfinite), unjudged=tuple(unjudged))
         return judge
 
     return decorate

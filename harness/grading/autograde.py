@@ -46,7 +46,6 @@ from harness.grading.restore import restore_cells
 from harness.grading.runtime_folder import filled, runtime_folder
 from harness.grading.scan import FORBIDDEN_CODE, Finding, scan_notebook
 from harness.grading.sealed import Cases, seal_cases
-from harness.grading.solution_hints import write_probes
 from harness.judge.verdict import Verdict, judge_task
 
 # The folder of the output where each student's observations are kept (`observations`), for regrades.
@@ -278,8 +277,7 @@ def grade(job: GradeJob) -> GradeResult:
         kernel_cases, judge_cases = seal_cases(job.cases, inputs)
         spec = sandbox.Spec(memory_mb=job.memory_mb, threads=job.threads, sandboxed=job.sandboxed,
                             runtime_dir=str(runtime), data_dir=job.data_dir, inputs_dir=str(inputs),
-                            decoy_dir=str(decoy.folder) if job.sandboxed else "", cgroup=group.folders if group else (),
-                            probes_dir=str(write_probes(course / "probes")) if job.sandboxed else "")
+                            decoy_dir=str(decoy.folder) if job.sandboxed else "", cgroup=group.folders if group else ())
         sandbox.write_kernelspec(course / "jupyter", spec)
         os.environ["JUPYTER_PATH"] = str(course / "jupyter")
         nonce = secrets.token_hex(16)

@@ -223,8 +223,7 @@ def _warm() -> None:
     """Import everything a worker uses, once (the grader, nbgrader's apps and gradebook, the HTML exporter), and
     do once what every worker's first feedback page and gradebook write would: one HTML export of a small notebook
     (the Markdown, highlighting and sanitising regexes and lexers it compiles stay in every fork) and SQLAlchemy's
-    mapper configuration, and the probes' sources without their solution lines. None starts a thread (`serve`
-    checks)."""
+    mapper configuration. None starts a thread (`serve` checks)."""
     import jupyter_client.manager  # noqa: F401
     import nbformat
     import nbgrader.api  # noqa: F401
@@ -235,10 +234,8 @@ def _warm() -> None:
     import harness.grading.autograde  # noqa: F401
     import harness.grading.execute  # noqa: F401
     import harness.launch  # noqa: F401
-    from harness.grading.solution_hints import stripped_probes
 
     configure_mappers()
-    stripped_probes()  # the probes without their solution lines, which every sandboxed job writes for its kernel
     HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# A title\n*Some* `code`, a [link](https://example.org)"),
         nbformat.v4.new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])]))

@@ -1,31 +1,36 @@
 """Hints as policy (issue 38, item 2): the level-3 hint, an exercise's solution line, stays with the instructor.
 
-The probes' hint tables (`Hints.solution`, in `harness/checks`) are the instructor's copy. The student tree ships
-them blank (`strip_solution_lines`) and carries the lines the course file releases (`released_lines`) in
-`harness/checks/released_hints.json`, which `hint(task, 3)` reads; a graded kernel's sandbox binds a blanked copy
-over `harness/checks` (`write_probes`), and its `hint(task, 3)` never shows one. Per assignment,
-the course file's `solution_hints` says when: "after_due" (the default: once the due date has passed, at the next
-`harness release --student`), "always" (a practice assignment) or "never". `--practice` releases every line.
+The judges' hint tables (`Hints.solution`, in `harness/judges/lessonNN`, declared with what each judge enforces) are
+the instructor's copy. The student tree ships them blank (`strip_solution_lines`) and carries the lines the course
+file releases (`released_lines`) in `harness/checks/released_hints.json`, which `hint(task, 3)` reads; a graded
+kernel mounts no judge, so its `hint()` shows no hint at all. Per assignment, the course file's `solution_hints`
+says when: "after_due" (the default: once the due date has passed, at the next `harness release --student`),
+"always" (a practice assignment) or "never". `--practice` releases every line.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import json
-import shutil
 from datetime import datetime
 from pathlib import Path
 
 from harness.grading.late import Course
 
-PROBES = Path(__file__).resolve().parents[1] / "checks"  # the instructor's probes, with their solution lines
 RELEASED_FILE = Path("harness") / "checks" / "released_hints.json"  # in the student tree; read by hint()
 
 
+def lesson_judges(harness: Path) -> list[Path]:
+    """The lessons' judge modules under the package folder `harness` (`judges/lessonNN.py`, `judges/lessonNN/**`): the
+    hint tables with their solution lines. The drill bank's judges (`judges/drills`) are the drills' own."""
+    judges = harness / "judges"
+    return sorted(path for path in judges.glob("lesson*") if path.suffix == ".py") + sorted(
+        path for folder in judges.glob("lesson*") if folder.is_dir() for path in folder.rglob("*.py"))
+
+
 def strip_solution_lines(source: str) -> str:
-    """`source` (a probe module) with every literal `solution=` argument (`Hints(..., solution=...)`, a lesson's own
-    registering helper) made empty."""
+    """`source` (a lesson's judge module) with every literal `solution=` argument (`Hints(..., solution=...)`, a
+    lesson's own registering helper) made empty."""
     spans = [keyword.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
              for keyword in node.keywords if keyword.arg == "solution" and isinstance(keyword.value, ast.Constant)]
     lines = source.encode().splitlines(keepends=True)
@@ -38,24 +43,6 @@ def strip_solution_lines(source: str) -> str:
         end = starts[value.end_lineno - 1] + value.end_col_offset
         data = data[:begin] + b'""' + data[end:]
     return data.decode()
-
-
-def write_probes(target: Path, checks: Path = PROBES) -> Path:
-    """Write a copy of the probes (`harness/checks`) without their solution lines into `target` (a new folder), for
-    a graded kernel's sandbox to bind over the package's own (`harness.sandbox.Spec.probes_dir`); return it."""
-    shutil.copytree(checks, target, ignore=shutil.ignore_patterns("__pycache__", "*.py", "*.pyc",
-                                                                  "released_hints.json"))
-    for relative, text in stripped_probes(checks).items():
-        (target / relative).write_text(text, encoding="utf-8")
-    return target
-
-
-@functools.cache
-def stripped_probes(checks: Path = PROBES) -> dict[str, str]:
-    """Each probe module under `checks` (path relative to it -> its source without solution lines), parsed once per
-    process: a grading fork server computes it before it forks, so its workers only write the files."""
-    return {str(probe.relative_to(checks)): strip_solution_lines(probe.read_text(encoding="utf-8"))
-            for probe in sorted(checks.rglob("*.py")) if "__pycache__" not in probe.parts}
 
 
 def released(assignment: str, course: Course, now: datetime, practice: bool = False) -> bool:
@@ -79,7 +66,7 @@ def released_lines(assignments: list[str], course: Course, now: datetime, practi
     for assignment in assignments:
         if released(assignment, course, now, practice):
             for task in graded_tasks(REPO_ROOT / "solutions" / assignment):
-                lines[task] = get(task, judged=False).hints.solution
+                lines[task] = get(task).hints.solution
     return lines
 
 

@@ -3,7 +3,7 @@
 The repository (solutions, hidden tests, the judge, the grading pipeline, the test suite) is the
 instructor's and stays private. `write_student_tree` copies only what a student needs to run the lessons:
 the released notebooks, the `harness` package without `harness/judge` (hidden cases, grading secret,
-verdicts) and `harness/grading` (the instructor's pipeline), the probes' solution lines (level-3 hints) but those the
+verdicts) and `harness/grading` (the instructor's pipeline), the judges' solution lines (level-3 hints) but those the
 course file releases, a student README and Makefile, the requirements a
 student needs, pyproject.toml without the instructor's tools (`harness/install.py` for hosted runtimes), the
 student's nbgrader configuration (what Validate runs), the course's LICENSE and the student JupyterLab's settings
@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.grading.held_drills import withhold_drills
 from harness.grading.layout import REPO_ROOT
 from harness.grading.references import withhold_references
-from harness.grading.solution_hints import strip_solution_lines, write_released
+from harness.grading.solution_hints import lesson_judges, strip_solution_lines, write_released
 
 # Top-level files and folders of the repository a student gets, as they are.
 ALLOWED = ("notebooks", "harness", "LICENSE")
@@ -68,8 +68,8 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines
                        withheld_drills: dict[str, tuple[str, ...]] | None = None) -> list[Path]:
     """Write the student course into `target` (which must not exist, or be empty); return the files written.
 
-    The probes' solution lines (level-3 hints) are blanked; `solution_lines` (task id -> line, what the course file
-    releases: `solution_hints.released_lines`) is written beside them for `hint()`. The drills `withheld_drills`
+    The lesson judges' solution lines (level-3 hints) are blanked; `solution_lines` (task id -> line, what the course
+    file releases: `solution_hints.released_lines`) is written beside them for `hint()`. The drills `withheld_drills`
     (a graded release: `answerable.WITHHELD_DRILLS`) lose their answers (`held_drills.withhold_drills`). The judges'
     references that answer exercises are recorded on the visible cases and their bodies removed
     (`references.withhold_references`).
@@ -90,8 +90,8 @@ def write_student_tree(target: Path, repo_root: Path = REPO_ROOT, solution_lines
             shutil.rmtree(withheld)
         elif withheld.exists():
             withheld.unlink()
-    for probe in (target / "harness" / "checks").rglob("*.py"):
-        probe.write_text(strip_solution_lines(probe.read_text(encoding="utf-8")), encoding="utf-8")
+    for judge in lesson_judges(target / "harness"):
+        judge.write_text(strip_solution_lines(judge.read_text(encoding="utf-8")), encoding="utf-8")
     write_released(target, solution_lines or {})
     withhold_drills(target, withheld_drills or {}, repo_root)
     withhold_references(target, repo_root)

@@ -5,7 +5,7 @@ the inputs and compares with what PyTorch itself computes. The visible case alre
 the exercise text states (a device the function did not expect, frozen and shared parameters, buffers, a
 single sample); the hidden variants use other sizes and seeds.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson00`, which a graded kernel never mounts.
 """
 

@@ -8,7 +8,7 @@ import torch
 
 from harness.contract.case import Case
 from harness.contract.errors import explain
-from harness.contract.failure import CheckFailed, Hints, Requirement
+from harness.contract.failure import CheckFailed
 from harness.contract.registry import register
 
 
@@ -24,27 +24,7 @@ def accuracy_cases(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return cases
 
 
-@register(
-    "00-accuracy",
-    hints=Hints(
-        nudge="The predicted class of each row is the index of its largest logit; compare it with the targets.",
-        concept="argmax(dim=1) picks the class of each row of a (batch, classes) tensor; comparing with the "
-                "targets gives booleans, and their mean is the fraction correct. .item() makes it a float.",
-        solution="return (logits.argmax(dim=1) == targets).float().mean().item()",
-        section="3. Exercises"),
-    requires={
-        "not-a-float": Requirement(
-            "returns a Python float",
-            hint="Print type(accuracy(logits, targets)): a one-element tensor is not a float yet."),
-        "percent-not-fraction": Requirement(
-            "a fraction between 0 and 1, not a percentage",
-            hint="What should accuracy return when every prediction is right: 1 or 100?"),
-        "wrong-accuracy": Requirement(
-            "the fraction of rows whose largest logit is at the target class",
-            hint="Work the 3-row example of the lesson by hand: which class does each row predict, and how many "
-                 "match?"),
-    },
-)
+@register("00-accuracy")
 def probe_accuracy(accuracy: Callable[[torch.Tensor, torch.Tensor], float], *, case: Case) -> dict:
     """Call the student's accuracy on each (logits, targets) pair of the case; an exception of the student's code
     ends the calls and is recorded (explained, with the student's line) for the judge to read with the shapes."""

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -38,37 +37,7 @@ def counted_models(case: Case) -> list[nn.Module]:
         return [mlp, frozen, _TiedNet()]
 
 
-@register(
-    "00-count-params",
-    hints=Hints(
-        nudge="model.parameters() yields every parameter tensor once; .numel() counts a tensor's elements, and "
-              ".requires_grad says whether it will be trained.",
-        concept="A model's trainable size is the sum of the element counts of its parameters that require "
-                "grad; buffers (BatchNorm statistics) are not parameters, and a shared weight is one parameter.",
-        solution="return sum(p.numel() for p in model.parameters() if p.requires_grad)",
-        section="3. Exercises"),
-    requires={
-        "not-an-int": Requirement(
-            "returns a Python int",
-            hint="Print type(count_trainable_parameters(model)): is it an int, or a tensor?"),
-        "counts-tensors": Requirement(
-            "counts scalar parameters, not parameter tensors",
-            hint="A Linear(5, 8) has 2 parameter tensors but 48 numbers: which one does your function count?"),
-        "counts-frozen": Requirement(
-            "excludes frozen parameters (requires_grad=False)",
-            hint="Freeze a layer with p.requires_grad_(False): does your count go down?"),
-        "counts-buffers": Requirement(
-            "counts parameters only, not buffers such as BatchNorm's running statistics",
-            hint="Compare model.state_dict() with model.parameters() on a model with BatchNorm: what is in one "
-                 "and not the other?"),
-        "shared-counted-twice": Requirement(
-            "counts a weight shared by two layers once",
-            hint="Two layers can hold the very same weight tensor: does your loop see it twice?"),
-        "wrong-count": Requirement(
-            "the count is the number of trainable scalars",
-            hint="Count by hand for nn.Linear(5, 8): 5 * 8 weights + 8 biases. Does your function agree?"),
-    },
-)
+@register("00-count-params")
 def probe_count_params(count_trainable_parameters: Callable[[nn.Module], int], *, case: Case) -> dict:
     """Count each of the case's models with the student's function."""
     return {"counts": [count_trainable_parameters(model) for model in counted_models(case)]}

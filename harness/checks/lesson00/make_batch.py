@@ -12,7 +12,6 @@ import torch
 
 from harness.contract.case import Case
 from harness.contract.errors import caller_line
-from harness.contract.failure import Hints, Requirement
 from harness.contract.forbidden import CallRecorder, written_as
 from harness.contract.registry import register
 from harness.contract.wire import describe
@@ -41,35 +40,7 @@ class _PlacementRecorder(CallRecorder):
         return result
 
 
-@register(
-    "00-make-batch",
-    hints=Hints(
-        nudge="torch.zeros takes the shape as separate numbers, and keyword arguments for the dtype and device.",
-        concept="A factory function (torch.zeros, torch.ones, torch.empty...) allocates the tensor where its "
-                "device= argument says, with the dtype= it is given: nothing is copied afterwards.",
-        solution="return torch.zeros(n, 3, 8, 8, dtype=torch.float32, device=device)",
-        section="1. Your machine"),
-    requires={
-        "not-a-tensor": Requirement(
-            "returns a torch.Tensor",
-            hint="What type does your function return? Lists and NumPy arrays cannot go to a GPU."),
-        "wrong-shape": Requirement(
-            "the shape is (n, 3, 8, 8): n images first, then channels, height, width",
-            hint="Print make_batch(4, torch.device('cpu')).shape: which dimension is missing or misplaced?"),
-        "wrong-dtype": Requirement(
-            "the dtype is torch.float32",
-            hint="Print the .dtype of your batch: which argument of the factory sets it?"),
-        "wrong-device": Requirement(
-            "the batch is on the `device` argument, whatever device that is",
-            hint="Call make_batch(2, torch.device('meta')) and print .device: does your code use its argument?"),
-        "copied-to-device": Requirement(
-            "the batch is created directly on `device`, not on the CPU and then copied",
-            hint="Which device does the tensor live on at the moment it is created? A factory can take device=."),
-        "not-zeros": Requirement(
-            "every value is 0",
-            hint="Print a few values of your batch: does the function you used fill the tensor with zeros?"),
-    },
-)
+@register("00-make-batch")
 def probe_make_batch(make_batch: Callable[[int, torch.device], torch.Tensor], *, case: Case) -> dict:
     """Call `make_batch(n, cpu)` for each size of the case and record the batches; then call it once with a
     device it did not expect (meta) and record where the result is and whether a CPU tensor was built first."""

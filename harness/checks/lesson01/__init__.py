@@ -6,7 +6,7 @@ itself (in float64 where precision matters) and decides. The hidden variant uses
 edge cases. The visible case already holds every edge case the exercise texts state (memory layouts, huge
 and masked inputs, matrices, large magnitudes), so that a hidden failure is never the first sign of one.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson01`, which a graded kernel never mounts.
 """
 

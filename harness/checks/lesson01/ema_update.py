@@ -12,7 +12,6 @@ import torch
 
 from harness.checks.lesson01.common import _randn
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -28,24 +27,7 @@ def ema_problems(case: Case) -> list[tuple[list[torch.Tensor], list[torch.Tensor
     return problems
 
 
-@register("01-ema-update", hints=Hints(
-    nudge="The EMA tensors must change in place, without autograd recording the update.",
-    concept="In-place methods (mul_, add_, lerp_, copy_) change a tensor that others hold references to; inside "
-            "torch.no_grad() autograd records nothing, so the EMA tensors stay plain tensors.",
-    solution="with torch.no_grad(): for e, p in zip(ema, params): e.mul_(decay).add_(p, alpha=1 - decay)",
-    section="7. `detach`, `no_grad` and `inference_mode`"),
-    requires={
-        "not-in-place": Requirement("updates each EMA tensor in place: the list keeps the same tensor objects",
-                                    hint="After your function, is ema[0] still the tensor it was before "
-                                         "(compare id(ema[0]))?"),
-        "builds-graph": Requirement("updates outside autograd",
-                                    hint="Print ema[0].requires_grad after one update: what recorded the update?"),
-        "params-changed": Requirement("leaves the parameters unchanged",
-                                      hint="Which tensor is each in-place method of yours called on?"),
-        "returns-value": Requirement("returns None", hint="What does your function return?"),
-        "wrong-values": Requirement("ema = decay * ema + (1 - decay) * param",
-                                    hint="Work one update by hand for decay 0.9, ema 0 and param 1: 0.1 expected."),
-    })
+@register("01-ema-update")
 def probe_ema_update(ema_update_: Callable[..., Any], *, case: Case) -> dict:
     """Two updates per problem; record after each the EMA list, the parameters, the return value and whether
     the list still holds the same tensors (stopping at the first update that replaced them or built a graph)."""

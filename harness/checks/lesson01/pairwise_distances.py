@@ -11,7 +11,6 @@ import torch
 
 from harness.checks.lesson01.common import _randn
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.forbidden import CallRecorder
 from harness.contract.registry import register
 
@@ -31,28 +30,7 @@ def distance_inputs(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
             (_randn(6, 4, seed=seed(15)), _randn(1, 4, seed=seed(16)))]
 
 
-@register("01-pairwise-distances", nonfinite=('results/*',), hints=Hints(
-    nudge="Give x a new axis so that x is (n, 1, d) and y is (1, m, d): their difference broadcasts to (n, m, d).",
-    concept="Broadcasting aligns shapes from the right and stretches the axes of size 1, so one subtraction "
-            "computes every x_i - y_j; reduce over the feature axis only. If you use |x|^2 - 2 x.y + |y|^2, clamp "
-            "it at 0 before the square root.",
-    solution="return (x[:, None, :] - y[None, :, :]).pow(2).sum(dim=-1).sqrt()",
-    section="3. Broadcasting"),
-    requires={
-        "not-a-tensor": Requirement("returns a torch.Tensor", hint="Keep the result a tensor: no .tolist()."),
-        "wrong-shape": Requirement("returns the (n, m) matrix: one distance per (row of x, row of y)",
-                                   hint="Write the shape of each intermediate for x (5, 3) and y (7, 3)."),
-        "dtype-changed": Requirement("keeps the inputs' dtype",
-                                     hint="Call it on two float64 tensors and print the result's dtype."),
-        "non-finite": Requirement("the distance of a point to itself is 0, not nan",
-                                  hint="Can a squared distance computed by your formula come out slightly "
-                                       "negative? What is the square root of that?"),
-        "wrong-values": Requirement("D[i, j] is the Euclidean distance ||x[i] - y[j]||",
-                                    hint="Check D[0, 0] by hand against (x[0] - y[0]).norm()."),
-        "python-loop": Requirement("uses no Python loop (one broadcast operation)",
-                                   hint="How many tensor operations does your function run for 30 points? One "
-                                        "broadcast subtraction can replace every iteration."),
-    })
+@register("01-pairwise-distances")
 def probe_pairwise_distances(pairwise_distances: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
                              case: Case) -> dict:
     """Record the student's distances for each (x, y) pair of the case, and how many torch calls each made."""

@@ -12,7 +12,6 @@ import torch
 
 from harness.checks.lesson01.common import _randn
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.forbidden import CallRecorder
 from harness.contract.registry import register
 
@@ -41,31 +40,7 @@ def gradient_problems(case: Case) -> list[tuple[torch.Tensor, list[Callable[[tor
     return problems
 
 
-@register("01-per-loss-gradients", hints=Hints(
-    nudge="backward() adds into w.grad; it never overwrites it. What must happen to w.grad between two losses?",
-    concept="backward() accumulates into .grad (in place, into the same tensor); setting w.grad = None makes the "
-            "next backward() create a new tensor. torch.autograd.grad returns gradients without touching .grad.",
-    solution="return [torch.autograd.grad(loss(w), w)[0] for loss in losses]",
-    section="5. Autograd: the graph and `.grad`"),
-    requires={
-        "wrong-count": Requirement("returns a list with one gradient per loss",
-                                   hint="How many entries does your list have for three losses?"),
-        "not-a-tensor": Requirement("each gradient is a tensor", hint="Append the gradient tensor itself."),
-        "aliased": Requirement("each gradient is its own tensor",
-                               hint="Print [g.data_ptr() for g in gradients]: are your entries one and the same "
-                                    "tensor?"),
-        "accumulated": Requirement("each gradient is that of its loss alone",
-                                   hint="backward() adds into w.grad. What is in w.grad when the second loss's "
-                                        "backward() starts?"),
-        "wrong-values": Requirement("the gradient of loss(w) with respect to w",
-                                    hint="Compare your first gradient with torch.autograd.grad(losses[0](w), w)[0]."),
-        "graph-kept": Requirement("plain tensors, not connected to a graph",
-                                  hint="Does a returned gradient have requires_grad=True? Which argument asked for "
-                                       "a graph of the gradient?"),
-        "grad-left-behind": Requirement("leaves w.grad as it found it (None)",
-                                        hint="Print w.grad after your function returns: the caller's next "
-                                             "backward() would add into it."),
-    })
+@register("01-per-loss-gradients")
 def probe_per_loss_gradients(per_loss_gradients: Callable[..., list[torch.Tensor]], *, case: Case) -> dict:
     """Record the returned gradients, how many distinct storages they use, whether w.grad was left set, and
     the torch calls the student's code made (to name an in-place reset, if there was one)."""

@@ -12,7 +12,6 @@ import torch
 
 from harness.checks.lesson01.common import _randn
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.forbidden import CallRecorder
 from harness.contract.registry import register
 
@@ -63,33 +62,7 @@ def silu_float64_input(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
             _randn(*shape, seed=case.seeded(78), dtype=torch.float64))
 
 
-@register("01-silu-function", hints=Hints(
-    nudge="forward computes x * sigmoid(x) and saves what backward needs with ctx.save_for_backward; backward "
-          "returns grad_output times the derivative.",
-    concept="By the product rule, d/dx [x s(x)] = s(x) + x s(x) (1 - s(x)) = s(x) (1 + x (1 - s(x))); backward "
-            "multiplies the incoming grad_output by it (the chain rule), in the input's dtype.",
-    solution="(x,) = ctx.saved_tensors; s = torch.sigmoid(x); return grad_output * s * (1 + x * (1 - s))",
-    section="8. A custom `autograd.Function`, proven with `gradcheck`"),
-    requires={
-        "not-a-function": Requirement("is a subclass of torch.autograd.Function",
-                                      hint="What did you pass to check(): the class, an instance, or a function?"),
-        "not-a-tensor": Requirement("forward returns a tensor", hint="What does your forward return?"),
-        "input-modified": Requirement("forward leaves its input untouched",
-                                      hint="Which of your operations in forward end in an underscore?"),
-        "wrong-forward": Requirement("forward computes x * sigmoid(x)",
-                                     hint="Evaluate your forward at x = 1: x * sigmoid(x) is 0.731."),
-        "wrong-backward": Requirement("backward computes the derivative of x * sigmoid(x)",
-                                      hint="x * sigmoid(x) is a product of two functions of x: which rule "
-                                           "differentiates a product?"),
-        "ignores-grad-output": Requirement("backward multiplies by grad_output (the chain rule)",
-                                           hint="What does backward receive, and what must it do with it?"),
-        "gradcheck-failed": Requirement("passes gradcheck in float64",
-                                        hint="Run your Function on a float64 input: what dtype comes out of forward "
-                                             "and backward?"),
-        "forbidden-call": Requirement("does not call torch.nn.functional.silu",
-                                      hint="The exercise asks you to write SiLU and its derivative yourself: which "
-                                           "of your calls computes it for you?"),
-    })
+@register("01-silu-function")
 def probe_silu_function(silu_function: type, *, case: Case) -> dict:
     """Record forward outputs, the input as left and the gradients for each input, then gradcheck in float64
     and the float64 forward and backward (stopping where the output is unusable or the input changed)."""

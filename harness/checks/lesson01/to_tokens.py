@@ -8,7 +8,6 @@ import torch
 
 from harness.checks.lesson01.common import _randn
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -27,28 +26,7 @@ def token_inputs(case: Case) -> list[torch.Tensor]:
     return inputs
 
 
-@register("01-to-tokens", hints=Hints(
-    nudge="Bring the channel axis last first, then merge H and W. Only one of view/reshape works after a permute.",
-    concept="permute moves the axes (a view with new strides); view() can only reinterpret memory whose strides "
-            "allow it, while reshape() copies when it must. Merging axes without permuting regroups the numbers "
-            "in memory order.",
-    solution="n, c, h, w = images.shape; return images.permute(0, 2, 3, 1).reshape(n, h * w, c)",
-    section="2. Views and copies"),
-    requires={
-        "not-a-tensor": Requirement("returns a torch.Tensor",
-                                    hint="What does your function return? Keep the result a tensor (no .numpy())."),
-        "view-on-non-contiguous": Requirement(
-            "works for any input memory layout (cropped, channels-last, strided)",
-            hint="Print images.permute(0, 2, 3, 1).is_contiguous(): which of view and reshape accepts that?"),
-        "input-modified": Requirement(
-            "does not modify its input",
-            hint="Which of your operations end in an underscore? Those change the tensor they are called on."),
-        "wrong-shape": Requirement("returns shape (N, H*W, C)",
-                                   hint="Print the shape you return for a (2, 3, 4, 5) input: is it (2, 20, 3)?"),
-        "wrong-order": Requirement(
-            "token h*W + w holds the C channel values of pixel (h, w)",
-            hint="Compare tokens[0, 0] with images[0, :, 0, 0]: are they the same C numbers?"),
-    })
+@register("01-to-tokens")
 def probe_to_tokens(to_tokens: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
     """Tokenise each input; record the tokens and the input as left, stopping at a view() error."""
     results: list[dict] = []

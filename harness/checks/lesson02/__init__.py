@@ -7,7 +7,7 @@ already holds every edge case the exercise's text names (frozen parameters, a he
 containers, a Linear without bias, a constant feature, non-default arguments); the hidden variant draws other
 sizes, seeds and settings of the same kinds.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson02`, which a graded kernel never mounts.
 """
 

@@ -15,7 +15,6 @@ from torch import nn
 
 from harness.checks.lesson02.common import _attempt, _isolated_rng, _snapshot
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import randn, seeded
 from harness.contract.registry import register
 
@@ -38,27 +37,7 @@ def backbone_settings(case: Case) -> list[tuple[int, int, bool]]:
     return [(case.seeded(seed), width, frozen) for seed, width, frozen in settings]
 
 
-@register(
-    "02-freeze-backbone", unjudged=('models/*/after/head.*',),
-    hints=Hints(
-        nudge="Freezing is a flag on each parameter, requires_grad. Set it on every backbone parameter, and set it "
-              "the other way on every head parameter.",
-        concept="module.requires_grad_(flag) (with the trailing underscore: a method) sets requires_grad on every "
-                "parameter of the module, nested ones included; `module.requires_grad = False` only sets an unused "
-                "attribute, and eval() changes the mode, not the flags.",
-        solution="model.backbone.requires_grad_(False); model.head.requires_grad_(True)",
-        section="5. Freezing part of a model"),
-    requires={
-        "backbone-trainable": Requirement(
-            "every parameter of the backbone (nested ones included) is frozen",
-            hint="Print [n for n, p in model.named_parameters() if p.requires_grad] after your function: which "
-                 "backbone parameters are still there, and did your code change their flag at all?"),
-        "head-frozen": Requirement(
-            "every parameter of the head is trainable, even if it was frozen before",
-            hint="Freeze the head by hand first (model.head.requires_grad_(False)), then run your function: is the "
-                 "head trainable afterwards?"),
-    },
-)
+@register("02-freeze-backbone")
 @_isolated_rng
 def probe_freeze_backbone(freeze_backbone: Callable[[nn.Module], Any], *, case: Case) -> dict:
     """Freeze each model with the student's function; record the flags, which modules got a plain `requires_grad`

@@ -13,7 +13,6 @@ from torch import nn
 
 from harness.checks.lesson02.common import _isolated_rng, _snapshot, linear_layers
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
 from harness.contract.registry import register
 
@@ -46,45 +45,7 @@ def norm_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: p for n, p in model.named_parameters() if any(p is q for m in norms for q in m.parameters())}
 
 
-@register(
-    "02-init-weights",
-    hints=Hints(
-        nudge="Visit every nn.Linear, however deeply nested, and initialise its weight and bias in place; leave "
-              "every other layer alone.",
-        concept="model.modules() walks the whole tree (model.children() only the first level); Kaiming (He) "
-                "initialisation for ReLU draws weights with std sqrt(2 / fan_in), and nn.init's functions ending in "
-                "_ work in place on the existing parameter.",
-        solution="for m in model.modules(): if isinstance(m, nn.Linear): nn.init.kaiming_normal_(m.weight, "
-                 "nonlinearity='relu'); if m.bias is not None: nn.init.zeros_(m.bias)",
-        section="6. Initialisation"),
-    requires={
-        "not-in-place": Requirement(
-            "works in place: the layers keep their parameter objects (an optimizer built before still sees them)",
-            hint="Compare id(layer.weight) before and after your function. Is it the same tensor, filled anew, or a "
-                 "new one assigned?"),
-        "not-initialised": Requirement(
-            "re-initialises the model's own Linear layers",
-            hint="Print a Linear weight's std before and after your function: did it change at all?"),
-        "missed-nested-layers": Requirement(
-            "every nn.Linear, however deeply nested (ModuleDict, ModuleList, Sequential)",
-            hint="Which of your model's Linear layers kept their weights? How does your loop reach layers inside "
-                 "containers inside containers?"),
-        "wrong-std": Requirement(
-            "weights drawn with std sqrt(2 / in_features) (Kaiming normal, fan_in, ReLU)",
-            hint="Measure your weights' std for an nn.Linear(256, 1024): it should be sqrt(2 / 256) = 0.088. Which "
-                 "fan and which gain give that?"),
-        "wrong-mean": Requirement(
-            "weights centred on 0",
-            hint="Print your weights' mean: should an initialisation for ReLU networks favour positive weights?"),
-        "bias-not-zero": Requirement(
-            "biases set to zero (where a layer has one)",
-            hint="Print a Linear's bias after your function: is it all zeros?"),
-        "norm-changed": Requirement(
-            "every other layer (LayerNorm, BatchNorm) left untouched",
-            hint="Print a LayerNorm's weight after your function: it should still be all ones. Which parameters "
-                 "does your loop touch?"),
-    },
-)
+@register("02-init-weights")
 @_isolated_rng
 def probe_init_weights(init_weights_: Callable[[nn.Module], Any], *, case: Case) -> dict:
     """Initialise the case's model with the student's function; record which layers' parameters were replaced by

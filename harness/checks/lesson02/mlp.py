@@ -13,7 +13,6 @@ from torch import nn
 
 from harness.checks.lesson02.common import _attempt, _build, _isolated_rng, _snapshot, linear_layers
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import randn
 from harness.contract.registry import register
 
@@ -70,58 +69,7 @@ def _run_mlp(mlp_class: type, model: nn.Module, record: dict[str, Any], sizes: l
                               for m in linear_layers(model)]
 
 
-@register(
-    "02-mlp", unjudged=("configurations/*/stepped/*",),  # compared with the weights before the step only
-    hints=Hints(
-        nudge="Build one nn.Linear per consecutive pair of sizes, keep them where nn.Module can see them, and in "
-              "forward put ReLU and dropout between layers, never after the last.",
-        concept="nn.Module registers only attributes that are modules, parameters or module containers "
-                "(nn.ModuleList, nn.ModuleDict): a plain list of layers is invisible to parameters(), state_dict() "
-                "and train()/eval(). An nn.Dropout module follows the model's mode.",
-        solution="self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])); "
-                 "self.dropout = nn.Dropout(dropout); in forward: *hidden, last = self.layers; "
-                 "x = self.dropout(torch.relu(layer(x))) for each hidden layer; return last(x)",
-        section="1. Subclassing `nn.Module`, and what gets registered"),
-    requires={
-        "missing-super-init": Requirement(
-            "an nn.Module subclass: nn.Module's __init__ runs before layers are assigned",
-            hint="The error says the layers were assigned before something ran. What must be the first line of a "
-                 "module's __init__?"),
-        "unregistered-layers": Requirement(
-            "all layers are registered (seen by parameters(), trained by the optimizer)",
-            hint="Print len(list(MLP([4, 8, 2]).parameters())). Where are your layers stored, and does nn.Module "
-                 "look inside that kind of container?"),
-        "wrong-layers": Requirement(
-            "one nn.Linear with bias per consecutive pair of sizes, in order",
-            hint="Compare your layers' (in, out) shapes with zip(sizes[:-1], sizes[1:]), and check that each has a "
-                 "bias."),
-        "relu-after-last": Requirement(
-            "no activation after the last layer: the output is raw scores",
-            hint="Your outputs are never negative. Which layer should not be followed by a ReLU?"),
-        "missing-activation": Requirement(
-            "ReLU after every layer except the last",
-            hint="Without an activation, stacked Linear layers collapse into one linear map. Where does the ReLU go?"),
-        "wrong-forward": Requirement(
-            "forward is Linear -> ReLU -> ... -> Linear (each layer once, in order)",
-            hint="Run your model in eval mode on a small input and compare with applying the layers and torch.relu "
-                 "by hand, one at a time."),
-        "dropout-in-eval": Requirement(
-            "dropout is active in train() mode only",
-            hint="Call your model twice in eval mode on the same input: are the outputs equal? What tells a "
-                 "dropout call that the model is in eval mode?"),
-        "dropout-missing": Requirement(
-            "dropout after every hidden ReLU",
-            hint="In train mode, count the zeros after each hidden ReLU: is the dropout argument used after every "
-                 "hidden layer?"),
-        "wrong-dropout": Requirement(
-            "dropout with probability `dropout` (survivors rescaled by 1 / (1 - p), as nn.Dropout does)",
-            hint="With MLP(sizes, dropout=0.25) in train mode, about a quarter of the hidden units should be zero. "
-                 "What probability does your dropout use, and is it the probability of dropping?"),
-        "dropout-misplaced": Requirement(
-            "dropout only after the hidden ReLUs: not on the input, not on the output scores",
-            hint="In train mode, does the first layer see x itself, and is the output the last layer's result?"),
-    },
-)
+@register("02-mlp")
 @_isolated_rng
 def probe_mlp(mlp_class: type, *, case: Case) -> dict:
     """Build the student's MLP for each configuration; record its layers, eval and train outputs, one SGD step."""

@@ -15,7 +15,7 @@ from torch import nn
 from harness.checks.lesson02.common import _isolated_rng
 from harness.checks.param_groups import describe_groups
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.failure import fail
 from harness.contract.inputs import seeded
 from harness.contract.registry import register
 
@@ -46,43 +46,7 @@ def group_model(case: Case, freeze_first: bool) -> nn.Module:
 DEFAULT_LR, DEFAULT_WEIGHT_DECAY = 12345.0, 0.777
 
 
-@register(
-    "02-param-groups",
-    hints=Hints(
-        nudge="Ask two questions of each trainable parameter: is it in the backbone (backbone_lr)? Is it a matrix "
-              "(ndim >= 2: weight decay) or a bias or norm weight (ndim < 2: none)? Each answer pair is one group.",
-        concept="An optimizer takes a list of groups, dicts with 'params' and their own options; a parameter may be "
-                "in one group only, and options a group leaves out take the optimizer's defaults. "
-                "model.named_parameters() gives each parameter with its name, p.requires_grad and p.ndim the rest.",
-        solution="for name, p in model.named_parameters(): skip if not p.requires_grad; key = "
-                 "(name.startswith('backbone.'), p.ndim >= 2); append p to that key's list; return "
-                 "[{'params': ps, 'lr': backbone_lr if backbone else lr, 'weight_decay': weight_decay if decay else "
-                 "0.0} for (backbone, decay), ps in lists.items()]",
-        section="7. Parameter groups"),
-    requires={
-        "frozen-params-included": Requirement(
-            "frozen parameters appear in no group",
-            hint="The model you get may have frozen parameters. Which attribute tells, and does your function look "
-                 "at it?"),
-        "missing-params": Requirement(
-            "every trainable parameter appears in a group (the parameters themselves, not copies)",
-            hint="Count the parameters in your groups and compare with the trainable ones: which kind does no "
-                 "branch take, and are they the model's own tensors?"),
-        "duplicate-params": Requirement(
-            "each parameter appears exactly once",
-            hint="Can one parameter pass two of your selections? Each parameter needs one test that picks one group."),
-        "decay-on-bias-or-norm": Requirement(
-            "parameters with ndim < 2 (biases, norm weights) get weight_decay 0.0",
-            hint="Print p.ndim for a bias and for a LayerNorm weight. Which group do they land in?"),
-        "no-decay-on-weights": Requirement(
-            "parameters with ndim >= 2 get weight_decay, set explicitly in their group",
-            hint="An Embedding's weight is a matrix too. Does every group with matrices set 'weight_decay'?"),
-        "wrong-lr": Requirement(
-            "backbone parameters get backbone_lr, all others lr, set in every group",
-            hint="Print each group's lr with the names of its parameters: which get backbone_lr, and does every "
-                 "group set 'lr'?"),
-    },
-)
+@register("02-param-groups")
 @_isolated_rng
 def probe_param_groups(make_param_groups: Callable[..., list[dict[str, Any]]], *, case: Case) -> dict:
     """Build an AdamW from the student's groups (with defaults that a forgotten option makes visible); record

@@ -6,7 +6,7 @@ The probes drive the student's objects through real DataLoaders (a real 2-worker
 seeding) and record what comes out: items, batches, epoch orders, noise draws, the returned splits. The
 judges rebuild the inputs from the case and decide from those records what must have come out.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson03`, which a graded kernel never mounts.
 """
 

@@ -10,7 +10,6 @@ import torch
 
 from harness.checks.lesson03.common import _in_order
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -44,45 +43,7 @@ def read_indices(n: int) -> tuple[int, ...]:
     return (0, n - 1, n // 2)
 
 
-@register(
-    "03-dataset",
-    hints=Hints(
-        nudge="A map-style dataset needs only __len__ and __getitem__; the transform runs inside __getitem__, on "
-        "the input only, every time an item is read.",
-        concept="The DataLoader asks len(dataset) once, then dataset[i] for every index its sampler yields, every "
-        "epoch: whatever __getitem__ does (a random augmentation) happens anew at each read, while __init__ only "
-        "validates and stores.",
-        solution="__init__: `if len(features) != len(labels): raise ValueError(...)`, store both and the "
-        "transform. __len__: `return len(self.features)`. __getitem__: `x = self.features[index]; if "
-        "self.transform is not None: x = self.transform(x); return x, self.labels[index]`.",
-        section="1. Dataset and DataLoader",
-    ),
-    requires={
-        "wrong-length": Requirement(
-            "len(dataset) is the number of rows (samples)",
-            hint="len(dataset) counts samples: which size of features has one entry per sample?"),
-        "wrong-item": Requirement(
-            "dataset[i] is the pair (features[i], labels[i]), unchanged without a transform, so that a DataLoader "
-            "batches it into (B, *row shape) and (B,)",
-            hint="Print dataset[0] next to (features[0], labels[0]): the same two tensors, indexed (not sliced), "
-            "as a plain pair?"),
-        "eager-transform": Requirement(
-            "the transform runs each time an item is read, never in __init__",
-            hint="Count how often your transform runs while the dataset is being built: where must a random "
-            "augmentation run for each epoch to get a new one?"),
-        "transform-on-label": Requirement(
-            "the label is never transformed",
-            hint="The transform is for the input only: look at what your __getitem__ passes to self.transform."),
-        "transform-not-applied": Requirement(
-            "with a transform, dataset[i] returns (transform(features[i]), labels[i]), one call per read",
-            hint="Build your dataset with transform=lambda x: x + 100 and read one item: did the +100 show, "
-            "exactly once?"),
-        "no-length-check": Requirement(
-            "features and labels of different lengths raise a ValueError that says so",
-            hint="Try ArrayDataset(torch.zeros(10, 2), torch.zeros(9)): the exercise wants a ValueError with a "
-            "message, raised by __init__ right away."),
-    },
-)
+@register("03-dataset")
 def probe_dataset(cls: type, *, case: Case) -> dict:
     """Build datasets with and without a counting transform; record lengths, items, transform calls, a
     DataLoader batch, and what building one with mismatched lengths raised."""

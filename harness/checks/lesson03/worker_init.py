@@ -12,7 +12,6 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 from harness.repro import make_generator
 
@@ -63,35 +62,7 @@ def _noise_by_index(worker_init_fn: Callable, *, case: Case, epochs: int) -> lis
     return runs
 
 
-@register(
-    "03-worker-init", unjudged=("epochs/1/*",),  # the second epoch is only compared with the first
-    hints=Hints(
-        nudge="Inside a worker, torch.utils.data.get_worker_info() gives this worker's copy of the dataset and a "
-        "seed that differs per worker and per epoch and follows the loader's generator. Replace the dataset's rng "
-        "with a generator built from that seed.",
-        concept="A forked worker starts as a copy of the main process, dataset and its generator included. PyTorch "
-        "re-seeds torch, random and the global np.random in each worker, never a generator your dataset owns: "
-        "that one must be replaced in the worker, from a seed that differs per worker and per epoch and still "
-        "follows the loader's generator.",
-        solution="`info = torch.utils.data.get_worker_info(); info.dataset.rng = np.random.default_rng(info.seed)`. "
-        "Do not seed from worker_id alone (same every epoch) or from time/PID (not reproducible).",
-        section="4. Workers and random augmentation",
-    ),
-    requires={
-        "duplicate-across-workers": Requirement(
-            "each worker's dataset copy draws its own numbers (its `rng` attribute is replaced in the worker)",
-            hint="The dataset draws from self.rng, which the workers copied from the main process: does your "
-            "function give this worker's dataset copy a new generator in that very attribute?"),
-        "same-every-epoch": Requirement(
-            "the draws change from epoch to epoch",
-            hint="Without persistent_workers, new workers start every epoch: is the number you seed with the same "
-            "every time a worker with this id starts?"),
-        "not-reproducible": Requirement(
-            "the same loader seed reproduces the same draws",
-            hint="Run the loader twice with the same generator seed: your seed must come from the loader (the "
-            "worker's seed), not from the clock, the process id or OS entropy."),
-    },
-)
+@register("03-worker-init")
 def probe_worker_init(worker_init_fn: Callable, *, case: Case) -> dict:
     """Run real 2-worker loaders: record the noise drawn for each item in two epochs, then again in a new loader."""
     return {"epochs": _noise_by_index(worker_init_fn, case=case, epochs=2),

@@ -7,7 +7,7 @@ at every optimizer step, the mode of every forward pass, the number of host sync
 the states the model held. Each judge rebuilds the model and data from the case and decides: it recomputes
 the reference gradients and losses at the recorded parameters, and evaluates the recorded states itself.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson04`, which a graded kernel never mounts.
 """
 

@@ -15,7 +15,6 @@ from torch import nn
 from harness.checks.lesson04.common import META, _data, _model, one_thread
 from harness.contract.case import Case
 from harness.contract.errors import explain
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import (
     ForwardRecorder,
     HostSyncCounter,
@@ -38,59 +37,7 @@ def _stepped_without_gradients(record: StepRecord) -> bool:
     return any(g is None for g in record.grads) or record.grad_norm == 0.0
 
 
-@register(
-    "04-train-step",
-    hints=Hints(
-        nudge="Five lines, in this order: train mode, clear gradients, forward and loss, backward, step. Return "
-        "the loss without turning it into a Python number.",
-        concept="backward() adds into .grad, step() applies what .grad holds, and the mode decides how BatchNorm "
-        "and Dropout behave: each line has its place. The batch goes where the model's parameters are.",
-        solution="`x, y = (t.to(next(model.parameters()).device) for t in batch); model.train(); "
-        "optimizer.zero_grad(set_to_none=True); loss = loss_fn(model(x), y); loss.backward(); optimizer.step(); "
-        "return loss.detach()`",
-        section="1. The training step",
-    ),
-    requires={
-        "eval-mode-in-training": Requirement(
-            "puts the model in training mode itself (the check hands it over in eval mode, as evaluate leaves it)",
-            hint="The model you are given may still be in eval mode. Which call switches BatchNorm and Dropout "
-            "back to training behaviour?"),
-        "missing-zero-grad": Requirement(
-            "each step's gradients are its own (cleared before backward)",
-            hint="Step 2's gradients came out as steps 1 and 2 added: what clears .grad between steps?"),
-        "step-before-backward": Requirement(
-            "optimizer.step() applies this batch's gradients: it runs after loss.backward(), nothing clearing "
-            "them in between",
-            hint="At the moment of step(), what does .grad hold? Follow the order of your lines."),
-        "wrong-step-count": Requirement(
-            "exactly one optimizer.step() per call",
-            hint="Count the optimizer.step() calls one train_step makes (including those of functions it calls)."),
-        "sum-not-mean": Requirement(
-            "the gradients are those of loss_fn as given (a mean over the batch)",
-            hint="Your gradients scale with the batch size. Which reduction does the given loss_fn use?"),
-        "wrong-gradients": Requirement(
-            "the gradients are those of loss_fn(model(x), y) on the current batch, nothing added",
-            hint="Compute loss_fn(model(x), y) exactly as given: no extra terms, no changed batch, one backward."),
-        "host-sync-per-step": Requirement(
-            "no host sync (.item(), float(), print of a tensor) inside train_step",
-            hint="Which line copies a value to the host? Return the tensor; the caller syncs once per epoch."),
-        "not-a-scalar": Requirement(
-            "returns the loss as a 0-dim tensor",
-            hint="What type does your train_step return? The caller wants the loss tensor itself."),
-        "returns-graph": Requirement(
-            "returns the loss detached from the graph",
-            hint="The loss you return still carries its graph. Which method gives the same value without it?"),
-        "wrong-loss": Requirement(
-            "returns this batch's loss, computed before the update",
-            hint="Which forward pass does your returned value come from: the one before step() or another?"),
-        "grads-zeroed-not-freed": Requirement(
-            "clears the gradients with zero_grad(set_to_none=True): freed, not filled with zeros",
-            hint="At backward, .grad held tensors of zeros. Which argument of zero_grad frees them instead?"),
-        "batch-not-on-device": Requirement(
-            "moves the batch to the device of the model's parameters",
-            hint="Your model may live on a GPU while the loader yields CPU tensors. Where do x and y go first?"),
-    },
-)
+@register("04-train-step")
 @one_thread()
 def probe_train_step(train_step: Callable, *, case: Case) -> dict:
     """Call train_step once per batch; record every optimizer step, what .grad held at every backward, forward

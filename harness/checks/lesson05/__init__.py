@@ -7,7 +7,7 @@ the reference (a real GradScaler, one autocast forward, the canonical AMP step) 
 kernel can see (the autocast state during forward, loss and backward, the order of the scaler calls, a
 direct optimizer.step) the probe reports itself, as a failure: it can cost the task, never pass it.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson05`, which a graded kernel never mounts.
 """
 

@@ -11,7 +11,6 @@ import torch
 
 from harness.checks.lesson05.common import REDUCED
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
 from harness.contract.registry import register
 
@@ -40,34 +39,7 @@ def cast_cases(case: Case) -> list[tuple[torch.Tensor, torch.dtype]]:
     return [(x, dtype) for x in inputs for dtype in REDUCED]
 
 
-@register(
-    "05-cast-report",
-    hints=Hints(
-        nudge="Cast to the 16-bit dtype, then back to float32 before comparing: differences computed in 16 bits "
-        "are rounded too. torch.isinf, torch.isfinite and boolean masks do the counting.",
-        concept="Overflow: finite before, inf after. Underflow: nonzero before, exactly 0 after (zeros do not "
-        "count). The relative error is taken only where both values are finite and nonzero.",
-        solution="y = x.to(dtype).float(); overflow = (isfinite(x) & isinf(y)).sum(); underflow = ((x != 0) & "
-        "(y == 0)).sum(); kept = isfinite(y) & (y != 0) & (x != 0); max of |y - x| / |x| over kept, or 0.0",
-        section="1. Three formats, one trade-off",
-    ),
-    requires={
-        "input-modified": Requirement("leaves x unchanged",
-                                      hint="Which operation of yours writes into x (a method ending in _, an "
-                                      "assignment x[...] = ...)?"),
-        "missing-key": Requirement("returns a dict with 'overflow', 'underflow' and 'max_rel_error'",
-                                   hint="Print the keys of the dict you return and compare their spelling with the "
-                                   "exercise's."),
-        "wrong-overflow": Requirement("counts the finite values that became +-inf",
-                                      hint="Which values count: those that are inf after the cast, or those that "
-                                      "became inf because of it?"),
-        "wrong-underflow": Requirement("counts the nonzero values that became exactly 0",
-                                       hint="Does a value that was already 0 before the cast count as underflow?"),
-        "wrong-rel-error": Requirement("reports the largest relative error, in float32, over the values finite "
-                                       "and nonzero before and after, or 0.0 when there are none",
-                                       hint="In which dtype do you subtract? And which entries do you leave out?"),
-    },
-)
+@register("05-cast-report")
 def probe_cast_report(report: Callable[[torch.Tensor, torch.dtype], dict], *, case: Case) -> dict:
     """Call `report` on each input and dtype; record what it returned and the input as the call left it."""
     def record(item: tuple[torch.Tensor, torch.dtype]) -> dict:

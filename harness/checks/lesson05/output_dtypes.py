@@ -12,7 +12,6 @@ from torch import nn
 
 from harness.checks.lesson05.common import REDUCED
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import ForwardRecorder, collect
 from harness.contract.registry import register
 
@@ -57,36 +56,7 @@ def _hook_count(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
-@register(
-    "05-output-dtypes",
-    hints=Hints(
-        nudge="A forward hook (module.register_forward_hook) sees each module's output; register one on every leaf "
-        "module (a module without children), run one forward inside torch.autocast, then remove the hooks.",
-        concept="Autocast picks a dtype per operation; a forward hook receives (module, inputs, output) after the "
-        "module ran, so output.dtype is what autocast chose. Hooks stay until their handle is removed.",
-        solution="for name, m in model.named_modules(): if not any(m.children()): handles.append(m.register_forward_"
-        "hook(lambda mod, inp, out, name=name: dtypes.__setitem__(name, out.dtype))); run the forward under "
-        "torch.no_grad() and torch.autocast(device_type, dtype=dtype); finally: remove every handle.",
-        section="3. What autocast does, seen from a running model",
-    ),
-    requires={
-        "wrong-modules": Requirement("one entry per leaf module, named as in model.named_modules()",
-                                     hint="Print the names you record next to list(model.named_modules()): which "
-                                     "of them have children?"),
-        "no-autocast": Requirement("runs the forward under torch.autocast(device_type, dtype=dtype)",
-                                   hint="Every output you recorded is float32: was autocast on, for this device "
-                                   "type, during the forward?"),
-        "wrong-dtype": Requirement("records each module's output dtype (the first tensor of a tuple output)",
-                                   hint="Which argument of the hook holds what the module returned, and what does "
-                                   "a GRU return?"),
-        "hooks-left": Requirement("removes every hook it adds",
-                                  hint="What does register_forward_hook return, and what do you do with it after "
-                                  "the forward?"),
-        "builds-graph": Requirement("runs the forward without building a graph",
-                                    hint="Nothing will call backward on this forward: which context manager tells "
-                                    "autograd not to record it?"),
-    },
-)
+@register("05-output-dtypes")
 def probe_output_dtypes(output_dtypes: Callable[..., dict], *, case: Case) -> dict:
     """Call `output_dtypes` on each model and dtype; record what it returned and the hooks left behind."""
     def record(call: tuple[nn.Module, torch.Tensor, torch.dtype]) -> dict:

@@ -7,7 +7,7 @@ judge rebuilds the model at those parameters, computes the reference gradient it
 direction (norm clipping keeps it, value clipping does not) and scale. The threshold max_norm is a fraction
 of the true gradient norm: the probe derives it to call the student's code, the judge recomputes it.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson06`, which a graded kernel never mounts.
 """
 

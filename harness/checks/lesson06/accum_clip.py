@@ -11,9 +11,8 @@ import torch
 from torch import nn
 
 from harness.checks.lesson05.common import make_batch, make_mlp
-from harness.checks.lesson06.common import _CLIPPING_REQUIREMENTS, Batch, _recorded, _sgd, clip_threshold
+from harness.checks.lesson06.common import Batch, _recorded, _sgd, clip_threshold
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import StepRecorder, collect, snapshot
 from harness.contract.registry import register
 
@@ -33,43 +32,7 @@ def accum_plan(case: Case) -> tuple[int, list[tuple[list[Batch], float]]]:
                   for round_, (count, fraction) in enumerate(plan)]
 
 
-@register(
-    "06-accum-clip",
-    hints=Hints(
-        nudge="Accumulate first, clip once: backward every micro-batch (each loss divided by the number of "
-        "micro-batches), then clip the complete gradient, then take one optimizer step.",
-        concept="With accumulation, .grad adds up over the micro-batches; the optimizer step, and so the clipping, "
-        "belongs after the last one. Clipping a partial sum depends on how the batch was split.",
-        solution="optimizer.zero_grad(set_to_none=True)\nfor x, y in micro_batches: "
-        "(loss_fn(model(x), y) / len(micro_batches)).backward()\n"
-        "norm = clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); return norm",
-        section="4. Clipping with gradient accumulation",
-    ),
-    requires={
-        "no-step": Requirement(
-            "takes one optimizer step per call",
-            hint="Does your function reach optimizer.step() after the loop?"),
-        "steps-per-micro-batch": Requirement(
-            "takes exactly one optimizer step per call, after the last micro-batch",
-            hint="Count the optimizer.step() calls one call makes: is the step inside the micro-batch loop?"),
-        "missing-zero-grad": Requirement(
-            "each call starts from cleared gradients",
-            hint="Call your function twice: does the second call's gradient still hold the first call's? What "
-            "clears it, and where?"),
-        "only-last-micro-batch": Requirement(
-            "accumulates every micro-batch's gradient (cleared once, before the loop)",
-            hint="Which micro-batches' gradients are in .grad when the loop ends? Where are they cleared, and "
-            "where does backward run?"),
-        "loss-not-averaged": Requirement(
-            "the accumulated gradient is that of the mean loss (each loss divided by the number of micro-batches)",
-            hint="With k micro-batches, .grad holds k terms. How do you make their sum the gradient of one big "
-            "batch's mean loss?"),
-        "clipped-per-micro-batch": Requirement(
-            "clips once, after the last micro-batch",
-            hint="How many times does your clipping run per optimizer step?"),
-        **_CLIPPING_REQUIREMENTS,
-    },
-)
+@register("06-accum-clip")
 def probe_accum_clip(accumulate_clip_step: Callable[..., torch.Tensor], *, case: Case) -> dict:
     """Call the student's step on each round of micro-batches; record the start, threshold, steps' grads."""
     seed, plan = accum_plan(case)

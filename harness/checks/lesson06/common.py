@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from harness.contract.failure import Requirement
 from harness.contract.instruments import StepRecorder
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -44,33 +43,3 @@ def _recorded(steps: StepRecorder) -> list[list[torch.Tensor | None]]:
 
 def _sgd(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=0.01)
-
-
-_CLIPPING_REQUIREMENTS = {
-    "clipped-below-threshold": Requirement(
-        "leaves gradients shorter than max_norm unchanged",
-        hint="Clipping only ever shrinks. What factor does your code apply when the norm is already below "
-        "max_norm?"),
-    "not-clipped": Requirement(
-        "the optimizer steps on gradients clipped to max_norm",
-        hint="Print the total gradient norm right before optimizer.step(): is it at most max_norm? Where does "
-        "your clipping sit relative to the step?"),
-    "value-not-norm": Requirement(
-        "clips by the total norm (one factor for every gradient), not entry by entry",
-        hint="Compare the direction before and after your clipping: cutting each entry separately changes it. "
-        "Which utility rescales all gradients by one factor?"),
-    "wrong-direction": Requirement(
-        "rescales every gradient by the same factor",
-        hint="Is the factor computed once, from the norm of all gradients together, or once per parameter?"),
-    "wrong-threshold": Requirement(
-        "clips to exactly max_norm",
-        hint="After clipping, the total norm should equal max_norm: which threshold does your call receive?"),
-    "not-a-tensor": Requirement(
-        "returns the pre-clip norm as a tensor",
-        hint="Print type() of what you return: clip_grad_norm_ already returns a tensor; is it converted, or not "
-        "returned?"),
-    "wrong-return": Requirement(
-        "returns the total norm before clipping",
-        hint="Which norm do you return: the one measured before clipping (clip_grad_norm_'s return value) or one "
-        "measured later?"),
-}

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
 from harness.contract.registry import register
 
@@ -38,39 +37,7 @@ def norm_cases(case: Case) -> list[tuple[str, list[nn.Parameter], bool]]:
             ("model.parameters() where some parameters have no .grad", holey, True)]
 
 
-@register(
-    "06-grad-norm",
-    hints=Hints(
-        nudge="The total norm treats all gradients as one long vector: the square root of the sum of every "
-        "gradient entry squared.",
-        concept="Total norm = sqrt(sum over parameters of ||p.grad||^2), skipping parameters whose .grad is None. "
-        "model.parameters() is a generator: read it once, into a list, before doing anything else with it.",
-        solution="grads = [p.grad for p in parameters if p.grad is not None]\n"
-        "return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))",
-        section="1. Exploding gradients, seen",
-    ),
-    requires={
-        "wrong-norm": Requirement(
-            "returns the L2 norm of all gradient entries together",
-            hint="Compare your result with torch.cat([g.flatten() for g in grads]).norm() on two small gradients: "
-            "is yours a sum of norms, a mean, or a maximum?"),
-        "generator-consumed": Requirement(
-            "works when given model.parameters(), a generator that can be read only once",
-            hint="Call your function on model.parameters() twice in a row and print the results: a generator is "
-            "empty after its first pass. What does your code iterate more than once?"),
-        "not-a-tensor": Requirement(
-            "returns a tensor, not a Python number (no .item(), no float())",
-            hint="Print type(total_grad_norm(model.parameters())): which call turned the tensor into a number?"),
-        "not-0-dim": Requirement(
-            "returns a 0-dim tensor",
-            hint="Print the .shape of what you return: it should be torch.Size([]). Which operation kept a "
-            "dimension (keepdim=True, unsqueeze, a reshape)?"),
-        "grads-modified": Requirement(
-            "leaves the gradients unchanged",
-            hint="Which of your operations ends with an underscore, or writes into p.grad? Compute on new "
-            "tensors instead."),
-    },
-)
+@register("06-grad-norm")
 def probe_grad_norm(total_grad_norm: Callable[[Iterable[nn.Parameter]], torch.Tensor], *, case: Case) -> dict:
     """Call `total_grad_norm` on each set of parameters; record what it returned and the gradients after."""
     def record(item: tuple[str, list[nn.Parameter], bool]) -> dict:

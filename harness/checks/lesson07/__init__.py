@@ -6,7 +6,7 @@ the calls a scheduler receives (with the model's weights at that moment), and th
 Each judge rebuilds the same inputs, recomputes the schedule, the losses and the optimizer updates itself,
 and decides. Nothing reads source.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson07`, which a graded kernel never mounts.
 """
 

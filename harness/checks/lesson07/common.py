@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.contract.failure import Requirement
 from harness.contract.instruments import ForwardRecorder, StepRecorder
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -91,24 +90,3 @@ def _probe_loop(train: Callable[..., Any], setting: LoopSetting) -> dict[str, An
                              setting.epochs)
     seen["train_modes"] = [r.training for r in forwards.records if r.grad_enabled]
     return seen
-
-
-# What every training loop of lesson 07 must do, whatever its scheduler (07-per-epoch, 07-per-step).
-LOOP_REQUIREMENTS = {
-    "steps-inconsistent": Requirement(
-        "each optimizer.step() uses the gradients of the current batch's loss only",
-        hint="Compare the gradients of two consecutive batches: what clears .grad before each backward?"),
-    "not-train-mode": Requirement(
-        "the loop puts the model in train mode (model.train())",
-        hint="The model may arrive in eval mode (after an evaluation): which call switches dropout and "
-        "batch norm back to training behaviour?"),
-    "wrong-step-count": Requirement(
-        "one optimizer.step() per batch, for exactly `epochs` epochs",
-        hint="Count your optimizer.step() calls: epochs x len(loader)?"),
-    "scheduler-not-stepped": Requirement(
-        "the scheduler is stepped",
-        hint="Print optimizer.param_groups[0]['lr'] after each epoch: does it ever change?"),
-    "scheduler-before-optimizer": Requirement(
-        "scheduler.step() comes after optimizer.step()",
-        hint="Which lr should the very first update use: the schedule's first value or its second?"),
-}

@@ -9,9 +9,8 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checks.lesson07.common import LOOP_REQUIREMENTS, LoopSetting, _probe_loop, _regression_loader
+from harness.checks.lesson07.common import LoopSetting, _probe_loop, _regression_loader
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -32,27 +31,7 @@ def per_step_setting(case: Case) -> LoopSetting:
     return LoopSetting(epochs, loader, case.seeded(3), 0.05, make)
 
 
-@register(
-    "07-per-step",
-    hints=Hints(
-        nudge="A per-step scheduler (OneCycleLR, warmup) moves once per batch, right after the optimizer used "
-        "the current lr.",
-        concept="The lr an update uses is the one in the optimizer when optimizer.step() runs; a schedule sized "
-        "in optimizer steps needs exactly one scheduler.step() per optimizer.step(), after it.",
-        solution="in the batch loop: optimizer.zero_grad(set_to_none=True); loss_fn(model(inputs), "
-        "targets).backward(); optimizer.step(); scheduler.step()",
-        section="4. Per step or per epoch?",
-    ),
-    requires={
-        **LOOP_REQUIREMENTS,
-        "wrong-lr-trace": Requirement(
-            "one scheduler.step() per optimizer.step()",
-            hint="Count your scheduler.step() calls per batch: exactly one, every batch?"),
-        "stepped-per-epoch": Requirement(
-            "a per-step scheduler is stepped once per batch, not once per epoch",
-            hint="This schedule is sized in optimizer steps: how often does your loop call scheduler.step()?"),
-    },
-)
+@register("07-per-step")
 def probe_per_step(train_per_step: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's loop with a per-step scheduler; record the lr, weights and gradients of every step."""
     return _probe_loop(train_per_step, per_step_setting(case))

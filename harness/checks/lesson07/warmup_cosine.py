@@ -12,7 +12,6 @@ import torch
 
 from harness.checks.lesson07.common import is_number, scheduler_trace
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -40,47 +39,7 @@ def lambda_lr_setting(case: Case) -> tuple[float, int, int]:
     return (0.3, 7, 40) if case.hidden else (0.3, 5, 30)
 
 
-@register(
-    "07-warmup-cosine",
-    hints=Hints(
-        nudge="Two pieces: a linear ramp while step < warmup_steps that already trains at step 0 and reaches 1 at "
-        "the last warmup step, then a half cosine from 1 down to 0 over the remaining total_steps - warmup_steps "
-        "steps, and 0 after that.",
-        concept="The ramp is (step + 1) / warmup_steps (step counts the optimizer steps already taken, so the step "
-        "being taken is step + 1); the cosine is 0.5 * (1 + cos(pi * progress)) where progress goes from 0 at "
-        "step warmup_steps to 1 at total_steps and is clamped there.",
-        solution="if step < warmup_steps: return (step + 1) / warmup_steps; progress = min(1.0, (step - "
-        "warmup_steps) / max(1, total_steps - warmup_steps)); return 0.5 * (1.0 + math.cos(math.pi * progress))",
-        section="2. Warmup then cosine, as a `LambdaLR`",
-    ),
-    requires={
-        "not-a-float": Requirement(
-            "returns a Python float",
-            hint="What type does your return statement produce? torch.cos and torch.tensor give tensors; "
-            "math.cos and plain arithmetic give floats."),
-        "warmup-starts-at-zero": Requirement(
-            "the first step already trains: the factor at step 0 is 1 / warmup_steps, not 0",
-            hint="LambdaLR's factor at step 0 is the learning rate of the very first optimizer step. What does your "
-            "function give at step 0, and how many steps has the optimizer taken once that step is done?"),
-        "warmup-wrong": Requirement(
-            "during warmup the factor is (step + 1) / warmup_steps: 1 / warmup_steps at step 0, reaching 1 at step "
-            "warmup_steps - 1",
-            hint="Print the factors of steps 0 to warmup_steps - 1: do they rise in equal steps of 1 / warmup_steps "
-            "and reach 1.0 at the last warmup step? Does Python's // round the ramp down?"),
-        "cosine-wrong": Requirement(
-            "after warmup the factor is 0.5 * (1 + cos(pi * progress)), progress measured from the end of warmup",
-            hint="At step == warmup_steps the factor must be exactly 1: where does your progress start, and "
-            "what does it reach at total_steps?"),
-        "rises-after-total": Requirement(
-            "after total_steps the factor stays at 0",
-            hint="Evaluate your function at 2 * total_steps: the cosine comes back up unless progress stops at 1."),
-        "divides-by-zero": Requirement(
-            "no warm-up at all (warmup_steps = 0) and no decay span (total_steps = warmup_steps) are valid: the "
-            "factor never divides by zero",
-            hint="Call your function with warmup_steps = 0 and with total_steps = warmup_steps: which division "
-            "meets a zero? The formula's max(1, total_steps - warmup_steps) is there for it."),
-    },
-)
+@register("07-warmup-cosine")
 def probe_warmup_cosine(factor: Callable[[int, int, int], float], *, case: Case) -> dict:
     """Evaluate the student's factor on the case's triples; if every value is a number, drive LambdaLR with it."""
     values = []

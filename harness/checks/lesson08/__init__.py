@@ -11,7 +11,7 @@ The resume probe rebuilds the student's functions in the child process from thei
 (`inspect.getsource`, plus the notebook functions and modules they use), because a function defined in a
 notebook cannot be imported by another process.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson08`, which a graded kernel never mounts.
 """
 

@@ -15,7 +15,6 @@ import torch
 from harness.checks.lesson08.common import _CrashDuringSave, _read_back
 from harness.checks.lesson08.writes import watching
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -30,33 +29,7 @@ def atomic_states(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"weights": weights, "epoch": 1}, {"weights": weights * 2, "epoch": 2}
 
 
-@register(
-    "08-atomic-save",
-    hints=Hints(
-        nudge="torch.save(obj, path) first truncates `path`: if it dies half way, the old checkpoint is gone "
-        "too. Write somewhere else first, and only swap the finished file in.",
-        concept="Write a temporary file in the same folder, then os.replace it onto path (an atomic rename); "
-        "if anything raises, remove the temporary file and re-raise.",
-        solution="path = Path(path); tmp = path.with_name(path.name + '.tmp'); try: torch.save(obj, tmp); "
-        "os.replace(tmp, path) except BaseException: tmp.unlink(missing_ok=True); raise",
-        section="4. Atomic saves",
-    ),
-    requires={
-        "wrong-content": Requirement(
-            "after a save, path holds the object just saved",
-            hint="After your function returns, what does torch.load(path) give? Did the new file reach path?"),
-        "temp-left-behind": Requirement(
-            "nothing but path is left in the folder, after a good save or a failed one",
-            hint="List the folder after a save, and after a save that raised: is a temporary file still there?"),
-        "not-atomic": Requirement(
-            "a save that fails half way leaves the previous file intact",
-            hint="What is in path while torch.save is still writing into it, and if the process is killed "
-            "right then?"),
-        "swallowed-error": Requirement(
-            "a failed save re-raises its exception",
-            hint="When the save fails, how does the training loop find out?"),
-    },
-)
+@register("08-atomic-save")
 def probe_atomic_save(atomic_save: Callable[[Any, Any], Any], *, case: Case) -> dict:
     """Save twice, then a save that crashes; read the file back and list the folder after each, and record how
     each save wrote the file."""

@@ -15,7 +15,6 @@ import torch
 from harness.checks.lesson08.common import _crash_through, _CrashDuringSave, _read_back
 from harness.checks.lesson08.writes import watching
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -56,37 +55,7 @@ def _save_that_crashes(
             "writes": writes}
 
 
-@register(
-    "08-best-last",
-    hints=Hints(
-        nudge="last.pt is written every epoch (to resume); best.pt only when the metric beats the best so far "
-        "(to deploy). 'min' means lower is better, 'max' higher; a tie is not an improvement.",
-        concept="Compare strictly, in the direction of mode, with None meaning no best yet; the function returns "
-        "the best metric after this epoch, which comes back as best_metric next time.",
-        solution="improved = best_metric is None or (metric < best_metric if mode == 'min' else metric > "
-        "best_metric); save last.pt; if improved: save best.pt and return metric; else return best_metric",
-        section="5. Best and last",
-    ),
-    requires={
-        "last-not-saved": Requirement(
-            "last.pt holds this epoch's state after every call",
-            hint="Is last.pt written on every call, or only on some?"),
-        "best-overwritten": Requirement(
-            "best.pt is replaced only by a strict improvement (a tie keeps the earlier model)",
-            hint="Which epochs write best.pt in your function? Only those that beat the best so far, strictly?"),
-        "best-not-updated": Requirement(
-            "best.pt is replaced on every improvement, in the direction mode says",
-            hint="Run it with mode='max' on 0.2, 0.5: is 0.5 an improvement, and was best.pt written?"),
-        "not-atomic": Requirement(
-            "both files are saved atomically (with your atomic_save): a save that fails half way leaves the "
-            "previous last.pt and best.pt intact",
-            hint="What is left in last.pt when torch.save fails half way through writing into it? Which "
-            "function of this lesson writes a file atomically?"),
-        "wrong-best-metric": Requirement(
-            "returns the best metric after this epoch",
-            hint="What does your function return when the metric did not improve?"),
-    },
-)
+@register("08-best-last")
 def probe_best_last(save_best_and_last: Callable[..., Any], *, case: Case) -> dict:
     """Replay each metric sequence, passing back what the student returned; read both files after every epoch
     and record how each call wrote them."""

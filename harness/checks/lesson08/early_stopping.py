@@ -11,7 +11,6 @@ from typing import Any, Callable
 import torch
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 EarlyStoppingCase = tuple[list[float], int, str, float]
@@ -65,45 +64,7 @@ def _probe_resumed_stopper(
     return {"refused": None, "steps": _replay_stopper(second, metrics[cut:])}
 
 
-@register(
-    "08-early-stopping", nonfinite=('runs/*/initial',),
-    hints=Hints(
-        nudge="Early stopping has two pieces of memory: the best value so far and how many epochs in a row did "
-        "not beat it. A resumed run needs both, or it waits `patience` epochs all over again.",
-        concept="An improvement beats best by more than min_delta in the direction of mode; it resets the "
-        "counter, anything else adds 1; stop once the counter reaches patience. state_dict holds both pieces of "
-        "memory as plain values.",
-        solution="improved = self.best is None or (metric < self.best - self.min_delta if self.mode == 'min' "
-        "else metric > self.best + self.min_delta); state_dict: return {'best': self.best, 'bad_epochs': "
-        "self.bad_epochs}",
-        section="3. Early stopping must resume too",
-    ),
-    requires={
-        "initial-best": Requirement(
-            "best is None before the first step",
-            hint="Print EarlyStopping(2).best before any step: the text asks for None, not a sentinel."),
-        "wrong-best": Requirement(
-            "best holds the best value so far (mode 'min': the lowest)",
-            hint="After the metrics 1.0, 0.8, 0.9, what should best hold? Is best only replaced on improvement?"),
-        "mode-ignored": Requirement(
-            "mode='max' means higher is better",
-            hint="Run it with mode='max' on 0.5, 0.6: does 0.6 count as an improvement?"),
-        "min-delta-ignored": Requirement(
-            "an improvement must beat best by more than min_delta",
-            hint="With min_delta=0.125, does 0.875 improve on 1.0? Does 0.84375?"),
-        "wrong-stop": Requirement(
-            "step() returns True once `patience` epochs in a row did not improve",
-            hint="With patience 2: after two epochs without improvement, what does step() return? Is the "
-            "counter reset on improvement?"),
-        "not-weights-only": Requirement(
-            "state_dict() returns plain values (loadable with weights_only=True)",
-            hint="What does your state_dict() put in the dict: numbers, or objects?"),
-        "state-not-restored": Requirement(
-            "load_state_dict restores every piece of memory, so a resumed run decides the same",
-            hint="Which attributes change in step()? Are all of them in state_dict() and restored by "
-            "load_state_dict()?"),
-    },
-)
+@register("08-early-stopping")
 def probe_early_stopping(early_stopping_class: Callable[..., Any], *, case: Case) -> dict:
     """Replay each metric sequence straight through, and stopped and resumed after every epoch."""
     runs = []

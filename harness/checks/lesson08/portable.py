@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -54,37 +53,7 @@ def wrapped_state_dicts(case: Case) -> list[tuple[str, dict[str, torch.Tensor]]]
     return [(name, {prefix + k: v.clone() for k, v in plain.items()}) for name, prefix in _WRAPPERS]
 
 
-@register(
-    "08-portable",
-    hints=Hints(
-        nudge="Wrappers only add prefixes in front of the real names: DDP/DataParallel add 'module.', "
-        "torch.compile adds '_orig_mod.', and they can stack. Names inside the model must stay untouched.",
-        concept="Strip from the start of each key only, and repeat until no wrapper prefix is left; build a new "
-        "dict so the caller's state dict stays as it was.",
-        solution="for key, value in state_dict.items(): while key.startswith(('module.', '_orig_mod.')): "
-        "key = key.split('.', 1)[1]; clean[key] = value",
-        section="2. Portable state dicts: no wrapper prefixes",
-    ),
-    requires={
-        "mutated-input": Requirement(
-            "the dict passed in is not modified",
-            hint="After your call, print the keys of the dict you were given: are they still the wrapped ones?"),
-        "not-a-dict": Requirement(
-            "returns a dict",
-            hint="What type does your return statement build? load_state_dict wants a dict."),
-        "prefix-left": Requirement(
-            "every leading wrapper prefix is removed, however many are stacked, in any order",
-            hint="Try your function on {'module._orig_mod.w': 0} and {'_orig_mod.module.w': 0}: is a prefix left?"),
-        "over-stripped": Requirement(
-            "only leading prefixes are removed: names inside the model stay",
-            hint="Try your function on {'head.module.weight': 0} and {'module_list.0.weight': 0}: they must "
-            "come back unchanged."),
-        "values-changed": Requirement(
-            "every value is left untouched, with its renamed key",
-            hint="Compare each value of your result with the value under the wrapped key: are they the same "
-            "tensors?"),
-    },
-)
+@register("08-portable")
 def probe_portable(portable_state_dict: Callable[[dict], dict], *, case: Case) -> dict:
     """Call the student's function on each wrapped state dict; record the result and the input's keys after."""
     results = []

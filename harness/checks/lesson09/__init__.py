@@ -12,7 +12,7 @@ order. The two differ only in the order float32 additions happen (DDP sums the t
 process sums all 2B samples at once), so parameters agree to about 1e-6: the checks allow 1e-4 (absolute
 and relative).
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson09`, which a graded kernel never mounts.
 """
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, NoReturn
 import torch
 from torch import nn
 
-from harness.contract.failure import Requirement, fail
+from harness.contract.failure import fail
 from harness.launch import LaunchError, launch_forked
 
 WORLD = 2
@@ -75,13 +75,6 @@ def _report_launch_error(error: LaunchError) -> NoReturn:
              "(out of memory)",
              where="collectives and barriers: call them outside any `if rank == ...:` block")
     raise RuntimeError(f"on rank {error.rank}: {last}") from None
-
-
-def _hang_row(collective: str) -> dict[str, Requirement]:
-    """The requirement row of every check that launches ranks: no rank is left waiting in a collective."""
-    return {"hang": Requirement(
-        f"every rank calls the same collectives ({collective}), in the same order",
-        hint="A rank was left waiting for the others: is there a collective that only some ranks reach?")}
 
 
 def detached_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

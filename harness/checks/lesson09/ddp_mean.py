@@ -10,9 +10,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from harness.checks.lesson09.common import _hang_row, _run_ranks
+from harness.checks.lesson09.common import _run_ranks
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -37,30 +36,7 @@ def _mean_worker(ddp_mean: Callable[[torch.Tensor], torch.Tensor], values: list[
     return {"out": out.detach().clone() if isinstance(out, torch.Tensor) else out, "input_after": mine}
 
 
-@register(
-    "09-ddp-mean",
-    hints=Hints(
-        nudge="Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. "
-        "What do you divide it by, and which tensor does all_reduce overwrite?",
-        concept="dist.all_reduce(t) replaces t, in place, with the element-wise sum over ranks, on every rank; "
-        "every rank must call it",
-        solution="total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); "
-        "return total / dist.get_world_size()",
-        section="2. Collectives: what moves between processes"),
-    requires={
-        "not-a-tensor": Requirement("returns a tensor",
-                                    hint="What type does ddp_mean return? The text asks for a tensor."),
-        "not-averaged": Requirement("communicates: each rank gets the mean over all ranks, not its own value",
-                                    hint="Each rank got back its own value: which collective brings the others' in?"),
-        "summed": Requirement("the mean, not the sum", hint="Every rank got the sum over ranks: one step is missing."),
-        "wrong-mean": Requirement("the mean over ranks, element-wise, of the input's shape, on every rank",
-                                  hint="Compare what each rank got with the sum of the ranks' values divided by the "
-                                  "number of ranks."),
-        "modified-input": Requirement("value itself is left unchanged",
-                                      hint="The caller's tensor changed: which call works in place on its argument?"),
-        **_hang_row("all_reduce"),
-    },
-)
+@register("09-ddp-mean")
 def probe_ddp_mean(ddp_mean: Callable[[torch.Tensor], torch.Tensor], *, case: Case) -> dict:
     """Run ddp_mean on 2 ranks holding different values, then on 1 rank; record what every rank got and its input
     afterwards."""

@@ -12,9 +12,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.checks.lesson09.common import MODEL_SEED, _hang_row, _run_ranks, detached_state, make_model
+from harness.checks.lesson09.common import MODEL_SEED, _run_ranks, detached_state, make_model
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -59,31 +58,7 @@ def _accumulate_worker(
             "synced_after": synced_after}
 
 
-@register(
-    "09-no-sync",
-    hints=Hints(
-        nudge="DDP all-reduces gradients in every backward. Inside `with model.no_sync():` it does not; the gradients "
-        "just accumulate locally. Which backward must synchronise?",
-        concept="gradients add up in .grad across backward calls; no_sync only skips the communication, so the last "
-        "backward, outside it, all-reduces the whole accumulated sum once",
-        solution="for i, (x, y) in enumerate(micro_batches): last = i == len(micro_batches) - 1; "
-        "with (nullcontext() if last else model.no_sync()): (loss_fn(model(x), y) / len(micro_batches)).backward(); "
-        "then optimizer.step(); optimizer.zero_grad(set_to_none=True)",
-        section="6. Gradient accumulation with `no_sync`"),
-    requires={
-        "never-synced": Requirement("the last micro-batch's backward synchronises",
-                                    hint="No all-reduce happened at all: is every backward inside no_sync?"),
-        "missing-no-sync": Requirement("only the last micro-batch's backward synchronises: one all-reduce per step",
-                                       hint="Every micro-batch's backward communicated: which context skips that?"),
-        "ranks-differ": Requirement("one step, on the averaged gradient: identical weights on every rank",
-                                    hint="The ranks' weights differ: did a step run before the synchronised backward?"),
-        "wrong-update": Requirement(
-            "each loss divided by the number of micro-batches, one step per call, gradients cleared after it",
-            hint="The ranks agree, but the step differs from one process on the whole batch: check the loss's "
-            "scaling and what is left in .grad for the next call."),
-        **_hang_row("DDP's gradient all-reduce"),
-    },
-)
+@register("09-no-sync")
 def probe_no_sync(accumulate_step: Callable[..., None], *, case: Case) -> dict:
     """Run the accumulation on 2 ranks; record DDP's all-reduces (counted by a comm hook) and the parameters."""
     model_seed = case.seeded(MODEL_SEED)

@@ -28,9 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.checks.lesson09.common import MODEL_SEED, WORLD, _hang_row, _run_ranks, make_model
+from harness.checks.lesson09.common import MODEL_SEED, WORLD, _run_ranks, make_model
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -134,34 +133,7 @@ def _save_worker(save_checkpoint_ddp: Callable[..., None], rank_dirs: list[str],
     return {"rank0_file_exists_on_return": existed, "collectives": called}
 
 
-@register(
-    "09-save-rank0", unjudged=("checkpoint/optimizer/*",),  # only its presence is checked
-    hints=Hints(
-        nudge="Only one process should write the file, and the others must not go on before it exists.",
-        concept="rank 0 does the once-only work; a dist.barrier() that every rank calls after it holds the others "
-        "until it is done",
-        solution="if dist.get_rank() == 0: torch.save({'model': model.module.state_dict(), "
-        "'optimizer': optimizer.state_dict(), 'epoch': epoch}, path); then dist.barrier() on every rank",
-        section="5. Rank 0's duties, and barriers"),
-    requires={
-        "saved-on-every-rank": Requirement("only rank 0 writes", hint="Several ranks wrote the file: who should?"),
-        "not-saved-on-rank0": Requirement("rank 0 writes the checkpoint at `path`",
-                                          hint="Rank 0's folder has no file at the path it was given: which rank "
-                                          "saved, and under which name?"),
-        "missing-barrier": Requirement("no rank returns before the file is complete",
-                                       hint="Rank 1 returned while rank 0 had not yet written: what makes it wait, "
-                                       "and until when?"),
-        "incomplete-checkpoint": Requirement("the checkpoint holds 'model', 'optimizer' and 'epoch'",
-                                             hint="A key is missing from the saved dict: compare it with the text."),
-        "wrapped-state-dict": Requirement("'model' is the unwrapped model's state_dict",
-                                          hint="The saved keys start with 'module.': which model's state_dict is it?"),
-        "wrong-state-dict": Requirement("'model' holds the model's current state_dict",
-                                        hint="'model' is not the model's state after its step: what did you save?"),
-        "wrong-epoch": Requirement("'epoch' is the epoch passed in",
-                                   hint="The saved epoch is not the argument: save it as it was given."),
-        **_hang_row("the barrier"),
-    },
-)
+@register("09-save-rank0")
 def probe_save_rank0(save_checkpoint_ddp: Callable[..., None], *, case: Case) -> dict:
     """Call the save on 2 ranks, each in its own folder, rank 0 lagging; record the files in each folder, whether
     rank 0's file existed when each rank returned, the collectives rank 1 called, and rank 0's checkpoint."""

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.failure import fail
 from harness.contract.registry import register
 
 
@@ -49,31 +49,7 @@ def _sampler_refusal(error: ValueError) -> str | None:
 _SAMPLER_FILE = str(Path("torch", "utils", "data", "distributed.py"))
 
 
-@register(
-    "09-shard-loader",
-    hints=Hints(
-        nudge="A DistributedSampler gives each rank its own shard; the DataLoader then batches that shard. "
-        "Pass the sampler, not shuffle=True, to the DataLoader.",
-        concept="DistributedSampler(dataset, num_replicas, rank, shuffle, seed) draws one permutation seeded with "
-        "seed + epoch, the same on every rank, and gives rank r every world_size-th index from r",
-        solution="sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed); "
-        "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
-        section="3. Each rank its own shard: `DistributedSampler` and `set_epoch`"),
-    requires={
-        "wrong-batch-size": Requirement("batches of batch_size samples per rank",
-                                        hint="batch_size is per rank: does your loader change it with the world size?"),
-        "overlapping-shards": Requirement(
-            "each rank its own shard: disjoint, together the whole dataset, for any world size",
-            hint="Some samples reach two ranks: do all ranks draw the same permutation, and split it by rank?"),
-        "not-shuffled": Requirement("the shard is shuffled", hint="Rank 0 reads its samples in increasing order."),
-        "seed-ignored": Requirement("shuffled with `seed`", hint="Two seeds gave the same order: where does seed go?"),
-        "same-order-every-epoch": Requirement(
-            "set_epoch(epoch) on the loader's sampler reshuffles",
-            hint="The order must change with sampler.set_epoch(epoch): which sampler reseeds itself with the epoch?"),
-        "uses-workers": Requirement("no worker processes (num_workers=0)",
-                                    hint="The text asks for no worker processes: look at the DataLoader's arguments."),
-    },
-)
+@register("09-shard-loader")
 def probe_shard_loader(make_ddp_loader: Callable[..., DataLoader], *, case: Case) -> dict:
     """Build the loader of every rank of each world; record the batches of epoch 0, of rank 0 with the next
     seed, and of rank 0 in epoch 1. A loader with worker processes fails here, before any is started."""

@@ -8,7 +8,7 @@ outputs on images generated from the case, and the report's text. The judges reb
 they recompute the reference precision, schedule and groups, compare the runs' weights, score the model's
 outputs against labels only they hold, and evaluate the weights of the report's run on its test set themselves.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson10`, which a graded kernel never mounts.
 """
 

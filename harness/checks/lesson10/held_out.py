@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 from harness.data import LabeledTensorDataset, shapes
 
@@ -70,40 +69,8 @@ def _outputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
         model.train(was_training)
 
 
-@register(
-    "10-held-out",  # these are read to tell a validation on the test set or a training set that held the
-    # validation images: they can only fail a run that shows either, and a correct run passes whatever their values
-    unjudged=("val_accuracy/*", "val_loss/*", "notebook_outputs/*", "statistics/*"),
-    inputs_as_data=held_out_images,  # graded, a hidden case's images come as data: its seed would rebuild the labels
-    hints=Hints(
-        nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
-        "shapes passes. Look at your curves: did validation accuracy still climb at the end (train longer, or a "
-        "larger lr), or jump around (a smaller lr, more warm-up)?",
-        concept="Held-out accuracy follows validation accuracy when the model takes raw images (Standardize inside "
-        "it) and holds the best epoch's weights; it rises with enough optimizer steps at a good learning rate.",
-        solution="CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-2, weight_decay=0.05, "
-        "warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0)",
-        section="7. The real run"),
-    requires={
-        "not-a-run": Requirement("check receives the dict train_capstone returns",
-                                 hint="check('10-held-out', run) takes the whole run dict, not the model alone."),
-        "wrong-output-shape": Requirement(
-            "the model maps N images to (N, 5) logits",
-            hint="How many classes does the shapes data set have, and how many outputs does your model give?"),
-        "validated-on-test": Requirement(
-            "the run validated on val_set, never on the test set",
-            hint="Which data set did the run validate on, to choose its best epoch? The test set must stay unseen "
-            "until the report."),
-        "validation-seen": Requirement(
-            "the run trains on train_set alone: validation images are never seen by training",
-            hint="Which images did your run train on? If val_set is among them, the validation accuracy that chose "
-            "the best epoch scores images the model has seen."),
-        "below-threshold": Requirement(
-            "at least 0.75 accuracy on the grader's held-out shapes",
-            hint="Compare your run's best validation accuracy with the threshold: too low means train more or "
-            "better; high means the returned model is not the validated one."),
-    },
-)
+# Graded, a hidden case's images come as data: its seed would rebuild the labels
+@register("10-held-out", inputs_as_data=held_out_images)
 def probe_held_out(run: dict[str, Any], *, case: Case) -> dict:
     """Record run['model']'s outputs on the case's held-out images (their labels stay with the judge), its
     buffers shaped like per-channel image statistics, the validation scores of the run's history, and (with

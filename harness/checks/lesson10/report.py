@@ -19,7 +19,6 @@ from torch.utils.data import DataLoader
 from harness.checks.lesson10.common import _rng_kept, _state_as_data, mixed_precision_on_cpu
 from harness.checks.lesson10.notebook_globals import notebook_data_read
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import supported_precisions
@@ -105,58 +104,7 @@ def _file_heads(text: str, folder: Path) -> dict[str, list[int] | None]:
     return heads
 
 
-@register(
-    "10-report", unjudged=("weights/*",),  # judged through the reported score, which a weak model can share
-    hints=Hints(
-        nudge="harness.report.write_run_report writes every section it is given: give it the held-out test metrics, "
-        "the saved curves, the operations autocast ran in fp32, the environment and best.pt.",
-        concept="A report says what ran (configuration), where (environment), how it went (history, curves), how "
-        "good it is on data never used to train or choose (the test set, evaluated whole, in the run's "
-        "precision), and what mixed precision did (observe_op_dtypes).",
-        solution="scores = evaluate(model, DataLoader(test_set, batch_size=256), loss_fn=nn.CrossEntropyLoss(), "
-        "metrics={'accuracy': accuracy}, precision=run['precision']); plot_history(history, out_dir / "
-        "'curves.png'); op_dtypes = observe_op_dtypes(model, x, precision=..., targets=y, loss_fn=...); return "
-        "write_run_report(out_dir / 'report.md', history, test_metrics=scores, best_checkpoint=..., "
-        "op_dtypes=..., environment=environment_report(device), curves=out_dir / 'curves.png')",
-        section="8. The run report"),
-    requires={
-        "reads-notebook-data": Requirement(
-            "uses its arguments, never the notebook's data sets or run read as globals",
-            hint="Which of the names in your function are arguments, and which come from the notebook?"),
-        "no-report": Requirement("returns the path of the report written",
-                                 hint="write_run_report returns the path: does your function return it?"),
-        "missing-environment": Requirement(
-            "an environment section (device, torch version)",
-            hint="Which argument of write_run_report takes environment_report(device)?"),
-        "missing-config": Requirement(
-            "the configuration of the run",
-            hint="write_run_report reads the configuration from fit's history: is the history given as it is?"),
-        "missing-history": Requirement("the history table, one row per epoch",
-                                       hint="Is fit's history given to write_run_report whole?"),
-        "missing-curves": Requirement(
-            "the curves, saved as a PNG next to the report and linked",
-            hint="plot_history(history, path) saves a PNG: is that path given as curves=?"),
-        "missing-test-metrics": Requirement(
-            "held-out test metrics",
-            hint="You may have computed the test scores: were they given to write_run_report?"),
-        "wrong-test-metrics": Requirement(
-            "the test metrics of run['model'] on the whole test set, in the run's precision",
-            hint="Which data set and which model did you evaluate? The test set, whole, with run['model']."),
-        "train-mode-evaluation": Requirement(
-            "the model evaluated in eval mode",
-            hint="Which mode was the model in when the test images went through it? Dropout and BatchNorm behave "
-            "differently in training mode, and BatchNorm's running statistics move."),
-        "partial-test-set": Requirement(
-            "every image of the test set evaluated, not one batch",
-            hint="How many test images went through the model? Loop over the whole loader, not next(iter(...))."),
-        "missing-precision": Requirement(
-            "the precision section (which operations autocast ran in fp32)",
-            hint="Which harness.report function observes the dtype of each operation, and which argument takes it?"),
-        "missing-best-checkpoint": Requirement(
-            "the path of best.pt",
-            hint="run['checkpoint_dir'] holds best.pt: which argument of write_run_report names it?"),
-    },
-)
+@register("10-report")
 def probe_report(write_capstone_report: Callable[..., Any], *, case: Case) -> dict:
     """Give the student's function a real run and its test set; record the report written, the files it links,
     and the run's weights (the judge evaluates them on the test set itself). A function that reads the notebook's

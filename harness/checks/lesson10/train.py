@@ -20,7 +20,7 @@ from harness import env
 from harness.checks.lesson10.common import PRECISIONS, _rng_kept, _state_as_data, mixed_precision_on_cpu
 from harness.checks.lesson10.notebook_globals import notebook_data_read
 from harness.contract.case import Case
-from harness.contract.failure import CheckFailed, Hints, Requirement
+from harness.contract.failure import CheckFailed
 from harness.contract.registry import register
 from harness.data import SHAPE_CLASSES, LabeledTensorDataset, shapes
 from harness.env import supported_precisions
@@ -189,83 +189,7 @@ def _same_weights(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] 
     return a is not None and b is not None and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@register(
-    "10-train",
-    hints=Hints(
-        nudge="Compose, do not rewrite: seed, build the model (Standardize then capstone_cnn) on its device, "
-        "make_optimizer with total_steps = epochs * len(train loader), the loaders, then one call to fit with "
-        "every option (the precision is config['precision']), and load best.pt's weights before returning.",
-        concept="fit does the loop; your function decides what it is given. A run resumes exactly only if it is "
-        "rebuilt identically from config alone (seeded first) and fit gets checkpoint_dir and resume; the "
-        "schedule counts optimizer steps, and best.pt (the most accurate epoch) is the model to return.",
-        solution="seed_everything(config['seed']); model = nn.Sequential(Standardize(*normalization_stats("
-        "train_set.tensors[0])), capstone_cnn(len(train_set.classes), config['width'])).to(device); loader = "
-        "train_loader(train_set, config['batch_size'], seed=config['seed']); fit(model, loader, val_loader, "
-        "loss_fn=nn.CrossEntropyLoss(), optimizer=..., epochs=config['epochs'], precision=config['precision'], "
-        "max_grad_norm=config['max_grad_norm'], scheduler=scheduler, scheduler_interval='step', "
-        "metrics={'accuracy': accuracy}, early_stopping=EarlyStopping('val_accuracy', mode='max', "
-        "patience=config['patience']), checkpoint_dir=out_dir, resume=resume, on_epoch_end=on_epoch_end, "
-        "progress=progress)",
-        section="5. The training function"),
-    requires={
-        "reads-notebook-data": Requirement(
-            "uses its arguments, never the notebook's data sets or run read as globals",
-            hint="Which of the names in your function are arguments, and which come from the notebook?"),
-        "validation-shuffled": Requirement(
-            "the validation loader does not shuffle: distributed_loader(val_set, 256, shuffle=False)",
-            hint="Which loader reads val_set in your function, and with which shuffle?"),
-        "not-a-run": Requirement(
-            "returns {'model', 'history', 'precision', 'checkpoint_dir'}",
-            hint="Step 7 of the exercise lists the dict to return: does yours hold the model, fit's history and "
-            "the precision?"),
-        "missing-checkpoints": Requirement(
-            "checkpoints (last.pt, best.pt) and the history written into out_dir",
-            hint="fit writes every file itself when it is told where: which of its arguments names the folder?"),
-        "wrong-precision": Requirement(
-            "trains in the precision config['precision'] names (the caller's choose_precision)",
-            hint="Which precision did fit receive? Without the argument it trains in fp32; the check's config asks "
-            "for another one."),
-        "no-clipping": Requirement("gradients clipped at config['max_grad_norm']",
-                                   hint="Which fit argument clips gradients, and where is its value in config?"),
-        "no-scheduler": Requirement("the make_optimizer scheduler given to fit",
-                                    hint="make_optimizer returned two objects: did fit get both?"),
-        "schedule-per-epoch": Requirement(
-            "the scheduler stepped once per optimizer step",
-            hint="total_steps counts optimizer steps: how often must fit step the scheduler, then?"),
-        "wrong-early-stopping": Requirement(
-            "early stopping on val_accuracy, mode='max', patience=config['patience']",
-            hint="best.pt is the most accurate epoch: which metric, and which direction, must EarlyStopping watch?"),
-        "leaky-normalisation": Requirement(
-            "Standardize's statistics from the training set alone",
-            hint="Which images did normalization_stats see? Statistics that include validation images leak them into "
-            "the model that is chosen on them."),
-        "wrong-epochs": Requirement("config['epochs'] epochs", hint="Where does fit's epochs come from?"),
-        "wrong-step-count": Requirement(
-            "config['batch_size'] per batch, and training stops when early stopping says so",
-            hint="Count the optimizer steps: batches per epoch times epochs run. Which of the two is off?"),
-        "not-best-weights": Requirement(
-            "the returned model holds best.pt's weights",
-            hint="After fit, the model holds the last epoch's weights: which checkpoint must you load before "
-            "returning?"),
-        "callback-ignored": Requirement(
-            "on_epoch_end passed through to fit",
-            hint="The check interrupts a run from on_epoch_end: does your function hand it on?"),
-        "resume-ignored": Requirement(
-            "resume=True continues from out_dir's last.pt",
-            hint="After an interruption, the resumed call trained every epoch again: which fit argument continues?"),
-        "not-seeded": Requirement(
-            "the run seeds itself from config['seed'] before building the model",
-            hint="Two fresh runs of the same config end apart: what fixes the initial weights before the model is "
-            "built?"),
-        "resume-not-exact": Requirement(
-            "an interrupted and resumed run ends with the weights of the uninterrupted one",
-            hint="Is anything built differently when resume=True (loss, schedule, loader, model)? Build from config "
-            "alone."),
-        "ignores-device": Requirement(
-            "the whole model (Standardize's buffers included) on `device`",
-            hint="The check passed a device no machine has: where does your function use its device argument?"),
-    },
-)
+@register("10-train")
 def probe_train(train_capstone: Callable[..., dict[str, Any]], *, case: Case) -> dict:
     """A run straight through, then one interrupted and resumed: record what each returned, wrote and stepped.
     A function that reads the notebook's data as globals is not run: what it reads is recorded instead."""

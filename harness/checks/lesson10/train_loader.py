@@ -13,7 +13,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from harness.checks.lesson10.common import _rng_kept
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 from harness.launch import LaunchError, launch_forked
 
@@ -70,44 +69,7 @@ def train_loader_settings(case: Case) -> list[tuple[int, int, int]]:
     return [(n, batch_size, case.seeded(seed)) for n, batch_size, seed in settings]
 
 
-@register(
-    "10-train-loader",
-    hints=Hints(
-        nudge="One loader for one process and for N: a DistributedSampler given the rank and world size of the "
-        "process group (harness.distributed: a world of one without a group), seeded with seed; drop the last, "
-        "incomplete batch.",
-        concept="A DistributedSampler shards by rank and shuffles with seed + epoch (fit calls set_epoch), so the "
-        "order is a function of (seed, epoch) and nothing needs saving; drop_last keeps every batch full.",
-        solution="sampler = DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), "
-        "shuffle=True, seed=seed); return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)",
-        section="4. One training loader for one process and for many"),
-    requires={
-        "overlapping-shards": Requirement(
-            "under N ranks, each rank reads its own disjoint shard",
-            hint="On 2 ranks, what makes rank 0 and rank 1 read different samples? shuffle=True alone does not."),
-        "wrong-batch-size": Requirement("batch_size samples per batch on each rank",
-                                        hint="batch_size is already per rank: is it changed anywhere?"),
-        "partial-last-batch": Requirement("the last incomplete batch dropped",
-                                          hint="Which DataLoader option drops the last, smaller batch?"),
-        "uses-workers": Requirement("no worker processes",
-                                    hint="Which DataLoader option starts worker processes? Leave it at its default."),
-        "wrong-coverage": Requirement(
-            "a single process reads the whole dataset (a world of one)",
-            hint="Without a process group, how many replicas are there? Ask harness.distributed, do not assume."),
-        "not-shuffled": Requirement("shuffled", hint="Does your sampler shuffle? Print the first batch."),
-        "no-set-epoch": Requirement(
-            "the sampler is a DistributedSampler (fit calls its set_epoch every epoch)",
-            hint="fit reshuffles through loader.sampler.set_epoch(epoch): which sampler has that method?"),
-        "same-order-every-epoch": Requirement(
-            "a new order every epoch",
-            hint="Read two epochs, calling set_epoch(0) then set_epoch(1): is the order the same?"),
-        "order-not-reproducible": Requirement(
-            "the order depends on seed and epoch only, not on the global random state",
-            hint="Build the loader twice after torch.seed(): if the order changes, what is it drawing from?"),
-        "seed-ignored": Requirement("the seed argument picks the order",
-                                    hint="Where does the seed argument go? Seeds 0 and 1 give the same order."),
-    },
-)
+@register("10-train-loader")
 def probe_train_loader(train_loader: Callable[..., DataLoader], *, case: Case) -> dict:
     """Read the loader on 2 forked gloo ranks, then in this process; record the batches every reader got."""
     records = []

@@ -7,7 +7,7 @@ optimizer sees, the hooks left on the model afterwards) and returns data. Each j
 and inputs, recomputes what the result must be (the cross-entropy, the gradient norms, the first non-finite
 module through its own hooks, every step of the sweep at the parameters it started from) and compares.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson12`, which a graded kernel never mounts.
 """
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from harness.checks.lesson12.common import _hooks_on
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement, fail
+from harness.contract.failure import fail
 from harness.contract.registry import register
 
 
@@ -38,37 +38,7 @@ def dead_setup(case: Case) -> tuple[nn.Module, list[torch.Tensor]]:
     return model, batches
 
 
-@register(
-    "12-dead-units",
-    hints=Hints(
-        nudge="A forward hook on each nn.ReLU can keep, per unit, whether it was ever positive: "
-        "alive |= (output > 0).any(dim=0), accumulated over every batch.",
-        concept="A unit is dead when it outputs 0 for every example you show it: per unit (a column of the "
-        "(batch, units) output), over all batches together. Keep a running 'ever active' mask per ReLU, then "
-        "dead fraction = 1 - mask.float().mean(). Remove the hooks in a finally block.",
-        solution="alive[name] = alive.get(name, False) | (out > 0).any(dim=0)  # in the hook, per batch\n"
-        "return {name: 1 - mask.float().mean() for name, mask in alive.items()}",
-        section="5. Dead units and saturated activations",
-    ),
-    requires={
-        "wrong-fraction": Requirement(
-            "each value is the fraction of that ReLU's units that output 0 for every example",
-            hint="Is your count per unit (a column of the output), and is a unit dead only when it is zero for "
-            "every example, not for some?"),
-        "last-batch-only": Requirement(
-            "a unit counts as dead only if it is zero on every batch (all batches together)",
-            hint="Does your hook replace what it stored at each batch, or combine it with the earlier batches?"),
-        "wrong-keys": Requirement(
-            "keys are the names of the nn.ReLU modules, as model.named_modules() gives them",
-            hint="Print the keys you return: are they the ReLU modules' names?"),
-        "not-a-tensor": Requirement(
-            "returns the fractions as tensors (no .item() or float() per layer)",
-            hint="Print type() of one of your values: which call turned it into a Python number?"),
-        "hooks-left": Requirement(
-            "removes every hook it registered before returning",
-            hint="Keep the handles that register_forward_hook returns, and remove them in a finally block."),
-    },
-)
+@register("12-dead-units")
 def probe_dead_units(dead_units: Callable[[nn.Module, list[torch.Tensor]], Any], *, case: Case) -> dict:
     """Call the student's function on the case's model and batches; record the result and the hooks left. An
     exception raised inside a hook whose closure holds another ReLU's name (or module) than the one it runs on is

@@ -14,7 +14,6 @@ from torch import nn
 
 from harness.checks.lesson12.common import Batch
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import StepRecorder, collect, snapshot
 from harness.contract.registry import register
 
@@ -64,59 +63,7 @@ def momentum_buffers(model: nn.Module, optimizer: torch.optim.Optimizer) -> list
     return [optimizer.state.get(p, {}).get("momentum_buffer") for p in model.parameters()]
 
 
-@register(
-    "12-lr-range",
-    # the poisoned sweep's NaN loss, and the NaN gradients and weights of the steps from there on (a sweep that
-    # does not stop, or does not restore): the judge compares them with its own replay, NaN where it has NaN
-    nonfinite=("calls/*/returned/1/*", "calls/*/steps/*", "calls/*/params_after/*", "calls/*/buffers_after/*"),
-    hints=Hints(
-        nudge="Save deep copies of model.state_dict() and optimizer.state_dict() first; then for each step set "
-        "the learning rate of every param group, train one step on the next batch, record lr and loss, and stop "
-        "on divergence; restore both states at the end.",
-        concept="An LR range test raises the learning rate exponentially, step by step, and watches the loss: it "
-        "falls, flattens, then explodes. It is a diagnostic: the model and the optimizer (momentum, learning "
-        "rates) must come back exactly as they were. state_dict() returns the live tensors, so copy.deepcopy it.",
-        solution="lr = start_lr * (end_lr / start_lr) ** (i / (num_steps - 1)); for g in optimizer.param_groups: "
-        "g['lr'] = lr\n... losses.append(loss.item()); best = min(best, losses[-1])\nif not math.isfinite(losses[-1]) "
-        "or losses[-1] > diverge * best: break\nfinally: model.load_state_dict(saved_model); "
-        "optimizer.load_state_dict(saved_optimizer)",
-        section="4. Reading curves, and the LR range test",
-    ),
-    requires={
-        "wrong-lrs": Requirement(
-            "step i uses start_lr * (end_lr / start_lr) ** (i / (num_steps - 1)) in every param group",
-            hint="Print the learning rate of each param group at each step: does the first equal start_lr, the "
-            "last end_lr, and do they grow by a constant factor? Are all groups set?"),
-        "missing-zero-grad": Requirement(
-            "each step's gradient is that step's own (cleared before backward)",
-            hint="What is in .grad when the second step's backward runs?"),
-        "wrong-batch": Requirement(
-            "step i trains on batches[i % len(batches)] with loss_fn",
-            hint="Which batch does step i use? Print the index you read at each step."),
-        "batches-not-cycled": Requirement(
-            "runs up to num_steps steps, cycling through the batches",
-            hint="What happens to your loop when num_steps is larger than len(batches)?"),
-        "wrong-losses": Requirement(
-            "returns (lrs, losses): one learning rate and one loss (that step's batch loss, before the update, "
-            "as a float) per step taken",
-            hint="Is each recorded loss the raw loss of that step's batch, computed before optimizer.step()?"),
-        "no-divergence-stop": Requirement(
-            "stops after the first step whose loss is not finite or exceeds diverge times the lowest loss so far",
-            hint="Where does your loop compare the loss with diverge * the best loss so far, and break?"),
-        "wrong-stop": Requirement(
-            "stops exactly after that step (it is recorded), and not before",
-            hint="Replay your stop rule by hand on the losses you returned: compared with which loss, and is the "
-            "diverging step itself recorded?"),
-        "model-not-restored": Requirement(
-            "restores the model's parameters to what they were before the call",
-            hint="After your function, are the weights those from before? model.state_dict() returns the live "
-            "tensors: what does your saved copy hold after training?"),
-        "optimizer-not-restored": Requirement(
-            "restores the optimizer's state (momentum buffers and learning rates) to what it was before the call",
-            hint="Compare optimizer.state_dict() before and after your call: the momentum buffers and each group's "
-            "lr."),
-    },
-)
+@register("12-lr-range")
 def probe_lr_range(lr_range_test: Callable[..., Any], *, case: Case) -> dict:
     """Run the student's sweep on each case; record every optimizer step, what it returned, and the state after."""
     def record(item: dict[str, Any]) -> dict:

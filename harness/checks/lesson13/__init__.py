@@ -14,7 +14,7 @@ uneven micro-batches, activation checkpointing, and a determinism context manage
   context manager (normally and with an exception inside), records the flags inside and after, and restores
   the flags itself; the judge compares with the case's priors.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson13`, which a graded kernel never mounts.
 """
 

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import ForwardRecorder, StepRecorder, collect, snapshot
 from harness.contract.registry import register
 
@@ -41,44 +40,7 @@ def accum_setup(seed: int, size: int) -> tuple[nn.Module, torch.optim.Optimizer,
     return model, torch.optim.SGD(model.parameters(), lr=0.1), batches
 
 
-@register(
-    "13-accumulate",
-    hints=Hints(
-        nudge="Split the batch with .split(micro_batch_size); weight each micro-batch's mean loss by its share of "
-        "the rows, len(chunk) / len(batch), so the last, smaller one counts for less.",
-        concept="Gradients add up in .grad across backward calls: clear once, backward on each micro-batch's loss "
-        "times its share of the rows, step once. Then the update equals the full batch's, with a fraction of "
-        "the activation memory.",
-        solution="for x, y in zip(inputs.split(micro_batch_size), targets.split(micro_batch_size)):\n"
-        "    loss = loss_fn(model(x), y) * (len(x) / len(inputs)); loss.backward(); total += loss.detach()",
-        section="3. Fitting a bigger run: gradient accumulation",
-    ),
-    requires={
-        "eval-mode": Requirement("puts the model in training mode",
-                                 hint="Which call switches dropout and batch norm to training behaviour?"),
-        "micro-batch-too-large": Requirement(
-            "never runs a forward on more than micro_batch_size rows",
-            hint="Print x.shape[0] inside your loop: is the whole batch going through the model at once?"),
-        "missing-zero-grad": Requirement(
-            "clears the gradients once, before the first micro-batch",
-            hint="Call your step twice: does the second step's gradient still hold the first one's?"),
-        "only-last-micro-batch": Requirement(
-            "the gradient accumulates over every micro-batch",
-            hint="What does zero_grad inside the loop do to the micro-batches before the last one?"),
-        "wrong-weighting": Requirement(
-            "the accumulated gradient equals the gradient of the mean loss over the whole batch, also when the "
-            "last micro-batch is smaller",
-            hint="With 10 rows in micro-batches of 4, 4 and 2, how much should the 2-row micro-batch weigh?"),
-        "no-step": Requirement("calls optimizer.step() once per call",
-                               hint="Where is optimizer.step()? Once, after the loop."),
-        "steps-per-micro-batch": Requirement(
-            "steps once, after the last micro-batch (not once per micro-batch)",
-            hint="Is optimizer.step() indented inside your loop?"),
-        "wrong-return": Requirement(
-            "returns the mean loss over the whole batch as a detached 0-dim tensor (no .item())",
-            hint="Add up each weighted micro-batch loss with .detach(); what does that sum equal?"),
-    },
-)
+@register("13-accumulate")
 def probe_accumulate(accumulation_step: Callable[..., Any], *, case: Case) -> dict:
     """Two calls of the student's step per run, the model left in eval mode before each; record the forward
     batch sizes and modes, the steps the optimizer took and what each call returned."""

@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
 from harness.contract.registry import register
 
@@ -46,38 +45,7 @@ def checkpoint_inputs(seed: int, batch: int, width: int, depth: int) -> tuple[nn
     return blocks, x, upstream
 
 
-@register(
-    "13-checkpoint",
-    hints=Hints(
-        nudge="Wrap each block's call: h = checkpoint(block, h, use_reentrant=False).",
-        concept="torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False) runs fn without keeping its "
-        "activations and runs it again in backward; it restores the RNG state so dropout draws the same mask. "
-        "The reentrant variant gives no parameter gradients when no input requires grad.",
-        solution="h = x\nfor block in blocks:\n    h = checkpoint(block, h, use_reentrant=False)\nreturn h",
-        section="4. Activation checkpointing: memory for time",
-    ),
-    requires={
-        "wrong-output": Requirement("returns what running the blocks in order returns",
-                                    hint="Compare with a plain loop over the blocks, under the same seed."),
-        "no-param-grads": Requirement(
-            "the parameters get gradients in backward, even though the input does not require grad",
-            hint="Does your output have a grad_fn? Which checkpoint variant needs an input that requires grad?"),
-        "reentrant": Requirement(
-            "uses the non-reentrant checkpoint (use_reentrant=False)",
-            hint="Which value of use_reentrant does the lesson recommend, and what does the other one do?"),
-        "wrong-grads": Requirement(
-            "the gradients equal those of the plain forward (the same dropout masks in the recomputation)",
-            hint="Dropout draws a new mask each call: what must checkpoint restore before it runs a block again?"),
-        "not-checkpointed": Requirement(
-            "every block is checkpointed: autograd keeps only each block's input outside the checkpoints",
-            hint="Count what is saved for backward with harness.memory.saved_for_backward: which block still "
-            "keeps its activations?"),
-        "one-checkpoint": Requirement(
-            "each block in its own checkpoint call, so that backward recomputes one block at a time",
-            hint="Put a print in each block's forward (register_forward_pre_hook) and run backward: how many "
-            "blocks run again before the first gradient arrives?"),
-    },
-)
+@register("13-checkpoint")
 def probe_checkpoint(checkpointed_forward: Callable[[nn.ModuleList, torch.Tensor], torch.Tensor], *,
                      case: Case) -> dict:
     """Run the student's forward under a seed; record the output, what was saved outside the checkpoints, the

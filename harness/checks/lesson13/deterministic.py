@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
 from harness.contract.registry import register
 
@@ -51,41 +50,7 @@ def prior_flags(case: Case) -> list[tuple[dict[str, bool], bool]]:
     return [(speed, False), (warned, False), (warned, True), *drawn]  # the visible priors, then others
 
 
-@register(
-    "13-deterministic",
-    hints=Hints(
-        nudge="Read the four flags first, set them, yield inside try, and write the old values back in finally.",
-        concept="Global flags outlive a cell: a context manager that changes them must restore the values it found "
-        "(including warn_only), also when the block raises: @contextlib.contextmanager with try/finally.",
-        solution="before = (torch.are_deterministic_algorithms_enabled(), "
-        "torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.benchmark, cudnn.deterministic)\n"
-        "torch.use_deterministic_algorithms(True); cudnn.benchmark = False; cudnn.deterministic = True\n"
-        "try: yield\nfinally: torch.use_deterministic_algorithms(before[0], warn_only=before[1]); ...",
-        section="6. Determinism against speed",
-    ),
-    requires={
-        "not-deterministic": Requirement(
-            "inside the block, deterministic algorithms are enforced (use_deterministic_algorithms(True), "
-            "errors, not warnings)",
-            hint="Print torch.are_deterministic_algorithms_enabled() and "
-            "torch.is_deterministic_algorithms_warn_only_enabled() inside your block."),
-        "benchmark-on": Requirement(
-            "inside the block, cudnn.benchmark is False",
-            hint="What does cudnn.benchmark choose, and why does that break run-to-run equality?"),
-        "cudnn-not-deterministic": Requirement(
-            "inside the block, cudnn.deterministic is True",
-            hint="There are two cuDNN flags: which one asks for deterministic convolution algorithms?"),
-        "not-restored": Requirement(
-            "on exit, every flag (warn_only included) is back to the value it had before the block",
-            hint="Enter your context with benchmark=True set beforehand: what is it after the block?"),
-        "not-restored-on-error": Requirement(
-            "the flags are restored also when the block raises",
-            hint="What runs after a yield when the block raises? Put the restoring code where it always runs."),
-        "exception-swallowed": Requirement(
-            "an exception raised in the block propagates out of it",
-            hint="Does your context manager catch the exception (except: pass, or a return in finally)?"),
-    },
-)
+@register("13-deterministic")
 def probe_deterministic(deterministic: Callable[[], Any], *, case: Case) -> dict:
     """Use the student's context manager from each prior state; record the flags inside and after, and whether
     the planted exception came out. The check restores the flags it found, whatever the student's code did."""

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
 from harness.contract.registry import register
 
@@ -43,41 +42,7 @@ def memory_models(case: Case) -> list[tuple[str, nn.Module, str]]:
         [("a float16 and float64 model with momentum", mixed, "momentum")] if case.hidden else [])
 
 
-@register(
-    "13-memory-formula",
-    hints=Hints(
-        nudge="Each parameter costs numel() * element_size() bytes; its gradient the same if it is trained; "
-        "the optimizer keeps 0, 1 or 2 more tensors like each trained parameter.",
-        concept="Static training memory = parameters + gradients (trainable only) + optimizer state (SGD: none; "
-        "momentum: one buffer; Adam/AdamW: exp_avg and exp_avg_sq). model.parameters() lists a tied weight once.",
-        solution="params = list(model.parameters()); trained = [p for p in params if p.requires_grad]\n"
-        "size = lambda ps: sum(p.numel() * p.element_size() for p in ps)\n"
-        "grads = size(trained); optimizer = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}[name] * grads",
-        section="2. Where the memory goes",
-    ),
-    requires={
-        "missing-key": Requirement(
-            "returns a dict with exactly the keys params, grads, optimizer and total",
-            hint="Print sorted(training_memory(model, 'sgd')): are the four keys spelled as the exercise says?"),
-        "not-an-int": Requirement(
-            "each value is an int number of bytes",
-            hint="Print type(...) of each value: which one is a tensor or a float? sum() of Python ints is an int."),
-        "wrong-params": Requirement(
-            "params counts every parameter (frozen ones too) in bytes at its own dtype's size, a tied weight once",
-            hint="Compare with the bytes of one small layer by hand: is yours counting elements, assuming 4 bytes, "
-            "skipping frozen layers, or counting a shared weight twice?"),
-        "wrong-grads": Requirement(
-            "grads counts the trainable parameters only (requires_grad)",
-            hint="Which parameters get a .grad in backward? Filter on p.requires_grad."),
-        "wrong-optimizer-state": Requirement(
-            "optimizer: no state for 'sgd', one copy of the trainable parameters for 'momentum', two for "
-            "'adam' and 'adamw'",
-            hint="What does each optimizer keep per parameter? Momentum: one velocity; Adam: two moments."),
-        "wrong-total": Requirement(
-            "total is the sum of the three others",
-            hint="Print the four values and add the first three by hand."),
-    },
-)
+@register("13-memory-formula")
 def probe_memory_formula(training_memory: Callable[[nn.Module, str], dict], *, case: Case) -> dict:
     """Call the student's formula on each model and optimizer name; record what it returned."""
     return {"results": collect(memory_models(case), lambda item: {"returned": training_memory(item[1], item[2])})}

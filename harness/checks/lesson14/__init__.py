@@ -9,7 +9,7 @@ rebuilds the same models and inputs, recomputes what the result must be, and dec
 (a module's mode, a parameter's requires_grad) only name a cause or fail a task, and the outputs the judge
 recomputes decide every pass.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson14`, which a graded kernel never mounts.
 """
 

@@ -15,7 +15,6 @@ from torch import nn
 
 from harness.checks.lesson14.common import _attempt, _pretrained_like
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import randn, seeded
 from harness.contract.registry import register
 from harness.contract.wire import type_name
@@ -64,48 +63,7 @@ def new_model(case: Case, index: int, classes: int, width: int) -> TransferNet:
     return seeded(case.seeded(143 + index), functools.partial(TransferNet, classes, width))  # type: ignore
 
 
-@register(
-    "14-load-pretrained", unjudged=('loads/*/state/*',),
-    hints=Hints(
-        nudge="Leave the old head out of what you load, load the rest with strict=False, then look at what "
-              "load_state_dict returns: the only keys allowed to be missing are the new head's, and nothing may be "
-              "unexpected.",
-        concept="load_state_dict(strict=False) returns (missing_keys, unexpected_keys) instead of raising; a shape "
-                "mismatch still raises. Filtering the checkpoint into a new dict leaves the caller's untouched; "
-                "checking both lists yourself keeps strict loading's safety for everything but the head.",
-        solution="result = model.load_state_dict({k: v for k, v in state_dict.items() if not k.startswith('head.')}, "
-                 "strict=False); if result.unexpected_keys or any(not k.startswith('head.') for k in "
-                 "result.missing_keys): raise RuntimeError(...); return sorted(result.missing_keys)",
-        section="2. Loading a checkpoint into a changed model"),
-    requires={
-        "backbone-not-loaded": Requirement(
-            "every tensor of the model's backbone (parameters and BatchNorm buffers) equals the checkpoint's",
-            hint="After your function, compare model.state_dict()['backbone.1.1.running_mean'] and "
-                 "['backbone.0.0.weight'] with the checkpoint's: which were copied? What names did the keys you "
-                 "loaded have, relative to the module you loaded them into?"),
-        "head-overwritten": Requirement(
-            "the new head keeps its own initialisation: the checkpoint's head is never loaded, even when its shape "
-            "fits",
-            hint="Build the model with a 5-class head (the old shape) and run your function: is model.head.weight "
-                 "still what it was before?"),
-        "missing-ignored": Requirement(
-            "raises an error when the checkpoint lacks a key of the model other than the head's",
-            hint="Delete one backbone key from a copy of the checkpoint and call your function: does it complain? "
-                 "strict=False returns the missing keys; who looks at them?"),
-        "unexpected-ignored": Requirement(
-            "raises an error when the checkpoint has a key the model does not have",
-            hint="Add a key 'backbone.3.weight' to a copy of the checkpoint and call your function: does it "
-                 "complain? Which list of load_state_dict's result holds that key?"),
-        "wrong-return": Requirement(
-            "returns the model's keys the checkpoint did not provide (the new head's) as a list of str",
-            hint="Print what your function returns: a list of names such as 'head.weight', or the whole result "
-                 "object of load_state_dict?"),
-        "checkpoint-modified": Requirement(
-            "leaves the checkpoint dict it was given unchanged",
-            hint="Print len(state_dict) before and after your function: did it delete or pop the head's keys from "
-                 "the caller's dict? Build a new dict instead."),
-    },
-)
+@register("14-load-pretrained")
 def probe_load_pretrained(load_pretrained: Callable[[nn.Module, dict[str, torch.Tensor]], Any], *, case: Case) -> dict:
     """Call the student's function on each (model, checkpoint) pair; record what it returned or raised, the model's
     state dict after it, and the checkpoint dict as it was left."""

@@ -15,7 +15,6 @@ from torch import nn
 
 from harness.checks.lesson14.common import _attempt, _pretrained_like
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
 from harness.contract.registry import register
 from harness.finetune import TransferNet
@@ -71,38 +70,7 @@ def seeded_forward(model: nn.Module, x: torch.Tensor, seed: int) -> torch.Tensor
         return model(x).detach()
 
 
-@register(
-    "14-train-mode", unjudged=('models/*/buffers/*',),
-    hints=Hints(
-        nudge="Call model.train() first (it sets every module), then walk model.modules() and put back in eval mode "
-              "each BatchNorm layer whose parameters are all frozen.",
-        concept="Freezing (requires_grad False) stops gradients; it does not stop a BatchNorm in training mode from "
-                "normalising with the batch's statistics and overwriting its running statistics. Only eval mode "
-                "does, and model.train() undoes it, so it must be redone after every model.train().",
-        solution="model.train(); for m in model.modules(): if isinstance(m, nn.modules.batchnorm._BatchNorm) and "
-                 "not any(p.requires_grad for p in m.parameters()): m.eval()",
-        section="3. Freezing done right"),
-    requires={
-        "frozen-bn-training": Requirement(
-            "every BatchNorm layer whose parameters are all frozen is in eval mode (its running statistics do not "
-            "move)",
-            hint="After your function, print [(n, m.training) for n, m in model.named_modules() if 'BatchNorm' in "
-                 "type(m).__name__]: which frozen ones still say True?"),
-        "trainable-bn-eval": Requirement(
-            "BatchNorm layers with trainable parameters stay in training mode",
-            hint="Which BatchNorm layers did you put in eval mode? Print requires_grad of their weight: are some of "
-                 "them being trained?"),
-        "not-training": Requirement(
-            "the model and its other layers (dropout included) are in training mode, also when the model came in "
-            "eval mode",
-            hint="Call model.eval() before your function: after it, is model.training True? Is the head's dropout "
-                 "active?"),
-        "flags-changed": Requirement(
-            "changes no parameter's requires_grad",
-            hint="Compare [p.requires_grad for p in model.parameters()] before and after your function: mode and "
-                 "freezing are two separate things; this function sets modes only."),
-    },
-)
+@register("14-train-mode")
 def probe_train_mode(train_mode: Callable[[nn.Module], Any], *, case: Case) -> dict:
     """Call the student's function on each model; record the flags, the modes, then the output of a seeded forward
     pass and the BatchNorm statistics after it."""

@@ -14,7 +14,6 @@ from torch import nn
 
 from harness.checks.lesson14.common import module_attributes
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.inputs import seeded
 from harness.contract.registry import register
 from harness.finetune import TransferNet
@@ -62,37 +61,7 @@ def block_names(model: nn.Module) -> list[str]:
     return [f"backbone.{name}" for name, block in model.backbone.named_children() if list(block.parameters())]
 
 
-@register(
-    "14-unfreeze",
-    hints=Hints(
-        nudge="Each call decides every flag: the head always trains; block i of n unfreezes from epoch "
-              "every * (n - i), so the last block (next to the head) is first.",
-        concept="Gradual unfreezing trains the new head alone first, then unfreezes one block at a time from the top "
-                "down, so that the large, noisy gradients of a random head never reach the general early layers. "
-                "requires_grad_(flag) on a block sets all its parameters; setting the flag both ways on every call "
-                "makes the function independent of the model's state before it.",
-        solution="blocks = [b for b in model.backbone if list(b.parameters())]; for i, block in enumerate(blocks): "
-                 "block.requires_grad_(epoch >= every * (len(blocks) - i)); model.head.requires_grad_(True)",
-        section="5. Gradual unfreezing"),
-    requires={
-        "head-frozen": Requirement(
-            "the head is trainable at every epoch",
-            hint="Print [n for n, p in model.head.named_parameters() if not p.requires_grad] after a call at epoch "
-                 "0: is the head trainable?"),
-        "not-frozen": Requirement(
-            "blocks not yet due are frozen, also when the model came in trainable",
-            hint="Call your function at epoch 0 on a freshly built model (everything trainable): is the backbone "
-                 "frozen afterwards? Each call must set both directions."),
-        "wrong-order": Requirement(
-            "blocks unfreeze from the top (the last block, next to the head) down to the first",
-            hint="Print which block is trainable at epoch `every`: the one next to the head, or the first?"),
-        "wrong-timing": Requirement(
-            "block i of n is trainable from epoch every * (n - i) on, and frozen before it, for a backbone of any "
-            "number of blocks",
-            hint="Tabulate, for epochs 0 to 3 * every + 1, which blocks your function leaves trainable, and compare "
-                 "with every * (n - i): an off-by-one (> instead of >=), or blocks counted from the wrong end?"),
-    },
-)
+@register("14-unfreeze")
 def probe_unfreeze(gradual_unfreeze: Callable[..., Any], *, case: Case) -> dict:
     """Call the student's function epoch after epoch on a model that came in trainable, then on one that came in
     frozen; record every parameter's flag after each call, and the modules that got a plain `requires_grad`

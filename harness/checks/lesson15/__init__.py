@@ -8,7 +8,7 @@ inputs, recomputes the reference with PyTorch's own operations, and compares; wh
 also computes the usual wrong answers (padding counted, masks ignored or inverted, no 1/sqrt(d) scale,
 smoothing spread over C - 1 classes) and names the one the observation matches.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson15`, which a graded kernel never mounts.
 """
 

@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.instruments import collect
 from harness.contract.registry import register
 
@@ -40,43 +39,7 @@ def collate_cases(case: Case) -> list[tuple[str, list[torch.Tensor], float | int
             ("float32 values, pad_value=0.5", values([1, 3, 8], 0.5), 0.5)]
 
 
-@register(
-    "15-pad-collate",
-    hints=Hints(
-        nudge="Make a (batch, longest) tensor full of pad_value with the sequences' dtype, copy each sequence into "
-        "the start of its row, and build the mask from the lengths.",
-        concept="Padding makes sequences of different lengths one rectangular tensor; the mask (True at real "
-        "tokens) is the only reliable record of which positions are real: a real token can equal the pad value, "
-        "so the mask comes from the lengths, never from comparing values with pad_value.",
-        solution="padded = nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=pad_value)\n"
-        "mask = torch.arange(padded.shape[1]) < torch.tensor([len(s) for s in sequences])[:, None]",
-        section="1. Variable-length batches: padding and masks",
-    ),
-    requires={
-        "not-a-pair": Requirement("returns a pair (padded, mask) of tensors",
-                                  hint="What does your return statement hand back? The exercise asks for two tensors."),
-        "wrong-shape": Requirement(
-            "padded is (batch, longest length): batch first, as long as the longest sequence",
-            hint="Print padded.shape for three sequences of lengths 2, 5 and 3: you should see (3, 5). "
-            "pad_sequence puts time first unless told otherwise."),
-        "wrong-dtype": Requirement(
-            "padded keeps the sequences' dtype",
-            hint="Print padded.dtype for int64 tokens: torch.zeros and torch.full make float32 unless you pass dtype."),
-        "wrong-values": Requirement(
-            "each sequence's values sit, in order, at the start of its row, rows in the order given",
-            hint="Print padded for two short sequences: is each row the sequence followed by padding, in the "
-            "order you were given them?"),
-        "wrong-pad-value": Requirement(
-            "the positions after each sequence hold pad_value",
-            hint="Call it with pad_value=-1 and look at the end of the shorter rows: what fills them?"),
-        "mask-not-bool": Requirement(
-            "mask is a bool tensor", hint="Print mask.dtype: a comparison (<, ==) gives bool, arithmetic does not."),
-        "wrong-mask": Requirement(
-            "mask has padded's shape and is True exactly at real tokens",
-            hint="Put a real token equal to pad_value in one sequence: is its position True in your mask? "
-            "And which value marks a real token, True or False?"),
-    },
-)
+@register("15-pad-collate")
 def probe_pad_collate(pad_collate: Callable[..., Any], *, case: Case) -> dict:
     """Call `pad_collate` on each case's sequences (copies); record what it returned."""
     def record(item: tuple[str, list[torch.Tensor], float | int]) -> dict:

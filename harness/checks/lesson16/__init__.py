@@ -8,7 +8,7 @@ model they return, the mode of every forward (a forward pre-hook), the outputs O
 their .onnx file. The judges rebuild the same model and inputs from the case and recompute every expected
 value in eager PyTorch: the judge itself never exports, loads a file or starts ONNX Runtime.
 
-The probe side: one module per task (its requirement table, hints and probe), lesson-wide inputs in
+The probe side: one module per task (its probe and what it records), lesson-wide inputs in
 `common`. The judges live in `harness.judges.lesson16`, which a graded kernel never mounts.
 """
 

@@ -18,7 +18,6 @@ from torch import nn
 
 from harness.checks.lesson16.common import build_classifier, case_config, case_model, cloned_state
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 _SPRUNG: list[str] = []
@@ -69,45 +68,7 @@ def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {("classifier.weight" if k == "head.weight" else k): v for k, v in state.items()}
 
 
-@register(
-    "16-load-artefact",
-    hints=Hints(
-        nudge="Three steps: read the file with torch.load(..., weights_only=True), build the model from its "
-        "config, then load the weights strictly and switch to eval mode.",
-        concept="weights_only=True unpickles only tensors and plain values, so a file cannot run code while it "
-        "loads; strict loading makes a name that does not match an error instead of a silently random layer; "
-        "a served model runs in eval mode (Dropout off, BatchNorm's running statistics).",
-        solution='artefact = torch.load(path, weights_only=True, map_location="cpu")\n'
-        'model = build_model(**artefact["config"])\n'
-        'model.load_state_dict(artefact["state_dict"])\n'
-        "return model.eval()",
-        section="1. What you ship: weights plus code",
-    ),
-    requires={
-        "no-map-location": Requirement(
-            'loads with map_location="cpu": a file saved on a GPU loads on a machine without that GPU',
-            hint="Where does torch.load put a tensor that was saved from cuda:0, and what does the machine you serve "
-            "on have? Which argument of torch.load decides?"),
-        "not-a-module": Requirement(
-            "returns the model (an nn.Module)",
-            hint="Print type(load_artefact(path, build_model)): what does load_state_dict return?"),
-        "wrong-weights": Requirement(
-            "the returned model holds the saved weights and buffers",
-            hint="Compare load_artefact(...).state_dict() with the saved one: did the weights reach the model you "
-            "return?"),
-        "train-mode": Requirement(
-            "returns the model in eval mode",
-            hint="Print model.training for the model you return: a freshly built module starts in training mode."),
-        "unsafe-load": Requirement(
-            "loads with weights_only=True: a file holding any other object raises instead of running its code",
-            hint="What does torch.load(path, weights_only=False) do with a pickled object whose class says "
-            "'call this function'? Do not catch the error that weights_only=True raises."),
-        "not-strict": Requirement(
-            "loads strictly: an artefact whose names do not match the model raises",
-            hint="What does load_state_dict(..., strict=False) do with a key it does not know? Which layer keeps "
-            "its random initialisation then?"),
-    },
-)
+@register("16-load-artefact")
 def probe_load_artefact(load_artefact: Callable[..., Any], *, case: Case) -> dict:
     """Call `load_artefact` on a good artefact, on it saved from a GPU this machine lacks, on one that runs code
     when unpickled, and on one with a renamed key; record the returned model's type, mode and state, and what

@@ -18,7 +18,7 @@ import torch
 from harness.checks.lesson16.common import _files, case_inputs, case_model
 from harness.contract.case import Case
 from harness.contract.errors import explain
-from harness.contract.failure import CheckFailed, Hints, Requirement
+from harness.contract.failure import CheckFailed
 from harness.contract.registry import register
 
 EXPORT_ROWS = 4  # the batch size of the example the exercise exports with
@@ -43,44 +43,7 @@ def onnx_batches(case: Case) -> list[int]:
     return [1, 33, 5] if case.hidden else [1, 17]
 
 
-@register(
-    "16-onnx-export",
-    hints=Hints(
-        nudge="torch.onnx.export(model, (example,), path, dynamo=True, ...) in eval mode, with the names the "
-        "exercise gives and the batch axis declared dynamic (torch.export.Dim).",
-        concept="The exporter traces the model on the example: every shape it sees becomes a constant unless "
-        "declared dynamic, and the mode it runs in (train or eval) is frozen into the graph. Serving code feeds "
-        "ONNX Runtime by input name.",
-        solution='model.eval()\ntorch.onnx.export(model, (example,), path, dynamo=True, verbose=False, '
-        'input_names=["features"], output_names=["logits"], '
-        'dynamic_shapes=({0: torch.export.Dim("batch")},))',
-        section="3. torch.export, ONNX and ONNX Runtime",
-    ),
-    requires={
-        "no-file": Requirement(
-            "writes the .onnx file to `path`",
-            hint="What does torch.onnx.export(..., dynamo=True) return, and does it save anything when it is "
-            "given no file?"),
-        "torchscript-exporter": Requirement(
-            "exports with torch.onnx.export(..., dynamo=True), the torch.export-based exporter",
-            hint="Which exporter runs when you pass dynamo=False (or an old torch's default)? The TorchScript one "
-            "traces with torch.jit and is deprecated."),
-        "wrong-names": Requirement(
-            'the input is named "features" and the output "logits"',
-            hint="Print [i.name for i in session.get_inputs()] for your file: which exporter argument names them?"),
-        "static-batch": Requirement(
-            "the batch axis is dynamic: the file runs at batch sizes other than the example's",
-            hint="Print session.get_inputs()[0].shape: a number where the batch size goes means it was frozen at "
-            "export. Which argument declares an axis dynamic?"),
-        "train-mode": Requirement(
-            "exports the model in eval mode",
-            hint="In which mode is the model when it arrives, and what does the exporter freeze into the graph?"),
-        "wrong-output": Requirement(
-            "ONNX Runtime computes the model's logits (atol 1e-4, rtol 1e-3)",
-            hint="Compare session.run(...) with model(x) in eval mode on a few rows: is something added to the "
-            "exported computation?"),
-    },
-)
+@register("16-onnx-export")
 def probe_onnx_export(export_onnx: Callable[..., Any], *, case: Case) -> dict:
     """Call `export_onnx(model, example, path)` on a model in training mode; record the mode of the forwards
     the exporter traced, the file's input and output names and shapes, and what ONNX Runtime computes from it

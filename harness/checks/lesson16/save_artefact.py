@@ -15,7 +15,6 @@ import torch
 
 from harness.checks.lesson16.common import _files, case_config, case_model, cloned_state
 from harness.contract.case import Case
-from harness.contract.failure import Hints, Requirement
 from harness.contract.registry import register
 
 
@@ -28,44 +27,7 @@ def _refusal(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"[:300]
 
 
-@register(
-    "16-save-artefact",
-    hints=Hints(
-        nudge="Save data, not objects: a dict holding the config (plain Python values) and model.state_dict() "
-        "(tensors), written with torch.save to exactly the path you are given.",
-        concept="A deployable artefact is weights plus the code that rebuilds the model. torch.load(path, "
-        "weights_only=True) reads tensors, numbers, strings, lists and dicts, and refuses every other class, "
-        "because unpickling a class can run arbitrary code. state_dict() holds parameters and buffers.",
-        solution='torch.save({"config": dict(config), "state_dict": model.state_dict()}, path)',
-        section="1. What you ship: weights plus code",
-    ),
-    requires={
-        "no-file": Requirement(
-            "writes the artefact to `path` itself",
-            hint="List the folder after calling your function: is there a file named exactly like `path`?"),
-        "not-weights-only": Requirement(
-            "the file loads with torch.load(path, weights_only=True): no pickled module or other object",
-            hint="Run torch.load(path, weights_only=True) on your file and read the 'Unsupported global' it names: "
-            "which object of a class did you save?"),
-        "wrong-layout": Requirement(
-            'the file holds a dict with the keys "config" and "state_dict"',
-            hint="Print torch.load(path, weights_only=True).keys(): are both keys there, spelled exactly?"),
-        "wrong-config": Requirement(
-            'artefact["config"] equals the config dict it was given',
-            hint='Compare torch.load(path, weights_only=True)["config"] == config: what type did you store?'),
-        "missing-buffers": Requirement(
-            "the state_dict includes the buffers (BatchNorm running statistics), not only the parameters",
-            hint="Compare the keys you saved with model.state_dict().keys(): which names are missing, and what "
-            "are they?"),
-        "wrong-weights": Requirement(
-            "every tensor is the model's own, unchanged: same names, dtypes and values",
-            hint="Compare each saved tensor with model.state_dict()[name]: dtype first, then torch.equal."),
-        "model-changed": Requirement(
-            "leaves the model as it was (its mode, dtype and weights): training goes on after a save",
-            hint="Which call of yours changes the model itself (.eval(), .half(), .to(...)) rather than what you "
-            "save?"),
-    },
-)
+@register("16-save-artefact")
 def probe_save_artefact(save_artefact: Callable[..., Any], *, case: Case) -> dict:
     """Call `save_artefact(model, config, path)`; record the model after, the folder, and what a weights-only
     load reads back from the file (or why it refused)."""

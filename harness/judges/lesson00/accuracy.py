@@ -12,7 +12,7 @@ import torch
 from harness.checks.lesson00.accuracy import accuracy_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
 
@@ -72,7 +72,27 @@ def _fail_on_raised(raised: str, logits: torch.Tensor) -> None:
          cause="the exception named here, raised inside your code", where="the line named above")
 
 
-@judges("00-accuracy")
+@judges(
+    "00-accuracy",
+    hints=Hints(
+        nudge="The predicted class of each row is the index of its largest logit; compare it with the targets.",
+        concept="argmax(dim=1) picks the class of each row of a (batch, classes) tensor; comparing with the "
+                "targets gives booleans, and their mean is the fraction correct. .item() makes it a float.",
+        solution="return (logits.argmax(dim=1) == targets).float().mean().item()",
+        section="3. Exercises"),
+    requires={
+        "not-a-float": Requirement(
+            "returns a Python float",
+            hint="Print type(accuracy(logits, targets)): a one-element tensor is not a float yet."),
+        "percent-not-fraction": Requirement(
+            "a fraction between 0 and 1, not a percentage",
+            hint="What should accuracy return when every prediction is right: 1 or 100?"),
+        "wrong-accuracy": Requirement(
+            "the fraction of rows whose largest logit is at the target class",
+            hint="Work the 3-row example of the lesson by hand: which class does each row predict, and how many "
+                 "match?"),
+    },
+)
 def judge_accuracy(seen: dict, *, case: Case) -> str:
     """`accuracy(logits, targets)` is the fraction (0..1, a float) of rows whose argmax equals the target."""
     cases = accuracy_cases(case)

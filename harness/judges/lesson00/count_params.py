@@ -11,7 +11,7 @@ from torch import nn
 
 from harness.checks.lesson00.count_params import counted_models
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, describe
 
@@ -41,7 +41,37 @@ _MISCOUNT_CAUSES = {
 }
 
 
-@judges("00-count-params")
+@judges(
+    "00-count-params",
+    hints=Hints(
+        nudge="model.parameters() yields every parameter tensor once; .numel() counts a tensor's elements, and "
+              ".requires_grad says whether it will be trained.",
+        concept="A model's trainable size is the sum of the element counts of its parameters that require "
+                "grad; buffers (BatchNorm statistics) are not parameters, and a shared weight is one parameter.",
+        solution="return sum(p.numel() for p in model.parameters() if p.requires_grad)",
+        section="3. Exercises"),
+    requires={
+        "not-an-int": Requirement(
+            "returns a Python int",
+            hint="Print type(count_trainable_parameters(model)): is it an int, or a tensor?"),
+        "counts-tensors": Requirement(
+            "counts scalar parameters, not parameter tensors",
+            hint="A Linear(5, 8) has 2 parameter tensors but 48 numbers: which one does your function count?"),
+        "counts-frozen": Requirement(
+            "excludes frozen parameters (requires_grad=False)",
+            hint="Freeze a layer with p.requires_grad_(False): does your count go down?"),
+        "counts-buffers": Requirement(
+            "counts parameters only, not buffers such as BatchNorm's running statistics",
+            hint="Compare model.state_dict() with model.parameters() on a model with BatchNorm: what is in one "
+                 "and not the other?"),
+        "shared-counted-twice": Requirement(
+            "counts a weight shared by two layers once",
+            hint="Two layers can hold the very same weight tensor: does your loop see it twice?"),
+        "wrong-count": Requirement(
+            "the count is the number of trainable scalars",
+            hint="Count by hand for nn.Linear(5, 8): 5 * 8 weights + 8 biases. Does your function agree?"),
+    },
+)
 def judge_count_params(seen: dict, *, case: Case) -> str:
     """`count_trainable_parameters(model)` is the number of trainable scalars (frozen ones, buffers excluded,
     shared weights once)."""

@@ -9,12 +9,40 @@ import torch
 
 from harness.checks.lesson00.make_batch import UNEXPECTED_DEVICE, batch_sizes, moved_size
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError, describe
 
 
-@judges("00-make-batch")
+@judges(
+    "00-make-batch",
+    hints=Hints(
+        nudge="torch.zeros takes the shape as separate numbers, and keyword arguments for the dtype and device.",
+        concept="A factory function (torch.zeros, torch.ones, torch.empty...) allocates the tensor where its "
+                "device= argument says, with the dtype= it is given: nothing is copied afterwards.",
+        solution="return torch.zeros(n, 3, 8, 8, dtype=torch.float32, device=device)",
+        section="1. Your machine"),
+    requires={
+        "not-a-tensor": Requirement(
+            "returns a torch.Tensor",
+            hint="What type does your function return? Lists and NumPy arrays cannot go to a GPU."),
+        "wrong-shape": Requirement(
+            "the shape is (n, 3, 8, 8): n images first, then channels, height, width",
+            hint="Print make_batch(4, torch.device('cpu')).shape: which dimension is missing or misplaced?"),
+        "wrong-dtype": Requirement(
+            "the dtype is torch.float32",
+            hint="Print the .dtype of your batch: which argument of the factory sets it?"),
+        "wrong-device": Requirement(
+            "the batch is on the `device` argument, whatever device that is",
+            hint="Call make_batch(2, torch.device('meta')) and print .device: does your code use its argument?"),
+        "copied-to-device": Requirement(
+            "the batch is created directly on `device`, not on the CPU and then copied",
+            hint="Which device does the tensor live on at the moment it is created? A factory can take device=."),
+        "not-zeros": Requirement(
+            "every value is 0",
+            hint="Print a few values of your batch: does the function you used fill the tensor with zeros?"),
+    },
+)
 def judge_make_batch(seen: dict, *, case: Case) -> str:
     """`make_batch(n, device)` returns zeros of shape (n, 3, 8, 8), float32, created directly on `device`."""
     sizes = batch_sizes(case)

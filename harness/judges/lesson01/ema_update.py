@@ -10,13 +10,30 @@ import torch
 from harness.checks.lesson01.ema_update import ema_problems
 from harness.contract.case import Case
 from harness.contract.compare import malformed, same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson01.common import _max_error
 
 
-@judges("01-ema-update")
+@judges("01-ema-update", hints=Hints(
+    nudge="The EMA tensors must change in place, without autograd recording the update.",
+    concept="In-place methods (mul_, add_, lerp_, copy_) change a tensor that others hold references to; inside "
+            "torch.no_grad() autograd records nothing, so the EMA tensors stay plain tensors.",
+    solution="with torch.no_grad(): for e, p in zip(ema, params): e.mul_(decay).add_(p, alpha=1 - decay)",
+    section="7. `detach`, `no_grad` and `inference_mode`"),
+    requires={
+        "not-in-place": Requirement("updates each EMA tensor in place: the list keeps the same tensor objects",
+                                    hint="After your function, is ema[0] still the tensor it was before "
+                                         "(compare id(ema[0]))?"),
+        "builds-graph": Requirement("updates outside autograd",
+                                    hint="Print ema[0].requires_grad after one update: what recorded the update?"),
+        "params-changed": Requirement("leaves the parameters unchanged",
+                                      hint="Which tensor is each in-place method of yours called on?"),
+        "returns-value": Requirement("returns None", hint="What does your function return?"),
+        "wrong-values": Requirement("ema = decay * ema + (1 - decay) * param",
+                                    hint="Work one update by hand for decay 0.9, ema 0 and param 1: 0.1 expected."),
+    })
 def judge_ema_update(seen: dict, *, case: Case) -> str:
     """`ema_update_(ema, params, decay)` sets ema = decay * ema + (1 - decay) * param in place, outside autograd."""
     for (params, initial, decay), steps in zip(ema_problems(case), seen["runs"], strict=True):

@@ -10,7 +10,7 @@ import torch
 
 from harness.checks.lesson01.logsumexp import lse_gradient_input, lse_inputs, masked_rows
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
 from harness.judges.lesson01.common import _max_error, _recorded_tensor, _require_tensor
@@ -34,7 +34,37 @@ _LSE_FORBIDDEN = {
 }
 
 
-@judges("01-logsumexp")
+@judges("01-logsumexp", nonfinite=('masked', 'results/*'), hints=Hints(
+    nudge="log(sum(exp(x))) = m + log(sum(exp(x - m))) for any m; choose m = max so that the largest exp is "
+          "exp(0) = 1.",
+    concept="Subtract the max along dim before exp and add it back after the log; a slice that is entirely -inf "
+            "has max -inf, and -inf - (-inf) = nan, so replace a non-finite max by 0.",
+    solution="m = x.amax(dim=dim, keepdim=True); m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)); "
+             "return m.squeeze(dim) + (x - m).exp().sum(dim=dim).log()",
+    section="4. Numerical stability: logsumexp and softmax"),
+    requires={
+        "not-a-tensor": Requirement("returns a torch.Tensor", hint="Keep every step a tensor operation."),
+        "wrong-shape": Requirement("the shape of torch.logsumexp(x, dim): dim removed",
+                                   hint="Print the shape you return for a (4, 6) input and dim=1: is it (4,)?"),
+        "overflow": Requirement("finite for inputs as large as 1e4 in magnitude",
+                                hint="What is torch.exp(torch.tensor(1000.0))? Which value could you subtract "
+                                     "first so that no exp exceeds 1?"),
+        "wrong-values": Requirement("matches torch.logsumexp(x, dim)",
+                                    hint="Compare your result with torch.logsumexp on a small input (in a test cell "
+                                         "of your own): what did the subtraction take away?"),
+        "no-gradient": Requirement("is differentiable by autograd",
+                                   hint="Does your result have a grad_fn when x requires grad? Which step leaves "
+                                        "torch?"),
+        "wrong-gradient": Requirement("its gradient is softmax(x)",
+                                      hint="Which part of your computation does autograd not see (a detach, an "
+                                           "in-place edit)?"),
+        "masked-row": Requirement("returns -inf for an all -inf slice",
+                                  hint="Run it on torch.full((1, 3), float('-inf')): what is the max, and what is "
+                                       "x - max?"),
+        "forbidden-call": Requirement("does not call torch.logsumexp or torch.softmax (nor their tensor methods)",
+                                      hint="The exercise asks you to build logsumexp from max, exp, sum and log: "
+                                           "which of your calls does the whole job?"),
+    })
 def judge_logsumexp(seen: dict, *, case: Case) -> str:
     """`logsumexp(x, dim)` matches torch.logsumexp without overflow, has gradient softmax(x), -inf on -inf rows,
     and calls neither torch.logsumexp nor torch.softmax."""

@@ -11,7 +11,7 @@ import torch
 from harness.checks.lesson01.pairwise_distances import distance_inputs
 from harness.contract.case import Case
 from harness.contract.compare import malformed
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson01.common import _max_error, _require_tensor
 
@@ -24,7 +24,28 @@ def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 _LOOP_CALLS = 25
 
 
-@judges("01-pairwise-distances")
+@judges("01-pairwise-distances", nonfinite=('results/*',), hints=Hints(
+    nudge="Give x a new axis so that x is (n, 1, d) and y is (1, m, d): their difference broadcasts to (n, m, d).",
+    concept="Broadcasting aligns shapes from the right and stretches the axes of size 1, so one subtraction "
+            "computes every x_i - y_j; reduce over the feature axis only. If you use |x|^2 - 2 x.y + |y|^2, clamp "
+            "it at 0 before the square root.",
+    solution="return (x[:, None, :] - y[None, :, :]).pow(2).sum(dim=-1).sqrt()",
+    section="3. Broadcasting"),
+    requires={
+        "not-a-tensor": Requirement("returns a torch.Tensor", hint="Keep the result a tensor: no .tolist()."),
+        "wrong-shape": Requirement("returns the (n, m) matrix: one distance per (row of x, row of y)",
+                                   hint="Write the shape of each intermediate for x (5, 3) and y (7, 3)."),
+        "dtype-changed": Requirement("keeps the inputs' dtype",
+                                     hint="Call it on two float64 tensors and print the result's dtype."),
+        "non-finite": Requirement("the distance of a point to itself is 0, not nan",
+                                  hint="Can a squared distance computed by your formula come out slightly "
+                                       "negative? What is the square root of that?"),
+        "wrong-values": Requirement("D[i, j] is the Euclidean distance ||x[i] - y[j]||",
+                                    hint="Check D[0, 0] by hand against (x[0] - y[0]).norm()."),
+        "python-loop": Requirement("uses no Python loop (one broadcast operation)",
+                                   hint="How many tensor operations does your function run for 30 points? One "
+                                        "broadcast subtraction can replace every iteration."),
+    })
 def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
     """`pairwise_distances(x, y)` is the (n, m) matrix of Euclidean distances, in the inputs' dtype, finite,
     computed without a Python loop."""

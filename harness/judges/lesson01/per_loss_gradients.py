@@ -10,13 +10,37 @@ import torch
 from harness.checks.lesson01.per_loss_gradients import gradient_problems
 from harness.contract.case import Case
 from harness.contract.compare import malformed
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson01.common import _max_error, _require_tensor
 
 
-@judges("01-per-loss-gradients")
+@judges("01-per-loss-gradients", hints=Hints(
+    nudge="backward() adds into w.grad; it never overwrites it. What must happen to w.grad between two losses?",
+    concept="backward() accumulates into .grad (in place, into the same tensor); setting w.grad = None makes the "
+            "next backward() create a new tensor. torch.autograd.grad returns gradients without touching .grad.",
+    solution="return [torch.autograd.grad(loss(w), w)[0] for loss in losses]",
+    section="5. Autograd: the graph and `.grad`"),
+    requires={
+        "wrong-count": Requirement("returns a list with one gradient per loss",
+                                   hint="How many entries does your list have for three losses?"),
+        "not-a-tensor": Requirement("each gradient is a tensor", hint="Append the gradient tensor itself."),
+        "aliased": Requirement("each gradient is its own tensor",
+                               hint="Print [g.data_ptr() for g in gradients]: are your entries one and the same "
+                                    "tensor?"),
+        "accumulated": Requirement("each gradient is that of its loss alone",
+                                   hint="backward() adds into w.grad. What is in w.grad when the second loss's "
+                                        "backward() starts?"),
+        "wrong-values": Requirement("the gradient of loss(w) with respect to w",
+                                    hint="Compare your first gradient with torch.autograd.grad(losses[0](w), w)[0]."),
+        "graph-kept": Requirement("plain tensors, not connected to a graph",
+                                  hint="Does a returned gradient have requires_grad=True? Which argument asked for "
+                                       "a graph of the gradient?"),
+        "grad-left-behind": Requirement("leaves w.grad as it found it (None)",
+                                        hint="Print w.grad after your function returns: the caller's next "
+                                             "backward() would add into it."),
+    })
 def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
     """`per_loss_gradients(w, losses)` returns each loss's own gradient, separate tensors, w.grad left None."""
     calls = seen["calls"]

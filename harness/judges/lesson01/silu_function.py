@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from harness.checks.lesson01.silu_function import silu_float64_input, silu_inputs
 from harness.contract.case import Case
 from harness.contract.compare import same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
 from harness.judges.lesson01.common import _max_error, _recorded_tensor, _require_tensor
@@ -22,7 +22,33 @@ def _silu_grad(x: torch.Tensor) -> torch.Tensor:
     return s * (1 + x * (1 - s))
 
 
-@judges("01-silu-function")
+@judges("01-silu-function", hints=Hints(
+    nudge="forward computes x * sigmoid(x) and saves what backward needs with ctx.save_for_backward; backward "
+          "returns grad_output times the derivative.",
+    concept="By the product rule, d/dx [x s(x)] = s(x) + x s(x) (1 - s(x)) = s(x) (1 + x (1 - s(x))); backward "
+            "multiplies the incoming grad_output by it (the chain rule), in the input's dtype.",
+    solution="(x,) = ctx.saved_tensors; s = torch.sigmoid(x); return grad_output * s * (1 + x * (1 - s))",
+    section="8. A custom `autograd.Function`, proven with `gradcheck`"),
+    requires={
+        "not-a-function": Requirement("is a subclass of torch.autograd.Function",
+                                      hint="What did you pass to check(): the class, an instance, or a function?"),
+        "not-a-tensor": Requirement("forward returns a tensor", hint="What does your forward return?"),
+        "input-modified": Requirement("forward leaves its input untouched",
+                                      hint="Which of your operations in forward end in an underscore?"),
+        "wrong-forward": Requirement("forward computes x * sigmoid(x)",
+                                     hint="Evaluate your forward at x = 1: x * sigmoid(x) is 0.731."),
+        "wrong-backward": Requirement("backward computes the derivative of x * sigmoid(x)",
+                                      hint="x * sigmoid(x) is a product of two functions of x: which rule "
+                                           "differentiates a product?"),
+        "ignores-grad-output": Requirement("backward multiplies by grad_output (the chain rule)",
+                                           hint="What does backward receive, and what must it do with it?"),
+        "gradcheck-failed": Requirement("passes gradcheck in float64",
+                                        hint="Run your Function on a float64 input: what dtype comes out of forward "
+                                             "and backward?"),
+        "forbidden-call": Requirement("does not call torch.nn.functional.silu",
+                                      hint="The exercise asks you to write SiLU and its derivative yourself: which "
+                                           "of your calls computes it for you?"),
+    })
 def judge_silu_function(seen: dict, *, case: Case) -> str:
     """`SiLUFunction.apply(x)` is x * sigmoid(x) with backward grad_output * s(x)(1 + x(1 - s(x))), float64-exact."""
     if seen["is_function"] is not True:

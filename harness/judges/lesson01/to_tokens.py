@@ -10,7 +10,7 @@ import torch
 from harness.checks.lesson01.to_tokens import token_inputs
 from harness.contract.case import Case
 from harness.contract.compare import same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.judges.lesson01.common import _recorded_tensor, _require_tensor
@@ -49,7 +49,28 @@ def _fail_wrong_order(tokens: torch.Tensor, x: torch.Tensor) -> None:
          where="permute the channel axis to the end (keeping H before W) before merging H and W")
 
 
-@judges("01-to-tokens")
+@judges("01-to-tokens", hints=Hints(
+    nudge="Bring the channel axis last first, then merge H and W. Only one of view/reshape works after a permute.",
+    concept="permute moves the axes (a view with new strides); view() can only reinterpret memory whose strides "
+            "allow it, while reshape() copies when it must. Merging axes without permuting regroups the numbers "
+            "in memory order.",
+    solution="n, c, h, w = images.shape; return images.permute(0, 2, 3, 1).reshape(n, h * w, c)",
+    section="2. Views and copies"),
+    requires={
+        "not-a-tensor": Requirement("returns a torch.Tensor",
+                                    hint="What does your function return? Keep the result a tensor (no .numpy())."),
+        "view-on-non-contiguous": Requirement(
+            "works for any input memory layout (cropped, channels-last, strided)",
+            hint="Print images.permute(0, 2, 3, 1).is_contiguous(): which of view and reshape accepts that?"),
+        "input-modified": Requirement(
+            "does not modify its input",
+            hint="Which of your operations end in an underscore? Those change the tensor they are called on."),
+        "wrong-shape": Requirement("returns shape (N, H*W, C)",
+                                   hint="Print the shape you return for a (2, 3, 4, 5) input: is it (2, 20, 3)?"),
+        "wrong-order": Requirement(
+            "token h*W + w holds the C channel values of pixel (h, w)",
+            hint="Compare tokens[0, 0] with images[0, :, 0, 0]: are they the same C numbers?"),
+    })
 def judge_to_tokens(seen: dict, *, case: Case) -> str:
     """`to_tokens(images)` is (N, H*W, C) with token h*W + w the channel vector of pixel (h, w), input untouched."""
     for x, entry in zip(token_inputs(case), seen["results"], strict=True):

@@ -10,7 +10,7 @@ from torch import nn
 
 from harness.checks.lesson02.count_trainable import count_models
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, type_name
 
@@ -31,7 +31,38 @@ def _count_slips(model: nn.Module) -> list[tuple[int, str, str, str]]:
     ]
 
 
-@judges("02-count-trainable")
+@judges(
+    "02-count-trainable",
+    hints=Hints(
+        nudge="Count numbers (numel), not tensors, and only the parameters that require grad.",
+        concept="model.parameters() lists each parameter once (a shared layer too) and leaves buffers such as "
+                "BatchNorm's running statistics out, unlike state_dict(); p.numel() is the number of scalars in "
+                "a tensor, and p.requires_grad says whether it trains.",
+        solution="return sum(p.numel() for p in model.parameters() if p.requires_grad)",
+        section="3. Counting parameters"),
+    requires={
+        "not-an-int": Requirement(
+            "returns a Python int",
+            hint="What type does your function return? type(count_trainable(nn.Linear(2, 2))) should be int."),
+        "counts-tensors": Requirement(
+            "counts scalars, not tensors",
+            hint="nn.Linear(10, 12) has 2 parameter tensors but 132 numbers. What gives a tensor's number of "
+                 "elements?"),
+        "counts-shared-twice": Requirement(
+            "a shared parameter counted once",
+            hint="A layer assigned to two attributes is one layer. Which iteration over parameters lists it once?"),
+        "counts-buffers": Requirement(
+            "buffers (BatchNorm's running statistics) excluded",
+            hint="Compare list(nn.BatchNorm1d(3).state_dict()) with the names in its named_parameters()."),
+        "counts-frozen": Requirement(
+            "frozen parameters (requires_grad False) excluded",
+            hint="Only parameters that train count. Which attribute of a parameter tells?"),
+        "wrong-count": Requirement(
+            "the number of trainable scalars, nested modules included",
+            hint="Try your function on nn.Sequential(nn.Sequential(nn.Linear(2, 3)), nn.Linear(3, 1)): it should "
+                 "give 13. Does it reach nested layers and every kind of parameter?"),
+    },
+)
 def judge_count_trainable(seen: dict, *, case: Case) -> str:
     """`count_trainable(model)` is the number of trainable scalars: buffers, frozen and shared parameters handled."""
     for (description, model), result in zip(count_models(case), seen["counts"], strict=True):

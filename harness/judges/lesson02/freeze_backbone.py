@@ -11,7 +11,7 @@ from typing import Any
 from harness.checks.lesson02.freeze_backbone import BackboneModel, backbone_settings
 from harness.contract.case import Case
 from harness.contract.compare import same_values, tensor
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.inputs import seeded
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import _no_exception
@@ -44,7 +44,27 @@ def _backbone_cause(trainable: list[str], names: list[str], record: dict[str, An
            "used torch.no_grad() (which changes no parameter), or never reached them"
 
 
-@judges("02-freeze-backbone")
+@judges(
+    "02-freeze-backbone", unjudged=('models/*/after/head.*',),
+    hints=Hints(
+        nudge="Freezing is a flag on each parameter, requires_grad. Set it on every backbone parameter, and set it "
+              "the other way on every head parameter.",
+        concept="module.requires_grad_(flag) (with the trailing underscore: a method) sets requires_grad on every "
+                "parameter of the module, nested ones included; `module.requires_grad = False` only sets an unused "
+                "attribute, and eval() changes the mode, not the flags.",
+        solution="model.backbone.requires_grad_(False); model.head.requires_grad_(True)",
+        section="5. Freezing part of a model"),
+    requires={
+        "backbone-trainable": Requirement(
+            "every parameter of the backbone (nested ones included) is frozen",
+            hint="Print [n for n, p in model.named_parameters() if p.requires_grad] after your function: which "
+                 "backbone parameters are still there, and did your code change their flag at all?"),
+        "head-frozen": Requirement(
+            "every parameter of the head is trainable, even if it was frozen before",
+            hint="Freeze the head by hand first (model.head.requires_grad_(False)), then run your function: is the "
+                 "head trainable afterwards?"),
+    },
+)
 def judge_freeze_backbone(seen: dict, *, case: Case) -> str:
     """Backbone frozen (no gradients, unchanged by a step), head trainable, also when it came in frozen."""
     for (seed, width, head_frozen_before), record in zip(backbone_settings(case), seen["models"], strict=True):

@@ -14,7 +14,7 @@ from harness.checks.lesson02.common import linear_layers
 from harness.checks.lesson02.init_weights import WEIGHT_SAMPLE, init_model, norm_parameters
 from harness.contract.case import Case
 from harness.contract.compare import same_values, tensor
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 
 
@@ -49,7 +49,45 @@ def _judge_init_reached(model: nn.Module, seen: dict, weights: list[torch.Tensor
              where="for m in model.modules(): if isinstance(m, nn.Linear): ...")
 
 
-@judges("02-init-weights")
+@judges(
+    "02-init-weights",
+    hints=Hints(
+        nudge="Visit every nn.Linear, however deeply nested, and initialise its weight and bias in place; leave "
+              "every other layer alone.",
+        concept="model.modules() walks the whole tree (model.children() only the first level); Kaiming (He) "
+                "initialisation for ReLU draws weights with std sqrt(2 / fan_in), and nn.init's functions ending in "
+                "_ work in place on the existing parameter.",
+        solution="for m in model.modules(): if isinstance(m, nn.Linear): nn.init.kaiming_normal_(m.weight, "
+                 "nonlinearity='relu'); if m.bias is not None: nn.init.zeros_(m.bias)",
+        section="6. Initialisation"),
+    requires={
+        "not-in-place": Requirement(
+            "works in place: the layers keep their parameter objects (an optimizer built before still sees them)",
+            hint="Compare id(layer.weight) before and after your function. Is it the same tensor, filled anew, or a "
+                 "new one assigned?"),
+        "not-initialised": Requirement(
+            "re-initialises the model's own Linear layers",
+            hint="Print a Linear weight's std before and after your function: did it change at all?"),
+        "missed-nested-layers": Requirement(
+            "every nn.Linear, however deeply nested (ModuleDict, ModuleList, Sequential)",
+            hint="Which of your model's Linear layers kept their weights? How does your loop reach layers inside "
+                 "containers inside containers?"),
+        "wrong-std": Requirement(
+            "weights drawn with std sqrt(2 / in_features) (Kaiming normal, fan_in, ReLU)",
+            hint="Measure your weights' std for an nn.Linear(256, 1024): it should be sqrt(2 / 256) = 0.088. Which "
+                 "fan and which gain give that?"),
+        "wrong-mean": Requirement(
+            "weights centred on 0",
+            hint="Print your weights' mean: should an initialisation for ReLU networks favour positive weights?"),
+        "bias-not-zero": Requirement(
+            "biases set to zero (where a layer has one)",
+            hint="Print a Linear's bias after your function: is it all zeros?"),
+        "norm-changed": Requirement(
+            "every other layer (LayerNorm, BatchNorm) left untouched",
+            hint="Print a LayerNorm's weight after your function: it should still be all ones. Which parameters "
+                 "does your loop touch?"),
+    },
+)
 def judge_init_weights(seen: dict, *, case: Case) -> str:
     """Every Linear Kaiming-initialised in place (std sqrt(2/fan_in), mean 0), biases zero, norms untouched."""
     model = init_model(case)

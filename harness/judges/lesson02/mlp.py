@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from harness.checks.lesson02.mlp import mlp_configurations, mlp_input
 from harness.contract.case import Case
 from harness.contract.compare import close_scaled, isclose_number, same_values, tensor
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import _no_exception
 
@@ -133,7 +133,58 @@ def _judge_mlp_dropout_train(record: dict[str, Any], sizes: list[int], p: float,
              where="nn.Dropout(dropout) in __init__, applied after each hidden ReLU")
 
 
-@judges("02-mlp")
+@judges(
+    "02-mlp", unjudged=("configurations/*/stepped/*",),  # compared with the weights before the step only
+    hints=Hints(
+        nudge="Build one nn.Linear per consecutive pair of sizes, keep them where nn.Module can see them, and in "
+              "forward put ReLU and dropout between layers, never after the last.",
+        concept="nn.Module registers only attributes that are modules, parameters or module containers "
+                "(nn.ModuleList, nn.ModuleDict): a plain list of layers is invisible to parameters(), state_dict() "
+                "and train()/eval(). An nn.Dropout module follows the model's mode.",
+        solution="self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])); "
+                 "self.dropout = nn.Dropout(dropout); in forward: *hidden, last = self.layers; "
+                 "x = self.dropout(torch.relu(layer(x))) for each hidden layer; return last(x)",
+        section="1. Subclassing `nn.Module`, and what gets registered"),
+    requires={
+        "missing-super-init": Requirement(
+            "an nn.Module subclass: nn.Module's __init__ runs before layers are assigned",
+            hint="The error says the layers were assigned before something ran. What must be the first line of a "
+                 "module's __init__?"),
+        "unregistered-layers": Requirement(
+            "all layers are registered (seen by parameters(), trained by the optimizer)",
+            hint="Print len(list(MLP([4, 8, 2]).parameters())). Where are your layers stored, and does nn.Module "
+                 "look inside that kind of container?"),
+        "wrong-layers": Requirement(
+            "one nn.Linear with bias per consecutive pair of sizes, in order",
+            hint="Compare your layers' (in, out) shapes with zip(sizes[:-1], sizes[1:]), and check that each has a "
+                 "bias."),
+        "relu-after-last": Requirement(
+            "no activation after the last layer: the output is raw scores",
+            hint="Your outputs are never negative. Which layer should not be followed by a ReLU?"),
+        "missing-activation": Requirement(
+            "ReLU after every layer except the last",
+            hint="Without an activation, stacked Linear layers collapse into one linear map. Where does the ReLU go?"),
+        "wrong-forward": Requirement(
+            "forward is Linear -> ReLU -> ... -> Linear (each layer once, in order)",
+            hint="Run your model in eval mode on a small input and compare with applying the layers and torch.relu "
+                 "by hand, one at a time."),
+        "dropout-in-eval": Requirement(
+            "dropout is active in train() mode only",
+            hint="Call your model twice in eval mode on the same input: are the outputs equal? What tells a "
+                 "dropout call that the model is in eval mode?"),
+        "dropout-missing": Requirement(
+            "dropout after every hidden ReLU",
+            hint="In train mode, count the zeros after each hidden ReLU: is the dropout argument used after every "
+                 "hidden layer?"),
+        "wrong-dropout": Requirement(
+            "dropout with probability `dropout` (survivors rescaled by 1 / (1 - p), as nn.Dropout does)",
+            hint="With MLP(sizes, dropout=0.25) in train mode, about a quarter of the hidden units should be zero. "
+                 "What probability does your dropout use, and is it the probability of dropping?"),
+        "dropout-misplaced": Requirement(
+            "dropout only after the hidden ReLUs: not on the input, not on the output scores",
+            hint="In train mode, does the first layer see x itself, and is the output the last layer's result?"),
+    },
+)
 def judge_mlp(seen: dict, *, case: Case) -> str:
     """Every layer registered and trained, ReLU between layers, dropout of probability p only in train mode."""
     for (sizes, p), record in zip(mlp_configurations(case), seen["configurations"], strict=True):

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from harness.checks.lesson03.seeded_loader import loader_setting
 from harness.contract.case import Case
 from harness.contract.compare import malformed
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 
 
@@ -22,7 +22,46 @@ def _epoch(batches: Any) -> list[list[int]]:
     return batches
 
 
-@judges("03-seeded-loader")
+@judges(
+    "03-seeded-loader",
+    hints=Hints(
+        nudge="Give the DataLoader its own torch.Generator seeded with `seed`: the shuffling then depends on that "
+        "seed only, and the generator moves on between epochs.",
+        concept="shuffle=True draws each epoch's permutation from a generator: the loader's own if you pass "
+        "generator=, else the global torch RNG, which everything else (model initialisation, dropout) draws from "
+        "too. Seeding the global RNG only holds until the next draw.",
+        solution="`return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=make_generator(seed))` "
+        "(harness.repro.make_generator). Do not build a fixed permutation once: it would repeat every epoch.",
+        section="3. Seeded shuffling",
+    ),
+    requires={
+        "drops-samples": Requirement(
+            "every item appears exactly once per epoch (the last, partial batch included)",
+            hint="Count the items of one epoch with a dataset of 42 and batches of 10: all 42, each once?"),
+        "wrong-batch-size": Requirement(
+            "batches have `batch_size` items",
+            hint="Print len(next(iter(loader))[0]): is it the batch_size you were given?"),
+        "not-shuffled": Requirement(
+            "the loader shuffles",
+            hint="Print the first batch's indices: 0, 1, 2, ...? Something has to ask the loader to shuffle."),
+        "not-reproducible": Requirement(
+            "the same seed gives the same sequence of epochs whatever the global RNG did",
+            hint="Build two loaders with the same seed after torch.manual_seed(1) and torch.manual_seed(2): "
+            "which generator does your shuffling draw from?"),
+        "seeds-global-rng": Requirement(
+            "the order comes from the loader's own generator, not from re-seeding the global RNG (the lesson's "
+            "pitfall)",
+            hint="torch.manual_seed(seed) holds only until the next random draw: build your loader, call "
+            "torch.randn(3) as a model's initialisation would, then look at the first epoch."),
+        "same-order-every-epoch": Requirement(
+            "each epoch has a new order",
+            hint="Compare two epochs of the same loader: a permutation drawn once, or a generator re-seeded each "
+            "epoch, repeats the order."),
+        "seed-ignored": Requirement(
+            "different seeds give different orders",
+            hint="Build loaders with seeds 0 and 1: where does `seed` reach the shuffling?"),
+    },
+)
 def judge_seeded_loader(seen: dict, *, case: Case) -> str:
     """make_loader(dataset, batch_size, seed): shuffled, same seed -> same epochs, epochs differ, other seed differs."""
     n, batch_size, seed = loader_setting(case)

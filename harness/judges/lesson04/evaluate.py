@@ -11,7 +11,7 @@ from harness.checks.lesson04.common import one_thread
 from harness.checks.lesson04.evaluate import evaluate_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
@@ -26,7 +26,54 @@ from harness.judges.lesson04.common import (
 )
 
 
-@judges("04-evaluate")
+@judges(
+    "04-evaluate",
+    hints=Hints(
+        nudge="Evaluation needs two switches (one for layers like BatchNorm and Dropout, one for autograd) and a "
+        "loss averaged over samples, not batches.",
+        concept="model.eval() changes what layers do; torch.no_grad() stops autograd from recording. Both are "
+        "needed, and the scores are means over samples, accumulated as tensors and read once at the end.",
+        solution="`model.eval()` and `with torch.no_grad():` around the loop; accumulate `loss_fn(out, y) * "
+        "len(y)` and `(out.argmax(1) == y).sum()` as tensors; return `{\"loss\": float(total / n), "
+        "\"accuracy\": float(correct / n)}`",
+        section="4. Evaluation",
+    ),
+    requires={
+        "train-mode-in-eval": Requirement(
+            "evaluates in eval mode (model.eval())",
+            hint="The model arrives in training mode. What does BatchNorm do with your validation batches then?"),
+        "builds-graph": Requirement(
+            "builds no graph (torch.no_grad() or torch.inference_mode())",
+            hint="Your evaluation outputs carry a grad_fn. Which context stops autograd from recording?"),
+        "changes-weights": Requirement(
+            "leaves the model's parameters and buffers as they were",
+            hint="Compare model.state_dict() before and after your evaluate: what changes it?"),
+        "host-sync-per-batch": Requirement(
+            "a constant number of host syncs, not one per batch",
+            hint="Which line inside the loop reads a value on the host? Accumulate tensors, convert at the end."),
+        "wrong-return": Requirement(
+            'returns a dict with keys "loss" and "accuracy"',
+            hint="Look at what your return statement builds: the check wants a dict, by name."),
+        "not-a-scalar": Requirement(
+            "each score is a single number",
+            hint="Your loss or accuracy has more than one element. Which reduction is missing?"),
+        "sum-not-mean": Requirement(
+            "the loss is a mean over samples, not their sum",
+            hint="Your loss grows with the size of the loader. What is the total divided by?"),
+        "unweighted-mean": Requirement(
+            "the loss is weighted by the number of samples of each batch",
+            hint="The last batch is smaller. Is your loss a mean of batch means?"),
+        "wrong-loss": Requirement(
+            "the loss is the mean of loss_fn over every sample of the loader",
+            hint="Evaluate the loss of every batch, each weighted by its size, and divide by the total count."),
+        "count-not-fraction": Requirement(
+            "the accuracy is a fraction in [0, 1]",
+            hint="Your accuracy is larger than 1. What is the number of correct predictions divided by?"),
+        "wrong-accuracy": Requirement(
+            "the accuracy is the fraction of argmax predictions equal to the labels, over all samples",
+            hint="Which class does the model predict for a row of logits? Count those equal to y, over every batch."),
+    },
+)
 @one_thread()
 def judge_evaluate(seen: dict, *, case: Case) -> str:
     """evaluate(model, loader, loss_fn) -> {"loss", "accuracy"}: eval mode, no graph, per-sample means."""

@@ -16,7 +16,7 @@ from harness.checks.lesson04.common import one_thread
 from harness.checks.lesson04.fit import VAL_SIZE, fit_problem, fit_runs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, malformed, same_values, tensor_list
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
 from harness.judges.lesson04.common import (
@@ -292,7 +292,49 @@ def _judge_fit(run: dict, *, seed: int, features: int, patience: int, min_delta:
     return f"stopped after {epochs} epoch{'' if epochs == 1 else 's'}, best epoch {best_epoch + 1}"
 
 
-@judges("04-fit")
+@judges(
+    "04-fit",
+    hints=Hints(
+        nudge="Track the best validation loss so far and a copy of the weights then; count epochs since the last "
+        "improvement (by more than min_delta) and stop when the count reaches patience.",
+        concept="Early stopping watches the validation loss: an epoch improves when it beats the best by more "
+        "than min_delta; patience epochs in a row without improvement stop the run; the best epoch's weights "
+        "(a deep copy) are loaded back at the end.",
+        solution="After evaluate: `if val < best - min_delta: best, waited, best_state = val, 0, "
+        "copy.deepcopy(model.state_dict())` else `waited += 1; if waited >= patience: break`; after the loop "
+        "`model.load_state_dict(best_state)`",
+        section="5. `fit` with early stopping",
+    ),
+    requires={
+        "eval-mode-in-training": Requirement(
+            "trains each epoch in training mode (after evaluate left the model in eval mode)",
+            hint="evaluate() leaves the model in eval mode. What switches it back before the next epoch trains?"),
+        "no-validation": Requirement(
+            "evaluates on val_loader after each epoch",
+            hint="Where does your fit look at val_loader? Early stopping needs its loss every epoch."),
+        "host-sync-per-step": Requirement(
+            "no host sync per training step (a few per epoch)",
+            hint="Which line of your epoch converts a loss to a Python number at every step?"),
+        "wrong-step-count": Requirement(
+            "each epoch trains once over the whole train_loader",
+            hint="Count the optimizer steps per epoch: one per batch of train_loader, one pass per epoch."),
+        "wrong-history": Requirement(
+            "returns one row per epoch with epoch, train_loss, val_loss and val_accuracy as floats, "
+            "matching the epoch's training and validation",
+            hint="Print your history: one dict per epoch, the four keys, plain floats, values of that epoch?"),
+        "early-stop-on-train-loss": Requirement(
+            "early stopping watches the validation loss",
+            hint="Which loss does your improvement test compare? The training loss keeps falling while you overfit."),
+        "wrong-stop-epoch": Requirement(
+            "stops after patience epochs in a row without an improvement by more than min_delta (max_epochs "
+            "at most)",
+            hint="Replay your rule by hand on the val losses of the message: when is the counter reset, when "
+            "does it stop?"),
+        "best-weights-not-restored": Requirement(
+            "leaves the weights of the best epoch in the model (a deep copy, loaded back at the end)",
+            hint="After fit, which epoch's weights does your model hold? Is your saved copy still that epoch's?"),
+    },
+)
 @one_thread()
 def judge_fit(seen: dict, *, case: Case) -> str:
     """fit(...) early-stops on the val loss with patience/min_delta and leaves the best weights in the model."""

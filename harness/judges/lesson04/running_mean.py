@@ -13,7 +13,7 @@ from harness.checks.lesson04.common import META, one_thread
 from harness.checks.lesson04.running_mean import running_mean_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, malformed
-from harness.contract.failure import fail, raised_failure
+from harness.contract.failure import Hints, Requirement, fail, raised_failure
 from harness.contract.registry import judges
 from harness.judges.lesson04.common import SAME, _copies, _scalar_or_fail, _sync_calls
 
@@ -35,7 +35,40 @@ def _require_device(seen: Any, task: str, what: str, cause: str, where: str) -> 
         )
 
 
-@judges("04-running-mean")
+@judges(
+    "04-running-mean",
+    hints=Hints(
+        nudge="Keep a running *sum* of value * n and a running count, both as tensors; divide only in compute().",
+        concept="A device-side metric never leaves the device until you ask for it: accumulate value * n "
+        "(detached) and n, and divide once, in compute(). Each instance owns its state.",
+        solution="`self.total = self.total + value.detach() * n` and `self.count += n` in update (state set in "
+        "__init__: `self.total = torch.zeros(())`, `self.count = 0`); compute() returns `self.total / self.count`.",
+        section="3. Metrics without a sync at every step",
+    ),
+    requires={
+        "host-sync-per-update": Requirement(
+            "never syncs with the host (no .item(), float() or comparison on a tensor)",
+            hint="Which of your lines turns a tensor into a Python number? The total can stay a tensor."),
+        "keeps-graph": Requirement(
+            "does not keep the graph of the values it is given (stores value.detach())",
+            hint="The values you are given are live losses. What does adding one into your total keep alive?"),
+        "unweighted-mean": Requirement(
+            "weights each update by its number of samples n",
+            hint="Your mean treats a batch of 1 sample like a batch of 32. What should each value count for?"),
+        "wrong-mean": Requirement(
+            "compute() is sum(value * n) / sum(n) over every update",
+            hint="Work the mean out by hand for two updates (1.0 over 2 samples, 4.0 over 1) and compare."),
+        "shared-state": Requirement(
+            "keeps its state per instance (set in __init__)",
+            hint="Make two RunningMean objects and update one: does the other change? Where does the state live?"),
+        "not-a-scalar": Requirement(
+            "compute() returns a single number, a 0-dim tensor",
+            hint="What shape does compute() return? The mean over all samples is one number."),
+        "not-on-device": Requirement(
+            "compute() returns a tensor on the device of the values (the total follows them: out-of-place add)",
+            hint="Your total starts on the CPU. Does `+=` move it to the device of the value, or keep it where it is?"),
+    },
+)
 @one_thread()
 def judge_running_mean(seen: dict, *, case: Case) -> str:
     """`cls()` has update(value, n) and compute(): a sample-weighted mean that never syncs or keeps graphs."""

@@ -15,15 +15,64 @@ from harness.checks.lesson05.common import make_batch, make_mlp
 from harness.contract.case import Case
 from harness.contract.compare import judged, matching_tensors, same_values, type_name
 from harness.contract.compare import number as _number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.instruments import snapshot
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson05.common import _name, fail_autocast_dtype, other_dtype
+from harness.judges.lesson05.common import (
+    AMP_SCALER_REQUIREMENTS,
+    AMP_SCOPE_REQUIREMENTS,
+    _name,
+    fail_autocast_dtype,
+    other_dtype,
+)
 
 
-@judges("05-amp-step")
+@judges(
+    "05-amp-step", nonfinite=('runs/*/params_after_inf/*',), unjudged=('runs/*/stale/*',),  # for the message
+    hints=Hints(
+        nudge="The order is: training mode; zero the gradients; forward and loss inside torch.autocast; backward on "
+        "the scaled loss outside autocast; let the scaler step the optimizer; update the scale.",
+        concept="autocast wraps forward and loss only; scaler.scale(loss).backward() outside it; scaler.step "
+        "unscales and skips steps with inf/NaN; scaler.update adapts the scale. Return a detached tensor: "
+        ".item() would wait for the device every step.",
+        solution="model.train(); optimizer.zero_grad(set_to_none=True); with torch.autocast(device_type, "
+        "dtype=dtype): loss = loss_fn(model(x), y)  -- then, outside the block: scaler.scale(loss).backward(); "
+        "scaler.step(optimizer); scaler.update(); return loss.detach()",
+        section="5. The AMP training step",
+    ),
+    requires={
+        "eval-mode": Requirement("puts the model in training mode",
+                                 hint="The check hands your step a model in eval mode. Which call switches it to "
+                                 "training behaviour?"),
+        **AMP_SCOPE_REQUIREMENTS,
+        **AMP_SCALER_REQUIREMENTS,
+        "inf-step-not-skipped": Requirement("a step whose gradients hold inf leaves the parameters unchanged",
+                                            hint="Does anything of yours change the parameters outside "
+                                            "scaler.step(optimizer)?"),
+        "scale-not-reduced": Requirement("an overflow halves the scale (scaler.update() after scaler.step)",
+                                         hint="What is scaler.get_scale() after your step with an inf gradient, and "
+                                         "what sets it afterwards?"),
+        "returns-graph": Requirement("returns the loss detached",
+                                     hint="Does the tensor you return still have a grad_fn?"),
+        "not-a-tensor": Requirement("returns a tensor, not a Python number (no .item())",
+                                    hint="Print type() of what your step returns: which call turned it into a "
+                                    "number, and why does that cost a device sync every step?"),
+        "wrong-return": Requirement("returns this batch's loss, computed before the update",
+                                    hint="Which value do you return: the loss itself, or something derived from it "
+                                    "(the scaled loss, a loss recomputed after the step)?"),
+        "missing-zero-grad": Requirement("clears the gradients before backward",
+                                         hint="backward() adds into .grad. What clears the previous step's "
+                                         "gradients?"),
+        "wrong-autocast-dtype": Requirement("runs autocast in the dtype it is given",
+                                            hint="Which dtype does your autocast use: the argument, or one you "
+                                            "wrote yourself?"),
+        "wrong-update": Requirement("the update is the canonical one (the unscaled gradient of this batch's loss)",
+                                    hint="Between backward and scaler.step, does anything of yours change the "
+                                    "gradients?"),
+    },
+)
 def judge_amp_step(seen: dict, *, case: Case) -> str:
     """An inf gradient skips the step and halves the scale; two steps match the reference's losses and weights."""
     for (seed, dtype, part), run in judged(amp_parts(case), seen["runs"]):

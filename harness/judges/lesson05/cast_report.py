@@ -13,7 +13,7 @@ from harness.checks.lesson05.cast_report import cast_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, same_values, type_name
 from harness.contract.compare import number as _number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.judges.lesson05.common import _name
@@ -44,7 +44,34 @@ def _signed_rel_errors(x: torch.Tensor, dtype: torch.dtype) -> list[float]:
     return [float(signed.max()), float((-signed).max())]
 
 
-@judges("05-cast-report")
+@judges(
+    "05-cast-report",
+    hints=Hints(
+        nudge="Cast to the 16-bit dtype, then back to float32 before comparing: differences computed in 16 bits "
+        "are rounded too. torch.isinf, torch.isfinite and boolean masks do the counting.",
+        concept="Overflow: finite before, inf after. Underflow: nonzero before, exactly 0 after (zeros do not "
+        "count). The relative error is taken only where both values are finite and nonzero.",
+        solution="y = x.to(dtype).float(); overflow = (isfinite(x) & isinf(y)).sum(); underflow = ((x != 0) & "
+        "(y == 0)).sum(); kept = isfinite(y) & (y != 0) & (x != 0); max of |y - x| / |x| over kept, or 0.0",
+        section="1. Three formats, one trade-off",
+    ),
+    requires={
+        "input-modified": Requirement("leaves x unchanged",
+                                      hint="Which operation of yours writes into x (a method ending in _, an "
+                                      "assignment x[...] = ...)?"),
+        "missing-key": Requirement("returns a dict with 'overflow', 'underflow' and 'max_rel_error'",
+                                   hint="Print the keys of the dict you return and compare their spelling with the "
+                                   "exercise's."),
+        "wrong-overflow": Requirement("counts the finite values that became +-inf",
+                                      hint="Which values count: those that are inf after the cast, or those that "
+                                      "became inf because of it?"),
+        "wrong-underflow": Requirement("counts the nonzero values that became exactly 0",
+                                       hint="Does a value that was already 0 before the cast count as underflow?"),
+        "wrong-rel-error": Requirement("reports the largest relative error, in float32, over the values finite "
+                                       "and nonzero before and after, or 0.0 when there are none",
+                                       hint="In which dtype do you subtract? And which entries do you leave out?"),
+    },
+)
 def judge_cast_report(seen: dict, *, case: Case) -> str:
     """Overflow and underflow counts and the worst relative error equal the reference's; the input is kept."""
     for (x, dtype), result in judged(cast_cases(case), seen["results"]):

@@ -14,7 +14,7 @@ from harness.checks.lesson05.common import REDUCED
 from harness.checks.lesson05.output_dtypes import dtype_calls
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -46,7 +46,36 @@ def reference_output_dtypes(model: nn.Module, x: torch.Tensor, device_type: str,
     return seen
 
 
-@judges("05-output-dtypes")
+@judges(
+    "05-output-dtypes",
+    hints=Hints(
+        nudge="A forward hook (module.register_forward_hook) sees each module's output; register one on every leaf "
+        "module (a module without children), run one forward inside torch.autocast, then remove the hooks.",
+        concept="Autocast picks a dtype per operation; a forward hook receives (module, inputs, output) after the "
+        "module ran, so output.dtype is what autocast chose. Hooks stay until their handle is removed.",
+        solution="for name, m in model.named_modules(): if not any(m.children()): handles.append(m.register_forward_"
+        "hook(lambda mod, inp, out, name=name: dtypes.__setitem__(name, out.dtype))); run the forward under "
+        "torch.no_grad() and torch.autocast(device_type, dtype=dtype); finally: remove every handle.",
+        section="3. What autocast does, seen from a running model",
+    ),
+    requires={
+        "wrong-modules": Requirement("one entry per leaf module, named as in model.named_modules()",
+                                     hint="Print the names you record next to list(model.named_modules()): which "
+                                     "of them have children?"),
+        "no-autocast": Requirement("runs the forward under torch.autocast(device_type, dtype=dtype)",
+                                   hint="Every output you recorded is float32: was autocast on, for this device "
+                                   "type, during the forward?"),
+        "wrong-dtype": Requirement("records each module's output dtype (the first tensor of a tuple output)",
+                                   hint="Which argument of the hook holds what the module returned, and what does "
+                                   "a GRU return?"),
+        "hooks-left": Requirement("removes every hook it adds",
+                                  hint="What does register_forward_hook return, and what do you do with it after "
+                                  "the forward?"),
+        "builds-graph": Requirement("runs the forward without building a graph",
+                                    hint="Nothing will call backward on this forward: which context manager tells "
+                                    "autograd not to record it?"),
+    },
+)
 def judge_output_dtypes(seen: dict, *, case: Case) -> str:
     """The recorded dtypes equal those of one autocast forward, one per leaf module; no hook is left."""
     for (model, x, dtype), result in judged(dtype_calls(case), seen["results"]):

@@ -12,7 +12,7 @@ from harness.checks.lesson05.scale_trace import scale_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, judged, type_name
 from harness.contract.compare import number as _number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 
@@ -80,7 +80,36 @@ def _same_trace(a: Sequence[float], b: Sequence[float]) -> bool:
     return len(a) == len(b) and all(isclose_number(x, y, rel_tol=1e-6, abs_tol=0.0) for x, y in zip(a, b, strict=True))
 
 
-@judges("05-scale-trace")
+@judges(
+    "05-scale-trace",
+    hints=Hints(
+        nudge="Keep two numbers: the scale and a count of finite steps in a row. An overflow multiplies the scale by "
+        "backoff_factor and restarts the count; growth_interval finite steps in a row multiply it by "
+        "growth_factor.",
+        concept="scaler.update() after each step: on an overflow, scale *= backoff_factor and the count of clean "
+        "steps restarts; after growth_interval clean steps in a row, scale *= growth_factor and the count restarts.",
+        solution="for overflow in overflows: if overflow: scale *= backoff_factor; tracker = 0  else: tracker += 1; "
+        "if tracker == growth_interval: scale *= growth_factor; tracker = 0 -- append scale after every step.",
+        section="4. The GradScaler",
+    ),
+    requires={
+        "not-a-list": Requirement("returns a list of scales",
+                                  hint="Print what your function returns for three steps: a list of three numbers?"),
+        "wrong-length": Requirement("returns one scale per step (the value after that step's update)",
+                                    hint="For overflows=[] what should come back? For [False]? Is the initial "
+                                    "scale in your list?"),
+        "no-backoff": Requirement("an overflow lowers the scale",
+                                  hint="What must happen to the scale on a step whose gradients overflowed?"),
+        "wrong-backoff": Requirement("an overflow multiplies the scale by backoff_factor",
+                                     hint="Which factor does your code use on an overflow: the argument, or a "
+                                     "number of your own?"),
+        "tracker-not-reset": Requirement("an overflow restarts the count of clean steps",
+                                         hint="After an overflow, how many clean steps in a row have there been?"),
+        "wrong-growth": Requirement("the scale grows by growth_factor after growth_interval clean steps in a row",
+                                    hint="Trace [False] * 4 with growth_interval=2 by hand: at which steps must the "
+                                    "scale grow, and by which factor?"),
+    },
+)
 def judge_scale_trace(seen: dict, *, case: Case) -> str:
     """Each trace equals the scales a real GradScaler holds after each step."""
     for (overflows, settings), result in judged(scale_cases(case), seen["traces"]):

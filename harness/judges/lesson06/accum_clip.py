@@ -16,9 +16,10 @@ from harness.checks.lesson06.accum_clip import accum_plan
 from harness.checks.lesson06.common import Batch, clip_threshold, reference_grads
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, judged
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson06.common import (
+    _CLIPPING_REQUIREMENTS,
     _check_clipped,
     _clip_to,
     _cosine,
@@ -40,7 +41,43 @@ def _clipped_in_loop(model: nn.Module, batches: Sequence[Batch], max_norm: float
     return running
 
 
-@judges("06-accum-clip")
+@judges(
+    "06-accum-clip",
+    hints=Hints(
+        nudge="Accumulate first, clip once: backward every micro-batch (each loss divided by the number of "
+        "micro-batches), then clip the complete gradient, then take one optimizer step.",
+        concept="With accumulation, .grad adds up over the micro-batches; the optimizer step, and so the clipping, "
+        "belongs after the last one. Clipping a partial sum depends on how the batch was split.",
+        solution="optimizer.zero_grad(set_to_none=True)\nfor x, y in micro_batches: "
+        "(loss_fn(model(x), y) / len(micro_batches)).backward()\n"
+        "norm = clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); return norm",
+        section="4. Clipping with gradient accumulation",
+    ),
+    requires={
+        "no-step": Requirement(
+            "takes one optimizer step per call",
+            hint="Does your function reach optimizer.step() after the loop?"),
+        "steps-per-micro-batch": Requirement(
+            "takes exactly one optimizer step per call, after the last micro-batch",
+            hint="Count the optimizer.step() calls one call makes: is the step inside the micro-batch loop?"),
+        "missing-zero-grad": Requirement(
+            "each call starts from cleared gradients",
+            hint="Call your function twice: does the second call's gradient still hold the first call's? What "
+            "clears it, and where?"),
+        "only-last-micro-batch": Requirement(
+            "accumulates every micro-batch's gradient (cleared once, before the loop)",
+            hint="Which micro-batches' gradients are in .grad when the loop ends? Where are they cleared, and "
+            "where does backward run?"),
+        "loss-not-averaged": Requirement(
+            "the accumulated gradient is that of the mean loss (each loss divided by the number of micro-batches)",
+            hint="With k micro-batches, .grad holds k terms. How do you make their sum the gradient of one big "
+            "batch's mean loss?"),
+        "clipped-per-micro-batch": Requirement(
+            "clips once, after the last micro-batch",
+            hint="How many times does your clipping run per optimizer step?"),
+        **_CLIPPING_REQUIREMENTS,
+    },
+)
 def judge_accum_clip(seen: dict, *, case: Case) -> str:
     """One optimizer step per call, on the averaged gradient clipped once after the last micro-batch."""
     seed, plan = accum_plan(case)

@@ -12,12 +12,18 @@ from harness.checks.lesson06.amp_clip import AMP_SCALE, amp_clip_calls, amp_clip
 from harness.checks.lesson06.common import clip_threshold, reference_grads
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, judged, matching_tensors, same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
-from harness.judges.lesson05.common import fail_autocast_dtype, other_dtype
+from harness.judges.lesson05.common import (
+    AMP_SCALER_REQUIREMENTS,
+    AMP_SCOPE_REQUIREMENTS,
+    fail_autocast_dtype,
+    other_dtype,
+)
 from harness.judges.lesson06.common import (
+    _CLIPPING_REQUIREMENTS,
     _check_clipped,
     _clip_to,
     _cosine,
@@ -28,7 +34,40 @@ from harness.judges.lesson06.common import (
 )
 
 
-@judges("06-amp-clip")
+@judges(
+    "06-amp-clip", nonfinite=('runs/*/params_after_inf/*',),
+    hints=Hints(
+        nudge="The gradients after scaler.scale(loss).backward() are multiplied by the scale (thousands). Bring "
+        "them back to their true size before measuring or clipping them, then let the scaler step.",
+        concept="The fixed order: scale(loss).backward() -> unscale_(optimizer) -> clip_grad_norm_ -> "
+        "scaler.step(optimizer) -> scaler.update(). scaler.step does not unscale twice, and still skips a step "
+        "whose gradients held inf.",
+        solution="with torch.autocast(device_type, dtype=dtype): loss = loss_fn(model(x), y)\n"
+        "scaler.scale(loss).backward(); scaler.unscale_(optimizer); "
+        "norm = clip_grad_norm_(model.parameters(), max_norm); scaler.step(optimizer); scaler.update(); return norm",
+        section="3. Clipping under mixed precision",
+    ),
+    requires={**AMP_SCOPE_REQUIREMENTS, **AMP_SCALER_REQUIREMENTS,
+              "wrong-step-count": Requirement(
+                  "takes at most one optimizer step per call",
+                  hint="Count the scaler.step(optimizer) calls one call of your function makes."),
+              "wrong-autocast-dtype": Requirement(
+                  "runs autocast in the dtype it is given",
+                  hint="Which dtype does your autocast use: the argument, or one you wrote yourself?"),
+              "missing-zero-grad": Requirement(
+                  "each call's step uses only its batch's gradients (cleared before backward)",
+                  hint="Call your step twice: does the second step's .grad still hold the first one's? What clears "
+                  "it?"),
+              "clip-before-unscale": Requirement(
+                  "clips the unscaled gradients (scaler.unscale_ before clipping)",
+                  hint="Print the total gradient norm right after backward: it is multiplied by the scale. What "
+                  "must happen before clipping so that max_norm means what it says?"),
+              **_CLIPPING_REQUIREMENTS,
+              "inf-step-not-skipped": Requirement(
+                  "a step whose gradients hold inf is skipped and lowers the scale",
+                  hint="What sees the inf and skips the step: does anything of yours change the parameters, or "
+                  "the scale, outside scaler.step and scaler.update?")},
+)
 def judge_amp_clip(seen: dict, *, case: Case) -> str:
     """The optimizer saw the true (unscaled) gradient clipped to max_norm; an overflow step is skipped."""
     for (seed, dtype, fraction, part), run in judged(amp_clip_parts(case), seen["runs"]):

@@ -12,10 +12,11 @@ from harness.checks.lesson06.clip_step import clip_plan
 from harness.checks.lesson06.common import clip_threshold, reference_grads
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, judged
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson06.common import (
+    _CLIPPING_REQUIREMENTS,
     _check_clipped,
     _clip_to,
     _fail_stale,
@@ -45,7 +46,33 @@ def _judge_training(training: Any, what: str) -> None:
         _fail_eval_mode(what)
 
 
-@judges("06-clip-step")
+@judges(
+    "06-clip-step",
+    hints=Hints(
+        nudge="Clip between backward() and optimizer.step(): the gradients must be complete, and the optimizer must "
+        "see the clipped ones. Clip by the total norm, and return the norm it reports.",
+        concept="clip_grad_norm_(parameters, max_norm) rescales all gradients by max_norm / N when their total norm "
+        "N exceeds max_norm, and returns N (before clipping).",
+        solution="optimizer.zero_grad(set_to_none=True); loss_fn(model(x), y).backward(); "
+        "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); return norm",
+        section="2. Clipping by norm, clipping by value",
+    ),
+    requires={
+        "eval-mode": Requirement(
+            "puts the model in training mode",
+            hint="The check hands you a model in eval mode. Which call switches it to training behaviour?"),
+        "no-step": Requirement(
+            "takes one optimizer step",
+            hint="Does every path of your function reach optimizer.step()?"),
+        "wrong-step-count": Requirement(
+            "takes exactly one optimizer step per call",
+            hint="Count the optimizer.step() calls one call of your function makes: is one inside a loop?"),
+        "missing-zero-grad": Requirement(
+            "each step uses only its batch's gradients (cleared before backward)",
+            hint="backward() adds into .grad. What clears the previous step's gradients before this one's backward?"),
+        **_CLIPPING_REQUIREMENTS,
+    },
+)
 def judge_clip_step(seen: dict, *, case: Case) -> str:
     """The optimizer saw the batch's gradient, clipped by total norm only when longer; the pre-clip norm returned."""
     seed, plan = clip_plan(case)

@@ -13,7 +13,7 @@ from harness.checks.lesson06.common import flat_grads
 from harness.checks.lesson06.grad_norm import norm_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, same_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 
@@ -34,7 +34,39 @@ def _generator_cause(value: float, grads: Sequence[torch.Tensor | None]) -> str 
     return None
 
 
-@judges("06-grad-norm")
+@judges(
+    "06-grad-norm",
+    hints=Hints(
+        nudge="The total norm treats all gradients as one long vector: the square root of the sum of every "
+        "gradient entry squared.",
+        concept="Total norm = sqrt(sum over parameters of ||p.grad||^2), skipping parameters whose .grad is None. "
+        "model.parameters() is a generator: read it once, into a list, before doing anything else with it.",
+        solution="grads = [p.grad for p in parameters if p.grad is not None]\n"
+        "return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))",
+        section="1. Exploding gradients, seen",
+    ),
+    requires={
+        "wrong-norm": Requirement(
+            "returns the L2 norm of all gradient entries together",
+            hint="Compare your result with torch.cat([g.flatten() for g in grads]).norm() on two small gradients: "
+            "is yours a sum of norms, a mean, or a maximum?"),
+        "generator-consumed": Requirement(
+            "works when given model.parameters(), a generator that can be read only once",
+            hint="Call your function on model.parameters() twice in a row and print the results: a generator is "
+            "empty after its first pass. What does your code iterate more than once?"),
+        "not-a-tensor": Requirement(
+            "returns a tensor, not a Python number (no .item(), no float())",
+            hint="Print type(total_grad_norm(model.parameters())): which call turned the tensor into a number?"),
+        "not-0-dim": Requirement(
+            "returns a 0-dim tensor",
+            hint="Print the .shape of what you return: it should be torch.Size([]). Which operation kept a "
+            "dimension (keepdim=True, unsqueeze, a reshape)?"),
+        "grads-modified": Requirement(
+            "leaves the gradients unchanged",
+            hint="Which of your operations ends with an underscore, or writes into p.grad? Compute on new "
+            "tensors instead."),
+    },
+)
 def judge_grad_norm(seen: dict, *, case: Case) -> str:
     """`total_grad_norm(parameters)` is the L2 norm of all gradients together, a 0-dim tensor; gradients kept."""
     for (description, params, as_generator), result in judged(norm_cases(case), seen["results"]):

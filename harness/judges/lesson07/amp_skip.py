@@ -15,7 +15,7 @@ from harness.checks.lesson07.amp_skip import amp_model, amp_setting
 from harness.checks.lesson07.common import scheduler_trace
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, isclose_numbers
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque
 from harness.judges.lesson07.common import _as_float, _fmt, _order_note, _replay_steps, _used_lrs
@@ -41,7 +41,44 @@ def _as_flag(value: Any) -> bool | None:
     return None if number is None else bool(number)
 
 
-@judges("07-amp-skip")
+@judges(
+    "07-amp-skip", nonfinite=('steps/*', 'final/*'),
+    hints=Hints(
+        nudge="When scaler.step() finds inf/NaN gradients it skips optimizer.step() and scaler.update() lowers "
+        "the scale. If the scheduler still advances, the schedule runs ahead of the real updates.",
+        concept="The scale only drops after a skipped step (it grows after growth_interval good steps): compare "
+        "scaler.get_scale() before scaler.step and after scaler.update().",
+        solution="scale = scaler.get_scale(); scaler.step(optimizer); scaler.update(); "
+        "stepped = scaler.get_scale() >= scale; if stepped: scheduler.step(); "
+        "optimizer.zero_grad(set_to_none=True); return stepped",
+        section="6. When the `GradScaler` skips a step",
+    ),
+    requires={
+        "bypasses-scaler": Requirement(
+            "the update goes through scaler.step(optimizer), which skips overflowing steps",
+            hint="Did an update happen on a batch whose gradients hold inf? Who decides to skip it?"),
+        "wrong-step-count": Requirement(
+            "one scaler.step(optimizer) per call, and the gradients reset after it",
+            hint="Count the real optimizer steps: one per good batch. Is .grad reset after every call, so that "
+            "an inf from a skipped batch does not stay?"),
+        "loss-not-scaled": Requirement(
+            "backward goes through scaler.scale(loss), scaled once",
+            hint="scaler.step unscales the gradients: were they scaled exactly once before?"),
+        "steps-inconsistent": Requirement(
+            "each optimizer step uses the true gradients of its own batch",
+            hint="Between backward and scaler.step, does anything change the gradients (clipping while they "
+            "are still scaled, leftovers of an earlier batch)?"),
+        "skip-not-reported": Requirement(
+            "returns whether the optimizer really stepped",
+            hint="The scale also grows after good steps: does your test treat any change of scale as a skip?"),
+        "scheduler-not-stepped": Requirement(
+            "the scheduler is stepped after every real step",
+            hint="Print optimizer.param_groups[0]['lr'] after a few calls: does it ever change?"),
+        "scheduler-advanced-on-skip": Requirement(
+            "the scheduler is not stepped when the optimizer step was skipped",
+            hint="On a batch that overflowed, was there an update? Then should the schedule move?"),
+    },
+)
 def judge_amp_skip(seen: dict, *, case: Case) -> str:
     """The scheduler advances exactly once per real optimizer step; skipped steps are reported and leave it alone."""
     setting = amp_setting(case)

@@ -10,7 +10,7 @@ from torch import nn
 
 from harness.checks.lesson07.common import LoopSetting, is_number, tiny_regressor
 from harness.contract.compare import close_tensors, isclose_number
-from harness.contract.failure import fail
+from harness.contract.failure import Requirement, fail
 from harness.contract.recorded import recorded
 
 
@@ -130,3 +130,24 @@ def _as_float(value: Any) -> float | None:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
         return float(value.detach())  # a live loss tensor: detached, so that converting it prints no warning
     return None
+
+
+# What every training loop of lesson 07 must do, whatever its scheduler (07-per-epoch, 07-per-step).
+LOOP_REQUIREMENTS = {
+    "steps-inconsistent": Requirement(
+        "each optimizer.step() uses the gradients of the current batch's loss only",
+        hint="Compare the gradients of two consecutive batches: what clears .grad before each backward?"),
+    "not-train-mode": Requirement(
+        "the loop puts the model in train mode (model.train())",
+        hint="The model may arrive in eval mode (after an evaluation): which call switches dropout and "
+        "batch norm back to training behaviour?"),
+    "wrong-step-count": Requirement(
+        "one optimizer.step() per batch, for exactly `epochs` epochs",
+        hint="Count your optimizer.step() calls: epochs x len(loader)?"),
+    "scheduler-not-stepped": Requirement(
+        "the scheduler is stepped",
+        hint="Print optimizer.param_groups[0]['lr'] after each epoch: does it ever change?"),
+    "scheduler-before-optimizer": Requirement(
+        "scheduler.step() comes after optimizer.step()",
+        hint="Which lr should the very first update use: the schedule's first value or its second?"),
+}

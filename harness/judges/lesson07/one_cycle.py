@@ -19,7 +19,7 @@ from harness.checks.lesson07.one_cycle import (
 )
 from harness.contract.case import Case
 from harness.contract.compare import isclose_numbers, numbers
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import _fmt
 
@@ -56,7 +56,42 @@ def _sizings(setting: OneCycleSetting) -> list[tuple[str, int, float, str]]:
     ]
 
 
-@judges("07-one-cycle")
+@judges(
+    "07-one-cycle",
+    hints=Hints(
+        nudge="OneCycleLR is stepped once per batch, so total_steps counts batches over the whole run: how many "
+        "batches does the loader give per epoch, the last partial one included?",
+        concept="A per-step schedule is sized in optimizer steps: epochs * len(loader). len(loader.dataset) "
+        "counts samples (batch_size times too many), len(dataset) // batch_size forgets the partial last "
+        "batch, and a schedule shorter than the run raises when stepped past its end.",
+        solution="return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, "
+        "total_steps=epochs * len(loader))",
+        section="7. Size a per-step schedule in optimizer steps",
+    ),
+    requires={
+        "not-a-scheduler": Requirement(
+            "returns the OneCycleLR scheduler, built on the optimizer passed in",
+            hint="What does your function return, and which optimizer does the scheduler change?"),
+        "too-few-steps": Requirement(
+            "total_steps counts every optimizer step of the run, the partial last batch included: the schedule "
+            "does not raise before the run ends",
+            hint="How many batches does len(loader) count when the dataset does not divide by the batch size? "
+            "And over how many epochs?"),
+        "sized-in-samples": Requirement(
+            "total_steps counts optimizer steps (batches), not samples",
+            hint="What does len(loader.dataset) count, and how many times per batch is the scheduler stepped?"),
+        "too-many-steps": Requirement(
+            "the schedule ends with the run: total_steps is not larger than epochs * len(loader)",
+            hint="Where is the lr at the last optimizer step of your run: at the end of the cycle, or before?"),
+        "wrong-max-lr": Requirement(
+            "the lr peaks at max_lr",
+            hint="Print the largest lr of your schedule: is it the max_lr you were given?"),
+        "wrong-schedule": Requirement(
+            "the other arguments of OneCycleLR stay at their defaults (cosine annealing, pct_start 0.3)",
+            hint="Which arguments besides max_lr and total_steps did you pass? The exercise leaves them at their "
+            "defaults."),
+    },
+)
 def judge_one_cycle(seen: dict, *, case: Case) -> str:
     """The lr of every optimizer step follows OneCycleLR(max_lr, total_steps=epochs * len(loader))."""
     setting = one_cycle_setting(case)

@@ -9,9 +9,10 @@ from harness.checks.lesson07.common import scheduler_trace
 from harness.checks.lesson07.per_epoch import per_epoch_setting
 from harness.contract.case import Case
 from harness.contract.compare import isclose_numbers
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import (
+    LOOP_REQUIREMENTS,
     _check_train_mode,
     _first_difference,
     _fmt,
@@ -22,7 +23,27 @@ from harness.judges.lesson07.common import (
 )
 
 
-@judges("07-per-epoch")
+@judges(
+    "07-per-epoch",
+    hints=Hints(
+        nudge="StepLR, MultiStepLR and ExponentialLR count epochs: the lr stays the same for every batch of an "
+        "epoch.",
+        concept="A schedule sized in epochs moves once per epoch: after the last optimizer.step() of the epoch, "
+        "outside the batch loop.",
+        solution="for each epoch: model.train(); the batch loop (zero_grad, forward, loss, backward, "
+        "optimizer.step()); then scheduler.step() once, after the batch loop",
+        section="4. Per step or per epoch?",
+    ),
+    requires={
+        **LOOP_REQUIREMENTS,
+        "wrong-lr-trace": Requirement(
+            "one scheduler.step() per epoch",
+            hint="Count your scheduler.step() calls per epoch: exactly one, every epoch?"),
+        "stepped-per-batch": Requirement(
+            "an epoch-sized scheduler is stepped once per epoch, after the batch loop",
+            hint="Print the lr at each batch of one epoch: should it change within an epoch?"),
+    },
+)
 def judge_per_epoch(seen: dict, *, case: Case) -> str:
     """Every batch of epoch e must use the schedule's e-th value, and every step be a real SGD step."""
     setting = per_epoch_setting(case)

@@ -9,9 +9,10 @@ from harness.checks.lesson07.common import scheduler_trace
 from harness.checks.lesson07.per_step import per_step_setting
 from harness.contract.case import Case
 from harness.contract.compare import isclose_numbers
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import (
+    LOOP_REQUIREMENTS,
     _check_train_mode,
     _first_difference,
     _fmt,
@@ -22,7 +23,27 @@ from harness.judges.lesson07.common import (
 )
 
 
-@judges("07-per-step")
+@judges(
+    "07-per-step",
+    hints=Hints(
+        nudge="A per-step scheduler (OneCycleLR, warmup) moves once per batch, right after the optimizer used "
+        "the current lr.",
+        concept="The lr an update uses is the one in the optimizer when optimizer.step() runs; a schedule sized "
+        "in optimizer steps needs exactly one scheduler.step() per optimizer.step(), after it.",
+        solution="in the batch loop: optimizer.zero_grad(set_to_none=True); loss_fn(model(inputs), "
+        "targets).backward(); optimizer.step(); scheduler.step()",
+        section="4. Per step or per epoch?",
+    ),
+    requires={
+        **LOOP_REQUIREMENTS,
+        "wrong-lr-trace": Requirement(
+            "one scheduler.step() per optimizer.step()",
+            hint="Count your scheduler.step() calls per batch: exactly one, every batch?"),
+        "stepped-per-epoch": Requirement(
+            "a per-step scheduler is stepped once per batch, not once per epoch",
+            hint="This schedule is sized in optimizer steps: how often does your loop call scheduler.step()?"),
+    },
+)
 def judge_per_step(seen: dict, *, case: Case) -> str:
     """The lr used by optimizer step i must be the schedule's i-th value, and every step a real SGD step."""
     setting = per_step_setting(case)

@@ -21,7 +21,7 @@ from harness.checks.lesson07.plateau import (
 )
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, isclose_numbers, malformed, tensor_dict
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import _as_float, _fmt
 
@@ -185,7 +185,52 @@ def _fail_stale_or_unweighted(wrong: list[tuple[int, float, float, float]], metr
         )
 
 
-@judges("07-plateau")
+@judges(
+    "07-plateau",
+    hints=Hints(
+        nudge="ReduceLROnPlateau reacts to the number you pass to step(). Which number tells you the model "
+        "stopped improving on data it has not trained on?",
+        concept="Each epoch: train (model.train()), then evaluate on val_loader in eval mode without autograd, "
+        "then one scheduler.step(val_loss). The training loss keeps falling and never plateaus.",
+        solution="val_loss, _ = evaluate(model, val_loader, loss_fn); scheduler.step(val_loss); "
+        "val_losses.append(val_loss) at the end of each epoch; return val_losses",
+        section="5. `ReduceLROnPlateau`: feed it the validation metric",
+    ),
+    requires={
+        "plateau-per-batch": Requirement(
+            "the scheduler is stepped once per epoch",
+            hint="Count your scheduler.step calls in one epoch: how many validation results does an epoch give?"),
+        "plateau-no-metric": Requirement(
+            "scheduler.step receives the validation metric",
+            hint="ReduceLROnPlateau has no curve of its own: what does it compare from one epoch to the next?"),
+        "plateau-not-stepped": Requirement(
+            "the scheduler is stepped every epoch, the first one included",
+            hint="Count your scheduler.step calls over the whole run: one per epoch, from the first epoch on?"),
+        "no-validation": Requirement(
+            "the validation loss is computed on val_loader",
+            hint="Which loader does your evaluation iterate over?"),
+        "val-in-train-mode": Requirement(
+            "validation runs in eval mode (model.eval())",
+            hint="Dropout is still on while you validate: which call turns it off?"),
+        "val-with-grad": Requirement(
+            "validation runs without autograd (torch.no_grad())",
+            hint="Your validation builds a graph it never uses: which context turns autograd off?"),
+        "train-in-eval-mode": Requirement(
+            "training runs in train mode every epoch (model.train())",
+            hint="After the first validation, which mode is the model in when the next epoch trains?"),
+        "plateau-train-metric": Requirement(
+            "the metric is the validation loss, not the training loss",
+            hint="On random labels the training loss keeps falling: which loss tells you the model stopped "
+            "improving on unseen data?"),
+        "plateau-wrong-metric": Requirement(
+            "the metric is this epoch's mean validation loss",
+            hint="Is the value you pass computed after this epoch's training, and is it a mean over the "
+            "validation set?"),
+        "wrong-return": Requirement(
+            "returns the list of validation losses, one per epoch",
+            hint="What does your function return? The check wants one validation loss per epoch."),
+    },
+)
 def judge_plateau(seen: dict, *, case: Case) -> str:
     """The scheduler must receive, once per epoch, the validation loss of the model at that moment."""
     setting = plateau_setting(case)

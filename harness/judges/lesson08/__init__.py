@@ -1,4 +1,5 @@
-"""The judges of lesson 08: one module per task (its judge and the references it recomputes).
+"""The judges of lesson 08: one module per task (its judge, with the requirement table and hints it
+declares, and the references it recomputes).
 
 Imported after the probes (`harness.checks.lesson08`), which register the tasks first.
 """

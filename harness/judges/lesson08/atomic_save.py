@@ -7,13 +7,39 @@ from __future__ import annotations
 
 from harness.checks.lesson08.atomic_save import atomic_states
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson08.common import _same
 from harness.judges.lesson08.writes import judge_writes
 
 
-@judges("08-atomic-save")
+@judges(
+    "08-atomic-save",
+    hints=Hints(
+        nudge="torch.save(obj, path) first truncates `path`: if it dies half way, the old checkpoint is gone "
+        "too. Write somewhere else first, and only swap the finished file in.",
+        concept="Write a temporary file in the same folder, then os.replace it onto path (an atomic rename); "
+        "if anything raises, remove the temporary file and re-raise.",
+        solution="path = Path(path); tmp = path.with_name(path.name + '.tmp'); try: torch.save(obj, tmp); "
+        "os.replace(tmp, path) except BaseException: tmp.unlink(missing_ok=True); raise",
+        section="4. Atomic saves",
+    ),
+    requires={
+        "wrong-content": Requirement(
+            "after a save, path holds the object just saved",
+            hint="After your function returns, what does torch.load(path) give? Did the new file reach path?"),
+        "temp-left-behind": Requirement(
+            "nothing but path is left in the folder, after a good save or a failed one",
+            hint="List the folder after a save, and after a save that raised: is a temporary file still there?"),
+        "not-atomic": Requirement(
+            "a save that fails half way leaves the previous file intact",
+            hint="What is in path while torch.save is still writing into it, and if the process is killed "
+            "right then?"),
+        "swallowed-error": Requirement(
+            "a failed save re-raises its exception",
+            hint="When the save fails, how does the training loop find out?"),
+    },
+)
 def judge_atomic_save(seen: dict, *, case: Case) -> str:
     """Saves must replace the file whole, and a save that fails must leave the previous file intact."""
     name = "last.pt"

@@ -10,7 +10,7 @@ from typing import Any
 from harness.checks.lesson08.best_last import best_last_cases, best_last_state
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
 from harness.judges.lesson08.common import _as_number, _helper_note, _same
@@ -52,7 +52,37 @@ def _judge_crash(after_crash: Any, mode: str, metrics: list[float], best_epoch: 
     judge_writes(after_crash.get("writes"), during=f"a next, better epoch whose save raised half way (mode={mode!r})")
 
 
-@judges("08-best-last")
+@judges(
+    "08-best-last",
+    hints=Hints(
+        nudge="last.pt is written every epoch (to resume); best.pt only when the metric beats the best so far "
+        "(to deploy). 'min' means lower is better, 'max' higher; a tie is not an improvement.",
+        concept="Compare strictly, in the direction of mode, with None meaning no best yet; the function returns "
+        "the best metric after this epoch, which comes back as best_metric next time.",
+        solution="improved = best_metric is None or (metric < best_metric if mode == 'min' else metric > "
+        "best_metric); save last.pt; if improved: save best.pt and return metric; else return best_metric",
+        section="5. Best and last",
+    ),
+    requires={
+        "last-not-saved": Requirement(
+            "last.pt holds this epoch's state after every call",
+            hint="Is last.pt written on every call, or only on some?"),
+        "best-overwritten": Requirement(
+            "best.pt is replaced only by a strict improvement (a tie keeps the earlier model)",
+            hint="Which epochs write best.pt in your function? Only those that beat the best so far, strictly?"),
+        "best-not-updated": Requirement(
+            "best.pt is replaced on every improvement, in the direction mode says",
+            hint="Run it with mode='max' on 0.2, 0.5: is 0.5 an improvement, and was best.pt written?"),
+        "not-atomic": Requirement(
+            "both files are saved atomically (with your atomic_save): a save that fails half way leaves the "
+            "previous last.pt and best.pt intact",
+            hint="What is left in last.pt when torch.save fails half way through writing into it? Which "
+            "function of this lesson writes a file atomically?"),
+        "wrong-best-metric": Requirement(
+            "returns the best metric after this epoch",
+            hint="What does your function return when the metric did not improve?"),
+    },
+)
 def judge_best_last(seen: dict, *, case: Case) -> str:
     """last.pt holds every epoch's state, best.pt the best one so far; the best metric is returned."""
     for (mode, metrics), run in zip(best_last_cases(case), seen["runs"], strict=True):

@@ -10,7 +10,7 @@ from typing import Any
 from harness.checks.lesson08.early_stopping import early_stopping_cases
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, describe
 from harness.judges.lesson08.common import _as_number
@@ -134,7 +134,45 @@ def _judge_resumed(
             )
 
 
-@judges("08-early-stopping")
+@judges(
+    "08-early-stopping", nonfinite=('runs/*/initial',),
+    hints=Hints(
+        nudge="Early stopping has two pieces of memory: the best value so far and how many epochs in a row did "
+        "not beat it. A resumed run needs both, or it waits `patience` epochs all over again.",
+        concept="An improvement beats best by more than min_delta in the direction of mode; it resets the "
+        "counter, anything else adds 1; stop once the counter reaches patience. state_dict holds both pieces of "
+        "memory as plain values.",
+        solution="improved = self.best is None or (metric < self.best - self.min_delta if self.mode == 'min' "
+        "else metric > self.best + self.min_delta); state_dict: return {'best': self.best, 'bad_epochs': "
+        "self.bad_epochs}",
+        section="3. Early stopping must resume too",
+    ),
+    requires={
+        "initial-best": Requirement(
+            "best is None before the first step",
+            hint="Print EarlyStopping(2).best before any step: the text asks for None, not a sentinel."),
+        "wrong-best": Requirement(
+            "best holds the best value so far (mode 'min': the lowest)",
+            hint="After the metrics 1.0, 0.8, 0.9, what should best hold? Is best only replaced on improvement?"),
+        "mode-ignored": Requirement(
+            "mode='max' means higher is better",
+            hint="Run it with mode='max' on 0.5, 0.6: does 0.6 count as an improvement?"),
+        "min-delta-ignored": Requirement(
+            "an improvement must beat best by more than min_delta",
+            hint="With min_delta=0.125, does 0.875 improve on 1.0? Does 0.84375?"),
+        "wrong-stop": Requirement(
+            "step() returns True once `patience` epochs in a row did not improve",
+            hint="With patience 2: after two epochs without improvement, what does step() return? Is the "
+            "counter reset on improvement?"),
+        "not-weights-only": Requirement(
+            "state_dict() returns plain values (loadable with weights_only=True)",
+            hint="What does your state_dict() put in the dict: numbers, or objects?"),
+        "state-not-restored": Requirement(
+            "load_state_dict restores every piece of memory, so a resumed run decides the same",
+            hint="Which attributes change in step()? Are all of them in state_dict() and restored by "
+            "load_state_dict()?"),
+    },
+)
 def judge_early_stopping(seen: dict, *, case: Case) -> str:
     """Decisions match the reference; the state round-trips through weights_only loading at every epoch."""
     cases = early_stopping_cases(case)

@@ -7,7 +7,7 @@ import torch
 from harness.checks.lesson08.portable import Net, plain_state_dict, wrapped_state_dicts
 from harness.contract.case import Case
 from harness.contract.compare import same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
 
@@ -20,7 +20,37 @@ def _prefix_count(key: str) -> int:
     return count
 
 
-@judges("08-portable")
+@judges(
+    "08-portable",
+    hints=Hints(
+        nudge="Wrappers only add prefixes in front of the real names: DDP/DataParallel add 'module.', "
+        "torch.compile adds '_orig_mod.', and they can stack. Names inside the model must stay untouched.",
+        concept="Strip from the start of each key only, and repeat until no wrapper prefix is left; build a new "
+        "dict so the caller's state dict stays as it was.",
+        solution="for key, value in state_dict.items(): while key.startswith(('module.', '_orig_mod.')): "
+        "key = key.split('.', 1)[1]; clean[key] = value",
+        section="2. Portable state dicts: no wrapper prefixes",
+    ),
+    requires={
+        "mutated-input": Requirement(
+            "the dict passed in is not modified",
+            hint="After your call, print the keys of the dict you were given: are they still the wrapped ones?"),
+        "not-a-dict": Requirement(
+            "returns a dict",
+            hint="What type does your return statement build? load_state_dict wants a dict."),
+        "prefix-left": Requirement(
+            "every leading wrapper prefix is removed, however many are stacked, in any order",
+            hint="Try your function on {'module._orig_mod.w': 0} and {'_orig_mod.module.w': 0}: is a prefix left?"),
+        "over-stripped": Requirement(
+            "only leading prefixes are removed: names inside the model stay",
+            hint="Try your function on {'head.module.weight': 0} and {'module_list.0.weight': 0}: they must "
+            "come back unchanged."),
+        "values-changed": Requirement(
+            "every value is left untouched, with its renamed key",
+            hint="Compare each value of your result with the value under the wrapped key: are they the same "
+            "tensors?"),
+    },
+)
 def judge_portable(seen: dict, *, case: Case) -> str:
     """The result must load strictly into the plain model, with every value untouched."""
     reference = plain_state_dict(case)

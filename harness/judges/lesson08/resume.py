@@ -22,7 +22,7 @@ from harness.checks.lesson08.resume import (
 )
 from harness.contract.case import Case
 from harness.contract.compare import close_values, isclose_number, same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
 from harness.judges.lesson08.common import _as_number, _helper_note, _same
@@ -207,7 +207,65 @@ def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
     )
 
 
-@judges("08-resume")
+@judges(
+    "08-resume",
+    hints=Hints(
+        nudge="A resumed run continues exactly only if *everything* that influences the next step is restored: "
+        "weights, optimizer moments, scheduler position, scaler, RNG states (dropout) and the data order.",
+        concept="Save each object's state_dict(), capture_rng_state() and generator.get_state() with the "
+        "counters; load with weights_only=True and give each part back to its object.",
+        solution="save: atomic_save({'model': model.state_dict(), 'optimizer': ..., 'scheduler': ..., 'scaler': "
+        "..., 'rng': capture_rng_state(), 'data_generator': generator.get_state(), 'epoch': epoch, "
+        "'best_metric': best_metric}, path). load: torch.load(path, weights_only=True), load_state_dict on each "
+        "object, restore_rng_state, generator.set_state; return {'epoch': ..., 'best_metric': ...}",
+        section="7. Exact resume",
+    ),
+    requires={
+        "not-weights-only": Requirement(
+            "the checkpoint holds tensors and plain values only (it loads with weights_only=True)",
+            hint="Does your checkpoint hold a whole object (a model, a generator) instead of its state?"),
+        "model-not-restored": Requirement(
+            "the checkpoint is a dict whose 'model' entry restores the weights",
+            hint="Is 'model': model.state_dict() in the dict you save, and loaded back into the model?"),
+        "optimizer-not-restored": Requirement(
+            "the optimizer state is saved and restored",
+            hint="Adam keeps two moment estimates per weight: are they in your checkpoint, and loaded back?"),
+        "scheduler-not-restored": Requirement(
+            "the scheduler state is saved and restored",
+            hint="Where in the schedule is the resumed run? Is the scheduler's step count saved and loaded?"),
+        "scaler-not-restored": Requirement(
+            "the GradScaler state is saved and restored",
+            hint="The scaler has a scale and a growth counter: are they saved and loaded?"),
+        "rng-not-restored": Requirement(
+            "the global RNG states of the moment of saving are saved, and restored last",
+            hint="Which dropout masks will the resumed run draw? Is the RNG state saved, restored, and not "
+            "drawn from after restoring?"),
+        "data-order-not-restored": Requirement(
+            "the DataLoader generator's state is saved and restored",
+            hint="Which batches come next after resuming? The loader shuffles with its own generator."),
+        "counters-not-restored": Requirement(
+            "epoch and best_metric are saved, and load_checkpoint returns them",
+            hint="What does your load_checkpoint return, and where do the values come from?"),
+        "unsafe-load": Requirement(
+            "load_checkpoint reads with torch.load(..., weights_only=True)",
+            hint="What can a downloaded .pt file do when you unpickle it without restrictions?"),
+        "resume-crashed": Requirement(
+            "load_checkpoint runs on the checkpoint save_checkpoint wrote, in a fresh process",
+            hint="Read the error: which key or name does your load_checkpoint expect that is not there?"),
+        "weights-diverged": Requirement(
+            "saving leaves the run untouched, and the resumed run ends with the weights of the run that never "
+            "stopped",
+            hint="Does anything in save_checkpoint or load_checkpoint draw random numbers or change an object?"),
+        "not-atomic": Requirement(
+            "save_checkpoint writes atomically: a save that fails half way leaves the previous checkpoint intact",
+            hint="What is left in path when torch.save fails half way through writing into it? Which function "
+            "of this lesson writes a file atomically?"),
+        "cannot-rebuild": Requirement(
+            "save_checkpoint and load_checkpoint are plain def functions, using modules and other such functions",
+            hint="The check re-creates your functions in a fresh process from their source: do they use a global "
+            "built at run time (a model, a tensor, a lambda, an instance), which has no source to re-run?"),
+    },
+)
 def judge_resume(seen: dict, *, case: Case) -> str:
     """The checkpoint holds the whole state, loading it is safe and restores it exactly, and the resumed run
     ends with the weights of the run that never stopped (both checked against a replay of the reference run)."""

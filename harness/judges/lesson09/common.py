@@ -8,6 +8,7 @@ import torch
 
 from harness.checks.lesson09.common import WORLD
 from harness.contract.compare import malformed
+from harness.contract.failure import Requirement
 
 TOLERANCE = 1e-4
 
@@ -31,3 +32,8 @@ def _state_max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in b)
 
 
+def _hang_row(collective: str) -> dict[str, Requirement]:
+    """The requirement row of every check that launches ranks: no rank is left waiting in a collective."""
+    return {"hang": Requirement(
+        f"every rank calls the same collectives ({collective}), in the same order",
+        hint="A rank was left waiting for the others: is there a collective that only some ranks reach?")}

@@ -7,13 +7,36 @@ import torch
 from harness.checks.lesson09.ddp_mean import mean_inputs
 from harness.contract.case import Case
 from harness.contract.compare import close_values, malformed, same_values
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson09.common import _ranks
+from harness.judges.lesson09.common import _hang_row, _ranks
 
 
-@judges("09-ddp-mean")
+@judges(
+    "09-ddp-mean",
+    hints=Hints(
+        nudge="Every rank holds its own value; an all_reduce with SUM leaves the sum on every rank. "
+        "What do you divide it by, and which tensor does all_reduce overwrite?",
+        concept="dist.all_reduce(t) replaces t, in place, with the element-wise sum over ranks, on every rank; "
+        "every rank must call it",
+        solution="total = value.detach().clone(); dist.all_reduce(total, op=dist.ReduceOp.SUM); "
+        "return total / dist.get_world_size()",
+        section="2. Collectives: what moves between processes"),
+    requires={
+        "not-a-tensor": Requirement("returns a tensor",
+                                    hint="What type does ddp_mean return? The text asks for a tensor."),
+        "not-averaged": Requirement("communicates: each rank gets the mean over all ranks, not its own value",
+                                    hint="Each rank got back its own value: which collective brings the others' in?"),
+        "summed": Requirement("the mean, not the sum", hint="Every rank got the sum over ranks: one step is missing."),
+        "wrong-mean": Requirement("the mean over ranks, element-wise, of the input's shape, on every rank",
+                                  hint="Compare what each rank got with the sum of the ranks' values divided by the "
+                                  "number of ranks."),
+        "modified-input": Requirement("value itself is left unchanged",
+                                      hint="The caller's tensor changed: which call works in place on its argument?"),
+        **_hang_row("all_reduce"),
+    },
+)
 def judge_ddp_mean(seen: dict, *, case: Case) -> str:
     """Every rank must get the mean over ranks, and its input must be left unchanged."""
     for values, run in zip(mean_inputs(case), seen["runs"], strict=True):

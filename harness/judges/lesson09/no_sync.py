@@ -14,9 +14,9 @@ from harness.checks.lesson09.common import MODEL_SEED, WORLD, detached_state, ma
 from harness.checks.lesson09.no_sync import accumulation_settings, rank_micro_batches
 from harness.contract.case import Case
 from harness.contract.compare import close_state, malformed, tensor_dict
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import TOLERANCE, _ranks, _same_layout, _state_max_difference
+from harness.judges.lesson09.common import TOLERANCE, _hang_row, _ranks, _same_layout, _state_max_difference
 
 
 def _accumulation_reference(micro: int, steps: int, seed: int, model_seed: int) -> dict[str, torch.Tensor]:
@@ -52,7 +52,31 @@ def _fail_if_synced_early(synced_after: Any, micro: int, states: list[dict[str, 
          "sees every micro-batch's gradient.")
 
 
-@judges("09-no-sync")
+@judges(
+    "09-no-sync",
+    hints=Hints(
+        nudge="DDP all-reduces gradients in every backward. Inside `with model.no_sync():` it does not; the gradients "
+        "just accumulate locally. Which backward must synchronise?",
+        concept="gradients add up in .grad across backward calls; no_sync only skips the communication, so the last "
+        "backward, outside it, all-reduces the whole accumulated sum once",
+        solution="for i, (x, y) in enumerate(micro_batches): last = i == len(micro_batches) - 1; "
+        "with (nullcontext() if last else model.no_sync()): (loss_fn(model(x), y) / len(micro_batches)).backward(); "
+        "then optimizer.step(); optimizer.zero_grad(set_to_none=True)",
+        section="6. Gradient accumulation with `no_sync`"),
+    requires={
+        "never-synced": Requirement("the last micro-batch's backward synchronises",
+                                    hint="No all-reduce happened at all: is every backward inside no_sync?"),
+        "missing-no-sync": Requirement("only the last micro-batch's backward synchronises: one all-reduce per step",
+                                       hint="Every micro-batch's backward communicated: which context skips that?"),
+        "ranks-differ": Requirement("one step, on the averaged gradient: identical weights on every rank",
+                                    hint="The ranks' weights differ: did a step run before the synchronised backward?"),
+        "wrong-update": Requirement(
+            "each loss divided by the number of micro-batches, one step per call, gradients cleared after it",
+            hint="The ranks agree, but the step differs from one process on the whole batch: check the loss's "
+            "scaling and what is left in .grad for the next call."),
+        **_hang_row("DDP's gradient all-reduce"),
+    },
+)
 def judge_no_sync(seen: dict, *, case: Case) -> str:
     """One all-reduce per optimizer step; the update must equal one process on the whole batch, computed here."""
     for (micro, steps, seed), run in zip(accumulation_settings(case), seen["runs"], strict=True):

@@ -13,13 +13,40 @@ from harness.checks.lesson09.common import MODEL_SEED, WORLD, detached_state, ma
 from harness.checks.lesson09.save_rank0 import CHECKPOINT_NAME, save_epoch, save_model_step
 from harness.contract.case import Case
 from harness.contract.compare import close_state, malformed
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson09.common import TOLERANCE, _ranks, _same_layout
+from harness.judges.lesson09.common import TOLERANCE, _hang_row, _ranks, _same_layout
 
 
-@judges("09-save-rank0")
+@judges(
+    "09-save-rank0", unjudged=("checkpoint/optimizer/*",),  # only its presence is checked
+    hints=Hints(
+        nudge="Only one process should write the file, and the others must not go on before it exists.",
+        concept="rank 0 does the once-only work; a dist.barrier() that every rank calls after it holds the others "
+        "until it is done",
+        solution="if dist.get_rank() == 0: torch.save({'model': model.module.state_dict(), "
+        "'optimizer': optimizer.state_dict(), 'epoch': epoch}, path); then dist.barrier() on every rank",
+        section="5. Rank 0's duties, and barriers"),
+    requires={
+        "saved-on-every-rank": Requirement("only rank 0 writes", hint="Several ranks wrote the file: who should?"),
+        "not-saved-on-rank0": Requirement("rank 0 writes the checkpoint at `path`",
+                                          hint="Rank 0's folder has no file at the path it was given: which rank "
+                                          "saved, and under which name?"),
+        "missing-barrier": Requirement("no rank returns before the file is complete",
+                                       hint="Rank 1 returned while rank 0 had not yet written: what makes it wait, "
+                                       "and until when?"),
+        "incomplete-checkpoint": Requirement("the checkpoint holds 'model', 'optimizer' and 'epoch'",
+                                             hint="A key is missing from the saved dict: compare it with the text."),
+        "wrapped-state-dict": Requirement("'model' is the unwrapped model's state_dict",
+                                          hint="The saved keys start with 'module.': which model's state_dict is it?"),
+        "wrong-state-dict": Requirement("'model' holds the model's current state_dict",
+                                        hint="'model' is not the model's state after its step: what did you save?"),
+        "wrong-epoch": Requirement("'epoch' is the epoch passed in",
+                                   hint="The saved epoch is not the argument: save it as it was given."),
+        **_hang_row("the barrier"),
+    },
+)
 def judge_save_rank0(seen: dict, *, case: Case) -> str:
     """Only rank 0's folder may get the file, before any rank returns; it must hold the model after its step."""
     files = [_string_list(names) for names in _ranks(seen["files"])]

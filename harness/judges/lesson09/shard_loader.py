@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from harness.checks.lesson09.shard_loader import loader_settings
 from harness.contract.case import Case
 from harness.contract.compare import int_list, malformed
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson09.common import _ranks
 
@@ -50,7 +50,31 @@ def _judge_refusal(refused: dict[str, Any], world: int) -> NoReturn:
          where="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)")
 
 
-@judges("09-shard-loader")
+@judges(
+    "09-shard-loader",
+    hints=Hints(
+        nudge="A DistributedSampler gives each rank its own shard; the DataLoader then batches that shard. "
+        "Pass the sampler, not shuffle=True, to the DataLoader.",
+        concept="DistributedSampler(dataset, num_replicas, rank, shuffle, seed) draws one permutation seeded with "
+        "seed + epoch, the same on every rank, and gives rank r every world_size-th index from r",
+        solution="sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed); "
+        "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
+        section="3. Each rank its own shard: `DistributedSampler` and `set_epoch`"),
+    requires={
+        "wrong-batch-size": Requirement("batches of batch_size samples per rank",
+                                        hint="batch_size is per rank: does your loader change it with the world size?"),
+        "overlapping-shards": Requirement(
+            "each rank its own shard: disjoint, together the whole dataset, for any world size",
+            hint="Some samples reach two ranks: do all ranks draw the same permutation, and split it by rank?"),
+        "not-shuffled": Requirement("the shard is shuffled", hint="Rank 0 reads its samples in increasing order."),
+        "seed-ignored": Requirement("shuffled with `seed`", hint="Two seeds gave the same order: where does seed go?"),
+        "same-order-every-epoch": Requirement(
+            "set_epoch(epoch) on the loader's sampler reshuffles",
+            hint="The order must change with sampler.set_epoch(epoch): which sampler reseeds itself with the epoch?"),
+        "uses-workers": Requirement("no worker processes (num_workers=0)",
+                                    hint="The text asks for no worker processes: look at the DataLoader's arguments."),
+    },
+)
 def judge_shard_loader(seen: dict, *, case: Case) -> str:
     """Shards must be disjoint, cover the data, come in per-rank batches, be shuffled, seeded and reshuffle."""
     settings, worlds = loader_settings(case), seen["worlds"]

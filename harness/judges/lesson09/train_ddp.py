@@ -12,9 +12,9 @@ from harness.checks.lesson09.common import WORLD, detached_state, make_model
 from harness.checks.lesson09.train_ddp import regression_data, train_arguments, train_configs
 from harness.contract.case import Case
 from harness.contract.compare import close_state, int_list, malformed, tensor_dict
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.judges.lesson09.common import TOLERANCE, _ranks, _same_layout, _state_max_difference
+from harness.judges.lesson09.common import TOLERANCE, _hang_row, _ranks, _same_layout, _state_max_difference
 
 
 def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, batch_size: int, lr: float, seed: int,
@@ -34,7 +34,41 @@ def reference_training(dataset: TensorDataset, *, model_seed: int, epochs: int, 
     return detached_state(model.state_dict())
 
 
-@judges("09-train-ddp")
+@judges(
+    "09-train-ddp",
+    hints=Hints(
+        nudge="Four DDP ingredients: a sharded loader, the model wrapped in DDP (before the optimizer is built), "
+        "sampler.set_epoch(epoch) at the start of each epoch, and the unwrapped model's state_dict at the end.",
+        concept="DDP all-reduces the gradients in backward, so 2 ranks of batch B step like one process of batch 2B; "
+        "the DistributedSampler shards the data and set_epoch reshuffles it",
+        solution="sampler = DistributedSampler(dataset, seed=seed); "
+        "loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler); "
+        "model = DDP(make_model()); optimizer = SGD(model.parameters(), lr=lr); for epoch: sampler.set_epoch(epoch); "
+        "for x, y: zero_grad, loss_fn(model(x), y).backward(), step; return model.module.state_dict()",
+        section="4. How DDP averages gradients"),
+    requires={
+        "no-samples-seen": Requirement("trains on the dataset passed in, in this process (no workers)",
+                                       hint="A rank loaded nothing from the dataset it was given: "
+                                       "what did it train on?"),
+        "not-sharded": Requirement("each rank its own half of the data each epoch (a DistributedSampler)",
+                                   hint="Both ranks read the same samples: what gives each rank its own shard?"),
+        "missing-set-epoch": Requirement("set_epoch(epoch) every epoch: a new order each epoch",
+                                         hint="Every epoch read the samples in the same order: what tells the sampler "
+                                         "which epoch it is?"),
+        "wrapped-state-dict": Requirement("returns the unwrapped model's state_dict",
+                                          hint="The keys start with 'module.': whose state_dict was returned?"),
+        "wrong-state-dict": Requirement("returns the trained model's state_dict itself (names -> tensors)",
+                                        hint="Compare what you return with model.module.state_dict(): "
+                                        "keys and values."),
+        "ranks-differ": Requirement("gradients averaged across ranks: identical weights on every rank",
+                                    hint="The ranks ended with different weights: what averages their gradients?"),
+        "not-ddp-equivalent": Requirement(
+            "plain SGD(lr), one zero_grad/backward/step per batch: the steps of one process at twice the batch",
+            hint="The ranks agree but took other steps than one process at batch 2B: compare your inner loop and "
+            "optimizer with the text's."),
+        **_hang_row("DDP's gradient all-reduce, any barrier"),
+    },
+)
 def judge_train_ddp(seen: dict, *, case: Case) -> str:
     """Compare the ranks with each other, and with one process at twice the batch trained here."""
     for config, run in zip(train_configs(case), seen["runs"], strict=True):

@@ -18,7 +18,7 @@ from harness.checks.lesson10.held_out import (
 )
 from harness.contract.case import Case
 from harness.contract.compare import close_values, isclose_number, numbers
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.data import SHAPE_CLASSES, shapes
 from harness.data.loaders import normalization_stats
@@ -95,7 +95,39 @@ def _check_training_set(seen: dict) -> None:
                  where="run = train_capstone(train_set, val_set, ...): keep val_set out of the training set")
 
 
-@judges("10-held-out")
+@judges(
+    "10-held-out",  # these are read to tell a validation on the test set or a training set that held the
+    # validation images: they can only fail a run that shows either, and a correct run passes whatever their values
+    unjudged=("val_accuracy/*", "val_loss/*", "notebook_outputs/*", "statistics/*"),
+    hints=Hints(
+        nudge="The grader draws its own shapes, never seen in training or validation: only a model that learned the "
+        "shapes passes. Look at your curves: did validation accuracy still climb at the end (train longer, or a "
+        "larger lr), or jump around (a smaller lr, more warm-up)?",
+        concept="Held-out accuracy follows validation accuracy when the model takes raw images (Standardize inside "
+        "it) and holds the best epoch's weights; it rises with enough optimizer steps at a good learning rate.",
+        solution="CONFIG = dict(epochs=budget(full=8, grading=6), batch_size=32, lr=1e-2, weight_decay=0.05, "
+        "warmup_fraction=0.1, max_grad_norm=1.0, patience=3, width=budget(full=16, grading=8), seed=0)",
+        section="7. The real run"),
+    requires={
+        "not-a-run": Requirement("check receives the dict train_capstone returns",
+                                 hint="check('10-held-out', run) takes the whole run dict, not the model alone."),
+        "wrong-output-shape": Requirement(
+            "the model maps N images to (N, 5) logits",
+            hint="How many classes does the shapes data set have, and how many outputs does your model give?"),
+        "validated-on-test": Requirement(
+            "the run validated on val_set, never on the test set",
+            hint="Which data set did the run validate on, to choose its best epoch? The test set must stay unseen "
+            "until the report."),
+        "validation-seen": Requirement(
+            "the run trains on train_set alone: validation images are never seen by training",
+            hint="Which images did your run train on? If val_set is among them, the validation accuracy that chose "
+            "the best epoch scores images the model has seen."),
+        "below-threshold": Requirement(
+            "at least 0.75 accuracy on the grader's held-out shapes",
+            hint="Compare your run's best validation accuracy with the threshold: too low means train more or "
+            "better; high means the returned model is not the validated one."),
+    },
+)
 def judge_held_out(seen: dict, *, case: Case) -> str:
     """Accuracy of run['model'] on shapes the grader generates from its own seed."""
     if seen["model"] is not True:

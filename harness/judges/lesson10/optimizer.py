@@ -13,7 +13,7 @@ from harness.checks.lesson10.optimizer import optimizer_model, optimizer_setting
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import warmup_cosine_reference
 
@@ -65,7 +65,60 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
              cause="progress is not clamped at 1, so the cosine comes back up", where="min(1.0, progress)")
 
 
-@judges("10-optimizer")
+@judges(
+    "10-optimizer", unjudged=("settings/*/groups/*/lr",),  # the schedule's lr at every step is judged instead
+    hints=Hints(
+        nudge="Two groups of the trainable parameters: matrices and kernels (p.ndim >= 2) with weight decay, biases "
+        "and normalisation weights (ndim < 2) without. Then a LambdaLR whose factor is lesson 07's "
+        "warm-up-then-cosine.",
+        concept="AdamW decays the weights directly (decoupled); decay belongs on matrices and kernels only. The "
+        "schedule counts optimizer steps: (step + 1) / warmup_steps during the warm-up, then 0.5 * (1 + cos(pi * "
+        "progress)) with progress measured from the end of the warm-up and clamped at 1.",
+        solution="decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]; no_decay = [... "
+        "p.ndim < 2]; optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': "
+        "no_decay, 'weight_decay': 0.0}], lr=lr); factor(step) = (step + 1) / warmup_steps if step < warmup_steps "
+        "else 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))); "
+        "return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)",
+        section="3. The optimizer: parameter groups, warm-up, cosine"),
+    requires={
+        "not-a-pair": Requirement("returns (optimizer, scheduler)",
+                                  hint="fit needs both objects: does your return statement give two?"),
+        "not-adamw": Requirement("the optimizer is torch.optim.AdamW",
+                                 hint="Adam and AdamW differ in how weight_decay acts: which one decouples it?"),
+        "frozen-params-included": Requirement(
+            "only trainable parameters (requires_grad) in the groups",
+            hint="The check freezes a layer: what tells you a parameter will never get a gradient?"),
+        "missing-params": Requirement(
+            "every trainable parameter is in a group",
+            hint="List model.named_parameters(): which kind of parameter did none of your groups take?"),
+        "decay-on-bias-or-norm": Requirement(
+            "no weight decay on biases and normalisation weights (ndim < 2)",
+            hint="A BatchNorm's scale is not called 'bias', but it is 1-D: what property sorts it with the biases?"),
+        "no-decay-on-weights": Requirement(
+            "weight_decay on every matrix and kernel (ndim >= 2)",
+            hint="Print each group's weight_decay: is the decay group's value the weight_decay argument?"),
+        "wrong-lr": Requirement("every group at learning rate lr",
+                                hint="Does any group set its own 'lr'? Every group trains at the lr argument."),
+        "scheduler-other-optimizer": Requirement(
+            "the scheduler drives the optimizer returned with it",
+            hint="Which optimizer did you give LambdaLR? It must be the very object you return."),
+        "warmup-wrong": Requirement(
+            "warm-up: lr * (step + 1) / warmup_steps for step < warmup_steps (the first step already trains)",
+            hint="Print the factor at steps 0, 1 and warmup_steps - 1: what should step 0 give, and which step "
+            "reaches the peak?"),
+        "cosine-wrong": Requirement(
+            "then lr * 0.5 * (1 + cos(pi * progress)), progress from the end of the warm-up to total_steps",
+            hint="At step warmup_steps the factor is 1 and at total_steps it is 0: does your progress start and "
+            "end there?"),
+        "rises-after-total": Requirement(
+            "the lr stays at 0 after total_steps",
+            hint="Print the factor at total_steps + 2: the cosine must not come back up."),
+        "divides-by-zero": Requirement(
+            "no warm-up at all (warmup_steps = 0) is valid: the factor never divides by it",
+            hint="Call your factor with warmup_steps = 0: the ramp's division by warmup_steps belongs only in the "
+            "`step < warmup_steps` branch, which no step enters then."),
+    },
+)
 def judge_optimizer(seen: dict, *, case: Case) -> str:
     """The groups of a small CNN with norms, biases and a buffer; the lr of every step of the schedule."""
     for (lr, weight_decay, warmup, total, freeze_first), record in zip(optimizer_settings(case), seen["settings"],

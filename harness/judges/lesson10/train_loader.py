@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.checks.lesson10.train_loader import train_loader_settings
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 
 
@@ -93,7 +93,44 @@ def _check_single_process(record: dict[str, Any], n: int, batch_size: int, seed:
              cause="the seed argument is not passed on", where="DistributedSampler(dataset, seed=seed)")
 
 
-@judges("10-train-loader")
+@judges(
+    "10-train-loader",
+    hints=Hints(
+        nudge="One loader for one process and for N: a DistributedSampler given the rank and world size of the "
+        "process group (harness.distributed: a world of one without a group), seeded with seed; drop the last, "
+        "incomplete batch.",
+        concept="A DistributedSampler shards by rank and shuffles with seed + epoch (fit calls set_epoch), so the "
+        "order is a function of (seed, epoch) and nothing needs saving; drop_last keeps every batch full.",
+        solution="sampler = DistributedSampler(dataset, num_replicas=get_world_size(), rank=get_rank(), "
+        "shuffle=True, seed=seed); return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)",
+        section="4. One training loader for one process and for many"),
+    requires={
+        "overlapping-shards": Requirement(
+            "under N ranks, each rank reads its own disjoint shard",
+            hint="On 2 ranks, what makes rank 0 and rank 1 read different samples? shuffle=True alone does not."),
+        "wrong-batch-size": Requirement("batch_size samples per batch on each rank",
+                                        hint="batch_size is already per rank: is it changed anywhere?"),
+        "partial-last-batch": Requirement("the last incomplete batch dropped",
+                                          hint="Which DataLoader option drops the last, smaller batch?"),
+        "uses-workers": Requirement("no worker processes",
+                                    hint="Which DataLoader option starts worker processes? Leave it at its default."),
+        "wrong-coverage": Requirement(
+            "a single process reads the whole dataset (a world of one)",
+            hint="Without a process group, how many replicas are there? Ask harness.distributed, do not assume."),
+        "not-shuffled": Requirement("shuffled", hint="Does your sampler shuffle? Print the first batch."),
+        "no-set-epoch": Requirement(
+            "the sampler is a DistributedSampler (fit calls its set_epoch every epoch)",
+            hint="fit reshuffles through loader.sampler.set_epoch(epoch): which sampler has that method?"),
+        "same-order-every-epoch": Requirement(
+            "a new order every epoch",
+            hint="Read two epochs, calling set_epoch(0) then set_epoch(1): is the order the same?"),
+        "order-not-reproducible": Requirement(
+            "the order depends on seed and epoch only, not on the global random state",
+            hint="Build the loader twice after torch.seed(): if the order changes, what is it drawing from?"),
+        "seed-ignored": Requirement("the seed argument picks the order",
+                                    hint="Where does the seed argument go? Seeds 0 and 1 give the same order."),
+    },
+)
 def judge_train_loader(seen: dict, *, case: Case) -> str:
     """Disjoint shards on 2 ranks, one process reads everything, full batches, order set by seed and epoch."""
     for (n, batch_size, seed), record in zip(train_loader_settings(case), seen["settings"], strict=True):

@@ -1,4 +1,5 @@
-"""The judges of lesson 12: one module per task (its judge and the references it recomputes).
+"""The judges of lesson 12: one module per task (its judge, with the requirement table and hints it
+declares, and the references it recomputes).
 
 Imported after the probes (`harness.checks.lesson12`), which register the tasks first.
 """

@@ -13,7 +13,7 @@ from torch import nn
 from harness.checks.lesson12.first_nonfinite import SCENARIOS, scenario_setup
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 
@@ -103,7 +103,46 @@ def _wrong_module_causes(got: Any, scenario: tuple[int, str], case: Case,
     return consistent or causes
 
 
-@judges("12-first-nonfinite")
+@judges(
+    "12-first-nonfinite",
+    hints=Hints(
+        nudge="Put a forward hook on every module of model.named_modules(); in the hook, test the output with "
+        "torch.isfinite and remember the name the first time it fails.",
+        concept="Forward hooks fire in execution order, a child's before its parent's, so the first report is the "
+        "innermost module that produced the value. torch.isfinite catches NaN and inf alike. Hooks you add "
+        "must be removed in a finally block, or they stay on the model after an exception.",
+        solution="handles = [m.register_forward_hook(make_hook(name)) for name, m in model.named_modules()]\n"
+        "try: with torch.no_grad(): model(inputs)\nfinally: for h in handles: h.remove()\nreturn found[0] "
+        "if found else None",
+        section="3. The first NaN",
+    ),
+    requires={
+        "wrong-module": Requirement(
+            "returns the qualified name (as named_modules() gives it) of the first module, in execution order, "
+            "whose output is not finite",
+            hint="Print the name and torch.isfinite(output).all() inside your hook: in which order do they fire, "
+            "and which one do you keep?"),
+        "missed-inf": Requirement(
+            "treats inf as non-finite, not only NaN",
+            hint="torch.isnan(torch.tensor(float('inf'))) is False: which test catches both?"),
+        "false-alarm": Requirement(
+            "returns None when every output is finite",
+            hint="Run your function on a healthy model: what does it return?"),
+        "not-a-name": Requirement(
+            "returns a string (the module's name) or None",
+            hint="Return the name string from named_modules(), not the module object."),
+        "hooks-left": Requirement(
+            "removes every hook it registered before returning",
+            hint="Print len(model.stem._forward_hooks) after your call: keep the handles and call .remove()."),
+        "hooks-left-on-error": Requirement(
+            "removes its hooks even when the forward pass raises",
+            hint="If model(inputs) raises, is your remove loop still reached? Which statement guarantees it?"),
+        "error-swallowed": Requirement(
+            "lets the exception of the forward pass propagate to the caller",
+            hint="When model(inputs) raises inside your function, does the caller see the error? What does your "
+            "except clause do with it?"),
+    },
+)
 def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
     """The first non-finite module's name (None when all finite); no hooks left, even after an exception."""
     recorded = seen["calls"] if isinstance(seen["calls"], list) else []

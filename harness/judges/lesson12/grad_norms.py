@@ -13,13 +13,40 @@ import torch
 from harness.checks.lesson12.grad_norms import grad_model
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, same_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson12.common import _scalar
 
 
-@judges("12-grad-norms")
+@judges(
+    "12-grad-norms",
+    hints=Hints(
+        nudge="Walk model.named_parameters(): for each parameter whose .grad is not None, the L2 norm of .grad.",
+        concept="The gradient norm per parameter shows where the gradient flows and where it vanishes or explodes. "
+        "Keep the norms as tensors (no .item() per layer: each is a host sync on a GPU), and only read .grad.",
+        solution="return {name: p.grad.detach().norm() for name, p in model.named_parameters() if p.grad is not None}",
+        section="2. Gradient flow, layer by layer",
+    ),
+    requires={
+        "wrong-keys": Requirement(
+            "keys are the parameters' names as model.named_parameters() gives them",
+            hint="Print list(model.named_parameters())[0][0]: that is the key wanted. What are yours?"),
+        "wrong-norm": Requirement(
+            "each value is the L2 norm of that parameter's gradient",
+            hint="Compare your value for one parameter with torch.linalg.vector_norm(p.grad): a mean, a square, "
+            "a maximum?"),
+        "none-included": Requirement(
+            "leaves out parameters whose .grad is None (frozen or unused)",
+            hint="A frozen parameter has no gradient at all: should it appear with a zero, or not appear?"),
+        "not-a-tensor": Requirement(
+            "returns the norms as tensors (no .item() or float() per parameter)",
+            hint="Print type() of one of your values: which call turned it into a Python number?"),
+        "grads-modified": Requirement(
+            "leaves the gradients unchanged",
+            hint="Which of your operations ends with an underscore, or writes into p.grad?"),
+    },
+)
 def judge_grad_norms(seen: dict, *, case: Case) -> str:
     """`{name: ||grad||}` over the parameters that have a gradient, as tensors; gradients unchanged."""
     model, _ = grad_model(case)

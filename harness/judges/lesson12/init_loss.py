@@ -10,13 +10,42 @@ from torch import nn
 from harness.checks.lesson12.init_loss import init_cases, init_inputs
 from harness.contract.case import Case
 from harness.contract.compare import isclose_number, judged, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson12.common import _scalar
 
 
-@judges("12-init-loss")
+@judges(
+    "12-init-loss",
+    hints=Hints(
+        nudge="At initialisation the logits are small, so the softmax is close to uniform: every class gets about "
+        "1/C, and the cross-entropy of any target is -ln(1/C).",
+        concept="Measure the loss as the model would be evaluated (model.eval(), no dropout) and without building a "
+        "graph (torch.no_grad()), then put the model back in the mode it was in; compare with ln(C).",
+        solution="was_training = model.training; model.eval()\nwith torch.no_grad(): loss = "
+        "F.cross_entropy(model(inputs), targets)\nmodel.train(was_training); return loss, math.log(num_classes)",
+        section="1. Sanity checks before training",
+    ),
+    requires={
+        "wrong-expected": Requirement(
+            "returns the expected loss ln(num_classes) as the second value, a float",
+            hint="Which logarithm does cross-entropy use? Compute -log(1/C) for C = 10 with math.log and compare."),
+        "wrong-loss": Requirement(
+            "returns the mean cross-entropy of the model's logits against the targets as the first value",
+            hint="F.cross_entropy takes raw logits and averages over the batch: does anything of yours change "
+            "the logits first, or sum instead of averaging?"),
+        "train-mode": Requirement(
+            "measures the loss in eval mode (dropout off)",
+            hint="The model has dropout: which mode is it in while your forward runs?"),
+        "graph-built": Requirement(
+            "runs the forward pass without building an autograd graph",
+            hint="Does your forward pass record a graph? Which context manager turns that off?"),
+        "mode-not-restored": Requirement(
+            "leaves the model in the mode it was in before the call (training or eval)",
+            hint="Call your function on a model in train mode, then print model.training: was it put back?"),
+    },
+)
 def judge_init_loss(seen: dict, *, case: Case) -> str:
     """(mean cross-entropy in eval mode without a graph, ln C); the model's mode left as it was."""
     for item, call in judged(init_cases(case), seen["calls"]):

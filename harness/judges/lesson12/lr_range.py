@@ -16,7 +16,7 @@ from harness.checks.lesson12.common import Batch
 from harness.checks.lesson12.lr_range import BASE_LR, MOMENTUM, momentum_buffers, sweep_setup, sweeps
 from harness.contract.case import Case
 from harness.contract.compare import close_values, isclose_number, judged, matching_tensors, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -272,7 +272,59 @@ def _judge_sweep(item: dict[str, Any], call: dict[str, Any]) -> None:
     _check_restored(call, start, start_buffers, len(optimizer.param_groups))
 
 
-@judges("12-lr-range")
+@judges(
+    "12-lr-range",
+    # the poisoned sweep's NaN loss, and the NaN gradients and weights of the steps from there on (a sweep that
+    # does not stop, or does not restore): the judge compares them with its own replay, NaN where it has NaN
+    nonfinite=("calls/*/returned/1/*", "calls/*/steps/*", "calls/*/params_after/*", "calls/*/buffers_after/*"),
+    hints=Hints(
+        nudge="Save deep copies of model.state_dict() and optimizer.state_dict() first; then for each step set "
+        "the learning rate of every param group, train one step on the next batch, record lr and loss, and stop "
+        "on divergence; restore both states at the end.",
+        concept="An LR range test raises the learning rate exponentially, step by step, and watches the loss: it "
+        "falls, flattens, then explodes. It is a diagnostic: the model and the optimizer (momentum, learning "
+        "rates) must come back exactly as they were. state_dict() returns the live tensors, so copy.deepcopy it.",
+        solution="lr = start_lr * (end_lr / start_lr) ** (i / (num_steps - 1)); for g in optimizer.param_groups: "
+        "g['lr'] = lr\n... losses.append(loss.item()); best = min(best, losses[-1])\nif not math.isfinite(losses[-1]) "
+        "or losses[-1] > diverge * best: break\nfinally: model.load_state_dict(saved_model); "
+        "optimizer.load_state_dict(saved_optimizer)",
+        section="4. Reading curves, and the LR range test",
+    ),
+    requires={
+        "wrong-lrs": Requirement(
+            "step i uses start_lr * (end_lr / start_lr) ** (i / (num_steps - 1)) in every param group",
+            hint="Print the learning rate of each param group at each step: does the first equal start_lr, the "
+            "last end_lr, and do they grow by a constant factor? Are all groups set?"),
+        "missing-zero-grad": Requirement(
+            "each step's gradient is that step's own (cleared before backward)",
+            hint="What is in .grad when the second step's backward runs?"),
+        "wrong-batch": Requirement(
+            "step i trains on batches[i % len(batches)] with loss_fn",
+            hint="Which batch does step i use? Print the index you read at each step."),
+        "batches-not-cycled": Requirement(
+            "runs up to num_steps steps, cycling through the batches",
+            hint="What happens to your loop when num_steps is larger than len(batches)?"),
+        "wrong-losses": Requirement(
+            "returns (lrs, losses): one learning rate and one loss (that step's batch loss, before the update, "
+            "as a float) per step taken",
+            hint="Is each recorded loss the raw loss of that step's batch, computed before optimizer.step()?"),
+        "no-divergence-stop": Requirement(
+            "stops after the first step whose loss is not finite or exceeds diverge times the lowest loss so far",
+            hint="Where does your loop compare the loss with diverge * the best loss so far, and break?"),
+        "wrong-stop": Requirement(
+            "stops exactly after that step (it is recorded), and not before",
+            hint="Replay your stop rule by hand on the losses you returned: compared with which loss, and is the "
+            "diverging step itself recorded?"),
+        "model-not-restored": Requirement(
+            "restores the model's parameters to what they were before the call",
+            hint="After your function, are the weights those from before? model.state_dict() returns the live "
+            "tensors: what does your saved copy hold after training?"),
+        "optimizer-not-restored": Requirement(
+            "restores the optimizer's state (momentum buffers and learning rates) to what it was before the call",
+            hint="Compare optimizer.state_dict() before and after your call: the momentum buffers and each group's "
+            "lr."),
+    },
+)
 def judge_lr_range(seen: dict, *, case: Case) -> str:
     """Every step at the geometric LR on its batch, the losses returned, the stop rule, and both states restored."""
     for item, call in judged(sweeps(case), seen["calls"]):

@@ -15,7 +15,7 @@ from torch import nn
 from harness.checks.lesson13.accumulate import Batch, accum_cases, accum_setup
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, close_values, judged, matching_tensors, same_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -145,7 +145,44 @@ def _judge_accum_return(got: Any, model: nn.Module, start: list[torch.Tensor], b
              if named and named[0].startswith("the last") else None)
 
 
-@judges("13-accumulate")
+@judges(
+    "13-accumulate",
+    hints=Hints(
+        nudge="Split the batch with .split(micro_batch_size); weight each micro-batch's mean loss by its share of "
+        "the rows, len(chunk) / len(batch), so the last, smaller one counts for less.",
+        concept="Gradients add up in .grad across backward calls: clear once, backward on each micro-batch's loss "
+        "times its share of the rows, step once. Then the update equals the full batch's, with a fraction of "
+        "the activation memory.",
+        solution="for x, y in zip(inputs.split(micro_batch_size), targets.split(micro_batch_size)):\n"
+        "    loss = loss_fn(model(x), y) * (len(x) / len(inputs)); loss.backward(); total += loss.detach()",
+        section="3. Fitting a bigger run: gradient accumulation",
+    ),
+    requires={
+        "eval-mode": Requirement("puts the model in training mode",
+                                 hint="Which call switches dropout and batch norm to training behaviour?"),
+        "micro-batch-too-large": Requirement(
+            "never runs a forward on more than micro_batch_size rows",
+            hint="Print x.shape[0] inside your loop: is the whole batch going through the model at once?"),
+        "missing-zero-grad": Requirement(
+            "clears the gradients once, before the first micro-batch",
+            hint="Call your step twice: does the second step's gradient still hold the first one's?"),
+        "only-last-micro-batch": Requirement(
+            "the gradient accumulates over every micro-batch",
+            hint="What does zero_grad inside the loop do to the micro-batches before the last one?"),
+        "wrong-weighting": Requirement(
+            "the accumulated gradient equals the gradient of the mean loss over the whole batch, also when the "
+            "last micro-batch is smaller",
+            hint="With 10 rows in micro-batches of 4, 4 and 2, how much should the 2-row micro-batch weigh?"),
+        "no-step": Requirement("calls optimizer.step() once per call",
+                               hint="Where is optimizer.step()? Once, after the loop."),
+        "steps-per-micro-batch": Requirement(
+            "steps once, after the last micro-batch (not once per micro-batch)",
+            hint="Is optimizer.step() indented inside your loop?"),
+        "wrong-return": Requirement(
+            "returns the mean loss over the whole batch as a detached 0-dim tensor (no .item())",
+            hint="Add up each weighted micro-batch loss with .detach(); what does that sum equal?"),
+    },
+)
 def judge_accumulate(seen: dict, *, case: Case) -> str:
     """Each step's gradient is the full batch's mean-loss gradient; forwards stay within micro_batch_size."""
     for (seed, size, micro), result in judged(accum_cases(case), seen["results"]):

@@ -10,7 +10,7 @@ from torch import nn
 from harness.checks.lesson13.activation_formula import activation_cases
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
 
@@ -74,7 +74,38 @@ def _activation_cause(got: int, want: int, batch: int, widths: Sequence[int], el
         cause for _, cause in matches)
 
 
-@judges("13-activation-formula")
+@judges(
+    "13-activation-formula",
+    hints=Hints(
+        nudge="List what each layer saves: a Linear its input, a ReLU its output. Which of those are the same tensor?",
+        concept="Autograd keeps, per Linear, its input (for the weight's gradient) and, per ReLU, its output; the ReLU "
+        "output is the next Linear's input, one tensor. The last Linear's output is not saved by the model.",
+        solution="element = torch.empty((), dtype=dtype).element_size()\n"
+        "return batch_size * sum(widths[:-1]) * element",
+        section="2. Where the memory goes",
+    ),
+    requires={
+        "not-an-int": Requirement("returns an int number of bytes",
+                                  hint="Print type(...) of what you return: a tensor or a float?"),
+        "wrong-element-size": Requirement(
+            "counts bytes at the dtype's element size (2 for bfloat16 and float16, 8 for float64)",
+            hint="How many bytes does one bfloat16 value take? torch.empty((), dtype=dtype).element_size() says."),
+        "weights-counted": Requirement(
+            "leaves the parameters out (exercise 1 counts them)",
+            hint="The weights a Linear saves are the parameters themselves: no new memory. Drop them from the sum."),
+        "counted-twice": Requirement(
+            "counts a tensor saved by two operations once",
+            hint="The ReLU's output and the next Linear's input: how many tensors is that?"),
+        "missing-batch": Requirement(
+            "counts every row of the batch: the bytes grow with batch_size",
+            hint="Call your formula with batch_size 1 and 2: does the result double? Every saved tensor has one row "
+            "per example."),
+        "wrong-bytes": Requirement(
+            "equals the bytes autograd saves for backward in one forward of the MLP, measured",
+            hint="Measure one small case with harness.memory.saved_for_backward and print saved.shapes: which "
+            "tensors are they?"),
+    },
+)
 def judge_activation_formula(seen: dict, *, case: Case) -> str:
     """The formula equals the bytes measured on the MLP, in every case."""
     for (batch, widths, dtype), result in judged(activation_cases(case), seen["results"]):

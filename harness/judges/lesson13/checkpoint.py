@@ -17,13 +17,44 @@ from torch.utils.checkpoint import checkpoint
 from harness.checks.lesson13.checkpoint import checkpoint_cases, checkpoint_inputs
 from harness.contract.case import Case
 from harness.contract.compare import close_norm, close_values, judged, matching_tensors, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson13.common import _flat
 
 
-@judges("13-checkpoint")
+@judges(
+    "13-checkpoint",
+    hints=Hints(
+        nudge="Wrap each block's call: h = checkpoint(block, h, use_reentrant=False).",
+        concept="torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False) runs fn without keeping its "
+        "activations and runs it again in backward; it restores the RNG state so dropout draws the same mask. "
+        "The reentrant variant gives no parameter gradients when no input requires grad.",
+        solution="h = x\nfor block in blocks:\n    h = checkpoint(block, h, use_reentrant=False)\nreturn h",
+        section="4. Activation checkpointing: memory for time",
+    ),
+    requires={
+        "wrong-output": Requirement("returns what running the blocks in order returns",
+                                    hint="Compare with a plain loop over the blocks, under the same seed."),
+        "no-param-grads": Requirement(
+            "the parameters get gradients in backward, even though the input does not require grad",
+            hint="Does your output have a grad_fn? Which checkpoint variant needs an input that requires grad?"),
+        "reentrant": Requirement(
+            "uses the non-reentrant checkpoint (use_reentrant=False)",
+            hint="Which value of use_reentrant does the lesson recommend, and what does the other one do?"),
+        "wrong-grads": Requirement(
+            "the gradients equal those of the plain forward (the same dropout masks in the recomputation)",
+            hint="Dropout draws a new mask each call: what must checkpoint restore before it runs a block again?"),
+        "not-checkpointed": Requirement(
+            "every block is checkpointed: autograd keeps only each block's input outside the checkpoints",
+            hint="Count what is saved for backward with harness.memory.saved_for_backward: which block still "
+            "keeps its activations?"),
+        "one-checkpoint": Requirement(
+            "each block in its own checkpoint call, so that backward recomputes one block at a time",
+            hint="Put a print in each block's forward (register_forward_pre_hook) and run backward: how many "
+            "blocks run again before the first gradient arrives?"),
+    },
+)
 def judge_checkpoint(seen: dict, *, case: Case) -> str:
     """Output and gradients equal the plain forward's with the same dropout masks; only block inputs saved."""
     for (seed, batch, width, depth), result in judged(checkpoint_cases(case), seen["results"]):

@@ -10,7 +10,7 @@ from typing import Any
 from harness.checks.lesson13.deterministic import prior_flags
 from harness.contract.case import Case
 from harness.contract.compare import judged
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 
@@ -54,7 +54,41 @@ def _restore_cause(prior: dict[str, bool], inside: dict[str, bool], after: dict[
             "another flag", None)
 
 
-@judges("13-deterministic")
+@judges(
+    "13-deterministic",
+    hints=Hints(
+        nudge="Read the four flags first, set them, yield inside try, and write the old values back in finally.",
+        concept="Global flags outlive a cell: a context manager that changes them must restore the values it found "
+        "(including warn_only), also when the block raises: @contextlib.contextmanager with try/finally.",
+        solution="before = (torch.are_deterministic_algorithms_enabled(), "
+        "torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.benchmark, cudnn.deterministic)\n"
+        "torch.use_deterministic_algorithms(True); cudnn.benchmark = False; cudnn.deterministic = True\n"
+        "try: yield\nfinally: torch.use_deterministic_algorithms(before[0], warn_only=before[1]); ...",
+        section="6. Determinism against speed",
+    ),
+    requires={
+        "not-deterministic": Requirement(
+            "inside the block, deterministic algorithms are enforced (use_deterministic_algorithms(True), "
+            "errors, not warnings)",
+            hint="Print torch.are_deterministic_algorithms_enabled() and "
+            "torch.is_deterministic_algorithms_warn_only_enabled() inside your block."),
+        "benchmark-on": Requirement(
+            "inside the block, cudnn.benchmark is False",
+            hint="What does cudnn.benchmark choose, and why does that break run-to-run equality?"),
+        "cudnn-not-deterministic": Requirement(
+            "inside the block, cudnn.deterministic is True",
+            hint="There are two cuDNN flags: which one asks for deterministic convolution algorithms?"),
+        "not-restored": Requirement(
+            "on exit, every flag (warn_only included) is back to the value it had before the block",
+            hint="Enter your context with benchmark=True set beforehand: what is it after the block?"),
+        "not-restored-on-error": Requirement(
+            "the flags are restored also when the block raises",
+            hint="What runs after a yield when the block raises? Put the restoring code where it always runs."),
+        "exception-swallowed": Requirement(
+            "an exception raised in the block propagates out of it",
+            hint="Does your context manager catch the exception (except: pass, or a return in finally)?"),
+    },
+)
 def judge_deterministic(seen: dict, *, case: Case) -> str:
     """Inside: deterministic, errors, no benchmark, cuDNN deterministic; after: the priors; exceptions propagate."""
     # the uses whose block returned first: a wrong restore shows there as itself, where after a block that

@@ -14,7 +14,7 @@ from torch import nn
 from harness.checks.lesson14.lora import lora_base, lora_cases, lora_inputs
 from harness.contract.case import Case
 from harness.contract.compare import close_scaled, tensor
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError, type_name
 from harness.judges.lesson14.common import ATTRIBUTE_HINT, attribute_cause, attribute_names
@@ -25,7 +25,50 @@ def _expected(base: nn.Linear, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor
         return base(x) + scale * (x @ a.T @ b.T)
 
 
-@judges("14-lora")
+@judges(
+    "14-lora",
+    hints=Hints(
+        nudge="Keep the pretrained layer as self.base and freeze it; add two small nn.Parameters, lora_A (r x in) "
+              "random and lora_B (out x r) zero; forward adds (alpha / r) * (x @ A.T) @ B.T to base(x).",
+        concept="LoRA learns a low-rank change B @ A of a frozen weight: r * (in + out) trainable numbers instead of "
+                "in * out. With B = 0 the layer starts exactly as the pretrained one, and A random lets B's gradient "
+                "be non-zero from the first step. Merging folds the change into one weight: W + (alpha / r) * B @ A.",
+        solution="forward: return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scaling; merge: merged = "
+                 "nn.Linear(in, out, bias=...); merged.weight.copy_(W + self.scaling * self.lora_B @ self.lora_A); "
+                 "copy the bias",
+        section="6. LoRA from scratch"),
+    requires={
+        "base-trainable": Requirement(
+            "keeps the base layer as self.base, its weight and bias frozen (requires_grad False); only lora_A and "
+            "lora_B train",
+            hint="Print [n for n, p in layer.named_parameters() if p.requires_grad]: what is there besides lora_A and "
+                 "lora_B? eval() does not freeze."),
+        "wrong-adapter": Requirement(
+            "lora_A (r, in_features) and lora_B (out_features, r) are registered nn.Parameters that gradients reach",
+            hint="Print dict(layer.named_parameters()).keys() and the shapes of lora_A and lora_B: are both "
+                 "there, as nn.Parameter, and does loss.backward() give them a .grad?"),
+        "start-differs": Requirement(
+            "a new layer computes exactly what the base layer computes",
+            hint="Compare layer(x) with layer.base(x) right after construction: which of lora_A and lora_B must "
+                 "start at zero for the added term to vanish?"),
+        "wrong-init": Requirement(
+            "lora_B starts at zeros and lora_A at random values",
+            hint="Print layer.lora_A.abs().sum() and layer.lora_B.abs().sum() after construction: which is zero? If "
+                 "both are, what gradient can either of them get?"),
+        "wrong-forward": Requirement(
+            "forward returns base(x) + (alpha / r) * x @ A.T @ B.T, for inputs of any number of leading dimensions",
+            hint="Set lora_A and lora_B to small known tensors and compare layer(x) with the formula by hand: is your "
+                 "scaling alpha / r?"),
+        "merge-differs": Requirement(
+            "merge() returns an nn.Linear computing the same outputs as the layer",
+            hint="Compare layer.merge()(x) with layer(x) for non-zero lora_A and lora_B: is the scaling in the merged "
+                 "weight, and did the bias come along?"),
+        "merge-modifies": Requirement(
+            "merge() leaves the LoRA layer itself unchanged",
+            hint="Compute layer(x), call layer.merge(), compute layer(x) again: the same? Build the merged weight in "
+                 "a new tensor, not in self.base.weight."),
+    },
+)
 def judge_lora(seen: dict, *, case: Case) -> str:
     """Base frozen, adapters registered with gradients, the start equal to the base, B zero and A random, the
     forward formula, and a merge that equals the layer and leaves it unchanged."""

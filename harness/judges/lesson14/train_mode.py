@@ -14,7 +14,7 @@ from harness.checks.lesson14.common import BATCHNORMS
 from harness.checks.lesson14.train_mode import ModeNet, mode_cases, mode_input, mode_model, seeded_forward
 from harness.contract.case import Case
 from harness.contract.compare import close_scaled, same_values, tensor
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson14.common import _no_exception
@@ -25,7 +25,38 @@ def _frozen_batchnorm(module: nn.Module) -> bool:
     return isinstance(module, BATCHNORMS) and bool(params) and not any(p.requires_grad for p in params)
 
 
-@judges("14-train-mode")
+@judges(
+    "14-train-mode", unjudged=('models/*/buffers/*',),
+    hints=Hints(
+        nudge="Call model.train() first (it sets every module), then walk model.modules() and put back in eval mode "
+              "each BatchNorm layer whose parameters are all frozen.",
+        concept="Freezing (requires_grad False) stops gradients; it does not stop a BatchNorm in training mode from "
+                "normalising with the batch's statistics and overwriting its running statistics. Only eval mode "
+                "does, and model.train() undoes it, so it must be redone after every model.train().",
+        solution="model.train(); for m in model.modules(): if isinstance(m, nn.modules.batchnorm._BatchNorm) and "
+                 "not any(p.requires_grad for p in m.parameters()): m.eval()",
+        section="3. Freezing done right"),
+    requires={
+        "frozen-bn-training": Requirement(
+            "every BatchNorm layer whose parameters are all frozen is in eval mode (its running statistics do not "
+            "move)",
+            hint="After your function, print [(n, m.training) for n, m in model.named_modules() if 'BatchNorm' in "
+                 "type(m).__name__]: which frozen ones still say True?"),
+        "trainable-bn-eval": Requirement(
+            "BatchNorm layers with trainable parameters stay in training mode",
+            hint="Which BatchNorm layers did you put in eval mode? Print requires_grad of their weight: are some of "
+                 "them being trained?"),
+        "not-training": Requirement(
+            "the model and its other layers (dropout included) are in training mode, also when the model came in "
+            "eval mode",
+            hint="Call model.eval() before your function: after it, is model.training True? Is the head's dropout "
+                 "active?"),
+        "flags-changed": Requirement(
+            "changes no parameter's requires_grad",
+            hint="Compare [p.requires_grad for p in model.parameters()] before and after your function: mode and "
+                 "freezing are two separate things; this function sets modes only."),
+    },
+)
 def judge_train_mode(seen: dict, *, case: Case) -> str:
     """Frozen BatchNorm layers in eval mode, every other layer training: the judge recomputes the forward pass
     with those modes and compares the output and the statistics."""

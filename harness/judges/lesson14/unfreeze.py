@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.checks.lesson14.unfreeze import block_names, unfreeze_cases, unfreeze_model
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson14.common import ATTRIBUTE_HINT, attribute_cause, attribute_names
@@ -20,7 +20,37 @@ def _block_of(name: str) -> str:
     return ".".join(name.split(".")[:2])
 
 
-@judges("14-unfreeze")
+@judges(
+    "14-unfreeze",
+    hints=Hints(
+        nudge="Each call decides every flag: the head always trains; block i of n unfreezes from epoch "
+              "every * (n - i), so the last block (next to the head) is first.",
+        concept="Gradual unfreezing trains the new head alone first, then unfreezes one block at a time from the top "
+                "down, so that the large, noisy gradients of a random head never reach the general early layers. "
+                "requires_grad_(flag) on a block sets all its parameters; setting the flag both ways on every call "
+                "makes the function independent of the model's state before it.",
+        solution="blocks = [b for b in model.backbone if list(b.parameters())]; for i, block in enumerate(blocks): "
+                 "block.requires_grad_(epoch >= every * (len(blocks) - i)); model.head.requires_grad_(True)",
+        section="5. Gradual unfreezing"),
+    requires={
+        "head-frozen": Requirement(
+            "the head is trainable at every epoch",
+            hint="Print [n for n, p in model.head.named_parameters() if not p.requires_grad] after a call at epoch "
+                 "0: is the head trainable?"),
+        "not-frozen": Requirement(
+            "blocks not yet due are frozen, also when the model came in trainable",
+            hint="Call your function at epoch 0 on a freshly built model (everything trainable): is the backbone "
+                 "frozen afterwards? Each call must set both directions."),
+        "wrong-order": Requirement(
+            "blocks unfreeze from the top (the last block, next to the head) down to the first",
+            hint="Print which block is trainable at epoch `every`: the one next to the head, or the first?"),
+        "wrong-timing": Requirement(
+            "block i of n is trainable from epoch every * (n - i) on, and frozen before it, for a backbone of any "
+            "number of blocks",
+            hint="Tabulate, for epochs 0 to 3 * every + 1, which blocks your function leaves trainable, and compare "
+                 "with every * (n - i): an off-by-one (> instead of >=), or blocks counted from the wrong end?"),
+    },
+)
 def judge_unfreeze(seen: dict, *, case: Case) -> str:
     """The head always trainable; block i of n trainable exactly from epoch every * (n - i), whatever the flags
     were before the call."""

@@ -9,7 +9,7 @@ import torch
 from harness.checks.lesson15.attention import attention_calls
 from harness.contract.case import Case
 from harness.contract.compare import judged, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
 from harness.judges.lesson15.common import LOW_PRECISION, matches_for
@@ -71,7 +71,44 @@ def _large_negative(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: 
     return scores.masked_fill(~keep, -1e9).softmax(dim=-1) @ v.double()
 
 
-@judges("15-attention")
+@judges(
+    "15-attention", nonfinite=('results/*',),
+    hints=Hints(
+        nudge="scores = q @ k.transpose(-2, -1) / sqrt(d); set the scores of blocked keys to -inf; softmax over the "
+        "keys (the last axis); multiply by v.",
+        concept="Attention weighs the values by softmax over keys of the scaled dot products. A blocked key gets "
+        "score -inf before the softmax, so its weight is exactly 0 and the other weights still sum to 1. The "
+        "padding mask (batch, keys) broadcasts over heads and queries as mask[:, None, None, :]; the causal mask "
+        "blocks key j > i for query i (its own position included in what it sees). Both masks apply together.",
+        solution="scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "allowed = mask[:, None, None, :] & ~torch.ones(Tq, Tk, dtype=torch.bool).triu(1)  # each only if given\n"
+        "return scores.masked_fill(~allowed, float('-inf')).softmax(dim=-1) @ v",
+        section="3. Attention by hand, with padding and causal masks",
+    ),
+    requires={
+        "forbidden-call": Requirement(
+            "does not call F.scaled_dot_product_attention or nn.MultiheadAttention",
+            hint="Build it from @ (matmul), masked_fill and softmax; the reference is for comparing afterwards."),
+        "wrong-shape": Requirement("returns one tensor of shape (batch, heads, queries, head_dim)",
+                                   hint="Print the shape of what you return for q with 3 queries and k with 5 keys."),
+        "wrong-dtype": Requirement("returns the output in q's dtype",
+                                   hint="Print the dtype of what you return for bfloat16 q, k and v: which operation "
+                                   "changed it?"),
+        "wrong-scale": Requirement("scales the scores by 1/sqrt(head_dim)",
+                                   hint="What do you divide q @ k^T by? The exercise says the square root of d."),
+        "wrong-value": Requirement(
+            "returns softmax(q k^T / sqrt(d)) v, the softmax over the keys",
+            hint="Over which axis does your softmax normalise? Each query's weights over the keys must sum to 1."),
+        "padding-not-masked": Requirement(
+            "keys where mask is False get weight 0",
+            hint="Print the attention weights for a short sequence: do its padded keys get any weight? Which value "
+            "marks a real key in this lesson's mask?"),
+        "causal-not-masked": Requirement(
+            "with causal=True, query i attends to keys 0..i only",
+            hint="With causal=True print the weights of query 0: only key 0 may have weight. Check the diagonal= "
+            "of your triu/tril."),
+    },
+)
 def judge_attention(seen: dict, *, case: Case) -> str:
     """softmax(q k^T / sqrt(d) + masks) v, written by hand, for each mask combination."""
     forbid(seen["calls"], _ATTENTION_FORBIDDEN, where="the text of exercise 3")

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from harness.checks.lesson15.masked_loss import loss_inputs
 from harness.contract.case import Case
 from harness.contract.compare import judged, same_values, tensor, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.protocol import refuse_nonfinite
 from harness.contract.recorded import recorded
 from harness.contract.registry import judges
@@ -44,7 +44,41 @@ def _reference_masked(logits: torch.Tensor, targets: torch.Tensor, mask: torch.T
     return loss.detach(), leaf.grad
 
 
-@judges("15-masked-loss")
+@judges(
+    "15-masked-loss", nonfinite=("results/*",),  # refused by the judge call by call, in the order of the calls
+    hints=Hints(
+        nudge="Compute the cross-entropy of every position (reduction='none'), keep the real ones with the mask, "
+        "and average over those only.",
+        concept="A padded batch has positions that are not tokens; their loss must count for nothing, and the mean "
+        "divides by the number of real tokens (mask.sum()), not by batch * time. Either select with the mask, or "
+        "set padded targets to ignore_index (on a copy) and let F.cross_entropy skip them.",
+        solution="per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction='none')\n"
+        "return per_token[mask.flatten()].mean()",
+        section="2. A loss that ignores padding",
+    ),
+    requires={
+        "not-a-scalar": Requirement("returns a 0-dim tensor",
+                                    hint="Print the .shape of what you return: it should be torch.Size([])."),
+        "wrong-dtype": Requirement("the loss has the logits' dtype",
+                                   hint="Print the dtype of what you return for bfloat16 logits: which operation "
+                                   "changed it?"),
+        "padding-counted": Requirement(
+            "padded positions count for nothing: neither their logits and targets nor their number",
+            hint="Change the logits at the padded positions only and call your loss again: does the value move? "
+            "What do you divide by?"),
+        "wrong-value": Requirement(
+            "returns the mean cross-entropy over the real tokens of the whole batch, whatever their class (0 included)",
+            hint="Compare with F.cross_entropy on the real tokens alone, taken out with logits[mask]: is yours a sum, "
+            "a mean of per-sequence means, or does it skip a class?"),
+        "no-gradient": Requirement(
+            "the result is differentiable: its gradient reaches the logits",
+            hint="Does the result have a grad_fn? .item(), float(), numpy and torch.tensor(...) all cut the graph."),
+        "inputs-modified": Requirement(
+            "leaves logits, targets and mask unchanged",
+            hint="Which line writes into targets (or logits, or mask)? Change a copy (targets.masked_fill(...), "
+            "not targets[...] = ...)."),
+    },
+)
 def judge_masked_loss(seen: dict, *, case: Case) -> str:
     """The mean cross-entropy over real tokens, as a differentiable 0-dim tensor; padding and inputs untouched."""
     for index, ((description, logits, targets, mask), result) in enumerate(judged(loss_inputs(case),

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from harness.checks.lesson15.smoothed_loss import smoothed_calls
 from harness.contract.case import Case
 from harness.contract.compare import close_values, judged, tensor, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -46,7 +46,43 @@ def _uniform_summed(logits: torch.Tensor, targets: torch.Tensor, smoothing: floa
     return ((1 - smoothing) * nll - smoothing * log_probs.sum(dim=-1)).mean()
 
 
-@judges("15-smoothed-loss")
+@judges(
+    "15-smoothed-loss", nonfinite=('results/*/returned', 'results/*/grad'),
+    hints=Hints(
+        nudge="log_probs = logits.log_softmax(-1); the target term is -log_probs at the target (gather); the "
+        "smoothing term is -log_probs averaged over all classes; mix them with (1 - smoothing) and smoothing.",
+        concept="Label smoothing trains towards (1 - eps) on the target plus eps / C on every class (the target "
+        "included, as PyTorch does). Its cross-entropy is (1 - eps) * NLL + eps * mean over classes of -log p, "
+        "averaged over the batch. log_softmax (or logits - logsumexp) stays finite for huge logits; "
+        "softmax().log() does not. Torch operations keep the graph: autograd gives the gradient for free.",
+        solution="log_probs = logits.log_softmax(dim=-1)\n"
+        "nll = -log_probs.gather(1, targets[:, None]).squeeze(1)\n"
+        "return ((1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)).mean()",
+        section="5. A custom loss in torch operations",
+    ),
+    requires={
+        "forbidden-call": Requirement(
+            "does not call F.cross_entropy, F.nll_loss (or nn.CrossEntropyLoss) or numpy",
+            hint="Write it from log_softmax, gather (or indexing) and mean: F.cross_entropy is what you compare with "
+            "afterwards."),
+        "not-a-scalar": Requirement("returns a 0-dim tensor (the mean over the batch)",
+                                    hint="Print the .shape of what you return; did you average over the batch?"),
+        "wrong-dtype": Requirement("the loss has the logits' dtype, as F.cross_entropy's does",
+                                   hint="Print the dtype of what you return for float32 logits: which operation "
+                                   "changed it?"),
+        "wrong-value": Requirement(
+            "equals F.cross_entropy(logits, targets, label_smoothing=smoothing)",
+            hint="Check smoothing=0 first (plain cross-entropy), then the smoothing term: PyTorch spreads eps over "
+            "all C classes, the target's included."),
+        "not-stable": Requirement(
+            "stays finite for logits in the hundreds",
+            hint="Try logits = torch.tensor([[300.0, 0.0, -300.0]]): softmax gives an exact 0, and log(0) = -inf. "
+            "Which function computes log-probabilities without taking the log of a softmax?"),
+        "no-gradient": Requirement(
+            "is differentiable, with the gradient of F.cross_entropy(..., label_smoothing=smoothing)",
+            hint="Does the result have a grad_fn? .item(), float() and torch.tensor(...) cut the graph."),
+    },
+)
 def judge_smoothed_loss(seen: dict, *, case: Case) -> str:
     """The value and gradient of F.cross_entropy(label_smoothing=...), finite for huge logits, no forbidden call."""
     forbid(seen["calls"], _SMOOTHED_FORBIDDEN, where="the text of exercise 5")

@@ -8,13 +8,51 @@ from __future__ import annotations
 
 from harness.checks.lesson16.common import case_model, cloned_state
 from harness.contract.case import Case
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson16.common import _states_equal
 
 
-@judges("16-load-artefact")
+@judges(
+    "16-load-artefact",
+    hints=Hints(
+        nudge="Three steps: read the file with torch.load(..., weights_only=True), build the model from its "
+        "config, then load the weights strictly and switch to eval mode.",
+        concept="weights_only=True unpickles only tensors and plain values, so a file cannot run code while it "
+        "loads; strict loading makes a name that does not match an error instead of a silently random layer; "
+        "a served model runs in eval mode (Dropout off, BatchNorm's running statistics).",
+        solution='artefact = torch.load(path, weights_only=True, map_location="cpu")\n'
+        'model = build_model(**artefact["config"])\n'
+        'model.load_state_dict(artefact["state_dict"])\n'
+        "return model.eval()",
+        section="1. What you ship: weights plus code",
+    ),
+    requires={
+        "no-map-location": Requirement(
+            'loads with map_location="cpu": a file saved on a GPU loads on a machine without that GPU',
+            hint="Where does torch.load put a tensor that was saved from cuda:0, and what does the machine you serve "
+            "on have? Which argument of torch.load decides?"),
+        "not-a-module": Requirement(
+            "returns the model (an nn.Module)",
+            hint="Print type(load_artefact(path, build_model)): what does load_state_dict return?"),
+        "wrong-weights": Requirement(
+            "the returned model holds the saved weights and buffers",
+            hint="Compare load_artefact(...).state_dict() with the saved one: did the weights reach the model you "
+            "return?"),
+        "train-mode": Requirement(
+            "returns the model in eval mode",
+            hint="Print model.training for the model you return: a freshly built module starts in training mode."),
+        "unsafe-load": Requirement(
+            "loads with weights_only=True: a file holding any other object raises instead of running its code",
+            hint="What does torch.load(path, weights_only=False) do with a pickled object whose class says "
+            "'call this function'? Do not catch the error that weights_only=True raises."),
+        "not-strict": Requirement(
+            "loads strictly: an artefact whose names do not match the model raises",
+            hint="What does load_state_dict(..., strict=False) do with a key it does not know? Which layer keeps "
+            "its random initialisation then?"),
+    },
+)
 def judge_load_artefact(seen: dict, *, case: Case) -> str:
     """The loader returns the model with the saved state in eval mode; it refuses a file that would run code and
     an artefact whose names do not match."""

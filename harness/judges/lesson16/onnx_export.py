@@ -14,7 +14,7 @@ from harness.checks.lesson16.common import case_config, case_inputs, case_model
 from harness.checks.lesson16.onnx_export import EXPORT_ROWS, onnx_batches
 from harness.contract.case import Case
 from harness.contract.compare import close_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson16.common import _reference
@@ -62,7 +62,44 @@ def _fail_dynamic_shapes(seen: dict, where: str) -> None:
          "inputs you pass), not input_names.")
 
 
-@judges("16-onnx-export")
+@judges(
+    "16-onnx-export",
+    hints=Hints(
+        nudge="torch.onnx.export(model, (example,), path, dynamo=True, ...) in eval mode, with the names the "
+        "exercise gives and the batch axis declared dynamic (torch.export.Dim).",
+        concept="The exporter traces the model on the example: every shape it sees becomes a constant unless "
+        "declared dynamic, and the mode it runs in (train or eval) is frozen into the graph. Serving code feeds "
+        "ONNX Runtime by input name.",
+        solution='model.eval()\ntorch.onnx.export(model, (example,), path, dynamo=True, verbose=False, '
+        'input_names=["features"], output_names=["logits"], '
+        'dynamic_shapes=({0: torch.export.Dim("batch")},))',
+        section="3. torch.export, ONNX and ONNX Runtime",
+    ),
+    requires={
+        "no-file": Requirement(
+            "writes the .onnx file to `path`",
+            hint="What does torch.onnx.export(..., dynamo=True) return, and does it save anything when it is "
+            "given no file?"),
+        "torchscript-exporter": Requirement(
+            "exports with torch.onnx.export(..., dynamo=True), the torch.export-based exporter",
+            hint="Which exporter runs when you pass dynamo=False (or an old torch's default)? The TorchScript one "
+            "traces with torch.jit and is deprecated."),
+        "wrong-names": Requirement(
+            'the input is named "features" and the output "logits"',
+            hint="Print [i.name for i in session.get_inputs()] for your file: which exporter argument names them?"),
+        "static-batch": Requirement(
+            "the batch axis is dynamic: the file runs at batch sizes other than the example's",
+            hint="Print session.get_inputs()[0].shape: a number where the batch size goes means it was frozen at "
+            "export. Which argument declares an axis dynamic?"),
+        "train-mode": Requirement(
+            "exports the model in eval mode",
+            hint="In which mode is the model when it arrives, and what does the exporter freeze into the graph?"),
+        "wrong-output": Requirement(
+            "ONNX Runtime computes the model's logits (atol 1e-4, rtol 1e-3)",
+            hint="Compare session.run(...) with model(x) in eval mode on a few rows: is something added to the "
+            "exported computation?"),
+    },
+)
 def judge_onnx_export(seen: dict, *, case: Case) -> str:
     """The file exists, names its input and output as asked, has a dynamic batch axis, was exported in eval mode,
     and ONNX Runtime's outputs match eager's within the tolerance at every batch size."""

@@ -11,7 +11,7 @@ from harness.checks.lesson16.common import case_inputs, case_model
 from harness.checks.lesson16.predict import predict_calls
 from harness.contract.case import Case
 from harness.contract.compare import close_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson16.common import _reference, fail_if_raised
@@ -21,7 +21,42 @@ def _expected_batches(count: int, batch_size: int) -> list[int]:
     return [min(batch_size, count - start) for start in range(0, count, batch_size)]
 
 
-@judges("16-predict")
+@judges(
+    "16-predict",
+    hints=Hints(
+        nudge="Stack the requests batch_size at a time, run each batch in eval mode under torch.inference_mode(), "
+        "concatenate the outputs, and put the model's mode back as it was.",
+        concept="Serving runs in eval mode (Dropout off, BatchNorm's running statistics) under "
+        "torch.inference_mode() (no graph, no version counters); batching amortises the per-call overhead; the "
+        "caller's model keeps its mode.",
+        solution="was_training = model.training\nmodel.eval()\nwith torch.inference_mode():\n"
+        "    outputs = [model(torch.stack(inputs[i:i + batch_size])) for i in range(0, len(inputs), batch_size)]\n"
+        "model.train(was_training)\nreturn torch.cat(outputs).cpu()",
+        section="2. Inference done right",
+    ),
+    requires={
+        "train-mode": Requirement(
+            "the model runs in eval mode",
+            hint="Print model.training inside your function, just before the forward."),
+        "no-inference-mode": Requirement(
+            "every forward runs under torch.inference_mode()",
+            hint="What is the difference between torch.no_grad() and torch.inference_mode(), and which does the "
+            "exercise ask for?"),
+        "wrong-batches": Requirement(
+            "runs batches of batch_size requests (the last one may be smaller), in order",
+            hint="Print the shape of what you pass to the model at each call: how many rows, how many calls?"),
+        "not-a-tensor": Requirement(
+            "returns one tensor of shape (len(inputs), classes)",
+            hint="What type does your function return? torch.cat joins a list of batch outputs."),
+        "wrong-output": Requirement(
+            "returns the model's outputs (the logits), row i for request i",
+            hint="Compare your result with model(torch.stack(inputs)) in eval mode: is something applied on top?"),
+        "flag-not-restored": Requirement(
+            "leaves the model in the mode it came in: training stays training, eval stays eval",
+            hint="Read model.training before switching to eval, and set it back at the end (model.train(flag)): "
+            "what does your function do to a model that arrives in eval mode?"),
+    },
+)
 def judge_predict(seen: dict, *, case: Case) -> str:
     """Eval mode, inference_mode, batches of batch_size in order, the logits as one tensor, the mode restored."""
     calls, results = predict_calls(case), seen.get("results")

@@ -12,7 +12,7 @@ import torch
 from harness.checks.lesson16.common import case_config, case_model, cloned_state
 from harness.contract.case import Case
 from harness.contract.compare import same_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson16.common import _states_equal
 
@@ -43,7 +43,44 @@ def _state_problem(saved: dict, want: dict[str, torch.Tensor]) -> tuple[str, str
     return None
 
 
-@judges("16-save-artefact")
+@judges(
+    "16-save-artefact",
+    hints=Hints(
+        nudge="Save data, not objects: a dict holding the config (plain Python values) and model.state_dict() "
+        "(tensors), written with torch.save to exactly the path you are given.",
+        concept="A deployable artefact is weights plus the code that rebuilds the model. torch.load(path, "
+        "weights_only=True) reads tensors, numbers, strings, lists and dicts, and refuses every other class, "
+        "because unpickling a class can run arbitrary code. state_dict() holds parameters and buffers.",
+        solution='torch.save({"config": dict(config), "state_dict": model.state_dict()}, path)',
+        section="1. What you ship: weights plus code",
+    ),
+    requires={
+        "no-file": Requirement(
+            "writes the artefact to `path` itself",
+            hint="List the folder after calling your function: is there a file named exactly like `path`?"),
+        "not-weights-only": Requirement(
+            "the file loads with torch.load(path, weights_only=True): no pickled module or other object",
+            hint="Run torch.load(path, weights_only=True) on your file and read the 'Unsupported global' it names: "
+            "which object of a class did you save?"),
+        "wrong-layout": Requirement(
+            'the file holds a dict with the keys "config" and "state_dict"',
+            hint="Print torch.load(path, weights_only=True).keys(): are both keys there, spelled exactly?"),
+        "wrong-config": Requirement(
+            'artefact["config"] equals the config dict it was given',
+            hint='Compare torch.load(path, weights_only=True)["config"] == config: what type did you store?'),
+        "missing-buffers": Requirement(
+            "the state_dict includes the buffers (BatchNorm running statistics), not only the parameters",
+            hint="Compare the keys you saved with model.state_dict().keys(): which names are missing, and what "
+            "are they?"),
+        "wrong-weights": Requirement(
+            "every tensor is the model's own, unchanged: same names, dtypes and values",
+            hint="Compare each saved tensor with model.state_dict()[name]: dtype first, then torch.equal."),
+        "model-changed": Requirement(
+            "leaves the model as it was (its mode, dtype and weights): training goes on after a save",
+            hint="Which call of yours changes the model itself (.eval(), .half(), .to(...)) rather than what you "
+            "save?"),
+    },
+)
 def judge_save_artefact(seen: dict, *, case: Case) -> str:
     """The file loads with weights_only=True into {"config": config, "state_dict": the model's state_dict}."""
     model, config = case_model(case, salt=0), case_config(case)

@@ -12,13 +12,41 @@ from harness.checks.lesson16.common import case_inputs, case_model
 from harness.checks.lesson16.top_k import top_k_calls
 from harness.contract.case import Case
 from harness.contract.compare import close_values, is_tensor_like, same_values, type_name
-from harness.contract.failure import fail
+from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
 from harness.judges.lesson16.common import _reference, fail_if_raised
 
 
-@judges("16-top-k")
+@judges(
+    "16-top-k",
+    hints=Hints(
+        nudge="Eval mode, one forward under torch.inference_mode(), softmax over the classes (the last dim), then "
+        "torch.topk on the probabilities.",
+        concept="A client wants each row's most likely classes and how likely they are: a softmax over each row's "
+        "classes turns logits into probabilities, topk returns them sorted, with their class ids as int64.",
+        solution="model.eval()\nwith torch.inference_mode():\n    probabilities = model(inputs).softmax(dim=-1)\n"
+        "values, classes = probabilities.topk(k, dim=-1)\nreturn classes, values",
+        section="5. Answers a client can use",
+    ),
+    requires={
+        "train-mode": Requirement(
+            "runs the model in eval mode",
+            hint="Print model.training inside your function, just before the forward."),
+        "no-inference-mode": Requirement(
+            "runs the forward under torch.inference_mode()",
+            hint="Which context manager skips the graph and the version counters, and is it the one you use?"),
+        "wrong-dtype": Requirement(
+            "returns classes as int64 and probabilities as float32, each of shape (rows, k)",
+            hint="Print the dtype and shape of both tensors you return: what did a conversion change?"),
+        "not-probabilities": Requirement(
+            "probabilities are the softmax over each row's classes",
+            hint="Over which dimension does your softmax sum to 1: the classes of a row, or the rows of the batch?"),
+        "wrong-classes": Requirement(
+            "classes are each row's k most probable class ids, most probable first",
+            hint="Print probabilities for a row next to your classes: are they the largest, in decreasing order?"),
+    },
+)
 def judge_top_k(seen: dict, *, case: Case) -> str:
     """Eval mode under inference_mode, the dtypes and shapes, then the probabilities, then the classes."""
     calls, results = top_k_calls(case), seen.get("results")
