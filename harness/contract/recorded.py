@@ -12,6 +12,10 @@ the hidden cases are judged by the grader, whose tree holds the references.
 In the instructor's tree (no table) a marked function is called as it is. A judge calls a marked reference only on
 its case's inputs (never on values it read from an observation), so the solution's run records every call a local
 check can make.
+
+A held drill's reference (`harness.judges.drills.recorded`) is filed the same way (`digest`, `encoded`, `lookup`):
+only its table is its own, because its code leaves the graded tree with the held answers' package rather than as a
+stripped body, and its visible calls are listed by its judge rather than recorded from a notebook's check.
 """
 
 from __future__ import annotations
@@ -106,18 +110,44 @@ def _kept(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def encoded(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """`table` ({reference name: {digest: result}}) as JSON data: each result in the wire format, base64."""
+    return {name: {key: base64.b64encode(wire.encode({"result": result})).decode()
+                   for key, result in sorted(results.items())}
+            for name, results in sorted(table.items())}
+
+
+def decoded(stored: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]]:
+    """The table `encoded` gave (wire.WireError for anything else): data only, no code runs."""
+    return {str(name): {str(key): wire.decode(base64.b64decode(text))["result"] for key, text in results.items()}
+            for name, results in stored.items()}
+
+
 def save(table: dict[str, dict[str, Any]], path: Path) -> None:
     """Write `table` ({reference name: {digest: result}}) to `path` as JSON, each result in the wire format."""
-    path.write_text(json.dumps({name: {key: base64.b64encode(wire.encode({"result": result})).decode()
-                                       for key, result in sorted(results.items())}
-                                for name, results in sorted(table.items())}, indent=0), encoding="utf-8")
+    path.write_text(json.dumps(encoded(table), indent=0), encoding="utf-8")
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
     """The table `save` wrote (wire.WireError for anything else): data only, no code runs."""
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    return {str(name): {str(key): wire.decode(base64.b64decode(text))["result"] for key, text in results.items()}
-            for name, results in stored.items()}
+    return decoded(json.loads(path.read_text(encoding="utf-8")))
+
+
+def lookup(table: dict[str, dict[str, Any]], name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+           weights: bool = True) -> Any:
+    """What the reference `name` returned on these arguments, as `table` holds it (a copy).
+
+    Raises:
+        Unrecorded: the table holds no such call (not one of the visible case's).
+    """
+    key = digest(args, kwargs, weights)
+    if key not in table.get(name, {}):
+        raise Unrecorded(
+            f"{name} is a reference that answers an exercise: it stays with the instructor, and the student "
+            "course holds only what it returned on the visible case of its check. This call's inputs are not "
+            "the visible case's (a hidden case, or the reference called directly): the hidden cases are judged "
+            "by the grader.")
+    return _kept(table[name][key])
 
 
 def _table() -> dict[str, dict[str, Any]] | None:
@@ -148,14 +178,7 @@ def recorded(function: Function | None = None, *, weights: bool = True) -> Any:
             if _recording is not None:
                 _recording.setdefault(name, {})[digest(args, kwargs, weights)] = _kept(result)
             return result
-        key = digest(args, kwargs, weights)
-        if key not in table.get(name, {}):
-            raise Unrecorded(
-                f"{name} is a reference that answers an exercise: it stays with the instructor, and the student "
-                "course holds only what it returned on the visible case of its check. This call's inputs are not "
-                "the visible case's (a hidden case, or the reference called directly): the hidden cases are judged "
-                "by the grader.")
-        return _kept(table[name][key])
+        return lookup(table, name, args, kwargs, weights)
 
     setattr(reference, MARK, name)
     return reference  # type: ignore[return-value]

@@ -5,15 +5,21 @@ A held drill's judge that recomputes a reference which answers a graded exercise
 so the regrade fingerprint follows it. A graded student tree does not ship that package: there the import fails
 (`held_away`) and the judge reads the value `recorded`, when the tree was written, for each call the visible case
 makes (`recorded.json`, from `harness.judges.drills.held.recorded_values`): lesson 11's local checks run on that case.
-Any other call raises LookupError saying so.
+Any other call raises `Unrecorded` saying so.
+
+The calls are filed as the judges' `@recorded` references file theirs (`harness.contract.recorded`: a digest of the
+arguments, each value in the wire format); only the table is the drills' own (see that module for why).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from harness.contract.recorded import Unrecorded, decoded, digest, encoded, lookup
 
 RECORDED_PATH = Path(__file__).with_name("recorded.json")
 HELD = "harness.judges.drills.held"
@@ -24,21 +30,26 @@ def held_away(error: ModuleNotFoundError) -> bool:
     return error.name is not None and (error.name == HELD or error.name.startswith(f"{HELD}."))
 
 
+def values_on(references: dict[str, tuple[Callable[..., Any], Iterable[tuple[Any, ...]]]]) -> dict[str, dict[str, str]]:
+    """What each reference (name -> (function, its visible calls)) returns on its calls, as `recorded.json` holds it."""
+    return encoded({name: {digest(tuple(arguments), {}): function(*arguments) for arguments in calls}
+                    for name, (function, calls) in references.items()})
+
+
 @functools.cache
 def _table() -> dict[str, dict[str, Any]]:
-    return json.loads(RECORDED_PATH.read_text(encoding="utf-8")) if RECORDED_PATH.is_file() else {}
+    return decoded(json.loads(RECORDED_PATH.read_text(encoding="utf-8"))) if RECORDED_PATH.is_file() else {}
 
 
 def recorded(name: str, *arguments: Any) -> Any:
     """The value of the held reference `name` ("<topic>.<function>") on `arguments`, as recorded on the visible case.
 
     Raises:
-        LookupError: the call was not recorded (only the visible case's are).
+        Unrecorded: the call was not recorded (only the visible case's are).
     """
-    key = json.dumps(list(arguments))
-    values = _table().get(name, {})
-    if key not in values:
-        raise LookupError(f"{name}{tuple(arguments)} is a reference held with your instructor: this copy of the course "
-                          "holds its values on the visible case only (the one check() runs), and this call is not "
-                          "among them")
-    return values[key]
+    try:
+        return lookup(_table(), name, tuple(arguments), {})
+    except Unrecorded:
+        raise Unrecorded(f"{name}{tuple(arguments)} is a reference held with your instructor: this copy of the course "
+                         "holds its values on the visible case only (the one check() runs), and this call is not "
+                         "among them") from None

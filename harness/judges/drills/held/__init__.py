@@ -11,13 +11,10 @@ answers, and their whys are in `whys`.
 
 from __future__ import annotations
 
-import json
-from typing import Any
 
-
-def recorded_values() -> dict[str, dict[str, Any]]:
-    """Each held reference's values on the visible case: name -> {its arguments as JSON -> its value}."""
+def recorded_values() -> dict[str, dict[str, str]]:
+    """Each held reference's values on the visible case, as `harness.judges.drills.recorded` reads them."""
     from harness.judges.drills.held import schedulers
+    from harness.judges.drills.recorded import values_on
 
-    return {name: {json.dumps(list(arguments)): function(*arguments) for arguments in calls}
-            for name, (function, calls) in schedulers.VISIBLE.items()}
+    return values_on(schedulers.VISIBLE)
