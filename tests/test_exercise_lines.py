@@ -121,3 +121,18 @@ def test_on_this_repository_every_registered_task_is_counted_and_the_median_is_t
     median = statistics.median(lines.total(counted.parts(task)) for task in counted.shares)
     assert f"median lines per exercise, all tasks ({len(counted.shares)}): {median:.0f}\n" in printed
     assert all(f"| {task}" in printed for task in counted.shares)
+
+
+def test_the_command_prints_the_table_and_one_tasks_units(tmp_path, capsys):
+    root = str(_scratch(tmp_path, SCRATCH))
+    assert lines.main(["--root", root]) == 0
+    printed = capsys.readouterr().out
+    # alpha: 5.5 headers, 23.5 in all, 4.5 shared; beta 11.5; shown rounded (half to even)
+    assert "| 99-alpha | 5 | 5 | 4 | 4 | 6 | 24 | 4 |" in printed
+    assert "median lines per exercise, all tasks (2): 18\n" in printed  # (23.5 + 11.5) / 2
+    assert lines.main(["--root", root, "--task", "99-beta"]) == 0
+    printed = capsys.readouterr().out
+    assert "| harness/checks/lesson99/common.py:4 | probe | 4 | 1/2 | 2.0 |" in printed and "total: 12" in printed
+    with pytest.raises(SystemExit):
+        lines.main(["--root", root, "--task", "99-gamma"])
+    assert "no task '99-gamma': the tasks are 99-alpha, 99-beta" in capsys.readouterr().err
