@@ -769,6 +769,21 @@ def one_cycle_own_optimizer(optimizer, loader, epochs, max_lr):
 # What the notebook's other cells define, for the planted cells that use it
 NOTEBOOK = notebook_namespace("07_lr_schedulers")
 
+# ---------------------------------------------------------------- 07-inverse-sqrt
+# TODO(07-inverse-sqrt): the solution, two other right answers and five mistakes written from how people get
+# it wrong. Every stub below fails until it is written. The planted one is a solution cell (its source,
+# as in the notebook): the pipeline test plants it in the notebook, and this file runs it as a mistake.
+INVERSE_SQRT_PLANTED = solution_cell(
+    "def inverse_sqrt(inputs):\n"
+    "    raise NotImplementedError('TODO(07-inverse-sqrt): the solution cell with one bug')\n",
+    "inverse_sqrt")
+
+
+def inverse_sqrt_todo(what: str):
+    """A stub of 07-inverse-sqrt's tests: fails until it is written."""
+    return lambda: pytest.fail(f"TODO(07-inverse-sqrt): write {what}")
+
+
 MISTAKES = [
     Mistake("07-warmup-cosine", "warmup-starts-at-zero", "the ramp starts at 0: the first step trains with lr 0",
             (warmup_from_zero,), story="step / warmup_steps: the textbook ramp from 0, one step behind"),
@@ -959,6 +974,13 @@ MISTAKES = [
             story="builds the scheduler and forgets to return it"),
     Mistake("07-one-cycle", "not-a-scheduler", "another optimizer", (one_cycle_own_optimizer,),
             story="builds its own optimizer for the scheduler"),
+    # 07-inverse-sqrt: TODO, one mistake per requirement at least
+    Mistake("07-inverse-sqrt", "wrong-output", "TODO", INVERSE_SQRT_PLANTED, story="TODO: the planted bug",
+            planted=True),
+    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 2"), story="TODO"),
+    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 3"), story="TODO"),
+    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 4"), story="TODO"),
+    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 5"), story="TODO"),
 ]
 
 CORRECT = [
@@ -983,6 +1005,9 @@ CORRECT = [
     Correct("07-one-cycle", (one_cycle_total_steps,), story="total_steps=epochs * len(loader)"),
     Correct("07-one-cycle", (one_cycle_per_epoch_arguments,), story="epochs= and steps_per_epoch=len(loader)"),
     Correct("07-one-cycle", (one_cycle_ceil_division,), story="math.ceil over the dataset, max_lr as a list"),
+    Correct("07-inverse-sqrt", inverse_sqrt_todo("the solution"), story="TODO"),
+    Correct("07-inverse-sqrt", inverse_sqrt_todo("right answer 2"), story="TODO"),
+    Correct("07-inverse-sqrt", inverse_sqrt_todo("right answer 3"), story="TODO"),
 ]
 
 

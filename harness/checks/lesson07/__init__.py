@@ -10,4 +10,4 @@ The probe side: one module per task (its probe and what it records), lesson-wide
 `common`. The judges live in `harness.judges.lesson07`, which a graded kernel never mounts.
 """
 
-from harness.checks.lesson07 import amp_skip, one_cycle, per_epoch, per_step, plateau, warmup_cosine  # noqa: F401 (registers them)
+from harness.checks.lesson07 import amp_skip, inverse_sqrt, one_cycle, per_epoch, per_step, plateau, warmup_cosine  # noqa: F401 (registers them)

@@ -5,4 +5,4 @@ Imported after the probes (`harness.checks.lesson07`), which register the tasks 
 """
 
 import harness.checks.lesson07  # noqa: F401 (the probes register the tasks before their judges)
-from harness.judges.lesson07 import amp_skip, one_cycle, per_epoch, per_step, plateau, warmup_cosine  # noqa: F401 (registers them)
+from harness.judges.lesson07 import amp_skip, inverse_sqrt, one_cycle, per_epoch, per_step, plateau, warmup_cosine  # noqa: F401 (registers them)
