@@ -1,6 +1,6 @@
-"""The grading fork server (harness.grading.forkserver): one server per batch forks a worker per job; a worker
+"""The grading fork server (harness.grading.forkserver): one server per process forks a worker per job; a worker
 that crashes, is killed or exits becomes that student's row; a server that dies is said aloud and its jobs are
-graded again in fresh processes.
+graded again in fresh processes; a batch after the harness's code changed gets a new server.
 
 The workers here are real forked workers grading real jobs. A worker that must stay alive until the test acts
 waits on its submitted notebook, a FIFO nobody has opened for writing yet (the template course is the few files
@@ -21,7 +21,7 @@ import pandas as pd
 import psutil
 
 from harness.grading import batch
-from harness.grading.batch import fork_server, grade_jobs
+from harness.grading.batch import batch_server, grade_jobs
 from harness.grading.jobs import GradeJob, GradeResult
 
 ASSIGNMENT = "00_welcome"
@@ -118,11 +118,34 @@ def test_a_server_that_dies_is_named_and_its_jobs_are_graded_again_in_fresh_proc
     assert _forked(logs / "next-batch.log")[1] not in (server, os.getpid())
 
 
+def test_a_batch_after_the_harness_code_changed_gets_a_new_server(tmp_path, capsys, monkeypatch):
+    """An instructor who edits a check between two batches of one session grades the second with the new code. The
+    package folder the stamp reads is a scratch one here: touching the real package would restart the servers of
+    the suite's other processes."""
+    package = tmp_path / "package"
+    (package / "checks").mkdir(parents=True)
+    (module := package / "checks" / "task.py").write_text("")
+    monkeypatch.setattr(batch, "HARNESS_CODE", package)
+    workdir, logs = tmp_path / "jobs", tmp_path / "out" / "logs"
+    workdir.mkdir()
+    grade_jobs([_job(tmp_path, "before")], workdir, 1, 60)
+    grade_jobs([_job(tmp_path, "unchanged")], workdir, 1, 60)
+    first = _forked(logs / "before.log")[1]
+    assert _forked(logs / "unchanged.log")[1] == first  # nothing changed: the same server
+    capsys.readouterr()
+    os.utime(module, ns=(time.time_ns(), time.time_ns() + 10**9))  # saved again, as an editor does
+    grade_jobs([_job(tmp_path, "after")], workdir, 1, 60)
+    second = _forked(logs / "after.log")[1]
+
+    assert second not in (first, os.getpid())
+    assert "the harness's code changed since the grading fork server started" in capsys.readouterr().out
+    assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE  # closed
+
+
 def test_a_server_that_cannot_start_is_said_and_the_batch_uses_fresh_processes(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(batch, "_SERVER", None)  # the process's server not started yet (restored after the test)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
-    with fork_server() as server:
-        assert server is None
+    assert batch_server() is None
     assert "the grading fork server could not start" in capsys.readouterr().out
 
 

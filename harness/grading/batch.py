@@ -272,23 +272,38 @@ def jobs_run_by(runner: JobRunner, scratch: Path | None = None) -> Iterator[None
 # grader's imports are paid once per process; each worker takes the environment of the batch that asked for it.
 _SERVER: ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
+HARNESS_CODE = Path(__file__).resolve().parents[1]  # the package a server imports from
+_SERVER_STAMP: tuple[int, int] = (0, 0)  # `_code_stamp()` when the server started
 _SERVER_HOMES: list[Path] = []  # the folders of the servers started (each its log), removed at exit
 
 
+def _code_stamp() -> tuple[int, int]:
+    """How many modules the harness package holds and the newest one's modification time: a fork server imported
+    the grader as it was when it started, so a batch after an edit needs a new one."""
+    times = [path.stat().st_mtime_ns for path in HARNESS_CODE.rglob("*.py")]
+    return len(times), max(times, default=0)
+
+
 def _shared_server() -> ForkServer:
-    """This process's fork server: started by the first batch that asks, started again where the last one ended,
+    """This process's fork server: started by the first batch that asks, started again where the last one ended or
+    the harness's code changed since it started (an instructor editing a check between two batches of one session),
     closed when the process exits (`_close_server`).
 
     Raises:
         ServerUnavailable: it could not start; the message says what was observed.
     """
-    global _SERVER
+    global _SERVER, _SERVER_STAMP
     with _SERVER_LOCK:
+        stamp = _code_stamp()
+        if _SERVER is not None and not (_SERVER.gone or _SERVER.closed) and stamp != _SERVER_STAMP:
+            print("note: the harness's code changed since the grading fork server started: a new one imports it "
+                  "again", flush=True)
+            _SERVER.close()
         if _SERVER is None or _SERVER.gone or _SERVER.closed:
             if not _SERVER_HOMES:
                 atexit.register(_close_server, os.getpid())
             _SERVER_HOMES.append(home := Path(tempfile.mkdtemp(prefix="harness-forkserver-")))
-            _SERVER = ForkServer(home / "forkserver.log", home)
+            _SERVER, _SERVER_STAMP = ForkServer(home / "forkserver.log", home), stamp
         return _SERVER
 
 
@@ -303,21 +318,17 @@ def _close_server(owner: int) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
-@contextmanager
-def fork_server(wanted: bool = True) -> Iterator[ForkServer | None]:
-    """The grading fork server (`forkserver`) the batch forks its workers from, or None: not `wanted`, or it could
+def batch_server(wanted: bool = True) -> ForkServer | None:
+    """The grading fork server (`forkserver`) a batch forks its workers from, or None: not `wanted`, or it could
     not start (said so). The server is the process's, kept for its later batches (`_shared_server`)."""
     if not wanted:
-        yield None
-        return
+        return None
     try:
-        server = _shared_server()
+        return _shared_server()
     except ServerUnavailable as error:
         print(f"note: the grading fork server could not start ({error}): each submission is graded in a fresh "
               "process instead, which imports the grader again (about 5 s more per submission)", flush=True)
-        yield None
-        return
-    yield server
+        return None
 
 
 def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds: int,
@@ -326,24 +337,25 @@ def grade_jobs(jobs: list[GradeJob], workdir: Path, workers: int, limit_seconds:
     """Run `jobs` over `workers` worker processes (or the runner of `jobs_run_by`); results in job order.
 
     `on_result` is called with each result as soon as its worker ends (from the pool's threads). With `forked`,
-    the workers are forked by the process's fork server (`fork_server`), else each is a fresh process.
+    the workers are forked by the process's fork server (`batch_server`), else each is a fresh process.
     """
     if (runner := _RUNNER.get()) is not None:
         return runner(jobs, workdir, limit_seconds, on_result)
 
-    with fork_server(forked) as server:
-        def run(job: GradeJob) -> GradeResult:
-            try:
-                result = run_job(job, workdir, limit_seconds, server)
-            except Exception as error:  # one student's failure is that student's error row; the batch goes on
-                result = job.stamp(GradeResult(job.student, job.assignment, "error", reasons=[
-                    f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"]))
-            if on_result is not None:
-                on_result(result)
-            return result
+    server = batch_server(forked)
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(run, jobs))
+    def run(job: GradeJob) -> GradeResult:
+        try:
+            result = run_job(job, workdir, limit_seconds, server)
+        except Exception as error:  # one student's failure is that student's error row; the batch goes on
+            result = job.stamp(GradeResult(job.student, job.assignment, "error", reasons=[
+                f"the grader could not run this submission ({type(error).__name__}: {str(error)[:160]})"]))
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run, jobs))
 
 
 def absolute(submissions: list[Submission]) -> list[Submission]:
