@@ -770,18 +770,31 @@ def one_cycle_own_optimizer(optimizer, loader, epochs, max_lr):
 NOTEBOOK = notebook_namespace("07_lr_schedulers")
 
 # ---------------------------------------------------------------- 07-inverse-sqrt
-# TODO(07-inverse-sqrt): the solution, two other right answers and five mistakes written from how people get
-# it wrong. Every stub below fails until it is written. The planted one is a solution cell (its source,
-# as in the notebook): the pipeline test plants it in the notebook, and this file runs it as a mistake.
 INVERSE_SQRT_PLANTED = solution_cell(
-    "def inverse_sqrt(inputs):\n"
-    "    raise NotImplementedError('TODO(07-inverse-sqrt): the solution cell with one bug')\n",
+    "def inverse_sqrt(step, warmup_steps):\n"
+    "    n = step + 1\n"
+    "    return min(n / warmup_steps, warmup_steps / n)\n",
     "inverse_sqrt")
+RAMP, DECAY = (lambda s, w: (s + 1) / w), (lambda s, w: math.sqrt(w / (s + 1)))
 
 
-def inverse_sqrt_todo(what: str):
-    """A stub of 07-inverse-sqrt's tests: fails until it is written."""
-    return lambda: pytest.fail(f"TODO(07-inverse-sqrt): write {what}")
+def noam(ramp=RAMP, decay=DECAY):
+    """An inverse_sqrt of two branches, each a function of (step, warmup_steps)."""
+    return lambda step, warmup_steps: (ramp if step < warmup_steps else decay)(step, warmup_steps)
+
+
+def noam_paper(step: int, warmup_steps: int) -> float:  # the paper's form, steps counted from 0
+    return math.sqrt(warmup_steps) * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def noam_paper_from_one(step: int, warmup_steps: int) -> float:
+    n = step + 1
+    return math.sqrt(warmup_steps) * min(n ** -0.5, n * warmup_steps ** -1.5)
+
+
+def noam_torch(step: int, warmup_steps: int) -> float:
+    ratio = torch.tensor((step + 1) / warmup_steps, dtype=torch.float64)
+    return float(torch.minimum(ratio, ratio.rsqrt()))
 
 
 MISTAKES = [
@@ -974,13 +987,23 @@ MISTAKES = [
             story="builds the scheduler and forgets to return it"),
     Mistake("07-one-cycle", "not-a-scheduler", "another optimizer", (one_cycle_own_optimizer,),
             story="builds its own optimizer for the scheduler"),
-    # 07-inverse-sqrt: TODO, one mistake per requirement at least
-    Mistake("07-inverse-sqrt", "wrong-output", "TODO", INVERSE_SQRT_PLANTED, story="TODO: the planted bug",
-            planted=True),
-    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 2"), story="TODO"),
-    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 3"), story="TODO"),
-    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 4"), story="TODO"),
-    Mistake("07-inverse-sqrt", "wrong-output", "TODO", inverse_sqrt_todo("mistake 5"), story="TODO"),
+    Mistake("07-inverse-sqrt", "wrong-decay", "has no square root", INVERSE_SQRT_PLANTED, planted=True,
+            story="warmup_steps / n: the square root forgotten"),
+    Mistake("07-inverse-sqrt", "zero-first-step", "raised ZeroDivisionError", (noam_paper,),
+            story="the paper's formula fed LambdaLR's step 0 (0 ** -0.5)"),
+    Mistake("07-inverse-sqrt", "zero-first-step", "a factor of 0 wastes it",
+            (lambda s, w: 0.0 if s == 0 else noam()(s, w),), story="step 0 taken for a call before training"),
+    Mistake("07-inverse-sqrt", "wrong-warmup", "reaches 1 at step warmup_steps - 1",
+            (lambda s, w: noam_paper(max(s, 1), w),), story="the paper's formula with step 0 guarded as step 1"),
+    Mistake("07-inverse-sqrt", "wrong-warmup", "another shape", (noam(ramp=lambda s, w: math.sqrt((s + 1) / w)),),
+            story="the square root over both sides of the min"),
+    Mistake("07-inverse-sqrt", "wrong-decay", "not scaled by sqrt(warmup_steps)",
+            (noam(decay=lambda s, w: (s + 1) ** -0.5),),
+            story="the paper's step ** -0.5 without its scale"),
+    Mistake("07-inverse-sqrt", "wrong-decay", "one step behind", (noam(decay=lambda s, w: math.sqrt(w / s)),),
+            story="the decay counts step, the ramp step + 1"),
+    Mistake("07-inverse-sqrt", "not-a-float", "torch.rsqrt", (lambda s, w: torch.tensor(noam_torch(s, w)),),
+            story="torch arithmetic returned as a tensor"),
 ]
 
 CORRECT = [
@@ -1005,9 +1028,9 @@ CORRECT = [
     Correct("07-one-cycle", (one_cycle_total_steps,), story="total_steps=epochs * len(loader)"),
     Correct("07-one-cycle", (one_cycle_per_epoch_arguments,), story="epochs= and steps_per_epoch=len(loader)"),
     Correct("07-one-cycle", (one_cycle_ceil_division,), story="math.ceil over the dataset, max_lr as a list"),
-    Correct("07-inverse-sqrt", inverse_sqrt_todo("the solution"), story="TODO"),
-    Correct("07-inverse-sqrt", inverse_sqrt_todo("right answer 2"), story="TODO"),
-    Correct("07-inverse-sqrt", inverse_sqrt_todo("right answer 3"), story="TODO"),
+    Correct("07-inverse-sqrt", (noam(),), story="two branches"),
+    Correct("07-inverse-sqrt", (noam_paper_from_one,), story="the paper's form, counted from step + 1"),
+    Correct("07-inverse-sqrt", (noam_torch,), story="torch.minimum and rsqrt, converted with float"),
 ]
 
 

@@ -1,6 +1,6 @@
 """07-inverse-sqrt, the probe.
 
-TODO(07-inverse-sqrt): what the probe calls and what it records, in a sentence.
+Call `inverse_sqrt(step, warmup_steps)` for every step of each schedule; record each value, or the exception it raised.
 """
 
 from __future__ import annotations
@@ -14,14 +14,28 @@ from harness.contract.case import Case
 from harness.contract.registry import register
 
 
-def task_inputs(case: Case) -> torch.Tensor:
-    """The case's inputs, built alike by the probe and the judge (hidden cases: other shapes)."""
-    generator = torch.Generator().manual_seed(case.seeded(8849 + (1 if case.hidden else 0)))
-    rows, columns = (7, 5) if case.hidden else (4, 3)
-    return torch.randn(rows, columns, generator=generator)
+def task_inputs(case: Case) -> list[tuple[int, int]]:
+    """(warmup_steps, steps asked) of each schedule. Hidden: a warm-up length drawn from the seed, the shortest
+    one with a ramp (2), a one-step warm-up and a long one."""
+    if not case.hidden:
+        return [(4, 16), (10, 30)]
+    generator = torch.Generator().manual_seed(case.seeded(7107))
+    warmup = int(torch.randint(3, 13, (1,), generator=generator))
+    return [(warmup, 3 * warmup), (2, 9), (1, 5), (25, 60)]
 
 
 @register("07-inverse-sqrt")
-def probe_inverse_sqrt(inverse_sqrt: Callable[..., Any], *, case: Case) -> dict:
-    """Call `inverse_sqrt` on the case's inputs; record what it returned (data only, never the expected value)."""
-    return {"returned": inverse_sqrt(task_inputs(case))}
+def probe_inverse_sqrt(inverse_sqrt: Callable[[int, int], Any], *, case: Case) -> dict:
+    """Call `inverse_sqrt` for steps 0, 1, ... of each schedule; record each value, or the exception it raised
+    (then the schedule stops there)."""
+    schedules = []
+    for warmup, steps in task_inputs(case):
+        values: list[Any] = []
+        for step in range(steps):
+            try:
+                values.append(inverse_sqrt(step, warmup))
+            except Exception as error:  # recorded as data: the judge says at which step it raised
+                values.append({"raised": f"{type(error).__name__}: {error}"[:300]})
+                break
+        schedules.append(values)
+    return {"schedules": schedules}
