@@ -44,6 +44,8 @@ WITHHELD = {
     "harness.judges.lesson05.output_dtypes.reference_output_dtypes": "module.register_forward_hook(",
     "harness.judges.lesson05.scale_trace.real_scale_trace": "trace.append(float(scaler.get_scale()))",
     "harness.judges.lesson07.common.warmup_cosine_reference": "return 0.5 * (1.0 + math.cos(math.pi * progress))",
+    "harness.judges.lesson07.inverse_sqrt.reference_inverse_sqrt":
+        "return [min((s + 1) / warmup_steps, math.sqrt(warmup_steps / (s + 1))) for s in range(steps)]",
     "harness.judges.lesson10.precision.reference_precision":
         "if device_type == \"cuda\" and precisions.get(\"fp16_autocast\") and precisions.get(\"grad_scaler\"):",
     "harness.judges.lesson13.activation_formula.measured_activation_bytes":
