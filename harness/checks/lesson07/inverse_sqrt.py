@@ -1,6 +1,7 @@
 """07-inverse-sqrt, the probe.
 
-Call `inverse_sqrt(step, warmup_steps)` for every step of each schedule; record each value, or the exception it raised.
+Call `inverse_sqrt(step, warmup_steps)` at every step of each schedule; record the values, or step 0's
+ZeroDivisionError.
 """
 
 from __future__ import annotations
@@ -26,16 +27,14 @@ def task_inputs(case: Case) -> list[tuple[int, int]]:
 
 @register("07-inverse-sqrt")
 def probe_inverse_sqrt(inverse_sqrt: Callable[[int, int], Any], *, case: Case) -> dict:
-    """Call `inverse_sqrt` for steps 0, 1, ... of each schedule; record each value, or the exception it raised
-    (then the schedule stops there)."""
+    """Call `inverse_sqrt` for steps 0, 1, ... of each schedule; record each value, or the ZeroDivisionError step 0
+    raised (another exception is the student's, with their line)."""
     schedules = []
     for warmup, steps in task_inputs(case):
-        values: list[Any] = []
-        for step in range(steps):
-            try:
-                values.append(inverse_sqrt(step, warmup))
-            except Exception as error:  # recorded as data: the judge says at which step it raised
-                values.append({"raised": f"{type(error).__name__}: {error}"[:300]})
-                break
-        schedules.append(values)
+        try:
+            first = inverse_sqrt(0, warmup)
+        except ZeroDivisionError as error:  # recorded as data: the judge says why step 0 must not raise
+            schedules.append([{"raised": f"ZeroDivisionError: {error}"[:300]}])
+            continue
+        schedules.append([first] + [inverse_sqrt(step, warmup) for step in range(1, steps)])
     return {"schedules": schedules}
