@@ -71,6 +71,16 @@ def test_expected_nan_matches_nan_only_where_the_reference_has_it() -> None:
     assert not compare.close_values(torch.tensor([1.0, 0.0]), want, expected_nan=True)
 
 
+def test_same_values_with_expected_nan_asks_for_nan_exactly_where_the_reference_has_it() -> None:
+    want = torch.tensor([1.0, math.nan, math.inf])
+    assert compare.same_values(want.clone(), want, expected_nan=True)
+    assert not compare.same_values(want.clone(), want)
+    assert not compare.same_values(torch.tensor([1.0, math.nan, math.nan]), want, expected_nan=True)
+    assert not compare.same_values(torch.tensor([1.0, 0.0, math.inf]), want, expected_nan=True)
+    assert not compare.same_values(torch.tensor([1.0 + 1e-6, math.nan, math.inf]), want, expected_nan=True)
+    assert not compare.same_values(want.double(), want, expected_nan=True)
+
+
 def test_close_scaled_is_absolute_near_zero_and_relative_for_large_values() -> None:
     assert compare.close_scaled(torch.tensor([1000.5]), torch.tensor([1000.0]), tol=1e-3)
     assert not compare.close_scaled(torch.tensor([0.01]), torch.tensor([0.0]), tol=1e-3)
@@ -97,6 +107,13 @@ def test_numbers_accept_ints_floats_and_one_element_tensors() -> None:
     assert compare.numbers([1, math.nan]) is None
 
 
+def test_real_passes_nan_and_infinity_through_and_refuses_what_is_not_one_real_number() -> None:
+    assert compare.real(2) == 2.0 and compare.real(torch.tensor([2.5])) == 2.5
+    assert compare.real(math.inf) == math.inf and math.isnan(compare.real(torch.tensor(math.nan)))
+    for got in (True, None, "1.0", [1.0], torch.tensor([1.0, 2.0]), torch.tensor(1j), torch.empty(1, device="meta")):
+        assert compare.real(got) is None, got
+
+
 @pytest.mark.parametrize("got", [math.nan, math.inf, True, None, "1.0", [1.0], torch.tensor(1.0)])
 def test_isclose_refuses_what_is_not_a_real_number(got: object) -> None:
     assert not compare.isclose_number(got, 1.0)
@@ -119,6 +136,12 @@ def test_isclose_matches_nan_only_when_the_reference_expects_it() -> None:
 def test_max_difference_reads_infinite_for_nan() -> None:
     assert compare.max_difference(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 1.0])) == math.inf
     assert compare.max_difference(torch.empty(0), torch.empty(0)) == 0.0
+
+
+def test_max_difference_reads_infinite_for_another_shape_rather_than_broadcasting() -> None:
+    assert compare.max_difference(torch.ones(1), torch.ones(3)) == math.inf
+    assert compare.max_difference(torch.ones(3, 1), torch.ones(3)) == math.inf
+    assert compare.max_difference(torch.empty(0), torch.ones(2)) == math.inf
 
 
 def test_malformed_raises_a_wire_error_naming_the_leaf() -> None:

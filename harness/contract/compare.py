@@ -23,24 +23,33 @@ from harness.contract.wire import Opaque, WireError, type_name
 __all__ = [
     "close_norm", "close_number", "close_scaled", "close_state", "close_tensors", "close_values", "fail_raised",
     "int_list", "is_tensor_like", "isclose_number", "isclose_numbers", "judged", "malformed", "matching_tensors",
-    "max_difference", "number", "numbers", "same_values", "tensor", "tensor_dict", "tensor_list", "type_name",
+    "max_difference", "number", "numbers", "real", "same_values", "tensor", "tensor_dict", "tensor_list", "type_name",
 ]
 
 T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------------------------- types
-def number(value: Any) -> float | None:
-    """`value` as a float when it is a finite number or a one-element real tensor; None for anything else."""
+def real(value: Any) -> float | None:
+    """`value` as a float when it is a real number or a one-element real tensor, NaN and infinity included;
+    None for anything else (a bool, a meta or complex tensor, a tensor of several elements).
+
+    For a returned value that is judged even when it is not finite (a diverged run's loss, which must match
+    the reference's NaN); `number` when only a finite number will do.
+    """
     if isinstance(value, (bool, Opaque)):
         return None
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.is_complex() or value.device.type == "meta":
             return None
-        value = float(value.detach())
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
+        return float(value.detach())  # detached: converting a live tensor prints no warning
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def number(value: Any) -> float | None:
+    """`value` as a float when it is a finite number or a one-element real tensor; None for anything else."""
+    value = real(value)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def numbers(value: Any) -> list[float] | None:
@@ -137,14 +146,27 @@ def close_norm(got: Any, want: torch.Tensor, *, rel: float = 1e-4, floor: float 
     return math.isfinite(distance) and math.isfinite(scale) and distance <= rel * scale + floor
 
 
-def same_values(got: Any, want: torch.Tensor, *, dtype: bool = True) -> bool:
-    """Bit-for-bit equal: the same type, shape, dtype (unless `dtype=False`) and values (NaN never equals)."""
-    return is_tensor_like(got, want, dtype=dtype) and bool(torch.equal(got, want)) and not bool(
+def same_values(got: Any, want: torch.Tensor, *, dtype: bool = True, expected_nan: bool = False) -> bool:
+    """Bit-for-bit equal: the same type, shape, dtype (unless `dtype=False`) and values (NaN never equals).
+
+    With `expected_nan`, a floating reference holds NaN on purpose (a saved state that is itself NaN): `got` must
+    hold NaN at exactly those positions and equal the reference everywhere else.
+    """
+    if not is_tensor_like(got, want, dtype=dtype):
+        return False
+    if expected_nan and got.is_floating_point() and want.is_floating_point():
+        kept = _nan_where_expected(got.detach(), want.detach())
+        if kept is None:
+            return False
+        got, want = kept
+    return bool(torch.equal(got, want)) and not bool(
         (got.is_floating_point() or got.is_complex()) and torch.isnan(got).any())
 
 
 def max_difference(got: torch.Tensor, want: torch.Tensor) -> float:
-    """The largest elementwise |got - want| (inf when any is not finite), for messages."""
+    """The largest elementwise |got - want| (inf when the shapes differ or any value is not finite), for messages."""
+    if got.shape != want.shape:
+        return math.inf
     if got.numel() == 0:
         return 0.0
     difference = (got.detach().double() - want.detach().double()).abs()
