@@ -11,13 +11,6 @@ from harness.contract.failure import fail
 from harness.contract.wire import type_name
 
 
-def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest absolute difference (inf where the shapes differ or a value is not finite)."""
-    if a.shape != b.shape:
-        return float("inf")
-    return float((a.detach().double() - b.detach().double()).abs().nan_to_num(float("inf")).max()) if a.numel() else 0.0
-
-
 def _require_tensor(result: Any, what: str, where: str) -> torch.Tensor:
     """`result` if it is a tensor; otherwise fail with [not-a-tensor]."""
     if not isinstance(result, torch.Tensor):

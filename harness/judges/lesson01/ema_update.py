@@ -9,11 +9,10 @@ import torch
 
 from harness.checks.lesson01.ema_update import ema_problems
 from harness.contract.case import Case
-from harness.contract.compare import malformed, same_values
+from harness.contract.compare import malformed, max_difference, same_values
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson01.common import _max_error
 
 
 @judges("01-ema-update", hints=Hints(
@@ -65,10 +64,10 @@ def judge_ema_update(seen: dict, *, case: Case) -> str:
                      expected="None (a trailing underscore means in place)", cause="a return statement",
                      where="remove the return")
             expected = [decay * b + (1 - decay) * p.detach() for b, p in zip(before, params, strict=True)]
-            errors = [_max_error(e, x) for e, x in zip(ema, expected, strict=True)]
+            errors = [max_difference(e, x) for e, x in zip(ema, expected, strict=True)]
             if max(errors) > 1e-6:
                 unchanged = all(same_values(e, b, dtype=False) for e, b in zip(ema, before, strict=True))
-                swapped = all(_max_error(e, (1 - decay) * b + decay * p.detach()) < 1e-6
+                swapped = all(max_difference(e, (1 - decay) * b + decay * p.detach()) < 1e-6
                               for e, b, p in zip(ema, before, params, strict=True))
                 fail("wrong-values",
                      observed="the EMA did not change" if unchanged else f"largest error {max(errors):.3g}"

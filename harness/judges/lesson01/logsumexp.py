@@ -10,10 +10,11 @@ import torch
 
 from harness.checks.lesson01.logsumexp import lse_gradient_input, lse_inputs, masked_rows
 from harness.contract.case import Case
+from harness.contract.compare import max_difference
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
-from harness.judges.lesson01.common import _max_error, _recorded_tensor, _require_tensor
+from harness.judges.lesson01.common import _recorded_tensor, _require_tensor
 
 
 def _check_lse_shape(result: torch.Tensor, x: torch.Tensor, dim: int) -> None:
@@ -81,7 +82,8 @@ def judge_logsumexp(seen: dict, *, case: Case) -> str:
                  where="subtract the max along `dim` before exp, and add it back after the log")
         tolerance = 1e-4 * (1 + reference.abs())
         if not ((result.double() - reference.double()).abs() <= tolerance.double()).all():
-            fail("wrong-values", observed=f"largest error {_max_error(result, reference):.3g} against torch.logsumexp",
+            fail("wrong-values",
+                 observed=f"largest error {max_difference(result, reference):.3g} against torch.logsumexp",
                  expected="relative errors below 1e-4",
                  cause="the max is not added back, or it is subtracted along another dimension, or another "
                        "formula",
@@ -94,7 +96,7 @@ def judge_logsumexp(seen: dict, *, case: Case) -> str:
                    "or torch.tensor(...) on an intermediate",
              where="stay in torch operations on tensors from start to end")
     x = lse_gradient_input(case)
-    if _max_error(_recorded_tensor(seen, "grad"), torch.softmax(x, 1)) > 1e-8:
+    if max_difference(_recorded_tensor(seen, "grad"), torch.softmax(x, 1)) > 1e-8:
         fail("wrong-gradient", observed="the gradient of sum(logsumexp(x, 1)) is not softmax(x, 1)",
              expected="d logsumexp / dx = softmax(x)", cause="a detach or an in-place edit inside the computation",
              where="the operations between x and the result")

@@ -10,10 +10,10 @@ import torch
 
 from harness.checks.lesson01.pairwise_distances import distance_inputs
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import malformed, max_difference
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.judges.lesson01.common import _max_error, _require_tensor
+from harness.judges.lesson01.common import _require_tensor
 
 
 def _reference_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -82,9 +82,9 @@ def judge_pairwise_distances(seen: dict, *, case: Case) -> str:
         reference = _reference_distances(x, y)
         scale = float(torch.cat([x, y]).double().norm(dim=1).max())
         atol = (3e-3 if x.dtype == torch.float32 else 1e-6) * max(scale, 1.0)
-        error = _max_error(result, reference)
+        error = max_difference(result, reference)
         if error > atol:
-            squared = _max_error(result, reference.pow(2)) <= atol * max(scale, 1.0)
+            squared = max_difference(result, reference.pow(2)) <= atol * max(scale, 1.0)
             fail("wrong-values", observed=f"largest error {error:.3g} against the Euclidean distance"
                  + (" (you returned squared distances)" if squared else ""),
                  expected=f"errors below {atol:.2g}",

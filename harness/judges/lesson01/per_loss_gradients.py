@@ -9,11 +9,11 @@ import torch
 
 from harness.checks.lesson01.per_loss_gradients import gradient_problems
 from harness.contract.case import Case
-from harness.contract.compare import malformed
+from harness.contract.compare import malformed, max_difference
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
-from harness.judges.lesson01.common import _max_error, _require_tensor
+from harness.judges.lesson01.common import _require_tensor
 
 
 @judges("01-per-loss-gradients", hints=Hints(
@@ -71,10 +71,10 @@ def judge_per_loss_gradients(seen: dict, *, case: Case) -> str:
                  where="append a tensor of its own: set w.grad = None before each backward() (a new tensor is then "
                        "made), or use torch.autograd.grad")
         for i, (grad, reference) in enumerate(zip(result, expected, strict=True)):
-            if _max_error(grad, reference) > 1e-5:
-                accumulated = _max_error(grad, sum(expected[: i + 1])) <= 1e-5
+            if max_difference(grad, reference) > 1e-5:
+                accumulated = max_difference(grad, sum(expected[: i + 1])) <= 1e-5
                 fail("accumulated" if accumulated else "wrong-values",
-                     observed=f"gradient {i} differs from d loss_{i} / dw by {_max_error(grad, reference):.3g}"
+                     observed=f"gradient {i} differs from d loss_{i} / dw by {max_difference(grad, reference):.3g}"
                      + (f" and equals the sum of the gradients of losses 0..{i}" if accumulated else ""),
                      expected="each entry the gradient of its own loss only",
                      cause="backward() accumulates into w.grad, which was never reset between losses" if accumulated

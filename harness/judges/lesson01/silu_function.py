@@ -10,11 +10,11 @@ import torch.nn.functional as F
 
 from harness.checks.lesson01.silu_function import silu_float64_input, silu_inputs
 from harness.contract.case import Case
-from harness.contract.compare import same_values
+from harness.contract.compare import max_difference, same_values
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.forbidden import forbid
 from harness.contract.registry import judges
-from harness.judges.lesson01.common import _max_error, _recorded_tensor, _require_tensor
+from harness.judges.lesson01.common import _recorded_tensor, _require_tensor
 
 
 def _silu_grad(x: torch.Tensor) -> torch.Tensor:
@@ -61,15 +61,15 @@ def judge_silu_function(seen: dict, *, case: Case) -> str:
             fail("input-modified", observed="the input changed", expected="forward leaves x untouched",
                  cause="an in-place operation such as x.sigmoid_() or x.mul_() in forward",
                  where="use out-of-place operations in forward")
-        if _max_error(y, F.silu(x)) > 1e-5:
-            fail("wrong-forward", observed=f"forward differs from x * sigmoid(x) by {_max_error(y, F.silu(x)):.3g}",
+        if max_difference(y, F.silu(x)) > 1e-5:
+            fail("wrong-forward", observed=f"forward differs from x * sigmoid(x) by {max_difference(y, F.silu(x)):.3g}",
                  expected="SiLU(x) = x * sigmoid(x)", cause="another formula in forward", where="forward")
         grad = _recorded_tensor(run, "grad")
         expected = grad_output * _silu_grad(x)
-        if _max_error(grad, expected) > 1e-4:
-            ignores = _max_error(grad, _silu_grad(x)) <= 1e-4
+        if max_difference(grad, expected) > 1e-4:
+            ignores = max_difference(grad, _silu_grad(x)) <= 1e-4
             fail("ignores-grad-output" if ignores else "wrong-backward",
-                 observed=f"the gradient differs from the true one by {_max_error(grad, expected):.3g}"
+                 observed=f"the gradient differs from the true one by {max_difference(grad, expected):.3g}"
                  + (" and equals the local derivative alone" if ignores else ""),
                  expected="grad_output * s(x) * (1 + x * (1 - s(x)))",
                  cause="backward must multiply the incoming gradient (chain rule)" if ignores else
@@ -78,8 +78,8 @@ def judge_silu_function(seen: dict, *, case: Case) -> str:
     x64, grad_output64 = silu_float64_input(case)
     forbid(seen["calls"], {"silu": "the exercise asks you to write SiLU's forward and backward yourself"},
            where="the text of exercise 6")
-    error64 = max(_max_error(_recorded_tensor(seen, "y64"), F.silu(x64)),
-                  _max_error(_recorded_tensor(seen, "grad64"), grad_output64 * _silu_grad(x64)))
+    error64 = max(max_difference(_recorded_tensor(seen, "y64"), F.silu(x64)),
+                  max_difference(_recorded_tensor(seen, "grad64"), grad_output64 * _silu_grad(x64)))
     gradcheck_passed = seen["gradcheck"] is True
     if not gradcheck_passed or error64 > 1e-10:
         fail("gradcheck-failed",

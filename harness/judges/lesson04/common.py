@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.contract.compare import malformed, tensor_list
+from harness.contract.compare import malformed, real, tensor_list
 from harness.contract.failure import fail
 from harness.contract.wire import type_name
 
@@ -54,7 +54,10 @@ def _model_state(value: Any, like: dict[str, torch.Tensor], what: str) -> dict[s
 
 
 def _scalar_or_fail(value: Any, what: str, where: str) -> float:
-    """A returned number as a float; fails "not-a-scalar" for anything else."""
+    """A returned number as a float, NaN and inf included; fails "not-a-scalar" for anything else.
+
+    Not `expect.finite_number`: a diverged run's NaN is an answer here, judged against the reference's NaN.
+    """
     if isinstance(value, torch.Tensor):
         if value.is_meta:  # no data: state kept from a run on the meta device, or made there
             fail(
@@ -73,16 +76,16 @@ def _scalar_or_fail(value: Any, what: str, where: str) -> float:
                 cause="a per-sample or per-batch tensor was returned instead of its mean",
                 where=where,
             )
-        return float(value.detach())
-    if isinstance(value, (int, float)):
-        return float(value)
-    fail(
-        "not-a-scalar",
-        observed=f"{what} is a {type_name(value)}",
-        expected=f"{what} is a 0-dim tensor (or a float)",
-        cause="the function returns something other than the number asked for",
-        where=where,
-    )
+    number = real(value)
+    if number is None:
+        fail(
+            "not-a-scalar",
+            observed=f"{what} is a {type_name(value)}",
+            expected=f"{what} is a 0-dim tensor (or a float)",
+            cause="the function returns something other than the number asked for",
+            where=where,
+        )
+    return number
 
 
 # How close a returned number must be to the reference (isclose_number's options): a diverged run's NaN matches

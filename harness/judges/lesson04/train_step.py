@@ -13,7 +13,7 @@ from torch import nn
 from harness.checks.lesson04.common import META, one_thread
 from harness.checks.lesson04.train_step import train_step_inputs
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, malformed, tensor_list
+from harness.contract.compare import close_tensors, isclose_number, malformed, tensor_list
 from harness.contract.failure import Hints, Requirement, fail, raised_failure
 from harness.contract.registry import judges
 from harness.contract.wire import type_name
@@ -28,10 +28,8 @@ from harness.judges.lesson04.common import (
     _sync_calls,
 )
 
-
-def _grads_close(grads: list[torch.Tensor | None], reference: list[torch.Tensor], scale: float = 1.0) -> bool:
-    pairs = zip(grads, reference, strict=True)
-    return all(g is not None and close_values(g, r * scale, rtol=1e-4, atol=1e-6, dtype=False) for g, r in pairs)
+# How close a step's gradients must be to the reference (close_tensors' options; a missing gradient is never close)
+GRADS = {"rtol": 1e-4, "atol": 1e-6, "dtype": False}
 
 
 def _no_gradients(grads: list[torch.Tensor | None]) -> bool:
@@ -143,13 +141,13 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
     references = [_reference_grads_and_loss(model, params, x, y, loss_fn)
                   for (_, params), (x, y) in zip(records, batches, strict=True)]
     for i, ((grads, _), (reference, _), (_, y)) in enumerate(zip(records, references, batches, strict=True)):
-        if _grads_close(grads, reference):
+        if close_tensors(grads, reference, **GRADS):
             continue
-        if i and _grads_close(grads, references[i - 1][0]):
+        if i and close_tensors(grads, references[i - 1][0], **GRADS):
             _fail_step_before_backward(i + 1, "those of the previous batch", where)
         previous = records[i - 1][0] if i else None
-        if previous is not None and None not in previous and _grads_close(
-            grads, [g + p for g, p in zip(reference, previous, strict=True)]
+        if previous is not None and None not in previous and close_tensors(
+            grads, [g + p for g, p in zip(reference, previous, strict=True)], **GRADS
         ):
             fail(
                 "missing-zero-grad",
@@ -159,7 +157,7 @@ def judge_train_step(seen: dict, *, case: Case) -> str:
                 "call, or clears another model's gradients; backward() adds into .grad, so gradients pile up",
                 where=where,
             )
-        if _grads_close(grads, reference, scale=float(len(y))):
+        if close_tensors(grads, [r * float(len(y)) for r in reference], **GRADS):
             fail(
                 "sum-not-mean",
                 observed=f"gradients {len(y)} times (the batch size) those of the mean loss",

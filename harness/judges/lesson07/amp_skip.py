@@ -14,11 +14,11 @@ from torch import nn
 from harness.checks.lesson07.amp_skip import amp_model, amp_setting
 from harness.checks.lesson07.common import scheduler_trace
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, isclose_numbers
+from harness.contract.compare import isclose_number, isclose_numbers, real
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque
-from harness.judges.lesson07.common import _as_float, _fmt, _order_note, _replay_steps, _used_lrs
+from harness.judges.lesson07.common import _fmt, _order_note, _replay_steps, _used_lrs
 
 
 def _reference_grads(
@@ -37,7 +37,7 @@ def _as_flag(value: Any) -> bool | None:
     """A returned bool (or a one-element tensor, or a numpy bool) as a bool; None for anything else."""
     if isinstance(value, Opaque) and value.type_name == "bool_" and value.text in ("True", "False"):
         return value.text == "True"
-    number = _as_float(value) if not isinstance(value, bool) else float(value)
+    number = real(value) if not isinstance(value, bool) else float(value)
     return None if number is None else bool(number)
 
 

@@ -17,7 +17,7 @@ from harness.contract.recorded import recorded
 def _first_difference(a: Sequence[float], b: Sequence[float]) -> int:
     """The first index where two equally long sequences of numbers differ."""
     return next(i for i, (x, y) in enumerate(zip(a, b, strict=True))
-                if not isclose_number(x, y, rel_tol=1e-6, abs_tol=1e-12))
+                if not isclose_number(x, y))
 
 
 def _fmt(values: Sequence[float], limit: int = 8) -> str:
@@ -121,15 +121,6 @@ def _step_count_failure(observed: int, epochs: int, batches: int) -> None:
 def _verify_loop_steps(seen: dict[str, Any], setting: LoopSetting) -> None:
     """Every recorded step is a real SGD step on its batch, from the case's model."""
     _replay_steps(tiny_regressor(setting.model_seed), seen, setting.batches * setting.epochs)
-
-
-def _as_float(value: Any) -> float | None:
-    """A returned number or one-element tensor as a float; None for anything else."""
-    if is_number(value):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return float(value.detach())  # a live loss tensor: detached, so that converting it prints no warning
-    return None
 
 
 # What every training loop of lesson 07 must do, whatever its scheduler (07-per-epoch, 07-per-step).

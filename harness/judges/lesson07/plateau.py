@@ -20,10 +20,10 @@ from harness.checks.lesson07.plateau import (
     plateau_setting,
 )
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, isclose_numbers, malformed, tensor_dict
+from harness.contract.compare import isclose_number, isclose_numbers, malformed, real, tensor_dict
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.judges.lesson07.common import _as_float, _fmt
+from harness.judges.lesson07.common import _fmt
 
 
 def _mean_loss(model: nn.Module, dataset: TensorDataset) -> float:
@@ -288,7 +288,7 @@ def judge_plateau(seen: dict, *, case: Case) -> str:
     val_losses = [val for val, _ in losses]
     returned = seen["returned"]
     if not isinstance(returned, (list, tuple)) or not isclose_numbers(
-            [_as_float(r) for r in returned], val_losses, rel_tol=1e-4, abs_tol=1e-6):
+            [real(r) for r in returned], val_losses, rel_tol=1e-4, abs_tol=1e-6):
         fail(
             "wrong-return",
             observed=f"returned {returned!r:.120}",

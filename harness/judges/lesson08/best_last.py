@@ -9,11 +9,11 @@ from typing import Any
 
 from harness.checks.lesson08.best_last import best_last_cases, best_last_state
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import isclose_number, real
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
-from harness.judges.lesson08.common import _as_number, _helper_note, _same
+from harness.judges.lesson08.common import _helper_note, _same
 from harness.judges.lesson08.writes import judge_writes
 
 
@@ -115,7 +115,7 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     else "the comparison misses improvements, or mode is ignored",
                     where="the `improved` test and the save to directory / 'best.pt'",
                 )
-            returned = _as_number(observed["returned"])
+            returned = real(observed["returned"])
             if returned is None or not isclose_number(returned, best_metric, rel_tol=1e-9, abs_tol=0.0):
                 fail(
                     "wrong-best-metric",

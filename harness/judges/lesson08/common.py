@@ -2,38 +2,26 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from harness.checks.lesson08.common import PREVIOUS
-from harness.contract.compare import close_values, same_values
+from harness.contract.compare import isclose_number, same_values
 
 
+# Not the floor's: a walk over nested checkpoint data (dicts, lists, numbers); each leaf is compared by the floor.
 def _same(a: Any, b: Any) -> bool:
     """Deep equality of nested dicts, lists, tensors and numbers (NaN equals NaN)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.shape, a.dtype) == (
-            b.shape, b.dtype) and bool(
-            same_values(a, b) or (a.is_floating_point() and close_values(a, b, rtol=0, atol=0, expected_nan=True))
-        )
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_values(a, b, expected_nan=True)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
+    if isinstance(a, float) and isinstance(b, float):
+        return isclose_number(a, b, rel_tol=0.0, abs_tol=0.0, expected_nan=True)
     return a == b
-
-
-def _as_number(value: Any) -> float | None:
-    """A returned number (or one-element tensor) as a float; None for anything else (None included)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return float(value.detach())  # a live tensor: detached, so that converting it prints no warning
-    return None
 
 
 def _helper_note(seen: dict[str, Any]) -> str:

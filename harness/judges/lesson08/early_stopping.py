@@ -9,11 +9,10 @@ from typing import Any
 
 from harness.checks.lesson08.early_stopping import early_stopping_cases
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import isclose_number, real
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, describe
-from harness.judges.lesson08.common import _as_number
 
 
 def _as_flag(value: Any) -> bool | None:
@@ -22,7 +21,7 @@ def _as_flag(value: Any) -> bool | None:
         return value
     if isinstance(value, Opaque) and value.type_name == "bool_" and value.text in ("True", "False"):
         return value.text == "True"
-    number = _as_number(value)
+    number = real(value)
     return None if number is None else bool(number)
 
 
@@ -78,7 +77,7 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
     expected = _early_stopping_reference(metrics, patience, mode, min_delta)
     for epoch, ((said, held), (stop, best)) in enumerate(zip(steps, expected, strict=True)):
         setting = f"patience={patience}, mode={mode!r}, min_delta={min_delta}, metrics {metrics[: epoch + 1]}"
-        held_number = _as_number(held)
+        held_number = real(held)
         if held_number is None or not isclose_number(held_number, best, rel_tol=1e-9, abs_tol=0.0):
             code = "min-delta-ignored" if min_delta else "mode-ignored" if mode == "max" else "wrong-best"
             fail(
@@ -121,7 +120,7 @@ def _judge_resumed(
         )
     expected = _early_stopping_reference(metrics, patience, mode, min_delta)[cut:]
     for epoch, ((said, held), (stop, best)) in enumerate(zip(resumed["steps"], expected, strict=True), start=cut):
-        held_number = _as_number(held)
+        held_number = real(held)
         if (_as_flag(said) != stop or held_number is None
                 or not isclose_number(held_number, best, rel_tol=1e-9, abs_tol=0.0)):
             fail(

@@ -6,13 +6,13 @@ from typing import Any
 
 import torch
 
+from harness.contract.compare import real
 
+
+# Not compare.real alone: this lesson's numbers (losses, norms, fractions) are floating: an integer tensor is refused.
 def _scalar(value: Any) -> float | None:
-    """A returned number as a float (a Python number or a one-element tensor); None for anything else."""
-    if isinstance(value, bool):
+    """A returned number as a float (a Python number or a one-element floating tensor, NaN and inf included); None
+    for anything else."""
+    if isinstance(value, torch.Tensor) and not value.is_floating_point():
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
-        return float(value.detach())
-    return None
+    return real(value)

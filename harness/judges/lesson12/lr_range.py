@@ -15,7 +15,7 @@ from torch import nn
 from harness.checks.lesson12.common import Batch
 from harness.checks.lesson12.lr_range import BASE_LR, MOMENTUM, momentum_buffers, sweep_setup, sweeps
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, judged, matching_tensors, type_name
+from harness.contract.compare import close_tensors, close_values, isclose_number, judged, matching_tensors, type_name
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
@@ -43,9 +43,10 @@ def _reference_step(model: nn.Module, params: list[torch.Tensor], batch: Batch) 
     return float(loss.detach()), [p.grad.detach().clone() for p in model.parameters()]
 
 
-def _tensors_allclose(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float = 1e-4) -> bool:
-    return all(close_values(x, y, rtol=rtol, atol=1e-6, dtype=False, expected_nan=True)
-               for x, y in zip(a, b, strict=False))
+# How close recorded tensors must be to the replay's (close_tensors' options; each comparison names its rtol,
+# GRADIENTS that of a step's gradients)
+REPLAYED = {"atol": 1e-6, "dtype": False, "expected_nan": True}
+GRADIENTS = {"rtol": 1e-3, **REPLAYED}
 
 
 def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) -> None:
@@ -71,16 +72,16 @@ def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) ->
 def _check_grads(i: int, grads: list[torch.Tensor], want: list[torch.Tensor], previous: list[torch.Tensor] | None,
                  model: nn.Module, recorded: list[torch.Tensor], batches: list[Batch]) -> None:
     """Fail unless step `i`'s gradient is the gradient of its own batch at the parameters it started from."""
-    if _tensors_allclose(grads, want, 1e-3):
+    if close_tensors(grads, want, **GRADIENTS):
         return
-    if previous is not None and _tensors_allclose(grads, [a + b for a, b in zip(want, previous, strict=True)], 1e-3):
+    if previous is not None and close_tensors(grads, [a + b for a, b in zip(want, previous, strict=True)], **GRADIENTS):
         fail("missing-zero-grad", observed=f"at step {i} the optimizer saw that step's gradient plus the previous "
              "step's", expected="each step's own gradient",
              cause="the gradients are not cleared between steps, so backward adds to them",
              where="optimizer.zero_grad(set_to_none=True) before each backward")
     own = i % len(batches)
     others = [j for j in range(len(batches))
-              if j != own and _tensors_allclose(grads, _reference_step(model, recorded, batches[j])[1], 1e-3)]
+              if j != own and close_tensors(grads, _reference_step(model, recorded, batches[j])[1], **GRADIENTS)]
     fail("wrong-batch", observed=f"the gradient of step {i} is not that of batches[{own}]"
          + (f" (it is that of batches[{others[0]}])" if others else ""),
          expected=f"step {i} trains on batches[{i} % len(batches)] = batches[{own}]",
@@ -109,7 +110,7 @@ def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: l
     losses, buffers, params, previous = [], start_buffers, start, None
     for i, step in enumerate(steps):
         recorded = matching_tensors(step.get("params"), start, "params")
-        if not _tensors_allclose(recorded, params, 1e-4):
+        if not close_tensors(recorded, params, rtol=1e-4, **REPLAYED):
             raise WireError("malformed observation: the parameters do not follow the recorded steps")
         _check_lrs(item, i, step.get("lrs"), schedule)
         raw = step.get("grads")
@@ -238,7 +239,7 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
                     groups: int) -> None:
     """Fail unless the model's parameters and the optimizer's buffers and learning rates are back as they were."""
     after = matching_tensors(call["params_after"], start, "params_after")
-    if not _tensors_allclose(after, start, 1e-6):
+    if not close_tensors(after, start, rtol=1e-6, **REPLAYED):
         fail("model-not-restored", observed="the model's parameters differ from those before the call",
              expected="the parameters restored exactly (the sweep is a diagnostic, not training)",
              cause="no restore, or the saved copy is model.state_dict() without copy.deepcopy (it holds the live "
