@@ -60,9 +60,6 @@ WITHHELD = {
         "return max(0.0, (total_steps - step) / (total_steps - warmup_steps))",
 }
 LESSONS = ("01", "05", "07", "10", "13", "15")
-# Exercises whose hidden case calls the reference on visible inputs only (choose_precision's whole domain is eight
-# pairs, all visible): in the tree their hidden check passes too, on data every visible message shows anyway.
-HIDDEN_AMONG_VISIBLE = {"05-choose-precision"}
 TREE_FIRST = ("import sys\nsys.path.insert(0, sys.argv[1])\nsys.meta_path = [f for f in sys.meta_path if 'Editable' "
               "not in type(f).__name__ and 'Editable' not in getattr(f, '__name__', '')]\n")
 
@@ -144,8 +141,9 @@ def test_in_the_tree_the_solutions_pass_and_other_inputs_are_a_clear_error(tree)
     report = json.loads(done.stdout.splitlines()[-1])
     assert set(report) == {e["task"] for e in affected} | {"direct"}
     clear = "stays with the instructor, and the student course holds only what it returned on the visible case"
-    assert {task for task, said in report.items() if clear not in said} == HIDDEN_AMONG_VISIBLE, report
-    assert all(report[task] == "hidden passed" for task in HIDDEN_AMONG_VISIBLE)
+    # every hidden case calls its reference on an input the visible case does not (05-choose-precision's visible case
+    # calls half of its eight inputs): in the tree no hidden check passes
+    assert {task for task, said in report.items() if clear not in said} == set(), report
     assert report["direct"].startswith("harness.judges.lesson15.warmup.reference_lr_factor is a reference")
 
 

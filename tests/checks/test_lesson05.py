@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.checks import check
 from harness.checks.lesson05.choose_precision import precision_calls
 from harness.checks.testing import Correct, Mistake, assert_check_fails, solution_cell
 from harness.contract.case import Case
+from harness.contract.failure import CheckFailed
 from harness.judges.lesson05.scale_trace import real_scale_trace
 
 
@@ -701,11 +704,45 @@ CORRECT = [
 ]
 
 
-def test_visible_choose_precision_case_covers_every_stated_branch():
-    """Issue 43: every device type the exercise text names (an Apple GPU's "mps" included), each with and without
-    bf16 support, is decided by the visible check, not only the hidden one; so are unknown device types."""
+def test_visible_choose_precision_case_decides_every_stated_branch_on_half_the_inputs():
+    """Issue 43: every device type the exercise text names (an Apple GPU's "mps" with bf16 included) and both bf16
+    supports are decided by the visible check, and so are unknown device types. Issue 38 item 1: the visible case
+    calls only half of the eight known inputs (the student course holds the reference's answers on it); the hidden
+    case calls the other half, the visible ones and one more unknown device type."""
     visible, unknown = precision_calls(Case(hidden=False))
-    hidden, _ = precision_calls(Case(hidden=True))
+    hidden, hidden_unknown = precision_calls(Case(hidden=True))
     stated = {(device, bf16) for device in ("cpu", "cuda", "mps", "xpu") for bf16 in (True, False)}
-    assert stated <= set(visible) and set(hidden) <= set(visible)
-    assert unknown
+    assert {device for device, _ in visible} == {device for device, _ in stated}
+    assert {bf16 for _, bf16 in visible} == {True, False} and ("mps", True) in visible
+    assert set(visible) < stated and len(set(visible)) == len(stated) // 2
+    assert set(hidden) == stated and len(hidden) == len(stated) and hidden[0] not in visible
+    assert unknown and set(unknown) < set(hidden_unknown)
+
+
+def test_the_visible_answers_do_not_answer_choose_precision():
+    """What the visible case shows (the reference's pair on each visible input) memorised as a table, with any
+    guess elsewhere, passes the visible check and fails the hidden one."""
+    visible, _ = precision_calls(Case(hidden=False))
+    shown = {call: choose_if(*call) for call in visible}
+    for guess in ((torch.bfloat16, False), (torch.float16, True)):
+        memorised = validated(lambda d, b, guess=guess: shown.get((d, b), guess))
+        check("05-choose-precision", memorised)
+        with pytest.raises(CheckFailed):
+            check("05-choose-precision", memorised, hidden=True)
+
+
+def test_a_failure_on_a_hidden_input_says_what_is_wrong_without_the_expected_pair():
+    """On an input only the hidden case calls, a wrong dtype or scaler is told by its rule (what is wrong, where to
+    look), without the expected dtype or use_scaler; on a visible input the message shows the expected value."""
+    cpu_fp16 = validated(lambda d, b: (torch.float16, True) if d == "cpu" else choose_if(d, b))
+    cuda_unscaled = validated(lambda d, b: (torch.float16, False) if d == "cuda" else choose_if(d, b))
+    said = assert_check_fails("05-choose-precision", cpu_fp16, code="bf16-not-preferred",
+                              phrase="choose_precision('cpu', bf16_supported=True) chose float16", hidden=True)
+    assert "chooses for a device with bf16 support" in said and "bfloat16" not in said, said
+    said = assert_check_fails("05-choose-precision", cuda_unscaled, code="fp16-without-scaler",
+                              phrase="the use_scaler that goes with float16", hidden=True)
+    assert "use_scaler=True" not in said and "scaled up first" in said, said
+    check("05-choose-precision", cpu_fp16)  # (cpu, True) is not a visible input: the visible check passes
+    said = assert_check_fails("05-choose-precision", validated(lambda d, b: (torch.float16, True)),
+                              code="bf16-not-preferred", phrase="Expected:      bfloat16")
+    assert "cuda" in said, said

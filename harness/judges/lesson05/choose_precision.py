@@ -1,6 +1,8 @@
 """05-choose-precision, the judge.
 
-bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices.
+bf16 without a scaler where supported, fp16 with one otherwise; ValueError for unknown devices. A failure shows
+the expected (dtype, use_scaler) of a visible input only: on an input only the hidden case calls, it names the rule
+the answer breaks, not the answer.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.lesson05.choose_precision import precision_calls
+from harness.checks.lesson05.choose_precision import VISIBLE_CALLS, precision_calls
 from harness.contract.case import Case
 from harness.contract.compare import fail_raised, judged
 from harness.contract.failure import Hints, Requirement, fail
@@ -116,11 +118,14 @@ def _judge_choice(device_type: str, bf16: bool, got: Any) -> None:
     dtype, use_scaler = got
     want_dtype, want_scaler = reference_choose_precision(device_type, bf16)
     situation = f"choose_precision({device_type!r}, bf16_supported={bf16})"
+    shown = (device_type, bf16) in VISIBLE_CALLS  # a hidden input's expected pair is not shown: it is the answer
+    support = "with" if bf16 else "without"
     if dtype == torch.float32:
         fail(
             "fp32-chosen",
             observed=f"{situation} chose float32",
-            expected=f"{_name(want_dtype)}: every device type here runs autocast in a 16-bit format",
+            expected=f"{_name(want_dtype) if shown else 'bfloat16 or float16'}: every device type here runs "
+            "autocast in a 16-bit format",
             cause="falling back to full precision instead of the 16-bit format the device has",
             where="the branch that handles this device type",
         )
@@ -128,7 +133,8 @@ def _judge_choice(device_type: str, bf16: bool, got: Any) -> None:
         fail(
             "bf16-not-preferred" if bf16 else "bf16-without-support",
             observed=f"{situation} chose {_name(dtype)}",
-            expected=f"{_name(want_dtype)}",
+            expected=_name(want_dtype) if shown else f"the 16-bit format section 2 chooses for a device {support} "
+            "bf16 support",
             cause=(
                 "bf16 has float32's exponent range, so it needs no loss scaling: prefer it when supported"
                 if bf16
@@ -140,7 +146,8 @@ def _judge_choice(device_type: str, bf16: bool, got: Any) -> None:
         fail(
             "fp16-without-scaler" if want_scaler else "needless-scaler",
             observed=f"{situation} returned use_scaler={use_scaler!r} with {_name(dtype)}",
-            expected=f"use_scaler={want_scaler}",
+            expected=f"use_scaler={want_scaler}" if shown
+            else f"the use_scaler that goes with {_name(dtype)} (section 2)",
             cause=(
                 "fp16's smallest normal number is about 6e-5: small gradients underflow to zero unless "
                 "the loss is scaled up first"
