@@ -783,13 +783,8 @@ def noam(ramp=RAMP, decay=DECAY):
     return lambda step, warmup_steps: (ramp if step < warmup_steps else decay)(step, warmup_steps)
 
 
-def noam_paper(step: int, warmup_steps: int) -> float:  # the paper's form, steps counted from 0
+def noam_paper(step: int, warmup_steps: int) -> float:  # the Transformer paper's form, steps counted from 1
     return math.sqrt(warmup_steps) * min(step ** -0.5, step * warmup_steps ** -1.5)
-
-
-def noam_paper_from_one(step: int, warmup_steps: int) -> float:
-    n = step + 1
-    return math.sqrt(warmup_steps) * min(n ** -0.5, n * warmup_steps ** -1.5)
 
 
 def noam_torch(step: int, warmup_steps: int) -> float:
@@ -989,20 +984,18 @@ MISTAKES = [
             story="builds its own optimizer for the scheduler"),
     Mistake("07-inverse-sqrt", "wrong-decay", "has no square root", INVERSE_SQRT_PLANTED, planted=True,
             story="warmup_steps / n: the square root forgotten"),
-    Mistake("07-inverse-sqrt", "zero-first-step", "raised ZeroDivisionError", (noam_paper,),
-            story="the paper's formula fed LambdaLR's step 0 (0 ** -0.5)"),
-    Mistake("07-inverse-sqrt", "zero-first-step", "a factor of 0 wastes it",
-            (lambda s, w: 0.0 if s == 0 else noam()(s, w),), story="step 0 taken for a call before training"),
-    Mistake("07-inverse-sqrt", "wrong-warmup", "reaches 1 at step warmup_steps - 1",
-            (lambda s, w: noam_paper(max(s, 1), w),), story="the paper's formula with step 0 guarded as step 1"),
+    Mistake("07-inverse-sqrt", "zero-first-step", "raised ZeroDivisionError", (noam_paper,), story="0 ** -0.5"),
+    Mistake("07-inverse-sqrt", "zero-first-step", "a factor of 0 wastes it", (lambda s, w: s and noam()(s, w),),
+            story="step 0 taken for a call before training"),
+    Mistake("07-inverse-sqrt", "wrong-warmup", "another shape or end", (lambda s, w: noam_paper(max(s, 1), w),),
+            story="the paper's formula with step 0 guarded as step 1: the peak a step late"),
     Mistake("07-inverse-sqrt", "wrong-warmup", "another shape", (noam(ramp=lambda s, w: math.sqrt((s + 1) / w)),),
             story="the square root over both sides of the min"),
-    Mistake("07-inverse-sqrt", "wrong-decay", "not scaled by sqrt(warmup_steps)",
-            (noam(decay=lambda s, w: (s + 1) ** -0.5),),
+    Mistake("07-inverse-sqrt", "wrong-decay", "not scaled by sqrt", (noam(decay=lambda s, w: (s + 1) ** -0.5),),
             story="the paper's step ** -0.5 without its scale"),
     Mistake("07-inverse-sqrt", "wrong-decay", "one step behind", (noam(decay=lambda s, w: math.sqrt(w / s)),),
             story="the decay counts step, the ramp step + 1"),
-    Mistake("07-inverse-sqrt", "not-a-float", "torch.rsqrt", (lambda s, w: torch.tensor(noam_torch(s, w)),),
+    Mistake("07-inverse-sqrt", "not-a-float", "Tensor", (lambda s, w: torch.tensor(noam_torch(s, w)),),
             story="torch arithmetic returned as a tensor"),
 ]
 
@@ -1029,7 +1022,7 @@ CORRECT = [
     Correct("07-one-cycle", (one_cycle_per_epoch_arguments,), story="epochs= and steps_per_epoch=len(loader)"),
     Correct("07-one-cycle", (one_cycle_ceil_division,), story="math.ceil over the dataset, max_lr as a list"),
     Correct("07-inverse-sqrt", (noam(),), story="two branches"),
-    Correct("07-inverse-sqrt", (noam_paper_from_one,), story="the paper's form, counted from step + 1"),
+    Correct("07-inverse-sqrt", (lambda s, w: noam_paper(s + 1, w),), story="the paper's form, counted from step + 1"),
     Correct("07-inverse-sqrt", (noam_torch,), story="torch.minimum and rsqrt, converted with float"),
 ]
 
