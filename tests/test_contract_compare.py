@@ -133,6 +133,15 @@ def test_isclose_matches_nan_only_when_the_reference_expects_it() -> None:
     assert not compare.isclose_number(1.0, math.nan, expected_nan=True)
 
 
+def test_same_number_allows_float_rounding_only() -> None:
+    assert compare.same_number(0.1 + 0.2, 0.3) and compare.same_number(3, 3.0)
+    assert not compare.same_number(1.0 + 1e-7, 1.0) and compare.isclose_number(1.0 + 1e-7, 1.0)
+    assert not compare.same_number(1e-300, 0.0)
+    for got in (None, True, math.nan, "0.3", torch.tensor(0.3)):
+        assert not compare.same_number(got, 0.3), got
+    assert not compare.same_number(math.nan, math.nan)
+
+
 def test_max_difference_reads_infinite_for_nan() -> None:
     assert compare.max_difference(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 1.0])) == math.inf
     assert compare.max_difference(torch.empty(0), torch.empty(0)) == 0.0

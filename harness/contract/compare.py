@@ -23,7 +23,8 @@ from harness.contract.wire import Opaque, WireError, type_name
 __all__ = [
     "close_norm", "close_number", "close_scaled", "close_state", "close_tensors", "close_values", "fail_raised",
     "int_list", "is_tensor_like", "isclose_number", "isclose_numbers", "judged", "malformed", "matching_tensors",
-    "max_difference", "number", "numbers", "real", "same_values", "tensor", "tensor_dict", "tensor_list", "type_name",
+    "max_difference", "number", "numbers", "real", "same_number", "same_values", "tensor", "tensor_dict", "tensor_list",
+    "type_name",
 ]
 
 T = TypeVar("T")
@@ -92,6 +93,12 @@ def isclose_numbers(got: Any, want: Sequence[float], *, rel_tol: float = 1e-6, a
     """`got` is a list or tuple of `len(want)` numbers, each `isclose_number` to its counterpart."""
     return (isinstance(got, (list, tuple)) and len(got) == len(want)
             and all(isclose_number(g, w, rel_tol=rel_tol, abs_tol=abs_tol) for g, w in zip(got, want, strict=True)))
+
+
+def same_number(got: Any, want: float) -> bool:
+    """`got` is `want` but for float rounding: `isclose_number` with `math.isclose`'s own tolerances (rel_tol=1e-9,
+    abs_tol=0), for a number the student's code passes on or stores rather than computes. NaN is never the same."""
+    return isclose_number(got, want, rel_tol=1e-9, abs_tol=0.0)
 
 
 # ---------------------------------------------------------------------------------------------- tensors

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.checks.lesson08.best_last import best_last_cases, best_last_state
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, real
+from harness.contract.compare import real, same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -116,7 +116,7 @@ def judge_best_last(seen: dict, *, case: Case) -> str:
                     where="the `improved` test and the save to directory / 'best.pt'",
                 )
             returned = real(observed["returned"])
-            if returned is None or not isclose_number(returned, best_metric, rel_tol=1e-9, abs_tol=0.0):
+            if not same_number(returned, best_metric):
                 fail(
                     "wrong-best-metric",
                     observed=f"after epoch {epoch} ({setting}) it returned {describe(observed['returned'])}",

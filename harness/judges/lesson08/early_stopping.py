@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.checks.lesson08.early_stopping import early_stopping_cases
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, real
+from harness.contract.compare import real, same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, describe
@@ -78,7 +78,7 @@ def _judge_straight(steps: list[Any], metrics: list[float], patience: int, mode:
     for epoch, ((said, held), (stop, best)) in enumerate(zip(steps, expected, strict=True)):
         setting = f"patience={patience}, mode={mode!r}, min_delta={min_delta}, metrics {metrics[: epoch + 1]}"
         held_number = real(held)
-        if held_number is None or not isclose_number(held_number, best, rel_tol=1e-9, abs_tol=0.0):
+        if not same_number(held_number, best):
             code = "min-delta-ignored" if min_delta else "mode-ignored" if mode == "max" else "wrong-best"
             fail(
                 code,
@@ -121,8 +121,7 @@ def _judge_resumed(
     expected = _early_stopping_reference(metrics, patience, mode, min_delta)[cut:]
     for epoch, ((said, held), (stop, best)) in enumerate(zip(resumed["steps"], expected, strict=True), start=cut):
         held_number = real(held)
-        if (_as_flag(said) != stop or held_number is None
-                or not isclose_number(held_number, best, rel_tol=1e-9, abs_tol=0.0)):
+        if _as_flag(said) != stop or not same_number(held_number, best):
             fail(
                 "state-not-restored",
                 observed=f"after load_state_dict and {epoch - cut + 1} more epochs: step() returned {said}, best "

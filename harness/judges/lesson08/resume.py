@@ -21,7 +21,7 @@ from harness.checks.lesson08.resume import (
     train_reference_epoch,
 )
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, real, same_values
+from harness.contract.compare import close_values, isclose_number, real, same_number, same_values
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -107,7 +107,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: Resume
         value = checkpoint.get(key)
         wanted = setting.stop_at if key == "epoch" else setting.best_metric
         number = real(value)
-        if number is None or not isclose_number(number, wanted, rel_tol=1e-9, abs_tol=0.0):
+        if not same_number(number, wanted):
             fail(
                 "counters-not-restored",
                 observed=f"the checkpoint's {key!r} is {value!r}",
@@ -125,8 +125,7 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: ResumeSetting) 
     epoch, best_metric = setting.stop_at, setting.best_metric
     if (
         not isinstance(counters, dict) or counters.get("epoch") != epoch
-        or not isclose_number(real(counters.get("best_metric")) or math.nan, best_metric,
-                              rel_tol=1e-9, abs_tol=0.0)
+        or not same_number(real(counters.get("best_metric")) or math.nan, best_metric)
     ):
         fail(
             "counters-not-restored",
