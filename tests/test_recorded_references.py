@@ -43,6 +43,7 @@ WITHHELD = {
         "return (torch.bfloat16, False) if bf16_supported else (torch.float16, True)",
     "harness.judges.lesson05.output_dtypes.reference_output_dtypes": "module.register_forward_hook(",
     "harness.judges.lesson05.scale_trace.real_scale_trace": "trace.append(float(scaler.get_scale()))",
+    "harness.judges.lesson05.scale_trace._trace_without_reset": "scale, tracker = scale * growth_factor, 0",
     "harness.judges.lesson07.common.warmup_cosine_reference": "return 0.5 * (1.0 + math.cos(math.pi * progress))",
     "harness.judges.lesson07.inverse_sqrt.reference_inverse_sqrt":
         "return [min((s + 1) / warmup_steps, math.sqrt(warmup_steps / (s + 1))) for s in range(steps)]",
@@ -52,6 +53,8 @@ WITHHELD = {
         "with saved_for_backward(exclude=model.parameters()) as saved:",
     "harness.judges.lesson13.memory_formula.reference_training_memory":
         "sizes[\"optimizer\"] = STATE_COPIES[optimizer] * sizes[\"grads\"]",
+    "harness.judges.lesson13.memory_formula.params_miscounts":
+        "\"frozen-left-out\": sum(p.numel() * p.element_size() for p in params if p.requires_grad)",
     "harness.judges.lesson15.masked_loss._per_token": "reduction=\"none\").view(targets.shape)",
     "harness.judges.lesson15.masked_loss._reference_masked": "return loss.detach(), leaf.grad",
     "harness.judges.lesson15.pad_collate._reference_collate":

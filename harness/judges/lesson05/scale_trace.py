@@ -38,8 +38,10 @@ def real_scale_trace(
     return trace
 
 
+@recorded  # one line from the answer (the count restarted on an overflow): withheld from the student course too
 def _trace_without_reset(overflows: Sequence[bool], *, init_scale: float, growth_factor: float, backoff_factor: float,
                          growth_interval: int) -> list[float]:
+    """The scales of the rule whose count of clean steps an overflow does not restart ([tracker-not-reset])."""
     scale, tracker, trace = init_scale, 0, []
     for overflow in overflows:
         if overflow:
@@ -124,6 +126,7 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
                 where="the return statement of scale_trace",
             )
         want = real_scale_trace(overflows, **settings)
+        unreset = _trace_without_reset(overflows, **settings)  # on every case: the release records what the tree needs
         if len(got) != len(want):
             fail(
                 "wrong-length",
@@ -144,7 +147,7 @@ def judge_scale_trace(seen: dict, *, case: Case) -> str:
             factor, wanted = got[step] / before, settings["backoff_factor"]
             code, cause = "wrong-backoff", (f"the scale went from {before:g} to {got[step]:g}, a factor of {factor:g}, "
                                             f"not backoff_factor={wanted:g}")
-        elif _same_trace(got, _trace_without_reset(overflows, **settings)):
+        elif _same_trace(got, unreset):
             code, cause = "tracker-not-reset", "an overflow must restart the count of finite steps at zero"
         elif _same_trace(got, _trace_by_step_index(overflows, **settings)):
             code, cause = "wrong-growth", (

@@ -29,27 +29,40 @@ def reference_training_memory(model: nn.Module, optimizer: str) -> dict[str, int
     return {**sizes, "total": sum(sizes.values())}
 
 
-def _params_cause(got: int, want: int, model: nn.Module) -> tuple[str, str | None]:
-    """Which known mistake gives `got` as the parameter bytes of `model`, where the reference counts `want`
-    (candidates when none fits), and the
-    hint for it (None when none fits: the requirement's own hint lists them all)."""
+@recorded(weights=False)  # its counts are the answer's lines with one slip each: withheld from the student course too
+def params_miscounts(model: nn.Module) -> dict[str, int]:
+    """The parameter bytes of `model` as each known mistake counts them (the keys of `_PARAMS_CAUSES`)."""
     params = list(model.parameters())
     elements = sum(p.numel() for p in params)
     every = [p for m in model.modules() for p in m.parameters(recurse=False)]  # a tied weight twice
-    candidates = {
-        elements: ("elements were counted, not bytes (multiply numel() by element_size())",
-                   "numel() counts values: how many bytes does one value of each parameter's dtype take?"),
-        4 * elements: ("4 bytes were assumed per element: a bfloat16 or float16 parameter has 2, a float64 one 8 "
-                       "(use p.element_size())",
-                       "Print p.dtype and p.element_size() for each parameter: are they all 4-byte floats?"),
-        sum(p.numel() * p.element_size() for p in every): (
-            "a shared (tied) weight was counted twice: iterate over model.parameters(), which lists it once, not "
-            "over each module's own parameters or the state_dict",
-            "Two modules hold the same weight tensor: how many times does your loop meet it?"),
-        sum(p.numel() * p.element_size() for p in params if p.requires_grad): (
-            "frozen parameters were left out: they take memory too (requires_grad=False only spares their gradient)",
-            "Does a frozen parameter still sit in memory? Which of the three counts does requires_grad change?"),
-    }
+    return {"elements": elements, "four-bytes": 4 * elements,
+            "tied-twice": sum(p.numel() * p.element_size() for p in every),
+            "frozen-left-out": sum(p.numel() * p.element_size() for p in params if p.requires_grad)}
+
+
+# Each known miscount of the parameter bytes: its cause, and the hint for it.
+_PARAMS_CAUSES = {
+    "elements": ("elements were counted, not bytes (multiply numel() by element_size())",
+                 "numel() counts values: how many bytes does one value of each parameter's dtype take?"),
+    "four-bytes": ("4 bytes were assumed per element: a bfloat16 or float16 parameter has 2, a float64 one 8 "
+                   "(use p.element_size())",
+                   "Print p.dtype and p.element_size() for each parameter: are they all 4-byte floats?"),
+    "tied-twice": ("a shared (tied) weight was counted twice: iterate over model.parameters(), which lists it once, "
+                   "not over each module's own parameters or the state_dict",
+                   "Two modules hold the same weight tensor: how many times does your loop meet it?"),
+    "frozen-left-out": ("frozen parameters were left out: they take memory too (requires_grad=False only spares their "
+                        "gradient)",
+                        "Does a frozen parameter still sit in memory? Which of the three counts does requires_grad "
+                        "change?"),
+}
+
+
+def _params_cause(got: int, want: int, miscounts: dict[str, int]) -> tuple[str, str | None]:
+    """Which known mistake gives `got` as the parameter bytes, where the reference counts `want` and each mistake
+    `miscounts` (candidates when none fits), and the hint for it (None when none fits: the requirement's own hint
+    lists them all)."""
+    # two mistakes that count alike: the later one's cause (the first's place in the order)
+    candidates = {miscounts[mistake]: found for mistake, found in _PARAMS_CAUSES.items()}
     return next((found for value, found in candidates.items() if value == got and value != want),
                 ("a different count: elements instead of bytes, a fixed 4 bytes per element, frozen parameters left "
                  "out, or a tied weight counted twice", None))
@@ -94,6 +107,7 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
     """The four byte counts equal the formula, on every model and optimizer of the case."""
     for (description, model, name), result in judged(memory_models(case), seen["results"]):
         got, want = result["returned"], reference_training_memory(model, name)
+        miscounts = params_miscounts(model)  # on every model: the release records what the tree needs
         if not isinstance(got, dict) or sorted(got) != sorted(KEYS):
             fail("missing-key", observed=f"returned {type_name(got)}" + (f" with keys {sorted(got)}"
                                                                           if isinstance(got, dict) else ""),
@@ -108,7 +122,7 @@ def judge_memory_formula(seen: dict, *, case: Case) -> str:
                      else f"a {type_name(got[key])}, not an int (a numpy number?)",
                      where=f"the line that computes {key}")
         if got["params"] != want["params"]:
-            cause, hint = _params_cause(got["params"], want["params"], model)
+            cause, hint = _params_cause(got["params"], want["params"], miscounts)
             fail("wrong-params", observed=f"params = {got['params']} for {description}",
                  expected=f"{want['params']} bytes", cause=cause, where="the line that computes params", hint=hint)
         if got["grads"] != want["grads"]:
