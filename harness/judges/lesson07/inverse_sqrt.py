@@ -37,8 +37,7 @@ def reference_inverse_sqrt(warmup_steps: int, steps: int) -> list[float]:
         section="8. Warm-up without an end: the inverse square root",
     ),
     requires={
-        "not-a-float": Requirement("returns a Python float at every step",
-                                   hint="Print type(inverse_sqrt(5, 4)): torch.rsqrt gives tensors, math.sqrt floats."),
+        "not-a-float": Requirement("returns a Python float at every step", hint="Print type(inverse_sqrt(5, 4))."),
         "zero-first-step": Requirement("the first update already trains: at step 0 the factor is above 0, computed "
                                        "without raising", hint="Call inverse_sqrt(0, 4). What is 0 ** -0.5?"),
         "wrong-warmup": Requirement("during warm-up (step < warmup_steps) the factor rises linearly as (step + 1) / "
@@ -72,8 +71,7 @@ def judge_inverse_sqrt(seen: dict, *, case: Case) -> str:
         step = next((s for s in range(steps) if not isclose_numbers([values[s]], [want[s]])), None)
         if step is None:
             continue
-        observed = f"{what} is {values[step]:.4g} at step {step}; steps 0.. give " + ", ".join(
-            f"{v:.3g}" for v in values[:warmup + 3])
+        observed = f"{what} is {values[step]:.4g} at step {step} (from 0: {[round(v, 3) for v in values[:step + 3]]})"
         if step < warmup:
             fail("wrong-warmup", observed=observed, expected=f"{want[step]:.4g} = (step + 1) / warmup_steps",
                  cause="the ramp has another shape or end", where="the warm-up part of inverse_sqrt")
