@@ -153,6 +153,15 @@ def test_max_difference_reads_infinite_for_another_shape_rather_than_broadcastin
     assert compare.max_difference(torch.empty(0), torch.ones(2)) == math.inf
 
 
+def test_max_state_difference_reads_infinite_for_another_layout() -> None:
+    want = {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor(3)}
+    assert compare.max_state_difference({"w": torch.tensor([1.0, 2.5]), "step": torch.tensor(3)}, want) == 0.5
+    assert compare.max_state_difference({}, {}) == 0.0
+    for got in ({"w": want["w"]}, {**want, "w": want["w"].double()}, {**want, "w": torch.ones(3)},
+                {**want, "step": 3}, {**want, "w": torch.tensor([1.0, math.nan])}, [want["w"], want["step"]]):
+        assert compare.max_state_difference(got, want) == math.inf, got
+
+
 def test_malformed_raises_a_wire_error_naming_the_leaf() -> None:
     with pytest.raises(WireError, match="malformed observation: the loss is gone"):
         compare.malformed("the loss is gone")

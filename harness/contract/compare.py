@@ -23,8 +23,8 @@ from harness.contract.wire import Opaque, WireError, type_name
 __all__ = [
     "close_norm", "close_number", "close_scaled", "close_state", "close_tensors", "close_values", "fail_raised",
     "int_list", "is_tensor_like", "isclose_number", "isclose_numbers", "judged", "malformed", "matching_tensors",
-    "max_difference", "number", "numbers", "real", "same_number", "same_values", "tensor", "tensor_dict", "tensor_list",
-    "type_name",
+    "max_difference", "max_state_difference", "number", "numbers", "real", "same_number", "same_values", "tensor",
+    "tensor_dict", "tensor_list", "type_name",
 ]
 
 T = TypeVar("T")
@@ -178,6 +178,15 @@ def max_difference(got: torch.Tensor, want: torch.Tensor) -> float:
         return 0.0
     difference = (got.detach().double() - want.detach().double()).abs()
     return float(difference.nan_to_num(nan=math.inf).max())
+
+
+def max_state_difference(got: Any, want: Mapping[str, torch.Tensor]) -> float:
+    """The largest `max_difference` over a state dict's tensors (0.0 for an empty one); inf when `got` is not a
+    dict with `want`'s keys, each a tensor of its counterpart's shape and dtype."""
+    if not isinstance(got, dict) or got.keys() != want.keys() or not all(
+            is_tensor_like(got[key], value) for key, value in want.items()):
+        return math.inf
+    return max((max_difference(got[key], value) for key, value in want.items()), default=0.0)
 
 
 def close_tensors(got: Any, want: Sequence[torch.Tensor], **tolerance: Any) -> bool:

@@ -21,7 +21,14 @@ from harness.checks.lesson08.resume import (
     train_reference_epoch,
 )
 from harness.contract.case import Case
-from harness.contract.compare import close_values, isclose_number, real, same_number, same_values
+from harness.contract.compare import (
+    close_values,
+    isclose_number,
+    max_state_difference,
+    real,
+    same_number,
+    same_values,
+)
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -170,19 +177,6 @@ def _advanced_after_restore(restored: Any, saved: Any) -> bool:
     return same_values(restored[:8], saved[:8]) and (restored == saved).float().mean().item() >= 0.9
 
 
-def _largest_difference(weights: Any, reference: dict[str, torch.Tensor]) -> float:
-    """The largest absolute difference between two models' weights (inf where they do not match up)."""
-    if not isinstance(weights, dict) or weights.keys() != reference.keys():
-        return math.inf
-    worst = 0.0
-    for key, value in reference.items():
-        other = weights[key]
-        if not isinstance(other, torch.Tensor) or other.shape != value.shape or other.dtype != value.dtype:
-            return math.inf
-        worst = max(worst, float((other.double() - value.double()).abs().max()) if value.numel() else 0.0)
-    return worst
-
-
 def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
     """The checkpoint survived a later save that crashed half way: what the file holds is still the first save."""
     if not isinstance(after_crash, dict):
@@ -290,7 +284,7 @@ def judge_resume(seen: dict, *, case: Case) -> str:
             where="load_checkpoint (the fresh process sees only it, its helpers and the modules they import)",
         )
     stop_at, epochs = setting.stop_at, setting.epochs
-    drift = _largest_difference(seen["continuous"], final_reference)
+    drift = max_state_difference(seen["continuous"], final_reference)
     if drift > 1e-4:
         fail(
             "weights-diverged",
@@ -299,7 +293,7 @@ def judge_resume(seen: dict, *, case: Case) -> str:
             cause="save_checkpoint changes the training: it draws random numbers or modifies an object it saves",
             where="save_checkpoint",
         )
-    worst = _largest_difference(seen["final"], seen["continuous"])  # the continuous run was verified above
+    worst = max_state_difference(seen["final"], seen["continuous"])  # the continuous run was verified above
     if worst > 0:
         fail(
             "weights-diverged",
