@@ -51,6 +51,8 @@ WITHHELD = {
         "if device_type == \"cuda\" and precisions.get(\"fp16_autocast\") and precisions.get(\"grad_scaler\"):",
     "harness.judges.lesson13.activation_formula.measured_activation_bytes":
         "with saved_for_backward(exclude=model.parameters()) as saved:",
+    "harness.judges.lesson13.activation_formula.activation_miscounts":
+        "return {\"element\": element, \"elements\": batch * inputs, \"four-bytes\": batch * inputs * 4,",
     "harness.judges.lesson13.memory_formula.reference_training_memory":
         "sizes[\"optimizer\"] = STATE_COPIES[optimizer] * sizes[\"grads\"]",
     "harness.judges.lesson13.memory_formula.params_miscounts":

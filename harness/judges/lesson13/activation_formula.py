@@ -37,31 +37,46 @@ def measured_activation_bytes(batch: int, widths: Sequence[int], dtype: torch.dt
     return saved.bytes
 
 
-def _activation_cause(got: int, want: int, batch: int, widths: Sequence[int], element: int,
+@recorded  # its counts hold the answer's terms, one slip each: withheld from the student course too
+def activation_miscounts(batch: int, widths: Sequence[int], dtype: torch.dtype) -> dict[str, int]:
+    """The dtype's element size ("element") and the bytes each known slip counts for this case that need no
+    measurement (the other keys, read by `_activation_cause`)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    inputs = sum(widths[:-1])
+
+    def weights(start: int) -> int:
+        return sum(a * b for a, b in zip(widths[start:-1], widths[start + 1:], strict=True)) * element
+
+    return {"element": element, "elements": batch * inputs, "four-bytes": batch * inputs * 4,
+            "weights": weights(0), "later-weights": weights(1),
+            "relu-twice": batch * (widths[0] + 2 * sum(widths[1:-1])) * element,
+            "last-output": batch * sum(widths) * element, "outputs": batch * sum(widths[1:]) * element,
+            "first-input-left-out": batch * sum(widths[1:-1]) * element}
+
+
+def _activation_cause(got: int, want: int, batch: int, miscounts: dict[str, int],
                       dtype: torch.dtype) -> tuple[str, str]:
-    """The failure code and cause of a wrong byte count: the known slips whose count equals `got` (each one
-    recomputed here), listed as candidates when several give the same number."""
-    rows, inputs = batch, sum(widths[:-1])
-    weights = sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True)) * element
-    later_weights = sum(a * b for a, b in zip(widths[1:-1], widths[2:], strict=True)) * element
+    """The failure code and cause of a wrong byte count: the known slips whose count equals `got` (`want` and
+    `activation_miscounts`), listed as candidates when several give the same number."""
+    rows, element = batch, miscounts["element"]
     slips = [
         (want // rows if want % rows == 0 else None, "missing-batch",
          f"exactly {rows} times too few, the batch size: the count is one example's bytes, the batch_size factor is "
          "missing"),
-        (rows * inputs if element != 1 else None, "wrong-element-size", "elements were counted, not bytes"),
-        (rows * inputs * 4 if element != 4 else None, "wrong-element-size",
+        (miscounts["elements"] if element != 1 else None, "wrong-element-size", "elements were counted, not bytes"),
+        (miscounts["four-bytes"] if element != 4 else None, "wrong-element-size",
          f"4 bytes were assumed per element; {dtype} takes {element}"),
-        (want + weights, "weights-counted", "the weights that Linear layers save were added: they are the parameters, "
-         "already in memory"),
-        (want + later_weights, "weights-counted", "the weights that Linear layers save were added: they are the "
-         "parameters, already in memory"),
-        (rows * (widths[0] + 2 * sum(widths[1:-1])) * element, "counted-twice",
+        (want + miscounts["weights"], "weights-counted", "the weights that Linear layers save were added: they are "
+         "the parameters, already in memory"),
+        (want + miscounts["later-weights"], "weights-counted", "the weights that Linear layers save were added: they "
+         "are the parameters, already in memory"),
+        (miscounts["relu-twice"], "counted-twice",
          "each ReLU output was counted twice: it is also the next Linear's input, one tensor"),
-        (rows * sum(widths) * element, "wrong-bytes",
+        (miscounts["last-output"], "wrong-bytes",
          "the last Linear's output was counted: the model does not save it (the loss's backward might)"),
-        (rows * sum(widths[1:]) * element, "wrong-bytes",
+        (miscounts["outputs"], "wrong-bytes",
          "each Linear's output was counted instead of its input: the first input is saved, the last output is not"),
-        (rows * sum(widths[1:-1]) * element, "wrong-bytes",
+        (miscounts["first-input-left-out"], "wrong-bytes",
          "the first Linear's input was left out: it is saved, to compute the weight's gradient"),
     ]
     matches = list(dict.fromkeys((code, cause) for value, code, cause in slips if value == got and value != want))
@@ -110,6 +125,7 @@ def judge_activation_formula(seen: dict, *, case: Case) -> str:
     """The formula equals the bytes measured on the MLP, in every case."""
     for (batch, widths, dtype), result in judged(activation_cases(case), seen["results"]):
         got, want = result["returned"], measured_activation_bytes(batch, widths, dtype)
+        miscounts = activation_miscounts(batch, widths, dtype)  # on every case: the release records what the tree needs
         what = f"batch {batch}, widths {widths}, {str(dtype).removeprefix('torch.')}"
         if type(got) is not int:
             fail("not-an-int", observed=f"returned {type_name(got)} for {what}", expected=f"the int {want}",
@@ -120,8 +136,7 @@ def judge_activation_formula(seen: dict, *, case: Case) -> str:
                  where="the return statement of activation_formula")
         if got == want:
             continue
-        element = torch.empty((), dtype=dtype).element_size()
-        code, cause = _activation_cause(got, want, batch, widths, element, dtype)
+        code, cause = _activation_cause(got, want, batch, miscounts, dtype)
         fail(code, observed=f"{got} bytes for {what}", expected=f"{want} bytes (measured with saved_tensors_hooks)",
              cause=cause, where="the sum in activation_formula")
     return "activation bytes of ReLU MLPs in float32, bfloat16 and float16, as measured"
