@@ -39,6 +39,7 @@ WITHHELD = {
     # (its hints, in the same file, name scaler.scale(loss).backward(): the line below is the body's alone)
     "harness.judges.lesson05.amp_step._reference_two_steps": "loss = nn.functional.mse_loss(model(inputs), targets)",
     "harness.judges.lesson05.cast_report.reference_cast_report": "underflow = (x != 0) & (y == 0)",
+    "harness.judges.lesson05.cast_report._signed_rel_errors": "signed = (y[kept] - x[kept]) / x[kept]",
     "harness.judges.lesson05.choose_precision.reference_choose_precision":
         "return (torch.bfloat16, False) if bf16_supported else (torch.float16, True)",
     "harness.judges.lesson05.output_dtypes.reference_output_dtypes": "module.register_forward_hook(",
