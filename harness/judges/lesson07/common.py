@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from harness.checks.lesson07.common import LoopSetting, is_number, tiny_regressor
-from harness.contract.compare import close_tensors, isclose_number
+from harness.contract.compare import close_tensors, isclose_number, malformed
 from harness.contract.failure import Requirement, fail
 from harness.contract.recorded import recorded
 
@@ -35,7 +35,7 @@ def _used_lrs(seen: dict[str, Any]) -> list[float]:
     """The learning rate each recorded optimizer step used (validated as numbers)."""
     lrs = [step["lr"] for step in seen["steps"]]
     if not all(is_number(lr) for lr in lrs):
-        raise TypeError("the recorded learning rates are not numbers")
+        malformed("the recorded learning rates are not numbers")
     return [float(lr) for lr in lrs]
 
 
@@ -94,7 +94,7 @@ def _check_train_mode(seen: dict[str, Any]) -> None:
     """Every forward that recorded a graph ran in train mode."""
     modes = seen["train_modes"]
     if not isinstance(modes, list) or not all(isinstance(m, bool) for m in modes):
-        raise TypeError("the observation of the forward modes is malformed")
+        malformed("the forward modes")
     if not all(modes):
         fail(
             "not-train-mode",

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.checks.lesson08.best_last import best_last_cases, best_last_state
 from harness.contract.case import Case
-from harness.contract.compare import real, same_number
+from harness.contract.compare import malformed, real, same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -34,7 +34,7 @@ def _held_text(held: int | None) -> str:
 def _judge_crash(after_crash: Any, mode: str, metrics: list[float], best_epoch: int | None) -> None:
     """After an improving epoch whose save crashed half way, both files still hold the previous epochs."""
     if not isinstance(after_crash, dict):
-        raise ValueError(f"the files after the crashed save are malformed: {describe(after_crash)}")
+        malformed(f"the files after the crashed save: {describe(after_crash)}")
     for name, want in (("last", len(metrics) - 1), ("best", best_epoch)):
         content = after_crash.get(name)
         held = _held_epoch(content)

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.checks.lesson08.early_stopping import early_stopping_cases
 from harness.contract.case import Case
-from harness.contract.compare import real, same_number
+from harness.contract.compare import malformed, real, same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import Opaque, describe
@@ -187,5 +187,5 @@ def judge_early_stopping(seen: dict, *, case: Case) -> str:
         for cut, resumed in enumerate(run["resumed"], start=1):
             _judge_resumed(resumed, metrics, patience, mode, min_delta, cut)
         if len(run["resumed"]) != len(metrics) - 1:
-            raise ValueError("the observation does not resume after every epoch")
+            malformed("not one resumed run after every epoch")
     return f"right decisions on {len(cases)} metric sequences; the state resumes exactly at every epoch"

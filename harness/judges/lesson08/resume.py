@@ -24,6 +24,7 @@ from harness.contract.case import Case
 from harness.contract.compare import (
     close_values,
     isclose_number,
+    malformed,
     max_state_difference,
     real,
     same_number,
@@ -127,7 +128,7 @@ def _judge_contents(seen: dict[str, Any], saved: dict[str, Any], setting: Resume
 def _judge_restored(result: Any, saved: dict[str, Any], setting: ResumeSetting) -> None:
     """What load_checkpoint put into freshly built objects, compared with the reference run's state."""
     if not isinstance(result, dict) or not isinstance(result.get("restored"), dict):
-        raise ValueError(f"the resume's report is malformed: {describe(result)}")
+        malformed(f"the resume's report: {describe(result)}")
     counters = result.get("counters")
     epoch, best_metric = setting.stop_at, setting.best_metric
     if (
@@ -180,7 +181,7 @@ def _advanced_after_restore(restored: Any, saved: Any) -> bool:
 def _judge_atomic(after_crash: Any, checkpoint: Any) -> None:
     """The checkpoint survived a later save that crashed half way: what the file holds is still the first save."""
     if not isinstance(after_crash, dict):
-        raise ValueError(f"the file after the crashed save is malformed: {describe(after_crash)}")
+        malformed(f"the file after the crashed save: {describe(after_crash)}")
     content = after_crash.get("file")
     if _same(content, checkpoint):
         # a write that survives the Python exception (an except that repairs it) but not a kill

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.contract.compare import malformed
 from harness.contract.failure import fail
 from harness.contract.wire import describe
 
@@ -75,7 +76,7 @@ def _verdict(kind: str, name: str, other: str) -> _Verdict:
         return _Verdict(f"{name} kept its inode while its bytes changed",
                         f"the new bytes were written into the old {name} (torch.save(obj, path) truncates the old "
                         "file first) instead of a complete file being renamed onto it", _TEMPORARY)
-    raise ValueError(f"an unknown kind of write was recorded: {kind!r}")
+    malformed(f"an unknown kind of write: {kind!r}")
 
 
 _ORDER = ("renamed-onto-itself", "renamed-while-open", "moved-aside", "removed", "copied-onto",
@@ -86,20 +87,20 @@ def _events(seen: Any) -> list[tuple[str, str, str]]:
     """The recorded events and in-place writes of one save, validated."""
     if not isinstance(seen, dict) or not isinstance(seen.get("events"), list) or not isinstance(
             seen.get("in_place"), list):
-        raise ValueError(f"the observed writes are malformed: {describe(seen)}")
+        malformed(f"the writes: {describe(seen)}")
     events = []
     sizes = seen.get("renamed_sizes", {})
     if not isinstance(sizes, dict):
-        raise ValueError(f"the observed rename sizes are malformed: {describe(sizes)}")
+        malformed(f"the rename sizes: {describe(sizes)}")
     for event in seen["events"]:
         if not (isinstance(event, (list, tuple)) and len(event) == 3 and all(isinstance(e, str) for e in event)):
-            raise ValueError(f"an observed write is malformed: {describe(event)}")
+            malformed(f"a write: {describe(event)}")
         if event[0] == "renamed-while-open" and _complete_at_rename(sizes.get(event[1])):
             continue  # flushed before the rename: every byte was in the file that became the target
         events.append((event[0], event[1], event[2]))
     for name in seen["in_place"]:
         if not isinstance(name, str):
-            raise ValueError(f"an in-place write is malformed: {describe(name)}")
+            malformed(f"an in-place write: {describe(name)}")
         events.append(("in-place", name, ""))
     return events
 

@@ -12,10 +12,9 @@ from torch import nn
 
 from harness.checks.lesson12.dead_units import dead_setup
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, type_name
+from harness.contract.compare import isclose_number, malformed, type_name
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.contract.wire import WireError
 from harness.judges.lesson12.common import _scalar
 
 
@@ -125,7 +124,7 @@ def judge_dead_units(seen: dict, *, case: Case) -> str:
              if negative else "Do you decide that a unit is dead once per batch, or once over all the batches "
              "together?" if averaged else None)
     if not isinstance(seen["hooks_left"], int):
-        raise WireError("malformed observation: hooks_left")
+        malformed("hooks_left")
     if seen["hooks_left"]:
         fail("hooks-left", observed=f"{seen['hooks_left']} hooks still on the model after the call",
              expected="none", cause="the handles returned by register_forward_hook were not removed",

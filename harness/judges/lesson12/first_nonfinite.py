@@ -12,10 +12,9 @@ from torch import nn
 
 from harness.checks.lesson12.first_nonfinite import SCENARIOS, scenario_setup
 from harness.contract.case import Case
-from harness.contract.compare import judged, type_name
+from harness.contract.compare import judged, malformed, type_name
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.contract.wire import WireError
 
 
 def _trace(model: nn.Module, inputs: torch.Tensor) -> list[tuple[str, bool, bool]]:
@@ -151,7 +150,7 @@ def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
                and (call.get("returned") is None or isinstance(call.get("returned"), str))}  # to tell causes apart
     for (index, name), call in judged(list(enumerate(SCENARIOS)), seen["calls"]):
         if not isinstance(call.get("hooks_left"), int):
-            raise WireError("malformed observation: hooks_left")
+            malformed("hooks_left")
         if name == "error":
             if call["hooks_left"]:
                 fail("hooks-left-on-error", observed=f"{call['hooks_left']} hooks still on the model after its "
@@ -160,7 +159,7 @@ def judge_first_nonfinite(seen: dict, *, case: Case) -> str:
                      where="wrap the forward in try: ... finally: for handle in handles: handle.remove()")
             raised = call.get("raised")
             if raised is not None and not isinstance(raised, str):
-                raise WireError("malformed observation: raised")
+                malformed("raised")
             if raised != "RuntimeError":
                 fail("error-swallowed", observed="the model's forward pass raised RuntimeError inside "
                      "first_nonfinite_module, and the call " + ("returned normally" if raised is None

@@ -12,10 +12,9 @@ import torch
 
 from harness.checks.lesson12.grad_norms import grad_model
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, same_values, type_name
+from harness.contract.compare import isclose_number, malformed, same_values, type_name
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.contract.wire import WireError
 from harness.judges.lesson12.common import _scalar
 
 
@@ -53,7 +52,7 @@ def judge_grad_norms(seen: dict, *, case: Case) -> str:
     named = [(name, p.grad) for name, p in model.named_parameters()]
     after = seen["grads_after"]
     if not isinstance(after, list) or len(after) != len(named):
-        raise WireError("malformed observation: grads_after")
+        malformed("grads_after")
     for (name, before), now in zip(named, after, strict=False):
         if before is not None and not (isinstance(now, torch.Tensor) and now.shape == before.shape
                                        and same_values(now, before, dtype=False)):

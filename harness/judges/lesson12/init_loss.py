@@ -9,10 +9,9 @@ from torch import nn
 
 from harness.checks.lesson12.init_loss import init_cases, init_inputs
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number, judged, type_name
+from harness.contract.compare import isclose_number, judged, malformed, type_name
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
-from harness.contract.wire import WireError
 from harness.judges.lesson12.common import _scalar
 
 
@@ -81,7 +80,7 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  "with that probability?" if named and named[0] in ("1/C", "C") else None)
         forwards = call["forwards"]
         if not isinstance(forwards, list) or not all(isinstance(f, tuple) and len(f) == 2 for f in forwards):
-            raise WireError("malformed observation: forwards")
+            malformed("forwards")
         if not forwards:
             fail("wrong-loss", observed="the model was never called as model(inputs) (its forward hooks never ran)",
                  expected="the loss of model(inputs), measured through the module call",
@@ -123,7 +122,7 @@ def judge_init_loss(seen: dict, *, case: Case) -> str:
                  expected="a measurement only: the forward inside torch.no_grad() (or torch.inference_mode())",
                  cause="no torch.no_grad() around the forward pass", where="the forward pass of loss_at_init")
         if not isinstance(call["training_after"], bool):
-            raise WireError("malformed observation: training_after")
+            malformed("training_after")
         if call["training_after"] != item["training"]:
             before, after = ("train", "eval") if item["training"] else ("eval", "train")
             fail("mode-not-restored", observed=f"a model handed over in {before} mode came back in {after} mode",

@@ -15,11 +15,18 @@ from torch import nn
 from harness.checks.lesson12.common import Batch
 from harness.checks.lesson12.lr_range import BASE_LR, MOMENTUM, momentum_buffers, sweep_setup, sweeps
 from harness.contract.case import Case
-from harness.contract.compare import close_tensors, close_values, isclose_number, judged, matching_tensors, type_name
+from harness.contract.compare import (
+    close_tensors,
+    close_values,
+    isclose_number,
+    judged,
+    malformed,
+    matching_tensors,
+    type_name,
+)
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.instruments import snapshot
 from harness.contract.registry import judges
-from harness.contract.wire import WireError
 from harness.judges.lesson12.common import _scalar
 
 
@@ -52,7 +59,7 @@ GRADIENTS = {"rtol": 1e-3, **REPLAYED}
 def _check_lrs(item: dict[str, Any], i: int, lrs: Any, schedule: list[float]) -> None:
     """Fail unless every param group of step `i` ran at the exponential schedule's learning rate."""
     if not isinstance(lrs, list) or len(lrs) != 2 or not all(isinstance(v, float) for v in lrs):
-        raise WireError("malformed observation: lrs")
+        malformed("lrs")
     if all(isclose_number(v, schedule[i], rel_tol=1e-6, abs_tol=1e-6) for v in lrs):
         return
     start, end, n = item["start_lr"], item["end_lr"], item["num_steps"]
@@ -102,7 +109,7 @@ def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: l
     """
     schedule = _schedule(item)
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-        raise WireError("malformed observation: steps")
+        malformed("steps")
     if len(steps) > item["num_steps"]:
         fail("wrong-stop", observed=f"{len(steps)} optimizer steps for num_steps = {item['num_steps']}",
              expected=f"at most {item['num_steps']} steps",
@@ -111,7 +118,7 @@ def _replay_steps(item: dict[str, Any], steps: Any, model: nn.Module, batches: l
     for i, step in enumerate(steps):
         recorded = matching_tensors(step.get("params"), start, "params")
         if not close_tensors(recorded, params, rtol=1e-4, **REPLAYED):
-            raise WireError("malformed observation: the parameters do not follow the recorded steps")
+            malformed("the parameters do not follow the recorded steps")
         _check_lrs(item, i, step.get("lrs"), schedule)
         raw = step.get("grads")
         grads = matching_tensors([torch.zeros_like(p) if g is None else g for g, p in zip(raw, start, strict=False)]
@@ -247,7 +254,7 @@ def _check_restored(call: dict[str, Any], start: list[torch.Tensor], start_buffe
     buffers_after, lrs_after = call["buffers_after"], call["lrs_after"]
     if not isinstance(buffers_after, list) or len(buffers_after) != len(start) or not isinstance(lrs_after, list) \
             or len(lrs_after) != groups:
-        raise WireError("malformed observation: optimizer state")
+        malformed("optimizer state")
     restored_buffers = all(isinstance(b, torch.Tensor) and close_values(b, s, atol=1e-7, dtype=False)
                            for b, s in zip(buffers_after, start_buffers, strict=True))
     if not restored_buffers or not all(isinstance(v, float) and isclose_number(v, BASE_LR, rel_tol=1e-9, abs_tol=1e-6)
