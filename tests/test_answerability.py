@@ -58,6 +58,13 @@ def test_a_candidate_fits_a_slot_by_kind_and_signature():
         "class", required=1, positional=2, names=frozenset({"x", "y"}), any_keywords=False)
 
 
+def test_an_exercise_no_candidate_fits_is_audited_not_reported_as_a_stopped_worker(graded):
+    """A scope that ships nothing for lesson 00 leaves each exercise with no candidate: the worker finished it, so
+    none is unaudited (the report once said the worker stopped, a cause nobody observed)."""
+    result = audit(graded, Scope(assignments=("00_welcome",), modules=("harness.no_such_module",)))
+    assert result.tried == 0 and not result.hits and not result.unaudited, summary(result)
+
+
 def test_the_audit_names_a_reference_planted_back(graded, tmp_path):
     """The instructor's answer to 00-make-batch, pasted into a module the tree ships under another name, is a hit
     named with its exercise, object and file; the tree as written has no hit from that module."""

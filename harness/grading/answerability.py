@@ -219,10 +219,13 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
                            timeout=limits.per_lesson_s)
         except subprocess.TimeoutExpired:
             result.unaudited[assignment] = f"its worker ran past {limits.per_lesson_s} s: the rest was not tried"
-        seen = set()
+        seen, finished = set(), set()
         for line in report.read().splitlines():
             record = json.loads(line)
             seen.add(record["task"])
+            if "done" in record:
+                finished.add(record["task"])
+                continue
             if "unaudited" in record:
                 result.unaudited[record["task"]] = record["unaudited"]
                 continue
@@ -238,8 +241,10 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
             elif record["timed_out"]:
                 result.timed_out.append(what)
         for exercise in request["exercises"]:
-            if exercise["task"] not in seen and assignment not in result.unaudited:
-                result.unaudited[exercise["task"]] = "its worker stopped before reaching it"
+            task = exercise["task"]
+            if task not in finished and task not in result.unaudited and assignment not in result.unaudited:
+                result.unaudited[task] = ("its worker stopped while trying its candidates" if task in seen else
+                                          "its worker stopped before reaching it")
 
 
 def audit(tree: Path, scope: Scope = Scope(), limits: Limits = Limits(), repo_root: Path = REPO_ROOT) -> AuditResult:

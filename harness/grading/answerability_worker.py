@@ -776,6 +776,7 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
             observed = hidden_observation(task, arguments, exercise["hidden_seed"], bound) if verdict else None
             emit(task=task, label=label, file=file, hit=verdict is True, timed_out=verdict is None, screened=False,
                  hidden=observed)
+        emit(task=task, done=len(tries))  # finished: an exercise no candidate fits is audited, not skipped
 
 
 def main() -> None:
