@@ -6,7 +6,6 @@ ends with the weights of the run that never stopped (both checked against a repl
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -133,7 +132,7 @@ def _judge_restored(result: Any, saved: dict[str, Any], setting: ResumeSetting) 
     epoch, best_metric = setting.stop_at, setting.best_metric
     if (
         not isinstance(counters, dict) or counters.get("epoch") != epoch
-        or not same_number(real(counters.get("best_metric")) or math.nan, best_metric)
+        or not same_number(real(counters.get("best_metric")), best_metric)
     ):
         fail(
             "counters-not-restored",
