@@ -98,7 +98,7 @@ def _judge_warmup_cosine(seen: dict, *, case: Case) -> str:
     warmup, total = warmup_configs(case)[0]
     got = [lr[0] for lr in _lrs(seen.get("lrs"))]
     want = [0.1 * _expected_factor(s, warmup, total)["want"] for s in range(warmup + 3)]
-    if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
+    if not isclose_numbers(got, want):
         fail("wrong-lambdalr", observed=f"LambdaLR with your factor gave {_rounded(got)}", expected=f"{_rounded(want)}",
              cause="the factor depends on something other than its arguments", where="warmup_cosine")
     return "matches the closed form in warmup, decay and after the end, and plugs into LambdaLR"
@@ -115,7 +115,7 @@ def _judge_granularity(seen: dict, *, case: Case) -> str:
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)} ({GRAN_EPOCHS} epochs of "
              f"{n_batches} batches)", cause="the batch loop was changed",
              where="the optimizer.step() calls in the batch loop")
-    if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
+    if not isclose_numbers(got, want):
         first_epoch_decayed = any(v < lr * (1 - 1e-6) for v in got[:n_batches])
         fail("scheduler-per-batch" if first_epoch_decayed else "wrong-schedule",
              observed=f"learning rates per optimizer step ({n_batches} per epoch): {_rounded(got)}",
@@ -197,12 +197,12 @@ def _judge_onecycle(seen: dict, *, case: Case) -> str:
     if len(got) != len(want):
         fail("step-count", observed=f"{len(got)} optimizer steps", expected=f"{len(want)}",
              cause="the batch loop was changed", where="the optimizer.step() calls in the batch loop")
-    if not isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
+    if not isclose_numbers(got, want):
         per_epoch = [want[e] for e in range(epochs) for _ in range(n_batches)]
-        if isclose_numbers(got, per_epoch, rel_tol=1e-6, abs_tol=1e-12):
+        if isclose_numbers(got, per_epoch):
             code, cause = "scheduler-per-epoch", ("OneCycleLR's total_steps counts batches: stepped once per epoch "
                                                   "it never leaves its warm-up")
-        elif isclose_numbers(got[:-1], want[1:], rel_tol=1e-6, abs_tol=1e-12):
+        elif isclose_numbers(got[:-1], want[1:]):
             code, cause = "lr-shifted", ("scheduler.step() before optimizer.step(): each batch runs with the next "
                                          "batch's learning rate, and the first value of the schedule is skipped")
         else:
@@ -223,7 +223,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         malformed("learning rates malformed")
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
     want = plateau_run(lambda o: plateau(o, mode="max", factor=0.5, patience=2), case)
-    if isclose_numbers(got, want, rel_tol=1e-6, abs_tol=1e-12):
+    if isclose_numbers(got, want):
         return "halves the LR after 2 epochs without a better validation accuracy, and only then"
     for code, make, cause in (
         ("wrong-mode", lambda o: plateau(o, mode="min", factor=0.5, patience=2), "mode='min' (the default) treats a "
@@ -231,7 +231,7 @@ def _judge_plateau_mode(seen: dict, *, case: Case) -> str:
         ("wrong-patience", lambda o: plateau(o, mode="max", factor=0.5), "the default patience is 10 epochs"),
         ("wrong-factor", lambda o: plateau(o, mode="max", patience=2), "the default factor is 0.1, not 0.5"),
     ):
-        if isclose_numbers(got, plateau_run(make, case), rel_tol=1e-6, abs_tol=1e-12):
+        if isclose_numbers(got, plateau_run(make, case)):
             fail(code, observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
                  cause=cause, where="ReduceLROnPlateau(optimizer, mode='max', factor=0.5, patience=2)")
     fail("wrong-schedule", observed=f"learning rate after each epoch: {_rounded(got)}", expected=f"{_rounded(want)}",
@@ -301,10 +301,10 @@ def _judge_param_group_lrs(seen: dict, *, case: Case) -> str:
     for group, base in enumerate((lr / 10, lr)):
         series = [s[group] for s in got]
         want = [base * f for f in factors]
-        if isclose_numbers(series, want, rel_tol=1e-6, abs_tol=1e-12):
+        if isclose_numbers(series, want):
             continue
         name = ("backbone", "head")[group]
-        if group == 0 and isclose_numbers(series[1:], [lr * f for f in factors[1:]], rel_tol=1e-6, abs_tol=1e-12):
+        if group == 0 and isclose_numbers(series[1:], [lr * f for f in factors[1:]]):
             code, cause = "base-lr-lost", ("the backbone's LR was changed after the scheduler was built: LambdaLR "
                                            "scales each group's initial_lr, recorded at construction, and overwrites "
                                            "the group's lr at every step")
@@ -359,8 +359,8 @@ def _judge_resume(seen: dict, *, case: Case) -> str:
     want_lrs = ref_lrs[RESUME_AT:]
     if len(got_lrs) != len(want_lrs):
         malformed("wrong number of recorded steps")
-    if not isclose_numbers(got_lrs, want_lrs, rel_tol=1e-6, abs_tol=1e-12):
-        if isclose_numbers(got_lrs, ref_lrs[RESUME_AT + 1:] + [got_lrs[-1]], rel_tol=1e-6, abs_tol=1e-12):
+    if not isclose_numbers(got_lrs, want_lrs):
+        if isclose_numbers(got_lrs, ref_lrs[RESUME_AT + 1:] + [got_lrs[-1]]):
             code, cause = "schedule-shifted", ("the scheduler was stepped after loading its state: the resumed run is "
                                                "one step ahead of the schedule")
         elif not isclose_number(got_lrs[0], want_lrs[0], rel_tol=1e-6, abs_tol=0.0):

@@ -11,7 +11,7 @@ import torch
 
 from harness.checks.lesson00.accuracy import accuracy_cases
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import isclose_number, same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import describe
@@ -105,7 +105,7 @@ def judge_accuracy(seen: dict, *, case: Case) -> str:
                  cause="a tensor returned (a mean of tensors is still a tensor), or an int from integer division",
                  where="call .item() on the final scalar tensor")
         if (isclose_number(result, 100 * expected, rel_tol=1e-9, abs_tol=1e-6)
-                and not isclose_number(expected, 0.0, rel_tol=1e-9, abs_tol=0.0)):
+                and not same_number(expected, 0.0)):
             fail("percent-not-fraction", observed=f"{result} on logits of shape {shape}",
                  expected=f"{expected} (a fraction between 0 and 1)", cause="a multiplication by 100",
                  where="the return statement")

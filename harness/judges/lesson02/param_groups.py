@@ -10,7 +10,7 @@ from torch import nn
 from harness.checks.lesson02.param_groups import DEFAULT_LR, DEFAULT_WEIGHT_DECAY, group_model, group_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson02.common import ZIPPED_NAMES_CAUSE, ZIPPED_NAMES_HINT, zipped_state_dict_names
@@ -21,7 +21,7 @@ def _lrs_follow_zipped_names(model: nn.Module, groups: list, lr: float, backbone
     zipped_names = zipped_state_dict_names(model)
     for name, group in group_of_each_parameter(model, groups).items():
         zipped_lr = backbone_lr if zipped_names[name].startswith("backbone.") else lr
-        if not isclose_number(group_lr(group, name), zipped_lr, rel_tol=1e-9, abs_tol=0.0):
+        if not same_number(group_lr(group, name), zipped_lr):
             return False
     return True
 
@@ -74,8 +74,8 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
             in_backbone = name.startswith("backbone.")
             wanted_lr = backbone_lr if in_backbone else lr
             got = group_lr(group, name)
-            if not isclose_number(got, wanted_lr, rel_tol=1e-9, abs_tol=0.0):
-                swapped = isclose_number(got, lr if in_backbone else backbone_lr, rel_tol=1e-9, abs_tol=0.0)
+            if not same_number(got, wanted_lr):
+                swapped = same_number(got, lr if in_backbone else backbone_lr)
                 misnamed = zipped_state_dict_names(model)[name]
                 if swapped and _lrs_follow_zipped_names(model, groups, lr, backbone_lr):
                     fail("wrong-lr", observed=f"{name} has lr {got}, the lr for the name {misnamed}: the state_dict() "
@@ -88,7 +88,7 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
                 fail("wrong-lr", observed=f"{name} has lr {got}", expected=f"{wanted_lr} "
                      f"({'backbone_lr: a backbone parameter' if in_backbone else 'lr: a head parameter'})",
                      cause=f"its group sets no lr, so it takes the optimizer's default ({DEFAULT_LR} in this check)"
-                     if isclose_number(got, DEFAULT_LR, rel_tol=1e-9, abs_tol=0.0)
+                     if same_number(got, DEFAULT_LR)
                      else "lr and backbone_lr swapped, or the test that tells a backbone parameter"
                      " (name.startswith('backbone.')) picks the wrong ones" if swapped
                      else "another learning rate than lr or backbone_lr",

@@ -12,7 +12,7 @@ from torch import nn
 from harness.checks.lesson10.optimizer import optimizer_model, optimizer_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import isclose_number, same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.judges.lesson07.common import warmup_cosine_reference
@@ -27,7 +27,7 @@ def _check_groups(model: nn.Module, record: dict[str, Any], lr: float, weight_de
     for name, group in group_of_each_parameter(model, record["groups"]).items():
         check_weight_decay(model, name, group, weight_decay, default=0.01, default_is="AdamW's default")
         peak = group_lr(group, name, initial=True)
-        if not isclose_number(peak, lr, rel_tol=1e-9, abs_tol=0.0):
+        if not same_number(peak, lr):
             fail("wrong-lr", observed=f"{name}'s group has base lr {peak}", expected=f"{lr} in every group",
                  cause="the groups' lr is not the lr argument", where="AdamW(groups, lr=lr)")
 
@@ -42,7 +42,7 @@ def _check_schedule(record: dict[str, Any], lr: float, warmup: int, total: int) 
         numbers = isinstance(used, list) and all(isinstance(u, (int, float)) and not isinstance(u, bool) for u in used)
         if not (numbers and used):
             raise ValueError(f"the lrs of step {step} are not a list of numbers")
-        if all(isclose_number(u, expected, rel_tol=1e-6, abs_tol=1e-12) for u in used):
+        if all(isclose_number(u, expected) for u in used):
             continue
         where = f"optimizer step {step} of a schedule with warmup_steps={warmup}, total_steps={total}, lr={lr}"
         observed = f"{where} used lr {used[0]:.6g}" if len(set(used)) == 1 else f"{where} used lrs {used}"

@@ -11,7 +11,7 @@ from torch import nn
 from harness.checks.lesson14.param_groups import group_model, group_settings
 from harness.checks.param_groups import check_weight_decay, group_lr, group_of_each_parameter
 from harness.contract.case import Case
-from harness.contract.compare import isclose_number
+from harness.contract.compare import same_number
 from harness.contract.failure import Hints, Requirement, fail
 from harness.contract.registry import judges
 from harness.contract.wire import WireError
@@ -88,7 +88,7 @@ def judge_param_groups(seen: dict, *, case: Case) -> str:
             in_backbone = name.startswith("backbone.")
             wanted = backbone_lr if in_backbone else head_lr
             got = lrs[name]
-            if not isclose_number(got, wanted, rel_tol=1e-9, abs_tol=0.0):
+            if not same_number(got, wanted):
                 fail("wrong-lr", observed=f"{name} has lr {got:g}",
                      expected=f"{wanted:g} " + ("(backbone_lr: a pretrained parameter)" if in_backbone
                                                 else "(head_lr: the new head)"),
@@ -108,8 +108,8 @@ def _fail_names_from_state_dict(model: nn.Module, lrs: dict[str, float], head_lr
     given = dict(zip(params, model.state_dict(), strict=False))
 
     def follows(names: dict[str, str]) -> bool:
-        return all(isclose_number(lr, backbone_lr if names[name].startswith("backbone.") else head_lr,
-                                  rel_tol=1e-9, abs_tol=0.0) for name, lr in lrs.items())
+        return all(same_number(lr, backbone_lr if names[name].startswith("backbone.") else head_lr)
+                   for name, lr in lrs.items())
 
     if follows(given) and not follows({name: name for name in params}):
         wrong = next(name for name in lrs if given[name].startswith("backbone.") != name.startswith("backbone."))
@@ -129,7 +129,7 @@ def _lr_cause(lrs: dict[str, float], head_lr: float, backbone_lr: float) -> str:
     values = set(lrs.values())
     if len(values) == 1:
         return f"one learning rate for every group ({values.pop():g}): the pretrained layers need backbone_lr"
-    if all(isclose_number(lr, head_lr if name.startswith("backbone.") else backbone_lr, rel_tol=1e-9, abs_tol=0.0)
+    if all(same_number(lr, head_lr if name.startswith("backbone.") else backbone_lr)
            for name, lr in lrs.items()):
         return "head_lr and backbone_lr swapped"
     return ("the test that tells a backbone parameter (name.startswith('backbone.')) picks the wrong ones, or another "

@@ -316,7 +316,7 @@ def _judge_loop(seen: dict, *, case: Case) -> str:
     if not all(isinstance(lr, list) and len(lr) == 1 and isinstance(lr[0], float) for lr in lrs):
         malformed("recorded learning rates malformed")
     got, want = [lr[0] for lr in lrs], _onecycle_lrs(total)
-    if not all(isclose_number(g, w, rel_tol=1e-6, abs_tol=1e-12) for g, w in zip(got, want, strict=True)):
+    if not all(isclose_number(g, w) for g, w in zip(got, want, strict=True)):
         per_epoch = [want[e] for e in range(LOOP_EPOCHS) for _ in range(LOOP_BATCHES)]
         per_epoch_seen = isclose_numbers(got, per_epoch, rel_tol=1e-6, abs_tol=0.0)
         fail("scheduler-per-epoch" if per_epoch_seen else "wrong-schedule",
