@@ -18,7 +18,7 @@ import pytest
 
 from harness.grading.answerability import AuditResult, Hit, Scope, audit, stale, summary, undeclared
 from harness.grading.answerability_worker import Recorder, Shape, screen, shapes, snippets, wrappers, wrappings
-from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, NOT_AUDITED, WITHHELD_DRILLS
+from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, WITHHELD_DRILLS
 from harness.grading.layout import REPO_ROOT
 from harness.grading.student_tree import write_student_tree
 
@@ -115,18 +115,14 @@ def test_the_release_is_refused_for_an_unknown_withheld_drill(tmp_path):
 
 
 def test_a_declaration_the_audit_no_longer_bears_out_fails_the_release():
-    """The tables only shrink: a declared hit that is gone, or an exercise declared unauditable that was audited, is a
-    problem the release reports (the whole audit of the real tree runs in CI's `make student-tree`)."""
-    every = AuditResult(hits=[Hit(task, source, "f.py") for task, source in set(ALLOWED) | set(KNOWN_ANSWERABLE)],
-                        unaudited={task: "why" for task in NOT_AUDITED})
+    """The tables only shrink: a declared hit that is gone is a problem the release reports (the whole audit of the
+    real tree runs in CI's `make student-tree`)."""
+    every = AuditResult(hits=[Hit(task, source, "f.py") for task, source in set(ALLOWED) | set(KNOWN_ANSWERABLE)])
     assert stale(every) == [] and undeclared(every) == []
     task, source = sorted(KNOWN_ANSWERABLE)[0]
-    closed = AuditResult(hits=[hit for hit in every.hits if (hit.task, hit.source) != (task, source)],
-                         unaudited={})
-    problems = stale(closed)
-    assert f"{task} is no longer answered by {source}: remove it from harness/grading/answerable.py" in problems
-    assert all(f"{t} was audited: remove it from NOT_AUDITED" in " ".join(problems) for t in NOT_AUDITED)
-    slow = AuditResult(hits=closed.hits, unaudited=every.unaudited, timed_out=[f"{task}: {source}"])
+    closed = AuditResult(hits=[hit for hit in every.hits if (hit.task, hit.source) != (task, source)])
+    assert stale(closed) == [f"{task} is no longer answered by {source}: remove it from harness/grading/answerable.py"]
+    slow = AuditResult(hits=closed.hits, timed_out=[f"{task}: {source}"])
     assert stale(slow) == []  # a check that ran past its bound (a loaded machine) proves nothing either way
 
 
@@ -272,3 +268,41 @@ def test_the_audit_tries_a_block_of_statements_as_the_body_of_the_stub(graded, t
     after = audit(planted, Scope(assignments=("07_lr_schedulers",), texts=("README.md",), tasks=("07-warmup-cosine",)))
     assert [(h.task, h.source) for h in after.hits] == [
         ("07-warmup-cosine", f"text README.md:{line} (as the body)")], summary(after)
+
+
+def test_the_audit_tries_exercises_whose_check_needs_the_given_cells(graded, tmp_path):
+    """07-plateau's answer calls the given cells' `evaluate`, and 08-resume's check re-creates the answer from its
+    source in a fresh process: both were left unaudited (the solution failed its own check in the worker). Run after
+    the cells above the solution cell, with sources `inspect` can read, each is audited, and a copy of its solution
+    pasted into the README under another name is a hit."""
+    planted = tmp_path / "course"
+    shutil.copytree(graded, planted)
+    plateau = _solution_of("07-plateau").replace("def train_with_plateau(", "def plateau_loop(")
+    resume = _solution_of("08-resume").replace("def save_checkpoint(", "def keep(")
+    save, load = resume[:resume.index("def load_checkpoint(")], resume[resume.index("def load_checkpoint("):]
+    load = load.replace("def load_checkpoint(", "def restore(")
+    readme = planted / "README.md"
+    blocks = "".join(f"\n```python\n{code.strip()}\n```\n" for code in (plateau, save, load))
+    readme.write_text(readme.read_text() + blocks)
+    lines = readme.read_text().splitlines()
+    at = {name: next(n for n, text in enumerate(lines, 1) if text.startswith(f"def {name}(")) for name in
+          ("plateau_loop", "keep", "restore")}
+    after = audit(planted, Scope(assignments=("07_lr_schedulers", "08_checkpointing"), texts=("README.md",),
+                                 tasks=("07-plateau", "08-resume")))
+    assert not after.unaudited, summary(after)
+    assert sorted((h.task, h.source) for h in after.hits) == [
+        ("07-plateau", f"text README.md:{at['plateau_loop']} (renamed plateau_loop)"),
+        ("08-resume", f"text README.md:{at['keep']} (renamed keep)"),
+        ("08-resume", f"text README.md:{at['restore']} (renamed restore)")], summary(after)
+
+
+def test_an_answer_that_is_a_value_is_audited_with_the_configs_the_tree_shows(graded):
+    """10-held-out's answer is a value (`CONFIG = dict(...)`, which the cell's given code trains with): the audit tries
+    each dict the tree's texts assign that shares a key with it, in the cell's given code. The lesson's own resume
+    demo config passes (declared allowed, with why); before, the exercise had no slot and nothing was tried."""
+    result = audit(graded, Scope(assignments=("10_capstone",), texts=("notebooks/10_capstone",),
+                                 tasks=("10-held-out",)))
+    assert not result.unaudited and result.checked >= 1, summary(result)
+    assert [(h.task, h.source) for h in result.hits] == [
+        ("10-held-out", "text notebooks/10_capstone/10_capstone.ipynb cell 31 (renamed small)")], summary(result)
+    assert undeclared(result) == []

@@ -34,7 +34,7 @@ from typing import Any
 from harness.contract.case import Case
 from harness.contract.protocol import decide, preserved_state
 from harness.grading.answerability_worker import shapes
-from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE, NOT_AUDITED
+from harness.grading.answerable import ALLOWED, KNOWN_ANSWERABLE
 from harness.grading.layout import REPO_ROOT, discover_assignments
 from harness.judge.cases import draw_cases
 
@@ -130,14 +130,38 @@ def _imports(cells: list[dict[str, Any]]) -> str:
     return "\n".join(dict.fromkeys(found))
 
 
+def _runnable(source: str) -> str:
+    """A code cell as plain Python: IPython's magic and shell lines become `pass`, so the blocks they sit in stay."""
+    return "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+                      for line in source.splitlines())
+
+
+def _given(cells: list[dict[str, Any]], task: str) -> list[str]:
+    """The code cells a student's Run all executes before `task`'s solution cell (given cells and the solution cells
+    above it; test cells left out), each as plain Python: where the check needs given objects, what the solution and
+    each candidate run after."""
+    found = []
+    for cell in cells:
+        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+        if nbgrader.get("grade_id") == f"{task}-code":
+            break
+        if not (nbgrader.get("grade") and not nbgrader.get("solution")):
+            found.append(_runnable("".join(cell["source"])))
+    return found
+
+
+def _release_cell(assignment: str, task: str, repo_root: Path) -> str:
+    """`task`'s solution cell as the release notebook hands it out (the stub in place of the answer)."""
+    release = repo_root / "notebooks" / assignment / f"{assignment}.ipynb"
+    cells = json.loads(release.read_text(encoding="utf-8"))["cells"] if release.is_file() else []
+    return next(("".join(c["source"]) for c in cells
+                 if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == f"{task}-code"), "")
+
+
 def stubs(assignment: str, task: str, repo_root: Path = REPO_ROOT) -> dict[str, str]:
     """Function name -> its signature line(s), as `task`'s stub in the release notebook declares it (decorators and
     `def ...:`), where a text's single line is tried as the body."""
-    release = repo_root / "notebooks" / assignment / f"{assignment}.ipynb"
-    cells = json.loads(release.read_text(encoding="utf-8"))["cells"] if release.is_file() else []
-    source = next(("".join(c["source"]) for c in cells
-                   if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == f"{task}-code"), "")
-    tree = _parsed(source)
+    tree = _parsed(_release_cell(assignment, task, repo_root))
     found = {}
     for node in tree.body if tree else []:
         if isinstance(node, ast.FunctionDef):
@@ -146,10 +170,38 @@ def stubs(assignment: str, task: str, repo_root: Path = REPO_ROOT) -> dict[str, 
     return found
 
 
+def _around_answer(source: str) -> str:
+    """A solution cell's given code: its lines outside the answer's markers (what uses an answer that is a value)."""
+    kept, inside = [], False
+    for line in source.splitlines():
+        inside = (inside or line.lstrip().startswith("### BEGIN SOLUTION")) and not line.lstrip().startswith(
+            "### END SOLUTION")
+        if not inside and "### " not in line:
+            kept.append(line)
+    return _runnable("\n".join(kept))
+
+
+def assigned_answers(source: str) -> list[str]:
+    """The names a solution cell's answer binds by plain assignment at the top level (`CONFIG = dict(...)` between
+    the markers): an answer that is a value, which the cell's given code then uses."""
+    lines = source.splitlines()
+    begins = [n for n, line in enumerate(lines) if line.startswith("### BEGIN SOLUTION")]
+    ends = [n for n, line in enumerate(lines) if line.startswith("### END SOLUTION")]
+    found = []
+    for begin, end in zip(begins, ends, strict=False):
+        tree = _parsed("\n".join(lines[begin + 1:end]))
+        found += [target.id for node in (tree.body if tree else []) if isinstance(node, ast.Assign)
+                  for target in node.targets if isinstance(target, ast.Name)]
+    return list(dict.fromkeys(found))
+
+
 def exercises(assignment: str, repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
     """The graded exercises of `assignment`, as the worker takes them: the task, its test cell's check() arguments,
-    the solution's own answer (`setup`: the notebook's imports and the solution cell), and its slots (name ->
-    `Shape` fields; an explain drill's answer variable -> its drill)."""
+    the solution's own answer (`setup`: the notebook's imports and the solution cells; or, for a check that needs the
+    given cells' objects, `given`: the code cells above the solution cell, then `solution`), what a text candidate
+    runs after (`imports`: the notebook's imports and the answers above the exercise's), and its slots (name ->
+    `Shape` fields; an explain drill's answer variable -> its drill; `values`: an answer that is a value, such as a
+    config, which the solution cell's given code, `around`, then uses to make what check() receives)."""
     from harness.drills.lesson import NOTEBOOK_DRILLS, answer_name
 
     cells = _code_cells(assignment, repo_root)
@@ -157,8 +209,9 @@ def exercises(assignment: str, repo_root: Path = REPO_ROOT) -> list[dict[str, An
     solutions = {cell["metadata"]["nbgrader"]["grade_id"]: "".join(cell["source"]) for cell in cells
                  if cell.get("metadata", {}).get("nbgrader", {}).get("solution")}
     # every answer of the lesson, in order, as the answered notebook defines them (a later one may call an earlier)
-    answers = "\n".join(f"try:\n{textwrap.indent(_unmarked(source), '    ')}\nexcept Exception:\n    pass"
-                        for source in solutions.values())
+    guarded = {grade_id: f"try:\n{textwrap.indent(_unmarked(source), '    ')}\nexcept Exception:\n    pass"
+               for grade_id, source in solutions.items()}
+    answers = "\n".join(guarded.values())
     found = []
     for cell in cells:
         tree = _parsed(cell["source"])
@@ -173,11 +226,16 @@ def exercises(assignment: str, repo_root: Path = REPO_ROOT) -> list[dict[str, An
             used = {n.id for a in node.args[1:] for n in ast.walk(a) if isinstance(n, ast.Name)}
             slots = defined if "globals" in used else {n: s for n, s in defined.items() if n in used}
             explain = {answer_name(t): drill for t, drill in NOTEBOOK_DRILLS if t == task and answer_name(t) in used}
-            found.append({"task": task, "arguments": arguments, "setup": f"{imports}\n{answers}", "imports": imports,
+            values = [] if slots or explain else assigned_answers(solutions.get(f"{task}-code", ""))
+            above = list(guarded)[:list(guarded).index(f"{task}-code")] if f"{task}-code" in guarded else []
+            found.append({"task": task, "arguments": arguments, "setup": f"{imports}\n{answers}",
+                          "imports": "\n".join([imports, *(guarded[grade_id] for grade_id in above)]),
+                          "given": _given(cells, task), "solution": solution,
                           "stubs": {n: s for n, s in stubs(assignment, task, repo_root).items() if n in slots},
                           "slots": {n: {**vars(s), "names": sorted(s.names),
                                         "required_keywords": sorted(s.required_keywords)} for n, s in slots.items()},
-                          "text_slots": explain})
+                          "text_slots": explain, "values": values,
+                          "around": _around_answer(solutions.get(f"{task}-code", "")) if values else ""})
     return list({exercise["task"]: exercise for exercise in found}.values())
 
 
@@ -211,7 +269,9 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
                              for exercise in exercises(assignment, repo_root)
                              if not scope.tasks or exercise["task"] in scope.tasks]}
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:
-        environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        # given cells run as the grader runs them: the grading budget, plots drawn off screen
+        environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                       "HARNESS_BUDGET": "grading", "MPLBACKEND": "Agg"}
         try:
             subprocess.run([*ISOLATION, sys.executable, "-I", "-c", _BOOTSTRAP, str(WORKER), str(tree.resolve()),
                             report.name],
@@ -265,17 +325,15 @@ def undeclared(result: AuditResult) -> list[str]:
 
 
 def stale(result: AuditResult) -> list[str]:
-    """A message per declaration the whole audit no longer bears out: an allowed or known hit that is gone, an exercise
-    declared unauditable that was audited (the tables only shrink: a closed hit leaves them). Only for a whole audit."""
+    """A message per declaration the whole audit no longer bears out: an allowed or known hit that is gone (the tables
+    only shrink: a closed hit leaves them). Only for a whole audit."""
     unsure = {key for key in set(ALLOWED) | set(KNOWN_ANSWERABLE)  # not tried to the end: neither hit nor gone
               if f"{key[0]}: {key[1]}" in result.timed_out
               or any(key[0] == what or (what[2:3] == "_" and key[0][:2] == what[:2])  # a task, or a whole lesson
                      for what in result.unaudited)}
     gone = sorted((set(ALLOWED) | set(KNOWN_ANSWERABLE)) - result.keys() - unsure)
-    audited = sorted(set(NOT_AUDITED) - set(result.unaudited))
-    table = "harness/grading/answerable.py"
-    return ([f"{task} is no longer answered by {source}: remove it from {table}" for task, source in gone]
-            + [f"{task} was audited: remove it from NOT_AUDITED in {table}" for task in audited])
+    return [f"{task} is no longer answered by {source}: remove it from harness/grading/answerable.py"
+            for task, source in gone]
 
 
 def summary(result: AuditResult) -> str:

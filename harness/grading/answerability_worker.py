@@ -16,10 +16,10 @@ its check runs, so only the wrappers that compute what the solution computes cos
 
 Texts (`snippets`): every code snippet the tree ships outside its modules' functions (markdown code blocks and inline
 code, the notebooks' given code cells, drill prompts, starters and hints, the probe tables' hints, released solution
-lines) is tried as the exercise's solution cell, after the notebook's imports: the object it defines under the
-exercise's name, the one function or class of the slot's kind it defines under another (a rename), or a single
-expression or `return` line, or a block of statements that ends in one, as the body of the exercise's signature (the
-release's stub).
+lines) is tried as the exercise's solution cell, after the notebook's imports and the answers above it (and, where
+the check needs them, the given cells above it): the object it defines under the exercise's name, the one function or
+class of the slot's kind it defines under another (a rename), or a single expression or `return` line, or a block of
+statements that ends in one, as the body of the exercise's signature (the release's stub).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import functools
 import io
 import itertools
 import json
+import linecache
 import math
 import operator
 import os
@@ -166,31 +167,35 @@ def _in_child(action: Callable[[int], None], seconds: float) -> tuple[bytes, boo
     return said, finished
 
 
-def _checked(task: str, arguments: tuple[Any, ...], fd: int) -> None:
-    """Run the visible check of `task` on `arguments` (in the audit's child); write PASSED to `fd` if it passes."""
+# What check() receives, made in the audit's child (a value answer's given code trains there, within the bound)
+Arguments = Callable[[], tuple[Any, ...]]
+
+
+def _checked(task: str, arguments: Arguments, fd: int) -> None:
+    """Run the visible check of `task` on `arguments()` (in the audit's child); write PASSED to `fd` if it passes."""
     from harness.checks import check
 
-    check(task, *arguments)
+    check(task, *arguments())
     os.write(fd, PASSED)
 
 
-def _passes(task: str, arguments: tuple[Any, ...], seconds: float) -> bool | None:
-    """Whether the visible check of `task` passes on `arguments` in a child (None: it ran past `seconds`)."""
+def _passes(task: str, arguments: Arguments, seconds: float) -> bool | None:
+    """Whether the visible check of `task` passes on `arguments()` in a child (None: it ran past `seconds`)."""
     said, finished = _in_child(functools.partial(_checked, task, arguments), seconds)
     return said == PASSED if finished else None
 
 
-def _probed(task: str, arguments: tuple[Any, ...], seed: int, fd: int) -> None:
-    """Write the observation of `task`'s probe on `arguments`, on the hidden case of offset `seed`, to `fd` (in the
+def _probed(task: str, arguments: Arguments, seed: int, fd: int) -> None:
+    """Write the observation of `task`'s probe on `arguments()`, on the hidden case of offset `seed`, to `fd` (in the
     audit's child): as graded, the probe runs beside the candidate and the grader's judge decides."""
     from harness.contract.case import Case
     from harness.contract.protocol import observe
 
-    os.write(fd, observe(task, arguments, Case(hidden=True, seed=seed)))
+    os.write(fd, observe(task, arguments(), Case(hidden=True, seed=seed)))
 
 
-def hidden_observation(task: str, arguments: tuple[Any, ...], seed: int, seconds: float) -> str | None:
-    """The hidden case's observation of `arguments` as base64 text, for the instructor's judge (None: the probe
+def hidden_observation(task: str, arguments: Arguments, seed: int, seconds: float) -> str | None:
+    """The hidden case's observation of `arguments()` as base64 text, for the instructor's judge (None: the probe
     ran past `seconds`)."""
     said, finished = _in_child(functools.partial(_probed, task, arguments, seed), seconds)
     return base64.b64encode(said).decode() if finished else None
@@ -214,7 +219,8 @@ def outline(value: Any) -> Any:
 
 
 class Recorder:
-    """Wraps the solution's function: keeps a copy of the arguments of its first calls and what they returned."""
+    """Wraps the solution's function: keeps a copy of the arguments of its first calls and what they returned (the
+    first call's outline, or ("raised", the type's name) when it raised)."""
 
     KEPT = 3  # calls whose values a wrapper's screen compares
 
@@ -235,7 +241,12 @@ class Recorder:
                 copied = copy.deepcopy((args, kwargs))
             except Exception:  # noqa: BLE001 - arguments that cannot be copied leave the screen off
                 copied = None
-            value = self.function(*args, **kwargs)
+            try:
+                value = self.function(*args, **kwargs)
+            except BaseException as error:  # a first call that raises is recorded as what it raised
+                if copied is not None and self.first is None:
+                    self.first, self.returned = copied, ("raised", type(error).__name__)
+                raise
             if copied is not None and self.first is None:
                 self.first, self.returned = copied, outline(value)
             if self.first is not None and len(self.calls) < self.KEPT:
@@ -288,19 +299,41 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _TimedOut
 
 
+def _outcome(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a call does, as the screen compares it: the outline of what it returns, or ("raised", the type's name)."""
+    try:
+        return outline(function(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+    except _TimedOut:
+        raise
+    except BaseException as error:  # noqa: BLE001 - compared with what the solution raises on the same call
+        return ("raised", type(error).__name__)
+
+
 def _screen_batch(candidates: list[Callable[..., Any]], recorder: Recorder, seconds: int, strict: bool,
                   fd: int) -> None:
     """Call each candidate as the solution was first called (`strict`: as it was called each recorded time), in one
-    child; write "index passed" lines to `fd`."""
+    child; write "index passed" lines to `fd`.
+
+    Not strict, a candidate passes when it does what the solution did: returns what has the outline of its first
+    value, or raises the same type of error. A first call that returned None or raised depends on what was around
+    it (side effects, which an outline cannot see; files that went with the check's temporary folder): the solution
+    is called again here the same way, and the candidate must do what it does now (past its bound, what it did)."""
     calls = recorder.calls if strict else [(*recorder.first, None)]  # type: ignore[misc]
+    reference = recorder.returned
+    if not strict and (reference == outline(None) or isinstance(reference, tuple)):
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(seconds)
+        with contextlib.suppress(BaseException):  # a replay past its bound leaves the first value as the reference
+            reference = _outcome(recorder.function, *recorder.first)  # type: ignore[misc]
+        signal.alarm(0)
     for index, candidate in enumerate(candidates):
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(seconds)
         try:
-            passed = all(same(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs)), value) if strict
-                         else outline(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs))) == recorder.returned
-                         for args, kwargs, value in calls)
-        except BaseException:  # noqa: BLE001 - a candidate that raises or exits returns nothing like the solution
+            passed = (all(same(candidate(*copy.deepcopy(args), **copy.deepcopy(kwargs)), value)
+                          for args, kwargs, value in calls) if strict
+                      else _outcome(candidate, *recorder.first) == reference)  # type: ignore[misc]
+        except BaseException:  # noqa: BLE001 - a candidate that exits or runs past its bound is screened out
             passed = False
         finally:
             signal.alarm(0)
@@ -576,7 +609,8 @@ def snippets(tree: Path) -> list[Snippet]:
 
 
 def _parses(code: str) -> bool:
-    return _body_line(code) is not None or bool(shapes(code))
+    return (_body_line(code) is not None or bool(shapes(code))
+            or any(_value_statements(code, kind) for kind in (dict, list, tuple, set)))
 
 
 def _body_line(code: str) -> str | None:
@@ -618,13 +652,14 @@ def _definitions(code: str) -> str:
 
 
 def _defined(namespace: dict[str, Any], code: str, name: str, seconds: int) -> Any:
-    """The object `name` that `code`'s definitions leave, run after `namespace` (the notebook's imports), or None."""
+    """The object `name` that `code`'s definitions leave, run after `namespace` (the notebook's imports, or the
+    cells above the exercise where its check needs them), or None."""
     scope = dict(namespace)
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(seconds)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(_definitions(code), "<text>", "exec"), scope)  # noqa: S102 - the tree's own text
+            exec(_compiled(_definitions(code)), scope)  # noqa: S102 - the tree's own text
     except BaseException:  # noqa: BLE001 - a snippet that does not run answers nothing
         return None
     finally:
@@ -660,16 +695,106 @@ def _text_tries(exercise: dict[str, Any], texts: list[Snippet], namespace: dict[
     return tries
 
 
-def _run_source(source: str) -> dict[str, Any] | None:
-    """The namespace `source` leaves, run beside torch and nn as every notebook has them (None if it raises)."""
+_CELLS = itertools.count()
+
+
+def _compiled(source: str) -> Any:
+    """`source` compiled as a notebook cell is: under a name of its own whose lines `linecache` holds, so
+    `inspect.getsource` reads what it defines (a check that re-creates a function from its source needs it)."""
+    filename = f"<audit-cell-{next(_CELLS)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    return compile(source, filename, "exec")
+
+
+def _notebook_namespace() -> dict[str, Any]:
     import torch
 
-    namespace: dict[str, Any] = {"torch": torch, "nn": torch.nn}
+    return {"__name__": "__main__", "torch": torch, "nn": torch.nn}
+
+
+def _value_statements(code: str, kind: type) -> list[tuple[str, str]]:
+    """(name, statement) of each top-level `name = ...` in `code` whose value is written as a `kind`: a display
+    (`{...}`, `[...]`, `(...)`) or a call of the builtin (`dict(...)`); read from source, so nothing else runs."""
+    displays = {dict: ast.Dict, list: ast.List, tuple: ast.Tuple, set: ast.Set}
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [(node.targets[0].id, ast.unparse(node)) for node in tree.body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and (isinstance(node.value, displays.get(kind, ())) or (
+                isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                and node.value.func.id == kind.__name__))]
+
+
+def _valued(namespace: dict[str, Any], statement: str, name: str, seconds: int) -> Any:
+    """The value `statement` gives `name`, run after `namespace`, or None."""
+    scope = dict(namespace)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(source, "<answer>", "exec"), namespace)
+            exec(_compiled(statement), scope)  # noqa: S102 - the tree's own text
+    except BaseException:  # noqa: BLE001 - a statement that does not run answers nothing
+        return None
+    finally:
+        signal.alarm(0)
+    return scope.get(name)
+
+
+def _value_tries(exercise: dict[str, Any], texts: list[Snippet], namespace: dict[str, Any], base: dict[str, Any],
+                 seconds: int) -> list[tuple[str, str, str, Callable[[], Any]]]:
+    """(label, file, slot, loader) for each assignment a text shows that can stand for an answer that is a value
+    (`CONFIG = dict(...)`): a value of the solution's type, under the slot's name or another (a rename); a dict
+    shares a key with the solution's (one that shares none configures something else)."""
+    tries = []
+    for slot in exercise["values"]:
+        wanted = base.get(slot)
+        for snippet in texts:
+            for name, statement in _value_statements(snippet.code, type(wanted)):
+                label = snippet.label if name == slot else f"{snippet.label} (renamed {name})"
+                tries.append((label, snippet.file, slot, functools.partial(_fitting_value, namespace, statement, name,
+                                                                           wanted, seconds)))
+    return tries
+
+
+def _fitting_value(namespace: dict[str, Any], statement: str, name: str, wanted: Any, seconds: int) -> Any:
+    """The value `statement` gives `name` if it can stand for `wanted` (same type; a dict sharing a key), else None."""
+    value = _valued(namespace, statement, name, seconds)
+    if type(value) is not type(wanted) or (isinstance(wanted, dict) and not set(value) & set(wanted)):
+        return None
+    return value
+
+
+def _around(exercise: dict[str, Any], namespace: dict[str, Any], slot: str, value: Any) -> tuple[Any, ...]:
+    """What check() receives when the solution cell's given code runs with `value` as the answer `slot`."""
+    scope = {**namespace, slot: value}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(_compiled(exercise["around"]), scope)  # noqa: S102 - the course's own given code
+    return _arguments(exercise, scope)
+
+
+def _run_source(source: str) -> dict[str, Any] | None:
+    """The namespace `source` leaves, run beside torch and nn as every notebook has them (None if it raises)."""
+    namespace = _notebook_namespace()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(_compiled(source), namespace)  # noqa: S102 - the course's own answers
     except Exception:  # noqa: BLE001 - an answer that does not run standalone answers nothing
         return None
+    return namespace
+
+
+def _run_cells(cells: list[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The namespace the notebook's `cells` leave (run after `namespace`, or from scratch), in order as Run all runs
+    them: a cell that raises is passed over."""
+    namespace = _notebook_namespace() if namespace is None else namespace
+    for cell in cells:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(_compiled(cell), namespace)  # noqa: S102 - the course's own given cells
+        except Exception:  # noqa: BLE001 - as Run all goes on after a failing cell, when the check decides
+            continue
     return namespace
 
 
@@ -706,23 +831,58 @@ def _tries(exercise: dict[str, Any], modules: list[tuple[str, str, str, Shape, f
     return tries
 
 
-def _baseline(exercise: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Recorder], float] | None:
-    """The solution's namespace, a recorder per function slot (its first call) and its check's time (None: the
-    solution does not pass in the tree)."""
+@dataclass
+class Baseline:
+    """The solution in the tree: its namespace, a recorder per function slot (its first call), its check's time, the
+    namespace a text candidate runs after, and how long the solution cell itself ran (where the cells above it ran
+    first: a value answer's given code trains there)."""
+
+    namespace: dict[str, Any]
+    recorders: dict[str, Recorder]
+    took: float
+    texts_after: dict[str, Any]
+    cell_s: float = 0.0
+
+
+def _baseline(exercise: dict[str, Any]) -> Baseline | None:
+    """The solution's baseline (None: the solution does not pass in the tree).
+
+    The solution runs after the notebook's imports and solution cells, and a text after the imports and the answers
+    above the exercise's (a student who reached it holds them); where the check needs the given cells' objects too
+    (a helper the answer calls, a class it builds), both run after the cells above the solution cell, as Run all
+    leaves them."""
     base = _run_source(exercise["setup"])
-    if base is None:
-        return None
+    if base is not None and (passed := _checked_here(exercise, base)) is not None:
+        return Baseline(*passed, _run_source(exercise["imports"]) or {})
+    above = _run_cells(exercise["given"])
+    before = dict(above)
+    started = time.monotonic()
+    answered = _run_cells([exercise["solution"]], above)
+    cell_s = time.monotonic() - started
+    passed = _checked_here(exercise, answered)
+    return None if passed is None else Baseline(*passed, before, cell_s)
+
+
+def _checked_here(exercise: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Recorder],
+                                                                            float] | None:
+    """`base`, a recorder per function slot and the check's time, if the exercise's check passes on the solution in
+    `base` (None if it does not). A check that re-creates the solution from its source cannot take the recorders'
+    wrappers: then it runs on the solution itself, with no recorder (its candidates are checked unscreened)."""
+    from harness.checks import check
+
     recorders = {slot: Recorder(base[slot]) for slot in exercise["slots"]
                  if callable(base.get(slot)) and not isinstance(base[slot], type)}
-    started = time.monotonic()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            from harness.checks import check
-
-            check(exercise["task"], *_arguments(exercise, {**base, **{s: r.wrap() for s, r in recorders.items()}}))
-    except Exception:  # noqa: BLE001 - reported as unaudited
-        return None
-    return base, recorders, time.monotonic() - started
+    for kept in (recorders, {}):
+        started = time.monotonic()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                check(exercise["task"], *_arguments(exercise, {**base, **{s: r.wrap() for s, r in kept.items()}}))
+        except Exception:  # noqa: BLE001 - reported as unaudited
+            if not kept:
+                return None
+            continue
+        return base, kept, time.monotonic() - started
+    return None
 
 
 def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
@@ -730,8 +890,10 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
 
     A function candidate is first screened: called in a child as the solution was first called, it must return
     something of the same outline within `screen_s`; only then does the exercise's check run on it, bounded by
-    a few times the solution's own check time. A candidate the visible check passes is probed on the hidden case
-    (`hidden_seed`) too, and its observation written with the result for the instructor's judge.
+    a few times the solution's own check time. A value candidate (an answer such as a config) runs the solution
+    cell's given code in the child, bounded by a few times the solution cell's time. A candidate the visible check
+    passes is probed on the hidden case (`hidden_seed`) too, and its observation written with the result for the
+    instructor's judge.
     """
     tree = Path(request["tree"])
     only, only_texts = tuple(request.get("modules", ())), tuple(request.get("texts", ()))
@@ -751,10 +913,11 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
         if baseline is None:
             emit(task=task, unaudited="the solution's own answer does not pass its check in the tree")
             continue
-        base, recorders, took = baseline
-        bound = min(request["per_check_s"], max(2.0, 5 * took))
-        imported = _run_source(exercise["imports"]) or {}
-        loaders = [*_tries(exercise, modules, answers), *_text_tries(exercise, texts, imported, request["screen_s"])]
+        base, recorders, imported = baseline.namespace, baseline.recorders, baseline.texts_after
+        bound = min(request["per_check_s"], max(2.0, 5 * baseline.took))
+        value_bound = max(bound, 3 * (baseline.cell_s + baseline.took))  # its given code runs again in the child
+        loaders = [*_tries(exercise, modules, answers), *_text_tries(exercise, texts, imported, request["screen_s"]),
+                   *_value_tries(exercise, texts, imported, base, request["screen_s"])]
         tries = [(label, file, slot, candidate) for label, file, slot, load in loaders
                  if (candidate := load()) is not None]
         dropped: set[int] = set()
@@ -771,9 +934,12 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
             if index in dropped:
                 emit(task=task, label=label, file=file, hit=False, timed_out=False, screened=True)
                 continue
-            arguments = _arguments(exercise, {**base, slot: candidate})
-            verdict = _passes(task, arguments, bound)
-            observed = hidden_observation(task, arguments, exercise["hidden_seed"], bound) if verdict else None
+            if slot in exercise["values"]:
+                arguments, seconds = functools.partial(_around, exercise, imported, slot, candidate), value_bound
+            else:
+                arguments, seconds = functools.partial(_arguments, exercise, {**base, slot: candidate}), bound
+            verdict = _passes(task, arguments, seconds)
+            observed = hidden_observation(task, arguments, exercise["hidden_seed"], seconds) if verdict else None
             emit(task=task, label=label, file=file, hit=verdict is True, timed_out=verdict is None, screened=False,
                  hidden=observed)
         emit(task=task, done=len(tries))  # finished: an exercise no candidate fits is audited, not skipped

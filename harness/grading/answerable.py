@@ -1,7 +1,7 @@
 """What the answerability audit may find (`harness.grading.answerability`): each hit declared, with its reason.
 
 `ALLOWED`: (task, shipped object) -> why the course ships it although it passes that exercise's check (later
-lessons' given cells import it from the library). `KNOWN_ANSWERABLE`: (task, shipped object) -> the work that will
+lessons' given cells import it from the library; a config the lesson shows, where the points rest on the pipeline). `KNOWN_ANSWERABLE`: (task, shipped object) -> the work that will
 close it: hits that cannot be withheld yet (a judge's or probe's reference, which local checks need until issue 38
 item 1 moves references to the instructor), or why one stays.
 `tests/test_answerability.py` keeps both tables equal to what the audit finds on a graded tree: a new hit fails,
@@ -25,6 +25,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("03-worker-init", "harness.repro.seed_worker"):
         "the library's loaders (harness.data.loaders) pass it as worker_init_fn, so the tree ships it; lesson 03's "
         "own text names it as the library's version of the exercise",
+    ("10-held-out", "text notebooks/10_capstone/10_capstone.ipynb cell 31 (renamed small)"):
+        "the exercise grades how a run of the student's own train_capstone (10-train) does on shapes it never saw; "
+        "its answer is only the config, and the lesson's resume demo shows one (`small`) that clears the bar with a "
+        "correct pipeline: the points rest on the pipeline, which no config hands over",
     ("15-pad-collate", "harness.sequences.pad_batch"):
         "lesson 15's own given cells import pad_batch from harness.sequences and pad the training set with it, so the "
         "tree ships it; open: the exercise should ask for what pad_batch does not hand over (issue 38 item 1)",
@@ -37,11 +41,6 @@ _KEY = ("an explain drill's key: withheld from answers.json and `harness drill s
 KNOWN_ANSWERABLE: dict[tuple[str, str], str] = {
     ("11-why-eval", "drill answer modules-why-eval"): _KEY,
 }
-
-# Exercises the audit cannot try: their solution, run from the notebook's imports and solution cells alone, does not
-# pass its own check (it needs the given cells' objects), so no candidate is tried. Each is a gap of the audit.
-# 10-train joined when its check came to read the validation loader's order and the globals its functions load.
-NOT_AUDITED: tuple[str, ...] = ("07-plateau", "08-resume", "10-held-out", "10-train")
 
 # The held drills, each with the graded exercises its answer passes: lesson 11's graded drills, then the drills whose
 # answer passes another lesson's exercise (found by the audit), and one whose answer is another held drill's.

@@ -202,7 +202,7 @@ def _rebuild_source(functions: list[Callable[..., Any]]) -> str:
     done: set[str] = set()
     queue = list(functions)
     while queue:
-        function = queue.pop(0)
+        function = inspect.unwrap(queue.pop(0))  # the function whose source getsource reads, and so its globals
         if function.__name__ in done:
             continue
         done.add(function.__name__)

@@ -26,7 +26,8 @@ from harness.judges.lesson13.common import _flat
 @judges(
     "13-checkpoint",
     hints=Hints(
-        nudge="Wrap each block's call: h = checkpoint(block, h, use_reentrant=False).",
+        nudge="Which call runs a block without keeping its activations, and recomputes them in backward? Each "
+        "block's output feeds the next, so every block goes through it.",
         concept="torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False) runs fn without keeping its "
         "activations and runs it again in backward; it restores the RNG state so dropout draws the same mask. "
         "The reentrant variant gives no parameter gradients when no input requires grad.",
