@@ -1,9 +1,8 @@
 """What the answerability audit may find (`harness.grading.answerability`): each hit declared, with its reason.
 
 `ALLOWED`: (task, shipped object) -> why the course ships it although it passes that exercise's check (later
-lessons' given cells import it from the library; a config the lesson shows, where the points rest on the pipeline). `KNOWN_ANSWERABLE`: (task, shipped object) -> the work that will
-close it: hits that cannot be withheld yet (a judge's or probe's reference, which local checks need until issue 38
-item 1 moves references to the instructor), or why one stays.
+lessons' given cells import it from the library; a config the lesson shows, where the points rest on the pipeline).
+`KNOWN_ANSWERABLE`: (task, shipped object) -> the work that will close it, or why one stays.
 `tests/test_answerability.py` keeps both tables equal to what the audit finds on a graded tree: a new hit fails,
 and so does an entry the audit no longer finds.
 `WITHHELD_DRILLS`: the held drills, each with the exercises its answer passes (lesson 11's graded drills, and drills
