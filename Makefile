@@ -80,7 +80,7 @@ new-exercise: $(STAMP)
 
 ## student-tree: the student course (released notebooks, harness without the judge, README) into build/student, from
 ## the committed release (`make release` regenerates it), then the answerability audit of it (about 24 CPU-minutes).
-student-tree: $(STAMP)
+student-tree: $(STAMP) bubblewrap
 	rm -rf build/student
 	$(PY) -m harness release --student build/student
 

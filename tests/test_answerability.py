@@ -306,3 +306,21 @@ def test_an_answer_that_is_a_value_is_audited_with_the_configs_the_tree_shows(gr
     assert [(h.task, h.source) for h in result.hits] == [
         ("10-held-out", "text notebooks/10_capstone/10_capstone.ipynb cell 31 (renamed small)")], summary(result)
     assert undeclared(result) == []
+
+
+def test_a_candidate_writes_nothing_outside_the_workers_scratch_folder(graded, tmp_path):
+    """The worker runs shipped functions on arguments they were never written for (the course's installer, called as
+    a candidate, once uninstalled the instructor's editable install): it runs in bubblewrap with every file read-only
+    but its scratch folder. A planted function that writes a file beside the tree and then answers 00-make-batch is
+    a hit (it ran), and the file is not there."""
+    planted = tmp_path / "course"
+    shutil.copytree(graded, planted)
+    marker = tmp_path / "written-by-a-candidate"
+    answer = _solution_of("00-make-batch").replace("def make_batch(", "def reference_batch(")
+    writer = (f"def writing_batch(n, device):\n    try:\n        open({str(marker)!r}, 'w').write('x')\n"
+              "    except OSError:\n        pass\n    return reference_batch(n, device)\n")
+    module = planted / "harness" / "env.py"
+    module.write_text(module.read_text() + f"\n\n{answer}\n\n{writer}")
+    after = audit(planted, Scope(assignments=("00_welcome",), modules=("harness.env",), tasks=("00-make-batch",)))
+    assert ("00-make-batch", "harness.env.writing_batch") in after.keys(), summary(after)
+    assert not marker.exists()

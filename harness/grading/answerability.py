@@ -6,8 +6,8 @@ source) or can through a one-line wrapper (`answerability_worker.wrappers`: its 
 curried, a scheduler read at a step), every drill answer the tree carries, and every code snippet its texts show
 (markdown, notebooks' given cells, drill prompts, starters and hints, the probe tables' hints:
 `answerability_worker.snippets`, each tried as the solution cell, renamed, or as the body of the exercise's stub),
-is passed to the exercise's visible check in place of
-the student's object, inside the tree (`answerability_worker`, one subprocess per lesson, each check time-bounded). A
+is passed to the exercise's visible check in place of the student's object, inside the tree (`answerability_worker`,
+one subprocess per lesson in bubblewrap, every file read-only but its scratch folder, each check time-bounded). A
 candidate counts as a hit when it earns the points: the visible check passes on it in the tree, and the grading
 check does too (the exercise's probe on a hidden case, in the tree beside the candidate, judged here by the
 instructor's judge, as `harness grade` does). A recorded reference (`harness.contract.recorded`) answers only the
@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,9 +42,21 @@ from harness.judge.cases import draw_cases
 WORKER = Path(__file__).with_name("answerability_worker.py")
 # The hidden case a visible hit is confirmed on: drawn as the grader draws one, from a fixed key (the audit's own).
 AUDIT_KEY = b"answerability audit"
-# The worker runs shipped functions on arguments they were never written for (a process id of 0 or -1 among them):
-# in its own PID namespace, a signal sent to every process reaches only the audit's own.
-ISOLATION = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
+
+
+def isolated(scratch: str) -> list[str]:
+    """The bubblewrap command line the worker runs under.
+
+    The worker runs shipped functions on arguments they were never written for (a process id of 0 or -1, a folder
+    to install into): every file it reaches is read-only but `scratch`, its temporary and home folder (the course's
+    installer, called as a candidate, once uninstalled the instructor's editable install); in its own PID namespace,
+    a signal sent to every process reaches only the audit's own; it has no network.
+    """
+    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm",
+            "--bind", scratch, scratch, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
+            "--new-session"]
+
+
 # The worker sees the tree's harness, never the instructor's editable install of the repository.
 _BOOTSTRAP = ("import runpy, sys\n"
               "sys.path.insert(0, sys.argv[2])\n"
@@ -268,19 +281,24 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
                "exercises": [{**exercise, "hidden_seed": hidden_case(assignment, exercise["task"]).seed}
                              for exercise in exercises(assignment, repo_root)
                              if not scope.tasks or exercise["task"] in scope.tasks]}
-    with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as report:
+    with tempfile.TemporaryDirectory(prefix="audit-") as scratch:
+        report = Path(scratch) / "report.jsonl"
         # given cells run as the grader runs them: the grading budget, plots drawn off screen
         environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                       "HARNESS_BUDGET": "grading", "MPLBACKEND": "Agg"}
+                       "HARNESS_BUDGET": "grading", "MPLBACKEND": "Agg", "TMPDIR": scratch, "HOME": scratch,
+                       "MPLCONFIGDIR": f"{scratch}/matplotlib"}
         try:
-            subprocess.run([*ISOLATION, sys.executable, "-I", "-c", _BOOTSTRAP, str(WORKER), str(tree.resolve()),
-                            report.name],
-                           input=json.dumps(request), text=True, capture_output=True, env=environment,
-                           timeout=limits.per_lesson_s)
+            ran = subprocess.run([*isolated(scratch), sys.executable, "-I", "-c", _BOOTSTRAP, str(WORKER),
+                                  str(tree.resolve()), str(report)],
+                                 input=json.dumps(request), text=True, capture_output=True, env=environment,
+                                 timeout=limits.per_lesson_s)
+            if ran.returncode != 0 and not report.is_file():
+                result.unaudited[assignment] = ("its worker did not start: "
+                                                f"{(ran.stderr.strip().splitlines() or ['no message'])[-1][:300]}")
         except subprocess.TimeoutExpired:
             result.unaudited[assignment] = f"its worker ran past {limits.per_lesson_s} s: the rest was not tried"
         seen, finished = set(), set()
-        for line in report.read().splitlines():
+        for line in (report.read_text().splitlines() if report.is_file() else []):
             record = json.loads(line)
             seen.add(record["task"])
             if "done" in record:
@@ -308,7 +326,14 @@ def audit_lesson(tree: Path, assignment: str, result: AuditResult, limits: Limit
 
 
 def audit(tree: Path, scope: Scope = Scope(), limits: Limits = Limits(), repo_root: Path = REPO_ROOT) -> AuditResult:
-    """Audit the student tree `tree` (within `scope`); the hits and the CPU time it took."""
+    """Audit the student tree `tree` (within `scope`); the hits and the CPU time it took.
+
+    Raises:
+        RuntimeError: bubblewrap, which the worker runs in, is not installed.
+    """
+    if shutil.which("bwrap") is None:
+        raise RuntimeError("the answerability audit runs what the tree ships in bubblewrap, which is not installed: "
+                           "install it (`make bubblewrap`, or `apt-get install bubblewrap`), or give --no-audit")
     result = AuditResult()
     started = _children_cpu()
     for assignment in scope.assignments or discover_assignments(repo_root):

@@ -948,8 +948,8 @@ def audit_lesson(request: dict[str, Any], report: io.TextIOBase) -> None:
 def main() -> None:
     """Read the request (JSON) from stdin; write results to the file named in argv[1]."""
     request = json.loads(sys.stdin.read())
-    with tempfile.TemporaryDirectory(prefix="audit-") as scratch, open(sys.argv[1], "w") as report:
-        os.chdir(scratch)  # a candidate that writes files writes them here
+    with tempfile.TemporaryDirectory(prefix="work-") as scratch, open(sys.argv[1], "w") as report:
+        os.chdir(scratch)  # a candidate that writes files writes them here (the only writable folder: TMPDIR)
         audit_lesson(request, report)
 
 
