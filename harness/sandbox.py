@@ -5,8 +5,10 @@
 - in new PID, network (loopback only), IPC and UTS namespaces: it sees no other process, reaches no network,
   and when the sandbox's first process dies every process it started dies with it;
 - as user 65534 (nobody), with a clean environment (no variable of the caller's, so no secret, reaches it).
-  Run by an unprivileged user, bubblewrap maps it in a user namespace; run by root, bubblewrap makes the mounts
-  as root and `setpriv` then becomes the real uid `spec.host_uid` with no capability before `inner` runs;
+  Run by an unprivileged user, bubblewrap maps it in a user namespace and `--disable-userns` stops it making
+  another; run by root, bubblewrap makes the mounts as root and `setpriv` then becomes the real uid
+  `spec.host_uid` with no capability before `inner` runs, under a seccomp filter that refuses to create a user
+  namespace (`user_namespace_filter`: where it could, the code would be root in a namespace of its own);
 - on a filesystem built for it: the system and Python read-only, from `/etc` only what Python needs, the
   course's `harness` package read-only without the judge side (`harness/judge`, `harness/judges`) or the grader
   (`harness/grading`, except the guard and the kernel's launcher, where they exist), the data folder read-only, a
@@ -21,7 +23,9 @@ there needs it. It imports nothing of the harness.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -85,6 +89,56 @@ def _namespaces() -> list[str]:
     return ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), *common, "--disable-userns"]
 
 
+# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h): the machine's architecture and system call numbers
+_ARCHITECTURES = {  # machine -> (AUDIT_ARCH_*, clone, unshare, clone3)
+    "x86_64": (0xC000003E, 56, 272, 435),
+    "aarch64": (0xC00000B7, 220, 97, 435),
+}
+_LOAD, _EQUALS, _AT_LEAST, _ANY_BIT, _RETURN = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|JGE|JSET, RET
+_ALLOW, _ERRNO = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | errno
+_EPERM, _ENOSYS, _CLONE_NEWUSER, _X32 = 1, 38, 0x10000000, 0x40000000
+
+
+def _user_namespace_program(machine: str) -> bytes | None:
+    """The compiled seccomp program (cBPF, as bubblewrap's `--seccomp` reads it) that refuses clone and unshare with
+    CLONE_NEWUSER (EPERM), clone3 (ENOSYS: the C library then falls back to clone, whose flags the filter reads) and
+    every system call of another ABI (x32, or 32-bit); None for an architecture it does not know."""
+    if machine not in _ARCHITECTURES:
+        return None
+    arch, clone, unshare, clone3 = _ARCHITECTURES[machine]
+    program = [  # (code, jump if true, jump if false, k): jumps count the instructions skipped
+        (_LOAD, 0, 0, 4),  # 0: seccomp_data.arch
+        (_EQUALS, 0, 10, arch),  # 1: another ABI -> 12
+        (_LOAD, 0, 0, 0),  # 2: seccomp_data.nr
+        (_AT_LEAST, 7, 0, _X32),  # 3: x32 -> 11
+        (_EQUALS, 7, 0, clone3),  # 4: -> 12
+        (_EQUALS, 2, 0, clone),  # 5: -> 8
+        (_EQUALS, 1, 0, unshare),  # 6: -> 8
+        (_RETURN, 0, 0, _ALLOW),  # 7
+        (_LOAD, 0, 0, 16),  # 8: the low half of args[0], the flags of clone and unshare
+        (_ANY_BIT, 1, 0, _CLONE_NEWUSER),  # 9: -> 11
+        (_RETURN, 0, 0, _ALLOW),  # 10
+        (_RETURN, 0, 0, _ERRNO | _EPERM),  # 11
+        (_RETURN, 0, 0, _ERRNO | _ENOSYS),  # 12
+    ]
+    return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
+
+
+def user_namespace_filter() -> int | None:
+    """For a sandbox started by root: a file descriptor (inheritable, at its start) holding the seccomp program that
+    refuses to create a user namespace, for `bwrap_command(..., seccomp_fd=)`; the caller passes it to bubblewrap and
+    closes it. None for an unprivileged caller (bubblewrap's `--disable-userns` does this in its user namespace) or
+    an architecture the program does not know."""
+    program = _user_namespace_program(platform.machine())
+    if os.geteuid() != 0 or program is None:
+        return None
+    fd = os.memfd_create("harness-seccomp", 0)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)  # bubblewrap, exec'd or spawned with pass_fds, reads it
+    return fd
+
+
 def _python_prefixes() -> list[str]:
     return list(dict.fromkeys((sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parents[1]))))
 
@@ -128,8 +182,9 @@ def _harness_binds(spec: Spec) -> list[str]:
     return args
 
 
-def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
-    """The bubblewrap command line that runs `inner` in the sandbox."""
+def bwrap_command(spec: Spec, inner: list[str], seccomp_fd: int | None = None) -> list[str]:
+    """The bubblewrap command line that runs `inner` in the sandbox (under the seccomp program in `seccomp_fd`, which
+    the caller passes to bubblewrap: `user_namespace_filter`)."""
     harness = REPO_ROOT / "harness"
     targets = ["/etc/passwd", *_python_prefixes(), str(harness), spec.data_dir, spec.runtime_dir,
                str(REPO_ROOT / "solutions"), *([spec.inputs_dir] if spec.inputs_dir else [])]
@@ -145,6 +200,8 @@ def bwrap_command(spec: Spec, inner: list[str]) -> list[str]:
     if spec.decoy_dir:
         args += ["--ro-bind", spec.decoy_dir, str(REPO_ROOT / "solutions")]
     args += ["--bind", spec.runtime_dir, spec.runtime_dir, "--chdir", WORKDIR, "--clearenv"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     environment = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/matplotlib",
                    "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                    "OMP_NUM_THREADS": str(spec.threads), "MKL_NUM_THREADS": str(spec.threads),

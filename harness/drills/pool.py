@@ -154,20 +154,25 @@ class Runner:
         hidden = (str(home()), str(runtime_dir())) if sandbox_reason() is not None and namespaces() else ()
         command = python_command("harness.drills.runner", str(theirs.fileno()), str(uses), json.dumps(scratch),
                                  *hidden)
+        seccomp = None  # a run as root: the filter that refuses a user namespace (`harness.sandbox`)
         if sandbox_reason() is not None:
             command = [*namespaces(), *command]
         else:
-            from harness.sandbox import Spec, bwrap_command
+            from harness.sandbox import Spec, bwrap_command, user_namespace_filter
 
             spec = Spec(memory_mb=0, threads=_threads(), sandboxed=True, runtime_dir=self.folder,
                         data_dir=os.path.join(self.folder, "no-data"))
-            command = bwrap_command(spec, command)
+            seccomp = user_namespace_filter()
+            command = bwrap_command(spec, command, seccomp)
+        passed = (theirs.fileno(), *([seccomp] if seccomp is not None else []))
         try:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-                                            close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True,
+                                            close_fds=True, pass_fds=passed, start_new_session=True,
                                             cwd=self.folder)
         finally:
             theirs.close()
+            if seccomp is not None:
+                os.close(seccomp)
         self.ready = False
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:

@@ -45,7 +45,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from harness.sandbox import REPO_ROOT as REPO_ROOT  # the bubblewrap command line is shared with the drills
-from harness.sandbox import SANDBOX_UID, Spec, bwrap_command
+from harness.sandbox import SANDBOX_UID, Spec, bwrap_command, user_namespace_filter
 from harness.sandbox import unavailable_reason as unavailable_reason
 
 KERNEL_NAME = "harness-sandbox"
@@ -108,6 +108,13 @@ def _kernel_command(spec: Spec, connection_file: str) -> list[str]:
             "--processes", str(processes), "--", sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
 
 
+def launch_command(spec: Spec, connection_file: str) -> list[str]:
+    """The command that starts the kernel of `connection_file`: in the sandbox (started by root: under the filter
+    that refuses a user namespace, its descriptor left open for bubblewrap) or, unsandboxed, as it is."""
+    inner = _kernel_command(spec, connection_file)
+    return bwrap_command(spec, inner, user_namespace_filter()) if spec.sandboxed else inner
+
+
 def hand_over(spec: Spec, connection_file: str) -> None:
     """Give the root-graded kernel's uid its runtime folder and connection file (written by root, 0600)."""
     if spec.sandboxed and os.geteuid() == 0:
@@ -132,12 +139,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("give the command (or the connection file) after --")
     if args.command == "launch":
         spec = Spec(**json.loads(args.spec.read_text()))
-        inner = _kernel_command(spec, rest[0])
         hand_over(spec, rest[0])
         from harness.grading import cgroup  # here, in the worker: the kernel's sandbox does not hold it
 
         cgroup.join(spec.cgroup)
-        command = bwrap_command(spec, inner) if spec.sandboxed else inner
+        command = launch_command(spec, rest[0])
         os.execvp(command[0], command)
     apply_limits(args.memory_mb, processes=args.processes)
     os.execv(rest[0], rest)
