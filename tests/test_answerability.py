@@ -324,3 +324,19 @@ def test_a_candidate_writes_nothing_outside_the_workers_scratch_folder(graded, t
     after = audit(planted, Scope(assignments=("00_welcome",), modules=("harness.env",), tasks=("00-make-batch",)))
     assert ("00-make-batch", "harness.env.writing_batch") in after.keys(), summary(after)
     assert not marker.exists()
+
+
+def test_a_candidate_that_signals_every_process_does_not_stop_the_audit(graded, tmp_path):
+    """A shipped function called with a process id of -1 signals every process it may: in the worker's PID namespace
+    that is the audit's own, and the worker, the namespace's first process, is spared (it once was not, and half of
+    lessons 01 and 03 went unaudited). A planted `os.kill(-1, SIGKILL)` beside a planted answer: the answer is still
+    found and nothing is left unaudited."""
+    planted = tmp_path / "course"
+    shutil.copytree(graded, planted)
+    answer = _solution_of("00-make-batch").replace("def make_batch(", "def reference_batch(")
+    killer = "def killing_batch(n, device):\n    import os, signal\n    os.kill(-1, signal.SIGKILL)\n"
+    module = planted / "harness" / "env.py"
+    module.write_text(module.read_text() + f"\n\n{killer}\n\n{answer}\n")
+    after = audit(planted, Scope(assignments=("00_welcome",), modules=("harness.env",), tasks=("00-make-batch",)))
+    assert not after.unaudited, summary(after)
+    assert ("00-make-batch", "harness.env.reference_batch") in after.keys(), summary(after)

@@ -50,11 +50,13 @@ def isolated(scratch: str) -> list[str]:
     The worker runs shipped functions on arguments they were never written for (a process id of 0 or -1, a folder
     to install into): every file it reaches is read-only but `scratch`, its temporary and home folder (the course's
     installer, called as a candidate, once uninstalled the instructor's editable install); in its own PID namespace,
-    a signal sent to every process reaches only the audit's own; it has no network.
+    a signal sent to every process reaches only the audit's own, and the worker is that namespace's first process
+    (`--as-pid-1`), which such a signal spares (a candidate called with a process id of -1 once killed it); it has
+    no network.
     """
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm",
-            "--bind", scratch, scratch, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
-            "--new-session"]
+            "--bind", scratch, scratch, "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc",
+            "--die-with-parent", "--new-session"]
 
 
 # The worker sees the tree's harness, never the instructor's editable install of the repository.
