@@ -79,7 +79,7 @@ new-exercise: $(STAMP)
 	$(PY) -m harness new-exercise '$(TASK)' --title '$(TITLE)' --points '$(POINTS)' $(if $(SECTION),--section '$(SECTION)')
 
 ## student-tree: the student course (released notebooks, harness without the judge, README) into build/student, from
-## the committed release (`make release` regenerates it), then the answerability audit of it (about 24 CPU-minutes).
+## the committed release (`make release` regenerates it), then the answerability audit of it (about 27 CPU-minutes).
 student-tree: $(STAMP) bubblewrap
 	rm -rf build/student
 	$(PY) -m harness release --student build/student
