@@ -654,17 +654,7 @@ def _definitions(code: str) -> str:
 def _defined(namespace: dict[str, Any], code: str, name: str, seconds: int) -> Any:
     """The object `name` that `code`'s definitions leave, run after `namespace` (the notebook's imports, or the
     cells above the exercise where its check needs them), or None."""
-    scope = dict(namespace)
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(seconds)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(_compiled(_definitions(code)), scope)  # noqa: S102 - the tree's own text
-    except BaseException:  # noqa: BLE001 - a snippet that does not run answers nothing
-        return None
-    finally:
-        signal.alarm(0)
-    return scope.get(name)
+    return _valued(namespace, _definitions(code), name, seconds)
 
 
 def _text_tries(exercise: dict[str, Any], texts: list[Snippet], namespace: dict[str, Any],
@@ -728,7 +718,7 @@ def _value_statements(code: str, kind: type) -> list[tuple[str, str]]:
 
 
 def _valued(namespace: dict[str, Any], statement: str, name: str, seconds: int) -> Any:
-    """The value `statement` gives `name`, run after `namespace`, or None."""
+    """The value `statement` (code the tree's texts show) gives `name`, run after `namespace`, or None."""
     scope = dict(namespace)
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(seconds)
