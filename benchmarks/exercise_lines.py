@@ -39,6 +39,12 @@ The counting rule
 - **Lesson 11's drill-backed tasks** count their lesson-11 modules' share plus their drill's own lines (the bank
   counted as probe, its judge, answers and whys as judge); the table marks them, and the median is also given
   without them.
+- **What issue 42 keeps as it is**: its "Done when" asks that every existing mistake, correct variant and message
+  keep its result and message. Of each task's lines, the report also gives those: the **words** a student reads
+  (the lines of `fail(...)`, `Requirement(...)` and `Hints(...)` calls: messages, requirement tables, hints), the
+  **records** (the `Mistake`/`Correct` entries of the tests) and the **text** (the exercise's); and the rest: the
+  **answers** (the tests' other lines: the wrong and right answers the records run, and what builds them), the
+  **code** (the probe and the judge but their words) and the headers.
 """
 
 from __future__ import annotations
@@ -56,10 +62,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("probe", "judge", "tests", "text")
+# The same lines by kind: what issue 42's "Done when" keeps as it is (words, records, text), and the rest
+KEPT, KINDS = ("words", "records", "text"), ("words", "records", "answers", "code")
+TARGET = 200  # issue 42's median
 # The floor: harness modules every exercise uses, never written for one
 FLOOR = ("harness/checks/__init__.py", "harness/checks/core.py", "harness/checks/testing.py")
 _TASK_ID = re.compile(r"\d\d-[a-z0-9-]+")
 _ID_KEYWORDS = ("id", "drill_id")
+# The calls whose lines are words a student reads: a failure's message, a requirement table, the hints
+WORDS = ("fail", "Requirement", "Hints")
 
 
 @dataclass
@@ -72,6 +83,8 @@ class Unit:
     part: str
     lines: int
     header: bool = False
+    words: int = 0
+    record: bool = False
     names: frozenset[str] = frozenset()
     binds: tuple[str, ...] = ()
     uses: set[tuple[str, str]] = field(default_factory=set)
@@ -174,6 +187,17 @@ def _uses(node: ast.AST, aliases: dict[str, tuple[str, str]], module: str, top: 
     return used
 
 
+def _word_lines(node: ast.AST) -> set[int]:
+    """The line numbers `node`'s WORDS calls span (a call inside another counted once)."""
+    spanned = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            name = sub.func.attr if isinstance(sub.func, ast.Attribute) else getattr(sub.func, "id", "")
+            if name in WORDS:
+                spanned.update(range(sub.lineno, sub.end_lineno + 1))
+    return spanned
+
+
 def _header(statement: ast.stmt, index: int) -> bool:
     """Whether a top-level statement is header: the module's docstring or an import."""
     docstring = index == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
@@ -196,7 +220,8 @@ def parse_module(path: str, text: str, tree: ast.Module, known: set[str]
             if ids:
                 counted = _non_blank(lines, element_start, element.end_lineno)
                 uses = _uses(element, aliases, module, top)
-                units.append(Unit(path, element_start, part, counted, names=frozenset(ids), uses=uses))
+                units.append(Unit(path, element_start, part, counted, names=frozenset(ids), uses=uses,
+                                  record=part == "tests"))
                 inner += counted
             element_start = element.end_lineno + 1
         binds, counted = _binds(statement), _non_blank(lines, start, end) - inner
@@ -205,7 +230,8 @@ def parse_module(path: str, text: str, tree: ast.Module, known: set[str]
         else:
             names = frozenset() if split else frozenset(_statement_ids(statement, known))
             uses = _uses(statement, aliases, module, top, binds)
-            units.append(Unit(path, start, part, counted, names=names, binds=binds, uses=uses))
+            words = sum(1 for number in _word_lines(statement) if number >= start and lines[number - 1].strip())
+            units.append(Unit(path, start, part, counted, words=words, names=names, binds=binds, uses=uses))
         start = end + 1
     return units + [Unit(path, 1, part, header, header=True)], aliases
 
@@ -285,12 +311,14 @@ def exercise_text(root: Path, task: str) -> int:
 @dataclass(frozen=True)
 class Share:
     """What one unit gives one task: where it starts, its part ("headers" for a header), its lines and how many
-    exercises share them."""
+    exercises share them; of its lines, how many are words (in WORDS calls), and whether it is a test record."""
 
     where: str
     part: str
     lines: int
     owners: int
+    words: int = 0
+    record: bool = False
 
 
 @dataclass
@@ -303,11 +331,16 @@ class Count:
     apart: dict[str, int]
 
     def parts(self, task: str) -> dict[str, float]:
-        """`task`'s lines by part (PARTS and "headers"), and "shared": how many came from units others share."""
-        found = dict.fromkeys((*PARTS, "headers", "shared"), 0.0)
+        """`task`'s lines by part (PARTS and "headers"), "shared" (how many came from units others share), and by
+        kind (KINDS: what issue 42 keeps as it is, and the rest)."""
+        found = dict.fromkeys((*PARTS, "headers", "shared", *KINDS), 0.0)
         for share in self.shares[task]:
             found[share.part] += share.lines / share.owners
             found["shared"] += share.lines / share.owners if share.owners > 1 else 0.0
+            if share.part not in ("text", "headers"):  # those are kinds of their own
+                kind = "records" if share.record else "answers" if share.part == "tests" else "code"
+                found[kind] += (share.lines - share.words) / share.owners
+                found["words"] += share.words / share.owners
         return found
 
 
@@ -362,7 +395,8 @@ def count(root: Path = ROOT) -> Count:
             owners = {task for task in tasks if task[:2] == lesson}
         elif not owners:
             owners = by_file[unit.path]
-        share = Share(f"{unit.path}:{unit.line}", "headers" if unit.header else unit.part, unit.lines, len(owners))
+        share = Share(f"{unit.path}:{unit.line}", "headers" if unit.header else unit.part, unit.lines, len(owners),
+                      unit.words, unit.record)
         for exercise in owners:
             shares[exercise].append(share)
     for task, drill in drill_of.items():
@@ -376,6 +410,11 @@ def count(root: Path = ROOT) -> Count:
 def total(parts: dict[str, float], *, headers: bool = True) -> float:
     """A task's lines: its parts, with or without headers."""
     return sum(parts[part] for part in PARTS) + (parts["headers"] if headers else 0.0)
+
+
+def kept_lines(parts: dict[str, float]) -> float:
+    """A task's lines that issue 42 keeps as it is: its words, records and text."""
+    return sum(parts[kind] for kind in KEPT)
 
 
 def report(counted: Count) -> str:
@@ -398,6 +437,19 @@ def report(counted: Count) -> str:
     part_medians = ", ".join(f"{p} {statistics.median(c[p] for c in parts.values()):.0f}"
                              for p in (*PARTS, "headers", "shared"))
     lines.append(f"median by part over all tasks: {part_medians}")
+    kind_medians = ", ".join(f"{k} {statistics.median(c[k] for c in parts.values()):.0f}"
+                             for k in (*KEPT, "answers", "code", "headers"))
+    lines.append(f"median by kind over all tasks: {kind_medians}")
+    kept = statistics.median(kept_lines(c) for c in parts.values())
+    rest = statistics.median(total(c) - kept_lines(c) for c in parts.values())
+    lines.append(f"median of what issue 42 keeps as it is (words, records, text): {kept:.0f}; "
+                 f"of the rest (answers, code and headers): {rest:.0f}")
+    cut = statistics.median(max(0.0, total(c) - TARGET) / (total(c) - kept_lines(c)) for c in parts.values())
+    over = [t for t, c in parts.items() if kept_lines(c) > TARGET]
+    over_answering = [t for t, c in parts.items() if kept_lines(c) + c["answers"] > TARGET]
+    lines.append(f"for a median of {TARGET} with those kept as they are, the median task must lose "
+                 f"{cut:.0%} of the rest; over {TARGET} on what is kept alone: {len(over)} tasks, "
+                 f"with their answers: {len(over_answering)}")
     largest = sorted(parts, key=lambda t: -total(parts[t]))[:5]
     lines.append("largest: " + ", ".join(f"{t} {total(parts[t]):.0f}" for t in largest))
     lines.append(f"lessons' own behavioural tests, in no task: {sum(counted.apart.values())} lines "

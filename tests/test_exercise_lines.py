@@ -103,6 +103,28 @@ def test_a_scratch_task_changes_the_count_as_the_rule_says(tmp_path):
     assert after.parts("99-beta")["headers"] == pytest.approx(before.parts("99-beta")["headers"] - 2 * (1 - 2 / 3))
 
 
+def test_a_tasks_lines_are_also_given_by_kind_the_words_a_student_reads_apart(tmp_path):
+    judge = ("from harness.contract.registry import judges\n\n\n"  # header 1
+             '@judges("99-alpha")\ndef judge(seen, *, case):\n    if not seen:\n'  # code 3
+             '        fail("wrong",\n             observed="nothing",\n             expected="something")\n'  # words 3
+             "    return seen\n")  # code 1
+    counted = lines.count(_scratch(tmp_path, {**SCRATCH, "harness/judges/lesson99/alpha.py": judge}))
+    alpha = counted.parts("99-alpha")
+    assert alpha["judge"] == 7 and alpha["words"] == 3
+    assert alpha["code"] == 5 + 4  # the probe's (with its half of common) and the judge's but its words
+    assert alpha["records"] == 2 and alpha["answers"] == 2  # its Mistake (with its comment) and `wrong`
+    assert lines.kept_lines(alpha) == 3 + 2 + 4  # words, records, text
+    assert sum(alpha[kind] for kind in (*lines.KINDS, "text", "headers")) == lines.total(alpha)
+    printed = lines.report(counted)
+    # the medians of alpha and beta (3 and 0, 2 and 1, 4 and 2, 2 and 0, 9 and 5, 5.5 and 3.5), half to even
+    assert "median by kind over all tasks: words 2, records 2, text 3, answers 1, code 7, headers 4" in printed
+    # alpha keeps 9 and beta 1 + 2 (its record, its text): median 6; the rest: alpha 16.5, beta 8.5
+    assert "median of what issue 42 keeps as it is (words, records, text): 6; of the rest " \
+           "(answers, code and headers): 12" in printed
+    assert "the median task must lose 0% of the rest; over 200 on what is kept alone: 0 tasks, with their " \
+           "answers: 0" in printed  # both are under 200 already
+
+
 def test_on_this_repository_every_registered_task_is_counted_and_the_median_is_the_tables():
     counted = lines.count(ROOT)
     registered = exercises.tasks()
