@@ -287,6 +287,52 @@ def test_a_group_that_does_not_form_in_time_is_started_again(tmp_path):
     assert done.returncode == 0 and done.stdout.strip().endswith("[0, 10]"), done.stdout + done.stderr
     assert (tmp_path / "tried").read_text() == "late"
 
+LOST_RANK = """
+import os, signal, sys, time
+from pathlib import Path
+import torch.distributed as dist
+import harness.launch.forked as forked
+import harness.launch.rendezvous as rendezvous
+from harness.drills.support import run_on_two_ranks
+from harness.launch import launch_forked
+
+tried, how, launcher, join = Path(sys.argv[1]), sys.argv[2], sys.argv[3], rendezvous.join_group
+
+def lost_once(port, rank, world_size, timeout):
+    if rank == 1 and not tried.exists():  # the first try's rank 1 dies, or hangs, before it joins
+        tried.write_text(how)
+        if how == "dies":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(3600)
+    join(port, rank, world_size, timeout)
+
+rendezvous.join_group = forked.join_group = lost_once
+started = time.monotonic()
+if launcher == "forked":
+    results = launch_forked(lambda: dist.get_rank() * 10, 2, timeout_s=3).results
+else:
+    results = run_on_two_ranks(lambda rank: rank * 10, timeout_s=3)
+print(results, round(time.monotonic() - started))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["forked", "two_ranks"])
+@pytest.mark.parametrize("how", ["dies", "hangs"])
+def test_a_rank_lost_before_it_joined_gets_the_group_started_again(tmp_path, how, launcher):
+    # Seen in CI: one rank of run_on_two_ranks' group never reported (its peer timed out waiting for it to join),
+    # and it raised queue.Empty instead of starting the group again; launch_forked reported a crash or a hang.
+    script = tmp_path / "lost.py"
+    script.write_text(LOST_RANK)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "tried"), how, launcher], env=_env(),
+                          capture_output=True, text=True, timeout=STARTUP_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result, seconds = done.stdout.strip().rsplit(" ", 1)
+    assert result == "[0, 10]" and (tmp_path / "tried").read_text() == how
+    # a rank that died is seen at once; a hung one when its peer gives up joining or at the launch's deadline
+    # (3 s), not at run_on_two_ranks' own deadline (18 s)
+    assert int(seconds) < 15, done.stdout
+
+
 STRAGGLER_SCRIPT = """
 import time
 from harness.distributed import barrier, get_rank, init_distributed

@@ -68,8 +68,8 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
 
     Forking (not spawning) lets `work` be any function, closures included, and costs no re-import of torch.
     The group meets through a store on a port reserved for it (`harness.launch.rendezvous`), so groups started
-    at the same time never meet; a group that fails to form is started again once. A rank that raises makes
-    this raise with its message.
+    at the same time never meet; a group that fails to form (a rank that could not join, or that ended or stopped
+    answering before it had joined) is started again once. A rank that raises makes this raise with its message.
     """
     collected = _two_ranks_once(work, timeout_s)
     if any(stage == "setup" for stage, _ in collected.values()):  # `work` never ran: safe to start again
@@ -81,9 +81,18 @@ def run_on_two_ranks(work, timeout_s: float = 60.0) -> list:
     return [collected[0][1], collected[1][1]]
 
 
+# How long the ranks still have to report once one of them could not join or ended without a report
+_GRACE_S = 2.0
+
+
 def _two_ranks_once(work, timeout_s: float) -> dict:
-    """One try of `run_on_two_ranks`: {rank: ("done", result) | ("setup" | "work", report)}."""
+    """One try of `run_on_two_ranks`: {rank: ("done", result) | ("setup" | "work", report)}.
+
+    A rank that ends without a report, or has none by the deadline, is reported at the group's stage: "setup" until a
+    rank had joined. Once a rank could not join, or ended without a report, the other cannot finish
+    (joining is a barrier): it has a moment to report, then it is ended."""
     import multiprocessing as mp
+    import queue
     import traceback
     from datetime import timedelta
 
@@ -103,6 +112,7 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
         try:
             join_group(store.port, rank, 2, timedelta(seconds=timeout_s))
             stage = "work"
+            results.put((rank, "joined", None))
             results.put((rank, "done", work(rank)))
         except BaseException as error:  # report, never hang the parent
             results.put((rank, stage, f"{type(error).__name__}: {error}\n{traceback.format_exc()[-800:]}"))
@@ -114,14 +124,39 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
     for process in processes:
         process.start()
     deadline = time.monotonic() + timeout_s + 15  # past the ranks' own timeout: a rank that timed out still reports
+    collected: dict[int, tuple[str, object]] = {}
+    # Joining ends in a barrier: once one rank has joined, every rank reached it and `work` may have run; before
+    # that, it ran nowhere.
+    joined, stopped = False, set()
     try:
-        return {rank: (stage, value) for rank, stage, value in
-                (results.get(timeout=max(0.0, deadline - time.monotonic())) for _ in processes)}
+        while len(collected) < 2 and time.monotonic() < deadline:
+            try:
+                rank, stage, value = results.get(timeout=0.2)
+                if stage == "joined":
+                    joined = True
+                else:
+                    collected[rank] = (stage, value)
+            except queue.Empty:
+                pass
+            ended = any(process.exitcode is not None for rank, process in enumerate(processes)
+                        if rank not in collected)
+            if ended or any(stage == "setup" for stage, _ in collected.values()):
+                deadline = min(deadline, time.monotonic() + _GRACE_S)
     finally:
-        for process in processes:
-            process.join(timeout=5)
+        for rank, process in enumerate(processes):
+            process.join(timeout=5 if len(collected) == 2 else 0)
             if process.is_alive():
+                stopped.add(rank)
                 process.kill()
+                process.join()
+    for rank, process in enumerate(processes):
+        if rank not in collected:
+            code = process.exitcode
+            why = ("had reported nothing when it was ended" if rank in stopped else
+                   f"was killed by signal {-code} before it reported" if code < 0 else
+                   f"ended with exit code {code} without a report")
+            collected[rank] = ("work" if joined else "setup", f"rank {rank} {why}")
+    return collected
 
 
 def explain(*, id: str, title: str, topics: tuple[str, ...], difficulty: int, question: str,

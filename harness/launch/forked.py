@@ -71,13 +71,14 @@ def launch_forked(
     try:
         return _launch_forked_once(fn, nproc, tuple(args), kwargs or {}, timeout_s)
     except _SetupFailed:
-        # Joining the group failed before `fn` ran (a refused or dropped connection on a machine under heavy
-        # load): that is the launcher's problem, not the caller's, and a fresh attempt on a new port fixes it.
+        # The group never formed, so `fn` ran nowhere (a refused or dropped connection on a machine under heavy
+        # load, a rank lost before it joined): that is the launcher's problem, not the caller's, and a fresh
+        # attempt on a new port fixes it.
         return _launch_forked_once(fn, nproc, tuple(args), kwargs or {}, timeout_s, last_attempt=True)
 
 
 class _SetupFailed(Exception):
-    """Every failing rank failed while joining the process group, before the launched function ran."""
+    """The process group never formed (no rank had joined it): the launched function ran nowhere."""
 
 
 def _launch_forked_once(
@@ -93,14 +94,16 @@ def _launch_forked_once(
         ended, running = _wait_ranks(pids, timeout_s, work)
         log = "".join(_prefixed(r, work / f"log_{r}.txt") for r in range(nproc))
         seconds = time.perf_counter() - started
+        # Joining ends in a barrier: once one rank has joined, every rank reached it, and `fn` may have run. Before
+        # that, a rank that could not join, died or hung left the group unformed, and `fn` ran nowhere.
+        if not last_attempt and not any(work.glob("joined_*")):
+            raise _SetupFailed()
         if not ended and running:
             what = f"the forked launch did not finish within {timeout_s:g} s"
             raise LaunchError(f"{hang_report(what, work, nproc, log)}\n\n{log}", log=log)
         if ended:
             setup = sorted(work.glob("setup_error_*.txt"))
             if first_error(work) is None and setup and all(code > 0 for code in ended.values()):
-                if not last_attempt:
-                    raise _SetupFailed()
                 rank = int(setup[0].stem.split("_")[2])
                 raise LaunchError(f"rank {rank} could not join the process group; the other ranks were ended."
                                   f"\n\n{setup[0].read_text()}", rank=rank, log=log)
@@ -134,6 +137,7 @@ def _fork_rank(
         try:
             # A collective waits longer than the launch: a hang is reported by the launcher, with every rank's output.
             join_group(port, rank, nproc, timedelta(seconds=timeout_s + 30))
+            (work / f"joined_{rank}").touch()
         except Exception as error:
             (work / f"setup_error_{rank}.txt").write_text("".join(traceback.format_exception(error)))
             raise SystemExit(1) from None

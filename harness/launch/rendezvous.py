@@ -6,8 +6,8 @@ launcher creates the store on port 0 before it forks the ranks: the port is boun
 as the launch lives, and the ranks join through it (`join_group`), which returns only once every rank is
 connected to every other: a rank that finished without a collective and exited would otherwise cut off a peer
 still connecting, the same "Connection closed by peer". A group that still fails to form (a
-dropped connection on a machine under heavy load) failed before the launched code ran: the launchers start it
-again on a fresh store.
+dropped connection on a machine under heavy load, a rank that died or hung before it joined) failed before the
+launched code ran: the launchers start it again on a fresh store.
 """
 
 from __future__ import annotations
