@@ -138,8 +138,7 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
                     collected[rank] = (stage, value)
             except queue.Empty:
                 pass
-            ended = any(process.exitcode is not None for rank, process in enumerate(processes)
-                        if rank not in collected)
+            ended = any(process.exitcode is not None for r, process in enumerate(processes) if r not in collected)
             if ended or any(stage == "setup" for stage, _ in collected.values()):
                 deadline = min(deadline, time.monotonic() + _GRACE_S)
     finally:
@@ -152,9 +151,9 @@ def _two_ranks_once(work, timeout_s: float) -> dict:
     for rank, process in enumerate(processes):
         if rank not in collected:
             code = process.exitcode
-            why = ("had reported nothing when it was ended" if rank in stopped else
-                   f"was killed by signal {-code} before it reported" if code < 0 else
-                   f"ended with exit code {code} without a report")
+            why = ("had not reported its outcome when it was ended" if rank in stopped else
+                   f"was killed by signal {-code} before it reported its outcome" if code < 0 else
+                   f"ended with exit code {code} without reporting its outcome")
             collected[rank] = ("work" if joined else "setup", f"rank {rank} {why}")
     return collected
 
